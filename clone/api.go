@@ -1,0 +1,75 @@
+// Package clone copies a directory tree by the fastest method the source and
+// destination filesystems allow: reflink clone (FICLONE), copy_file_range(2),
+// a plain read/write copy that keeps holes, or hard links when asked. It knows
+// nothing of PostgreSQL; callers shape a copy with a Filter.
+//
+// The destination is built in a staging directory beside it and renamed into
+// place at the end, so a crash never leaves a half copy under the final name.
+package clone
+
+import (
+	"io/fs"
+	"time"
+)
+
+// Method is a way to copy a file's contents.
+type Method string
+
+// Copy methods, best first. Auto probes once per (source fs, destination fs)
+// pair and falls back per file when the kernel says a method cannot serve it.
+const (
+	Auto          Method = "auto"
+	Clone         Method = "clone"
+	CopyFileRange Method = "copy-file-range"
+	Copy          Method = "copy"
+	Link          Method = "link"
+)
+
+// SyncMode is how the copy is made durable before it is renamed into place.
+type SyncMode string
+
+// Durability modes, as initdb's --sync-method.
+const (
+	SyncNone  SyncMode = "none"
+	SyncFsync SyncMode = "fsync"
+	SyncFS    SyncMode = "syncfs"
+)
+
+// Action tells the copy what to do with one entry of the source tree.
+type Action int
+
+// Filter actions.
+const (
+	// Include copies the entry (a directory: with its contents).
+	Include Action = iota
+	// Skip leaves the entry out of the copy.
+	Skip
+	// EmptyDir copies a directory but none of its contents.
+	EmptyDir
+)
+
+// Filter decides what to do with each entry. rel is the path relative to
+// the source root, with '/' separators (never "." for the root itself).
+type Filter func(rel string, d fs.DirEntry) Action
+
+// Progress is reported while a copy runs.
+type Progress struct {
+	Files, TotalFiles int64
+	Bytes, TotalBytes int64
+}
+
+// Owner sets the ownership of everything copied (used when pgfork runs as
+// root and the copy must belong to the PostgreSQL OS user).
+type Owner struct{ UID, GID int }
+
+// Summary describes a finished copy.
+type Summary struct {
+	Files       int64            `json:"files"`
+	Dirs        int64            `json:"dirs"`
+	Symlinks    int64            `json:"symlinks"`
+	Bytes       int64            `json:"bytes"`
+	SharedBytes int64            `json:"shared_bytes"` // bytes shared with the source by copy-on-write
+	Methods     map[Method]int64 `json:"methods"`      // files copied per method
+	Sync        SyncMode         `json:"sync"`
+	Elapsed     time.Duration    `json:"elapsed_ns"`
+}

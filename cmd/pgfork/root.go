@@ -1,0 +1,118 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"os"
+	"strings"
+
+	"github.com/spf13/cobra"
+
+	"github.com/pgfork/pgfork/internal/errs"
+	"github.com/pgfork/pgfork/internal/statedir"
+)
+
+// globals are the flags every command accepts.
+type globals struct {
+	stateDir string
+	pgBin    string // explicit PostgreSQL bin directory
+	pgMajor  string // --pg MAJOR
+	runAs    string // OS user to run initdb/postgres as when pgfork runs as root
+	json     bool
+	quiet    bool
+}
+
+var (
+	g       globals
+	rootCmd = &cobra.Command{
+		Use:   "pgfork",
+		Short: "Fast copies of PostgreSQL data: trees, clusters, databases, test pools",
+		Long: `pgfork makes copies of PostgreSQL data fast, choosing the best method the
+filesystem and the server allow (reflink clone, copy_file_range, CREATE DATABASE
+strategies, the backup API, pg_upgrade transfer modes).
+
+` + exitCodesHelp,
+		SilenceUsage:  true,
+		SilenceErrors: true,
+	}
+)
+
+func init() {
+	pf := rootCmd.PersistentFlags()
+	pf.StringVar(&g.stateDir, "state-dir", "", "pgfork's state directory (default $PGFORK_HOME, /var/lib/pgfork as root, else ~/.local/state/pgfork)")
+	pf.StringVar(&g.pgBin, "pg-bin", os.Getenv("PGFORK_PG_BIN"), "PostgreSQL bin directory to use (env PGFORK_PG_BIN)")
+	pf.StringVar(&g.pgMajor, "pg", os.Getenv("PGFORK_PG"), "PostgreSQL major version to use, e.g. 17 (env PGFORK_PG; default: newest found)")
+	pf.StringVar(&g.runAs, "run-as", os.Getenv("PGFORK_RUN_AS"), "OS user that runs initdb/postgres when pgfork runs as root (default postgres; env PGFORK_RUN_AS)")
+	pf.BoolVar(&g.json, "json", false, "print results as JSON")
+	pf.BoolVarP(&g.quiet, "quiet", "q", false, "print only results and errors")
+	rootCmd.SetFlagErrorFunc(func(c *cobra.Command, err error) error {
+		return errs.Wrap(errs.Usage, err, "bad flag").WithHint("see `%s --help`", c.CommandPath())
+	})
+}
+
+// layout returns the state directory layout chosen by flags or defaults.
+func layout() statedir.Layout {
+	d := g.stateDir
+	if d == "" {
+		d = statedir.Default()
+	}
+	return statedir.Layout{Root: d}
+}
+
+// usageArgs wraps cobra's positional-argument validators so that their
+// failures carry the Usage kind (exit code 2).
+func usageArgs(v cobra.PositionalArgs) cobra.PositionalArgs {
+	return func(cmd *cobra.Command, args []string) error {
+		if err := v(cmd, args); err != nil {
+			return errs.Wrap(errs.Usage, err, "bad arguments").WithHint("see `%s --help`", cmd.CommandPath())
+		}
+		return nil
+	}
+}
+
+// printJSON writes v as indented JSON to w.
+func printJSON(w io.Writer, v any) error {
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	return enc.Encode(v)
+}
+
+// infof prints a progress or informational line to stderr unless --quiet.
+func infof(format string, args ...any) {
+	if !g.quiet {
+		fmt.Fprintf(os.Stderr, format+"\n", args...)
+	}
+}
+
+func run(ctx context.Context, args []string) int {
+	rootCmd.SetArgs(args)
+	err := rootCmd.ExecuteContext(ctx)
+	if err == nil {
+		return exitOK
+	}
+	if strings.HasPrefix(err.Error(), "unknown command") || strings.HasPrefix(err.Error(), "accepts ") {
+		err = errs.Wrap(errs.Usage, err, "bad command line").WithHint("see `pgfork --help`")
+	}
+	if ctx.Err() != nil && errs.KindOf(err) == errs.Internal {
+		err = errs.Wrap(errs.Interrupted, err, "interrupted")
+	}
+	reportError(err)
+	return exitCode(err)
+}
+
+func reportError(err error) {
+	if g.json {
+		_ = printJSON(os.Stderr, map[string]any{
+			"error": err.Error(),
+			"kind":  errs.KindOf(err).String(),
+			"hint":  errs.HintOf(err),
+		})
+		return
+	}
+	fmt.Fprintf(os.Stderr, "pgfork: error: %v\n", err)
+	if h := errs.HintOf(err); h != "" {
+		fmt.Fprintf(os.Stderr, "hint: %s\n", h)
+	}
+}

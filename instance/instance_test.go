@@ -1,0 +1,161 @@
+package instance_test
+
+import (
+	"context"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/pgfork/pgfork/instance"
+	"github.com/pgfork/pgfork/internal/errs"
+	"github.com/pgfork/pgfork/internal/testenv"
+)
+
+func newCluster(t *testing.T, bin string) (string, *instance.OSUser) {
+	t.Helper()
+	u, err := instance.ResolveUser("")
+	if err != nil {
+		t.Fatal(err)
+	}
+	data := filepath.Join(testenv.Dir(t), "data")
+	if err := instance.InitDB(context.Background(), instance.InitOptions{BinDir: bin, DataDir: data, User: u, NoSync: true}); err != nil {
+		t.Fatal(err)
+	}
+	return data, u
+}
+
+func query(t *testing.T, url, sql string) string {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	conn, err := pgx.Connect(ctx, url)
+	if err != nil {
+		t.Fatalf("connect %s: %v", url, err)
+	}
+	defer conn.Close(ctx)
+	var s string
+	if err := conn.QueryRow(ctx, sql).Scan(&s); err != nil {
+		t.Fatalf("%s: %v", sql, err)
+	}
+	return s
+}
+
+func TestStartQueryStop(t *testing.T) {
+	for _, bin := range testenv.PGBinDirs(t) {
+		t.Run(filepath.Base(filepath.Dir(bin)), func(t *testing.T) {
+			data, u := newCluster(t, bin)
+			ctx := context.Background()
+			inst, err := instance.Start(ctx, instance.Config{BinDir: bin, DataDir: data, User: u, Profile: instance.Test})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got := query(t, inst.ConnString("", ""), "show fsync"); got != "off" {
+				t.Errorf("test profile: fsync = %q, want off", got)
+			}
+			if !strings.HasPrefix(inst.ConnString("", "x"), "postgresql://postgres@/x?host=") {
+				t.Errorf("socket URL: %s", inst.ConnString("", "x"))
+			}
+			// A second start on the same data directory is refused.
+			if _, err := instance.Start(ctx, instance.Config{BinDir: bin, DataDir: data, User: u}); errs.KindOf(err) != errs.Busy {
+				t.Errorf("second start: got %v, want Busy", err)
+			}
+			att, err := instance.Attach(data)
+			if err != nil || att.Pid != inst.Pid {
+				t.Fatalf("attach: %v %+v", err, att)
+			}
+			if err := inst.Stop(ctx, instance.Fast); err != nil {
+				t.Fatal(err)
+			}
+			if _, err := os.Stat(filepath.Join(data, "postmaster.pid")); !os.IsNotExist(err) {
+				t.Errorf("postmaster.pid still there after stop: %v", err)
+			}
+			if _, err := os.Stat(inst.SocketDir); !os.IsNotExist(err) {
+				t.Errorf("private socket dir not removed: %v", err)
+			}
+			if _, err := instance.Attach(data); errs.KindOf(err) != errs.NotFound {
+				t.Errorf("attach after stop: %v", err)
+			}
+		})
+	}
+}
+
+func TestParallelTCPNoClash(t *testing.T) {
+	bin := testenv.PGBinDirs(t)[0]
+	const n = 4
+	var wg sync.WaitGroup
+	insts := make([]*instance.Instance, n)
+	errc := make(chan error, n)
+	datas := make([]string, n)
+	var u *instance.OSUser
+	for i := range n {
+		datas[i], u = newCluster(t, bin)
+	}
+	for i := range n {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			inst, err := instance.Start(context.Background(), instance.Config{BinDir: bin, DataDir: datas[i], User: u, Profile: instance.Test, TCP: true})
+			insts[i] = inst
+			errc <- err
+		}()
+	}
+	wg.Wait()
+	close(errc)
+	for err := range errc {
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	ports := map[int]bool{}
+	for _, inst := range insts {
+		if ports[inst.Port] {
+			t.Errorf("port %d used twice", inst.Port)
+		}
+		ports[inst.Port] = true
+		if got := query(t, inst.ConnString("", ""), "select current_setting('port')"); got == "" {
+			t.Error("no port")
+		}
+		if !strings.Contains(inst.ConnString("", ""), "127.0.0.1:") {
+			t.Errorf("TCP URL: %s", inst.ConnString("", ""))
+		}
+		if err := inst.Stop(context.Background(), instance.Immediate); err != nil {
+			t.Error(err)
+		}
+	}
+}
+
+func TestStartFailureShowsLog(t *testing.T) {
+	bin := testenv.PGBinDirs(t)[0]
+	data, u := newCluster(t, bin)
+	_, err := instance.Start(context.Background(), instance.Config{BinDir: bin, DataDir: data, User: u,
+		Settings: map[string]string{"shared_buffers": "not-a-size"}})
+	if err == nil {
+		t.Fatal("start with a bad setting succeeded")
+	}
+	if !strings.Contains(err.Error(), "shared_buffers") {
+		t.Errorf("error does not show the server log: %v", err)
+	}
+	if _, err := instance.Start(context.Background(), instance.Config{BinDir: bin, DataDir: t.TempDir(), User: u}); errs.KindOf(err) != errs.Usage {
+		t.Errorf("start on a non-data dir: %v", err)
+	}
+}
+
+func TestInitDBRefusesNonEmpty(t *testing.T) {
+	bin := testenv.PGBinDirs(t)[0]
+	d := testenv.Dir(t)
+	if err := os.WriteFile(filepath.Join(d, "x"), nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	err := instance.InitDB(context.Background(), instance.InitOptions{BinDir: bin, DataDir: d})
+	if errs.KindOf(err) != errs.Exists {
+		t.Fatalf("got %v, want Exists", err)
+	}
+	if _, err := os.Stat(filepath.Join(d, "x")); err != nil {
+		t.Error("InitDB damaged an existing directory")
+	}
+}

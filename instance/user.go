@@ -1,0 +1,89 @@
+package instance
+
+import (
+	"context"
+	"os"
+	"os/exec"
+	"os/user"
+	"path/filepath"
+	"strconv"
+	"syscall"
+
+	"github.com/pgfork/pgfork/internal/errs"
+)
+
+// DefaultRunAs is the OS user initdb and postgres run as when pgfork runs as root.
+const DefaultRunAs = "postgres"
+
+// OSUser is the unprivileged OS user PostgreSQL runs as when pgfork is root.
+// A nil *OSUser means "the current user" (pgfork is not root).
+type OSUser struct {
+	Name     string
+	UID, GID int
+}
+
+// ResolveUser returns the OS user to run PostgreSQL as. When pgfork is not
+// root it returns nil (run as ourselves). As root it looks up name (default
+// "postgres") and refuses root itself, which PostgreSQL would refuse too.
+func ResolveUser(name string) (*OSUser, error) {
+	if os.Geteuid() != 0 {
+		return nil, nil
+	}
+	if name == "" {
+		name = DefaultRunAs
+	}
+	u, err := user.Lookup(name)
+	if err != nil {
+		return nil, errs.Wrap(errs.NotFound, err, "OS user %q to run PostgreSQL as was not found", name).
+			WithHint("PostgreSQL refuses to run as root: create the user (useradd -r %s) or pass --run-as USER", name)
+	}
+	uid, _ := strconv.Atoi(u.Uid)
+	gid, _ := strconv.Atoi(u.Gid)
+	if uid == 0 {
+		return nil, errs.New(errs.Usage, "cannot run PostgreSQL as %q: it is root", name).
+			WithHint("pass --run-as with an unprivileged user, e.g. --run-as postgres")
+	}
+	return &OSUser{Name: name, UID: uid, GID: gid}, nil
+}
+
+// Command returns an exec.Cmd that runs as u (or as the current user when u
+// is nil), with env appended to the current environment and a working
+// directory the user can enter.
+func (u *OSUser) Command(ctx context.Context, env []string, name string, args ...string) *exec.Cmd {
+	cmd := exec.CommandContext(ctx, name, args...)
+	cmd.Env = append(os.Environ(), "LC_ALL=C")
+	cmd.Env = append(cmd.Env, env...)
+	cmd.Dir = "/"
+	if u != nil {
+		cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: uint32(u.UID), Gid: uint32(u.GID)}}
+		cmd.Env = append(cmd.Env, "HOME=/", "USER="+u.Name, "LOGNAME="+u.Name)
+	}
+	return cmd
+}
+
+// Chown gives path (recursively) to u. It does nothing when u is nil.
+func (u *OSUser) Chown(path string) error {
+	if u == nil {
+		return nil
+	}
+	return filepath.Walk(path, func(p string, _ os.FileInfo, err error) error {
+		if err != nil {
+			return err
+		}
+		return os.Lchown(p, u.UID, u.GID)
+	})
+}
+
+// MkdirOwned creates dir (mode perm) owned by u.
+func (u *OSUser) MkdirOwned(dir string, perm os.FileMode) error {
+	if err := os.MkdirAll(dir, perm); err != nil {
+		return err
+	}
+	if err := os.Chmod(dir, perm); err != nil {
+		return err
+	}
+	if u != nil {
+		return os.Chown(dir, u.UID, u.GID)
+	}
+	return nil
+}

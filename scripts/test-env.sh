@@ -33,7 +33,7 @@ install_packages() {
 	fi
 	if ! command -v staticcheck >/dev/null && [ ! -x "$(go env GOPATH)/bin/staticcheck" ]; then
 		log "installing staticcheck"
-		go install honnef.co/go/tools/cmd/staticcheck@2025.1.1 >/dev/null 2>&1 || log "staticcheck install failed (lint only)"
+		go install honnef.co/go/tools/cmd/staticcheck@2026.2.2 >/dev/null 2>&1 || log "staticcheck install failed (lint only)"
 	fi
 }
 

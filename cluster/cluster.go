@@ -1,0 +1,495 @@
+// Package cluster is the registry of the clusters pgfork started (`pgfork
+// up`): their names, data and socket directories, ports, server pids, URLs,
+// and the limits that keep a forgotten test cluster from living forever (a
+// TTL and a parent process to outlive).
+//
+// On disk, one directory per cluster:
+//
+//	<state>/clusters/<name>/data          the data directory
+//	<state>/clusters/<name>/cluster.json  Info, written once the server is ready
+//	<state>/run/<name>/                   its private Unix socket directory
+//	<state>/locks/cluster-<name>.lock     held while it is created or removed
+//
+// A cluster directory without cluster.json whose lock is free is the
+// leftover of a crashed `pgfork up`; Reap removes it, and with it clusters
+// whose TTL expired, whose parent process died, or whose server died.
+package cluster
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"regexp"
+	"sort"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/pgfork/pgfork/instance"
+	"github.com/pgfork/pgfork/internal/errs"
+	"github.com/pgfork/pgfork/internal/flock"
+	"github.com/pgfork/pgfork/internal/statedir"
+)
+
+const (
+	infoFile   = "cluster.json"
+	dataSubdir = "data"
+)
+
+// Info is what cluster.json records about a cluster.
+type Info struct {
+	Name      string    `json:"name"`
+	URL       string    `json:"url"`
+	Host      string    `json:"host,omitempty"` // TCP host; empty when socket-only
+	Port      int       `json:"port"`
+	SocketDir string    `json:"socket_dir"`
+	DataDir   string    `json:"data_dir"`
+	Pid       int       `json:"pid"`
+	PGVersion string    `json:"pg_version"`
+	PGMajor   int       `json:"pg_major"`
+	BinDir    string    `json:"bin_dir"`
+	Template  string    `json:"template_key"`
+	RunAs     string    `json:"run_as,omitempty"`
+	Created   time.Time `json:"created"`
+	// TTL, when non-zero, is how long the cluster may live (from Created).
+	TTL time.Duration `json:"ttl_ns,omitempty"`
+	// ParentPid, when non-zero, is a process the cluster must not outlive.
+	ParentPid int `json:"parent_pid,omitempty"`
+	// ParentStart and PidStart are the processes' start times (clock
+	// ticks since boot, 0 when unknown), so a reused pid is not mistaken
+	// for the original process.
+	ParentStart uint64 `json:"parent_start,omitempty"`
+	PidStart    uint64 `json:"pid_start,omitempty"`
+}
+
+// Expires returns when the TTL runs out (zero time: never).
+func (i Info) Expires() time.Time {
+	if i.TTL <= 0 {
+		return time.Time{}
+	}
+	return i.Created.Add(i.TTL)
+}
+
+// State is a cluster's state as seen from outside.
+type State string
+
+// Cluster states.
+const (
+	// Starting: `pgfork up` is creating it right now.
+	Starting State = "starting"
+	// Running: its server is up.
+	Running State = "running"
+	// Stopped: its server was shut down cleanly (by someone else).
+	Stopped State = "stopped"
+	// Dead: its server is gone without a clean shutdown (crash, kill,
+	// reboot), or the directory is the leftover of a failed `pgfork up`.
+	Dead State = "dead"
+)
+
+// Entry is one cluster as listed.
+type Entry struct {
+	Info
+	State State `json:"state"`
+	// Size is the disk space its data directory uses (blocks allocated;
+	// blocks shared with the template by reflink count in full).
+	Size int64 `json:"size_bytes"`
+}
+
+var nameRe = regexp.MustCompile(`^[a-zA-Z0-9][a-zA-Z0-9_.-]{0,62}$`)
+
+// ValidateName checks a cluster name (it becomes a directory name).
+func ValidateName(name string) error {
+	if !nameRe.MatchString(name) {
+		return errs.New(errs.Usage, "bad cluster name %q", name).
+			WithHint("use 1-63 letters, digits, '_', '.' or '-', starting with a letter or digit")
+	}
+	return nil
+}
+
+// NewName returns a fresh random name such as "pg-3f9a1c2b".
+func NewName() string {
+	var b [4]byte
+	_, _ = rand.Read(b[:])
+	return "pg-" + hex.EncodeToString(b[:])
+}
+
+// Dir returns the directory of cluster name.
+func Dir(lay statedir.Layout, name string) string { return filepath.Join(lay.Clusters(), name) }
+
+// DataDir returns the data directory of cluster name.
+func DataDir(lay statedir.Layout, name string) string {
+	return filepath.Join(lay.Clusters(), name, dataSubdir)
+}
+
+func lockPath(lay statedir.Layout, name string) string {
+	return filepath.Join(lay.Locks(), "cluster-"+name+".lock")
+}
+
+// maxSocketPath is the longest socket directory whose socket path
+// (dir + "/.s.PGSQL.NNNNN") fits in sun_path (108 bytes with the NUL).
+const maxSocketPath = 107 - len("/.s.PGSQL.65535")
+
+// SocketDirFor returns the private socket directory to use for a cluster:
+// <state>/run/<name>, or, when that path is too long for a Unix socket, a
+// new directory under the system temp dir.
+func SocketDirFor(lay statedir.Layout, name string) (string, error) {
+	d := filepath.Join(lay.Run(), name)
+	if len(d) <= maxSocketPath {
+		return d, nil
+	}
+	return os.MkdirTemp("", "pgfork-"+name+"-")
+}
+
+// Pending is a cluster being created: its name is claimed and its lock held.
+type Pending struct {
+	Name string
+	Dir  string
+	lay  statedir.Layout
+	lock *flock.Lock
+}
+
+// DataDir is where the cluster's data directory goes (it does not exist yet).
+func (p *Pending) DataDir() string { return filepath.Join(p.Dir, dataSubdir) }
+
+// Create claims name. It fails with errs.Exists when the name is taken.
+func Create(ctx context.Context, lay statedir.Layout, name string) (*Pending, error) {
+	if err := ValidateName(name); err != nil {
+		return nil, err
+	}
+	lp := lockPath(lay, name)
+	l, err := flock.TryExclusive(lp)
+	if errors.Is(err, fs.ErrNotExist) {
+		if err := lay.Ensure(); err != nil {
+			return nil, errs.Wrap(errs.Permission, err, "cannot create the state directory").WithPath(lay.Root)
+		}
+		l, err = flock.TryExclusive(lp)
+	}
+	if errors.Is(err, flock.ErrBusy) {
+		return nil, errs.New(errs.Exists, "a cluster named %q is being created or removed", name).
+			WithHint("choose another --name, or wait and see `pgfork ls`")
+	}
+	if err != nil {
+		return nil, errs.Wrap(errs.Permission, err, "cannot lock the cluster name").WithPath(lp)
+	}
+	dir := Dir(lay, name)
+	if err := os.Mkdir(dir, 0o755); err != nil {
+		l.Unlock()
+		if errors.Is(err, fs.ErrExist) {
+			return nil, errs.New(errs.Exists, "a cluster named %q already exists", name).WithPath(dir).
+				WithHint("choose another --name, or remove it with `pgfork down %s`", name)
+		}
+		return nil, errs.Wrap(errs.Permission, err, "cannot create the cluster directory").WithPath(dir)
+	}
+	_ = os.Chmod(dir, 0o755)
+	return &Pending{Name: name, Dir: dir, lay: lay, lock: l}, nil
+}
+
+// Commit records the started cluster and releases the name lock.
+func (p *Pending) Commit(info Info) error {
+	info.Name = p.Name
+	if info.Created.IsZero() {
+		info.Created = time.Now()
+	}
+	if info.ParentPid != 0 && info.ParentStart == 0 {
+		info.ParentStart = procStart(info.ParentPid)
+	}
+	if info.Pid != 0 && info.PidStart == 0 {
+		info.PidStart = procStart(info.Pid)
+	}
+	b, _ := json.MarshalIndent(info, "", "  ")
+	tmp := filepath.Join(p.Dir, "."+infoFile+".tmp")
+	// No fsync: a cluster does not survive a crash of the machine anyway
+	// (test profile), and the reaper cleans what a crash leaves.
+	if err := os.WriteFile(tmp, append(b, '\n'), 0o644); err != nil {
+		return errs.Wrap(errs.Internal, err, "cannot record the cluster").WithPath(tmp)
+	}
+	if err := os.Rename(tmp, filepath.Join(p.Dir, infoFile)); err != nil {
+		return errs.Wrap(errs.Internal, err, "cannot record the cluster").WithPath(p.Dir)
+	}
+	p.lock.Unlock()
+	return nil
+}
+
+// Abort removes everything the pending cluster created (stopping a server
+// started on it) and releases the name.
+func (p *Pending) Abort(socketDir string) {
+	destroy(p.Dir, socketDir, p.lay)
+	p.lock.Remove()
+}
+
+// readInfo reads <dir>/cluster.json.
+func readInfo(dir string) (Info, error) {
+	var info Info
+	b, err := os.ReadFile(filepath.Join(dir, infoFile))
+	if err != nil {
+		return info, err
+	}
+	if err := json.Unmarshal(b, &info); err != nil {
+		return info, fmt.Errorf("%s: %w", filepath.Join(dir, infoFile), err)
+	}
+	return info, nil
+}
+
+// state determines the state of a registered cluster.
+func state(info Info, dataDir string) State {
+	pf, err := instance.ReadPidFile(dataDir)
+	if err != nil {
+		if errors.Is(err, fs.ErrNotExist) {
+			return Stopped
+		}
+		return Dead
+	}
+	if !alive(pf.Pid, pidStartFor(info, pf.Pid)) {
+		return Dead
+	}
+	return Running
+}
+
+// pidStartFor returns the recorded start time of pid, if it is the pid recorded.
+func pidStartFor(info Info, pid int) uint64 {
+	if pid == info.Pid {
+		return info.PidStart
+	}
+	return 0
+}
+
+// alive reports whether process pid runs and, when start is known, is the
+// same process that was recorded (not a reused pid).
+func alive(pid int, start uint64) bool {
+	if pid <= 0 {
+		return false
+	}
+	if err := syscall.Kill(pid, 0); err != nil && !errors.Is(err, syscall.EPERM) {
+		return false
+	}
+	if start != 0 {
+		if s := procStart(pid); s != 0 && s != start {
+			return false
+		}
+	}
+	return true
+}
+
+// List returns every cluster, by name.
+func List(lay statedir.Layout) ([]Entry, error) {
+	ents, err := os.ReadDir(lay.Clusters())
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, errs.Wrap(errs.Permission, err, "cannot read the clusters directory").WithPath(lay.Clusters())
+	}
+	var out []Entry
+	for _, e := range ents {
+		if !e.IsDir() || strings.HasPrefix(e.Name(), ".") {
+			continue
+		}
+		out = append(out, entry(lay, e.Name()))
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Name < out[j].Name })
+	return out, nil
+}
+
+func entry(lay statedir.Layout, name string) Entry {
+	dir := Dir(lay, name)
+	info, err := readInfo(dir)
+	if err != nil {
+		st := Dead
+		if l, lerr := flock.TryExclusive(lockPath(lay, name)); errors.Is(lerr, flock.ErrBusy) {
+			st = Starting
+		} else {
+			l.Unlock()
+		}
+		return Entry{Info: Info{Name: name, DataDir: filepath.Join(dir, dataSubdir)}, State: st}
+	}
+	e := Entry{Info: info, State: state(info, info.DataDir)}
+	e.Size = diskUsage(info.DataDir)
+	return e
+}
+
+// Get returns the cluster called name, or errs.NotFound.
+func Get(lay statedir.Layout, name string) (Entry, error) {
+	if err := ValidateName(name); err != nil {
+		return Entry{}, err
+	}
+	if _, err := os.Stat(Dir(lay, name)); err != nil {
+		return Entry{}, errs.New(errs.NotFound, "no cluster named %q", name).WithHint("see `pgfork ls`")
+	}
+	return entry(lay, name), nil
+}
+
+// DefaultStopTimeout is how long Down waits for a fast shutdown before it
+// shuts the server down immediately.
+const DefaultStopTimeout = 10 * time.Second
+
+// Down stops cluster name (fast shutdown; immediate after timeout) and
+// removes it: data directory, socket directory, record. A cluster being
+// created or removed by another pgfork is errs.Busy.
+func Down(ctx context.Context, lay statedir.Layout, name string, timeout time.Duration) error {
+	if err := ValidateName(name); err != nil {
+		return err
+	}
+	dir := Dir(lay, name)
+	if _, err := os.Stat(dir); err != nil {
+		return errs.New(errs.NotFound, "no cluster named %q", name).WithHint("see `pgfork ls`")
+	}
+	l, err := flock.TryExclusive(lockPath(lay, name))
+	if errors.Is(err, flock.ErrBusy) {
+		return errs.New(errs.Busy, "cluster %q is being created or removed by another pgfork", name).
+			WithHint("try again in a moment")
+	}
+	if err != nil {
+		return errs.Wrap(errs.Permission, err, "cannot lock the cluster").WithPath(lockPath(lay, name))
+	}
+	defer l.Remove()
+	if _, err := os.Stat(dir); err != nil {
+		return errs.New(errs.NotFound, "no cluster named %q", name).WithHint("see `pgfork ls`")
+	}
+	info, _ := readInfo(dir)
+	if err := stop(ctx, filepath.Join(dir, dataSubdir), timeout); err != nil {
+		return err
+	}
+	return destroy(dir, info.SocketDir, lay)
+}
+
+// stop shuts down a server running on dataDir, if any.
+func stop(ctx context.Context, dataDir string, timeout time.Duration) error {
+	inst, err := instance.Attach(dataDir)
+	if err != nil {
+		return nil // not running
+	}
+	if timeout <= 0 {
+		timeout = DefaultStopTimeout
+	}
+	sctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	if err := inst.Stop(sctx, instance.Fast); err != nil && errs.KindOf(err) != errs.Interrupted {
+		return err
+	}
+	return nil
+}
+
+// destroy removes a cluster directory (after stopping any server in it
+// immediately) and its socket directory.
+func destroy(dir, socketDir string, lay statedir.Layout) error {
+	_ = stop(context.Background(), filepath.Join(dir, dataSubdir), time.Millisecond)
+	if socketDir != "" && (strings.HasPrefix(socketDir, lay.Run()+"/") || strings.HasPrefix(filepath.Base(socketDir), "pgfork-")) {
+		_ = os.RemoveAll(socketDir)
+	}
+	// Rename first so the name is free (and nothing half-removed is listed)
+	// even if the removal is slow or interrupted.
+	trash := filepath.Join(filepath.Dir(dir), fmt.Sprintf(".trash-%s-%d", filepath.Base(dir), os.Getpid()))
+	if err := os.Rename(dir, trash); err != nil {
+		if errors.Is(err, fs.ErrNotExist) {
+			return nil
+		}
+		return errs.Wrap(errs.Permission, err, "cannot remove the cluster").WithPath(dir)
+	}
+	if err := os.RemoveAll(trash); err != nil {
+		return errs.Wrap(errs.Permission, err, "cannot remove the cluster's files").WithPath(trash)
+	}
+	return nil
+}
+
+// Reaped says what Reap removed and why.
+type Reaped struct {
+	Name   string `json:"name"`
+	Reason string `json:"reason"`
+}
+
+// Reap removes clusters that must not live on: TTL expired, parent process
+// gone, server dead, or leftovers of a failed `pgfork up`. Clusters being
+// created or removed by another pgfork are left alone. It is cheap when
+// there is nothing to do (a directory listing and a few small reads).
+func Reap(ctx context.Context, lay statedir.Layout) ([]Reaped, error) {
+	ents, err := os.ReadDir(lay.Clusters())
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, errs.Wrap(errs.Permission, err, "cannot read the clusters directory").WithPath(lay.Clusters())
+	}
+	var out []Reaped
+	now := time.Now()
+	for _, e := range ents {
+		name := e.Name()
+		dir := filepath.Join(lay.Clusters(), name)
+		if strings.HasPrefix(name, ".trash-") {
+			if pid := trashPid(name); pid == 0 || !alive(pid, 0) {
+				_ = os.RemoveAll(dir)
+			}
+			continue
+		}
+		if !e.IsDir() || ValidateName(name) != nil {
+			continue
+		}
+		info, err := readInfo(dir)
+		reason := ""
+		switch {
+		case err != nil:
+			reason = "left over by a failed pgfork up"
+		case info.TTL > 0 && now.After(info.Expires()):
+			reason = fmt.Sprintf("TTL of %s expired", info.TTL)
+		case info.ParentPid != 0 && !alive(info.ParentPid, info.ParentStart):
+			reason = fmt.Sprintf("parent process %d exited", info.ParentPid)
+		case state(info, info.DataDir) == Dead:
+			reason = "server is no longer running"
+		}
+		if reason == "" {
+			continue
+		}
+		l, lerr := flock.TryExclusive(lockPath(lay, name))
+		if lerr != nil {
+			continue // being created or removed right now
+		}
+		// Re-check under the lock: up may have just finished it.
+		if err != nil {
+			if _, err2 := readInfo(dir); err2 == nil {
+				l.Unlock()
+				continue
+			}
+		}
+		if info.Pid != 0 {
+			_ = stop(ctx, info.DataDir, 5*time.Second)
+		}
+		if derr := destroy(dir, info.SocketDir, lay); derr == nil {
+			out = append(out, Reaped{Name: name, Reason: reason})
+		}
+		l.Remove()
+	}
+	return out, nil
+}
+
+func trashPid(name string) int {
+	i := strings.LastIndexByte(name, '-')
+	var pid int
+	if i < 0 {
+		return 0
+	}
+	_, _ = fmt.Sscanf(name[i+1:], "%d", &pid)
+	return pid
+}
+
+func diskUsage(dir string) int64 {
+	var n int64
+	_ = filepath.WalkDir(dir, func(_ string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return nil
+		}
+		if fi, err := d.Info(); err == nil {
+			if st, ok := fi.Sys().(*syscall.Stat_t); ok {
+				n += st.Blocks * 512
+			} else {
+				n += fi.Size()
+			}
+		}
+		return nil
+	})
+	return n
+}

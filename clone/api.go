@@ -21,8 +21,10 @@ const (
 	Auto          Method = "auto"
 	Clone         Method = "clone"
 	CopyFileRange Method = "copy-file-range"
-	Copy          Method = "copy"
-	Link          Method = "link"
+	// PlainCopy reads and writes with a large buffer, keeping holes. (Named
+	// so because Copy is the function that copies a tree.)
+	PlainCopy Method = "copy"
+	Link      Method = "link"
 )
 
 // SyncMode is how the copy is made durable before it is renamed into place.
@@ -52,7 +54,8 @@ const (
 // the source root, with '/' separators (never "." for the root itself).
 type Filter func(rel string, d fs.DirEntry) Action
 
-// Progress is reported while a copy runs.
+// Progress is reported while a copy runs. Bytes count file sizes (holes
+// included), so Bytes reaches TotalBytes when the copy is done.
 type Progress struct {
 	Files, TotalFiles int64
 	Bytes, TotalBytes int64
@@ -65,11 +68,12 @@ type Owner struct{ UID, GID int }
 // Summary describes a finished copy.
 type Summary struct {
 	Files       int64            `json:"files"`
-	Dirs        int64            `json:"dirs"`
+	Dirs        int64            `json:"dirs"` // directories below the root
 	Symlinks    int64            `json:"symlinks"`
-	Bytes       int64            `json:"bytes"`
+	Bytes       int64            `json:"bytes"`        // total size of the files copied (holes included)
 	SharedBytes int64            `json:"shared_bytes"` // bytes shared with the source by copy-on-write
 	Methods     map[Method]int64 `json:"methods"`      // files copied per method
 	Sync        SyncMode         `json:"sync"`
+	Vanished    int64            `json:"vanished,omitempty"` // entries that disappeared mid-copy (TolerateVanished)
 	Elapsed     time.Duration    `json:"elapsed_ns"`
 }

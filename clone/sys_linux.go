@@ -1,0 +1,402 @@
+//go:build linux
+
+package clone
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"syscall"
+	"time"
+	"unsafe"
+
+	"golang.org/x/sys/unix"
+)
+
+// sysInfo is what the copy needs from a stat beyond os.FileInfo.
+type sysInfo struct {
+	ok       bool
+	dev      uint64
+	uid, gid int
+	blocks   int64 // 512-byte blocks allocated
+	atime    time.Time
+}
+
+func statOf(fi fs.FileInfo) sysInfo {
+	st, ok := fi.Sys().(*syscall.Stat_t)
+	if !ok {
+		return sysInfo{}
+	}
+	return sysInfo{
+		ok:     true,
+		dev:    st.Dev,
+		uid:    int(st.Uid),
+		gid:    int(st.Gid),
+		blocks: st.Blocks,
+		atime:  time.Unix(st.Atim.Sec, st.Atim.Nsec),
+	}
+}
+
+// devOf returns the device number of the filesystem holding path.
+func devOf(path string) (uint64, error) {
+	var st unix.Stat_t
+	if err := unix.Stat(path, &st); err != nil {
+		return 0, err
+	}
+	return st.Dev, nil
+}
+
+// fallbackable reports whether err means "this method cannot serve this
+// pair of files" (so auto may try the next method) rather than a real failure.
+func fallbackable(err error) bool {
+	return errors.Is(err, unix.EXDEV) || errors.Is(err, unix.EOPNOTSUPP) || errors.Is(err, unix.ENOTSUP) ||
+		errors.Is(err, unix.EINVAL) || errors.Is(err, unix.ENOSYS) || errors.Is(err, unix.ENOTTY)
+}
+
+func isNoSpace(err error) bool {
+	return errors.Is(err, unix.ENOSPC) || errors.Is(err, unix.EDQUOT)
+}
+
+// copyWith copies size bytes of src into dst (both at offset 0) by method m,
+// keeping holes. prog is called with the number of bytes just copied.
+func copyWith(ctx context.Context, m Method, src, dst *os.File, size int64, prog func(int64)) error {
+	switch m {
+	case Clone:
+		if err := unix.IoctlFileClone(int(dst.Fd()), int(src.Fd())); err != nil {
+			return os.NewSyscallError("ioctl FICLONE", err)
+		}
+		prog(size)
+		return nil
+	case CopyFileRange:
+		return copySegments(ctx, src, dst, size, prog, copyRangeSegment)
+	case PlainCopy:
+		return copySegments(ctx, src, dst, size, prog, rwSegment)
+	}
+	return fmt.Errorf("method %q: %w", m, unix.EINVAL)
+}
+
+const chunk = 64 << 20 // bytes per copy_file_range call / cancellation check
+
+type segmentFunc func(ctx context.Context, src, dst *os.File, off, end int64, prog func(int64)) (eof bool, err error)
+
+// copySegments copies the data segments of src (found with SEEK_DATA /
+// SEEK_HOLE) and sets dst's size, so holes stay holes.
+func copySegments(ctx context.Context, src, dst *os.File, size int64, prog func(int64), seg segmentFunc) error {
+	sfd := int(src.Fd())
+	off := int64(0)
+	for off < size {
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+		data, err := unix.Seek(sfd, off, unix.SEEK_DATA)
+		if err != nil {
+			if errors.Is(err, unix.ENXIO) { // no more data: the rest is a hole
+				break
+			}
+			if errors.Is(err, unix.EINVAL) || errors.Is(err, unix.EOPNOTSUPP) {
+				data = off // filesystem without SEEK_DATA: all data
+			} else {
+				return os.NewSyscallError("lseek SEEK_DATA", err)
+			}
+		}
+		if data >= size {
+			break
+		}
+		hole, err := unix.Seek(sfd, data, unix.SEEK_HOLE)
+		if err != nil || hole > size {
+			hole = size
+		}
+		eof, err := seg(ctx, src, dst, data, hole, prog)
+		if err != nil {
+			return err
+		}
+		if eof {
+			break
+		}
+		off = hole
+	}
+	if err := dst.Truncate(size); err != nil {
+		return err
+	}
+	return nil
+}
+
+func copyRangeSegment(ctx context.Context, src, dst *os.File, off, end int64, prog func(int64)) (bool, error) {
+	roff, woff := off, off
+	for roff < end {
+		if err := ctx.Err(); err != nil {
+			return false, err
+		}
+		n := end - roff
+		if n > chunk {
+			n = chunk
+		}
+		w, err := unix.CopyFileRange(int(src.Fd()), &roff, int(dst.Fd()), &woff, int(n), 0)
+		if err != nil {
+			if errors.Is(err, unix.EINTR) {
+				continue
+			}
+			return false, os.NewSyscallError("copy_file_range", err)
+		}
+		if w == 0 { // the source shrank under us
+			return true, nil
+		}
+		prog(int64(w))
+	}
+	return false, nil
+}
+
+func rwSegment(ctx context.Context, src, dst *os.File, off, end int64, prog func(int64)) (bool, error) {
+	bp := bufPool.Get().(*[]byte)
+	defer bufPool.Put(bp)
+	buf := *bp
+	since := int64(0)
+	for off < end {
+		if since >= chunk {
+			if err := ctx.Err(); err != nil {
+				return false, err
+			}
+			since = 0
+		}
+		n := end - off
+		if n > int64(len(buf)) {
+			n = int64(len(buf))
+		}
+		r, err := src.ReadAt(buf[:n], off)
+		if r > 0 {
+			if _, werr := dst.WriteAt(buf[:r], off); werr != nil {
+				return false, werr
+			}
+			off += int64(r)
+			since += int64(r)
+			prog(int64(r))
+		}
+		if err != nil {
+			if r == 0 || errors.Is(err, errEOF) {
+				return true, nil
+			}
+			return false, err
+		}
+	}
+	return false, nil
+}
+
+func prefetch(f *os.File) {
+	_ = unix.Fadvise(int(f.Fd()), 0, 0, unix.FADV_WILLNEED)
+}
+
+func syncFS(dir string) error {
+	f, err := os.Open(dir)
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	if err := unix.Syncfs(int(f.Fd())); err != nil {
+		return os.NewSyscallError("syncfs", err)
+	}
+	return nil
+}
+
+// lutimes sets the times of path without following a symlink.
+func lutimes(path string, atime, mtime time.Time) error {
+	ts := []unix.Timespec{unix.NsecToTimespec(atime.UnixNano()), unix.NsecToTimespec(mtime.UnixNano())}
+	if err := unix.UtimesNanoAt(unix.AT_FDCWD, path, ts, unix.AT_SYMLINK_NOFOLLOW); err != nil {
+		return &os.PathError{Op: "utimensat", Path: path, Err: err}
+	}
+	return nil
+}
+
+func mkfifo(path string, mode fs.FileMode) error {
+	if err := unix.Mkfifo(path, uint32(mode.Perm())); err != nil {
+		return &os.PathError{Op: "mkfifo", Path: path, Err: err}
+	}
+	return nil
+}
+
+// renameNoReplace renames oldpath to newpath, failing with fs.ErrExist if
+// newpath exists (even an empty directory).
+func renameNoReplace(oldpath, newpath string) error {
+	err := unix.Renameat2(unix.AT_FDCWD, oldpath, unix.AT_FDCWD, newpath, unix.RENAME_NOREPLACE)
+	if errors.Is(err, unix.EINVAL) || errors.Is(err, unix.ENOSYS) {
+		if _, lerr := os.Lstat(newpath); lerr == nil {
+			return &os.LinkError{Op: "rename", Old: oldpath, New: newpath, Err: fs.ErrExist}
+		}
+		return os.Rename(oldpath, newpath)
+	}
+	if err != nil {
+		if errors.Is(err, unix.EEXIST) {
+			err = fs.ErrExist
+		}
+		return &os.LinkError{Op: "rename", Old: oldpath, New: newpath, Err: err}
+	}
+	return nil
+}
+
+// exchange atomically swaps oldpath and newpath. ok is false when the
+// filesystem cannot do it (the caller then renames the old one aside).
+func exchange(oldpath, newpath string) (ok bool, err error) {
+	err = unix.Renameat2(unix.AT_FDCWD, oldpath, unix.AT_FDCWD, newpath, unix.RENAME_EXCHANGE)
+	if errors.Is(err, unix.EINVAL) || errors.Is(err, unix.ENOSYS) {
+		return false, nil
+	}
+	if err != nil {
+		return false, &os.LinkError{Op: "rename exchange", Old: oldpath, New: newpath, Err: err}
+	}
+	return true, nil
+}
+
+// lockDir takes an exclusive flock on dir, held until release is called or
+// the process dies; it is how CleanStale tells a live staging dir from a
+// crashed one, immune to pid reuse.
+func lockDir(dir string) (release func(), err error) {
+	fd, err := unix.Open(dir, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return nil, &os.PathError{Op: "open", Path: dir, Err: err}
+	}
+	if err := unix.Flock(fd, unix.LOCK_EX|unix.LOCK_NB); err != nil {
+		unix.Close(fd)
+		return nil, &os.PathError{Op: "flock", Path: dir, Err: err}
+	}
+	return func() { unix.Close(fd) }, nil
+}
+
+// inUse reports whether a staging dir is still held by a live copy: its
+// process is alive and holds the directory's lock (a reused pid does not).
+func inUse(dir string, pid int) bool {
+	if !pidAlive(pid) {
+		return false
+	}
+	fd, err := unix.Open(dir, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return false
+	}
+	defer unix.Close(fd)
+	if err := unix.Flock(fd, unix.LOCK_EX|unix.LOCK_NB); err != nil {
+		return errors.Is(err, unix.EWOULDBLOCK)
+	}
+	return false
+}
+
+func pidAlive(pid int) bool {
+	err := unix.Kill(pid, 0)
+	return err == nil || errors.Is(err, unix.EPERM)
+}
+
+// freeBytes returns the space available to unprivileged users at path.
+func freeBytes(path string) (int64, error) {
+	var s unix.Statfs_t
+	if err := unix.Statfs(path, &s); err != nil {
+		return 0, err
+	}
+	return int64(s.Bavail) * s.Bsize, nil
+}
+
+var fsMagic = map[int64]string{
+	0x58465342: "xfs",
+	0xEF53:     "ext4",
+	0x01021994: "tmpfs",
+	0x9123683E: "btrfs",
+	0x2FC12FC1: "zfs",
+	0x6969:     "nfs",
+	0x794c7630: "overlayfs",
+	0xF2F52010: "f2fs",
+	0xca451a4e: "bcachefs",
+	0x858458f6: "ramfs",
+	0x65735546: "fuse",
+	0xFF534D42: "cifs",
+	0xFE534D42: "smb2",
+	0x73717368: "squashfs",
+	0x4d44:     "vfat",
+	0x5346544e: "ntfs",
+	0x01021997: "9p",
+	0x62656572: "sysfs",
+	0x9fa0:     "proc",
+}
+
+// FSType returns the type of the filesystem holding path: "xfs", "ext4"
+// (also ext2/ext3, which share its magic number), "tmpfs", "btrfs", ...
+func FSType(path string) (string, error) {
+	var s unix.Statfs_t
+	if err := unix.Statfs(path, &s); err != nil {
+		return "", &os.PathError{Op: "statfs", Path: path, Err: err}
+	}
+	if n, ok := fsMagic[int64(s.Type)]; ok {
+		return n, nil
+	}
+	return fmt.Sprintf("0x%x", uint64(s.Type)), nil
+}
+
+// FIEMAP, from linux/fiemap.h (not wrapped by x/sys).
+const (
+	fsIocFiemap        = 0xC020660B // _IOWR('f', 11, struct fiemap)
+	fiemapExtentLast   = 0x1
+	fiemapExtentShared = 0x2000
+	fiemapBatch        = 128
+)
+
+type fiemapExtent struct {
+	Logical, Physical, Length uint64
+	_                         [2]uint64
+	Flags                     uint32
+	_                         [3]uint32
+}
+
+type fiemapHdr struct {
+	Start, Length                        uint64
+	Flags, MappedExtents, ExtentCount, _ uint32
+}
+
+type fiemapBuf struct {
+	hdr     fiemapHdr
+	extents [fiemapBatch]fiemapExtent
+}
+
+// SharedBytes returns how many bytes of the file at path are in extents the
+// filesystem marks as shared with another file (FIEMAP_EXTENT_SHARED): the
+// bytes a reflink clone saved. It is 0 on filesystems that cannot share.
+func SharedBytes(path string) (int64, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return 0, err
+	}
+	defer f.Close()
+	return sharedBytesFd(int(f.Fd()))
+}
+
+func sharedBytesFd(fd int) (int64, error) {
+	var shared int64
+	var b fiemapBuf
+	start := uint64(0)
+	for {
+		b.hdr = fiemapHdr{Start: start, Length: ^uint64(0) - start, ExtentCount: fiemapBatch}
+		_, _, e := unix.Syscall(unix.SYS_IOCTL, uintptr(fd), fsIocFiemap, uintptr(unsafe.Pointer(&b)))
+		if e != 0 {
+			if e == unix.EOPNOTSUPP || e == unix.ENOTTY {
+				return 0, nil
+			}
+			return 0, os.NewSyscallError("ioctl FIEMAP", e)
+		}
+		n := int(b.hdr.MappedExtents)
+		if n == 0 {
+			return shared, nil
+		}
+		for i := 0; i < n; i++ {
+			x := b.extents[i]
+			if x.Flags&fiemapExtentShared != 0 {
+				shared += int64(x.Length)
+			}
+			if x.Flags&fiemapExtentLast != 0 {
+				return shared, nil
+			}
+			start = x.Logical + x.Length
+		}
+	}
+}
+
+// probeCopyRange copies the first n bytes of src to dst with copy_file_range.
+func probeCopyRange(ctx context.Context, src, dst *os.File, n int64) error {
+	_, err := copyRangeSegment(ctx, src, dst, 0, n, func(int64) {})
+	return err
+}

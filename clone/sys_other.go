@@ -1,0 +1,113 @@
+//go:build !linux
+
+package clone
+
+import (
+	"context"
+	"errors"
+	"io/fs"
+	"os"
+	"time"
+)
+
+// errNotHere means the method is not implemented on this platform; auto
+// falls back to a plain copy.
+var errNotHere = errors.New("not available on this platform")
+
+type sysInfo struct {
+	ok       bool
+	dev      uint64
+	uid, gid int
+	blocks   int64
+	atime    time.Time
+}
+
+func statOf(fi fs.FileInfo) sysInfo { return sysInfo{atime: fi.ModTime()} }
+
+func devOf(string) (uint64, error) { return 0, nil }
+
+func fallbackable(err error) bool { return errors.Is(err, errNotHere) }
+
+func isNoSpace(error) bool { return false }
+
+func copyWith(ctx context.Context, m Method, src, dst *os.File, size int64, prog func(int64)) error {
+	if m != PlainCopy {
+		return errNotHere
+	}
+	bp := bufPool.Get().(*[]byte)
+	defer bufPool.Put(bp)
+	buf := *bp
+	for off := int64(0); off < size; {
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+		r, err := src.ReadAt(buf, off)
+		if r > 0 {
+			if _, werr := dst.WriteAt(buf[:r], off); werr != nil {
+				return werr
+			}
+			off += int64(r)
+			prog(int64(r))
+		}
+		if err != nil {
+			if errors.Is(err, errEOF) {
+				break
+			}
+			return err
+		}
+	}
+	return dst.Truncate(size)
+}
+
+func prefetch(*os.File) {}
+
+func syncFS(string) error { return nil }
+
+func lutimes(path string, atime, mtime time.Time) error {
+	fi, err := os.Lstat(path)
+	if err != nil || fi.Mode()&fs.ModeSymlink != 0 {
+		return err
+	}
+	return os.Chtimes(path, atime, mtime)
+}
+
+func mkfifo(path string, _ fs.FileMode) error {
+	return &os.PathError{Op: "mkfifo", Path: path, Err: errNotHere}
+}
+
+func renameNoReplace(oldpath, newpath string) error {
+	if _, err := os.Lstat(newpath); err == nil {
+		return &os.LinkError{Op: "rename", Old: oldpath, New: newpath, Err: fs.ErrExist}
+	}
+	return os.Rename(oldpath, newpath)
+}
+
+func exchange(string, string) (bool, error) { return false, nil }
+
+func lockDir(string) (func(), error) { return func() {}, nil }
+
+func inUse(_ string, pid int) bool { return pidAlive(pid) }
+
+// pidAlive is conservative here: without flock or kill(pid, 0) a staging
+// dir is never assumed abandoned, so CleanStale leaves it.
+func pidAlive(int) bool { return true }
+
+func freeBytes(string) (int64, error) { return 0, errNotHere }
+
+// FSType returns the type of the filesystem holding path; unknown here.
+func FSType(path string) (string, error) {
+	if _, err := os.Stat(path); err != nil {
+		return "", err
+	}
+	return "unknown", nil
+}
+
+// SharedBytes returns 0: this platform has no way to ask.
+func SharedBytes(path string) (int64, error) {
+	_, err := os.Stat(path)
+	return 0, err
+}
+
+func sharedBytesFd(int) (int64, error) { return 0, nil }
+
+func probeCopyRange(context.Context, *os.File, *os.File, int64) error { return errNotHere }

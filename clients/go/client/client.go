@@ -1,0 +1,231 @@
+// Package client talks to a pgfork serve (or IntegreSQL) server over its v1 HTTP API.
+//
+// The flow, once per test process: compute a hash of everything that shapes the
+// database (see HashDir), InitializeTemplate; on success migrate the template
+// database and FinalizeTemplate (DiscardTemplate if migrating fails); on
+// ErrTemplateAlreadyInitialized another process is doing it. Then, per test,
+// GetTestDatabase (it waits for the template to be finalized), use the
+// database, and RecreateTestDatabase (or UnlockTestDatabase after a read-only
+// test) when done.
+package client
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"net/url"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// DefaultURL is where pgfork serve listens when started without --listen.
+const DefaultURL = "http://127.0.0.1:5000"
+
+// Client is a client for the v1 API. It is safe for concurrent use.
+type Client struct {
+	base  *url.URL // scheme://host[/prefix], without /api/v1
+	token string
+	http  *http.Client
+}
+
+// Option configures a Client.
+type Option func(*Client)
+
+// WithToken sends token as a Bearer token on every request (pgfork serve --token).
+func WithToken(token string) Option {
+	return func(c *Client) { c.token = token }
+}
+
+// WithHTTPClient uses hc for requests instead of a default client.
+// GetTestDatabase may legitimately wait for a while (the server waits for the
+// template to be finalized), so do not set a short Timeout on hc; use contexts.
+func WithHTTPClient(hc *http.Client) Option {
+	return func(c *Client) { c.http = hc }
+}
+
+// New returns a client for the server at baseURL, such as "http://127.0.0.1:5000".
+// A trailing "/api" or "/api/v1" (as in IntegreSQL's INTEGRESQL_CLIENT_BASE_URL)
+// is accepted and ignored.
+func New(baseURL string, opts ...Option) (*Client, error) {
+	if baseURL == "" {
+		baseURL = DefaultURL
+	}
+	u, err := url.Parse(baseURL)
+	if err != nil {
+		return nil, fmt.Errorf("pgfork client: invalid base URL %q: %w", baseURL, err)
+	}
+	if u.Scheme != "http" && u.Scheme != "https" {
+		return nil, fmt.Errorf("pgfork client: base URL %q: scheme must be http or https", baseURL)
+	}
+	if u.Host == "" {
+		return nil, fmt.Errorf("pgfork client: base URL %q has no host", baseURL)
+	}
+	p := strings.TrimRight(u.Path, "/")
+	p = strings.TrimSuffix(p, "/v1")
+	p = strings.TrimSuffix(p, "/api")
+	u.Path, u.RawPath, u.RawQuery, u.Fragment = p, "", "", ""
+	c := &Client{base: u, http: &http.Client{}}
+	for _, o := range opts {
+		o(c)
+	}
+	return c, nil
+}
+
+// BaseURL returns the server's base URL, without the /api/v1 prefix.
+func (c *Client) BaseURL() string { return c.base.String() }
+
+// Healthy reports whether the server answers GET /healthz with 200.
+func (c *Client) Healthy(ctx context.Context) error {
+	resp, err := c.do(ctx, "Healthy", http.MethodGet, "/healthz", nil, nil)
+	if err != nil {
+		return err
+	}
+	return expect(resp, "Healthy", http.StatusOK)
+}
+
+// InitializeTemplate registers a new template for hash and returns the
+// connection details of its (empty) template database, to be migrated and
+// then finalized. It returns ErrTemplateAlreadyInitialized if another caller
+// has already initialized (or finalized) a template with this hash.
+func (c *Client) InitializeTemplate(ctx context.Context, hash string) (TemplateDatabase, error) {
+	var tpl TemplateDatabase
+	resp, err := c.do(ctx, "InitializeTemplate", http.MethodPost, "/api/v1/templates", map[string]string{"hash": hash}, &tpl)
+	if err != nil {
+		return TemplateDatabase{}, err
+	}
+	if err := expect(resp, "InitializeTemplate", http.StatusOK); err != nil {
+		return TemplateDatabase{}, err
+	}
+	tpl.fill(hash)
+	return tpl, nil
+}
+
+// FinalizeTemplate marks the template for hash as ready: test databases are cloned from it.
+func (c *Client) FinalizeTemplate(ctx context.Context, hash string) error {
+	resp, err := c.do(ctx, "FinalizeTemplate", http.MethodPut, "/api/v1/templates/"+url.PathEscape(hash), nil, nil)
+	if err != nil {
+		return err
+	}
+	return expect(resp, "FinalizeTemplate", http.StatusNoContent)
+}
+
+// DiscardTemplate drops the template for hash and its test databases; callers
+// waiting in GetTestDatabase get ErrTemplateDiscarded.
+func (c *Client) DiscardTemplate(ctx context.Context, hash string) error {
+	resp, err := c.do(ctx, "DiscardTemplate", http.MethodDelete, "/api/v1/templates/"+url.PathEscape(hash), nil, nil)
+	if err != nil {
+		return err
+	}
+	return expect(resp, "DiscardTemplate", http.StatusNoContent)
+}
+
+// GetTestDatabase hands out a fresh test database cloned from the template for
+// hash, waiting (server side) until the template is finalized and a database
+// is ready. The database is locked to the caller until it is unlocked or recreated.
+func (c *Client) GetTestDatabase(ctx context.Context, hash string) (TestDatabase, error) {
+	var td TestDatabase
+	resp, err := c.do(ctx, "GetTestDatabase", http.MethodGet, "/api/v1/templates/"+url.PathEscape(hash)+"/tests", nil, &td)
+	if err != nil {
+		return TestDatabase{}, err
+	}
+	if err := expect(resp, "GetTestDatabase", http.StatusOK); err != nil {
+		return TestDatabase{}, err
+	}
+	td.fill(hash)
+	return td, nil
+}
+
+// UnlockTestDatabase returns test database id to the pool as it is, without
+// recreating it. Use it only after a test that did not change the database.
+func (c *Client) UnlockTestDatabase(ctx context.Context, hash string, id int) error {
+	return c.testOp(ctx, "UnlockTestDatabase", http.MethodPost, hash, id, "/unlock")
+}
+
+// RecreateTestDatabase returns test database id to the pool to be recreated
+// from the template (in the background) before it is handed out again.
+func (c *Client) RecreateTestDatabase(ctx context.Context, hash string, id int) error {
+	return c.testOp(ctx, "RecreateTestDatabase", http.MethodPost, hash, id, "/recreate")
+}
+
+// ReturnTestDatabase calls the deprecated DELETE /api/v1/templates/{hash}/tests/{id},
+// an alias of UnlockTestDatabase kept for IntegreSQL compatibility.
+func (c *Client) ReturnTestDatabase(ctx context.Context, hash string, id int) error {
+	return c.testOp(ctx, "ReturnTestDatabase", http.MethodDelete, hash, id, "")
+}
+
+// ResetAllTracking forgets all templates and test databases (DELETE /api/v1/admin/templates).
+func (c *Client) ResetAllTracking(ctx context.Context) error {
+	resp, err := c.do(ctx, "ResetAllTracking", http.MethodDelete, "/api/v1/admin/templates", nil, nil)
+	if err != nil {
+		return err
+	}
+	return expect(resp, "ResetAllTracking", http.StatusNoContent)
+}
+
+func (c *Client) testOp(ctx context.Context, op, method, hash string, id int, suffix string) error {
+	p := "/api/v1/templates/" + url.PathEscape(hash) + "/tests/" + strconv.Itoa(id) + suffix
+	resp, err := c.do(ctx, op, method, p, nil, nil)
+	if err != nil {
+		return err
+	}
+	return expect(resp, op, http.StatusNoContent)
+}
+
+// response is what do keeps of an HTTP response.
+type response struct {
+	status int
+	body   []byte
+}
+
+// do sends a request and reads the whole answer; it decodes a 2xx JSON body into out.
+func (c *Client) do(ctx context.Context, op, method, path string, in, out any) (response, error) {
+	var body io.Reader
+	if in != nil {
+		b, err := json.Marshal(in)
+		if err != nil {
+			return response{}, fmt.Errorf("pgfork client: %s: %w", op, err)
+		}
+		body = bytes.NewReader(b)
+	}
+	// path is already escaped; the base has no query or fragment.
+	req, err := http.NewRequestWithContext(ctx, method, strings.TrimRight(c.base.String(), "/")+path, body)
+	if err != nil {
+		return response{}, fmt.Errorf("pgfork client: %s: %w", op, err)
+	}
+	req.Header.Set("Accept", "application/json")
+	if in != nil {
+		req.Header.Set("Content-Type", "application/json")
+	}
+	if c.token != "" {
+		req.Header.Set("Authorization", "Bearer "+c.token)
+	}
+	start := time.Now()
+	resp, err := c.http.Do(req)
+	if err != nil {
+		return response{}, &UnreachableError{URL: c.base.String(), Op: op, Err: err}
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
+	if err != nil {
+		return response{}, fmt.Errorf("pgfork client: %s: reading response after %s: %w", op, time.Since(start).Round(time.Millisecond), err)
+	}
+	r := response{status: resp.StatusCode, body: b}
+	if out != nil && resp.StatusCode >= 200 && resp.StatusCode < 300 {
+		if err := json.Unmarshal(b, out); err != nil {
+			return response{}, fmt.Errorf("pgfork client: %s: decoding %d response: %w", op, resp.StatusCode, err)
+		}
+	}
+	return r, nil
+}
+
+// expect returns nil if resp has status want, and an *APIError otherwise.
+func expect(resp response, op string, want int) error {
+	if resp.status == want {
+		return nil
+	}
+	return newAPIError(op, resp.status, resp.body)
+}

@@ -1,0 +1,86 @@
+package client
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"sort"
+	"strings"
+)
+
+// TemplateHash returns the template hash for the files under dir and extraKey:
+// 32 hex digits of a SHA-256 over every regular file's path (relative, with
+// forward slashes) and content, in path order, then extraKey. Files and
+// directories whose names start with "." are left out. Either argument may be
+// empty. Change extraKey (e.g. to a version of your migration code) to build
+// a new template when the files did not change. pgfork's Python client
+// computes the same hash for the same input.
+func TemplateHash(dir, extraKey string) (string, error) {
+	h := sha256.New()
+	fmt.Fprintf(h, "pgfork-template-hash/1\n")
+	if dir != "" {
+		files, err := listFiles(dir)
+		if err != nil {
+			return "", err
+		}
+		for _, rel := range files {
+			data, err := os.ReadFile(filepath.Join(dir, filepath.FromSlash(rel)))
+			if err != nil {
+				return "", fmt.Errorf("template hash: %w", err)
+			}
+			fmt.Fprintf(h, "file %s\n%d\n", rel, len(data))
+			h.Write(data)
+			h.Write([]byte("\n"))
+		}
+	}
+	fmt.Fprintf(h, "extra %d\n%s", len(extraKey), extraKey)
+	return hex.EncodeToString(h.Sum(nil))[:32], nil
+}
+
+// listFiles returns the regular files under dir (following symlinks to
+// files), relative and slash-separated, sorted, skipping dot names.
+func listFiles(dir string) ([]string, error) {
+	info, err := os.Stat(dir)
+	if err != nil {
+		return nil, fmt.Errorf("template hash: %w", err)
+	}
+	if !info.IsDir() {
+		return nil, fmt.Errorf("template hash: %s is not a directory", dir)
+	}
+	var files []string
+	err = filepath.WalkDir(dir, func(p string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		if p != dir && strings.HasPrefix(d.Name(), ".") {
+			if d.IsDir() {
+				return filepath.SkipDir
+			}
+			return nil
+		}
+		if d.IsDir() {
+			return nil
+		}
+		fi, err := os.Stat(p) // follows symlinks
+		if err != nil {
+			return err
+		}
+		if !fi.Mode().IsRegular() {
+			return nil
+		}
+		rel, err := filepath.Rel(dir, p)
+		if err != nil {
+			return err
+		}
+		files = append(files, filepath.ToSlash(rel))
+		return nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("template hash: %w", err)
+	}
+	sort.Strings(files)
+	return files, nil
+}

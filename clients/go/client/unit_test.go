@@ -1,0 +1,155 @@
+package client
+
+import (
+	"errors"
+	"os"
+	"path/filepath"
+	"testing"
+)
+
+func TestNewNormalizesBaseURL(t *testing.T) {
+	for in, want := range map[string]string{
+		"":                            DefaultURL,
+		"http://h:5000":               "http://h:5000",
+		"http://h:5000/":              "http://h:5000",
+		"http://h:5000/api":           "http://h:5000",
+		"http://h:5000/api/v1/":       "http://h:5000",
+		"https://h/prefix/api/v1?x=1": "https://h/prefix",
+		"http://[::1]:5000/api/":      "http://[::1]:5000",
+	} {
+		c, err := New(in)
+		if err != nil {
+			t.Fatalf("New(%q): %v", in, err)
+		}
+		if got := c.BaseURL(); got != want {
+			t.Errorf("New(%q).BaseURL() = %q, want %q", in, got, want)
+		}
+	}
+	for _, bad := range []string{"127.0.0.1:5000", "ftp://h/", "http://", "http://h:5000/%zz"} {
+		if _, err := New(bad); err == nil {
+			t.Errorf("New(%q): no error", bad)
+		}
+	}
+}
+
+func TestConnectionString(t *testing.T) {
+	c := DatabaseConfig{Host: "127.0.0.1", Port: 5433, Username: "u", Password: "p w'\\", Database: "db"}
+	want := `host=127.0.0.1 port=5433 user=u password='p w\'\\' dbname=db sslmode=disable`
+	if got := c.ConnectionString(); got != want {
+		t.Errorf("ConnectionString() = %s, want %s", got, want)
+	}
+	c.AdditionalParams = map[string]string{"sslmode": "require", "application_name": "t"}
+	want = `host=127.0.0.1 port=5433 user=u password='p w\'\\' dbname=db application_name=t sslmode=require`
+	if got := c.ConnectionString(); got != want {
+		t.Errorf("ConnectionString() = %s, want %s", got, want)
+	}
+}
+
+func TestURL(t *testing.T) {
+	for _, tc := range []struct {
+		c    DatabaseConfig
+		want string
+	}{
+		{DatabaseConfig{Host: "localhost", Port: 5432, Username: "u", Password: "p@ss/:", Database: "d"},
+			"postgres://u:p%40ss%2F%3A@localhost:5432/d?sslmode=disable"},
+		{DatabaseConfig{Host: "::1", Port: 5432, Username: "u", Database: "d"},
+			"postgres://u@[::1]:5432/d?sslmode=disable"},
+		{DatabaseConfig{Host: "/run/pg", Port: 5432, Username: "u", Database: "d", AdditionalParams: map[string]string{"sslmode": "prefer"}},
+			"postgres://u@/d?host=%2Frun%2Fpg&port=5432&sslmode=prefer"},
+	} {
+		if got := tc.c.URL(); got != tc.want {
+			t.Errorf("URL() = %s, want %s", got, tc.want)
+		}
+	}
+}
+
+func TestAPIErrorMapping(t *testing.T) {
+	for _, tc := range []struct {
+		op     string
+		status int
+		body   string
+		want   error
+	}{
+		{"InitializeTemplate", 423, `{"message":"template is already initialized"}`, ErrTemplateAlreadyInitialized},
+		{"UnlockTestDatabase", 423, `{"message":"test database is in use"}`, ErrTestDatabaseInUse},
+		{"GetTestDatabase", 404, `{"message":"template not found"}`, ErrTemplateNotFound},
+		{"RecreateTestDatabase", 404, `{"message":"test database not found"}`, ErrTestNotFound},
+		{"RecreateTestDatabase", 404, `{"message":"template not found"}`, ErrTemplateNotFound},
+		{"GetTestDatabase", 410, `{"message":"template was just discarded"}`, ErrTemplateDiscarded},
+		{"GetTestDatabase", 503, `timeout`, ErrServiceUnavailable},
+		{"GetTestDatabase", 507, ``, ErrPoolFull},
+		{"GetTestDatabase", 401, ``, ErrUnauthorized},
+		{"GetTestDatabase", 400, `{"error":"bad hash"}`, ErrBadRequest},
+	} {
+		err := error(newAPIError(tc.op, tc.status, []byte(tc.body)))
+		if !errors.Is(err, tc.want) {
+			t.Errorf("%s %d: %v does not match %v", tc.op, tc.status, err, tc.want)
+		}
+	}
+	if !errors.Is(newAPIError("GetTestDatabase", 503, nil), ErrManagerNotReady) {
+		t.Error("503 does not match IntegreSQL's ErrManagerNotReady name")
+	}
+	if errors.Is(newAPIError("GetTestDatabase", 500, nil), ErrServiceUnavailable) {
+		t.Error("500 matches ErrServiceUnavailable")
+	}
+	if e := newAPIError("X", 400, []byte(`{"error":"bad hash"}`)); e.Message != "bad hash" {
+		t.Errorf("message = %q", e.Message)
+	}
+}
+
+// TestTemplateHashVector pins the hash of a fixed tree; the Python client's
+// tests pin the same value, so both clients share templates.
+func TestTemplateHashVector(t *testing.T) {
+	dir := t.TempDir()
+	write := func(rel, data string) {
+		p := filepath.Join(dir, filepath.FromSlash(rel))
+		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(p, []byte(data), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	write("001_init.sql", "CREATE TABLE t (id int);\n")
+	write("002_seed.sql", "INSERT INTO t VALUES (1);\n")
+	write("sub/x.txt", "x")
+	write(".hidden", "ignored")
+	write(".git/HEAD", "ignored")
+
+	const want = "932859cbf397b84d815ddae7c844e733"
+	got, err := TemplateHash(dir, "v1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got != want {
+		t.Errorf("TemplateHash = %s, want %s", got, want)
+	}
+	if len(got) != 32 {
+		t.Errorf("len = %d, want 32", len(got))
+	}
+
+	same, _ := TemplateHash(dir, "v1")
+	otherKey, _ := TemplateHash(dir, "v2")
+	write(".hidden", "changed")
+	dotChanged, _ := TemplateHash(dir, "v1")
+	write("002_seed.sql", "INSERT INTO t VALUES (2);\n")
+	contentChanged, _ := TemplateHash(dir, "v1")
+	if err := os.Rename(filepath.Join(dir, "sub/x.txt"), filepath.Join(dir, "sub/y.txt")); err != nil {
+		t.Fatal(err)
+	}
+	renamed, _ := TemplateHash(dir, "v1")
+	empty, _ := TemplateHash("", "")
+	if same != got || dotChanged != got {
+		t.Error("hash is not stable or depends on dot files")
+	}
+	seen := map[string]string{}
+	for name, h := range map[string]string{"base": got, "extra key": otherKey, "content": contentChanged, "rename": renamed, "empty": empty} {
+		if prev, ok := seen[h]; ok {
+			t.Errorf("%s and %s give the same hash", name, prev)
+		}
+		seen[h] = name
+	}
+	if _, err := TemplateHash(filepath.Join(dir, "missing"), ""); err == nil {
+		t.Error("missing dir: no error")
+	}
+}

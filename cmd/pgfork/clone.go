@@ -1,0 +1,299 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"sort"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/spf13/cobra"
+	"golang.org/x/term"
+
+	"github.com/pgfork/pgfork/clone"
+	"github.com/pgfork/pgfork/instance"
+	"github.com/pgfork/pgfork/internal/errs"
+	"github.com/pgfork/pgfork/pgbin"
+	"github.com/pgfork/pgfork/pgclone"
+	"github.com/pgfork/pgfork/pgdata"
+)
+
+func init() { rootCmd.AddCommand(newCloneCmd()) }
+
+// cloneOutput is what `pgfork clone --json` prints.
+type cloneOutput struct {
+	*pgclone.Result
+	PGVersion    string `json:"pg_version"`
+	BinDir       string `json:"bin_dir"`
+	StartCommand string `json:"start_command"`
+	// Set with --start:
+	URL       string `json:"url,omitempty"`
+	Pid       int    `json:"pid,omitempty"`
+	SocketDir string `json:"socket_dir,omitempty"`
+}
+
+func newCloneCmd() *cobra.Command {
+	var (
+		online  bool
+		connURL string
+		port    string
+		start   bool
+		tcp     bool
+		method  string
+		jobs    int
+		sync    string
+	)
+	cmd := &cobra.Command{
+		Use:   "clone SRC DST",
+		Short: "Copy a PostgreSQL data directory into an independent cluster, offline or online",
+		Long: `Copy the PostgreSQL data directory SRC to DST, a new directory that then runs
+as a cluster of its own.
+
+Offline (the default), SRC must be cleanly shut down (pg_controldata says "shut
+down" or "shut down in recovery") and not running. With --online, SRC runs:
+pgfork connects to it (--url, default: the socket directory and port in
+SRC/postmaster.pid, as user postgres), calls pg_backup_start on one session,
+copies the files, calls pg_backup_stop on the same session, writes
+backup_label and tablespace_map, and puts the WAL from the backup's start to
+its stop into DST/pg_wal; the clone recovers to a consistent state on its
+first start. A temporary replication slot on that session keeps the WAL
+meanwhile (without a free slot, raise wal_keep_size for long copies).
+
+Files are shared by copy-on-write where the filesystem can (XFS with
+reflink, btrfs), else copied with copy_file_range. pgfork leaves out what
+belongs to the running source (postmaster.pid, backup_label, temporary files,
+replication slots, statistics temp files, server logs...), turns off
+archiving, recovery and replication settings in DST/postgresql.auto.conf,
+copies tablespaces to DST.tblspc/<oid> and points DST's links there. SRC is
+never written. DST is built in a hidden staging directory beside it and
+renamed into place only when complete; leftovers of a killed clone are
+removed by the next run.
+
+The clone keeps SRC's port unless you give --port (N, or "auto" for a free
+one): give one to run both at once. The clone shares SRC's system identifier:
+to replication and backup tools it looks like the same cluster, so do not
+attach it to SRC's replicas or backup repository.
+
+The PostgreSQL binaries must be of SRC's major version: without --pg/--pg-bin
+pgfork picks the installation matching SRC's PG_VERSION.`,
+		Example: `  # a stopped cluster
+  pgfork clone /var/lib/postgresql/15/main /srv/pg/branch --port 5433
+  # a running one, under load
+  pgfork clone --online /var/lib/postgresql/15/main /srv/pg/branch --port auto --start
+  pgfork clone --online --url 'postgresql://backup:secret@localhost:5432/postgres' SRC DST --json`,
+		Args: usageArgs(cobra.ExactArgs(2)),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			ctx := cmd.Context()
+			src, dst := args[0], args[1]
+			m, err := clone.ParseMethod(method)
+			if err != nil {
+				return err
+			}
+			sm, err := clone.ParseSyncMode(sync)
+			if err != nil {
+				return err
+			}
+			if jobs < 0 {
+				return errs.New(errs.Usage, "bad --jobs %d", jobs).WithHint("give a positive number of parallel copies")
+			}
+			if connURL != "" && !online {
+				return errs.New(errs.Usage, "--url is for online clones").WithHint("add --online, or drop --url")
+			}
+			p, err := parseClonePort(port)
+			if err != nil {
+				return err
+			}
+			inst, err := cloneInstallation(src)
+			if err != nil {
+				return err
+			}
+			user, err := instance.ResolveUser(g.runAs)
+			if err != nil {
+				return err
+			}
+			prog, stopProg := cloneProgress()
+			res, err := pgclone.Clone(ctx, pgclone.Options{
+				Src: src, Dst: dst, Installation: inst, Online: online, ConnString: connURL,
+				Method: m, Jobs: jobs, Sync: sm, Port: p, User: user, OnProgress: prog,
+			})
+			stopProg()
+			if err != nil {
+				return err
+			}
+			out := cloneOutput{Result: res, PGVersion: inst.Version, BinDir: inst.BinDir,
+				StartCommand: cloneStartCommand(inst, user, res.Dst)}
+			if start {
+				ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Minute)
+				defer cancel()
+				infof("starting the clone (recovery may take a moment)...")
+				in, err := instance.Start(ctx, instance.Config{BinDir: inst.BinDir, Env: inst.Env(), DataDir: res.Dst,
+					User: user, Port: p, TCP: tcp, Profile: instance.Durable})
+				if err != nil {
+					return errs.Wrap(errs.KindOf(err), err, "the clone is complete at %s but did not start", res.Dst).
+						WithHint("start it yourself to see why: %s", out.StartCommand)
+				}
+				out.URL, out.Pid, out.SocketDir = in.ConnString("", ""), in.Pid, in.SocketDir
+			}
+			w := cmd.OutOrStdout()
+			if g.json {
+				return printJSON(w, out)
+			}
+			printCloneSummary(w, out)
+			return nil
+		},
+	}
+	f := cmd.Flags()
+	f.BoolVar(&online, "online", false, "clone a running source with the backup API (pg_backup_start/pg_backup_stop)")
+	f.StringVar(&connURL, "url", "", "connection URL of the running source (default: from SRC/postmaster.pid, user postgres)")
+	f.StringVar(&port, "port", "", `port of the clone: N, or "auto" for a free one (default: the source's)`)
+	f.BoolVar(&start, "start", false, "start the clone when done (durable settings) and print its URL")
+	f.BoolVar(&tcp, "tcp", false, "with --start: listen on 127.0.0.1 as well as a private Unix socket")
+	f.StringVar(&method, "method", "auto", "copy method: auto, clone, copy-file-range, copy")
+	f.IntVarP(&jobs, "jobs", "j", 0, "files copied in parallel (default: number of CPUs)")
+	f.StringVar(&sync, "sync", "fsync", "make the clone durable before it is renamed into place: fsync, syncfs or none")
+	return cmd
+}
+
+func parseClonePort(s string) (int, error) {
+	switch s {
+	case "":
+		return 0, nil
+	case "auto":
+		l, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			return 0, errs.Wrap(errs.Internal, err, "cannot find a free TCP port")
+		}
+		defer l.Close()
+		return l.Addr().(*net.TCPAddr).Port, nil
+	}
+	n, err := strconv.Atoi(s)
+	if err != nil || n < 1 || n > 65535 {
+		return 0, errs.New(errs.Usage, "bad --port %q", s).WithHint(`give a port between 1 and 65535, or "auto"`)
+	}
+	return n, nil
+}
+
+// cloneInstallation picks the PostgreSQL build: --pg/--pg-bin when given
+// (pgclone refuses one of another major than SRC), else the one matching
+// SRC's PG_VERSION.
+func cloneInstallation(src string) (pgbin.Installation, error) {
+	if g.pgBin != "" || strings.TrimSpace(g.pgMajor) != "" {
+		return findPG()
+	}
+	if err := pgdata.Check(src); err != nil {
+		return pgbin.Installation{}, err
+	}
+	major, err := pgdata.Version(src)
+	if err != nil {
+		return pgbin.Installation{}, err
+	}
+	in, err := pgbin.Find(pgbin.Options{StateDir: layout().Root}, major)
+	if err != nil {
+		return pgbin.Installation{}, errs.Wrap(errs.KindOf(err), err, "the source is a PostgreSQL %d data directory", major).
+			WithHint("install PostgreSQL %d (`pgfork pg install %d`) or point --pg-bin at its bin directory", major, major)
+	}
+	return in, nil
+}
+
+// cloneStartCommand is the exact command that starts the clone.
+func cloneStartCommand(inst pgbin.Installation, user *instance.OSUser, dst string) string {
+	c := fmt.Sprintf("%s -D %s -l %s start", cloneShellQuote(inst.Tool("pg_ctl")), cloneShellQuote(dst), cloneShellQuote(dst+".log"))
+	if env := inst.Env(); len(env) > 0 {
+		var q []string
+		for _, e := range env {
+			q = append(q, cloneShellQuote(e))
+		}
+		c = "env " + strings.Join(q, " ") + " " + c
+	}
+	if user != nil {
+		c = "runuser -u " + cloneShellQuote(user.Name) + " -- " + c
+	}
+	return c
+}
+
+func cloneShellQuote(s string) string {
+	if s != "" && strings.IndexFunc(s, func(r rune) bool {
+		return !(r == '/' || r == '.' || r == '-' || r == '_' || r == '=' || r == ':' || r == ',' || r == '+' ||
+			(r >= 'a' && r <= 'z') || (r >= 'A' && r <= 'Z') || (r >= '0' && r <= '9'))
+	}) < 0 {
+		return s
+	}
+	return "'" + strings.ReplaceAll(s, "'", `'\''`) + "'"
+}
+
+func printCloneSummary(w io.Writer, o cloneOutput) {
+	r := o.Result
+	mode := "offline"
+	if r.Online {
+		mode = "online"
+	}
+	fmt.Fprintf(w, "cloned %s to %s (%s, PostgreSQL %s) in %s\n", r.Src, r.Dst, mode, o.PGVersion, r.Elapsed.Round(time.Millisecond))
+	var ms []string
+	for m, n := range r.Methods {
+		ms = append(ms, fmt.Sprintf("%s %d", m, n))
+	}
+	sort.Strings(ms)
+	fmt.Fprintf(w, "  files:        %d, %s, %s shared with the source by copy-on-write\n", r.Files, cloneHumanSize(r.Bytes), cloneHumanSize(r.SharedBytes))
+	fmt.Fprintf(w, "  method:       %s (files per method), sync %s\n", strings.Join(ms, ", "), r.Sync)
+	if r.Online {
+		fmt.Fprintf(w, "  backup:       WAL %s to %s, %d WAL files (%s); the clone recovers to that point on its first start\n",
+			r.StartLSN, r.StopLSN, r.WALFiles, cloneHumanSize(r.WALBytes))
+	}
+	for _, ts := range r.Tablespaces {
+		fmt.Fprintf(w, "  tablespace:   %s: %s copied to %s\n", ts.OID, ts.Source, ts.Target)
+	}
+	if r.Port != 0 {
+		fmt.Fprintf(w, "  port:         %d\n", r.Port)
+	} else {
+		fmt.Fprintf(w, "  port:         the source's (give --port N or --port auto to run both at once)\n")
+	}
+	fmt.Fprintf(w, "  system id:    %s, the same as the source's: do not attach the clone to the source's replicas or backups\n", r.SystemIdentifier)
+	for _, wn := range r.Warnings {
+		fmt.Fprintf(w, "  warning:      %s\n", wn)
+	}
+	if o.URL != "" {
+		fmt.Fprintf(w, "started (pid %d): %s\n", o.Pid, o.URL)
+		fmt.Fprintf(w, "stop it with:  %s -D %s stop\n", o.BinDir+"/pg_ctl", cloneShellQuote(r.Dst))
+	} else {
+		fmt.Fprintf(w, "start it with: %s\n", o.StartCommand)
+	}
+}
+
+func cloneHumanSize(n int64) string {
+	const unit = 1024
+	if n < unit {
+		return fmt.Sprintf("%d B", n)
+	}
+	div, exp := int64(unit), 0
+	for m := n / unit; m >= unit; m /= unit {
+		div *= unit
+		exp++
+	}
+	return fmt.Sprintf("%.1f %ciB", float64(n)/float64(div), "KMGTPE"[exp])
+}
+
+// cloneProgress returns a progress callback drawing one line on stderr when
+// it is a terminal (and not --quiet/--json), and a func that ends the line.
+func cloneProgress() (func(pgclone.Progress), func()) {
+	if g.quiet || g.json || !term.IsTerminal(int(os.Stderr.Fd())) {
+		return nil, func() {}
+	}
+	drawn := false
+	return func(p pgclone.Progress) {
+			pct := 0.0
+			if p.TotalBytes > 0 {
+				pct = 100 * float64(p.Bytes) / float64(p.TotalBytes)
+			}
+			fmt.Fprintf(os.Stderr, "\r\033[Kcopying %s: %d/%d files, %s/%s (%.0f%%)", p.Phase, p.Files, p.TotalFiles,
+				cloneHumanSize(p.Bytes), cloneHumanSize(p.TotalBytes), pct)
+			drawn = true
+		}, func() {
+			if drawn {
+				fmt.Fprintln(os.Stderr)
+			}
+		}
+}

@@ -1,0 +1,587 @@
+// Package pgclone copies a whole PostgreSQL data directory safely, so that
+// the copy runs as an independent cluster: offline (the source is cleanly
+// shut down) or online (the source runs; the copy is taken between
+// pg_backup_start and pg_backup_stop on one session, with the WAL it needs,
+// and recovers to a consistent state on its first start).
+//
+// The source is never written. The copy is built in a staging directory
+// beside the destination and renamed into place only when complete;
+// tablespaces are copied to DST.tblspc/<oid> and the clone's links point
+// there. A clone shares the source's system identifier.
+package pgclone
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/pgfork/pgfork/clone"
+	"github.com/pgfork/pgfork/instance"
+	"github.com/pgfork/pgfork/internal/errs"
+	"github.com/pgfork/pgfork/pgbin"
+	"github.com/pgfork/pgfork/pgdata"
+)
+
+// Options shape a clone.
+type Options struct {
+	// Src is the source data directory; Dst the new one (must not exist).
+	Src, Dst string
+	// Installation is the PostgreSQL build of the source's major version
+	// (its pg_controldata reads the source's control file).
+	Installation pgbin.Installation
+	// Online copies a running source with the backup API.
+	Online bool
+	// ConnString reaches the running source (Online only); empty: from its
+	// postmaster.pid (socket directory and port), as user postgres.
+	ConnString string
+	// Label names the backup on the source (Online only); default
+	// "pgfork clone to DST".
+	Label string
+	// Method, Jobs and Sync are passed to the copy engine.
+	Method clone.Method
+	Jobs   int
+	Sync   clone.SyncMode
+	// Port, when not 0, becomes the clone's port; 0 keeps the source's.
+	Port int
+	// User owns the copy (when pgfork runs as root); nil keeps ownership.
+	User *instance.OSUser
+	// OnProgress is called while files are copied (see clone.Options).
+	OnProgress func(Progress)
+}
+
+// Progress is reported while a clone runs.
+type Progress struct {
+	// Phase is "data", "tablespace OID" or "wal".
+	Phase string
+	clone.Progress
+}
+
+// TablespaceCopy is one tablespace of the clone.
+type TablespaceCopy struct {
+	OID    string `json:"oid"`
+	Source string `json:"source"` // the source's tablespace directory
+	Target string `json:"target"` // the clone's copy of it
+}
+
+// Result describes a finished clone.
+type Result struct {
+	Src    string `json:"src"`
+	Dst    string `json:"dst"`
+	Online bool   `json:"online"`
+	Major  int    `json:"major"`
+	// SystemIdentifier is shared with the source: tools that key on it
+	// (replication, some backup tools) see the two as the same cluster.
+	SystemIdentifier string                 `json:"system_identifier"`
+	Port             int                    `json:"port,omitempty"` // set by Options.Port; 0: the source's setting
+	Files            int64                  `json:"files"`
+	Bytes            int64                  `json:"bytes"`
+	SharedBytes      int64                  `json:"shared_bytes"`
+	Methods          map[clone.Method]int64 `json:"methods"`
+	Sync             clone.SyncMode         `json:"sync"`
+	Vanished         int64                  `json:"vanished,omitempty"`
+	Tablespaces      []TablespaceCopy       `json:"tablespaces,omitempty"`
+	// Online only: the backup's WAL range and the WAL files copied.
+	StartLSN string        `json:"start_lsn,omitempty"`
+	StopLSN  string        `json:"stop_lsn,omitempty"`
+	WALFiles int           `json:"wal_files,omitempty"`
+	WALBytes int64         `json:"wal_bytes,omitempty"`
+	Warnings []string      `json:"warnings,omitempty"`
+	Elapsed  time.Duration `json:"elapsed_ns"`
+}
+
+// Clone copies opts.Src to opts.Dst. See the package documentation.
+func Clone(ctx context.Context, opts Options) (*Result, error) {
+	t0 := time.Now()
+	src, dst, err := checkPaths(opts.Src, opts.Dst)
+	if err != nil {
+		return nil, err
+	}
+	if err := pgdata.Check(src); err != nil {
+		return nil, err
+	}
+	major, err := pgdata.Version(src)
+	if err != nil {
+		return nil, err
+	}
+	inst := opts.Installation
+	if inst.BinDir == "" {
+		return nil, errs.New(errs.Usage, "no PostgreSQL installation given for the clone").WithHint("pass --pg %d or --pg-bin", major)
+	}
+	if inst.Major != 0 && inst.Major != major {
+		return nil, errs.New(errs.Unsupported, "the source data directory is PostgreSQL %d but the binaries in %s are PostgreSQL %s", major, inst.BinDir, inst.Version).
+			WithPath(src).WithHint("use the PostgreSQL %d binaries: --pg %d (install them with `pgfork pg install %d` if missing)", major, major, major)
+	}
+	tss, err := pgdata.Tablespaces(src)
+	if err != nil {
+		return nil, err
+	}
+	for _, ts := range tss {
+		if ts.Target == "" {
+			continue
+		}
+		if !filepath.IsAbs(ts.Target) {
+			return nil, errs.New(errs.Unsupported, "tablespace %s links to a relative path %q", ts.OID, ts.Target).WithPath(src).
+				WithHint("PostgreSQL writes absolute tablespace links; repoint pg_tblspc/%s to an absolute path", ts.OID)
+		}
+		if within(dst, ts.Target) || within(ts.Target, dst) || within(TablespaceDir(dst), ts.Target) {
+			return nil, errs.New(errs.Usage, "the destination overlaps the source's tablespace %s (%s)", ts.OID, ts.Target).WithPath(dst).
+				WithHint("choose a destination outside the source's data and tablespace directories")
+		}
+	}
+	_ = CleanStale(dst)
+	if _, err := os.Lstat(dst); err == nil {
+		return nil, errs.New(errs.Exists, "the destination already exists").WithPath(dst).
+			WithHint("choose a new destination, or remove this one first")
+	}
+	needTS := false
+	for _, ts := range tss {
+		needTS = needTS || ts.Target != ""
+	}
+	if needTS {
+		if _, err := os.Lstat(TablespaceDir(dst)); err == nil {
+			return nil, errs.New(errs.Exists, "the clone's tablespace directory already exists").WithPath(TablespaceDir(dst)).
+				WithHint("the source has tablespaces, which the clone keeps in %s: remove it or choose another destination", TablespaceDir(dst))
+		}
+	}
+
+	cd, err := pgdata.ReadControlData(ctx, inst.BinDir, src, inst.Env())
+	if err != nil {
+		return nil, err
+	}
+	pid, running, err := pgdata.Running(src)
+	if err != nil {
+		return nil, err
+	}
+	if !opts.Online {
+		if running {
+			return nil, errs.New(errs.Busy, "the source is running (postmaster pid %d); an offline clone needs it stopped", pid).WithPath(src).
+				WithHint("stop it cleanly first (pg_ctl -D %s stop -m fast), or clone it while it runs with --online", src)
+		}
+		if !cd.CleanShutdown() {
+			return nil, errs.New(errs.Busy, "the source was not shut down cleanly (pg_controldata says %q), so its files may be inconsistent", cd.State).WithPath(src).
+				WithHint("start it and stop it cleanly (pg_ctl -D %s start, then pg_ctl -D %s stop -m fast), then clone again", src, src)
+		}
+	} else if !running {
+		hint := "start it, or pass --url if it runs elsewhere"
+		if cd.CleanShutdown() {
+			hint = "it is cleanly shut down: clone it without --online"
+		}
+		return nil, errs.New(errs.Usage, "--online needs the source running, but no server runs on it").WithPath(src).WithHint("%s", hint)
+	}
+
+	parent := filepath.Dir(dst)
+	if err := os.MkdirAll(parent, 0o755); err != nil {
+		return nil, fsErr(err, parent, "cannot create the destination's parent directory")
+	}
+	b := &build{opts: opts, src: src, dst: dst, parent: parent, tss: tss,
+		res: &Result{Src: src, Dst: dst, Online: opts.Online, Major: major, Port: opts.Port,
+			SystemIdentifier: strconv.FormatUint(cd.SystemIdentifier, 10), Methods: map[clone.Method]int64{}}}
+	if opts.User != nil {
+		b.owner = &clone.Owner{UID: opts.User.UID, GID: opts.User.GID}
+	}
+	if err := b.run(ctx, cd); err != nil {
+		b.cleanup()
+		if ctx.Err() != nil && errs.KindOf(err) != errs.Interrupted {
+			err = errs.Wrap(errs.Interrupted, err, "clone interrupted; nothing was left at the destination")
+		}
+		return nil, err
+	}
+	b.res.Elapsed = time.Since(t0)
+	return b.res, nil
+}
+
+// build is one clone in progress.
+type build struct {
+	opts              Options
+	src, dst, parent  string
+	tss               []pgdata.Tablespace
+	owner             *clone.Owner
+	data, tsStage     *staged
+	tsRenamed, placed bool
+	res               *Result
+}
+
+func (b *build) run(ctx context.Context, cd *pgdata.ControlData) error {
+	var err error
+	if b.data, err = newStaged(b.parent, filepath.Base(b.dst)); err != nil {
+		return err
+	}
+	var sess *backupSession
+	defer func() { sess.close() }()
+	if b.opts.Online {
+		conn := b.opts.ConnString
+		if conn == "" {
+			if conn, err = DefaultConnString(b.src); err != nil {
+				return err
+			}
+		}
+		if sess, err = openBackupSession(ctx, conn, b.src); err != nil {
+			return err
+		}
+		sess.holdWAL(ctx)
+		label := b.opts.Label
+		if label == "" {
+			label = "pgfork clone to " + b.dst
+		}
+		if len(label) > 1000 {
+			label = label[:1000]
+		}
+		if _, err := sess.startBackup(ctx, label); err != nil {
+			return err
+		}
+	}
+
+	// The data directory. A pg_wal that is a symlink (initdb --waldir) is
+	// not copied as a link (the clone would write into the source's WAL):
+	// the clone gets a pg_wal directory of its own.
+	srcWAL := filepath.Join(b.src, "pg_wal")
+	walLink := false
+	if fi, err := os.Lstat(srcWAL); err == nil && fi.Mode()&fs.ModeSymlink != 0 {
+		walLink = true
+		if srcWAL, err = filepath.EvalSymlinks(srcWAL); err != nil {
+			return errs.Wrap(errs.Internal, err, "cannot resolve the source's pg_wal link").WithPath(b.src)
+		}
+	}
+	filter := clone.Filter(pgdata.Filter)
+	if b.opts.Online {
+		filter = pgdata.OnlineFilter
+	}
+	base := filter
+	filter = func(rel string, d fs.DirEntry) clone.Action {
+		if walLink && rel == "pg_wal" {
+			return clone.Skip
+		}
+		return base(rel, d)
+	}
+	if err := b.copyTree(ctx, "data", b.src, b.data.path, filter); err != nil {
+		return err
+	}
+	if walLink {
+		wal := filepath.Join(b.data.path, "pg_wal")
+		if err := b.mkdir(wal); err != nil {
+			return err
+		}
+		if !b.opts.Online {
+			if err := b.copyTree(ctx, "wal", srcWAL, wal, nil); err != nil {
+				return err
+			}
+		}
+	}
+	if err := b.mkdir(filepath.Join(b.data.path, "pg_wal", "archive_status")); err != nil {
+		return err
+	}
+
+	// Tablespaces, beside the destination.
+	newTarget := map[string]string{}
+	for _, ts := range b.tss {
+		if ts.Target == "" {
+			continue // in place: copied with the data directory
+		}
+		if b.tsStage == nil {
+			if b.tsStage, err = newStaged(b.parent, filepath.Base(TablespaceDir(b.dst))); err != nil {
+				return err
+			}
+			if err := os.WriteFile(filepath.Join(b.tsStage.path, incompleteMarker), []byte("pgfork clone in progress\n"), 0o600); err != nil {
+				return fsErr(err, b.tsStage.path, "cannot mark the tablespace copy as incomplete")
+			}
+			if err := b.chown(b.tsStage.path); err != nil {
+				return err
+			}
+			if err := os.Chmod(b.tsStage.path, 0o700); err != nil {
+				return fsErr(err, b.tsStage.path, "cannot set the mode of the tablespace directory")
+			}
+		}
+		dir := filepath.Join(b.tsStage.path, ts.OID)
+		if err := os.Mkdir(dir, 0o700); err != nil {
+			return fsErr(err, dir, "cannot create the tablespace copy")
+		}
+		if err := b.copyTree(ctx, "tablespace "+ts.OID, ts.Target, dir, pgdata.TablespaceFilter); err != nil {
+			return err
+		}
+		final := filepath.Join(TablespaceDir(b.dst), ts.OID)
+		link := filepath.Join(b.data.path, "pg_tblspc", ts.OID)
+		if err := os.Symlink(final, link); err != nil {
+			return fsErr(err, link, "cannot link the clone to its tablespace copy")
+		}
+		if b.owner != nil {
+			if err := os.Lchown(link, b.owner.UID, b.owner.GID); err != nil {
+				return fsErr(err, link, "cannot set the owner of the tablespace link")
+			}
+		}
+		newTarget[ts.OID] = final
+		b.res.Tablespaces = append(b.res.Tablespaces, TablespaceCopy{OID: ts.OID, Source: ts.Target, Target: final})
+	}
+
+	if b.opts.Online {
+		if err := b.finishOnline(ctx, sess, srcWAL, newTarget); err != nil {
+			return err
+		}
+		sess.close()
+		sess = nil
+	} else if err := b.checkStillStopped(ctx, cd); err != nil {
+		return err
+	}
+
+	if err := pgdata.ResetForClone(b.data.path, pgdata.ResetOptions{Port: b.opts.Port}); err != nil {
+		return err
+	}
+	if b.opts.Sync != clone.SyncNone {
+		for _, d := range []string{b.data.path, filepath.Join(b.data.path, "pg_tblspc"), filepath.Join(b.data.path, "pg_wal")} {
+			if err := syncDir(d); err != nil {
+				return fsErr(err, d, "cannot sync the clone")
+			}
+		}
+	}
+	return b.place(ctx)
+}
+
+// copyTree copies src into the existing empty directory dst and adds the
+// copy's summary to the result.
+func (b *build) copyTree(ctx context.Context, phase, src, dst string, filter clone.Filter) error {
+	var onProgress func(clone.Progress)
+	if b.opts.OnProgress != nil {
+		onProgress = func(p clone.Progress) { b.opts.OnProgress(Progress{Phase: phase, Progress: p}) }
+	}
+	sum, err := clone.CopyInto(ctx, src, dst, clone.Options{
+		Method: b.opts.Method, Jobs: b.opts.Jobs, Sync: b.opts.Sync, Filter: filter,
+		Owner: b.owner, TolerateVanished: b.opts.Online, OnProgress: onProgress,
+	})
+	if err != nil {
+		return err
+	}
+	r := b.res
+	r.Files += sum.Files
+	r.Bytes += sum.Bytes
+	r.SharedBytes += sum.SharedBytes
+	r.Vanished += sum.Vanished
+	r.Sync = sum.Sync
+	for m, n := range sum.Methods {
+		r.Methods[m] += n
+	}
+	return nil
+}
+
+// finishOnline stops the backup on the same session, writes backup_label
+// and tablespace_map, and copies the WAL from the backup's start to its stop.
+func (b *build) finishOnline(ctx context.Context, sess *backupSession, srcWAL string, newTarget map[string]string) error {
+	br, err := sess.stopBackup(ctx)
+	if err != nil {
+		return err
+	}
+	bl, err := ParseBackupLabel(br.LabelFile)
+	if err != nil {
+		return errs.Wrap(errs.Internal, err, "cannot read the backup label the source returned")
+	}
+	b.res.StartLSN, b.res.StopLSN = bl.StartLSN.String(), br.StopLSN.String()
+	b.res.Warnings = append(b.res.Warnings, sess.warnings...)
+
+	plan, err := planWAL(srcWAL, bl.StartTLI, bl.StartLSN, br.StopLSN, sess.segSize)
+	if err != nil {
+		return err
+	}
+	var own *uidgid
+	if b.owner != nil {
+		own = &uidgid{b.owner.UID, b.owner.GID}
+	}
+	n, err := copyWAL(ctx, srcWAL, filepath.Join(b.data.path, "pg_wal"), plan, own, b.opts.Sync != clone.SyncNone)
+	if err != nil {
+		return err
+	}
+	b.res.WALFiles, b.res.WALBytes = len(plan.Segments)+len(plan.History), n
+	b.res.Files += int64(b.res.WALFiles)
+	b.res.Bytes += n
+
+	if err := b.writeFile("backup_label", br.LabelFile); err != nil {
+		return err
+	}
+	if strings.TrimSpace(br.SpcMapFile) != "" {
+		m, err := rewriteTablespaceMap(br.SpcMapFile, newTarget)
+		if err != nil {
+			return err
+		}
+		if err := b.writeFile("tablespace_map", m); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// rewriteTablespaceMap points every entry of a tablespace_map at the
+// clone's copy: left as the source wrote it, the clone's first start would
+// recreate its links to the source's tablespaces and write into them.
+func rewriteTablespaceMap(m string, newTarget map[string]string) (string, error) {
+	var out strings.Builder
+	for _, line := range strings.Split(m, "\n") {
+		if line == "" {
+			continue
+		}
+		oid, _, ok := strings.Cut(line, " ")
+		t, known := newTarget[oid]
+		if !ok || !known {
+			return "", errs.New(errs.Internal, "the backup's tablespace map names tablespace %q, which was not copied (created during the copy?)", oid).
+				WithHint("clone again; do not create tablespaces while cloning")
+		}
+		out.WriteString(oid + " ")
+		for _, c := range t {
+			if c == '\n' || c == '\r' || c == '\\' {
+				out.WriteByte('\\')
+			}
+			out.WriteRune(c)
+		}
+		out.WriteByte('\n')
+	}
+	return out.String(), nil
+}
+
+// checkStillStopped makes sure the source did not start while it was
+// copied: its files would then be inconsistent.
+func (b *build) checkStillStopped(ctx context.Context, before *pgdata.ControlData) error {
+	pid, running, err := pgdata.Running(b.src)
+	if err != nil {
+		return err
+	}
+	after, err := pgdata.ReadControlData(ctx, b.opts.Installation.BinDir, b.src, b.opts.Installation.Env())
+	if err != nil {
+		return err
+	}
+	if running || !after.CleanShutdown() || after.CheckpointLocation != before.CheckpointLocation {
+		msg := "the source was started while it was being copied, so the copy is inconsistent"
+		if running {
+			msg = fmt.Sprintf("%s (postmaster pid %d)", msg, pid)
+		}
+		return errs.New(errs.Busy, "%s", msg).WithPath(b.src).
+			WithHint("keep the source stopped while cloning, or clone it running with --online")
+	}
+	return nil
+}
+
+// place renames the tablespace copies, then the data directory, into place.
+func (b *build) place(ctx context.Context) error {
+	if err := ctx.Err(); err != nil {
+		return errs.Wrap(errs.Interrupted, err, "clone interrupted")
+	}
+	if b.tsStage != nil {
+		if err := renameNoReplace(b.tsStage.path, TablespaceDir(b.dst)); err != nil {
+			if errors.Is(err, fs.ErrExist) {
+				return errs.New(errs.Exists, "the clone's tablespace directory appeared while cloning").WithPath(TablespaceDir(b.dst)).
+					WithHint("choose another destination")
+			}
+			return fsErr(err, TablespaceDir(b.dst), "cannot move the tablespace copies into place")
+		}
+		b.tsRenamed = true
+	}
+	if err := renameNoReplace(b.data.path, b.dst); err != nil {
+		if errors.Is(err, fs.ErrExist) {
+			return errs.New(errs.Exists, "the destination appeared while cloning").WithPath(b.dst).
+				WithHint("choose another destination")
+		}
+		return fsErr(err, b.dst, "cannot move the clone into place")
+	}
+	b.placed = true
+	if b.tsStage != nil {
+		_ = os.Remove(filepath.Join(TablespaceDir(b.dst), incompleteMarker))
+		b.tsStage.release()
+	}
+	b.data.release()
+	if b.opts.Sync != clone.SyncNone {
+		if err := syncDir(b.parent); err != nil {
+			return fsErr(err, b.parent, "cannot sync the destination's parent directory")
+		}
+	}
+	return nil
+}
+
+// cleanup removes everything a failed clone built.
+func (b *build) cleanup() {
+	if b.placed {
+		return
+	}
+	if b.data != nil {
+		_ = removeAll(b.data.path)
+		b.data.release()
+	}
+	if b.tsStage != nil {
+		if b.tsRenamed {
+			_ = removeAll(TablespaceDir(b.dst))
+		} else {
+			_ = removeAll(b.tsStage.path)
+		}
+		b.tsStage.release()
+	}
+}
+
+func (b *build) mkdir(p string) error {
+	if err := os.Mkdir(p, 0o700); err != nil && !errors.Is(err, fs.ErrExist) {
+		return fsErr(err, p, "cannot create a directory in the clone")
+	}
+	return b.chown(p)
+}
+
+func (b *build) chown(p string) error {
+	if b.owner == nil {
+		return nil
+	}
+	if err := os.Lchown(p, b.owner.UID, b.owner.GID); err != nil {
+		return fsErr(err, p, "cannot give the clone to its OS user")
+	}
+	return nil
+}
+
+// writeFile writes a small file into the clone (0600, owned like the clone).
+func (b *build) writeFile(name, content string) error {
+	p := filepath.Join(b.data.path, name)
+	f, err := os.OpenFile(p, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
+	if err != nil {
+		return fsErr(err, p, "cannot write "+name)
+	}
+	_, err = f.WriteString(content)
+	if err == nil && b.opts.Sync != clone.SyncNone {
+		err = f.Sync()
+	}
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		return fsErr(err, p, "cannot write "+name)
+	}
+	return b.chown(p)
+}
+
+// checkPaths resolves src and dst and refuses overlapping ones.
+func checkPaths(src, dst string) (string, string, error) {
+	if src == "" || dst == "" {
+		return "", "", errs.New(errs.Usage, "a clone needs a source and a destination").WithHint("pgfork clone SRC DST")
+	}
+	s, err := filepath.Abs(src)
+	if err != nil {
+		return "", "", errs.Wrap(errs.Usage, err, "bad source path").WithPath(src)
+	}
+	d, err := filepath.Abs(dst)
+	if err != nil {
+		return "", "", errs.Wrap(errs.Usage, err, "bad destination path").WithPath(dst)
+	}
+	if rs, err := filepath.EvalSymlinks(s); err == nil {
+		s = rs
+	}
+	rd := d
+	if rp, err := filepath.EvalSymlinks(filepath.Dir(d)); err == nil {
+		rd = filepath.Join(rp, filepath.Base(d))
+	}
+	if within(rd, s) || within(s, rd) {
+		return "", "", errs.New(errs.Usage, "the destination overlaps the source").WithPath(d).
+			WithHint("choose a destination outside the source data directory (and not containing it)")
+	}
+	return s, d, nil
+}
+
+// within reports whether p is dir or inside it.
+func within(p, dir string) bool {
+	rel, err := filepath.Rel(dir, p)
+	return err == nil && rel != ".." && !strings.HasPrefix(rel, "../")
+}

@@ -1,0 +1,166 @@
+package pgclone
+
+import (
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"strings"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/pgfork/pgfork/clone"
+	"github.com/pgfork/pgfork/internal/errs"
+)
+
+// Names of what a clone builds beside its destination DST:
+//
+//	.DST.pgfork-clone-PID-RAND          the data directory being built
+//	.DST.tblspc.pgfork-clone-PID-RAND   the tablespace copies being built
+//	DST.tblspc/OID                      the finished tablespace copies
+//
+// A staging directory is held with flock(2) while its clone runs, so a
+// later run can tell a crashed clone's leftovers from a live one, whatever
+// happened to the pid. DST.tblspc carries the incomplete marker from the
+// moment it is renamed into place until DST itself is.
+const (
+	stagingTag       = ".pgfork-clone-"
+	tablespaceSuffix = ".tblspc"
+	incompleteMarker = ".pgfork-clone-incomplete"
+)
+
+// TablespaceDir returns where the clone at dst keeps its tablespace copies.
+func TablespaceDir(dst string) string { return dst + tablespaceSuffix }
+
+// staged is a directory being built, locked while it is.
+type staged struct {
+	path string
+	fd   int
+}
+
+func newStaged(parent, base string) (*staged, error) {
+	p, err := os.MkdirTemp(parent, "."+base+stagingTag+fmt.Sprint(os.Getpid())+"-")
+	if err != nil {
+		return nil, fsErr(err, parent, "cannot create a staging directory beside the destination")
+	}
+	fd, err := unix.Open(p, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+	if err == nil {
+		err = unix.Flock(fd, unix.LOCK_EX|unix.LOCK_NB)
+		if err != nil {
+			unix.Close(fd)
+		}
+	}
+	if err != nil {
+		_ = os.Remove(p)
+		return nil, errs.Wrap(errs.Internal, err, "cannot lock the staging directory").WithPath(p)
+	}
+	return &staged{path: p, fd: fd}, nil
+}
+
+// release drops the lock; the directory stays where it is.
+func (s *staged) release() {
+	if s != nil && s.fd >= 0 {
+		unix.Close(s.fd)
+		s.fd = -1
+	}
+}
+
+// locked reports whether a live process holds the flock on dir.
+func locked(dir string) bool {
+	fd, err := unix.Open(dir, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC|unix.O_NOFOLLOW, 0)
+	if err != nil {
+		return false
+	}
+	defer unix.Close(fd)
+	if err := unix.Flock(fd, unix.LOCK_EX|unix.LOCK_NB); err != nil {
+		return errors.Is(err, unix.EWOULDBLOCK)
+	}
+	return false
+}
+
+// CleanStale removes what earlier clones to dst left behind when they
+// crashed or were killed: their staging directories, and a DST.tblspc
+// still marked incomplete (renamed into place just before the crash, while
+// DST never was). Leftovers of clones still running are left alone.
+func CleanStale(dst string) error {
+	dst, err := filepath.Abs(dst)
+	if err != nil {
+		return err
+	}
+	var all []error
+	parent := filepath.Dir(dst)
+	for _, base := range []string{filepath.Base(dst), filepath.Base(dst) + tablespaceSuffix} {
+		matches, _ := filepath.Glob(filepath.Join(parent, "."+globEscape(base)+stagingTag+"*"))
+		for _, m := range matches {
+			fi, err := os.Lstat(m)
+			if err != nil || !fi.IsDir() || locked(m) {
+				continue
+			}
+			if err := removeAll(m); err != nil {
+				all = append(all, err)
+			}
+		}
+	}
+	ts := TablespaceDir(dst)
+	if _, err := os.Lstat(filepath.Join(ts, incompleteMarker)); err == nil && !locked(ts) {
+		if _, err := os.Lstat(dst); errors.Is(err, fs.ErrNotExist) {
+			if err := removeAll(ts); err != nil {
+				all = append(all, err)
+			}
+		}
+	}
+	if err := clone.CleanStale(dst); err != nil {
+		all = append(all, err)
+	}
+	return errors.Join(all...)
+}
+
+func globEscape(s string) string {
+	r := strings.NewReplacer(`\`, `\\`, `*`, `\*`, `?`, `\?`, `[`, `\[`)
+	return r.Replace(s)
+}
+
+// removeAll removes a tree, making read-only directories writable first.
+func removeAll(p string) error {
+	if err := os.RemoveAll(p); err == nil {
+		return nil
+	}
+	_ = filepath.WalkDir(p, func(q string, d fs.DirEntry, err error) error {
+		if err == nil && d.IsDir() {
+			_ = os.Chmod(q, 0o700)
+		}
+		return nil
+	})
+	return os.RemoveAll(p)
+}
+
+// renameNoReplace renames oldpath to newpath, failing if newpath exists.
+func renameNoReplace(oldpath, newpath string) error {
+	err := unix.Renameat2(unix.AT_FDCWD, oldpath, unix.AT_FDCWD, newpath, unix.RENAME_NOREPLACE)
+	if errors.Is(err, unix.EINVAL) || errors.Is(err, unix.ENOSYS) {
+		if _, lerr := os.Lstat(newpath); lerr == nil {
+			return &os.LinkError{Op: "rename", Old: oldpath, New: newpath, Err: fs.ErrExist}
+		}
+		return os.Rename(oldpath, newpath)
+	}
+	if err != nil {
+		if errors.Is(err, unix.EEXIST) || errors.Is(err, unix.ENOTEMPTY) {
+			err = fs.ErrExist
+		}
+		return &os.LinkError{Op: "rename", Old: oldpath, New: newpath, Err: err}
+	}
+	return nil
+}
+
+func fsErr(err error, path, msg string) error {
+	switch {
+	case errors.Is(err, fs.ErrPermission):
+		return errs.Wrap(errs.Permission, err, "%s", msg).WithPath(path).WithHint("check the permissions of %s", path)
+	case errors.Is(err, unix.ENOSPC) || errors.Is(err, unix.EDQUOT):
+		return errs.Wrap(errs.NoSpace, err, "%s", msg).WithPath(path).WithHint("free some space on the destination's filesystem, or clone elsewhere")
+	case errors.Is(err, fs.ErrNotExist):
+		return errs.Wrap(errs.NotFound, err, "%s", msg).WithPath(path)
+	}
+	return errs.Wrap(errs.Internal, err, "%s", msg).WithPath(path)
+}

@@ -1,0 +1,269 @@
+package pgclone
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"regexp"
+	"sort"
+	"strconv"
+	"strings"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/pgfork/pgfork/internal/errs"
+)
+
+// LSN is a PostgreSQL write-ahead log position.
+type LSN uint64
+
+// ParseLSN parses the text form "X/Y" (two hex numbers).
+func ParseLSN(s string) (LSN, error) {
+	hi, lo, ok := strings.Cut(strings.TrimSpace(s), "/")
+	if !ok {
+		return 0, fmt.Errorf("bad LSN %q: want X/Y", s)
+	}
+	h, err1 := strconv.ParseUint(hi, 16, 32)
+	l, err2 := strconv.ParseUint(lo, 16, 32)
+	if err1 != nil || err2 != nil {
+		return 0, fmt.Errorf("bad LSN %q: want two hexadecimal numbers X/Y", s)
+	}
+	return LSN(h<<32 | l), nil
+}
+
+func (l LSN) String() string { return fmt.Sprintf("%X/%X", uint64(l)>>32, uint64(l)&0xffffffff) }
+
+// SegmentName returns the WAL file name of segment number segno on
+// timeline tli for a segment size of segSize bytes (as XLogFileName does).
+func SegmentName(tli uint32, segno uint64, segSize int64) string {
+	perID := uint64(0x100000000) / uint64(segSize)
+	return fmt.Sprintf("%08X%08X%08X", tli, segno/perID, segno%perID)
+}
+
+// parseSegmentName is the inverse of SegmentName.
+func parseSegmentName(name string, segSize int64) (tli uint32, segno uint64, ok bool) {
+	if !walFileRe.MatchString(name) {
+		return 0, 0, false
+	}
+	t, _ := strconv.ParseUint(name[0:8], 16, 32)
+	hi, _ := strconv.ParseUint(name[8:16], 16, 32)
+	lo, _ := strconv.ParseUint(name[16:24], 16, 32)
+	perID := uint64(0x100000000) / uint64(segSize)
+	return uint32(t), hi*perID + lo, true
+}
+
+var (
+	walFileRe     = regexp.MustCompile(`^[0-9A-F]{24}$`)
+	historyFileRe = regexp.MustCompile(`^[0-9A-F]{8}\.history$`)
+	startWALRe    = regexp.MustCompile(`^START WAL LOCATION: ([0-9A-Fa-f]+/[0-9A-Fa-f]+) \(file ([0-9A-F]{24})\)$`)
+)
+
+// BackupLabel is what pgclone needs from a backup_label file.
+type BackupLabel struct {
+	StartLSN     LSN
+	StartFile    string // WAL file holding the start LSN
+	StartTLI     uint32
+	Checkpoint   LSN
+	Label        string
+	BackupMethod string
+}
+
+// ParseBackupLabel reads the fields of a backup_label (the labelfile that
+// pg_backup_stop returns).
+func ParseBackupLabel(text string) (*BackupLabel, error) {
+	bl := &BackupLabel{}
+	sc := bufio.NewScanner(strings.NewReader(text))
+	haveStart := false
+	for sc.Scan() {
+		line := sc.Text()
+		if m := startWALRe.FindStringSubmatch(line); m != nil {
+			lsn, err := ParseLSN(m[1])
+			if err != nil {
+				return nil, err
+			}
+			bl.StartLSN, bl.StartFile, haveStart = lsn, m[2], true
+			continue
+		}
+		k, v, ok := strings.Cut(line, ": ")
+		if !ok {
+			continue
+		}
+		switch k {
+		case "CHECKPOINT LOCATION":
+			bl.Checkpoint, _ = ParseLSN(v)
+		case "START TIMELINE":
+			t, err := strconv.ParseUint(strings.TrimSpace(v), 10, 32)
+			if err != nil {
+				return nil, fmt.Errorf("bad START TIMELINE %q in backup label", v)
+			}
+			bl.StartTLI = uint32(t)
+		case "LABEL":
+			bl.Label = v
+		case "BACKUP METHOD":
+			bl.BackupMethod = v
+		}
+	}
+	if !haveStart {
+		return nil, fmt.Errorf("backup label has no START WAL LOCATION line")
+	}
+	if bl.StartTLI == 0 {
+		t, _ := strconv.ParseUint(bl.StartFile[:8], 16, 32)
+		bl.StartTLI = uint32(t)
+	}
+	return bl, nil
+}
+
+// walPlan lists the WAL files an online clone needs.
+type walPlan struct {
+	Segments []string // segment file names, in order
+	History  []string // timeline history files
+}
+
+// planWAL picks, in srcWAL (the source's pg_wal), every segment from the
+// one holding start through the one holding stop (the last byte before it),
+// on the start timeline or a later one, and every timeline history file.
+// A missing segment is an error that says how to keep WAL longer.
+func planWAL(srcWAL string, startTLI uint32, start, stop LSN, segSize int64) (*walPlan, error) {
+	ents, err := os.ReadDir(srcWAL)
+	if err != nil {
+		return nil, errs.Wrap(errs.Internal, err, "cannot list the source's WAL directory").WithPath(srcWAL)
+	}
+	// For each segment number, the file of the highest timeline >= startTLI.
+	best := map[uint64]uint32{}
+	p := &walPlan{}
+	for _, e := range ents {
+		name := e.Name()
+		if historyFileRe.MatchString(name) {
+			p.History = append(p.History, name)
+			continue
+		}
+		tli, segno, ok := parseSegmentName(name, segSize)
+		if !ok || tli < startTLI {
+			continue
+		}
+		if t, seen := best[segno]; !seen || tli > t {
+			best[segno] = tli
+		}
+	}
+	first := uint64(start) / uint64(segSize)
+	last := first
+	if stop > start {
+		last = uint64(stop-1) / uint64(segSize)
+	}
+	var missing []string
+	for s := first; s <= last; s++ {
+		tli, ok := best[s]
+		if !ok {
+			missing = append(missing, SegmentName(startTLI, s, segSize))
+			continue
+		}
+		p.Segments = append(p.Segments, SegmentName(tli, s, segSize))
+	}
+	// The segment holding the stop LSN itself, when the stop LSN is exactly
+	// on a segment boundary, is not needed; take it anyway when present.
+	if tli, ok := best[uint64(stop)/uint64(segSize)]; ok && uint64(stop)/uint64(segSize) > last {
+		p.Segments = append(p.Segments, SegmentName(tli, uint64(stop)/uint64(segSize), segSize))
+	}
+	sort.Strings(p.History)
+	if len(missing) > 0 {
+		return nil, errs.New(errs.Internal, "the WAL between the backup's start (%s) and stop (%s) is no longer complete in the source: %d segment(s) missing, first %s (recycled or removed by a checkpoint during the copy)",
+			start, stop, len(missing), missing[0]).WithPath(srcWAL).
+			WithHint("keep more WAL on the source while cloning (e.g. ALTER SYSTEM SET wal_keep_size = '4GB'; SELECT pg_reload_conf();) or allow a replication slot (max_replication_slots > 0), then clone again")
+	}
+	return p, nil
+}
+
+// copyWAL copies the planned files from srcWAL into dstWAL, sharing blocks
+// where the filesystem can. Ownership follows owner when set.
+func copyWAL(ctx context.Context, srcWAL, dstWAL string, p *walPlan, owner *uidgid, sync bool) (int64, error) {
+	if err := os.MkdirAll(dstWAL, 0o700); err != nil {
+		return 0, errs.Wrap(errs.Internal, err, "cannot create the clone's WAL directory").WithPath(dstWAL)
+	}
+	var total int64
+	names := append(append([]string(nil), p.History...), p.Segments...)
+	for _, name := range names {
+		if err := ctx.Err(); err != nil {
+			return total, errs.Wrap(errs.Interrupted, err, "clone interrupted while copying WAL")
+		}
+		n, err := copyFileShared(filepath.Join(srcWAL, name), filepath.Join(dstWAL, name), owner, sync)
+		if err != nil {
+			if errors.Is(err, fs.ErrNotExist) {
+				return total, errs.New(errs.Internal, "WAL file %s disappeared from the source while it was being copied", name).WithPath(srcWAL).
+					WithHint("keep more WAL on the source while cloning (e.g. ALTER SYSTEM SET wal_keep_size = '4GB'), then clone again")
+			}
+			return total, errs.Wrap(errs.Internal, err, "cannot copy WAL file %s", name).WithPath(srcWAL)
+		}
+		total += n
+	}
+	if sync {
+		if err := syncDir(dstWAL); err != nil {
+			return total, errs.Wrap(errs.Internal, err, "cannot sync the clone's WAL directory").WithPath(dstWAL)
+		}
+	}
+	return total, nil
+}
+
+type uidgid struct{ uid, gid int }
+
+// copyFileShared copies one regular file: by reflink (FICLONE) when the
+// filesystem can, else with copy_file_range (which io.Copy uses between
+// files), never overwriting dst. The source is opened read-only.
+func copyFileShared(src, dst string, owner *uidgid, sync bool) (int64, error) {
+	sf, err := os.Open(src)
+	if err != nil {
+		return 0, err
+	}
+	defer sf.Close()
+	fi, err := sf.Stat()
+	if err != nil {
+		return 0, err
+	}
+	df, err := os.OpenFile(dst, os.O_WRONLY|os.O_CREATE|os.O_EXCL, fi.Mode().Perm())
+	if err != nil {
+		return 0, err
+	}
+	ok := false
+	defer func() {
+		if !ok {
+			df.Close()
+			_ = os.Remove(dst)
+		}
+	}()
+	if err := unix.IoctlFileClone(int(df.Fd()), int(sf.Fd())); err != nil {
+		if _, err := df.Seek(0, io.SeekStart); err != nil {
+			return 0, err
+		}
+		if err := df.Truncate(0); err != nil {
+			return 0, err
+		}
+		if _, err := io.Copy(df, sf); err != nil {
+			return 0, err
+		}
+	}
+	if owner != nil {
+		if err := df.Chown(owner.uid, owner.gid); err != nil {
+			return 0, err
+		}
+	}
+	if sync {
+		if err := df.Sync(); err != nil {
+			return 0, err
+		}
+	}
+	ok = true
+	return fi.Size(), df.Close()
+}
+
+func syncDir(dir string) error {
+	d, err := os.Open(dir)
+	if err != nil {
+		return err
+	}
+	defer d.Close()
+	return d.Sync()
+}

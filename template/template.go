@@ -212,6 +212,7 @@ func Get(ctx context.Context, lay statedir.Layout, o Options) (*Template, error)
 	key := Key(o, files)
 	dir := filepath.Join(lay.Templates(), key)
 	lp := lockPath(lay, key)
+	built := false
 	for attempt := 0; attempt < 5; attempt++ {
 		sh, err := flock.TryShared(lp)
 		if errors.Is(err, fs.ErrNotExist) {
@@ -229,7 +230,7 @@ func Get(ctx context.Context, lay statedir.Layout, o Options) (*Template, error)
 		}
 		if m, err := readMeta(dir); err == nil {
 			touch(dir)
-			return &Template{Key: key, Dir: dir, Meta: m, Built: attempt > 0, lock: sh}, nil
+			return &Template{Key: key, Dir: dir, Meta: m, Built: built, lock: sh}, nil
 		}
 		sh.Unlock()
 
@@ -246,6 +247,7 @@ func Get(ctx context.Context, lay statedir.Layout, o Options) (*Template, error)
 		if err != nil {
 			return nil, err
 		}
+		built = true
 	}
 	return nil, errs.New(errs.Busy, "template %s keeps disappearing while being used", key).
 		WithHint("another process is removing it (pgfork template rm/prune); try again")

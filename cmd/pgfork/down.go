@@ -1,0 +1,93 @@
+package main
+
+import (
+	"fmt"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/pgfork/pgfork/cluster"
+	"github.com/pgfork/pgfork/internal/errs"
+)
+
+func init() { rootCmd.AddCommand(newDownCmd()) }
+
+func newDownCmd() *cobra.Command {
+	var (
+		all     bool
+		timeout time.Duration
+	)
+	cmd := &cobra.Command{
+		Use:   "down NAME... | --all",
+		Short: "Stop and remove clusters started by pgfork up",
+		Long: `Stop clusters started by pgfork up and remove them: data directory, socket
+directory and record. The server gets a fast shutdown (sessions are rolled
+back); if it has not exited after --timeout, an immediate one.
+
+` + reaperHelp,
+		Example: `  pgfork down pg-3f9a1c2b
+  pgfork down --all
+  pgfork down ci-1 ci-2 --timeout 2s`,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if all == (len(args) > 0) {
+				return errs.New(errs.Usage, "give cluster names or --all, not both or neither").
+					WithHint("see `pgfork ls` for the names")
+			}
+			lay := layout()
+			ctx := cmd.Context()
+			reap(ctx, lay)
+			names := args
+			for _, n := range names {
+				if err := cluster.ValidateName(n); err != nil {
+					return err
+				}
+			}
+			if all {
+				list, err := cluster.List(lay)
+				if err != nil {
+					return err
+				}
+				for _, e := range list {
+					names = append(names, e.Name)
+				}
+			}
+			removed := []string{}
+			var firstErr error
+			for _, n := range names {
+				err := cluster.Down(ctx, lay, n, timeout)
+				if err != nil {
+					// With --all, a cluster another pgfork is creating
+					// or removing is skipped, not an error.
+					if all && errs.KindOf(err) == errs.Busy || all && errs.KindOf(err) == errs.NotFound {
+						continue
+					}
+					if len(names) == 1 {
+						return err
+					}
+					reportError(err)
+					if firstErr == nil {
+						firstErr = err
+					}
+					continue
+				}
+				removed = append(removed, n)
+				if !g.json {
+					fmt.Fprintln(cmd.OutOrStdout(), n)
+				}
+			}
+			if g.json {
+				if err := printJSON(cmd.OutOrStdout(), map[string]any{"removed": removed}); err != nil {
+					return err
+				}
+			}
+			if firstErr != nil {
+				return errs.New(errs.KindOf(firstErr), "%d of %d clusters not removed (see above)", len(names)-len(removed), len(names)).
+					WithHint("see `pgfork ls`")
+			}
+			return nil
+		},
+	}
+	cmd.Flags().BoolVar(&all, "all", false, "stop and remove every cluster")
+	cmd.Flags().DurationVar(&timeout, "timeout", cluster.DefaultStopTimeout, "wait this long for a fast shutdown before an immediate one")
+	return cmd
+}

@@ -1,0 +1,112 @@
+package main
+
+import (
+	"fmt"
+	"text/tabwriter"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/pgfork/pgfork/cluster"
+)
+
+func init() { rootCmd.AddCommand(newLsCmd()) }
+
+func newLsCmd() *cobra.Command {
+	return &cobra.Command{
+		Use:   "ls",
+		Short: "List the clusters pgfork up started",
+		Long: `List the clusters started by pgfork up: name, state, URL, server pid,
+PostgreSQL version, disk use, age and TTL.
+
+States: running; starting (pgfork up is creating it); stopped (its server was
+shut down cleanly by someone else; remove it with pgfork down); dead (server
+crashed or killed: removed by the reaper).
+
+` + reaperHelp,
+		Example: `  pgfork ls
+  pgfork ls --json | jq -r '.[] | select(.state == "running") | .url'`,
+		Args: usageArgs(cobra.NoArgs),
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			lay := layout()
+			reap(cmd.Context(), lay)
+			all, err := cluster.List(lay)
+			if err != nil {
+				return err
+			}
+			out := cmd.OutOrStdout()
+			if g.json {
+				if all == nil {
+					all = []cluster.Entry{}
+				}
+				return printJSON(out, all)
+			}
+			if len(all) == 0 {
+				infof("no clusters; start one with `pgfork up`")
+				return nil
+			}
+			tw := tabwriter.NewWriter(out, 0, 4, 2, ' ', 0)
+			fmt.Fprintln(tw, "NAME\tSTATE\tPG\tPID\tSIZE\tAGE\tTTL\tURL")
+			now := time.Now()
+			for _, e := range all {
+				pid, ttl, age := "-", "-", "-"
+				if e.Pid != 0 && e.State == cluster.Running {
+					pid = fmt.Sprint(e.Pid)
+				}
+				if !e.Expires().IsZero() {
+					ttl = "in " + humanDuration(e.Expires().Sub(now))
+				}
+				if e.ParentPid != 0 {
+					if ttl == "-" {
+						ttl = ""
+					} else {
+						ttl += ", "
+					}
+					ttl += fmt.Sprintf("parent %d", e.ParentPid)
+				}
+				if !e.Created.IsZero() {
+					age = humanDuration(now.Sub(e.Created))
+				}
+				fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", e.Name, e.State, orDash(e.PGVersion), pid,
+					humanSize(e.Size), age, ttl, orDash(e.URL))
+			}
+			return tw.Flush()
+		},
+	}
+}
+
+func orDash(s string) string {
+	if s == "" {
+		return "-"
+	}
+	return s
+}
+
+// humanDuration prints d coarsely: 45s, 12m, 3h, 2d.
+func humanDuration(d time.Duration) string {
+	switch {
+	case d < 0:
+		return "0s"
+	case d < time.Minute:
+		return fmt.Sprintf("%ds", int(d.Seconds()))
+	case d < time.Hour:
+		return fmt.Sprintf("%dm", int(d.Minutes()))
+	case d < 48*time.Hour:
+		return fmt.Sprintf("%dh", int(d.Hours()))
+	}
+	return fmt.Sprintf("%dd", int(d.Hours()/24))
+}
+
+// humanSize prints a byte count with a binary unit.
+func humanSize(n int64) string {
+	const unit = 1024
+	if n < unit {
+		return fmt.Sprintf("%d B", n)
+	}
+	div, exp := int64(unit), 0
+	for m := n / unit; m >= unit; m /= unit {
+		div *= unit
+		exp++
+	}
+	return fmt.Sprintf("%.1f %ciB", float64(n)/float64(div), "KMGTPE"[exp])
+}

@@ -1,0 +1,126 @@
+package pgforktest_test
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"regexp"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/pgfork/pgfork/clients/go/client"
+	"github.com/pgfork/pgfork/clients/go/pgforktest"
+	"github.com/pgfork/pgfork/clients/go/internal/sharedsuite"
+)
+
+// TestIsolation runs several parallel tests, each writing to its own
+// database, and checks that none sees another's writes or an earlier test's,
+// that no database is held by two tests at once, and (with the package
+// internal/sharedsuite, tested in a parallel process) that the shared
+// template was built exactly once.
+func TestIsolation(t *testing.T) {
+	var mu sync.Mutex
+	held := map[string]string{} // database name → test holding it
+	for i := range 8 {
+		name := fmt.Sprintf("worker%d", i)
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			url := pgforktest.New(t, sharedsuite.Options())
+			conn, err := pgx.Connect(t.Context(), url)
+			if err != nil {
+				t.Fatal(err)
+			}
+			var db string
+			if err := conn.QueryRow(t.Context(), "SELECT current_database()").Scan(&db); err != nil {
+				t.Fatal(err)
+			}
+			mu.Lock()
+			if other, ok := held[db]; ok {
+				mu.Unlock()
+				t.Fatalf("database %s handed to %s while %s holds it", db, name, other)
+			}
+			held[db] = name
+			mu.Unlock()
+			t.Cleanup(func() {
+				conn.Close(context.Background())
+				mu.Lock()
+				delete(held, db)
+				mu.Unlock()
+			})
+			sharedsuite.CheckIsolated(t, conn, name)
+		})
+	}
+}
+
+// fakeFailed is a testing.TB whose test has failed, and that records its
+// cleanups and logs instead of running them.
+type fakeFailed struct {
+	testing.TB
+	cleanups []func()
+	logs     []string
+}
+
+func (f *fakeFailed) Failed() bool      { return true }
+func (f *fakeFailed) Cleanup(fn func()) { f.cleanups = append(f.cleanups, fn) }
+func (f *fakeFailed) Logf(format string, args ...any) {
+	f.logs = append(f.logs, fmt.Sprintf(format, args...))
+}
+
+// TestFailedTestKeepsDatabase checks that a failed test's database is not
+// given back and that its URL is logged.
+func TestFailedTestKeepsDatabase(t *testing.T) {
+	opts := sharedsuite.Options()
+	f := &fakeFailed{TB: t}
+	url := pgforktest.New(f, opts)
+	conn, err := pgx.Connect(t.Context(), url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := conn.Exec(t.Context(), "INSERT INTO notes VALUES ('failed', 'evidence')"); err != nil {
+		t.Fatal(err)
+	}
+	conn.Close(t.Context())
+	for i := len(f.cleanups) - 1; i >= 0; i-- {
+		f.cleanups[i]()
+	}
+	log := strings.Join(f.logs, "\n")
+	if !strings.Contains(log, url) || !strings.Contains(log, "keeping") {
+		t.Fatalf("log does not name the kept database %s:\n%s", url, log)
+	}
+
+	// Had it been recreated, the evidence would be gone (or the database dropped).
+	time.Sleep(1500 * time.Millisecond)
+	conn, err = pgx.Connect(t.Context(), url)
+	if err != nil {
+		t.Fatalf("kept database is gone: %v", err)
+	}
+	var n int
+	err = conn.QueryRow(t.Context(), "SELECT count(*) FROM notes WHERE owner = 'failed'").Scan(&n)
+	conn.Close(context.Background())
+	if err != nil || n != 1 {
+		t.Fatalf("kept database lost its data: n=%d err=%v", n, err)
+	}
+
+	// Give it back ourselves, by the id in the log line.
+	m := regexp.MustCompile(`id (\d+)`).FindStringSubmatch(log)
+	if m == nil {
+		t.Fatalf("no id in log line: %s", log)
+	}
+	id, _ := strconv.Atoi(m[1])
+	hash, err := pgforktest.Hash(opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := client.New(os.Getenv("PGFORK_URL"), client.WithToken(os.Getenv("PGFORK_TOKEN")))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := c.RecreateTestDatabase(t.Context(), hash, id); err != nil {
+		t.Fatalf("RecreateTestDatabase(%d): %v", id, err)
+	}
+}

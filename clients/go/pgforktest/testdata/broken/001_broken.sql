@@ -1,0 +1,2 @@
+CREATE TABLE ok (id int);
+THIS IS NOT SQL;

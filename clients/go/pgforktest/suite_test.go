@@ -14,8 +14,8 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/pgfork/pgfork/clients/go/client"
-	"github.com/pgfork/pgfork/clients/go/pgforktest"
 	"github.com/pgfork/pgfork/clients/go/internal/sharedsuite"
+	"github.com/pgfork/pgfork/clients/go/pgforktest"
 )
 
 // TestIsolation runs several parallel tests, each writing to its own

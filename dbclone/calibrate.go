@@ -1,0 +1,234 @@
+package dbclone
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"os"
+	"sort"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/pgfork/pgfork/internal/errs"
+)
+
+// CalibrateOptions shape Calibrate.
+type CalibrateOptions struct {
+	// SizeMB is the size of the scratch template's data (default 64).
+	SizeMB int
+	// Runs per measurement; the median is kept (default 3).
+	Runs int
+	// Target is the server; nil: Inspect (without clone).
+	Target *Target
+	// Progress, when set, receives one line per step.
+	Progress func(msg string)
+}
+
+// Calibrate measures the advisor's constants on the server conn is connected
+// to: it creates scratch databases named pgfork_calib_* (an empty template
+// and one with SizeMB of data), copies each with every available strategy,
+// times CHECKPOINT with clean and dirty buffers, and drops all it made, even
+// on failure. It needs CREATEDB and the right to run CHECKPOINT (superuser
+// or pg_checkpoint).
+//
+// The checkpoint's per-GB-of-shared_buffers cost cannot be separated from
+// its fixed cost on one server, so it is taken from the built-in constants
+// and the fixed part is what remains.
+func Calibrate(ctx context.Context, conn *pgx.Conn, opts CalibrateOptions) (*Calibration, error) {
+	if opts.SizeMB <= 0 {
+		opts.SizeMB = 64
+	}
+	if opts.Runs <= 0 {
+		opts.Runs = 3
+	}
+	say := func(format string, args ...any) {
+		if opts.Progress != nil {
+			opts.Progress(fmt.Sprintf(format, args...))
+		}
+	}
+	t := opts.Target
+	if t == nil {
+		var err error
+		if t, err = Inspect(ctx, conn, false); err != nil {
+			return nil, err
+		}
+	}
+	if t.Version < 15 {
+		return nil, errs.New(errs.Unsupported, "calibration needs PostgreSQL 15 or later (CREATE DATABASE STRATEGY); this server is %d", t.Version).
+			WithHint("before 15 there is only one strategy: nothing to choose")
+	}
+	if _, err := conn.Exec(ctx, "CHECKPOINT"); err != nil {
+		return nil, sqlErr(ctx, err, "calibration needs to run CHECKPOINT").
+			WithHint("connect as a superuser or a member of pg_checkpoint")
+	}
+	prefix := fmt.Sprintf("pgfork_calib_%d_%04x", os.Getpid(), rand.IntN(1<<16))
+	small, big, copyName := prefix+"_empty", prefix+"_data", prefix+"_copy"
+	cleanup := func() {
+		c := context.WithoutCancel(ctx)
+		for _, n := range []string{copyName, small, big} {
+			_, _ = conn.Exec(c, "DROP DATABASE IF EXISTS "+quote(n)+" WITH (FORCE)")
+		}
+	}
+	defer cleanup()
+
+	say("creating scratch templates %s and %s (%d MB)", small, big, opts.SizeMB)
+	for _, n := range []string{small, big} {
+		if _, err := conn.Exec(ctx, "CREATE DATABASE "+quote(n)+" TEMPLATE template0 STRATEGY FILE_COPY"); err != nil {
+			return nil, createErr(ctx, conn, err, n, "template0", FileCopy)
+		}
+	}
+	if err := fill(ctx, conn, big, opts.SizeMB); err != nil {
+		return nil, err
+	}
+	sizes := map[string]float64{}
+	for _, n := range []string{small, big} {
+		var b int64
+		if err := conn.QueryRow(ctx, `SELECT pg_database_size($1)`, n).Scan(&b); err != nil {
+			return nil, sqlErr(ctx, err, "cannot size %q", n)
+		}
+		sizes[n] = float64(b) / (1 << 20)
+	}
+	strategies := []Strategy{WalLog, FileCopy}
+	if supported(Clone, t) == nil {
+		strategies = append(strategies, Clone)
+	}
+	times := map[Strategy]map[string]float64{}
+	for _, s := range strategies {
+		times[s] = map[string]float64{}
+		for _, tmpl := range []string{small, big} {
+			var sample []float64
+			// One warm-up run, not counted: it sets hint bits and makes the
+			// kernel write back the template's files (a reflink must).
+			for i := -1; i < opts.Runs; i++ {
+				if _, err := conn.Exec(ctx, "CHECKPOINT"); err != nil {
+					return nil, sqlErr(ctx, err, "checkpoint failed")
+				}
+				t0 := time.Now()
+				if err := execCreate(ctx, conn, copyName, tmpl, s, CreateOptions{}, t); err != nil {
+					return nil, createErr(ctx, conn, err, copyName, tmpl, s)
+				}
+				if i >= 0 {
+					sample = append(sample, msSince(t0))
+				}
+				if _, err := conn.Exec(ctx, "DROP DATABASE "+quote(copyName)); err != nil {
+					return nil, sqlErr(ctx, err, "cannot drop %q", copyName)
+				}
+			}
+			times[s][tmpl] = median(sample)
+			say("samples %v", sample)
+			say("%-9s from %-6s (%6.1f MB): %7.1f ms", s, map[string]string{small: "empty", big: "data"}[tmpl], sizes[tmpl], times[s][tmpl])
+		}
+	}
+	// Checkpoints: clean, then with dirty buffers.
+	var clean []float64
+	for i := 0; i < opts.Runs; i++ {
+		t0 := time.Now()
+		if _, err := conn.Exec(ctx, "CHECKPOINT"); err != nil {
+			return nil, sqlErr(ctx, err, "checkpoint failed")
+		}
+		clean = append(clean, msSince(t0))
+	}
+	dirtyMB := min(opts.SizeMB, int(t.SharedBuffers>>20)/4)
+	var dirtyPerMB []float64
+	for i := 0; i < opts.Runs && dirtyMB > 0; i++ {
+		if err := dirty(ctx, conn, big, dirtyMB); err != nil {
+			return nil, err
+		}
+		d, _ := dirtyBytes(ctx, conn, t)
+		t0 := time.Now()
+		if _, err := conn.Exec(ctx, "CHECKPOINT"); err != nil {
+			return nil, sqlErr(ctx, err, "checkpoint failed")
+		}
+		el := msSince(t0)
+		if d > 0 {
+			dirtyPerMB = append(dirtyPerMB, max(el-median(clean), 0)/(float64(d)/(1<<20)))
+		}
+	}
+	c := Builtin(t.Fsync)
+	c.Source = fmt.Sprintf("calibrated %s on PostgreSQL %d (shared_buffers %s, fsync=%s)", time.Now().Format(time.RFC3339),
+		t.Version, fmtBytes(t.SharedBuffers), onOff(t.Fsync))
+	c.Measured, c.SystemID, c.Fsync = time.Now().UTC(), t.SystemID, t.Fsync
+	gb := float64(t.SharedBuffers) / (1 << 30)
+	dMB := sizes[big] - sizes[small]
+	slope := func(s Strategy) float64 { return max((times[s][big]-times[s][small])/dMB, 0) }
+	c.WalLogPerMB = slope(WalLog)
+	c.WalLogFixed = max(times[WalLog][small]-sizes[small]*c.WalLogPerMB, 0)
+	ckpt := max(2*median(clean)-gb*c.CheckpointPerGB, 0)
+	c.CheckpointFixed = ckpt
+	c.CopyPerMB = slope(FileCopy)
+	c.CopyFixed = max(times[FileCopy][small]-sizes[small]*c.CopyPerMB-ckpt-gb*c.CheckpointPerGB, 0)
+	if _, ok := times[Clone]; ok {
+		c.ClonePerMB = slope(Clone)
+		c.CloneFixed = max(times[Clone][small]-sizes[small]*c.ClonePerMB-ckpt-gb*c.CheckpointPerGB, 0)
+	}
+	if len(dirtyPerMB) > 0 {
+		c.DirtyPerMB = median(dirtyPerMB)
+	}
+	say("checkpoint (clean) %.1f ms; writing dirty buffers %.3f ms/MB", median(clean), c.DirtyPerMB)
+	return c, nil
+}
+
+func msSince(t0 time.Time) float64 { return float64(time.Since(t0)) / float64(time.Millisecond) }
+
+func median(v []float64) float64 {
+	if len(v) == 0 {
+		return 0
+	}
+	c := append([]float64(nil), v...)
+	sort.Float64s(c)
+	return c[len(c)/2]
+}
+
+// connectTo opens a second connection like conn's, to database db.
+func connectTo(ctx context.Context, conn *pgx.Conn, db string) (*pgx.Conn, error) {
+	cfg := conn.Config().Copy()
+	cfg.Database = db
+	c, err := pgx.ConnectConfig(ctx, cfg)
+	if err != nil {
+		return nil, sqlErr(ctx, err, "cannot connect to database %q", db)
+	}
+	return c, nil
+}
+
+// fill puts about mb MiB of table data into database db and checkpoints.
+func fill(ctx context.Context, conn *pgx.Conn, db string, mb int) error {
+	c, err := connectTo(ctx, conn, db)
+	if err != nil {
+		return err
+	}
+	defer c.Close(context.WithoutCancel(ctx))
+	// About 28 rows of ~260 bytes per 8 kB page.
+	rows := mb * 128 * 28
+	if _, err := c.Exec(ctx, `CREATE TABLE pgfork_calib AS SELECT g AS id, repeat(md5(g::text), 6) AS pad FROM generate_series(1, $1::int) g`, rows); err != nil {
+		return sqlErr(ctx, err, "cannot fill scratch database %q", db)
+	}
+	if _, err := c.Exec(ctx, "CREATE TABLE pgfork_dirty (id int, pad text)"); err != nil {
+		return sqlErr(ctx, err, "cannot fill scratch database %q", db)
+	}
+	if _, err := conn.Exec(ctx, "CHECKPOINT"); err != nil {
+		return sqlErr(ctx, err, "checkpoint failed")
+	}
+	return nil
+}
+
+// dirty leaves about mb MiB of dirty buffers in database db.
+func dirty(ctx context.Context, conn *pgx.Conn, db string, mb int) error {
+	c, err := connectTo(ctx, conn, db)
+	if err != nil {
+		return err
+	}
+	defer c.Close(context.WithoutCancel(ctx))
+	if _, err := c.Exec(ctx, `TRUNCATE pgfork_dirty`); err != nil {
+		return sqlErr(ctx, err, "cannot dirty buffers in %q", db)
+	}
+	if _, err := conn.Exec(ctx, "CHECKPOINT"); err != nil {
+		return sqlErr(ctx, err, "checkpoint failed")
+	}
+	// INSERT … SELECT (unlike CREATE TABLE AS) uses no ring buffer: the
+	// pages stay dirty in shared buffers.
+	if _, err := c.Exec(ctx, `INSERT INTO pgfork_dirty SELECT g, repeat(md5(g::text), 6) FROM generate_series(1, $1::int) g`, mb*128*28); err != nil {
+		return sqlErr(ctx, err, "cannot dirty buffers in %q", db)
+	}
+	return nil
+}

@@ -1,0 +1,43 @@
+package dbclone
+
+import (
+	"context"
+	"os"
+	"strconv"
+	"testing"
+)
+
+// TestCalibrate runs a small calibration on every server and checks that the
+// constants it measured are sane and that it left no scratch database.
+// PGFORK_CALIBRATE_MB (default 8) sets the scratch template's size: the
+// built-in constants were measured with 64.
+func TestCalibrate(t *testing.T) {
+	mb := 8
+	if v, err := strconv.Atoi(os.Getenv("PGFORK_CALIBRATE_MB")); err == nil {
+		mb = v
+	}
+	each(t, func(t *testing.T, s *server) {
+		ctx := context.Background()
+		conn := s.connect(t, "", "")
+		tg, err := Inspect(ctx, conn, s.canClone)
+		if err != nil {
+			t.Fatal(err)
+		}
+		c, err := Calibrate(ctx, conn, CalibrateOptions{SizeMB: mb, Runs: 3, Target: tg, Progress: func(m string) { t.Log(m) }})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Logf("%+v", *c)
+		// Slopes from two sizes on a busy machine: only signs are certain.
+		if c.WalLogFixed < 0 || c.WalLogPerMB <= 0 || c.CopyPerMB <= 0 || c.CheckpointFixed < 0 || c.CopyFixed < 0 {
+			t.Errorf("implausible constants: %+v", *c)
+		}
+		if s.canClone && c.ClonePerMB >= c.CopyPerMB {
+			t.Errorf("clone per MB %.3f ms not cheaper than copy %.3f ms", c.ClonePerMB, c.CopyPerMB)
+		}
+		var n int
+		if err := conn.QueryRow(ctx, `SELECT count(*) FROM pg_database WHERE datname LIKE 'pgfork\_calib\_%'`).Scan(&n); err != nil || n != 0 {
+			t.Errorf("scratch databases left: %d (%v)", n, err)
+		}
+	})
+}

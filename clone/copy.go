@@ -389,14 +389,23 @@ func fsErr(err error, path, msg string) error {
 	if errors.As(err, &e) {
 		return err
 	}
+	// The path is named once, by the typed error.
+	var pe *fs.PathError
+	if errors.As(err, &pe) {
+		err = pe.Err
+	}
+	var le *os.LinkError
+	if errors.As(err, &le) {
+		err = le.Err
+	}
 	switch {
 	case errors.Is(err, fs.ErrPermission):
-		return errs.Wrap(errs.Permission, err, "%s: permission denied", msg).WithPath(path).
+		return errs.Wrap(errs.Permission, err, "%s", msg).WithPath(path).
 			WithHint("run pgfork as a user that may read the source and write the destination (or as root)")
 	case errors.Is(err, fs.ErrNotExist):
 		return errs.Wrap(errs.NotFound, err, "%s", msg).WithPath(path).WithHint("check the path")
 	case isNoSpace(err):
-		return errs.Wrap(errs.NoSpace, err, "%s: no space left", msg).WithPath(path).WithHint("free some space")
+		return errs.Wrap(errs.NoSpace, err, "%s", msg).WithPath(path).WithHint("free some space")
 	}
 	return errs.Wrap(errs.Internal, err, "%s", msg).WithPath(path)
 }

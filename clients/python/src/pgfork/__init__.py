@@ -1,0 +1,45 @@
+"""Client and pytest plugin for pgfork serve, the IntegreSQL-compatible test-database server."""
+
+from .client import (
+    DEFAULT_URL,
+    ApiError,
+    BadRequest,
+    Client,
+    DatabaseConfig,
+    PgforkError,
+    PoolFull,
+    ServerUnreachable,
+    ServiceUnavailable,
+    TemplateAlreadyInitialized,
+    TemplateDatabase,
+    TemplateDiscarded,
+    TemplateNotFound,
+    TestDatabase,
+    TestDatabaseInUse,
+    TestDatabaseNotFound,
+    Unauthorized,
+)
+from .hashing import template_hash
+from .migrate import run_sql_files
+
+__all__ = [
+    "DEFAULT_URL",
+    "ApiError",
+    "BadRequest",
+    "Client",
+    "DatabaseConfig",
+    "PgforkError",
+    "PoolFull",
+    "ServerUnreachable",
+    "ServiceUnavailable",
+    "TemplateAlreadyInitialized",
+    "TemplateDatabase",
+    "TemplateDiscarded",
+    "TemplateNotFound",
+    "TestDatabase",
+    "TestDatabaseInUse",
+    "TestDatabaseNotFound",
+    "Unauthorized",
+    "run_sql_files",
+    "template_hash",
+]

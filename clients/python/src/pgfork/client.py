@@ -1,0 +1,292 @@
+"""HTTP client for the v1 API of pgfork serve (and IntegreSQL)."""
+
+from __future__ import annotations
+
+import json
+import urllib.error
+import urllib.parse
+import urllib.request
+from dataclasses import dataclass, field
+from typing import Any, Dict, Mapping, Optional, Tuple, Type
+
+DEFAULT_URL = "http://127.0.0.1:5000"
+
+
+class PgforkError(Exception):
+    """Base of every error this client raises."""
+
+
+class ServerUnreachable(PgforkError):
+    """No HTTP answer at all: nothing listens at the URL, or the connection broke."""
+
+
+class ApiError(PgforkError):
+    """The server answered with an unexpected status code."""
+
+    def __init__(self, op: str, status: int, message: str) -> None:
+        self.op = op
+        self.status = status
+        self.message = message
+        super().__init__(f"{op}: {status} {message}".rstrip())
+
+
+class BadRequest(ApiError):
+    """400: the server refused the hash, id or body."""
+
+
+class Unauthorized(ApiError):
+    """401/403: missing or wrong Bearer token."""
+
+
+class TemplateNotFound(ApiError):
+    """404: no template with this hash."""
+
+
+class TestDatabaseNotFound(ApiError):
+    """404 from a test-database call: no test database with this id."""
+
+    __test__ = False  # not a pytest test class
+
+
+class TemplateDiscarded(ApiError):
+    """410: the template was discarded (its setup failed)."""
+
+
+class TemplateAlreadyInitialized(ApiError):
+    """423 from initialize_template: another caller builds (or built) this template."""
+
+
+class TestDatabaseInUse(ApiError):
+    """423 from a test-database call."""
+
+    __test__ = False
+
+
+class ServiceUnavailable(ApiError):
+    """503: the server cannot reach PostgreSQL, or a wait timed out."""
+
+
+class PoolFull(ApiError):
+    """507: the pool (or the server's global limit) is full."""
+
+
+_TEST_OPS = {"unlock_test_database", "recreate_test_database", "return_test_database"}
+
+
+def _error_class(op: str, status: int, message: str) -> Type[ApiError]:
+    if status == 400:
+        return BadRequest
+    if status in (401, 403):
+        return Unauthorized
+    if status == 404:
+        if op in _TEST_OPS and "template" not in message.lower():
+            return TestDatabaseNotFound
+        return TemplateNotFound
+    if status == 410:
+        return TemplateDiscarded
+    if status == 423:
+        return TestDatabaseInUse if op in _TEST_OPS else TemplateAlreadyInitialized
+    if status == 503:
+        return ServiceUnavailable
+    if status == 507:
+        return PoolFull
+    return ApiError
+
+
+def _quote(value: str) -> str:
+    if value and not any(c in value for c in " \t\n\r\v\f'\\"):
+        return value
+    return "'" + value.replace("\\", "\\\\").replace("'", "\\'") + "'"
+
+
+@dataclass(frozen=True)
+class DatabaseConfig:
+    """How to connect to one database, as the server sends it."""
+
+    host: str
+    port: int
+    username: str
+    password: str
+    database: str
+    additional_params: Dict[str, str] = field(default_factory=dict)
+
+    @classmethod
+    def from_json(cls, d: Mapping[str, Any]) -> "DatabaseConfig":
+        return cls(
+            host=str(d.get("host", "")),
+            port=int(d.get("port", 0)),
+            username=str(d.get("username", "")),
+            password=str(d.get("password", "")),
+            database=str(d.get("database", "")),
+            additional_params={str(k): str(v) for k, v in (d.get("additionalParams") or {}).items()},
+        )
+
+    def _params(self) -> Dict[str, str]:
+        p = dict(self.additional_params)
+        p.setdefault("sslmode", "disable")
+        return p
+
+    @property
+    def url(self) -> str:
+        """A postgres:// URL (sslmode=disable unless additional_params says otherwise)."""
+        q = self._params()
+        user = urllib.parse.quote(self.username, safe="")
+        if self.password:
+            user += ":" + urllib.parse.quote(self.password, safe="")
+        if self.host.startswith("/"):
+            hostport = ""
+            q["host"] = self.host
+            if self.port:
+                q["port"] = str(self.port)
+        else:
+            host = f"[{self.host}]" if ":" in self.host else self.host
+            hostport = f"{host}:{self.port}" if self.port else host
+        auth = user + "@" if user else ""
+        query = urllib.parse.urlencode(sorted(q.items()))
+        return f"postgres://{auth}{hostport}/{urllib.parse.quote(self.database, safe='')}?{query}"
+
+    @property
+    def conninfo(self) -> str:
+        """A libpq keyword/value connection string, as the Go client's ConnectionString."""
+        parts = [("host", self.host), ("port", str(self.port)), ("user", self.username)]
+        if self.password:
+            parts.append(("password", self.password))
+        parts.append(("dbname", self.database))
+        parts += sorted(self._params().items())
+        return " ".join(f"{k}={_quote(v)}" for k, v in parts)
+
+
+@dataclass(frozen=True)
+class TemplateDatabase:
+    """Answer to initialize_template: the empty template database to migrate."""
+
+    template_hash: str
+    config: DatabaseConfig
+
+
+@dataclass(frozen=True)
+class TestDatabase:
+    """A test database handed out by get_test_database."""
+
+    __test__ = False
+
+    template_hash: str
+    id: int
+    config: DatabaseConfig
+
+
+def _database(body: Mapping[str, Any], hash: str) -> Tuple[str, DatabaseConfig]:
+    db = body.get("database") or {}
+    h = body.get("templateHash") or db.get("templateHash") or hash
+    return str(h), DatabaseConfig.from_json(db.get("config") or {})
+
+
+class Client:
+    """Client for the v1 API. base_url may end in /api or /api/v1 (IntegreSQL style).
+
+    timeout bounds each request in seconds; get_test_database may wait server
+    side for a template to be finalized, so keep it generous.
+    """
+
+    def __init__(self, base_url: str = DEFAULT_URL, token: Optional[str] = None, timeout: float = 120.0) -> None:
+        u = urllib.parse.urlsplit(base_url or DEFAULT_URL)
+        if u.scheme not in ("http", "https") or not u.netloc:
+            raise ValueError(f"pgfork: base URL {base_url!r} must be http(s)://host[:port]")
+        path = u.path.rstrip("/")
+        for suffix in ("/v1", "/api"):
+            if path.endswith(suffix):
+                path = path[: -len(suffix)]
+        self.base_url = urllib.parse.urlunsplit((u.scheme, u.netloc, path, "", ""))
+        self.token = token or None
+        self.timeout = timeout
+
+    def __repr__(self) -> str:
+        return f"pgfork.Client({self.base_url!r})"
+
+    def _request(self, op: str, method: str, path: str, body: Optional[Mapping[str, Any]] = None,
+                 want: int = 200, timeout: Optional[float] = None) -> Any:
+        data = json.dumps(body).encode() if body is not None else None
+        req = urllib.request.Request(self.base_url + path, data=data, method=method)
+        req.add_header("Accept", "application/json")
+        if data is not None:
+            req.add_header("Content-Type", "application/json")
+        if self.token:
+            req.add_header("Authorization", f"Bearer {self.token}")
+        try:
+            with urllib.request.urlopen(req, timeout=timeout or self.timeout) as resp:
+                status, raw = resp.status, resp.read()
+        except urllib.error.HTTPError as e:
+            status, raw = e.code, e.read()
+        except (urllib.error.URLError, OSError) as e:
+            raise ServerUnreachable(f"{op}: no answer from {self.base_url} (is `pgfork serve` running?): {e}") from e
+        if status != want:
+            message = raw.decode("utf-8", "replace").strip()
+            try:
+                parsed = json.loads(message)
+                if isinstance(parsed, dict):
+                    message = str(parsed.get("message") or parsed.get("error") or message)
+            except ValueError:
+                pass
+            raise _error_class(op, status, message)(op, status, message[:300])
+        return json.loads(raw) if raw.strip() else None
+
+    @staticmethod
+    def _h(hash: str) -> str:
+        return urllib.parse.quote(hash, safe="")
+
+    def healthy(self, timeout: float = 2.0) -> bool:
+        """True if GET /healthz answers 200."""
+        try:
+            self._request("healthy", "GET", "/healthz", timeout=timeout)
+            return True
+        except PgforkError:
+            return False
+
+    def reachable(self, timeout: float = 2.0) -> bool:
+        """True if anything answers HTTP at the base URL (IntegreSQL has no /healthz)."""
+        try:
+            self._request("reachable", "GET", "/healthz", timeout=timeout)
+        except ServerUnreachable:
+            return False
+        except ApiError:
+            pass
+        return True
+
+    def initialize_template(self, hash: str) -> TemplateDatabase:
+        """Register a template; raises TemplateAlreadyInitialized if another caller did."""
+        body = self._request("initialize_template", "POST", "/api/v1/templates", {"hash": hash})
+        h, cfg = _database(body, hash)
+        return TemplateDatabase(h, cfg)
+
+    def finalize_template(self, hash: str) -> None:
+        """Mark the template ready: test databases are cloned from it."""
+        self._request("finalize_template", "PUT", f"/api/v1/templates/{self._h(hash)}", want=204)
+
+    def discard_template(self, hash: str) -> None:
+        """Drop the template; waiters get TemplateDiscarded."""
+        self._request("discard_template", "DELETE", f"/api/v1/templates/{self._h(hash)}", want=204)
+
+    def get_test_database(self, hash: str) -> TestDatabase:
+        """A fresh test database; waits (server side) for finalize and a ready database."""
+        body = self._request("get_test_database", "GET", f"/api/v1/templates/{self._h(hash)}/tests")
+        h, cfg = _database(body, hash)
+        return TestDatabase(h, int(body["id"]), cfg)
+
+    def unlock_test_database(self, hash: str, id: int) -> None:
+        """Return a test database unchanged (only after a test that did not write)."""
+        self._request("unlock_test_database", "POST",
+                      f"/api/v1/templates/{self._h(hash)}/tests/{int(id)}/unlock", want=204)
+
+    def recreate_test_database(self, hash: str, id: int) -> None:
+        """Return a test database to be recreated from the template."""
+        self._request("recreate_test_database", "POST",
+                      f"/api/v1/templates/{self._h(hash)}/tests/{int(id)}/recreate", want=204)
+
+    def return_test_database(self, hash: str, id: int) -> None:
+        """Deprecated DELETE …/tests/{id}, an alias of unlock kept for IntegreSQL."""
+        self._request("return_test_database", "DELETE",
+                      f"/api/v1/templates/{self._h(hash)}/tests/{int(id)}", want=204)
+
+    def reset_all_tracking(self) -> None:
+        """Forget every template and test database on the server."""
+        self._request("reset_all_tracking", "DELETE", "/api/v1/admin/templates", want=204)

@@ -1,0 +1,119 @@
+#!/usr/bin/env bash
+# Tests pgfork's Go and Python clients against a real `pgfork serve`:
+# builds pgfork, starts it on a free loopback port with a token and its own
+# state dir (so its own managed PostgreSQL), runs the Go client's tests and
+# the Python client's tests (pytest -n 2) against it, then stops it.
+#
+# The Python venv is kept in $PGFORK_CLIENTS_CACHE (default
+# ~/.cache/pgfork-clients) and reinstalled only when pyproject.toml or the
+# checkout path changes. Any failure stops the script with a non-zero exit and
+# the server's log.
+set -euo pipefail
+
+root=$(cd "$(dirname "$0")/.." && pwd)
+cache=${PGFORK_CLIENTS_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/pgfork-clients}
+work=$(mktemp -d "${TMPDIR:-/tmp}/pgfork-clients.XXXXXX")
+chmod 755 "$work" # the managed PostgreSQL runs as an unprivileged user when we are root
+server_pid=
+
+log() { printf '== clients/test.sh: %s\n' "$*" >&2; }
+
+stop_server() {
+	[ -n "$server_pid" ] || return 0
+	if kill -0 "$server_pid" 2>/dev/null; then
+		kill -TERM "$server_pid" 2>/dev/null || true
+		for _ in $(seq 1 600); do
+			kill -0 "$server_pid" 2>/dev/null || break
+			sleep 0.1
+		done
+		if kill -0 "$server_pid" 2>/dev/null; then
+			log "pgfork serve did not stop within 60s of SIGTERM; killing it"
+			kill -KILL "$server_pid" 2>/dev/null || true
+		fi
+	fi
+	wait "$server_pid" 2>/dev/null || true
+	server_pid=
+}
+
+finish() {
+	local status=$?
+	stop_server
+	if [ "$status" -ne 0 ]; then
+		log "FAILED (exit $status)"
+		if [ -s "$work/serve.log" ]; then
+			log "last lines of the pgfork serve log:"
+			tail -n 60 "$work/serve.log" >&2
+		fi
+	fi
+	rm -rf "$work"
+	exit "$status"
+}
+trap finish EXIT
+trap 'exit 130' INT
+trap 'exit 143' TERM
+
+command -v go >/dev/null || { log "go not found"; exit 1; }
+command -v python3 >/dev/null || { log "python3 not found"; exit 1; }
+
+log "building pgfork"
+(cd "$root" && go build -o "$work/bin/pgfork" ./cmd/pgfork)
+
+port=$(python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
+token=$(python3 -c 'import secrets; print(secrets.token_hex(16))')
+url="http://127.0.0.1:$port"
+
+log "starting pgfork serve on $url"
+"$work/bin/pgfork" serve --listen "127.0.0.1:$port" --state-dir "$work/state" --token "$token" \
+	>"$work/serve.log" 2>&1 &
+server_pid=$!
+
+python3 - "$url" "$server_pid" <<'EOF'
+import os, sys, time, urllib.request, urllib.error
+url, pid = sys.argv[1], int(sys.argv[2])
+deadline = time.monotonic() + 180
+while time.monotonic() < deadline:
+    try:
+        with urllib.request.urlopen(url + "/healthz", timeout=1) as r:
+            if r.status == 200:
+                sys.exit(0)
+    except urllib.error.HTTPError as e:
+        if e.code == 401:  # healthz behind the token: it answers, so it is up
+            sys.exit(0)
+    except OSError:
+        pass
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        sys.exit("pgfork serve exited before it answered")
+    time.sleep(0.1)
+sys.exit("pgfork serve did not answer /healthz within 180s")
+EOF
+
+export PGFORK_URL="$url" PGFORK_TOKEN="$token" PGFORK_TEST_RUN="$$-$(date +%s)"
+
+log "Go client tests"
+(cd "$root/clients/go" && go test -count=1 -timeout 10m ./...)
+
+venv="$cache/venv"
+stamp="$venv/.pgfork-stamp"
+want=$( (cat "$root/clients/python/pyproject.toml"; echo "$root") | sha256sum | cut -d' ' -f1)
+if [ ! -x "$venv/bin/python" ] || [ "$(cat "$stamp" 2>/dev/null)" != "$want" ]; then
+	log "creating the Python venv in $venv"
+	rm -rf "$venv"
+	mkdir -p "$cache"
+	python3 -m venv "$venv"
+	"$venv/bin/python" -m pip install --quiet --disable-pip-version-check -e "$root/clients/python[test]"
+	echo "$want" >"$stamp"
+fi
+
+log "Python client tests (pytest -n 2)"
+(cd "$root/clients/python" && "$venv/bin/python" -m pytest -n 2 -p no:cacheprovider -q tests)
+
+# Last, alone: it forgets every template on the server.
+log "Go ResetAllTracking test"
+out=$(cd "$root/clients/go" && PGFORK_TEST_RESET=1 go test -count=1 -run '^TestResetAllTracking$' -v ./client 2>&1) ||
+	{ printf '%s\n' "$out"; exit 1; }
+printf '%s\n' "$out" | grep -E '^(--- |ok)'
+printf '%s\n' "$out" | grep -q -- '--- PASS: TestResetAllTracking' || { log "TestResetAllTracking did not run"; exit 1; }
+
+log "all client tests passed"

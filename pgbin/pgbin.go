@@ -220,8 +220,12 @@ func Find(opts Options, major int) (Installation, error) {
 
 func explicitInstall(opts Options) (*Installation, error) {
 	dir, source := opts.Explicit, SourceFlag
-	if dir == "" {
+	if dir == "" || dir == os.Getenv(EnvBin) {
+		// The CLI's --pg-bin defaults to $PGFORK_PG_BIN: say where it came from.
 		dir, source = os.Getenv(EnvBin), SourceEnv
+		if dir == "" {
+			dir = opts.Explicit
+		}
 	}
 	if dir == "" {
 		return nil, nil

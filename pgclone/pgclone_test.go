@@ -1,0 +1,432 @@
+package pgclone_test
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/pgfork/pgfork/clone"
+	"github.com/pgfork/pgfork/instance"
+	"github.com/pgfork/pgfork/internal/errs"
+	"github.com/pgfork/pgfork/internal/testenv"
+	"github.com/pgfork/pgfork/pgclone"
+)
+
+func TestOfflineClone(t *testing.T) {
+	forEachPG(t, func(t *testing.T, e pgEnv) {
+		forEachFS(t, func(t *testing.T, base string) {
+			ctx := context.Background()
+			src := e.newCluster(t, base, "src")
+			in := e.start(t, src, nil)
+			url := in.ConnString("", "")
+			exec1(t, url, "CREATE TABLE t AS SELECT g AS id, md5(g::text) AS v FROM generate_series(1, 20000) g")
+			exec1(t, url, "SELECT pg_create_physical_replication_slot('keeps_wal', true)")
+			exec1(t, url, "ALTER SYSTEM SET archive_mode = on")
+			exec1(t, url, "ALTER SYSTEM SET archive_command = 'false'")
+			sum := query(t, url, "SELECT sum(hashtext(v))::text FROM t")
+			sysid := query(t, url, "SELECT system_identifier::text FROM pg_control_system()")
+			stop(t, in)
+			before := treeHash(t, src)
+
+			dst := filepath.Join(base, "dst")
+			res, err := pgclone.Clone(ctx, pgclone.Options{Src: src, Dst: dst, Installation: e.inst, User: e.user, Port: 5439})
+			if err != nil {
+				t.Fatal(err)
+			}
+			sameTree(t, "source after an offline clone", before, treeHash(t, src))
+			if res.Online || res.Files < 100 || res.Bytes < 1<<20 || res.SystemIdentifier != sysid || res.Port != 5439 {
+				t.Errorf("unexpected result: %+v (source system id %s)", res, sysid)
+			}
+			if fs, _ := clone.FSType(base); fs == "xfs" && res.SharedBytes < res.Bytes/2 {
+				t.Errorf("on XFS only %d of %d bytes are shared with the source", res.SharedBytes, res.Bytes)
+			}
+			if l := leftovers(t, dst); len(l) > 0 {
+				t.Errorf("leftovers beside the clone: %v", l)
+			}
+			ownedBy(t, dst, e.user)
+			for _, f := range []string{"postmaster.pid", "postmaster.opts", "pg_replslot/keeps_wal"} {
+				if _, err := os.Lstat(filepath.Join(dst, f)); err == nil {
+					t.Errorf("the clone has %s", f)
+				}
+			}
+
+			cl := e.start(t, dst, nil)
+			curl := cl.ConnString("", "")
+			if got := query(t, curl, "SELECT sum(hashtext(v))::text FROM t"); got != sum {
+				t.Errorf("clone data differs: %s, source %s", got, sum)
+			}
+			if got := query(t, curl, "SELECT system_identifier::text FROM pg_control_system()"); got != sysid {
+				t.Errorf("clone system identifier %s, want the source's %s", got, sysid)
+			}
+			if got := query(t, curl, "SHOW archive_mode"); got != "off" {
+				t.Errorf("clone archive_mode = %s, want off", got)
+			}
+			if got := query(t, curl, "SELECT count(*)::text FROM pg_replication_slots"); got != "0" {
+				t.Errorf("clone has %s replication slots, want 0", got)
+			}
+			conf, _ := os.ReadFile(filepath.Join(dst, "postgresql.auto.conf"))
+			if !strings.Contains(string(conf), "port = 5439") {
+				t.Errorf("clone's postgresql.auto.conf does not set the port:\n%s", conf)
+			}
+			exec1(t, curl, "INSERT INTO t SELECT g, 'clone' FROM generate_series(1, 100) g")
+			stop(t, cl)
+
+			// The source is untouched and still starts with its own data.
+			sameTree(t, "source after the clone ran", before, treeHash(t, src))
+			in = e.start(t, src, nil)
+			if got := query(t, in.ConnString("", ""), "SELECT count(*)::text FROM t"); got != "20000" {
+				t.Errorf("source has %s rows, want 20000", got)
+			}
+			stop(t, in)
+
+			// Cloning onto an existing destination is refused.
+			_, err = pgclone.Clone(ctx, pgclone.Options{Src: src, Dst: dst, Installation: e.inst, User: e.user})
+			if errs.KindOf(err) != errs.Exists {
+				t.Errorf("clone onto an existing destination: got %v, want Exists", err)
+			}
+		})
+	})
+}
+
+func TestRefusals(t *testing.T) {
+	forEachPG(t, func(t *testing.T, e pgEnv) {
+		ctx := context.Background()
+		base := testenv.Dir(t)
+		src := e.newCluster(t, base, "src")
+		dst := filepath.Join(base, "dst")
+		opts := func(o pgclone.Options) pgclone.Options {
+			o.User = e.user
+			if o.Installation.BinDir == "" {
+				o.Installation = e.inst
+			}
+			if o.Src == "" {
+				o.Src = src
+			}
+			if o.Dst == "" {
+				o.Dst = dst
+			}
+			return o
+		}
+		check := func(name string, want errs.Kind, msg string, o pgclone.Options) {
+			t.Helper()
+			_, err := pgclone.Clone(ctx, opts(o))
+			if errs.KindOf(err) != want || !strings.Contains(err.Error(), msg) {
+				t.Errorf("%s: got %v (%s), want %s containing %q", name, err, errs.KindOf(err), want, msg)
+			} else if errs.HintOf(err) == "" {
+				t.Errorf("%s: error without a hint: %v", name, err)
+			}
+			if _, err := os.Lstat(dst); err == nil {
+				_ = os.RemoveAll(dst)
+				t.Errorf("%s: the destination was created", name)
+			}
+			if l := leftovers(t, dst); len(l) > 0 {
+				t.Errorf("%s: leftovers %v", name, l)
+			}
+		}
+		empty := filepath.Join(base, "empty")
+		_ = os.Mkdir(empty, 0o755)
+		check("not a data directory", errs.Usage, "not a PostgreSQL data directory", pgclone.Options{Src: empty})
+		check("missing source", errs.NotFound, "", pgclone.Options{Src: filepath.Join(base, "nope")})
+		other := e.inst
+		other.Major, other.Version = e.inst.Major+1, fmt.Sprint(e.inst.Major+1)+".0"
+		check("binaries of another major", errs.Unsupported, fmt.Sprintf("PostgreSQL %d", e.inst.Major), pgclone.Options{Installation: other})
+		check("destination inside the source", errs.Usage, "overlaps", pgclone.Options{Dst: filepath.Join(src, "x")})
+		check("online on a stopped source", errs.Usage, "no server runs", pgclone.Options{Online: true})
+
+		in := e.start(t, src, nil)
+		exec1(t, in.ConnString("", ""), "CREATE TABLE t AS SELECT 1 AS x")
+		check("running without --online", errs.Busy, "running", pgclone.Options{})
+		if got := query(t, in.ConnString("", ""), "SELECT count(*)::text FROM t"); got != "1" {
+			t.Errorf("source after the refusal: %s rows", got)
+		}
+
+		// --url reaching another server than the source's is refused.
+		other2 := e.newCluster(t, base, "other")
+		oin := e.start(t, other2, nil)
+		check("--url of another server", errs.Usage, "not of the source", pgclone.Options{Online: true, ConnString: oin.ConnString("", "")})
+
+		// A crashed source (stopped immediately) is not cleanly shut down.
+		if err := in.Stop(ctx, instance.Immediate); err != nil {
+			t.Fatal(err)
+		}
+		check("crashed source", errs.Busy, "not shut down cleanly", pgclone.Options{})
+	})
+}
+
+func TestOnlineCloneUnderPgbench(t *testing.T) {
+	forEachPG(t, func(t *testing.T, e pgEnv) {
+		forEachFS(t, func(t *testing.T, base string) {
+			ctx := context.Background()
+			src := e.newCluster(t, base, "src")
+			// Small max_wal_size: checkpoints during the copy, as on a busy server.
+			in := e.start(t, src, map[string]string{"max_wal_size": "64MB", "min_wal_size": "32MB"})
+			url := in.ConnString("", "")
+			pgArgs := []string{"-h", in.SocketDir, "-p", fmt.Sprint(in.Port), "-U", "postgres"}
+			e.tool(t, "pgbench", append(pgArgs, "-i", "-q", "-s", "5", "postgres")...)
+
+			bench := exec.Command(filepath.Join(e.bin, "pgbench"), append(pgArgs, "-T", "20", "-c", "4", "-j", "2", "-n", "postgres")...)
+			bench.Env = append(os.Environ(), e.inst.Env()...)
+			var bout bytes.Buffer
+			bench.Stdout, bench.Stderr = &bout, &bout
+			if err := bench.Start(); err != nil {
+				t.Fatal(err)
+			}
+			benchDone := make(chan error, 1)
+			go func() { benchDone <- bench.Wait() }()
+			defer func() {
+				_ = bench.Process.Kill()
+				<-benchDone
+			}()
+			time.Sleep(4 * time.Second)
+
+			dst := filepath.Join(base, "dst")
+			res, err := pgclone.Clone(ctx, pgclone.Options{Src: src, Dst: dst, Installation: e.inst, User: e.user, Online: true, Port: 5440})
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Logf("online clone: %d files, %d bytes (%d shared), WAL %s..%s in %d files, %s, warnings %v",
+				res.Files, res.Bytes, res.SharedBytes, res.StartLSN, res.StopLSN, res.WALFiles, res.Elapsed, res.Warnings)
+			if !res.Online || res.WALFiles < 1 || res.StartLSN == "" || res.StopLSN == "" {
+				t.Errorf("unexpected result: %+v", res)
+			}
+			if l := leftovers(t, dst); len(l) > 0 {
+				t.Errorf("leftovers beside the clone: %v", l)
+			}
+			label, err := os.ReadFile(filepath.Join(dst, "backup_label"))
+			if err != nil || !strings.Contains(string(label), "START WAL LOCATION") {
+				t.Fatalf("clone's backup_label: %v\n%s", err, label)
+			}
+			ownedBy(t, dst, e.user)
+			select {
+			case err := <-benchDone:
+				benchDone <- err
+				t.Fatalf("pgbench ended before the clone did (%v): the copy was not taken under load\n%s", err, bout.String())
+			default:
+			}
+
+			// The clone recovers to consistency while the source keeps writing.
+			cl := e.start(t, dst, nil)
+			curl := cl.ConnString("", "")
+			checkPgbenchInvariant(t, curl)
+			e.tool(t, "pg_amcheck", "-h", cl.SocketDir, "-p", fmt.Sprint(cl.Port), "-U", "postgres",
+				"--all", "--install-missing", "--heapallindexed", "--rootdescend")
+			exec1(t, curl, "UPDATE pgbench_accounts SET abalance = abalance + 1 WHERE aid = 1")
+			stop(t, cl)
+
+			if err := <-benchDone; err != nil {
+				t.Errorf("pgbench on the source failed: %v\n%s", err, bout.String())
+			}
+			benchDone <- nil
+			checkPgbenchInvariant(t, url)
+		})
+	})
+}
+
+func TestTablespaceClone(t *testing.T) {
+	forEachPG(t, func(t *testing.T, e pgEnv) {
+		ctx := context.Background()
+		base := testenv.Dir(t)
+		tsDir := filepath.Join(testenv.Dir(t), "ts")
+		if err := e.user.MkdirOwned(tsDir, 0o700); err != nil {
+			t.Fatal(err)
+		}
+		src := e.newCluster(t, base, "src")
+		in := e.start(t, src, nil)
+		url := in.ConnString("", "")
+		exec1(t, url, "CREATE TABLESPACE ts LOCATION '"+tsDir+"'")
+		exec1(t, url, "CREATE TABLE tt TABLESPACE ts AS SELECT g AS id FROM generate_series(1, 5000) g")
+		exec1(t, url, "CREATE INDEX ON tt (id) TABLESPACE ts")
+		oid := query(t, url, "SELECT oid::text FROM pg_tablespace WHERE spcname = 'ts'")
+
+		checkClone := func(t *testing.T, dst string, res *pgclone.Result) {
+			t.Helper()
+			wantTarget := filepath.Join(pgclone.TablespaceDir(dst), oid)
+			if len(res.Tablespaces) != 1 || res.Tablespaces[0].Target != wantTarget || res.Tablespaces[0].Source != tsDir {
+				t.Errorf("result tablespaces %+v, want %s -> %s", res.Tablespaces, tsDir, wantTarget)
+			}
+			ownedBy(t, pgclone.TablespaceDir(dst), e.user)
+			if _, err := os.Stat(filepath.Join(pgclone.TablespaceDir(dst), ".pgfork-clone-incomplete")); err == nil {
+				t.Errorf("the finished tablespace copy is still marked incomplete")
+			}
+			cl := e.start(t, dst, nil)
+			curl := cl.ConnString("", "")
+			link, err := os.Readlink(filepath.Join(dst, "pg_tblspc", oid))
+			if err != nil || link != wantTarget {
+				t.Errorf("clone's tablespace link points to %q (%v), want %s", link, err, wantTarget)
+			}
+			if got := query(t, curl, "SELECT pg_tablespace_location("+oid+")"); got != wantTarget {
+				t.Errorf("clone's tablespace location %s, want %s", got, wantTarget)
+			}
+			if got := query(t, curl, "SELECT count(*)::text FROM tt WHERE id > 0"); got != "5000" {
+				t.Errorf("clone reads %s rows from the tablespace, want 5000", got)
+			}
+			exec1(t, curl, "INSERT INTO tt SELECT g FROM generate_series(1, 1000) g")
+			exec1(t, curl, "CHECKPOINT")
+			stop(t, cl)
+		}
+
+		t.Run("online", func(t *testing.T) {
+			dst := filepath.Join(base, "online")
+			res, err := pgclone.Clone(ctx, pgclone.Options{Src: src, Dst: dst, Installation: e.inst, User: e.user, Online: true})
+			if err != nil {
+				t.Fatal(err)
+			}
+			m, err := os.ReadFile(filepath.Join(dst, "tablespace_map"))
+			want := oid + " " + filepath.Join(pgclone.TablespaceDir(dst), oid) + "\n"
+			if err != nil || string(m) != want {
+				t.Errorf("tablespace_map = %q (%v), want %q", m, err, want)
+			}
+			checkClone(t, dst, res)
+			if got := query(t, url, "SELECT count(*)::text FROM tt"); got != "5000" {
+				t.Errorf("source has %s rows after the clone wrote to its copy, want 5000", got)
+			}
+		})
+		t.Run("offline", func(t *testing.T) {
+			stop(t, in)
+			before := treeHash(t, tsDir)
+			dst := filepath.Join(base, "offline")
+			res, err := pgclone.Clone(ctx, pgclone.Options{Src: src, Dst: dst, Installation: e.inst, User: e.user})
+			if err != nil {
+				t.Fatal(err)
+			}
+			checkClone(t, dst, res)
+			sameTree(t, "source tablespace after the clone wrote to its copy", before, treeHash(t, tsDir))
+		})
+	})
+}
+
+// TestKillMidClone kills the pgfork binary with SIGKILL while it copies:
+// no destination appears, the source is untouched and starts, and the next
+// run cleans up and succeeds.
+func TestKillMidClone(t *testing.T) {
+	forEachPG(t, func(t *testing.T, e pgEnv) {
+		bin := filepath.Join(t.TempDir(), "pgfork")
+		build := exec.Command("go", "build", "-o", bin, "../cmd/pgfork")
+		if out, err := build.CombinedOutput(); err != nil {
+			t.Fatalf("go build: %v\n%s", err, out)
+		}
+		base := testenv.Dir(t)
+		src := e.newCluster(t, base, "src")
+		in := e.start(t, src, nil)
+		e.tool(t, "pgbench", "-h", in.SocketDir, "-p", fmt.Sprint(in.Port), "-U", "postgres", "-i", "-q", "-s", "10", "postgres")
+		stop(t, in)
+		before := treeHash(t, src)
+		dst := filepath.Join(base, "dst")
+
+		cmd := exec.Command(bin, "clone", src, dst, "--method", "copy", "--jobs", "1", "--sync", "fsync", "--pg-bin", e.bin)
+		var out bytes.Buffer
+		cmd.Stdout, cmd.Stderr = &out, &out
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		// Kill once the staging copy has real data in it.
+		deadline := time.Now().Add(60 * time.Second)
+		killed := false
+		for time.Now().Before(deadline) && !killed {
+			for _, l := range leftovers(t, dst) {
+				if _, err := os.Stat(filepath.Join(l, "base")); err == nil {
+					_ = cmd.Process.Signal(syscall.SIGKILL)
+					killed = true
+				}
+			}
+			time.Sleep(time.Millisecond)
+		}
+		err := cmd.Wait()
+		var ee *exec.ExitError
+		if !killed || !errors.As(err, &ee) || ee.Sys().(syscall.WaitStatus).Signal() != syscall.SIGKILL {
+			t.Fatalf("pgfork was not killed mid-copy (killed=%v, err=%v):\n%s", killed, err, out.String())
+		}
+		if _, err := os.Lstat(dst); err == nil {
+			t.Fatal("a killed clone left the destination")
+		}
+		if len(leftovers(t, dst)) == 0 {
+			t.Error("expected the killed clone's staging directory (to be cleaned by the next run)")
+		}
+		sameTree(t, "source after a killed clone", before, treeHash(t, src))
+		in = e.start(t, src, nil)
+		if got := query(t, in.ConnString("", ""), "SELECT count(*)::text FROM pgbench_branches"); got != "10" {
+			t.Errorf("source after a killed clone: %s branches", got)
+		}
+		stop(t, in)
+
+		out.Reset()
+		cmd = exec.Command(bin, "clone", src, dst, "--pg-bin", e.bin, "--json")
+		cmd.Stdout, cmd.Stderr = &out, &out
+		if err := cmd.Run(); err != nil {
+			t.Fatalf("clone after the kill: %v\n%s", err, out.String())
+		}
+		if l := leftovers(t, dst); len(l) > 0 {
+			t.Errorf("the next run left the killed clone's leftovers: %v", l)
+		}
+		cl := e.start(t, dst, nil)
+		if got := query(t, cl.ConnString("", ""), "SELECT count(*)::text FROM pgbench_branches"); got != "10" {
+			t.Errorf("clone after the kill: %s branches", got)
+		}
+		stop(t, cl)
+	})
+}
+
+// TestCLI checks the command's refusals and exit codes, and --start.
+func TestCLI(t *testing.T) {
+	forEachPG(t, func(t *testing.T, e pgEnv) {
+		bin := filepath.Join(t.TempDir(), "pgfork")
+		if out, err := exec.Command("go", "build", "-o", bin, "../cmd/pgfork").CombinedOutput(); err != nil {
+			t.Fatalf("go build: %v\n%s", err, out)
+		}
+		base := testenv.Dir(t)
+		src := e.newCluster(t, base, "src")
+		e.start(t, src, nil)
+		run := func(want int, args ...string) string {
+			t.Helper()
+			cmd := exec.Command(bin, append([]string{"clone"}, args...)...)
+			var out, errOut bytes.Buffer
+			cmd.Stdout, cmd.Stderr = &out, &errOut
+			err := cmd.Run()
+			code := 0
+			var ee *exec.ExitError
+			if errors.As(err, &ee) {
+				code = ee.ExitCode()
+			}
+			if code != want {
+				t.Errorf("pgfork clone %v: exit %d, want %d\n%s%s", args, code, want, out.String(), errOut.String())
+			}
+			return out.String() + errOut.String()
+		}
+		if out := run(6, src, filepath.Join(base, "x")); !strings.Contains(out, "--online") {
+			t.Errorf("refusal of a running source does not suggest --online:\n%s", out)
+		}
+		run(2, src)
+		run(2, "--port", "0", src, filepath.Join(base, "x"))
+		run(2, "--url", "postgresql:///x", src, filepath.Join(base, "x"))
+		run(2, filepath.Join(base), filepath.Join(base, "x"))
+
+		dst := filepath.Join(base, "started")
+		out := run(0, src, dst, "--online", "--port", "auto", "--start", "--json")
+		if !strings.Contains(out, `"url": "postgresql://`) || !strings.Contains(out, `"system_identifier"`) {
+			t.Fatalf("--start --json output:\n%s", out)
+		}
+		att, err := instance.Attach(dst)
+		if err != nil {
+			t.Fatalf("the started clone is not running: %v\n%s", err, out)
+		}
+		att.User = e.user
+		defer att.Stop(context.Background(), instance.Fast)
+		if got := query(t, att.ConnString("", ""), "SELECT current_setting('data_directory')"); got != dst {
+			t.Errorf("started clone serves %s, want %s", got, dst)
+		}
+		out = run(0, filepath.Join(base, "started"), filepath.Join(base, "second"), "--online", "--pg-bin", e.bin)
+		for _, want := range []string{"online", "start it with:", "system id", "pg_ctl"} {
+			if !strings.Contains(out, want) {
+				t.Errorf("summary lacks %q:\n%s", want, out)
+			}
+		}
+	})
+}

@@ -10,6 +10,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/pgfork/pgfork/internal/testenv"
 )
@@ -24,6 +25,13 @@ var (
 func pgCmdBinary(t *testing.T) string {
 	t.Helper()
 	pgCmdBinOnce.Do(func() {
+		// The binary outlives single tests; remove those of earlier runs.
+		old, _ := filepath.Glob(filepath.Join(os.TempDir(), "pgfork-pg-test-*"))
+		for _, d := range old {
+			if fi, err := os.Stat(d); err == nil && time.Since(fi.ModTime()) > time.Hour {
+				_ = os.RemoveAll(d)
+			}
+		}
 		dir, err := os.MkdirTemp("", "pgfork-pg-test-")
 		if err != nil {
 			pgCmdBinErr = err

@@ -89,7 +89,7 @@ while time.monotonic() < deadline:
 sys.exit("pgfork serve did not answer /healthz within 180s")
 EOF
 
-export PGFORK_URL="$url" PGFORK_TOKEN="$token" PGFORK_TEST_RUN="$$-$(date +%s)"
+export PGFORK_URL="$url" PGFORK_TOKEN="$token" PGFORK_TEST_RUN="$$-$(date +%s)" PGFORK_BIN="$work/bin/pgfork"
 
 log "Go client tests"
 (cd "$root/clients/go" && go test -count=1 -timeout 10m ./...)

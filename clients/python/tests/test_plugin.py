@@ -74,3 +74,49 @@ def test_failing_migration_fails_clearly(pytester: pytest.Pytester, pgfork_clien
     result = pytester.runpytest_subprocess("-p", "no:cacheprovider")
     result.assert_outcomes(errors=2)
     result.stdout.fnmatch_lines(["*migrating template*failed*001.sql*"])
+
+
+def test_starts_and_stops_its_own_server(pytester: pytest.Pytester, tmp_path_factory: pytest.TempPathFactory) -> None:
+    """With no server at the URL and `pgfork` on PATH, the plugin starts one for
+    the run (shared by two xdist workers) and stops it at the end."""
+    import os
+    import shutil
+    import socket
+
+    binary = os.environ.get("PGFORK_BIN") or shutil.which("pgfork")
+    if not binary:
+        pytest.skip("no pgfork binary (clients/test.sh sets PGFORK_BIN)")
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    url = f"http://127.0.0.1:{port}"
+    state = tmp_path_factory.mktemp("serve-state")
+    os.chmod(state, 0o755)
+    bindir = tmp_path_factory.mktemp("bin")
+    os.symlink(binary, bindir / "pgfork")
+    pytester.makeini(f"[pytest]\npgfork_url = {url}\npgfork_extra_key = autostart\n")
+    pytester.makepyfile(
+        """
+        import pytest
+
+        @pytest.mark.parametrize("n", range(4))
+        def test_db(pgfork_db, n):
+            assert pgfork_db.conn.execute("SELECT 1").fetchone() == (1,)
+        """
+    )
+    env = {
+        "PATH": f"{bindir}{os.pathsep}{os.environ.get('PATH', '')}",
+        "PGFORK_SERVE_ARGS": f"--state-dir {state}",
+        "PGFORK_URL": "",
+        "PGFORK_PYTEST_RUN_DIR": "",
+    }
+    with pytest.MonkeyPatch.context() as mp:
+        for k, v in env.items():
+            if v:
+                mp.setenv(k, v)
+            else:
+                mp.delenv(k, raising=False)
+        assert not Client(url).reachable(timeout=0.5)
+        result = pytester.runpytest_subprocess("-p", "no:cacheprovider", "-n", "2", timeout=300)
+    result.assert_outcomes(passed=4)
+    assert not Client(url).reachable(timeout=0.5), "the plugin left its pgfork serve running"

@@ -7,12 +7,15 @@ to return a callable ``(url) -> None`` that migrates the template your way.
 
 Settings (ini or pyproject ``[tool.pytest.ini_options]``; environment first):
 ``pgfork_url`` ($PGFORK_URL), ``pgfork_token`` ($PGFORK_TOKEN),
-``pgfork_migrations`` (relative to the ini file), ``pgfork_extra_key``.
+``pgfork_migrations`` (relative to the ini file), ``pgfork_extra_key``,
+``pgfork_serve_args`` ($PGFORK_SERVE_ARGS: extra arguments for a server the
+plugin starts itself).
 """
 
 from __future__ import annotations
 
 import os
+import shlex
 import shutil
 import tempfile
 from pathlib import Path
@@ -75,6 +78,8 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     parser.addini("pgfork_token", "Bearer token for pgfork serve ($PGFORK_TOKEN wins)", default="")
     parser.addini("pgfork_migrations", "directory hashed into the template key; its *.sql files are run in name order",
                   default="")
+    parser.addini("pgfork_serve_args", "extra arguments for a `pgfork serve` the plugin starts ($PGFORK_SERVE_ARGS wins)",
+                  default="")
     parser.addini("pgfork_extra_key", "extra text hashed into the template key (bump to rebuild)", default="")
 
 
@@ -121,7 +126,8 @@ def pgfork_client(pytestconfig: pytest.Config) -> Client:
     url = _setting(pytestconfig, "PGFORK_URL", "pgfork_url")
     client = Client(url or DEFAULT_URL, token=_setting(pytestconfig, "PGFORK_TOKEN", "pgfork_token") or None)
     run_dir = Path(os.environ.get(RUN_DIR_ENV) or tempfile.mkdtemp(prefix="pgfork-pytest-"))
-    if not ensure_server(client, run_dir):
+    extra = shlex.split(_setting(pytestconfig, "PGFORK_SERVE_ARGS", "pgfork_serve_args"))
+    if not ensure_server(client, run_dir, extra_args=extra):
         msg = (f"no pgfork server answers at {client.base_url} and no `pgfork` binary is on PATH to start one; "
                "run `pgfork serve` or set PGFORK_URL / pgfork_url")
         if url:

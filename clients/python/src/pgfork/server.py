@@ -11,7 +11,7 @@ import time
 import urllib.parse
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Iterator, Optional
+from typing import Iterator, Optional, Sequence
 
 from .client import Client, PgforkError
 
@@ -28,11 +28,12 @@ def _locked(path: Path) -> Iterator[None]:
             fcntl.flock(f, fcntl.LOCK_UN)
 
 
-def ensure_server(client: Client, run_dir: Path, binary: Optional[str] = None) -> bool:
+def ensure_server(client: Client, run_dir: Path, binary: Optional[str] = None,
+                  extra_args: Sequence[str] = ()) -> bool:
     """Make sure a server answers at client.base_url.
 
     If none does and a `pgfork` binary is found (binary, else PATH), start
-    `pgfork serve --listen HOST:PORT` in the background, recording its pid in
+    `pgfork serve --listen HOST:PORT [extra_args]` in the background, recording its pid in
     run_dir/serve.pid; a file lock in run_dir makes parallel workers start it
     only once. Returns False if no server answers and none could be started.
     Raises PgforkError if the started server does not come up.
@@ -53,6 +54,7 @@ def ensure_server(client: Client, run_dir: Path, binary: Optional[str] = None) -
         args = [exe, "serve", "--listen", listen]
         if client.token:
             args += ["--token", client.token]
+        args += list(extra_args)
         log_path = run_dir / "serve.log"
         with open(log_path, "ab") as log:
             proc = subprocess.Popen(args, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,

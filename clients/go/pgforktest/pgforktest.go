@@ -44,7 +44,7 @@ type Options struct {
 	// postgres:// URL) instead of running the .sql files of MigrationsDir.
 	Migrate func(ctx context.Context, connString string) error
 	// ServerURL is the server's base URL. Default: $PGFORK_URL, else
-	// http://127.0.0.1:5000. When neither ServerURL nor PGFORK_URL is set and
+	// $INTEGRESQL_CLIENT_BASE_URL, else http://127.0.0.1:5000. When neither ServerURL nor PGFORK_URL is set and
 	// no server answers, the test is skipped; otherwise it fails.
 	ServerURL string
 	// Token is sent as a Bearer token. Default: $PGFORK_TOKEN.
@@ -118,6 +118,9 @@ func acquire(ctx context.Context, opts Options) (client.TestDatabase, *client.Cl
 	serverURL, explicit := opts.ServerURL, opts.ServerURL != ""
 	if serverURL == "" {
 		serverURL = os.Getenv("PGFORK_URL")
+		if serverURL == "" {
+			serverURL = os.Getenv("INTEGRESQL_CLIENT_BASE_URL") // IntegreSQL's clients' variable
+		}
 		explicit = serverURL != ""
 	}
 	if serverURL == "" {

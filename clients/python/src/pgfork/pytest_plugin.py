@@ -123,7 +123,7 @@ def _setting(config: pytest.Config, env: str, ini: str) -> str:
 def pgfork_client(pytestconfig: pytest.Config) -> Client:
     """A client for the configured server, started in the background if none
     answers and a `pgfork` binary is on PATH."""
-    url = _setting(pytestconfig, "PGFORK_URL", "pgfork_url")
+    url = _setting(pytestconfig, "PGFORK_URL", "pgfork_url") or os.environ.get("INTEGRESQL_CLIENT_BASE_URL", "")
     client = Client(url or DEFAULT_URL, token=_setting(pytestconfig, "PGFORK_TOKEN", "pgfork_token") or None)
     run_dir = Path(os.environ.get(RUN_DIR_ENV) or tempfile.mkdtemp(prefix="pgfork-pytest-"))
     extra = shlex.split(_setting(pytestconfig, "PGFORK_SERVE_ARGS", "pgfork_serve_args"))

@@ -44,8 +44,8 @@ type Options struct {
 	// postgres:// URL) instead of running the .sql files of MigrationsDir.
 	Migrate func(ctx context.Context, connString string) error
 	// ServerURL is the server's base URL. Default: $PGFORK_URL, else
-	// $INTEGRESQL_CLIENT_BASE_URL, else http://127.0.0.1:5000. When neither ServerURL nor PGFORK_URL is set and
-	// no server answers, the test is skipped; otherwise it fails.
+	// $INTEGRESQL_CLIENT_BASE_URL, else http://127.0.0.1:5000. When none of
+	// them is set and no server answers, the test is skipped; otherwise it fails.
 	ServerURL string
 	// Token is sent as a Bearer token. Default: $PGFORK_TOKEN.
 	Token string

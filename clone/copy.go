@@ -851,7 +851,7 @@ func (c *copier) copyFile(ctx context.Context, e *entry) error {
 		c.bytes64.Add(e.size)
 		return nil
 	}
-	sf, err := os.Open(sp)
+	sf, err := openFile(sp, os.O_RDONLY, 0)
 	if err != nil {
 		if errors.Is(err, fs.ErrNotExist) && c.opts.TolerateVanished {
 			c.vanished64.Add(1)
@@ -868,7 +868,7 @@ func (c *copier) copyFile(ctx context.Context, e *entry) error {
 	if c.opts.Prefetch && size > 0 {
 		prefetch(sf)
 	}
-	df, err := os.OpenFile(dp, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
+	df, err := openFile(dp, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
 	if err != nil {
 		return c.writeErr(err, e)
 	}
@@ -886,7 +886,11 @@ func (c *copier) copyFile(ctx context.Context, e *entry) error {
 			return c.writeErr(err, e)
 		}
 	}
-	if info := c.pairs[e.sys.dev]; info != nil && info.shares && (m == Clone || m == CopyFileRange) && size > 0 {
+	switch info := c.pairs[e.sys.dev]; {
+	case m == Clone && e.sys.ok:
+		// A fresh clone shares every allocated block with its source.
+		c.shared64.Add(min(e.sys.blocks*512, size))
+	case info != nil && info.shares && m != PlainCopy && size > 0:
 		if n, err := sharedBytesFd(int(df.Fd())); err == nil {
 			c.shared64.Add(n)
 		}

@@ -400,3 +400,18 @@ func probeCopyRange(ctx context.Context, src, dst *os.File, n int64) error {
 	_, err := copyRangeSegment(ctx, src, dst, 0, n, func(int64) {})
 	return err
 }
+
+// openFile opens a regular file without registering it with Go's poller
+// (which regular files do not use) and in blocking mode, saving a few
+// syscalls per file on trees of many small files.
+func openFile(path string, flag int, perm os.FileMode) (*os.File, error) {
+	for {
+		fd, err := unix.Open(path, flag|unix.O_CLOEXEC, uint32(perm.Perm()))
+		if err == nil {
+			return os.NewFile(uintptr(fd), path), nil
+		}
+		if err != unix.EINTR {
+			return nil, &os.PathError{Op: "open", Path: path, Err: err}
+		}
+	}
+}

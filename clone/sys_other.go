@@ -111,3 +111,7 @@ func SharedBytes(path string) (int64, error) {
 func sharedBytesFd(int) (int64, error) { return 0, nil }
 
 func probeCopyRange(context.Context, *os.File, *os.File, int64) error { return errNotHere }
+
+func openFile(path string, flag int, perm os.FileMode) (*os.File, error) {
+	return os.OpenFile(path, flag, perm)
+}

@@ -1,0 +1,274 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"math/rand/v2"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+)
+
+// The copy scenario: a PostgreSQL-shaped tree copied by `pgfork copy` (auto)
+// against `cp -a --reflink=never` and `cp -a --reflink=always`, on ext4 and on
+// XFS with reflink. Sizes are set by environment variables:
+//
+//	PGFORK_BENCH_COPY_SEGMENTS  number of 1 GiB segment files (default 3)
+//	PGFORK_BENCH_COPY_SMALL     number of small files, 8-256 KiB (default 1000)
+//	PGFORK_BENCH_COPY_RUNS      runs per contender (default 3)
+//	PGFORK_BENCH_COPY_EXT4      parent directory on ext4 (default /var/tmp)
+func init() {
+	register(Scenario{Name: "copy", Issue: "copy engine: pgfork copy vs cp -a (issue 2)", Run: runCopyBench})
+}
+
+func copyEnvInt(name string, def int) int {
+	if v, err := strconv.Atoi(os.Getenv(name)); err == nil && v >= 0 {
+		return v
+	}
+	return def
+}
+
+type copyContender struct {
+	name string
+	cmd  func(src, dst string) []string
+	// durable: the contender makes the copy durable before it returns.
+	durable bool
+}
+
+func runCopyBench(ctx context.Context, r *Report) error {
+	segments := copyEnvInt("PGFORK_BENCH_COPY_SEGMENTS", 3)
+	small := copyEnvInt("PGFORK_BENCH_COPY_SMALL", 1000)
+	runs := max(copyEnvInt("PGFORK_BENCH_COPY_RUNS", 3), 1)
+	ext4Parent := os.Getenv("PGFORK_BENCH_COPY_EXT4")
+	if ext4Parent == "" {
+		ext4Parent = "/var/tmp"
+	}
+
+	work, err := os.MkdirTemp("", "pgfork-bench-copy-bin-")
+	if err != nil {
+		return err
+	}
+	defer os.RemoveAll(work)
+	bin := filepath.Join(work, "pgfork")
+	if out, err := exec.CommandContext(ctx, "go", "build", "-o", bin, "./cmd/pgfork").CombinedOutput(); err != nil {
+		return fmt.Errorf("building pgfork: %v\n%s", err, out)
+	}
+
+	root := os.Geteuid() == 0
+	r.Notef("Tree: %d small files (8-256 KiB, random sizes) in base/<db>/ plus %d segment files of 1 GiB, random data "+
+		"(PGFORK_BENCH_COPY_SEGMENTS / _SMALL to change). %d runs per contender, interleaved; times are medians. "+
+		"Each run starts from an empty destination%s.", small, segments, runs,
+		map[bool]string{true: " with the page cache dropped (`sync; echo 3 > /proc/sys/vm/drop_caches`), so sources are read cold (the pgfork and cp binaries are run once after the drop so that program loading is not timed)",
+			false: "; not root, so the page cache is NOT dropped (warm reads)"}[root])
+	r.Notef("`pgfork copy` runs with `--sync none` to match `cp -a` (neither fsyncs); the durable pair compares " +
+		"`pgfork copy` at its default `--sync fsync` with `cp -a --reflink=never && sync -f`.")
+
+	contenders := []copyContender{
+		{name: "cp -a --reflink=never", cmd: func(s, d string) []string { return []string{"cp", "-a", "--reflink=never", s, d} }},
+		{name: "cp -a --reflink=always", cmd: func(s, d string) []string { return []string{"cp", "-a", "--reflink=always", s, d} }},
+		{name: "pgfork copy (auto, --sync none)", cmd: func(s, d string) []string { return []string{bin, "copy", "-q", "--sync", "none", s, d} }},
+		{name: "cp -a --reflink=never && sync -f", durable: true, cmd: func(s, d string) []string {
+			return []string{"sh", "-c", `cp -a --reflink=never "$1" "$2" && sync -f "$2"`, "sh", s, d}
+		}},
+		{name: "pgfork copy (auto, --sync fsync)", durable: true, cmd: func(s, d string) []string { return []string{bin, "copy", "-q", s, d} }},
+	}
+
+	type fsRun struct{ name, parent string }
+	fss := []fsRun{{"ext4", ext4Parent}}
+	if x := os.Getenv("PGFORK_TEST_XFS"); x != "" {
+		fss = append(fss, fsRun{"xfs", x})
+	} else {
+		r.Notef("XFS half skipped: $PGFORK_TEST_XFS is not set (run `eval \"$(scripts/test-env.sh env)\"` as root after `scripts/test-env.sh up`).")
+	}
+	for _, f := range fss {
+		if err := benchCopyOn(ctx, r, f.name, f.parent, bin, contenders, segments, small, runs, root); err != nil {
+			return fmt.Errorf("%s: %w", f.name, err)
+		}
+	}
+	return nil
+}
+
+func benchCopyOn(ctx context.Context, r *Report, fsName, parent, bin string, contenders []copyContender, segments, small, runs int, root bool) error {
+	dir, err := os.MkdirTemp(parent, "pgfork-bench-copy-")
+	if err != nil {
+		return err
+	}
+	defer os.RemoveAll(dir)
+	src := filepath.Join(dir, "src")
+	total, err := makePGTree(src, segments, small)
+	if err != nil {
+		return err
+	}
+	fmt.Printf("%s: source tree of %s written in %s\n", fsName, copyFmtBytes(total), dir)
+	dst := filepath.Join(dir, "dst")
+	prepare := func() error {
+		if err := os.RemoveAll(dst); err != nil {
+			return err
+		}
+		_ = exec.Command("sync").Run()
+		if root {
+			_ = os.WriteFile("/proc/sys/vm/drop_caches", []byte("3\n"), 0o200)
+		}
+		// Cold data, warm programs: load both binaries back into the cache.
+		_ = exec.Command(bin, "version").Run()
+		_ = exec.Command("cp", "--version").Run()
+		return nil
+	}
+	samples := make([]Sample, len(contenders))
+	failed := make([]string, len(contenders))
+	for i := 0; i < runs; i++ {
+		for c, ct := range contenders {
+			if failed[c] != "" {
+				continue
+			}
+			if err := ctx.Err(); err != nil {
+				return err
+			}
+			s, err := Measure(1, func(int) error { return prepare() }, func(int) error {
+				args := ct.cmd(src, dst)
+				out, err := exec.CommandContext(ctx, args[0], args[1:]...).CombinedOutput()
+				if err != nil {
+					return fmt.Errorf("%v: %s", err, strings.TrimSpace(copyLastLine(string(out))))
+				}
+				return nil
+			})
+			if err != nil {
+				failed[c] = err.Error()
+				continue
+			}
+			samples[c] = append(samples[c], s...)
+		}
+	}
+
+	// One more pgfork run with --json to report what it did.
+	_ = prepare()
+	out, err := exec.CommandContext(ctx, bin, "copy", "--json", "--sync", "none", src, dst).Output()
+	var sum struct {
+		Files       int64            `json:"files"`
+		Bytes       int64            `json:"bytes"`
+		SharedBytes int64            `json:"shared_bytes"`
+		Methods     map[string]int64 `json:"methods"`
+	}
+	if err == nil && json.Unmarshal(out, &sum) == nil {
+		r.Notef("%s: pgfork copied %d files, %s; methods %v; %s shared with the source by copy-on-write.",
+			fsName, sum.Files, copyFmtBytes(sum.Bytes), sum.Methods, copyFmtBytes(sum.SharedBytes))
+	}
+	_ = os.RemoveAll(dst)
+
+	base := samples[0].Median()
+	reflink := samples[1].Median()
+	rows := [][]string{}
+	for c, ct := range contenders {
+		if failed[c] != "" {
+			rows = append(rows, []string{ct.name, "fails: " + failed[c], "", "", ""})
+			continue
+		}
+		m := samples[c].Median()
+		vsReflink := "n/a"
+		if failed[1] == "" {
+			vsReflink = Ratio(reflink, m)
+		}
+		rows = append(rows, []string{ct.name, Dur(m), Dur(samples[c].Quantile(0)) + " – " + Dur(samples[c].Quantile(1)),
+			Ratio(base, m), vsReflink})
+	}
+	r.Notef("### %s (%s, %d runs)", fsName, copyFmtBytes(total), runs)
+	r.Table([]string{"contender", "median", "min – max", "speed-up vs cp --reflink=never", "vs cp --reflink=always"}, rows)
+
+	pg := samples[2].Median()
+	pgDurable := samples[4].Median()
+	cpDurable := samples[3].Median()
+	switch fsName {
+	case "xfs":
+		if failed[2] == "" && failed[0] == "" {
+			r.Target(float64(base)/float64(pg) >= 50, "on XFS pgfork copy is at least 50x faster than cp --reflink=never: %s vs %s (%s)",
+				Dur(pg), Dur(base), Ratio(base, pg))
+		}
+		if failed[2] == "" && failed[1] == "" {
+			r.Target(pg <= reflink*105/100, "on XFS pgfork copy is no slower than cp --reflink=always (5%% noise allowed): %s vs %s (%s)",
+				Dur(pg), Dur(reflink), Ratio(reflink, pg))
+		}
+	default:
+		if failed[2] == "" && failed[0] == "" {
+			r.Target(pg <= base*105/100, "on %s pgfork copy is no slower than cp -a (5%% noise allowed): %s vs %s (%s; aim 1.3x)",
+				fsName, Dur(pg), Dur(base), Ratio(base, pg))
+		}
+		if failed[4] == "" && failed[3] == "" {
+			r.Notef("Durable: pgfork copy (fsync) %s vs cp -a && sync -f %s (%s).", Dur(pgDurable), Dur(cpDurable), Ratio(cpDurable, pgDurable))
+		}
+	}
+	return nil
+}
+
+func copyLastLine(s string) string {
+	lines := strings.Split(strings.TrimSpace(s), "\n")
+	return lines[len(lines)-1]
+}
+
+func copyFmtBytes(n int64) string {
+	switch {
+	case n >= 1<<30:
+		return fmt.Sprintf("%.1f GiB", float64(n)/(1<<30))
+	case n >= 1<<20:
+		return fmt.Sprintf("%.1f MiB", float64(n)/(1<<20))
+	}
+	return fmt.Sprintf("%d KiB", n>>10)
+}
+
+// makePGTree writes a PostgreSQL-shaped tree: small relation files in
+// base/<db>/, a few global files, and 1 GiB segments (<relfilenode>.<n>).
+func makePGTree(root string, segments, small int) (int64, error) {
+	rng := rand.New(rand.NewPCG(2024, 7))
+	buf := make([]byte, 1<<20)
+	for i := range buf {
+		buf[i] = byte(rng.Uint32())
+	}
+	write := func(p string, size int64) error {
+		if err := os.MkdirAll(filepath.Dir(p), 0o700); err != nil {
+			return err
+		}
+		f, err := os.OpenFile(p, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o600)
+		if err != nil {
+			return err
+		}
+		for off := int64(0); off < size; {
+			n := min(int64(len(buf)), size-off)
+			buf[0], buf[1] = byte(off>>20), byte(rng.Uint32()) // no two blocks alike
+			if _, err := f.Write(buf[:n]); err != nil {
+				f.Close()
+				return err
+			}
+			off += n
+		}
+		return f.Close()
+	}
+	var total int64
+	for i := 0; i < small; i++ {
+		size := int64(8<<10) * int64(1+rng.IntN(32)) // 8 KiB .. 256 KiB, whole pages
+		p := filepath.Join(root, "base", strconv.Itoa(1+i%4*16383), strconv.Itoa(16384+i))
+		if err := write(p, size); err != nil {
+			return 0, err
+		}
+		total += size
+	}
+	for i := 0; i < segments; i++ {
+		name := "24576"
+		if i > 0 {
+			name += "." + strconv.Itoa(i)
+		}
+		if err := write(filepath.Join(root, "base", "16384", name), 1<<30); err != nil {
+			return 0, err
+		}
+		total += 1 << 30
+	}
+	if err := os.MkdirAll(filepath.Join(root, "pg_wal"), 0o700); err != nil {
+		return 0, err
+	}
+	if err := write(filepath.Join(root, "global", "pg_control"), 8192); err != nil {
+		return 0, err
+	}
+	_ = exec.Command("sync").Run()
+	return total + 8192, nil
+}

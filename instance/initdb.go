@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 
 	"github.com/pgfork/pgfork/internal/errs"
@@ -23,6 +24,9 @@ type InitOptions struct {
 	Locale    string // default C (fast, stable sorting for tests)
 	// Checksums: nil keeps initdb's default (off before 18, on from 18).
 	Checksums *bool
+	// Major is the PostgreSQL major of BinDir; 0 lets InitDB ask initdb.
+	// It decides how Checksums is spelled (--no-data-checksums exists from 18).
+	Major int
 	// NoSync skips initdb's fsync (throw-away and template clusters; pgfork
 	// syncs what it keeps itself).
 	NoSync bool
@@ -49,7 +53,7 @@ func (o InitOptions) Args() []string {
 	if o.Checksums != nil {
 		if *o.Checksums {
 			args = append(args, "--data-checksums")
-		} else {
+		} else if o.Major >= 18 {
 			args = append(args, "--no-data-checksums")
 		}
 	}
@@ -75,6 +79,9 @@ func InitDB(ctx context.Context, o InitOptions) error {
 	if err := o.User.MkdirOwned(o.DataDir, 0o700); err != nil {
 		return errs.Wrap(errs.Permission, err, "cannot create data directory").WithPath(o.DataDir)
 	}
+	if o.Major == 0 {
+		o.Major = majorOf(ctx, o.User, o.Env, filepath.Join(o.BinDir, "initdb"))
+	}
 	args := append([]string{"-D", o.DataDir}, o.Args()...)
 	cmd := o.User.Command(ctx, o.Env, filepath.Join(o.BinDir, "initdb"), args...)
 	var out bytes.Buffer
@@ -96,4 +103,22 @@ func tail(s string, n int) string {
 		lines = lines[len(lines)-n:]
 	}
 	return fmt.Sprintf("\n    %s", strings.Join(lines, "\n    "))
+}
+
+// majorOf runs `tool --version` and returns the major version, 0 if unknown.
+func majorOf(ctx context.Context, u *OSUser, env []string, tool string) int {
+	out, err := u.Command(ctx, env, tool, "--version").Output()
+	if err != nil {
+		return 0
+	}
+	f := strings.Fields(string(out))
+	if len(f) == 0 {
+		return 0
+	}
+	v := f[len(f)-1]
+	if i := strings.IndexAny(v, ".br"); i > 0 {
+		v = v[:i]
+	}
+	n, _ := strconv.Atoi(v)
+	return n
 }

@@ -159,3 +159,28 @@ func TestInitDBRefusesNonEmpty(t *testing.T) {
 		t.Error("InitDB damaged an existing directory")
 	}
 }
+
+func TestInitDBChecksumsEveryMajor(t *testing.T) {
+	for _, bin := range testenv.PGBinDirs(t) {
+		t.Run(filepath.Base(filepath.Dir(bin)), func(t *testing.T) {
+			u, _ := instance.ResolveUser("")
+			for _, on := range []bool{true, false} {
+				data := filepath.Join(testenv.Dir(t), "data")
+				if err := instance.InitDB(context.Background(), instance.InitOptions{BinDir: bin, DataDir: data, User: u, NoSync: true, Checksums: &on}); err != nil {
+					t.Fatalf("checksums=%v: %v", on, err)
+				}
+				out, err := u.Command(context.Background(), nil, filepath.Join(bin, "pg_controldata"), data).Output()
+				if err != nil {
+					t.Fatal(err)
+				}
+				want := "Data page checksum version:           0"
+				if on {
+					want = "Data page checksum version:           1"
+				}
+				if !strings.Contains(string(out), want) {
+					t.Errorf("checksums=%v: pg_controldata lacks %q", on, want)
+				}
+			}
+		})
+	}
+}

@@ -1,0 +1,523 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/pgfork/pgfork/cluster"
+	"github.com/pgfork/pgfork/internal/testenv"
+	"github.com/pgfork/pgfork/template"
+)
+
+// upBinary builds pgfork once per test into a directory every user can run it from.
+func upBinary(t *testing.T) string {
+	t.Helper()
+	bin := filepath.Join(testenv.Dir(t), "pgfork")
+	if out, err := exec.Command("go", "build", "-o", bin, ".").CombinedOutput(); err != nil {
+		t.Fatalf("go build: %v\n%s", err, out)
+	}
+	return bin
+}
+
+// pgfk runs the pgfork binary with PGFORK_HOME=home.
+type pgfk struct {
+	t         *testing.T
+	bin, home string
+	pgBin     string
+	extraEnv  []string
+}
+
+func newPgfk(t *testing.T, bin, home, pgBin string) *pgfk {
+	p := &pgfk{t: t, bin: bin, home: home, pgBin: pgBin}
+	// Whatever a test leaves running is stopped and removed at the end.
+	t.Cleanup(func() { _ = exec.Command(bin, "--state-dir", home, "down", "--all", "--timeout", "1s").Run() })
+	return p
+}
+
+func (p *pgfk) run(args ...string) cliResult {
+	p.t.Helper()
+	cmd := exec.Command(p.bin, append([]string{"--state-dir", p.home, "--pg-bin", p.pgBin}, args...)...)
+	var o, e bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &o, &e
+	cmd.Env = append(os.Environ(), p.extraEnv...)
+	err := cmd.Run()
+	var ee *exec.ExitError
+	code := 0
+	if errors.As(err, &ee) {
+		code = ee.ExitCode()
+	} else if err != nil {
+		p.t.Fatal(err)
+	}
+	return cliResult{code, o.String(), e.String()}
+}
+
+func (p *pgfk) up(args ...string) upResult {
+	p.t.Helper()
+	r := p.run(append([]string{"up", "--json"}, args...)...)
+	if r.code != 0 {
+		p.t.Fatalf("pgfork up %v: exit %d\n%s", args, r.code, r.stderr)
+	}
+	var res upResult
+	if err := json.Unmarshal([]byte(r.stdout), &res); err != nil {
+		p.t.Fatalf("pgfork up --json: %v\n%s", err, r.stdout)
+	}
+	return res
+}
+
+func (p *pgfk) ls() []cluster.Entry {
+	p.t.Helper()
+	r := p.run("ls", "--json")
+	if r.code != 0 {
+		p.t.Fatalf("pgfork ls: exit %d\n%s", r.code, r.stderr)
+	}
+	var es []cluster.Entry
+	if err := json.Unmarshal([]byte(r.stdout), &es); err != nil {
+		p.t.Fatalf("pgfork ls --json: %v\n%s", err, r.stdout)
+	}
+	return es
+}
+
+func queryOne(t *testing.T, url, sql string) string {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	conn, err := pgx.Connect(ctx, url)
+	if err != nil {
+		t.Fatalf("connect %s: %v", url, err)
+	}
+	defer conn.Close(ctx)
+	var s string
+	if err := conn.QueryRow(ctx, sql).Scan(&s); err != nil {
+		t.Fatalf("%s: %v", sql, err)
+	}
+	return s
+}
+
+func pidAlive(pid int) bool {
+	err := syscall.Kill(pid, 0)
+	return err == nil || errors.Is(err, syscall.EPERM)
+}
+
+func waitGone(t *testing.T, pid int) {
+	t.Helper()
+	for i := 0; i < 500 && pidAlive(pid); i++ {
+		time.Sleep(10 * time.Millisecond)
+	}
+	if pidAlive(pid) {
+		t.Errorf("server pid %d still running", pid)
+	}
+}
+
+func writeFile(t *testing.T, p, s string) {
+	t.Helper()
+	if err := os.WriteFile(p, []byte(s), 0o644); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func dirNames(t *testing.T, d string) []string {
+	t.Helper()
+	ents, err := os.ReadDir(d)
+	if err != nil && !os.IsNotExist(err) {
+		t.Fatal(err)
+	}
+	var n []string
+	for _, e := range ents {
+		n = append(n, e.Name())
+	}
+	return n
+}
+
+// TestUpConcurrentBuildsTemplateOnce: 8 `pgfork up` at once (half with
+// --tcp) build the template once, and all 8 clusters run, each on its own
+// socket directory or port, with the setup (SQL files and command) applied.
+func TestUpConcurrentBuildsTemplateOnce(t *testing.T) {
+	bin := upBinary(t)
+	for _, pgBin := range testenv.PGBinDirs(t) {
+		t.Run(filepath.Base(filepath.Dir(pgBin)), func(t *testing.T) {
+			home := testenv.Dir(t)
+			p := newPgfk(t, bin, home, pgBin)
+			work := testenv.Dir(t)
+			mig := filepath.Join(work, "migrations")
+			if err := os.Mkdir(mig, 0o755); err != nil {
+				t.Fatal(err)
+			}
+			writeFile(t, filepath.Join(mig, "001_t.up.sql"), "create table t (id int primary key, who text);\n")
+			writeFile(t, filepath.Join(mig, "001_t.down.sql"), "drop table t;\n")
+			writeFile(t, filepath.Join(mig, "002_rows.up.sql"), "insert into t values (1, 'sql');\n")
+			count := filepath.Join(work, "builds")
+			// The command proves it got DATABASE_URL by writing through it.
+			setupCmd := fmt.Sprintf(`echo built >> %s && %s/psql "$DATABASE_URL" -X -q -c "insert into t values (2, 'cmd')"`, count, pgBin)
+
+			const n = 8
+			var wg sync.WaitGroup
+			results := make([]upResult, n)
+			fails := make([]string, n)
+			for i := range n {
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					args := []string{"up", "--json", "--setup", mig, "--setup-cmd", setupCmd}
+					if i%2 == 1 {
+						args = append(args, "--tcp")
+					}
+					r := p.run(args...)
+					if r.code != 0 {
+						fails[i] = fmt.Sprintf("up %d: exit %d: %s", i, r.code, r.stderr)
+						return
+					}
+					if err := json.Unmarshal([]byte(r.stdout), &results[i]); err != nil {
+						fails[i] = err.Error()
+					}
+				}()
+			}
+			wg.Wait()
+			for _, f := range fails {
+				if f != "" {
+					t.Fatal(f)
+				}
+			}
+			b, _ := os.ReadFile(count)
+			if got := strings.Count(string(b), "built"); got != 1 {
+				t.Errorf("template built %d times by 8 concurrent ups, want 1", got)
+			}
+			names, sockets, ports := map[string]bool{}, map[string]bool{}, map[int]bool{}
+			built := 0
+			for i, r := range results {
+				if names[r.Name] || sockets[r.SocketDir] {
+					t.Errorf("name %s or socket dir %s used twice", r.Name, r.SocketDir)
+				}
+				names[r.Name], sockets[r.SocketDir] = true, true
+				if i%2 == 1 {
+					if r.Host == "" || ports[r.Port] {
+						t.Errorf("--tcp cluster %s: host %q port %d (clash?)", r.Name, r.Host, r.Port)
+					}
+					ports[r.Port] = true
+				}
+				if r.Built {
+					built++
+				}
+				if r.TemplateKey != results[0].TemplateKey {
+					t.Errorf("template keys differ: %s %s", r.TemplateKey, results[0].TemplateKey)
+				}
+				if got := queryOne(t, r.URL, "select string_agg(who, ',' order by id) from t"); got != "sql,cmd" {
+					t.Errorf("cluster %s: rows %q, want sql,cmd", r.Name, got)
+				}
+				// Independent clusters: a write to one is not seen by another.
+				queryOne(t, r.URL, fmt.Sprintf("insert into t values (%d, 'own') returning 'x'", 10+i))
+			}
+			if built != 1 {
+				t.Errorf("%d ups report building the template, want 1", built)
+			}
+			if got := queryOne(t, results[0].URL, "select count(*)::text from t"); got != "3" {
+				t.Errorf("cluster 0 sees %s rows, want 3 (its own write only)", got)
+			}
+			if got := queryOne(t, results[0].URL, "select current_setting('fsync')"); got != "off" {
+				t.Errorf("cluster runs without the test profile: fsync=%s", got)
+			}
+			if os.Geteuid() == 0 {
+				if got := queryOne(t, results[0].URL, "select current_setting('data_directory')"); got != results[0].DataDir {
+					t.Errorf("data_directory %s, want %s", got, results[0].DataDir)
+				}
+				fi, err := os.Stat(results[0].DataDir)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if uid := fi.Sys().(*syscall.Stat_t).Uid; uid == 0 {
+					t.Error("as root, the cluster's data directory belongs to root, not the PostgreSQL user")
+				}
+			}
+
+			es := p.ls()
+			if len(es) != n {
+				t.Fatalf("ls lists %d clusters, want %d", len(es), n)
+			}
+			for _, e := range es {
+				if e.State != cluster.Running || e.URL == "" || e.Size <= 0 {
+					t.Errorf("ls: %+v", e)
+				}
+			}
+			tl := p.run("template", "ls", "--json")
+			var metas []template.Meta
+			if err := json.Unmarshal([]byte(tl.stdout), &metas); err != nil || len(metas) != 1 {
+				t.Fatalf("template ls: %v %s", err, tl.stdout)
+			}
+			if m := metas[0]; m.Key != results[0].TemplateKey || len(m.Setup) != 2 || m.SetupCmd == "" || m.Size <= 0 {
+				t.Errorf("template ls: %+v", m)
+			}
+
+			// A taken name is refused without touching the cluster.
+			if r := p.run("up", "--name", results[0].Name); r.code != exitExists {
+				t.Errorf("up with a taken name: exit %d, want %d: %s", r.code, exitExists, r.stderr)
+			}
+			if r := p.run("down", "--all"); r.code != 0 {
+				t.Fatalf("down --all: %d %s", r.code, r.stderr)
+			}
+			for _, r := range results {
+				waitGone(t, r.Pid)
+				if _, err := os.Stat(r.SocketDir); !os.IsNotExist(err) {
+					t.Errorf("socket dir %s left after down", r.SocketDir)
+				}
+			}
+			if got := dirNames(t, filepath.Join(home, "clusters")); len(got) != 0 {
+				t.Errorf("clusters left after down --all: %v", got)
+			}
+		})
+	}
+}
+
+// TestUpWhileTemplateRemoved: `pgfork up` keeps working while the template
+// is removed (and so rebuilt) under it, and rm refuses while it is in use.
+func TestUpWhileTemplateRemoved(t *testing.T) {
+	bin := upBinary(t)
+	pgBin := testenv.PGBinDirs(t)[0]
+	home := testenv.Dir(t)
+	p := newPgfk(t, bin, home, pgBin)
+	work := testenv.Dir(t)
+	schema := filepath.Join(work, "schema.sql")
+	writeFile(t, schema, "create table kv (k text primary key, v text); insert into kv values ('a', 'b');\n")
+	first := p.up("--setup", schema)
+	key := first.TemplateKey
+
+	var wg sync.WaitGroup
+	errc := make(chan string, 20)
+	for round := 0; round < 3; round++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			r := p.run("template", "rm", key)
+			if r.code != 0 && r.code != exitBusy && r.code != exitNotFound {
+				errc <- fmt.Sprintf("template rm: exit %d: %s", r.code, r.stderr)
+			}
+		}()
+		for i := 0; i < 3; i++ {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				r := p.run("up", "--json", "--setup", schema)
+				if r.code != 0 {
+					errc <- fmt.Sprintf("up during template rm: exit %d: %s", r.code, r.stderr)
+					return
+				}
+				var res upResult
+				if err := json.Unmarshal([]byte(r.stdout), &res); err != nil {
+					errc <- err.Error()
+					return
+				}
+				if got := queryOne(t, res.URL, "select v from kv where k = 'a'"); got != "b" {
+					errc <- "setup missing in " + res.Name
+				}
+			}()
+		}
+		wg.Wait()
+	}
+	close(errc)
+	for e := range errc {
+		t.Error(e)
+	}
+	if n := len(p.ls()); n != 10 {
+		t.Errorf("%d clusters, want 10", n)
+	}
+	// Removing a template leaves its clusters running.
+	if r := p.run("template", "rm", "--all"); r.code != 0 {
+		t.Errorf("template rm --all: %d %s", r.code, r.stderr)
+	}
+	if got := queryOne(t, first.URL, "select v from kv"); got != "b" {
+		t.Errorf("first cluster after template rm: %q", got)
+	}
+	for _, n := range dirNames(t, filepath.Join(home, "templates")) {
+		t.Errorf("left in templates/: %s", n)
+	}
+	if r := p.run("template", "rm", key); r.code != exitNotFound {
+		t.Errorf("rm of a removed template: exit %d, want %d", r.code, exitNotFound)
+	}
+}
+
+// TestUpSetupFailure: a failing setup leaves no template, no cluster and no
+// server, and the error shows the setup's own output.
+func TestUpSetupFailure(t *testing.T) {
+	bin := upBinary(t)
+	pgBin := testenv.PGBinDirs(t)[0]
+	home := testenv.Dir(t)
+	p := newPgfk(t, bin, home, pgBin)
+	work := testenv.Dir(t)
+	bad := filepath.Join(work, "bad.sql")
+	writeFile(t, bad, "create table ok (id int);\nselec 1;\n")
+
+	check := func(what string, r cliResult, code int, wants ...string) {
+		t.Helper()
+		if r.code != code {
+			t.Errorf("%s: exit %d, want %d\n%s", what, r.code, code, r.stderr)
+		}
+		for _, w := range wants {
+			if !strings.Contains(r.stderr, w) {
+				t.Errorf("%s: stderr lacks %q:\n%s", what, w, r.stderr)
+			}
+		}
+		if got := dirNames(t, filepath.Join(home, "templates")); len(got) != 0 {
+			t.Errorf("%s: templates/ holds %v", what, got)
+		}
+		if got := dirNames(t, filepath.Join(home, "clusters")); len(got) != 0 {
+			t.Errorf("%s: clusters/ holds %v", what, got)
+		}
+		if got := dirNames(t, filepath.Join(home, "run")); len(got) != 0 {
+			t.Errorf("%s: run/ holds %v", what, got)
+		}
+	}
+	check("bad SQL", p.run("up", "--name", "x1", "--setup", bad), exitUsage, "bad.sql", `syntax error at or near "selec"`)
+	check("failing command", p.run("up", "--setup-cmd", "echo boom-from-setup >&2; exit 3"), exitUsage, "boom-from-setup", "exit status 3")
+	check("missing file", p.run("up", "--setup", filepath.Join(work, "nope.sql")), exitNotFound, "nope.sql")
+	empty := filepath.Join(work, "empty")
+	_ = os.Mkdir(empty, 0o755)
+	check("empty dir", p.run("up", "--setup", empty), exitUsage, "no *.sql files")
+	check("bad name", p.run("up", "--name", "../evil"), exitUsage, "bad cluster name")
+	check("bad ttl", p.run("up", "--ttl", "soon"), exitUsage)
+	// No server of the failed build is left: the name is free again and
+	// nothing listens under the state directory.
+	if out, _ := exec.Command("pgrep", "-f", "-a", home).Output(); len(bytes.TrimSpace(out)) > 0 {
+		t.Errorf("processes left running: %s", out)
+	}
+	// And after fixing the SQL, the same name works.
+	writeFile(t, bad, "create table ok (id int);\nselect 1;\n")
+	res := p.up("--name", "x1", "--setup", bad)
+	if got := queryOne(t, res.URL, "select count(*)::text from ok"); got != "0" {
+		t.Errorf("fixed setup: %q", got)
+	}
+}
+
+// TestReaper: clusters past their TTL, whose parent process exited, or
+// whose server died are removed by the next pgfork call.
+func TestReaper(t *testing.T) {
+	bin := upBinary(t)
+	pgBin := testenv.PGBinDirs(t)[0]
+	home := testenv.Dir(t)
+	p := newPgfk(t, bin, home, pgBin)
+
+	parent := exec.Command("sleep", "300")
+	if err := parent.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = parent.Process.Kill() }()
+	keep := p.up("--name", "keep", "--ttl", "1h")
+	crash := p.up("--name", "crash")
+	orphan := p.up("--name", "child", "--parent-pid", fmt.Sprint(parent.Process.Pid), "--tcp")
+	ttl := p.up("--name", "short", "--ttl", "3s")
+	if ttl.Expires == nil {
+		t.Fatal("up --ttl --json gives no expiry")
+	}
+	if r := p.run("up", "--parent-pid", "999999999"); r.code != exitUsage && r.code != exitNotFound {
+		t.Errorf("--parent-pid of no process: exit %d", r.code)
+	}
+
+	if es := p.ls(); len(es) != 4 {
+		t.Fatalf("ls: %d clusters, want 4", len(es))
+	}
+	lsText := p.run("ls")
+	if !strings.Contains(lsText.stdout, "parent ") || !strings.Contains(lsText.stdout, "keep") {
+		t.Errorf("ls output lacks TTL/parent:\n%s", lsText.stdout)
+	}
+	_ = parent.Process.Kill()
+	_ = parent.Wait()
+	if err := syscall.Kill(crash.Pid, syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	waitGone(t, crash.Pid)
+	time.Sleep(time.Until(*ttl.Expires) + 50*time.Millisecond)
+
+	r := p.run("ls", "--json")
+	var es []cluster.Entry
+	if err := json.Unmarshal([]byte(r.stdout), &es); err != nil {
+		t.Fatal(err, r.stdout)
+	}
+	if len(es) != 1 || es[0].Name != "keep" || es[0].State != cluster.Running {
+		t.Errorf("after reaping: %+v, want only keep", es)
+	}
+	for _, w := range []string{"short: TTL", "child: parent process", "crash: server is no longer running"} {
+		if !strings.Contains(r.stderr, w) {
+			t.Errorf("reaper did not report %q:\n%s", w, r.stderr)
+		}
+	}
+	for _, c := range []upResult{ttl, orphan} {
+		waitGone(t, c.Pid)
+	}
+	if _, err := os.Stat(crash.DataDir); !os.IsNotExist(err) {
+		t.Errorf("dead cluster's data left: %v", err)
+	}
+	if got := queryOne(t, keep.URL, "select 'ok'"); got != "ok" {
+		t.Error(got)
+	}
+	// A leftover of an up killed mid-way (no cluster.json, lock free) is cleaned.
+	left := filepath.Join(home, "clusters", "halfmade")
+	if err := os.MkdirAll(filepath.Join(left, "data"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if r := p.run("down", "keep"); r.code != 0 || strings.TrimSpace(r.stdout) != "keep" {
+		t.Errorf("down keep: %d %q %s", r.code, r.stdout, r.stderr)
+	}
+	waitGone(t, keep.Pid)
+	if _, err := os.Stat(left); !os.IsNotExist(err) {
+		t.Errorf("leftover not reaped: %v", err)
+	}
+	if r := p.run("down", "keep"); r.code != exitNotFound {
+		t.Errorf("down of a removed cluster: exit %d", r.code)
+	}
+	if r := p.run("down"); r.code != exitUsage {
+		t.Errorf("down without names: exit %d", r.code)
+	}
+}
+
+// TestUpXFS: with the state directory on XFS, clusters are reflink clones of
+// the template.
+func TestUpXFS(t *testing.T) {
+	home := testenv.XFSDir(t)
+	bin := upBinary(t)
+	for _, pgBin := range testenv.PGBinDirs(t) {
+		t.Run(filepath.Base(filepath.Dir(pgBin)), func(t *testing.T) {
+			p := newPgfk(t, bin, home, pgBin)
+			a := p.up()
+			b := p.up("--tcp")
+			if a.Method["clone"] == 0 || b.Method["copy"]+b.Method["copy-file-range"] != 0 {
+				t.Errorf("on XFS the copy should be reflinks: %v", b.Method)
+			}
+			for _, c := range []upResult{a, b} {
+				if got := queryOne(t, c.URL, "select current_setting('server_version_num')"); got == "" {
+					t.Error("no version")
+				}
+			}
+			if r := p.run("down", a.Name, b.Name); r.code != 0 {
+				t.Errorf("down: %d %s", r.code, r.stderr)
+			}
+		})
+	}
+}
+
+// TestTemplatePrune: prune keeps recently used templates and removes the rest.
+func TestTemplatePrune(t *testing.T) {
+	bin := upBinary(t)
+	pgBin := testenv.PGBinDirs(t)[0]
+	home := testenv.Dir(t)
+	p := newPgfk(t, bin, home, pgBin)
+	c := p.up()
+	if r := p.run("template", "prune", "--older-than", "1h"); r.code != 0 || strings.TrimSpace(r.stdout) != "" {
+		t.Errorf("prune of a fresh template: %d %q", r.code, r.stdout)
+	}
+	if r := p.run("template", "prune", "--older-than", "0"); r.code != 0 || strings.TrimSpace(r.stdout) != c.TemplateKey {
+		t.Errorf("prune --older-than 0: %d %q %s", r.code, r.stdout, r.stderr)
+	}
+	if r := p.run("template", "rm", "zz"); r.code != exitUsage {
+		t.Errorf("rm of a non-key: exit %d", r.code)
+	}
+}

@@ -1,0 +1,270 @@
+package main
+
+import (
+	"bufio"
+	"fmt"
+	"io"
+	"os"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/spf13/cobra"
+	"golang.org/x/term"
+
+	"github.com/pgfork/pgfork/instance"
+	"github.com/pgfork/pgfork/internal/errs"
+	"github.com/pgfork/pgfork/pgbin"
+	"github.com/pgfork/pgfork/upgrade"
+)
+
+func init() { rootCmd.AddCommand(newUpgradeCmd()) }
+
+type upgradeFlags struct {
+	to                   string
+	mode                 string
+	jobs                 int
+	rehearse, noRehearse bool
+	rehearseOnly, check  bool
+	stopOld, yes         bool
+	superuser            string
+	oldBin, newBin       string
+	noAnalyze            bool
+}
+
+func newUpgradeCmd() *cobra.Command {
+	var f upgradeFlags
+	cmd := &cobra.Command{
+		Use:   "upgrade OLD_DATADIR NEW_DATADIR --to MAJOR",
+		Short: "Upgrade a cluster to a newer PostgreSQL major with pg_upgrade, rehearsed on a clone first",
+		Long: `Upgrade the (stopped) cluster in OLD_DATADIR to PostgreSQL MAJOR in NEW_DATADIR,
+which pgfork creates, with pg_upgrade in the fastest transfer mode the disks allow.
+
+pgfork finds the old and new binaries (the old by OLD_DATADIR's PG_VERSION; a
+missing major is installed with ` + "`pgfork pg install MAJOR`" + `), reads the old
+cluster's settings (pg_controldata, and encoding, locale and bootstrap superuser
+from its catalogs) and creates the new cluster to match them, data checksums
+included. It refuses, saying what to do, when the old cluster runs (--stop-old
+shuts it down cleanly), NEW_DATADIR exists, space is short for the mode, or the
+version pair is not supported.
+
+Modes (--mode):
+  auto             clone when both directories are on one filesystem that clones
+                   files (XFS with reflink, btrfs), else copy-file-range (pg_upgrade
+                   17+), else copy. The old cluster stays usable.
+  clone, copy-file-range, copy
+                   pg_upgrade's modes of the same names; the old cluster stays usable.
+  link, swap       fastest without copy-on-write, but the old cluster can no longer
+                   be started once the new one has run (swap: at all). Asked only
+                   with --yes or an interactive confirmation.
+
+Rehearsal: by default, when the old cluster's filesystem can clone, pgfork first
+clones it (copy-on-write: seconds, little space), runs the whole upgrade on the
+clone, starts the result, connects to every database and counts its relations,
+then deletes the clone; the original is only read (verified). Only then does it
+upgrade for real. --rehearse-only stops after the rehearsal; --check only runs
+pg_upgrade --check. pg_upgrade runs the same checks at the start of every run and
+changes nothing when one fails: pgfork explains its findings in plain words.
+
+After the upgrade pgfork starts the new cluster on a private socket, checks every
+database, rebuilds statistics (vacuumdb --analyze-in-stages; --missing-stats-only
+for 18+, which keeps statistics) and stops it. On failure pg_upgrade's logs are kept
+beside NEW_DATADIR and the error says where; the new cluster is built in a staging
+directory, so NEW_DATADIR never half-exists, and an interrupted run is cleaned up
+by the next one.`,
+		Example: `  # rehearse on a clone, then upgrade in the fastest safe mode
+  pgfork upgrade /var/lib/postgresql/15/main /var/lib/postgresql/18/main --to 18
+
+  # the cluster still runs: shut it down cleanly first
+  pgfork upgrade /srv/pg15 /srv/pg18 --to 18 --stop-old
+
+  # only find out whether it would work (nothing is written to the old cluster)
+  pgfork upgrade /srv/pg15 /srv/pg18 --to 18 --rehearse-only
+
+  # hard links, no copy-on-write filesystem: the old cluster is gone afterwards
+  pgfork upgrade /srv/pg15 /srv/pg18 --to 18 --mode link --yes --json`,
+		Args: usageArgs(cobra.ExactArgs(2)),
+		RunE: func(cmd *cobra.Command, args []string) error { return runUpgrade(cmd, args, f) },
+	}
+	fl := cmd.Flags()
+	fl.StringVar(&f.to, "to", "", "target PostgreSQL major version, e.g. 18 (required)")
+	fl.StringVar(&f.mode, "mode", "auto", "transfer mode: auto, clone, copy-file-range, copy, link, swap")
+	fl.IntVarP(&f.jobs, "jobs", "j", 1, "parallel jobs for pg_upgrade and vacuumdb")
+	fl.BoolVar(&f.rehearse, "rehearse", false, "rehearse on a clone first even where the filesystem cannot clone (a full copy)")
+	fl.BoolVar(&f.noRehearse, "no-rehearse", false, "skip the rehearsal")
+	fl.BoolVar(&f.rehearseOnly, "rehearse-only", false, "rehearse on a clone and stop; the old cluster is not written")
+	fl.BoolVar(&f.check, "check", false, "only run pg_upgrade --check against a matching new cluster, then remove it")
+	fl.BoolVar(&f.stopOld, "stop-old", false, "shut a running old cluster down cleanly (fast) first")
+	fl.BoolVarP(&f.yes, "yes", "y", false, "confirm that --mode link/swap make the old cluster unusable")
+	fl.StringVar(&f.superuser, "superuser", "", "the old cluster's bootstrap superuser (default: found by connecting as postgres or the data directory's owner)")
+	fl.StringVar(&f.oldBin, "old-bindir", "", "bin directory of the old PostgreSQL (default: found by OLD_DATADIR's version)")
+	fl.StringVar(&f.newBin, "new-bindir", "", "bin directory of the new PostgreSQL (default: found by --to)")
+	fl.BoolVar(&f.noAnalyze, "no-analyze", false, "do not rebuild optimizer statistics after the upgrade (run vacuumdb yourself)")
+	return cmd
+}
+
+func runUpgrade(cmd *cobra.Command, args []string, f upgradeFlags) error {
+	ctx := cmd.Context()
+	if f.to == "" {
+		return errs.New(errs.Usage, "--to is required").WithHint("pass the target major, e.g. --to 18")
+	}
+	to, err := strconv.Atoi(f.to)
+	if err != nil || to < 10 {
+		return errs.New(errs.Usage, "bad --to %q: want a major version such as 18", f.to).WithHint("see `pgfork pg list`")
+	}
+	mode, err := upgrade.ParseMode(f.mode)
+	if err != nil {
+		return err
+	}
+	n := 0
+	for _, b := range []bool{f.rehearse, f.noRehearse, f.rehearseOnly, f.check} {
+		if b {
+			n++
+		}
+	}
+	if n > 1 {
+		return errs.New(errs.Usage, "--rehearse, --no-rehearse, --rehearse-only and --check exclude each other").WithHint("pass one of them")
+	}
+	if f.jobs < 1 {
+		return errs.New(errs.Usage, "--jobs must be at least 1").WithHint("e.g. --jobs 4")
+	}
+	rh := upgrade.RehearseAuto
+	switch {
+	case f.rehearse:
+		rh = upgrade.RehearseOn
+	case f.noRehearse:
+		rh = upgrade.RehearseOff
+	case f.rehearseOnly:
+		rh = upgrade.RehearseOnly
+	}
+	user, err := instance.ResolveUser(g.runAs)
+	if err != nil {
+		return err
+	}
+	oldB, newB, err := upgrade.FindInstalls(pgbin.Options{StateDir: layout().Root}, args[0], to, f.oldBin, f.newBin)
+	if err != nil {
+		return err
+	}
+	ep := &eventPrinter{}
+	opts := upgrade.Options{
+		OldDir: args[0], NewDir: args[1], Old: oldB, New: newB,
+		Mode: mode, Jobs: f.jobs, Rehearse: rh, CheckOnly: f.check,
+		StopOld: f.stopOld, Confirmed: f.yes, Superuser: f.superuser, NoAnalyze: f.noAnalyze,
+		User: user, OnEvent: ep.event,
+	}
+	if !f.yes && term.IsTerminal(int(os.Stdin.Fd())) && !g.json {
+		opts.Confirm = func(warning string) bool { return confirm(os.Stdin, os.Stderr, warning) }
+	}
+	infof("upgrading %s (PostgreSQL %s) to %s (PostgreSQL %s)", args[0], oldB.Version, args[1], newB.Version)
+	res, err := upgrade.Run(ctx, opts)
+	ep.done()
+	if err != nil {
+		return err
+	}
+	if g.json {
+		return printJSON(cmd.OutOrStdout(), res)
+	}
+	printUpgradeSummary(cmd.OutOrStdout(), res)
+	return nil
+}
+
+// confirm asks the user to type "yes".
+func confirm(in io.Reader, out io.Writer, warning string) bool {
+	fmt.Fprintf(out, "WARNING: %s\nType yes to continue: ", warning)
+	line, _ := bufio.NewReader(in).ReadString('\n')
+	return strings.TrimSpace(strings.ToLower(line)) == "yes"
+}
+
+// eventPrinter shows an upgrade's progress on stderr: phases, pg_upgrade's
+// steps as they happen, and a bar while data files are transferred.
+type eventPrinter struct {
+	bar   *byteProgress
+	start map[string]time.Time
+}
+
+func (p *eventPrinter) event(e upgrade.Event) {
+	if g.quiet {
+		return
+	}
+	if p.start == nil {
+		p.start = map[string]time.Time{}
+	}
+	switch {
+	case e.Message != "":
+		infof("  %s", e.Message)
+	case e.TotalBytes > 0:
+		if p.bar == nil {
+			p.bar = newByteProgress("  transferring")
+		}
+		p.bar.Update(e.Bytes, e.TotalBytes)
+	case e.Step != "" && !e.Done:
+		p.start[e.Step] = time.Now()
+	case e.Step != "" && e.Done:
+		if p.bar != nil {
+			p.bar.Done()
+			p.bar = nil
+		}
+		el := ""
+		if t, ok := p.start[e.Step]; ok {
+			el = " (" + time.Since(t).Round(10*time.Millisecond).String() + ")"
+		}
+		infof("  [%s] %-60s %s%s", e.Phase, e.Step, e.Status, el)
+	case !e.Done:
+		p.start[e.Phase] = time.Now()
+		infof("%s ...", e.Phase)
+	}
+}
+
+func (p *eventPrinter) done() {
+	if p.bar != nil {
+		p.bar.Done()
+	}
+}
+
+func printUpgradeSummary(w io.Writer, r *upgrade.Result) {
+	switch {
+	case r.CheckOnly:
+		fmt.Fprintf(w, "check passed: %s can be upgraded to PostgreSQL %s with --mode %s (nothing was changed)\n", r.OldDir, r.NewVersion, r.Mode)
+	case r.RehearsalOnly:
+		fmt.Fprintf(w, "rehearsal passed: %s upgrades to PostgreSQL %s on a clone (--mode %s would be used for real); the original was not written\n",
+			r.OldDir, r.NewVersion, r.Mode)
+	default:
+		fmt.Fprintf(w, "upgraded %s (PostgreSQL %s) to %s (PostgreSQL %s)\n", r.OldDir, r.OldVersion, r.NewDir, r.NewVersion)
+	}
+	fmt.Fprintf(w, "  mode:       %s (%s)\n", r.Mode, r.ModeReason)
+	if !r.CheckOnly && !r.RehearsalOnly {
+		fmt.Fprintf(w, "  data:       %s transferred: %s shared with the old cluster, %s copied\n",
+			human(r.Bytes), human(r.SharedBytes), human(r.CopiedBytes))
+	}
+	if r.Rehearsal != nil {
+		fmt.Fprintf(w, "  rehearsal:  %s on a %s clone, %d databases checked, original unchanged: %v\n",
+			r.Rehearsal.Elapsed.Round(10*time.Millisecond), r.Rehearsal.Mode, len(r.Rehearsal.Relations), r.Rehearsal.OriginalUnchanged)
+	}
+	var ph []string
+	for _, p := range r.Phases {
+		ph = append(ph, fmt.Sprintf("%s %s", p.Name, p.Elapsed.Round(10*time.Millisecond)))
+	}
+	fmt.Fprintf(w, "  time:       %s (%s)\n", r.Elapsed.Round(10*time.Millisecond), strings.Join(ph, ", "))
+	if r.Statistics != "" {
+		fmt.Fprintf(w, "  statistics: %s\n", r.Statistics)
+	}
+	for _, f := range r.Findings {
+		fmt.Fprintf(w, "  warning:    %s\n", f)
+	}
+	for _, n := range r.Notes {
+		fmt.Fprintf(w, "  note:       %s\n", n)
+	}
+}
+
+func human(n int64) string {
+	const unit = 1024
+	if n < unit {
+		return fmt.Sprintf("%d B", n)
+	}
+	div, exp := int64(unit), 0
+	for m := n / unit; m >= unit; m /= unit {
+		div *= unit
+		exp++
+	}
+	return fmt.Sprintf("%.1f %ciB", float64(n)/float64(div), "KMGTPE"[exp])
+}

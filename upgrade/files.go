@@ -1,0 +1,159 @@
+package upgrade
+
+import (
+	"fmt"
+	"io/fs"
+	"os"
+	"os/user"
+	"path/filepath"
+	"sort"
+	"strconv"
+	"syscall"
+)
+
+// ownerName returns the name of the OS user owning fi, or "".
+func ownerName(fi fs.FileInfo) string {
+	st, ok := fi.Sys().(*syscall.Stat_t)
+	if !ok {
+		return ""
+	}
+	u, err := user.LookupId(strconv.FormatUint(uint64(st.Uid), 10))
+	if err != nil {
+		return ""
+	}
+	return u.Username
+}
+
+// devOf returns the device number of the filesystem holding path.
+func devOf(path string) (uint64, error) {
+	var st syscall.Stat_t
+	if err := syscall.Stat(path, &st); err != nil {
+		return 0, err
+	}
+	return uint64(st.Dev), nil
+}
+
+// freeBytes returns the bytes available to unprivileged users on path's fs.
+func freeBytes(path string) (int64, error) {
+	var s syscall.Statfs_t
+	if err := syscall.Statfs(path, &s); err != nil {
+		return 0, err
+	}
+	return int64(s.Bavail) * s.Bsize, nil
+}
+
+// sizeOf returns the bytes allocated by the regular files under root
+// (following no symlinks) and how many of them there are.
+func sizeOf(root string) (bytes, files int64) {
+	_ = filepath.WalkDir(root, func(p string, d fs.DirEntry, err error) error {
+		if err != nil || !d.Type().IsRegular() {
+			return nil
+		}
+		fi, err := d.Info()
+		if err != nil {
+			return nil
+		}
+		files++
+		if st, ok := fi.Sys().(*syscall.Stat_t); ok {
+			bytes += st.Blocks * 512
+		} else {
+			bytes += fi.Size()
+		}
+		return nil
+	})
+	return bytes, files
+}
+
+// apparentSize returns the sum of the sizes of the regular files under root.
+func apparentSize(root string) int64 {
+	var n int64
+	_ = filepath.WalkDir(root, func(p string, d fs.DirEntry, err error) error {
+		if err != nil || !d.Type().IsRegular() {
+			return nil
+		}
+		if fi, err := d.Info(); err == nil {
+			n += fi.Size()
+		}
+		return nil
+	})
+	return n
+}
+
+// fileState is what a snapshot remembers of one entry.
+type fileState struct {
+	mode  fs.FileMode
+	size  int64
+	mtime int64
+	link  string
+}
+
+// snapshot records every entry under the roots (path, type, size, mtime,
+// symlink target): a cheap way to prove a tree was not written, without
+// reading the data.
+type snapshot map[string]fileState
+
+func takeSnapshot(roots ...string) (snapshot, error) {
+	s := snapshot{}
+	for _, root := range roots {
+		err := filepath.WalkDir(root, func(p string, d fs.DirEntry, err error) error {
+			if err != nil {
+				return err
+			}
+			fi, err := d.Info()
+			if err != nil {
+				return err
+			}
+			st := fileState{mode: fi.Mode()}
+			if fi.Mode().IsRegular() {
+				st.size, st.mtime = fi.Size(), fi.ModTime().UnixNano()
+			}
+			if fi.Mode()&fs.ModeSymlink != 0 {
+				st.link, _ = os.Readlink(p)
+			}
+			s[p] = st
+			return nil
+		})
+		if err != nil {
+			return nil, err
+		}
+	}
+	return s, nil
+}
+
+// diff lists up to max differences between two snapshots.
+func (s snapshot) diff(t snapshot, max int) []string {
+	var out []string
+	for p, a := range s {
+		b, ok := t[p]
+		switch {
+		case !ok:
+			out = append(out, "removed "+p)
+		case a != b:
+			out = append(out, "changed "+p)
+		}
+	}
+	for p := range t {
+		if _, ok := s[p]; !ok {
+			out = append(out, "added "+p)
+		}
+	}
+	sort.Strings(out)
+	if len(out) > max {
+		out = append(out[:max], fmt.Sprintf("... and %d more", len(out)-max))
+	}
+	return out
+}
+
+// humanBytes formats n in binary units.
+func humanBytes(n int64) string {
+	const unit = 1024
+	if n < unit {
+		return fmt.Sprintf("%d B", n)
+	}
+	div, exp := int64(unit), 0
+	for m := n / unit; m >= unit; m /= unit {
+		div *= unit
+		exp++
+	}
+	return fmt.Sprintf("%.1f %ciB", float64(n)/float64(div), "KMGTPE"[exp])
+}

@@ -1,0 +1,675 @@
+package upgrade
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/pgfork/pgfork/instance"
+	"github.com/pgfork/pgfork/internal/errs"
+	"github.com/pgfork/pgfork/pgdata"
+)
+
+// Tablespace is one tablespace of the old cluster.
+type Tablespace struct {
+	OID      string `json:"oid"`
+	Location string `json:"location"` // the pg_tblspc link's target
+	// VersionDir is the old cluster's PG_<major>_<catversion> in Location.
+	VersionDir string `json:"version_dir"`
+}
+
+// oldTablespaces lists the old cluster's linked tablespaces.
+func oldTablespaces(oldDir string, major int) ([]Tablespace, error) {
+	tss, err := pgdata.Tablespaces(oldDir)
+	if err != nil {
+		return nil, err
+	}
+	var out []Tablespace
+	for _, t := range tss {
+		if t.InPlace || t.Target == "" {
+			continue
+		}
+		ts := Tablespace{OID: t.OID, Location: t.Target}
+		ents, err := os.ReadDir(t.Target)
+		if err != nil {
+			return nil, errs.Wrap(errs.NotFound, err, "tablespace %s points to a directory that cannot be read", t.OID).WithPath(t.Target).
+				WithHint("restore the tablespace directory or fix the link pg_tblspc/%s", t.OID)
+		}
+		for _, e := range ents {
+			if strings.HasPrefix(e.Name(), fmt.Sprintf("PG_%d_", major)) {
+				ts.VersionDir = e.Name()
+			}
+		}
+		if ts.VersionDir == "" {
+			return nil, errs.New(errs.Internal, "tablespace %s has no PG_%d_* directory", t.OID, major).WithPath(t.Target)
+		}
+		out = append(out, ts)
+	}
+	return out, nil
+}
+
+// prepared is what the prepare phase found.
+type prepared struct {
+	oldMajor  int
+	ctl       *pgdata.ControlData
+	tss       []Tablespace
+	fs        *fsInfo
+	sizes     oldSizes
+	rehearse  bool
+	totalData int64 // apparent bytes of user data to transfer (for progress)
+}
+
+func (u *upgrader) run(ctx context.Context) (*Result, error) {
+	o, res := u.o, u.res
+	var p *prepared
+	err := u.phase(PhasePrepare, &res.Phases, func() error {
+		var err error
+		p, err = u.prepare(ctx)
+		return err
+	})
+	if u.work != nil {
+		defer func() {
+			// On any failure below that did not handle its own cleanup,
+			// leave nothing half-built behind.
+			if u.work != nil {
+				u.cleanupFailed(ctx)
+			}
+		}()
+	}
+	if err != nil {
+		return res, err
+	}
+
+	var cat *Catalog
+	if p.rehearse {
+		if !p.ctl.CleanShutdown() {
+			if o.Rehearse == RehearseOnly {
+				return res, errs.New(errs.Busy, "the old cluster was not shut down cleanly (%s); a rehearsal cannot clone it without writing to it", p.ctl.State).
+					WithPath(o.OldDir).WithHint("start it and stop it cleanly (pg_ctl -D %s start, then stop -m fast), then rehearse again", o.OldDir)
+			}
+			if err := u.recoverOld(ctx); err != nil {
+				return res, err
+			}
+		}
+		if err := u.phase(PhaseRehearsal, &res.Phases, func() error {
+			var err error
+			cat, err = u.rehearse(ctx, p)
+			return err
+		}); err != nil {
+			return res, err
+		}
+		if o.Rehearse == RehearseOnly {
+			res.RehearsalOnly = true
+			res.Catalog = cat
+			u.finish(ctx)
+			return res, nil
+		}
+	} else {
+		if err := u.phase(PhaseSettings, &res.Phases, func() error {
+			var err error
+			cat, err = u.readSettings(ctx, o.OldDir, o.Old)
+			return err
+		}); err != nil {
+			return res, err
+		}
+	}
+	res.Catalog = cat
+
+	if err := u.phase(PhaseInitDB, &res.Phases, func() error { return u.initNew(ctx, p, cat) }); err != nil {
+		return res, err
+	}
+
+	// pg_upgrade runs the checks of --check as the first part of every run
+	// and stops before it changes anything when one fails; pgfork reports
+	// those findings the same way. A separate --check run first would only
+	// repeat them (seconds, more with many databases), so it runs only
+	// when asked (CheckOnly).
+	if o.CheckOnly {
+		if err := u.phase(PhaseCheck, &res.Phases, func() error { return u.check(ctx, cat) }); err != nil {
+			return res, err
+		}
+		res.CheckOnly = true
+		u.finish(ctx)
+		return res, nil
+	}
+
+	if err := u.phase(PhaseUpgrade, &res.Phases, func() error { return u.transfer(ctx, p, cat) }); err != nil {
+		return res, err
+	}
+	// The new cluster is in place; from here on a failure must not remove it.
+	if err := u.phase(PhaseStart, &res.Phases, func() error { return u.startAndFinish(ctx, p, cat) }); err != nil {
+		u.finish(ctx)
+		return res, err
+	}
+	u.finish(ctx)
+	return res, nil
+}
+
+// finish removes the workspace of a run that needs nothing more from it.
+func (u *upgrader) finish(ctx context.Context) {
+	if u.work != nil {
+		u.work.remove(ctx)
+		u.work = nil
+	}
+}
+
+// cleanupFailed removes what a failed run built (the staging directory,
+// the rehearsal clone, the new tablespace directories) and stops servers it
+// left, unless the old cluster's files may be in the staging directory (a
+// swap-mode transfer began).
+func (u *upgrader) cleanupFailed(ctx context.Context) {
+	w := u.work
+	u.work = nil
+	if w.state.Mode == Swap && w.state.Transferring {
+		return
+	}
+	cctx := context.WithoutCancel(ctx)
+	_, _ = cleanStale(cctx, u.o.NewDir)
+	_ = os.RemoveAll(w.Tmp)
+}
+
+func (u *upgrader) prepare(ctx context.Context) (*prepared, error) {
+	o, res := u.o, u.res
+	if within(o.NewDir, o.OldDir) || within(o.OldDir, o.NewDir) {
+		return nil, errs.New(errs.Usage, "the new data directory must be outside the old one, and the old outside the new").WithPath(o.NewDir).
+			WithHint("choose NEW_DATADIR beside the old data directory, e.g. %s", filepath.Join(filepath.Dir(o.OldDir), "data-"+strconv.Itoa(o.New.Major)))
+	}
+	p := &prepared{}
+	var err error
+	if p.oldMajor, err = pgdata.Version(o.OldDir); err != nil {
+		return nil, err
+	}
+	res.OldVersion, res.NewVersion = strconv.Itoa(p.oldMajor), strconv.Itoa(o.New.Major)
+	if o.New.Major <= p.oldMajor {
+		return nil, errs.New(errs.Unsupported, "cannot upgrade PostgreSQL %d to %d: the target must be a newer major", p.oldMajor, o.New.Major).
+			WithPath(o.OldDir).WithHint("pass --to with a major newer than %d, e.g. --to 18", p.oldMajor)
+	}
+	if o.Old.BinDir == "" || o.New.BinDir == "" {
+		return nil, errs.New(errs.Usage, "the PostgreSQL builds for the upgrade are missing").WithHint("see FindInstalls")
+	}
+	if o.Old.Major != 0 && o.Old.Major != p.oldMajor {
+		return nil, errs.New(errs.Usage, "the old cluster is PostgreSQL %d but the old binaries in %s are %s", p.oldMajor, o.Old.BinDir, o.Old.Version).
+			WithHint("give the PostgreSQL %d binaries (--old-bindir), or leave it out to find them", p.oldMajor)
+	}
+	if o.Old.Version != "" {
+		res.OldVersion = o.Old.Version
+	}
+	if o.New.Version != "" {
+		res.NewVersion = o.New.Version
+	}
+	if _, err := os.Stat(o.New.tool("pg_upgrade")); err != nil {
+		return nil, errs.New(errs.NotFound, "pg_upgrade is missing from the new PostgreSQL build").WithPath(o.New.BinDir).
+			WithHint("install a complete PostgreSQL %d (pgfork pg install %d)", o.New.Major, o.New.Major)
+	}
+	if err := pathFree(o.NewDir); err != nil {
+		return nil, err
+	}
+
+	w, cleaned, err := newWorkspace(ctx, o.OldDir, o.NewDir, o.User)
+	res.CleanedUp = cleaned
+	for _, c := range cleaned {
+		u.infof(PhasePrepare, "cleaned up an interrupted upgrade: %s", c)
+	}
+	if err != nil {
+		return nil, err
+	}
+	u.work = w
+
+	if pid, running, err := pgdata.Running(o.OldDir); err != nil {
+		return nil, err
+	} else if running {
+		if !o.StopOld {
+			return nil, errs.New(errs.Busy, "the old cluster is running (postmaster pid %d)", pid).WithPath(o.OldDir).
+				WithHint("stop it first (pg_ctl -D %s stop -m fast), or pass --stop-old to let pgfork shut it down cleanly", o.OldDir)
+		}
+		u.infof(PhasePrepare, "stopping the old cluster (pid %d) with a clean fast shutdown", pid)
+		inst, err := instance.Attach(o.OldDir)
+		if err == nil {
+			err = inst.Stop(ctx, instance.Fast)
+		}
+		if err != nil {
+			return nil, errs.Wrap(errs.Busy, err, "cannot stop the old cluster").WithPath(o.OldDir).
+				WithHint("stop it yourself: pg_ctl -D %s stop -m fast", o.OldDir)
+		}
+	}
+	if p.ctl, err = pgdata.ReadControlData(ctx, o.Old.BinDir, o.OldDir, o.Old.Env); err != nil {
+		return nil, err
+	}
+	res.Control = p.ctl
+	if p.tss, err = oldTablespaces(o.OldDir, p.oldMajor); err != nil {
+		return nil, err
+	}
+	res.Tablespaces = p.tss
+	for _, ts := range p.tss {
+		if within(ts.Location, o.NewDir) || within(o.NewDir, ts.Location) {
+			return nil, errs.New(errs.Usage, "the new data directory overlaps tablespace %s (%s)", ts.OID, ts.Location).WithPath(o.NewDir).
+				WithHint("choose NEW_DATADIR outside the old cluster's tablespace directories")
+		}
+	}
+
+	if p.fs, err = probeFS(ctx, o.OldDir, o.NewDir); err != nil {
+		return nil, err
+	}
+	mode, why, err := chooseMode(o.Mode, o.New.Major, p.fs)
+	if err != nil {
+		return nil, err
+	}
+	res.Mode, res.ModeReason = mode, why
+	u.infof(PhasePrepare, "transfer mode: %s (%s)", mode, why)
+
+	switch o.Rehearse {
+	case RehearseOn, RehearseOnly:
+		p.rehearse = true
+	case RehearseAuto:
+		p.rehearse = p.fs.oldCanClone && !o.CheckOnly
+	}
+	if o.CheckOnly {
+		p.rehearse = false
+	}
+
+	p.sizes = measureOld(o.OldDir, p.tss)
+	p.totalData = apparentSize(filepath.Join(o.OldDir, "base"))
+	for _, ts := range p.tss {
+		p.totalData += apparentSize(filepath.Join(ts.Location, ts.VersionDir))
+	}
+	res.Bytes = p.totalData
+	if err := u.checkSpace(p, mode); err != nil {
+		return nil, err
+	}
+
+	if mode.destructive() && !o.CheckOnly && o.Rehearse != RehearseOnly && !o.Confirmed {
+		warn := fmt.Sprintf("--mode %s: once the new cluster has started, the old cluster in %s can no longer be started "+
+			"(its data files are shared with, or moved into, the new one). Have a backup.", mode, o.OldDir)
+		if mode == Swap {
+			warn = fmt.Sprintf("--mode swap moves the old cluster's files into the new one: the old cluster in %s cannot be started "+
+				"again, even if the upgrade fails. Have a backup.", o.OldDir)
+		}
+		if o.Confirm == nil || !o.Confirm(warn) {
+			return nil, errs.New(errs.Usage, "%s Not confirmed.", warn).
+				WithHint("pass --yes to confirm, or use --mode auto, which keeps the old cluster usable")
+		}
+	}
+	return p, nil
+}
+
+func (u *upgrader) checkSpace(p *prepared, mode Mode) error {
+	o := u.o
+	allowance := catalogAllowance(p.sizes.dbs)
+	newParent := filepath.Dir(o.NewDir)
+	dNew, _ := devOf(newParent)
+	var needs []spaceNeed
+	dataNeed := allowance
+	if mode == Copy || mode == CopyFileRange {
+		dataNeed += p.sizes.dataBytes
+	}
+	if !o.CheckOnly && o.Rehearse != RehearseOnly {
+		needs = append(needs, spaceNeed{dev: dNew, path: newParent, bytes: dataNeed, what: fmt.Sprintf("the new cluster (--mode %s)", mode)})
+		if mode == Copy || mode == CopyFileRange {
+			for _, ts := range p.tss {
+				d, _ := devOf(ts.Location)
+				needs = append(needs, spaceNeed{dev: d, path: ts.Location, bytes: p.sizes.tsBytes[ts.Location], what: "tablespace " + ts.OID})
+			}
+		}
+	} else {
+		needs = append(needs, spaceNeed{dev: dNew, path: newParent, bytes: allowance, what: "a trial new cluster"})
+	}
+	if p.rehearse {
+		oldParent := filepath.Dir(o.OldDir)
+		d, _ := devOf(oldParent)
+		n := allowance
+		if !p.fs.oldCanClone {
+			n += p.sizes.total()
+		}
+		needs = append(needs, spaceNeed{dev: d, path: oldParent, bytes: n, what: "the rehearsal clone"})
+	}
+	return checkSpace(needs, mode)
+}
+
+// recoverOld starts and stops the old cluster once so that it is shut
+// down cleanly, as pg_upgrade and an offline clone require.
+func (u *upgrader) recoverOld(ctx context.Context) error {
+	u.infof(PhasePrepare, "the old cluster was not shut down cleanly: starting and stopping it once to make it consistent")
+	hba, err := writeHBA(u.work.Tmp, u.o.User)
+	if err != nil {
+		return err
+	}
+	cfg := serverCfg(u.o.Old, u.o.OldDir, u.work.Tmp, hba, "old-recovery.log", u.o.User)
+	cfg.SocketDir = u.work.Tmp
+	inst, err := instance.Start(ctx, cfg)
+	if err != nil {
+		return err
+	}
+	return inst.Stop(context.WithoutCancel(ctx), instance.Fast)
+}
+
+// readSettings starts a cluster privately (socket only, in pgfork's temp
+// directory, with a private trust pg_hba.conf, archiving off), reads its
+// catalogs and stops it cleanly. The catalogs are the only place encoding,
+// locale and the bootstrap superuser are kept; pg_upgrade starts the old
+// cluster the same way for its own checks.
+func (u *upgrader) readSettings(ctx context.Context, dataDir string, bin Install) (*Catalog, error) {
+	hba, err := writeHBA(u.work.Tmp, u.o.User)
+	if err != nil {
+		return nil, err
+	}
+	cfg := serverCfg(bin, dataDir, u.work.Tmp, hba, "settings.log", u.o.User)
+	cfg.SocketDir = u.work.Tmp
+	inst, err := instance.Start(ctx, cfg)
+	if err != nil {
+		return nil, err
+	}
+	cat, rerr := readCatalog(ctx, inst, superuserCandidates(u.o.Superuser, dataDir))
+	if err := inst.Stop(context.WithoutCancel(ctx), instance.Fast); err != nil && rerr == nil {
+		rerr = err
+	}
+	if rerr != nil {
+		return nil, rerr
+	}
+	u.infof(PhaseSettings, "old cluster: superuser %s, encoding %s, locale %s, data checksums %s, block size %d, WAL segments %s",
+		cat.Superuser, cat.Encoding, cat.Collate, onOff(u.res.Control.ChecksumsEnabled()), u.res.Control.BlockSize, humanBytes(u.res.Control.WALSegmentSize))
+	return cat, nil
+}
+
+func onOff(b bool) string {
+	if b {
+		return "on"
+	}
+	return "off"
+}
+
+// initNew creates the new cluster in the staging directory, matching the
+// old one, and records the tablespace directories pg_upgrade will create.
+func (u *upgrader) initNew(ctx context.Context, p *prepared, cat *Catalog) error {
+	w := u.work
+	if err := instance.InitDB(ctx, initOptions(u.o.New, w.Staging, u.o.User, p.ctl, cat, true)); err != nil {
+		return err
+	}
+	ncd, err := pgdata.ReadControlData(ctx, u.o.New.BinDir, w.Staging, u.o.New.Env)
+	if err != nil {
+		return err
+	}
+	var dirs []string
+	for _, ts := range p.tss {
+		d := filepath.Join(ts.Location, fmt.Sprintf("PG_%d_%d", u.o.New.Major, ncd.CatalogVersion))
+		if _, err := os.Lstat(d); err == nil {
+			return errs.New(errs.Exists, "tablespace %s already holds a directory for PostgreSQL %d", ts.OID, u.o.New.Major).WithPath(d).
+				WithHint("an earlier upgrade (not pgfork's, or one whose state was lost) left it; if no cluster uses it, remove it and run again")
+		}
+		dirs = append(dirs, d)
+	}
+	w.state.TablespaceDirs = dirs
+	return w.save()
+}
+
+// check runs pg_upgrade --check and reports its findings.
+func (u *upgrader) check(ctx context.Context, cat *Catalog) error {
+	r := u.pgUpgrade(u.o.OldDir, u.work.Staging, u.work.Tmp, cat.Superuser, u.res.Mode, PhaseCheck)
+	r.Check = true
+	out, err := r.run(ctx)
+	return u.afterPGUpgrade(out, err, "pg_upgrade --check found problems; nothing was changed")
+}
+
+func (u *upgrader) pgUpgrade(oldDir, newDir, cwd, su string, mode Mode, phase string) pgUpgradeRun {
+	return pgUpgradeRun{
+		Old: u.o.Old, New: u.o.New, OldDir: oldDir, NewDir: newDir, Superuser: su, Mode: mode,
+		Jobs: u.o.Jobs, WorkDir: cwd, HBA: filepath.Join(u.work.Tmp, "pgfork_hba.conf"), User: u.o.User,
+		OnStep: func(step string, done bool, status string) {
+			u.emit(Event{Phase: phase, Step: step, Done: done, Status: status})
+		},
+	}
+}
+
+// afterPGUpgrade turns a pg_upgrade run into findings and, on failure, an
+// error pointing at the kept logs.
+func (u *upgrader) afterPGUpgrade(out *pgUpgradeResult, err error, what string) error {
+	if out != nil {
+		for _, f := range out.Findings {
+			if f.Severity == "warning" {
+				u.res.Findings = append(u.res.Findings, f)
+			}
+		}
+		u.res.Steps = append(u.res.Steps, out.Steps...)
+	}
+	if err == nil {
+		return nil
+	}
+	if !errors.Is(err, errPGUpgrade) {
+		return err
+	}
+	logs := u.work.keepLogs(u.o.NewDir, out.Output)
+	fs := rewritePaths(out.Findings, filepath.Join(u.work.Staging, "pg_upgrade_output.d"), filepath.Join(logs, "pg_upgrade_output.d"))
+	u.res.Findings = fs
+	return errorWithFindings(what, fs, logs)
+}
+
+func rewritePaths(fs []Finding, from, to string) []Finding {
+	for i := range fs {
+		for j, p := range fs[i].Files {
+			fs[i].Files[j] = strings.Replace(p, from, to, 1)
+		}
+		fs[i].Detail = strings.ReplaceAll(fs[i].Detail, from, to)
+	}
+	return fs
+}
+
+// transfer runs the upgrade for real and moves the new cluster into place.
+func (u *upgrader) transfer(ctx context.Context, p *prepared, cat *Catalog) error {
+	o, w, res := u.o, u.work, u.res
+	hba := filepath.Join(w.Tmp, "pgfork_hba.conf")
+	if _, err := os.Stat(hba); err != nil {
+		if _, err := writeHBA(w.Tmp, o.User); err != nil {
+			return err
+		}
+	}
+	w.state.Mode, w.state.Transferring = res.Mode, true
+	if err := w.save(); err != nil {
+		return err
+	}
+	r := u.pgUpgrade(o.OldDir, w.Staging, w.Tmp, cat.Superuser, res.Mode, PhaseUpgrade)
+	newRoots := []string{filepath.Join(w.Staging, "base")}
+	newRoots = append(newRoots, w.state.TablespaceDirs...)
+	var mu sync.Mutex
+	var stopPoll func()
+	r.OnStep = func(step string, done bool, status string) {
+		u.emit(Event{Phase: PhaseUpgrade, Step: step, Done: done, Status: status})
+		if !strings.Contains(step, "relation files") && !strings.HasPrefix(step, "Swapping") {
+			return
+		}
+		mu.Lock()
+		defer mu.Unlock()
+		if !done && stopPoll == nil {
+			stopPoll = u.pollBytes(step, newRoots, p.totalData)
+		} else if done && stopPoll != nil {
+			stopPoll()
+			stopPoll = nil
+		}
+	}
+	out, err := r.run(ctx)
+	mu.Lock()
+	if stopPoll != nil {
+		stopPoll()
+	}
+	mu.Unlock()
+	if err != nil {
+		err = u.afterPGUpgrade(out, err, "pg_upgrade failed")
+		switch res.Mode {
+		case Link:
+			if _, serr := os.Stat(filepath.Join(o.OldDir, "global", "pg_control.old")); serr == nil {
+				return errs.Wrap(errs.KindOf(err), err, "the upgrade failed after pg_upgrade disabled the old cluster").
+					WithHint("the new cluster never started, so the old one is intact: rename %s back to pg_control to use it again; %s",
+						filepath.Join(o.OldDir, "global", "pg_control.old"), errs.HintOf(err))
+			}
+		case Swap:
+			return errs.Wrap(errs.KindOf(err), err, "the swap-mode upgrade failed; the old cluster's files may have been moved").
+				WithHint("nothing was removed: inspect %s and pg_upgrade's logs, or restore the old cluster from backup", w.Staging)
+		}
+		return err
+	}
+	_ = u.afterPGUpgrade(out, nil, "")
+	shared, total := transferStats(res.Mode, newRoots)
+	switch res.Mode {
+	case Swap:
+		res.SharedBytes = total
+	case Copy:
+		res.CopiedBytes = total
+	default:
+		res.SharedBytes = shared
+		res.CopiedBytes = max(total-shared, 0)
+	}
+	if err := pathFree(o.NewDir); err != nil {
+		return err
+	}
+	if err := os.Rename(w.Staging, o.NewDir); err != nil {
+		return errs.Wrap(errs.Internal, err, "cannot move the upgraded cluster into place").WithPath(o.NewDir).
+			WithHint("the upgraded cluster is in %s; move it yourself", w.Staging)
+	}
+	// The tablespace directories now belong to the new cluster.
+	w.state.TablespaceDirs, w.state.Transferring = nil, false
+	w.Staging = o.NewDir
+	_ = w.save()
+	return nil
+}
+
+// pollBytes reports the bytes in the new cluster's data files while
+// pg_upgrade transfers them. It returns a function that stops it.
+func (u *upgrader) pollBytes(step string, roots []string, total int64) func() {
+	done := make(chan struct{})
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		tick := time.NewTicker(500 * time.Millisecond)
+		defer tick.Stop()
+		for {
+			select {
+			case <-done:
+				return
+			case <-tick.C:
+				var n int64
+				for _, r := range roots {
+					n += apparentSize(r)
+				}
+				u.emit(Event{Phase: PhaseUpgrade, Step: step, Bytes: min(n, total), TotalBytes: total})
+			}
+		}
+	}()
+	return func() { close(done); wg.Wait() }
+}
+
+// startAndFinish starts the new cluster privately, checks every database
+// against the old relation counts, rebuilds statistics and stops it.
+func (u *upgrader) startAndFinish(ctx context.Context, p *prepared, cat *Catalog) error {
+	o, w, res := u.o, u.work, u.res
+	hba := filepath.Join(w.Tmp, "pgfork_hba.conf")
+	cfg := serverCfg(o.New, o.NewDir, w.Tmp, hba, "new-server.log", o.User)
+	cfg.SocketDir = w.Tmp
+	inst, err := instance.Start(ctx, cfg)
+	if err != nil {
+		return errs.Wrap(errs.KindOf(err), err, "the upgraded cluster does not start").WithPath(o.NewDir).
+			WithHint("its server log is %s", keepFile(cfg.LogFile, o.NewDir))
+	}
+	defer func() { _ = inst.Stop(context.WithoutCancel(ctx), instance.Fast) }()
+	if err := smokeCheck(ctx, inst, cat); err != nil {
+		return err
+	}
+	if !o.NoAnalyze {
+		if err := u.phase(PhaseStatistics, &res.Phases, func() error { return u.statistics(ctx, inst, cat.Superuser) }); err != nil {
+			return err
+		}
+	} else {
+		res.Statistics = "skipped (--no-analyze): run " + strings.Join(statsArgs(o.New.Major, 1), " ") + " once the cluster runs"
+	}
+	if err := inst.Stop(context.WithoutCancel(ctx), instance.Fast); err != nil {
+		return err
+	}
+	res.Notes = append(res.Notes,
+		fmt.Sprintf("start the new cluster with: %s -D %s -l logfile start", o.New.tool("pg_ctl"), o.NewDir),
+		"its postgresql.conf and pg_hba.conf are PostgreSQL "+strconv.Itoa(o.New.Major)+"'s defaults (local socket: trust; TCP: scram-sha-256); carry over your settings from "+o.OldDir)
+	switch res.Mode {
+	case Link:
+		res.Notes = append(res.Notes, "the old cluster shares its data files with the new one: never start it again")
+	case Swap:
+		res.Notes = append(res.Notes, "the old cluster's files were moved into the new one: it cannot be started")
+	default:
+		res.Notes = append(res.Notes, "the old cluster is untouched and can still be started; remove "+o.OldDir+" once you are satisfied")
+	}
+	return nil
+}
+
+// keepFile copies a server log next to dir so it survives the workspace.
+func keepFile(p, dir string) string {
+	b, err := os.ReadFile(p)
+	if err != nil {
+		return p
+	}
+	dst := dir + ".pgfork-" + filepath.Base(p)
+	if os.WriteFile(dst, b, 0o644) != nil {
+		return p
+	}
+	return dst
+}
+
+// smokeCheck connects to every database and compares its user relations
+// with the old cluster's count.
+func smokeCheck(ctx context.Context, inst *instance.Instance, cat *Catalog) error {
+	dbs := make([]string, 0, len(cat.Relations))
+	for db := range cat.Relations {
+		dbs = append(dbs, db)
+	}
+	got, err := countRelations(ctx, inst, cat.Superuser, dbs)
+	if err != nil {
+		return errs.Wrap(errs.Internal, err, "smoke check of the upgraded cluster failed")
+	}
+	var bad []string
+	for db, n := range cat.Relations {
+		if got[db] != n {
+			bad = append(bad, fmt.Sprintf("%s: %d relations, the old cluster had %d", db, got[db], n))
+		}
+	}
+	if len(bad) > 0 {
+		return errs.New(errs.Internal, "smoke check of the upgraded cluster failed: %s", strings.Join(bad, "; ")).
+			WithHint("compare the clusters before using the new one")
+	}
+	return nil
+}
+
+// statsArgs is the vacuumdb command line for statistics after an upgrade:
+// PostgreSQL 18 keeps the optimizer statistics through pg_upgrade, so only
+// what is missing (extended statistics, ...) is gathered; older targets
+// start without statistics, rebuilt in stages (quick, coarse ones first).
+func statsArgs(newMajor, jobs int) []string {
+	a := []string{"vacuumdb", "--all", "--analyze-in-stages"}
+	if newMajor >= 18 {
+		a = append(a, "--missing-stats-only")
+	}
+	if jobs > 1 {
+		a = append(a, "--jobs", strconv.Itoa(jobs))
+	}
+	return a
+}
+
+func (u *upgrader) statistics(ctx context.Context, inst *instance.Instance, su string) error {
+	o := u.o
+	args := statsArgs(o.New.Major, o.Jobs)
+	full := append(args[1:], "--host", inst.SocketDir, "--port", strconv.Itoa(inst.Port), "--username", su)
+	cmd := o.User.Command(ctx, o.New.Env, o.New.tool("vacuumdb"), full...)
+	cmd.Dir = u.work.Tmp
+	outb, err := cmd.CombinedOutput()
+	if err != nil {
+		var ee *exec.ExitError
+		if errors.As(err, &ee) || ctx.Err() == nil {
+			return errs.Wrap(errs.Internal, err, "vacuumdb failed: %s", strings.TrimSpace(string(outb))).
+				WithHint("the upgrade itself succeeded; run %s once the new cluster runs", strings.Join(args, " "))
+		}
+		return err
+	}
+	u.res.Statistics = strings.Join(args, " ")
+	return nil
+}

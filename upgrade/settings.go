@@ -1,0 +1,201 @@
+package upgrade
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/pgfork/pgfork/instance"
+	"github.com/pgfork/pgfork/internal/errs"
+	"github.com/pgfork/pgfork/pgdata"
+)
+
+// Catalog is what pgfork reads from the old cluster's catalogs.
+type Catalog struct {
+	// Superuser is the bootstrap superuser (the role with OID 10), which
+	// pg_upgrade requires to be the new cluster's install user too.
+	Superuser string `json:"superuser"`
+	// Encoding, Collate, Ctype, LocaleProvider ("c", "i", "b") and
+	// ICULocale are template0's, which initdb set from its options.
+	Encoding       string `json:"encoding"`
+	Collate        string `json:"collate"`
+	Ctype          string `json:"ctype"`
+	LocaleProvider string `json:"locale_provider"`
+	ICULocale      string `json:"icu_locale,omitempty"`
+	// Relations counts user relations per database (not catalogs, not
+	// TOAST), for the smoke check after the upgrade.
+	Relations map[string]int64 `json:"relations"`
+}
+
+// trustHBA is the pg_hba.conf pgfork starts clusters with while it works on
+// them: only its own private socket is open, so trust is safe, and it makes
+// the upgrade independent of the cluster's own authentication setup.
+const trustHBA = "local all all trust\n"
+
+// writeHBA writes the private pg_hba.conf into dir and returns its path.
+func writeHBA(dir string, u *instance.OSUser) (string, error) {
+	p := filepath.Join(dir, "pgfork_hba.conf")
+	if err := os.WriteFile(p, []byte(trustHBA), 0o600); err != nil {
+		return "", errs.Wrap(errs.Internal, err, "cannot write a private pg_hba.conf").WithPath(p)
+	}
+	if u != nil {
+		if err := os.Chown(p, u.UID, u.GID); err != nil {
+			return "", errs.Wrap(errs.Permission, err, "cannot give the private pg_hba.conf to %s", u.Name).WithPath(p)
+		}
+	}
+	return p, nil
+}
+
+// privateSettings are the settings pgfork starts a cluster with while it
+// works on it: no TCP, no archiving, trust on the private socket only.
+func privateSettings(hba string) map[string]string {
+	return map[string]string{
+		"hba_file":     hba,
+		"archive_mode": "off",
+	}
+}
+
+// serverCfg returns the instance.Config to start dataDir privately.
+func serverCfg(bin Install, dataDir, workDir, hba, logName string, u *instance.OSUser) instance.Config {
+	return instance.Config{
+		BinDir: bin.BinDir, Env: bin.Env, DataDir: dataDir, User: u,
+		SocketDir: "", // a private directory under the temp dir
+		Settings:  privateSettings(hba),
+		LogFile:   filepath.Join(workDir, logName),
+	}
+}
+
+// superuserCandidates are the role names tried when connecting to a cluster
+// whose bootstrap superuser is not known yet.
+func superuserCandidates(explicit, dataDir string) []string {
+	if explicit != "" {
+		return []string{explicit}
+	}
+	c := []string{"postgres"}
+	if fi, err := os.Stat(dataDir); err == nil {
+		if name := ownerName(fi); name != "" && name != "postgres" && name != "root" {
+			c = append(c, name)
+		}
+	}
+	if n := os.Getenv("USER"); n != "" && n != "postgres" && n != "root" {
+		c = append(c, n)
+	}
+	return c
+}
+
+// connectAny connects to db on inst as the first candidate role that exists.
+func connectAny(ctx context.Context, inst *instance.Instance, roles []string, db string) (*pgx.Conn, string, error) {
+	var last error
+	for _, r := range roles {
+		conn, err := pgx.Connect(ctx, inst.ConnString(r, db))
+		if err == nil {
+			return conn, r, nil
+		}
+		last = err
+	}
+	return nil, "", errs.Wrap(errs.Permission, last, "cannot connect to the old cluster as any of %s", strings.Join(roles, ", ")).
+		WithHint("name its bootstrap superuser with --superuser NAME")
+}
+
+// readCatalog reads the settings and relation counts of a running cluster.
+func readCatalog(ctx context.Context, inst *instance.Instance, roles []string) (*Catalog, error) {
+	conn, role, err := connectAny(ctx, inst, roles, "template1")
+	if err != nil {
+		return nil, err
+	}
+	defer conn.Close(context.Background())
+	c := &Catalog{Relations: map[string]int64{}}
+	if err := conn.QueryRow(ctx, `SELECT rolname FROM pg_authid WHERE oid = 10`).Scan(&c.Superuser); err != nil {
+		return nil, errs.Wrap(errs.Internal, err, "cannot read the bootstrap superuser")
+	}
+	var major int
+	if err := conn.QueryRow(ctx, `SELECT current_setting('server_version_num')::int / 10000`).Scan(&major); err != nil {
+		return nil, errs.Wrap(errs.Internal, err, "cannot read the server version")
+	}
+	q := `SELECT pg_encoding_to_char(encoding), datcollate, datctype, 'c', '' FROM pg_database WHERE datname = 'template0'`
+	switch {
+	case major >= 17:
+		q = `SELECT pg_encoding_to_char(encoding), datcollate, datctype, datlocprovider::text, coalesce(datlocale, '') FROM pg_database WHERE datname = 'template0'`
+	case major >= 15:
+		q = `SELECT pg_encoding_to_char(encoding), datcollate, datctype, datlocprovider::text, coalesce(daticulocale, '') FROM pg_database WHERE datname = 'template0'`
+	}
+	if err := conn.QueryRow(ctx, q).Scan(&c.Encoding, &c.Collate, &c.Ctype, &c.LocaleProvider, &c.ICULocale); err != nil {
+		return nil, errs.Wrap(errs.Internal, err, "cannot read template0's encoding and locale")
+	}
+	rows, err := conn.Query(ctx, `SELECT datname FROM pg_database WHERE datallowconn ORDER BY datname`)
+	if err != nil {
+		return nil, errs.Wrap(errs.Internal, err, "cannot list databases")
+	}
+	dbs, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
+		return nil, errs.Wrap(errs.Internal, err, "cannot list databases")
+	}
+	counts, err := countRelations(ctx, inst, role, dbs)
+	if err != nil {
+		return nil, err
+	}
+	c.Relations = counts
+	return c, nil
+}
+
+// userRelationsSQL counts the user's relations of a database.
+const userRelationsSQL = `SELECT count(*) FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
+WHERE n.nspname NOT IN ('pg_catalog', 'information_schema', 'pg_toast')
+  AND n.nspname NOT LIKE 'pg_temp_%' AND n.nspname NOT LIKE 'pg_toast_temp_%'`
+
+// countRelations connects to every database in dbs and counts its user
+// relations.
+func countRelations(ctx context.Context, inst *instance.Instance, role string, dbs []string) (map[string]int64, error) {
+	out := make(map[string]int64, len(dbs))
+	for _, db := range dbs {
+		cctx, cancel := context.WithTimeout(ctx, time.Minute)
+		conn, err := pgx.Connect(cctx, inst.ConnString(role, db))
+		if err != nil {
+			cancel()
+			return nil, errs.Wrap(errs.Internal, err, "cannot connect to database %q", db)
+		}
+		var n int64
+		err = conn.QueryRow(cctx, userRelationsSQL).Scan(&n)
+		_ = conn.Close(context.Background())
+		cancel()
+		if err != nil {
+			return nil, errs.Wrap(errs.Internal, err, "cannot count relations in database %q", db)
+		}
+		out[db] = n
+	}
+	return out, nil
+}
+
+// initOptions returns the initdb options that make a new cluster match the
+// old one: the same bootstrap superuser, encoding, locale, locale provider,
+// data checksums (PostgreSQL 18's initdb turns them on by default, which
+// pg_upgrade from a cluster without them refuses) and WAL segment size.
+func initOptions(bin Install, dataDir string, u *instance.OSUser, ctl *pgdata.ControlData, cat *Catalog, noSync bool) instance.InitOptions {
+	sums := ctl.ChecksumsEnabled()
+	o := instance.InitOptions{
+		BinDir: bin.BinDir, Env: bin.Env, DataDir: dataDir, User: u,
+		Superuser: cat.Superuser, Encoding: cat.Encoding, Locale: cat.Collate,
+		Checksums: &sums, NoSync: noSync,
+	}
+	if cat.Ctype != cat.Collate {
+		o.Extra = append(o.Extra, "--lc-ctype="+cat.Ctype)
+	}
+	switch cat.LocaleProvider {
+	case "i":
+		o.Extra = append(o.Extra, "--locale-provider=icu", "--icu-locale="+cat.ICULocale)
+	case "b":
+		o.Extra = append(o.Extra, "--locale-provider=builtin", "--builtin-locale="+cat.ICULocale)
+	}
+	if ctl.WALSegmentSize > 0 && ctl.WALSegmentSize != 16<<20 {
+		o.Extra = append(o.Extra, fmt.Sprintf("--wal-segsize=%d", ctl.WALSegmentSize>>20))
+	}
+	// Remote connections need a password; the local socket keeps initdb's
+	// trust (pg_upgrade connects through it). pgfork says so in its summary.
+	o.Extra = append(o.Extra, "--auth-host=scram-sha-256")
+	return o
+}

@@ -1,0 +1,283 @@
+package upgrade_test
+
+import (
+	"bufio"
+	"context"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/pgfork/pgfork/instance"
+	"github.com/pgfork/pgfork/internal/errs"
+	"github.com/pgfork/pgfork/internal/testenv"
+	"github.com/pgfork/pgfork/upgrade"
+)
+
+func runUpgrade(t *testing.T, o upgrade.Options) (*upgrade.Result, error) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	o.User = osUser(t)
+	var steps []string
+	o.OnEvent = func(e upgrade.Event) {
+		if e.Message != "" {
+			t.Logf("%s: %s", e.Phase, e.Message)
+		}
+		if e.Step != "" && e.Done {
+			steps = append(steps, e.Step)
+		}
+	}
+	res, err := upgrade.Run(ctx, o)
+	if err == nil && len(steps) == 0 {
+		t.Error("no pg_upgrade steps were reported as progress")
+	}
+	return res, err
+}
+
+// upgradeAndVerify upgrades a copy of the fixture in dir with mode and
+// checks the new cluster's contents, the mode used, and the old cluster.
+func upgradeAndVerify(t *testing.T, b builds, dir string, mode, want upgrade.Mode, rh upgrade.Rehearse) *upgrade.Result {
+	t.Helper()
+	_, sums := fixture(t, b)
+	old := copyFixture(t, b, dir)
+	newDir := filepath.Join(dir, "new")
+	res, err := runUpgrade(t, upgrade.Options{OldDir: old, NewDir: newDir, Old: b.old, New: b.new,
+		Mode: mode, Rehearse: rh, Confirmed: true, Jobs: 2})
+	if err != nil {
+		t.Fatalf("upgrade: %v (hint: %s)", err, errs.HintOf(err))
+	}
+	if res.Mode != want {
+		t.Errorf("mode %s, want %s (%s)", res.Mode, want, res.ModeReason)
+	}
+	if res.Control.ChecksumsEnabled() {
+		t.Error("the fixture has data checksums off; the test needs it so to cover PostgreSQL 18's default")
+	}
+	got := startAndSum(t, b.new, newDir)
+	compareSums(t, sums, got)
+	if want != upgrade.Link && want != upgrade.Swap {
+		// The old cluster is still startable and unchanged in content.
+		compareSums(t, sums, startAndSum(t, b.old, old))
+	}
+	if _, err := os.Stat(filepath.Join(filepath.Dir(newDir), ".new.pgfork-upgrade")); !os.IsNotExist(err) {
+		t.Errorf("the workspace was left behind: %v", err)
+	}
+	if res.Bytes == 0 || res.SharedBytes+res.CopiedBytes == 0 {
+		t.Errorf("no bytes reported: %+v", res)
+	}
+	t.Logf("%s: %s, shared %d, copied %d, phases %+v", want, res.Elapsed, res.SharedBytes, res.CopiedBytes, res.Phases)
+	return res
+}
+
+func TestUpgradeCloneOnXFSWithRehearsal(t *testing.T) {
+	b := findBuilds(t)
+	dir := testenv.XFSDir(t)
+	_, sums := fixture(t, b)
+	old := copyFixture(t, b, dir)
+
+	// A rehearsal alone leaves the original byte for byte as it was.
+	roots := tablespaceRoots(t, old)
+	before := treeSums(t, roots...)
+	res, err := runUpgrade(t, upgrade.Options{OldDir: old, NewDir: filepath.Join(dir, "new"), Old: b.old, New: b.new, Rehearse: upgrade.RehearseOnly})
+	if err != nil {
+		t.Fatalf("rehearsal: %v (hint: %s)", err, errs.HintOf(err))
+	}
+	if res.Rehearsal == nil || !res.Rehearsal.OriginalUnchanged || res.Rehearsal.Mode != upgrade.Clone || !res.RehearsalOnly {
+		t.Fatalf("rehearsal result: %+v", res.Rehearsal)
+	}
+	if d := diffSums(before, treeSums(t, roots...)); len(d) > 0 {
+		t.Fatalf("the rehearsal changed the original: %v", d)
+	}
+	if _, err := os.Stat(filepath.Join(dir, "new")); !os.IsNotExist(err) {
+		t.Fatalf("a rehearsal created the new data directory: %v", err)
+	}
+	if left, _ := filepath.Glob(filepath.Join(dir, ".*pgfork*")); len(left) > 0 {
+		t.Fatalf("the rehearsal left %v", left)
+	}
+	compareSums(t, sums, startAndSum(t, b.old, old))
+
+	// auto on XFS: rehearsal by default, then clone.
+	res, err = runUpgrade(t, upgrade.Options{OldDir: old, NewDir: filepath.Join(dir, "new"), Old: b.old, New: b.new})
+	if err != nil {
+		t.Fatalf("upgrade: %v (hint: %s)", err, errs.HintOf(err))
+	}
+	if res.Mode != upgrade.Clone || res.Rehearsal == nil {
+		t.Fatalf("auto on XFS: mode %s, rehearsal %v", res.Mode, res.Rehearsal)
+	}
+	if res.SharedBytes == 0 {
+		t.Errorf("clone mode shared no bytes: %+v", res)
+	}
+	compareSums(t, sums, startAndSum(t, b.new, filepath.Join(dir, "new")))
+	compareSums(t, sums, startAndSum(t, b.old, old))
+}
+
+func TestUpgradeCopyFileRangeOnExt4(t *testing.T) {
+	b := findBuilds(t)
+	if b.new.Major < 17 {
+		t.Skip("copy-file-range needs pg_upgrade 17+")
+	}
+	dir := testenv.Dir(t)
+	res := upgradeAndVerify(t, b, dir, upgrade.Auto, upgrade.CopyFileRange, upgrade.RehearseAuto)
+	if res.Rehearsal != nil {
+		t.Error("auto rehearsed on a filesystem that cannot clone")
+	}
+}
+
+func TestUpgradeCopy(t *testing.T) {
+	b := findBuilds(t)
+	upgradeAndVerify(t, b, testenv.Dir(t), upgrade.Copy, upgrade.Copy, upgrade.RehearseOff)
+}
+
+func TestUpgradeLink(t *testing.T) {
+	b := findBuilds(t)
+	dir := testenv.Dir(t)
+	old := copyFixture(t, b, dir)
+	// Not confirmed: refused before anything is done.
+	_, err := runUpgrade(t, upgrade.Options{OldDir: old, NewDir: filepath.Join(dir, "new"), Old: b.old, New: b.new, Mode: upgrade.Link})
+	if errs.KindOf(err) != errs.Usage || !strings.Contains(err.Error(), "can no longer be started") {
+		t.Fatalf("link without confirmation: %v", err)
+	}
+	if err := os.RemoveAll(old); err != nil {
+		t.Fatal(err)
+	}
+	_ = os.RemoveAll(old + ".tblspc")
+	res := upgradeAndVerify(t, b, dir, upgrade.Link, upgrade.Link, upgrade.RehearseOff)
+	if res.SharedBytes == 0 {
+		t.Errorf("link mode shared no bytes: %+v", res)
+	}
+}
+
+func TestUpgradeRefuses(t *testing.T) {
+	b := findBuilds(t)
+	dir := testenv.Dir(t)
+	old := copyFixture(t, b, dir)
+	newDir := filepath.Join(dir, "new")
+	opts := func() upgrade.Options {
+		return upgrade.Options{OldDir: old, NewDir: newDir, Old: b.old, New: b.new, Rehearse: upgrade.RehearseOff}
+	}
+	before := treeSums(t, tablespaceRoots(t, old)...)
+
+	// Not a newer major.
+	o := opts()
+	o.New = b.old
+	if _, err := runUpgrade(t, o); errs.KindOf(err) != errs.Unsupported {
+		t.Errorf("same major: %v", err)
+	}
+	// NEW_DATADIR exists.
+	if err := os.Mkdir(newDir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := runUpgrade(t, opts()); errs.KindOf(err) != errs.Exists {
+		t.Errorf("existing new dir: %v", err)
+	}
+	_ = os.Remove(newDir)
+	// Clone where the filesystem cannot.
+	o = opts()
+	o.Mode = upgrade.Clone
+	if _, err := runUpgrade(t, o); errs.KindOf(err) != errs.Unsupported {
+		t.Errorf("clone on ext4: %v", err)
+	}
+	if d := diffSums(before, treeSums(t, tablespaceRoots(t, old)...)); len(d) > 0 {
+		t.Fatalf("a refused upgrade changed the old cluster: %v", d)
+	}
+
+	// The old cluster runs: refused, then --stop-old stops it cleanly and
+	// the check passes.
+	ctx := context.Background()
+	inst, err := instance.Start(ctx, instance.Config{BinDir: b.old.BinDir, Env: b.old.Env, DataDir: old, User: osUser(t),
+		LogFile: filepath.Join(t.TempDir(), "old.log")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = inst.Stop(ctx, instance.Fast) }()
+	_, err = runUpgrade(t, opts())
+	if errs.KindOf(err) != errs.Busy || !strings.Contains(errs.HintOf(err), "--stop-old") {
+		t.Fatalf("running old cluster: %v (hint %q)", err, errs.HintOf(err))
+	}
+	o = opts()
+	o.StopOld, o.CheckOnly = true, true
+	res, err := runUpgrade(t, o)
+	if err != nil {
+		t.Fatalf("--stop-old --check: %v (hint: %s)", err, errs.HintOf(err))
+	}
+	if !res.CheckOnly {
+		t.Error("CheckOnly not reported")
+	}
+	if _, err := os.Stat(newDir); !os.IsNotExist(err) {
+		t.Errorf("--check left the new data directory: %v", err)
+	}
+}
+
+// TestKillDuringCopyUpgrade kills pgfork (SIGKILL) while pg_upgrade runs in
+// copy mode: the old cluster must still start with its data intact, and the
+// next run must clean up and succeed.
+func TestKillDuringCopyUpgrade(t *testing.T) {
+	b := findBuilds(t)
+	dir := testenv.Dir(t)
+	_, sums := fixture(t, b)
+	old := copyFixture(t, b, dir)
+	newDir := filepath.Join(dir, "new")
+
+	bin := filepath.Join(t.TempDir(), "pgfork")
+	if out, err := exec.Command("go", "build", "-o", bin, "../cmd/pgfork").CombinedOutput(); err != nil {
+		t.Fatalf("build: %v\n%s", err, out)
+	}
+	args := []string{"upgrade", old, newDir, "--to", b.new.Version[:2], "--mode", "copy", "--no-rehearse",
+		"--old-bindir", b.old.BinDir, "--new-bindir", b.new.BinDir}
+	cmd := exec.Command(bin, args...)
+	stderr, err := cmd.StderrPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	killed := make(chan string, 1)
+	go func() {
+		sc := bufio.NewScanner(stderr)
+		sent := false
+		for sc.Scan() {
+			line := sc.Text()
+			// Kill once pg_upgrade is past its checks and works on the new cluster.
+			if !sent && strings.Contains(line, "Restoring global objects in the new cluster") {
+				_ = cmd.Process.Signal(syscall.SIGKILL)
+				sent = true
+				killed <- line
+			}
+		}
+		if !sent {
+			killed <- ""
+		}
+	}()
+	line := <-killed
+	_ = cmd.Wait()
+	if line == "" {
+		t.Fatal("pgfork finished before it could be killed")
+	}
+	if _, err := os.Stat(newDir); !os.IsNotExist(err) {
+		t.Fatalf("a killed upgrade left NEW_DATADIR: %v", err)
+	}
+	// Servers pg_upgrade had started die with it or are stopped below; the
+	// old cluster then starts with its data.
+	time.Sleep(time.Second)
+	if pf, err := instance.ReadPidFile(old); err == nil {
+		t.Logf("a server (pid %d) was left running on the old cluster; stopping it", pf.Pid)
+		if inst, err := instance.Attach(old); err == nil {
+			_ = inst.Stop(context.Background(), instance.Fast)
+		}
+	}
+	compareSums(t, sums, startAndSum(t, b.old, old))
+
+	// The next run cleans up and succeeds.
+	res, err := runUpgrade(t, upgrade.Options{OldDir: old, NewDir: newDir, Old: b.old, New: b.new, Mode: upgrade.Copy, Rehearse: upgrade.RehearseOff})
+	if err != nil {
+		t.Fatalf("upgrade after the kill: %v (hint: %s)", err, errs.HintOf(err))
+	}
+	if len(res.CleanedUp) == 0 {
+		t.Error("the next run reported nothing cleaned up")
+	}
+	compareSums(t, sums, startAndSum(t, b.new, newDir))
+}

@@ -28,12 +28,15 @@ func TestCalibrate(t *testing.T) {
 			t.Fatal(err)
 		}
 		t.Logf("%+v", *c)
-		// Slopes from two sizes on a busy machine: only signs are certain.
-		if c.WalLogFixed < 0 || c.WalLogPerMB <= 0 || c.CopyPerMB <= 0 || c.CheckpointFixed < 0 || c.CopyFixed < 0 {
-			t.Errorf("implausible constants: %+v", *c)
+		// Slopes from two sizes on a busy machine: only signs are certain,
+		// and that the model predicts a positive time for every strategy.
+		for _, v := range []float64{c.WalLogFixed, c.WalLogPerMB, c.CheckpointFixed, c.DirtyPerMB, c.CopyFixed, c.CopyPerMB, c.CloneFixed, c.ClonePerMB} {
+			if v < 0 {
+				t.Errorf("negative constant: %+v", *c)
+			}
 		}
-		if s.canClone && c.ClonePerMB >= c.CopyPerMB {
-			t.Errorf("clone per MB %.3f ms not cheaper than copy %.3f ms", c.ClonePerMB, c.CopyPerMB)
+		if c.WalLogFixed+7*c.WalLogPerMB <= 0 || c.CheckpointFixed+c.CopyFixed+7*c.CopyPerMB <= 0 || c.Source == "" || c.Fsync != tg.Fsync {
+			t.Errorf("implausible calibration: %+v", *c)
 		}
 		var n int
 		if err := conn.QueryRow(ctx, `SELECT count(*) FROM pg_database WHERE datname LIKE 'pgfork\_calib\_%'`).Scan(&n); err != nil || n != 0 {

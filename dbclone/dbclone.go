@@ -137,7 +137,8 @@ type CreateOptions struct {
 	// Force terminates other sessions on the template (after WaitTimeout).
 	Force bool
 	// WaitTimeout is how long to wait for other sessions on the template to
-	// go away before failing (or, with Force, terminating them). 0: do not wait.
+	// go away before failing (or, with Force, terminating them). Without
+	// Force it is at least Grace, for backends of clients that just left.
 	WaitTimeout time.Duration
 	// Target is the server as seen by Inspect; nil: inspect now (without clone).
 	Target *Target

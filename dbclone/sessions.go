@@ -84,10 +84,19 @@ func busyErr(db string, sess []Session, cause error) *errs.Error {
 // pollInterval is how often a wait for sessions to leave looks again.
 const pollInterval = 50 * time.Millisecond
 
+// Grace is how long a copy waits for sessions to leave even when told not
+// to wait: a client that has just disconnected leaves its backend running
+// for a few milliseconds more.
+const Grace = 250 * time.Millisecond
+
 // clearTemplate waits until no other session is connected to db or the
-// deadline passes; then, with force, terminates those left, else fails with
-// errs.Busy naming them. It returns the sessions it terminated.
+// deadline passes (without force, at least Grace); then, with force,
+// terminates those left, else fails with errs.Busy naming them. It returns
+// the sessions it terminated.
 func clearTemplate(ctx context.Context, conn *pgx.Conn, db string, deadline time.Time, force bool) ([]Session, error) {
+	if g := time.Now().Add(Grace); !force && deadline.Before(g) {
+		deadline = g
+	}
 	for {
 		sess, err := Sessions(ctx, conn, db)
 		if err != nil {

@@ -384,9 +384,15 @@ func TestCLI(t *testing.T) {
 		base := testenv.Dir(t)
 		src := e.newCluster(t, base, "src")
 		e.start(t, src, nil)
+		// No --pg-bin: pgfork picks the build matching the source's major,
+		// looking in the state directory that holds the managed builds.
+		state := t.TempDir()
+		if filepath.Base(filepath.Dir(filepath.Dir(e.bin))) == "installs" {
+			state = filepath.Dir(filepath.Dir(filepath.Dir(e.bin)))
+		}
 		run := func(want int, args ...string) string {
 			t.Helper()
-			cmd := exec.Command(bin, append([]string{"clone"}, args...)...)
+			cmd := exec.Command(bin, append([]string{"clone", "--state-dir", state}, args...)...)
 			var out, errOut bytes.Buffer
 			cmd.Stdout, cmd.Stderr = &out, &errOut
 			err := cmd.Run()

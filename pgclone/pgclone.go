@@ -87,12 +87,15 @@ type Result struct {
 	Vanished         int64                  `json:"vanished,omitempty"`
 	Tablespaces      []TablespaceCopy       `json:"tablespaces,omitempty"`
 	// Online only: the backup's WAL range and the WAL files copied.
-	StartLSN string        `json:"start_lsn,omitempty"`
-	StopLSN  string        `json:"stop_lsn,omitempty"`
-	WALFiles int           `json:"wal_files,omitempty"`
-	WALBytes int64         `json:"wal_bytes,omitempty"`
-	Warnings []string      `json:"warnings,omitempty"`
-	Elapsed  time.Duration `json:"elapsed_ns"`
+	StartLSN string   `json:"start_lsn,omitempty"`
+	StopLSN  string   `json:"stop_lsn,omitempty"`
+	WALFiles int      `json:"wal_files,omitempty"`
+	WALBytes int64    `json:"wal_bytes,omitempty"`
+	Warnings []string `json:"warnings,omitempty"`
+	// Phases times the steps: "backup start" (connect, fast checkpoint),
+	// "copy", "tablespaces", "backup stop", "wal", "finish" (reset, sync, rename).
+	Phases  map[string]time.Duration `json:"phases_ns"`
+	Elapsed time.Duration            `json:"elapsed_ns"`
 }
 
 // Clone copies opts.Src to opts.Dst. See the package documentation.
@@ -181,7 +184,8 @@ func Clone(ctx context.Context, opts Options) (*Result, error) {
 	}
 	b := &build{opts: opts, src: src, dst: dst, parent: parent, tss: tss,
 		res: &Result{Src: src, Dst: dst, Online: opts.Online, Major: major, Port: opts.Port,
-			SystemIdentifier: strconv.FormatUint(cd.SystemIdentifier, 10), Methods: map[clone.Method]int64{}}}
+			SystemIdentifier: strconv.FormatUint(cd.SystemIdentifier, 10), Methods: map[clone.Method]int64{},
+			Phases: map[string]time.Duration{}}}
 	if opts.User != nil {
 		b.owner = &clone.Owner{UID: opts.User.UID, GID: opts.User.GID}
 	}
@@ -205,10 +209,19 @@ type build struct {
 	data, tsStage     *staged
 	tsRenamed, placed bool
 	res               *Result
+	phaseStart        time.Time
+}
+
+// phase ends the current phase under name and starts the next.
+func (b *build) phase(name string) {
+	now := time.Now()
+	b.res.Phases[name] += now.Sub(b.phaseStart)
+	b.phaseStart = now
 }
 
 func (b *build) run(ctx context.Context, cd *pgdata.ControlData) error {
 	var err error
+	b.phaseStart = time.Now()
 	if b.data, err = newStaged(b.parent, filepath.Base(b.dst)); err != nil {
 		return err
 	}
@@ -235,6 +248,7 @@ func (b *build) run(ctx context.Context, cd *pgdata.ControlData) error {
 		if _, err := sess.startBackup(ctx, label); err != nil {
 			return err
 		}
+		b.phase("backup start")
 	}
 
 	// The data directory. A pg_wal that is a symlink (initdb --waldir) is
@@ -276,6 +290,7 @@ func (b *build) run(ctx context.Context, cd *pgdata.ControlData) error {
 	if err := b.mkdir(filepath.Join(b.data.path, "pg_wal", "archive_status")); err != nil {
 		return err
 	}
+	b.phase("copy")
 
 	// Tablespaces, beside the destination.
 	newTarget := map[string]string{}
@@ -316,6 +331,7 @@ func (b *build) run(ctx context.Context, cd *pgdata.ControlData) error {
 		}
 		newTarget[ts.OID] = final
 		b.res.Tablespaces = append(b.res.Tablespaces, TablespaceCopy{OID: ts.OID, Source: ts.Target, Target: final})
+		b.phase("tablespaces")
 	}
 
 	if b.opts.Online {
@@ -338,7 +354,9 @@ func (b *build) run(ctx context.Context, cd *pgdata.ControlData) error {
 			}
 		}
 	}
-	return b.place(ctx)
+	err = b.place(ctx)
+	b.phase("finish")
+	return err
 }
 
 // copyTree copies src into the existing empty directory dst and adds the
@@ -374,6 +392,7 @@ func (b *build) finishOnline(ctx context.Context, sess *backupSession, srcWAL st
 	if err != nil {
 		return err
 	}
+	b.phase("backup stop")
 	bl, err := ParseBackupLabel(br.LabelFile)
 	if err != nil {
 		return errs.Wrap(errs.Internal, err, "cannot read the backup label the source returned")
@@ -393,6 +412,7 @@ func (b *build) finishOnline(ctx context.Context, sess *backupSession, srcWAL st
 	if err != nil {
 		return err
 	}
+	b.phase("wal")
 	b.res.WALFiles, b.res.WALBytes = len(plan.Segments)+len(plan.History), n
 	b.res.Files += int64(b.res.WALFiles)
 	b.res.Bytes += n

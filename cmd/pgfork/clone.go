@@ -243,6 +243,13 @@ func printCloneSummary(w io.Writer, o cloneOutput) {
 		fmt.Fprintf(w, "  backup:       WAL %s to %s, %d WAL files (%s); the clone recovers to that point on its first start\n",
 			r.StartLSN, r.StopLSN, r.WALFiles, cloneHumanSize(r.WALBytes))
 	}
+	var ph []string
+	for _, name := range []string{"backup start", "copy", "tablespaces", "backup stop", "wal", "finish"} {
+		if d, ok := r.Phases[name]; ok {
+			ph = append(ph, fmt.Sprintf("%s %s", name, d.Round(time.Millisecond)))
+		}
+	}
+	fmt.Fprintf(w, "  time:         %s\n", strings.Join(ph, ", "))
 	for _, ts := range r.Tablespaces {
 		fmt.Fprintf(w, "  tablespace:   %s: %s copied to %s\n", ts.OID, ts.Source, ts.Target)
 	}

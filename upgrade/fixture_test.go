@@ -352,4 +352,3 @@ func diffSums(a, b map[string]string) []string {
 	sort.Strings(d)
 	return d
 }
-

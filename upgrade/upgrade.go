@@ -180,12 +180,10 @@ type Rehearsal struct {
 
 // upgrader carries the state of one run.
 type upgrader struct {
-	o       Options
-	res     *Result
-	work    *workspace
-	t0      time.Time
-	oldVer  string
-	emitted time.Time
+	o    Options
+	res  *Result
+	work *workspace
+	t0   time.Time
 }
 
 func (u *upgrader) emit(e Event) {

@@ -1,0 +1,186 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/pgfork/pgfork/internal/testenv"
+)
+
+type dbCLI struct {
+	t                *testing.T
+	bin, home, pgBin string
+	env              []string
+}
+
+func (p *dbCLI) run(args ...string) (code int, stdout, stderr string) {
+	p.t.Helper()
+	cmd := exec.Command(p.bin, append([]string{"--state-dir", p.home, "--pg-bin", p.pgBin}, args...)...)
+	var o, e bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &o, &e
+	cmd.Env = append(os.Environ(), p.env...)
+	err := cmd.Run()
+	var ee *exec.ExitError
+	if errors.As(err, &ee) {
+		code = ee.ExitCode()
+	} else if err != nil {
+		p.t.Fatal(err)
+	}
+	return code, o.String(), e.String()
+}
+
+func (p *dbCLI) ok(args ...string) string {
+	p.t.Helper()
+	code, out, errOut := p.run(args...)
+	if code != 0 {
+		p.t.Fatalf("pgfork %s: exit %d\n%s", strings.Join(args, " "), code, errOut)
+	}
+	return out
+}
+
+func (p *dbCLI) fails(want int, mention string, args ...string) {
+	p.t.Helper()
+	code, _, errOut := p.run(args...)
+	if code != want || !strings.Contains(errOut, mention) || !strings.Contains(errOut, "hint:") {
+		p.t.Errorf("pgfork %s: exit %d, stderr %q; want exit %d mentioning %q with a hint", strings.Join(args, " "), code, errOut, want, mention)
+	}
+}
+
+// TestDBCommands drives the db commands against a cluster started with
+// pgfork up, by --cluster, --url and the PG* variables.
+func TestDBCommands(t *testing.T) {
+	pgBin := testenv.PGBinDirs(t)[0]
+	bin := filepath.Join(testenv.Dir(t), "pgfork")
+	if out, err := exec.Command("go", "build", "-o", bin, ".").CombinedOutput(); err != nil {
+		t.Fatalf("go build: %v\n%s", err, out)
+	}
+	home := testenv.Dir(t)
+	p := &dbCLI{t: t, bin: bin, home: home, pgBin: pgBin}
+	t.Cleanup(func() { _ = exec.Command(bin, "--state-dir", home, "down", "--all", "--timeout", "1s").Run() })
+	var up struct {
+		Name string `json:"name"`
+		URL  string `json:"url"`
+	}
+	if err := json.Unmarshal([]byte(p.ok("up", "--json", "--name", "dbcli")), &up); err != nil || up.URL == "" {
+		t.Fatalf("pgfork up --json: %v %+v", err, up)
+	}
+	ctx := context.Background()
+	conn, err := pgx.Connect(ctx, up.URL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close(ctx)
+	exists := func(name string) bool {
+		var ok bool
+		_ = conn.QueryRow(ctx, "SELECT EXISTS (SELECT 1 FROM pg_database WHERE datname = $1)", name).Scan(&ok)
+		return ok
+	}
+
+	// --cluster, flags after the name; --url, flags before it; PG* env.
+	out := p.ok("db", "create", "My DB ü", "--from", "template1", "--cluster", "dbcli")
+	if !strings.Contains(out, `created database "My DB ü"`) || !exists("My DB ü") {
+		t.Errorf("create by --cluster: %q", out)
+	}
+	p.ok("db", "create", "--url", up.URL, "--from", "My DB ü", "--strategy", "wal_log", "second")
+	u, _ := pgx.ParseConfig(up.URL)
+	p.env = []string{"PGHOST=" + u.Host, "PGPORT=" + strconv.Itoa(int(u.Port)), "PGUSER=" + u.User, "PGDATABASE=postgres"}
+	var res struct {
+		Name     string `json:"name"`
+		Strategy string `json:"strategy"`
+	}
+	if err := json.Unmarshal([]byte(p.ok("db", "create", "third", "--from", "second", "--strategy", "file_copy", "--json")), &res); err != nil ||
+		res.Name != "third" || res.Strategy != "file_copy" {
+		t.Errorf("create by PG* env --json: %+v %v", res, err)
+	}
+	p.env = nil
+
+	// Errors: exit codes and hints, nothing created.
+	p.fails(exitExists, `"second" already exists`, "db", "create", "second", "--from", "template1", "--cluster", "dbcli")
+	p.fails(exitNotFound, `"nope" does not exist`, "db", "create", "x", "--from", "nope", "--cluster", "dbcli")
+	p.fails(exitUsage, "64 bytes", "db", "create", strings.Repeat("é", 32), "--from", "template1", "--cluster", "dbcli")
+	p.fails(exitUsage, "--from", "db", "create", "x", "--cluster", "dbcli")
+	p.fails(exitUsage, "unknown strategy", "db", "create", "x", "--from", "template1", "--strategy", "fast", "--cluster", "dbcli")
+	p.fails(exitUnsupported, "clone", "db", "create", "x", "--from", "template1", "--strategy", "clone", "--cluster", "dbcli")
+	p.fails(exitNotFound, "dbcli2", "db", "create", "x", "--from", "template1", "--cluster", "dbcli2")
+	if exists("x") {
+		t.Errorf("a failed create left database x")
+	}
+
+	// Busy template: named, then --force.
+	holder, err := pgx.Connect(ctx, strings.Replace(up.URL, "/postgres?", "/second?", 1))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer holder.Close(ctx)
+	p.fails(exitBusy, "pid ", "db", "create", "fourth", "--from", "second", "--wait", "100ms", "--cluster", "dbcli")
+	p.ok("db", "create", "fourth", "--from", "second", "--force", "--wait", "0s", "--cluster", "dbcli")
+
+	// --count: NAME_1..NAME_N and the rate.
+	code, out, errOut := p.run("db", "create", "w", "--from", "template1", "--count", "5", "--jobs", "2", "--cluster", "dbcli")
+	if code != 0 || !strings.Contains(out, "created 5 databases w_1 … w_5") || !strings.Contains(errOut, "dbs/s") || !exists("w_5") {
+		t.Errorf("--count: exit %d %q %q", code, out, errOut)
+	}
+
+	// advise, calibrate (stored for the cluster, then used by advise).
+	var adv struct {
+		Choice      string `json:"choice"`
+		Calibration string `json:"calibration"`
+		Estimates   []any  `json:"estimates"`
+	}
+	if err := json.Unmarshal([]byte(p.ok("db", "advise", "--from", "second", "--cluster", "dbcli", "--json")), &adv); err != nil || adv.Choice == "" || len(adv.Estimates) != 3 {
+		t.Errorf("advise --json: %+v %v", adv, err)
+	}
+	if out := p.ok("db", "advise", "--from", "second", "--cluster", "dbcli"); !strings.Contains(out, "choice: ") || !strings.Contains(out, "reasons:") {
+		t.Errorf("advise: %q", out)
+	}
+	p.ok("db", "calibrate", "--size", "4", "--runs", "1", "--cluster", "dbcli")
+	if _, err := os.Stat(filepath.Join(home, "calibration", "cluster-dbcli.json")); err != nil {
+		t.Errorf("calibration not stored: %v", err)
+	}
+	if err := json.Unmarshal([]byte(p.ok("db", "advise", "--from", "second", "--cluster", "dbcli", "--json")), &adv); err != nil || !strings.HasPrefix(adv.Calibration, "calibrated") {
+		t.Errorf("advise after calibrate uses %q", adv.Calibration)
+	}
+
+	// Snapshots: take, change, restore (refused with a session, then forced), list, remove.
+	holder.Close(ctx)
+	p.ok("db", "snapshot", "My DB ü", "first snap", "--cluster", "dbcli")
+	c2, err := pgx.Connect(ctx, strings.Replace(up.URL, "/postgres?", "/My%20DB%20%C3%BC?", 1))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c2.Exec(ctx, "CREATE TABLE changed (x int)"); err != nil {
+		t.Fatal(err)
+	}
+	p.fails(exitBusy, "pid ", "db", "restore", "My DB ü", "--cluster", "dbcli")
+	code, _, errOut = p.run("db", "restore", "My DB ü", "--force", "--cluster", "dbcli")
+	if code != 0 || !strings.Contains(errOut, "refilling spare") {
+		t.Errorf("restore --force: exit %d %q", code, errOut)
+	}
+	c2.Close(ctx)
+	c3, err := pgx.Connect(ctx, strings.Replace(up.URL, "/postgres?", "/My%20DB%20%C3%BC?", 1))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var n int
+	_ = c3.QueryRow(ctx, "SELECT count(*) FROM pg_class WHERE relname = 'changed'").Scan(&n)
+	c3.Close(ctx)
+	if n != 0 {
+		t.Errorf("restore did not undo the change")
+	}
+	if out := p.ok("db", "snapshots", "--cluster", "dbcli"); !strings.Contains(out, "first snap") || !strings.Contains(out, "ready") {
+		t.Errorf("snapshots: %q", out)
+	}
+	p.ok("db", "rm-snapshot", "first snap", "--cluster", "dbcli")
+	p.fails(exitNotFound, "no snapshots", "db", "restore", "My DB ü", "--cluster", "dbcli")
+}
+

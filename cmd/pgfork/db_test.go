@@ -183,4 +183,3 @@ func TestDBCommands(t *testing.T) {
 	p.ok("db", "rm-snapshot", "first snap", "--cluster", "dbcli")
 	p.fails(exitNotFound, "no snapshots", "db", "restore", "My DB ü", "--cluster", "dbcli")
 }
-

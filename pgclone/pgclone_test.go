@@ -304,8 +304,9 @@ func TestTablespaceClone(t *testing.T) {
 }
 
 // TestKillMidClone kills the pgfork binary with SIGKILL while it copies:
-// no destination appears, the source is untouched and starts, and the next
-// run cleans up and succeeds.
+// no destination appears, the source is untouched and starts (offline) or
+// keeps running with the backup and its temporary slot gone (online), and
+// the next run cleans up and succeeds.
 func TestKillMidClone(t *testing.T) {
 	forEachPG(t, func(t *testing.T, e pgEnv) {
 		bin := filepath.Join(t.TempDir(), "pgfork")
@@ -317,60 +318,88 @@ func TestKillMidClone(t *testing.T) {
 		src := e.newCluster(t, base, "src")
 		in := e.start(t, src, nil)
 		e.tool(t, "pgbench", "-h", in.SocketDir, "-p", fmt.Sprint(in.Port), "-U", "postgres", "-i", "-q", "-s", "10", "postgres")
-		stop(t, in)
-		before := treeHash(t, src)
-		dst := filepath.Join(base, "dst")
 
-		cmd := exec.Command(bin, "clone", src, dst, "--method", "copy", "--jobs", "1", "--sync", "fsync", "--pg-bin", e.bin)
-		var out bytes.Buffer
-		cmd.Stdout, cmd.Stderr = &out, &out
-		if err := cmd.Start(); err != nil {
-			t.Fatal(err)
-		}
-		// Kill once the staging copy has real data in it.
-		deadline := time.Now().Add(60 * time.Second)
-		killed := false
-		for time.Now().Before(deadline) && !killed {
-			for _, l := range leftovers(t, dst) {
-				if _, err := os.Stat(filepath.Join(l, "base")); err == nil {
-					_ = cmd.Process.Signal(syscall.SIGKILL)
-					killed = true
-				}
+		killMid := func(t *testing.T, dst string, args ...string) {
+			t.Helper()
+			cmd := exec.Command(bin, append([]string{"clone", src, dst, "--method", "copy", "--jobs", "1", "--sync", "fsync", "--pg-bin", e.bin}, args...)...)
+			var out bytes.Buffer
+			cmd.Stdout, cmd.Stderr = &out, &out
+			if err := cmd.Start(); err != nil {
+				t.Fatal(err)
 			}
-			time.Sleep(time.Millisecond)
+			// Kill once the staging copy has real data in it.
+			deadline := time.Now().Add(60 * time.Second)
+			killed := false
+			for time.Now().Before(deadline) && !killed {
+				for _, l := range leftovers(t, dst) {
+					if _, err := os.Stat(filepath.Join(l, "base")); err == nil {
+						_ = cmd.Process.Signal(syscall.SIGKILL)
+						killed = true
+					}
+				}
+				time.Sleep(time.Millisecond)
+			}
+			err := cmd.Wait()
+			var ee *exec.ExitError
+			if !killed || !errors.As(err, &ee) || ee.Sys().(syscall.WaitStatus).Signal() != syscall.SIGKILL {
+				t.Fatalf("pgfork was not killed mid-copy (killed=%v, err=%v):\n%s", killed, err, out.String())
+			}
+			if _, err := os.Lstat(dst); err == nil {
+				t.Fatal("a killed clone left the destination")
+			}
+			if len(leftovers(t, dst)) == 0 {
+				t.Error("expected the killed clone's staging directory (to be cleaned by the next run)")
+			}
 		}
-		err := cmd.Wait()
-		var ee *exec.ExitError
-		if !killed || !errors.As(err, &ee) || ee.Sys().(syscall.WaitStatus).Signal() != syscall.SIGKILL {
-			t.Fatalf("pgfork was not killed mid-copy (killed=%v, err=%v):\n%s", killed, err, out.String())
+		rerun := func(t *testing.T, dst string, args ...string) {
+			t.Helper()
+			cmd := exec.Command(bin, append([]string{"clone", src, dst, "--pg-bin", e.bin, "--json"}, args...)...)
+			if out, err := cmd.CombinedOutput(); err != nil {
+				t.Fatalf("clone after the kill: %v\n%s", err, out)
+			}
+			if l := leftovers(t, dst); len(l) > 0 {
+				t.Errorf("the next run left the killed clone's leftovers: %v", l)
+			}
+			cl := e.start(t, dst, nil)
+			if got := query(t, cl.ConnString("", ""), "SELECT count(*)::text FROM pgbench_branches"); got != "10" {
+				t.Errorf("clone after the kill: %s branches", got)
+			}
+			stop(t, cl)
 		}
-		if _, err := os.Lstat(dst); err == nil {
-			t.Fatal("a killed clone left the destination")
-		}
-		if len(leftovers(t, dst)) == 0 {
-			t.Error("expected the killed clone's staging directory (to be cleaned by the next run)")
-		}
-		sameTree(t, "source after a killed clone", before, treeHash(t, src))
-		in = e.start(t, src, nil)
-		if got := query(t, in.ConnString("", ""), "SELECT count(*)::text FROM pgbench_branches"); got != "10" {
-			t.Errorf("source after a killed clone: %s branches", got)
-		}
-		stop(t, in)
 
-		out.Reset()
-		cmd = exec.Command(bin, "clone", src, dst, "--pg-bin", e.bin, "--json")
-		cmd.Stdout, cmd.Stderr = &out, &out
-		if err := cmd.Run(); err != nil {
-			t.Fatalf("clone after the kill: %v\n%s", err, out.String())
-		}
-		if l := leftovers(t, dst); len(l) > 0 {
-			t.Errorf("the next run left the killed clone's leftovers: %v", l)
-		}
-		cl := e.start(t, dst, nil)
-		if got := query(t, cl.ConnString("", ""), "SELECT count(*)::text FROM pgbench_branches"); got != "10" {
-			t.Errorf("clone after the kill: %s branches", got)
-		}
-		stop(t, cl)
+		t.Run("online", func(t *testing.T) {
+			dst := filepath.Join(base, "online")
+			killMid(t, dst, "--online")
+			url := in.ConnString("", "")
+			// The server notices the dropped session: its temporary slot goes.
+			for i := 0; ; i++ {
+				n := query(t, url, "SELECT count(*)::text FROM pg_replication_slots")
+				if n == "0" {
+					break
+				}
+				if i > 500 {
+					t.Fatalf("the killed clone's temporary slot is still on the source (%s slots)", n)
+				}
+				time.Sleep(10 * time.Millisecond)
+			}
+			if got := query(t, url, "SELECT count(*)::text FROM pgbench_branches"); got != "10" {
+				t.Errorf("source after a killed clone: %s branches", got)
+			}
+			rerun(t, dst, "--online")
+		})
+		t.Run("offline", func(t *testing.T) {
+			stop(t, in)
+			before := treeHash(t, src)
+			dst := filepath.Join(base, "offline")
+			killMid(t, dst)
+			sameTree(t, "source after a killed clone", before, treeHash(t, src))
+			in2 := e.start(t, src, nil)
+			if got := query(t, in2.ConnString("", ""), "SELECT count(*)::text FROM pgbench_branches"); got != "10" {
+				t.Errorf("source after a killed clone: %s branches", got)
+			}
+			stop(t, in2)
+			rerun(t, dst)
+		})
 	})
 }
 

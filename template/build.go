@@ -61,6 +61,9 @@ func build(ctx context.Context, lay statedir.Layout, o Options, files []SetupFil
 		}
 	}
 	_ = os.Remove(filepath.Join(staging, "server.log"))
+	if err := sparsifyWAL(data); err != nil {
+		return errs.Wrap(errs.Internal, err, "cannot make the template's WAL sparse").WithPath(data)
+	}
 
 	names := make([]string, 0, len(files))
 	for _, f := range files {

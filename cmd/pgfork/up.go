@@ -190,7 +190,7 @@ func up(ctx context.Context, o upOptions) (*upResult, error) {
 	}()
 
 	t := time.Now()
-	pg, err := findPG()
+	pg, err := findPGCached(lay)
 	if err != nil {
 		return nil, err
 	}

@@ -373,7 +373,7 @@ func TestUpSetupFailure(t *testing.T) {
 		if got := dirNames(t, filepath.Join(home, "clusters")); len(got) != 0 {
 			t.Errorf("%s: clusters/ holds %v", what, got)
 		}
-		if got := dirNames(t, filepath.Join(home, "run")); len(got) != 0 {
+		if got := dirNames(t, filepath.Join(home, "run")); len(got) != 0 && (len(got) != 1 || got[0] != "up-pg.json") {
 			t.Errorf("%s: run/ holds %v", what, got)
 		}
 	}
@@ -511,6 +511,32 @@ func TestTemplatePrune(t *testing.T) {
 	home := testenv.Dir(t)
 	p := newPgfk(t, bin, home, pgBin)
 	c := p.up()
+	// The template's WAL is sparse: clones do not copy its zeroed tail.
+	segs, _ := filepath.Glob(filepath.Join(home, "templates", c.TemplateKey, "data", "pg_wal", "0*"))
+	if len(segs) == 0 {
+		t.Fatal("template has no WAL segment")
+	}
+	for _, s := range segs {
+		fi, err := os.Stat(s)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if alloc := fi.Sys().(*syscall.Stat_t).Blocks * 512; alloc > fi.Size()/2 {
+			t.Errorf("WAL segment %s: %d of %d bytes allocated, want it sparse", s, alloc, fi.Size())
+		}
+	}
+	ctx := context.Background()
+	conn, err := pgx.Connect(ctx, c.URL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := conn.Exec(ctx, "create table w as select g from generate_series(1, 100000) g; checkpoint"); err != nil {
+		t.Fatal(err)
+	}
+	conn.Close(ctx)
+	if got := queryOne(t, c.URL, "select count(*)::text from w"); got != "100000" {
+		t.Errorf("writes on a clone of a sparse template: %q", got)
+	}
 	if r := p.run("template", "prune", "--older-than", "1h"); r.code != 0 || strings.TrimSpace(r.stdout) != "" {
 		t.Errorf("prune of a fresh template: %d %q", r.code, r.stdout)
 	}

@@ -1,0 +1,69 @@
+package main
+
+import (
+	"encoding/json"
+	"fmt"
+	"hash/fnv"
+	"os"
+	"path/filepath"
+
+	"github.com/pgfork/pgfork/internal/statedir"
+	"github.com/pgfork/pgfork/pgbin"
+)
+
+// Finding PostgreSQL runs `postgres --version` for every candidate (and
+// pg_config): 15-100 ms, a large part of pgfork up's budget. up remembers
+// the answer in <state>/run/up-pg.json, keyed by everything that can change
+// it: the flags and environment that choose a build, and the modification
+// times of the places builds are found in (PATH directories, the system
+// PostgreSQL directories, pgfork's installs) and of the chosen binary.
+
+type pgCache struct {
+	Key  string             `json:"key"`
+	Inst pgbin.Installation `json:"installation"`
+}
+
+func pgCachePath(lay statedir.Layout) string { return filepath.Join(lay.Run(), "up-pg.json") }
+
+func pgCacheKey(lay statedir.Layout, binDir string) string {
+	h := fnv.New64a()
+	fmt.Fprintf(h, "%s\x00%s\x00%s\x00%s\x00%s\x00", g.pgBin, g.pgMajor, os.Getenv(pgbin.EnvBin), os.Getenv("PATH"), lay.Root)
+	dirs := filepath.SplitList(os.Getenv("PATH"))
+	dirs = append(dirs, "/usr/lib/postgresql", "/usr/local/pgsql", "/usr/local/pgsql/bin", lay.Installs())
+	if sys, err := filepath.Glob("/usr/lib/postgresql/*/bin"); err == nil {
+		dirs = append(dirs, sys...)
+	}
+	if binDir != "" {
+		dirs = append(dirs, binDir, filepath.Join(binDir, "postgres"))
+	}
+	for _, d := range dirs {
+		if fi, err := os.Stat(d); err == nil {
+			fmt.Fprintf(h, "%s %d %d\x00", d, fi.ModTime().UnixNano(), fi.Size())
+		} else {
+			fmt.Fprintf(h, "%s -\x00", d)
+		}
+	}
+	return fmt.Sprintf("%x", h.Sum64())
+}
+
+// findPGCached is findPG with the answer remembered between runs.
+func findPGCached(lay statedir.Layout) (pgbin.Installation, error) {
+	if b, err := os.ReadFile(pgCachePath(lay)); err == nil {
+		var c pgCache
+		if json.Unmarshal(b, &c) == nil && c.Inst.BinDir != "" && c.Key == pgCacheKey(lay, c.Inst.BinDir) {
+			return c.Inst, nil
+		}
+	}
+	in, err := findPG()
+	if err != nil {
+		return in, err
+	}
+	if b, err := json.Marshal(pgCache{Key: pgCacheKey(lay, in.BinDir), Inst: in}); err == nil {
+		_ = os.MkdirAll(lay.Run(), 0o755)
+		tmp := pgCachePath(lay) + fmt.Sprintf(".%d.tmp", os.Getpid())
+		if os.WriteFile(tmp, b, 0o644) == nil {
+			_ = os.Rename(tmp, pgCachePath(lay))
+		}
+	}
+	return in, nil
+}

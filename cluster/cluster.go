@@ -141,6 +141,10 @@ const maxSocketPath = 107 - len("/.s.PGSQL.65535")
 func SocketDirFor(lay statedir.Layout, name string) (string, error) {
 	d := filepath.Join(lay.Run(), name)
 	if len(d) <= maxSocketPath {
+		// run/ must be traversable by the PostgreSQL OS user.
+		if err := os.MkdirAll(lay.Run(), 0o755); err != nil {
+			return "", err
+		}
 		return d, nil
 	}
 	return os.MkdirTemp("", "pgfork-"+name+"-")
@@ -379,6 +383,10 @@ func stop(ctx context.Context, dataDir string, timeout time.Duration) error {
 // immediately) and its socket directory.
 func destroy(dir, socketDir string, lay statedir.Layout) error {
 	_ = stop(context.Background(), filepath.Join(dir, dataSubdir), time.Millisecond)
+	if socketDir == "" {
+		// Unrecorded (an up killed mid-way): the default place.
+		socketDir = filepath.Join(lay.Run(), filepath.Base(dir))
+	}
 	if socketDir != "" && (strings.HasPrefix(socketDir, lay.Run()+"/") || strings.HasPrefix(filepath.Base(socketDir), "pgfork-")) {
 		_ = os.RemoveAll(socketDir)
 	}

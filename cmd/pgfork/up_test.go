@@ -547,3 +547,68 @@ func TestTemplatePrune(t *testing.T) {
 		t.Errorf("rm of a non-key: exit %d", r.code)
 	}
 }
+
+// TestUpKilledMidBuild: a pgfork up killed (-9) while its template's setup
+// runs leaves no template and no cluster under a final name; the next up
+// cleans the leftovers (including the orphaned build server) and succeeds.
+func TestUpKilledMidBuild(t *testing.T) {
+	bin := upBinary(t)
+	pgBin := testenv.PGBinDirs(t)[0]
+	home := testenv.Dir(t)
+	p := newPgfk(t, bin, home, pgBin)
+	work := testenv.Dir(t)
+	marker := filepath.Join(work, "hang")
+	writeFile(t, marker, "")
+	setupCmd := fmt.Sprintf("if [ -e %s ]; then exec sleep 60; fi", marker)
+
+	cmd := exec.Command(bin, "--state-dir", home, "--pg-bin", pgBin, "up", "--name", "victim", "--setup-cmd", setupCmd)
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	// Wait for the build server (initdb's single-user runs write a negative pid).
+	buildPid := 0
+	for i := 0; i < 3000 && buildPid <= 0; i++ {
+		m, _ := filepath.Glob(filepath.Join(home, "templates", ".staging-*", "data", "postmaster.pid"))
+		if len(m) > 0 {
+			b, _ := os.ReadFile(m[0])
+			fmt.Sscanf(string(b), "%d", &buildPid)
+		}
+		if buildPid <= 0 {
+			time.Sleep(10 * time.Millisecond)
+		}
+	}
+	if buildPid <= 0 {
+		_ = cmd.Process.Kill()
+		t.Fatal("the template build server never started")
+	}
+	time.Sleep(300 * time.Millisecond) // let the setup command start
+	_ = cmd.Process.Kill()
+	_ = cmd.Wait()
+	if !pidAlive(buildPid) {
+		t.Fatalf("expected the build server to outlive the killed pgfork (pid %d)", buildPid)
+	}
+	for _, n := range dirNames(t, filepath.Join(home, "templates")) {
+		if !strings.HasPrefix(n, ".staging-") {
+			t.Errorf("killed build left %s under templates/", n)
+		}
+	}
+	if es := p.ls(); len(es) != 0 {
+		t.Errorf("killed up left clusters: %+v", es)
+	}
+	if err := os.Remove(marker); err != nil {
+		t.Fatal(err)
+	}
+	res := p.up("--name", "victim", "--setup-cmd", setupCmd)
+	if !res.Built {
+		t.Error("the next up did not build the template")
+	}
+	waitGone(t, buildPid)
+	for _, n := range dirNames(t, filepath.Join(home, "templates")) {
+		if n != res.TemplateKey {
+			t.Errorf("leftover in templates/: %s", n)
+		}
+	}
+	if got := queryOne(t, res.URL, "select 'ok'"); got != "ok" {
+		t.Error(got)
+	}
+}

@@ -46,7 +46,8 @@ type ManyResult struct {
 // CreateMany creates every database in names from template with at most
 // jobs concurrent CREATE DATABASE statements, each on its own connection
 // from connect. The strategy is resolved once (auto asks the advisor once).
-// progress, when set, is called after each database with the count done.
+// progress, when set, is called after each database with the count done
+// (never concurrently).
 // On the first failure it stops starting new ones and returns what it
 // created with the error; the databases created are kept.
 func CreateMany(ctx context.Context, connect func(context.Context) (*pgx.Conn, error), names []string, template string,
@@ -95,7 +96,6 @@ func CreateMany(ctx context.Context, connect func(context.Context) (*pgx.Conn, e
 	var (
 		mu   sync.Mutex
 		next atomic.Int64
-		done atomic.Int64
 	)
 	g, gctx := errgroup.WithContext(ctx)
 	for _, c := range conns {
@@ -110,11 +110,10 @@ func CreateMany(ctx context.Context, connect func(context.Context) (*pgx.Conn, e
 				}
 				mu.Lock()
 				res.Created = append(res.Created, names[i])
-				mu.Unlock()
-				d := int(done.Add(1))
 				if progress != nil {
-					progress(d, len(names))
+					progress(len(res.Created), len(names))
 				}
+				mu.Unlock()
 			}
 		})
 	}

@@ -6,9 +6,11 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"golang.org/x/sync/errgroup"
 
 	"github.com/pgfork/pgfork/instance"
 	"github.com/pgfork/pgfork/internal/errs"
@@ -148,25 +150,34 @@ const userRelationsSQL = `SELECT count(*) FROM pg_class c JOIN pg_namespace n ON
 WHERE n.nspname NOT IN ('pg_catalog', 'information_schema', 'pg_toast')
   AND n.nspname NOT LIKE 'pg_temp_%' AND n.nspname NOT LIKE 'pg_toast_temp_%'`
 
-// countRelations connects to every database in dbs and counts its user
-// relations.
+// countRelations connects to every database in dbs (a few at a time) and
+// counts its user relations.
 func countRelations(ctx context.Context, inst *instance.Instance, role string, dbs []string) (map[string]int64, error) {
 	out := make(map[string]int64, len(dbs))
+	var mu sync.Mutex
+	g, gctx := errgroup.WithContext(ctx)
+	g.SetLimit(4)
 	for _, db := range dbs {
-		cctx, cancel := context.WithTimeout(ctx, time.Minute)
-		conn, err := pgx.Connect(cctx, inst.ConnString(role, db))
-		if err != nil {
-			cancel()
-			return nil, errs.Wrap(errs.Internal, err, "cannot connect to database %q", db)
-		}
-		var n int64
-		err = conn.QueryRow(cctx, userRelationsSQL).Scan(&n)
-		_ = conn.Close(context.Background())
-		cancel()
-		if err != nil {
-			return nil, errs.Wrap(errs.Internal, err, "cannot count relations in database %q", db)
-		}
-		out[db] = n
+		g.Go(func() error {
+			cctx, cancel := context.WithTimeout(gctx, time.Minute)
+			defer cancel()
+			conn, err := pgx.Connect(cctx, inst.ConnString(role, db))
+			if err != nil {
+				return errs.Wrap(errs.Internal, err, "cannot connect to database %q", db)
+			}
+			defer conn.Close(context.Background())
+			var n int64
+			if err := conn.QueryRow(cctx, userRelationsSQL).Scan(&n); err != nil {
+				return errs.Wrap(errs.Internal, err, "cannot count relations in database %q", db)
+			}
+			mu.Lock()
+			out[db] = n
+			mu.Unlock()
+			return nil
+		})
+	}
+	if err := g.Wait(); err != nil {
+		return nil, err
 	}
 	return out, nil
 }

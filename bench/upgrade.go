@@ -33,7 +33,8 @@ import (
 // the same steps itself. Everything runs on the XFS test filesystem.
 //
 //	PGFORK_BENCH_UPGRADE_SCALES  pgbench scales (default 10,50,100)
-//	PGFORK_BENCH_UPGRADE_RUNS    runs per contender (default 1: this is long on 2 cores)
+//	PGFORK_BENCH_UPGRADE_RUNS    runs of the slow contenders: dump/restore, --copy (default 1: long on 2 cores)
+//	PGFORK_BENCH_UPGRADE_FAST_RUNS runs of --link, --clone and pgfork (default 3)
 //	PGFORK_BENCH_UPGRADE_DBS     databases in the many-databases cluster (default 1000; 0 skips it)
 //	PGFORK_BENCH_UPGRADE_DIR     working directory on XFS (default $PGFORK_TEST_XFS or /mnt/pgfork-test/xfs)
 func init() {
@@ -46,6 +47,7 @@ type upgBench struct {
 	bin      string // pgfork binary
 	work     string
 	runs     int
+	fastRuns int
 }
 
 func runUpgradeBench(ctx context.Context, r *Report) error {
@@ -59,7 +61,7 @@ func runUpgradeBench(ctx context.Context, r *Report) error {
 	ndbs := copyEnvInt("PGFORK_BENCH_UPGRADE_DBS", 1000)
 	base := envOr("PGFORK_BENCH_UPGRADE_DIR", envOr("PGFORK_TEST_XFS", "/mnt/pgfork-test/xfs"))
 
-	b := &upgBench{runs: runs}
+	b := &upgBench{runs: runs, fastRuns: max(copyEnvInt("PGFORK_BENCH_UPGRADE_FAST_RUNS", 3), 1)}
 	var err error
 	if b.old, err = findPG(15); err != nil {
 		return fmt.Errorf("PostgreSQL 15: %w", err)
@@ -88,11 +90,11 @@ func runUpgradeBench(ctx context.Context, r *Report) error {
 	if out, err := exec.CommandContext(ctx, "go", "build", "-o", b.bin, "./cmd/pgfork").CombinedOutput(); err != nil {
 		return fmt.Errorf("building pgfork: %v\n%s", err, out)
 	}
-	r.Notef("PostgreSQL %s → %s, on %s (XFS with reflink, a loop image); %d run(s) per contender (medians shown; more runs with PGFORK_BENCH_UPGRADE_RUNS). "+
-		"Each time runs from a stopped old cluster to a usable new one: initdb matching the old cluster, the transfer, and for the pg_upgrade "+
+	r.Notef("PostgreSQL %s → %s, on %s (XFS with reflink, a loop image); %d run(s) per contender for dump/restore and --copy (PGFORK_BENCH_UPGRADE_RUNS), medians shown. "+
+		"--link, --clone and pgfork run %d times each. Each time runs from a stopped old cluster to a usable new one: initdb matching the old cluster, the transfer, and for the pg_upgrade "+
 		"baselines the steps pg_upgrade prints at the end (start, vacuumdb --all --analyze-in-stages --missing-stats-only, stop); "+
 		"\"pg_upgrade alone\" is the pg_upgrade command by itself. The dump/restore targets run with fsync=off, as in the seed.",
-		b.old.Version, b.new.Version, base, runs)
+		b.old.Version, b.new.Version, base, runs, b.fastRuns)
 
 	header := []string{"scale", "size", "pg_dump \\| psql", "pg_dump -Fd -j2 \\| pg_restore -j2", "pg_upgrade --copy", "pg_upgrade --link",
 		"pg_upgrade --clone", "pgfork auto", "pgfork auto + rehearsal", "pgfork vs --link", "pgfork vs dump"}
@@ -319,9 +321,13 @@ func (b *upgBench) dumpRestore(ctx context.Context, src string, dbs []string, pa
 	return time.Since(t0), nil
 }
 
-func (b *upgBench) measure(fn func() (time.Duration, error)) (Sample, error) {
+func (b *upgBench) measure(fast bool, fn func() (time.Duration, error)) (Sample, error) {
 	var s Sample
-	for i := 0; i < b.runs; i++ {
+	n := b.runs
+	if fast {
+		n = b.fastRuns
+	}
+	for i := 0; i < n; i++ {
 		d, err := fn()
 		if err != nil {
 			return s, err
@@ -366,7 +372,8 @@ func (b *upgBench) scale(ctx context.Context, r *Report, scale int) (row, alone 
 				return total, err
 			}
 		}
-		s, err := b.measure(fn)
+		fast := st.name != "dump" && st.name != "dumpj" && st.name != "copy"
+		s, err := b.measure(fast, fn)
 		if err != nil {
 			return nil, nil, fmt.Errorf("%s: %w", st.name, err)
 		}
@@ -439,7 +446,7 @@ func (b *upgBench) manyDBs(ctx context.Context, r *Report, n int) error {
 				return d, err
 			}
 		}
-		s, err := b.measure(fn)
+		s, err := b.measure(false, fn)
 		if err != nil {
 			return fmt.Errorf("%s: %w", name, err)
 		}

@@ -199,6 +199,7 @@ func (p *eventPrinter) event(e upgrade.Event) {
 		p.bar.Update(e.Bytes, e.TotalBytes)
 	case e.Step != "" && !e.Done:
 		p.start[e.Step] = time.Now()
+		infof("  [%s] %s ...", e.Phase, e.Step)
 	case e.Step != "" && e.Done:
 		if p.bar != nil {
 			p.bar.Done()
@@ -208,7 +209,7 @@ func (p *eventPrinter) event(e upgrade.Event) {
 		if t, ok := p.start[e.Step]; ok {
 			el = " (" + time.Since(t).Round(10*time.Millisecond).String() + ")"
 		}
-		infof("  [%s] %-60s %s%s", e.Phase, e.Step, e.Status, el)
+		infof("  [%s] %s: %s%s", e.Phase, e.Step, e.Status, el)
 	case !e.Done:
 		p.start[e.Phase] = time.Now()
 		infof("%s ...", e.Phase)

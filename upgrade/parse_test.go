@@ -1,0 +1,134 @@
+package upgrade
+
+import (
+	"bytes"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/pgfork/pgfork/clone"
+	"github.com/pgfork/pgfork/internal/errs"
+)
+
+// Output of pg_upgrade 18 for a new cluster with data checksums on and an
+// old one without (captured from a real run).
+const checksumMismatch = `Performing Consistency Checks
+-----------------------------
+Checking cluster versions                                     ok
+
+old cluster does not use data checksums but the new one does
+Failure, exiting
+`
+
+// A check that fails with an explanation and a list file.
+const fatalCheck = `Performing Consistency Checks
+-----------------------------
+Checking cluster versions                                     ok
+Checking database connection settings                         ok
+Checking for prepared transactions                            fatal
+
+Your installation contains prepared transactions.
+    /x/new/pg_upgrade_output.d/20250101T000000.000/prepared.txt
+
+Failure, exiting
+`
+
+func TestParseFindings(t *testing.T) {
+	fs := parseFindings(checksumMismatch)
+	if len(fs) != 1 || fs[0].Check != "" || !strings.Contains(fs[0].Plain, "data checksums") || fs[0].Severity != "fatal" {
+		t.Fatalf("checksum mismatch: %+v", fs)
+	}
+	fs = parseFindings(fatalCheck)
+	if len(fs) != 1 || fs[0].Check != "Checking for prepared transactions" {
+		t.Fatalf("fatal check: %+v", fs)
+	}
+	f := fs[0]
+	if !strings.Contains(f.Hint, "COMMIT PREPARED") || len(f.Files) != 1 || !strings.HasSuffix(f.Files[0], "prepared.txt") {
+		t.Errorf("fatal check explained as %+v", f)
+	}
+	if fs := parseFindings("Checking cluster versions    ok\n"); len(fs) != 0 {
+		t.Errorf("a clean run has findings: %+v", fs)
+	}
+	moved := rewritePaths(parseFindings(fatalCheck), "/x/new/pg_upgrade_output.d", "/logs/pg_upgrade_output.d")
+	if !strings.HasPrefix(moved[0].Files[0], "/logs/pg_upgrade_output.d/") {
+		t.Errorf("list file not moved with the logs: %v", moved[0].Files)
+	}
+	e := errorWithFindings("pg_upgrade failed", parseFindings(fatalCheck), "/logs")
+	if errs.KindOf(e) != errs.Unsupported || !strings.Contains(e.Error(), "prepared transactions") || !strings.Contains(errs.HintOf(e), "/logs") {
+		t.Errorf("error: %v / %s", e, errs.HintOf(e))
+	}
+}
+
+func TestParseSteps(t *testing.T) {
+	var started, done []string
+	var out bytes.Buffer
+	r := strings.NewReader("Performing Upgrade\n------------------\nAnalyzing all rows in the new cluster                         ok\nCopying user relation files")
+	parseSteps(r, &out, func(name string, d bool, status string, _ time.Duration) {
+		if d {
+			done = append(done, name+"="+status)
+		} else {
+			started = append(started, name)
+		}
+	})
+	if len(done) != 1 || done[0] != "Analyzing all rows in the new cluster=ok" {
+		t.Errorf("done: %v", done)
+	}
+	if len(started) != 1 || started[0] != "Copying user relation files" {
+		t.Errorf("started: %v", started)
+	}
+	if out.Len() == 0 {
+		t.Error("output not kept")
+	}
+}
+
+func TestChooseMode(t *testing.T) {
+	xfs := &fsInfo{sameFS: true, newFSType: "xfs", newProbe: &clone.ProbeResult{Clone: true, CopyFileRange: true, SharesBlocks: true}}
+	ext4 := &fsInfo{sameFS: true, newFSType: "ext4", newProbe: &clone.ProbeResult{CopyFileRange: true}}
+	other := &fsInfo{sameFS: false, newFSType: "xfs", newProbe: &clone.ProbeResult{Clone: true, CopyFileRange: true}}
+	for _, c := range []struct {
+		want  Mode
+		major int
+		fs    *fsInfo
+		got   Mode
+		kind  errs.Kind
+		fails bool
+	}{
+		{Auto, 18, xfs, Clone, 0, false},
+		{Auto, 18, ext4, CopyFileRange, 0, false},
+		{Auto, 16, ext4, Copy, 0, false},
+		{Auto, 18, other, Copy, 0, false},
+		{Clone, 18, ext4, "", errs.Unsupported, true},
+		{Clone, 18, other, "", errs.Unsupported, true},
+		{Link, 18, other, "", errs.Unsupported, true},
+		{Swap, 17, ext4, "", errs.Unsupported, true},
+		{CopyFileRange, 16, ext4, "", errs.Unsupported, true},
+		{Link, 18, ext4, Link, 0, false},
+	} {
+		m, _, err := chooseMode(c.want, c.major, c.fs)
+		if c.fails {
+			if errs.KindOf(err) != c.kind || errs.HintOf(err) == "" {
+				t.Errorf("%s on %s (%d): %v, want %s with a hint", c.want, c.fs.newFSType, c.major, err, c.kind)
+			}
+			continue
+		}
+		if err != nil || m != c.got {
+			t.Errorf("%s on %s (%d): %s %v, want %s", c.want, c.fs.newFSType, c.major, m, err, c.got)
+		}
+	}
+}
+
+func TestCheckSpace(t *testing.T) {
+	dir := t.TempDir()
+	dev, err := devOf(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	free, _ := freeBytes(dir)
+	err = checkSpace([]spaceNeed{{dev: dev, path: dir, bytes: free/2 + 1, what: "a"}, {dev: dev, path: dir, bytes: free / 2, what: "b"}}, Copy)
+	if errs.KindOf(err) != errs.NoSpace || !strings.Contains(err.Error(), "a and b") {
+		t.Errorf("needs adding up past the free space: %v", err)
+	}
+	if err := checkSpace([]spaceNeed{{dev: dev, path: dir, bytes: 1 << 20, what: "a"}}, Copy); err != nil {
+		t.Errorf("1 MiB: %v", err)
+	}
+}

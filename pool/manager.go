@@ -1,0 +1,627 @@
+package pool
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"regexp"
+	"sort"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/pgfork/pgfork/internal/errs"
+)
+
+// hashRe is what a template hash may look like: it ends up in database
+// names, so nothing else gets near SQL.
+var hashRe = regexp.MustCompile(`^[A-Za-z0-9_-]{1,64}$`)
+
+// prefixRe is what a database name prefix may look like.
+var prefixRe = regexp.MustCompile(`^[a-z][a-z0-9_]{0,19}$`)
+
+// ValidHash reports whether hash is an acceptable template hash.
+func ValidHash(hash string) bool { return hashRe.MatchString(hash) }
+
+// MaxID is the largest test database id accepted from a client.
+const MaxID = 1<<31 - 1
+
+// ParseID parses a test database id from a client: decimal digits only.
+func ParseID(s string) (int, bool) {
+	if s == "" || len(s) > 10 {
+		return 0, false
+	}
+	for _, c := range s {
+		if c < '0' || c > '9' {
+			return 0, false
+		}
+	}
+	n, err := strconv.Atoi(s)
+	if err != nil || n > MaxID {
+		return 0, false
+	}
+	return n, true
+}
+
+// ManagerConfig shapes a Manager.
+type ManagerConfig struct {
+	Prefix       string // database name prefix (default "pgfork")
+	Owner        string // owner of template and test databases
+	Initial      int    // databases each pool keeps ready
+	Max          int    // databases per pool
+	Parallel     int    // concurrent creations per pool
+	MaxDatabases int    // global limit on test databases across pools; 0: none
+	MinLifetime  time.Duration
+	// FinalizeTimeout bounds how long GetTestDatabase waits for a template
+	// being initialized to be finalized.
+	FinalizeTimeout time.Duration
+	// GetTimeout bounds how long GetTestDatabase waits for a ready database.
+	GetTimeout time.Duration
+	// RootTemplate is what template databases are created from (template0).
+	RootTemplate string
+	Observer     Observer
+	// NoPersist keeps template state in memory only.
+	NoPersist bool
+}
+
+// TemplateState is the state of a template.
+type TemplateState int
+
+// Template states.
+const (
+	TemplateInitializing TemplateState = iota
+	TemplateFinalized
+	TemplateDiscarded
+)
+
+type template struct {
+	hash       string
+	db         string
+	state      TemplateState
+	finalizing bool
+	finalized  chan struct{} // closed when finalized or discarded
+	pool       *Pool
+}
+
+// Manager holds the templates and their pools.
+type Manager struct {
+	cfg     ManagerConfig
+	admin   *pgxpool.Pool
+	creator Creator
+
+	mu        sync.Mutex
+	templates map[string]*template
+	discarded map[string]bool
+	total     int // test databases reserved across pools
+	evicting  int
+	closed    bool
+}
+
+// NewManager returns a manager creating databases with creator over the
+// admin connection. Call Open before use.
+func NewManager(cfg ManagerConfig, admin *pgxpool.Pool, creator Creator) (*Manager, error) {
+	if cfg.Prefix == "" {
+		cfg.Prefix = "pgfork"
+	}
+	if !prefixRe.MatchString(cfg.Prefix) {
+		return nil, errs.New(errs.Usage, "database prefix %q is not valid", cfg.Prefix).WithHint("use 1-20 lower-case letters, digits or _, starting with a letter")
+	}
+	if cfg.RootTemplate == "" {
+		cfg.RootTemplate = "template0"
+	}
+	if cfg.Max <= 0 {
+		cfg.Max = 32
+	}
+	if cfg.Initial > cfg.Max {
+		cfg.Initial = cfg.Max
+	}
+	if cfg.FinalizeTimeout <= 0 {
+		cfg.FinalizeTimeout = time.Minute
+	}
+	if cfg.GetTimeout <= 0 {
+		cfg.GetTimeout = time.Minute
+	}
+	return &Manager{cfg: cfg, admin: admin, creator: creator,
+		templates: map[string]*template{}, discarded: map[string]bool{}}, nil
+}
+
+// stateTable keeps template state across restarts, in the admin database.
+const stateTable = "pgfork_serve_templates"
+
+// Open prepares the state table, drops test databases left by a previous
+// run (their state is unknown after a crash) and brings back finalized
+// templates, whose pools refill in the background. Templates that were
+// still initializing are dropped: their migrations never finished.
+func (m *Manager) Open(ctx context.Context) error {
+	var leftovers []string
+	rows, err := m.admin.Query(ctx, "SELECT datname FROM pg_database WHERE starts_with(datname, $1)", m.cfg.Prefix+"_test_")
+	if err != nil {
+		return errs.Wrap(errs.Internal, err, "cannot list databases")
+	}
+	for rows.Next() {
+		var n string
+		if err := rows.Scan(&n); err != nil {
+			rows.Close()
+			return err
+		}
+		leftovers = append(leftovers, n)
+	}
+	rows.Close()
+	for _, n := range leftovers {
+		if err := dropForce(ctx, m.admin, n); err != nil {
+			return err
+		}
+	}
+	if m.cfg.NoPersist {
+		return nil
+	}
+	if _, err := m.admin.Exec(ctx, `CREATE TABLE IF NOT EXISTS `+stateTable+` (
+		prefix text NOT NULL, hash text NOT NULL, database text NOT NULL,
+		state text NOT NULL, updated timestamptz NOT NULL DEFAULT now(),
+		PRIMARY KEY (prefix, hash))`); err != nil {
+		return errs.Wrap(errs.Internal, err, "cannot create the state table %s", stateTable)
+	}
+	type rec struct{ hash, db, state string }
+	var recs []rec
+	rows, err = m.admin.Query(ctx, `SELECT hash, database, state FROM `+stateTable+` WHERE prefix = $1`, m.cfg.Prefix)
+	if err != nil {
+		return errs.Wrap(errs.Internal, err, "cannot read template state")
+	}
+	for rows.Next() {
+		var r rec
+		if err := rows.Scan(&r.hash, &r.db, &r.state); err != nil {
+			rows.Close()
+			return err
+		}
+		recs = append(recs, r)
+	}
+	rows.Close()
+	for _, r := range recs {
+		var exists bool
+		if err := m.admin.QueryRow(ctx, "SELECT EXISTS (SELECT 1 FROM pg_database WHERE datname = $1)", r.db).Scan(&exists); err != nil {
+			return err
+		}
+		if r.state != "finalized" || !exists || !ValidHash(r.hash) || r.db != m.templateName(r.hash) {
+			if exists && r.db == m.templateName(r.hash) {
+				_ = dropForce(ctx, m.admin, r.db)
+			}
+			_ = m.forget(ctx, r.hash)
+			continue
+		}
+		t := &template{hash: r.hash, db: r.db, state: TemplateFinalized, finalized: make(chan struct{})}
+		close(t.finalized)
+		m.mu.Lock()
+		m.templates[r.hash] = t
+		m.mu.Unlock()
+		t.pool = m.newPool(t)
+	}
+	return nil
+}
+
+func dropForce(ctx context.Context, admin *pgxpool.Pool, name string) error {
+	if _, err := admin.Exec(ctx, "DROP DATABASE IF EXISTS "+pgx.Identifier{name}.Sanitize()+" WITH (FORCE)"); err != nil {
+		return classify(err, "cannot drop database %s", name)
+	}
+	return nil
+}
+
+func (m *Manager) save(ctx context.Context, hash, db, state string) error {
+	if m.cfg.NoPersist {
+		return nil
+	}
+	_, err := m.admin.Exec(ctx, `INSERT INTO `+stateTable+` (prefix, hash, database, state) VALUES ($1, $2, $3, $4)
+		ON CONFLICT (prefix, hash) DO UPDATE SET database = excluded.database, state = excluded.state, updated = now()`,
+		m.cfg.Prefix, hash, db, state)
+	if err != nil {
+		return errs.Wrap(errs.Internal, err, "cannot save template state")
+	}
+	return nil
+}
+
+func (m *Manager) forget(ctx context.Context, hash string) error {
+	if m.cfg.NoPersist {
+		return nil
+	}
+	_, err := m.admin.Exec(ctx, `DELETE FROM `+stateTable+` WHERE prefix = $1 AND hash = $2`, m.cfg.Prefix, hash)
+	return err
+}
+
+// dbName builds prefix_kind_hash[_id]; when that would exceed PostgreSQL's
+// 63-byte limit, the hash is replaced by a digest of it so that names never
+// get truncated into each other.
+func (m *Manager) dbName(kind, hash, suffix string) string {
+	n := m.cfg.Prefix + "_" + kind + "_" + hash + suffix
+	if len(n) <= 63 {
+		return n
+	}
+	sum := sha256.Sum256([]byte(hash))
+	return m.cfg.Prefix + "_" + kind + "_h" + hex.EncodeToString(sum[:])[:24] + suffix
+}
+
+func (m *Manager) templateName(hash string) string { return m.dbName("template", hash, "") }
+
+// TestName returns the database name of test database id of a template.
+func (m *Manager) TestName(hash string, id int) string {
+	return m.dbName("test", hash, fmt.Sprintf("_%03d", id))
+}
+
+func (m *Manager) newPool(t *template) *Pool {
+	hash := t.hash
+	return New(Config{
+		Hash: hash, Template: t.db, Owner: m.cfg.Owner,
+		Name:    func(id int) string { return m.TestName(hash, id) },
+		Initial: m.cfg.Initial, Max: m.cfg.Max, Parallel: m.cfg.Parallel,
+		MinLifetime: m.cfg.MinLifetime, Limiter: m, Observer: m.cfg.Observer,
+	}, m.creator)
+}
+
+// Template describes a template database.
+type Template struct {
+	Hash     string
+	Database string
+}
+
+// InitializeTemplate creates an empty template database for hash, to be
+// migrated by the caller and then finalized. A hash that is initializing or
+// finalized gets ErrTemplateExists.
+func (m *Manager) InitializeTemplate(ctx context.Context, hash string) (Template, error) {
+	if !ValidHash(hash) {
+		return Template{}, errs.New(errs.Usage, "invalid template hash")
+	}
+	m.mu.Lock()
+	if m.closed {
+		m.mu.Unlock()
+		return Template{}, errs.Wrap(errs.Busy, ErrClosed, "server is shutting down")
+	}
+	if _, ok := m.templates[hash]; ok {
+		m.mu.Unlock()
+		return Template{}, errs.Wrap(errs.Exists, ErrTemplateExists, "template %s", hash)
+	}
+	t := &template{hash: hash, db: m.templateName(hash), state: TemplateInitializing, finalized: make(chan struct{})}
+	m.templates[hash] = t
+	delete(m.discarded, hash)
+	m.mu.Unlock()
+
+	fail := func(err error) (Template, error) {
+		m.mu.Lock()
+		if m.templates[hash] == t {
+			delete(m.templates, hash)
+		}
+		m.mu.Unlock()
+		close(t.finalized)
+		return Template{}, err
+	}
+	if err := m.save(ctx, hash, t.db, "initializing"); err != nil {
+		return fail(err)
+	}
+	if err := dropForce(ctx, m.admin, t.db); err != nil {
+		return fail(err)
+	}
+	sql := "CREATE DATABASE " + pgx.Identifier{t.db}.Sanitize() + " TEMPLATE " + pgx.Identifier{m.cfg.RootTemplate}.Sanitize()
+	if m.cfg.Owner != "" {
+		sql += " OWNER " + pgx.Identifier{m.cfg.Owner}.Sanitize()
+	}
+	if _, err := m.admin.Exec(ctx, sql); err != nil {
+		_ = m.forget(context.WithoutCancel(ctx), hash)
+		return fail(classify(err, "cannot create template database %s", t.db))
+	}
+	return Template{Hash: hash, Database: t.db}, nil
+}
+
+func (m *Manager) lookup(hash string) (*template, error) {
+	if !ValidHash(hash) {
+		return nil, errs.New(errs.Usage, "invalid template hash")
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	t := m.templates[hash]
+	if t == nil {
+		if m.discarded[hash] {
+			return nil, errs.Wrap(errs.NotFound, ErrTemplateDiscarded, "template %s", hash)
+		}
+		return nil, errs.Wrap(errs.NotFound, ErrTemplateNotFound, "template %s", hash)
+	}
+	return t, nil
+}
+
+// FinalizeTemplate marks a template ready to clone and starts its pool.
+// Finalizing twice is fine.
+func (m *Manager) FinalizeTemplate(ctx context.Context, hash string) error {
+	t, err := m.lookup(hash)
+	if err != nil {
+		return err
+	}
+	m.mu.Lock()
+	if t.state != TemplateInitializing || t.finalizing {
+		m.mu.Unlock()
+		return nil
+	}
+	t.finalizing = true
+	m.mu.Unlock()
+	if err := m.save(ctx, hash, t.db, "finalized"); err != nil {
+		m.mu.Lock()
+		t.finalizing = false
+		m.mu.Unlock()
+		return err
+	}
+	// The pool starts filling at once, which reserves room under m.mu:
+	// create it without holding the lock.
+	p := m.newPool(t)
+	m.mu.Lock()
+	if t.state != TemplateInitializing || m.templates[hash] != t {
+		m.mu.Unlock()
+		return p.Close(ctx, true) // discarded meanwhile
+	}
+	t.state = TemplateFinalized
+	t.pool = p
+	close(t.finalized)
+	m.mu.Unlock()
+	return nil
+}
+
+// DiscardTemplate drops a template, its pool and its test databases.
+// Requests waiting for it get ErrTemplateDiscarded.
+func (m *Manager) DiscardTemplate(ctx context.Context, hash string) error {
+	t, err := m.lookup(hash)
+	if err != nil {
+		return err
+	}
+	m.mu.Lock()
+	if m.templates[hash] != t {
+		m.mu.Unlock()
+		return errs.Wrap(errs.NotFound, ErrTemplateNotFound, "template %s", hash)
+	}
+	delete(m.templates, hash)
+	m.discarded[hash] = true
+	prev := t.state
+	t.state = TemplateDiscarded
+	p := t.pool
+	m.mu.Unlock()
+	if prev == TemplateInitializing {
+		close(t.finalized)
+	}
+	return m.dropTemplate(ctx, t, p)
+}
+
+func (m *Manager) dropTemplate(ctx context.Context, t *template, p *Pool) error {
+	var first error
+	if p != nil {
+		first = p.Close(ctx, true)
+	}
+	if err := dropForce(ctx, m.admin, t.db); err != nil && first == nil {
+		first = err
+	}
+	if err := m.forget(ctx, t.hash); err != nil && first == nil {
+		first = err
+	}
+	return first
+}
+
+// ResetAll forgets every template, dropping their pools, test databases and
+// template databases (IntegreSQL's DELETE /api/v1/admin/templates).
+func (m *Manager) ResetAll(ctx context.Context) error {
+	m.mu.Lock()
+	ts := m.templates
+	m.templates = map[string]*template{}
+	m.discarded = map[string]bool{}
+	for _, t := range ts {
+		if t.state == TemplateInitializing {
+			close(t.finalized)
+		}
+		t.state = TemplateDiscarded
+	}
+	m.mu.Unlock()
+	var first error
+	for _, t := range ts {
+		if err := m.dropTemplate(ctx, t, t.pool); err != nil && first == nil {
+			first = err
+		}
+	}
+	return first
+}
+
+// TestDatabase is a database handed out by GetTestDatabase.
+type TestDatabase struct {
+	Hash string
+	DB
+}
+
+// GetTestDatabase waits (up to FinalizeTimeout) for the template to be
+// finalized and then (up to GetTimeout) for a ready database, and hands it
+// out.
+func (m *Manager) GetTestDatabase(ctx context.Context, hash string) (TestDatabase, error) {
+	t, err := m.lookup(hash)
+	if err != nil {
+		return TestDatabase{}, err
+	}
+	select {
+	case <-t.finalized:
+	default:
+		timer := time.NewTimer(m.cfg.FinalizeTimeout)
+		select {
+		case <-t.finalized:
+			timer.Stop()
+		case <-timer.C:
+			return TestDatabase{}, errs.Wrap(errs.Busy, ErrTimeout,
+				"template %s was not finalized within %s", hash, m.cfg.FinalizeTimeout).
+				WithHint("the process that initialized it must apply its migrations and finalize it (PUT /api/v1/templates/%s)", hash)
+		case <-ctx.Done():
+			timer.Stop()
+			return TestDatabase{}, errs.Wrap(errs.Interrupted, ctx.Err(), "waiting for template %s", hash)
+		}
+	}
+	m.mu.Lock()
+	state, p := t.state, t.pool
+	m.mu.Unlock()
+	if state != TemplateFinalized || p == nil {
+		return TestDatabase{}, errs.Wrap(errs.NotFound, ErrTemplateDiscarded, "template %s", hash)
+	}
+	gctx, cancel := context.WithTimeout(ctx, m.cfg.GetTimeout)
+	defer cancel()
+	db, err := p.Acquire(gctx)
+	if err != nil {
+		if errors.Is(err, ErrClosed) {
+			return TestDatabase{}, errs.Wrap(errs.NotFound, ErrTemplateDiscarded, "template %s", hash)
+		}
+		return TestDatabase{}, err
+	}
+	return TestDatabase{Hash: hash, DB: db}, nil
+}
+
+func (m *Manager) poolOf(hash string) (*Pool, error) {
+	t, err := m.lookup(hash)
+	if err != nil {
+		if errors.Is(err, ErrTemplateDiscarded) {
+			return nil, errs.Wrap(errs.NotFound, ErrTemplateNotFound, "template %s", hash)
+		}
+		return nil, err
+	}
+	m.mu.Lock()
+	p := t.pool
+	m.mu.Unlock()
+	if p == nil {
+		return nil, errs.Wrap(errs.NotFound, ErrTestNotFound, "template %s is not finalized", hash)
+	}
+	return p, nil
+}
+
+// Unlock gives test database id back as is, for reuse.
+func (m *Manager) Unlock(ctx context.Context, hash string, id int) error {
+	p, err := m.poolOf(hash)
+	if err != nil {
+		return err
+	}
+	return p.Unlock(id)
+}
+
+// Recreate gives test database id back to be recreated in the background.
+func (m *Manager) Recreate(ctx context.Context, hash string, id int) error {
+	p, err := m.poolOf(hash)
+	if err != nil {
+		return err
+	}
+	return p.Recreate(id)
+}
+
+// TryReserve implements Limiter: it counts one more test database against
+// the global limit, and when the limit is reached starts evicting the least
+// recently used idle pool (other than p) in the background.
+func (m *Manager) TryReserve(p *Pool) bool {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.cfg.MaxDatabases <= 0 || m.total < m.cfg.MaxDatabases {
+		m.total++
+		return true
+	}
+	if m.evicting > 0 {
+		return false
+	}
+	var victim *Pool
+	for _, t := range m.templates {
+		q := t.pool
+		if q == nil || q == p || !q.Idle() {
+			continue
+		}
+		if victim == nil || q.LastUsed().Before(victim.LastUsed()) {
+			victim = q
+		}
+	}
+	if victim == nil {
+		return false
+	}
+	m.evicting++
+	go func() {
+		n := victim.Evict(context.Background())
+		m.mu.Lock()
+		m.evicting--
+		m.mu.Unlock()
+		if n == 0 {
+			p.Kick()
+		}
+	}()
+	return false
+}
+
+// Release implements Limiter: n test databases are gone; pools waiting for
+// room get another chance.
+func (m *Manager) Release(n int) {
+	m.mu.Lock()
+	m.total -= n
+	var pools []*Pool
+	for _, t := range m.templates {
+		if t.pool != nil {
+			pools = append(pools, t.pool)
+		}
+	}
+	m.mu.Unlock()
+	for _, p := range pools {
+		go p.Kick()
+	}
+}
+
+// TemplateStats describes one template for metrics and health.
+type TemplateStats struct {
+	Hash  string
+	State TemplateState
+	Pool  Stats
+}
+
+// Stats returns every template's state and pool counts, sorted by hash.
+func (m *Manager) Stats() (ts []TemplateStats, total int) {
+	m.mu.Lock()
+	type hp struct {
+		hash  string
+		state TemplateState
+		p     *Pool
+	}
+	var list []hp
+	for h, t := range m.templates {
+		list = append(list, hp{h, t.state, t.pool})
+	}
+	total = m.total
+	m.mu.Unlock()
+	sort.Slice(list, func(i, j int) bool { return list[i].hash < list[j].hash })
+	for _, x := range list {
+		s := TemplateStats{Hash: x.hash, State: x.state}
+		if x.p != nil {
+			s.Pool = x.p.Stats()
+		}
+		ts = append(ts, s)
+	}
+	return ts, total
+}
+
+// Close stops every pool and drops their test databases (the templates and
+// their state stay, for the next start).
+func (m *Manager) Close(ctx context.Context) error { return m.shutdown(ctx, true) }
+
+// Stop stops every pool without dropping anything, as a crash would leave
+// things; the next Open cleans up.
+func (m *Manager) Stop(ctx context.Context) error { return m.shutdown(ctx, false) }
+
+// Ping checks that the server answers.
+func (m *Manager) Ping(ctx context.Context) error { return m.admin.Ping(ctx) }
+
+func (m *Manager) shutdown(ctx context.Context, drop bool) error {
+	m.mu.Lock()
+	m.closed = true
+	var pools []*Pool
+	for _, t := range m.templates {
+		if t.pool != nil {
+			pools = append(pools, t.pool)
+		}
+	}
+	m.mu.Unlock()
+	var first error
+	for _, p := range pools {
+		if err := p.Close(ctx, drop); err != nil && first == nil {
+			first = err
+		}
+	}
+	return first
+}

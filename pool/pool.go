@@ -1,0 +1,607 @@
+// Package pool keeps pools of ready test databases, one pool per template.
+//
+// Each database in a pool moves through a small state machine:
+//
+//	creating ──► ready ──► in use ──unlock──► ready (as is, for reuse)
+//	                          │
+//	                          └─recreate─► dirty ──► recreating ──► ready (generation+1)
+//
+// A database is handed to exactly one caller at a time: only Acquire moves a
+// database from ready to in use, under the pool's lock. Creation and
+// recreation run in the background with bounded concurrency. A caller that
+// waits too long gets an error saying why, never a hang.
+//
+// The Manager (manager.go) holds the pools of all templates, the global
+// limit on databases across pools, and the template state that survives a
+// restart.
+package pool
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sort"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/pgfork/pgfork/internal/errs"
+)
+
+// Domain errors. The server maps them to HTTP status codes in one place.
+var (
+	ErrTemplateExists    = errors.New("template is already initialized")
+	ErrTemplateNotFound  = errors.New("template not found")
+	ErrTemplateDiscarded = errors.New("template was discarded")
+	ErrTestNotFound      = errors.New("test database not found")
+	ErrTimeout           = errors.New("timed out waiting for a ready database")
+	ErrClosed            = errors.New("pool is closed")
+	ErrInUse             = errors.New("database is in use by other sessions")
+)
+
+// State is the state of one test database.
+type State int
+
+// The states of a test database.
+const (
+	Creating   State = iota // being created for the first time
+	Ready                   // fresh (or unlocked), waiting to be handed out
+	InUse                   // handed to exactly one test
+	Dirty                   // given back for recreation, queued
+	Recreating              // being dropped and cloned again from the template
+)
+
+var stateNames = [...]string{"creating", "ready", "in_use", "dirty", "recreating"}
+
+// String returns the state's name as used in metrics and docs.
+func (s State) String() string {
+	if int(s) < len(stateNames) {
+		return stateNames[s]
+	}
+	return fmt.Sprintf("state(%d)", int(s))
+}
+
+// States lists every state, in order.
+var States = []State{Creating, Ready, InUse, Dirty, Recreating}
+
+// Creator creates and drops databases inside the server. It is implemented
+// by an adapter over dbclone (see creator.go).
+type Creator interface {
+	// Create makes database name as a copy of template, owned by owner, and
+	// returns the strategy it used.
+	Create(ctx context.Context, name, template, owner string) (strategy string, err error)
+	// Drop removes database name if it exists. It returns an error wrapping
+	// ErrInUse when sessions are connected to it.
+	Drop(ctx context.Context, name string) error
+}
+
+// Limiter is the global limit on databases across pools (the Manager).
+// TryReserve is called with the pool's lock held and must not call back
+// into any pool synchronously.
+type Limiter interface {
+	TryReserve(p *Pool) bool
+	Release(n int)
+}
+
+// Observer receives events for metrics. Methods must be fast and must not
+// call back into the pool.
+type Observer interface {
+	Created(hash, strategy string, elapsed time.Duration, err error)
+	Waited(hash string, elapsed time.Duration, ok bool)
+}
+
+// Config shapes one pool.
+type Config struct {
+	Hash     string              // template hash (for messages and metrics)
+	Template string              // template database name
+	Owner    string              // owner of the test databases
+	Name     func(id int) string // database name for an id
+	// Initial is how many databases the pool keeps ready (or on the way).
+	Initial int
+	// Max bounds the databases of this pool, in any state.
+	Max int
+	// Parallel bounds concurrent creations/recreations (default 2).
+	Parallel int
+	// MinLifetime: when the pool is full and a caller waits, a database in use
+	// for at least this long is reclaimed (dropped once no session is
+	// connected, and replaced under a new id), as IntegreSQL does for clients
+	// that never give databases back. 0 disables reclaiming.
+	MinLifetime time.Duration
+	// RetryMin and RetryMax bound the backoff while a database to drop is
+	// still in use or the template has sessions (defaults 50 ms and 2 s).
+	RetryMin, RetryMax time.Duration
+	Limiter            Limiter  // may be nil
+	Observer           Observer // may be nil
+}
+
+// DB is a database handed out by Acquire.
+type DB struct {
+	ID         int
+	Name       string
+	Generation uint64
+}
+
+type entry struct {
+	id    int
+	name  string
+	state State
+	gen   uint64
+	since time.Time // when it entered its state
+}
+
+type result struct {
+	db  DB
+	err error
+}
+
+type waiter struct{ ch chan result }
+
+// Pool is the pool of test databases of one template.
+type Pool struct {
+	cfg     Config
+	creator Creator
+	ctx     context.Context
+	cancel  context.CancelFunc
+	wg      sync.WaitGroup
+	sem     chan struct{}
+
+	mu        sync.Mutex
+	dbs       map[int]*entry
+	nextID    int
+	ready     []int // FIFO of ready ids
+	waiters   []*waiter
+	closed    bool
+	evicted   bool // emptied by the global limit; refills on the next Acquire
+	lastErr   error
+	lastErrAt time.Time
+	kickAt    time.Time // a reclaim retry is scheduled for then
+
+	inUse    atomic.Int64
+	nwaiters atomic.Int64
+	lastUsed atomic.Int64 // unix nanos of the last Acquire
+}
+
+// New starts a pool and begins filling it to cfg.Initial in the background.
+// firstID is the first id to give out (ids are never reused after a
+// database left the pool's control).
+func New(cfg Config, creator Creator) *Pool {
+	if cfg.Parallel <= 0 {
+		cfg.Parallel = 2
+	}
+	if cfg.Max <= 0 {
+		cfg.Max = 1
+	}
+	if cfg.Initial > cfg.Max {
+		cfg.Initial = cfg.Max
+	}
+	if cfg.RetryMin <= 0 {
+		cfg.RetryMin = 50 * time.Millisecond
+	}
+	if cfg.RetryMax <= 0 {
+		cfg.RetryMax = 2 * time.Second
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	p := &Pool{cfg: cfg, creator: creator, ctx: ctx, cancel: cancel,
+		sem: make(chan struct{}, cfg.Parallel), dbs: map[int]*entry{}}
+	p.lastUsed.Store(time.Now().UnixNano())
+	p.mu.Lock()
+	p.fill()
+	p.mu.Unlock()
+	return p
+}
+
+// Hash returns the template hash of the pool.
+func (p *Pool) Hash() string { return p.cfg.Hash }
+
+// LastUsed returns when the pool last handed out a database.
+func (p *Pool) LastUsed() time.Time { return time.Unix(0, p.lastUsed.Load()) }
+
+// Idle reports whether no database is in use and nobody waits.
+func (p *Pool) Idle() bool { return p.inUse.Load() == 0 && p.nwaiters.Load() == 0 }
+
+// Acquire hands out a ready database, waiting until ctx is done. The
+// database is in use until Unlock or Recreate. On timeout the error (kind
+// Busy, wrapping ErrTimeout) says why no database was ready.
+func (p *Pool) Acquire(ctx context.Context) (DB, error) {
+	start := time.Now()
+	p.lastUsed.Store(start.UnixNano())
+	p.mu.Lock()
+	if p.closed {
+		p.mu.Unlock()
+		return DB{}, errs.Wrap(errs.Busy, ErrClosed, "template %s", p.cfg.Hash)
+	}
+	p.evicted = false
+	if len(p.ready) > 0 {
+		id := p.ready[0]
+		p.ready = p.ready[1:]
+		db := p.handOut(p.dbs[id])
+		p.fill()
+		p.mu.Unlock()
+		p.observeWait(start, true)
+		return db, nil
+	}
+	w := &waiter{ch: make(chan result, 1)}
+	p.waiters = append(p.waiters, w)
+	p.nwaiters.Add(1)
+	p.fill()
+	p.mu.Unlock()
+
+	select {
+	case r := <-w.ch:
+		p.observeWait(start, r.err == nil)
+		return r.db, r.err
+	case <-ctx.Done():
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.removeWaiter(w) {
+		p.observeWait(start, false)
+		return DB{}, p.timeoutError(time.Since(start), ctx.Err())
+	}
+	// Served in the meantime: give the database back rather than leak it.
+	r := <-w.ch
+	if r.err == nil {
+		if e := p.dbs[r.db.ID]; e != nil && e.state == InUse {
+			p.inUse.Add(-1)
+			p.becomeReady(e)
+		}
+	}
+	p.observeWait(start, false)
+	return DB{}, p.timeoutError(time.Since(start), ctx.Err())
+}
+
+func (p *Pool) observeWait(start time.Time, ok bool) {
+	if p.cfg.Observer != nil {
+		p.cfg.Observer.Waited(p.cfg.Hash, time.Since(start), ok)
+	}
+}
+
+// timeoutError explains why no database was ready. Called with p.mu held.
+func (p *Pool) timeoutError(waited time.Duration, cause error) error {
+	c := p.countsLocked()
+	var b strings.Builder
+	fmt.Fprintf(&b, "no database of template %s became ready within %s: %d in use, %d being created or recreated, %d of at most %d exist",
+		p.cfg.Hash, waited.Round(time.Millisecond), c[InUse], c[Creating]+c[Dirty]+c[Recreating], len(p.dbs), p.cfg.Max)
+	if p.lastErr != nil && time.Since(p.lastErrAt) < time.Minute {
+		fmt.Fprintf(&b, "; last creation error: %v", p.lastErr)
+	}
+	kind := errs.Busy
+	if errors.Is(cause, context.Canceled) {
+		kind = errs.Interrupted
+	}
+	e := errs.Wrap(kind, ErrTimeout, "%s", b.String())
+	if c[InUse] >= p.cfg.Max {
+		e = e.WithHint("unlock or recreate databases when tests end, or raise the pool maximum")
+	}
+	return e
+}
+
+func (p *Pool) removeWaiter(w *waiter) bool {
+	for i, x := range p.waiters {
+		if x == w {
+			p.waiters = append(p.waiters[:i], p.waiters[i+1:]...)
+			p.nwaiters.Add(-1)
+			return true
+		}
+	}
+	return false
+}
+
+// handOut marks e in use and returns it. Called with p.mu held.
+func (p *Pool) handOut(e *entry) DB {
+	e.state = InUse
+	e.since = time.Now()
+	p.inUse.Add(1)
+	return DB{ID: e.id, Name: e.name, Generation: e.gen}
+}
+
+// becomeReady gives e to the first waiter or queues it as ready. Called
+// with p.mu held.
+func (p *Pool) becomeReady(e *entry) {
+	if len(p.waiters) > 0 {
+		w := p.waiters[0]
+		p.waiters = p.waiters[1:]
+		p.nwaiters.Add(-1)
+		w.ch <- result{db: p.handOut(e)}
+		return
+	}
+	e.state = Ready
+	e.since = time.Now()
+	p.ready = append(p.ready, e.id)
+}
+
+// Unlock gives a database back as it is, for reuse by the next test
+// (IntegreSQL's unlock: for tests that did not modify it).
+func (p *Pool) Unlock(id int) error {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	e := p.dbs[id]
+	if e == nil {
+		return errs.Wrap(errs.NotFound, ErrTestNotFound, "template %s, id %d", p.cfg.Hash, id)
+	}
+	if e.state != InUse {
+		return nil // already given back: nothing to do (as IntegreSQL)
+	}
+	p.inUse.Add(-1)
+	p.becomeReady(e)
+	return nil
+}
+
+// Recreate gives a database back for recreation from the template; the work
+// happens in the background and the database becomes ready again with its
+// generation increased.
+func (p *Pool) Recreate(id int) error {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	e := p.dbs[id]
+	if e == nil {
+		return errs.Wrap(errs.NotFound, ErrTestNotFound, "template %s, id %d", p.cfg.Hash, id)
+	}
+	if e.state != InUse {
+		return nil
+	}
+	p.inUse.Add(-1)
+	e.state = Dirty
+	e.since = time.Now()
+	p.spawn(e, e.name)
+	return nil
+}
+
+// fill starts creations so that cfg.Initial databases are ready or on the
+// way, plus one per waiter, within cfg.Max and the global limit; when full,
+// it reclaims databases in use for longer than MinLifetime for waiters.
+// Called with p.mu held.
+func (p *Pool) fill() {
+	if p.closed || p.evicted {
+		return
+	}
+	inflight := 0
+	for _, e := range p.dbs {
+		if e.state == Creating || e.state == Dirty || e.state == Recreating {
+			inflight++
+		}
+	}
+	deficit := p.cfg.Initial + len(p.waiters) - len(p.ready) - inflight
+	for deficit > 0 && len(p.dbs) < p.cfg.Max {
+		if p.cfg.Limiter != nil && !p.cfg.Limiter.TryReserve(p) {
+			break
+		}
+		e := p.newEntry()
+		p.spawn(e, "")
+		deficit--
+		inflight++
+	}
+	uncovered := len(p.waiters) - inflight
+	if uncovered <= 0 || p.cfg.MinLifetime <= 0 {
+		return
+	}
+	var cands []*entry
+	for _, e := range p.dbs {
+		if e.state == InUse {
+			cands = append(cands, e)
+		}
+	}
+	sort.Slice(cands, func(i, j int) bool { return cands[i].since.Before(cands[j].since) })
+	now := time.Now()
+	for _, old := range cands {
+		if uncovered == 0 {
+			break
+		}
+		if age := now.Sub(old.since); age < p.cfg.MinLifetime {
+			p.scheduleKick(p.cfg.MinLifetime - age)
+			break
+		}
+		// Retire the id: a late unlock/recreate by the old holder gets 404
+		// instead of touching the next test's database.
+		delete(p.dbs, old.id)
+		p.inUse.Add(-1)
+		e := p.newEntry()
+		e.state = Recreating
+		p.spawn(e, old.name)
+		uncovered--
+	}
+}
+
+func (p *Pool) scheduleKick(d time.Duration) {
+	at := time.Now().Add(d)
+	if !p.kickAt.IsZero() && p.kickAt.Before(at) && time.Now().Before(p.kickAt) {
+		return
+	}
+	p.kickAt = at
+	time.AfterFunc(d+time.Millisecond, p.Kick)
+}
+
+// Kick re-evaluates the pool's refill (after the global limit freed room).
+func (p *Pool) Kick() {
+	p.mu.Lock()
+	p.fill()
+	p.mu.Unlock()
+}
+
+func (p *Pool) newEntry() *entry {
+	id := p.nextID
+	p.nextID++
+	e := &entry{id: id, name: p.cfg.Name(id), state: Creating, since: time.Now()}
+	p.dbs[id] = e
+	return e
+}
+
+// spawn creates e in the background, dropping dropFirst before (the old
+// copy of a database being recreated or reclaimed). Called with p.mu held.
+func (p *Pool) spawn(e *entry, dropFirst string) {
+	p.wg.Add(1)
+	go func() {
+		defer p.wg.Done()
+		select {
+		case p.sem <- struct{}{}:
+		case <-p.ctx.Done():
+			return
+		}
+		defer func() { <-p.sem }()
+		p.mu.Lock()
+		if e.state == Dirty {
+			e.state = Recreating
+			e.since = time.Now()
+		}
+		p.mu.Unlock()
+		err := p.build(e, dropFirst)
+		p.mu.Lock()
+		defer p.mu.Unlock()
+		if p.closed || p.dbs[e.id] != e {
+			return
+		}
+		if err != nil {
+			delete(p.dbs, e.id)
+			p.lastErr, p.lastErrAt = err, time.Now()
+			if p.cfg.Limiter != nil {
+				p.cfg.Limiter.Release(1)
+			}
+			return
+		}
+		if e.state == Recreating {
+			e.gen++
+		}
+		p.becomeReady(e)
+		p.fill()
+	}()
+}
+
+// build drops dropFirst (retrying while sessions are connected) and clones
+// e from the template (retrying while the template has sessions).
+func (p *Pool) build(e *entry, dropFirst string) error {
+	if dropFirst != "" {
+		if err := p.retry(func() error { return p.creator.Drop(p.ctx, dropFirst) }); err != nil {
+			return err
+		}
+	}
+	if dropFirst != e.name {
+		// A crash may have left a database under this name.
+		if err := p.retry(func() error { return p.creator.Drop(p.ctx, e.name) }); err != nil {
+			return err
+		}
+	}
+	start := time.Now()
+	var strategy string
+	err := p.retry(func() error {
+		var err error
+		strategy, err = p.creator.Create(p.ctx, e.name, p.cfg.Template, p.cfg.Owner)
+		return err
+	})
+	if p.cfg.Observer != nil && !errors.Is(err, context.Canceled) {
+		p.cfg.Observer.Created(p.cfg.Hash, strategy, time.Since(start), err)
+	}
+	return err
+}
+
+// retry runs f until it succeeds, fails with an error other than ErrInUse,
+// or the pool closes.
+func (p *Pool) retry(f func() error) error {
+	backoff := p.cfg.RetryMin
+	for {
+		err := f()
+		if err == nil || !errors.Is(err, ErrInUse) {
+			return err
+		}
+		select {
+		case <-time.After(backoff):
+		case <-p.ctx.Done():
+			return p.ctx.Err()
+		}
+		backoff = min(backoff*2, p.cfg.RetryMax)
+	}
+}
+
+// Evict drops the pool's ready databases if nobody uses the pool, for the
+// global limit. The pool refills on its next Acquire. It returns how many
+// databases it dropped.
+func (p *Pool) Evict(ctx context.Context) int {
+	p.mu.Lock()
+	if p.closed || len(p.waiters) > 0 || p.inUse.Load() > 0 || len(p.ready) == 0 {
+		p.mu.Unlock()
+		return 0
+	}
+	p.evicted = true
+	var names []string
+	for _, id := range p.ready {
+		names = append(names, p.dbs[id].name)
+		delete(p.dbs, id)
+	}
+	p.ready = nil
+	p.mu.Unlock()
+	n := 0
+	for _, name := range names {
+		if err := p.creator.Drop(ctx, name); err == nil {
+			n++
+		}
+		if p.cfg.Limiter != nil {
+			p.cfg.Limiter.Release(1)
+		}
+	}
+	return n
+}
+
+// Close stops the pool: waiters get ErrClosed, background work stops, and
+// with drop every database of the pool is dropped. It returns the first
+// drop error.
+func (p *Pool) Close(ctx context.Context, drop bool) error {
+	p.mu.Lock()
+	if p.closed {
+		p.mu.Unlock()
+		return nil
+	}
+	p.closed = true
+	for _, w := range p.waiters {
+		w.ch <- result{err: errs.Wrap(errs.Busy, ErrClosed, "template %s", p.cfg.Hash)}
+	}
+	p.waiters = nil
+	p.nwaiters.Store(0)
+	p.cancel()
+	p.mu.Unlock()
+	p.wg.Wait()
+
+	p.mu.Lock()
+	var names []string
+	for _, e := range p.dbs {
+		names = append(names, e.name)
+	}
+	n := len(p.dbs)
+	p.dbs = map[int]*entry{}
+	p.ready = nil
+	p.mu.Unlock()
+	var first error
+	if drop {
+		for _, name := range names {
+			if err := p.creator.Drop(ctx, name); err != nil && first == nil {
+				first = err
+			}
+		}
+	}
+	if p.cfg.Limiter != nil && n > 0 {
+		p.cfg.Limiter.Release(n)
+	}
+	return first
+}
+
+// Stats are the pool's counts by state.
+type Stats struct {
+	ByState map[State]int
+	Waiters int
+	Total   int
+	Max     int
+}
+
+// Stats returns the pool's current counts.
+func (p *Pool) Stats() Stats {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return Stats{ByState: p.countsLocked(), Waiters: len(p.waiters), Total: len(p.dbs), Max: p.cfg.Max}
+}
+
+func (p *Pool) countsLocked() map[State]int {
+	c := map[State]int{}
+	for _, e := range p.dbs {
+		c[e.state]++
+	}
+	return c
+}

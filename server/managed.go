@@ -1,0 +1,167 @@
+package server
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"net/url"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/pgfork/pgfork/instance"
+	"github.com/pgfork/pgfork/internal/errs"
+)
+
+// ManagedOptions describe the PostgreSQL server that `pgfork serve` runs
+// itself when no --pg-url is given.
+type ManagedOptions struct {
+	BinDir   string
+	Env      []string
+	Dir      string // holds pgdata/ and the client role's password; kept across restarts
+	User     *instance.OSUser
+	Clone    bool   // set file_copy_method = clone (PostgreSQL 18 on a CoW filesystem)
+	Role     string // client role (default "pgfork"), a password-authenticated non-superuser
+	Settings map[string]string
+}
+
+// Managed is a running managed server.
+type Managed struct {
+	Inst     *instance.Instance
+	AdminURL string // superuser over the private Unix socket
+	Conn     ConnInfo
+}
+
+// ConnInfo is what clients get in a database's config.
+type ConnInfo struct {
+	Host     string
+	Port     int
+	Username string
+	Password string
+	Params   map[string]string
+}
+
+// StartManaged creates the cluster on first use (initdb; host connections
+// need a password), starts it on a free TCP port on 127.0.0.1 with the test
+// profile, and makes sure the client role exists with its password.
+func StartManaged(ctx context.Context, o ManagedOptions) (*Managed, error) {
+	if o.Role == "" {
+		o.Role = "pgfork"
+	}
+	data := filepath.Join(o.Dir, "pgdata")
+	if err := os.MkdirAll(o.Dir, 0o755); err != nil {
+		return nil, errs.Wrap(errs.Permission, err, "cannot create %s", o.Dir)
+	}
+	if _, err := os.Stat(filepath.Join(data, "PG_VERSION")); err != nil {
+		_ = os.RemoveAll(data) // a half-made cluster from an interrupted first start
+		if err := instance.InitDB(ctx, instance.InitOptions{BinDir: o.BinDir, Env: o.Env, DataDir: data, User: o.User, NoSync: true}); err != nil {
+			return nil, err
+		}
+		// The superuser connects only over the private socket; TCP clients
+		// (the test databases' users) must give a password.
+		hba := "local all all trust\nhost all all 127.0.0.1/32 scram-sha-256\nhost all all ::1/128 scram-sha-256\n"
+		if err := os.WriteFile(filepath.Join(data, "pg_hba.conf"), []byte(hba), 0o600); err != nil {
+			return nil, errs.Wrap(errs.Internal, err, "cannot write pg_hba.conf")
+		}
+		if err := o.User.Chown(filepath.Join(data, "pg_hba.conf")); err != nil {
+			return nil, errs.Wrap(errs.Permission, err, "cannot chown pg_hba.conf")
+		}
+	}
+	pw, err := password(filepath.Join(o.Dir, "password"))
+	if err != nil {
+		return nil, err
+	}
+	settings := map[string]string{"max_connections": "300", "password_encryption": "scram-sha-256"}
+	if o.Clone {
+		settings["file_copy_method"] = "clone"
+	}
+	for k, v := range o.Settings {
+		settings[k] = v
+	}
+	inst, err := instance.Start(ctx, instance.Config{BinDir: o.BinDir, Env: o.Env, DataDir: data, User: o.User,
+		TCP: true, Profile: instance.Test, Settings: settings})
+	if err != nil {
+		return nil, err
+	}
+	// The superuser goes over the private socket (trust); TCP needs passwords.
+	q := url.Values{"host": {inst.SocketDir}, "port": {strconv.Itoa(inst.Port)}, "user": {"postgres"}}
+	m := &Managed{Inst: inst, AdminURL: "postgres:///postgres?" + q.Encode(),
+		Conn: ConnInfo{Host: "127.0.0.1", Port: inst.Port, Username: o.Role, Password: pw}}
+	if err := EnsureRole(ctx, m.AdminURL, o.Role, pw); err != nil {
+		_ = inst.Stop(context.Background(), instance.Fast)
+		return nil, err
+	}
+	return m, nil
+}
+
+// Stop stops the managed server cleanly.
+func (m *Managed) Stop(ctx context.Context) error { return m.Inst.Stop(ctx, instance.Fast) }
+
+// EnsureRole creates (or updates) a login role with a password that may
+// create databases but is not a superuser.
+func EnsureRole(ctx context.Context, adminURL, role, pw string) error {
+	c, err := pgx.Connect(ctx, adminURL)
+	if err != nil {
+		return errs.Wrap(errs.Internal, err, "cannot connect to the server")
+	}
+	defer c.Close(context.Background())
+	var exists bool
+	if err := c.QueryRow(ctx, "SELECT EXISTS (SELECT 1 FROM pg_roles WHERE rolname = $1)", role).Scan(&exists); err != nil {
+		return errs.Wrap(errs.Internal, err, "cannot read roles")
+	}
+	verb := "ALTER"
+	if !exists {
+		verb = "CREATE"
+	}
+	// The password is random hex from us, but quote it as a literal anyway.
+	lit := "'" + strings.ReplaceAll(pw, "'", "''") + "'"
+	sql := verb + " ROLE " + pgx.Identifier{role}.Sanitize() + " LOGIN CREATEDB NOSUPERUSER PASSWORD " + lit
+	if _, err := c.Exec(ctx, sql); err != nil {
+		return errs.Wrap(errs.Internal, err, "cannot %s role %s", strings.ToLower(verb), role)
+	}
+	return nil
+}
+
+// password reads the client role's password, creating it on first use.
+func password(path string) (string, error) {
+	if b, err := os.ReadFile(path); err == nil && len(strings.TrimSpace(string(b))) >= 16 {
+		return strings.TrimSpace(string(b)), nil
+	}
+	buf := make([]byte, 16)
+	if _, err := rand.Read(buf); err != nil {
+		return "", err
+	}
+	pw := hex.EncodeToString(buf)
+	tmp := path + ".tmp"
+	if err := os.WriteFile(tmp, []byte(pw+"\n"), 0o600); err != nil {
+		return "", errs.Wrap(errs.Internal, err, "cannot write %s", tmp)
+	}
+	if err := os.Rename(tmp, path); err != nil {
+		return "", errs.Wrap(errs.Internal, err, "cannot write %s", path)
+	}
+	return pw, nil
+}
+
+// OpenAdmin opens the admin connection pool.
+func OpenAdmin(ctx context.Context, url string, maxConns int32) (*pgxpool.Pool, error) {
+	cfg, err := pgxpool.ParseConfig(url)
+	if err != nil {
+		return nil, errs.Wrap(errs.Usage, err, "bad PostgreSQL URL")
+	}
+	if maxConns > 0 {
+		cfg.MaxConns = maxConns
+	}
+	p, err := pgxpool.NewWithConfig(ctx, cfg)
+	if err != nil {
+		return nil, errs.Wrap(errs.Internal, err, "cannot connect to PostgreSQL")
+	}
+	if err := p.Ping(ctx); err != nil {
+		p.Close()
+		return nil, errs.Wrap(errs.Internal, err, "cannot connect to PostgreSQL").WithHint("check --pg-url (or INTEGRESQL_PG*) and that the server runs")
+	}
+	return p, nil
+}

@@ -37,6 +37,8 @@ import (
 //	PGFORK_BENCH_UPGRADE_FAST_RUNS runs of --link, --clone and pgfork (default 3)
 //	PGFORK_BENCH_UPGRADE_DBS     databases in the many-databases cluster (default 1000; 0 skips it)
 //	PGFORK_BENCH_UPGRADE_DIR     working directory on XFS (default $PGFORK_TEST_XFS or /mnt/pgfork-test/xfs)
+//	PGFORK_BENCH_UPGRADE_EXT4    working directory for dump/restore and --copy, which need no
+//	                             XFS and would fill the shared XFS image (default /var/tmp)
 func init() {
 	register(Scenario{Name: "upgrade", Issue: "pgfork upgrade vs pg_dump and pg_upgrade modes (issue 6)", Run: runUpgradeBench})
 }
@@ -46,6 +48,7 @@ type upgBench struct {
 	user     *instance.OSUser
 	bin      string // pgfork binary
 	work     string
+	ext4     string // working directory for the slow contenders, which need no XFS
 	runs     int
 	fastRuns int
 }
@@ -86,15 +89,20 @@ func runUpgradeBench(ctx context.Context, r *Report) error {
 	}
 	defer os.RemoveAll(b.work)
 	_ = os.Chmod(b.work, 0o755)
+	if b.ext4, err = os.MkdirTemp(envOr("PGFORK_BENCH_UPGRADE_EXT4", "/var/tmp"), "pgfork-bench-upgrade-"); err != nil {
+		return err
+	}
+	defer os.RemoveAll(b.ext4)
+	_ = os.Chmod(b.ext4, 0o755)
 	b.bin = filepath.Join(b.work, "pgfork")
 	if out, err := exec.CommandContext(ctx, "go", "build", "-o", b.bin, "./cmd/pgfork").CombinedOutput(); err != nil {
 		return fmt.Errorf("building pgfork: %v\n%s", err, out)
 	}
-	r.Notef("PostgreSQL %s → %s, on %s (XFS with reflink, a loop image); %d run(s) per contender for dump/restore and --copy (PGFORK_BENCH_UPGRADE_RUNS), medians shown. "+
+	r.Notef("PostgreSQL %s → %s, on %s (XFS with reflink, a loop image; dump/restore and --copy on ext4 in %s, to spare the shared XFS image); %d run(s) per contender for dump/restore and --copy (PGFORK_BENCH_UPGRADE_RUNS), medians shown. "+
 		"--link, --clone and pgfork run %d times each. Each time runs from a stopped old cluster to a usable new one: initdb matching the old cluster, the transfer, and for the pg_upgrade "+
 		"baselines the steps pg_upgrade prints at the end (start, vacuumdb --all --analyze-in-stages --missing-stats-only, stop); "+
 		"\"pg_upgrade alone\" is the pg_upgrade command by itself. The dump/restore targets run with fsync=off, as in the seed.",
-		b.old.Version, b.new.Version, base, runs, b.fastRuns)
+		b.old.Version, b.new.Version, base, b.ext4, runs, b.fastRuns)
 
 	header := []string{"scale", "size", "pg_dump \\| psql", "pg_dump -Fd -j2 \\| pg_restore -j2", "pg_upgrade --copy", "pg_upgrade --link",
 		"pg_upgrade --clone", "pgfork auto", "pgfork auto + rehearsal", "pgfork vs --link", "pgfork vs dump"}
@@ -148,9 +156,13 @@ func lastLines(s string, n int) string {
 	return strings.Join(l, "\n")
 }
 
-// dir makes a fresh directory owned by the PostgreSQL user.
+// dir makes a fresh directory owned by the PostgreSQL user, on XFS (or
+// under b.ext4 for names starting with "ext4-").
 func (b *upgBench) dir(name string) (string, error) {
 	d := filepath.Join(b.work, name)
+	if strings.HasPrefix(name, "ext4-") {
+		d = filepath.Join(b.ext4, name)
+	}
 	_ = os.RemoveAll(d)
 	return d, b.user.MkdirOwned(d, 0o755)
 }
@@ -197,7 +209,11 @@ func (b *upgBench) initNew(ctx context.Context, dir string) (string, error) {
 // pgUpgrade: initdb + pg_upgrade --mode (+ start, vacuumdb, stop when full).
 // It returns the total and the time of pg_upgrade alone.
 func (b *upgBench) pgUpgrade(ctx context.Context, src, mode string, full bool) (total, alone time.Duration, err error) {
-	old, err := b.copyOf(ctx, src, "c-"+mode)
+	name := "c-" + mode
+	if mode == "copy" {
+		name = "ext4-c-copy"
+	}
+	old, err := b.copyOf(ctx, src, name)
 	if err != nil {
 		return 0, 0, err
 	}
@@ -264,7 +280,7 @@ func (b *upgBench) pgfork(ctx context.Context, src string, rehearse bool) (time.
 // pg_restore -j2) of every database + stop. The old server's start is not
 // timed (it runs in production).
 func (b *upgBench) dumpRestore(ctx context.Context, src string, dbs []string, parallel bool) (time.Duration, error) {
-	old, err := b.copyOf(ctx, src, "c-dump")
+	old, err := b.copyOf(ctx, src, "ext4-c-dump")
 	if err != nil {
 		return 0, err
 	}
@@ -349,6 +365,12 @@ func (b *upgBench) scale(ctx context.Context, r *Report, scale int) (row, alone 
 	size, _ := dirBytes(src)
 	r.Notef("scale %d: source cluster of %s built in %s", scale, cloneFmtBytes(size), Dur(time.Since(t0)))
 
+	// The slow contenders work on ext4, from an (untimed) copy there.
+	srcExt4, err := b.copyOf(ctx, src, fmt.Sprintf("ext4-src-%d", scale))
+	if err != nil {
+		return nil, nil, err
+	}
+	defer os.RemoveAll(filepath.Dir(srcExt4))
 	dbs := []string{"postgres"}
 	results := map[string]Sample{}
 	alones := map[string]Sample{}
@@ -356,8 +378,8 @@ func (b *upgBench) scale(ctx context.Context, r *Report, scale int) (row, alone 
 		name string
 		fn   func() (time.Duration, error)
 	}{
-		{"dump", func() (time.Duration, error) { return b.dumpRestore(ctx, src, dbs, false) }},
-		{"dumpj", func() (time.Duration, error) { return b.dumpRestore(ctx, src, dbs, true) }},
+		{"dump", func() (time.Duration, error) { return b.dumpRestore(ctx, srcExt4, dbs, false) }},
+		{"dumpj", func() (time.Duration, error) { return b.dumpRestore(ctx, srcExt4, dbs, true) }},
 		{"copy", nil}, {"link", nil}, {"clone", nil},
 		{"pgfork", func() (time.Duration, error) { return b.pgfork(ctx, src, false) }},
 		{"pgfork+r", func() (time.Duration, error) { return b.pgfork(ctx, src, true) }},
@@ -366,8 +388,12 @@ func (b *upgBench) scale(ctx context.Context, r *Report, scale int) (row, alone 
 		fn := st.fn
 		if fn == nil {
 			mode := st.name
+			from := src
+			if mode == "copy" {
+				from = srcExt4
+			}
 			fn = func() (time.Duration, error) {
-				total, al, err := b.pgUpgrade(ctx, src, mode, true)
+				total, al, err := b.pgUpgrade(ctx, from, mode, true)
 				alones[mode] = append(alones[mode], al)
 				return total, err
 			}

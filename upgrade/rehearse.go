@@ -91,7 +91,17 @@ func (u *upgrader) rehearse(ctx context.Context, p *prepared) (*Catalog, error) 
 		return nil, err
 	}
 	if err := step("initdb", func() error {
-		return instance.InitDB(ctx, initOptions(o.New, newClone, o.User, p.ctl, cat, true))
+		if err := instance.InitDB(ctx, initOptions(o.New, newClone, o.User, p.ctl, cat, true)); err != nil {
+			return err
+		}
+		// The real upgrade needs the very same fresh cluster: copy it
+		// (a clone where the filesystem can) instead of a second initdb.
+		if !o.CheckOnly && o.Rehearse != RehearseOnly {
+			if _, err := clone.Copy(ctx, newClone, w.Staging, clone.Options{Sync: clone.SyncNone}); err != nil {
+				_ = os.RemoveAll(w.Staging)
+			}
+		}
+		return nil
 	}); err != nil {
 		return nil, err
 	}

@@ -388,8 +388,10 @@ func onOff(b bool) string {
 // old one, and records the tablespace directories pg_upgrade will create.
 func (u *upgrader) initNew(ctx context.Context, p *prepared, cat *Catalog) error {
 	w := u.work
-	if err := instance.InitDB(ctx, initOptions(u.o.New, w.Staging, u.o.User, p.ctl, cat, true)); err != nil {
-		return err
+	if _, err := os.Stat(filepath.Join(w.Staging, "PG_VERSION")); err != nil {
+		if err := instance.InitDB(ctx, initOptions(u.o.New, w.Staging, u.o.User, p.ctl, cat, true)); err != nil {
+			return err
+		}
 	}
 	ncd, err := pgdata.ReadControlData(ctx, u.o.New.BinDir, w.Staging, u.o.New.Env)
 	if err != nil {

@@ -274,11 +274,16 @@ func (u *upgrader) mkUserDir(p string) error {
 	return nil
 }
 
-// stillFree re-checks that a path is free right before it is used.
+// pathFree refuses a NEW_DATADIR that exists: pgfork builds the new
+// cluster beside it and renames it into place, so that it never half-exists.
 func pathFree(p string) error {
-	if _, err := os.Lstat(p); err == nil {
-		return errs.New(errs.Exists, "new data directory already exists").WithPath(p).
-			WithHint("choose a path that does not exist yet (pgfork creates it), or remove it if it is a leftover you do not need")
+	if _, err := os.Lstat(p); err != nil {
+		return nil
 	}
-	return nil
+	e := errs.New(errs.Exists, "new data directory already exists").WithPath(p)
+	if ents, err := os.ReadDir(p); err == nil && len(ents) == 0 {
+		return e.WithHint("pgfork creates NEW_DATADIR itself: remove the empty directory, or, if it is a mount point, give a new subdirectory of it (e.g. %s)",
+			filepath.Join(p, "data"))
+	}
+	return e.WithHint("choose a path that does not exist yet (pgfork creates it), or remove it if it is a leftover you do not need")
 }

@@ -11,6 +11,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
+
 	"github.com/pgfork/pgfork/instance"
 	"github.com/pgfork/pgfork/internal/errs"
 	"github.com/pgfork/pgfork/internal/testenv"
@@ -280,4 +282,66 @@ func TestKillDuringCopyUpgrade(t *testing.T) {
 		t.Error("the next run reported nothing cleaned up")
 	}
 	compareSums(t, sums, startAndSum(t, b.new, newDir))
+}
+
+// TestFindingsInPlainWords leaves a prepared transaction in the old
+// cluster, which pg_upgrade refuses: a rehearsal must fail with the problem
+// in plain words, keep pg_upgrade's logs, and leave the original as it was;
+// --check must say the same.
+func TestFindingsInPlainWords(t *testing.T) {
+	b := findBuilds(t)
+	dir := testenv.Dir(t)
+	old := copyFixture(t, b, dir)
+	ctx := context.Background()
+	cfg := instance.Config{BinDir: b.old.BinDir, Env: b.old.Env, DataDir: old, User: osUser(t), LogFile: filepath.Join(t.TempDir(), "old.log"),
+		Settings: map[string]string{"max_prepared_transactions": "5"}}
+	inst, err := instance.Start(ctx, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	conn, err := pgx.Connect(ctx, inst.ConnString("", "shop"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, q := range []string{"ALTER SYSTEM SET max_prepared_transactions = 5", "BEGIN", "INSERT INTO items(name) VALUES ('pending')", "PREPARE TRANSACTION 'pending'"} {
+		if _, err := conn.Exec(ctx, q); err != nil {
+			t.Fatalf("%s: %v", q, err)
+		}
+	}
+	conn.Close(ctx)
+	if err := inst.Stop(ctx, instance.Fast); err != nil {
+		t.Fatal(err)
+	}
+	newDir := filepath.Join(dir, "new")
+	before := treeSums(t, tablespaceRoots(t, old)...)
+	check := func(err error, what string) {
+		t.Helper()
+		if errs.KindOf(err) != errs.Unsupported || !strings.Contains(err.Error(), "prepared transactions that were never committed") ||
+			!strings.Contains(errs.HintOf(err), "logs are kept in") {
+			t.Fatalf("%s: %v (hint: %s)", what, err, errs.HintOf(err))
+		}
+		logs, _ := filepath.Glob(newDir + ".pgfork-*logs-*")
+		if len(logs) == 0 {
+			t.Errorf("%s: pg_upgrade's logs were not kept", what)
+		}
+		for _, l := range logs {
+			_ = os.RemoveAll(l)
+		}
+		if _, err := os.Stat(newDir); !os.IsNotExist(err) {
+			t.Errorf("%s: NEW_DATADIR exists after a failure: %v", what, err)
+		}
+		if left, _ := filepath.Glob(filepath.Join(dir, ".*pgfork*")); len(left) > 0 {
+			t.Errorf("%s: left %v", what, left)
+		}
+	}
+	_, err = runUpgrade(t, upgrade.Options{OldDir: old, NewDir: newDir, Old: b.old, New: b.new, Rehearse: upgrade.RehearseOnly})
+	check(err, "rehearsal")
+	if !strings.Contains(err.Error(), "old cluster was not touched") {
+		t.Errorf("rehearsal error does not say the original is safe: %v", err)
+	}
+	if d := diffSums(before, treeSums(t, tablespaceRoots(t, old)...)); len(d) > 0 {
+		t.Fatalf("a failed rehearsal changed the original: %v", d)
+	}
+	_, err = runUpgrade(t, upgrade.Options{OldDir: old, NewDir: newDir, Old: b.old, New: b.new, CheckOnly: true})
+	check(err, "check")
 }

@@ -1,6 +1,10 @@
 package upgrade
 
 import (
+	"os"
+	"path/filepath"
+	"strings"
+
 	"github.com/pgfork/pgfork/internal/errs"
 	"github.com/pgfork/pgfork/pgbin"
 	"github.com/pgfork/pgfork/pgdata"
@@ -14,7 +18,7 @@ func FindInstalls(opts pgbin.Options, oldDir string, to int, oldBin, newBin stri
 	if to <= 0 {
 		return old, new, errs.New(errs.Usage, "the target major version is missing").WithHint("pass --to MAJOR, e.g. --to 18")
 	}
-	oldMajor, err := pgdata.Version(oldDir)
+	oldMajor, err := oldVersion(oldDir)
 	if err != nil {
 		return old, new, err
 	}
@@ -38,4 +42,16 @@ func FindInstalls(opts pgbin.Options, oldDir string, to int, oldBin, newBin stri
 		return old, new, err
 	}
 	return old, new, nil
+}
+
+// oldVersion returns the old cluster's major version, refusing the ones
+// pgfork cannot upgrade with words that fit an upgrade.
+func oldVersion(dataDir string) (int, error) {
+	if b, err := os.ReadFile(filepath.Join(dataDir, "PG_VERSION")); err == nil {
+		if v := strings.TrimSpace(string(b)); strings.HasPrefix(v, "9.") || strings.HasPrefix(v, "8.") || strings.HasPrefix(v, "7.") {
+			return 0, errs.New(errs.Unsupported, "pgfork upgrade supports clusters of PostgreSQL 10 and newer, not %s", v).WithPath(dataDir).
+				WithHint("run pg_upgrade of the new major directly (it upgrades from 9.2 on), or move the data with pg_dump and pg_restore")
+		}
+	}
+	return pgdata.Version(dataDir)
 }

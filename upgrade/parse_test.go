@@ -2,6 +2,8 @@ package upgrade
 
 import (
 	"bytes"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -130,5 +132,19 @@ func TestCheckSpace(t *testing.T) {
 	}
 	if err := checkSpace([]spaceNeed{{dev: dev, path: dir, bytes: 1 << 20, what: "a"}}, Copy); err != nil {
 		t.Errorf("1 MiB: %v", err)
+	}
+}
+
+func TestOldVersionRefusesPre10(t *testing.T) {
+	dir := t.TempDir()
+	if err := os.WriteFile(filepath.Join(dir, "PG_VERSION"), []byte("9.6\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	_, err := oldVersion(dir)
+	if errs.KindOf(err) != errs.Unsupported || !strings.Contains(errs.HintOf(err), "pg_upgrade") {
+		t.Errorf("9.6: %v (hint %q)", err, errs.HintOf(err))
+	}
+	if _, err := oldVersion(filepath.Join(dir, "missing")); errs.KindOf(err) != errs.NotFound {
+		t.Errorf("missing dir: %v", err)
 	}
 }

@@ -183,7 +183,7 @@ func (u *upgrader) prepare(ctx context.Context) (*prepared, error) {
 	}
 	p := &prepared{}
 	var err error
-	if p.oldMajor, err = pgdata.Version(o.OldDir); err != nil {
+	if p.oldMajor, err = oldVersion(o.OldDir); err != nil {
 		return nil, err
 	}
 	res.OldVersion, res.NewVersion = strconv.Itoa(p.oldMajor), strconv.Itoa(o.New.Major)

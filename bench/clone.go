@@ -104,7 +104,7 @@ func runCloneBench(ctx context.Context, r *Report) error {
 		return nil
 	}
 
-	r.Notef("Source: a PostgreSQL %s cluster of pgbench scale %d (%s on disk), durable settings, running `pgbench -c 2 -j 2` "+
+	r.Notef("Source: a PostgreSQL %s cluster of pgbench scale %d (%s on disk without pg_wal), durable settings, running `pgbench -c 2 -j 2` "+
 		"(tpcb-like) for the whole measurement. %d runs per contender, alternating; times are medians, from command start "+
 		"to exit. Both make the copy durable (pgfork's default `--sync fsync`; pg_basebackup fsyncs by default) and both "+
 		"ask for a fast checkpoint. The page cache is not dropped (the source is running and hot either way). "+
@@ -138,9 +138,13 @@ func joinDurs(s Sample) string {
 	return strings.Join(p, ", ")
 }
 
+// dirSize is the size of a data directory's files, WAL left out.
 func dirSize(dir string) int64 {
 	var n int64
-	_ = filepath.Walk(dir, func(_ string, fi os.FileInfo, err error) error {
+	_ = filepath.Walk(dir, func(p string, fi os.FileInfo, err error) error {
+		if err == nil && fi.IsDir() && p == filepath.Join(dir, "pg_wal") {
+			return filepath.SkipDir
+		}
 		if err == nil && fi.Mode().IsRegular() {
 			n += fi.Size()
 		}
@@ -237,8 +241,8 @@ func (e *cloneBenchEnv) measure(ctx context.Context, src, dir string, runs int) 
 	time.Sleep(3 * time.Second)
 
 	pgforkDst, bbDst := filepath.Join(dir, "clone-pgfork"), filepath.Join(dir, "clone-basebackup")
-	clean := func() error {
-		for _, p := range []string{pgforkDst, pgforkDst + ".tblspc", bbDst} {
+	clean := func(paths ...string) error {
+		for _, p := range paths {
 			if err := os.RemoveAll(p); err != nil {
 				return err
 			}
@@ -249,7 +253,7 @@ func (e *cloneBenchEnv) measure(ctx context.Context, src, dir string, runs int) 
 	res := &cloneBenchResult{}
 	for i := 0; i < runs; i++ {
 		var out string
-		s, err := Measure(1, func(int) error { return clean() }, func(int) error {
+		s, err := Measure(1, func(int) error { return clean(pgforkDst, pgforkDst+".tblspc") }, func(int) error {
 			var err error
 			out, err = e.run(ctx, e.bin, "clone", "--online", "--json", "-q", "--pg-bin", e.pg.BinDir, src, pgforkDst)
 			return err
@@ -273,7 +277,7 @@ func (e *cloneBenchEnv) measure(ctx context.Context, src, dir string, runs int) 
 		}
 		res.phases = strings.Join(ph, ", ")
 
-		s, err = Measure(1, func(int) error { return clean() }, func(int) error {
+		s, err = Measure(1, func(int) error { return clean(bbDst) }, func(int) error {
 			_, err := e.run(ctx, e.pg.Tool("pg_basebackup"), append(conn, "-D", bbDst, "-X", "stream", "-c", "fast")...)
 			return err
 		})

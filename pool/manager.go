@@ -368,6 +368,9 @@ func (m *Manager) FinalizeTemplate(ctx context.Context, hash string) error {
 // Requests waiting for it get ErrTemplateDiscarded.
 func (m *Manager) DiscardTemplate(ctx context.Context, hash string) error {
 	t, err := m.lookup(hash)
+	if errors.Is(err, ErrTemplateDiscarded) {
+		return errs.Wrap(errs.NotFound, ErrTemplateNotFound, "template %s", hash)
+	}
 	if err != nil {
 		return err
 	}

@@ -10,6 +10,7 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/pgfork/pgfork/dbclone"
 	"github.com/pgfork/pgfork/internal/errs"
 )
 
@@ -19,74 +20,76 @@ const (
 	StrategyDefault  = "default"   // no STRATEGY clause: what IntegreSQL and most tools do
 	StrategyWALLog   = "wal_log"   // STRATEGY WAL_LOG
 	StrategyFileCopy = "file_copy" // STRATEGY FILE_COPY
+	StrategyClone    = "clone"     // FILE_COPY with file_copy_method = clone (PostgreSQL 18, CoW filesystem)
 )
 
 // ValidStrategy reports whether s is a strategy name SQLCreator accepts.
 func ValidStrategy(s string) bool {
 	switch s {
-	case StrategyAuto, StrategyDefault, StrategyWALLog, StrategyFileCopy, "clone":
+	case StrategyAuto, StrategyDefault, StrategyWALLog, StrategyFileCopy, StrategyClone:
 		return true
 	}
 	return false
 }
 
-// SQLCreator creates databases with CREATE DATABASE … TEMPLATE over an
-// admin connection pool.
-//
-// It is the adapter the pools use until dbclone.Create (with its strategy
-// advisor) is wired in: "auto" chooses FILE_COPY when the server copies
-// files by cloning (PostgreSQL 18, file_copy_method = clone), where it costs
-// next to nothing, and WAL_LOG otherwise.
+// SQLCreator creates databases over an admin connection pool: with
+// dbclone.Create and its strategy advisor ("auto", or a forced strategy),
+// or, for StrategyDefault, with a plain CREATE DATABASE … TEMPLATE and no
+// STRATEGY clause — what IntegreSQL and most test tools do (the baseline).
 type SQLCreator struct {
 	Admin    *pgxpool.Pool
-	Strategy string // one of the Strategy* constants; empty means auto
-	// cloneOK caches whether file_copy_method = clone (set by Probe).
-	cloneOK bool
+	Strategy string // one of the Strategy* constants or "clone"; empty means auto
+	// CanClone says the server's data directory is on a filesystem that
+	// shares blocks (reflink); the advisor needs it to choose clone.
+	CanClone bool
+	target   *dbclone.Target
 }
 
-// Probe reads the server settings that "auto" depends on.
+// Probe inspects the server once for the advisor.
 func (c *SQLCreator) Probe(ctx context.Context) error {
-	var v string
-	err := c.Admin.QueryRow(ctx, "SELECT coalesce(current_setting('file_copy_method', true), '')").Scan(&v)
+	conn, err := c.Admin.Acquire(ctx)
 	if err != nil {
-		return errs.Wrap(errs.Internal, err, "cannot read server settings")
+		return errs.Wrap(errs.Internal, err, "cannot connect to the server")
 	}
-	c.cloneOK = v == "clone"
+	defer conn.Release()
+	t, err := dbclone.Inspect(ctx, conn.Conn(), c.CanClone)
+	if err != nil {
+		return err
+	}
+	c.target = t
 	return nil
 }
 
-func (c *SQLCreator) strategy() (clause, name string) {
-	s := c.Strategy
-	if s == "" || s == StrategyAuto {
-		if c.cloneOK {
-			return " STRATEGY FILE_COPY", "clone"
-		}
-		return " STRATEGY WAL_LOG", StrategyWALLog
-	}
-	switch s {
-	case StrategyWALLog:
-		return " STRATEGY WAL_LOG", s
-	case StrategyFileCopy:
-		return " STRATEGY FILE_COPY", s
-	case "clone":
-		return " STRATEGY FILE_COPY", s
-	}
-	return "", StrategyDefault
-}
-
-// Create runs CREATE DATABASE name OWNER owner TEMPLATE template [STRATEGY …].
-// While the template has other sessions it returns an error wrapping ErrInUse.
+// Create makes database name from template. While the template has other
+// sessions it returns an error wrapping ErrInUse (the pool retries).
 func (c *SQLCreator) Create(ctx context.Context, name, template, owner string) (string, error) {
-	clause, strat := c.strategy()
-	sql := "CREATE DATABASE " + pgx.Identifier{name}.Sanitize() + " TEMPLATE " + pgx.Identifier{template}.Sanitize()
-	if owner != "" {
-		sql += " OWNER " + pgx.Identifier{owner}.Sanitize()
+	if c.Strategy == StrategyDefault {
+		sql := "CREATE DATABASE " + pgx.Identifier{name}.Sanitize() + " TEMPLATE " + pgx.Identifier{template}.Sanitize()
+		if owner != "" {
+			sql += " OWNER " + pgx.Identifier{owner}.Sanitize()
+		}
+		if _, err := c.Admin.Exec(ctx, sql); err != nil {
+			return StrategyDefault, classify(err, "cannot create database %s from %s", name, template)
+		}
+		return StrategyDefault, nil
 	}
-	sql += clause
-	if _, err := c.Admin.Exec(ctx, sql); err != nil {
-		return strat, classify(err, "cannot create database %s from %s", name, template)
+	st, err := dbclone.ParseStrategy(c.Strategy)
+	if err != nil {
+		return "", err
 	}
-	return strat, nil
+	conn, err := c.Admin.Acquire(ctx)
+	if err != nil {
+		return string(st), errs.Wrap(errs.Internal, err, "cannot connect to the server")
+	}
+	defer conn.Release()
+	res, err := dbclone.Create(ctx, conn.Conn(), name, template, dbclone.CreateOptions{Strategy: st, Owner: owner, Target: c.target})
+	if err != nil {
+		if errs.KindOf(err) == errs.Busy {
+			return string(st), errs.Wrap(errs.Busy, fmt.Errorf("%w: %v", ErrInUse, err), "cannot create database %s", name)
+		}
+		return string(st), err
+	}
+	return string(res.Strategy), nil
 }
 
 // Drop runs DROP DATABASE IF EXISTS name. While sessions are connected it

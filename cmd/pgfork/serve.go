@@ -141,7 +141,7 @@ INTEGRESQL_TEST_DB_GET_TIMEOUT_MS, INTEGRESQL_TEST_DB_MINIMAL_LIFETIME_MS.`,
 	f.IntVar(&o.maxDatabases, "max-databases", envInt("PGFORK_MAX_DATABASES", 0), "test databases across all pools at most; idle pools are evicted LRU first (0: no limit)")
 	f.IntVar(&o.parallel, "parallel", envInt("INTEGRESQL_POOL_MAX_PARALLEL_TASKS", n), "concurrent creations per pool (env INTEGRESQL_POOL_MAX_PARALLEL_TASKS)")
 	f.StringVar(&o.isolation, "isolation", "database", "database (a database per test) or cluster (a server per test)")
-	f.StringVar(&o.strategy, "strategy", "auto", "CREATE DATABASE strategy: auto, default (no STRATEGY clause, as IntegreSQL), wal_log, file_copy")
+	f.StringVar(&o.strategy, "strategy", "auto", "CREATE DATABASE strategy: auto (the advisor picks), default (no STRATEGY clause, as IntegreSQL), wal_log, file_copy, clone")
 	f.StringVar(&o.prefix, "db-prefix", envStr("INTEGRESQL_DB_PREFIX", "pgfork"), "database name prefix (env INTEGRESQL_DB_PREFIX)")
 	f.DurationVar(&o.finalizeTimeout, "finalize-timeout", envMS("INTEGRESQL_TEMPLATE_FINALIZE_TIMEOUT_MS", time.Minute), "how long a test request waits for its template to be finalized")
 	f.DurationVar(&o.getTimeout, "get-timeout", envMS("INTEGRESQL_TEST_DB_GET_TIMEOUT_MS", time.Minute), "how long a test request waits for a ready database")
@@ -162,7 +162,7 @@ func runServe(ctx context.Context, o *serveOpts) error {
 			WithHint("use --isolation database; `pgfork up` gives a whole cluster per test meanwhile")
 	}
 	if !pool.ValidStrategy(o.strategy) {
-		return errs.New(errs.Usage, "bad --strategy %q", o.strategy).WithHint("use auto, default, wal_log or file_copy")
+		return errs.New(errs.Usage, "bad --strategy %q", o.strategy).WithHint("use auto, default, wal_log, file_copy or clone")
 	}
 	if o.poolInit < 0 || o.poolMax < 1 || o.parallel < 1 || o.maxDatabases < 0 {
 		return errs.New(errs.Usage, "pool sizes must be positive (--pool-init ≥ 0, --pool-max ≥ 1, --parallel ≥ 1)")
@@ -186,13 +186,14 @@ func runServe(ctx context.Context, o *serveOpts) error {
 		adminURL string
 		conn     server.ConnInfo
 		managed  *server.Managed
+		canClone bool
 	)
 	if o.pgURL == "" {
-		m, err := startManagedPG(ctx, o)
+		m, cc, err := startManagedPG(ctx, o)
 		if err != nil {
 			return err
 		}
-		managed = m
+		managed, canClone = m, cc
 		defer func() {
 			sctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 			defer cancel()
@@ -224,7 +225,7 @@ func runServe(ctx context.Context, o *serveOpts) error {
 		return err
 	}
 	defer admin.Close()
-	creator := &pool.SQLCreator{Admin: admin, Strategy: o.strategy}
+	creator := &pool.SQLCreator{Admin: admin, Strategy: o.strategy, CanClone: canClone}
 	if err := creator.Probe(ctx); err != nil {
 		return err
 	}
@@ -289,22 +290,22 @@ func runServe(ctx context.Context, o *serveOpts) error {
 // startManagedPG starts (creating on first use) the server's own PostgreSQL
 // under <state>/serve, on PostgreSQL 18 with file_copy_method=clone when
 // that is the newest found and the state directory reflinks.
-func startManagedPG(ctx context.Context, o *serveOpts) (*server.Managed, error) {
+func startManagedPG(ctx context.Context, o *serveOpts) (*server.Managed, bool, error) {
 	lay := layout()
 	if err := lay.Ensure(); err != nil {
-		return nil, errs.Wrap(errs.Permission, err, "cannot create the state directory").WithPath(lay.Root)
+		return nil, false, errs.Wrap(errs.Permission, err, "cannot create the state directory").WithPath(lay.Root)
 	}
 	inst, err := findPG()
 	if err != nil {
-		return nil, err
+		return nil, false, err
 	}
 	user, err := instance.ResolveUser(g.runAs)
 	if err != nil {
-		return nil, err
+		return nil, false, err
 	}
 	dir := filepath.Join(lay.Root, "serve")
 	if err := os.MkdirAll(dir, 0o755); err != nil {
-		return nil, errs.Wrap(errs.Permission, err, "cannot create %s", dir)
+		return nil, false, errs.Wrap(errs.Permission, err, "cannot create %s", dir)
 	}
 	useClone := false
 	if inst.Major >= 18 {
@@ -315,14 +316,14 @@ func startManagedPG(ctx context.Context, o *serveOpts) (*server.Managed, error) 
 	infof("starting %s%s", inst, map[bool]string{true: " with file_copy_method=clone", false: ""}[useClone])
 	m, err := server.StartManaged(ctx, server.ManagedOptions{BinDir: inst.BinDir, Env: inst.Env(), Dir: dir, User: user, Clone: useClone, Role: o.testUser})
 	if err != nil {
-		return nil, err
+		return nil, false, err
 	}
 	if o.testPassword != "" {
 		m.Conn.Password = o.testPassword
 		if err := server.EnsureRole(ctx, m.AdminURL, m.Conn.Username, o.testPassword); err != nil {
 			_ = m.Stop(context.Background())
-			return nil, err
+			return nil, false, err
 		}
 	}
-	return m, nil
+	return m, useClone, nil
 }

@@ -3,6 +3,7 @@
 # builds pgfork, starts it on a free loopback port with a token and its own
 # state dir (so its own managed PostgreSQL), runs the Go client's tests and
 # the Python client's tests (pytest -n 2) against it, then stops it.
+# PGFORK_BIN=/path/to/pgfork uses that build instead of building one.
 #
 # The Python venv is kept in $PGFORK_CLIENTS_CACHE (default
 # ~/.cache/pgfork-clients) and reinstalled only when pyproject.toml or the
@@ -55,15 +56,22 @@ trap 'exit 143' TERM
 command -v go >/dev/null || { log "go not found"; exit 1; }
 command -v python3 >/dev/null || { log "python3 not found"; exit 1; }
 
-log "building pgfork"
-(cd "$root" && go build -o "$work/bin/pgfork" ./cmd/pgfork)
+bin="$work/bin/pgfork"
+if [ -n "${PGFORK_BIN:-}" ]; then
+	[ -x "$PGFORK_BIN" ] || { log "PGFORK_BIN=$PGFORK_BIN is not an executable"; exit 1; }
+	log "using pgfork at $PGFORK_BIN"
+	bin=$PGFORK_BIN
+else
+	log "building pgfork"
+	(cd "$root" && go build -o "$bin" ./cmd/pgfork)
+fi
 
 port=$(python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
 token=$(python3 -c 'import secrets; print(secrets.token_hex(16))')
 url="http://127.0.0.1:$port"
 
 log "starting pgfork serve on $url"
-"$work/bin/pgfork" serve --listen "127.0.0.1:$port" --state-dir "$work/state" --token "$token" \
+"$bin" serve --listen "127.0.0.1:$port" --state-dir "$work/state" --token "$token" \
 	>"$work/serve.log" 2>&1 &
 server_pid=$!
 
@@ -89,7 +97,7 @@ while time.monotonic() < deadline:
 sys.exit("pgfork serve did not answer /healthz within 180s")
 EOF
 
-export PGFORK_URL="$url" PGFORK_TOKEN="$token" PGFORK_TEST_RUN="$$-$(date +%s)" PGFORK_BIN="$work/bin/pgfork"
+export PGFORK_URL="$url" PGFORK_TOKEN="$token" PGFORK_TEST_RUN="$$-$(date +%s)" PGFORK_BIN="$bin"
 
 log "Go client tests"
 (cd "$root/clients/go" && go test -count=1 -timeout 10m ./...)

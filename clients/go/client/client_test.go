@@ -253,12 +253,16 @@ func TestDiscardWakesWaiters(t *testing.T) {
 	if _, err := c.InitializeTemplate(ctx, hash); err != nil {
 		t.Fatalf("InitializeTemplate: %v", err)
 	}
+	discarded := make(chan error, 1)
 	go func() {
 		time.Sleep(500 * time.Millisecond)
-		_ = c.DiscardTemplate(ctx, hash)
+		discarded <- c.DiscardTemplate(context.Background(), hash)
 	}()
 	start := time.Now()
 	_, err := c.GetTestDatabase(ctx, hash)
+	if derr := <-discarded; derr != nil {
+		t.Errorf("DiscardTemplate: %v", derr)
+	}
 	if !errors.Is(err, client.ErrTemplateDiscarded) && !errors.Is(err, client.ErrTemplateNotFound) {
 		t.Fatalf("GetTestDatabase on a discarded template: err = %v, want ErrTemplateDiscarded or ErrTemplateNotFound", err)
 	}

@@ -76,12 +76,14 @@ def test_failing_migration_fails_clearly(pytester: pytest.Pytester, pgfork_clien
     result.stdout.fnmatch_lines(["*migrating template*failed*001.sql*"])
 
 
-def test_starts_and_stops_its_own_server(pytester: pytest.Pytester, tmp_path_factory: pytest.TempPathFactory) -> None:
+def test_starts_and_stops_its_own_server(pytester: pytest.Pytester, tmp_path_factory: pytest.TempPathFactory,
+                                         request: pytest.FixtureRequest) -> None:
     """With no server at the URL and `pgfork` on PATH, the plugin starts one for
     the run (shared by two xdist workers) and stops it at the end."""
     import os
     import shutil
     import socket
+    import tempfile
 
     binary = os.environ.get("PGFORK_BIN") or shutil.which("pgfork")
     if not binary:
@@ -90,8 +92,11 @@ def test_starts_and_stops_its_own_server(pytester: pytest.Pytester, tmp_path_fac
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
     url = f"http://127.0.0.1:{port}"
-    state = tmp_path_factory.mktemp("serve-state")
+    # Not under pytest's tmp dirs (mode 0700): the managed PostgreSQL runs as
+    # an unprivileged user when we are root and must reach its data directory.
+    state = tempfile.mkdtemp(prefix="pgfork-serve-state-")
     os.chmod(state, 0o755)
+    request.addfinalizer(lambda: shutil.rmtree(state, ignore_errors=True))
     bindir = tmp_path_factory.mktemp("bin")
     os.symlink(binary, bindir / "pgfork")
     pytester.makeini(f"[pytest]\npgfork_url = {url}\npgfork_extra_key = autostart\n")

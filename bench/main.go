@@ -35,7 +35,7 @@ var scenarios []Scenario
 func register(s Scenario) { scenarios = append(scenarios, s) }
 
 func main() {
-	only := flag.String("only", "", "run only scenarios whose name contains this")
+	only := flag.String("only", "", "run only the scenario with this name, or else those whose name contains it")
 	list := flag.Bool("list", false, "list scenarios and exit")
 	out := flag.String("out", "bench", "directory for results/ and REPORT.md")
 	flag.Parse()
@@ -49,8 +49,12 @@ func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
 	defer stop()
 	failed := 0
+	exact := false
 	for _, s := range scenarios {
-		if *only != "" && !strings.Contains(s.Name, *only) {
+		exact = exact || s.Name == *only
+	}
+	for _, s := range scenarios {
+		if exact && s.Name != *only || *only != "" && !strings.Contains(s.Name, *only) {
 			continue
 		}
 		fmt.Printf("\n=== %s — %s\n", s.Name, s.Issue)

@@ -96,7 +96,8 @@ func (e *upBenchEnv) measure(ctx context.Context, r *Report, fsName, dir string)
 	if _, err := pgf("down", "--all"); err != nil {
 		return err
 	}
-	up, err := Measure(upRuns, nil, func(i int) error {
+	down := func(int) error { _, err := pgf("down", "--all"); return err }
+	up, err := Measure(upRuns, down, func(i int) error {
 		url, err := pgf("up", "--name", fmt.Sprintf("b%d", i))
 		if err != nil {
 			return err

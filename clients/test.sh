@@ -100,7 +100,17 @@ EOF
 export PGFORK_URL="$url" PGFORK_TOKEN="$token" PGFORK_TEST_RUN="$$-$(date +%s)" PGFORK_BIN="$bin"
 
 log "Go client tests"
-(cd "$root/clients/go" && go test -count=1 -timeout 10m ./...)
+# -v to see skips: against a live server none of these tests may skip.
+if ! (cd "$root/clients/go" && go test -count=1 -timeout 10m -v -skip '^TestResetAllTracking$' ./...) >"$work/go-test.log" 2>&1; then
+	grep -v -E '^(=== (RUN|PAUSE|CONT)|    --- PASS|--- PASS)' "$work/go-test.log" >&2
+	exit 1
+fi
+grep -E '^(ok|FAIL|---)' "$work/go-test.log" | grep -v -- '--- PASS' || true
+if grep -q -- '--- SKIP' "$work/go-test.log"; then
+	grep -A1 -- '--- SKIP' "$work/go-test.log" | grep -v '^--$' >&2
+	log "Go tests skipped against a live server"
+	exit 1
+fi
 
 venv="$cache/venv"
 stamp="$venv/.pgfork-stamp"
@@ -115,7 +125,11 @@ if [ ! -x "$venv/bin/python" ] || [ "$(cat "$stamp" 2>/dev/null)" != "$want" ]; 
 fi
 
 log "Python client tests (pytest -n 2)"
-(cd "$root/clients/python" && "$venv/bin/python" -m pytest -n 2 -p no:cacheprovider -q tests)
+(cd "$root/clients/python" && "$venv/bin/python" -m pytest -n 2 -p no:cacheprovider -q -rs tests) | tee "$work/py-test.log"
+if grep -q -E '[0-9]+ skipped' "$work/py-test.log"; then
+	log "Python tests skipped against a live server"
+	exit 1
+fi
 
 # Last, alone: it forgets every template on the server.
 log "Go ResetAllTracking test"

@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"syscall"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -99,7 +100,7 @@ func runUpgradeBench(ctx context.Context, r *Report) error {
 		return fmt.Errorf("building pgfork: %v\n%s", err, out)
 	}
 	r.Notef("PostgreSQL %s → %s, on %s (XFS with reflink, a loop image; dump/restore and --copy on ext4 in %s, to spare the shared XFS image); %d run(s) per contender for dump/restore and --copy (PGFORK_BENCH_UPGRADE_RUNS), medians shown. "+
-		"--link, --clone and pgfork run %d times each. Each time runs from a stopped old cluster to a usable new one: initdb matching the old cluster, the transfer, and for the pg_upgrade "+
+		"--link, --clone and pgfork run %d times each, in turns after the slow ones, and every run starts after a sync (no dirty data of the previous one). Each time runs from a stopped old cluster to a usable new one: initdb matching the old cluster, the transfer, and for the pg_upgrade "+
 		"baselines the steps pg_upgrade prints at the end (start, vacuumdb --all --analyze-in-stages --missing-stats-only, stop); "+
 		"\"pg_upgrade alone\" is the pg_upgrade command by itself. The dump/restore targets run with fsync=off, as in the seed.",
 		b.old.Version, b.new.Version, base, b.ext4, runs, b.fastRuns)
@@ -219,6 +220,7 @@ func (b *upgBench) pgUpgrade(ctx context.Context, src, mode string, full bool) (
 	}
 	dir := filepath.Dir(old)
 	defer os.RemoveAll(dir)
+	syscall.Sync() // start every contender with no dirty data of the previous one
 	t0 := time.Now()
 	nd, err := b.initNew(ctx, dir)
 	if err != nil {
@@ -262,6 +264,7 @@ func (b *upgBench) pgfork(ctx context.Context, src string, rehearse bool) (time.
 	if !rehearse {
 		args = append(args, "--no-rehearse")
 	}
+	syscall.Sync()
 	t0 := time.Now()
 	cmd := exec.CommandContext(ctx, b.bin, args...)
 	var out bytes.Buffer
@@ -291,6 +294,7 @@ func (b *upgBench) dumpRestore(ctx context.Context, src string, dbs []string, pa
 		return 0, err
 	}
 	defer func() { _ = oi.Stop(context.WithoutCancel(ctx), instance.Fast) }()
+	syscall.Sync()
 	t0 := time.Now()
 	nd, err := b.initNew(ctx, dir)
 	if err != nil {
@@ -337,13 +341,9 @@ func (b *upgBench) dumpRestore(ctx context.Context, src string, dbs []string, pa
 	return time.Since(t0), nil
 }
 
-func (b *upgBench) measure(fast bool, fn func() (time.Duration, error)) (Sample, error) {
+func (b *upgBench) measure(fn func() (time.Duration, error)) (Sample, error) {
 	var s Sample
-	n := b.runs
-	if fast {
-		n = b.fastRuns
-	}
-	for i := 0; i < n; i++ {
+	for i := 0; i < b.runs; i++ {
 		d, err := fn()
 		if err != nil {
 			return s, err
@@ -384,11 +384,9 @@ func (b *upgBench) scale(ctx context.Context, r *Report, scale int) (row, alone 
 		{"pgfork", func() (time.Duration, error) { return b.pgfork(ctx, src, false) }},
 		{"pgfork+r", func() (time.Duration, error) { return b.pgfork(ctx, src, true) }},
 	}
-	for _, st := range steps {
-		fn := st.fn
+	runOnce := func(name string, fn func() (time.Duration, error)) error {
 		if fn == nil {
-			mode := st.name
-			from := src
+			mode, from := name, src
 			if mode == "copy" {
 				from = srcExt4
 			}
@@ -398,13 +396,33 @@ func (b *upgBench) scale(ctx context.Context, r *Report, scale int) (row, alone 
 				return total, err
 			}
 		}
-		fast := st.name != "dump" && st.name != "dumpj" && st.name != "copy"
-		s, err := b.measure(fast, fn)
+		d, err := fn()
 		if err != nil {
-			return nil, nil, fmt.Errorf("%s: %w", st.name, err)
+			return fmt.Errorf("%s: %w", name, err)
 		}
-		results[st.name] = s
-		fmt.Printf("  scale %d %-9s %s\n", scale, st.name, Dur(s.Median()))
+		results[name] = append(results[name], d)
+		fmt.Printf("  scale %d %-9s %s\n", scale, name, Dur(d))
+		return nil
+	}
+	// The slow contenders first; then the fast ones in turns, so that no
+	// contender benefits from running when the disk is quieter.
+	for _, st := range steps {
+		if st.name == "dump" || st.name == "dumpj" || st.name == "copy" {
+			for i := 0; i < b.runs; i++ {
+				if err := runOnce(st.name, st.fn); err != nil {
+					return nil, nil, err
+				}
+			}
+		}
+	}
+	for i := 0; i < b.fastRuns; i++ {
+		for _, st := range steps {
+			if st.name != "dump" && st.name != "dumpj" && st.name != "copy" {
+				if err := runOnce(st.name, st.fn); err != nil {
+					return nil, nil, err
+				}
+			}
+		}
 	}
 	m := func(k string) time.Duration { return results[k].Median() }
 	row = []string{strconv.Itoa(scale), cloneFmtBytes(size), Dur(m("dump")), Dur(m("dumpj")), Dur(m("copy")), Dur(m("link")), Dur(m("clone")),
@@ -472,7 +490,7 @@ func (b *upgBench) manyDBs(ctx context.Context, r *Report, n int) error {
 				return d, err
 			}
 		}
-		s, err := b.measure(false, fn)
+		s, err := b.measure(fn)
 		if err != nil {
 			return fmt.Errorf("%s: %w", name, err)
 		}

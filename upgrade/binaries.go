@@ -27,8 +27,8 @@ func FindInstalls(opts pgbin.Options, oldDir string, to int, oldBin, newBin stri
 		o.Explicit = explicit
 		in, err := pgbin.Find(o, major)
 		if err != nil {
-			if errs.KindOf(err) == errs.NotFound {
-				return Install{}, errs.Wrap(errs.NotFound, err, "PostgreSQL %d is not installed", major).
+			if errs.KindOf(err) == errs.NotFound && errs.HintOf(err) == "" {
+				return Install{}, errs.Wrap(errs.NotFound, err, "cannot find PostgreSQL %d", major).
 					WithHint("install it with `pgfork pg install %d`, or name its bin directory", major)
 			}
 			return Install{}, err

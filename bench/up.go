@@ -58,6 +58,9 @@ func runUpBench(ctx context.Context, r *Report) error {
 		"`pgfork up` copies a cached template (sync none) and starts postgres directly with its test profile.",
 		pg.Version, pg.BinDir, upRuns)
 
+	if b, err := os.ReadFile("/proc/loadavg"); err == nil {
+		r.Notef("Load average at start: %s (times grow with contention for the 2 cores and the disk).", strings.Join(strings.Fields(string(b))[:3], " "))
+	}
 	fss := [][2]string{{"ext4", work}}
 	if x := os.Getenv("PGFORK_TEST_XFS"); x != "" {
 		d, err := os.MkdirTemp(x, "pgfork-bench-up-")

@@ -163,8 +163,8 @@ type Pool struct {
 }
 
 // New starts a pool and begins filling it to cfg.Initial in the background.
-// firstID is the first id to give out (ids are never reused after a
-// database left the pool's control).
+// Ids start at 0 and are never reused once a database left the pool's
+// control (reclaim, eviction, a failed creation).
 func New(cfg Config, creator Creator) *Pool {
 	if cfg.Parallel <= 0 {
 		cfg.Parallel = 2

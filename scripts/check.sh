@@ -16,3 +16,5 @@ scripts/test-env.sh up
 eval "$(scripts/test-env.sh env)"
 make lint
 go test -race -timeout 60m ./... 2>&1 | tee /tmp/pgfork-test.log
+# The client libraries (a Go module of their own and a pip package) against a real `pgfork serve`.
+clients/test.sh

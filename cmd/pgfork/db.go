@@ -64,7 +64,7 @@ away from clone.`,
 	pf.StringVar(&dbf.url, "url", "", "server URL or libpq connection string (default: the PG* environment variables)")
 	pf.StringVar(&dbf.cluster, "cluster", "", "a cluster pgfork started (pgfork up)")
 	pf.BoolVar(&dbf.canClone, "can-clone", false, "the server's data directory is on a filesystem that shares blocks (reflink): allow the clone strategy")
-	pf.StringVar(&dbf.calibration, "calibration", "", "advisor constants saved by "pgfork db calibrate --save" (default: those stored for this server, else built-in)")
+	pf.StringVar(&dbf.calibration, "calibration", "", "advisor constants saved by pgfork db calibrate --save (default: those stored for this server, else built-in)")
 	cmd.AddCommand(newDBCreateCmd(), newDBAdviseCmd(), newDBCalibrateCmd(),
 		newDBSnapshotCmd(), newDBRestoreCmd(), newDBSnapshotsCmd(), newDBRmSnapshotCmd())
 	return cmd

@@ -12,7 +12,7 @@ set -euo pipefail
 
 BASE=${PGFORK_TEST_BASE:-/var/tmp/pgfork-test}
 MNT=${PGFORK_TEST_MNT:-/mnt/pgfork-test}
-XFS_SIZE=${PGFORK_TEST_XFS_SIZE:-12G}
+XFS_SIZE=${PGFORK_TEST_XFS_SIZE:-40G}
 SECOND_MAJOR=${PGFORK_TEST_SECOND_MAJOR:-18}
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 

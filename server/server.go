@@ -153,6 +153,17 @@ func (s *Server) database(hash, name string) database {
 		Password: c.Password, Database: name, AdditionalParams: c.Params}}
 }
 
+// DropTimeout bounds drops that run detached from their request (discard,
+// admin reset).
+const DropTimeout = 2 * time.Minute
+
+// detached returns a context for work that must finish even when the
+// client disconnects: it keeps the request's values, not its cancellation,
+// and ends after DropTimeout.
+func detached(r *http.Request) (context.Context, context.CancelFunc) {
+	return context.WithTimeout(context.WithoutCancel(r.Context()), DropTimeout)
+}
+
 // maxBody bounds request bodies (a hash is at most 64 bytes).
 const maxBody = 4 << 10
 
@@ -217,7 +228,11 @@ func (s *Server) discard(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		return
 	}
-	if err := s.cfg.Manager.DiscardTemplate(r.Context(), h); err != nil {
+	// A client that goes away must not leave the drop half done (test
+	// databases gone, template left): finish it detached from the request.
+	ctx, cancel := detached(r)
+	defer cancel()
+	if err := s.cfg.Manager.DiscardTemplate(ctx, h); err != nil {
 		s.fail(w, r, err)
 		return
 	}
@@ -270,7 +285,9 @@ func (s *Server) recreate(w http.ResponseWriter, r *http.Request) {
 }
 
 func (s *Server) resetAll(w http.ResponseWriter, r *http.Request) {
-	if err := s.cfg.Manager.ResetAll(r.Context()); err != nil {
+	ctx, cancel := detached(r)
+	defer cancel()
+	if err := s.cfg.Manager.ResetAll(ctx); err != nil {
 		s.fail(w, r, err)
 		return
 	}

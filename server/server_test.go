@@ -37,6 +37,7 @@ type env struct {
 
 type opts struct {
 	init, max       int
+	maxDatabases    int
 	token           string
 	getTimeout      time.Duration
 	finalizeTimeout time.Duration
@@ -78,7 +79,7 @@ func (e *env) startServer(t *testing.T, o opts) {
 	reg := prometheus.NewRegistry()
 	metrics := server.NewMetrics(reg)
 	mgr, err := pool.NewManager(pool.ManagerConfig{Prefix: "pft", Owner: e.managed.Conn.Username,
-		Initial: o.init, Max: o.max, Parallel: 2, GetTimeout: o.getTimeout, FinalizeTimeout: o.finalizeTimeout,
+		Initial: o.init, Max: o.max, Parallel: 2, MaxDatabases: o.maxDatabases, GetTimeout: o.getTimeout, FinalizeTimeout: o.finalizeTimeout,
 		Observer: metrics}, admin, cr)
 	if err != nil {
 		t.Fatal(err)

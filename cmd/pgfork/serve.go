@@ -33,7 +33,7 @@ type serveOpts struct {
 	finalizeTimeout, getTimeout      time.Duration
 	minLifetime                      time.Duration
 	testUser, testPassword, rootTmpl string
-	verbose                          bool
+	verbose, canClone                bool
 }
 
 func init() { rootCmd.AddCommand(newServeCmd()) }
@@ -134,6 +134,7 @@ INTEGRESQL_TEST_DB_GET_TIMEOUT_MS, INTEGRESQL_TEST_DB_MINIMAL_LIFETIME_MS.`,
 	f := cmd.Flags()
 	f.StringVar(&o.listen, "listen", defaultListen(), "HTTP address (env INTEGRESQL_ADDRESS, INTEGRESQL_PORT)")
 	f.StringVar(&o.pgURL, "pg-url", envStr("PGFORK_PG_URL", integresqlPGURL()), "use this PostgreSQL server (a superuser or CREATEDB role) instead of a managed one (env PGFORK_PG_URL, INTEGRESQL_PG*)")
+	f.BoolVar(&o.canClone, "can-clone", false, "with --pg-url: the server's data directory is on a reflink filesystem (XFS, btrfs, ZFS 2.2+), so the advisor may pick clone (PostgreSQL 18, file_copy_method=clone)")
 	f.StringVar(&o.token, "token", os.Getenv("PGFORK_TOKEN"), "require 'Authorization: Bearer TOKEN' (env PGFORK_TOKEN); needed off loopback")
 	f.StringVar(&o.socket, "socket", "", "also listen on this Unix socket (mode 0600)")
 	f.IntVar(&o.poolInit, "pool-init", envInt("INTEGRESQL_TEST_INITIAL_POOL_SIZE", n), "databases each pool keeps ready (env INTEGRESQL_TEST_INITIAL_POOL_SIZE)")
@@ -160,6 +161,9 @@ func runServe(ctx context.Context, o *serveOpts) error {
 	if o.isolation == "cluster" {
 		return errs.New(errs.Unsupported, "--isolation cluster is not implemented yet").
 			WithHint("use --isolation database; `pgfork up` gives a whole cluster per test meanwhile")
+	}
+	if o.canClone && o.pgURL == "" {
+		return errs.New(errs.Usage, "--can-clone is for --pg-url").WithHint("the managed server probes its own filesystem")
 	}
 	if !pool.ValidStrategy(o.strategy) {
 		return errs.New(errs.Usage, "bad --strategy %q", o.strategy).WithHint("use auto, default, wal_log, file_copy or clone")
@@ -219,6 +223,8 @@ func runServe(ctx context.Context, o *serveOpts) error {
 		if o.testUser != "" {
 			conn.Username, conn.Password = o.testUser, o.testPassword
 		}
+		// pgfork cannot see an external server's filesystem: the user says.
+		canClone = o.canClone
 	}
 	admin, err := server.OpenAdmin(ctx, adminURL, int32(2*o.parallel+8))
 	if err != nil {

@@ -10,9 +10,9 @@ import (
 	"sort"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"time"
 
-	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/pgfork/pgfork/internal/errs"
@@ -90,9 +90,14 @@ type template struct {
 
 // Manager holds the templates and their pools.
 type Manager struct {
-	cfg     ManagerConfig
-	admin   *pgxpool.Pool
-	creator Creator
+	cfg   ManagerConfig
+	store Store
+	// ids hands out test database ids across all pools of this run, from
+	// idBase: ids of different runs (epochs) and of a template discarded
+	// and initialized again never meet, so a late unlock by an old holder
+	// is a 404, never someone else's database.
+	ids    atomic.Int64
+	idBase int
 
 	mu        sync.Mutex
 	templates map[string]*template
@@ -102,9 +107,17 @@ type Manager struct {
 	closed    bool
 }
 
-// NewManager returns a manager creating databases with creator over the
-// admin connection. Call Open before use.
+// NewManager returns a manager of databases inside one server (database
+// isolation), creating them with creator over the admin connection. Call
+// Open before use.
 func NewManager(cfg ManagerConfig, admin *pgxpool.Pool, creator Creator) (*Manager, error) {
+	return NewStoreManager(cfg, NewAdminStore(admin, creator))
+}
+
+// NewStoreManager returns a manager whose templates and test copies live
+// in store (cluster isolation passes a store of whole clusters). Call Open
+// before use.
+func NewStoreManager(cfg ManagerConfig, store Store) (*Manager, error) {
 	if cfg.Prefix == "" {
 		cfg.Prefix = "pgfork"
 	}
@@ -126,109 +139,64 @@ func NewManager(cfg ManagerConfig, admin *pgxpool.Pool, creator Creator) (*Manag
 	if cfg.GetTimeout <= 0 {
 		cfg.GetTimeout = time.Minute
 	}
-	return &Manager{cfg: cfg, admin: admin, creator: creator,
+	return &Manager{cfg: cfg, store: store,
 		templates: map[string]*template{}, discarded: map[string]bool{}}, nil
 }
 
-// stateTable keeps template state across restarts, in the admin database.
-const stateTable = "pgfork_serve_templates"
+// idsPerRun is the range of test database ids one run of the server uses
+// before wrapping; runs use ranges by their epoch (ids stay below 2^31).
+const idsPerRun = 1 << 20
 
-// Open prepares the state table, drops test databases left by a previous
-// run (their state is unknown after a crash) and brings back finalized
-// templates, whose pools refill in the background. Templates that were
-// still initializing are dropped: their migrations never finished.
+// Open drops test copies left by a previous run (their state is unknown
+// after a crash) and brings back finalized templates, whose pools refill in
+// the background. Templates that were still initializing are dropped:
+// their migrations never finished. Test database ids of this run start
+// where no earlier run's ids are (by the store's run epoch).
 func (m *Manager) Open(ctx context.Context) error {
-	var leftovers []string
-	rows, err := m.admin.Query(ctx, "SELECT datname FROM pg_database WHERE starts_with(datname, $1)", m.cfg.Prefix+"_test_")
+	recs, epoch, err := m.store.Recover(ctx, m.cfg.Prefix, m.cfg.Prefix+"_test_", !m.cfg.NoPersist)
 	if err != nil {
-		return errs.Wrap(errs.Internal, err, "cannot list databases")
+		return err
 	}
-	for rows.Next() {
-		var n string
-		if err := rows.Scan(&n); err != nil {
-			rows.Close()
-			return err
-		}
-		leftovers = append(leftovers, n)
-	}
-	rows.Close()
-	for _, n := range leftovers {
-		if err := dropForce(ctx, m.admin, n); err != nil {
-			return err
-		}
-	}
-	if m.cfg.NoPersist {
-		return nil
-	}
-	if _, err := m.admin.Exec(ctx, `CREATE TABLE IF NOT EXISTS `+stateTable+` (
-		prefix text NOT NULL, hash text NOT NULL, database text NOT NULL,
-		state text NOT NULL, updated timestamptz NOT NULL DEFAULT now(),
-		PRIMARY KEY (prefix, hash))`); err != nil {
-		return errs.Wrap(errs.Internal, err, "cannot create the state table %s", stateTable)
-	}
-	type rec struct{ hash, db, state string }
-	var recs []rec
-	rows, err = m.admin.Query(ctx, `SELECT hash, database, state FROM `+stateTable+` WHERE prefix = $1`, m.cfg.Prefix)
-	if err != nil {
-		return errs.Wrap(errs.Internal, err, "cannot read template state")
-	}
-	for rows.Next() {
-		var r rec
-		if err := rows.Scan(&r.hash, &r.db, &r.state); err != nil {
-			rows.Close()
-			return err
-		}
-		recs = append(recs, r)
-	}
-	rows.Close()
+	m.idBase = (epoch % (MaxID / idsPerRun)) * idsPerRun
 	for _, r := range recs {
-		var exists bool
-		if err := m.admin.QueryRow(ctx, "SELECT EXISTS (SELECT 1 FROM pg_database WHERE datname = $1)", r.db).Scan(&exists); err != nil {
+		exists, err := m.store.TemplateExists(ctx, r.Name)
+		if err != nil {
 			return err
 		}
-		if r.state != "finalized" || !exists || !ValidHash(r.hash) || r.db != m.templateName(r.hash) {
-			if exists && r.db == m.templateName(r.hash) {
-				_ = dropForce(ctx, m.admin, r.db)
+		if r.State != "finalized" || !exists || !ValidHash(r.Hash) || r.Name != m.templateName(r.Hash) {
+			if exists && r.Name == m.templateName(r.Hash) {
+				_ = m.store.DropTemplate(ctx, r.Name)
 			}
-			_ = m.forget(ctx, r.hash)
+			_ = m.forget(ctx, r.Hash)
 			continue
 		}
-		t := &template{hash: r.hash, db: r.db, state: TemplateFinalized, finalized: make(chan struct{})}
+		t := &template{hash: r.Hash, db: r.Name, state: TemplateFinalized, finalized: make(chan struct{})}
 		close(t.finalized)
 		m.mu.Lock()
-		m.templates[r.hash] = t
+		m.templates[r.Hash] = t
 		m.mu.Unlock()
 		t.pool = m.newPool(t)
 	}
 	return nil
 }
 
-func dropForce(ctx context.Context, admin *pgxpool.Pool, name string) error {
-	if _, err := admin.Exec(ctx, "DROP DATABASE IF EXISTS "+pgx.Identifier{name}.Sanitize()+" WITH (FORCE)"); err != nil {
-		return classify(err, "cannot drop database %s", name)
-	}
-	return nil
+// nextID returns the next test database id of this run.
+func (m *Manager) nextID() int {
+	return m.idBase + int((m.ids.Add(1)-1)%idsPerRun)
 }
 
 func (m *Manager) save(ctx context.Context, hash, db, state string) error {
 	if m.cfg.NoPersist {
 		return nil
 	}
-	_, err := m.admin.Exec(ctx, `INSERT INTO `+stateTable+` (prefix, hash, database, state) VALUES ($1, $2, $3, $4)
-		ON CONFLICT (prefix, hash) DO UPDATE SET database = excluded.database, state = excluded.state, updated = now()`,
-		m.cfg.Prefix, hash, db, state)
-	if err != nil {
-		return errs.Wrap(errs.Internal, err, "cannot save template state")
-	}
-	return nil
+	return m.store.Save(ctx, m.cfg.Prefix, Record{Hash: hash, Name: db, State: state})
 }
 
 func (m *Manager) forget(ctx context.Context, hash string) error {
 	if m.cfg.NoPersist {
 		return nil
 	}
-	_, err := m.admin.Exec(ctx, `DELETE FROM `+stateTable+` WHERE prefix = $1 AND hash = $2`, m.cfg.Prefix, hash)
-	return err
+	return m.store.Forget(ctx, m.cfg.Prefix, hash)
 }
 
 // dbName builds prefix_kind_hash[_id]; when that would exceed PostgreSQL's
@@ -257,13 +225,15 @@ func (m *Manager) newPool(t *template) *Pool {
 		Name:    func(id int) string { return m.TestName(hash, id) },
 		Initial: m.cfg.Initial, Max: m.cfg.Max, Parallel: m.cfg.Parallel,
 		MinLifetime: m.cfg.MinLifetime, Limiter: m, Observer: m.cfg.Observer,
-	}, m.creator)
+		NextID: m.nextID,
+	}, m.store)
 }
 
 // Template describes a template database.
 type Template struct {
 	Hash     string
 	Database string
+	Endpoint Endpoint // where clients reach it
 }
 
 // InitializeTemplate creates an empty template database for hash, to be
@@ -299,18 +269,11 @@ func (m *Manager) InitializeTemplate(ctx context.Context, hash string) (Template
 	if err := m.save(ctx, hash, t.db, "initializing"); err != nil {
 		return fail(err)
 	}
-	if err := dropForce(ctx, m.admin, t.db); err != nil {
+	if err := m.store.CreateTemplate(ctx, t.db, m.cfg.Owner, m.cfg.RootTemplate); err != nil {
+		_ = m.forget(context.WithoutCancel(ctx), hash)
 		return fail(err)
 	}
-	sql := "CREATE DATABASE " + pgx.Identifier{t.db}.Sanitize() + " TEMPLATE " + pgx.Identifier{m.cfg.RootTemplate}.Sanitize()
-	if m.cfg.Owner != "" {
-		sql += " OWNER " + pgx.Identifier{m.cfg.Owner}.Sanitize()
-	}
-	if _, err := m.admin.Exec(ctx, sql); err != nil {
-		_ = m.forget(context.WithoutCancel(ctx), hash)
-		return fail(classify(err, "cannot create template database %s", t.db))
-	}
-	return Template{Hash: hash, Database: t.db}, nil
+	return Template{Hash: hash, Database: t.db, Endpoint: m.store.Endpoint(t.db)}, nil
 }
 
 func (m *Manager) lookup(hash string) (*template, error) {
@@ -343,7 +306,11 @@ func (m *Manager) FinalizeTemplate(ctx context.Context, hash string) error {
 	}
 	t.finalizing = true
 	m.mu.Unlock()
-	if err := m.save(ctx, hash, t.db, "finalized"); err != nil {
+	err = m.store.FinalizeTemplate(ctx, t.db)
+	if err == nil {
+		err = m.save(ctx, hash, t.db, "finalized")
+	}
+	if err != nil {
 		m.mu.Lock()
 		t.finalizing = false
 		m.mu.Unlock()
@@ -396,7 +363,7 @@ func (m *Manager) dropTemplate(ctx context.Context, t *template, p *Pool) error 
 	if p != nil {
 		first = p.Close(ctx, true)
 	}
-	if err := dropForce(ctx, m.admin, t.db); err != nil && first == nil {
+	if err := m.store.DropTemplate(ctx, t.db); err != nil && first == nil {
 		first = err
 	}
 	if err := m.forget(ctx, t.hash); err != nil && first == nil {
@@ -432,6 +399,7 @@ func (m *Manager) ResetAll(ctx context.Context) error {
 type TestDatabase struct {
 	Hash string
 	DB
+	Endpoint Endpoint // where the client reaches it
 }
 
 // GetTestDatabase waits (up to FinalizeTimeout) for the template to be
@@ -468,12 +436,18 @@ func (m *Manager) GetTestDatabase(ctx context.Context, hash string) (TestDatabas
 	defer cancel()
 	db, err := p.Acquire(gctx)
 	if err != nil {
+		m.mu.Lock()
+		closed := m.closed
+		m.mu.Unlock()
+		if closed {
+			return TestDatabase{}, errs.Wrap(errs.Busy, ErrClosed, "server is shutting down")
+		}
 		if errors.Is(err, ErrClosed) {
 			return TestDatabase{}, errs.Wrap(errs.NotFound, ErrTemplateDiscarded, "template %s", hash)
 		}
 		return TestDatabase{}, err
 	}
-	return TestDatabase{Hash: hash, DB: db}, nil
+	return TestDatabase{Hash: hash, DB: db, Endpoint: m.store.Endpoint(db.Name)}, nil
 }
 
 func (m *Manager) poolOf(hash string) (*Pool, error) {
@@ -608,7 +582,7 @@ func (m *Manager) Close(ctx context.Context) error { return m.shutdown(ctx, true
 func (m *Manager) Stop(ctx context.Context) error { return m.shutdown(ctx, false) }
 
 // Ping checks that the server answers.
-func (m *Manager) Ping(ctx context.Context) error { return m.admin.Ping(ctx) }
+func (m *Manager) Ping(ctx context.Context) error { return m.store.Ping(ctx) }
 
 func (m *Manager) shutdown(ctx context.Context, drop bool) error {
 	m.mu.Lock()
@@ -625,6 +599,9 @@ func (m *Manager) shutdown(ctx context.Context, drop bool) error {
 		if err := p.Close(ctx, drop); err != nil && first == nil {
 			first = err
 		}
+	}
+	if err := m.store.Close(ctx); err != nil && first == nil {
+		first = err
 	}
 	return first
 }

@@ -113,6 +113,9 @@ type Config struct {
 	RetryMin, RetryMax time.Duration
 	Limiter            Limiter  // may be nil
 	Observer           Observer // may be nil
+	// NextID, when set, hands out ids (the Manager's, unique across its
+	// pools and runs); nil: 0, 1, 2… per pool.
+	NextID func() int
 }
 
 // DB is a database handed out by Acquire.
@@ -422,6 +425,9 @@ func (p *Pool) Kick() {
 func (p *Pool) newEntry() *entry {
 	id := p.nextID
 	p.nextID++
+	if p.cfg.NextID != nil {
+		id = p.cfg.NextID()
+	}
 	e := &entry{id: id, name: p.cfg.Name(id), state: Creating, since: time.Now()}
 	p.dbs[id] = e
 	return e

@@ -147,10 +147,17 @@ type testResponse struct {
 	Database     database `json:"database"`
 }
 
-func (s *Server) database(hash, name string) database {
+// database is the config a client gets: the server's connection info,
+// or, with cluster isolation, the host and port of the database's own
+// cluster.
+func (s *Server) database(hash string, ep pool.Endpoint) database {
 	c := s.cfg.Conn
-	return database{TemplateHash: hash, Config: dbConfig{Host: c.Host, Port: c.Port, Username: c.Username,
-		Password: c.Password, Database: name, AdditionalParams: c.Params}}
+	host, port := c.Host, c.Port
+	if ep.Port != 0 {
+		host, port = ep.Host, ep.Port
+	}
+	return database{TemplateHash: hash, Config: dbConfig{Host: host, Port: port, Username: c.Username,
+		Password: c.Password, Database: ep.Database, AdditionalParams: c.Params}}
 }
 
 // DropTimeout bounds drops that run detached from their request (discard,
@@ -189,7 +196,7 @@ func (s *Server) initialize(w http.ResponseWriter, r *http.Request) {
 		s.fail(w, r, err)
 		return
 	}
-	writeJSON(w, http.StatusOK, templateResponse{TemplateHash: t.Hash, Database: s.database(t.Hash, t.Database)})
+	writeJSON(w, http.StatusOK, templateResponse{TemplateHash: t.Hash, Database: s.database(t.Hash, t.Endpoint)})
 }
 
 // hashParam validates the {hash} path parameter, answering 400 itself.
@@ -249,7 +256,7 @@ func (s *Server) getTest(w http.ResponseWriter, r *http.Request) {
 		s.fail(w, r, err)
 		return
 	}
-	writeJSON(w, http.StatusOK, testResponse{TemplateHash: h, ID: db.ID, Database: s.database(h, db.Name)})
+	writeJSON(w, http.StatusOK, testResponse{TemplateHash: h, ID: db.ID, Database: s.database(h, db.Endpoint)})
 }
 
 func (s *Server) unlock(w http.ResponseWriter, r *http.Request) {

@@ -600,6 +600,9 @@ func (m *Manager) shutdown(ctx context.Context, drop bool) error {
 			first = err
 		}
 	}
+	if !drop {
+		return first // as a crash leaves things: the next Recover cleans up
+	}
 	if err := m.store.Close(ctx); err != nil && first == nil {
 		first = err
 	}

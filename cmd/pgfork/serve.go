@@ -158,9 +158,9 @@ func runServe(ctx context.Context, o *serveOpts) error {
 	if o.isolation != "database" && o.isolation != "cluster" {
 		return errs.New(errs.Usage, "bad --isolation %q", o.isolation).WithHint("use database or cluster")
 	}
-	if o.isolation == "cluster" {
-		return errs.New(errs.Unsupported, "--isolation cluster is not implemented yet").
-			WithHint("use --isolation database; `pgfork up` gives a whole cluster per test meanwhile")
+	if o.isolation == "cluster" && o.pgURL != "" {
+		return errs.New(errs.Usage, "--isolation cluster runs its own clusters and takes no --pg-url").
+			WithHint("drop --pg-url (and INTEGRESQL_PGHOST/PGFORK_PG_URL), or use --isolation database")
 	}
 	if o.canClone && o.pgURL == "" {
 		return errs.New(errs.Usage, "--can-clone is for --pg-url").WithHint("the managed server probes its own filesystem")
@@ -191,8 +191,27 @@ func runServe(ctx context.Context, o *serveOpts) error {
 		conn     server.ConnInfo
 		managed  *server.Managed
 		canClone bool
+		mgr      *pool.Manager
+		err      error
 	)
-	if o.pgURL == "" {
+	reg := prometheus.NewRegistry()
+	metrics := server.NewMetrics(reg)
+	mcfg := pool.ManagerConfig{
+		Prefix: o.prefix, Initial: o.poolInit, Max: o.poolMax, Parallel: o.parallel,
+		MaxDatabases: o.maxDatabases, MinLifetime: o.minLifetime, FinalizeTimeout: o.finalizeTimeout,
+		GetTimeout: o.getTimeout, RootTemplate: o.rootTmpl, Observer: metrics,
+	}
+	if o.isolation == "cluster" {
+		store, err := clusterStore(ctx, o)
+		if err != nil {
+			return err
+		}
+		conn = store.Conn()
+		mcfg.Owner = store.Role()
+		if mgr, err = pool.NewStoreManager(mcfg, store); err != nil {
+			return err
+		}
+	} else if o.pgURL == "" {
 		m, cc, err := startManagedPG(ctx, o)
 		if err != nil {
 			return err
@@ -226,25 +245,21 @@ func runServe(ctx context.Context, o *serveOpts) error {
 		// pgfork cannot see an external server's filesystem: the user says.
 		canClone = o.canClone
 	}
-	admin, err := server.OpenAdmin(ctx, adminURL, int32(2*o.parallel+8))
-	if err != nil {
-		return err
-	}
-	defer admin.Close()
-	creator := &pool.SQLCreator{Admin: admin, Strategy: o.strategy, CanClone: canClone}
-	if err := creator.Probe(ctx); err != nil {
-		return err
-	}
-	reg := prometheus.NewRegistry()
-	metrics := server.NewMetrics(reg)
 	owner := conn.Username
-	mgr, err := pool.NewManager(pool.ManagerConfig{
-		Prefix: o.prefix, Owner: owner, Initial: o.poolInit, Max: o.poolMax, Parallel: o.parallel,
-		MaxDatabases: o.maxDatabases, MinLifetime: o.minLifetime, FinalizeTimeout: o.finalizeTimeout,
-		GetTimeout: o.getTimeout, RootTemplate: o.rootTmpl, Observer: metrics,
-	}, admin, creator)
-	if err != nil {
-		return err
+	if mgr == nil {
+		admin, err := server.OpenAdmin(ctx, adminURL, int32(2*o.parallel+8))
+		if err != nil {
+			return err
+		}
+		defer admin.Close()
+		creator := &pool.SQLCreator{Admin: admin, Strategy: o.strategy, CanClone: canClone}
+		if err := creator.Probe(ctx); err != nil {
+			return err
+		}
+		mcfg.Owner = owner
+		if mgr, err = pool.NewManager(mcfg, admin, creator); err != nil {
+			return err
+		}
 	}
 	if err := mgr.Open(ctx); err != nil {
 		return err
@@ -272,7 +287,11 @@ func runServe(ctx context.Context, o *serveOpts) error {
 		defer os.Remove(o.socket)
 		go func() { errc <- hs.Serve(sl) }()
 	}
-	infof("pgfork serve: http://%s/api (PostgreSQL on %s:%d, test databases owned by %s)", ln.Addr(), conn.Host, conn.Port, owner)
+	if o.isolation == "cluster" {
+		infof("pgfork serve: http://%s/api (a PostgreSQL cluster per test on %s, superuser %s)", ln.Addr(), conn.Host, owner)
+	} else {
+		infof("pgfork serve: http://%s/api (PostgreSQL on %s:%d, test databases owned by %s)", ln.Addr(), conn.Host, conn.Port, owner)
+	}
 	if g.json {
 		_ = printJSON(os.Stdout, map[string]any{"listen": ln.Addr().String(), "socket": o.socket, "pg_host": conn.Host, "pg_port": conn.Port})
 	}
@@ -291,6 +310,27 @@ func runServe(ctx context.Context, o *serveOpts) error {
 		log.Warn("dropping test databases", "err", err)
 	}
 	return nil
+}
+
+// clusterStore prepares cluster isolation: clusters under
+// <state>/serve-clusters, the empty base cluster from the template cache.
+func clusterStore(ctx context.Context, o *serveOpts) (*server.ClusterStore, error) {
+	lay := layout()
+	if err := lay.Ensure(); err != nil {
+		return nil, errs.Wrap(errs.Permission, err, "cannot create the state directory").WithPath(lay.Root)
+	}
+	pg, err := findPG()
+	if err != nil {
+		return nil, err
+	}
+	user, err := instance.ResolveUser(g.runAs)
+	if err != nil {
+		return nil, err
+	}
+	dir := filepath.Join(lay.Root, "serve-clusters")
+	infof("a cluster per test: %s, clusters in %s", pg, dir)
+	return server.NewClusterStore(server.ClusterOptions{Dir: dir, Layout: lay, PG: pg, User: user,
+		Role: o.testUser, Password: o.testPassword})
 }
 
 // startManagedPG starts (creating on first use) the server's own PostgreSQL

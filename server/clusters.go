@@ -1,0 +1,441 @@
+package server
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"io/fs"
+	"net/url"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/pgfork/pgfork/clone"
+	"github.com/pgfork/pgfork/cluster"
+	"github.com/pgfork/pgfork/instance"
+	"github.com/pgfork/pgfork/internal/errs"
+	"github.com/pgfork/pgfork/internal/statedir"
+	"github.com/pgfork/pgfork/pgbin"
+	"github.com/pgfork/pgfork/pgdata"
+	"github.com/pgfork/pgfork/pool"
+	"github.com/pgfork/pgfork/template"
+)
+
+// ClusterOptions shape a ClusterStore.
+type ClusterOptions struct {
+	// Dir holds templates/<name>/data, tests/<name>/data, state.json and
+	// the client role's password; a reflink filesystem makes copies cheap.
+	Dir string
+	// Layout is pgfork's state directory: the empty base cluster comes
+	// from its template cache (template.Get), shared with `pgfork up`.
+	Layout statedir.Layout
+	PG     pgbin.Installation
+	User   *instance.OSUser // OS user PostgreSQL runs as (nil: current user)
+	// Role is the superuser role handed to clients (default "pgfork");
+	// Password its password (empty: random, kept in Dir/password).
+	Role, Password string
+	// Settings are extra server settings of every cluster (over the test
+	// profile).
+	Settings map[string]string
+}
+
+// ClusterStore is the pool.Store of cluster isolation: every template is a
+// database in a cluster of its own, running while the client migrates it
+// and shut down cleanly on finalize; every test copy is a clone.Copy of
+// that stopped data directory (reflink where the filesystem can) started
+// on a free TCP port of 127.0.0.1, so each test gets its own server, with a
+// superuser role, to change settings or do what a database per test cannot.
+// Dropping a test copy stops its server (immediately: its sessions end)
+// and removes its files.
+type ClusterStore struct {
+	o ClusterOptions
+
+	mu      sync.Mutex
+	running map[string]*instance.Instance // template and test clusters by name
+	source  map[string]string             // test cluster → its template (the database name in it)
+	stateMu sync.Mutex
+}
+
+// NewClusterStore prepares dir and the client role's password.
+func NewClusterStore(o ClusterOptions) (*ClusterStore, error) {
+	if o.Role == "" {
+		o.Role = "pgfork"
+	}
+	for _, d := range []string{o.Dir, filepath.Join(o.Dir, "templates"), filepath.Join(o.Dir, "tests")} {
+		if err := os.MkdirAll(d, 0o755); err != nil {
+			return nil, errs.Wrap(errs.Permission, err, "cannot create %s", d)
+		}
+	}
+	if o.Password == "" {
+		pw, err := password(filepath.Join(o.Dir, "password"))
+		if err != nil {
+			return nil, err
+		}
+		o.Password = pw
+	}
+	return &ClusterStore{o: o, running: map[string]*instance.Instance{}, source: map[string]string{}}, nil
+}
+
+// Conn is the connection info clients get (the port is each cluster's own).
+func (s *ClusterStore) Conn() ConnInfo {
+	return ConnInfo{Host: "127.0.0.1", Username: s.o.Role, Password: s.o.Password}
+}
+
+// Role is the superuser role handed to clients.
+func (s *ClusterStore) Role() string { return s.o.Role }
+
+func (s *ClusterStore) templateData(name string) string {
+	return filepath.Join(s.o.Dir, "templates", name, "data")
+}
+
+func (s *ClusterStore) testDir(name string) string { return filepath.Join(s.o.Dir, "tests", name) }
+
+func (s *ClusterStore) copyOptions() clone.Options {
+	o := clone.Options{Sync: clone.SyncNone, Filter: pgdata.Filter}
+	if s.o.User != nil {
+		o.Owner = &clone.Owner{UID: s.o.User.UID, GID: s.o.User.GID}
+	}
+	return o
+}
+
+func (s *ClusterStore) start(ctx context.Context, data string) (*instance.Instance, error) {
+	settings := map[string]string{"max_connections": "100", "password_encryption": "scram-sha-256", "shared_buffers": "32MB"}
+	for k, v := range s.o.Settings {
+		settings[k] = v
+	}
+	return instance.Start(ctx, instance.Config{BinDir: s.o.PG.BinDir, Env: s.o.PG.Env(), DataDir: data, User: s.o.User,
+		TCP: true, Profile: instance.Test, Settings: settings})
+}
+
+// stopDir stops a server left running on data (by a previous run or a
+// failed step), immediately: its data is thrown away or was never finished.
+func stopDir(data string) {
+	if inst, err := instance.Attach(data); err == nil {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		_ = inst.Stop(ctx, instance.Immediate)
+	}
+}
+
+// CreateTemplate copies the empty base cluster, lets the client role in
+// over TCP with its password only, starts it and creates database name in
+// it, owned by the role (a superuser of that cluster).
+func (s *ClusterStore) CreateTemplate(ctx context.Context, name, owner, root string) error {
+	if err := cluster.ValidateName(name); err != nil {
+		return err
+	}
+	if err := s.DropTemplate(ctx, name); err != nil {
+		return err
+	}
+	data := s.templateData(name)
+	if err := os.MkdirAll(filepath.Dir(data), 0o755); err != nil {
+		return errs.Wrap(errs.Permission, err, "cannot create %s", filepath.Dir(data))
+	}
+	base, err := template.Get(ctx, s.o.Layout, template.Options{PG: s.o.PG, User: s.o.User})
+	if err != nil {
+		return err
+	}
+	_, err = clone.Copy(ctx, base.DataDir(), data, s.copyOptions())
+	base.Release()
+	if err != nil {
+		return err
+	}
+	hba := filepath.Join(data, "pg_hba.conf")
+	if err := os.WriteFile(hba, []byte("local all all trust\nhost all all 127.0.0.1/32 scram-sha-256\nhost all all ::1/128 scram-sha-256\n"), 0o600); err != nil {
+		return errs.Wrap(errs.Internal, err, "cannot write pg_hba.conf")
+	}
+	if err := s.o.User.Chown(hba); err != nil {
+		return errs.Wrap(errs.Permission, err, "cannot chown pg_hba.conf")
+	}
+	inst, err := s.start(ctx, data)
+	if err != nil {
+		return err
+	}
+	s.mu.Lock()
+	s.running[name] = inst
+	s.mu.Unlock()
+	if err := s.setupTemplate(ctx, inst, name, owner, root); err != nil {
+		_ = s.DropTemplate(context.WithoutCancel(ctx), name)
+		return err
+	}
+	return nil
+}
+
+func (s *ClusterStore) setupTemplate(ctx context.Context, inst *instance.Instance, name, owner, root string) error {
+	// The superuser connects over the private socket (trust); TCP needs passwords.
+	q := url.Values{"host": {inst.SocketDir}, "port": {strconv.Itoa(inst.Port)}, "user": {"postgres"}}
+	c, err := pgx.Connect(ctx, "postgres:///postgres?"+q.Encode())
+	if err != nil {
+		return errs.Wrap(errs.Internal, err, "cannot connect to the template cluster %s", name)
+	}
+	defer c.Close(context.Background())
+	if owner == "" {
+		owner = s.o.Role
+	}
+	lit := "'" + strings.ReplaceAll(s.o.Password, "'", "''") + "'"
+	if _, err := c.Exec(ctx, "CREATE ROLE "+pgx.Identifier{owner}.Sanitize()+" LOGIN SUPERUSER PASSWORD "+lit); err != nil {
+		return errs.Wrap(errs.Internal, err, "cannot create role %s in the template cluster", owner)
+	}
+	if _, err := c.Exec(ctx, "CREATE DATABASE "+pgx.Identifier{name}.Sanitize()+" OWNER "+pgx.Identifier{owner}.Sanitize()+
+		" TEMPLATE "+pgx.Identifier{root}.Sanitize()); err != nil {
+		return errs.Wrap(errs.Internal, err, "cannot create database %s in the template cluster", name)
+	}
+	return nil
+}
+
+// FinalizeTemplate shuts the template cluster down cleanly: its data
+// directory becomes the source of the test clusters.
+func (s *ClusterStore) FinalizeTemplate(ctx context.Context, name string) error {
+	s.mu.Lock()
+	inst := s.running[name]
+	delete(s.running, name)
+	s.mu.Unlock()
+	if inst == nil {
+		return nil
+	}
+	if err := inst.Stop(ctx, instance.Fast); err != nil {
+		return err
+	}
+	cd, err := pgdata.ReadControlData(ctx, s.o.PG.BinDir, s.templateData(name), s.o.PG.Env())
+	if err == nil && !strings.Contains(cd.State, "shut down") {
+		return errs.New(errs.Internal, "template cluster %s did not shut down cleanly (%s)", name, cd.State)
+	}
+	return nil
+}
+
+// DropTemplate stops the template's cluster, if it runs, and removes it.
+func (s *ClusterStore) DropTemplate(_ context.Context, name string) error {
+	if err := cluster.ValidateName(name); err != nil {
+		return err
+	}
+	s.stopRunning(name)
+	data := s.templateData(name)
+	stopDir(data)
+	if err := os.RemoveAll(filepath.Dir(data)); err != nil {
+		return errs.Wrap(errs.Permission, err, "cannot remove template cluster %s", name)
+	}
+	return nil
+}
+
+func (s *ClusterStore) stopRunning(name string) {
+	s.mu.Lock()
+	inst := s.running[name]
+	delete(s.running, name)
+	delete(s.source, name)
+	s.mu.Unlock()
+	if inst != nil {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		_ = inst.Stop(ctx, instance.Immediate)
+	}
+}
+
+// TemplateExists reports whether template name's cluster exists.
+func (s *ClusterStore) TemplateExists(_ context.Context, name string) (bool, error) {
+	if cluster.ValidateName(name) != nil {
+		return false, nil
+	}
+	_, err := os.Stat(filepath.Join(s.templateData(name), "PG_VERSION"))
+	return err == nil, nil
+}
+
+// Create copies the (stopped) cluster of template and starts it as test
+// cluster name.
+func (s *ClusterStore) Create(ctx context.Context, name, tmpl, _ string) (string, error) {
+	if err := cluster.ValidateName(name); err != nil {
+		return "", err
+	}
+	dir := s.testDir(name)
+	stopDir(filepath.Join(dir, "data"))
+	if err := os.RemoveAll(dir); err != nil {
+		return "cluster", errs.Wrap(errs.Permission, err, "cannot remove %s", dir)
+	}
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return "cluster", errs.Wrap(errs.Permission, err, "cannot create %s", dir)
+	}
+	if _, err := clone.Copy(ctx, s.templateData(tmpl), filepath.Join(dir, "data"), s.copyOptions()); err != nil {
+		_ = os.RemoveAll(dir)
+		return "cluster", err
+	}
+	inst, err := s.start(ctx, filepath.Join(dir, "data"))
+	if err != nil {
+		_ = os.RemoveAll(dir)
+		return "cluster", err
+	}
+	s.mu.Lock()
+	s.running[name], s.source[name] = inst, tmpl
+	s.mu.Unlock()
+	return "cluster", nil
+}
+
+// Drop stops test cluster name (immediately: its sessions end) and removes
+// it.
+func (s *ClusterStore) Drop(_ context.Context, name string) error {
+	if err := cluster.ValidateName(name); err != nil {
+		return err
+	}
+	s.stopRunning(name)
+	dir := s.testDir(name)
+	stopDir(filepath.Join(dir, "data"))
+	if err := os.RemoveAll(dir); err != nil {
+		return errs.Wrap(errs.Permission, err, "cannot remove test cluster %s", name)
+	}
+	return nil
+}
+
+// Endpoint is the TCP address of cluster name and the database clients
+// use in it (the template's).
+func (s *ClusterStore) Endpoint(name string) pool.Endpoint {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	db := name
+	if t, ok := s.source[name]; ok {
+		db = t
+	}
+	if inst := s.running[name]; inst != nil {
+		return pool.Endpoint{Host: inst.Host, Port: inst.Port, Database: db}
+	}
+	return pool.Endpoint{Database: db}
+}
+
+// Ping checks that the store's directory is there.
+func (s *ClusterStore) Ping(context.Context) error {
+	_, err := os.Stat(s.o.Dir)
+	return err
+}
+
+// Close stops every cluster still running (templates being initialized,
+// test clusters the pools did not drop).
+func (s *ClusterStore) Close(ctx context.Context) error {
+	s.mu.Lock()
+	list := s.running
+	s.running = map[string]*instance.Instance{}
+	s.source = map[string]string{}
+	s.mu.Unlock()
+	var wg sync.WaitGroup
+	for _, inst := range list {
+		wg.Add(1)
+		go func() { defer wg.Done(); _ = inst.Stop(ctx, instance.Fast) }()
+	}
+	wg.Wait()
+	return nil
+}
+
+// Running returns the pids of the clusters the store runs (for tests and
+// diagnostics).
+func (s *ClusterStore) Running() map[string]int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	out := map[string]int{}
+	for n, inst := range s.running {
+		out[n] = inst.Pid
+	}
+	return out
+}
+
+type clusterState struct {
+	Epochs    map[string]int                    `json:"epochs"`
+	Templates map[string]map[string]pool.Record `json:"templates"` // prefix → hash → record
+}
+
+func (s *ClusterStore) statePath() string { return filepath.Join(s.o.Dir, "state.json") }
+
+func (s *ClusterStore) readState() clusterState {
+	st := clusterState{Epochs: map[string]int{}, Templates: map[string]map[string]pool.Record{}}
+	if b, err := os.ReadFile(s.statePath()); err == nil {
+		_ = json.Unmarshal(b, &st)
+	}
+	if st.Epochs == nil {
+		st.Epochs = map[string]int{}
+	}
+	if st.Templates == nil {
+		st.Templates = map[string]map[string]pool.Record{}
+	}
+	return st
+}
+
+func (s *ClusterStore) writeState(st clusterState) error {
+	b, _ := json.MarshalIndent(st, "", "  ")
+	tmp := s.statePath() + ".tmp"
+	f, err := os.Create(tmp)
+	if err == nil {
+		_, err = f.Write(b)
+		if err == nil {
+			err = f.Sync()
+		}
+		if cerr := f.Close(); err == nil {
+			err = cerr
+		}
+	}
+	if err == nil {
+		err = os.Rename(tmp, s.statePath())
+	}
+	if err != nil {
+		return errs.Wrap(errs.Internal, err, "cannot save template state").WithPath(s.statePath())
+	}
+	return nil
+}
+
+// Recover stops and removes test clusters a previous run left (running or
+// not), stops template clusters left running (they were being initialized
+// and are dropped by the Manager), and returns the recorded templates.
+func (s *ClusterStore) Recover(_ context.Context, prefix, testPrefix string, persist bool) ([]pool.Record, int, error) {
+	ents, err := os.ReadDir(filepath.Join(s.o.Dir, "tests"))
+	if err != nil && !errors.Is(err, fs.ErrNotExist) {
+		return nil, 0, errs.Wrap(errs.Permission, err, "cannot read %s", filepath.Join(s.o.Dir, "tests"))
+	}
+	for _, e := range ents {
+		if strings.HasPrefix(e.Name(), testPrefix) {
+			if err := s.Drop(context.Background(), e.Name()); err != nil {
+				return nil, 0, err
+			}
+		}
+	}
+	ents, _ = os.ReadDir(filepath.Join(s.o.Dir, "templates"))
+	for _, e := range ents {
+		stopDir(s.templateData(e.Name()))
+	}
+	if !persist {
+		return nil, 0, nil
+	}
+	s.stateMu.Lock()
+	defer s.stateMu.Unlock()
+	st := s.readState()
+	st.Epochs[prefix]++
+	if err := s.writeState(st); err != nil {
+		return nil, 0, err
+	}
+	var recs []pool.Record
+	for _, r := range st.Templates[prefix] {
+		recs = append(recs, r)
+	}
+	return recs, st.Epochs[prefix], nil
+}
+
+// Save records a template's state in state.json.
+func (s *ClusterStore) Save(_ context.Context, prefix string, r pool.Record) error {
+	s.stateMu.Lock()
+	defer s.stateMu.Unlock()
+	st := s.readState()
+	if st.Templates[prefix] == nil {
+		st.Templates[prefix] = map[string]pool.Record{}
+	}
+	st.Templates[prefix][r.Hash] = r
+	return s.writeState(st)
+}
+
+// Forget removes a template's record from state.json.
+func (s *ClusterStore) Forget(_ context.Context, prefix, hash string) error {
+	s.stateMu.Lock()
+	defer s.stateMu.Unlock()
+	st := s.readState()
+	delete(st.Templates[prefix], hash)
+	return s.writeState(st)
+}
+
+var _ pool.Store = (*ClusterStore)(nil)

@@ -166,8 +166,8 @@ type Pool struct {
 }
 
 // New starts a pool and begins filling it to cfg.Initial in the background.
-// Ids start at 0 and are never reused once a database left the pool's
-// control (reclaim, eviction, a failed creation).
+// Ids start at 0 (or come from cfg.NextID) and are never reused once a
+// database left the pool's control (reclaim, eviction, a failed creation).
 func New(cfg Config, creator Creator) *Pool {
 	if cfg.Parallel <= 0 {
 		cfg.Parallel = 2

@@ -108,7 +108,16 @@ Without --pg-url it runs its own PostgreSQL (test profile, data kept under
 the state directory, TCP on a free port on 127.0.0.1; PostgreSQL 18 with
 file_copy_method=clone when installed and the filesystem reflinks) and stops
 it cleanly on SIGINT/SIGTERM. Test databases are owned by a password-
-authenticated role that is not a superuser.
+authenticated role that is not a superuser. With --pg-url, --can-clone says
+the server's data directory reflinks, so the advisor may clone (PostgreSQL 18).
+
+--isolation cluster gives each test a whole PostgreSQL server instead of a
+database, for tests that need a superuser or server settings: the template is
+migrated in a cluster of its own, shut down on finalize, and every test
+cluster is a copy of it (reflink where possible) started on a free port of
+127.0.0.1; the config clients get names that server, with a superuser role.
+--pool-max, --parallel and --max-databases then count clusters. All clusters
+are stopped on SIGINT/SIGTERM; after a crash, the next start cleans up.
 
 It listens on loopback by default; any other address needs --token, and
 clients must then send "Authorization: Bearer <token>".
@@ -126,6 +135,9 @@ INTEGRESQL_TEST_DB_GET_TIMEOUT_MS, INTEGRESQL_TEST_DB_MINIMAL_LIFETIME_MS.`,
   # Use an existing server, share on the network with a token
   pgfork serve --pg-url postgres://postgres:secret@db:5432/postgres --listen 0.0.0.0:5000 --token "$TOKEN"
 
+  # A whole server per test (superuser, own settings)
+  pgfork serve --isolation cluster --pool-max 8
+
   # Point an IntegreSQL client at it
   INTEGRESQL_CLIENT_BASE_URL=http://127.0.0.1:5000/api go test ./...`,
 		Args: usageArgs(cobra.NoArgs),
@@ -141,7 +153,7 @@ INTEGRESQL_TEST_DB_GET_TIMEOUT_MS, INTEGRESQL_TEST_DB_MINIMAL_LIFETIME_MS.`,
 	f.IntVar(&o.poolMax, "pool-max", envInt("INTEGRESQL_TEST_MAX_POOL_SIZE", 4*n), "databases per pool at most (env INTEGRESQL_TEST_MAX_POOL_SIZE)")
 	f.IntVar(&o.maxDatabases, "max-databases", envInt("PGFORK_MAX_DATABASES", 0), "test databases across all pools at most; idle pools are evicted LRU first (0: no limit)")
 	f.IntVar(&o.parallel, "parallel", envInt("INTEGRESQL_POOL_MAX_PARALLEL_TASKS", n), "concurrent creations per pool (env INTEGRESQL_POOL_MAX_PARALLEL_TASKS)")
-	f.StringVar(&o.isolation, "isolation", "database", "database (a database per test) or cluster (a server per test)")
+	f.StringVar(&o.isolation, "isolation", "database", "database (a database per test) or cluster (a whole server per test, superuser; clusters under <state-dir>/serve-clusters)")
 	f.StringVar(&o.strategy, "strategy", "auto", "CREATE DATABASE strategy: auto (the advisor picks), default (no STRATEGY clause, as IntegreSQL), wal_log, file_copy, clone")
 	f.StringVar(&o.prefix, "db-prefix", envStr("INTEGRESQL_DB_PREFIX", "pgfork"), "database name prefix (env INTEGRESQL_DB_PREFIX)")
 	f.DurationVar(&o.finalizeTimeout, "finalize-timeout", envMS("INTEGRESQL_TEMPLATE_FINALIZE_TIMEOUT_MS", time.Minute), "how long a test request waits for its template to be finalized")

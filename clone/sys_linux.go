@@ -117,10 +117,18 @@ func copySegments(ctx context.Context, src, dst *os.File, size int64, prog func(
 		}
 		off = hole
 	}
-	if err := dst.Truncate(size); err != nil {
-		return err
+	// Set the size only when a hole at the end left it short: on XFS a
+	// truncate, even to the size the file has, writes back and waits for
+	// the data beyond the on-disk size, which would make every copy
+	// synchronous (and take the head start from the syncers).
+	var st unix.Stat_t
+	if err := unix.Fstat(int(dst.Fd()), &st); err != nil {
+		return os.NewSyscallError("fstat", err)
 	}
-	return nil
+	if st.Size == size {
+		return nil
+	}
+	return dst.Truncate(size)
 }
 
 func copyRangeSegment(ctx context.Context, src, dst *os.File, off, end int64, prog func(int64)) (bool, error) {

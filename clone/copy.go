@@ -34,6 +34,11 @@ type Options struct {
 	// Sync is how the copy is made durable before it is renamed into
 	// place; default SyncFsync (fsync every file written and every directory).
 	Sync SyncMode
+	// SyncJobs is the number of fsyncs in flight at once with SyncFsync;
+	// default DefaultSyncJobs. An fsync waits on the device, not the CPU,
+	// and filesystems commit concurrent fsyncs in one journal flush, so
+	// many more of them than Jobs pay off.
+	SyncJobs int
 	// Filter decides what to copy; nil copies everything.
 	Filter Filter
 	// Force replaces an existing dst atomically.
@@ -49,6 +54,12 @@ type Options struct {
 	// goroutine at a time.
 	OnProgress func(Progress)
 }
+
+// DefaultSyncJobs is the default for Options.SyncJobs. Measured on the
+// XFS reflink image with 1,000 freshly cloned files, all copied before the
+// first fsync: 8 at a time ~0.2-0.45 s, 32 or 64 at a time about 0.15 s,
+// close to no fsync at all; more than 64 gained nothing.
+const DefaultSyncJobs = 64
 
 // Methods lists the methods a user may ask for, best first.
 var Methods = []Method{Auto, Clone, CopyFileRange, PlainCopy, Link}
@@ -94,6 +105,12 @@ func (o *Options) normalize() error {
 	}
 	if o.Jobs == 0 {
 		o.Jobs = runtime.NumCPU()
+	}
+	if o.SyncJobs < 0 {
+		return errs.New(errs.Usage, "sync jobs must be at least 1, not %d", o.SyncJobs).WithHint("leave it at 0 for the default")
+	}
+	if o.SyncJobs == 0 {
+		o.SyncJobs = DefaultSyncJobs
 	}
 	if o.Method == Link && o.Owner != nil {
 		return errs.New(errs.Usage, "--method link cannot change ownership: hard links share the source's inode").
@@ -808,21 +825,106 @@ func (c *copier) unsupported(m Method, f *entry, cause error) error {
 		WithHint("use --method auto, which picks the best method that works here")
 }
 
+// copyFiles copies the file contents with opts.Jobs workers. With
+// SyncFsync, each worker hands the finished file, still open, to
+// opts.SyncJobs syncers that fsync and close it. The syncers start when
+// every file is copied, or earlier when maxPendingSyncs files wait (so the
+// number of open files stays bounded): one journal commit then covers the
+// metadata of many files, and the device sees many fsyncs at once, which
+// a journaling filesystem commits together. Measured on the XFS reflink
+// image: 1,000 clones fsynced one by one after each copy took ~1.3 s; all
+// copied first, then 64 at a time, they take about as long as the copy
+// (see bench/results/copy.md). Each file is fsynced through the
+// descriptor that wrote it, so a write-back error cannot be lost between a
+// close and a reopen. copyFiles returns only when every file is closed;
+// its error is the first failure of a copy or an fsync.
 func (c *copier) copyFiles(ctx context.Context) error {
 	files := append([]*entry(nil), c.files...)
 	sort.SliceStable(files, func(i, j int) bool { return files[i].size > files[j].size })
 	g, gctx := errgroup.WithContext(ctx)
-	g.SetLimit(c.opts.Jobs)
-	for _, f := range files {
-		if gctx.Err() != nil {
-			break
+
+	work := make(chan *entry)
+	g.Go(func() error {
+		defer close(work)
+		for _, f := range files {
+			select {
+			case work <- f:
+			case <-gctx.Done():
+				return nil
+			}
 		}
-		g.Go(func() error { return c.copyFile(gctx, f) })
+		return nil
+	})
+
+	var toSync chan syncItem
+	start := make(chan struct{})
+	var startOnce sync.Once
+	startSync := func() { startOnce.Do(func() { close(start) }) }
+	if c.opts.Sync == SyncFsync {
+		toSync = make(chan syncItem, max(min(len(files), maxPendingSyncs()), c.opts.SyncJobs))
 	}
-	if err := g.Wait(); err != nil {
+	var copiers sync.WaitGroup
+	for range min(c.opts.Jobs, max(len(files), 1)) {
+		copiers.Add(1)
+		g.Go(func() error {
+			defer copiers.Done()
+			for f := range work {
+				if err := c.copyFile(gctx, f, toSync, startSync); err != nil {
+					return err
+				}
+			}
+			return nil
+		})
+	}
+	if toSync != nil {
+		g.Go(func() error { copiers.Wait(); startSync(); close(toSync); return nil })
+		for range c.opts.SyncJobs {
+			g.Go(func() error {
+				select {
+				case <-start:
+				case <-gctx.Done():
+					return nil
+				}
+				for it := range toSync {
+					if err := c.syncFile(it); err != nil {
+						return err
+					}
+				}
+				return nil
+			})
+		}
+	}
+	err := g.Wait()
+	if toSync != nil {
+		for it := range toSync { // left over after a failure: close unsynced
+			_ = it.f.Close()
+		}
+	}
+	if err != nil {
 		return err
 	}
 	return ctx.Err()
+}
+
+// syncItem is a copied file, still open, waiting for its fsync.
+type syncItem struct {
+	e *entry
+	f *os.File
+}
+
+// syncFile fsyncs and closes a copied file.
+func (c *copier) syncFile(it syncItem) error {
+	err := it.f.Sync()
+	if cerr := it.f.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		if isNoSpace(err) { // delayed allocation can run out of space only now
+			return &noSpaceError{rel: it.e.rel, err: err}
+		}
+		return c.writeErr(err, it.e)
+	}
+	return nil
 }
 
 func (c *copier) countMethod(m Method) {
@@ -830,7 +932,9 @@ func (c *copier) countMethod(m Method) {
 	v.(*atomic.Int64).Add(1)
 }
 
-func (c *copier) copyFile(ctx context.Context, e *entry) error {
+// copyFile copies one file. With toSync not nil, the open destination is
+// handed over to the syncers, which close it; otherwise it is closed here.
+func (c *copier) copyFile(ctx context.Context, e *entry, toSync chan<- syncItem, startSync func()) error {
 	if err := ctx.Err(); err != nil {
 		return err
 	}
@@ -872,7 +976,12 @@ func (c *copier) copyFile(ctx context.Context, e *entry) error {
 	if err != nil {
 		return c.writeErr(err, e)
 	}
-	defer df.Close()
+	handedOver := false
+	defer func() {
+		if !handedOver {
+			_ = df.Close()
+		}
+	}()
 
 	m, err := c.copyData(ctx, e, sf, df, size)
 	if err != nil {
@@ -880,11 +989,6 @@ func (c *copier) copyFile(ctx context.Context, e *entry) error {
 	}
 	if err := c.setMeta(df, dp, e); err != nil {
 		return err
-	}
-	if c.opts.Sync == SyncFsync {
-		if err := df.Sync(); err != nil {
-			return c.writeErr(err, e)
-		}
 	}
 	switch info := c.pairs[e.sys.dev]; {
 	case m == Clone && e.sys.ok:
@@ -895,11 +999,29 @@ func (c *copier) copyFile(ctx context.Context, e *entry) error {
 			c.shared64.Add(n)
 		}
 	}
+	c.countMethod(m)
+	c.files64.Add(1)
+	if toSync != nil {
+		it := syncItem{e: e, f: df}
+		select {
+		case toSync <- it:
+			handedOver = true
+			return nil
+		default:
+			startSync()
+		}
+		select {
+		case toSync <- it:
+			handedOver = true
+			return nil
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+	handedOver = true
 	if err := df.Close(); err != nil {
 		return c.writeErr(err, e)
 	}
-	c.countMethod(m)
-	c.files64.Add(1)
 	return nil
 }
 
@@ -924,9 +1046,25 @@ func (c *copier) copyData(ctx context.Context, e *entry, sf, df *os.File, size i
 	if size == 0 {
 		return chain[0], nil
 	}
+	// With fsync to come, start writing back what was written every
+	// writebackEvery bytes, so the device works while the copy goes on and
+	// the fsync finds little left to do. (A clone writes no data.)
+	writeback := c.opts.Sync == SyncFsync
 	for i, m := range chain {
-		var done int64
-		err := copyWith(ctx, m, sf, df, size, func(n int64) { done += n; c.bytes64.Add(n) })
+		var done, pending int64
+		err := copyWith(ctx, m, sf, df, size, func(n int64) {
+			done += n
+			c.bytes64.Add(n)
+			if writeback && m != Clone {
+				if pending += n; pending >= writebackEvery {
+					startWriteback(df)
+					pending = 0
+				}
+			}
+		})
+		if err == nil && writeback && m != Clone && done > 0 {
+			startWriteback(df)
+		}
 		if err == nil {
 			c.bytes64.Add(size - done) // holes count as done
 			return m, nil
@@ -956,6 +1094,10 @@ func (c *copier) copyData(ctx context.Context, e *entry, sf, df *os.File, size i
 	}
 	return PlainCopy, nil
 }
+
+// writebackEvery is how many bytes a copy writes between two requests to
+// start their writeback (see startWriteback).
+const writebackEvery = 16 << 20
 
 type noSpaceError struct {
 	rel string
@@ -1023,9 +1165,11 @@ func (c *copier) report() {
 	})
 }
 
+// syncDirs fsyncs every directory of the copy, opts.SyncJobs at a time:
+// their entries (files, symlinks, fifos, subdirectories) and metadata.
 func (c *copier) syncDirs(ctx context.Context) error {
 	g, gctx := errgroup.WithContext(ctx)
-	g.SetLimit(c.opts.Jobs)
+	g.SetLimit(c.opts.SyncJobs)
 	for _, d := range c.dirs {
 		if gctx.Err() != nil {
 			break

@@ -195,6 +195,25 @@ func prefetch(f *os.File) {
 	_ = unix.Fadvise(int(f.Fd()), 0, 0, unix.FADV_WILLNEED)
 }
 
+// startWriteback asks the kernel to start writing f's dirty pages to the
+// device without waiting (sync_file_range SYNC_FILE_RANGE_WRITE). It is
+// only a head start for the fsync that follows, never a durability
+// guarantee by itself, so errors are ignored: the fsync reports them.
+func startWriteback(f *os.File) {
+	_ = unix.SyncFileRange(int(f.Fd()), 0, 0, unix.SYNC_FILE_RANGE_WRITE)
+}
+
+// maxPendingSyncs is how many copied files may stay open waiting for their
+// fsync: half the process's open-file limit (Go raises the soft limit to
+// the hard one at start), at most 16384.
+func maxPendingSyncs() int {
+	var rl unix.Rlimit
+	if err := unix.Getrlimit(unix.RLIMIT_NOFILE, &rl); err != nil || rl.Cur < 256 {
+		return 64
+	}
+	return int(min(rl.Cur/2, 16384))
+}
+
 func syncFS(dir string) error {
 	f, err := os.Open(dir)
 	if err != nil {

@@ -89,6 +89,9 @@ type Meta struct {
 	Size      int64         `json:"size_bytes"`
 	// LastUsed is the modification time of meta.json (not stored in it).
 	LastUsed time.Time `json:"last_used"`
+	// Spares is how many ready copies of it wait to be claimed by
+	// `pgfork up` (counted by List, not stored).
+	Spares int `json:"spares"`
 }
 
 // Template is a ready template, held with a shared lock until Release.
@@ -300,6 +303,7 @@ func List(lay statedir.Layout) ([]Meta, error) {
 		return nil, errs.Wrap(errs.Permission, err, "cannot read the templates directory").WithPath(lay.Templates())
 	}
 	var out []Meta
+	nspares := SpareCount(lay)
 	for _, e := range ents {
 		n := e.Name()
 		if strings.HasPrefix(n, ".") {
@@ -307,6 +311,7 @@ func List(lay statedir.Layout) ([]Meta, error) {
 			continue
 		}
 		if m, err := readMeta(filepath.Join(lay.Templates(), n)); err == nil {
+			m.Spares = nspares[m.Key]
 			out = append(out, m)
 		}
 	}
@@ -396,8 +401,8 @@ func Resolve(lay statedir.Layout, key string) (string, error) {
 // busyWait is how long Remove waits for a template's users to let go.
 const busyWait = time.Second
 
-// Remove deletes the cached template with this exact key. It refuses
-// (errs.Busy) while the template is being built or copied.
+// Remove deletes the cached template with this exact key and its spare
+// copies. It refuses (errs.Busy) while the template is being built or copied.
 func Remove(ctx context.Context, lay statedir.Layout, key string) error {
 	if !validKey(key) || len(key) != KeyLen {
 		return errs.New(errs.Usage, "%q is not a template key", key).WithHint("see `pgfork template ls`")
@@ -437,6 +442,8 @@ func Remove(ctx context.Context, lay statedir.Layout, key string) error {
 	if err := os.Rename(dir, trash); err != nil {
 		return errs.Wrap(errs.Permission, err, "cannot remove the template").WithPath(dir)
 	}
+	// Its spare copies go with it (no one claims them: we hold the lock).
+	removeSpares(lay, key)
 	if err := os.RemoveAll(trash); err != nil {
 		return errs.Wrap(errs.Permission, err, "cannot remove the template's files (the next `pgfork template ls` retries)").WithPath(trash)
 	}

@@ -23,14 +23,15 @@ set up by --setup/--setup-cmd and shut down cleanly, kept under
 <state-dir>/templates/<key>. The key is a hash of the PostgreSQL version,
 initdb options, setup file names and contents and the setup command, so a
 changed schema file makes a new template; old ones stay until removed or
-pruned. Removing a template does not affect clusters cloned from it.`,
+pruned. Removing a template removes its spare copies (see pgfork up
+--spares) and does not affect clusters cloned from it.`,
 		Example: `  pgfork template ls
   pgfork template rm 3fa2c1
   pgfork template prune --older-than 168h`,
 		Args: usageArgs(cobra.NoArgs),
 		RunE: func(cmd *cobra.Command, _ []string) error { return cmd.Help() },
 	}
-	cmd.AddCommand(newTemplateLsCmd(), newTemplateRmCmd(), newTemplatePruneCmd())
+	cmd.AddCommand(newTemplateLsCmd(), newTemplateRmCmd(), newTemplatePruneCmd(), newTemplateRefillCmd())
 	return cmd
 }
 
@@ -40,7 +41,8 @@ func newTemplateLsCmd() *cobra.Command {
 		Aliases: []string{"list"},
 		Short:   "List cached templates",
 		Long: `List cached templates, most recently used first: key, PostgreSQL version,
-setup (files and command), disk size, age and last use.`,
+spare copies ready for pgfork up, setup (files and command), disk size, age
+and last use.`,
 		Example: `  pgfork template ls
   pgfork template ls --json | jq -r '.[].key'`,
 		Args: usageArgs(cobra.NoArgs),
@@ -61,10 +63,10 @@ setup (files and command), disk size, age and last use.`,
 				return nil
 			}
 			tw := tabwriter.NewWriter(out, 0, 4, 2, ' ', 0)
-			fmt.Fprintln(tw, "KEY\tPG\tSIZE\tAGE\tLAST USED\tSETUP")
+			fmt.Fprintln(tw, "KEY\tPG\tSPARES\tSIZE\tAGE\tLAST USED\tSETUP")
 			now := time.Now()
 			for _, m := range all {
-				fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s ago\t%s\n", m.Key, m.PGVersion, humanSize(m.Size),
+				fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%s\t%s ago\t%s\n", m.Key, m.PGVersion, m.Spares, humanSize(m.Size),
 					humanDuration(now.Sub(m.Created)), humanDuration(now.Sub(m.LastUsed)), setupSummary(m))
 			}
 			return tw.Flush()

@@ -29,20 +29,24 @@ killed, machine rebooted, leftovers of an interrupted up).`
 
 // upResult is what `pgfork up --json` prints.
 type upResult struct {
-	Name        string           `json:"name"`
-	URL         string           `json:"url"`
-	Host        string           `json:"host,omitempty"`
-	Port        int              `json:"port"`
-	SocketDir   string           `json:"socket_dir"`
-	DataDir     string           `json:"data_dir"`
-	Pid         int              `json:"pid"`
-	PGVersion   string           `json:"pg_version"`
-	TemplateKey string           `json:"template_key"`
-	Built       bool             `json:"template_built"`
-	Method      map[string]int64 `json:"copy_methods,omitempty"`
-	Expires     *time.Time       `json:"expires,omitempty"`
-	ParentPid   int              `json:"parent_pid,omitempty"`
-	Timings     map[string]int64 `json:"timings_us"`
+	Name        string `json:"name"`
+	URL         string `json:"url"`
+	Host        string `json:"host,omitempty"`
+	Port        int    `json:"port"`
+	SocketDir   string `json:"socket_dir"`
+	DataDir     string `json:"data_dir"`
+	Pid         int    `json:"pid"`
+	PGVersion   string `json:"pg_version"`
+	TemplateKey string `json:"template_key"`
+	Built       bool   `json:"template_built"`
+	// FromSpare says the data directory was a spare copy made in the
+	// background (no copy on this call); Spare is the spare's name.
+	FromSpare bool             `json:"from_spare"`
+	Spare     string           `json:"spare,omitempty"`
+	Method    map[string]int64 `json:"copy_methods,omitempty"`
+	Expires   *time.Time       `json:"expires,omitempty"`
+	ParentPid int              `json:"parent_pid,omitempty"`
+	Timings   map[string]int64 `json:"timings_us"`
 }
 
 func newUpCmd() *cobra.Command {
@@ -54,6 +58,7 @@ func newUpCmd() *cobra.Command {
 		ttl       time.Duration
 		parentPid string
 		superuser string
+		spares    int
 	)
 	cmd := &cobra.Command{
 		Use:   "up",
@@ -70,6 +75,14 @@ run at the same moment, and cached under <state-dir>/templates keyed by a
 hash of the PostgreSQL version, initdb options, setup files and command.
 Later calls copy it (reflink where the filesystem can) and start postgres on
 it: a new cluster in about the time of a postmaster start.
+
+Spare copies: pgfork keeps --spares copies of each template ready (default
+1, env PGFORK_SPARES), so up claims one with a rename and only starts
+postgres; a detached background pgfork then makes a new spare while your
+tests run (up does not wait for it). When no spare is ready, up copies the
+template itself. --spares 0 copies every time and keeps no spares. Spares
+live in <state-dir>/clusters/.spare-*, are counted by pgfork template ls and
+removed with their template.
 
 Clusters listen on a Unix socket in a private directory; --tcp adds
 127.0.0.1 on a free port. They run with the test profile (fsync off,
@@ -93,7 +106,7 @@ As root, postgres runs as --run-as (default postgres).
 			}
 			res, err := up(cmd.Context(), upOptions{
 				setup: setup, setupCmd: setupCmd, name: name, tcp: tcp, ttl: ttl,
-				parentPid: ppid, superuser: superuser,
+				parentPid: ppid, superuser: superuser, spares: spares,
 			})
 			if err != nil {
 				return err
@@ -113,6 +126,7 @@ As root, postgres runs as --run-as (default postgres).
 	f.DurationVar(&ttl, "ttl", 0, "remove the cluster this long after it starts (e.g. 30m; default: never)")
 	f.StringVar(&parentPid, "parent-pid", "", `remove the cluster once process PID exits ("parent": pgfork's parent process)`)
 	f.StringVar(&superuser, "superuser", "postgres", "database superuser name")
+	f.IntVar(&spares, "spares", defaultSpares(), "spare copies of the template to keep ready (0: copy on every up; env PGFORK_SPARES)")
 	return cmd
 }
 
@@ -135,6 +149,12 @@ func parseParentPid(s string) (int, error) {
 	return pid, nil
 }
 
+// upSettings are added to the test profile for clusters of pgfork up.
+// shared_buffers 32MB (instead of 128MB) takes about 12% off the CPU time
+// of a postmaster start (measured: 30 ms instead of 34 ms, minimum of 8)
+// and reserves 96 MB less per throw-away cluster; test databases are small.
+var upSettings = map[string]string{"shared_buffers": "32MB"}
+
 type upOptions struct {
 	setup     []string
 	setupCmd  string
@@ -143,6 +163,7 @@ type upOptions struct {
 	ttl       time.Duration
 	parentPid int
 	superuser string
+	spares    int
 }
 
 // reap runs the cluster reaper and reports what it removed.
@@ -151,6 +172,7 @@ func reap(ctx context.Context, lay statedir.Layout) {
 	if err != nil {
 		infof("pgfork: warning: %v", err)
 	}
+	template.CleanSpares(lay)
 	for _, r := range done {
 		infof("removed cluster %s: %s", r.Name, r.Reason)
 	}
@@ -168,6 +190,9 @@ func up(ctx context.Context, o upOptions) (*upResult, error) {
 		pending *cluster.Pending
 		err     error
 	)
+	if o.spares < 0 {
+		return nil, errs.New(errs.Usage, "--spares must not be negative").WithHint("e.g. --spares 2, or 0 for none")
+	}
 	if o.name != "" {
 		pending, err = cluster.Create(ctx, lay, o.name)
 	} else {
@@ -211,17 +236,31 @@ func up(ctx context.Context, o upOptions) (*upResult, error) {
 	}
 	lap("template", t)
 
-	t = time.Now()
-	copts := clone.Options{Sync: clone.SyncNone}
+	// A spare copy, if one is ready: one rename instead of a copy.
+	var owner *clone.Owner
 	if user != nil {
-		copts.Owner = &clone.Owner{UID: user.UID, GID: user.GID}
+		owner = &clone.Owner{UID: user.UID, GID: user.GID}
 	}
-	sum, err := clone.Copy(ctx, tmpl.DataDir(), pending.DataDir(), copts)
+	spare := ""
+	if o.spares > 0 {
+		t = time.Now()
+		spare, err = tmpl.ClaimSpare(lay, pending.DataDir())
+		if err != nil {
+			infof("pgfork: warning: %v; copying the template instead", err)
+		}
+		lap("claim_spare", t)
+	}
+	sum := &clone.Summary{}
+	if spare == "" {
+		t = time.Now()
+		sum, err = clone.Copy(ctx, tmpl.DataDir(), pending.DataDir(), clone.Options{Sync: clone.SyncNone, Owner: owner})
+		if err != nil {
+			tmpl.Release()
+			return nil, err
+		}
+		lap("copy", t)
+	}
 	tmpl.Release()
-	if err != nil {
-		return nil, err
-	}
-	lap("copy", t)
 
 	t = time.Now()
 	socketDir, err = cluster.SocketDirFor(lay, pending.Name)
@@ -230,7 +269,7 @@ func up(ctx context.Context, o upOptions) (*upResult, error) {
 	}
 	inst, err := instance.Start(ctx, instance.Config{
 		BinDir: pg.BinDir, Env: pg.Env(), DataDir: pending.DataDir(), User: user,
-		SocketDir: socketDir, TCP: o.tcp, Profile: instance.Test,
+		SocketDir: socketDir, TCP: o.tcp, Profile: instance.Test, Settings: upSettings,
 	})
 	if err != nil {
 		return nil, err
@@ -250,11 +289,19 @@ func up(ctx context.Context, o upOptions) (*upResult, error) {
 		return nil, err
 	}
 	ok = true
+	if o.spares > 0 {
+		// Replace the spare (or make the first one) in the background.
+		t = time.Now()
+		if err := spawnRefill(lay, tmpl.Key, o.spares, user); err != nil {
+			infof("pgfork: warning: cannot start the spare refill: %v", err)
+		}
+		lap("spawn_refill", t)
+	}
 	lap("total", t0)
 	res := &upResult{
 		Name: pending.Name, URL: url, Host: inst.Host, Port: inst.Port, SocketDir: inst.SocketDir,
 		DataDir: pending.DataDir(), Pid: inst.Pid, PGVersion: pg.Version, TemplateKey: tmpl.Key,
-		Built: tmpl.Built, ParentPid: o.parentPid, Timings: timings, Method: map[string]int64{},
+		Built: tmpl.Built, FromSpare: spare != "", Spare: spare, ParentPid: o.parentPid, Timings: timings, Method: map[string]int64{},
 	}
 	for m, n := range sum.Methods {
 		res.Method[string(m)] = n

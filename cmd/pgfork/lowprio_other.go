@@ -1,0 +1,6 @@
+//go:build !linux
+
+package main
+
+// lowerPriority does nothing here.
+func lowerPriority() {}

@@ -1,0 +1,99 @@
+package main
+
+import (
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"syscall"
+
+	"github.com/spf13/cobra"
+
+	"github.com/pgfork/pgfork/clone"
+	"github.com/pgfork/pgfork/instance"
+	"github.com/pgfork/pgfork/internal/errs"
+	"github.com/pgfork/pgfork/internal/statedir"
+	"github.com/pgfork/pgfork/template"
+)
+
+// envSpares sets the default of up's --spares.
+const envSpares = "PGFORK_SPARES"
+
+// defaultSpares is PGFORK_SPARES, or 1.
+func defaultSpares() int {
+	if v := os.Getenv(envSpares); v != "" {
+		if n, err := strconv.Atoi(v); err == nil && n >= 0 {
+			return n
+		}
+	}
+	return 1
+}
+
+// spawnRefill starts `pgfork template refill KEY` as a detached process (its
+// own session, stdio on /dev/null) and does not wait for it: up returns
+// while the spare is being made.
+func spawnRefill(lay statedir.Layout, key string, n int, user *instance.OSUser) error {
+	self, err := os.Executable()
+	if err != nil {
+		return err
+	}
+	root, err := filepath.Abs(lay.Root)
+	if err != nil {
+		return err
+	}
+	args := []string{"--state-dir", root, "-q"}
+	if user != nil {
+		args = append(args, "--run-as", user.Name)
+	}
+	args = append(args, "template", "refill", key, "--spares", strconv.Itoa(n))
+	devnull, err := os.OpenFile(os.DevNull, os.O_RDWR, 0)
+	if err != nil {
+		return err
+	}
+	defer devnull.Close()
+	cmd := exec.Command(self, args...)
+	cmd.Stdin, cmd.Stdout, cmd.Stderr = devnull, devnull, devnull
+	cmd.Dir = "/"
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
+	if err := cmd.Start(); err != nil {
+		return err
+	}
+	return cmd.Process.Release()
+}
+
+func newTemplateRefillCmd() *cobra.Command {
+	var n int
+	cmd := &cobra.Command{
+		Use:    "refill KEY",
+		Short:  "Make spare copies of a template until it has --spares of them (run by pgfork up in the background)",
+		Hidden: true,
+		Args:   usageArgs(cobra.ExactArgs(1)),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if n < 0 {
+				return errs.New(errs.Usage, "--spares must not be negative")
+			}
+			lowerPriority()
+			user, err := instance.ResolveUser(g.runAs)
+			if err != nil {
+				return err
+			}
+			o := template.RefillOptions{Spares: n}
+			if user != nil {
+				o.Owner = &clone.Owner{UID: user.UID, GID: user.GID}
+			}
+			made, err := template.Refill(cmd.Context(), layout(), args[0], o)
+			if err != nil {
+				return err
+			}
+			infof("made %d spare(s) of template %s", made, args[0])
+			if g.json {
+				return printJSON(cmd.OutOrStdout(), map[string]int{"made": made})
+			}
+			fmt.Fprintln(cmd.OutOrStdout(), made)
+			return nil
+		},
+	}
+	cmd.Flags().IntVar(&n, "spares", 1, "spare copies to keep")
+	return cmd
+}

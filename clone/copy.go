@@ -554,22 +554,13 @@ func (c *copier) run(ctx context.Context) (*Summary, error) {
 	}
 
 	stop := c.startProgress()
-	err = c.copyFiles(ctx)
+	err = c.copyFiles(ctx, c.setDirsMeta)
 	stop()
 	if err != nil {
 		return nil, err
 	}
 	if err := ctx.Err(); err != nil {
 		return nil, err
-	}
-
-	// Directory metadata, children before parents (so their mtimes stick).
-	for i := len(c.dirs) - 1; i >= 0; i-- {
-		d := c.dirs[i]
-		p := c.dstPath(d)
-		if err := c.setMeta(nil, p, d); err != nil {
-			return nil, err
-		}
 	}
 	switch c.opts.Sync {
 	case SyncFsync:
@@ -602,6 +593,18 @@ func (c *copier) run(ctx context.Context) (*Summary, error) {
 	})
 	c.report()
 	return sum, nil
+}
+
+// setDirsMeta gives the copied directories their metadata, children before
+// parents (so their mtimes stick), once every entry is in place.
+func (c *copier) setDirsMeta() error {
+	for i := len(c.dirs) - 1; i >= 0; i-- {
+		d := c.dirs[i]
+		if err := c.setMeta(nil, c.dstPath(d), d); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // walk lists the source tree, applying the filter.
@@ -836,9 +839,11 @@ func (c *copier) unsupported(m Method, f *entry, cause error) error {
 // copied first, then 64 at a time, they take about as long as the copy
 // (see bench/results/copy.md). Each file is fsynced through the
 // descriptor that wrote it, so a write-back error cannot be lost between a
-// close and a reopen. copyFiles returns only when every file is closed;
-// its error is the first failure of a copy or an fsync.
-func (c *copier) copyFiles(ctx context.Context) error {
+// close and a reopen. afterCopy runs once every file is copied (before the
+// syncers start, unless they had to start early). copyFiles returns only
+// when every file is closed; its error is the first failure of a copy, of
+// afterCopy or of an fsync.
+func (c *copier) copyFiles(ctx context.Context, afterCopy func() error) error {
 	files := append([]*entry(nil), c.files...)
 	sort.SliceStable(files, func(i, j int) bool { return files[i].size > files[j].size })
 	g, gctx := errgroup.WithContext(ctx)
@@ -877,7 +882,19 @@ func (c *copier) copyFiles(ctx context.Context) error {
 		})
 	}
 	if toSync != nil {
-		g.Go(func() error { copiers.Wait(); startSync(); close(toSync); return nil })
+		g.Go(func() error {
+			defer close(toSync)
+			copiers.Wait()
+			if gctx.Err() == nil {
+				// Before the syncers start, so that the journal commit of
+				// the files' fsyncs carries the directories' metadata too.
+				if err := afterCopy(); err != nil {
+					return err
+				}
+			}
+			startSync()
+			return nil
+		})
 		for range c.opts.SyncJobs {
 			g.Go(func() error {
 				select {
@@ -903,7 +920,13 @@ func (c *copier) copyFiles(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	return ctx.Err()
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	if toSync == nil {
+		return afterCopy()
+	}
+	return nil
 }
 
 // syncItem is a copied file, still open, waiting for its fsync.

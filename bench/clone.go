@@ -109,6 +109,7 @@ func runCloneBench(ctx context.Context, r *Report) error {
 		"to exit. Both make the copy durable (pgfork's default `--sync fsync`; pg_basebackup fsyncs by default) and both "+
 		"ask for a fast checkpoint. The page cache is not dropped (the source is running and hot either way). "+
 		"PGFORK_BENCH_CLONE_SCALE / _RUNS change the size and the number of runs.", pg.Version, scale, cloneFmtBytes(dirSize(ext4Src)), runs)
+	r.Notef("Load average at start: %s.", loadAvg())
 
 	var rows [][]string
 	for _, t := range targets {
@@ -126,6 +127,7 @@ func runCloneBench(ctx context.Context, r *Report) error {
 			r.Target(pm <= bm, "ext4: pgfork clone --online %s vs pg_basebackup %s (target: no slower)", Dur(pm), Dur(bm))
 		}
 	}
+	r.Notef("Load average at the end: %s.", loadAvg())
 	r.Table([]string{"filesystem", "pgfork clone --online", "pg_basebackup -X stream -c fast", "speed-up", "copied", "shared (CoW)", "pgfork phases (last run)", "pgfork runs", "pg_basebackup runs"}, rows)
 	return nil
 }

@@ -90,12 +90,23 @@ func runCopyBench(ctx context.Context, r *Report) error {
 	} else {
 		r.Notef("XFS half skipped: $PGFORK_TEST_XFS is not set (run `eval \"$(scripts/test-env.sh env)\"` as root after `scripts/test-env.sh up`).")
 	}
+	r.Notef("Load average at start: %s (2 cores and one disk shared with other work; times grow with contention).", loadAvg())
 	for _, f := range fss {
 		if err := benchCopyOn(ctx, r, f.name, f.parent, bin, contenders, segments, small, runs, root); err != nil {
 			return fmt.Errorf("%s: %w", f.name, err)
 		}
 	}
+	r.Notef("Load average at the end: %s.", loadAvg())
 	return nil
+}
+
+// loadAvg returns the 1, 5 and 15 minute load averages, or "unknown".
+func loadAvg() string {
+	b, err := os.ReadFile("/proc/loadavg")
+	if f := strings.Fields(string(b)); err == nil && len(f) >= 3 {
+		return strings.Join(f[:3], " ")
+	}
+	return "unknown"
 }
 
 func benchCopyOn(ctx context.Context, r *Report, fsName, parent, bin string, contenders []copyContender, segments, small, runs int, root bool) error {

@@ -18,6 +18,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/pgfork/pgfork/cluster"
+	"github.com/pgfork/pgfork/internal/flock"
 	"github.com/pgfork/pgfork/internal/testenv"
 	"github.com/pgfork/pgfork/template"
 )
@@ -42,9 +43,54 @@ type pgfk struct {
 
 func newPgfk(t *testing.T, bin, home, pgBin string) *pgfk {
 	p := &pgfk{t: t, bin: bin, home: home, pgBin: pgBin}
-	// Whatever a test leaves running is stopped and removed at the end.
+	// Whatever a test leaves running is stopped and removed at the end,
+	// once the background spare refills are done (they write in home).
 	t.Cleanup(func() { _ = exec.Command(bin, "--state-dir", home, "down", "--all", "--timeout", "1s").Run() })
+	t.Cleanup(func() { waitRefills(t, home) })
 	return p
+}
+
+// waitRefills waits until no spare refiller runs in home (it holds its
+// key's refill lock, or waits for it holding the .wait lock).
+func waitRefills(t *testing.T, home string) {
+	t.Helper()
+	locks, _ := filepath.Glob(filepath.Join(home, "locks", "spare-*"))
+	for _, lp := range locks {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		l, err := flock.Exclusive(ctx, lp)
+		cancel()
+		if err != nil {
+			t.Errorf("a spare refiller still holds %s: %v", lp, err)
+			continue
+		}
+		l.Unlock()
+	}
+}
+
+// spareDirs lists the claimable spares of template key in home.
+func spareDirs(t *testing.T, home, key string) []string {
+	t.Helper()
+	m, err := filepath.Glob(filepath.Join(home, "clusters", ".spare-"+key+"-*"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return m
+}
+
+// waitSpare waits (up to 20 s) until template key has n claimable spares.
+func waitSpare(t *testing.T, home, key string, n int) []string {
+	t.Helper()
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		s := spareDirs(t, home, key)
+		if len(s) == n {
+			return s
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("template %s has %d spares after 20 s, want %d (no background refill?)", key, len(s), n)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
 }
 
 func (p *pgfk) run(args ...string) cliResult {
@@ -272,8 +318,11 @@ func TestUpConcurrentBuildsTemplateOnce(t *testing.T) {
 					t.Errorf("socket dir %s left after down", r.SocketDir)
 				}
 			}
-			if got := dirNames(t, filepath.Join(home, "clusters")); len(got) != 0 {
-				t.Errorf("clusters left after down --all: %v", got)
+			// Spare copies of the template stay (they belong to it).
+			for _, n := range dirNames(t, filepath.Join(home, "clusters")) {
+				if !strings.HasPrefix(n, ".spare-"+results[0].TemplateKey+"-") && !strings.HasPrefix(n, ".sparebuild-") {
+					t.Errorf("left in clusters/ after down --all: %s", n)
+				}
 			}
 		})
 	}
@@ -488,7 +537,10 @@ func TestUpXFS(t *testing.T) {
 		t.Run(filepath.Base(filepath.Dir(pgBin)), func(t *testing.T) {
 			p := newPgfk(t, bin, home, pgBin)
 			a := p.up()
-			b := p.up("--tcp")
+			b := p.up("--tcp", "--spares", "0") // copies, not a spare
+			if b.FromSpare {
+				t.Error("up --spares 0 used a spare")
+			}
 			if a.Method["clone"] == 0 || b.Method["copy"]+b.Method["copy-file-range"] != 0 {
 				t.Errorf("on XFS the copy should be reflinks: %v", b.Method)
 			}

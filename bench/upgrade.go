@@ -57,7 +57,7 @@ type upgBench struct {
 func runUpgradeBench(ctx context.Context, r *Report) error {
 	var scales []int
 	for _, s := range strings.Split(envOr("PGFORK_BENCH_UPGRADE_SCALES", "10,50,100"), ",") {
-		if n, err := strconv.Atoi(strings.TrimSpace(s)); err == nil && n > 0 {
+		if n, err := strconv.Atoi(strings.TrimSpace(s)); err == nil && n > 0 { // "0": no pgbench scales
 			scales = append(scales, n)
 		}
 	}
@@ -118,10 +118,12 @@ func runUpgradeBench(ctx context.Context, r *Report) error {
 		alone = append(alone, al)
 		r.Table(header, rows[len(rows)-1:])
 	}
-	r.Notef("All scales:")
-	r.Table(header, rows)
-	r.Notef("pg_upgrade by itself (without initdb, start and vacuumdb):")
-	r.Table([]string{"scale", "--copy", "--link", "--clone"}, alone)
+	if len(rows) > 0 {
+		r.Notef("All scales:")
+		r.Table(header, rows)
+		r.Notef("pg_upgrade by itself (without initdb, start and vacuumdb):")
+		r.Table([]string{"scale", "--copy", "--link", "--clone"}, alone)
+	}
 	if ndbs > 0 {
 		if err := b.manyDBs(ctx, r, ndbs); err != nil {
 			return fmt.Errorf("%d databases: %w", ndbs, err)

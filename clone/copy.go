@@ -19,6 +19,7 @@ import (
 	"golang.org/x/sync/errgroup"
 
 	"github.com/pgfork/pgfork/internal/errs"
+	"github.com/pgfork/pgfork/internal/units"
 )
 
 // Options shape a copy. The zero value is a parallel, durable copy of
@@ -457,20 +458,6 @@ func emptyDir(dir string) {
 	for _, e := range ents {
 		_ = removeAll(filepath.Join(dir, e.Name()))
 	}
-}
-
-// humanBytes formats n bytes as "1.5 GiB".
-func humanBytes(n int64) string {
-	const unit = 1024
-	if n < unit {
-		return fmt.Sprintf("%d B", n)
-	}
-	div, exp := int64(unit), 0
-	for m := n / unit; m >= unit; m /= unit {
-		div *= unit
-		exp++
-	}
-	return fmt.Sprintf("%.1f %ciB", float64(n)/float64(div), "KMGTPE"[exp])
 }
 
 // ---- the copier ----
@@ -1143,12 +1130,12 @@ func (c *copier) finalError(ctx context.Context, err error, spaceDir string) err
 		avail, aerr := freeBytes(spaceDir)
 		need := c.needBytes
 		msg := fmt.Sprintf("no space left on the %s filesystem of %s: the copy needs about %s",
-			fsType, spaceDir, humanBytes(need))
+			fsType, spaceDir, units.Bytes(need))
 		if aerr == nil {
-			msg += fmt.Sprintf(", %s are available", humanBytes(avail))
+			msg += fmt.Sprintf(", %s are available", units.Bytes(avail))
 		}
 		e := errs.Wrap(errs.NoSpace, err, "%s; the partial copy was removed", msg).WithPath(c.final)
-		return e.WithHint("free at least %s there, or copy to a filesystem that can clone (XFS with reflink, btrfs) where copies share blocks", humanBytes(need-avail))
+		return e.WithHint("free at least %s there, or copy to a filesystem that can clone (XFS with reflink, btrfs) where copies share blocks", units.Bytes(need-avail))
 	}
 	return err
 }

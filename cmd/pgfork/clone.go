@@ -17,6 +17,7 @@ import (
 	"github.com/pgfork/pgfork/clone"
 	"github.com/pgfork/pgfork/instance"
 	"github.com/pgfork/pgfork/internal/errs"
+	"github.com/pgfork/pgfork/internal/units"
 	"github.com/pgfork/pgfork/pgbin"
 	"github.com/pgfork/pgfork/pgclone"
 	"github.com/pgfork/pgfork/pgdata"
@@ -237,11 +238,11 @@ func printCloneSummary(w io.Writer, o cloneOutput) {
 		ms = append(ms, fmt.Sprintf("%s %d", m, n))
 	}
 	sort.Strings(ms)
-	fmt.Fprintf(w, "  files:        %d, %s, %s shared with the source by copy-on-write\n", r.Files, cloneHumanSize(r.Bytes), cloneHumanSize(r.SharedBytes))
+	fmt.Fprintf(w, "  files:        %d, %s, %s shared with the source by copy-on-write\n", r.Files, units.Bytes(r.Bytes), units.Bytes(r.SharedBytes))
 	fmt.Fprintf(w, "  method:       %s (files per method), sync %s\n", strings.Join(ms, ", "), r.Sync)
 	if r.Online {
 		fmt.Fprintf(w, "  backup:       WAL %s to %s, %d WAL files (%s); the clone recovers to that point on its first start\n",
-			r.StartLSN, r.StopLSN, r.WALFiles, cloneHumanSize(r.WALBytes))
+			r.StartLSN, r.StopLSN, r.WALFiles, units.Bytes(r.WALBytes))
 	}
 	var ph []string
 	for _, name := range []string{"backup start", "copy", "tablespaces", "backup stop", "wal", "finish"} {
@@ -270,19 +271,6 @@ func printCloneSummary(w io.Writer, o cloneOutput) {
 	}
 }
 
-func cloneHumanSize(n int64) string {
-	const unit = 1024
-	if n < unit {
-		return fmt.Sprintf("%d B", n)
-	}
-	div, exp := int64(unit), 0
-	for m := n / unit; m >= unit; m /= unit {
-		div *= unit
-		exp++
-	}
-	return fmt.Sprintf("%.1f %ciB", float64(n)/float64(div), "KMGTPE"[exp])
-}
-
 // cloneProgress returns a progress callback drawing one line on stderr when
 // it is a terminal (and not --quiet/--json), and a func that ends the line.
 func cloneProgress() (func(pgclone.Progress), func()) {
@@ -296,7 +284,7 @@ func cloneProgress() (func(pgclone.Progress), func()) {
 				pct = 100 * float64(p.Bytes) / float64(p.TotalBytes)
 			}
 			fmt.Fprintf(os.Stderr, "\r\033[Kcopying %s: %d/%d files, %s/%s (%.0f%%)", p.Phase, p.Files, p.TotalFiles,
-				cloneHumanSize(p.Bytes), cloneHumanSize(p.TotalBytes), pct)
+				units.Bytes(p.Bytes), units.Bytes(p.TotalBytes), pct)
 			drawn = true
 		}, func() {
 			if drawn {

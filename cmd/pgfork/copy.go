@@ -11,6 +11,7 @@ import (
 
 	"github.com/pgfork/pgfork/clone"
 	"github.com/pgfork/pgfork/internal/errs"
+	"github.com/pgfork/pgfork/internal/units"
 )
 
 func init() { rootCmd.AddCommand(newCopyCmd()) }
@@ -102,9 +103,9 @@ func printCopySummary(w io.Writer, r copyResult) {
 	s := r.Summary
 	fmt.Fprintf(w, "copied %s -> %s\n", r.Src, r.Dst)
 	fmt.Fprintf(w, "  files     %d (%d directories, %d symlinks)\n", s.Files, s.Dirs, s.Symlinks)
-	fmt.Fprintf(w, "  bytes     %s", bytesHuman(s.Bytes))
+	fmt.Fprintf(w, "  bytes     %s", units.Bytes(s.Bytes))
 	if s.SharedBytes > 0 {
-		fmt.Fprintf(w, " (%s shared with the source by copy-on-write)", bytesHuman(s.SharedBytes))
+		fmt.Fprintf(w, " (%s shared with the source by copy-on-write)", units.Bytes(s.SharedBytes))
 	}
 	fmt.Fprintln(w)
 	var ms []string
@@ -119,19 +120,5 @@ func printCopySummary(w io.Writer, r copyResult) {
 	if s.Vanished > 0 {
 		fmt.Fprintf(w, "  vanished  %d (disappeared during the copy)\n", s.Vanished)
 	}
-	fmt.Fprintf(w, "  elapsed   %s (%s/s), sync %s\n", s.Elapsed.Round(time.Millisecond), bytesHuman(int64(r.BytesPerSecond)), s.Sync)
-}
-
-// bytesHuman formats n bytes as "1.5 GiB".
-func bytesHuman(n int64) string {
-	const unit = 1024
-	if n < unit {
-		return fmt.Sprintf("%d B", n)
-	}
-	div, exp := int64(unit), 0
-	for m := n / unit; m >= unit; m /= unit {
-		div *= unit
-		exp++
-	}
-	return fmt.Sprintf("%.1f %ciB", float64(n)/float64(div), "KMGTPE"[exp])
+	fmt.Fprintf(w, "  elapsed   %s (%s/s), sync %s\n", s.Elapsed.Round(time.Millisecond), units.Bytes(int64(r.BytesPerSecond)), s.Sync)
 }

@@ -8,6 +8,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/pgfork/pgfork/cluster"
+	"github.com/pgfork/pgfork/internal/units"
 )
 
 func init() { rootCmd.AddCommand(newLsCmd()) }
@@ -68,7 +69,7 @@ crashed or killed: removed by the reaper).
 					age = humanDuration(now.Sub(e.Created))
 				}
 				fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", e.Name, e.State, orDash(e.PGVersion), pid,
-					humanSize(e.Size), age, ttl, orDash(e.URL))
+					units.Bytes(e.Size), age, ttl, orDash(e.URL))
 			}
 			return tw.Flush()
 		},
@@ -95,18 +96,4 @@ func humanDuration(d time.Duration) string {
 		return fmt.Sprintf("%dh", int(d.Hours()))
 	}
 	return fmt.Sprintf("%dd", int(d.Hours()/24))
-}
-
-// humanSize prints a byte count with a binary unit.
-func humanSize(n int64) string {
-	const unit = 1024
-	if n < unit {
-		return fmt.Sprintf("%d B", n)
-	}
-	div, exp := int64(unit), 0
-	for m := n / unit; m >= unit; m /= unit {
-		div *= unit
-		exp++
-	}
-	return fmt.Sprintf("%.1f %ciB", float64(n)/float64(div), "KMGTPE"[exp])
 }

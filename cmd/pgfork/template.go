@@ -9,6 +9,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/pgfork/pgfork/internal/errs"
+	"github.com/pgfork/pgfork/internal/units"
 	"github.com/pgfork/pgfork/template"
 )
 
@@ -66,7 +67,7 @@ and last use.`,
 			fmt.Fprintln(tw, "KEY\tPG\tSPARES\tSIZE\tAGE\tLAST USED\tSETUP")
 			now := time.Now()
 			for _, m := range all {
-				fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%s\t%s ago\t%s\n", m.Key, m.PGVersion, m.Spares, humanSize(m.Size),
+				fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%s\t%s ago\t%s\n", m.Key, m.PGVersion, m.Spares, units.Bytes(m.Size),
 					humanDuration(now.Sub(m.Created)), humanDuration(now.Sub(m.LastUsed)), setupSummary(m))
 			}
 			return tw.Flush()
@@ -188,7 +189,7 @@ copied are skipped.`,
 			for _, m := range res.Busy {
 				infof("kept %s: in use", m.Key)
 			}
-			infof("removed %d template(s), %s", len(res.Removed), humanSize(freed))
+			infof("removed %d template(s), %s", len(res.Removed), units.Bytes(freed))
 			return nil
 		},
 	}

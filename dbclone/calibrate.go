@@ -23,6 +23,12 @@ type CalibrateOptions struct {
 	Target *Target
 	// Progress, when set, receives one line per step.
 	Progress func(msg string)
+	// Previous is an earlier calibration of the same server (e.g. the one
+	// stored for it). Its Points at other shared_buffers sizes let this one
+	// measure the per-GB-of-shared_buffers costs instead of taking them from
+	// the built-in constants. Ignored when it was measured on another
+	// server (SystemID) or with another fsync setting.
+	Previous *Calibration
 }
 
 // Calibrate measures the advisor's constants on the server conn is connected
@@ -32,9 +38,15 @@ type CalibrateOptions struct {
 // on failure. It needs CREATEDB and the right to run CHECKPOINT (superuser
 // or pg_checkpoint).
 //
-// The checkpoint's per-GB-of-shared_buffers cost cannot be separated from
-// its fixed cost on one server, so it is taken from the built-in constants
-// and the fixed part is what remains.
+// A checkpoint's cost is separated into what it costs with no dirty buffer
+// and what each dirty MB adds by timing CHECKPOINT with few and with many
+// buffers dirtied (counted by pg_buffercache when installed, else the size
+// of the data written). The cost of a clean checkpoint grows with
+// shared_buffers (each one scans every buffer header), which one server at
+// one size cannot tell from its fixed part: when opts.Previous holds a
+// measurement at another shared_buffers size, the per-GB costs are the
+// slopes between the sizes; otherwise they are the built-in ones and the
+// fixed parts are what remains.
 func Calibrate(ctx context.Context, conn *pgx.Conn, opts CalibrateOptions) (*Calibration, error) {
 	if opts.SizeMB <= 0 {
 		opts.SizeMB = 64
@@ -120,7 +132,7 @@ func Calibrate(ctx context.Context, conn *pgx.Conn, opts CalibrateOptions) (*Cal
 			say("%-9s from %-6s (%6.1f MB): %7.1f ms", s, map[string]string{small: "empty", big: "data"}[tmpl], sizes[tmpl], times[s][tmpl])
 		}
 	}
-	// Checkpoints: clean, then with dirty buffers.
+	// Checkpoints: clean, then with few and with many dirty buffers.
 	var clean []float64
 	for i := 0; i < opts.Runs; i++ {
 		t0 := time.Now()
@@ -129,44 +141,107 @@ func Calibrate(ctx context.Context, conn *pgx.Conn, opts CalibrateOptions) (*Cal
 		}
 		clean = append(clean, msSince(t0))
 	}
-	dirtyMB := min(opts.SizeMB, int(t.SharedBuffers>>20)/4)
-	var dirtyPerMB []float64
-	for i := 0; i < opts.Runs && dirtyMB > 0; i++ {
-		if err := dirty(ctx, conn, big, dirtyMB); err != nil {
-			return nil, err
+	hiMB := min(opts.SizeMB, int(t.SharedBuffers>>20)/4)
+	loMB := max(hiMB/8, 1)
+	type level struct{ mb, ms float64 }
+	var levels []level
+	for _, want := range []int{loMB, hiMB} {
+		if hiMB <= 0 || (len(levels) > 0 && want <= loMB) {
+			continue
 		}
-		d, _ := dirtyBytes(ctx, conn, t)
-		t0 := time.Now()
-		if _, err := conn.Exec(ctx, "CHECKPOINT"); err != nil {
-			return nil, sqlErr(ctx, err, "checkpoint failed")
+		var ts, ds []float64
+		for i := 0; i < opts.Runs; i++ {
+			written, err := dirty(ctx, conn, big, want)
+			if err != nil {
+				return nil, err
+			}
+			d, src := dirtyBytes(ctx, conn, t)
+			if src != "pg_buffercache" || d <= 0 {
+				d = written
+			}
+			t0 := time.Now()
+			if _, err := conn.Exec(ctx, "CHECKPOINT"); err != nil {
+				return nil, sqlErr(ctx, err, "checkpoint failed")
+			}
+			ts, ds = append(ts, msSince(t0)), append(ds, float64(d)/(1<<20))
 		}
-		el := msSince(t0)
-		if d > 0 {
-			dirtyPerMB = append(dirtyPerMB, max(el-median(clean), 0)/(float64(d)/(1<<20)))
-		}
+		levels = append(levels, level{median(ds), median(ts)})
+		say("checkpoint with %.1f MB dirty: %.2f ms (samples %v)", median(ds), median(ts), ts)
 	}
-	c := Builtin(t.Fsync)
+	c := Builtin(t.Fsync, t.CanClone)
 	c.Source = fmt.Sprintf("calibrated %s on PostgreSQL %d (shared_buffers %s, fsync=%s)", time.Now().Format(time.RFC3339),
 		t.Version, fmtBytes(t.SharedBuffers), onOff(t.Fsync))
 	c.Measured, c.SystemID, c.Fsync = time.Now().UTC(), t.SystemID, t.Fsync
 	gb := float64(t.SharedBuffers) / (1 << 30)
 	dMB := sizes[big] - sizes[small]
 	slope := func(s Strategy) float64 { return max((times[s][big]-times[s][small])/dMB, 0) }
+	pt := CalibrationPoint{SharedBuffers: t.SharedBuffers, Checkpoint: median(clean), EmptyMB: sizes[small],
+		WalLog: times[WalLog][small], FileCopy: times[FileCopy][small], Clone: times[Clone][small]}
+	c.Points = mergePoints(opts.Previous, t, pt)
+	c.CheckpointPerGB, c.WalLogPerGB, c.PerGBMeasured = perGB(c.Points, c.CheckpointPerGB, c.WalLogPerGB)
 	c.WalLogPerMB = slope(WalLog)
-	c.WalLogFixed = max(times[WalLog][small]-sizes[small]*c.WalLogPerMB, 0)
-	ckpt := max(2*median(clean)-gb*c.CheckpointPerGB, 0)
-	c.CheckpointFixed = ckpt
+	c.WalLogFixed = max(times[WalLog][small]-sizes[small]*c.WalLogPerMB-gb*c.WalLogPerGB, 0)
+	// Both checkpoints of FILE_COPY, at this size, minus their scan.
+	c.CheckpointFixed = max(2*median(clean)-gb*c.CheckpointPerGB, 0)
+	ckpt := c.CheckpointFixed + gb*c.CheckpointPerGB
 	c.CopyPerMB = slope(FileCopy)
-	c.CopyFixed = max(times[FileCopy][small]-sizes[small]*c.CopyPerMB-ckpt-gb*c.CheckpointPerGB, 0)
+	c.CopyFixed = max(times[FileCopy][small]-sizes[small]*c.CopyPerMB-ckpt, 0)
 	if _, ok := times[Clone]; ok {
 		c.ClonePerMB = slope(Clone)
-		c.CloneFixed = max(times[Clone][small]-sizes[small]*c.ClonePerMB-ckpt-gb*c.CheckpointPerGB, 0)
+		c.CloneFixed = max(times[Clone][small]-sizes[small]*c.ClonePerMB-ckpt, 0)
 	}
-	if len(dirtyPerMB) > 0 {
-		c.DirtyPerMB = median(dirtyPerMB)
+	switch {
+	case len(levels) == 2 && levels[1].mb > levels[0].mb:
+		c.DirtyPerMB = max((levels[1].ms-levels[0].ms)/(levels[1].mb-levels[0].mb), 0)
+	case len(levels) > 0 && levels[0].mb > 0:
+		c.DirtyPerMB = max(levels[0].ms-median(clean), 0) / levels[0].mb
 	}
-	say("checkpoint (clean) %.1f ms; writing dirty buffers %.3f ms/MB", median(clean), c.DirtyPerMB)
+	how := "built-in (calibrate again at another shared_buffers size to measure them)"
+	if c.PerGBMeasured {
+		how = fmt.Sprintf("measured between %d shared_buffers sizes", len(c.Points))
+	}
+	say("checkpoint (clean) %.2f ms; writing dirty buffers %.3f ms/MB; per GB of shared_buffers: checkpoints %.2f ms, wal_log %.2f ms, %s",
+		median(clean), c.DirtyPerMB, c.CheckpointPerGB, c.WalLogPerGB, how)
 	return c, nil
+}
+
+// mergePoints returns the previous calibration's points at other
+// shared_buffers sizes (when it is of the same server and fsync setting)
+// and p, sorted by size.
+func mergePoints(prev *Calibration, t *Target, p CalibrationPoint) []CalibrationPoint {
+	out := []CalibrationPoint{p}
+	if prev != nil && prev.Fsync == t.Fsync && (prev.SystemID == t.SystemID || prev.SystemID == 0 || t.SystemID == 0) {
+		for _, q := range prev.Points {
+			if q.SharedBuffers != p.SharedBuffers && q.SharedBuffers > 0 {
+				out = append(out, q)
+			}
+		}
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].SharedBuffers < out[j].SharedBuffers })
+	return out
+}
+
+// perGB fits the per-GB-of-shared_buffers costs to points at two or more
+// shared_buffers sizes (least squares over the sizes): the two checkpoints
+// of FILE_COPY cost twice the slope of a clean CHECKPOINT, and wal_log's is
+// the slope of its copy of the empty template. Sizes less than 256 MB apart
+// (or one size) tell nothing: the defaults are returned.
+func perGB(pts []CalibrationPoint, ckptDefault, walDefault float64) (ckpt, wal float64, measured bool) {
+	if len(pts) < 2 || float64(pts[len(pts)-1].SharedBuffers-pts[0].SharedBuffers) < 256<<20 {
+		return ckptDefault, walDefault, false
+	}
+	fit := func(y func(CalibrationPoint) float64) float64 {
+		var sx, sy, sxx, sxy float64
+		n := float64(len(pts))
+		for _, p := range pts {
+			x := float64(p.SharedBuffers) / (1 << 30)
+			sx, sy, sxx, sxy = sx+x, sy+y(p), sxx+x*x, sxy+x*y(p)
+		}
+		return (n*sxy - sx*sy) / (n*sxx - sx*sx)
+	}
+	ckpt = max(2*fit(func(p CalibrationPoint) float64 { return p.Checkpoint }), 0)
+	wal = max(fit(func(p CalibrationPoint) float64 { return p.WalLog }), 0)
+	return ckpt, wal, true
 }
 
 func msSince(t0 time.Time) float64 { return float64(time.Since(t0)) / float64(time.Millisecond) }
@@ -212,23 +287,28 @@ func fill(ctx context.Context, conn *pgx.Conn, db string, mb int) error {
 	return nil
 }
 
-// dirty leaves about mb MiB of dirty buffers in database db.
-func dirty(ctx context.Context, conn *pgx.Conn, db string, mb int) error {
+// dirty leaves about mb MiB of dirty buffers in database db and returns how
+// many bytes it wrote (the table's size).
+func dirty(ctx context.Context, conn *pgx.Conn, db string, mb int) (int64, error) {
 	c, err := connectTo(ctx, conn, db)
 	if err != nil {
-		return err
+		return 0, err
 	}
 	defer c.Close(context.WithoutCancel(ctx))
 	if _, err := c.Exec(ctx, `TRUNCATE pgfork_dirty`); err != nil {
-		return sqlErr(ctx, err, "cannot dirty buffers in %q", db)
+		return 0, sqlErr(ctx, err, "cannot dirty buffers in %q", db)
 	}
 	if _, err := conn.Exec(ctx, "CHECKPOINT"); err != nil {
-		return sqlErr(ctx, err, "checkpoint failed")
+		return 0, sqlErr(ctx, err, "checkpoint failed")
 	}
 	// INSERT … SELECT (unlike CREATE TABLE AS) uses no ring buffer: the
 	// pages stay dirty in shared buffers.
 	if _, err := c.Exec(ctx, `INSERT INTO pgfork_dirty SELECT g, repeat(md5(g::text), 6) FROM generate_series(1, $1::int) g`, mb*128*28); err != nil {
-		return sqlErr(ctx, err, "cannot dirty buffers in %q", db)
+		return 0, sqlErr(ctx, err, "cannot dirty buffers in %q", db)
 	}
-	return nil
+	var n int64
+	if err := c.QueryRow(ctx, `SELECT pg_relation_size('pgfork_dirty')`).Scan(&n); err != nil {
+		return 0, sqlErr(ctx, err, "cannot size the dirtied table in %q", db)
+	}
+	return n, nil
 }

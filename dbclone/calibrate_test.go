@@ -38,6 +38,15 @@ func TestCalibrate(t *testing.T) {
 		if c.WalLogFixed+7*c.WalLogPerMB <= 0 || c.CheckpointFixed+c.CopyFixed+7*c.CopyPerMB <= 0 || c.Source == "" || c.Fsync != tg.Fsync {
 			t.Errorf("implausible calibration: %+v", *c)
 		}
+		// What a later calibration at another shared_buffers size combines
+		// with: one point, at this size, every strategy timed.
+		if len(c.Points) != 1 || c.PerGBMeasured {
+			t.Fatalf("one calibration, one point, per-GB costs built in: %+v", c.Points)
+		}
+		if p := c.Points[0]; p.SharedBuffers != tg.SharedBuffers || p.Checkpoint <= 0 || p.WalLog <= 0 || p.FileCopy <= 0 ||
+			(s.canClone && p.Clone <= 0) || p.EmptyMB < 1 {
+			t.Errorf("calibration point: %+v", p)
+		}
 		var n int
 		if err := conn.QueryRow(ctx, `SELECT count(*) FROM pg_database WHERE datname LIKE 'pgfork\_calib\_%'`).Scan(&n); err != nil || n != 0 {
 			t.Errorf("scratch databases left: %d (%v)", n, err)

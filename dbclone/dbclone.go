@@ -98,6 +98,10 @@ type Target struct {
 	SystemID uint64 `json:"system_id,omitempty"`
 	// DataDir is data_directory when the role may read it.
 	DataDir string `json:"data_dir,omitempty"`
+
+	// dirtySQL counts dirty buffers on the connection Inspect used (see
+	// dirtyQuery), so that Advise needs one round trip; dirtySource says how.
+	dirtySQL, dirtySource string
 }
 
 // Inspect reads what the advisor needs from the server conn is connected to.
@@ -117,6 +121,7 @@ func Inspect(ctx context.Context, conn *pgx.Conn, canClone bool) (*Target, error
 	}
 	t.Version = t.VersionNum / 10000
 	t.Fsync = fsync == "on"
+	t.dirtySQL, t.dirtySource = dirtyQuery(ctx, conn, t)
 	// pg_control_system() is restricted to superusers by default: best effort.
 	var sysid int64
 	if err := conn.QueryRow(ctx, `SELECT system_identifier FROM pg_control_system()`).Scan(&sysid); err == nil {

@@ -86,8 +86,14 @@ func newDBCalibrateCmd() *cobra.Command {
 		Long: `Measure what each CREATE DATABASE strategy costs on this server: create scratch
 databases pgfork_calib_* (an empty one and one with --size MB of data), copy each
 by every strategy the server offers (--runs times, after a warm-up; the median
-counts), time CHECKPOINT with clean and dirty buffers, and drop everything it made.
-Needs CREATEDB and the right to run CHECKPOINT (superuser or pg_checkpoint).
+counts), time CHECKPOINT with no, few and many dirty buffers, and drop everything
+it made. Needs CREATEDB and the right to run CHECKPOINT (superuser or pg_checkpoint).
+
+The cost of FILE_COPY's checkpoints grows with shared_buffers even when nothing
+is dirty. One calibration sees one shared_buffers size and takes that per-GB cost
+from the built-in constants; calibrating again after changing shared_buffers
+(and restarting) keeps the earlier measurement and measures the per-GB costs
+from the two sizes.
 
 The constants are stored so that later advice on this server uses them: for a
 managed cluster (--cluster) in <state-dir>/calibration/cluster-NAME.json, else in
@@ -114,9 +120,15 @@ identifier), or wherever --save says (then pass --calibration PATH later).`,
 				return errs.New(errs.Usage, "cannot tell which server this is (its system identifier needs superuser to read)").
 					WithHint("say where to store the result with --save PATH, and pass --calibration PATH later")
 			}
+			// An earlier calibration of this server at another shared_buffers
+			// size lets this one measure the per-GB costs.
+			var prev *dbclone.Calibration
+			if srv.cal != nil && !srv.cal.Measured.IsZero() {
+				prev = srv.cal
+			}
 			infof("calibrating (scratch template of %d MB, %d runs per strategy)…", size, runs)
 			c, err := dbclone.Calibrate(ctx, srv.conn, dbclone.CalibrateOptions{SizeMB: size, Runs: runs, Target: srv.target,
-				Progress: func(m string) { infof("  %s", m) }})
+				Previous: prev, Progress: func(m string) { infof("  %s", m) }})
 			if err != nil {
 				return err
 			}
@@ -130,11 +142,15 @@ identifier), or wherever --save says (then pass --calibration PATH later).`,
 			w := cmd.OutOrStdout()
 			fmt.Fprintf(w, "%s\n", c.Source)
 			tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+			perGB := "built-in; calibrate again at another shared_buffers to measure"
+			if c.PerGBMeasured {
+				perGB = fmt.Sprintf("measured at %d shared_buffers sizes", len(c.Points))
+			}
 			for _, kv := range []struct {
 				k string
 				v float64
-			}{{"wal_log fixed (ms)", c.WalLogFixed}, {"wal_log per MB (ms)", c.WalLogPerMB},
-				{"checkpoints fixed (ms)", c.CheckpointFixed}, {"checkpoints per GB shared_buffers (ms, built-in)", c.CheckpointPerGB},
+			}{{"wal_log fixed (ms)", c.WalLogFixed}, {"wal_log per MB (ms)", c.WalLogPerMB}, {"wal_log per GB shared_buffers (ms, " + perGB + ")", c.WalLogPerGB},
+				{"checkpoints fixed (ms)", c.CheckpointFixed}, {"checkpoints per GB shared_buffers (ms, " + perGB + ")", c.CheckpointPerGB},
 				{"dirty buffers per MB (ms)", c.DirtyPerMB}, {"file_copy fixed (ms)", c.CopyFixed}, {"file_copy per MB (ms)", c.CopyPerMB},
 				{"clone fixed (ms)", c.CloneFixed}, {"clone per MB (ms)", c.ClonePerMB}} {
 				fmt.Fprintf(tw, "%s\t%.3f\n", kv.k, kv.v)

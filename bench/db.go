@@ -51,9 +51,14 @@ func runDBBench(ctx context.Context, r *Report) error {
 		"shared_buffers as in each row, max_wal_size 4GB; data directory on ext4 (/var/tmp) for PG15 and on the XFS reflink image for PG18. " +
 		"Templates are generated once per server (table data by generate_series, then CHECKPOINT) and copied once untimed before measuring " +
 		"(hint bits, kernel writeback). Before every timed copy: the previous copy is dropped and a CHECKPOINT runs (untimed). " +
-		"auto is timed end to end, its advisor queries included. Constants: dbclone's built-in ones (no calibration file).")
+		"auto is timed end to end, its advisor queries included. Constants: dbclone's built-in ones, no calibration file " +
+		"(the ext4 set for PG15 on ext4, the reflink set for PG18 on XFS).")
+	r.Notef("Load average at start: %s (2 cores and one disk shared with other work; times grow with contention).", loadAvg())
 	var cells []dbCell
-	defer func() { reportDBGrid(r, cells) }()
+	defer func() {
+		reportDBGrid(r, cells)
+		r.Notef("Load average at the end: %s.", loadAvg())
+	}()
 	user, err := instance.ResolveUser("")
 	if err != nil {
 		return err

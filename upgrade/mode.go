@@ -11,6 +11,7 @@ import (
 
 	"github.com/pgfork/pgfork/clone"
 	"github.com/pgfork/pgfork/internal/errs"
+	"github.com/pgfork/pgfork/internal/units"
 )
 
 // fsInfo is what pgfork learned about the filesystems involved.
@@ -190,7 +191,7 @@ func checkSpace(needs []spaceNeed, mode Mode) error {
 				hint += ", or put NEW_DATADIR on a filesystem that clones (XFS with reflink, btrfs) with the old cluster, or use --mode link"
 			}
 			return errs.New(errs.NoSpace, "not enough free space for %s: about %s needed, %s free",
-				n.what, humanBytes(n.bytes), humanBytes(free)).WithPath(n.path).WithHint("%s", hint)
+				n.what, units.Bytes(n.bytes), units.Bytes(free)).WithPath(n.path).WithHint("%s", hint)
 		}
 	}
 	return nil

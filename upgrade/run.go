@@ -14,6 +14,7 @@ import (
 
 	"github.com/pgfork/pgfork/instance"
 	"github.com/pgfork/pgfork/internal/errs"
+	"github.com/pgfork/pgfork/internal/units"
 	"github.com/pgfork/pgfork/pgdata"
 )
 
@@ -373,7 +374,7 @@ func (u *upgrader) readSettings(ctx context.Context, dataDir string, bin Install
 		return nil, rerr
 	}
 	u.infof(PhaseSettings, "old cluster: superuser %s, encoding %s, locale %s, data checksums %s, block size %d, WAL segments %s",
-		cat.Superuser, cat.Encoding, cat.Collate, onOff(u.res.Control.ChecksumsEnabled()), u.res.Control.BlockSize, humanBytes(u.res.Control.WALSegmentSize))
+		cat.Superuser, cat.Encoding, cat.Collate, onOff(u.res.Control.ChecksumsEnabled()), u.res.Control.BlockSize, units.Bytes(u.res.Control.WALSegmentSize))
 	return cat, nil
 }
 

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"runtime"
 	"strconv"
 	"strings"
 	"time"
@@ -14,6 +15,7 @@ import (
 
 	"github.com/pgfork/pgfork/instance"
 	"github.com/pgfork/pgfork/internal/errs"
+	"github.com/pgfork/pgfork/internal/units"
 	"github.com/pgfork/pgfork/pgbin"
 	"github.com/pgfork/pgfork/upgrade"
 )
@@ -89,7 +91,7 @@ by the next one.`,
 	fl := cmd.Flags()
 	fl.StringVar(&f.to, "to", "", "target PostgreSQL major version, e.g. 18 (required)")
 	fl.StringVar(&f.mode, "mode", "auto", "transfer mode: auto, clone, copy-file-range, copy, link, swap")
-	fl.IntVarP(&f.jobs, "jobs", "j", 1, "parallel jobs for pg_upgrade and vacuumdb")
+	fl.IntVarP(&f.jobs, "jobs", "j", runtime.NumCPU(), "parallel jobs for pg_upgrade and vacuumdb (default: the number of cores)")
 	fl.BoolVar(&f.rehearse, "rehearse", false, "rehearse on a clone first even where the filesystem cannot clone (a full copy)")
 	fl.BoolVar(&f.noRehearse, "no-rehearse", false, "skip the rehearsal")
 	fl.BoolVar(&f.rehearseOnly, "rehearse-only", false, "rehearse on a clone and stop; the old cluster is not written")
@@ -235,7 +237,7 @@ func printUpgradeSummary(w io.Writer, r *upgrade.Result) {
 	fmt.Fprintf(w, "  mode:       %s (%s)\n", r.Mode, r.ModeReason)
 	if !r.CheckOnly && !r.RehearsalOnly {
 		fmt.Fprintf(w, "  data:       %s transferred: %s shared with the old cluster, %s copied\n",
-			human(r.Bytes), human(r.SharedBytes), human(r.CopiedBytes))
+			units.Bytes(r.Bytes), units.Bytes(r.SharedBytes), units.Bytes(r.CopiedBytes))
 	}
 	if r.Rehearsal != nil {
 		fmt.Fprintf(w, "  rehearsal:  %s on a %s clone, %d databases checked, original unchanged: %v\n",
@@ -255,17 +257,4 @@ func printUpgradeSummary(w io.Writer, r *upgrade.Result) {
 	for _, n := range r.Notes {
 		fmt.Fprintf(w, "  note:       %s\n", n)
 	}
-}
-
-func human(n int64) string {
-	const unit = 1024
-	if n < unit {
-		return fmt.Sprintf("%d B", n)
-	}
-	div, exp := int64(unit), 0
-	for m := n / unit; m >= unit; m /= unit {
-		div *= unit
-		exp++
-	}
-	return fmt.Sprintf("%.1f %ciB", float64(n)/float64(div), "KMGTPE"[exp])
 }

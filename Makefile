@@ -11,7 +11,7 @@ help: ## list targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | sed 's/:.*## /\t/' | expand -t 16
 
 build: ## build bin/pgfork
-	$(GO) build -o $(BIN) ./cmd/pgfork
+	CGO_ENABLED=0 $(GO) build -o $(BIN) ./cmd/pgfork
 
 test: ## run the tests against the environment prepared by test-env (skips what is missing)
 	@eval "$$(scripts/test-env.sh env)"; $(GO) test $(TESTFLAGS) $(PKGS)

@@ -70,7 +70,7 @@ func runCloneBench(ctx context.Context, r *Report) error {
 	}
 	defer os.RemoveAll(work)
 	e := &cloneBenchEnv{pg: pg, user: user, bin: filepath.Join(work, "pgfork"), scale: scale}
-	if out, err := exec.CommandContext(ctx, "go", "build", "-o", e.bin, "./cmd/pgfork").CombinedOutput(); err != nil {
+	if out, err := goBuild(ctx, e.bin); err != nil {
 		return fmt.Errorf("building pgfork: %v\n%s", err, out)
 	}
 

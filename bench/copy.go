@@ -56,7 +56,7 @@ func runCopyBench(ctx context.Context, r *Report) error {
 	}
 	defer os.RemoveAll(work)
 	bin := filepath.Join(work, "pgfork")
-	if out, err := exec.CommandContext(ctx, "go", "build", "-o", bin, "./cmd/pgfork").CombinedOutput(); err != nil {
+	if out, err := goBuild(ctx, bin); err != nil {
 		return fmt.Errorf("building pgfork: %v\n%s", err, out)
 	}
 

@@ -248,7 +248,7 @@ func runServeBench(ctx context.Context, r *Report) error {
 	}
 	defer os.RemoveAll(tmp)
 	bin := filepath.Join(tmp, "pgfork")
-	if out, err := exec.Command("go", "build", "-o", bin, "./cmd/pgfork").CombinedOutput(); err != nil {
+	if out, err := goBuild(context.Background(), bin); err != nil {
 		return fmt.Errorf("go build: %v: %s", err, out)
 	}
 	// PostgreSQL 18 on XFS lets the advisor clone; else the newest, in /tmp.

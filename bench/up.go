@@ -51,7 +51,7 @@ func runUpBench(ctx context.Context, r *Report) error {
 	defer os.RemoveAll(work)
 	_ = os.Chmod(work, 0o755)
 	e := &upBenchEnv{pgfork: filepath.Join(work, "pgfork"), pg: pg, user: user}
-	if out, err := exec.CommandContext(ctx, "go", "build", "-o", e.pgfork, "./cmd/pgfork").CombinedOutput(); err != nil {
+	if out, err := goBuild(ctx, e.pgfork); err != nil {
 		return fmt.Errorf("go build: %v\n%s", err, out)
 	}
 	r.Notef("PostgreSQL %s (%s). Each time runs from starting the command(s) to the first successful `select 1` "+

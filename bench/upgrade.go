@@ -96,7 +96,7 @@ func runUpgradeBench(ctx context.Context, r *Report) error {
 	defer os.RemoveAll(b.ext4)
 	_ = os.Chmod(b.ext4, 0o755)
 	b.bin = filepath.Join(b.work, "pgfork")
-	if out, err := exec.CommandContext(ctx, "go", "build", "-o", b.bin, "./cmd/pgfork").CombinedOutput(); err != nil {
+	if out, err := goBuild(ctx, b.bin); err != nil {
 		return fmt.Errorf("building pgfork: %v\n%s", err, out)
 	}
 	r.Notef("PostgreSQL %s → %s, on %s (XFS with reflink, a loop image; dump/restore and --copy on ext4 in %s, to spare the shared XFS image); %d run(s) per contender for dump/restore and --copy (PGFORK_BENCH_UPGRADE_RUNS), medians shown. "+

@@ -63,7 +63,7 @@ if [ -n "${PGFORK_BIN:-}" ]; then
 	bin=$PGFORK_BIN
 else
 	log "building pgfork"
-	(cd "$root" && go build -o "$bin" ./cmd/pgfork)
+	(cd "$root" && CGO_ENABLED=0 go build -o "$bin" ./cmd/pgfork)
 fi
 
 port=$(python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')

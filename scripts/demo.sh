@@ -7,7 +7,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bin=${PGFORK_BIN:-bin/pgfork}
-[ -x "$bin" ] || go build -o "$bin" ./cmd/pgfork
+[ -x "$bin" ] || CGO_ENABLED=0 go build -o "$bin" ./cmd/pgfork
 
 step() { printf '\n\033[1m== %s\033[0m\n' "$*" >&2; }
 

@@ -156,9 +156,10 @@ func (p *serveProc) template(ctx context.Context, hash, setup string) error {
 	return p.call("PUT", "/api/v1/templates/"+hash, "", nil)
 }
 
-// loop runs clients goroutines doing n acquisitions in all, then action
-// ("unlock" or "recreate"); it returns the hand-out latencies.
-func (p *serveProc) loop(hash string, clients, n int, action string) (Sample, time.Duration, error) {
+// loop runs clients goroutines doing n acquisitions in all, each holding its
+// database for hold (a test's own work) before action ("unlock" or
+// "recreate"); it returns the hand-out latencies.
+func (p *serveProc) loop(hash string, clients, n int, hold time.Duration, action string) (Sample, time.Duration, error) {
 	var (
 		next atomic.Int64
 		mu   sync.Mutex
@@ -180,6 +181,7 @@ func (p *serveProc) loop(hash string, clients, n int, action string) (Sample, ti
 					return
 				}
 				local = append(local, time.Since(t0))
+				time.Sleep(hold)
 				if err := p.call("POST", fmt.Sprintf("/api/v1/templates/%s/tests/%d/%s", hash, d.ID, action), "", nil); err != nil {
 					ferr.Store(err)
 					return
@@ -285,22 +287,45 @@ func runServeBench(ctx context.Context, r *Report) error {
 	if err := p.waitReady("small", 80, 3*time.Minute); err != nil {
 		return err
 	}
-	var rows [][]string
-	met := true
-	for _, clients := range []int{1, 16, 64} {
-		n := 2000
-		lat, el, err := p.loop("small", clients, n, "unlock")
-		if err != nil {
-			return err
+	// Two workloads: parallel test workers, each holding its database for
+	// 20 ms (a short test) before giving it back — what a test suite run with
+	// 1, 16 or 64 workers sees; and saturation, where clients do nothing
+	// between hand-outs, so latency is bound by throughput (Little's law:
+	// mean latency = clients / throughput) on a machine whose 2 cores run the
+	// clients, the server and PostgreSQL.
+	latencyTable := func(hold time.Duration) (bool, error) {
+		var rows [][]string
+		met := true
+		for _, clients := range []int{1, 16, 64} {
+			n := 2000
+			if hold > 0 {
+				n = max(300, 20*clients) // enough samples for a p99 at a bounded run time
+			}
+			lat, el, err := p.loop("small", clients, n, hold, "unlock")
+			if err != nil {
+				return false, err
+			}
+			p50, p99 := lat.Median(), lat.Quantile(0.99)
+			if p50 > time.Millisecond || p99 > 5*time.Millisecond {
+				met = false
+			}
+			rows = append(rows, []string{strconv.Itoa(clients), strconv.Itoa(n), Dur(p50), Dur(p99), fmt.Sprintf("%.0f/s", float64(n)/el.Seconds())})
 		}
-		p50, p99 := lat.Median(), lat.Quantile(0.99)
-		if p50 > time.Millisecond || p99 > 5*time.Millisecond {
-			met = false
-		}
-		rows = append(rows, []string{strconv.Itoa(clients), strconv.Itoa(n), Dur(p50), Dur(p99), fmt.Sprintf("%.0f/s", float64(n)/el.Seconds())})
+		r.Table([]string{"parallel clients", "acquisitions", "p50 hand-out", "p99 hand-out", "throughput (get+unlock)"}, rows)
+		return met, nil
 	}
-	r.Table([]string{"parallel clients", "acquisitions", "p50 hand-out", "p99 hand-out", "throughput (get+unlock)"}, rows)
-	r.Target(met, "hand-out latency from a warm pool: p50 ≤ 1 ms and p99 ≤ 5 ms at 1, 16 and 64 clients (HTTP on loopback, client-side)")
+	r.Notef("Test workers: each client holds its database 20 ms (a short test), then unlocks it.")
+	met, err := latencyTable(20 * time.Millisecond)
+	if err != nil {
+		return err
+	}
+	r.Target(met, "hand-out latency from a warm pool for 1, 16 and 64 parallel test workers: p50 ≤ 1 ms and p99 ≤ 5 ms (HTTP on loopback, client-side)")
+	r.Notef("Saturation: clients do nothing between hand-outs (get, unlock, get …); latency here is clients / throughput.")
+	satMet, err := latencyTable(0)
+	if err != nil {
+		return err
+	}
+	r.Target(satMet, "the same latency targets under saturation (no work between hand-outs)")
 	if le1, all := p.waitBuckets("0.001"); all > 0 {
 		le05, _ := p.waitBuckets("0.0005")
 		r.Notef("Server side (pgfork_pool_wait_seconds, all %d hand-outs above): %.1f%% within 0.5 ms, %.1f%% within 1 ms. "+
@@ -310,7 +335,7 @@ func runServeBench(ctx context.Context, r *Report) error {
 
 	// 2. Memory after 10,000 acquisitions.
 	rss0 := p.rssKB()
-	if _, _, err := p.loop("small", 64, 10000, "unlock"); err != nil {
+	if _, _, err := p.loop("small", 64, 10000, 0, "unlock"); err != nil {
 		return err
 	}
 	rss1 := p.rssKB()
@@ -327,7 +352,7 @@ func runServeBench(ctx context.Context, r *Report) error {
 			return 0, err
 		}
 		const n = 40
-		_, el, err := p.loop(hash, 4, n, "recreate")
+		_, el, err := p.loop(hash, 4, n, 0, "recreate")
 		if err != nil {
 			return 0, err
 		}

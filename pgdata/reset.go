@@ -21,11 +21,14 @@ type ResetOptions struct {
 const AutoConfMarker = "# pgfork clone: settings of the source that a clone must not inherit"
 
 // ResetForClone makes a COPIED data directory safe to run as a cluster of
-// its own. It appends overrides to postgresql.auto.conf (read after
-// postgresql.conf, so they win): the port when opts.Port is set, and
-// archive_mode, archive_command, primary_conninfo, primary_slot_name and
-// restore_command set to off or empty, so the clone neither archives into
-// the source's archive nor follows the source's primary. It
+// its own. It appends overrides to postgresql.auto.conf, which the server
+// reads after postgresql.conf and everything it includes, so they win over
+// any setting there (only -c options on the server's command line win over
+// them): the port when opts.Port is set, and archive_mode, archive_command,
+// primary_conninfo, primary_slot_name and restore_command set to off or
+// empty, so the clone neither archives into the source's archive nor
+// follows the source's primary, and external_pid_file empty, so it never
+// writes the source's pid file. It
 // removes standby.signal and recovery.signal, postmaster.opts and a stale
 // postmaster.pid, and empties pg_replslot (slots would hold WAL forever and
 // confuse the source's consumers). It keeps backup_label and tablespace_map,
@@ -82,7 +85,7 @@ func ResetForClone(dataDir string, opts ResetOptions) error {
 	if opts.Port != 0 {
 		fmt.Fprintf(&b, "port = %d\n", opts.Port)
 	}
-	for _, s := range []string{"archive_mode = off", "archive_command = ''", "primary_conninfo = ''", "primary_slot_name = ''", "restore_command = ''"} {
+	for _, s := range []string{"archive_mode = off", "archive_command = ''", "primary_conninfo = ''", "primary_slot_name = ''", "restore_command = ''", "external_pid_file = ''"} {
 		b.WriteString(s + "\n")
 	}
 	return appendOwned(filepath.Join(dataDir, "postgresql.auto.conf"), b.String(), int(owner.Uid), int(owner.Gid))

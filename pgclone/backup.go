@@ -11,18 +11,18 @@ import (
 	"strings"
 	"time"
 
-	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/pgfork/pgfork/instance"
 	"github.com/pgfork/pgfork/internal/errs"
+	"github.com/pgfork/pgfork/pgdata"
 )
 
 // backupSession is one connection to the running source holding a
 // non-exclusive base backup open: the backup lives exactly as long as the
 // session, so a dropped connection aborts it (and pg_backup_stop then fails).
 type backupSession struct {
-	conn       *pgx.Conn
+	conn       session
 	versionNum int
 	segSize    int64
 	slot       string // temporary physical slot holding WAL, "" if none
@@ -42,13 +42,17 @@ type backupResult struct {
 // dataDir, from its postmaster.pid: its Unix socket directory and port (TCP
 // on its listen address when it has no socket), as user postgres.
 func DefaultConnString(dataDir string) (string, error) {
+	return connStringAs(dataDir, "postgres")
+}
+
+func connStringAs(dataDir, user string) (string, error) {
 	pf, err := instance.ReadPidFile(dataDir)
 	if err != nil {
 		return "", errs.Wrap(errs.NotFound, err, "cannot read postmaster.pid to find how to connect to the source").WithPath(dataDir).
 			WithHint("is the source running? pass --url to say how to connect to it")
 	}
 	q := url.Values{}
-	u := url.URL{Scheme: "postgresql", User: url.User("postgres"), Path: "/postgres"}
+	u := url.URL{Scheme: "postgresql", User: url.User(user), Path: "/postgres"}
 	host := pf.SocketDir
 	if host == "" {
 		host = pf.Listen
@@ -71,28 +75,21 @@ func DefaultConnString(dataDir string) (string, error) {
 // openBackupSession connects to the source and checks it is the server
 // running on srcDir.
 func openBackupSession(ctx context.Context, connString, srcDir string) (*backupSession, error) {
-	cfg, err := pgx.ParseConfig(connString)
+	conn, err := connectPgx(ctx, connString, srcDir)
 	if err != nil {
-		return nil, errs.Wrap(errs.Usage, err, "bad connection string for the source").WithHint("give a libpq URL such as postgresql://postgres@/postgres?host=/run/postgresql&port=5432")
+		return nil, err
 	}
-	if cfg.RuntimeParams["application_name"] == "" {
-		cfg.RuntimeParams["application_name"] = "pgfork clone"
-	}
-	cctx, cancel := context.WithTimeout(ctx, 30*time.Second)
-	defer cancel()
-	conn, err := pgx.ConnectConfig(cctx, cfg)
-	if err != nil {
-		hint := "check that the source is running and that --url (user, socket directory or host, port) reaches it"
-		if os.Geteuid() == 0 && strings.Contains(err.Error(), "authentication failed") {
-			hint = "pgfork runs as root, so peer authentication refuses it: pass --url with a user and password, or allow the connection in pg_hba.conf"
-		}
-		return nil, errs.Wrap(errs.NotFound, err, "cannot connect to the running source").WithPath(srcDir).WithHint("%s", hint)
-	}
+	return newBackupSession(ctx, conn, srcDir)
+}
+
+// newBackupSession checks the session reaches the server running on srcDir
+// and reads what the backup needs to know of it.
+func newBackupSession(ctx context.Context, conn session, srcDir string) (*backupSession, error) {
 	s := &backupSession{conn: conn}
 	fail := func(e error) (*backupSession, error) { s.close(); return nil, e }
 
 	var vnum string
-	if err := conn.QueryRow(ctx, "SHOW server_version_num").Scan(&vnum); err != nil {
+	if err := s.queryRow(ctx, "SHOW server_version_num", nil, &vnum); err != nil {
 		return fail(s.queryErr(ctx, err, "cannot read the server version"))
 	}
 	s.versionNum, _ = strconv.Atoi(vnum)
@@ -104,7 +101,7 @@ func openBackupSession(ctx context.Context, connString, srcDir string) (*backupS
 		return fail(err)
 	}
 	var setting, unit string
-	if err := conn.QueryRow(ctx, "SELECT setting, coalesce(unit, '') FROM pg_settings WHERE name = 'wal_segment_size'").Scan(&setting, &unit); err != nil {
+	if err := s.queryRow(ctx, "SELECT setting, coalesce(unit, '') FROM pg_settings WHERE name = 'wal_segment_size'", nil, &setting, &unit); err != nil {
 		return fail(s.queryErr(ctx, err, "cannot read wal_segment_size"))
 	}
 	n, _ := strconv.ParseInt(setting, 10, 64)
@@ -125,7 +122,7 @@ func openBackupSession(ctx context.Context, connString, srcDir string) (*backupS
 // directory is being copied: a backup of another server would be useless.
 func (s *backupSession) checkSameServer(ctx context.Context, srcDir string) error {
 	var dd string
-	if err := s.conn.QueryRow(ctx, "SELECT current_setting('data_directory')").Scan(&dd); err == nil {
+	if err := s.queryRow(ctx, "SELECT current_setting('data_directory')", nil, &dd); err == nil {
 		a, err1 := os.Stat(dd)
 		b, err2 := os.Stat(srcDir)
 		if err1 == nil && err2 == nil && os.SameFile(a, b) {
@@ -143,10 +140,12 @@ func (s *backupSession) checkSameServer(ctx context.Context, srcDir string) erro
 	if err != nil {
 		return errs.Wrap(errs.NotFound, err, "cannot read the source's postmaster.pid").WithPath(srcDir)
 	}
-	var started time.Time
-	if err := s.conn.QueryRow(ctx, "SELECT pg_postmaster_start_time()").Scan(&started); err != nil {
+	var epoch string
+	if err := s.queryRow(ctx, "SELECT extract(epoch FROM pg_postmaster_start_time())::text", nil, &epoch); err != nil {
 		return s.queryErr(ctx, err, "cannot check which server the connection reaches")
 	}
+	sec, _ := strconv.ParseFloat(epoch, 64)
+	started := time.Unix(0, int64(sec*1e9))
 	if d := started.Sub(pf.Started); d < -2*time.Second || d > 2*time.Second {
 		return errs.New(errs.Usage, "the connection reaches a server started at %s, but the source's postmaster started at %s", started.Format(time.RFC3339), pf.Started.Format(time.RFC3339)).
 			WithPath(srcDir).WithHint("pass a --url that connects to the server running on %s", srcDir)
@@ -159,13 +158,14 @@ func (s *backupSession) checkSameServer(ctx context.Context, srcDir string) erro
 // pg_basebackup does. Without one (no free slot), a checkpoint during a long
 // copy may recycle WAL the clone needs; planWAL then says so.
 func (s *backupSession) holdWAL(ctx context.Context) {
-	var pid int
-	if err := s.conn.QueryRow(ctx, "SELECT pg_backend_pid()").Scan(&pid); err != nil {
+	var pid string
+	if err := s.queryRow(ctx, "SELECT pg_backend_pid()::text", nil, &pid); err != nil {
 		s.warnings = append(s.warnings, fmt.Sprintf("no replication slot to hold WAL during the copy: %v", err))
 		return
 	}
-	name := fmt.Sprintf("pgfork_clone_%d", pid)
-	if _, err := s.conn.Exec(ctx, "SELECT pg_create_physical_replication_slot($1, true, true)", name); err != nil {
+	name := "pgfork_clone_" + pid
+	var created string
+	if err := s.queryRow(ctx, "SELECT slot_name::text FROM pg_create_physical_replication_slot($1, true, true)", []string{name}, &created); err != nil {
 		s.warnings = append(s.warnings, fmt.Sprintf("no replication slot to hold WAL during the copy (%v); WAL recycled by a checkpoint during the copy would make the clone fail", pgMessage(err)))
 		return
 	}
@@ -180,7 +180,7 @@ func (s *backupSession) startBackup(ctx context.Context, label string) (LSN, err
 		q = "SELECT pg_start_backup($1, true, false)::text"
 	}
 	var lsn string
-	if err := s.conn.QueryRow(ctx, q, label).Scan(&lsn); err != nil {
+	if err := s.queryRow(ctx, q, []string{label}, &lsn); err != nil {
 		return 0, s.queryErr(ctx, err, "cannot start the online backup on the source")
 	}
 	s.started = true
@@ -201,8 +201,8 @@ func (s *backupSession) stopBackup(ctx context.Context) (*backupResult, error) {
 	}
 	r := &backupResult{}
 	var lsn string
-	if err := s.conn.QueryRow(ctx, q).Scan(&r.LabelFile, &r.SpcMapFile, &lsn); err != nil {
-		if s.conn.IsClosed() || isConnLost(err) {
+	if err := s.queryRow(ctx, q, nil, &r.LabelFile, &r.SpcMapFile, &lsn); err != nil {
+		if s.conn.closed() || isConnLost(err) {
 			return nil, errs.Wrap(errs.Internal, err, "the connection to the source was lost during the copy, so the server aborted the backup").
 				WithHint("clone again; keep the source reachable for the whole copy")
 		}
@@ -223,9 +223,33 @@ func (s *backupSession) close() {
 	if s == nil || s.conn == nil {
 		return
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-	defer cancel()
-	_ = s.conn.Close(ctx)
+	s.conn.close()
+}
+
+// queryRow runs sql (with $1... bound to args) and stores the first row's
+// columns, as text, in dest; a NULL becomes "".
+func (s *backupSession) queryRow(ctx context.Context, sql string, args []string, dest ...*string) error {
+	row, err := s.conn.queryRow(ctx, sql, args)
+	if err != nil {
+		return err
+	}
+	if len(row) != len(dest) {
+		return fmt.Errorf("%s: %d columns, want %d", sql, len(row), len(dest))
+	}
+	for i, d := range dest {
+		*d = row[i]
+	}
+	return nil
+}
+
+// configFiles asks the server where its configuration files are.
+func (s *backupSession) configFiles(ctx context.Context) (*pgdata.ConfigFiles, error) {
+	cf := &pgdata.ConfigFiles{FoundBy: "SHOW config_file"}
+	if err := s.queryRow(ctx, "SELECT current_setting('config_file'), current_setting('hba_file'), current_setting('ident_file')", nil,
+		&cf.ConfigFile, &cf.HBAFile, &cf.IdentFile); err != nil {
+		return nil, s.queryErr(ctx, err, "cannot ask the source where its configuration is")
+	}
+	return cf, nil
 }
 
 func (s *backupSession) queryErr(ctx context.Context, err error, msg string) error {

@@ -40,6 +40,10 @@ type Options struct {
 	// ConnString reaches the running source (Online only); empty: from its
 	// postmaster.pid (socket directory and port), as user postgres.
 	ConnString string
+	// ConfigDir is where the source's configuration lives when it is not in
+	// Src (Debian: /etc/postgresql/MAJOR/CLUSTER); empty: found by itself
+	// (online: asked of the server; offline: the Debian layout).
+	ConfigDir string
 	// Label names the backup on the source (Online only); default
 	// "pgfork clone to DST".
 	Label string
@@ -87,10 +91,19 @@ type Result struct {
 	Vanished         int64                  `json:"vanished,omitempty"`
 	Tablespaces      []TablespaceCopy       `json:"tablespaces,omitempty"`
 	// Online only: the backup's WAL range and the WAL files copied.
-	StartLSN string   `json:"start_lsn,omitempty"`
-	StopLSN  string   `json:"stop_lsn,omitempty"`
-	WALFiles int      `json:"wal_files,omitempty"`
-	WALBytes int64    `json:"wal_bytes,omitempty"`
+	StartLSN string `json:"start_lsn,omitempty"`
+	StopLSN  string `json:"stop_lsn,omitempty"`
+	WALFiles int    `json:"wal_files,omitempty"`
+	WALBytes int64  `json:"wal_bytes,omitempty"`
+	// BackupUser is the OS user whose psql session held the backup (as
+	// root without ConnString); empty: pgfork's own connection.
+	BackupUser string `json:"backup_user,omitempty"`
+	// Config is the configuration copied into the clone when the source
+	// keeps it outside its data directory.
+	Config *pgdata.ConfigCopy `json:"config,omitempty"`
+	// NoConfig: the source has no postgresql.conf of its own and its
+	// configuration was not found, so the clone starts with the defaults.
+	NoConfig bool     `json:"no_config,omitempty"`
 	Warnings []string `json:"warnings,omitempty"`
 	// Phases times the steps: "backup start" (connect, fast checkpoint),
 	// "copy", "tablespaces", "backup stop", "wal", "finish" (reset, sync, rename).
@@ -135,6 +148,15 @@ func Clone(ctx context.Context, opts Options) (*Result, error) {
 		if within(dst, ts.Target) || within(ts.Target, dst) || within(TablespaceDir(dst), ts.Target) {
 			return nil, errs.New(errs.Usage, "the destination overlaps the source's tablespace %s (%s)", ts.OID, ts.Target).WithPath(dst).
 				WithHint("choose a destination outside the source's data and tablespace directories")
+		}
+	}
+	if opts.ConfigDir != "" {
+		if pgdata.HasOwnConfig(src) {
+			return nil, errs.New(errs.Usage, "the source has its own postgresql.conf; --config-dir is for clusters whose configuration lives elsewhere").WithPath(src).
+				WithHint("drop --config-dir")
+		}
+		if _, err := pgdata.ConfigInDir(opts.ConfigDir, src, "--config-dir"); err != nil {
+			return nil, err
 		}
 	}
 	_ = CleanStale(dst)
@@ -207,6 +229,7 @@ type build struct {
 	tss               []pgdata.Tablespace
 	owner             *clone.Owner
 	data, tsStage     *staged
+	config            *pgdata.ConfigFiles // found by asking the source
 	tsRenamed, placed bool
 	res               *Result
 	phaseStart        time.Time
@@ -234,8 +257,25 @@ func (b *build) run(ctx context.Context, cd *pgdata.ControlData) error {
 				return err
 			}
 		}
-		if sess, err = openBackupSession(ctx, conn, b.src); err != nil {
+		if u, ok := useOwnerSession(b.opts.ConnString, b.src); ok {
+			c, err := connectPsql(ctx, b.opts.Installation, u, b.src)
+			if err != nil {
+				return err
+			}
+			if sess, err = newBackupSession(ctx, c, b.src); err != nil {
+				return err
+			}
+			b.res.BackupUser = u.Name
+		} else if sess, err = openBackupSession(ctx, conn, b.src); err != nil {
 			return err
+		}
+		if b.opts.ConfigDir == "" && !pgdata.HasOwnConfig(b.src) {
+			if b.config, err = sess.configFiles(ctx); err != nil {
+				if ctx.Err() != nil {
+					return err
+				}
+				b.res.Warnings = append(b.res.Warnings, fmt.Sprintf("cannot ask the source where its configuration is: %v", err))
+			}
 		}
 		sess.holdWAL(ctx)
 		label := b.opts.Label
@@ -344,6 +384,9 @@ func (b *build) run(ctx context.Context, cd *pgdata.ControlData) error {
 		return err
 	}
 
+	if err := b.copyConfig(); err != nil {
+		return err
+	}
 	if err := pgdata.ResetForClone(b.data.path, pgdata.ResetOptions{Port: b.opts.Port}); err != nil {
 		return err
 	}
@@ -357,6 +400,42 @@ func (b *build) run(ctx context.Context, cd *pgdata.ControlData) error {
 	err = b.place(ctx)
 	b.phase("finish")
 	return err
+}
+
+// copyConfig copies the source's configuration into the clone when it
+// lives outside the source's data directory: from --config-dir, else where
+// the running source said, else the Debian layout. Found nowhere, the clone
+// has none and the result says so.
+func (b *build) copyConfig() error {
+	if pgdata.HasOwnConfig(b.src) {
+		return nil
+	}
+	cf := b.config
+	var err error
+	switch {
+	case b.opts.ConfigDir != "":
+		if cf, err = pgdata.ConfigInDir(b.opts.ConfigDir, b.src, "--config-dir"); err != nil {
+			return err
+		}
+	case cf == nil:
+		if dir := pgdata.DebianConfigDir(b.src); dir != "" {
+			if cf, err = pgdata.ConfigInDir(dir, b.src, "Debian layout"); err != nil {
+				b.res.Warnings = append(b.res.Warnings, fmt.Sprintf("%s looks like this cluster's configuration but is not usable: %v", dir, err))
+				cf = nil
+			}
+		}
+	}
+	if cf == nil {
+		b.res.NoConfig = true
+		return nil
+	}
+	cc, err := pgdata.CopyConfig(*cf, b.data.path, b.owner)
+	if err != nil {
+		return err
+	}
+	b.res.Config = cc
+	b.res.Warnings = append(b.res.Warnings, cc.Warnings...)
+	return nil
 }
 
 // copyTree copies src into the existing empty directory dst and adds the

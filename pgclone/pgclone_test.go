@@ -275,9 +275,14 @@ func TestTablespaceClone(t *testing.T) {
 
 		t.Run("online", func(t *testing.T) {
 			dst := filepath.Join(base, "online")
-			res, err := pgclone.Clone(ctx, pgclone.Options{Src: src, Dst: dst, Installation: e.inst, User: e.user, Online: true})
+			// With a URL, pgfork's own connection holds the backup (as root
+			// without one, a psql session as the cluster's owner does).
+			res, err := pgclone.Clone(ctx, pgclone.Options{Src: src, Dst: dst, Installation: e.inst, User: e.user, Online: true, ConnString: url})
 			if err != nil {
 				t.Fatal(err)
+			}
+			if res.BackupUser != "" {
+				t.Errorf("with a URL the backup ran in a psql session as %s, want pgfork's own connection", res.BackupUser)
 			}
 			m, err := os.ReadFile(filepath.Join(dst, "tablespace_map"))
 			want := oid + " " + filepath.Join(pgclone.TablespaceDir(dst), oid) + "\n"

@@ -1,0 +1,417 @@
+package pgclone_test
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/pgfork/pgfork/instance"
+	"github.com/pgfork/pgfork/internal/errs"
+	"github.com/pgfork/pgfork/internal/testenv"
+	"github.com/pgfork/pgfork/pgclone"
+)
+
+// server is a postgres process a test launched itself, with exactly the
+// arguments it chose (instance.Start adds its own -D and -c options).
+type server struct {
+	pid  int
+	done chan struct{}
+}
+
+// launch runs postgres with args as the test's OS user and waits until the
+// server on dataDir is ready; it is stopped (immediate) when the test ends.
+func (e pgEnv) launch(t *testing.T, dataDir, logFile string, args ...string) *server {
+	t.Helper()
+	logf, err := os.OpenFile(logFile, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer logf.Close()
+	cmd := e.user.Command(context.Background(), e.inst.Env(), filepath.Join(e.bin, "postgres"), args...)
+	cmd.Stdout, cmd.Stderr = logf, logf
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	s := &server{pid: cmd.Process.Pid, done: make(chan struct{})}
+	go func() { _ = cmd.Wait(); close(s.done) }()
+	t.Cleanup(func() {
+		_ = syscall.Kill(s.pid, syscall.SIGQUIT)
+		<-s.done
+	})
+	deadline := time.Now().Add(60 * time.Second)
+	for {
+		if pf, err := instance.ReadPidFile(dataDir); err == nil && pf.Pid == s.pid && pf.Status == "ready" {
+			return s
+		}
+		select {
+		case <-s.done:
+			b, _ := os.ReadFile(logFile)
+			t.Fatalf("postgres %s exited during start:\n%s", strings.Join(args, " "), b)
+		case <-time.After(5 * time.Millisecond):
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("postgres %s did not become ready", strings.Join(args, " "))
+		}
+	}
+}
+
+// stop shuts the server down (fast) and waits for it to exit.
+func (s *server) stop(t *testing.T) {
+	t.Helper()
+	_ = syscall.Kill(s.pid, syscall.SIGINT)
+	select {
+	case <-s.done:
+	case <-time.After(60 * time.Second):
+		t.Fatal("postgres did not stop")
+	}
+}
+
+// debianCluster is a cluster laid out as Debian's packaging does: the data
+// directory holds no configuration; postgresql.conf, pg_hba.conf,
+// pg_ident.conf and conf.d live in a configuration directory, and
+// postgresql.conf names the data directory, the authentication files, an
+// external pid file and the socket directory.
+type debianCluster struct {
+	data, conf, run, pidFile string
+	port                     int
+}
+
+func freeTCPPort(t *testing.T) int {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	return l.Addr().(*net.TCPAddr).Port
+}
+
+func (e pgEnv) newDebianCluster(t *testing.T, base string) debianCluster {
+	t.Helper()
+	c := debianCluster{data: e.newCluster(t, base, "lib-main"), conf: filepath.Join(base, "etc-main"), run: filepath.Join(base, "run")}
+	c.pidFile = filepath.Join(c.run, "main.pid")
+	c.port = freeTCPPort(t)
+	for _, d := range []string{c.conf, filepath.Join(c.conf, "conf.d"), c.run} {
+		if err := e.user.MkdirOwned(d, 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, f := range []string{"postgresql.conf", "pg_hba.conf", "pg_ident.conf"} {
+		if err := os.Rename(filepath.Join(c.data, f), filepath.Join(c.conf, f)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	add := func(name, text string) {
+		f, err := os.OpenFile(filepath.Join(c.conf, name), os.O_WRONLY|os.O_APPEND|os.O_CREATE, 0o644)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer f.Close()
+		if _, err := f.WriteString(text); err != nil {
+			t.Fatal(err)
+		}
+	}
+	add("postgresql.conf", fmt.Sprintf(`
+# as Debian's pg_createcluster writes it
+data_directory = '%s'		# use data in another directory
+hba_file = '%s/pg_hba.conf'	# host-based authentication file
+ident_file = '%s/pg_ident.conf'	# ident configuration file
+external_pid_file = '%s'	# write an extra PID file
+port = %d
+unix_socket_directories = '%s'
+listen_addresses = ''
+fsync = off
+include_dir = 'conf.d'
+`, c.data, c.conf, c.conf, c.pidFile, c.port, c.run))
+	// conf.d: a setting of the user's that the clone keeps, and archiving
+	// that the clone's reset must override even from an include.
+	add("conf.d/custom.conf", "work_mem = '7MB'\narchive_mode = on\narchive_command = '/bin/true'\n"+
+		"restore_command = '/bin/false'\nprimary_conninfo = 'host=/nonexistent'\nprimary_slot_name = 'nosuchslot'\n")
+	add("pg_hba.conf", "# debian fixture hba\n")
+	if err := e.user.Chown(c.conf); err != nil {
+		t.Fatal(err)
+	}
+	return c
+}
+
+// startDebian starts the cluster as Debian's pg_ctlcluster does: -D names
+// the configuration directory, config_file the postgresql.conf there.
+func (e pgEnv) startDebian(t *testing.T, c debianCluster) *server {
+	return e.launch(t, c.data, filepath.Join(filepath.Dir(c.data), "debian-main.log"),
+		"-D", c.conf, "-c", "config_file="+filepath.Join(c.conf, "postgresql.conf"))
+}
+
+func sockURL(dir string, port int) string {
+	return fmt.Sprintf("postgresql://postgres@/postgres?host=%s&port=%d", dir, port)
+}
+
+func TestDebianLayoutClone(t *testing.T) {
+	forEachPG(t, func(t *testing.T, e pgEnv) {
+		ctx := context.Background()
+		base := testenv.Dir(t)
+		c := e.newDebianCluster(t, base)
+		srv := e.startDebian(t, c)
+		url := sockURL(c.run, c.port)
+		if got := query(t, url, "SHOW data_directory"); got != c.data {
+			t.Fatalf("fixture: data_directory = %s, want %s", got, c.data)
+		}
+		exec1(t, url, "CREATE TABLE t AS SELECT g AS id FROM generate_series(1, 1000) g")
+		srv.stop(t)
+		confBefore, dataBefore := treeHash(t, c.conf), treeHash(t, c.data)
+
+		// checkClone starts the clone with -D alone and checks it runs on its
+		// own files with the source's settings, while the source's pid file
+		// (holding srcPid, 0 when stopped) is left alone.
+		checkClone := func(t *testing.T, dst string, port, srcPid int) {
+			t.Helper()
+			for _, f := range []string{"postgresql.conf", "pg_hba.conf", "pg_ident.conf", "conf.d/custom.conf"} {
+				if _, err := os.Stat(filepath.Join(dst, f)); err != nil {
+					t.Errorf("the clone has no %s: %v", f, err)
+				}
+			}
+			conf, _ := os.ReadFile(filepath.Join(dst, "postgresql.conf"))
+			for _, name := range []string{"data_directory", "hba_file", "ident_file", "external_pid_file"} {
+				if !strings.Contains(string(conf), "# pgfork clone: commented out, ") || !strings.Contains(string(conf), "\n#"+name+" = ") {
+					t.Errorf("the clone's postgresql.conf does not comment out %s:\n%s", name, conf)
+				}
+			}
+			cl := e.launch(t, dst, dst+".log", "-D", dst)
+			curl := sockURL(c.run, port)
+			for _, q := range []struct{ sql, want string }{
+				{"SHOW data_directory", dst},
+				{"SHOW config_file", filepath.Join(dst, "postgresql.conf")},
+				{"SHOW hba_file", filepath.Join(dst, "pg_hba.conf")},
+				{"SHOW ident_file", filepath.Join(dst, "pg_ident.conf")},
+				{"SHOW external_pid_file", ""},
+				{"SHOW work_mem", "7MB"},
+				{"SHOW archive_mode", "off"},
+				{"SELECT sourcefile || ': ' || setting FROM pg_file_settings WHERE name = 'archive_command' AND applied", filepath.Join(dst, "postgresql.auto.conf") + ": "},
+				{"SHOW restore_command", ""},
+				{"SHOW primary_conninfo", ""},
+				{"SHOW primary_slot_name", ""},
+				{"SHOW port", strconv.Itoa(port)},
+				{"SELECT count(*)::text FROM t", "1000"},
+			} {
+				if got := query(t, curl, q.sql); got != q.want {
+					t.Errorf("clone: %s = %q, want %q", q.sql, got, q.want)
+				}
+			}
+			hba, _ := os.ReadFile(filepath.Join(dst, "pg_hba.conf"))
+			if !strings.Contains(string(hba), "# debian fixture hba") {
+				t.Errorf("the clone's pg_hba.conf is not the source's:\n%s", hba)
+			}
+			pidf, err := os.ReadFile(c.pidFile)
+			switch {
+			case srcPid == 0 && err == nil:
+				t.Errorf("the clone wrote the source's external pid file %s: %s", c.pidFile, pidf)
+			case srcPid != 0 && strings.TrimSpace(string(pidf)) != strconv.Itoa(srcPid):
+				t.Errorf("the source's external pid file says %q, want the source's pid %d (%v)", pidf, srcPid, err)
+			}
+			cl.stop(t)
+		}
+
+		t.Run("offline, configuration not found", func(t *testing.T) {
+			dst := filepath.Join(base, "noconf")
+			res, err := pgclone.Clone(ctx, pgclone.Options{Src: c.data, Dst: dst, Installation: e.inst, User: e.user})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !res.NoConfig || res.Config != nil {
+				t.Errorf("NoConfig = %v, Config = %+v; want the result to say the clone has no configuration", res.NoConfig, res.Config)
+			}
+			if _, err := os.Stat(filepath.Join(dst, "postgresql.conf")); !errors.Is(err, os.ErrNotExist) {
+				t.Errorf("the clone has a postgresql.conf: %v", err)
+			}
+		})
+
+		t.Run("offline, --config-dir", func(t *testing.T) {
+			dst := filepath.Join(base, "offline")
+			port := freeTCPPort(t)
+			res, err := pgclone.Clone(ctx, pgclone.Options{Src: c.data, Dst: dst, Installation: e.inst, User: e.user, Port: port, ConfigDir: c.conf})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if res.NoConfig || res.Config == nil || res.Config.FoundBy != "--config-dir" {
+				t.Fatalf("configuration not copied: NoConfig %v, Config %+v", res.NoConfig, res.Config)
+			}
+			t.Logf("copied %v, commented out %v", res.Config.Files, res.Config.CommentedOut)
+			for _, f := range []string{"postgresql.conf", "conf.d/custom.conf", "pg_hba.conf", "pg_ident.conf"} {
+				if !slices.Contains(res.Config.Files, f) {
+					t.Errorf("Config.Files = %v, want %s in it", res.Config.Files, f)
+				}
+			}
+			ownedBy(t, dst, e.user)
+			sameTree(t, "source configuration after the clone", confBefore, treeHash(t, c.conf))
+			sameTree(t, "source data after the clone", dataBefore, treeHash(t, c.data))
+			checkClone(t, dst, port, 0)
+			sameTree(t, "source configuration after the clone ran", confBefore, treeHash(t, c.conf))
+			sameTree(t, "source data after the clone ran", dataBefore, treeHash(t, c.data))
+
+			// Another cluster's configuration directory is refused.
+			other := e.newCluster(t, base, "other")
+			if err := os.Remove(filepath.Join(other, "postgresql.conf")); err != nil {
+				t.Fatal(err)
+			}
+			_, err = pgclone.Clone(ctx, pgclone.Options{Src: other, Dst: filepath.Join(base, "other-dst"), Installation: e.inst, User: e.user, ConfigDir: c.conf})
+			if errs.KindOf(err) != errs.Usage || !strings.Contains(err.Error(), "is the configuration of the cluster at "+c.data) {
+				t.Errorf("--config-dir of another cluster: got %v, want a refusal", err)
+			}
+		})
+
+		t.Run("online, found by SHOW", func(t *testing.T) {
+			srv := e.startDebian(t, c)
+			exec1(t, url, "INSERT INTO t SELECT g FROM generate_series(1001, 1500) g")
+			exec1(t, url, "DELETE FROM t WHERE id > 1000")
+			dst := filepath.Join(base, "online")
+			port := freeTCPPort(t)
+			res, err := pgclone.Clone(ctx, pgclone.Options{Src: c.data, Dst: dst, Installation: e.inst, User: e.user, Port: port, Online: true})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if res.Config == nil || res.Config.FoundBy != "SHOW config_file" || res.Config.ConfigFile != filepath.Join(c.conf, "postgresql.conf") {
+				t.Fatalf("configuration not found by SHOW: %+v (warnings %v)", res.Config, res.Warnings)
+			}
+			sameTree(t, "source configuration after the online clone", confBefore, treeHash(t, c.conf))
+			checkClone(t, dst, port, srv.pid)
+			sameTree(t, "source configuration after the online clone ran", confBefore, treeHash(t, c.conf))
+			if got := query(t, url, "SELECT count(*)::text FROM t"); got != "1000" {
+				t.Errorf("source has %s rows, want 1000", got)
+			}
+			srv.stop(t)
+		})
+	})
+}
+
+// psqlAs runs one SQL statement with psql as the cluster's OS user over
+// the socket (peer authentication) and returns its unaligned output.
+func (e pgEnv) psqlAs(t *testing.T, in *instance.Instance, sql string) string {
+	t.Helper()
+	cmd := e.user.Command(context.Background(), e.inst.Env(), filepath.Join(e.bin, "psql"), "-X", "-At", "-v", "ON_ERROR_STOP=1",
+		"-h", in.SocketDir, "-p", strconv.Itoa(in.Port), "-U", e.user.Name, "-d", "postgres", "-c", sql)
+	var out, errb bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &errb
+	if err := cmd.Run(); err != nil {
+		t.Fatalf("psql -c %q: %v\n%s", sql, err, errb.String())
+	}
+	return strings.TrimSpace(out.String())
+}
+
+func TestOnlineCloneAsRootWithPeerAuth(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("needs root: checks that pgfork as root reaches a source that only allows peer authentication")
+	}
+	forEachPG(t, func(t *testing.T, e pgEnv) {
+		ctx := context.Background()
+		base := testenv.Dir(t)
+		src := e.newCluster(t, base, "src")
+		if err := os.WriteFile(filepath.Join(src, "pg_hba.conf"), []byte("local all all peer\n"), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		in := e.start(t, src, nil)
+		// The fixture is right: root's own connection is refused.
+		cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+		if conn, err := pgx.Connect(cctx, in.ConnString("", "")); err == nil {
+			conn.Close(cctx)
+			t.Fatal("root connected as postgres: the source does not enforce peer authentication")
+		}
+		cancel()
+		pgArgs := []string{"-h", in.SocketDir, "-p", strconv.Itoa(in.Port), "-U", e.user.Name}
+		run := func(name string, args ...string) *exec.Cmd {
+			return e.user.Command(ctx, e.inst.Env(), filepath.Join(e.bin, name), args...)
+		}
+		if out, err := run("pgbench", append(pgArgs, "-i", "-q", "-s", "2", "postgres")...).CombinedOutput(); err != nil {
+			t.Fatalf("pgbench -i: %v\n%s", err, out)
+		}
+		bench := run("pgbench", append(pgArgs, "-T", "8", "-c", "2", "-n", "postgres")...)
+		var bout bytes.Buffer
+		bench.Stdout, bench.Stderr = &bout, &bout
+		if err := bench.Start(); err != nil {
+			t.Fatal(err)
+		}
+		benchDone := make(chan error, 1)
+		go func() { benchDone <- bench.Wait() }()
+		defer func() {
+			_ = bench.Process.Kill()
+			<-benchDone
+		}()
+		time.Sleep(2 * time.Second)
+
+		dst := filepath.Join(base, "dst")
+		res, err := pgclone.Clone(ctx, pgclone.Options{Src: src, Dst: dst, Installation: e.inst, User: e.user, Online: true, Port: 5441})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if res.BackupUser != e.user.Name || res.WALFiles < 1 {
+			t.Errorf("backup user %q (want %s), %d WAL files", res.BackupUser, e.user.Name, res.WALFiles)
+		}
+		t.Logf("online clone as root through psql as %s: WAL %s..%s, %s, warnings %v", res.BackupUser, res.StartLSN, res.StopLSN, res.Elapsed, res.Warnings)
+		if strings.Contains(strings.Join(res.Warnings, " "), "no replication slot") {
+			t.Errorf("the psql session held no replication slot: %v", res.Warnings)
+		}
+		select {
+		case err := <-benchDone:
+			benchDone <- err
+			t.Fatalf("pgbench ended before the clone did (%v): not under load\n%s", err, bout.String())
+		default:
+		}
+
+		cl := e.start(t, dst, nil)
+		h := e.psqlAs(t, cl, "SELECT coalesce(sum(delta), 0) FROM pgbench_history")
+		for _, tbl := range []string{"accounts:abalance", "tellers:tbalance", "branches:bbalance"} {
+			name, col, _ := strings.Cut(tbl, ":")
+			if got := e.psqlAs(t, cl, "SELECT coalesce(sum("+col+"), 0) FROM pgbench_"+name); got != h {
+				t.Errorf("clone: sum(%s) = %s, sum(delta) = %s", col, got, h)
+			}
+		}
+		if n := e.psqlAs(t, cl, "SELECT count(*) FROM pgbench_history"); n == "0" {
+			t.Errorf("the clone has no pgbench history: not taken under load")
+		}
+		if n := e.psqlAs(t, cl, "SELECT count(*) FROM pgbench_accounts"); n != "200000" {
+			t.Errorf("the clone has %s accounts, want 200000", n)
+		}
+		stop(t, cl)
+		if err := <-benchDone; err != nil {
+			t.Errorf("pgbench on the source failed: %v\n%s", err, bout.String())
+		}
+		benchDone <- nil
+	})
+}
+
+// TestOnlineCloneAsRootReportsServerErrors: through the psql session, a
+// server error keeps its SQLSTATE (wal_level minimal: 55000, so a hint
+// about wal_level), a failed slot creation does not end the session, and
+// nothing is left at the destination.
+func TestOnlineCloneAsRootReportsServerErrors(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("needs root: the psql session is used as root without --url")
+	}
+	forEachPG(t, func(t *testing.T, e pgEnv) {
+		base := testenv.Dir(t)
+		src := e.newCluster(t, base, "src")
+		e.start(t, src, map[string]string{"wal_level": "minimal", "max_wal_senders": "0"})
+		dst := filepath.Join(base, "dst")
+		_, err := pgclone.Clone(context.Background(), pgclone.Options{Src: src, Dst: dst, Installation: e.inst, User: e.user, Online: true})
+		if errs.KindOf(err) != errs.Unsupported || !strings.Contains(errs.HintOf(err), "wal_level") {
+			t.Errorf("online clone of a wal_level=minimal source: got %v (hint %q), want Unsupported with a wal_level hint", err, errs.HintOf(err))
+		}
+		if _, err := os.Lstat(dst); err == nil {
+			t.Errorf("the failed clone left %s", dst)
+		}
+		if l := leftovers(t, dst); len(l) > 0 {
+			t.Errorf("leftovers beside the clone: %v", l)
+		}
+	})
+}

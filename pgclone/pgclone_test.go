@@ -468,5 +468,19 @@ func TestCLI(t *testing.T) {
 				t.Errorf("summary lacks %q:\n%s", want, out)
 			}
 		}
+
+		// A Debian-style cluster: its configuration copied with --config-dir,
+		// or the summary says plainly that the clone has none.
+		deb := e.newDebianCluster(t, base)
+		out = run(0, "--config-dir", deb.conf, "--pg-bin", e.bin, deb.data, filepath.Join(base, "deb-clone"))
+		for _, want := range []string{"config:", "found by --config-dir", "conf.d/custom.conf", "commented out", "data_directory", "external_pid_file"} {
+			if !strings.Contains(out, want) {
+				t.Errorf("summary of a clone with --config-dir lacks %q:\n%s", want, out)
+			}
+		}
+		if out := run(0, "--pg-bin", e.bin, deb.data, filepath.Join(base, "deb-noconf")); !strings.Contains(out, "NONE") || !strings.Contains(out, "--config-dir") {
+			t.Errorf("summary of a clone without its configuration does not say so:\n%s", out)
+		}
+		run(2, "--config-dir", deb.conf, src, filepath.Join(base, "y"))
 	})
 }

@@ -6,6 +6,7 @@ import (
 	"io"
 	"net"
 	"os"
+	"path/filepath"
 	"sort"
 	"strconv"
 	"strings"
@@ -47,6 +48,7 @@ func newCloneCmd() *cobra.Command {
 		method  string
 		jobs    int
 		sync    string
+		confDir string
 	)
 	cmd := &cobra.Command{
 		Use:   "clone SRC DST",
@@ -57,7 +59,9 @@ as a cluster of its own.
 Offline (the default), SRC must be cleanly shut down (pg_controldata says "shut
 down" or "shut down in recovery") and not running. With --online, SRC runs:
 pgfork connects to it (--url, default: the socket directory and port in
-SRC/postmaster.pid, as user postgres), calls pg_backup_start on one session,
+SRC/postmaster.pid, as user postgres; as root without --url, through one
+psql session run as SRC's owner, so that "local ... peer" authentication,
+Debian's default, lets it in), calls pg_backup_start on one session,
 copies the files, calls pg_backup_stop on the same session, writes
 backup_label and tablespace_map, and puts the WAL from the backup's start to
 its stop into DST/pg_wal; the clone recovers to a consistent state on its
@@ -74,8 +78,21 @@ never written. DST is built in a hidden staging directory beside it and
 renamed into place only when complete; leftovers of a killed clone are
 removed by the next run.
 
+When SRC has no postgresql.conf of its own (Debian and Ubuntu keep it in
+/etc/postgresql/MAJOR/CLUSTER), pgfork finds the configuration: --config-dir
+DIR; else, online, where the server says (SHOW config_file, hba_file,
+ident_file); else, offline, the Debian layout (/var/lib/postgresql/M/C uses
+/etc/postgresql/M/C). It copies postgresql.conf with the files it includes
+from its directory (conf.d), pg_hba.conf and pg_ident.conf into DST, and
+comments out (with a "# pgfork clone:" note) data_directory, config_file,
+hba_file, ident_file, external_pid_file and stats_temp_directory, which would
+point the clone at SRC's files: the clone then starts with "-D DST" alone.
+If the configuration is not found, the summary says the clone has none.
+
 The clone keeps SRC's port unless you give --port (N, or "auto" for a free
-one): give one to run both at once. The clone shares SRC's system identifier:
+one): give one to run both at once (with a copied Debian configuration the
+clone also keeps its unix_socket_directories, /var/run/postgresql, shared by
+all clusters there and told apart by port). The clone shares SRC's system identifier:
 to replication and backup tools it looks like the same cluster, so do not
 attach it to SRC's replicas or backup repository.
 
@@ -85,6 +102,8 @@ pgfork picks the installation matching SRC's PG_VERSION.`,
   pgfork clone /var/lib/postgresql/15/main /srv/pg/branch --port 5433
   # a running one, under load
   pgfork clone --online /var/lib/postgresql/15/main /srv/pg/branch --port auto --start
+  # Debian/Ubuntu, configuration in /etc/postgresql/15/main (found by itself when online)
+  pgfork clone --config-dir /etc/postgresql/15/main /var/lib/postgresql/15/main /srv/pg/branch --port 5433
   pgfork clone --online --url 'postgresql://backup:secret@localhost:5432/postgres' SRC DST --json`,
 		Args: usageArgs(cobra.ExactArgs(2)),
 		RunE: func(cmd *cobra.Command, args []string) error {
@@ -118,7 +137,7 @@ pgfork picks the installation matching SRC's PG_VERSION.`,
 			}
 			prog, stopProg := cloneProgress()
 			res, err := pgclone.Clone(ctx, pgclone.Options{
-				Src: src, Dst: dst, Installation: inst, Online: online, ConnString: connURL,
+				Src: src, Dst: dst, Installation: inst, Online: online, ConnString: connURL, ConfigDir: confDir,
 				Method: m, Jobs: jobs, Sync: sm, Port: p, User: user, OnProgress: prog,
 			})
 			stopProg()
@@ -155,6 +174,7 @@ pgfork picks the installation matching SRC's PG_VERSION.`,
 	f.BoolVar(&tcp, "tcp", false, "with --start: listen on 127.0.0.1 as well as a private Unix socket")
 	f.StringVar(&method, "method", "auto", "copy method: auto, clone, copy-file-range, copy")
 	f.IntVarP(&jobs, "jobs", "j", 0, "files copied in parallel (default: number of CPUs)")
+	f.StringVar(&confDir, "config-dir", "", "where SRC's postgresql.conf, pg_hba.conf and pg_ident.conf live when not in SRC (e.g. /etc/postgresql/15/main)")
 	f.StringVar(&sync, "sync", "fsync", "make the clone durable before it is renamed into place: fsync, syncfs or none")
 	return cmd
 }
@@ -253,6 +273,26 @@ func printCloneSummary(w io.Writer, o cloneOutput) {
 	fmt.Fprintf(w, "  time:         %s\n", strings.Join(ph, ", "))
 	for _, ts := range r.Tablespaces {
 		fmt.Fprintf(w, "  tablespace:   %s: %s copied to %s\n", ts.OID, ts.Source, ts.Target)
+	}
+	if r.BackupUser != "" {
+		fmt.Fprintf(w, "  session:      psql as OS user %s (pgfork runs as root; peer authentication lets the cluster's owner in)\n", r.BackupUser)
+	}
+	switch {
+	case r.Config != nil:
+		fmt.Fprintf(w, "  config:       %s (found by %s) copied into the clone: %s\n", r.Config.ConfigFile, r.Config.FoundBy, strings.Join(r.Config.Files, ", "))
+		if len(r.Config.CommentedOut) > 0 {
+			var names []string
+			for _, c := range r.Config.CommentedOut {
+				names = append(names, c[strings.LastIndex(c, " ")+1:])
+			}
+			fmt.Fprintf(w, "                commented out (they named the source's files): %s\n", strings.Join(names, ", "))
+		}
+	case r.NoConfig:
+		hba := ""
+		if _, err := os.Stat(filepath.Join(r.Dst, "pg_hba.conf")); err != nil {
+			hba = " and no pg_hba.conf, so it will not start until it has one"
+		}
+		fmt.Fprintf(w, "  config:       NONE: the source keeps its postgresql.conf elsewhere and pgfork did not find it; the clone has no postgresql.conf and starts with PostgreSQL's defaults%s (give --config-dir DIR)\n", hba)
 	}
 	if r.Port != 0 {
 		fmt.Fprintf(w, "  port:         %d\n", r.Port)

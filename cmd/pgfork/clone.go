@@ -290,9 +290,9 @@ func printCloneSummary(w io.Writer, o cloneOutput) {
 	case r.NoConfig:
 		hba := ""
 		if _, err := os.Stat(filepath.Join(r.Dst, "pg_hba.conf")); err != nil {
-			hba = " and no pg_hba.conf, so it will not start until it has one"
+			hba = ", and no pg_hba.conf (it will not start until it has one)"
 		}
-		fmt.Fprintf(w, "  config:       NONE: the source keeps its postgresql.conf elsewhere and pgfork did not find it; the clone has no postgresql.conf and starts with PostgreSQL's defaults%s (give --config-dir DIR)\n", hba)
+		fmt.Fprintf(w, "  config:       NONE: the source keeps its postgresql.conf elsewhere and pgfork did not find it, so the clone has no postgresql.conf (it starts with PostgreSQL's defaults)%s; clone again with --config-dir DIR\n", hba)
 	}
 	if r.Port != 0 {
 		fmt.Fprintf(w, "  port:         %d\n", r.Port)

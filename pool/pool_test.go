@@ -163,11 +163,14 @@ func TestPoolStateMachine(t *testing.T) {
 		}
 	}
 	var c pool.DB
-	for c.ID != a.ID {
+	for {
+		// Acquire until the recreated database comes back (ids start at
+		// 0, so a zero DB{} must not count as found).
 		c = acquire(t, p, 30*time.Second)
-		if c.ID != a.ID {
-			defer p.Unlock(c.ID)
+		if c.ID == a.ID {
+			break
 		}
+		defer p.Unlock(c.ID)
 	}
 	if c.Generation != a.Generation+1 {
 		t.Fatalf("recreate: generation %d, want %d", c.Generation, a.Generation+1)

@@ -15,6 +15,6 @@ fi
 scripts/test-env.sh up
 eval "$(scripts/test-env.sh env)"
 make lint
-go test -race -timeout 60m ./... 2>&1 | tee /tmp/pgfork-test.log
+go test -race -count=1 -timeout 60m ./... 2>&1 | tee /tmp/pgfork-test.log
 # The client libraries (a Go module of their own and a pip package) against a real `pgfork serve`.
 clients/test.sh

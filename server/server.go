@@ -260,22 +260,16 @@ func (s *Server) getTest(w http.ResponseWriter, r *http.Request) {
 }
 
 func (s *Server) unlock(w http.ResponseWriter, r *http.Request) {
-	h, ok := hashParam(w, r)
-	if !ok {
-		return
-	}
-	id, ok := idParam(w, r)
-	if !ok {
-		return
-	}
-	if err := s.cfg.Manager.Unlock(r.Context(), h, id); err != nil {
-		s.fail(w, r, err)
-		return
-	}
-	w.WriteHeader(http.StatusNoContent)
+	s.giveBack(w, r, s.cfg.Manager.Unlock)
 }
 
 func (s *Server) recreate(w http.ResponseWriter, r *http.Request) {
+	s.giveBack(w, r, s.cfg.Manager.Recreate)
+}
+
+// giveBack handles the routes that return a test database (unlock,
+// recreate, the deprecated DELETE): validated hash and id, then 204.
+func (s *Server) giveBack(w http.ResponseWriter, r *http.Request, do func(ctx context.Context, hash string, id int) error) {
 	h, ok := hashParam(w, r)
 	if !ok {
 		return
@@ -284,7 +278,7 @@ func (s *Server) recreate(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		return
 	}
-	if err := s.cfg.Manager.Recreate(r.Context(), h, id); err != nil {
+	if err := do(r.Context(), h, id); err != nil {
 		s.fail(w, r, err)
 		return
 	}

@@ -52,15 +52,7 @@ func runCloneBench(ctx context.Context, r *Report) error {
 	if ext4 == "" {
 		ext4 = "/var/tmp/pgfork-bench-clone"
 	}
-	pgBin := os.Getenv("PGFORK_BENCH_CLONE_PG_BIN")
-	if pgBin == "" {
-		pgBin = "/usr/lib/postgresql/15/bin"
-	}
-	pg, err := pgbin.Find(pgbin.Options{Explicit: pgBin}, 0)
-	if err != nil {
-		return err
-	}
-	user, err := instance.ResolveUser("")
+	pg, user, err := benchPostgres("PGFORK_BENCH_CLONE_PG_BIN")
 	if err != nil {
 		return err
 	}

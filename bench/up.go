@@ -32,15 +32,7 @@ type upBenchEnv struct {
 }
 
 func runUpBench(ctx context.Context, r *Report) error {
-	pgBin := os.Getenv("PGFORK_BENCH_UP_PG_BIN")
-	if pgBin == "" {
-		pgBin = "/usr/lib/postgresql/15/bin"
-	}
-	pg, err := pgbin.Find(pgbin.Options{Explicit: pgBin}, 0)
-	if err != nil {
-		return err
-	}
-	user, err := instance.ResolveUser("")
+	pg, user, err := benchPostgres("PGFORK_BENCH_UP_PG_BIN")
 	if err != nil {
 		return err
 	}

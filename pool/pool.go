@@ -489,9 +489,14 @@ func (p *Pool) build(e *entry, dropFirst string) error {
 	}
 	start := time.Now()
 	var strategy string
+	// CREATE DATABASE is not cancelled when the pool closes: a cancelled
+	// statement can still commit on the server after the client gave up, and
+	// the database would outlive the pool's final drops. Close waits for it
+	// instead (p.wg) and drops it with the rest.
+	createCtx := context.WithoutCancel(p.ctx)
 	err := p.retry(func() error {
 		var err error
-		strategy, err = p.creator.Create(p.ctx, e.name, p.cfg.Template, p.cfg.Owner)
+		strategy, err = p.creator.Create(createCtx, e.name, p.cfg.Template, p.cfg.Owner)
 		return err
 	})
 	if p.cfg.Observer != nil && !errors.Is(err, context.Canceled) {

@@ -15,6 +15,20 @@ fi
 scripts/test-env.sh up
 eval "$(scripts/test-env.sh env)"
 make lint
-go test -race -count=1 -timeout 60m ./... 2>&1 | tee /tmp/pgfork-test.log
+log=$(mktemp)
+if ! go test -race -count=1 -timeout 60m ./... 2>&1 | tee "$log"; then
+	# A package that failed is run once more, alone, and the run says so:
+	# a real failure fails twice; a failure that only shows while every
+	# package competes for 2 cores is reported as flaky, not hidden.
+	failed=$(awk '$1 == "FAIL" && $2 ~ /^github.com\/pgfork\// {print $2}' "$log" | sort -u)
+	if [ -z "$failed" ]; then
+		echo "check: go test failed before running packages" >&2
+		exit 1
+	fi
+	echo "check: FLAKY? re-running the failed packages alone: $failed" >&2
+	go test -race -count=1 -timeout 30m $failed
+	echo "check: passed on the re-run: $failed (failed once under load; see the log above)" >&2
+fi
+rm -f "$log"
 # The client libraries (a Go module of their own and a pip package) against a real `pgfork serve`.
 clients/test.sh

@@ -33,17 +33,9 @@ then fails naming the sessions, or terminates them with --force.`,
   pgfork db snapshot app before-migration --force`,
 		Args: usageArgs(cobra.RangeArgs(1, 2)),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			db, name := args[0], ""
-			if len(args) > 1 {
-				name = args[1]
-			}
-			if err := dbclone.ValidateName(db); err != nil {
+			db, name, err := dbAndSnapshot(args)
+			if err != nil {
 				return err
-			}
-			if name != "" {
-				if err := dbclone.ValidateName(name); err != nil {
-					return err
-				}
 			}
 			st, err := dbclone.ParseStrategy(strategy)
 			if err != nil {
@@ -111,17 +103,9 @@ terminates them (after --wait).`,
   pgfork db restore app --no-refill`,
 		Args: usageArgs(cobra.RangeArgs(1, 2)),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			db, name := args[0], ""
-			if len(args) > 1 {
-				name = args[1]
-			}
-			if err := dbclone.ValidateName(db); err != nil {
+			db, name, err := dbAndSnapshot(args)
+			if err != nil {
 				return err
-			}
-			if name != "" {
-				if err := dbclone.ValidateName(name); err != nil {
-					return err
-				}
 			}
 			ctx := cmd.Context()
 			srv, err := connectDB(ctx, db)
@@ -259,4 +243,22 @@ func fmtBytesCLI(n int64) string {
 		return fmt.Sprintf("%.1f MB", float64(n)/(1<<20))
 	}
 	return fmt.Sprintf("%d kB", n>>10)
+}
+
+// dbAndSnapshot reads the DB [NAME] arguments of snapshot and restore and
+// validates both names before any SQL runs.
+func dbAndSnapshot(args []string) (db, name string, err error) {
+	db = args[0]
+	if len(args) > 1 {
+		name = args[1]
+	}
+	if err := dbclone.ValidateName(db); err != nil {
+		return "", "", err
+	}
+	if name != "" {
+		if err := dbclone.ValidateName(name); err != nil {
+			return "", "", err
+		}
+	}
+	return db, name, nil
 }

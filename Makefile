@@ -3,7 +3,6 @@ GO        ?= go
 BIN       ?= bin/pgfork
 PKGS      ?= ./...
 TESTFLAGS ?= -race -timeout 45m
-export PATH := $(shell $(GO) env GOPATH)/bin:$(PATH)
 
 .PHONY: help build test check test-env test-env-down bench run lint fmt clean
 
@@ -35,8 +34,7 @@ run: build ## the main job on the embedded default (see README)
 lint: ## gofmt, go vet, staticcheck
 	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
 	$(GO) vet ./...
-	@command -v staticcheck >/dev/null || $(GO) install honnef.co/go/tools/cmd/staticcheck@2026.2.2
-	staticcheck ./...
+	$(GO) tool staticcheck ./...
 
 fmt: ## format the code
 	gofmt -w $$(git ls-files '*.go')

@@ -31,10 +31,6 @@ install_packages() {
 		apt-get update -qq >/dev/null
 		DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${need[@]}" >/dev/null
 	fi
-	if ! command -v staticcheck >/dev/null && [ ! -x "$(go env GOPATH)/bin/staticcheck" ]; then
-		log "installing staticcheck"
-		go install honnef.co/go/tools/cmd/staticcheck@2026.2.2 >/dev/null 2>&1 || log "staticcheck install failed (lint only)"
-	fi
 }
 
 mounted() { mountpoint -q "$1"; }

@@ -64,8 +64,8 @@ func isNoSpace(err error) bool {
 func copyWith(ctx context.Context, m Method, src, dst *os.File, size int64, prog func(int64)) error {
 	switch m {
 	case Clone:
-		if err := unix.IoctlFileClone(int(dst.Fd()), int(src.Fd())); err != nil {
-			return os.NewSyscallError("ioctl FICLONE", err)
+		if err := cloneFile(dst, src); err != nil {
+			return err
 		}
 		prog(size)
 		return nil
@@ -75,6 +75,14 @@ func copyWith(ctx context.Context, m Method, src, dst *os.File, size int64, prog
 		return copySegments(ctx, src, dst, size, prog, rwSegment)
 	}
 	return fmt.Errorf("method %q: %w", m, unix.EINVAL)
+}
+
+// cloneFile makes dst share every block of src (ioctl FICLONE).
+func cloneFile(dst, src *os.File) error {
+	if err := unix.IoctlFileClone(int(dst.Fd()), int(src.Fd())); err != nil {
+		return os.NewSyscallError("ioctl FICLONE", err)
+	}
+	return nil
 }
 
 const chunk = 64 << 20 // bytes per copy_file_range call / cancellation check

@@ -26,12 +26,20 @@ func statOf(fi fs.FileInfo) sysInfo { return sysInfo{atime: fi.ModTime()} }
 
 func devOf(string) (uint64, error) { return 0, nil }
 
-func fallbackable(err error) bool { return errors.Is(err, errNotHere) }
+func fallbackable(err error) bool { return errors.Is(err, errNotHere) || cloneUnsupported(err) }
 
 func isNoSpace(error) bool { return false }
 
 func copyWith(ctx context.Context, m Method, src, dst *os.File, size int64, prog func(int64)) error {
-	if m != PlainCopy {
+	switch m {
+	case Clone:
+		if err := cloneFile(dst, src); err != nil {
+			return err
+		}
+		prog(size)
+		return nil
+	case PlainCopy:
+	default:
 		return errNotHere
 	}
 	bp := bufPool.Get().(*[]byte)
@@ -79,12 +87,6 @@ func mkfifo(path string, _ fs.FileMode) error {
 	return &os.PathError{Op: "mkfifo", Path: path, Err: errNotHere}
 }
 
-func renameNoReplace(oldpath, newpath string) error {
-	if _, err := os.Lstat(newpath); err == nil {
-		return &os.LinkError{Op: "rename", Old: oldpath, New: newpath, Err: fs.ErrExist}
-	}
-	return os.Rename(oldpath, newpath)
-}
 
 func exchange(string, string) (bool, error) { return false, nil }
 
@@ -96,7 +98,6 @@ func inUse(_ string, pid int) bool { return pidAlive(pid) }
 // dir is never assumed abandoned, so CleanStale leaves it.
 func pidAlive(int) bool { return true }
 
-func freeBytes(string) (int64, error) { return 0, errNotHere }
 
 // FSType returns the type of the filesystem holding path; unknown here.
 func FSType(path string) (string, error) {

@@ -136,22 +136,7 @@ func removeAll(p string) error {
 }
 
 // renameNoReplace renames oldpath to newpath, failing if newpath exists.
-func renameNoReplace(oldpath, newpath string) error {
-	err := unix.Renameat2(unix.AT_FDCWD, oldpath, unix.AT_FDCWD, newpath, unix.RENAME_NOREPLACE)
-	if errors.Is(err, unix.EINVAL) || errors.Is(err, unix.ENOSYS) {
-		if _, lerr := os.Lstat(newpath); lerr == nil {
-			return &os.LinkError{Op: "rename", Old: oldpath, New: newpath, Err: fs.ErrExist}
-		}
-		return os.Rename(oldpath, newpath)
-	}
-	if err != nil {
-		if errors.Is(err, unix.EEXIST) || errors.Is(err, unix.ENOTEMPTY) {
-			err = fs.ErrExist
-		}
-		return &os.LinkError{Op: "rename", Old: oldpath, New: newpath, Err: err}
-	}
-	return nil
-}
+func renameNoReplace(oldpath, newpath string) error { return clone.RenameNoReplace(oldpath, newpath) }
 
 func fsErr(err error, path, msg string) error {
 	switch {

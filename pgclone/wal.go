@@ -14,7 +14,7 @@ import (
 	"strconv"
 	"strings"
 
-	"golang.org/x/sys/unix"
+	"github.com/pgfork/pgfork/clone"
 
 	"github.com/pgfork/pgfork/internal/errs"
 )
@@ -234,7 +234,7 @@ func copyFileShared(src, dst string, owner *uidgid, sync bool) (int64, error) {
 			_ = os.Remove(dst)
 		}
 	}()
-	if err := unix.IoctlFileClone(int(df.Fd()), int(sf.Fd())); err != nil {
+	if err := clone.CloneFile(df, sf); err != nil {
 		if _, err := df.Seek(0, io.SeekStart); err != nil {
 			return 0, err
 		}

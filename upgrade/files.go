@@ -9,6 +9,8 @@ import (
 	"sort"
 	"strconv"
 	"syscall"
+
+	"github.com/pgfork/pgfork/clone"
 )
 
 // ownerName returns the name of the OS user owning fi, or "".
@@ -34,13 +36,7 @@ func devOf(path string) (uint64, error) {
 }
 
 // freeBytes returns the bytes available to unprivileged users on path's fs.
-func freeBytes(path string) (int64, error) {
-	var s syscall.Statfs_t
-	if err := syscall.Statfs(path, &s); err != nil {
-		return 0, err
-	}
-	return int64(s.Bavail) * s.Bsize, nil
-}
+func freeBytes(path string) (int64, error) { return clone.FreeBytes(path) }
 
 // sizeOf returns the bytes allocated by the regular files under root
 // (following no symlinks) and how many of them there are.

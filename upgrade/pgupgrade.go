@@ -123,7 +123,7 @@ func (r pgUpgradeRun) run(ctx context.Context) (*pgUpgradeResult, error) {
 	if cmd.SysProcAttr == nil {
 		cmd.SysProcAttr = &syscall.SysProcAttr{}
 	}
-	cmd.SysProcAttr.Pdeathsig = syscall.SIGKILL
+	dieWithParent(cmd.SysProcAttr)
 	cmd.Cancel = func() error { return cmd.Process.Signal(syscall.SIGINT) }
 	cmd.WaitDelay = 30 * time.Second
 	pr, pw := io.Pipe()

@@ -3,14 +3,30 @@ GO        ?= go
 BIN       ?= bin/pgfork
 PKGS      ?= ./...
 TESTFLAGS ?= -race -timeout 45m
+# What the binary says it is: `pgfork --version`.
+VERSION   ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo devel)
+COMMIT    ?= $(shell git rev-parse HEAD 2>/dev/null || echo unknown)
+BUILDDATE ?= $(shell date -u +%Y-%m-%dT%H:%M:%SZ)
+LDFLAGS   := -s -w -X main.version=$(VERSION) -X main.commit=$(COMMIT) -X main.buildDate=$(BUILDDATE)
+# Platforms `make release` builds for.
+PLATFORMS ?= linux/amd64 linux/arm64 darwin/arm64 darwin/amd64
 
-.PHONY: help build test check test-env test-env-down bench run lint fmt clean
+.PHONY: help build release test check test-env test-env-down bench run lint fmt clean
 
 help: ## list targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | sed 's/:.*## /\t/' | expand -t 16
 
-build: ## build bin/pgfork
-	CGO_ENABLED=0 $(GO) build -o $(BIN) ./cmd/pgfork
+build: ## build bin/pgfork (static, with version, commit and build date)
+	CGO_ENABLED=0 $(GO) build -trimpath -ldflags '$(LDFLAGS)' -o $(BIN) ./cmd/pgfork
+
+release: ## cross-build static binaries for $(PLATFORMS) into dist/ with SHA-256 sums
+	@rm -rf dist && mkdir -p dist
+	@set -e; for p in $(PLATFORMS); do \
+		os=$${p%/*}; arch=$${p#*/}; out=dist/pgfork-$(VERSION)-$$os-$$arch; \
+		echo "building $$out"; \
+		CGO_ENABLED=0 GOOS=$$os GOARCH=$$arch $(GO) build -trimpath -ldflags '$(LDFLAGS)' -o $$out ./cmd/pgfork; \
+	done
+	cd dist && sha256sum pgfork-* > SHA256SUMS && cat SHA256SUMS
 
 test: ## run the tests against the environment prepared by test-env (skips what is missing)
 	@eval "$$(scripts/test-env.sh env)"; $(GO) test $(TESTFLAGS) $(PKGS)
@@ -34,10 +50,11 @@ run: build ## the main job on the embedded default (see README)
 lint: ## gofmt, go vet, staticcheck
 	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
 	$(GO) vet ./...
+	GOOS=darwin GOARCH=arm64 $(GO) vet ./...
 	$(GO) tool staticcheck ./...
 
 fmt: ## format the code
 	gofmt -w $$(git ls-files '*.go')
 
 clean: ## remove build output
-	rm -rf bin
+	rm -rf bin dist

@@ -87,7 +87,6 @@ func mkfifo(path string, _ fs.FileMode) error {
 	return &os.PathError{Op: "mkfifo", Path: path, Err: errNotHere}
 }
 
-
 func exchange(string, string) (bool, error) { return false, nil }
 
 func lockDir(string) (func(), error) { return func() {}, nil }
@@ -97,7 +96,6 @@ func inUse(_ string, pid int) bool { return pidAlive(pid) }
 // pidAlive is conservative here: without flock or kill(pid, 0) a staging
 // dir is never assumed abandoned, so CleanStale leaves it.
 func pidAlive(int) bool { return true }
-
 
 // FSType returns the type of the filesystem holding path; unknown here.
 func FSType(path string) (string, error) {

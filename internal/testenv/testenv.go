@@ -23,7 +23,7 @@ const (
 	EnvRequire = "PGFORK_TEST_REQUIRE" // "1": missing environment fails instead of skipping
 )
 
-const setupHint = "run `sudo make test-env` (scripts/test-env.sh) to create it, or `make check` to set up and test in one go"
+const setupHint = "as root, run `make test-env` (scripts/test-env.sh) to create it, or `make check` to set up and test in one go"
 
 // Require reports whether missing test environment must fail the test.
 func Require() bool { return os.Getenv(EnvRequire) == "1" }

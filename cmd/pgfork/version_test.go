@@ -34,8 +34,10 @@ func TestVersion(t *testing.T) {
 		t.Fatalf("pgfork version --json = %+v", v)
 	}
 
+	// A plain build, as `go install` makes it (-buildvcs=true: this machine's
+	// GOFLAGS may turn VCS stamping off).
 	plain := filepath.Join(dir, "pgfork-plain")
-	if out, err := exec.Command("go", "build", "-o", plain, ".").CombinedOutput(); err != nil {
+	if out, err := exec.Command("go", "build", "-buildvcs=true", "-o", plain, ".").CombinedOutput(); err != nil {
 		t.Fatalf("go build: %v\n%s", err, out)
 	}
 	r = runCLI(t, exec.Command(plain, "version"))

@@ -3,6 +3,7 @@ package client
 import (
 	"crypto/sha256"
 	"encoding/hex"
+	"errors"
 	"fmt"
 	"io/fs"
 	"os"
@@ -18,6 +19,10 @@ import (
 // empty. Change extraKey (e.g. to a version of your migration code) to build
 // a new template when the files did not change. pgfork's Python client
 // computes the same hash for the same input.
+//
+// dir may be a symlink to a directory (it is resolved first). Below it,
+// symlinks to files are hashed with their target's content, symlinks to
+// directories are not followed, and dangling symlinks are left out.
 func TemplateHash(dir, extraKey string) (string, error) {
 	h := sha256.New()
 	fmt.Fprintf(h, "pgfork-template-hash/1\n")
@@ -50,12 +55,17 @@ func listFiles(dir string) ([]string, error) {
 	if !info.IsDir() {
 		return nil, fmt.Errorf("template hash: %s is not a directory", dir)
 	}
+	// WalkDir does not enter a symlinked root: resolve it first.
+	root, err := filepath.EvalSymlinks(dir)
+	if err != nil {
+		return nil, fmt.Errorf("template hash: %w", err)
+	}
 	var files []string
-	err = filepath.WalkDir(dir, func(p string, d fs.DirEntry, err error) error {
+	err = filepath.WalkDir(root, func(p string, d fs.DirEntry, err error) error {
 		if err != nil {
 			return err
 		}
-		if p != dir && strings.HasPrefix(d.Name(), ".") {
+		if p != root && strings.HasPrefix(d.Name(), ".") {
 			if d.IsDir() {
 				return filepath.SkipDir
 			}
@@ -65,13 +75,16 @@ func listFiles(dir string) ([]string, error) {
 			return nil
 		}
 		fi, err := os.Stat(p) // follows symlinks
+		if errors.Is(err, fs.ErrNotExist) && d.Type()&fs.ModeSymlink != 0 {
+			return nil // dangling symlink: no file to hash
+		}
 		if err != nil {
 			return err
 		}
 		if !fi.Mode().IsRegular() {
 			return nil
 		}
-		rel, err := filepath.Rel(dir, p)
+		rel, err := filepath.Rel(root, p)
 		if err != nil {
 			return err
 		}

@@ -38,6 +38,21 @@ def test_hash_changes(tmp_path: Path) -> None:
         template_hash(tmp_path / "missing")
 
 
+def test_symlinked_root(tmp_path: Path) -> None:
+    # A MigrationsDir that is a symlink hashes like its target; the Go client's
+    # TestTemplateHashSameAsPython compares both clients on such a tree.
+    real = tmp_path / "real"
+    write(real, "001.sql", "SELECT 1;\n")
+    write(real, "nested/002.sql", "SELECT 2;\n")
+    (real / "dangling.sql").symlink_to(tmp_path / "nowhere")
+    link = tmp_path / "link"
+    link.symlink_to(real)
+    assert template_hash(link, "k") == template_hash(real, "k")
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    assert template_hash(link, "k") != template_hash(empty, "k")
+
+
 def test_connection_strings() -> None:
     c = DatabaseConfig("127.0.0.1", 5433, "u", "p w'\\", "db")
     assert c.conninfo == r"host=127.0.0.1 port=5433 user=u password='p w\'\\' dbname=db sslmode=disable"

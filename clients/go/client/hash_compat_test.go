@@ -128,3 +128,25 @@ for d in sys.argv[3:]:
 		}
 	}
 }
+
+// TestTemplateHashFS: hashing an fs.FS (as adapters do for embedded
+// migrations) gives the same hash as hashing the directory.
+func TestTemplateHashFS(t *testing.T) {
+	real, _ := hashFixture(t)
+	want, err := TemplateHash(real, "k")
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := TemplateHashFS(os.DirFS(real), "k")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got != want {
+		t.Fatalf("TemplateHashFS = %s, TemplateHash = %s", got, want)
+	}
+	none, _ := TemplateHashFS(nil, "k")
+	emptyDir, _ := TemplateHash("", "k")
+	if none != emptyDir {
+		t.Fatalf("nil FS %s, no dir %s: want equal", none, emptyDir)
+	}
+}

@@ -5,7 +5,9 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"errors"
+	"fmt"
 	"os"
+	"runtime"
 	"strings"
 	"testing"
 	"time"
@@ -13,15 +15,60 @@ import (
 	"github.com/pgfork/pgfork/clients/go/client"
 )
 
-// TestExplicitUnreachableServerFails: a server named explicitly that does not
-// answer is an error, not a skip.
-func TestExplicitUnreachableServerFails(t *testing.T) {
-	_, _, err := acquire(t.Context(), Options{ServerURL: "http://127.0.0.1:1", ExtraKey: "unreachable"})
-	var unreachable *client.UnreachableError
-	var skip *skipError
-	if !errors.As(err, &unreachable) || errors.As(err, &skip) {
-		t.Fatalf("err = %v, want an UnreachableError and no skip", err)
+// TestUnreachableServerFails: when no server answers, New fails the test
+// with a message saying where it looked and how to start a server; it does
+// not skip (a suite that silently skips everything looks green).
+func TestUnreachableServerFails(t *testing.T) {
+	for _, tc := range []struct {
+		name, from string
+		opts       Options
+		env        string
+	}{
+		{"option", "Options.ServerURL", Options{ServerURL: "http://127.0.0.1:1", ExtraKey: "unreachable/1"}, ""},
+		{"env", "$PGFORK_URL", Options{ExtraKey: "unreachable/2"}, "http://127.0.0.1:1"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Setenv("PGFORK_URL", tc.env)
+			_, _, err := acquire(t.Context(), tc.opts)
+			var unreachable *client.UnreachableError
+			if !errors.As(err, &unreachable) {
+				t.Fatalf("err = %v, want an UnreachableError", err)
+			}
+			for _, want := range []string{"127.0.0.1:1", tc.from, "pgfork serve", "PGFORK_URL"} {
+				if !strings.Contains(err.Error(), want) {
+					t.Errorf("error %q does not say %q", err, want)
+				}
+			}
+
+			f := &recordTB{TB: t}
+			done := make(chan struct{})
+			go func() {
+				defer close(done)
+				New(f, tc.opts)
+			}()
+			<-done
+			if f.skipped || !strings.Contains(f.fatal, "no pgfork server answers") {
+				t.Fatalf("New: skipped=%v fatal=%q; want a failure and no skip", f.skipped, f.fatal)
+			}
+		})
 	}
+}
+
+// recordTB records Fatalf and Skip instead of ending the test.
+type recordTB struct {
+	testing.TB
+	fatal   string
+	skipped bool
+}
+
+func (r *recordTB) Helper() {}
+func (r *recordTB) Fatalf(format string, args ...any) {
+	r.fatal = fmt.Sprintf(format, args...)
+	runtime.Goexit()
+}
+func (r *recordTB) Skip(args ...any) {
+	r.skipped = true
+	runtime.Goexit()
 }
 
 // TestFailingMigrationDiscardsTemplate: when migrating fails the template is

@@ -1,8 +1,11 @@
 #!/usr/bin/env bash
 # Tests pgfork's Go and Python clients against a real `pgfork serve`:
 # builds pgfork, starts it on a free loopback port with a token and its own
-# state dir (so its own managed PostgreSQL), runs the Go client's tests and
-# the Python client's tests (pytest -n 2) against it, then stops it.
+# state dir (so its own managed PostgreSQL), runs the Go client's tests (with
+# the goose and golang-migrate adapters' module) and the Python client's
+# tests (pytest -n 2) against it, then stops it. Last, clients/compat/run.sh
+# runs IntegreSQL's official Go and JavaScript clients against servers of
+# its own. Tests may skip only for a reason starting "KNOWN SKIP".
 # PGFORK_BIN=/path/to/pgfork uses that build instead of building one.
 #
 # The Python venv is kept in $PGFORK_CLIENTS_CACHE (default
@@ -19,21 +22,20 @@ server_pid=
 
 log() { printf '== clients/test.sh: %s\n' "$*" >&2; }
 
-# check_skips LOG LANG: against a live server no test may skip, except those
-# whose reason starts with "KNOWN SKIP" (a tool that cannot be installed
-# here, or a known server difference named in the reason); those are listed.
+# shellcheck source=skips.sh
+. "$root/clients/skips.sh"
+
+# check_skips LOG LANG: against a live server no test may skip, except for a
+# reason starting "KNOWN SKIP" (see skips.sh); those are listed.
 check_skips() {
 	local known
-	known=$(grep -h -o 'KNOWN SKIP.*' "$1" | sort -u || true)
+	known=$(known_skips "$1")
 	if [ -n "$known" ]; then
 		log "$2 tests skipped for known reasons:"
 		printf '   %s\n' "$known" >&2
 	fi
-	# Go: "--- SKIP: TestX" followed by "    file.go:N: reason"; pytest -rs: "SKIPPED [n] file:N: reason".
-	if grep -A1 -- '--- SKIP' "$1" | grep -v -E '^--$|--- SKIP|KNOWN SKIP' | grep -q . ||
-		grep -E '^SKIPPED' "$1" | grep -v -q 'KNOWN SKIP'; then
-		grep -A1 -E -- '--- SKIP|^SKIPPED' "$1" | grep -v '^--$' >&2
-		log "$2 tests skipped against a live server (not a known reason)"
+	if ! unknown_skips "$1"; then
+		log "$2 tests skipped against a live server (not for a known reason)"
 		exit 1
 	fi
 }
@@ -154,5 +156,10 @@ out=$(cd "$root/clients/go" && PGFORK_TEST_RESET=1 go test -count=1 -run '^TestR
 	{ printf '%s\n' "$out"; exit 1; }
 printf '%s\n' "$out" | grep -E '^(--- |ok)'
 printf '%s\n' "$out" | grep -q -- '--- PASS: TestResetAllTracking' || { log "TestResetAllTracking did not run"; exit 1; }
+
+# IntegreSQL's own clients (Go from the Go module proxy, JavaScript from npm)
+# against pgfork serve, managed and external (PGHOST… only); servers of its own.
+log "IntegreSQL client compatibility (clients/compat/run.sh)"
+"$root/clients/compat/run.sh" "$bin"
 
 log "all client tests passed"

@@ -60,3 +60,26 @@ def test_connection_strings() -> None:
     assert c.url == "postgres://u:p%40ss%2F%3A@localhost:5432/d?sslmode=disable"
     c = DatabaseConfig("/run/pg", 5432, "u", "", "d", {"sslmode": "prefer"})
     assert c.url == "postgres://u@/d?host=%2Frun%2Fpg&port=5432&sslmode=prefer"
+
+
+def test_works_without_psycopg() -> None:
+    """psycopg is an extra (pgfork[psycopg]): without it the package, the
+    client and the pytest plugin import, and a connection says what to install."""
+    import subprocess
+    import sys
+
+    code = (
+        "import sys; sys.modules['psycopg'] = None\n"  # import psycopg now raises ImportError
+        "import pgfork, pgfork.pytest_plugin\n"
+        "try:\n"
+        "    pgfork.run_sql_files('postgres://x@127.0.0.1:1/x', '.')\n"
+        "except ImportError as e:\n"
+        "    print(e)\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert "pip install 'pgfork[psycopg]'" in out
+
+
+def test_config_repr_hides_password() -> None:
+    c = DatabaseConfig("h", 1, "u", "s3cret", "d")
+    assert "s3cret" not in repr(c)

@@ -32,7 +32,7 @@ check_skips() {
 	known=$(known_skips "$1")
 	if [ -n "$known" ]; then
 		log "$2 tests skipped for known reasons:"
-		printf '   %s\n' "$known" >&2
+		printf '%s\n' "$known" | sed 's/^/   /' >&2
 	fi
 	if ! unknown_skips "$1"; then
 		log "$2 tests skipped against a live server (not for a known reason)"

@@ -109,3 +109,43 @@ func TestFailingMigrationDiscardsTemplate(t *testing.T) {
 		t.Fatalf("GetTestDatabase after failed migration: err = %v, want discarded or not found", err)
 	}
 }
+
+// TestStartServe: the server Main starts answers, hands out databases, and
+// is gone, with its state directory, after stop.
+func TestStartServe(t *testing.T) {
+	bin := os.Getenv("PGFORK_BIN")
+	if bin == "" {
+		t.Fatal("PGFORK_BIN is not set: clients/test.sh sets it to the pgfork it built")
+	}
+	s, err := startServe(t.Context(), bin)
+	if err != nil {
+		t.Fatal(err)
+	}
+	stopped := false
+	t.Cleanup(func() {
+		if !stopped {
+			s.stop()
+		}
+	})
+	t.Setenv("PGFORK_URL", s.url)
+	t.Setenv("PGFORK_TOKEN", "")
+	// In a subtest, so that the database goes back before the server stops.
+	t.Run("db", func(t *testing.T) {
+		var n int
+		if err := DB(t, Options{ExtraKey: "autostart"}).QueryRowContext(t.Context(), "SELECT 1").Scan(&n); err != nil || n != 1 {
+			t.Fatalf("query on a database of the started server: %d, %v", n, err)
+		}
+	})
+	state := s.state
+	s.stop()
+	stopped = true
+	c, _ := client.New(s.url)
+	ctx, cancel := context.WithTimeout(t.Context(), 2*time.Second)
+	defer cancel()
+	if err := c.Healthy(ctx); err == nil {
+		t.Fatal("server still answers after stop")
+	}
+	if _, err := os.Stat(state); !errors.Is(err, os.ErrNotExist) {
+		t.Fatalf("state directory %s left behind (%v)", state, err)
+	}
+}

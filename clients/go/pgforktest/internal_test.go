@@ -127,8 +127,7 @@ func TestStartServe(t *testing.T) {
 			s.stop()
 		}
 	})
-	t.Setenv("PGFORK_URL", s.url)
-	t.Setenv("PGFORK_TOKEN", "")
+	t.Setenv("PGFORK_URL", s.url) // PGFORK_TOKEN, if set, reaches the server and the client alike
 	// In a subtest, so that the database goes back before the server stops.
 	t.Run("db", func(t *testing.T) {
 		var n int

@@ -157,17 +157,26 @@ func TestErrors(t *testing.T) {
 	if err := c.DiscardTemplate(ctx, hash); err != nil {
 		t.Fatalf("DiscardTemplate: %v", err)
 	}
-	if err := c.FinalizeTemplate(ctx, hash); err == nil {
-		t.Error("FinalizeTemplate after discard: no error")
+	// IntegreSQL v1.1.0 forgets a discarded template (manager.DiscardTemplateDatabase
+	// pops it): 404 from then on, ErrTemplateNotFound in this client.
+	const gone = "KNOWN SKIP (server difference: 410 instead of IntegreSQL's 404 after a discard, issue 12 item 2): "
+	var known []string
+	err := c.FinalizeTemplate(ctx, hash)
+	switch {
+	case err != nil && strings.Contains(err.Error(), "HTTP status 410"):
+		known = append(known, "FinalizeTemplate after DiscardTemplate got 410, IntegreSQL's clients expect ErrTemplateNotFound")
+	case !errors.Is(err, integresql.ErrTemplateNotFound):
+		t.Errorf("FinalizeTemplate after discard = %v, want ErrTemplateNotFound (404)", err)
 	}
-	// IntegreSQL v1.1.0 forgets a discarded template: 404, ErrTemplateNotFound.
-	_, err := c.GetTestDatabase(ctx, hash)
-	if errors.Is(err, integresql.ErrDatabaseDiscarded) {
-		t.Skip("KNOWN SKIP (server difference: 410 instead of IntegreSQL's 404 after a discard, issue 12 item 2): " +
-			"GetTestDatabase after DiscardTemplate returned ErrDatabaseDiscarded, IntegreSQL's clients expect ErrTemplateNotFound")
-	}
-	if !errors.Is(err, integresql.ErrTemplateNotFound) {
+	_, err = c.GetTestDatabase(ctx, hash)
+	switch {
+	case errors.Is(err, integresql.ErrDatabaseDiscarded):
+		known = append(known, "GetTestDatabase after DiscardTemplate returned ErrDatabaseDiscarded, IntegreSQL's clients expect ErrTemplateNotFound")
+	case !errors.Is(err, integresql.ErrTemplateNotFound):
 		t.Errorf("GetTestDatabase after discard = %v, want ErrTemplateNotFound (404)", err)
+	}
+	if len(known) > 0 && !t.Failed() {
+		t.Skip(gone + strings.Join(known, "; "))
 	}
 }
 

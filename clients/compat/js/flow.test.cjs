@@ -82,12 +82,13 @@ test('status codes the client maps', async (t) => {
   assert.equal(await status(client.api.initializeTemplate(hash)), 200)
   assert.equal(await status(client.api.initializeTemplate(hash)), 423, 'initialized twice: 423')
   assert.equal(await status(client.api.discardTemplate(hash)), 200)
-  const afterDiscard = await status(client.api.getTestDatabase(hash))
-  if (afterDiscard === 410) {
-    t.skip("KNOWN SKIP (server difference: 410 instead of IntegreSQL's 404 after a discard, issue 12 item 2)")
+  // IntegreSQL v1.1.0 forgets a discarded template: 404 from then on.
+  const afterDiscard = [await status(client.api.getTestDatabase(hash)), await status(client.api.finalizeTemplate(hash))]
+  if (afterDiscard.includes(410) && afterDiscard.every((s) => s === 404 || s === 410)) {
+    t.skip(`KNOWN SKIP (server difference: 410 instead of IntegreSQL's 404 after a discard, issue 12 item 2): get, finalize = ${afterDiscard}`)
     return
   }
-  assert.equal(afterDiscard, 404, 'after discard: 404')
+  assert.deepEqual(afterDiscard, [404, 404], 'after discard: get and finalize 404')
 })
 
 test('a failing setup discards the template and rethrows', async (t) => {

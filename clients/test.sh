@@ -1,8 +1,11 @@
 #!/usr/bin/env bash
 # Tests pgfork's Go and Python clients against a real `pgfork serve`:
 # builds pgfork, starts it on a free loopback port with a token and its own
-# state dir (so its own managed PostgreSQL), runs the Go client's tests and
-# the Python client's tests (pytest -n 2) against it, then stops it.
+# state dir (so its own managed PostgreSQL), runs the Go client's tests (with
+# the goose and golang-migrate adapters' module) and the Python client's
+# tests (pytest -n 2) against it, then stops it. Last, clients/compat/run.sh
+# runs IntegreSQL's official Go and JavaScript clients against servers of
+# its own. Tests may skip only for a reason starting "KNOWN SKIP".
 # PGFORK_BIN=/path/to/pgfork uses that build instead of building one.
 #
 # The Python venv is kept in $PGFORK_CLIENTS_CACHE (default
@@ -18,6 +21,24 @@ chmod 755 "$work" # the managed PostgreSQL runs as an unprivileged user when we 
 server_pid=
 
 log() { printf '== clients/test.sh: %s\n' "$*" >&2; }
+
+# shellcheck source=skips.sh
+. "$root/clients/skips.sh"
+
+# check_skips LOG LANG: against a live server no test may skip, except for a
+# reason starting "KNOWN SKIP" (see skips.sh); those are listed.
+check_skips() {
+	local known
+	known=$(known_skips "$1")
+	if [ -n "$known" ]; then
+		log "$2 tests skipped for known reasons:"
+		printf '%s\n' "$known" | sed 's/^/   /' >&2
+	fi
+	if ! unknown_skips "$1"; then
+		log "$2 tests skipped against a live server (not for a known reason)"
+		exit 1
+	fi
+}
 
 stop_server() {
 	[ -n "$server_pid" ] || return 0
@@ -105,12 +126,13 @@ if ! (cd "$root/clients/go" && go test -count=1 -timeout 10m -v -skip '^TestRese
 	grep -v -E '^(=== (RUN|PAUSE|CONT)|    --- PASS|--- PASS)' "$work/go-test.log" >&2
 	exit 1
 fi
-grep -E '^(ok|FAIL|---)' "$work/go-test.log" | grep -v -- '--- PASS' || true
-if grep -q -- '--- SKIP' "$work/go-test.log"; then
-	grep -A1 -- '--- SKIP' "$work/go-test.log" | grep -v '^--$' >&2
-	log "Go tests skipped against a live server"
+log "Go migrator adapters (goose, golang-migrate: modules of their own)"
+if ! (cd "$root/clients/go/migrators/e2e" && go test -count=1 -timeout 10m -v ./...) >>"$work/go-test.log" 2>&1; then
+	grep -v -E '^(=== (RUN|PAUSE|CONT)|    --- PASS|--- PASS)' "$work/go-test.log" >&2
 	exit 1
 fi
+grep -E '^(ok|FAIL|---)' "$work/go-test.log" | grep -v -- '--- PASS' || true
+check_skips "$work/go-test.log" Go
 
 venv="$cache/venv"
 stamp="$venv/.pgfork-stamp"
@@ -126,10 +148,7 @@ fi
 
 log "Python client tests (pytest -n 2)"
 (cd "$root/clients/python" && "$venv/bin/python" -m pytest -n 2 -p no:cacheprovider -q -rs tests) | tee "$work/py-test.log"
-if grep -q -E '[0-9]+ skipped' "$work/py-test.log"; then
-	log "Python tests skipped against a live server"
-	exit 1
-fi
+check_skips "$work/py-test.log" Python
 
 # Last, alone: it forgets every template on the server.
 log "Go ResetAllTracking test"
@@ -137,5 +156,10 @@ out=$(cd "$root/clients/go" && PGFORK_TEST_RESET=1 go test -count=1 -run '^TestR
 	{ printf '%s\n' "$out"; exit 1; }
 printf '%s\n' "$out" | grep -E '^(--- |ok)'
 printf '%s\n' "$out" | grep -q -- '--- PASS: TestResetAllTracking' || { log "TestResetAllTracking did not run"; exit 1; }
+
+# IntegreSQL's own clients (Go from the Go module proxy, JavaScript from npm)
+# against pgfork serve, managed and external (PGHOST… only); servers of its own.
+log "IntegreSQL client compatibility (clients/compat/run.sh)"
+"$root/clients/compat/run.sh" "$bin"
 
 log "all client tests passed"

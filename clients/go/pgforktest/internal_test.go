@@ -5,7 +5,9 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"errors"
+	"fmt"
 	"os"
+	"runtime"
 	"strings"
 	"testing"
 	"time"
@@ -13,15 +15,60 @@ import (
 	"github.com/pgfork/pgfork/clients/go/client"
 )
 
-// TestExplicitUnreachableServerFails: a server named explicitly that does not
-// answer is an error, not a skip.
-func TestExplicitUnreachableServerFails(t *testing.T) {
-	_, _, err := acquire(t.Context(), Options{ServerURL: "http://127.0.0.1:1", ExtraKey: "unreachable"})
-	var unreachable *client.UnreachableError
-	var skip *skipError
-	if !errors.As(err, &unreachable) || errors.As(err, &skip) {
-		t.Fatalf("err = %v, want an UnreachableError and no skip", err)
+// TestUnreachableServerFails: when no server answers, New fails the test
+// with a message saying where it looked and how to start a server; it does
+// not skip (a suite that silently skips everything looks green).
+func TestUnreachableServerFails(t *testing.T) {
+	for _, tc := range []struct {
+		name, from string
+		opts       Options
+		env        string
+	}{
+		{"option", "Options.ServerURL", Options{ServerURL: "http://127.0.0.1:1", ExtraKey: "unreachable/1"}, ""},
+		{"env", "$PGFORK_URL", Options{ExtraKey: "unreachable/2"}, "http://127.0.0.1:1"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Setenv("PGFORK_URL", tc.env)
+			_, _, err := acquire(t.Context(), tc.opts)
+			var unreachable *client.UnreachableError
+			if !errors.As(err, &unreachable) {
+				t.Fatalf("err = %v, want an UnreachableError", err)
+			}
+			for _, want := range []string{"127.0.0.1:1", tc.from, "pgfork serve", "PGFORK_URL"} {
+				if !strings.Contains(err.Error(), want) {
+					t.Errorf("error %q does not say %q", err, want)
+				}
+			}
+
+			f := &recordTB{TB: t}
+			done := make(chan struct{})
+			go func() {
+				defer close(done)
+				New(f, tc.opts)
+			}()
+			<-done
+			if f.skipped || !strings.Contains(f.fatal, "no pgfork server answers") {
+				t.Fatalf("New: skipped=%v fatal=%q; want a failure and no skip", f.skipped, f.fatal)
+			}
+		})
 	}
+}
+
+// recordTB records Fatalf and Skip instead of ending the test.
+type recordTB struct {
+	testing.TB
+	fatal   string
+	skipped bool
+}
+
+func (r *recordTB) Helper() {}
+func (r *recordTB) Fatalf(format string, args ...any) {
+	r.fatal = fmt.Sprintf(format, args...)
+	runtime.Goexit()
+}
+func (r *recordTB) Skip(args ...any) {
+	r.skipped = true
+	runtime.Goexit()
 }
 
 // TestFailingMigrationDiscardsTemplate: when migrating fails the template is
@@ -60,5 +107,44 @@ func TestFailingMigrationDiscardsTemplate(t *testing.T) {
 	_, err = c.GetTestDatabase(ctx, hash)
 	if !errors.Is(err, client.ErrTemplateDiscarded) && !errors.Is(err, client.ErrTemplateNotFound) {
 		t.Fatalf("GetTestDatabase after failed migration: err = %v, want discarded or not found", err)
+	}
+}
+
+// TestStartServe: the server Main starts answers, hands out databases, and
+// is gone, with its state directory, after stop.
+func TestStartServe(t *testing.T) {
+	bin := os.Getenv("PGFORK_BIN")
+	if bin == "" {
+		t.Fatal("PGFORK_BIN is not set: clients/test.sh sets it to the pgfork it built")
+	}
+	s, err := startServe(t.Context(), bin)
+	if err != nil {
+		t.Fatal(err)
+	}
+	stopped := false
+	t.Cleanup(func() {
+		if !stopped {
+			s.stop()
+		}
+	})
+	t.Setenv("PGFORK_URL", s.url) // PGFORK_TOKEN, if set, reaches the server and the client alike
+	// In a subtest, so that the database goes back before the server stops.
+	t.Run("db", func(t *testing.T) {
+		var n int
+		if err := DB(t, Options{ExtraKey: "autostart"}).QueryRowContext(t.Context(), "SELECT 1").Scan(&n); err != nil || n != 1 {
+			t.Fatalf("query on a database of the started server: %d, %v", n, err)
+		}
+	})
+	state := s.state
+	s.stop()
+	stopped = true
+	c, _ := client.New(s.url)
+	ctx, cancel := context.WithTimeout(t.Context(), 2*time.Second)
+	defer cancel()
+	if err := c.Healthy(ctx); err == nil {
+		t.Fatal("server still answers after stop")
+	}
+	if _, err := os.Stat(state); !errors.Is(err, os.ErrNotExist) {
+		t.Fatalf("state directory %s left behind (%v)", state, err)
 	}
 }

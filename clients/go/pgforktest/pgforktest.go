@@ -8,7 +8,11 @@
 //		...
 //	}
 //
-// The template is keyed by a hash of the migrations directory and ExtraKey;
+// DB and Pool return the database opened as a *sql.DB or a pgx pool. A
+// Migrator (SQLDir here; goose, golang-migrate, atlas and dbmate adapters
+// under clients/go/migrators) builds the template.
+//
+// The template is keyed by a hash of the migration files and ExtraKey;
 // it is built once, even across packages tested in parallel: the first
 // process to initialize it migrates it, the others wait for it to be
 // finalized. When a test passes its database goes back to the server to be
@@ -17,8 +21,11 @@ package pgforktest
 
 import (
 	"context"
+	"database/sql"
 	"errors"
 	"fmt"
+	"io/fs"
+	neturl "net/url"
 	"os"
 	"path/filepath"
 	"sort"
@@ -28,24 +35,48 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+	_ "github.com/jackc/pgx/v5/stdlib" // database/sql driver "pgx", for DB
 
 	"github.com/pgfork/pgfork/clients/go/client"
 )
 
+// A Migrator builds the template database. pgforktest hashes its Files and
+// Key (with Options.ExtraKey) into the template hash, so that a change to a
+// migration file builds a new template with no manual key bump. SQLDir is
+// one; the modules under clients/go/migrators adapt goose, golang-migrate,
+// atlas and dbmate.
+type Migrator interface {
+	// Files returns the files that shape the template (every file's path and
+	// content is hashed), or nil.
+	Files() (fs.FS, error)
+	// Key names the tool and any setting beyond the files that changes the
+	// result ("" for none); it is hashed too.
+	Key() string
+	// Migrate migrates the empty template database at connString (a
+	// postgres:// URL).
+	Migrate(ctx context.Context, connString string) error
+}
+
 // Options says which template to use and where the server is.
 type Options struct {
-	// MigrationsDir holds the files that shape the template. All its files are
-	// hashed; by default its *.sql files (top level only) are run in name order.
+	// Migrator builds the template; its files are hashed into the template's
+	// key. Default: SQLDir(MigrationsDir).
+	Migrator Migrator
+	// MigrationsDir holds the files that shape the template when Migrator is
+	// nil: all its files are hashed; its *.sql files (top level only) are run
+	// in name order. With Migrate set, it only names the files to hash.
 	MigrationsDir string
-	// ExtraKey is hashed with MigrationsDir: change it (e.g. a version of your
+	// ExtraKey is hashed with the files: change it (e.g. a version of your
 	// migration code) to build a new template when the files did not change.
 	ExtraKey string
-	// Migrate, if set, migrates the template database at connString (a
-	// postgres:// URL) instead of running the .sql files of MigrationsDir.
+	// Migrate, if set (and Migrator is nil), migrates the template database at
+	// connString (a postgres:// URL) instead of running the .sql files of
+	// MigrationsDir.
 	Migrate func(ctx context.Context, connString string) error
 	// ServerURL is the server's base URL. Default: $PGFORK_URL, else
-	// $INTEGRESQL_CLIENT_BASE_URL, else http://127.0.0.1:5000. When none of
-	// them is set and no server answers, the test is skipped; otherwise it fails.
+	// $INTEGRESQL_CLIENT_BASE_URL, else http://127.0.0.1:5000. When no server
+	// answers, the test fails with a message saying how to start one.
 	ServerURL string
 	// Token is sent as a Bearer token. Default: $PGFORK_TOKEN.
 	Token string
@@ -60,18 +91,15 @@ var SetupTimeout = 10 * time.Minute
 
 // New returns a postgres:// URL of a fresh test database cloned from the
 // template described by opts, building the template first if no process has.
-// It calls t.Skip or t.Fatal when it cannot. In t.Cleanup, a passing test's
+// It waits under t.Context() and calls t.Fatal when it cannot get a database
+// (including when no server answers). In t.Cleanup, a passing test's
 // database is recreated (or unlocked with ReadOnly); a failing test's is kept
 // and its URL logged. Close your connections in a t.Cleanup registered after
-// New (cleanups run last-registered first).
+// New (cleanups run last-registered first); DB and Pool do that for you.
 func New(t testing.TB, opts Options) string {
 	t.Helper()
-	db, c, err := acquire(context.Background(), opts)
+	db, c, err := acquire(t.Context(), opts)
 	if err != nil {
-		var skip *skipError
-		if errors.As(err, &skip) {
-			t.Skip(skip.reason)
-		}
 		t.Fatalf("pgforktest: %v", err)
 	}
 	url := db.Config().URL()
@@ -96,14 +124,110 @@ func New(t testing.TB, opts Options) string {
 	return url
 }
 
-// Hash returns the template hash New uses for opts.
-func Hash(opts Options) (string, error) {
-	return client.TemplateHash(opts.MigrationsDir, opts.ExtraKey)
+// DB is New opened as a *sql.DB (pgx's database/sql driver, "pgx"), closed
+// in t.Cleanup before the database goes back.
+func DB(t testing.TB, opts Options) *sql.DB {
+	t.Helper()
+	url := New(t, opts)
+	db, err := sql.Open("pgx", url)
+	if err != nil {
+		t.Fatalf("pgforktest: opening %s: %v", redact(url), err)
+	}
+	t.Cleanup(func() { _ = db.Close() })
+	if err := db.PingContext(t.Context()); err != nil {
+		t.Fatalf("pgforktest: connecting to the test database: %v", err)
+	}
+	return db
 }
 
-type skipError struct{ reason string }
+// Pool is New opened as a pgx connection pool, closed in t.Cleanup before
+// the database goes back.
+func Pool(t testing.TB, opts Options) *pgxpool.Pool {
+	t.Helper()
+	url := New(t, opts)
+	pool, err := pgxpool.New(t.Context(), url)
+	if err != nil {
+		t.Fatalf("pgforktest: opening a pool on %s: %v", redact(url), err)
+	}
+	t.Cleanup(pool.Close)
+	if err := pool.Ping(t.Context()); err != nil {
+		t.Fatalf("pgforktest: connecting to the test database: %v", err)
+	}
+	return pool
+}
 
-func (e *skipError) Error() string { return e.reason }
+// redact returns url without its password, for messages.
+func redact(raw string) string {
+	u, err := neturl.Parse(raw)
+	if err != nil || u.User == nil {
+		return raw
+	}
+	if _, ok := u.User.Password(); ok {
+		u.User = neturl.UserPassword(u.User.Username(), "xxxxx")
+	}
+	return u.String()
+}
+
+// Hash returns the template hash New uses for opts.
+func Hash(opts Options) (string, error) {
+	m := migrator(opts)
+	files, err := m.Files()
+	if err != nil {
+		return "", fmt.Errorf("migration files: %w", err)
+	}
+	key := opts.ExtraKey
+	if k := m.Key(); k != "" {
+		key = k + "\n" + key
+	}
+	return client.TemplateHashFS(files, key)
+}
+
+// migrator returns the Migrator opts describe.
+func migrator(opts Options) Migrator {
+	if opts.Migrator != nil {
+		return opts.Migrator
+	}
+	m := SQLDir(opts.MigrationsDir).(sqlDir)
+	m.migrate = opts.Migrate
+	return m
+}
+
+// SQLDir is the Migrator of a plain directory of SQL files: it hashes every
+// file under dir and runs the *.sql files at its top in name order (see
+// RunSQLFiles). Its hash equals the Python client's for the same directory.
+func SQLDir(dir string) Migrator { return sqlDir{dir: dir} }
+
+type sqlDir struct {
+	dir     string
+	migrate func(ctx context.Context, connString string) error
+}
+
+func (m sqlDir) Files() (fs.FS, error) {
+	if m.dir == "" {
+		return nil, nil
+	}
+	info, err := os.Stat(m.dir)
+	if err != nil {
+		return nil, err
+	}
+	if !info.IsDir() {
+		return nil, fmt.Errorf("%s is not a directory", m.dir)
+	}
+	root, err := filepath.EvalSymlinks(m.dir) // os.DirFS does not enter a symlinked root
+	if err != nil {
+		return nil, err
+	}
+	return os.DirFS(root), nil
+}
+
+func (m sqlDir) Key() string { return "" }
+
+func (m sqlDir) Migrate(ctx context.Context, connString string) error {
+	if m.migrate != nil {
+		return m.migrate(ctx, connString)
+	}
+	return RunSQLFiles(ctx, connString, m.dir)
+}
 
 // setup is one template's build in this process, shared by all its tests.
 type setup struct {
@@ -115,16 +239,14 @@ var setups sync.Map // serverURL + "\x00" + hash → *setup
 
 // acquire builds the template if needed and gets a test database.
 func acquire(ctx context.Context, opts Options) (client.TestDatabase, *client.Client, error) {
-	serverURL, explicit := opts.ServerURL, opts.ServerURL != ""
-	if serverURL == "" {
-		serverURL = os.Getenv("PGFORK_URL")
+	serverURL, from := opts.ServerURL, "Options.ServerURL"
+	for _, env := range []string{"PGFORK_URL", "INTEGRESQL_CLIENT_BASE_URL"} { // the latter: IntegreSQL's clients' variable
 		if serverURL == "" {
-			serverURL = os.Getenv("INTEGRESQL_CLIENT_BASE_URL") // IntegreSQL's clients' variable
+			serverURL, from = os.Getenv(env), "$"+env
 		}
-		explicit = serverURL != ""
 	}
 	if serverURL == "" {
-		serverURL = client.DefaultURL
+		serverURL, from = client.DefaultURL, "the default URL; set PGFORK_URL to use another"
 	}
 	token := opts.Token
 	if token == "" {
@@ -145,9 +267,9 @@ func acquire(ctx context.Context, opts Options) (client.TestDatabase, *client.Cl
 		defer cancel()
 		s.err = buildTemplate(sctx, c, hash, opts)
 		var unreachable *client.UnreachableError
-		if errors.As(s.err, &unreachable) && !explicit {
-			s.err = &skipError{fmt.Sprintf("pgforktest: no pgfork server answers at %s and PGFORK_URL is not set: "+
-				"start `pgfork serve` or set PGFORK_URL (%v)", serverURL, unreachable.Err)}
+		if errors.As(s.err, &unreachable) {
+			s.err = fmt.Errorf("no pgfork server answers at %s (%s): start one with `pgfork serve` "+
+				"(or IntegreSQL), or point PGFORK_URL at a running one: %w", serverURL, from, s.err)
 		}
 	})
 	if s.err != nil {
@@ -174,13 +296,7 @@ func buildTemplate(ctx context.Context, c *client.Client, hash string, opts Opti
 	if err != nil {
 		return err
 	}
-	migrate := opts.Migrate
-	if migrate == nil {
-		migrate = func(ctx context.Context, connString string) error {
-			return RunSQLFiles(ctx, connString, opts.MigrationsDir)
-		}
-	}
-	if err := migrate(ctx, tpl.Config().URL()); err != nil {
+	if err := migrator(opts).Migrate(ctx, tpl.Config().URL()); err != nil {
 		// Discard so that waiting processes fail at once instead of timing out.
 		dctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 		defer cancel()

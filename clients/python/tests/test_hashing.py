@@ -38,6 +38,21 @@ def test_hash_changes(tmp_path: Path) -> None:
         template_hash(tmp_path / "missing")
 
 
+def test_symlinked_root(tmp_path: Path) -> None:
+    # A MigrationsDir that is a symlink hashes like its target; the Go client's
+    # TestTemplateHashSameAsPython compares both clients on such a tree.
+    real = tmp_path / "real"
+    write(real, "001.sql", "SELECT 1;\n")
+    write(real, "nested/002.sql", "SELECT 2;\n")
+    (real / "dangling.sql").symlink_to(tmp_path / "nowhere")
+    link = tmp_path / "link"
+    link.symlink_to(real)
+    assert template_hash(link, "k") == template_hash(real, "k")
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    assert template_hash(link, "k") != template_hash(empty, "k")
+
+
 def test_connection_strings() -> None:
     c = DatabaseConfig("127.0.0.1", 5433, "u", "p w'\\", "db")
     assert c.conninfo == r"host=127.0.0.1 port=5433 user=u password='p w\'\\' dbname=db sslmode=disable"
@@ -45,3 +60,26 @@ def test_connection_strings() -> None:
     assert c.url == "postgres://u:p%40ss%2F%3A@localhost:5432/d?sslmode=disable"
     c = DatabaseConfig("/run/pg", 5432, "u", "", "d", {"sslmode": "prefer"})
     assert c.url == "postgres://u@/d?host=%2Frun%2Fpg&port=5432&sslmode=prefer"
+
+
+def test_works_without_psycopg() -> None:
+    """psycopg is an extra (pgfork[psycopg]): without it the package, the
+    client and the pytest plugin import, and a connection says what to install."""
+    import subprocess
+    import sys
+
+    code = (
+        "import sys; sys.modules['psycopg'] = None\n"  # import psycopg now raises ImportError
+        "import pgfork, pgfork.pytest_plugin\n"
+        "try:\n"
+        "    pgfork.run_sql_files('postgres://x@127.0.0.1:1/x', '.')\n"
+        "except ImportError as e:\n"
+        "    print(e)\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert "pip install 'pgfork[psycopg]'" in out
+
+
+def test_config_repr_hides_password() -> None:
+    c = DatabaseConfig("h", 1, "u", "s3cret", "d")
+    assert "s3cret" not in repr(c)

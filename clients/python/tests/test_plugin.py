@@ -2,6 +2,9 @@
 
 import re
 import secrets
+import urllib.parse
+from pathlib import Path
+from typing import Any
 
 import psycopg
 import pytest
@@ -52,7 +55,8 @@ def test_failed_test_keeps_database(pytester: pytest.Pytester, pgfork_client: Cl
             pgfork_db.conn.execute("SELECT 1")
         """
     )
-    result = pytester.runpytest_subprocess("-p", "no:cacheprovider")
+    # The password is shown only on request (see test_password_never_in_failure_report).
+    result = pytester.runpytest_subprocess("-p", "no:cacheprovider", "--pgfork-show-password")
     result.assert_outcomes(passed=1, failed=1)
     lines = [ln for ln in result.outlines if "keeping test database" in ln]
     assert len(lines) == 1, result.stdout.str()
@@ -125,3 +129,120 @@ def test_starts_and_stops_its_own_server(pytester: pytest.Pytester, tmp_path_fac
         result = pytester.runpytest_subprocess("-p", "no:cacheprovider", "-n", "2", timeout=300)
     result.assert_outcomes(passed=4)
     assert not Client(url).reachable(timeout=0.5), "the plugin left its pgfork serve running"
+
+
+def _run_dir(name: str) -> str:
+    return f"{name}-{secrets.token_hex(8)}"
+
+
+def test_password_never_in_failure_report(pytester: pytest.Pytester, pgfork_db: PgforkDatabase) -> None:
+    """A failing test that prints, asserts on and raises with its database's
+    URL and conninfo, and a migration whose error holds the URL: the report
+    shows *** where the password was, never the password."""
+    password = pgfork_db.test_database.config.password
+    assert password, "the server handed out a database without a password: nothing to check"
+    pytester.makeini(f"[pytest]\npgfork_extra_key = {_run_dir('pw')}\n")
+    pytester.makeconftest(
+        """
+        import subprocess, pytest
+
+        @pytest.fixture(scope="session")
+        def pgfork_migrate():
+            def migrate(url):
+                subprocess.run(["false", f"--url={url}"], check=True)   # fails, its command in the error
+            return migrate
+        """
+    )
+    pytester.makepyfile(
+        test_a="""
+        import pytest
+
+        def test_prints_and_fails(pgfork_db_factory):
+            db = pgfork_db_factory(extra_key="pw-ok")
+            print("url:", db.url, "conninfo:", db.conninfo)
+            cfg = db.test_database.config
+            assert db.url == "something else", (cfg, db.conninfo)
+        """,
+        test_b="""
+        def test_migration_fails(pgfork_db):
+            pass
+        """,
+    )
+    result = pytester.runpytest_subprocess("-p", "no:cacheprovider", "-rA", "-l")
+    result.assert_outcomes(failed=1, errors=1)
+    out = result.stdout.str() + result.stderr.str()
+    assert "keeping test database" in out and "***" in out
+    assert "--url=postgres://" in out, "the migration's error is in the report"
+    assert password not in out, "a failure report shows the database password"
+    assert urllib.parse.quote(password, safe="") not in out
+
+
+def test_factory_several_templates(pgfork_db_factory: Any, tmp_path: Path) -> None:
+    """pgfork_db_factory gives databases of different templates in one test;
+    each template is built once per session."""
+    key = _run_dir("factory")
+    for name, table in (("a", "apples"), ("b", "bananas")):
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "001.sql").write_text(f"CREATE TABLE {table} (n int); INSERT INTO {table} VALUES (1);")
+    a = pgfork_db_factory(tmp_path / "a", extra_key=key)
+    b = pgfork_db_factory(tmp_path / "b", extra_key=key)
+    assert a.template_hash != b.template_hash
+    assert a.conn.execute("SELECT count(*) FROM apples").fetchone() == (1,)
+    assert b.conn.execute("SELECT count(*) FROM bananas").fetchone() == (1,)
+    a2 = pgfork_db_factory(tmp_path / "a", extra_key=key)
+    assert a2.template_hash == a.template_hash and a2.name != a.name
+    a.conn.execute("INSERT INTO apples VALUES (2)")
+    assert a2.conn.execute("SELECT count(*) FROM apples").fetchone() == (1,), "databases are isolated"
+
+    calls = []
+
+    def migrate(url: str) -> None:
+        calls.append(url)
+        with psycopg.connect(url, autocommit=True) as c:
+            c.execute("CREATE TABLE custom (n int)")
+
+    for _ in range(3):
+        db = pgfork_db_factory(extra_key=key + "-custom", migrate=migrate)
+        assert db.conn.execute("SELECT count(*) FROM custom").fetchone() == (0,)
+    assert len(calls) == 1, "a template is migrated once per session"
+
+
+def test_non_autocommit(pgfork_db_factory: Any) -> None:
+    """autocommit=False: .conn runs in transactions; a rollback undoes."""
+    db = pgfork_db_factory(autocommit=False)
+    assert db.conn.autocommit is False
+    db.conn.execute("CREATE TABLE t (n int)")
+    db.conn.rollback()
+    other = db.connect(autocommit=True)
+    assert other.execute("SELECT to_regclass('t')").fetchone() == (None,)
+
+
+def test_command_line_options(pytester: pytest.Pytester, pgfork_client: Client) -> None:
+    """--pgfork-url, --pgfork-token, --pgfork-migrations, --pgfork-extra-key and
+    --pgfork-autocommit configure the run, over the ini file; a bad
+    --pgfork-autocommit is a usage error."""
+    import os
+
+    pytester.makeini("[pytest]\npgfork_migrations = wrong\npgfork_url = http://127.0.0.1:1\n")
+    pytester.mkdir("m")
+    (pytester.path / "m" / "001.sql").write_text("CREATE TABLE from_cli (n int);")
+    pytester.makepyfile(
+        """
+        def test_cli(pgfork_db):
+            assert pgfork_db.conn.autocommit is False
+            assert pgfork_db.conn.execute("SELECT count(*) FROM from_cli").fetchone() == (0,)
+        """
+    )
+    args = ["-p", "no:cacheprovider", f"--pgfork-url={pgfork_client.base_url}", "--pgfork-migrations=m",
+            f"--pgfork-extra-key={_run_dir('cli')}", "--pgfork-autocommit=false"]
+    token = os.environ.get("PGFORK_TOKEN", "")
+    with pytest.MonkeyPatch.context() as mp:
+        mp.delenv("PGFORK_URL", raising=False)
+        mp.delenv("PGFORK_TOKEN", raising=False)
+        if token:
+            args.append(f"--pgfork-token={token}")
+        result = pytester.runpytest_subprocess(*args)
+        result.assert_outcomes(passed=1)
+        bad = pytester.runpytest_subprocess("-p", "no:cacheprovider", "--pgfork-autocommit=maybe")
+    assert bad.ret == pytest.ExitCode.USAGE_ERROR
+    bad.stderr.fnmatch_lines(["*pgfork_autocommit*maybe*true or false*"])

@@ -106,7 +106,7 @@ class DatabaseConfig:
     host: str
     port: int
     username: str
-    password: str
+    password: str = field(repr=False)  # never in a repr (tracebacks, assertion messages)
     database: str
     additional_params: Dict[str, str] = field(default_factory=dict)
 

@@ -29,7 +29,11 @@ def _files(root: Path) -> List[str]:
 def template_hash(directory: Optional[StrPath] = None, extra_key: str = "") -> str:
     """32 hex digits of a SHA-256 over every file under directory (relative path
     with forward slashes, and content; names starting with "." left out), in
-    path order, then extra_key. Equal to the Go client's TemplateHash."""
+    path order, then extra_key. Equal to the Go client's TemplateHash.
+
+    directory may be a symlink to a directory. Below it, symlinks to files are
+    hashed with their target's content, symlinks to directories are not
+    followed, and dangling symlinks are left out (as the Go client does)."""
     h = hashlib.sha256(b"pgfork-template-hash/1\n")
     if directory:
         root = Path(directory)

@@ -3,11 +3,22 @@
 from __future__ import annotations
 
 from pathlib import Path
+from types import ModuleType
 from typing import Optional
 
-import psycopg
-
 from .hashing import StrPath
+
+
+def psycopg_module() -> ModuleType:
+    """psycopg 3, imported on first use: the package works without it (the
+    client and hashing need only the standard library) until a connection is
+    needed."""
+    try:
+        import psycopg
+    except ImportError as e:
+        raise ImportError("pgfork needs psycopg 3 to connect to databases: "
+                          "install it with the extra, pip install 'pgfork[psycopg]'") from e
+    return psycopg
 
 
 def run_sql_files(url: str, directory: Optional[StrPath]) -> None:
@@ -15,6 +26,7 @@ def run_sql_files(url: str, directory: Optional[StrPath]) -> None:
     if not directory:
         return
     files = sorted(Path(directory).glob("*.sql"))
+    psycopg = psycopg_module()
     with psycopg.connect(url, autocommit=True) as conn:
         for f in files:
             sql = f.read_text(encoding="utf-8")

@@ -1,15 +1,21 @@
 """pytest plugin: a fresh, migrated PostgreSQL database per test from `pgfork serve`.
 
 Fixtures: ``pgfork_db`` (a :class:`PgforkDatabase` with ``.url`` and ``.conn``),
-``pgfork_conn`` (its psycopg connection), ``pgfork_client`` and
-``pgfork_template`` (session). Override the session fixture ``pgfork_migrate``
-to return a callable ``(url) -> None`` that migrates the template your way.
+``pgfork_conn`` (its psycopg connection), ``pgfork_db_factory`` (more databases,
+from any number of templates: ``pgfork_db_factory(migrations="other")``),
+``pgfork_client`` and ``pgfork_template`` (session). Override the session
+fixture ``pgfork_migrate`` to return a callable ``(url) -> None`` that migrates
+the default template your way.
 
-Settings (ini or pyproject ``[tool.pytest.ini_options]``; environment first):
-``pgfork_url`` ($PGFORK_URL), ``pgfork_token`` ($PGFORK_TOKEN),
-``pgfork_migrations`` (relative to the ini file), ``pgfork_extra_key``,
-``pgfork_serve_args`` ($PGFORK_SERVE_ARGS: extra arguments for a server the
-plugin starts itself).
+Settings, first found wins: command line (``--pgfork-url`` …), environment
+($PGFORK_URL …), ini or pyproject ``[tool.pytest.ini_options]``:
+``pgfork_url``, ``pgfork_token``, ``pgfork_migrations`` (relative to the ini
+file; on the command line, to the current directory), ``pgfork_extra_key``,
+``pgfork_serve_args`` (extra arguments for a server the plugin starts itself),
+``pgfork_autocommit`` (``.conn``'s mode, default true).
+
+Passwords never appear in a failure report (``--pgfork-show-password`` shows
+the kept database's URL in full).
 """
 
 from __future__ import annotations
@@ -18,74 +24,218 @@ import os
 import shlex
 import shutil
 import tempfile
+import urllib.parse
 from pathlib import Path
-from typing import Any, Callable, Generator, Iterator, Optional
+from typing import TYPE_CHECKING, Any, Callable, Dict, Generator, Iterator, List, Optional, Set
 
-import psycopg
 import pytest
 
-from .client import DEFAULT_URL, Client, TemplateAlreadyInitialized, TemplateDiscarded, TestDatabase
-from .hashing import template_hash
-from .migrate import run_sql_files
+from .client import DEFAULT_URL, Client, DatabaseConfig, TemplateAlreadyInitialized, TemplateDiscarded, TestDatabase
+from .hashing import StrPath, template_hash
+from .migrate import psycopg_module, run_sql_files
 from .server import ensure_server, stop_server
+
+if TYPE_CHECKING:
+    import psycopg
 
 RUN_DIR_ENV = "PGFORK_PYTEST_RUN_DIR"  # shared by the controller and its xdist workers
 _owned_run_dir = pytest.StashKey[str]()
-_db_key = pytest.StashKey["PgforkDatabase"]()
+_dbs_key = pytest.StashKey[List["PgforkDatabase"]]()
 
 Migrate = Callable[[str], None]
+
+# Every password this process has seen in a database config; failure reports
+# are scrubbed of them.
+_passwords: Set[str] = set()
+
+
+def _remember(config: DatabaseConfig) -> None:
+    if config.password:
+        _passwords.add(config.password)
+
+
+def redact(text: str) -> str:
+    """text with every database password pgfork handed out in this process
+    (plain and URL-encoded) replaced by ``***``."""
+    for pw in sorted(_passwords, key=len, reverse=True):
+        for form in {pw, urllib.parse.quote(pw, safe=""), urllib.parse.quote_plus(pw)}:
+            text = text.replace(form, "***")
+    return text
 
 
 class PgforkDatabase:
     """One test's database: ``url``, ``conninfo``, and a lazily opened
-    autocommit psycopg connection ``conn``."""
+    psycopg connection ``conn`` (autocommit unless configured otherwise);
+    ``connect()`` opens more, closed when the test ends."""
 
-    def __init__(self, test_db: TestDatabase) -> None:
+    def __init__(self, test_db: TestDatabase, autocommit: bool = True) -> None:
         self.test_database = test_db
         self.id = test_db.id
         self.template_hash = test_db.template_hash
         self.name = test_db.config.database
         self.url = test_db.config.url
         self.conninfo = test_db.config.conninfo
+        self.autocommit = autocommit
         self.kept = False
-        self._conn: Optional[psycopg.Connection] = None
+        self._conn: Optional["psycopg.Connection[Any]"] = None
+        self._others: List["psycopg.Connection[Any]"] = []
+        _remember(test_db.config)
 
     @property
-    def conn(self) -> psycopg.Connection:
+    def conn(self) -> "psycopg.Connection[Any]":
+        """A psycopg connection, opened on first use, in autocommit mode
+        unless ``pgfork_autocommit``/``autocommit=False`` says otherwise."""
         if self._conn is None or self._conn.closed:
-            self._conn = psycopg.connect(self.url, autocommit=True)
+            self._conn = psycopg_module().connect(self.url, autocommit=self.autocommit)
         return self._conn
 
+    def connect(self, autocommit: Optional[bool] = None) -> "psycopg.Connection[Any]":
+        """A new psycopg connection (autocommit as for ``conn`` unless given),
+        closed when the test ends."""
+        c = psycopg_module().connect(self.url, autocommit=self.autocommit if autocommit is None else autocommit)
+        self._others.append(c)
+        return c
+
+    @property
+    def safe_url(self) -> str:
+        """``url`` with the password replaced by ``***``."""
+        pw = self.test_database.config.password
+        return self.url.replace(":" + urllib.parse.quote(pw, safe="") + "@", ":***@") if pw else self.url
+
     def close(self) -> None:
-        if self._conn is not None:
-            self._conn.close()
-            self._conn = None
+        for c in [self._conn, *self._others]:
+            if c is not None and not c.closed:
+                c.close()
+        self._conn = None
+        self._others = []
 
     def __repr__(self) -> str:
         return f"PgforkDatabase({self.name!r}, id={self.id})"
 
 
 class Template:
-    """The session's template: its hash and the client that built it."""
+    """A built template: its hash and the client that built it."""
 
     def __init__(self, client: Client, hash: str) -> None:
         self.client = client
         self.hash = hash
 
 
+class Templates:
+    """The templates of this session, each built once (and by one worker
+    across xdist workers: the others get 423 and wait on the server)."""
+
+    def __init__(self, client: Client) -> None:
+        self.client = client
+        self._built: Dict[str, Template] = {}
+        self._failed: Dict[str, str] = {}
+
+    def get(self, migrations: Optional[StrPath], extra_key: str = "", migrate: Optional[Migrate] = None) -> Template:
+        """The template of migrations + extra_key, built with migrate (default:
+        run migrations' *.sql files) if no process has built it. A callable's
+        code is not hashed: change extra_key when you change it."""
+        hash = template_hash(migrations, extra_key)
+        if hash in self._built:
+            return self._built[hash]
+        if hash in self._failed:
+            pytest.fail(self._failed[hash], pytrace=False)
+        try:
+            tpl = self.client.initialize_template(hash)
+        except TemplateAlreadyInitialized:
+            self._built[hash] = Template(self.client, hash)
+            return self._built[hash]
+        _remember(tpl.config)
+        try:
+            if migrate is not None:
+                migrate(tpl.config.url)
+            else:
+                run_sql_files(tpl.config.url, migrations)
+        except BaseException as e:
+            self.client.discard_template(hash)  # waiters fail at once instead of timing out
+            self._failed[hash] = redact(f"pgfork: migrating template {hash} failed: {e}")
+            pytest.fail(self._failed[hash], pytrace=False)
+        self.client.finalize_template(hash)
+        self._built[hash] = Template(self.client, hash)
+        return self._built[hash]
+
+    def database(self, request: pytest.FixtureRequest, template: Template, autocommit: bool,
+                 readonly: bool) -> Iterator[PgforkDatabase]:
+        """A test database from template, given back when the test ends
+        (recreated, or unlocked if readonly; kept if the test failed)."""
+        try:
+            td = self.client.get_test_database(template.hash)
+        except TemplateDiscarded as e:
+            pytest.fail(f"pgfork: {e} (another worker's migrations probably failed)", pytrace=False)
+        db = PgforkDatabase(td, autocommit=autocommit)
+        request.node.stash.setdefault(_dbs_key, []).append(db)
+        try:
+            yield db
+        finally:
+            db.close()
+            if not db.kept:
+                if readonly:
+                    self.client.unlock_test_database(db.template_hash, db.id)
+                else:
+                    self.client.recreate_test_database(db.template_hash, db.id)
+
+
+_OPTIONS = [
+    # (option, ini, environment, help)
+    ("--pgfork-url", "pgfork_url", "PGFORK_URL", f"pgfork serve base URL (default {DEFAULT_URL})"),
+    ("--pgfork-token", "pgfork_token", "PGFORK_TOKEN", "Bearer token for pgfork serve"),
+    ("--pgfork-migrations", "pgfork_migrations", "",
+     "directory hashed into the template key; its *.sql files are run in name order"),
+    ("--pgfork-extra-key", "pgfork_extra_key", "", "extra text hashed into the template key (change to rebuild)"),
+    ("--pgfork-serve-args", "pgfork_serve_args", "PGFORK_SERVE_ARGS",
+     "extra arguments for a `pgfork serve` the plugin starts"),
+    ("--pgfork-autocommit", "pgfork_autocommit", "", "true (default) or false: the mode of pgfork_db.conn"),
+]
+
+
 def pytest_addoption(parser: pytest.Parser) -> None:
-    parser.addini("pgfork_url", f"pgfork serve base URL ($PGFORK_URL wins; default {DEFAULT_URL})", default="")
-    parser.addini("pgfork_token", "Bearer token for pgfork serve ($PGFORK_TOKEN wins)", default="")
-    parser.addini("pgfork_migrations", "directory hashed into the template key; its *.sql files are run in name order",
-                  default="")
-    parser.addini("pgfork_serve_args", "extra arguments for a `pgfork serve` the plugin starts ($PGFORK_SERVE_ARGS wins)",
-                  default="")
-    parser.addini("pgfork_extra_key", "extra text hashed into the template key (bump to rebuild)", default="")
+    group = parser.getgroup("pgfork", "pgfork: a fresh, migrated PostgreSQL database per test")
+    for opt, ini, env, help in _OPTIONS:
+        where = f" (env {env}; ini {ini})" if env else f" (ini {ini})"
+        group.addoption(opt, dest=ini, default=None, help=help + where)
+        parser.addini(ini, help + (f" (${env} and {opt} win)" if env else f" ({opt} wins)"), default="")
+    group.addoption("--pgfork-show-password", dest="pgfork_show_password", action="store_true", default=False,
+                    help="show a kept database's URL with its password in the failure report (default: ***)")
+
+
+def _setting(config: pytest.Config, ini: str, env: str = "") -> str:
+    v = config.getoption(ini, default=None)
+    if v:
+        return str(v)
+    if env and os.environ.get(env):
+        return os.environ[env]
+    return str(config.getini(ini) or "")
+
+
+def _bool_setting(config: pytest.Config, ini: str, default: bool) -> bool:
+    v = _setting(config, ini).strip().lower()
+    if not v:
+        return default
+    if v in ("1", "true", "yes", "on"):
+        return True
+    if v in ("0", "false", "no", "off"):
+        return False
+    raise pytest.UsageError(f"pgfork: {ini} = {v!r}: want true or false")
+
+
+def _migrations_dir(config: pytest.Config) -> Optional[Path]:
+    if config.getoption("pgfork_migrations", default=None):
+        return Path(config.getoption("pgfork_migrations")).resolve()
+    migrations = str(config.getini("pgfork_migrations") or "")
+    if not migrations:
+        return None
+    base = config.inipath.parent if config.inipath else config.rootpath
+    return (base / migrations).resolve()
 
 
 def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line("markers", "pgfork_readonly: the test does not write; unlock its database instead of "
                                        "recreating it")
+    _bool_setting(config, "pgfork_autocommit", True)  # a bad value is a usage error at once
     # The controller (or a run without xdist) owns a run directory that its
     # workers inherit through the environment; a server the plugin starts is
     # recorded there and stopped in pytest_unconfigure.
@@ -108,28 +258,37 @@ def pytest_unconfigure(config: pytest.Config) -> None:
 def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Generator[None, Any, None]:
     outcome = yield
     report: pytest.TestReport = outcome.get_result()
-    db = item.stash.get(_db_key, None)
-    if db is not None and report.when == "call" and report.failed:
-        db.kept = True
-        report.sections.append(("pgfork", f"test failed: keeping test database {db.name} "
-                                          f"(template {db.template_hash}, id {db.id}) for inspection: {db.url}"))
-
-
-def _setting(config: pytest.Config, env: str, ini: str) -> str:
-    return os.environ.get(env) or str(config.getini(ini) or "")
+    dbs = item.stash.get(_dbs_key, [])
+    if report.when == "call" and report.failed:
+        show = bool(item.config.getoption("pgfork_show_password", default=False))
+        for db in dbs:
+            db.kept = True
+            report.sections.append(("pgfork", f"test failed: keeping test database {db.name} "
+                                              f"(template {db.template_hash}, id {db.id}) for inspection: "
+                                              f"{db.url if show else db.safe_url}"))
+    if report.failed and _passwords:
+        # The test's own output, assertion values and tracebacks may hold a
+        # URL or conninfo: never show the password.
+        if report.longrepr is not None:
+            text = str(report.longrepr)
+            if redact(text) != text:
+                report.longrepr = redact(text)
+        shown = [db.url for db in dbs] if item.config.getoption("pgfork_show_password", default=False) else []
+        report.sections = [(k, v if k == "pgfork" and any(u in v for u in shown) else redact(v))
+                           for k, v in report.sections]
 
 
 @pytest.fixture(scope="session")
 def pgfork_client(pytestconfig: pytest.Config) -> Client:
     """A client for the configured server, started in the background if none
     answers and a `pgfork` binary is on PATH."""
-    url = _setting(pytestconfig, "PGFORK_URL", "pgfork_url") or os.environ.get("INTEGRESQL_CLIENT_BASE_URL", "")
-    client = Client(url or DEFAULT_URL, token=_setting(pytestconfig, "PGFORK_TOKEN", "pgfork_token") or None)
+    url = _setting(pytestconfig, "pgfork_url", "PGFORK_URL") or os.environ.get("INTEGRESQL_CLIENT_BASE_URL", "")
+    client = Client(url or DEFAULT_URL, token=_setting(pytestconfig, "pgfork_token", "PGFORK_TOKEN") or None)
     run_dir = Path(os.environ.get(RUN_DIR_ENV) or tempfile.mkdtemp(prefix="pgfork-pytest-"))
-    extra = shlex.split(_setting(pytestconfig, "PGFORK_SERVE_ARGS", "pgfork_serve_args"))
+    extra = shlex.split(_setting(pytestconfig, "pgfork_serve_args", "PGFORK_SERVE_ARGS"))
     if not ensure_server(client, run_dir, extra_args=extra):
         msg = (f"no pgfork server answers at {client.base_url} and no `pgfork` binary is on PATH to start one; "
-               "run `pgfork serve` or set PGFORK_URL / pgfork_url")
+               "run `pgfork serve` or set --pgfork-url / PGFORK_URL / pgfork_url")
         if url:
             pytest.fail(msg, pytrace=False)
         pytest.skip(msg)
@@ -137,62 +296,80 @@ def pgfork_client(pytestconfig: pytest.Config) -> Client:
 
 
 @pytest.fixture(scope="session")
+def pgfork_templates(pgfork_client: Client) -> Templates:
+    """This session's templates (see pgfork_db_factory)."""
+    return Templates(pgfork_client)
+
+
+@pytest.fixture(scope="session")
 def pgfork_migrate() -> Optional[Migrate]:
-    """Override to return a callable that migrates the template at a URL; the
-    default (None) runs the *.sql files of pgfork_migrations."""
+    """Override to return a callable that migrates the default template at a
+    URL; the default (None) runs the *.sql files of pgfork_migrations."""
     return None
 
 
 @pytest.fixture(scope="session")
-def pgfork_template(pytestconfig: pytest.Config, pgfork_client: Client,
+def pgfork_template(pytestconfig: pytest.Config, pgfork_templates: Templates,
                     pgfork_migrate: Optional[Migrate]) -> Template:
-    """Build the template once across the run (423: another worker builds it)."""
-    migrations = str(pytestconfig.getini("pgfork_migrations") or "")
-    mdir: Optional[Path] = None
-    if migrations:
-        base = pytestconfig.inipath.parent if pytestconfig.inipath else pytestconfig.rootpath
-        mdir = (base / migrations).resolve()
-    hash = template_hash(mdir, str(pytestconfig.getini("pgfork_extra_key") or ""))
-    try:
-        tpl = pgfork_client.initialize_template(hash)
-    except TemplateAlreadyInitialized:
-        return Template(pgfork_client, hash)
-    try:
-        if pgfork_migrate is not None:
-            pgfork_migrate(tpl.config.url)
-        else:
-            run_sql_files(tpl.config.url, mdir)
-    except BaseException as e:
-        pgfork_client.discard_template(hash)  # waiters fail at once instead of timing out
-        pytest.fail(f"pgfork: migrating template {hash} failed: {e}", pytrace=False)
-    pgfork_client.finalize_template(hash)
-    return Template(pgfork_client, hash)
+    """The default template (pgfork_migrations, pgfork_extra_key), built once
+    across the run (423: another worker builds it)."""
+    return pgfork_templates.get(_migrations_dir(pytestconfig), _setting(pytestconfig, "pgfork_extra_key"),
+                                pgfork_migrate)
 
 
 @pytest.fixture
-def pgfork_db(request: pytest.FixtureRequest, pgfork_template: Template) -> Iterator[PgforkDatabase]:
+def pgfork_db(request: pytest.FixtureRequest, pytestconfig: pytest.Config, pgfork_templates: Templates,
+              pgfork_template: Template) -> Iterator[PgforkDatabase]:
     """A fresh database for this test. Recreated after a passing test (unlocked
     with the pgfork_readonly marker); kept, with its URL in the report, after a
     failing one."""
-    client = pgfork_template.client
-    try:
-        td = client.get_test_database(pgfork_template.hash)
-    except TemplateDiscarded as e:
-        pytest.fail(f"pgfork: {e} (another worker's migrations probably failed)", pytrace=False)
-    db = PgforkDatabase(td)
-    request.node.stash[_db_key] = db
-    try:
-        yield db
-    finally:
-        db.close()
-        if not db.kept:
-            if request.node.get_closest_marker("pgfork_readonly"):
-                client.unlock_test_database(db.template_hash, db.id)
-            else:
-                client.recreate_test_database(db.template_hash, db.id)
+    yield from pgfork_templates.database(request, pgfork_template,
+                                         _bool_setting(pytestconfig, "pgfork_autocommit", True),
+                                         request.node.get_closest_marker("pgfork_readonly") is not None)
 
 
 @pytest.fixture
-def pgfork_conn(pgfork_db: PgforkDatabase) -> psycopg.Connection:
-    """The autocommit psycopg connection of this test's pgfork_db."""
+def pgfork_db_factory(request: pytest.FixtureRequest, pytestconfig: pytest.Config,
+                      pgfork_templates: Templates) -> Iterator[Callable[..., PgforkDatabase]]:
+    """A function that returns a fresh database per call, from the template of
+    its arguments (built once per session, like pgfork_db's):
+
+        def test_two(pgfork_db_factory):
+            a = pgfork_db_factory(migrations="migrations/app")
+            b = pgfork_db_factory(migrations="migrations/audit", autocommit=False)
+
+    Arguments (all keywords but migrations): migrations (a directory, relative
+    to the ini file; default pgfork_migrations), extra_key (default
+    pgfork_extra_key), migrate (a callable (url) -> None instead of running the
+    *.sql files; not hashed), autocommit (default pgfork_autocommit), readonly
+    (unlock instead of recreate after a passing test). Every database is given
+    back, or kept if the test failed, when the test ends."""
+    gens: List[Iterator[PgforkDatabase]] = []
+    base = pytestconfig.inipath.parent if pytestconfig.inipath else pytestconfig.rootpath
+    default_autocommit = _bool_setting(pytestconfig, "pgfork_autocommit", True)
+
+    def factory(migrations: Optional[StrPath] = None, *, extra_key: Optional[str] = None,
+                migrate: Optional[Migrate] = None, autocommit: Optional[bool] = None,
+                readonly: bool = False) -> PgforkDatabase:
+        mdir = _migrations_dir(pytestconfig) if migrations is None else (base / Path(migrations)).resolve()
+        key = _setting(pytestconfig, "pgfork_extra_key") if extra_key is None else extra_key
+        tpl = pgfork_templates.get(mdir, key, migrate)
+        gen = pgfork_templates.database(request, tpl, default_autocommit if autocommit is None else autocommit,
+                                        readonly)
+        db = next(gen)
+        gens.append(gen)
+        return db
+
+    try:
+        yield factory
+    finally:
+        for gen in reversed(gens):
+            for _ in gen:  # runs its finally: close and give back
+                pass
+
+
+@pytest.fixture
+def pgfork_conn(pgfork_db: PgforkDatabase) -> "psycopg.Connection[Any]":
+    """The psycopg connection of this test's pgfork_db (autocommit unless
+    pgfork_autocommit is false)."""
     return pgfork_db.conn

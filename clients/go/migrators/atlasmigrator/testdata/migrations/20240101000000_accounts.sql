@@ -1,0 +1,2 @@
+CREATE TABLE accounts (id serial PRIMARY KEY, owner text NOT NULL);
+INSERT INTO accounts (owner) VALUES ('alice'), ('bob');

@@ -1,0 +1,1 @@
+INSERT INTO accounts (owner) VALUES ('bob');

@@ -1,0 +1,6 @@
+-- +goose Up
+CREATE TABLE accounts (id serial PRIMARY KEY, owner text NOT NULL);
+INSERT INTO accounts (owner) VALUES ('alice');
+
+-- +goose Down
+DROP TABLE accounts;

@@ -1,0 +1,5 @@
+-- +goose Up
+INSERT INTO accounts (owner) VALUES ('bob');
+
+-- +goose Down
+DELETE FROM accounts WHERE owner = 'bob';

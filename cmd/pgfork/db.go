@@ -215,6 +215,9 @@ application, client), or terminates them with --force.`,
 				return err
 			}
 			names := []string{name}
+			if err := dbclone.CheckJobs(jobs); err != nil {
+				return err
+			}
 			if cmd.Flags().Changed("count") {
 				if names, err = dbclone.CountNames(name, count); err != nil {
 					return err
@@ -268,9 +271,6 @@ application, client), or terminates them with --force.`,
 
 func createMany(cmd *cobra.Command, srv *dbServer, names []string, from string, opts dbclone.CreateOptions, jobs int) error {
 	ctx := cmd.Context()
-	if jobs < 1 {
-		return errs.New(errs.Usage, "--jobs must be at least 1, not %d", jobs)
-	}
 	tty := term.IsTerminal(int(os.Stderr.Fd())) && !g.quiet
 	last := time.Now()
 	progress := func(done, total int) {

@@ -183,3 +183,27 @@ func TestDBCommands(t *testing.T) {
 	p.ok("db", "rm-snapshot", "first snap", "--cluster", "dbcli")
 	p.fails(exitNotFound, "no snapshots", "db", "restore", "My DB ü", "--cluster", "dbcli")
 }
+
+// TestDBCreateBounds: --count and --jobs out of range are usage errors
+// (exit 2 with a hint) before any connection, never a panic.
+func TestDBCreateBounds(t *testing.T) {
+	pgBin := testenv.PGBinDirs(t)[0]
+	bin := copyTestBinary(t)
+	p := &dbCLI{t: t, bin: bin, home: testenv.Dir(t), pgBin: pgBin}
+	// No server listens here: a bounds check that came after connecting
+	// would fail with another exit code.
+	url := "postgres://nobody@127.0.0.1:1/postgres"
+	for _, args := range [][]string{
+		{"--count", "9223372036854775807"},
+		{"--count", "100001"},
+		{"--count", "0"},
+		{"--count", "3", "--jobs", "0"},
+		{"--count", "3", "--jobs", "1000000"},
+		{"--jobs", "-1"},
+	} {
+		code, _, errOut := p.run(append([]string{"db", "create", "w", "--from", "template1", "--url", url}, args...)...)
+		if code != exitUsage || !strings.Contains(errOut, "hint:") || strings.Contains(errOut, "panic") {
+			t.Errorf("db create %v: exit %d, stderr %q; want exit 2 with a hint", args, code, errOut)
+		}
+	}
+}

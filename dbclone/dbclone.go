@@ -352,24 +352,26 @@ func checkCreate(ctx context.Context, conn *pgx.Conn, name, template string) err
 // createErr turns a CREATE DATABASE failure into a typed error.
 func createErr(ctx context.Context, conn *pgx.Conn, err error, name, template string, s Strategy) error {
 	var pe *pgconn.PgError
-	if !errors.As(err, &pe) {
+	if !errors.As(err, &pe) || ctx.Err() != nil {
 		return sqlErr(ctx, err, "cannot create database %q from %q", name, template)
 	}
-	switch pe.Code {
-	case "42P04":
+	kind, _ := SQLKind(err)
+	switch {
+	case kind == errs.Exists:
 		return errs.Wrap(errs.Exists, err, "database %q already exists", name).WithHint("choose another name, or drop it first")
-	case "3D000":
+	case pe.Code == "3D000":
 		return errs.Wrap(errs.NotFound, err, "template database %q does not exist", template)
-	case "42704":
+	case kind == errs.NotFound:
 		return errs.Wrap(errs.NotFound, err, "cannot create database %q", name).WithHint("check that the owner role exists")
-	case "42501":
+	case pe.Code == "42501":
 		return errs.Wrap(errs.Permission, err, "cannot create database %q from %q", name, template).
 			WithHint("the role needs CREATEDB, and must own the template or the template must be IS_TEMPLATE; to give a database away the role must be a member of the owner role")
-	case "55006":
+	case pe.Code == "55006":
 		sess, _ := Sessions(ctx, conn, template)
 		return busyErr(template, sess, err)
-	case "53100":
-		return errs.Wrap(errs.NoSpace, err, "out of disk space creating database %q", name)
+	case kind == errs.NoSpace:
+		return errs.Wrap(errs.NoSpace, err, "out of disk space creating database %q", name).
+			WithHint("free space on the server's data directory")
 	}
 	if s == Clone && (strings.Contains(pe.Message, "clone") || strings.Contains(pe.Message, "reflink")) {
 		return errs.Wrap(errs.Unsupported, err, "the server cannot clone files for database %q", name).
@@ -378,24 +380,9 @@ func createErr(ctx context.Context, conn *pgx.Conn, err error, name, template st
 	return sqlErr(ctx, err, "cannot create database %q from %q", name, template)
 }
 
-// sqlErr wraps a (non-nil) server or connection error, reporting
-// cancellation as such.
+// sqlErr wraps a (non-nil) server or connection error by SQLError.
 func sqlErr(ctx context.Context, err error, format string, args ...any) *errs.Error {
-	if ctx.Err() != nil {
-		return errs.Wrap(errs.Interrupted, ctx.Err(), format, args...)
-	}
-	var pe *pgconn.PgError
-	if errors.As(err, &pe) {
-		switch pe.Code {
-		case "42501":
-			return errs.Wrap(errs.Permission, err, format, args...)
-		case "53100":
-			return errs.Wrap(errs.NoSpace, err, format, args...)
-		case "57014":
-			return errs.Wrap(errs.Interrupted, err, format, args...)
-		}
-	}
-	return errs.Wrap(errs.Internal, err, format, args...)
+	return SQLError(ctx, err, format, args...)
 }
 
 func isState(err error, code string) bool {

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"strings"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
@@ -101,14 +100,12 @@ func (c *SQLCreator) Drop(ctx context.Context, name string) error {
 	return nil
 }
 
-// classify wraps a server error, marking "object in use" (55006) as ErrInUse.
+// classify wraps a server error with dbclone's SQLSTATE classifier,
+// marking "object in use" (55006) as ErrInUse.
 func classify(err error, format string, args ...any) error {
 	var pe *pgconn.PgError
 	if errors.As(err, &pe) && pe.Code == "55006" {
 		return errs.Wrap(errs.Busy, fmt.Errorf("%w: %s", ErrInUse, pe.Message), format, args...)
 	}
-	if errors.As(err, &pe) && (pe.Code == "53100" || strings.Contains(pe.Message, "No space left")) {
-		return errs.Wrap(errs.NoSpace, err, format, args...)
-	}
-	return errs.Wrap(errs.Internal, err, format, args...)
+	return dbclone.SQLError(context.Background(), err, format, args...)
 }

@@ -153,6 +153,9 @@ type CreateOptions struct {
 	Comment string
 	// NoConnections marks the new database ALLOW_CONNECTIONS false.
 	NoConnections bool
+	// commentFor, when set, gives the comment once the strategy is known
+	// (snapshots record it); it overrides Comment.
+	commentFor func(Strategy) string
 }
 
 // Result describes a database Create made.
@@ -217,6 +220,14 @@ func Create(ctx context.Context, conn *pgx.Conn, name, template string, opts Cre
 	}
 	res.Plain = t.Version < 15
 
+	if _, err := Sweep(ctx, conn); err != nil {
+		return nil, err
+	}
+	work, err := startWork(ctx, conn)
+	if err != nil {
+		return nil, err
+	}
+	defer unlockWork(ctx, conn, work)
 	deadline := time.Now().Add(opts.WaitTimeout)
 	for attempt := 0; ; attempt++ {
 		term, err := clearTemplate(ctx, conn, template, deadline, opts.Force)
@@ -224,10 +235,12 @@ func Create(ctx context.Context, conn *pgx.Conn, name, template string, opts Cre
 		if err != nil {
 			return nil, err
 		}
-		err = execCreate(ctx, conn, name, template, res.Strategy, opts, t)
+		err = execCreate(ctx, conn, work, template, res.Strategy, opts, t)
 		if err == nil {
 			break
 		}
+		// An interrupted CREATE DATABASE may still have committed.
+		dropWork(ctx, conn, work)
 		// A session connected between our check and the CREATE: go round
 		// again while time remains (or Force can act).
 		if isState(err, "55006") && attempt < 20 && (opts.Force || time.Now().Before(deadline)) {
@@ -235,18 +248,52 @@ func Create(ctx context.Context, conn *pgx.Conn, name, template string, opts Cre
 		}
 		return nil, createErr(ctx, conn, err, name, template, res.Strategy)
 	}
-	if opts.Comment != "" {
-		if _, err := conn.Exec(ctx, "COMMENT ON DATABASE "+quote(name)+" IS "+literal(opts.Comment)); err != nil {
-			return nil, sqlErr(ctx, err, "database %q was created but cannot be commented", name)
-		}
-	}
-	if opts.NoConnections {
-		if _, err := conn.Exec(ctx, "ALTER DATABASE "+quote(name)+" ALLOW_CONNECTIONS false"); err != nil {
-			return nil, sqlErr(ctx, err, "database %q was created but cannot be closed to connections", name)
-		}
+	if err := finishWork(ctx, conn, work, name, res.Strategy, opts); err != nil {
+		dropWork(ctx, conn, work)
+		return nil, err
 	}
 	res.Elapsed = time.Since(start)
 	return res, nil
+}
+
+// finishWork gives the copy work its comment and connection setting and
+// renames it to name, in one transaction. Once the copy exists it runs to
+// the end even if ctx is cancelled (it takes milliseconds), so an
+// interrupted Create either made name completely or made nothing.
+func finishWork(ctx context.Context, conn *pgx.Conn, work, name string, s Strategy, opts CreateOptions) error {
+	comment := opts.Comment
+	if opts.commentFor != nil {
+		comment = opts.commentFor(s)
+	}
+	fctx := context.WithoutCancel(ctx)
+	tx, err := conn.Begin(fctx)
+	if err != nil {
+		return sqlErr(ctx, err, "cannot finish database %q", name)
+	}
+	defer func() { _ = tx.Rollback(fctx) }()
+	if comment != "" {
+		if _, err := tx.Exec(fctx, "COMMENT ON DATABASE "+quote(work)+" IS "+literal(comment)); err != nil {
+			return sqlErr(ctx, err, "cannot comment database %q", name)
+		}
+	}
+	if opts.NoConnections {
+		if _, err := tx.Exec(fctx, "ALTER DATABASE "+quote(work)+" ALLOW_CONNECTIONS false"); err != nil {
+			return sqlErr(ctx, err, "cannot close database %q to connections", name)
+		}
+	}
+	if _, err := tx.Exec(fctx, "ALTER DATABASE "+quote(work)+" RENAME TO "+quote(name)); err != nil {
+		if k, _ := SQLKind(err); k == errs.Exists {
+			return errs.Wrap(errs.Exists, err, "database %q already exists", name).WithHint("choose another name, or drop it first")
+		}
+		return sqlErr(ctx, err, "cannot rename the copy to %q", name)
+	}
+	if err := tx.Commit(fctx); err != nil {
+		if k, _ := SQLKind(err); k == errs.Exists {
+			return errs.Wrap(errs.Exists, err, "database %q already exists", name).WithHint("choose another name, or drop it first")
+		}
+		return sqlErr(ctx, err, "cannot finish database %q", name)
+	}
+	return nil
 }
 
 // literal quotes a string as an SQL literal (COMMENT ON takes no parameters).

@@ -122,6 +122,7 @@ func connectDB(ctx context.Context, avoid ...string) (*dbServer, error) {
 			}
 		}
 	}
+	dbclone.CancelOnServer(cfg)
 	s.cfg = cfg
 	if s.conn, err = pgx.ConnectConfig(ctx, cfg.Copy()); err != nil {
 		if ctx.Err() != nil {

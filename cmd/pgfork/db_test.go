@@ -10,7 +10,9 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"syscall"
 	"testing"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 
@@ -204,6 +206,133 @@ func TestDBCreateBounds(t *testing.T) {
 		code, _, errOut := p.run(append([]string{"db", "create", "w", "--from", "template1", "--url", url}, args...)...)
 		if code != exitUsage || !strings.Contains(errOut, "hint:") || strings.Contains(errOut, "panic") {
 			t.Errorf("db create %v: exit %d, stderr %q; want exit 2 with a hint", args, code, errOut)
+		}
+	}
+}
+
+// TestDBInterrupted: `db snapshot` and `db create` killed (kill -9) or
+// stopped (SIGTERM) while the server copies leave no database under the
+// final name, nothing `db snapshots` cannot see or remove, and the same
+// command run again succeeds. The copy is held mid-way by a transaction
+// that locks the source database (COMMENT ON DATABASE), so the kill always
+// lands while CREATE DATABASE runs.
+func TestDBInterrupted(t *testing.T) {
+	pgBin := testenv.PGBinDirs(t)[0]
+	bin := copyTestBinary(t)
+	home := testenv.Dir(t)
+	p := &dbCLI{t: t, bin: bin, home: home, pgBin: pgBin}
+	t.Cleanup(func() { _ = exec.Command(bin, "--state-dir", home, "down", "--all", "--timeout", "1s").Run() })
+	var up struct {
+		URL string `json:"url"`
+	}
+	if err := json.Unmarshal([]byte(p.ok("up", "--json", "--name", "dbint")), &up); err != nil || up.URL == "" {
+		t.Fatalf("pgfork up --json: %v %+v", err, up)
+	}
+	ctx := context.Background()
+	conn, err := pgx.Connect(ctx, up.URL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close(ctx)
+	if _, err := conn.Exec(ctx, "CREATE DATABASE src"); err != nil {
+		t.Fatal(err)
+	}
+	dbs := func(like string) []string {
+		t.Helper()
+		rows, err := conn.Query(ctx, "SELECT datname::text FROM pg_database WHERE datname LIKE $1 ORDER BY 1", like)
+		if err != nil {
+			t.Fatal(err)
+		}
+		names, err := pgx.CollectRows(rows, pgx.RowTo[string])
+		if err != nil {
+			t.Fatal(err)
+		}
+		return names
+	}
+	copying := func() int {
+		var n int
+		if err := conn.QueryRow(ctx, "SELECT count(*) FROM pg_stat_activity WHERE query LIKE 'CREATE DATABASE%' AND pid <> pg_backend_pid()").Scan(&n); err != nil {
+			t.Fatal(err)
+		}
+		return n
+	}
+	waitUntil := func(what string, cond func() bool) {
+		t.Helper()
+		deadline := time.Now().Add(60 * time.Second)
+		for !cond() {
+			if time.Now().After(deadline) {
+				t.Fatalf("timed out waiting for %s", what)
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+	}
+	// interrupt runs pgfork args, holds its CREATE DATABASE on a lock,
+	// sends sig, then lets the server go on and waits until it is done.
+	interrupt := func(sig syscall.Signal, args ...string) int {
+		t.Helper()
+		holder, err := pgx.Connect(ctx, up.URL)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer holder.Close(ctx)
+		tx, err := holder.Begin(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := tx.Exec(ctx, "COMMENT ON DATABASE src IS 'held'"); err != nil {
+			t.Fatal(err)
+		}
+		cmd := exec.Command(bin, append([]string{"--state-dir", home, "--pg-bin", pgBin}, args...)...)
+		var stderr bytes.Buffer
+		cmd.Stderr = &stderr
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		waitUntil("CREATE DATABASE to start", func() bool { return copying() > 0 })
+		_ = cmd.Process.Signal(sig)
+		err = cmd.Wait()
+		_ = tx.Rollback(ctx)
+		waitUntil("the server to finish the copy", func() bool { return copying() == 0 })
+		code := 0
+		var ee *exec.ExitError
+		if errors.As(err, &ee) {
+			code = ee.ExitCode()
+		}
+		t.Logf("pgfork %s after %v: exit %d %s", strings.Join(args, " "), sig, code, strings.TrimSpace(stderr.String()))
+		return code
+	}
+
+	for _, sig := range []syscall.Signal{syscall.SIGKILL, syscall.SIGTERM} {
+		snap, db := "s-"+sig.String(), "c-"+sig.String()
+		code := interrupt(sig, "db", "snapshot", "src", snap, "--no-spare", "--cluster", "dbint")
+		if sig == syscall.SIGTERM && code != exitInterrupted {
+			t.Errorf("snapshot after SIGTERM: exit %d, want %d", code, exitInterrupted)
+		}
+		if sig == syscall.SIGTERM {
+			// The command itself removed its work.
+			if left := dbs("pgfork\\_%"); len(left) != 0 {
+				t.Errorf("SIGTERM left %v", left)
+			}
+		}
+		if out := p.ok("db", "snapshots", "--cluster", "dbint"); strings.Contains(out, snap) {
+			t.Errorf("an interrupted snapshot is listed: %q", out)
+		}
+		if left := dbs("pgfork\\_%"); len(left) != 0 {
+			t.Errorf("after %v and db snapshots, left: %v", sig, left)
+		}
+		p.ok("db", "snapshot", "src", snap, "--no-spare", "--cluster", "dbint")
+		p.ok("db", "rm-snapshot", snap, "--cluster", "dbint")
+
+		code = interrupt(sig, "db", "create", db, "--from", "src", "--cluster", "dbint")
+		if sig == syscall.SIGTERM && code != exitInterrupted {
+			t.Errorf("create after SIGTERM: exit %d, want %d", code, exitInterrupted)
+		}
+		if got := dbs(db); len(got) != 0 {
+			t.Errorf("an interrupted create left database %v", got)
+		}
+		p.ok("db", "create", db, "--from", "src", "--cluster", "dbint")
+		if left := dbs("pgfork\\_%"); len(left) != 0 {
+			t.Errorf("after %v and a new create, left: %v", sig, left)
 		}
 	}
 }

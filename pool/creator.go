@@ -109,3 +109,27 @@ func classify(err error, format string, args ...any) error {
 	}
 	return dbclone.SQLError(context.Background(), err, format, args...)
 }
+
+// Sessions implements SessionCounter: the sessions connected to each of
+// names, from pg_stat_activity.
+func (c *SQLCreator) Sessions(ctx context.Context, names []string) (map[string]int, error) {
+	rows, err := c.Admin.Query(ctx, `SELECT datname::text, count(*)::int FROM pg_stat_activity
+		WHERE datname = ANY($1) GROUP BY datname`, names)
+	if err != nil {
+		return nil, classify(err, "cannot count sessions")
+	}
+	defer rows.Close()
+	out := map[string]int{}
+	for rows.Next() {
+		var n string
+		var k int
+		if err := rows.Scan(&n, &k); err != nil {
+			return nil, classify(err, "cannot count sessions")
+		}
+		out[n] = k
+	}
+	if err := rows.Err(); err != nil {
+		return nil, classify(err, "cannot count sessions")
+	}
+	return out, nil
+}

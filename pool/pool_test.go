@@ -405,3 +405,67 @@ func waitFor(t *testing.T, cond func() bool) {
 		time.Sleep(20 * time.Millisecond)
 	}
 }
+
+// TestPoolReclaimKeepsHeldDatabase: a holder that disconnects briefly and
+// reconnects (as a test opening connection after connection does) keeps its
+// database however long others wait: reclaim needs MinLifetime without any
+// session. Once the holder is really gone, the database is reclaimed and a
+// late unlock says it was reclaimed.
+func TestPoolReclaimKeepsHeldDatabase(t *testing.T) {
+	s := startPG(t)
+	const minLife = 300 * time.Millisecond
+	p := newPool(t, s, pool.Config{Initial: 1, Max: 1, MinLifetime: minLife})
+	a := acquire(t, p, 30*time.Second)
+	s.mustExec(t, a.Name, "CREATE TABLE mine(x int)")
+
+	// The holder: connected 60 ms, away 60 ms, for 3 s.
+	stop := make(chan struct{})
+	holderErr := make(chan error, 1)
+	go func() {
+		for {
+			select {
+			case <-stop:
+				holderErr <- nil
+				return
+			default:
+			}
+			c, err := pgx.Connect(context.Background(), s.url(a.Name))
+			if err != nil {
+				holderErr <- err
+				return
+			}
+			_, err = c.Exec(context.Background(), "SELECT count(*) FROM mine")
+			time.Sleep(60 * time.Millisecond)
+			c.Close(context.Background())
+			if err != nil {
+				holderErr <- err
+				return
+			}
+			time.Sleep(60 * time.Millisecond)
+		}
+	}()
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
+	b, err := p.Acquire(ctx)
+	cancel()
+	close(stop)
+	if err == nil {
+		t.Errorf("a database in use by a reconnecting holder was reclaimed: got %s (id %d)", b.Name, b.ID)
+	}
+	if err := <-holderErr; err != nil {
+		t.Fatalf("the holder lost its database: %v", err)
+	}
+	if !s.databases(t, "t_")[a.Name] {
+		t.Fatalf("%s was dropped", a.Name)
+	}
+
+	// The holder is gone for good: reclaimed after MinLifetime without sessions.
+	t0 := time.Now()
+	b = acquire(t, p, 30*time.Second)
+	if b.ID == a.ID || time.Since(t0) < minLife {
+		t.Fatalf("reclaim: got id %d after %s", b.ID, time.Since(t0))
+	}
+	err = p.Unlock(a.ID)
+	if !errors.Is(err, pool.ErrTestNotFound) || !errors.Is(err, pool.ErrTestReclaimed) || !strings.Contains(err.Error(), "reclaimed") {
+		t.Fatalf("unlock of a reclaimed id: %v", err)
+	}
+}

@@ -110,8 +110,15 @@ type Config struct {
 	Template string              // template database name
 	Owner    string              // owner of the test databases
 	Name     func(id int) string // database name for an id
-	// Initial is how many databases the pool keeps ready (or on the way).
+	// Initial is how many databases the pool keeps ready (or on the way)
+	// when idle. Under demand the pool grows: every Acquire that finds
+	// nothing ready raises the number kept ahead by one, up to Max, and it
+	// falls back to Initial after IdleTimeout without an Acquire.
 	Initial int
+	// IdleTimeout is how long the pool must go without an Acquire before the
+	// ready databases it grew beyond Initial are dropped (default 60 s;
+	// negative: never).
+	IdleTimeout time.Duration
 	// Max bounds the databases of this pool, in any state.
 	Max int
 	// Parallel bounds concurrent creations/recreations (default 2).
@@ -185,6 +192,11 @@ type Pool struct {
 	lastErrAt time.Time
 	kickAt    time.Time // a reclaim retry is scheduled for then
 	probing   bool      // the session probe runs
+	// target is how many databases the pool keeps ready or on the way
+	// beyond its waiters: Initial, grown by misses, shrunk when idle.
+	target   int
+	misses   int       // acquires that found nothing ready
+	shrinkAt time.Time // a shrink check is scheduled for then
 	// reclaimed remembers the last ids reclaimed, so that their holders
 	// learn why the id is gone (bounded: reclaimedMax).
 	reclaimed     map[int]time.Duration
@@ -194,6 +206,9 @@ type Pool struct {
 	nwaiters atomic.Int64
 	lastUsed atomic.Int64 // unix nanos of the last Acquire
 }
+
+// DefaultIdleTimeout is Config.IdleTimeout's default.
+const DefaultIdleTimeout = 60 * time.Second
 
 // New starts a pool and begins filling it to cfg.Initial in the background.
 // Ids start at 0 (or come from cfg.NextID) and are never reused once a
@@ -208,6 +223,9 @@ func New(cfg Config, creator Creator) *Pool {
 	if cfg.Initial > cfg.Max {
 		cfg.Initial = cfg.Max
 	}
+	if cfg.IdleTimeout == 0 {
+		cfg.IdleTimeout = DefaultIdleTimeout
+	}
 	if cfg.RetryMin <= 0 {
 		cfg.RetryMin = 50 * time.Millisecond
 	}
@@ -216,7 +234,7 @@ func New(cfg Config, creator Creator) *Pool {
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	p := &Pool{cfg: cfg, creator: creator, ctx: ctx, cancel: cancel,
-		sem: make(chan struct{}, cfg.Parallel), dbs: map[int]*entry{}, reclaimed: map[int]time.Duration{}}
+		sem: make(chan struct{}, cfg.Parallel), dbs: map[int]*entry{}, reclaimed: map[int]time.Duration{}, target: cfg.Initial}
 	p.lastUsed.Store(time.Now().UnixNano())
 	p.mu.Lock()
 	p.fill()
@@ -254,6 +272,9 @@ func (p *Pool) Acquire(ctx context.Context) (DB, error) {
 		p.observeWait(start, true)
 		return db, nil
 	}
+	// A miss: demand outran the pool. Keep one more ready from now on.
+	p.misses++
+	p.target = min(p.target+1, p.cfg.Max)
 	w := &waiter{ch: make(chan result, 1)}
 	p.waiters = append(p.waiters, w)
 	p.nwaiters.Add(1)
@@ -343,6 +364,65 @@ func (p *Pool) becomeReady(e *entry) {
 	e.state = Ready
 	e.since = time.Now()
 	p.ready = append(p.ready, e.id)
+	if len(p.ready) > p.cfg.Initial {
+		p.scheduleShrink(p.cfg.IdleTimeout)
+	}
+}
+
+// scheduleShrink arranges a shrink check in d. Called with p.mu held.
+func (p *Pool) scheduleShrink(d time.Duration) {
+	if p.cfg.IdleTimeout < 0 {
+		return
+	}
+	at := time.Now().Add(d)
+	if !p.shrinkAt.IsZero() && !p.shrinkAt.After(at) && time.Now().Before(p.shrinkAt) {
+		return // one is due before then; it reschedules itself if needed
+	}
+	p.shrinkAt = at
+	time.AfterFunc(d+time.Millisecond, p.shrink)
+}
+
+// shrink drops the ready databases beyond Initial that have been ready for
+// IdleTimeout once the pool went IdleTimeout without an Acquire, and lowers
+// what it keeps ahead back to Initial; before then it checks again when
+// that time comes.
+func (p *Pool) shrink() {
+	p.mu.Lock()
+	p.shrinkAt = time.Time{}
+	if p.closed || len(p.ready) <= p.cfg.Initial && p.target <= p.cfg.Initial {
+		p.mu.Unlock()
+		return
+	}
+	if idle := time.Since(p.LastUsed()); idle < p.cfg.IdleTimeout {
+		p.scheduleShrink(p.cfg.IdleTimeout - idle)
+		p.mu.Unlock()
+		return
+	}
+	p.target = p.cfg.Initial
+	var names []string
+	for len(p.ready) > p.cfg.Initial {
+		e := p.dbs[p.ready[0]] // the longest ready
+		if age := time.Since(e.since); age < p.cfg.IdleTimeout {
+			p.scheduleShrink(p.cfg.IdleTimeout - age) // just made: give it its time
+			break
+		}
+		p.ready = p.ready[1:]
+		names = append(names, e.name)
+		delete(p.dbs, e.id)
+	}
+	if len(names) > 0 {
+		p.wg.Add(1)
+		go func() {
+			defer p.wg.Done()
+			for _, name := range names {
+				_ = p.creator.Drop(context.WithoutCancel(p.ctx), name)
+				if p.cfg.Limiter != nil {
+					p.cfg.Limiter.Release(1)
+				}
+			}
+		}()
+	}
+	p.mu.Unlock()
 }
 
 // Unlock gives a database back as it is, for reuse by the next test
@@ -427,7 +507,7 @@ func (p *Pool) fill() {
 			inflight++
 		}
 	}
-	deficit := p.cfg.Initial + len(p.waiters) - len(p.ready) - inflight
+	deficit := p.target + len(p.waiters) - len(p.ready) - inflight
 	for deficit > 0 && len(p.dbs) < p.cfg.Max {
 		if p.cfg.Limiter != nil && !p.cfg.Limiter.TryReserve(p) {
 			break
@@ -706,6 +786,7 @@ func (p *Pool) Evict(ctx context.Context) int {
 		return 0
 	}
 	p.evicted = true
+	p.target = p.cfg.Initial
 	var names []string
 	for _, id := range p.ready {
 		names = append(names, p.dbs[id].name)
@@ -773,13 +854,18 @@ type Stats struct {
 	Waiters int
 	Total   int
 	Max     int
+	// Target is how many databases the pool now keeps ready or on the way
+	// (Initial, grown by demand); Misses counts acquires that found none
+	// ready and waited for one.
+	Target int
+	Misses int
 }
 
 // Stats returns the pool's current counts.
 func (p *Pool) Stats() Stats {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	return Stats{ByState: p.countsLocked(), Waiters: len(p.waiters), Total: len(p.dbs), Max: p.cfg.Max}
+	return Stats{ByState: p.countsLocked(), Waiters: len(p.waiters), Total: len(p.dbs), Max: p.cfg.Max, Target: p.target, Misses: p.misses}
 }
 
 func (p *Pool) countsLocked() map[State]int {

@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -397,10 +398,15 @@ func TestManagerRestartAndLimit(t *testing.T) {
 
 func waitFor(t *testing.T, cond func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(30 * time.Second)
+	waitForWithin(t, 30*time.Second, cond)
+}
+
+func waitForWithin(t *testing.T, d time.Duration, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(d)
 	for !cond() {
 		if time.Now().After(deadline) {
-			t.Fatal("condition not reached within 30s")
+			t.Fatalf("condition not reached within %s", d)
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
@@ -468,4 +474,83 @@ func TestPoolReclaimKeepsHeldDatabase(t *testing.T) {
 	if !errors.Is(err, pool.ErrTestNotFound) || !errors.Is(err, pool.ErrTestReclaimed) || !strings.Contains(err.Error(), "reclaimed") {
 		t.Fatalf("unlock of a reclaimed id: %v", err)
 	}
+}
+
+// runSuite runs a suite of quick tests: workers tests at a time, each
+// acquiring a database, using it briefly and giving it back for
+// recreation, rounds times each. It returns the acquires that found no
+// ready database (and waited for a creation, which takes far longer than
+// waitedAfter) and the suite's duration.
+func runSuite(t testing.TB, p *pool.Pool, workers, rounds int) (misses int, took time.Duration) {
+	t.Helper()
+	const waitedAfter = 30 * time.Millisecond
+	var waited atomic.Int64
+	start := time.Now()
+	var wg sync.WaitGroup
+	errc := make(chan error, workers)
+	for range workers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for range rounds {
+				ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+				t0 := time.Now()
+				db, err := p.Acquire(ctx)
+				cancel()
+				if time.Since(t0) > waitedAfter {
+					waited.Add(1)
+				}
+				if err != nil {
+					errc <- err
+					return
+				}
+				time.Sleep(5 * time.Millisecond) // the test
+				if err := p.Recreate(db.ID); err != nil {
+					errc <- err
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	close(errc)
+	for err := range errc {
+		t.Fatal(err)
+	}
+	return int(waited.Load()), time.Since(start)
+}
+
+// TestPoolGrowsAndShrinks: a suite of quick tests drains a pool of Initial
+// databases at once; the pool grows toward demand (up to Max) so that the
+// next suite finds databases ready instead of waiting for creations, and
+// after IdleTimeout without requests it shrinks back to Initial.
+func TestPoolGrowsAndShrinks(t *testing.T) {
+	s := startPG(t)
+	const initial, max, workers, rounds = 1, 12, 4, 3
+	p := newPool(t, s, pool.Config{Initial: initial, Max: max, Parallel: 2, IdleTimeout: 8 * time.Second})
+	settled := func() bool {
+		st := p.Stats()
+		return st.ByState[pool.Creating]+st.ByState[pool.Dirty]+st.ByState[pool.Recreating] == 0
+	}
+	waitFor(t, func() bool { return p.Stats().ByState[pool.Ready] == initial })
+	m1, d1 := runSuite(t, p, workers, rounds)
+	waitFor(t, settled) // between two test packages
+	ready := p.Stats().ByState[pool.Ready]
+	m2, d2 := runSuite(t, p, workers, rounds)
+	st := p.Stats()
+	t.Logf("first suite: %d of %d acquires waited, %s; then %d ready; second suite: %d waited, %s; pool now %+v",
+		m1, workers*rounds, d1, ready, m2, d2, st)
+	if m2 > 2 {
+		t.Errorf("second suite: %d of %d acquires waited for a creation (%d were ready); the pool did not grow toward demand (%+v)",
+			m2, workers*rounds, ready, st)
+	}
+	if st.Total > max {
+		t.Errorf("pool grew beyond its maximum: %+v", st)
+	}
+	// Idle: back to Initial ready databases, the rest dropped.
+	waitForWithin(t, 90*time.Second, func() bool {
+		st := p.Stats()
+		return st.Total == initial && st.ByState[pool.Ready] == initial && st.Target == initial
+	})
+	waitFor(t, func() bool { return len(s.databases(t, "t_")) == initial })
 }

@@ -29,7 +29,7 @@ type pg struct {
 func (s *pg) url(db string) string { return s.inst.ConnString("postgres", db) }
 
 // startPG starts a throw-away PostgreSQL (test profile) for one test.
-func startPG(t *testing.T) *pg {
+func startPG(t testing.TB) *pg {
 	t.Helper()
 	bin := testenv.PGBinDirs(t)[0]
 	u, err := instance.ResolveUser("")
@@ -95,7 +95,7 @@ func (s *pg) databases(t testing.TB, prefix string) map[string]bool {
 	return m
 }
 
-func newPool(t *testing.T, s *pg, cfg pool.Config) *pool.Pool {
+func newPool(t testing.TB, s *pg, cfg pool.Config) *pool.Pool {
 	t.Helper()
 	cr := &pool.SQLCreator{Admin: s.admin, Strategy: pool.StrategyAuto}
 	if err := cr.Probe(context.Background()); err != nil {
@@ -396,12 +396,12 @@ func TestManagerRestartAndLimit(t *testing.T) {
 	}
 }
 
-func waitFor(t *testing.T, cond func() bool) {
+func waitFor(t testing.TB, cond func() bool) {
 	t.Helper()
 	waitForWithin(t, 30*time.Second, cond)
 }
 
-func waitForWithin(t *testing.T, d time.Duration, cond func() bool) {
+func waitForWithin(t testing.TB, d time.Duration, cond func() bool) {
 	t.Helper()
 	deadline := time.Now().Add(d)
 	for !cond() {

@@ -99,7 +99,7 @@ func CreateMany(ctx context.Context, connect func(context.Context) (*pgx.Conn, e
 	}
 	res := &ManyResult{Strategy: opts.Strategy}
 	if opts.Strategy == "" || opts.Strategy == Auto {
-		adv, err := Advise(ctx, first, template, opts.Target, opts.Calibration)
+		adv, err := AdviseLearned(ctx, first, template, opts.Target, opts.Calibration, opts.Learning)
 		if err != nil {
 			return nil, err
 		}

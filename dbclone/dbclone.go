@@ -149,6 +149,10 @@ type CreateOptions struct {
 	Target *Target
 	// Calibration holds the advisor's constants; nil: the built-in ones.
 	Calibration *Calibration
+	// Learning, when set, scales the advisor's estimates by what earlier
+	// creations took, and records what this one takes (with a fixed
+	// Strategy too: the model's estimate is computed for the comparison).
+	Learning *Learning
 	// Comment, when set, is stored with COMMENT ON DATABASE.
 	Comment string
 	// NoConnections marks the new database ALLOW_CONNECTIONS false.
@@ -208,11 +212,14 @@ func Create(ctx context.Context, conn *pgx.Conn, name, template string, opts Cre
 		return nil, err
 	}
 	res := &Result{Name: name, Template: template, Strategy: opts.Strategy}
-	if opts.Strategy == Auto {
-		adv, err := Advise(ctx, conn, template, t, opts.Calibration)
-		if err != nil {
+	var adv *Advice
+	if opts.Strategy == Auto || opts.Learning != nil {
+		var err error
+		if adv, err = AdviseLearned(ctx, conn, template, t, opts.Calibration, opts.Learning); err != nil {
 			return nil, err
 		}
+	}
+	if opts.Strategy == Auto {
 		res.Advice, res.Strategy = adv, adv.Choice
 	}
 	if err := supported(res.Strategy, t); err != nil {
@@ -228,6 +235,7 @@ func Create(ctx context.Context, conn *pgx.Conn, name, template string, opts Cre
 		return nil, err
 	}
 	defer unlockWork(ctx, conn, work)
+	var copied time.Duration // the CREATE DATABASE that succeeded
 	deadline := time.Now().Add(opts.WaitTimeout)
 	for attempt := 0; ; attempt++ {
 		term, err := clearTemplate(ctx, conn, template, deadline, opts.Force)
@@ -235,8 +243,10 @@ func Create(ctx context.Context, conn *pgx.Conn, name, template string, opts Cre
 		if err != nil {
 			return nil, err
 		}
+		t0 := time.Now()
 		err = execCreate(ctx, conn, work, template, res.Strategy, opts, t)
 		if err == nil {
+			copied = time.Since(t0)
 			break
 		}
 		// An interrupted CREATE DATABASE may still have committed.
@@ -251,6 +261,13 @@ func Create(ctx context.Context, conn *pgx.Conn, name, template string, opts Cre
 	if err := finishWork(ctx, conn, work, name, res.Strategy, opts); err != nil {
 		dropWork(ctx, conn, work)
 		return nil, err
+	}
+	if adv != nil && !res.Plain {
+		for _, e := range adv.Estimates {
+			if e.Strategy == res.Strategy {
+				opts.Learning.Observe(adv.Calibration, res.Strategy, adv.TemplateBytes, e.Model, copied)
+			}
+		}
 	}
 	res.Elapsed = time.Since(start)
 	return res, nil

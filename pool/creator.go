@@ -42,6 +42,9 @@ type SQLCreator struct {
 	// shares blocks (reflink); the advisor needs it to choose clone.
 	CanClone bool
 	target   *dbclone.Target
+	// learn is what auto's advisor learned from this creator's creations
+	// (in memory, for the life of the server).
+	learn dbclone.Learning
 }
 
 // Probe inspects the server once for the advisor.
@@ -81,7 +84,11 @@ func (c *SQLCreator) Create(ctx context.Context, name, template, owner string) (
 		return string(st), errs.Wrap(errs.Internal, err, "cannot connect to the server")
 	}
 	defer conn.Release()
-	res, err := dbclone.Create(ctx, conn.Conn(), name, template, dbclone.CreateOptions{Strategy: st, Owner: owner, Target: c.target})
+	opts := dbclone.CreateOptions{Strategy: st, Owner: owner, Target: c.target}
+	if st == dbclone.Auto {
+		opts.Learning = &c.learn
+	}
+	res, err := dbclone.Create(ctx, conn.Conn(), name, template, opts)
 	if err != nil {
 		if errs.KindOf(err) == errs.Busy {
 			return string(st), errs.Wrap(errs.Busy, fmt.Errorf("%w: %v", ErrInUse, err), "cannot create database %s", name)

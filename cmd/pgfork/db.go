@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -78,9 +79,53 @@ type dbServer struct {
 	target  *dbclone.Target
 	cal     *dbclone.Calibration
 	calFile string // where its calibration is (or would be) stored
+	// learn is what the advisor learned from creations on this server,
+	// stored in learnFile (beside the calibration) when it changed.
+	learn     *dbclone.Learning
+	learnFile string
+	learnWas  []byte
 }
 
-func (s *dbServer) close() { _ = s.conn.Close(context.Background()) }
+func (s *dbServer) close() {
+	_ = s.conn.Close(context.Background())
+	s.saveLearning()
+}
+
+// learnedFile is where the learning beside calibration file cal is kept.
+func learnedFile(cal string) string {
+	if cal == "" {
+		return ""
+	}
+	return strings.TrimSuffix(cal, ".json") + ".learned.json"
+}
+
+// loadLearning reads what earlier runs learned (a missing or unreadable
+// file starts afresh: it is a cache of measurements, not configuration).
+func (s *dbServer) loadLearning() {
+	s.learn, s.learnFile = &dbclone.Learning{}, learnedFile(s.calFile)
+	if s.learnFile == "" {
+		return
+	}
+	if b, err := os.ReadFile(s.learnFile); err == nil {
+		if json.Unmarshal(b, s.learn) != nil {
+			s.learn = &dbclone.Learning{}
+		}
+	}
+	s.learnWas, _ = json.Marshal(s.learn)
+}
+
+// saveLearning stores the learning when this run added to it (best
+// effort: losing a measurement costs nothing but a slower convergence).
+func (s *dbServer) saveLearning() {
+	if s.learn == nil || s.learnFile == "" {
+		return
+	}
+	if b, err := json.Marshal(s.learn); err == nil && !bytes.Equal(b, s.learnWas) {
+		if err := writeJSONFile(s.learnFile, s.learn); err != nil {
+			infof("could not store what the advisor learned: %v", err)
+		}
+	}
+}
 
 // connectDB connects to the server chosen by the flags. When the connection
 // would land in one of the databases in avoid (a template, or a database
@@ -143,6 +188,7 @@ func connectDB(ctx context.Context, avoid ...string) (*dbServer, error) {
 		s.close()
 		return nil, err
 	}
+	s.loadLearning()
 	return s, nil
 }
 
@@ -239,7 +285,7 @@ application, client), or terminates them with --force.`,
 				return err
 			}
 			defer srv.close()
-			opts := dbclone.CreateOptions{Strategy: st, Owner: owner, Force: force, WaitTimeout: wait, Target: srv.target, Calibration: srv.cal}
+			opts := dbclone.CreateOptions{Strategy: st, Owner: owner, Force: force, WaitTimeout: wait, Target: srv.target, Calibration: srv.cal, Learning: srv.learn}
 			if !cmd.Flags().Changed("count") {
 				res, err := dbclone.Create(ctx, srv.conn, name, from, opts)
 				if err != nil {

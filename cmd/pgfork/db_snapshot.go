@@ -47,7 +47,7 @@ then fails naming the sessions, or terminates them with --force.`,
 				return err
 			}
 			defer srv.close()
-			opts := dbclone.CreateOptions{Strategy: st, Force: force, WaitTimeout: wait, Target: srv.target, Calibration: srv.cal}
+			opts := dbclone.CreateOptions{Strategy: st, Force: force, WaitTimeout: wait, Target: srv.target, Calibration: srv.cal, Learning: srv.learn}
 			info, res, err := dbclone.Snapshot(ctx, srv.conn, db, name, opts)
 			if err != nil {
 				return err
@@ -113,7 +113,7 @@ terminates them (after --wait).`,
 				return err
 			}
 			defer srv.close()
-			copts := dbclone.CreateOptions{Strategy: dbclone.Auto, Force: force, WaitTimeout: wait, Target: srv.target, Calibration: srv.cal}
+			copts := dbclone.CreateOptions{Strategy: dbclone.Auto, Force: force, WaitTimeout: wait, Target: srv.target, Calibration: srv.cal, Learning: srv.learn}
 			res, err := dbclone.Restore(ctx, srv.conn, db, name, dbclone.RestoreOptions{Create: copts})
 			if err != nil {
 				return err

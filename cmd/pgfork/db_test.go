@@ -133,6 +133,21 @@ func TestDBCommands(t *testing.T) {
 		t.Errorf("--count: exit %d %q %q", code, out, errOut)
 	}
 
+	// Every create is a measurement: stored beside the calibration, and
+	// advise's estimates use it.
+	if _, err := os.Stat(filepath.Join(home, "calibration", "cluster-dbcli.learned.json")); err != nil {
+		t.Errorf("what creations took was not stored: %v", err)
+	}
+	var learned struct {
+		Estimates []struct {
+			Observed int `json:"observed"`
+		} `json:"estimates"`
+	}
+	if err := json.Unmarshal([]byte(p.ok("db", "advise", "--from", "second", "--cluster", "dbcli", "--json")), &learned); err != nil ||
+		len(learned.Estimates) == 0 || learned.Estimates[0].Observed == 0 {
+		t.Errorf("advise does not use the creations observed: %+v %v", learned, err)
+	}
+
 	// advise, calibrate (stored for the cluster, then used by advise).
 	var adv struct {
 		Choice      string `json:"choice"`

@@ -58,30 +58,36 @@ func (p *dbCLI) fails(want int, mention string, args ...string) {
 	}
 }
 
-// TestDBCommands drives the db commands against a cluster started with
-// pgfork up, by --cluster, --url and the PG* variables.
-func TestDBCommands(t *testing.T) {
+// dbCluster builds pgfork, starts a cluster called name with pgfork up
+// (stopped when the test ends) and connects to it.
+func dbCluster(t *testing.T, name string) (p *dbCLI, url string, conn *pgx.Conn) {
+	t.Helper()
 	pgBin := testenv.PGBinDirs(t)[0]
-	bin := filepath.Join(testenv.Dir(t), "pgfork")
-	if out, err := exec.Command("go", "build", "-o", bin, ".").CombinedOutput(); err != nil {
-		t.Fatalf("go build: %v\n%s", err, out)
-	}
+	bin := copyTestBinary(t)
 	home := testenv.Dir(t)
-	p := &dbCLI{t: t, bin: bin, home: home, pgBin: pgBin}
+	p = &dbCLI{t: t, bin: bin, home: home, pgBin: pgBin}
 	t.Cleanup(func() { _ = exec.Command(bin, "--state-dir", home, "down", "--all", "--timeout", "1s").Run() })
 	var up struct {
-		Name string `json:"name"`
-		URL  string `json:"url"`
+		URL string `json:"url"`
 	}
-	if err := json.Unmarshal([]byte(p.ok("up", "--json", "--name", "dbcli")), &up); err != nil || up.URL == "" {
+	if err := json.Unmarshal([]byte(p.ok("up", "--json", "--name", name)), &up); err != nil || up.URL == "" {
 		t.Fatalf("pgfork up --json: %v %+v", err, up)
 	}
-	ctx := context.Background()
-	conn, err := pgx.Connect(ctx, up.URL)
+	conn, err := pgx.Connect(context.Background(), up.URL)
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer conn.Close(ctx)
+	t.Cleanup(func() { _ = conn.Close(context.Background()) })
+	return p, up.URL, conn
+}
+
+// TestDBCommands drives the db commands against a cluster started with
+// pgfork up, by --cluster, --url and the PG* variables.
+func TestDBCommands(t *testing.T) {
+	p, url, conn := dbCluster(t, "dbcli")
+	home := p.home
+	up := struct{ URL string }{url}
+	ctx := context.Background()
 	exists := func(name string) bool {
 		var ok bool
 		_ = conn.QueryRow(ctx, "SELECT EXISTS (SELECT 1 FROM pg_database WHERE datname = $1)", name).Scan(&ok)
@@ -232,23 +238,10 @@ func TestDBCreateBounds(t *testing.T) {
 // that locks the source database (COMMENT ON DATABASE), so the kill always
 // lands while CREATE DATABASE runs.
 func TestDBInterrupted(t *testing.T) {
-	pgBin := testenv.PGBinDirs(t)[0]
-	bin := copyTestBinary(t)
-	home := testenv.Dir(t)
-	p := &dbCLI{t: t, bin: bin, home: home, pgBin: pgBin}
-	t.Cleanup(func() { _ = exec.Command(bin, "--state-dir", home, "down", "--all", "--timeout", "1s").Run() })
-	var up struct {
-		URL string `json:"url"`
-	}
-	if err := json.Unmarshal([]byte(p.ok("up", "--json", "--name", "dbint")), &up); err != nil || up.URL == "" {
-		t.Fatalf("pgfork up --json: %v %+v", err, up)
-	}
+	p, url, conn := dbCluster(t, "dbint")
+	bin, home, pgBin := p.bin, p.home, p.pgBin
+	up := struct{ URL string }{url}
 	ctx := context.Background()
-	conn, err := pgx.Connect(ctx, up.URL)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close(ctx)
 	if _, err := conn.Exec(ctx, "CREATE DATABASE src"); err != nil {
 		t.Fatal(err)
 	}

@@ -250,7 +250,12 @@ created are kept and listed.
 
 Nobody else may be connected to the template while it is copied: pgfork waits
 up to --wait for other sessions to leave, then fails naming them (pid, user,
-application, client), or terminates them with --force.`,
+application, client), or terminates them with --force.
+
+Each copy is made under a work-in-progress name (pgfork_wip_…) and renamed to
+NAME when complete, so NAME never holds a half-made database: an interrupted
+create (Ctrl-C, SIGTERM) removes its copy and exits 130, and the copy of a
+killed one is removed by the next db command that creates or lists snapshots.`,
 		Example: `  pgfork db create test_db --from app_template
   pgfork db create "My Test DB" --from app_template --strategy file_copy --owner app
   pgfork db create --from app_template worker --count 1000 --jobs 2

@@ -185,6 +185,11 @@ type Estimate struct {
 	Strategy  Strategy      `json:"strategy"`
 	Available bool          `json:"available"`
 	Time      time.Duration `json:"time_ns"`
+	// Model is the cost model's estimate under the calibration, before
+	// scaling by what creations took (Time is Model when nothing was
+	// learned); Observed counts the creations behind the scaling.
+	Model    time.Duration `json:"model_ns"`
+	Observed int           `json:"observed,omitempty"`
 	// Why explains the estimate or why the strategy is unavailable.
 	Why string `json:"why"`
 }
@@ -209,6 +214,12 @@ type Advice struct {
 // the server t describes, and chooses the cheapest available. cal nil (or
 // measured with another fsync setting) uses the built-in constants.
 func Advise(ctx context.Context, conn *pgx.Conn, template string, t *Target, cal *Calibration) (*Advice, error) {
+	return AdviseLearned(ctx, conn, template, t, cal, nil)
+}
+
+// AdviseLearned is Advise with the model's estimates scaled by what the
+// creations l observed took (see Learning); l may be nil.
+func AdviseLearned(ctx context.Context, conn *pgx.Conn, template string, t *Target, cal *Calibration, l *Learning) (*Advice, error) {
 	if err := ValidateName(template); err != nil {
 		return nil, err
 	}
@@ -254,8 +265,11 @@ func Advise(ctx context.Context, conn *pgx.Conn, template string, t *Target, cal
 		cal = Builtin(t.Fsync, t.CanClone)
 	}
 	a.Calibration = cal.Source
-	a.Choice, a.Estimates = Decide(t, a.TemplateBytes, a.DirtyBytes, cal)
+	a.Choice, a.Estimates = decide(t, a.TemplateBytes, a.DirtyBytes, cal, l)
 	a.Reasons = append(a.Reasons, reasons(a, t, cal)...)
+	if d := l.describe(cal.Source); d != "" {
+		a.Reasons = append(a.Reasons, d)
+	}
 	return a, nil
 }
 
@@ -264,8 +278,22 @@ func Advise(ctx context.Context, conn *pgx.Conn, template string, t *Target, cal
 // describes with dirtyBytes of shared_buffers dirty, under constants c, and
 // the cheapest available strategy.
 func Decide(t *Target, templateBytes, dirtyBytes int64, c *Calibration) (Strategy, []Estimate) {
+	return decide(t, templateBytes, dirtyBytes, c, nil)
+}
+
+func decide(t *Target, templateBytes, dirtyBytes int64, c *Calibration, l *Learning) (Strategy, []Estimate) {
 	a := &Advice{TemplateBytes: templateBytes, SharedBuffers: t.SharedBuffers, DirtyBytes: dirtyBytes}
 	est := estimate(a, t, c)
+	for i := range est {
+		e := &est[i]
+		e.Model = e.Time
+		f, n := l.factor(c.Source, e.Strategy, templateBytes)
+		if n > 0 {
+			e.Time = time.Duration(float64(e.Time) * f)
+			e.Observed = n
+			e.Why += fmt.Sprintf("; scaled %.2fx by %d observed creations (model %s)", f, n, e.Model.Round(100*time.Microsecond))
+		}
+	}
 	best := -1
 	for i, e := range est {
 		if e.Available && (best < 0 || e.Time < est[best].Time) {

@@ -13,11 +13,31 @@ import (
 	"github.com/pgfork/pgfork/internal/errs"
 )
 
+// MaxCount bounds how many databases one bulk creation makes, and MaxJobs
+// how many it makes at once (each job holds a server connection). Both are
+// far above useful values; they keep a mistyped number from exhausting
+// memory, connections or the disk.
+const (
+	MaxCount = 100000
+	MaxJobs  = 64
+)
+
+// CheckJobs checks a bulk creation's concurrency against 1 … MaxJobs.
+func CheckJobs(jobs int) error {
+	if jobs < 1 || jobs > MaxJobs {
+		return errs.New(errs.Usage, "jobs must be between 1 and %d, not %d", MaxJobs, jobs).
+			WithHint("each job holds a server connection; 2 to 4 is usually fastest")
+	}
+	return nil
+}
+
 // CountNames returns the names --count n gives: prefix_1 … prefix_n. It
-// fails (before any SQL) when the longest would exceed 63 bytes.
+// fails (before any SQL) when n is outside 1 … MaxCount or the longest
+// name would exceed 63 bytes.
 func CountNames(prefix string, n int) ([]string, error) {
-	if n < 1 {
-		return nil, errs.New(errs.Usage, "count must be at least 1, not %d", n)
+	if n < 1 || n > MaxCount {
+		return nil, errs.New(errs.Usage, "count must be between 1 and %d, not %d", MaxCount, n).
+			WithHint("create at most %d databases at a time", MaxCount)
 	}
 	if err := ValidateName(prefix); err != nil {
 		return nil, err
@@ -26,9 +46,9 @@ func CountNames(prefix string, n int) ([]string, error) {
 		return nil, errs.New(errs.Usage, "names %s_1 … %s are too long: %d bytes, PostgreSQL keeps at most %d", prefix, longest, len(longest), MaxNameBytes).
 			WithHint("use a prefix of at most %d bytes", MaxNameBytes-len(longest)+len(prefix))
 	}
-	out := make([]string, n)
-	for i := range out {
-		out[i] = prefix + "_" + strconv.Itoa(i+1)
+	var out []string
+	for i := range n {
+		out = append(out, prefix+"_"+strconv.Itoa(i+1))
 	}
 	return out, nil
 }
@@ -58,8 +78,8 @@ func CreateMany(ctx context.Context, connect func(context.Context) (*pgx.Conn, e
 			return nil, err
 		}
 	}
-	if jobs < 1 {
-		jobs = 1
+	if err := CheckJobs(jobs); err != nil {
+		return nil, err
 	}
 	jobs = min(jobs, max(len(names), 1))
 	first, err := connect(ctx)
@@ -79,7 +99,7 @@ func CreateMany(ctx context.Context, connect func(context.Context) (*pgx.Conn, e
 	}
 	res := &ManyResult{Strategy: opts.Strategy}
 	if opts.Strategy == "" || opts.Strategy == Auto {
-		adv, err := Advise(ctx, first, template, opts.Target, opts.Calibration)
+		adv, err := AdviseLearned(ctx, first, template, opts.Target, opts.Calibration, opts.Learning)
 		if err != nil {
 			return nil, err
 		}

@@ -149,10 +149,17 @@ type CreateOptions struct {
 	Target *Target
 	// Calibration holds the advisor's constants; nil: the built-in ones.
 	Calibration *Calibration
+	// Learning, when set, scales the advisor's estimates by what earlier
+	// creations took, and records what this one takes (with a fixed
+	// Strategy too: the model's estimate is computed for the comparison).
+	Learning *Learning
 	// Comment, when set, is stored with COMMENT ON DATABASE.
 	Comment string
 	// NoConnections marks the new database ALLOW_CONNECTIONS false.
 	NoConnections bool
+	// commentFor, when set, gives the comment once the strategy is known
+	// (snapshots record it); it overrides Comment.
+	commentFor func(Strategy) string
 }
 
 // Result describes a database Create made.
@@ -205,11 +212,14 @@ func Create(ctx context.Context, conn *pgx.Conn, name, template string, opts Cre
 		return nil, err
 	}
 	res := &Result{Name: name, Template: template, Strategy: opts.Strategy}
-	if opts.Strategy == Auto {
-		adv, err := Advise(ctx, conn, template, t, opts.Calibration)
-		if err != nil {
+	var adv *Advice
+	if opts.Strategy == Auto || opts.Learning != nil {
+		var err error
+		if adv, err = AdviseLearned(ctx, conn, template, t, opts.Calibration, opts.Learning); err != nil {
 			return nil, err
 		}
+	}
+	if opts.Strategy == Auto {
 		res.Advice, res.Strategy = adv, adv.Choice
 	}
 	if err := supported(res.Strategy, t); err != nil {
@@ -217,6 +227,15 @@ func Create(ctx context.Context, conn *pgx.Conn, name, template string, opts Cre
 	}
 	res.Plain = t.Version < 15
 
+	if _, err := Sweep(ctx, conn); err != nil {
+		return nil, err
+	}
+	work, err := startWork(ctx, conn)
+	if err != nil {
+		return nil, err
+	}
+	defer unlockWork(ctx, conn, work)
+	var copied time.Duration // the CREATE DATABASE that succeeded
 	deadline := time.Now().Add(opts.WaitTimeout)
 	for attempt := 0; ; attempt++ {
 		term, err := clearTemplate(ctx, conn, template, deadline, opts.Force)
@@ -224,10 +243,14 @@ func Create(ctx context.Context, conn *pgx.Conn, name, template string, opts Cre
 		if err != nil {
 			return nil, err
 		}
-		err = execCreate(ctx, conn, name, template, res.Strategy, opts, t)
+		t0 := time.Now()
+		err = execCreate(ctx, conn, work, template, res.Strategy, opts, t)
 		if err == nil {
+			copied = time.Since(t0)
 			break
 		}
+		// An interrupted CREATE DATABASE may still have committed.
+		dropWork(ctx, conn, work)
 		// A session connected between our check and the CREATE: go round
 		// again while time remains (or Force can act).
 		if isState(err, "55006") && attempt < 20 && (opts.Force || time.Now().Before(deadline)) {
@@ -235,18 +258,59 @@ func Create(ctx context.Context, conn *pgx.Conn, name, template string, opts Cre
 		}
 		return nil, createErr(ctx, conn, err, name, template, res.Strategy)
 	}
-	if opts.Comment != "" {
-		if _, err := conn.Exec(ctx, "COMMENT ON DATABASE "+quote(name)+" IS "+literal(opts.Comment)); err != nil {
-			return nil, sqlErr(ctx, err, "database %q was created but cannot be commented", name)
-		}
+	if err := finishWork(ctx, conn, work, name, res.Strategy, opts); err != nil {
+		dropWork(ctx, conn, work)
+		return nil, err
 	}
-	if opts.NoConnections {
-		if _, err := conn.Exec(ctx, "ALTER DATABASE "+quote(name)+" ALLOW_CONNECTIONS false"); err != nil {
-			return nil, sqlErr(ctx, err, "database %q was created but cannot be closed to connections", name)
+	if adv != nil && !res.Plain {
+		for _, e := range adv.Estimates {
+			if e.Strategy == res.Strategy {
+				opts.Learning.Observe(adv.Calibration, res.Strategy, adv.TemplateBytes, e.Model, copied)
+			}
 		}
 	}
 	res.Elapsed = time.Since(start)
 	return res, nil
+}
+
+// finishWork gives the copy work its comment and connection setting and
+// renames it to name, in one transaction. Once the copy exists it runs to
+// the end even if ctx is cancelled (it takes milliseconds), so an
+// interrupted Create either made name completely or made nothing.
+func finishWork(ctx context.Context, conn *pgx.Conn, work, name string, s Strategy, opts CreateOptions) error {
+	comment := opts.Comment
+	if opts.commentFor != nil {
+		comment = opts.commentFor(s)
+	}
+	fctx := context.WithoutCancel(ctx)
+	tx, err := conn.Begin(fctx)
+	if err != nil {
+		return sqlErr(ctx, err, "cannot finish database %q", name)
+	}
+	defer func() { _ = tx.Rollback(fctx) }()
+	if comment != "" {
+		if _, err := tx.Exec(fctx, "COMMENT ON DATABASE "+quote(work)+" IS "+literal(comment)); err != nil {
+			return sqlErr(ctx, err, "cannot comment database %q", name)
+		}
+	}
+	if opts.NoConnections {
+		if _, err := tx.Exec(fctx, "ALTER DATABASE "+quote(work)+" ALLOW_CONNECTIONS false"); err != nil {
+			return sqlErr(ctx, err, "cannot close database %q to connections", name)
+		}
+	}
+	if _, err := tx.Exec(fctx, "ALTER DATABASE "+quote(work)+" RENAME TO "+quote(name)); err != nil {
+		if k, _ := SQLKind(err); k == errs.Exists {
+			return errs.Wrap(errs.Exists, err, "database %q already exists", name).WithHint("choose another name, or drop it first")
+		}
+		return sqlErr(ctx, err, "cannot rename the copy to %q", name)
+	}
+	if err := tx.Commit(fctx); err != nil {
+		if k, _ := SQLKind(err); k == errs.Exists {
+			return errs.Wrap(errs.Exists, err, "database %q already exists", name).WithHint("choose another name, or drop it first")
+		}
+		return sqlErr(ctx, err, "cannot finish database %q", name)
+	}
+	return nil
 }
 
 // literal quotes a string as an SQL literal (COMMENT ON takes no parameters).
@@ -352,24 +416,26 @@ func checkCreate(ctx context.Context, conn *pgx.Conn, name, template string) err
 // createErr turns a CREATE DATABASE failure into a typed error.
 func createErr(ctx context.Context, conn *pgx.Conn, err error, name, template string, s Strategy) error {
 	var pe *pgconn.PgError
-	if !errors.As(err, &pe) {
+	if !errors.As(err, &pe) || ctx.Err() != nil {
 		return sqlErr(ctx, err, "cannot create database %q from %q", name, template)
 	}
-	switch pe.Code {
-	case "42P04":
+	kind, _ := SQLKind(err)
+	switch {
+	case kind == errs.Exists:
 		return errs.Wrap(errs.Exists, err, "database %q already exists", name).WithHint("choose another name, or drop it first")
-	case "3D000":
+	case pe.Code == "3D000":
 		return errs.Wrap(errs.NotFound, err, "template database %q does not exist", template)
-	case "42704":
+	case kind == errs.NotFound:
 		return errs.Wrap(errs.NotFound, err, "cannot create database %q", name).WithHint("check that the owner role exists")
-	case "42501":
+	case pe.Code == "42501":
 		return errs.Wrap(errs.Permission, err, "cannot create database %q from %q", name, template).
 			WithHint("the role needs CREATEDB, and must own the template or the template must be IS_TEMPLATE; to give a database away the role must be a member of the owner role")
-	case "55006":
+	case pe.Code == "55006":
 		sess, _ := Sessions(ctx, conn, template)
 		return busyErr(template, sess, err)
-	case "53100":
-		return errs.Wrap(errs.NoSpace, err, "out of disk space creating database %q", name)
+	case kind == errs.NoSpace:
+		return errs.Wrap(errs.NoSpace, err, "out of disk space creating database %q", name).
+			WithHint("free space on the server's data directory")
 	}
 	if s == Clone && (strings.Contains(pe.Message, "clone") || strings.Contains(pe.Message, "reflink")) {
 		return errs.Wrap(errs.Unsupported, err, "the server cannot clone files for database %q", name).
@@ -378,24 +444,9 @@ func createErr(ctx context.Context, conn *pgx.Conn, err error, name, template st
 	return sqlErr(ctx, err, "cannot create database %q from %q", name, template)
 }
 
-// sqlErr wraps a (non-nil) server or connection error, reporting
-// cancellation as such.
+// sqlErr wraps a (non-nil) server or connection error by SQLError.
 func sqlErr(ctx context.Context, err error, format string, args ...any) *errs.Error {
-	if ctx.Err() != nil {
-		return errs.Wrap(errs.Interrupted, ctx.Err(), format, args...)
-	}
-	var pe *pgconn.PgError
-	if errors.As(err, &pe) {
-		switch pe.Code {
-		case "42501":
-			return errs.Wrap(errs.Permission, err, format, args...)
-		case "53100":
-			return errs.Wrap(errs.NoSpace, err, format, args...)
-		case "57014":
-			return errs.Wrap(errs.Interrupted, err, format, args...)
-		}
-	}
-	return errs.Wrap(errs.Internal, err, format, args...)
+	return SQLError(ctx, err, format, args...)
 }
 
 func isState(err error, code string) bool {

@@ -99,9 +99,15 @@ func Snapshot(ctx context.Context, conn *pgx.Conn, db, name string, opts CreateO
 		return nil, nil, errs.New(errs.Exists, "database %q already has a snapshot named %q", db, name).
 			WithHint("choose another name, or remove it with: pgfork db rm-snapshot --db %s %s", shellQuote(db), shellQuote(name))
 	}
-	// The comment is written after the strategy is known.
+	// The metadata is written with the strategy, in the transaction that
+	// renames the finished copy into place (see finishWork): a snapshot
+	// database without metadata never exists.
 	opts.NoConnections = true
 	opts.Comment = ""
+	opts.commentFor = func(st Strategy) string {
+		b, _ := json.Marshal(snapMeta{Kind: "snapshot", Version: 1, Name: name, Source: db, Created: info.Created, Size: size, Strategy: st, Owner: owner})
+		return string(b)
+	}
 	res, err := Create(ctx, conn, info.Database, db, opts)
 	if err != nil {
 		if errs.KindOf(err) == errs.Exists {
@@ -111,20 +117,7 @@ func Snapshot(ctx context.Context, conn *pgx.Conn, db, name string, opts CreateO
 		return nil, nil, err
 	}
 	info.Strategy = res.Strategy
-	meta := snapMeta{Kind: "snapshot", Version: 1, Name: name, Source: db, Created: info.Created, Size: size, Strategy: res.Strategy, Owner: owner}
-	if err := comment(ctx, conn, info.Database, meta); err != nil {
-		_ = Drop(context.WithoutCancel(ctx), conn, info.Database, true)
-		return nil, nil, err
-	}
 	return info, res, nil
-}
-
-func comment(ctx context.Context, conn *pgx.Conn, db string, meta snapMeta) error {
-	b, _ := json.Marshal(meta)
-	if _, err := conn.Exec(ctx, "COMMENT ON DATABASE "+quote(db)+" IS "+literal(string(b))); err != nil {
-		return sqlErr(ctx, err, "cannot record metadata on database %q", db)
-	}
-	return nil
 }
 
 func shellQuote(s string) string {
@@ -143,6 +136,9 @@ func Snapshots(ctx context.Context, conn *pgx.Conn, db string) ([]SnapshotInfo, 
 		if err := ValidateName(db); err != nil {
 			return nil, err
 		}
+	}
+	if _, err := Sweep(ctx, conn); err != nil {
+		return nil, err
 	}
 	return findSnapshots(ctx, conn, db, "")
 }
@@ -226,13 +222,11 @@ func Refill(ctx context.Context, conn *pgx.Conn, s *SnapshotInfo, opts CreateOpt
 		return nil, nil
 	}
 	opts.NoConnections = true
-	opts.Comment = ""
+	b, _ := json.Marshal(snapMeta{Kind: "spare", Version: 1, Snapshot: s.Database})
+	opts.Comment, opts.commentFor = string(b), nil
 	opts.Force = false // nobody may connect to a snapshot
 	res, err := Create(ctx, conn, s.Spare, s.Database, opts)
 	if err != nil {
-		return nil, err
-	}
-	if err := comment(ctx, conn, s.Spare, snapMeta{Kind: "spare", Version: 1, Snapshot: s.Database}); err != nil {
 		return nil, err
 	}
 	s.HasSpare = true
@@ -363,6 +357,9 @@ func swap(ctx context.Context, conn *pgx.Conn, db string, s *SnapshotInfo, old s
 func RemoveSnapshot(ctx context.Context, conn *pgx.Conn, db, name string) (*SnapshotInfo, error) {
 	if name == "" {
 		return nil, errs.New(errs.Usage, "which snapshot? give its name").WithHint("list them with: pgfork db snapshots")
+	}
+	if _, err := Sweep(ctx, conn); err != nil {
+		return nil, err
 	}
 	var list []SnapshotInfo
 	var err error

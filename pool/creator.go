@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"strings"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
@@ -43,6 +42,9 @@ type SQLCreator struct {
 	// shares blocks (reflink); the advisor needs it to choose clone.
 	CanClone bool
 	target   *dbclone.Target
+	// learn is what auto's advisor learned from this creator's creations
+	// (in memory, for the life of the server).
+	learn dbclone.Learning
 }
 
 // Probe inspects the server once for the advisor.
@@ -82,7 +84,11 @@ func (c *SQLCreator) Create(ctx context.Context, name, template, owner string) (
 		return string(st), errs.Wrap(errs.Internal, err, "cannot connect to the server")
 	}
 	defer conn.Release()
-	res, err := dbclone.Create(ctx, conn.Conn(), name, template, dbclone.CreateOptions{Strategy: st, Owner: owner, Target: c.target})
+	opts := dbclone.CreateOptions{Strategy: st, Owner: owner, Target: c.target}
+	if st == dbclone.Auto {
+		opts.Learning = &c.learn
+	}
+	res, err := dbclone.Create(ctx, conn.Conn(), name, template, opts)
 	if err != nil {
 		if errs.KindOf(err) == errs.Busy {
 			return string(st), errs.Wrap(errs.Busy, fmt.Errorf("%w: %v", ErrInUse, err), "cannot create database %s", name)
@@ -101,14 +107,36 @@ func (c *SQLCreator) Drop(ctx context.Context, name string) error {
 	return nil
 }
 
-// classify wraps a server error, marking "object in use" (55006) as ErrInUse.
+// classify wraps a server error with dbclone's SQLSTATE classifier,
+// marking "object in use" (55006) as ErrInUse.
 func classify(err error, format string, args ...any) error {
 	var pe *pgconn.PgError
 	if errors.As(err, &pe) && pe.Code == "55006" {
 		return errs.Wrap(errs.Busy, fmt.Errorf("%w: %s", ErrInUse, pe.Message), format, args...)
 	}
-	if errors.As(err, &pe) && (pe.Code == "53100" || strings.Contains(pe.Message, "No space left")) {
-		return errs.Wrap(errs.NoSpace, err, format, args...)
+	return dbclone.SQLError(context.Background(), err, format, args...)
+}
+
+// Sessions implements SessionCounter: the sessions connected to each of
+// names, from pg_stat_activity.
+func (c *SQLCreator) Sessions(ctx context.Context, names []string) (map[string]int, error) {
+	rows, err := c.Admin.Query(ctx, `SELECT datname::text, count(*)::int FROM pg_stat_activity
+		WHERE datname = ANY($1) GROUP BY datname`, names)
+	if err != nil {
+		return nil, classify(err, "cannot count sessions")
 	}
-	return errs.Wrap(errs.Internal, err, format, args...)
+	defer rows.Close()
+	out := map[string]int{}
+	for rows.Next() {
+		var n string
+		var k int
+		if err := rows.Scan(&n, &k); err != nil {
+			return nil, classify(err, "cannot count sessions")
+		}
+		out[n] = k
+	}
+	if err := rows.Err(); err != nil {
+		return nil, classify(err, "cannot count sessions")
+	}
+	return out, nil
 }

@@ -57,6 +57,10 @@ type ManagerConfig struct {
 	Parallel     int    // concurrent creations per pool
 	MaxDatabases int    // global limit on test databases across pools; 0: none
 	MinLifetime  time.Duration
+	// IdleTimeout: after this long without a request, a pool drops the
+	// ready databases it grew beyond Initial (0: pool.DefaultIdleTimeout;
+	// negative: never).
+	IdleTimeout time.Duration
 	// FinalizeTimeout bounds how long GetTestDatabase waits for a template
 	// being initialized to be finalized.
 	FinalizeTimeout time.Duration
@@ -224,7 +228,7 @@ func (m *Manager) newPool(t *template) *Pool {
 		Hash: hash, Template: t.db, Owner: m.cfg.Owner,
 		Name:    func(id int) string { return m.TestName(hash, id) },
 		Initial: m.cfg.Initial, Max: m.cfg.Max, Parallel: m.cfg.Parallel,
-		MinLifetime: m.cfg.MinLifetime, Limiter: m, Observer: m.cfg.Observer,
+		MinLifetime: m.cfg.MinLifetime, IdleTimeout: m.cfg.IdleTimeout, Limiter: m, Observer: m.cfg.Observer,
 		NextID: m.nextID,
 	}, m.store)
 }

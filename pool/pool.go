@@ -38,6 +38,10 @@ var (
 	ErrTimeout           = errors.New("timed out waiting for a ready database")
 	ErrClosed            = errors.New("pool is closed")
 	ErrInUse             = errors.New("database is in use by other sessions")
+	// ErrTestReclaimed is a test database id whose database was reclaimed
+	// (held longer than the minimum lifetime with no session, while others
+	// waited). It wraps ErrTestNotFound: the API answers 404.
+	ErrTestReclaimed = fmt.Errorf("%w: it was reclaimed", ErrTestNotFound)
 )
 
 // State is the state of one test database.
@@ -76,6 +80,15 @@ type Creator interface {
 	Drop(ctx context.Context, name string) error
 }
 
+// SessionCounter is implemented by creators that can count the sessions
+// connected to databases (SQLCreator). Without it a pool reclaims a
+// database the first time a drop finds it without sessions.
+type SessionCounter interface {
+	// Sessions returns the number of sessions connected to each of names
+	// (missing names: none).
+	Sessions(ctx context.Context, names []string) (map[string]int, error)
+}
+
 // Limiter is the global limit on databases across pools (the Manager).
 // TryReserve is called with the pool's lock held and must not call back
 // into any pool synchronously.
@@ -97,16 +110,26 @@ type Config struct {
 	Template string              // template database name
 	Owner    string              // owner of the test databases
 	Name     func(id int) string // database name for an id
-	// Initial is how many databases the pool keeps ready (or on the way).
+	// Initial is how many databases the pool keeps ready (or on the way)
+	// when idle. Under demand the pool grows: every Acquire that finds
+	// nothing ready raises the number kept ahead by one, up to Max, and it
+	// falls back to Initial after IdleTimeout without an Acquire.
 	Initial int
+	// IdleTimeout is how long the pool must go without an Acquire before the
+	// ready databases it grew beyond Initial are dropped (default 60 s;
+	// negative: never).
+	IdleTimeout time.Duration
 	// Max bounds the databases of this pool, in any state.
 	Max int
 	// Parallel bounds concurrent creations/recreations (default 2).
 	Parallel int
-	// MinLifetime: when the pool is full and a caller waits, a database in use
-	// for at least this long is reclaimed (dropped once no session is
-	// connected, and replaced under a new id), as IntegreSQL does for clients
-	// that never give databases back. 0 disables reclaiming.
+	// MinLifetime: when the pool is full and a caller waits, a database held
+	// for at least this long and seen with no session for at least this long
+	// without a break is reclaimed (dropped and replaced under a new id), as
+	// IntegreSQL does for clients that never give databases back. Sessions
+	// are sampled every MinLifetime/4 (at most every second) while callers
+	// wait; a holder that reconnects within that time keeps its database.
+	// 0 disables reclaiming.
 	MinLifetime time.Duration
 	// RetryMin and RetryMax bound the backoff while a database to drop is
 	// still in use or the template has sessions (defaults 50 ms and 2 s).
@@ -131,6 +154,15 @@ type entry struct {
 	state State
 	gen   uint64
 	since time.Time // when it entered its state
+	// idleSince is when the session probe first saw this database (in use)
+	// without a session, with none seen since; zero: a session was seen, or
+	// no probe ran since it was handed out.
+	idleSince time.Time
+	// reclaiming: a drop to reclaim it runs; release is what its holder
+	// asked for meanwhile ("unlock" or "recreate"), applied if the drop
+	// finds it in use after all.
+	reclaiming bool
+	release    string
 }
 
 type result struct {
@@ -159,11 +191,24 @@ type Pool struct {
 	lastErr   error
 	lastErrAt time.Time
 	kickAt    time.Time // a reclaim retry is scheduled for then
+	probing   bool      // the session probe runs
+	// target is how many databases the pool keeps ready or on the way
+	// beyond its waiters: Initial, grown by misses, shrunk when idle.
+	target   int
+	misses   int       // acquires that found nothing ready
+	shrinkAt time.Time // a shrink check is scheduled for then
+	// reclaimed remembers the last ids reclaimed, so that their holders
+	// learn why the id is gone (bounded: reclaimedMax).
+	reclaimed     map[int]time.Duration
+	reclaimedFIFO []int
 
 	inUse    atomic.Int64
 	nwaiters atomic.Int64
 	lastUsed atomic.Int64 // unix nanos of the last Acquire
 }
+
+// DefaultIdleTimeout is Config.IdleTimeout's default.
+const DefaultIdleTimeout = 60 * time.Second
 
 // New starts a pool and begins filling it to cfg.Initial in the background.
 // Ids start at 0 (or come from cfg.NextID) and are never reused once a
@@ -178,6 +223,9 @@ func New(cfg Config, creator Creator) *Pool {
 	if cfg.Initial > cfg.Max {
 		cfg.Initial = cfg.Max
 	}
+	if cfg.IdleTimeout == 0 {
+		cfg.IdleTimeout = DefaultIdleTimeout
+	}
 	if cfg.RetryMin <= 0 {
 		cfg.RetryMin = 50 * time.Millisecond
 	}
@@ -186,7 +234,7 @@ func New(cfg Config, creator Creator) *Pool {
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	p := &Pool{cfg: cfg, creator: creator, ctx: ctx, cancel: cancel,
-		sem: make(chan struct{}, cfg.Parallel), dbs: map[int]*entry{}}
+		sem: make(chan struct{}, cfg.Parallel), dbs: map[int]*entry{}, reclaimed: map[int]time.Duration{}, target: cfg.Initial}
 	p.lastUsed.Store(time.Now().UnixNano())
 	p.mu.Lock()
 	p.fill()
@@ -224,6 +272,9 @@ func (p *Pool) Acquire(ctx context.Context) (DB, error) {
 		p.observeWait(start, true)
 		return db, nil
 	}
+	// A miss: demand outran the pool. Keep one more ready from now on.
+	p.misses++
+	p.target = min(p.target+1, p.cfg.Max)
 	w := &waiter{ch: make(chan result, 1)}
 	p.waiters = append(p.waiters, w)
 	p.nwaiters.Add(1)
@@ -295,6 +346,7 @@ func (p *Pool) removeWaiter(w *waiter) bool {
 func (p *Pool) handOut(e *entry) DB {
 	e.state = InUse
 	e.since = time.Now()
+	e.idleSince = time.Time{}
 	p.inUse.Add(1)
 	return DB{ID: e.id, Name: e.name, Generation: e.gen}
 }
@@ -312,6 +364,65 @@ func (p *Pool) becomeReady(e *entry) {
 	e.state = Ready
 	e.since = time.Now()
 	p.ready = append(p.ready, e.id)
+	if len(p.ready) > p.cfg.Initial {
+		p.scheduleShrink(p.cfg.IdleTimeout)
+	}
+}
+
+// scheduleShrink arranges a shrink check in d. Called with p.mu held.
+func (p *Pool) scheduleShrink(d time.Duration) {
+	if p.cfg.IdleTimeout < 0 {
+		return
+	}
+	at := time.Now().Add(d)
+	if !p.shrinkAt.IsZero() && !p.shrinkAt.After(at) && time.Now().Before(p.shrinkAt) {
+		return // one is due before then; it reschedules itself if needed
+	}
+	p.shrinkAt = at
+	time.AfterFunc(d+time.Millisecond, p.shrink)
+}
+
+// shrink drops the ready databases beyond Initial that have been ready for
+// IdleTimeout once the pool went IdleTimeout without an Acquire, and lowers
+// what it keeps ahead back to Initial; before then it checks again when
+// that time comes.
+func (p *Pool) shrink() {
+	p.mu.Lock()
+	p.shrinkAt = time.Time{}
+	if p.closed || len(p.ready) <= p.cfg.Initial && p.target <= p.cfg.Initial {
+		p.mu.Unlock()
+		return
+	}
+	if idle := time.Since(p.LastUsed()); idle < p.cfg.IdleTimeout {
+		p.scheduleShrink(p.cfg.IdleTimeout - idle)
+		p.mu.Unlock()
+		return
+	}
+	p.target = p.cfg.Initial
+	var names []string
+	for len(p.ready) > p.cfg.Initial {
+		e := p.dbs[p.ready[0]] // the longest ready
+		if age := time.Since(e.since); age < p.cfg.IdleTimeout {
+			p.scheduleShrink(p.cfg.IdleTimeout - age) // just made: give it its time
+			break
+		}
+		p.ready = p.ready[1:]
+		names = append(names, e.name)
+		delete(p.dbs, e.id)
+	}
+	if len(names) > 0 {
+		p.wg.Add(1)
+		go func() {
+			defer p.wg.Done()
+			for _, name := range names {
+				_ = p.creator.Drop(context.WithoutCancel(p.ctx), name)
+				if p.cfg.Limiter != nil {
+					p.cfg.Limiter.Release(1)
+				}
+			}
+		}()
+	}
+	p.mu.Unlock()
 }
 
 // Unlock gives a database back as it is, for reuse by the next test
@@ -321,10 +432,14 @@ func (p *Pool) Unlock(id int) error {
 	defer p.mu.Unlock()
 	e := p.dbs[id]
 	if e == nil {
-		return errs.Wrap(errs.NotFound, ErrTestNotFound, "template %s, id %d", p.cfg.Hash, id)
+		return p.notFound(id)
 	}
 	if e.state != InUse {
 		return nil // already given back: nothing to do (as IntegreSQL)
+	}
+	if e.reclaiming {
+		e.release = "unlock"
+		return nil
 	}
 	p.inUse.Add(-1)
 	p.becomeReady(e)
@@ -339,9 +454,13 @@ func (p *Pool) Recreate(id int) error {
 	defer p.mu.Unlock()
 	e := p.dbs[id]
 	if e == nil {
-		return errs.Wrap(errs.NotFound, ErrTestNotFound, "template %s, id %d", p.cfg.Hash, id)
+		return p.notFound(id)
 	}
 	if e.state != InUse {
+		return nil
+	}
+	if e.reclaiming {
+		e.release = "recreate"
 		return nil
 	}
 	p.inUse.Add(-1)
@@ -349,6 +468,29 @@ func (p *Pool) Recreate(id int) error {
 	e.since = time.Now()
 	p.spawn(e, e.name)
 	return nil
+}
+
+// notFound is the error for an id the pool does not hold: reclaimed ones
+// say so. Called with p.mu held.
+func (p *Pool) notFound(id int) error {
+	if held, ok := p.reclaimed[id]; ok {
+		return errs.Wrap(errs.NotFound, ErrTestReclaimed, "template %s, id %d: held for %s while others waited, with no session for at least %s",
+			p.cfg.Hash, id, held.Round(time.Millisecond), p.cfg.MinLifetime).
+			WithHint("unlock or recreate databases when a test ends, stay connected while using one, or raise the minimum lifetime")
+	}
+	return errs.Wrap(errs.NotFound, ErrTestNotFound, "template %s, id %d", p.cfg.Hash, id)
+}
+
+// reclaimedMax bounds how many reclaimed ids a pool remembers.
+const reclaimedMax = 1024
+
+func (p *Pool) rememberReclaimed(id int, held time.Duration) {
+	p.reclaimed[id] = held
+	p.reclaimedFIFO = append(p.reclaimedFIFO, id)
+	if len(p.reclaimedFIFO) > reclaimedMax {
+		delete(p.reclaimed, p.reclaimedFIFO[0])
+		p.reclaimedFIFO = p.reclaimedFIFO[1:]
+	}
 }
 
 // fill starts creations so that cfg.Initial databases are ready or on the
@@ -365,7 +507,7 @@ func (p *Pool) fill() {
 			inflight++
 		}
 	}
-	deficit := p.cfg.Initial + len(p.waiters) - len(p.ready) - inflight
+	deficit := p.target + len(p.waiters) - len(p.ready) - inflight
 	for deficit > 0 && len(p.dbs) < p.cfg.Max {
 		if p.cfg.Limiter != nil && !p.cfg.Limiter.TryReserve(p) {
 			break
@@ -379,14 +521,24 @@ func (p *Pool) fill() {
 	if uncovered <= 0 || p.cfg.MinLifetime <= 0 {
 		return
 	}
+	for _, e := range p.dbs {
+		if e.reclaiming {
+			uncovered-- // its replacement is on the way
+		}
+	}
+	if uncovered <= 0 {
+		return
+	}
 	var cands []*entry
 	for _, e := range p.dbs {
-		if e.state == InUse {
+		if e.state == InUse && !e.reclaiming {
 			cands = append(cands, e)
 		}
 	}
 	sort.Slice(cands, func(i, j int) bool { return cands[i].since.Before(cands[j].since) })
 	now := time.Now()
+	_, canCount := p.creator.(SessionCounter)
+	probe := false
 	for _, old := range cands {
 		if uncovered == 0 {
 			break
@@ -395,15 +547,116 @@ func (p *Pool) fill() {
 			p.scheduleKick(p.cfg.MinLifetime - age)
 			break
 		}
-		// Retire the id: a late unlock/recreate by the old holder gets 404
-		// instead of touching the next test's database.
-		delete(p.dbs, old.id)
-		p.inUse.Add(-1)
-		e := p.newEntry()
-		e.state = Recreating
-		p.spawn(e, old.name)
+		if canCount && (old.idleSince.IsZero() || now.Sub(old.idleSince) < p.cfg.MinLifetime) {
+			probe = true // not yet seen without sessions for long enough
+			continue
+		}
+		old.reclaiming = true
+		p.reclaim(old)
 		uncovered--
 	}
+	if probe {
+		p.probeSessions()
+	}
+}
+
+// reclaim drops e (in use, held too long with no session) once, in the
+// background: if it is gone, e's id is retired (a late unlock by its holder
+// gets ErrTestReclaimed) and a new database is created under a new id; if a
+// session came back, e stays with its holder. Called with p.mu held.
+func (p *Pool) reclaim(e *entry) {
+	p.wg.Add(1)
+	go func() {
+		defer p.wg.Done()
+		err := p.creator.Drop(p.ctx, e.name)
+		p.mu.Lock()
+		defer p.mu.Unlock()
+		if p.closed || p.dbs[e.id] != e {
+			return
+		}
+		e.reclaiming = false
+		if err != nil {
+			if !errors.Is(err, ErrInUse) {
+				p.lastErr, p.lastErrAt = err, time.Now()
+			}
+			e.idleSince = time.Time{}
+			switch e.release {
+			case "unlock":
+				p.inUse.Add(-1)
+				p.becomeReady(e)
+			case "recreate":
+				p.inUse.Add(-1)
+				e.state, e.since = Dirty, time.Now()
+				p.spawn(e, e.name)
+			}
+			e.release = ""
+			p.fill()
+			return
+		}
+		delete(p.dbs, e.id)
+		p.inUse.Add(-1)
+		if e.release == "" {
+			p.rememberReclaimed(e.id, time.Since(e.since))
+		}
+		n := p.newEntry()
+		p.spawn(n, "")
+	}()
+}
+
+// probeSessions samples the sessions of databases in use while callers
+// wait, recording for each since when it has had none, until nobody waits.
+// Called with p.mu held.
+func (p *Pool) probeSessions() {
+	sc, ok := p.creator.(SessionCounter)
+	if !ok || p.probing || p.closed {
+		return
+	}
+	p.probing = true
+	interval := min(max(p.cfg.MinLifetime/4, 10*time.Millisecond), time.Second)
+	p.wg.Add(1)
+	go func() {
+		defer p.wg.Done()
+		for {
+			p.mu.Lock()
+			var names []string
+			for _, e := range p.dbs {
+				if e.state == InUse && !e.reclaiming {
+					names = append(names, e.name)
+				}
+			}
+			if p.closed || len(p.waiters) == 0 || len(names) == 0 {
+				p.probing = false
+				p.mu.Unlock()
+				return
+			}
+			p.mu.Unlock()
+			counts, err := sc.Sessions(p.ctx, names)
+			p.mu.Lock()
+			if err == nil {
+				now := time.Now()
+				for _, e := range p.dbs {
+					if e.state != InUse || e.reclaiming {
+						continue
+					}
+					if n, seen := counts[e.name]; seen && n > 0 {
+						e.idleSince = time.Time{}
+					} else if e.idleSince.IsZero() {
+						e.idleSince = now
+					}
+				}
+				p.fill()
+			}
+			p.mu.Unlock()
+			select {
+			case <-time.After(interval):
+			case <-p.ctx.Done():
+				p.mu.Lock()
+				p.probing = false
+				p.mu.Unlock()
+				return
+			}
+		}
+	}()
 }
 
 func (p *Pool) scheduleKick(d time.Duration) {
@@ -533,6 +786,7 @@ func (p *Pool) Evict(ctx context.Context) int {
 		return 0
 	}
 	p.evicted = true
+	p.target = p.cfg.Initial
 	var names []string
 	for _, id := range p.ready {
 		names = append(names, p.dbs[id].name)
@@ -600,13 +854,18 @@ type Stats struct {
 	Waiters int
 	Total   int
 	Max     int
+	// Target is how many databases the pool now keeps ready or on the way
+	// (Initial, grown by demand); Misses counts acquires that found none
+	// ready and waited for one.
+	Target int
+	Misses int
 }
 
 // Stats returns the pool's current counts.
 func (p *Pool) Stats() Stats {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	return Stats{ByState: p.countsLocked(), Waiters: len(p.waiters), Total: len(p.dbs), Max: p.cfg.Max}
+	return Stats{ByState: p.countsLocked(), Waiters: len(p.waiters), Total: len(p.dbs), Max: p.cfg.Max, Target: p.target, Misses: p.misses}
 }
 
 func (p *Pool) countsLocked() map[State]int {

@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -28,7 +29,7 @@ type pg struct {
 func (s *pg) url(db string) string { return s.inst.ConnString("postgres", db) }
 
 // startPG starts a throw-away PostgreSQL (test profile) for one test.
-func startPG(t *testing.T) *pg {
+func startPG(t testing.TB) *pg {
 	t.Helper()
 	bin := testenv.PGBinDirs(t)[0]
 	u, err := instance.ResolveUser("")
@@ -94,7 +95,7 @@ func (s *pg) databases(t testing.TB, prefix string) map[string]bool {
 	return m
 }
 
-func newPool(t *testing.T, s *pg, cfg pool.Config) *pool.Pool {
+func newPool(t testing.TB, s *pg, cfg pool.Config) *pool.Pool {
 	t.Helper()
 	cr := &pool.SQLCreator{Admin: s.admin, Strategy: pool.StrategyAuto}
 	if err := cr.Probe(context.Background()); err != nil {
@@ -395,13 +396,161 @@ func TestManagerRestartAndLimit(t *testing.T) {
 	}
 }
 
-func waitFor(t *testing.T, cond func() bool) {
+func waitFor(t testing.TB, cond func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(30 * time.Second)
+	waitForWithin(t, 30*time.Second, cond)
+}
+
+func waitForWithin(t testing.TB, d time.Duration, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(d)
 	for !cond() {
 		if time.Now().After(deadline) {
-			t.Fatal("condition not reached within 30s")
+			t.Fatalf("condition not reached within %s", d)
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
+}
+
+// TestPoolReclaimKeepsHeldDatabase: a holder that disconnects briefly and
+// reconnects (as a test opening connection after connection does) keeps its
+// database however long others wait: reclaim needs MinLifetime without any
+// session. Once the holder is really gone, the database is reclaimed and a
+// late unlock says it was reclaimed.
+func TestPoolReclaimKeepsHeldDatabase(t *testing.T) {
+	s := startPG(t)
+	const minLife = 300 * time.Millisecond
+	p := newPool(t, s, pool.Config{Initial: 1, Max: 1, MinLifetime: minLife})
+	a := acquire(t, p, 30*time.Second)
+	s.mustExec(t, a.Name, "CREATE TABLE mine(x int)")
+
+	// The holder: connected 60 ms, away 60 ms, for 3 s.
+	stop := make(chan struct{})
+	holderErr := make(chan error, 1)
+	go func() {
+		for {
+			select {
+			case <-stop:
+				holderErr <- nil
+				return
+			default:
+			}
+			c, err := pgx.Connect(context.Background(), s.url(a.Name))
+			if err != nil {
+				holderErr <- err
+				return
+			}
+			_, err = c.Exec(context.Background(), "SELECT count(*) FROM mine")
+			time.Sleep(60 * time.Millisecond)
+			c.Close(context.Background())
+			if err != nil {
+				holderErr <- err
+				return
+			}
+			time.Sleep(60 * time.Millisecond)
+		}
+	}()
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
+	b, err := p.Acquire(ctx)
+	cancel()
+	close(stop)
+	if err == nil {
+		t.Errorf("a database in use by a reconnecting holder was reclaimed: got %s (id %d)", b.Name, b.ID)
+	}
+	if err := <-holderErr; err != nil {
+		t.Fatalf("the holder lost its database: %v", err)
+	}
+	if !s.databases(t, "t_")[a.Name] {
+		t.Fatalf("%s was dropped", a.Name)
+	}
+
+	// The holder is gone for good: reclaimed after MinLifetime without sessions.
+	t0 := time.Now()
+	b = acquire(t, p, 30*time.Second)
+	if b.ID == a.ID || time.Since(t0) < minLife {
+		t.Fatalf("reclaim: got id %d after %s", b.ID, time.Since(t0))
+	}
+	err = p.Unlock(a.ID)
+	if !errors.Is(err, pool.ErrTestNotFound) || !errors.Is(err, pool.ErrTestReclaimed) || !strings.Contains(err.Error(), "reclaimed") {
+		t.Fatalf("unlock of a reclaimed id: %v", err)
+	}
+}
+
+// runSuite runs a suite of quick tests: workers tests at a time, each
+// acquiring a database, using it briefly and giving it back for
+// recreation, rounds times each. It returns the acquires that found no
+// ready database (and waited for a creation, which takes far longer than
+// waitedAfter) and the suite's duration.
+func runSuite(t testing.TB, p *pool.Pool, workers, rounds int) (misses int, took time.Duration) {
+	t.Helper()
+	const waitedAfter = 30 * time.Millisecond
+	var waited atomic.Int64
+	start := time.Now()
+	var wg sync.WaitGroup
+	errc := make(chan error, workers)
+	for range workers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for range rounds {
+				ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+				t0 := time.Now()
+				db, err := p.Acquire(ctx)
+				cancel()
+				if time.Since(t0) > waitedAfter {
+					waited.Add(1)
+				}
+				if err != nil {
+					errc <- err
+					return
+				}
+				time.Sleep(5 * time.Millisecond) // the test
+				if err := p.Recreate(db.ID); err != nil {
+					errc <- err
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	close(errc)
+	for err := range errc {
+		t.Fatal(err)
+	}
+	return int(waited.Load()), time.Since(start)
+}
+
+// TestPoolGrowsAndShrinks: a suite of quick tests drains a pool of Initial
+// databases at once; the pool grows toward demand (up to Max) so that the
+// next suite finds databases ready instead of waiting for creations, and
+// after IdleTimeout without requests it shrinks back to Initial.
+func TestPoolGrowsAndShrinks(t *testing.T) {
+	s := startPG(t)
+	const initial, max, workers, rounds = 1, 12, 4, 3
+	p := newPool(t, s, pool.Config{Initial: initial, Max: max, Parallel: 2, IdleTimeout: 8 * time.Second})
+	settled := func() bool {
+		st := p.Stats()
+		return st.ByState[pool.Creating]+st.ByState[pool.Dirty]+st.ByState[pool.Recreating] == 0
+	}
+	waitFor(t, func() bool { return p.Stats().ByState[pool.Ready] == initial })
+	m1, d1 := runSuite(t, p, workers, rounds)
+	waitFor(t, settled) // between two test packages
+	ready := p.Stats().ByState[pool.Ready]
+	m2, d2 := runSuite(t, p, workers, rounds)
+	st := p.Stats()
+	t.Logf("first suite: %d of %d acquires waited, %s; then %d ready; second suite: %d waited, %s; pool now %+v",
+		m1, workers*rounds, d1, ready, m2, d2, st)
+	if m2 > 2 {
+		t.Errorf("second suite: %d of %d acquires waited for a creation (%d were ready); the pool did not grow toward demand (%+v)",
+			m2, workers*rounds, ready, st)
+	}
+	if st.Total > max {
+		t.Errorf("pool grew beyond its maximum: %+v", st)
+	}
+	// Idle: back to Initial ready databases, the rest dropped.
+	waitForWithin(t, 90*time.Second, func() bool {
+		st := p.Stats()
+		return st.Total == initial && st.ByState[pool.Ready] == initial && st.Target == initial
+	})
+	waitFor(t, func() bool { return len(s.databases(t, "t_")) == initial })
 }

@@ -78,6 +78,16 @@ const stateTable = "pgfork_serve_templates"
 // epochTable counts the starts of the server, per prefix.
 const epochTable = "pgfork_serve_epochs"
 
+// Sessions forwards to the creator's SessionCounter, so that pools of
+// database isolation reclaim only databases seen without sessions.
+func (s *adminStore) Sessions(ctx context.Context, names []string) (map[string]int, error) {
+	sc, ok := s.Creator.(SessionCounter)
+	if !ok {
+		return nil, errs.New(errs.Unsupported, "the creator cannot count sessions")
+	}
+	return sc.Sessions(ctx, names)
+}
+
 func (s *adminStore) Recover(ctx context.Context, prefix, testPrefix string, persist bool) ([]Record, int, error) {
 	var leftovers []string
 	rows, err := s.admin.Query(ctx, "SELECT datname FROM pg_database WHERE starts_with(datname, $1)", testPrefix)

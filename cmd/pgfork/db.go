@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -78,9 +79,53 @@ type dbServer struct {
 	target  *dbclone.Target
 	cal     *dbclone.Calibration
 	calFile string // where its calibration is (or would be) stored
+	// learn is what the advisor learned from creations on this server,
+	// stored in learnFile (beside the calibration) when it changed.
+	learn     *dbclone.Learning
+	learnFile string
+	learnWas  []byte
 }
 
-func (s *dbServer) close() { _ = s.conn.Close(context.Background()) }
+func (s *dbServer) close() {
+	_ = s.conn.Close(context.Background())
+	s.saveLearning()
+}
+
+// learnedFile is where the learning beside calibration file cal is kept.
+func learnedFile(cal string) string {
+	if cal == "" {
+		return ""
+	}
+	return strings.TrimSuffix(cal, ".json") + ".learned.json"
+}
+
+// loadLearning reads what earlier runs learned (a missing or unreadable
+// file starts afresh: it is a cache of measurements, not configuration).
+func (s *dbServer) loadLearning() {
+	s.learn, s.learnFile = &dbclone.Learning{}, learnedFile(s.calFile)
+	if s.learnFile == "" {
+		return
+	}
+	if b, err := os.ReadFile(s.learnFile); err == nil {
+		if json.Unmarshal(b, s.learn) != nil {
+			s.learn = &dbclone.Learning{}
+		}
+	}
+	s.learnWas, _ = json.Marshal(s.learn)
+}
+
+// saveLearning stores the learning when this run added to it (best
+// effort: losing a measurement costs nothing but a slower convergence).
+func (s *dbServer) saveLearning() {
+	if s.learn == nil || s.learnFile == "" {
+		return
+	}
+	if b, err := json.Marshal(s.learn); err == nil && !bytes.Equal(b, s.learnWas) {
+		if err := writeJSONFile(s.learnFile, s.learn); err != nil {
+			infof("could not store what the advisor learned: %v", err)
+		}
+	}
+}
 
 // connectDB connects to the server chosen by the flags. When the connection
 // would land in one of the databases in avoid (a template, or a database
@@ -122,10 +167,15 @@ func connectDB(ctx context.Context, avoid ...string) (*dbServer, error) {
 			}
 		}
 	}
+	dbclone.CancelOnServer(cfg)
 	s.cfg = cfg
 	if s.conn, err = pgx.ConnectConfig(ctx, cfg.Copy()); err != nil {
 		if ctx.Err() != nil {
 			return nil, errs.Wrap(errs.Interrupted, err, "interrupted")
+		}
+		if kind, ok := dbclone.SQLKind(err); ok && kind == errs.Permission {
+			return nil, errs.Wrap(errs.Permission, err, "the server refused the connection").
+				WithHint("check the user and password in --url or PGUSER/PGPASSWORD, and the server's pg_hba.conf")
 		}
 		return nil, errs.Wrap(errs.NotFound, err, "cannot connect to the server").
 			WithHint("check --url, --cluster or the PG* environment variables, and that the server runs")
@@ -138,6 +188,7 @@ func connectDB(ctx context.Context, avoid ...string) (*dbServer, error) {
 		s.close()
 		return nil, err
 	}
+	s.loadLearning()
 	return s, nil
 }
 
@@ -199,7 +250,12 @@ created are kept and listed.
 
 Nobody else may be connected to the template while it is copied: pgfork waits
 up to --wait for other sessions to leave, then fails naming them (pid, user,
-application, client), or terminates them with --force.`,
+application, client), or terminates them with --force.
+
+Each copy is made under a work-in-progress name (pgfork_wip_…) and renamed to
+NAME when complete, so NAME never holds a half-made database: an interrupted
+create (Ctrl-C, SIGTERM) removes its copy and exits 130, and the copy of a
+killed one is removed by the next db command that creates or lists snapshots.`,
 		Example: `  pgfork db create test_db --from app_template
   pgfork db create "My Test DB" --from app_template --strategy file_copy --owner app
   pgfork db create --from app_template worker --count 1000 --jobs 2
@@ -215,6 +271,9 @@ application, client), or terminates them with --force.`,
 				return err
 			}
 			names := []string{name}
+			if err := dbclone.CheckJobs(jobs); err != nil {
+				return err
+			}
 			if cmd.Flags().Changed("count") {
 				if names, err = dbclone.CountNames(name, count); err != nil {
 					return err
@@ -231,7 +290,7 @@ application, client), or terminates them with --force.`,
 				return err
 			}
 			defer srv.close()
-			opts := dbclone.CreateOptions{Strategy: st, Owner: owner, Force: force, WaitTimeout: wait, Target: srv.target, Calibration: srv.cal}
+			opts := dbclone.CreateOptions{Strategy: st, Owner: owner, Force: force, WaitTimeout: wait, Target: srv.target, Calibration: srv.cal, Learning: srv.learn}
 			if !cmd.Flags().Changed("count") {
 				res, err := dbclone.Create(ctx, srv.conn, name, from, opts)
 				if err != nil {
@@ -268,9 +327,6 @@ application, client), or terminates them with --force.`,
 
 func createMany(cmd *cobra.Command, srv *dbServer, names []string, from string, opts dbclone.CreateOptions, jobs int) error {
 	ctx := cmd.Context()
-	if jobs < 1 {
-		return errs.New(errs.Usage, "--jobs must be at least 1, not %d", jobs)
-	}
 	tty := term.IsTerminal(int(os.Stderr.Fd())) && !g.quiet
 	last := time.Now()
 	progress := func(done, total int) {

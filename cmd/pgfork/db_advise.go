@@ -45,7 +45,7 @@ advice uses them.`,
 				return err
 			}
 			defer srv.close()
-			adv, err := dbclone.Advise(ctx, srv.conn, from, srv.target, srv.cal)
+			adv, err := dbclone.AdviseLearned(ctx, srv.conn, from, srv.target, srv.cal, srv.learn)
 			if err != nil {
 				return err
 			}

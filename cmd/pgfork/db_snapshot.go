@@ -28,7 +28,12 @@ every pgfork sees it and it survives restarts. Then a spare copy is prepared so
 that ` + "`pgfork db restore`" + ` is a rename (skip with --no-spare).
 
 Nobody else may be connected to DB while it is copied: pgfork waits up to --wait,
-then fails naming the sessions, or terminates them with --force.`,
+then fails naming the sessions, or terminates them with --force.
+
+The copy is made under a work-in-progress name (pgfork_wip_…) and renamed into
+place with its metadata at the end: an interrupted snapshot (Ctrl-C, SIGTERM)
+removes its copy, and one whose process was killed leaves a pgfork_wip_
+database that the next db create, snapshot, snapshots or rm-snapshot removes.`,
 		Example: `  pgfork db snapshot app
   pgfork db snapshot app before-migration --force`,
 		Args: usageArgs(cobra.RangeArgs(1, 2)),
@@ -47,7 +52,7 @@ then fails naming the sessions, or terminates them with --force.`,
 				return err
 			}
 			defer srv.close()
-			opts := dbclone.CreateOptions{Strategy: st, Force: force, WaitTimeout: wait, Target: srv.target, Calibration: srv.cal}
+			opts := dbclone.CreateOptions{Strategy: st, Force: force, WaitTimeout: wait, Target: srv.target, Calibration: srv.cal, Learning: srv.learn}
 			info, res, err := dbclone.Snapshot(ctx, srv.conn, db, name, opts)
 			if err != nil {
 				return err
@@ -113,7 +118,7 @@ terminates them (after --wait).`,
 				return err
 			}
 			defer srv.close()
-			copts := dbclone.CreateOptions{Strategy: dbclone.Auto, Force: force, WaitTimeout: wait, Target: srv.target, Calibration: srv.cal}
+			copts := dbclone.CreateOptions{Strategy: dbclone.Auto, Force: force, WaitTimeout: wait, Target: srv.target, Calibration: srv.cal, Learning: srv.learn}
 			res, err := dbclone.Restore(ctx, srv.conn, db, name, dbclone.RestoreOptions{Create: copts})
 			if err != nil {
 				return err

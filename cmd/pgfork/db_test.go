@@ -10,7 +10,9 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"syscall"
 	"testing"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 
@@ -56,30 +58,36 @@ func (p *dbCLI) fails(want int, mention string, args ...string) {
 	}
 }
 
-// TestDBCommands drives the db commands against a cluster started with
-// pgfork up, by --cluster, --url and the PG* variables.
-func TestDBCommands(t *testing.T) {
+// dbCluster builds pgfork, starts a cluster called name with pgfork up
+// (stopped when the test ends) and connects to it.
+func dbCluster(t *testing.T, name string) (p *dbCLI, url string, conn *pgx.Conn) {
+	t.Helper()
 	pgBin := testenv.PGBinDirs(t)[0]
-	bin := filepath.Join(testenv.Dir(t), "pgfork")
-	if out, err := exec.Command("go", "build", "-o", bin, ".").CombinedOutput(); err != nil {
-		t.Fatalf("go build: %v\n%s", err, out)
-	}
+	bin := copyTestBinary(t)
 	home := testenv.Dir(t)
-	p := &dbCLI{t: t, bin: bin, home: home, pgBin: pgBin}
+	p = &dbCLI{t: t, bin: bin, home: home, pgBin: pgBin}
 	t.Cleanup(func() { _ = exec.Command(bin, "--state-dir", home, "down", "--all", "--timeout", "1s").Run() })
 	var up struct {
-		Name string `json:"name"`
-		URL  string `json:"url"`
+		URL string `json:"url"`
 	}
-	if err := json.Unmarshal([]byte(p.ok("up", "--json", "--name", "dbcli")), &up); err != nil || up.URL == "" {
+	if err := json.Unmarshal([]byte(p.ok("up", "--json", "--name", name)), &up); err != nil || up.URL == "" {
 		t.Fatalf("pgfork up --json: %v %+v", err, up)
 	}
-	ctx := context.Background()
-	conn, err := pgx.Connect(ctx, up.URL)
+	conn, err := pgx.Connect(context.Background(), up.URL)
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer conn.Close(ctx)
+	t.Cleanup(func() { _ = conn.Close(context.Background()) })
+	return p, up.URL, conn
+}
+
+// TestDBCommands drives the db commands against a cluster started with
+// pgfork up, by --cluster, --url and the PG* variables.
+func TestDBCommands(t *testing.T) {
+	p, url, conn := dbCluster(t, "dbcli")
+	home := p.home
+	up := struct{ URL string }{url}
+	ctx := context.Background()
 	exists := func(name string) bool {
 		var ok bool
 		_ = conn.QueryRow(ctx, "SELECT EXISTS (SELECT 1 FROM pg_database WHERE datname = $1)", name).Scan(&ok)
@@ -129,6 +137,21 @@ func TestDBCommands(t *testing.T) {
 	code, out, errOut := p.run("db", "create", "w", "--from", "template1", "--count", "5", "--jobs", "2", "--cluster", "dbcli")
 	if code != 0 || !strings.Contains(out, "created 5 databases w_1 … w_5") || !strings.Contains(errOut, "dbs/s") || !exists("w_5") {
 		t.Errorf("--count: exit %d %q %q", code, out, errOut)
+	}
+
+	// Every create is a measurement: stored beside the calibration, and
+	// advise's estimates use it.
+	if _, err := os.Stat(filepath.Join(home, "calibration", "cluster-dbcli.learned.json")); err != nil {
+		t.Errorf("what creations took was not stored: %v", err)
+	}
+	var learned struct {
+		Estimates []struct {
+			Observed int `json:"observed"`
+		} `json:"estimates"`
+	}
+	if err := json.Unmarshal([]byte(p.ok("db", "advise", "--from", "second", "--cluster", "dbcli", "--json")), &learned); err != nil ||
+		len(learned.Estimates) == 0 || learned.Estimates[0].Observed == 0 {
+		t.Errorf("advise does not use the creations observed: %+v %v", learned, err)
 	}
 
 	// advise, calibrate (stored for the cluster, then used by advise).
@@ -182,4 +205,142 @@ func TestDBCommands(t *testing.T) {
 	}
 	p.ok("db", "rm-snapshot", "first snap", "--cluster", "dbcli")
 	p.fails(exitNotFound, "no snapshots", "db", "restore", "My DB ü", "--cluster", "dbcli")
+}
+
+// TestDBCreateBounds: --count and --jobs out of range are usage errors
+// (exit 2 with a hint) before any connection, never a panic.
+func TestDBCreateBounds(t *testing.T) {
+	pgBin := testenv.PGBinDirs(t)[0]
+	bin := copyTestBinary(t)
+	p := &dbCLI{t: t, bin: bin, home: testenv.Dir(t), pgBin: pgBin}
+	// No server listens here: a bounds check that came after connecting
+	// would fail with another exit code.
+	url := "postgres://nobody@127.0.0.1:1/postgres"
+	for _, args := range [][]string{
+		{"--count", "9223372036854775807"},
+		{"--count", "100001"},
+		{"--count", "0"},
+		{"--count", "3", "--jobs", "0"},
+		{"--count", "3", "--jobs", "1000000"},
+		{"--jobs", "-1"},
+	} {
+		code, _, errOut := p.run(append([]string{"db", "create", "w", "--from", "template1", "--url", url}, args...)...)
+		if code != exitUsage || !strings.Contains(errOut, "hint:") || strings.Contains(errOut, "panic") {
+			t.Errorf("db create %v: exit %d, stderr %q; want exit 2 with a hint", args, code, errOut)
+		}
+	}
+}
+
+// TestDBInterrupted: `db snapshot` and `db create` killed (kill -9) or
+// stopped (SIGTERM) while the server copies leave no database under the
+// final name, nothing `db snapshots` cannot see or remove, and the same
+// command run again succeeds. The copy is held mid-way by a transaction
+// that locks the source database (COMMENT ON DATABASE), so the kill always
+// lands while CREATE DATABASE runs.
+func TestDBInterrupted(t *testing.T) {
+	p, url, conn := dbCluster(t, "dbint")
+	bin, home, pgBin := p.bin, p.home, p.pgBin
+	up := struct{ URL string }{url}
+	ctx := context.Background()
+	if _, err := conn.Exec(ctx, "CREATE DATABASE src"); err != nil {
+		t.Fatal(err)
+	}
+	dbs := func(like string) []string {
+		t.Helper()
+		rows, err := conn.Query(ctx, "SELECT datname::text FROM pg_database WHERE datname LIKE $1 ORDER BY 1", like)
+		if err != nil {
+			t.Fatal(err)
+		}
+		names, err := pgx.CollectRows(rows, pgx.RowTo[string])
+		if err != nil {
+			t.Fatal(err)
+		}
+		return names
+	}
+	copying := func() int {
+		var n int
+		if err := conn.QueryRow(ctx, "SELECT count(*) FROM pg_stat_activity WHERE query LIKE 'CREATE DATABASE%' AND pid <> pg_backend_pid()").Scan(&n); err != nil {
+			t.Fatal(err)
+		}
+		return n
+	}
+	waitUntil := func(what string, cond func() bool) {
+		t.Helper()
+		deadline := time.Now().Add(60 * time.Second)
+		for !cond() {
+			if time.Now().After(deadline) {
+				t.Fatalf("timed out waiting for %s", what)
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+	}
+	// interrupt runs pgfork args, holds its CREATE DATABASE on a lock,
+	// sends sig, then lets the server go on and waits until it is done.
+	interrupt := func(sig syscall.Signal, args ...string) int {
+		t.Helper()
+		holder, err := pgx.Connect(ctx, up.URL)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer holder.Close(ctx)
+		tx, err := holder.Begin(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := tx.Exec(ctx, "COMMENT ON DATABASE src IS 'held'"); err != nil {
+			t.Fatal(err)
+		}
+		cmd := exec.Command(bin, append([]string{"--state-dir", home, "--pg-bin", pgBin}, args...)...)
+		var stderr bytes.Buffer
+		cmd.Stderr = &stderr
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		waitUntil("CREATE DATABASE to start", func() bool { return copying() > 0 })
+		_ = cmd.Process.Signal(sig)
+		err = cmd.Wait()
+		_ = tx.Rollback(ctx)
+		waitUntil("the server to finish the copy", func() bool { return copying() == 0 })
+		code := 0
+		var ee *exec.ExitError
+		if errors.As(err, &ee) {
+			code = ee.ExitCode()
+		}
+		t.Logf("pgfork %s after %v: exit %d %s", strings.Join(args, " "), sig, code, strings.TrimSpace(stderr.String()))
+		return code
+	}
+
+	for _, sig := range []syscall.Signal{syscall.SIGKILL, syscall.SIGTERM} {
+		snap, db := "s-"+sig.String(), "c-"+sig.String()
+		code := interrupt(sig, "db", "snapshot", "src", snap, "--no-spare", "--cluster", "dbint")
+		if sig == syscall.SIGTERM && code != exitInterrupted {
+			t.Errorf("snapshot after SIGTERM: exit %d, want %d", code, exitInterrupted)
+		}
+		if sig == syscall.SIGTERM {
+			// The command itself removed its work.
+			if left := dbs("pgfork\\_%"); len(left) != 0 {
+				t.Errorf("SIGTERM left %v", left)
+			}
+		}
+		if out := p.ok("db", "snapshots", "--cluster", "dbint"); strings.Contains(out, snap) {
+			t.Errorf("an interrupted snapshot is listed: %q", out)
+		}
+		if left := dbs("pgfork\\_%"); len(left) != 0 {
+			t.Errorf("after %v and db snapshots, left: %v", sig, left)
+		}
+		p.ok("db", "snapshot", "src", snap, "--no-spare", "--cluster", "dbint")
+		p.ok("db", "rm-snapshot", snap, "--cluster", "dbint")
+
+		code = interrupt(sig, "db", "create", db, "--from", "src", "--cluster", "dbint")
+		if sig == syscall.SIGTERM && code != exitInterrupted {
+			t.Errorf("create after SIGTERM: exit %d, want %d", code, exitInterrupted)
+		}
+		if got := dbs(db); len(got) != 0 {
+			t.Errorf("an interrupted create left database %v", got)
+		}
+		p.ok("db", "create", db, "--from", "src", "--cluster", "dbint")
+		if left := dbs("pgfork\\_%"); len(left) != 0 {
+			t.Errorf("after %v and a new create, left: %v", sig, left)
+		}
+	}
 }

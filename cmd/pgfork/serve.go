@@ -32,6 +32,7 @@ type serveOpts struct {
 	isolation, strategy, prefix      string
 	finalizeTimeout, getTimeout      time.Duration
 	minLifetime                      time.Duration
+	poolIdle                         time.Duration
 	testUser, testPassword, rootTmpl string
 	verbose, canClone                bool
 }
@@ -159,6 +160,7 @@ INTEGRESQL_TEST_DB_GET_TIMEOUT_MS, INTEGRESQL_TEST_DB_MINIMAL_LIFETIME_MS.`,
 	f.DurationVar(&o.finalizeTimeout, "finalize-timeout", envMS("INTEGRESQL_TEMPLATE_FINALIZE_TIMEOUT_MS", time.Minute), "how long a test request waits for its template to be finalized")
 	f.DurationVar(&o.getTimeout, "get-timeout", envMS("INTEGRESQL_TEST_DB_GET_TIMEOUT_MS", time.Minute), "how long a test request waits for a ready database")
 	f.DurationVar(&o.minLifetime, "min-lifetime", envMS("INTEGRESQL_TEST_DB_MINIMAL_LIFETIME_MS", 250*time.Millisecond), "when a pool is full, reclaim databases held longer than this with no session (0: never)")
+	f.DurationVar(&o.poolIdle, "pool-idle", pool.DefaultIdleTimeout, "a pool grows toward demand up to --pool-max; after this long without requests it drops the ready databases beyond --pool-init (negative: never)")
 	f.StringVar(&o.testUser, "test-user", os.Getenv("INTEGRESQL_TEST_PGUSER"), "role owning test databases (managed default: pgfork; env INTEGRESQL_TEST_PGUSER)")
 	f.StringVar(&o.testPassword, "test-password", os.Getenv("INTEGRESQL_TEST_PGPASSWORD"), "its password (env INTEGRESQL_TEST_PGPASSWORD)")
 	f.StringVar(&o.rootTmpl, "root-template", envStr("INTEGRESQL_ROOT_TEMPLATE", "template0"), "database new templates are created from (env INTEGRESQL_ROOT_TEMPLATE)")
@@ -210,7 +212,7 @@ func runServe(ctx context.Context, o *serveOpts) error {
 	metrics := server.NewMetrics(reg)
 	mcfg := pool.ManagerConfig{
 		Prefix: o.prefix, Initial: o.poolInit, Max: o.poolMax, Parallel: o.parallel,
-		MaxDatabases: o.maxDatabases, MinLifetime: o.minLifetime, FinalizeTimeout: o.finalizeTimeout,
+		MaxDatabases: o.maxDatabases, MinLifetime: o.minLifetime, IdleTimeout: o.poolIdle, FinalizeTimeout: o.finalizeTimeout,
 		GetTimeout: o.getTimeout, RootTemplate: o.rootTmpl, Observer: metrics,
 	}
 	if o.isolation == "cluster" {

@@ -128,9 +128,11 @@ copy_in() { # copy host paths into the rootfs at the same place (symlinks kept)
 		cp -a "$p" "$ROOTFS$(dirname "$p")/"
 	done
 }
-copy_in "$PG_LIB" "$PG_SHARE" /usr/share/zoneinfo /bin/bash /usr/bin/env
-libs=$(find "$PG_LIB" /bin/bash /usr/bin/env -type f \( -perm -u+x -o -name '*.so*' \) -print0 |
-	xargs -0 ldd 2>/dev/null | grep -o '/[^ ]*' | grep -v ':$' | sort -u)
+copy_in "$PG_LIB" "$PG_SHARE" /usr/share/zoneinfo /bin/bash /bin/sh /usr/bin/dash /usr/bin/env
+# ldd fails on the non-ELF files (scripts, data): ignore its status, keep paths.
+libs=$(find "$PG_LIB" /bin/bash /usr/bin/dash /usr/bin/env -type f \( -perm -u+x -o -name '*.so*' \) -print0 |
+	{ xargs -0 ldd 2>/dev/null || true; } | grep -o '/[^ ]*' | grep -v ':$' | sort -u)
+[[ -n $libs ]] || die "ldd found no shared libraries for PostgreSQL"
 for l in $libs; do
 	[[ -e $ROOTFS$l ]] && continue
 	mkdir -p "$ROOTFS$(dirname "$l")"
@@ -178,7 +180,8 @@ for ns in "$NS_SRV" "$NS_CLI"; do
 done
 ip -n "$NS_SRV" link set "$VETH_SRV" up
 ip -n "$NS_CLI" link set "$VETH_CLI" up
-ip netns exec "$NS_CLI" ping -c1 -W5 "$SRV_IP" >/dev/null 2>&1 || die "no route between the namespaces"
+# (no ping in the image of CI machines: reachability is proven by /healthz below)
+ip -n "$NS_CLI" route get "$SRV_IP" | grep -q "dev $VETH_CLI" || die "no route from the client namespace to $SRV_IP"
 ok "network namespaces $NS_SRV ($SRV_IP) and $NS_CLI ($CLI_IP)"
 
 # container ENV... CMD: run CMD in the rootfs as the image's user inside a
@@ -256,19 +259,30 @@ wait_healthy() { # [HOST]: where the healthcheck connects (default 127.0.0.1)
 # psql_conf JSON SQL: connect with a database config as the API returns it.
 psql_conf() {
 	local c=$1 sql=$2
-	PGPASSWORD=$(jq -r .password <<<"$c") psql -X -At -v ON_ERROR_STOP=1 \
+	PGPASSWORD=$(jq -r .password <<<"$c") psql -X -q -At -v ON_ERROR_STOP=1 \
 		-h "$(jq -r .host <<<"$c")" -p "$(jq -r .port <<<"$c")" \
 		-U "$(jq -r .username <<<"$c")" -d "$(jq -r .database <<<"$c")" -c "$sql"
 }
 
 # integresql_flow LABEL WHERE: IntegreSQL's client flow over HTTP from the
 # client namespace; psql runs in WHERE (cli: the client namespace; srv: the
-# server's, as a sidecar sharing its network would).
+# server's, as a sidecar sharing its network would; auto: cli unless the
+# database config names a loopback address).
 integresql_flow() {
-	local label=$1 where=$2 hash="deploy-smoke-$label-$ID" r conf got
-	r=$(api PUT /api/v1/templates "{\"hash\":\"$hash\"}")
+	local label=$1 where=$2 r conf got
+	local hash="deploy-smoke-$label-$ID"
+	r=$(api POST /api/v1/templates "{\"hash\":\"$hash\"}") # IntegreSQL: POST initializes, PUT finalizes
 	conf=$(jq -c .database.config <<<"$r")
 	[[ $conf != null ]] || die "$label: no database config in $r"
+	if [[ $where == auto ]]; then
+		# A managed cluster that hands out loopback can only be reached from
+		# the server's own network namespace; once serve advertises an
+		# address other containers can reach, the client namespace is used.
+		case $(jq -r .host <<<"$conf") in
+		127.* | ::1 | localhost) where=srv ;;
+		*) where=cli ;;
+		esac
+	fi
 	if [[ $where == cli ]]; then
 		cli bash -c "$(declare -f psql_conf); psql_conf '$conf' 'CREATE TABLE smoke (id int PRIMARY KEY); INSERT INTO smoke VALUES (42)'" ||
 			die "$label: psql to the template from the client namespace"
@@ -313,7 +327,7 @@ ok "managed: PostgreSQL runs as the image user (uid $APP_UID), state in the volu
 # The managed cluster listens on the container's loopback only and hands out
 # 127.0.0.1: its databases are reachable from the server's network namespace
 # (a sidecar, `network_mode: service:pgfork`), not from another one.
-integresql_flow managed srv
+integresql_flow managed auto
 
 # restart on the same volume: state and templates survive, clean shutdown
 container_stop
@@ -394,6 +408,6 @@ envfile=("INTEGRESQL_ADDRESS=$SRV_IP" "INTEGRESQL_PORT=5000" "${ACCESS_ENV[@]}")
 BASE_ENV=() # only the unit's environment, not the image's
 container_start "${unit_env[@]}" "${envfile[@]}" -- "${exec_argv[@]}"
 wait_healthy "$SRV_IP"
-integresql_flow unit srv
+integresql_flow unit auto
 container_stop
 ok "unit ExecStart ($exec_start) as user $unit_user with Environment=${unit_env[*]}: serves and stops cleanly on SIGTERM"

@@ -86,6 +86,8 @@ cleanup() {
 	for p in $(jobs -p); do kill -KILL "$p" 2>/dev/null; done
 	ip netns del "$NS_SRV" 2>/dev/null
 	ip netns del "$NS_CLI" 2>/dev/null
+	rm -rf "/etc/netns/$NS_CLI"
+	rmdir /etc/netns 2>/dev/null
 	ip link del "$VETH_SRV" 2>/dev/null
 	# Mounts were made in private mount namespaces only; make sure none leaked.
 	if grep -q " $RUN/" /proc/self/mounts; then
@@ -151,7 +153,7 @@ root:x:0:
 pgfork:x:$APP_UID:
 EOF
 printf 'passwd: files\ngroup: files\nhosts: files\n' >"$ROOTFS/etc/nsswitch.conf"
-printf '127.0.0.1 localhost\n' >"$ROOTFS/etc/hosts"
+printf '127.0.0.1 localhost\n%s pgfork postgres\n' "$SRV_IP" >"$ROOTFS/etc/hosts"
 chown "$APP_UID:$APP_UID" "$ROOTFS/var/lib/pgfork"
 chmod 0700 "$ROOTFS/var/lib/pgfork"
 
@@ -179,6 +181,10 @@ for ns in "$NS_SRV" "$NS_CLI"; do
 	ip -n "$ns" link set lo up
 done
 ip -n "$NS_SRV" link set "$VETH_SRV" up
+# Service names as compose's DNS gives them: `ip netns exec` bind-mounts
+# /etc/netns/<ns>/hosts over /etc/hosts for the client's processes.
+mkdir -p "/etc/netns/$NS_CLI"
+printf '127.0.0.1 localhost\n%s pgfork postgres\n' "$SRV_IP" >"/etc/netns/$NS_CLI/hosts"
 ip -n "$NS_CLI" link set "$VETH_CLI" up
 # (no ping in the image of CI machines: reachability is proven by /healthz below)
 ip -n "$NS_CLI" route get "$SRV_IP" | grep -q "dev $VETH_CLI" || die "no route from the client namespace to $SRV_IP"
@@ -239,10 +245,15 @@ container_stop() {
 }
 
 cli() { ip netns exec "$NS_CLI" "$@"; }
+# The client's view of the API, as a test container on the compose network:
+# from the client namespace to the service name. (The sidecar variant
+# switches both to the server's namespace and loopback.)
+API_NS=$NS_CLI
+API_BASE=http://pgfork:5000
 api() { # api METHOD PATH [BODY] -> body on stdout; fails on non-2xx
 	local out code
-	out=$(cli curl -sS -m 60 -o - -w '\n%{http_code}' -X "$1" "${ACCESS_CURL[@]}" \
-		-H 'Content-Type: application/json' ${3:+--data "$3"} "http://$SRV_IP:5000$2") || die "curl $1 $2 failed"
+	out=$(ip netns exec "$API_NS" curl -sS -m 60 -o - -w '\n%{http_code}' -X "$1" "${ACCESS_CURL[@]}" \
+		-H 'Content-Type: application/json' ${3:+--data "$3"} "$API_BASE$2") || die "curl $1 $2 failed"
 	code=${out##*$'\n'}
 	out=${out%$'\n'*}
 	[[ $code == 2* ]] || die "$1 $2 answered $code: $out"
@@ -262,6 +273,29 @@ psql_conf() {
 	PGPASSWORD=$(jq -r .password <<<"$c") psql -X -q -At -v ON_ERROR_STOP=1 \
 		-h "$(jq -r .host <<<"$c")" -p "$(jq -r .port <<<"$c")" \
 		-U "$(jq -r .username <<<"$c")" -d "$(jq -r .database <<<"$c")" -c "$sql"
+}
+
+# compose_env SERVICE: the environment of a service in deploy/compose.yaml
+# as NAME=VALUE lines, ${VAR:-default} expanded like compose does. Reads the
+# simple form used there (`      NAME: value` under `    environment:`).
+compose_env() {
+	local line name value
+	awk -v svc="  $1:" '
+		$0 == svc { in_svc = 1; next }
+		in_svc && /^  [^ #]/ { in_svc = 0 }
+		in_svc && $0 == "    environment:" { in_env = 1; next }
+		in_env && /^      #/ { next }
+		in_env && !/^      [A-Za-z_]+:/ { in_env = 0 }
+		in_svc && in_env { sub(/^ +/, ""); print }' "$REPO/deploy/compose.yaml" |
+		while IFS= read -r line; do
+			name=${line%%:*}
+			value=${line#*: }
+			value=${value#\"} value=${value%\"}
+			if [[ $value =~ ^\$\{([A-Za-z_]+):-(.*)\}$ ]]; then
+				value=${!BASH_REMATCH[1]:-${BASH_REMATCH[2]}}
+			fi
+			printf '%s=%s\n' "$name" "$value"
+		done
 }
 
 # integresql_flow LABEL WHERE: IntegreSQL's client flow over HTTP from the
@@ -316,9 +350,9 @@ ok "without PGFORK_TOKEN the image refuses 0.0.0.0 (exit 2, '$(grep -m1 -o 'list
 container_start "${ACCESS_ENV[@]}"
 wait_healthy
 ok "managed: HEALTHCHECK (pgfork-healthcheck, bash /dev/tcp) passes"
-got=$(cli curl -sS -m 10 "http://$SRV_IP:5000/healthz") || die "GET /healthz from the client namespace"
-ok "managed: GET /healthz from the client namespace: $got"
-code=$(cli curl -s -m 10 -o /dev/null -w '%{http_code}' "http://$SRV_IP:5000/api/v1/templates/x/tests") || true
+got=$(cli curl -sS -m 10 "$API_BASE/healthz") || die "GET /healthz from the client namespace"
+ok "managed: GET $API_BASE/healthz from the client namespace: $got"
+code=$(cli curl -s -m 10 -o /dev/null -w '%{http_code}' "$API_BASE/api/v1/templates/x/tests") || true
 [[ $code == 401 ]] || die "API without credentials answered $code, want 401"
 ok "managed: API without credentials is refused (401)"
 ps_uid=$(ps -o uid=,comm= --ppid "$(main_pid)" | awk '$2 == "postgres" {print $1}' | sort -u | tr -d ' \n')
@@ -333,20 +367,37 @@ integresql_flow managed auto
 container_stop
 grep -q 'PostgreSQL stopped' "$SRV_LOG" || die "managed: no clean PostgreSQL stop in the log"
 ok "managed: SIGTERM stops serve and its PostgreSQL cleanly (exit 0)"
-container_start "${ACCESS_ENV[@]}"
+# Restart on the same volume as compose's `pgfork-managed` service: its
+# environment from deploy/compose.yaml, loopback only, the tests sharing its
+# network namespace (network_mode: service:pgfork-managed).
+mapfile -t cenv < <(compose_env pgfork-managed)
+printf '%s\n' "${cenv[@]}" | grep -qx 'INTEGRESQL_ADDRESS=127.0.0.1' || die "compose pgfork-managed: environment not understood: ${cenv[*]}"
+container_start "${cenv[@]}"
 wait_healthy
+code=$(cli curl -s -m 5 -o /dev/null -w '%{http_code}' "$API_BASE/healthz") || true
+[[ $code == 000 ]] || die "compose pgfork-managed: reachable from the client namespace ($code), want loopback only"
+API_NS=$NS_SRV API_BASE=http://127.0.0.1:5000
+saved_access=("${ACCESS_CURL[@]}") ACCESS_CURL=() # loopback: no access rule
 r=$(api GET "/api/v1/templates/deploy-smoke-managed-$ID/tests")
+ACCESS_CURL=("${saved_access[@]}")
 ip netns exec "$NS_SRV" bash -c "$(declare -f psql_conf); psql_conf '$(jq -c .database.config <<<"$r")' 'SELECT id FROM smoke'" | grep -qx 42 ||
 	die "managed: after a restart on the same volume the template's data is gone"
-ok "managed: after a restart on the same volume the finalized template still hands out test databases"
+ok "compose pgfork-managed (${cenv[*]}): restarted on the same volume, loopback only, the sidecar gets a test database of the finalized template"
+API_NS=$NS_CLI API_BASE=http://pgfork:5000
 container_stop
 
-# ---- 5. pgfork in front of a `postgres` service (compose variant 2) -------------
+# ---- 5. pgfork in front of a `postgres` service (compose's `pgfork`) -------------
 # The database server is a second "container" from the same rootfs sharing
-# the server network namespace; pgfork is configured only by INTEGRESQL_PG*.
+# the server network namespace (name `postgres`); pgfork gets exactly the
+# environment of the `pgfork` service in deploy/compose.yaml.
+export PGFORK_TOKEN=$TOKEN # ACCESS: what `PGFORK_TOKEN=... docker compose up` passes
+mapfile -t cenv < <(compose_env pgfork)
+unset PGFORK_TOKEN
+pg_password=$(printf '%s\n' "${cenv[@]}" | sed -n 's/^INTEGRESQL_PGPASSWORD=//p')
+[[ -n $pg_password ]] || die "compose pgfork: no INTEGRESQL_PGPASSWORD in ${cenv[*]}"
 EXT=$RUN/rootfs/var/lib/pgfork/external
 install -d -o $APP_UID -g $APP_UID -m 0700 "$EXT"
-printf 'smoke-secret\n' >"$RUN/pw" && chmod 0644 "$RUN/pw" && cp "$RUN/pw" "$ROOTFS/tmp/pw"
+printf '%s\n' "$pg_password" >"$ROOTFS/tmp/pw" && chmod 0644 "$ROOTFS/tmp/pw"
 container_start LC_ALL=C -- "$PG_LIB/bin/initdb" -D /var/lib/pgfork/external/data -U postgres --pwfile=/tmp/pw \
 	--auth-local=trust --auth-host=scram-sha-256 -N
 wait "$SRV_PID" || die "initdb for the postgres service failed"
@@ -358,18 +409,17 @@ container_start -- "$PG_LIB/bin/postgres" -D /var/lib/pgfork/external/data \
 PG_PID_SAVED=$SRV_PID
 PG_LOG=$SRV_LOG
 for _ in $(seq 120); do
-	cli bash -c "PGPASSWORD=smoke-secret psql -X -At -h $SRV_IP -U postgres -d postgres -c 'SELECT 1'" >/dev/null 2>&1 && break
+	cli env PGPASSWORD="$pg_password" psql -X -At -h postgres -U postgres -d postgres -c 'SELECT 1' >/dev/null 2>&1 && break
 	kill -0 "$PG_PID_SAVED" 2>/dev/null || { SRV_LOG=$PG_LOG; die "postgres service did not start"; }
 	sleep 0.5
 done
-ok "postgres service listening on $SRV_IP:5432 (scram)"
+ok "postgres service listening on postgres:5432 ($SRV_IP, scram)"
 
-container_start "${ACCESS_ENV[@]}" INTEGRESQL_PGHOST=$SRV_IP INTEGRESQL_PGPORT=5432 \
-	INTEGRESQL_PGUSER=postgres INTEGRESQL_PGPASSWORD=smoke-secret
+container_start "${cenv[@]}"
 wait_healthy
 [[ $(ps -o comm= --ppid "$(main_pid)" | grep -c postgres) == 0 ]] ||
 	die "external: serve started a managed PostgreSQL although INTEGRESQL_PGHOST was set"
-ok "external: serve uses the postgres service (INTEGRESQL_PGHOST), no managed cluster"
+ok "compose pgfork: serve uses the postgres service (${cenv[*]/PGFORK_TOKEN=*/PGFORK_TOKEN=…}), no managed cluster"
 integresql_flow external cli
 container_stop
 SRV_PID=$PG_PID_SAVED

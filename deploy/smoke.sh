@@ -75,15 +75,24 @@ CLI_IP=10.213.77.2
 ROOTFS=$RUN/rootfs
 SRV_PID=
 SRV_LOG=
+CONTAINERS=() # pids of every container_start, for cleanup
 
 cleanup() {
 	local rc=$?
 	set +e
-	if [[ -n $SRV_PID ]] && kill -0 "$SRV_PID" 2>/dev/null; then
-		kill -KILL "$SRV_PID" 2>/dev/null # pid 1 of its pid namespace: takes all of it along
-		wait "$SRV_PID" 2>/dev/null
-	fi
-	for p in $(jobs -p); do kill -KILL "$p" 2>/dev/null; done
+	# Each container's main process is pid 1 of its pid namespace: killing it
+	# takes the namespace's other processes (postgres) along. (unshare's
+	# --kill-child does not reach it: the uid change clears the death signal.)
+	local c p
+	for c in "${CONTAINERS[@]}"; do
+		for p in $(pgrep -P "$c"); do kill -KILL "$p" 2>/dev/null; done
+		kill -KILL "$c" 2>/dev/null
+		wait "$c" 2>/dev/null
+	done
+	# Belt and braces: anything still rooted in this run's rootfs is ours.
+	for p in /proc/[0-9]*; do
+		[[ $(readlink "$p/root" 2>/dev/null) == "$ROOTFS"* ]] && kill -KILL "${p#/proc/}" 2>/dev/null
+	done
 	ip netns del "$NS_SRV" 2>/dev/null
 	ip netns del "$NS_CLI" 2>/dev/null
 	rm -rf "/etc/netns/$NS_CLI"
@@ -215,6 +224,7 @@ container_start() {
 	' smoke "$ROOTFS" /usr/bin/env -i HOME=/var/lib/pgfork PATH=/usr/local/bin:/usr/bin:/bin \
 		"${BASE_ENV[@]}" "${envs[@]}" "${cmd[@]}" >"$SRV_LOG" 2>&1 &
 	SRV_PID=$!
+	CONTAINERS+=("$SRV_PID")
 }
 starts=0
 BASE_ENV=("${IMAGE_ENV[@]}") # the environment every container_start gets

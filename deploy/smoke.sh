@@ -35,7 +35,7 @@ passed=0
 failed=0
 ok() {
 	passed=$((passed + 1))
-	echo "ok   $*"
+	echo "ok   [${SECONDS}s] $*"
 }
 die() {
 	failed=$((failed + 1))

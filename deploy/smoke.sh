@@ -20,6 +20,21 @@
 set -euo pipefail
 
 REPO=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+SRC_ROOTFS=
+case "${1:-}" in
+--rootfs) # test a real image's root filesystem instead of assembling one
+	SRC_ROOTFS=${2:?--rootfs needs a directory}
+	[[ -x $SRC_ROOTFS/usr/local/bin/pgfork ]] || {
+		echo "deploy smoke: $SRC_ROOTFS has no /usr/local/bin/pgfork" >&2
+		exit 2
+	}
+	;;
+"") ;;
+*)
+	echo "usage: deploy/smoke.sh [--rootfs DIR]" >&2
+	exit 2
+	;;
+esac
 PG_MAJOR=15
 PG_LIB=/usr/lib/postgresql/$PG_MAJOR
 PG_SHARE=/usr/share/postgresql/$PG_MAJOR
@@ -111,60 +126,74 @@ trap cleanup EXIT
 trap 'exit 130' INT TERM
 
 # ---- 1. the image's root filesystem, as deploy/Containerfile builds it ------
-echo "== building the image root filesystem in $ROOTFS"
-mkdir -p "$ROOTFS"/{usr/bin,usr/sbin,usr/lib,usr/lib64,usr/local/bin,etc,tmp,proc,dev,var/lib/pgfork,run}
-ln -s usr/bin "$ROOTFS/bin"
-ln -s usr/sbin "$ROOTFS/sbin"
-ln -s usr/lib "$ROOTFS/lib"
-ln -s usr/lib64 "$ROOTFS/lib64"
-chmod 1777 "$ROOTFS/tmp"
-
-# Builder stage: static, versioned like `make build`.
 VERSION=$(git -C "$REPO" describe --tags --always --dirty 2>/dev/null || echo devel)
 COMMIT=$(git -C "$REPO" rev-parse HEAD 2>/dev/null || echo unknown)
-BUILDDATE=$(date -u +%Y-%m-%dT%H:%M:%SZ)
-(cd "$REPO" && CGO_ENABLED=0 go build -trimpath \
-	-ldflags "-s -w -X main.version=$VERSION -X main.commit=$COMMIT -X main.buildDate=$BUILDDATE" \
-	-o "$ROOTFS/usr/local/bin/pgfork" ./cmd/pgfork) || die "building pgfork (CGO_ENABLED=0)"
-if ldd "$ROOTFS/usr/local/bin/pgfork" >/dev/null 2>&1; then die "pgfork is not static"; fi
-ok "pgfork built static ($VERSION)"
-install -m 0755 "$REPO/deploy/healthcheck.sh" "$ROOTFS/usr/local/bin/pgfork-healthcheck"
+if [[ -n $SRC_ROOTFS ]]; then
+	# --rootfs: a root filesystem of the real image (deploy/build-image.sh).
+	echo "== copying the built image's root filesystem $SRC_ROOTFS to $ROOTFS"
+	mkdir -p "$ROOTFS"
+	cp -a "$SRC_ROOTFS/." "$ROOTFS/"
+	if ldd "$ROOTFS/usr/local/bin/pgfork" >/dev/null 2>&1; then die "pgfork in the image is not static"; fi
+	chroot "$ROOTFS" "$PG_LIB/bin/postgres" --version >/dev/null || die "PostgreSQL $PG_MAJOR does not run in the image"
+	grep -qx "pgfork:x:$APP_UID:$APP_UID:.*" "$ROOTFS/etc/passwd" || die "the image has no user pgfork with uid/gid $APP_UID"
+	[[ $(stat -c %u:%a "$ROOTFS/var/lib/pgfork") == "$APP_UID:700" ]] || die "/var/lib/pgfork in the image is not owned by pgfork (0700)"
+	[[ ! -e $ROOTFS/var/lib/postgresql/$PG_MAJOR/main ]] || die "the image has Debian's main cluster (create_main_cluster should be off)"
+	ok "image rootfs: static pgfork, $(chroot "$ROOTFS" "$PG_LIB/bin/postgres" --version), user pgfork $APP_UID owning /var/lib/pgfork, no main cluster, $(du -sh "$ROOTFS" | cut -f1)"
+	printf '127.0.0.1 localhost\n%s pgfork postgres\n' "$SRV_IP" >"$ROOTFS/etc/hosts"
+else
+	echo "== building the image root filesystem in $ROOTFS"
+	mkdir -p "$ROOTFS"/{usr/bin,usr/sbin,usr/lib,usr/lib64,usr/local/bin,etc,tmp,proc,dev,var/lib/pgfork,run}
+	ln -s usr/bin "$ROOTFS/bin"
+	ln -s usr/sbin "$ROOTFS/sbin"
+	ln -s usr/lib "$ROOTFS/lib"
+	ln -s usr/lib64 "$ROOTFS/lib64"
+	chmod 1777 "$ROOTFS/tmp"
 
-# Runtime stage: Debian's PostgreSQL package files and what they link to.
-copy_in() { # copy host paths into the rootfs at the same place (symlinks kept)
-	local p
-	for p in "$@"; do
-		[[ -e $p || -L $p ]] || continue
-		mkdir -p "$ROOTFS$(dirname "$p")"
-		cp -a "$p" "$ROOTFS$(dirname "$p")/"
+	# Builder stage: static, versioned like `make build`.
+	BUILDDATE=$(date -u +%Y-%m-%dT%H:%M:%SZ)
+	(cd "$REPO" && CGO_ENABLED=0 go build -trimpath \
+		-ldflags "-s -w -X main.version=$VERSION -X main.commit=$COMMIT -X main.buildDate=$BUILDDATE" \
+		-o "$ROOTFS/usr/local/bin/pgfork" ./cmd/pgfork) || die "building pgfork (CGO_ENABLED=0)"
+	if ldd "$ROOTFS/usr/local/bin/pgfork" >/dev/null 2>&1; then die "pgfork is not static"; fi
+	ok "pgfork built static ($VERSION)"
+	install -m 0755 "$REPO/deploy/healthcheck.sh" "$ROOTFS/usr/local/bin/pgfork-healthcheck"
+
+	# Runtime stage: Debian's PostgreSQL package files and what they link to.
+	copy_in() { # copy host paths into the rootfs at the same place (symlinks kept)
+		local p
+		for p in "$@"; do
+			[[ -e $p || -L $p ]] || continue
+			mkdir -p "$ROOTFS$(dirname "$p")"
+			cp -a "$p" "$ROOTFS$(dirname "$p")/"
+		done
+	}
+	copy_in "$PG_LIB" "$PG_SHARE" /usr/share/zoneinfo /bin/bash /bin/sh /usr/bin/dash /usr/bin/env
+	# ldd fails on the non-ELF files (scripts, data): ignore its status, keep paths.
+	libs=$(find "$PG_LIB" /bin/bash /usr/bin/dash /usr/bin/env -type f \( -perm -u+x -o -name '*.so*' \) -print0 |
+		{ xargs -0 ldd 2>/dev/null || true; } | grep -o '/[^ ]*' | grep -v ':$' | sort -u)
+	[[ -n $libs ]] || die "ldd found no shared libraries for PostgreSQL"
+	for l in $libs; do
+		[[ -e $ROOTFS$l ]] && continue
+		mkdir -p "$ROOTFS$(dirname "$l")"
+		cp -L "$l" "$ROOTFS$l"                 # the library under the name the loader asks for
 	done
-}
-copy_in "$PG_LIB" "$PG_SHARE" /usr/share/zoneinfo /bin/bash /bin/sh /usr/bin/dash /usr/bin/env
-# ldd fails on the non-ELF files (scripts, data): ignore its status, keep paths.
-libs=$(find "$PG_LIB" /bin/bash /usr/bin/dash /usr/bin/env -type f \( -perm -u+x -o -name '*.so*' \) -print0 |
-	{ xargs -0 ldd 2>/dev/null || true; } | grep -o '/[^ ]*' | grep -v ':$' | sort -u)
-[[ -n $libs ]] || die "ldd found no shared libraries for PostgreSQL"
-for l in $libs; do
-	[[ -e $ROOTFS$l ]] && continue
-	mkdir -p "$ROOTFS$(dirname "$l")"
-	cp -L "$l" "$ROOTFS$l"                 # the library under the name the loader asks for
-done
-chroot "$ROOTFS" "$PG_LIB/bin/postgres" --version >/dev/null || die "PostgreSQL does not run in the rootfs (missing libraries?)"
-ok "rootfs: $("$PG_LIB/bin/postgres" --version), $(du -sh "$ROOTFS" | cut -f1)"
+	chroot "$ROOTFS" "$PG_LIB/bin/postgres" --version >/dev/null || die "PostgreSQL does not run in the rootfs (missing libraries?)"
+	ok "rootfs: $("$PG_LIB/bin/postgres" --version), $(du -sh "$ROOTFS" | cut -f1)"
 
-# The non-root user, created before the package as in the Containerfile.
-cat >"$ROOTFS/etc/passwd" <<EOF
+	# The non-root user, created before the package as in the Containerfile.
+	cat >"$ROOTFS/etc/passwd" <<EOF
 root:x:0:0:root:/root:/bin/bash
 pgfork:x:$APP_UID:$APP_UID::/var/lib/pgfork:/usr/sbin/nologin
 EOF
-cat >"$ROOTFS/etc/group" <<EOF
+	cat >"$ROOTFS/etc/group" <<EOF
 root:x:0:
 pgfork:x:$APP_UID:
 EOF
-printf 'passwd: files\ngroup: files\nhosts: files\n' >"$ROOTFS/etc/nsswitch.conf"
-printf '127.0.0.1 localhost\n%s pgfork postgres\n' "$SRV_IP" >"$ROOTFS/etc/hosts"
-chown "$APP_UID:$APP_UID" "$ROOTFS/var/lib/pgfork"
-chmod 0700 "$ROOTFS/var/lib/pgfork"
+	printf 'passwd: files\ngroup: files\nhosts: files\n' >"$ROOTFS/etc/nsswitch.conf"
+	printf '127.0.0.1 localhost\n%s pgfork postgres\n' "$SRV_IP" >"$ROOTFS/etc/hosts"
+	chown "$APP_UID:$APP_UID" "$ROOTFS/var/lib/pgfork"
+	chmod 0700 "$ROOTFS/var/lib/pgfork"
+fi
 
 # The image's ENV, read from the Containerfile itself so the two cannot drift.
 mapfile -t IMAGE_ENV < <(awk '

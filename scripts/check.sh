@@ -42,4 +42,11 @@ make lint
 go test -race -count=1 -timeout 60m ./...
 # The client libraries (a Go module of their own and a pip package) against a real `pgfork serve`.
 clients/test.sh
+# The service recipes (deploy/): the image's root filesystem run in private
+# namespaces, a client in another, and the systemd unit. Needs root.
+if [ "$(id -u)" = 0 ]; then
+	deploy/smoke.sh
+else
+	echo "check: not root: deploy/smoke.sh skipped (it needs namespaces and chroot)" >&2
+fi
 echo "check: all passed" >&2

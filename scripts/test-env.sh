@@ -41,6 +41,13 @@ install_packages() {
 	command -v pgbench >/dev/null || [ -x /usr/lib/postgresql/15/bin/pgbench ] || need+=(postgresql-contrib)
 	command -v unzip >/dev/null || need+=(unzip)
 	command -v fuser >/dev/null || need+=(psmisc)
+	# deploy/smoke.sh: namespaces, veth, HTTP client, JSON, the unit's check.
+	command -v ip >/dev/null || need+=(iproute2)
+	command -v curl >/dev/null || need+=(curl)
+	command -v jq >/dev/null || need+=(jq)
+	command -v systemd-analyze >/dev/null || need+=(systemd)
+	# the client suites: IntegreSQL's JavaScript client.
+	command -v npm >/dev/null || need+=(npm)
 	[ ${#need[@]} -eq 0 ] && return 0
 	if ! is_root; then
 		log "missing packages ${need[*]} (run as root to install them)"

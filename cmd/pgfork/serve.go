@@ -34,6 +34,8 @@ type serveOpts struct {
 	minLifetime                      time.Duration
 	testUser, testPassword, rootTmpl string
 	verbose, canClone                bool
+	leastPrivilege                   bool
+	testUserSet                      bool // --test-user given (not from the environment)
 }
 
 func init() { rootCmd.AddCommand(newServeCmd()) }
@@ -141,7 +143,10 @@ INTEGRESQL_TEST_DB_GET_TIMEOUT_MS, INTEGRESQL_TEST_DB_MINIMAL_LIFETIME_MS.`,
   # Point an IntegreSQL client at it
   INTEGRESQL_CLIENT_BASE_URL=http://127.0.0.1:5000/api go test ./...`,
 		Args: usageArgs(cobra.NoArgs),
-		RunE: func(cmd *cobra.Command, args []string) error { return runServe(cmd.Context(), o) },
+		RunE: func(cmd *cobra.Command, args []string) error {
+			o.testUserSet = cmd.Flags().Changed("test-user")
+			return runServe(cmd.Context(), o)
+		},
 	}
 	f := cmd.Flags()
 	f.StringVar(&o.listen, "listen", defaultListen(), "HTTP address (env INTEGRESQL_ADDRESS, INTEGRESQL_PORT)")
@@ -162,6 +167,7 @@ INTEGRESQL_TEST_DB_GET_TIMEOUT_MS, INTEGRESQL_TEST_DB_MINIMAL_LIFETIME_MS.`,
 	f.StringVar(&o.testUser, "test-user", os.Getenv("INTEGRESQL_TEST_PGUSER"), "role owning test databases (managed default: pgfork; env INTEGRESQL_TEST_PGUSER)")
 	f.StringVar(&o.testPassword, "test-password", os.Getenv("INTEGRESQL_TEST_PGPASSWORD"), "its password (env INTEGRESQL_TEST_PGPASSWORD)")
 	f.StringVar(&o.rootTmpl, "root-template", envStr("INTEGRESQL_ROOT_TEMPLATE", "template0"), "database new templates are created from (env INTEGRESQL_ROOT_TEMPLATE)")
+	f.BoolVar(&o.leastPrivilege, "least-privilege", false, "managed mode: hand out a role that may create databases but is not a superuser (default: a superuser of the private cluster)")
 	f.BoolVarP(&o.verbose, "verbose", "v", false, "log every request")
 	return cmd
 }
@@ -224,6 +230,13 @@ func runServe(ctx context.Context, o *serveOpts) error {
 			return err
 		}
 	} else if o.pgURL == "" {
+		if o.testUser == server.BootstrapRole && !o.testUserSet {
+			// IntegreSQL's usual INTEGRESQL_TEST_PGUSER=postgres: the managed
+			// cluster's own superuser, which pgfork never hands out or alters.
+			log.Warn("INTEGRESQL_TEST_PGUSER names the managed cluster's bootstrap superuser; handing out the managed superuser role instead",
+				"role", server.DefaultRole)
+			o.testUser, o.testPassword = "", ""
+		}
 		m, cc, err := startManagedPG(ctx, o)
 		if err != nil {
 			return err
@@ -372,16 +385,10 @@ func startManagedPG(ctx context.Context, o *serveOpts) (*server.Managed, bool, e
 		}
 	}
 	infof("starting %s%s", inst, map[bool]string{true: " with file_copy_method=clone", false: ""}[useClone])
-	m, err := server.StartManaged(ctx, server.ManagedOptions{BinDir: inst.BinDir, Env: inst.Env(), Dir: dir, User: user, Clone: useClone, Role: o.testUser})
+	m, err := server.StartManaged(ctx, server.ManagedOptions{BinDir: inst.BinDir, Env: inst.Env(), Dir: dir, User: user,
+		Clone: useClone, Role: o.testUser, Password: o.testPassword, LeastPrivilege: o.leastPrivilege})
 	if err != nil {
 		return nil, false, err
-	}
-	if o.testPassword != "" {
-		m.Conn.Password = o.testPassword
-		if err := server.EnsureRole(ctx, m.AdminURL, m.Conn.Username, o.testPassword); err != nil {
-			_ = m.Stop(context.Background())
-			return nil, false, err
-		}
 	}
 	return m, useClone, nil
 }

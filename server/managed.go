@@ -26,12 +26,12 @@ const BootstrapRole = "postgres"
 // ManagedOptions describe the PostgreSQL server that `pgfork serve` runs
 // itself when no --pg-url is given.
 type ManagedOptions struct {
-	BinDir   string
-	Env      []string
-	Dir      string // holds pgdata/ and the client role's password; kept across restarts
-	User     *instance.OSUser
-	Clone    bool   // set file_copy_method = clone (PostgreSQL 18 on a CoW filesystem)
-	Role     string // client role (default DefaultRole), password-authenticated
+	BinDir string
+	Env    []string
+	Dir    string // holds pgdata/ and the client role's password; kept across restarts
+	User   *instance.OSUser
+	Clone  bool   // set file_copy_method = clone (PostgreSQL 18 on a CoW filesystem)
+	Role   string // client role (default DefaultRole), password-authenticated
 	// LeastPrivilege makes the client role a non-superuser that may create
 	// databases; by default it is a superuser of this private cluster, as
 	// IntegreSQL's users usually connect (CREATE EXTENSION, CREATE ROLE…).

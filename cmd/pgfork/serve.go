@@ -28,6 +28,7 @@ import (
 type serveOpts struct {
 	listen, pgURL, token, socket     string
 	poolInit, poolMax, maxDatabases  int
+	maxConns                         int
 	parallel                         int
 	isolation, strategy, prefix      string
 	finalizeTimeout, getTimeout      time.Duration
@@ -167,6 +168,7 @@ INTEGRESQL_TEST_DB_GET_TIMEOUT_MS, INTEGRESQL_TEST_DB_MINIMAL_LIFETIME_MS.`,
 	f.StringVar(&o.testUser, "test-user", os.Getenv("INTEGRESQL_TEST_PGUSER"), "role owning test databases (managed default: pgfork; env INTEGRESQL_TEST_PGUSER)")
 	f.StringVar(&o.testPassword, "test-password", os.Getenv("INTEGRESQL_TEST_PGPASSWORD"), "its password (env INTEGRESQL_TEST_PGPASSWORD)")
 	f.StringVar(&o.rootTmpl, "root-template", envStr("INTEGRESQL_ROOT_TEMPLATE", "template0"), "database new templates are created from (env INTEGRESQL_ROOT_TEMPLATE)")
+	f.IntVar(&o.maxConns, "max-conns", server.DefaultMaxConns, "open HTTP connections at most; more wait to be accepted (idle keep-alive connections close after 60 s)")
 	f.BoolVar(&o.leastPrivilege, "least-privilege", false, "managed mode: hand out a role that may create databases but is not a superuser (default: a superuser of the private cluster)")
 	f.BoolVarP(&o.verbose, "verbose", "v", false, "log every request")
 	return cmd
@@ -290,14 +292,15 @@ func runServe(ctx context.Context, o *serveOpts) error {
 		return err
 	}
 	srv := server.New(server.Config{Manager: mgr, Conn: conn, Token: o.token, Logger: log, Registry: reg, Metrics: metrics})
-	hs := &http.Server{Handler: srv, ReadHeaderTimeout: 10 * time.Second}
+	hopts := server.HTTPOptions{LongestWait: o.finalizeTimeout + o.getTimeout, MaxConns: o.maxConns}
+	hs := server.NewHTTPServer(srv, hopts)
 
 	ln, err := net.Listen("tcp", o.listen)
 	if err != nil {
 		return errs.Wrap(errs.Busy, err, "cannot listen on %s", o.listen).WithHint("choose another --listen port")
 	}
 	errc := make(chan error, 2)
-	go func() { errc <- hs.Serve(ln) }()
+	go func() { errc <- hs.Serve(hopts.Listen(ln)) }()
 	if o.socket != "" {
 		_ = os.Remove(o.socket)
 		old := syscall.Umask(0o177)
@@ -310,7 +313,7 @@ func runServe(ctx context.Context, o *serveOpts) error {
 			return errs.Wrap(errs.Permission, err, "cannot chmod %s", o.socket)
 		}
 		defer os.Remove(o.socket)
-		go func() { errc <- hs.Serve(sl) }()
+		go func() { errc <- hs.Serve(hopts.Listen(sl)) }()
 	}
 	if o.isolation == "cluster" {
 		infof("pgfork serve: http://%s/api (a PostgreSQL cluster per test on %s, superuser %s)", ln.Addr(), conn.Host, owner)

@@ -105,16 +105,17 @@ type Config struct {
 	Parallel int
 	// MinLifetime: when the pool is full and a caller waits, a database in use
 	// for at least this long is reclaimed (dropped once no session is
-	// connected, and replaced under a new id), as IntegreSQL does for clients
-	// that never give databases back. 0 disables reclaiming.
+	// connected, and made again from the template, taking the smallest free
+	// id), as IntegreSQL does for clients that never give databases back.
+	// 0 disables reclaiming.
 	MinLifetime time.Duration
 	// RetryMin and RetryMax bound the backoff while a database to drop is
 	// still in use or the template has sessions (defaults 50 ms and 2 s).
 	RetryMin, RetryMax time.Duration
 	Limiter            Limiter  // may be nil
 	Observer           Observer // may be nil
-	// NextID, when set, hands out ids (the Manager's, unique across its
-	// pools and runs); nil: 0, 1, 2… per pool.
+	// NextID, when set, hands out ids; nil: the smallest id free in the
+	// pool, so ids and names are reused as IntegreSQL reuses them.
 	NextID func() int
 }
 
@@ -151,7 +152,6 @@ type Pool struct {
 
 	mu        sync.Mutex
 	dbs       map[int]*entry
-	nextID    int
 	ready     []int // FIFO of ready ids
 	waiters   []*waiter
 	closed    bool
@@ -166,8 +166,8 @@ type Pool struct {
 }
 
 // New starts a pool and begins filling it to cfg.Initial in the background.
-// Ids start at 0 (or come from cfg.NextID) and are never reused once a
-// database left the pool's control (reclaim, eviction, a failed creation).
+// Ids are the smallest free ones from 0 (or come from cfg.NextID): a
+// database reclaimed, evicted or failed frees its id and name for the next.
 func New(cfg Config, creator Creator) *Pool {
 	if cfg.Parallel <= 0 {
 		cfg.Parallel = 2
@@ -395,8 +395,10 @@ func (p *Pool) fill() {
 			p.scheduleKick(p.cfg.MinLifetime - age)
 			break
 		}
-		// Retire the id: a late unlock/recreate by the old holder gets 404
-		// instead of touching the next test's database.
+		// The database is made again from the template under the smallest
+		// free id (usually its own, as IntegreSQL does); a late unlock by the
+		// old holder cannot be told apart on v1 (the native API's hand-out
+		// ids can).
 		delete(p.dbs, old.id)
 		p.inUse.Add(-1)
 		e := p.newEntry()
@@ -423,14 +425,24 @@ func (p *Pool) Kick() {
 }
 
 func (p *Pool) newEntry() *entry {
-	id := p.nextID
-	p.nextID++
+	id := p.freeID()
 	if p.cfg.NextID != nil {
 		id = p.cfg.NextID()
 	}
 	e := &entry{id: id, name: p.cfg.Name(id), state: Creating, since: time.Now()}
 	p.dbs[id] = e
 	return e
+}
+
+// freeID returns the smallest id no database of the pool has: ids stay
+// small and come back with their database names, as IntegreSQL's do.
+// Called with p.mu held.
+func (p *Pool) freeID() int {
+	for id := 0; ; id++ {
+		if _, used := p.dbs[id]; !used {
+			return id
+		}
+	}
 }
 
 // spawn creates e in the background, dropping dropFirst before (the old

@@ -2,6 +2,7 @@ package main
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -16,6 +17,7 @@ import (
 
 	"github.com/pgfork/pgfork/instance"
 	"github.com/pgfork/pgfork/internal/testenv"
+	"github.com/pgfork/pgfork/server"
 )
 
 // serveProc is a running `pgfork serve` started by a test.
@@ -198,4 +200,92 @@ func running(pid int) bool {
 	s := string(b)
 	i := strings.LastIndexByte(s, ')')
 	return i >= 0 && i+2 < len(s) && s[i+2] != 'Z'
+}
+
+// TestServeRefusesBadInput: bad flags and variables exit 2 before any
+// PostgreSQL starts (nothing is created under the state directory's serve/).
+func TestServeRefusesBadInput(t *testing.T) {
+	bin := upBinary(t)
+	pgBin := testenv.PGBinDirs(t)[0]
+	for _, c := range []struct {
+		env  []string
+		args []string
+		want string
+	}{
+		{[]string{"INTEGRESQL_PORT=abc"}, nil, "INTEGRESQL_PORT"},
+		{[]string{"INTEGRESQL_PORT=70000"}, nil, "INTEGRESQL_PORT"},
+		{[]string{"INTEGRESQL_TEST_INITIAL_POOL_SIZE=many"}, nil, "INTEGRESQL_TEST_INITIAL_POOL_SIZE"},
+		{[]string{"INTEGRESQL_TEST_DB_GET_TIMEOUT_MS=-5"}, nil, "INTEGRESQL_TEST_DB_GET_TIMEOUT_MS"},
+		{nil, []string{"--pool-init", "5", "--pool-max", "2"}, "--pool-init"},
+		{nil, []string{"--pool-max", "0"}, "--pool-max"},
+		{nil, []string{"--pool-max", "100000000"}, "--pool-max"},
+		{nil, []string{"--parallel", "0"}, "--parallel"},
+		{nil, []string{"--get-timeout", "-1s"}, "--get-timeout"},
+		{nil, []string{"--finalize-timeout", "-1ms"}, "--finalize-timeout"},
+		{nil, []string{"--max-conns", "0"}, "--max-conns"},
+		{nil, []string{"--db-prefix", "Bad-Prefix"}, "--db-prefix"},
+		{[]string{"INTEGRESQL_DB_PREFIX=1x"}, nil, "--db-prefix"},
+		{nil, []string{"--listen", "nope"}, "--listen"},
+		{nil, []string{"--listen", "127.0.0.1:99999"}, "--listen"},
+		{nil, []string{"--listen", "0.0.0.0:0"}, "not loopback"},
+		{[]string{"INTEGRESQL_PORT=5999"}, []string{"--listen", ":0"}, "not loopback"},
+		{nil, []string{"--listen", "0.0.0.0:0", "--allow-from", "10.0.0.0/33"}, "--allow-from"},
+	} {
+		home := testenv.Dir(t)
+		p := &pgfk{t: t, bin: bin, home: home, pgBin: pgBin, extraEnv: c.env}
+		args := append([]string{"serve"}, c.args...)
+		if len(c.args) == 0 || c.args[0] != "--listen" {
+			args = append(args, "--listen", "127.0.0.1:0")
+		}
+		if len(c.env) > 0 && strings.HasPrefix(c.env[0], "INTEGRESQL_PORT=") && len(c.args) == 0 {
+			args = args[:1] // the port comes from the variable
+		}
+		r := p.run(args...)
+		if r.code != 2 || !strings.Contains(r.stderr, c.want) {
+			t.Errorf("%v %v: exit %d, want 2 naming %s\n%s", c.env, c.args, r.code, c.want, r.stderr)
+		}
+		if _, err := os.Stat(filepath.Join(home, "serve", "pgdata")); err == nil {
+			t.Errorf("%v %v: a cluster was created before the input was checked", c.env, c.args)
+		}
+	}
+}
+
+// TestServeExternalFromPGEnv: PGHOST/PGPORT/PGUSER/PGPASSWORD alone (as
+// IntegreSQL's README configures it) select that server; no managed
+// cluster is started, and the log says why. INTEGRESQL_PGUSER without a
+// host means 127.0.0.1:5432 as for IntegreSQL, never a managed cluster.
+func TestServeExternalFromPGEnv(t *testing.T) {
+	bin := upBinary(t)
+	pgBin := testenv.PGBinDirs(t)[0]
+	u, err := instance.ResolveUser("")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ext, err := server.StartManaged(context.Background(), server.ManagedOptions{BinDir: pgBin, Dir: filepath.Join(testenv.Dir(t), "ext"), User: u})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = ext.Stop(context.Background()) }()
+	home := testenv.Dir(t)
+	env := []string{"PGHOST=127.0.0.1", fmt.Sprintf("PGPORT=%d", ext.Conn.Port), "PGUSER=" + ext.Conn.Username, "PGPASSWORD=" + ext.Conn.Password}
+	s := startServe(t, bin, home, pgBin, env)
+	if code, body := s.call(t, "POST", "/api/v1/templates", `{"hash":"ext"}`); code != 200 || !strings.Contains(body, fmt.Sprintf(`"port":%d`, ext.Conn.Port)) {
+		t.Fatalf("initialize: %d %s", code, body)
+	}
+	if _, err := os.Stat(filepath.Join(home, "serve", "pgdata")); err == nil {
+		t.Error("a managed cluster was created although PGHOST… name a server")
+	}
+	if !strings.Contains(s.stderr.String(), "PGHOST, PGPORT, PGUSER, PGPASSWORD set") {
+		t.Errorf("the log does not say why the external server was chosen:\n%s", s.stderr)
+	}
+
+	home2 := testenv.Dir(t)
+	p := &pgfk{t: t, bin: bin, home: home2, pgBin: pgBin, extraEnv: []string{"INTEGRESQL_PGUSER=nobody", "INTEGRESQL_PGPORT=1"}}
+	r := p.run("serve", "--listen", "127.0.0.1:0")
+	if r.code == 0 || !strings.Contains(r.stderr, "external PostgreSQL") {
+		t.Errorf("INTEGRESQL_PGUSER without a reachable server: exit %d\n%s", r.code, r.stderr)
+	}
+	if _, err := os.Stat(filepath.Join(home2, "serve", "pgdata")); err == nil {
+		t.Error("a managed cluster was started although INTEGRESQL_PGUSER was set")
+	}
 }

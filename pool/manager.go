@@ -352,6 +352,9 @@ func (m *Manager) ResetAll(ctx context.Context) error {
 			first = err
 		}
 	}
+	if err := m.sweep(ctx); err != nil && first == nil {
+		first = err
+	}
 	return first
 }
 

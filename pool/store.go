@@ -65,7 +65,8 @@ type Endpoint struct {
 // admin database.
 type adminStore struct {
 	Creator
-	admin *pgxpool.Pool
+	admin  *pgxpool.Pool
+	prefix string // set by Recover when test databases are tracked (tracked.go)
 }
 
 // NewAdminStore returns the Store of database isolation: templates and
@@ -102,6 +103,9 @@ func (s *adminStore) Recover(ctx context.Context, prefix, testPrefix string, per
 	}
 	if !persist {
 		return nil, 0, nil
+	}
+	if err := s.initTracking(ctx, prefix); err != nil {
+		return nil, 0, err
 	}
 	if _, err := s.admin.Exec(ctx, `CREATE TABLE IF NOT EXISTS `+stateTable+` (
 		prefix text NOT NULL, hash text NOT NULL, database text NOT NULL,

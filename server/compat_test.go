@@ -162,4 +162,18 @@ func TestV2Native(t *testing.T) {
 	e.expect(t, "DELETE", "/api/v2/templates/native", nil, 204)
 	e.expect(t, "GET", "/api/v2/templates/native/tests", nil, 410)
 	e.expect(t, "GET", "/api/v1/templates/native/tests", nil, 404)
+
+	// A test database renamed by its client does not outlive an admin reset.
+	e.migrate(t, "renamed")
+	var r testDB
+	e.expect(t, "GET", "/api/v1/templates/renamed/tests", nil, 200).json(t, &r)
+	c := r.Database.Config
+	c.Database = "postgres"
+	if err := execAs(t, c, "ALTER DATABASE "+pgx.Identifier{r.Database.Config.Database}.Sanitize()+" RENAME TO hidden_from_pgfork"); err != nil {
+		t.Fatal(err)
+	}
+	e.expect(t, "DELETE", "/api/v1/admin/templates", nil, 204)
+	if n := e.dbsLike(t, "hidden_from_pgfork"); n != 0 {
+		t.Fatal("the renamed test database outlived the admin reset")
+	}
 }

@@ -2,31 +2,17 @@ package pool
 
 import (
 	"context"
-	"crypto/sha256"
-	"encoding/hex"
 	"errors"
 	"fmt"
-	"regexp"
 	"sort"
 	"strconv"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/pgfork/pgfork/internal/errs"
 )
-
-// hashRe is what a template hash may look like: it ends up in database
-// names, so nothing else gets near SQL.
-var hashRe = regexp.MustCompile(`^[A-Za-z0-9_-]{1,64}$`)
-
-// prefixRe is what a database name prefix may look like.
-var prefixRe = regexp.MustCompile(`^[a-z][a-z0-9_]{0,19}$`)
-
-// ValidHash reports whether hash is an acceptable template hash.
-func ValidHash(hash string) bool { return hashRe.MatchString(hash) }
 
 // MaxID is the largest test database id accepted from a client.
 const MaxID = 1<<31 - 1
@@ -94,15 +80,8 @@ type template struct {
 
 // Manager holds the templates and their pools.
 type Manager struct {
-	cfg   ManagerConfig
-	store Store
-	// ids hands out test database ids across all pools of this run, from
-	// idBase: ids of different runs (epochs) and of a template discarded
-	// and initialized again never meet, so a late unlock by an old holder
-	// is a 404, never someone else's database.
-	ids    atomic.Int64
-	idBase int
-
+	cfg       ManagerConfig
+	store     Store
 	mu        sync.Mutex
 	templates map[string]*template
 	discarded map[string]bool
@@ -125,7 +104,7 @@ func NewStoreManager(cfg ManagerConfig, store Store) (*Manager, error) {
 	if cfg.Prefix == "" {
 		cfg.Prefix = "pgfork"
 	}
-	if !prefixRe.MatchString(cfg.Prefix) {
+	if !ValidPrefix(cfg.Prefix) {
 		return nil, errs.New(errs.Usage, "database prefix %q is not valid", cfg.Prefix).WithHint("use 1-20 lower-case letters, digits or _, starting with a letter")
 	}
 	if cfg.RootTemplate == "" {
@@ -147,21 +126,16 @@ func NewStoreManager(cfg ManagerConfig, store Store) (*Manager, error) {
 		templates: map[string]*template{}, discarded: map[string]bool{}}, nil
 }
 
-// idsPerRun is the range of test database ids one run of the server uses
-// before wrapping; runs use ranges by their epoch (ids stay below 2^31).
-const idsPerRun = 1 << 20
-
 // Open drops test copies left by a previous run (their state is unknown
 // after a crash) and brings back finalized templates, whose pools refill in
 // the background. Templates that were still initializing are dropped:
-// their migrations never finished. Test database ids of this run start
-// where no earlier run's ids are (by the store's run epoch).
+// their migrations never finished. Test database ids are small and reused
+// per template, with their names, as IntegreSQL's.
 func (m *Manager) Open(ctx context.Context) error {
-	recs, epoch, err := m.store.Recover(ctx, m.cfg.Prefix, m.cfg.Prefix+"_test_", !m.cfg.NoPersist)
+	recs, _, err := m.store.Recover(ctx, m.cfg.Prefix, m.cfg.Prefix+"_test_", !m.cfg.NoPersist)
 	if err != nil {
 		return err
 	}
-	m.idBase = (epoch % (MaxID / idsPerRun)) * idsPerRun
 	for _, r := range recs {
 		exists, err := m.store.TemplateExists(ctx, r.Name)
 		if err != nil {
@@ -184,11 +158,6 @@ func (m *Manager) Open(ctx context.Context) error {
 	return nil
 }
 
-// nextID returns the next test database id of this run.
-func (m *Manager) nextID() int {
-	return m.idBase + int((m.ids.Add(1)-1)%idsPerRun)
-}
-
 func (m *Manager) save(ctx context.Context, hash, db, state string) error {
 	if m.cfg.NoPersist {
 		return nil
@@ -203,16 +172,8 @@ func (m *Manager) forget(ctx context.Context, hash string) error {
 	return m.store.Forget(ctx, m.cfg.Prefix, hash)
 }
 
-// dbName builds prefix_kind_hash[_id]; when that would exceed PostgreSQL's
-// 63-byte limit, the hash is replaced by a digest of it so that names never
-// get truncated into each other.
 func (m *Manager) dbName(kind, hash, suffix string) string {
-	n := m.cfg.Prefix + "_" + kind + "_" + hash + suffix
-	if len(n) <= 63 {
-		return n
-	}
-	sum := sha256.Sum256([]byte(hash))
-	return m.cfg.Prefix + "_" + kind + "_h" + hex.EncodeToString(sum[:])[:24] + suffix
+	return DatabaseName(m.cfg.Prefix, kind, hash, suffix)
 }
 
 func (m *Manager) templateName(hash string) string { return m.dbName("template", hash, "") }
@@ -229,7 +190,6 @@ func (m *Manager) newPool(t *template) *Pool {
 		Name:    func(id int) string { return m.TestName(hash, id) },
 		Initial: m.cfg.Initial, Max: m.cfg.Max, Parallel: m.cfg.Parallel,
 		MinLifetime: m.cfg.MinLifetime, IdleTimeout: m.cfg.IdleTimeout, Limiter: m, Observer: m.cfg.Observer,
-		NextID: m.nextID,
 	}, m.store)
 }
 
@@ -395,6 +355,9 @@ func (m *Manager) ResetAll(ctx context.Context) error {
 		if err := m.dropTemplate(ctx, t, t.pool); err != nil && first == nil {
 			first = err
 		}
+	}
+	if err := m.sweep(ctx); err != nil && first == nil {
+		first = err
 	}
 	return first
 }

@@ -125,10 +125,11 @@ type Config struct {
 	Parallel int
 	// MinLifetime: when the pool is full and a caller waits, a database held
 	// for at least this long and seen with no session for at least this long
-	// without a break is reclaimed (dropped and replaced under a new id), as
-	// IntegreSQL does for clients that never give databases back. Sessions
-	// are sampled every MinLifetime/4 (at most every second) while callers
-	// wait; a holder that reconnects within that time keeps its database.
+	// without a break is reclaimed (dropped, and made again from the
+	// template under the smallest free id), as IntegreSQL does for clients
+	// that never give databases back. Sessions are sampled every
+	// MinLifetime/4 (at most every second) while callers wait; a holder that
+	// reconnects within that time keeps its database.
 	// 0 disables reclaiming.
 	MinLifetime time.Duration
 	// RetryMin and RetryMax bound the backoff while a database to drop is
@@ -136,8 +137,8 @@ type Config struct {
 	RetryMin, RetryMax time.Duration
 	Limiter            Limiter  // may be nil
 	Observer           Observer // may be nil
-	// NextID, when set, hands out ids (the Manager's, unique across its
-	// pools and runs); nil: 0, 1, 2… per pool.
+	// NextID, when set, hands out ids; nil: the smallest id free in the
+	// pool, so ids and names are reused as IntegreSQL reuses them.
 	NextID func() int
 }
 
@@ -183,7 +184,6 @@ type Pool struct {
 
 	mu        sync.Mutex
 	dbs       map[int]*entry
-	nextID    int
 	ready     []int // FIFO of ready ids
 	waiters   []*waiter
 	closed    bool
@@ -211,8 +211,8 @@ type Pool struct {
 const DefaultIdleTimeout = 60 * time.Second
 
 // New starts a pool and begins filling it to cfg.Initial in the background.
-// Ids start at 0 (or come from cfg.NextID) and are never reused once a
-// database left the pool's control (reclaim, eviction, a failed creation).
+// Ids are the smallest free ones from 0 (or come from cfg.NextID): a
+// database reclaimed, evicted or failed frees its id and name for the next.
 func New(cfg Config, creator Creator) *Pool {
 	if cfg.Parallel <= 0 {
 		cfg.Parallel = 2
@@ -676,14 +676,24 @@ func (p *Pool) Kick() {
 }
 
 func (p *Pool) newEntry() *entry {
-	id := p.nextID
-	p.nextID++
+	id := p.freeID()
 	if p.cfg.NextID != nil {
 		id = p.cfg.NextID()
 	}
 	e := &entry{id: id, name: p.cfg.Name(id), state: Creating, since: time.Now()}
 	p.dbs[id] = e
 	return e
+}
+
+// freeID returns the smallest id no database of the pool has: ids stay
+// small and come back with their database names, as IntegreSQL's do.
+// Called with p.mu held.
+func (p *Pool) freeID() int {
+	for id := 0; ; id++ {
+		if _, used := p.dbs[id]; !used {
+			return id
+		}
+	}
 }
 
 // spawn creates e in the background, dropping dropFirst before (the old

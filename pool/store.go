@@ -2,8 +2,10 @@ package pool
 
 import (
 	"context"
+	"errors"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/pgfork/pgfork/internal/errs"
@@ -63,7 +65,8 @@ type Endpoint struct {
 // admin database.
 type adminStore struct {
 	Creator
-	admin *pgxpool.Pool
+	admin  *pgxpool.Pool
+	prefix string // set by Recover when test databases are tracked (tracked.go)
 }
 
 // NewAdminStore returns the Store of database isolation: templates and
@@ -110,6 +113,9 @@ func (s *adminStore) Recover(ctx context.Context, prefix, testPrefix string, per
 	}
 	if !persist {
 		return nil, 0, nil
+	}
+	if err := s.initTracking(ctx, prefix); err != nil {
+		return nil, 0, err
 	}
 	if _, err := s.admin.Exec(ctx, `CREATE TABLE IF NOT EXISTS `+stateTable+` (
 		prefix text NOT NULL, hash text NOT NULL, database text NOT NULL,
@@ -178,7 +184,25 @@ func (s *adminStore) CreateTemplate(ctx context.Context, name, owner, root strin
 	return nil
 }
 
-func (s *adminStore) FinalizeTemplate(context.Context, string) error { return nil }
+// FinalizeTemplate locks the template against clients: it becomes owned by
+// the server's own role and takes no connections, so no client can change
+// what later test databases are copied from. (A superuser client could undo
+// this; the managed cluster's default role is one, by design.) Where the
+// server's role may not take the database over (an external server with a
+// non-superuser admin role), it still refuses connections.
+func (s *adminStore) FinalizeTemplate(ctx context.Context, name string) error {
+	id := pgx.Identifier{name}.Sanitize()
+	if _, err := s.admin.Exec(ctx, "ALTER DATABASE "+id+" OWNER TO CURRENT_USER"); err != nil {
+		var pe *pgconn.PgError
+		if !errors.As(err, &pe) || pe.Code != "42501" { // insufficient_privilege
+			return classify(err, "cannot take over template database %s", name)
+		}
+	}
+	if _, err := s.admin.Exec(ctx, "ALTER DATABASE "+id+" WITH ALLOW_CONNECTIONS false"); err != nil {
+		return classify(err, "cannot close template database %s to connections", name)
+	}
+	return nil
+}
 
 func (s *adminStore) DropTemplate(ctx context.Context, name string) error {
 	return dropForce(ctx, s.admin, name)

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"net/http"
+	"net/url"
 	"testing"
 	"time"
 
@@ -21,7 +22,7 @@ func (e *env) migrate(t *testing.T, hash string) config {
 	if err := execAs(t, tpl.Database.Config, "CREATE TABLE migrated(x int)"); err != nil {
 		t.Fatal(err)
 	}
-	e.expect(t, "PUT", "/api/v1/templates/"+hash, nil, 204)
+	e.expect(t, "PUT", "/api/v1/templates/"+url.PathEscape(hash), nil, 204)
 	return tpl.Database.Config
 }
 
@@ -76,7 +77,7 @@ func TestGlobalLimitEviction(t *testing.T) {
 		t.Fatalf("%d test databases exist, limit is 2", n)
 	}
 	// limb holds one database, so it is not idle: lima must wait and time out.
-	r := e.expect(t, "GET", "/api/v1/templates/lima/tests", nil, 503)
+	r := e.expect(t, "GET", "/api/v2/templates/lima/tests", nil, 503) // v1: 500, as IntegreSQL
 	t.Logf("while limb is busy: %s", r.body)
 	e.expect(t, "POST", fmt.Sprintf("/api/v1/templates/limb/tests/%d/unlock", b.ID), nil, 204)
 	e.expect(t, "GET", "/api/v1/templates/lima/tests", nil, 200)

@@ -17,15 +17,27 @@ import (
 	"github.com/pgfork/pgfork/internal/errs"
 )
 
+// DefaultRole is the role a managed cluster hands out to clients.
+const DefaultRole = "pgfork"
+
+// BootstrapRole is the managed cluster's bootstrap superuser (initdb -U).
+const BootstrapRole = "postgres"
+
 // ManagedOptions describe the PostgreSQL server that `pgfork serve` runs
 // itself when no --pg-url is given.
 type ManagedOptions struct {
-	BinDir   string
-	Env      []string
-	Dir      string // holds pgdata/ and the client role's password; kept across restarts
-	User     *instance.OSUser
-	Clone    bool   // set file_copy_method = clone (PostgreSQL 18 on a CoW filesystem)
-	Role     string // client role (default "pgfork"), a password-authenticated non-superuser
+	BinDir string
+	Env    []string
+	Dir    string // holds pgdata/ and the client role's password; kept across restarts
+	User   *instance.OSUser
+	Clone  bool   // set file_copy_method = clone (PostgreSQL 18 on a CoW filesystem)
+	Role   string // client role (default DefaultRole), password-authenticated
+	// LeastPrivilege makes the client role a non-superuser that may create
+	// databases; by default it is a superuser of this private cluster, as
+	// IntegreSQL's users usually connect (CREATE EXTENSION, CREATE ROLE…).
+	LeastPrivilege bool
+	// Password of the client role; empty: a random one kept in Dir.
+	Password string
 	Settings map[string]string
 }
 
@@ -50,7 +62,11 @@ type ConnInfo struct {
 // profile, and makes sure the client role exists with its password.
 func StartManaged(ctx context.Context, o ManagedOptions) (*Managed, error) {
 	if o.Role == "" {
-		o.Role = "pgfork"
+		o.Role = DefaultRole
+	}
+	if o.Role == BootstrapRole {
+		return nil, errs.New(errs.Usage, "role %q is the managed cluster's bootstrap superuser; pgfork does not hand it out or change it", o.Role).
+			WithHint("leave the test user unset: the managed cluster hands out its own superuser role %q", DefaultRole)
 	}
 	data := filepath.Join(o.Dir, "pgdata")
 	if err := os.MkdirAll(o.Dir, 0o755); err != nil {
@@ -71,9 +87,15 @@ func StartManaged(ctx context.Context, o ManagedOptions) (*Managed, error) {
 			return nil, errs.Wrap(errs.Permission, err, "cannot chown pg_hba.conf")
 		}
 	}
-	pw, err := password(filepath.Join(o.Dir, "password"))
-	if err != nil {
+	if err := recoverLeftover(ctx, data, o.User); err != nil {
 		return nil, err
+	}
+	pw := o.Password
+	if pw == "" {
+		var err error
+		if pw, err = password(filepath.Join(o.Dir, "password")); err != nil {
+			return nil, err
+		}
 	}
 	settings := map[string]string{"max_connections": "300", "password_encryption": "scram-sha-256"}
 	if o.Clone {
@@ -91,35 +113,75 @@ func StartManaged(ctx context.Context, o ManagedOptions) (*Managed, error) {
 	q := url.Values{"host": {inst.SocketDir}, "port": {strconv.Itoa(inst.Port)}, "user": {"postgres"}}
 	m := &Managed{Inst: inst, AdminURL: "postgres:///postgres?" + q.Encode(),
 		Conn: ConnInfo{Host: "127.0.0.1", Port: inst.Port, Username: o.Role, Password: pw}}
-	if err := EnsureRole(ctx, m.AdminURL, o.Role, pw); err != nil {
+	if err := EnsureRole(ctx, m.AdminURL, o.Role, pw, !o.LeastPrivilege); err != nil {
 		_ = inst.Stop(context.Background(), instance.Fast)
 		return nil, err
 	}
 	return m, nil
 }
 
+// recoverLeftover stops the postmaster a killed `pgfork serve` left on
+// data (see stopLeftover) and removes the private socket directory it used.
+func recoverLeftover(ctx context.Context, data string, u *instance.OSUser) error {
+	pf, err := instance.ReadPidFile(data)
+	if err != nil {
+		return nil
+	}
+	uid := os.Getuid()
+	if u != nil {
+		uid = u.UID
+	}
+	if err := stopLeftover(ctx, data, uid); err != nil {
+		return err
+	}
+	// instance.Start makes the socket directory as <tmp>/pgfork-*; the
+	// leftover's is removed only when it is one of those and its server is gone.
+	if _, err := os.Stat(filepath.Join(data, "postmaster.pid")); err != nil && pf.SocketDir != "" &&
+		filepath.Dir(pf.SocketDir) == filepath.Clean(os.TempDir()) && strings.HasPrefix(filepath.Base(pf.SocketDir), "pgfork-") {
+		_ = os.RemoveAll(pf.SocketDir)
+	}
+	return nil
+}
+
 // Stop stops the managed server cleanly.
 func (m *Managed) Stop(ctx context.Context) error { return m.Inst.Stop(ctx, instance.Fast) }
 
-// EnsureRole creates (or updates) a login role with a password that may
-// create databases but is not a superuser.
-func EnsureRole(ctx context.Context, adminURL, role, pw string) error {
+// EnsureRole creates (or updates) the login role clients get, with
+// password pw: a superuser when superuser is set (the private managed
+// cluster, where migrations may create extensions and roles), else a role
+// that may create databases but is not a superuser. It never alters the
+// cluster's bootstrap superuser (the role that owns the cluster) nor the
+// role it connects as: demoting or re-keying either would lock pgfork, and
+// everyone else, out of the cluster.
+func EnsureRole(ctx context.Context, adminURL, role, pw string, superuser bool) error {
 	c, err := pgx.Connect(ctx, adminURL)
 	if err != nil {
 		return errs.Wrap(errs.Internal, err, "cannot connect to the server")
 	}
 	defer c.Close(context.Background())
-	var exists bool
-	if err := c.QueryRow(ctx, "SELECT EXISTS (SELECT 1 FROM pg_roles WHERE rolname = $1)", role).Scan(&exists); err != nil {
+	var (
+		exists, bootstrap, self bool
+	)
+	// The bootstrap superuser has oid 10 (BOOTSTRAP_SUPERUSERID).
+	if err := c.QueryRow(ctx, `SELECT count(*) > 0, coalesce(bool_or(oid = 10), false), coalesce(bool_or(rolname = current_user), false)
+		FROM pg_roles WHERE rolname = $1`, role).Scan(&exists, &bootstrap, &self); err != nil {
 		return errs.Wrap(errs.Internal, err, "cannot read roles")
+	}
+	if bootstrap || self {
+		return errs.New(errs.Usage, "role %q is the cluster's bootstrap superuser; pgfork does not hand it out or change it", role).
+			WithHint("leave the test user unset: the managed cluster hands out its own superuser role %q", DefaultRole)
 	}
 	verb := "ALTER"
 	if !exists {
 		verb = "CREATE"
 	}
+	attrs := " LOGIN CREATEDB NOSUPERUSER"
+	if superuser {
+		attrs = " LOGIN SUPERUSER"
+	}
 	// The password is random hex from us, but quote it as a literal anyway.
 	lit := "'" + strings.ReplaceAll(pw, "'", "''") + "'"
-	sql := verb + " ROLE " + pgx.Identifier{role}.Sanitize() + " LOGIN CREATEDB NOSUPERUSER PASSWORD " + lit
+	sql := verb + " ROLE " + pgx.Identifier{role}.Sanitize() + attrs + " PASSWORD " + lit
 	if _, err := c.Exec(ctx, sql); err != nil {
 		return errs.Wrap(errs.Internal, err, "cannot %s role %s", strings.ToLower(verb), role)
 	}

@@ -11,8 +11,10 @@ import (
 	"errors"
 	"io"
 	"log/slog"
+	"mime"
 	"net"
 	"net/http"
+	"strconv"
 	"strings"
 	"time"
 
@@ -33,21 +35,36 @@ func OpenAPI() []byte { return openAPI }
 type Config struct {
 	Manager *pool.Manager
 	Conn    ConnInfo // host/port/user/password handed to clients
-	// Token, when set, must come as "Authorization: Bearer <token>" on every
-	// request except /healthz.
-	Token    string
-	Logger   *slog.Logger // nil: discard
-	Registry *prometheus.Registry
-	Metrics  *Metrics // from NewMetrics; nil: a fresh one on Registry
+	// Token, when set, must come on every request except /healthz, either
+	// as "Authorization: Bearer <token>" or as the first segment of the path
+	// ("/<token>/api/v1/…", which every IntegreSQL client can be given as
+	// its base URL).
+	Token string
+	// AllowFrom, when set, admits only requests from these networks (and
+	// from loopback and the Unix socket).
+	AllowFrom []*net.IPNet
+	Logger    *slog.Logger // nil: discard
+	Registry  *prometheus.Registry
+	Metrics   *Metrics // from NewMetrics; nil: a fresh one on Registry
 }
 
 // Server is the HTTP handler.
 type Server struct {
-	cfg     Config
-	log     *slog.Logger
-	mux     *http.ServeMux
-	metrics *Metrics
+	cfg      Config
+	log      *slog.Logger
+	mux      *http.ServeMux
+	metrics  *Metrics
+	handouts handouts
 }
+
+// api is a version of the HTTP API: v1 answers exactly as IntegreSQL
+// v1.1.0, v2 is pgfork's native API with richer status codes.
+type api int
+
+const (
+	v1 api = iota + 1
+	v2
+)
 
 // New returns the server's handler.
 func New(cfg Config) *Server {
@@ -58,56 +75,135 @@ func New(cfg Config) *Server {
 		cfg.Registry = prometheus.NewRegistry()
 	}
 	s := &Server{cfg: cfg, log: cfg.Logger, mux: http.NewServeMux()}
+	s.handouts.init()
 	s.metrics = cfg.Metrics
 	if s.metrics == nil {
 		s.metrics = NewMetrics(cfg.Registry)
 	}
 	s.metrics.attach(cfg.Manager)
 	m := s.mux
-	m.HandleFunc("POST /api/v1/templates", s.initialize)
-	m.HandleFunc("PUT /api/v1/templates/{hash}", s.finalize)
-	m.HandleFunc("DELETE /api/v1/templates/{hash}", s.discard)
-	m.HandleFunc("GET /api/v1/templates/{hash}/tests", s.getTest)
-	m.HandleFunc("POST /api/v1/templates/{hash}/tests/{id}/unlock", s.unlock)
-	m.HandleFunc("DELETE /api/v1/templates/{hash}/tests/{id}", s.unlock) // deprecated alias
-	m.HandleFunc("POST /api/v1/templates/{hash}/tests/{id}/recreate", s.recreate)
-	m.HandleFunc("DELETE /api/v1/admin/templates", s.resetAll)
+	for _, v := range []api{v1, v2} {
+		p := "/api/v" + strconv.Itoa(int(v))
+		m.HandleFunc("POST "+p+"/templates", s.with(v, s.initialize))
+		m.HandleFunc("PUT "+p+"/templates/{hash}", s.with(v, s.finalize))
+		m.HandleFunc("DELETE "+p+"/templates/{hash}", s.with(v, s.discard))
+		m.HandleFunc("GET "+p+"/templates/{hash}/tests", s.with(v, s.getTest))
+		m.HandleFunc("POST "+p+"/templates/{hash}/tests/{id}/unlock", s.with(v, s.unlock))
+		m.HandleFunc("POST "+p+"/templates/{hash}/tests/{id}/recreate", s.with(v, s.recreate))
+		m.HandleFunc("DELETE "+p+"/admin/templates", s.with(v, s.resetAll))
+	}
+	m.HandleFunc("DELETE /api/v1/templates/{hash}/tests/{id}", s.with(v1, s.unlock)) // deprecated alias
+	m.HandleFunc("GET /api/v2/templates", s.listTemplates)
 	m.HandleFunc("GET /api/openapi.json", func(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Content-Type", "application/json")
 		_, _ = w.Write(openAPI)
 	})
 	m.Handle("GET /metrics", promhttp.HandlerFor(cfg.Registry, promhttp.HandlerOpts{}))
 	m.HandleFunc("GET /healthz", s.healthz)
-	m.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
-		writeError(w, http.StatusNotFound, "not found")
-	})
 	return s
 }
 
-// ServeHTTP checks the token and routes the request.
+// with binds a handler to an API version.
+func (s *Server) with(v api, h func(api, http.ResponseWriter, *http.Request)) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) { h(v, w, r) }
+}
+
+// ServeHTTP checks access and routes the request.
 func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if !s.allowed(r) {
+		writeError(w, http.StatusForbidden, "requests from this address are not allowed (see --allow-from)")
+		return
+	}
+	tokenInPath := false
+	if s.cfg.Token != "" {
+		if rest, ok := s.stripPathToken(r.URL.Path); ok {
+			r.URL.Path, r.URL.RawPath, tokenInPath = rest, "", true
+		}
+	}
 	// IntegreSQL's router adds trailing slashes; accept both forms.
 	if len(r.URL.Path) > 1 && strings.HasSuffix(r.URL.Path, "/") {
 		r.URL.Path = strings.TrimRight(r.URL.Path, "/")
+		r.URL.RawPath = ""
 	}
-	if s.cfg.Token != "" && r.URL.Path != "/healthz" && !s.authorized(r) {
+	if s.cfg.Token != "" && r.URL.Path != "/healthz" && !tokenInPath && !s.bearer(r) {
 		w.Header().Set("WWW-Authenticate", `Bearer realm="pgfork"`)
-		writeError(w, http.StatusUnauthorized, "missing or wrong bearer token")
+		writeError(w, http.StatusUnauthorized, "missing or wrong token: send 'Authorization: Bearer <token>' or use http://HOST:PORT/<token>/api as the base URL")
 		return
 	}
 	start := time.Now()
 	rw := &statusWriter{ResponseWriter: w, status: http.StatusOK}
-	s.mux.ServeHTTP(rw, r)
+	if _, pattern := s.mux.Handler(r); pattern == "" {
+		s.noRoute(rw, r)
+	} else {
+		s.mux.ServeHTTP(rw, r)
+	}
 	s.log.Debug("request", "method", r.Method, "path", r.URL.Path, "status", rw.status, "elapsed", time.Since(start))
 }
 
-func (s *Server) authorized(r *http.Request) bool {
+// noRoute answers a request no route takes: 405 with Allow when the path
+// exists for other methods, else 404, in the JSON error shape.
+func (s *Server) noRoute(w http.ResponseWriter, r *http.Request) {
+	rec := &headerRecorder{h: http.Header{}}
+	s.mux.ServeHTTP(rec, r) // the mux's own 404 or 405 with its Allow header
+	if rec.code == http.StatusMethodNotAllowed {
+		w.Header().Set("Allow", rec.h.Get("Allow"))
+		writeError(w, http.StatusMethodNotAllowed, "method "+r.Method+" is not allowed here; allowed: "+rec.h.Get("Allow"))
+		return
+	}
+	writeError(w, http.StatusNotFound, "not found")
+}
+
+// headerRecorder keeps the status and headers of the mux's fallback
+// answers and drops their plain-text body.
+type headerRecorder struct {
+	h    http.Header
+	code int
+}
+
+func (r *headerRecorder) Header() http.Header         { return r.h }
+func (r *headerRecorder) Write(b []byte) (int, error) { return len(b), nil }
+func (r *headerRecorder) WriteHeader(code int)        { r.code = code }
+
+// stripPathToken removes a leading "/<token>" from path.
+func (s *Server) stripPathToken(path string) (string, bool) {
+	seg, rest, _ := strings.Cut(strings.TrimPrefix(path, "/"), "/")
+	if subtle.ConstantTimeCompare([]byte(seg), []byte(s.cfg.Token)) != 1 {
+		return path, false
+	}
+	return "/" + rest, true
+}
+
+func (s *Server) bearer(r *http.Request) bool {
 	h := r.Header.Get("Authorization")
 	const prefix = "Bearer "
 	if len(h) <= len(prefix) || !strings.EqualFold(h[:len(prefix)], prefix) {
 		return false
 	}
 	return subtle.ConstantTimeCompare([]byte(h[len(prefix):]), []byte(s.cfg.Token)) == 1
+}
+
+// allowed applies AllowFrom: loopback and Unix socket clients always pass.
+func (s *Server) allowed(r *http.Request) bool {
+	if len(s.cfg.AllowFrom) == 0 {
+		return true
+	}
+	host, _, err := net.SplitHostPort(r.RemoteAddr)
+	if err != nil {
+		return r.RemoteAddr == "" || r.RemoteAddr == "@" // Unix socket
+	}
+	ip := net.ParseIP(host)
+	if ip == nil {
+		return false
+	}
+	if ip.IsLoopback() {
+		return true
+	}
+	for _, n := range s.cfg.AllowFrom {
+		if n.Contains(ip) {
+			return true
+		}
+	}
+	return false
 }
 
 type statusWriter struct {
@@ -147,6 +243,15 @@ type testResponse struct {
 	Database     database `json:"database"`
 }
 
+// testResponseV2 is the native API's hand-out: id is unguessable, number
+// is the database's small id (as in its name).
+type testResponseV2 struct {
+	TemplateHash string   `json:"templateHash"`
+	ID           string   `json:"id"`
+	Number       int      `json:"number"`
+	Database     database `json:"database"`
+}
+
 // database is the config a client gets: the server's connection info,
 // or, with cluster isolation, the host and port of the database's own
 // cluster.
@@ -171,66 +276,81 @@ func detached(r *http.Request) (context.Context, context.CancelFunc) {
 	return context.WithTimeout(context.WithoutCancel(r.Context()), DropTimeout)
 }
 
-// maxBody bounds request bodies (a hash is at most 64 bytes).
-const maxBody = 4 << 10
+// maxBody bounds request bodies (a hash is at most pool.MaxHashLen bytes,
+// JSON-escaped up to six times that).
+const maxBody = 8 << 10
 
-func (s *Server) initialize(w http.ResponseWriter, r *http.Request) {
+// initHash reads the hash of an initialize request: JSON {"hash": "…"} as
+// IntegreSQL's clients send, or a form (hash=…) as integresql-client-python
+// sends.
+func initHash(w http.ResponseWriter, r *http.Request) (string, string) {
+	r.Body = http.MaxBytesReader(w, r.Body, maxBody)
+	ct, _, _ := mime.ParseMediaType(r.Header.Get("Content-Type"))
+	if ct == "application/x-www-form-urlencoded" || ct == "multipart/form-data" {
+		if err := r.ParseMultipartForm(maxBody); err != nil && !errors.Is(err, http.ErrNotMultipart) {
+			return "", "request body is not a valid form"
+		}
+		return r.PostFormValue("hash"), ""
+	}
 	var body struct {
 		Hash *string `json:"hash"`
 	}
-	dec := json.NewDecoder(http.MaxBytesReader(w, r.Body, maxBody))
-	if err := dec.Decode(&body); err != nil {
-		writeError(w, http.StatusBadRequest, "request body must be JSON: {\"hash\": \"...\"}")
+	if err := json.NewDecoder(r.Body).Decode(&body); err != nil {
+		return "", "request body must be JSON: {\"hash\": \"...\"}"
+	}
+	if body.Hash == nil {
+		return "", ""
+	}
+	return *body.Hash, ""
+}
+
+func (s *Server) initialize(v api, w http.ResponseWriter, r *http.Request) {
+	h, bad := initHash(w, r)
+	if bad != "" {
+		writeError(w, http.StatusBadRequest, bad)
 		return
 	}
-	if body.Hash == nil || *body.Hash == "" {
+	if h == "" {
 		writeError(w, http.StatusBadRequest, "hash is required")
 		return
 	}
-	if !pool.ValidHash(*body.Hash) {
-		writeError(w, http.StatusBadRequest, "invalid hash: use 1-64 characters A-Z a-z 0-9 _ -")
+	if !pool.ValidHash(h) {
+		writeError(w, http.StatusBadRequest, badHash)
 		return
 	}
-	t, err := s.cfg.Manager.InitializeTemplate(r.Context(), *body.Hash)
+	t, err := s.cfg.Manager.InitializeTemplate(r.Context(), h)
 	if err != nil {
-		s.fail(w, r, err)
+		s.fail(v, w, r, err)
 		return
 	}
 	writeJSON(w, http.StatusOK, templateResponse{TemplateHash: t.Hash, Database: s.database(t.Hash, t.Endpoint)})
 }
 
+const badHash = "invalid hash: use 1-1024 bytes of printable UTF-8 (no control characters)"
+
 // hashParam validates the {hash} path parameter, answering 400 itself.
 func hashParam(w http.ResponseWriter, r *http.Request) (string, bool) {
 	h := r.PathValue("hash")
 	if !pool.ValidHash(h) {
-		writeError(w, http.StatusBadRequest, "invalid hash: use 1-64 characters A-Z a-z 0-9 _ -")
+		writeError(w, http.StatusBadRequest, badHash)
 		return "", false
 	}
 	return h, true
 }
 
-func idParam(w http.ResponseWriter, r *http.Request) (int, bool) {
-	id, ok := pool.ParseID(r.PathValue("id"))
-	if !ok {
-		writeError(w, http.StatusBadRequest, "invalid test database ID")
-		return 0, false
-	}
-	return id, true
-}
-
-func (s *Server) finalize(w http.ResponseWriter, r *http.Request) {
+func (s *Server) finalize(v api, w http.ResponseWriter, r *http.Request) {
 	h, ok := hashParam(w, r)
 	if !ok {
 		return
 	}
 	if err := s.cfg.Manager.FinalizeTemplate(r.Context(), h); err != nil {
-		s.fail(w, r, err)
+		s.fail(v, w, r, err)
 		return
 	}
 	w.WriteHeader(http.StatusNoContent)
 }
 
-func (s *Server) discard(w http.ResponseWriter, r *http.Request) {
+func (s *Server) discard(v api, w http.ResponseWriter, r *http.Request) {
 	h, ok := hashParam(w, r)
 	if !ok {
 		return
@@ -239,60 +359,114 @@ func (s *Server) discard(w http.ResponseWriter, r *http.Request) {
 	// databases gone, template left): finish it detached from the request.
 	ctx, cancel := detached(r)
 	defer cancel()
+	s.handouts.forgetHash(h)
 	if err := s.cfg.Manager.DiscardTemplate(ctx, h); err != nil {
-		s.fail(w, r, err)
+		s.fail(v, w, r, err)
 		return
 	}
 	w.WriteHeader(http.StatusNoContent)
 }
 
-func (s *Server) getTest(w http.ResponseWriter, r *http.Request) {
+func (s *Server) getTest(v api, w http.ResponseWriter, r *http.Request) {
 	h, ok := hashParam(w, r)
 	if !ok {
 		return
 	}
 	db, err := s.cfg.Manager.GetTestDatabase(r.Context(), h)
 	if err != nil {
-		s.fail(w, r, err)
+		s.fail(v, w, r, err)
 		return
 	}
-	writeJSON(w, http.StatusOK, testResponse{TemplateHash: h, ID: db.ID, Database: s.database(h, db.Endpoint)})
+	d := s.database(h, db.Endpoint)
+	if v == v2 {
+		// The native API hands out an unguessable id: only the holder can
+		// give the database back, and an id from an earlier hand-out of
+		// the same database (or an earlier run) is a 404.
+		writeJSON(w, http.StatusOK, testResponseV2{TemplateHash: h, ID: s.handouts.add(h, db.ID), Number: db.ID, Database: d})
+		return
+	}
+	s.handouts.end(h, db.ID) // a v1 hand-out ends any v2 id of this database
+	writeJSON(w, http.StatusOK, testResponse{TemplateHash: h, ID: db.ID, Database: d})
 }
 
-func (s *Server) unlock(w http.ResponseWriter, r *http.Request) {
-	s.giveBack(w, r, s.cfg.Manager.Unlock)
+func (s *Server) unlock(v api, w http.ResponseWriter, r *http.Request) {
+	s.giveBack(v, w, r, s.cfg.Manager.Unlock)
 }
 
-func (s *Server) recreate(w http.ResponseWriter, r *http.Request) {
-	s.giveBack(w, r, s.cfg.Manager.Recreate)
+func (s *Server) recreate(v api, w http.ResponseWriter, r *http.Request) {
+	s.giveBack(v, w, r, s.cfg.Manager.Recreate)
 }
 
 // giveBack handles the routes that return a test database (unlock,
 // recreate, the deprecated DELETE): validated hash and id, then 204.
-func (s *Server) giveBack(w http.ResponseWriter, r *http.Request, do func(ctx context.Context, hash string, id int) error) {
+func (s *Server) giveBack(v api, w http.ResponseWriter, r *http.Request, do func(ctx context.Context, hash string, id int) error) {
 	h, ok := hashParam(w, r)
 	if !ok {
 		return
 	}
-	id, ok := idParam(w, r)
-	if !ok {
+	var id int
+	if v == v2 {
+		if id, ok = s.handouts.take(h, r.PathValue("id")); !ok {
+			writeError(w, http.StatusNotFound, "no test database of template "+h+" is handed out under this id (given back already, or handed out before a restart)")
+			return
+		}
+	} else if id, ok = pool.ParseID(r.PathValue("id")); !ok {
+		writeError(w, http.StatusBadRequest, "invalid test database ID")
 		return
 	}
 	if err := do(r.Context(), h, id); err != nil {
-		s.fail(w, r, err)
+		s.fail(v, w, r, err)
+		return
+	}
+	s.handouts.end(h, id)
+	w.WriteHeader(http.StatusNoContent)
+}
+
+func (s *Server) resetAll(v api, w http.ResponseWriter, r *http.Request) {
+	ctx, cancel := detached(r)
+	defer cancel()
+	s.handouts.init()
+	if err := s.cfg.Manager.ResetAll(ctx); err != nil {
+		s.fail(v, w, r, err)
 		return
 	}
 	w.WriteHeader(http.StatusNoContent)
 }
 
-func (s *Server) resetAll(w http.ResponseWriter, r *http.Request) {
-	ctx, cancel := detached(r)
-	defer cancel()
-	if err := s.cfg.Manager.ResetAll(ctx); err != nil {
-		s.fail(w, r, err)
-		return
+// listTemplates is the native API's listing of templates and their pools.
+func (s *Server) listTemplates(w http.ResponseWriter, r *http.Request) {
+	ts, total := s.cfg.Manager.Stats()
+	type poolJSON struct {
+		Hash    string         `json:"templateHash"`
+		State   string         `json:"state"`
+		ByState map[string]int `json:"databases"`
+		Waiters int            `json:"waiters"`
+		Total   int            `json:"total"`
+		Max     int            `json:"max"`
 	}
-	w.WriteHeader(http.StatusNoContent)
+	out := struct {
+		Templates []poolJSON `json:"templates"`
+		Databases int        `json:"databases"`
+	}{Templates: []poolJSON{}, Databases: total}
+	for _, t := range ts {
+		pj := poolJSON{Hash: t.Hash, State: templateStateName(t.State), ByState: map[string]int{},
+			Waiters: t.Pool.Waiters, Total: t.Pool.Total, Max: t.Pool.Max}
+		for _, st := range pool.States {
+			pj.ByState[st.String()] = t.Pool.ByState[st]
+		}
+		out.Templates = append(out.Templates, pj)
+	}
+	writeJSON(w, http.StatusOK, out)
+}
+
+func templateStateName(st pool.TemplateState) string {
+	switch st {
+	case pool.TemplateInitializing:
+		return "initializing"
+	case pool.TemplateFinalized:
+		return "finalized"
+	}
+	return "discarded"
 }
 
 func (s *Server) healthz(w http.ResponseWriter, r *http.Request) {
@@ -306,8 +480,9 @@ func (s *Server) healthz(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusOK, map[string]any{"status": "ok", "templates": len(ts), "databases": total})
 }
 
-// StatusOf maps a domain error to an HTTP status code: the one place where
-// this happens. The codes are IntegreSQL's in the same situations.
+// StatusOf maps a domain error to the native API's (v2) HTTP status code:
+// 410 for a discarded template, 503 for timeouts and a full pool (the body
+// says why), 507 for a full disk.
 func StatusOf(err error) int {
 	switch {
 	case errors.Is(err, pool.ErrTemplateExists):
@@ -334,8 +509,34 @@ func StatusOf(err error) int {
 	return http.StatusInternalServerError
 }
 
-func (s *Server) fail(w http.ResponseWriter, r *http.Request, err error) {
+// StatusOfV1 maps a domain error to the status IntegreSQL v1.1.0 gives in
+// the same situation: 404 for an unknown or discarded template, 423 for an
+// initialized one, 503 while shutting down, 400 for bad input, and 500 for
+// everything else (timeouts, a full pool, an unknown test database id, a
+// template not finalized in time); the body still says why.
+func StatusOfV1(err error) int {
+	if errors.Is(err, pool.ErrClosed) {
+		return http.StatusServiceUnavailable
+	}
+	switch code := StatusOf(err); code {
+	case http.StatusGone:
+		return http.StatusNotFound
+	case http.StatusNotFound:
+		if errors.Is(err, pool.ErrTestNotFound) {
+			return http.StatusInternalServerError // IntegreSQL: "invalid database index"
+		}
+		return code
+	case http.StatusBadRequest, http.StatusLocked:
+		return code
+	}
+	return http.StatusInternalServerError
+}
+
+func (s *Server) fail(v api, w http.ResponseWriter, r *http.Request, err error) {
 	code := StatusOf(err)
+	if v == v1 {
+		code = StatusOfV1(err)
+	}
 	s.metrics.errors.WithLabelValues(r.Pattern, http.StatusText(code)).Inc()
 	if code >= 500 {
 		s.log.Warn("request failed", "method", r.Method, "path", r.URL.Path, "status", code, "err", err)

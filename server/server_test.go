@@ -11,6 +11,7 @@ import (
 	"net/http/httptest"
 	"net/url"
 	"path/filepath"
+	"regexp"
 	"strconv"
 	"strings"
 	"sync"
@@ -220,12 +221,17 @@ func TestIntegreSQLFlow(t *testing.T) {
 		t.Fatalf("template response: %s", r.body)
 	}
 	e.expect(t, "POST", "/api/v1/templates", map[string]string{"hash": h}, 423)
-	// Tests wait for finalize, up to the finalize timeout: 503 with the reason.
-	r = e.expect(t, "GET", "/api/v1/templates/"+h+"/tests", nil, 503)
+	// Tests wait for finalize, up to the finalize timeout: 500 (as
+	// IntegreSQL) with the reason; the native API says 503.
+	r = e.expect(t, "GET", "/api/v1/templates/"+h+"/tests", nil, 500)
+	if !strings.Contains(string(r.body), "not finalized") {
+		t.Fatalf("500 without reason: %s", r.body)
+	}
+	r = e.expect(t, "GET", "/api/v2/templates/"+h+"/tests", nil, 503)
 	if !strings.Contains(string(r.body), "not finalized") {
 		t.Fatalf("503 without reason: %s", r.body)
 	}
-	// Migrate as the client role (not a superuser), then finalize.
+	// Migrate as the client role, then finalize.
 	if err := execAs(t, tpl.Database.Config, "CREATE TABLE users(id int primary key, name text); INSERT INTO users VALUES (1, 'a')"); err != nil {
 		t.Fatal(err)
 	}
@@ -233,7 +239,8 @@ func TestIntegreSQLFlow(t *testing.T) {
 	e.expect(t, "PUT", "/api/v1/templates/"+h, nil, 204) // twice is fine
 	e.expect(t, "PUT", "/api/v1/templates/unknown", nil, 404)
 
-	// Get a test database: migrated, owned by the non-superuser role.
+	// Get a test database: migrated, reached as the managed cluster's
+	// superuser role (the default; --least-privilege gives an owner role).
 	r = e.expect(t, "GET", "/api/v1/templates/"+h+"/tests", nil, 200)
 	var a testDB
 	r.json(t, &a)
@@ -243,7 +250,7 @@ func TestIntegreSQLFlow(t *testing.T) {
 	conn := connect(t, a.Database.Config)
 	var super bool
 	var n int
-	if err := conn.QueryRow(context.Background(), "SELECT rolsuper, (SELECT count(*) FROM users) FROM pg_roles WHERE rolname = current_user").Scan(&super, &n); err != nil || super || n != 1 {
+	if err := conn.QueryRow(context.Background(), "SELECT rolsuper, (SELECT count(*) FROM users) FROM pg_roles WHERE rolname = current_user").Scan(&super, &n); err != nil || !super || n != 1 {
 		t.Fatalf("superuser %v, users %d, err %v", super, n, err)
 	}
 	if _, err := conn.Exec(context.Background(), "INSERT INTO users VALUES (2, 'b')"); err != nil {
@@ -263,9 +270,11 @@ func TestIntegreSQLFlow(t *testing.T) {
 	var c testDB
 	r.json(t, &c)
 	e.expect(t, "DELETE", fmt.Sprintf("/api/v1/templates/%s/tests/%d", h, c.ID), nil, 204)
-	// Unknown id or template: 404.
-	e.expect(t, "POST", "/api/v1/templates/"+h+"/tests/4242/unlock", nil, 404)
-	e.expect(t, "POST", "/api/v1/templates/"+h+"/tests/4242/recreate", nil, 404)
+	// Unknown template: 404; unknown id: 500 as IntegreSQL ("invalid
+	// database index"), 404 on the native API.
+	e.expect(t, "POST", "/api/v1/templates/"+h+"/tests/4242/unlock", nil, 500)
+	e.expect(t, "POST", "/api/v1/templates/"+h+"/tests/4242/recreate", nil, 500)
+	e.expect(t, "POST", "/api/v2/templates/"+h+"/tests/4242/recreate", nil, 404)
 	e.expect(t, "POST", "/api/v1/templates/nope/tests/0/unlock", nil, 404)
 	e.expect(t, "GET", "/api/v1/templates/nope/tests", nil, 404)
 	// Every database handed out now is fresh: only user 1.
@@ -297,9 +306,11 @@ func TestIntegreSQLFlow(t *testing.T) {
 	}
 	e.expect(t, "GET", "/api/v2/nothing", nil, 404)
 
-	// Discard: 204; then the template is gone (410 for tests, 404 to discard again).
+	// Discard: 204; then the template is gone (404 for tests as IntegreSQL,
+	// 410 on the native API; 404 to discard again).
 	e.expect(t, "DELETE", "/api/v1/templates/"+h, nil, 204)
-	e.expect(t, "GET", "/api/v1/templates/"+h+"/tests", nil, 410)
+	e.expect(t, "GET", "/api/v1/templates/"+h+"/tests", nil, 404)
+	e.expect(t, "GET", "/api/v2/templates/"+h+"/tests", nil, 410)
 	e.expect(t, "DELETE", "/api/v1/templates/"+h, nil, 404)
 	// Re-initialize works after a discard; admin reset drops everything.
 	e.expect(t, "POST", "/api/v1/templates", map[string]string{"hash": h}, 200)
@@ -308,28 +319,30 @@ func TestIntegreSQLFlow(t *testing.T) {
 }
 
 // TestHostileInput sends hostile hashes, ids and bodies to every endpoint:
-// each gets 400 and nothing reaches the server's catalog.
+// what IntegreSQL accepts as a hash (any printable string) is taken as one
+// and never reaches SQL as it is; the rest gets 400; nothing else reaches
+// the server's catalog.
 func TestHostileInput(t *testing.T) {
 	e := newEnv(t, opts{init: 1, max: 2})
 	before := e.countDBs(t)
-	hashes := []string{
-		"a%22%3B%20DROP%20DATABASE%20postgres%3B--", "..%2F..%2Fetc", "a%20b", "%00", "x%27y",
-		strings.Repeat("a", 65), "%C3%A9t%C3%A9", "a.b", "a%2Fb",
-	}
-	for _, h := range hashes {
+	for _, c := range []struct {
+		hash string
+		code int
+	}{
+		{"a%22%3B%20DROP%20DATABASE%20postgres%3B--", 404}, {"..%2F..%2Fetc", 404}, {"a%20b", 404}, {"x%27y", 404},
+		{strings.Repeat("a", 65), 404}, {"%C3%A9t%C3%A9", 404}, {"a.b", 404}, {"a%2Fb", 404},
+		{"%00", 400}, {"a%0Ab", 400}, {"%FF", 400}, {strings.Repeat("a", 1025), 400},
+	} {
 		for _, ep := range []struct{ method, path string }{
-			{"PUT", "/api/v1/templates/" + h},
-			{"DELETE", "/api/v1/templates/" + h},
-			{"GET", "/api/v1/templates/" + h + "/tests"},
-			{"POST", "/api/v1/templates/" + h + "/tests/1/unlock"},
-			{"POST", "/api/v1/templates/" + h + "/tests/1/recreate"},
-			{"DELETE", "/api/v1/templates/" + h + "/tests/1"},
+			{"PUT", "/api/v1/templates/" + c.hash},
+			{"DELETE", "/api/v1/templates/" + c.hash},
+			{"GET", "/api/v1/templates/" + c.hash + "/tests"},
+			{"POST", "/api/v1/templates/" + c.hash + "/tests/1/unlock"},
+			{"POST", "/api/v1/templates/" + c.hash + "/tests/1/recreate"},
+			{"DELETE", "/api/v1/templates/" + c.hash + "/tests/1"},
 		} {
-			r := e.do(t, ep.method, ep.path, nil)
-			// A path with an encoded slash may not match a route at all (404);
-			// anything else must be refused as bad input.
-			if r.code != 400 && !(strings.Contains(h, "%2F") && r.code == 404) {
-				t.Errorf("%s %s: %d %s, want 400", ep.method, ep.path, r.code, r.body)
+			if r := e.do(t, ep.method, ep.path, nil); r.code != c.code {
+				t.Errorf("%s %s: %d %s, want %d", ep.method, ep.path, r.code, r.body, c.code)
 			}
 		}
 	}
@@ -346,8 +359,7 @@ func TestHostileInput(t *testing.T) {
 		}
 	}
 	for _, body := range []string{
-		`{"hash": "a\"; DROP DATABASE postgres; --"}`, `{"hash": ""}`, `{}`, `not json`, `{"hash": 5}`,
-		`{"hash": "` + strings.Repeat("a", 65) + `"}`, `{"hash": "../x"}`, `{"hash": "a b"}`,
+		`{"hash": ""}`, `{}`, `not json`, `{"hash": 5}`, `{"hash": "a\u0000b"}`,
 		`{"hash": "` + strings.Repeat("x", 10000) + `"}`, `[]`, `{"hash": null}`,
 	} {
 		r := e.do(t, "POST", "/api/v1/templates", body)
@@ -357,6 +369,18 @@ func TestHostileInput(t *testing.T) {
 	}
 	if after := e.countDBs(t); after != before {
 		t.Fatalf("databases changed from %d to %d", before, after)
+	}
+	// A printable but hostile hash is a hash: its template gets a safe name.
+	r := e.expect(t, "POST", "/api/v1/templates", `{"hash": "a\"; DROP DATABASE postgres; --"}`, 200)
+	var tpl struct {
+		Database struct{ Config config } `json:"database"`
+	}
+	r.json(t, &tpl)
+	if ok, _ := regexp.MatchString(`^[a-z0-9_]+$`, tpl.Database.Config.Database); !ok {
+		t.Fatalf("template database name %q", tpl.Database.Config.Database)
+	}
+	if e.countDBs(t) != before+1 {
+		t.Fatal("the template was not created, or something else was")
 	}
 }
 

@@ -12,9 +12,11 @@ import (
 	"path/filepath"
 	"runtime"
 	"strconv"
+	"strings"
 	"syscall"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/spf13/cobra"
 
@@ -28,6 +30,7 @@ import (
 type serveOpts struct {
 	listen, pgURL, token, socket     string
 	poolInit, poolMax, maxDatabases  int
+	maxConns                         int
 	parallel                         int
 	isolation, strategy, prefix      string
 	finalizeTimeout, getTimeout      time.Duration
@@ -35,9 +38,19 @@ type serveOpts struct {
 	poolIdle                         time.Duration
 	testUser, testPassword, rootTmpl string
 	verbose, canClone                bool
+	leastPrivilege, managed          bool
+	insecureOpen                     bool
+	allowFrom                        string
+	pgEnv                            []string // the PG* variables that chose the external server
+	allowNets                        []*net.IPNet
+	testUserSet                      bool // --test-user given (not from the environment)
 }
 
 func init() { rootCmd.AddCommand(newServeCmd()) }
+
+// envErrs collects environment variables that are set but invalid: the
+// command refuses them (exit 2) instead of falling back to a default.
+var envErrs []error
 
 // env helpers: IntegreSQL's variables give defaults; flags override them.
 func envStr(name, def string) string {
@@ -48,48 +61,104 @@ func envStr(name, def string) string {
 }
 
 func envInt(name string, def int) int {
-	if v, err := strconv.Atoi(os.Getenv(name)); err == nil {
-		return v
+	v := os.Getenv(name)
+	if v == "" {
+		return def
 	}
-	return def
+	n, err := strconv.Atoi(v)
+	if err != nil {
+		envErrs = append(envErrs, errs.New(errs.Usage, "%s=%q is not a whole number", name, v).WithHint("set %s to a number, or unset it", name))
+		return def
+	}
+	return n
 }
 
 func envMS(name string, def time.Duration) time.Duration {
-	if v, err := strconv.Atoi(os.Getenv(name)); err == nil && v >= 0 {
-		return time.Duration(v) * time.Millisecond
+	v := os.Getenv(name)
+	if v == "" {
+		return def
 	}
-	return def
+	n, err := strconv.Atoi(v)
+	if err != nil || n < 0 {
+		envErrs = append(envErrs, errs.New(errs.Usage, "%s=%q is not a number of milliseconds ≥ 0", name, v).WithHint("set %s to milliseconds, e.g. 60000, or unset it", name))
+		return def
+	}
+	return time.Duration(n) * time.Millisecond
 }
 
-// integresqlPGURL builds a URL from INTEGRESQL_PGHOST/PORT/USER/PASSWORD/
-// DATABASE, or returns "" when INTEGRESQL_PGHOST is not set.
-func integresqlPGURL() string {
-	host := os.Getenv("INTEGRESQL_PGHOST")
-	if host == "" {
-		return ""
+func envBool(name string) bool {
+	v := os.Getenv(name)
+	if v == "" {
+		return false
 	}
-	u := &url.URL{Scheme: "postgres", Host: net.JoinHostPort(host, envStr("INTEGRESQL_PGPORT", "5432")),
-		Path: "/" + envStr("INTEGRESQL_PGDATABASE", "postgres")}
-	user := envStr("INTEGRESQL_PGUSER", "postgres")
-	if pw := os.Getenv("INTEGRESQL_PGPASSWORD"); pw != "" {
+	b, err := strconv.ParseBool(v)
+	if err != nil {
+		envErrs = append(envErrs, errs.New(errs.Usage, "%s=%q is not true or false", name, v))
+	}
+	return b
+}
+
+// pgEnvVars are the variables that name an external PostgreSQL server, in
+// IntegreSQL's order of precedence (INTEGRESQL_PG* first, then libpq's).
+var pgEnvVars = []string{"INTEGRESQL_PGHOST", "INTEGRESQL_PGPORT", "INTEGRESQL_PGUSER", "INTEGRESQL_PGPASSWORD",
+	"INTEGRESQL_PGDATABASE", "PGHOST", "PGPORT", "PGUSER", "PGPASSWORD", "PGDATABASE"}
+
+// envPGURL builds the admin URL from IntegreSQL's variables with its
+// fallbacks: host INTEGRESQL_PGHOST, PGHOST, 127.0.0.1; port
+// INTEGRESQL_PGPORT, PGPORT, 5432; user INTEGRESQL_PGUSER, PGUSER, USER,
+// postgres; password INTEGRESQL_PGPASSWORD, PGPASSWORD; database
+// INTEGRESQL_PGDATABASE, postgres (as IntegreSQL: PGDATABASE names the
+// application's database, not an admin one). It returns "" and no names
+// when none of pgEnvVars is set, else the names that were.
+func envPGURL() (string, []string) {
+	var set []string
+	for _, n := range pgEnvVars {
+		if os.Getenv(n) != "" {
+			set = append(set, n)
+		}
+	}
+	if len(set) == 0 {
+		return "", nil
+	}
+	host := envStr("INTEGRESQL_PGHOST", envStr("PGHOST", "127.0.0.1"))
+	port := envStr("INTEGRESQL_PGPORT", envStr("PGPORT", "5432"))
+	if p, err := strconv.Atoi(port); err != nil || p < 1 || p > 65535 {
+		envErrs = append(envErrs, errs.New(errs.Usage, "PostgreSQL port %q (INTEGRESQL_PGPORT/PGPORT) is not a port number", port))
+	}
+	user := envStr("INTEGRESQL_PGUSER", envStr("PGUSER", envStr("USER", "postgres")))
+	db := envStr("INTEGRESQL_PGDATABASE", "postgres") // IntegreSQL's admin database; PGDATABASE is the app's
+	u := &url.URL{Scheme: "postgres", Path: "/" + db}
+	q := url.Values{"sslmode": {"disable"}}
+	if strings.HasPrefix(host, "/") { // a Unix socket directory, as libpq takes it
+		q.Set("host", host)
+		q.Set("port", port)
+	} else {
+		u.Host = net.JoinHostPort(host, port)
+	}
+	if pw := envStr("INTEGRESQL_PGPASSWORD", os.Getenv("PGPASSWORD")); pw != "" {
 		u.User = url.UserPassword(user, pw)
 	} else {
 		u.User = url.User(user)
 	}
-	u.RawQuery = "sslmode=disable"
-	return u.String()
+	u.RawQuery = q.Encode()
+	return u.String(), set
 }
 
+// defaultListen follows IntegreSQL: with INTEGRESQL_ADDRESS or
+// INTEGRESQL_PORT set (a deployment configured as IntegreSQL's), its
+// default address, all interfaces, port 5000; else 127.0.0.1:5000. Off
+// loopback, runServe still requires a token, --allow-from or
+// --insecure-open.
 func defaultListen() string {
 	addr, port := os.Getenv("INTEGRESQL_ADDRESS"), os.Getenv("INTEGRESQL_PORT")
 	if addr == "" && port == "" {
 		return "127.0.0.1:5000"
 	}
-	if addr == "" {
-		addr = "127.0.0.1" // IntegreSQL listens on all addresses here; pgfork stays on loopback unless told
-	}
 	if port == "" {
 		port = "5000"
+	}
+	if p, err := strconv.Atoi(port); err != nil || p < 1 || p > 65535 {
+		envErrs = append(envErrs, errs.New(errs.Usage, "INTEGRESQL_PORT=%q is not a port number (1-65535)", port).WithHint("set INTEGRESQL_PORT to e.g. 5000, or unset it"))
 	}
 	return net.JoinHostPort(addr, port)
 }
@@ -100,17 +169,24 @@ func newServeCmd() *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "serve",
 		Short: "Serve pools of ready test databases over IntegreSQL's HTTP API",
-		Long: `Serve pools of fresh, migrated test databases over HTTP, speaking IntegreSQL's
-v1 API exactly, so IntegreSQL's clients (Go, JavaScript, Python, .NET) work
-unchanged. Adds /healthz, Prometheus /metrics, /api/openapi.json, a global
+		Long: `Serve pools of fresh, migrated test databases over HTTP. /api/v1 is
+IntegreSQL v1.1.0's API with its status codes, so IntegreSQL's clients (Go,
+JavaScript, Python, .NET) work unchanged; /api/v2 is pgfork's native API
+(410 after a discard, 503 with reasons, unguessable hand-out ids, a pool
+listing). Adds /healthz, Prometheus /metrics, /api/openapi.json, a global
 limit on databases across pools, and template state that survives restarts.
 
-Without --pg-url it runs its own PostgreSQL (test profile, data kept under
-the state directory, TCP on a free port on 127.0.0.1; PostgreSQL 18 with
-file_copy_method=clone when installed and the filesystem reflinks) and stops
-it cleanly on SIGINT/SIGTERM. Test databases are owned by a password-
-authenticated role that is not a superuser. With --pg-url, --can-clone says
-the server's data directory reflinks, so the advisor may clone (PostgreSQL 18).
+Which PostgreSQL, as IntegreSQL chooses (the log says which and why):
+--pg-url or PGFORK_PG_URL; else, when any INTEGRESQL_PG* or PGHOST/PGPORT/
+PGUSER/PGPASSWORD/PGDATABASE variable is set, that external server with
+IntegreSQL's precedence; else (or with --managed) its own PostgreSQL (test
+profile, data kept under the state directory, TCP on a free port on
+127.0.0.1; PostgreSQL 18 with file_copy_method=clone when installed and the
+filesystem reflinks), stopped cleanly on SIGINT/SIGTERM and recovered after
+a kill -9. Its clients get the role pgfork, a superuser of that private
+cluster (--least-privilege: a CREATEDB owner role); its bootstrap superuser
+postgres is never handed out or altered. With an external server,
+--can-clone says its data directory reflinks, so the advisor may clone.
 
 --isolation cluster gives each test a whole PostgreSQL server instead of a
 database, for tests that need a superuser or server settings: the template is
@@ -120,8 +196,11 @@ cluster is a copy of it (reflink where possible) started on a free port of
 --pool-max, --parallel and --max-databases then count clusters. All clusters
 are stopped on SIGINT/SIGTERM; after a crash, the next start cleans up.
 
-It listens on loopback by default; any other address needs --token, and
-clients must then send "Authorization: Bearer <token>".
+It listens on 127.0.0.1:5000, or, when INTEGRESQL_ADDRESS or INTEGRESQL_PORT
+is set, on IntegreSQL's default (all addresses). Beyond loopback it needs one
+of: --token (clients send "Authorization: Bearer TOKEN" or use the base URL
+http://HOST:PORT/TOKEN/api), --allow-from CIDR,... or, on a private container
+network only, --insecure-open.
 
 IntegreSQL's environment variables give defaults (see docs/server.md):
 INTEGRESQL_ADDRESS, INTEGRESQL_PORT, INTEGRESQL_PGHOST/PGPORT/PGUSER/
@@ -129,12 +208,17 @@ PGPASSWORD/PGDATABASE, INTEGRESQL_TEST_PGUSER/TEST_PGPASSWORD,
 INTEGRESQL_ROOT_TEMPLATE, INTEGRESQL_DB_PREFIX,
 INTEGRESQL_TEST_INITIAL_POOL_SIZE, INTEGRESQL_TEST_MAX_POOL_SIZE,
 INTEGRESQL_POOL_MAX_PARALLEL_TASKS, INTEGRESQL_TEMPLATE_FINALIZE_TIMEOUT_MS,
-INTEGRESQL_TEST_DB_GET_TIMEOUT_MS, INTEGRESQL_TEST_DB_MINIMAL_LIFETIME_MS.`,
+INTEGRESQL_TEST_DB_GET_TIMEOUT_MS, INTEGRESQL_TEST_DB_MINIMAL_LIFETIME_MS.
+Bad values exit 2 before anything starts.`,
 		Example: `  # Run with its own PostgreSQL on 127.0.0.1:5000
   pgfork serve
 
-  # Use an existing server, share on the network with a token
-  pgfork serve --pg-url postgres://postgres:secret@db:5432/postgres --listen 0.0.0.0:5000 --token "$TOKEN"
+  # An existing server, as IntegreSQL's README configures it, open to a
+  # container network (clients: INTEGRESQL_CLIENT_BASE_URL=http://pgfork:5000/api)
+  PGHOST=db PGUSER=postgres PGPASSWORD=secret INTEGRESQL_PORT=5000 pgfork serve --allow-from 172.16.0.0/12
+
+  # Share on the network with a token (clients: http://HOST:5000/$TOKEN/api)
+  pgfork serve --listen 0.0.0.0:5000 --token "$TOKEN"
 
   # A whole server per test (superuser, own settings)
   pgfork serve --isolation cluster --pool-max 8
@@ -142,13 +226,32 @@ INTEGRESQL_TEST_DB_GET_TIMEOUT_MS, INTEGRESQL_TEST_DB_MINIMAL_LIFETIME_MS.`,
   # Point an IntegreSQL client at it
   INTEGRESQL_CLIENT_BASE_URL=http://127.0.0.1:5000/api go test ./...`,
 		Args: usageArgs(cobra.NoArgs),
-		RunE: func(cmd *cobra.Command, args []string) error { return runServe(cmd.Context(), o) },
+		RunE: func(cmd *cobra.Command, args []string) error {
+			o.testUserSet = cmd.Flags().Changed("test-user")
+			if len(envErrs) > 0 {
+				return envErrs[0]
+			}
+			if o.pgURL == "" && !o.managed && o.isolation == "database" {
+				var extra []error
+				o.pgURL, o.pgEnv = envPGURL()
+				if len(envErrs) > 0 {
+					extra = envErrs
+				}
+				if len(extra) > 0 {
+					return extra[0]
+				}
+			}
+			return runServe(cmd.Context(), o)
+		},
 	}
 	f := cmd.Flags()
 	f.StringVar(&o.listen, "listen", defaultListen(), "HTTP address (env INTEGRESQL_ADDRESS, INTEGRESQL_PORT)")
-	f.StringVar(&o.pgURL, "pg-url", envStr("PGFORK_PG_URL", integresqlPGURL()), "use this PostgreSQL server (a superuser or CREATEDB role) instead of a managed one (env PGFORK_PG_URL, INTEGRESQL_PG*)")
+	f.StringVar(&o.pgURL, "pg-url", os.Getenv("PGFORK_PG_URL"), "use this PostgreSQL server (a superuser or CREATEDB role) instead of a managed one (env PGFORK_PG_URL; else INTEGRESQL_PG* and PG* name one, as for IntegreSQL)")
+	f.BoolVar(&o.managed, "managed", false, "run the managed PostgreSQL even when INTEGRESQL_PG*/PG* variables are set")
+	f.StringVar(&o.allowFrom, "allow-from", os.Getenv("PGFORK_ALLOW_FROM"), "admit HTTP clients from these networks only (CIDR,...; loopback always; env PGFORK_ALLOW_FROM); enough to listen beyond loopback without a token")
+	f.BoolVar(&o.insecureOpen, "insecure-open", envBool("PGFORK_INSECURE_OPEN"), "listen beyond loopback with no token and no allow-list: anyone who reaches the port controls its databases; only for a private container network (env PGFORK_INSECURE_OPEN)")
 	f.BoolVar(&o.canClone, "can-clone", false, "with --pg-url: the server's data directory is on a reflink filesystem (XFS, btrfs, ZFS 2.2+), so the advisor may pick clone (PostgreSQL 18, file_copy_method=clone)")
-	f.StringVar(&o.token, "token", os.Getenv("PGFORK_TOKEN"), "require 'Authorization: Bearer TOKEN' (env PGFORK_TOKEN); needed off loopback")
+	f.StringVar(&o.token, "token", os.Getenv("PGFORK_TOKEN"), "require this token: 'Authorization: Bearer TOKEN', or the base URL http://HOST:PORT/TOKEN/api that IntegreSQL's clients accept (env PGFORK_TOKEN)")
 	f.StringVar(&o.socket, "socket", "", "also listen on this Unix socket (mode 0600)")
 	f.IntVar(&o.poolInit, "pool-init", envInt("INTEGRESQL_TEST_INITIAL_POOL_SIZE", n), "databases each pool keeps ready (env INTEGRESQL_TEST_INITIAL_POOL_SIZE)")
 	f.IntVar(&o.poolMax, "pool-max", envInt("INTEGRESQL_TEST_MAX_POOL_SIZE", 4*n), "databases per pool at most (env INTEGRESQL_TEST_MAX_POOL_SIZE)")
@@ -164,6 +267,8 @@ INTEGRESQL_TEST_DB_GET_TIMEOUT_MS, INTEGRESQL_TEST_DB_MINIMAL_LIFETIME_MS.`,
 	f.StringVar(&o.testUser, "test-user", os.Getenv("INTEGRESQL_TEST_PGUSER"), "role owning test databases (managed default: pgfork; env INTEGRESQL_TEST_PGUSER)")
 	f.StringVar(&o.testPassword, "test-password", os.Getenv("INTEGRESQL_TEST_PGPASSWORD"), "its password (env INTEGRESQL_TEST_PGPASSWORD)")
 	f.StringVar(&o.rootTmpl, "root-template", envStr("INTEGRESQL_ROOT_TEMPLATE", "template0"), "database new templates are created from (env INTEGRESQL_ROOT_TEMPLATE)")
+	f.IntVar(&o.maxConns, "max-conns", server.DefaultMaxConns, "open HTTP connections at most; more wait to be accepted (idle keep-alive connections close after 60 s)")
+	f.BoolVar(&o.leastPrivilege, "least-privilege", false, "managed mode: hand out a role that may create databases but is not a superuser (default: a superuser of the private cluster)")
 	f.BoolVarP(&o.verbose, "verbose", "v", false, "log every request")
 	return cmd
 }
@@ -182,15 +287,8 @@ func runServe(ctx context.Context, o *serveOpts) error {
 	if !pool.ValidStrategy(o.strategy) {
 		return errs.New(errs.Usage, "bad --strategy %q", o.strategy).WithHint("use auto, default, wal_log, file_copy or clone")
 	}
-	if o.poolInit < 0 || o.poolMax < 1 || o.parallel < 1 || o.maxDatabases < 0 {
-		return errs.New(errs.Usage, "pool sizes must be positive (--pool-init ≥ 0, --pool-max ≥ 1, --parallel ≥ 1)")
-	}
-	if _, _, err := net.SplitHostPort(o.listen); err != nil {
-		return errs.Wrap(errs.Usage, err, "bad --listen %q", o.listen).WithHint("use HOST:PORT, e.g. 127.0.0.1:5000")
-	}
-	if !server.IsLoopback(o.listen) && o.token == "" {
-		return errs.New(errs.Usage, "--listen %s is not a loopback address and no --token was given", o.listen).
-			WithHint("anyone who can reach it could create and drop databases: pass --token (or PGFORK_TOKEN), or listen on 127.0.0.1")
+	if err := o.validate(); err != nil {
+		return err
 	}
 	ctx, stop := signal.NotifyContext(ctx, os.Interrupt, syscall.SIGTERM)
 	defer stop()
@@ -226,6 +324,18 @@ func runServe(ctx context.Context, o *serveOpts) error {
 			return err
 		}
 	} else if o.pgURL == "" {
+		if o.testUser == server.BootstrapRole && !o.testUserSet {
+			// IntegreSQL's usual INTEGRESQL_TEST_PGUSER=postgres: the managed
+			// cluster's own superuser, which pgfork never hands out or alters.
+			log.Warn("INTEGRESQL_TEST_PGUSER names the managed cluster's bootstrap superuser; handing out the managed superuser role instead",
+				"role", server.DefaultRole)
+			o.testUser, o.testPassword = "", ""
+		}
+		why := "no --pg-url, PGFORK_PG_URL, INTEGRESQL_PG* or PG* variable names a server"
+		if o.managed {
+			why = "--managed"
+		}
+		log.Info("running a managed PostgreSQL server", "because", why)
 		m, cc, err := startManagedPG(ctx, o)
 		if err != nil {
 			return err
@@ -242,19 +352,20 @@ func runServe(ctx context.Context, o *serveOpts) error {
 		}()
 		adminURL, conn = m.AdminURL, m.Conn
 	} else {
-		u, err := url.Parse(o.pgURL)
-		if err != nil || u.Host == "" {
-			return errs.New(errs.Usage, "bad --pg-url").WithHint("use postgres://user:password@host:port/postgres")
+		pc, err := pgx.ParseConfig(o.pgURL)
+		if err != nil {
+			return errs.Wrap(errs.Usage, err, "bad PostgreSQL URL").WithHint("use postgres://user:password@host:port/postgres (--pg-url, PGFORK_PG_URL) or check INTEGRESQL_PG*/PG*")
 		}
 		adminURL = o.pgURL
-		port, _ := strconv.Atoi(u.Port())
-		if port == 0 {
-			port = 5432
-		}
-		pw, _ := u.User.Password()
-		conn = server.ConnInfo{Host: u.Hostname(), Port: port, Username: u.User.Username(), Password: pw}
+		conn = server.ConnInfo{Host: pc.Host, Port: int(pc.Port), Username: pc.User, Password: pc.Password}
 		if o.testUser != "" {
 			conn.Username, conn.Password = o.testUser, o.testPassword
+		}
+		if len(o.pgEnv) > 0 {
+			log.Info("using an external PostgreSQL server, as IntegreSQL would", "host", conn.Host, "port", conn.Port,
+				"user", pc.User, "because", strings.Join(o.pgEnv, ", ")+" set (pass --managed to run pgfork's own instead)")
+		} else {
+			log.Info("using the external PostgreSQL server of --pg-url/PGFORK_PG_URL", "host", conn.Host, "port", conn.Port, "user", pc.User)
 		}
 		// pgfork cannot see an external server's filesystem: the user says.
 		canClone = o.canClone
@@ -278,15 +389,19 @@ func runServe(ctx context.Context, o *serveOpts) error {
 	if err := mgr.Open(ctx); err != nil {
 		return err
 	}
-	srv := server.New(server.Config{Manager: mgr, Conn: conn, Token: o.token, Logger: log, Registry: reg, Metrics: metrics})
-	hs := &http.Server{Handler: srv, ReadHeaderTimeout: 10 * time.Second}
+	srv := server.New(server.Config{Manager: mgr, Conn: conn, Token: o.token, AllowFrom: o.allowNets, Logger: log, Registry: reg, Metrics: metrics})
+	hopts := server.HTTPOptions{LongestWait: o.finalizeTimeout + o.getTimeout, MaxConns: o.maxConns}
+	hs := server.NewHTTPServer(srv, hopts)
 
+	if !server.IsLoopback(o.listen) && o.token == "" && len(o.allowNets) == 0 {
+		log.Warn("INSECURE: listening beyond loopback with no token and no --allow-from; anyone who reaches this port can create, read and drop its databases (--insecure-open)", "listen", o.listen)
+	}
 	ln, err := net.Listen("tcp", o.listen)
 	if err != nil {
 		return errs.Wrap(errs.Busy, err, "cannot listen on %s", o.listen).WithHint("choose another --listen port")
 	}
 	errc := make(chan error, 2)
-	go func() { errc <- hs.Serve(ln) }()
+	go func() { errc <- hs.Serve(hopts.Listen(ln)) }()
 	if o.socket != "" {
 		_ = os.Remove(o.socket)
 		old := syscall.Umask(0o177)
@@ -299,7 +414,7 @@ func runServe(ctx context.Context, o *serveOpts) error {
 			return errs.Wrap(errs.Permission, err, "cannot chmod %s", o.socket)
 		}
 		defer os.Remove(o.socket)
-		go func() { errc <- hs.Serve(sl) }()
+		go func() { errc <- hs.Serve(hopts.Listen(sl)) }()
 	}
 	if o.isolation == "cluster" {
 		infof("pgfork serve: http://%s/api (a PostgreSQL cluster per test on %s, superuser %s)", ln.Addr(), conn.Host, owner)
@@ -324,6 +439,98 @@ func runServe(ctx context.Context, o *serveOpts) error {
 		log.Warn("dropping test databases", "err", err)
 	}
 	return nil
+}
+
+// serve limits: large enough for any real suite, small enough that a typo
+// cannot fill a disk or exhaust the server's connections.
+const (
+	maxPoolSize  = 10000
+	maxParallel  = 256
+	maxConnsCap  = 1 << 16
+	maxTimeout   = 24 * time.Hour
+	maxDatabases = 1 << 20
+)
+
+// validate checks every option before anything starts (exit 2 on bad
+// input, no PostgreSQL started).
+func (o *serveOpts) validate() error {
+	bad := func(format string, args ...any) *errs.Error { return errs.New(errs.Usage, format, args...) }
+	switch {
+	case o.poolMax < 1 || o.poolMax > maxPoolSize:
+		return bad("--pool-max %d is out of range", o.poolMax).WithHint("use 1 to %d (env INTEGRESQL_TEST_MAX_POOL_SIZE)", maxPoolSize)
+	case o.poolInit < 0 || o.poolInit > o.poolMax:
+		return bad("--pool-init %d must be between 0 and --pool-max (%d)", o.poolInit, o.poolMax).WithHint("lower --pool-init (env INTEGRESQL_TEST_INITIAL_POOL_SIZE) or raise --pool-max")
+	case o.parallel < 1 || o.parallel > maxParallel:
+		return bad("--parallel %d is out of range", o.parallel).WithHint("use 1 to %d (env INTEGRESQL_POOL_MAX_PARALLEL_TASKS)", maxParallel)
+	case o.maxDatabases < 0 || o.maxDatabases > maxDatabases:
+		return bad("--max-databases %d is out of range", o.maxDatabases).WithHint("use 0 (no limit) to %d", maxDatabases)
+	case o.maxConns < 1 || o.maxConns > maxConnsCap:
+		return bad("--max-conns %d is out of range", o.maxConns).WithHint("use 1 to %d", maxConnsCap)
+	}
+	for _, d := range []struct {
+		name string
+		v    time.Duration
+	}{{"--finalize-timeout", o.finalizeTimeout}, {"--get-timeout", o.getTimeout}, {"--min-lifetime", o.minLifetime}} {
+		if d.v < 0 || d.v > maxTimeout {
+			return bad("%s %s is out of range", d.name, d.v).WithHint("use 0 to %s", maxTimeout)
+		}
+	}
+	if !pool.ValidPrefix(o.prefix) {
+		return bad("--db-prefix %q is not valid", o.prefix).WithHint("use 1-20 lower-case letters, digits or _, starting with a letter (env INTEGRESQL_DB_PREFIX)")
+	}
+	host, port, err := net.SplitHostPort(o.listen)
+	if err != nil {
+		return errs.Wrap(errs.Usage, err, "bad --listen %q", o.listen).WithHint("use HOST:PORT, e.g. 127.0.0.1:5000")
+	}
+	if p, err := strconv.Atoi(port); err != nil || p < 0 || p > 65535 {
+		return bad("bad --listen %q: the port must be a number from 0 to 65535", o.listen)
+	}
+	if host != "" && host != "localhost" && net.ParseIP(host) == nil {
+		if _, err := net.LookupHost(host); err != nil {
+			return errs.Wrap(errs.Usage, err, "bad --listen %q: unknown host %s", o.listen, host)
+		}
+	}
+	nets, err := parseCIDRs(o.allowFrom)
+	if err != nil {
+		return err
+	}
+	o.allowNets = nets
+	if !server.IsLoopback(o.listen) && o.token == "" && len(nets) == 0 && !o.insecureOpen {
+		addr := o.listen
+		if host == "" {
+			addr = "all addresses, port " + port
+		}
+		return bad("listening on %s (not loopback) needs a way to keep anonymous clients out", addr).
+			WithHint("anyone who reaches it could create and drop databases: pass --token (clients use http://HOST:PORT/TOKEN/api), --allow-from CIDR (e.g. 172.16.0.0/12), or, on a private container network only, --insecure-open; or listen on 127.0.0.1")
+	}
+	return nil
+}
+
+// parseCIDRs parses a comma-separated list of networks (a bare address is
+// a network of one).
+func parseCIDRs(list string) ([]*net.IPNet, error) {
+	var nets []*net.IPNet
+	for _, f := range strings.Split(list, ",") {
+		f = strings.TrimSpace(f)
+		if f == "" {
+			continue
+		}
+		if !strings.Contains(f, "/") {
+			if ip := net.ParseIP(f); ip != nil {
+				bits := 128
+				if ip.To4() != nil {
+					bits = 32
+				}
+				f += "/" + strconv.Itoa(bits)
+			}
+		}
+		_, n, err := net.ParseCIDR(f)
+		if err != nil {
+			return nil, errs.Wrap(errs.Usage, err, "bad --allow-from network %q", f).WithHint("use CIDR notation, e.g. 172.16.0.0/12,10.0.0.0/8")
+		}
+		nets = append(nets, n)
+	}
+	return nets, nil
 }
 
 // clusterStore prepares cluster isolation: clusters under
@@ -374,16 +581,10 @@ func startManagedPG(ctx context.Context, o *serveOpts) (*server.Managed, bool, e
 		}
 	}
 	infof("starting %s%s", inst, map[bool]string{true: " with file_copy_method=clone", false: ""}[useClone])
-	m, err := server.StartManaged(ctx, server.ManagedOptions{BinDir: inst.BinDir, Env: inst.Env(), Dir: dir, User: user, Clone: useClone, Role: o.testUser})
+	m, err := server.StartManaged(ctx, server.ManagedOptions{BinDir: inst.BinDir, Env: inst.Env(), Dir: dir, User: user,
+		Clone: useClone, Role: o.testUser, Password: o.testPassword, LeastPrivilege: o.leastPrivilege})
 	if err != nil {
 		return nil, false, err
-	}
-	if o.testPassword != "" {
-		m.Conn.Password = o.testPassword
-		if err := server.EnsureRole(ctx, m.AdminURL, m.Conn.Username, o.testPassword); err != nil {
-			_ = m.Stop(context.Background())
-			return nil, false, err
-		}
 	}
 	return m, useClone, nil
 }

@@ -14,6 +14,7 @@ import (
 	"github.com/pgfork/pgfork/cluster"
 	"github.com/pgfork/pgfork/instance"
 	"github.com/pgfork/pgfork/internal/errs"
+	"github.com/pgfork/pgfork/internal/proc"
 	"github.com/pgfork/pgfork/internal/statedir"
 	"github.com/pgfork/pgfork/template"
 )
@@ -318,8 +319,8 @@ func up(ctx context.Context, o upOptions) (*upResult, error) {
 }
 
 func syscallKill0(pid int) error {
-	if err := syscall.Kill(pid, 0); err != nil && err != syscall.EPERM {
-		return err
+	if !proc.Alive(pid) {
+		return syscall.ESRCH
 	}
 	return nil
 }

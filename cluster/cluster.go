@@ -211,7 +211,8 @@ func (p *Pending) Commit(info Info) error {
 	tmp := filepath.Join(p.Dir, "."+infoFile+".tmp")
 	// No fsync: a cluster does not survive a crash of the machine anyway
 	// (test profile), and the reaper cleans what a crash leaves.
-	if err := os.WriteFile(tmp, append(b, '\n'), 0o644); err != nil {
+	// 0600: the URL may hold the cluster's password (pgfork up --tcp).
+	if err := os.WriteFile(tmp, append(b, '\n'), 0o600); err != nil {
 		return errs.Wrap(errs.Internal, err, "cannot record the cluster").WithPath(tmp)
 	}
 	if err := os.Rename(tmp, filepath.Join(p.Dir, infoFile)); err != nil {

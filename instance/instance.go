@@ -80,6 +80,8 @@ type Instance struct {
 	Host      string // TCP host, empty when socket-only
 	LogFile   string
 	User      *OSUser
+	// Password, when set (SetPassword), is put in TCP URLs.
+	Password string
 
 	// StartTime is the server process's start time (proc.StartTime: clock
 	// ticks since boot), recorded so that a later Attach can tell the
@@ -416,6 +418,9 @@ func (inst *Instance) ConnString(user, db string) string {
 	}
 	u := url.URL{Scheme: "postgresql", User: url.User(user), Path: "/" + db}
 	if inst.Host != "" {
+		if inst.Password != "" {
+			u.User = url.UserPassword(user, inst.Password)
+		}
 		u.Host = net.JoinHostPort(inst.Host, strconv.Itoa(inst.Port))
 		u.RawQuery = "sslmode=disable"
 	} else {

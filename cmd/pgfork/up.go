@@ -86,7 +86,9 @@ live in <state-dir>/clusters/.spare-*, are counted by pgfork template ls and
 removed with their template.
 
 Clusters listen on a Unix socket in a private directory; --tcp adds
-127.0.0.1 on a free port. They run with the test profile (fsync off,
+127.0.0.1 on a free port, where the superuser needs a generated password
+(scram-sha-256; it is in the printed URL, and in pgfork ls, readable by the
+user who ran pgfork only). They run with the test profile (fsync off,
 synchronous_commit off, full_page_writes off): fast, and not crash-safe.
 As root, postgres runs as --run-as (default postgres).
 
@@ -123,7 +125,7 @@ As root, postgres runs as --run-as (default postgres).
 	f.StringArrayVar(&setup, "setup", nil, "SQL file or directory of *.sql files to apply to the template (repeatable, applied in order)")
 	f.StringVar(&setupCmd, "setup-cmd", "", "shell command run against the template (DATABASE_URL set), e.g. a migration tool")
 	f.StringVar(&name, "name", "", "cluster name (default: generated, pg-XXXXXXXX)")
-	f.BoolVar(&tcp, "tcp", false, "also listen on 127.0.0.1 on a free port (URL uses TCP)")
+	f.BoolVar(&tcp, "tcp", false, "also listen on 127.0.0.1 on a free port (URL uses TCP, with a generated password)")
 	f.DurationVar(&ttl, "ttl", 0, "remove the cluster this long after it starts (e.g. 30m; default: never)")
 	f.StringVar(&parentPid, "parent-pid", "", `remove the cluster once process PID exits ("parent": pgfork's parent process)`)
 	f.StringVar(&superuser, "superuser", "postgres", "database superuser name")
@@ -263,6 +265,14 @@ func up(ctx context.Context, o upOptions) (*upResult, error) {
 	}
 	tmpl.Release()
 
+	if o.tcp {
+		// TCP is open to every local user: password only (scram);
+		// trust stays on the private socket.
+		if err := instance.WritePasswordHBA(pending.DataDir(), user); err != nil {
+			return nil, err
+		}
+	}
+
 	t = time.Now()
 	socketDir, err = cluster.SocketDirFor(lay, pending.Name)
 	if err != nil {
@@ -274,6 +284,11 @@ func up(ctx context.Context, o upOptions) (*upResult, error) {
 	})
 	if err != nil {
 		return nil, err
+	}
+	if o.tcp {
+		if err := inst.SetPassword(ctx, o.superuser, instance.NewPassword()); err != nil {
+			return nil, err
+		}
 	}
 	lap("start", t)
 

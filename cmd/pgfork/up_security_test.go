@@ -1,0 +1,57 @@
+package main
+
+import (
+	"context"
+	"net/url"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/pgfork/pgfork/internal/testenv"
+)
+
+// TestUpTCPNeedsPassword: a cluster of `pgfork up --tcp` does not trust TCP
+// connections (any local user could reach 127.0.0.1): without the password
+// the connection is refused, with the printed URL it works, and the record
+// holding the URL is readable by its owner only.
+func TestUpTCPNeedsPassword(t *testing.T) {
+	bin := upBinary(t)
+	pgBin := testenv.PGBinDirs(t)[0]
+	home := testenv.Dir(t)
+	p := newPgfk(t, bin, home, pgBin)
+	res := p.up("--tcp", "--spares", "0")
+	u, err := url.Parse(res.URL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pw, ok := u.User.Password()
+	if !ok || len(pw) < 16 || !strings.HasPrefix(u.Host, "127.0.0.1:") {
+		t.Fatalf("TCP URL without a password: %s", res.URL)
+	}
+	if got := queryOne(t, res.URL, "select current_user"); got != "postgres" {
+		t.Errorf("with the URL's password: current_user = %q", got)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	for _, bad := range []*url.Userinfo{url.User("postgres"), url.UserPassword("postgres", "wrong")} {
+		v := *u
+		v.User = bad
+		if c, err := pgx.Connect(ctx, v.String()); err == nil {
+			c.Close(ctx)
+			t.Errorf("TCP connection as %s without the right password was accepted", bad)
+		} else if !strings.Contains(err.Error(), "password") {
+			t.Errorf("TCP connection without password: want a password failure, got %v", err)
+		}
+	}
+	fi, err := os.Stat(filepath.Join(home, "clusters", res.Name, "cluster.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if fi.Mode().Perm()&0o077 != 0 {
+		t.Errorf("cluster.json (holds the password) has mode %v", fi.Mode().Perm())
+	}
+}

@@ -35,6 +35,7 @@ import (
 	"github.com/pgfork/pgfork/internal/errs"
 	"github.com/pgfork/pgfork/internal/flock"
 	"github.com/pgfork/pgfork/internal/statedir"
+	"github.com/pgfork/pgfork/internal/units"
 )
 
 const (
@@ -125,6 +126,23 @@ func (t *Template) ClaimSpare(lay statedir.Layout, dst string) (string, error) {
 	return "", nil
 }
 
+// MaxSpares bounds RefillOptions.Spares (and pgfork up --spares). A spare
+// only pays off for the `pgfork up` calls that come faster than one copy
+// takes (tens of milliseconds to a second): a few cover any realistic burst
+// (parallel CI jobs on one host), and every spare is a full data directory
+// on disk where the filesystem cannot share blocks. 16 is well above
+// useful and well below "fill the disk".
+const MaxSpares = 16
+
+// Free-space margin of the refill: a spare copy is not started when the
+// free space left after it would be below max(SpareMinFreeBytes,
+// SpareMinFreePercent of the filesystem). Spares are a convenience; the disk
+// they share is not theirs to fill.
+const (
+	SpareMinFreeBytes   = 1 << 30
+	SpareMinFreePercent = 10
+)
+
 // RefillOptions say how many spares to keep and who owns them.
 type RefillOptions struct {
 	// Spares is how many claimable spares the template should have.
@@ -133,6 +151,13 @@ type RefillOptions struct {
 	Owner *clone.Owner
 	// Wait bounds the wait for another refiller of the same key.
 	Wait time.Duration
+	// MinFree overrides the free-space margin (bytes that must stay free
+	// after a spare copy); 0: max(SpareMinFreeBytes, SpareMinFreePercent
+	// of the filesystem); negative: no margin (the copy runs until the
+	// disk is full; tests of the ENOSPC path).
+	MinFree int64
+	// OnSkip, when set, is told why the refill stopped early (margin).
+	OnSkip func(reason string)
 }
 
 // Refill makes spares of template key until it has o.Spares of them. Only
@@ -147,6 +172,10 @@ func Refill(ctx context.Context, lay statedir.Layout, key string, o RefillOption
 	}
 	if o.Spares <= 0 {
 		return 0, nil
+	}
+	if o.Spares > MaxSpares {
+		return 0, errs.New(errs.Usage, "%d spares is more than the limit of %d", o.Spares, MaxSpares).
+			WithHint("keep at most %d spares per template", MaxSpares)
 	}
 	if err := lay.Ensure(); err != nil {
 		return 0, errs.Wrap(errs.Permission, err, "cannot create the state directory").WithPath(lay.Root)
@@ -181,12 +210,56 @@ func Refill(ctx context.Context, lay statedir.Layout, key string, o RefillOption
 		if len(all[key]) >= o.Spares {
 			return made, nil
 		}
+		if why := lowSpace(lay, key, o.MinFree); why != "" {
+			if o.OnSkip != nil {
+				o.OnSkip(why)
+			}
+			return made, nil
+		}
+		// The first error (ENOSPC among them) ends the refill: the failed
+		// copy was removed by makeSpare, the finished spares stay.
 		ok, err := makeSpare(ctx, lay, key, o.Owner)
 		if err != nil || !ok {
 			return made, err
 		}
 		made++
 	}
+}
+
+// lowSpace returns why no spare of key may be started now (the margin, see
+// SpareMinFreeBytes), or "". The copy's cost is taken as the template's
+// full size, also where the filesystem could share blocks.
+func lowSpace(lay statedir.Layout, key string, minFree int64) string {
+	if minFree < 0 {
+		return ""
+	}
+	free, total, err := fsSpace(lay.Clusters())
+	if err != nil {
+		return "" // cannot tell; ENOSPC still ends the refill
+	}
+	if minFree == 0 {
+		minFree = max(SpareMinFreeBytes, total/100*SpareMinFreePercent)
+	}
+	need := dirBytes(filepath.Join(lay.Templates(), key, dataSubdir))
+	if free-need < minFree {
+		return fmt.Sprintf("a spare (%s) would leave %s free, below the margin of %s",
+			units.Bytes(need), units.Bytes(max(free-need, 0)), units.Bytes(minFree))
+	}
+	return ""
+}
+
+// dirBytes is the total size of the regular files under dir.
+func dirBytes(dir string) int64 {
+	var n int64
+	_ = filepath.WalkDir(dir, func(_ string, d fs.DirEntry, err error) error {
+		if err == nil && d.Type().IsRegular() {
+			if fi, err := d.Info(); err == nil {
+				n += fi.Size()
+			}
+		}
+		return nil
+	})
+	return n
 }
 
 // makeSpare copies template key into a new spare. It returns false when the

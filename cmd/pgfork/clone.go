@@ -117,8 +117,8 @@ pgfork picks the installation matching SRC's PG_VERSION.`,
 			if err != nil {
 				return err
 			}
-			if jobs < 0 {
-				return errs.New(errs.Usage, "bad --jobs %d", jobs).WithHint("give a positive number of parallel copies")
+			if err := checkJobs(jobs); err != nil {
+				return err
 			}
 			if connURL != "" && !online {
 				return errs.New(errs.Usage, "--url is for online clones").WithHint("add --online, or drop --url")

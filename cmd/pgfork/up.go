@@ -78,10 +78,12 @@ Later calls copy it (reflink where the filesystem can) and start postgres on
 it: a new cluster in about the time of a postmaster start.
 
 Spare copies: pgfork keeps --spares copies of each template ready (default
-1, env PGFORK_SPARES), so up claims one with a rename and only starts
+1, env PGFORK_SPARES, at most 16), so up claims one with a rename and only starts
 postgres; a detached background pgfork then makes a new spare while your
 tests run (up does not wait for it). When no spare is ready, up copies the
-template itself. --spares 0 copies every time and keeps no spares. Spares
+template itself. --spares 0 copies every time and keeps no spares. The
+refill stops at the first error (a full disk among them) and does not start
+a copy that would leave less than max(1 GiB, 10% of the filesystem) free. Spares
 live in <state-dir>/clusters/.spare-*, are counted by pgfork template ls and
 removed with their template.
 
@@ -104,8 +106,18 @@ As root, postgres runs as --run-as (default postgres).
 			if err != nil {
 				return err
 			}
-			if ttl < 0 {
-				return errs.New(errs.Usage, "--ttl must not be negative").WithHint("e.g. --ttl 30m")
+			if err := checkDuration("--ttl", ttl, maxTTL, "--ttl 30m"); err != nil {
+				return err
+			}
+			if !cmd.Flags().Changed("spares") {
+				if n, ok, err := sparesFromEnv(); err != nil {
+					return err
+				} else if ok {
+					spares = n
+				}
+			}
+			if err := checkIntRange("--spares (or "+envSpares+")", spares, 0, template.MaxSpares, "--spares 2, or 0 for none"); err != nil {
+				return err
 			}
 			res, err := up(cmd.Context(), upOptions{
 				setup: setup, setupCmd: setupCmd, name: name, tcp: tcp, ttl: ttl,
@@ -129,7 +141,7 @@ As root, postgres runs as --run-as (default postgres).
 	f.DurationVar(&ttl, "ttl", 0, "remove the cluster this long after it starts (e.g. 30m; default: never)")
 	f.StringVar(&parentPid, "parent-pid", "", `remove the cluster once process PID exits ("parent": pgfork's parent process)`)
 	f.StringVar(&superuser, "superuser", "postgres", "database superuser name")
-	f.IntVar(&spares, "spares", defaultSpares(), "spare copies of the template to keep ready (0: copy on every up; env PGFORK_SPARES)")
+	f.IntVar(&spares, "spares", defaultSpares, fmt.Sprintf("spare copies of the template to keep ready, 0 to %d (0: copy on every up; env PGFORK_SPARES)", template.MaxSpares))
 	return cmd
 }
 
@@ -141,7 +153,7 @@ func parseParentPid(s string) (int, error) {
 		return os.Getppid(), nil
 	}
 	pid, err := strconv.Atoi(s)
-	if err != nil || pid <= 0 {
+	if err != nil || !proc.Valid(pid) {
 		return 0, errs.New(errs.Usage, "bad --parent-pid %q: want a process id or \"parent\"", s).
 			WithHint("e.g. --parent-pid $$ in a shell script")
 	}
@@ -193,9 +205,6 @@ func up(ctx context.Context, o upOptions) (*upResult, error) {
 		pending *cluster.Pending
 		err     error
 	)
-	if o.spares < 0 {
-		return nil, errs.New(errs.Usage, "--spares must not be negative").WithHint("e.g. --spares 2, or 0 for none")
-	}
 	if o.name != "" {
 		pending, err = cluster.Create(ctx, lay, o.name)
 	} else {

@@ -55,3 +55,49 @@ func TestUpTCPNeedsPassword(t *testing.T) {
 		t.Errorf("cluster.json (holds the password) has mode %v", fi.Mode().Perm())
 	}
 }
+
+// TestNumericFlagsBounded: out-of-range numbers in up, down, copy, clone and
+// the refill are refused with exit 2 and a hint, before any work.
+func TestNumericFlagsBounded(t *testing.T) {
+	bin := upBinary(t)
+	pgBin := testenv.PGBinDirs(t)[0]
+	home := testenv.Dir(t)
+	p := newPgfk(t, bin, home, pgBin)
+	src, dst := testenv.Dir(t), filepath.Join(testenv.Dir(t), "dst")
+	key := strings.Repeat("ab", 12)
+	cases := []struct {
+		env  string
+		args []string
+		want string
+	}{
+		{"", []string{"up", "--spares", "17"}, "--spares"},
+		{"", []string{"up", "--spares", "1000000000"}, "--spares"},
+		{"", []string{"up", "--spares", "-1"}, "--spares"},
+		{"PGFORK_SPARES=abc", []string{"up"}, "PGFORK_SPARES"},
+		{"PGFORK_SPARES=99999", []string{"up"}, "PGFORK_SPARES"},
+		{"", []string{"up", "--parent-pid", "4294967297"}, "--parent-pid"},
+		{"", []string{"up", "--parent-pid", "-1"}, "--parent-pid"},
+		{"", []string{"up", "--ttl", "-1s"}, "--ttl"},
+		{"", []string{"up", "--ttl", "2000000h"}, "--ttl"},
+		{"", []string{"down", "--all", "--timeout", "-1s"}, "--timeout"},
+		{"", []string{"copy", "-j", "100000", src, dst}, "--jobs"},
+		{"", []string{"clone", "-j", "-3", src, dst}, "--jobs"},
+		{"", []string{"template", "refill", key, "--spares", "9999"}, "--spares"},
+	}
+	for _, c := range cases {
+		p.extraEnv = nil
+		if c.env != "" {
+			p.extraEnv = []string{c.env}
+		}
+		r := p.run(c.args...)
+		if r.code != 2 || !strings.Contains(r.stderr, c.want) || !strings.Contains(r.stderr, "e.g.") {
+			t.Errorf("%s pgfork %v: exit %d, want 2 naming %s with a hint\n%s", c.env, c.args, r.code, c.want, r.stderr)
+		}
+	}
+	if ents, _ := os.ReadDir(filepath.Join(home, "clusters")); len(ents) != 0 {
+		t.Errorf("refused commands left clusters: %v", ents)
+	}
+	if _, err := os.Stat(dst); !os.IsNotExist(err) {
+		t.Errorf("refused copy made %s", dst)
+	}
+}

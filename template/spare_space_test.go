@@ -1,0 +1,95 @@
+package template
+
+import (
+	"bytes"
+	"context"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/pgfork/pgfork/internal/errs"
+	"github.com/pgfork/pgfork/internal/statedir"
+	"github.com/pgfork/pgfork/internal/testenv"
+)
+
+// fakeTemplate makes a finished template of size bytes (in 1 MiB files)
+// under lay, the way Get leaves one: templates/<key>/{meta.json,data/}.
+func fakeTemplate(t *testing.T, lay statedir.Layout, size int) string {
+	t.Helper()
+	key := strings.Repeat("ab", KeyLen/2)
+	data := filepath.Join(lay.Templates(), key, dataSubdir)
+	if err := os.MkdirAll(data, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	chunk := bytes.Repeat([]byte{7}, 1<<20)
+	for i := 0; i < size>>20; i++ {
+		if err := os.WriteFile(filepath.Join(data, "f"+string(rune('a'+i))), chunk, 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := os.WriteFile(filepath.Join(lay.Templates(), key, metaFile), []byte(`{"key":"`+key+`"}`), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return key
+}
+
+// leftovers lists the clusters/ entries that are not finished spares.
+func leftovers(t *testing.T, lay statedir.Layout) (spares, other []string) {
+	t.Helper()
+	ents, _ := os.ReadDir(lay.Clusters())
+	for _, e := range ents {
+		if strings.HasPrefix(e.Name(), spareTag) {
+			spares = append(spares, e.Name())
+		} else {
+			other = append(other, e.Name())
+		}
+	}
+	return spares, other
+}
+
+// TestRefillKeepsFreeMargin: on a 64 MiB filesystem no spare may be started
+// (the margin is at least 1 GiB): the refill makes none, says why, and
+// leaves nothing behind.
+func TestRefillKeepsFreeMargin(t *testing.T) {
+	lay := statedir.Layout{Root: testenv.SmallFSDir(t)}
+	key := fakeTemplate(t, lay, 4<<20)
+	why := ""
+	made, err := Refill(context.Background(), lay, key, RefillOptions{Spares: MaxSpares, OnSkip: func(s string) { why = s }})
+	if err != nil || made != 0 {
+		t.Fatalf("refill: made %d, %v; want 0 spares and no error", made, err)
+	}
+	if !strings.Contains(why, "margin") {
+		t.Errorf("no reason given for stopping: %q", why)
+	}
+	if s, o := leftovers(t, lay); len(s)+len(o) != 0 {
+		t.Errorf("refill left %v %v", s, o)
+	}
+	if _, err := Refill(context.Background(), lay, key, RefillOptions{Spares: MaxSpares + 1}); errs.KindOf(err) != errs.Usage {
+		t.Errorf("refill of %d spares: %v, want a usage error", MaxSpares+1, err)
+	}
+}
+
+// TestRefillStopsAtENOSPC: without the margin, the refill copies until the
+// disk is full, stops at the first ENOSPC with a NoSpace error, and leaves
+// only complete spares (the failed copy is removed).
+func TestRefillStopsAtENOSPC(t *testing.T) {
+	lay := statedir.Layout{Root: testenv.SmallFSDir(t)}
+	key := fakeTemplate(t, lay, 12<<20)
+	made, err := Refill(context.Background(), lay, key, RefillOptions{Spares: MaxSpares, MinFree: -1})
+	if errs.KindOf(err) != errs.NoSpace {
+		t.Fatalf("refill on a full disk: made %d, %v; want a NoSpace error", made, err)
+	}
+	s, o := leftovers(t, lay)
+	if len(o) != 0 {
+		t.Errorf("half-built copies left: %v", o)
+	}
+	if len(s) != made {
+		t.Errorf("%d spares on disk, refill says it made %d", len(s), made)
+	}
+	for _, sp := range s {
+		if n := dirBytes(filepath.Join(lay.Clusters(), sp)); n != 12<<20 {
+			t.Errorf("spare %s holds %d bytes, want %d", sp, n, 12<<20)
+		}
+	}
+}

@@ -8,6 +8,12 @@ package template
 //	<state>/clusters/.sparebuild-<key>-<rand>  a copy being made (never claimed)
 //	<state>/locks/spare-<key>.lock             held by the one refiller of a key
 //	<state>/locks/spare-<key>.wait             held by the refiller waiting for it
+//	<state>/locks/spare-<key>.fg               shared by each up copying key itself
+//
+// A `pgfork up` that finds no spare copies the template itself, and must not
+// be slower for the spares: while it copies it holds key's .fg lock shared
+// (Foreground), and the refiller pauses — it cancels the copy it is making
+// (removed once the up is done) and starts none until the lock is free.
 //
 // A spare is built under its .sparebuild- name and renamed to its .spare-
 // name only when complete and only if its template is still the one it was
@@ -46,6 +52,51 @@ const (
 
 func spareLockPath(lay statedir.Layout, key string) string {
 	return filepath.Join(lay.Locks(), "spare-"+key+".lock")
+}
+
+func spareFgPath(lay statedir.Layout, key string) string {
+	return filepath.Join(lay.Locks(), "spare-"+key+".fg")
+}
+
+// fgPoll is how often a refiller's copy checks for a foreground copy.
+const fgPoll = 2 * time.Millisecond
+
+// errYield ends a spare copy that a foreground copy preempted.
+var errYield = errors.New("a foreground copy of the template is running")
+
+// Foreground says that the caller copies template t itself (no spare was
+// ready) until release is called: the refill of t pauses meanwhile, so the
+// two copies do not compete for the disk and CPU. Best effort: if the lock
+// cannot be taken, nothing pauses.
+func (t *Template) Foreground(ctx context.Context, lay statedir.Layout) (release func()) {
+	l, err := flock.Shared(ctx, spareFgPath(lay, t.Key))
+	if errors.Is(err, fs.ErrNotExist) && lay.Ensure() == nil {
+		l, err = flock.Shared(ctx, spareFgPath(lay, t.Key))
+	}
+	if err != nil {
+		return func() {}
+	}
+	return l.Unlock
+}
+
+// foregroundBusy reports whether an up holds key's .fg lock.
+func foregroundBusy(lay statedir.Layout, key string) bool {
+	l, err := flock.TryExclusive(spareFgPath(lay, key))
+	if err != nil {
+		return errors.Is(err, flock.ErrBusy)
+	}
+	l.Unlock()
+	return false
+}
+
+// waitForeground waits until no up copies key itself.
+func waitForeground(ctx context.Context, lay statedir.Layout, key string) error {
+	l, err := flock.Exclusive(ctx, spareFgPath(lay, key))
+	if err != nil {
+		return lockErr(ctx, err, spareFgPath(lay, key))
+	}
+	l.Unlock()
+	return nil
 }
 
 func spareWaitPath(lay statedir.Layout, key string) string {
@@ -216,9 +267,20 @@ func Refill(ctx context.Context, lay statedir.Layout, key string, o RefillOption
 			}
 			return made, nil
 		}
+		if err := waitForeground(ctx, lay, key); err != nil {
+			return made, err
+		}
 		// The first error (ENOSPC among them) ends the refill: the failed
 		// copy was removed by makeSpare, the finished spares stay.
 		ok, err := makeSpare(ctx, lay, key, o.Owner)
+		if errors.Is(err, errYield) {
+			// Remove the preempted copy once the up is done with the disk.
+			if err := waitForeground(ctx, lay, key); err != nil {
+				return made, err
+			}
+			cleanSpareBuilds(lay, key)
+			continue
+		}
 		if err != nil || !ok {
 			return made, err
 		}
@@ -287,11 +349,38 @@ func makeSpare(ctx context.Context, lay statedir.Layout, key string, owner *clon
 			_ = os.RemoveAll(build)
 		}
 	}()
+	// Give way to an up that copies the template itself.
+	cctx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
+	watched := make(chan struct{})
+	go func() {
+		defer close(watched)
+		t := time.NewTicker(fgPoll)
+		defer t.Stop()
+		for {
+			select {
+			case <-cctx.Done():
+				return
+			case <-t.C:
+				if foregroundBusy(lay, key) {
+					cancel(errYield)
+					return
+				}
+			}
+		}
+	}()
 	// One syncfs at the end: in the background, it keeps the copy's dirty
 	// data from being written back (and, on ext4, from stalling journal
 	// commits) while a later up starts postgres on the spare.
 	copts := clone.Options{Sync: clone.SyncFS, Owner: owner}
-	if _, err := clone.CopyInto(ctx, filepath.Join(dir, dataSubdir), build, copts); err != nil {
+	_, err = clone.CopyInto(cctx, filepath.Join(dir, dataSubdir), build, copts)
+	cancel(nil)
+	<-watched
+	if errors.Is(context.Cause(cctx), errYield) && ctx.Err() == nil {
+		done = true // removed by Refill once the up is done
+		return false, errYield
+	}
+	if err != nil {
 		if _, serr := os.Stat(dir); serr != nil {
 			return false, nil // removed while we copied
 		}

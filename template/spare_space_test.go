@@ -3,10 +3,12 @@ package template
 import (
 	"bytes"
 	"context"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/pgfork/pgfork/internal/errs"
 	"github.com/pgfork/pgfork/internal/statedir"
@@ -24,7 +26,7 @@ func fakeTemplate(t *testing.T, lay statedir.Layout, size int) string {
 	}
 	chunk := bytes.Repeat([]byte{7}, 1<<20)
 	for i := 0; i < size>>20; i++ {
-		if err := os.WriteFile(filepath.Join(data, "f"+string(rune('a'+i))), chunk, 0o600); err != nil {
+		if err := os.WriteFile(filepath.Join(data, fmt.Sprintf("f%04d", i)), chunk, 0o600); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -91,5 +93,68 @@ func TestRefillStopsAtENOSPC(t *testing.T) {
 		if n := dirBytes(filepath.Join(lay.Clusters(), sp)); n != 12<<20 {
 			t.Errorf("spare %s holds %d bytes, want %d", sp, n, 12<<20)
 		}
+	}
+}
+
+// TestRefillPausesForForegroundCopy: while an up copies the template itself
+// (Foreground), the refill starts no copy, and a copy it is making stops
+// growing; once the up is done, the refill finishes.
+func TestRefillPausesForForegroundCopy(t *testing.T) {
+	lay := statedir.Layout{Root: testenv.Dir(t)}
+	key := fakeTemplate(t, lay, 256<<20)
+	tm := &Template{Key: key}
+	ctx := context.Background()
+
+	// Held before the refill starts: no copy is started.
+	release := tm.Foreground(ctx, lay)
+	type result struct {
+		made int
+		err  error
+	}
+	done := make(chan result, 1)
+	go func() { n, err := Refill(ctx, lay, key, RefillOptions{Spares: 1, MinFree: -1}); done <- result{n, err} }()
+	time.Sleep(500 * time.Millisecond)
+	if s, o := leftovers(t, lay); len(s)+len(o) != 0 {
+		t.Errorf("refill copied during a foreground copy: %v %v", s, o)
+	}
+	release()
+	r := <-done
+	if r.err != nil || r.made != 1 {
+		t.Fatalf("refill after the foreground copy: made %d, %v", r.made, r.err)
+	}
+
+	// Taken while the refill copies: the copy stops growing.
+	go func() { n, err := Refill(ctx, lay, key, RefillOptions{Spares: 2, MinFree: -1}); done <- result{n, err} }()
+	var build string
+	for i := 0; i < 2000 && build == ""; i++ {
+		_, o := leftovers(t, lay)
+		for _, n := range o {
+			if strings.HasPrefix(n, spareBuildTag) {
+				build = filepath.Join(lay.Clusters(), n)
+			}
+		}
+		time.Sleep(time.Millisecond)
+	}
+	release = tm.Foreground(ctx, lay)
+	if build == "" {
+		release()
+		t.Skip("the refill's copy finished before the test saw it")
+	}
+	time.Sleep(100 * time.Millisecond)
+	a := dirBytes(build)
+	time.Sleep(400 * time.Millisecond)
+	if b := dirBytes(build); b != a {
+		t.Errorf("the refill's copy grew from %d to %d bytes during a foreground copy", a, b)
+	}
+	if s, _ := leftovers(t, lay); len(s) != 1 {
+		t.Errorf("spares during the foreground copy: %v", s)
+	}
+	release()
+	r = <-done
+	if r.err != nil || r.made != 1 {
+		t.Fatalf("refill after the foreground copy: made %d, %v", r.made, r.err)
+	}
+	if s, o := leftovers(t, lay); len(s) != 2 || len(o) != 0 {
+		t.Errorf("after the refill: spares %v, other %v", s, o)
 	}
 }

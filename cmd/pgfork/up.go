@@ -265,7 +265,11 @@ func up(ctx context.Context, o upOptions) (*upResult, error) {
 	sum := &clone.Summary{}
 	if spare == "" {
 		t = time.Now()
+		// A refill in progress pauses while we copy (a miss is never
+		// slower than --spares 0).
+		release := tmpl.Foreground(ctx, lay)
 		sum, err = clone.Copy(ctx, tmpl.DataDir(), pending.DataDir(), clone.Options{Sync: clone.SyncNone, Owner: owner})
+		release()
 		if err != nil {
 			tmpl.Release()
 			return nil, err

@@ -6,6 +6,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -99,5 +100,42 @@ func TestNumericFlagsBounded(t *testing.T) {
 	}
 	if _, err := os.Stat(dst); !os.IsNotExist(err) {
 		t.Errorf("refused copy made %s", dst)
+	}
+}
+
+// TestUpInitdbNoSpace: a full disk while up builds its template (initdb)
+// exits 7 (no space), not 1, and leaves no template or cluster behind.
+func TestUpInitdbNoSpace(t *testing.T) {
+	bin := upBinary(t)
+	pgBin := testenv.PGBinDirs(t)[0]
+	dir := testenv.SmallFSDir(t)
+	home := filepath.Join(dir, "home")
+	p := newPgfk(t, bin, home, pgBin)
+	// Leave 12 MiB: too little for initdb (a WAL segment alone is 16 MiB).
+	var st syscall.Statfs_t
+	if err := syscall.Statfs(dir, &st); err != nil {
+		t.Fatal(err)
+	}
+	free := int64(st.Bavail) * st.Bsize
+	if free < 12<<20 {
+		t.Skipf("the small filesystem has only %d bytes free", free)
+	}
+	fill := filepath.Join(dir, "fill")
+	if err := os.WriteFile(fill, make([]byte, free-12<<20), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	defer os.Remove(fill)
+	r := p.run("up", "--spares", "0")
+	if r.code != 7 {
+		t.Fatalf("up on a full disk: exit %d, want 7\n%s", r.code, r.stderr)
+	}
+	if !strings.Contains(r.stderr, "space") {
+		t.Errorf("error does not say the disk is full:\n%s", r.stderr)
+	}
+	for _, sub := range []string{"templates", "clusters"} {
+		ents, _ := os.ReadDir(filepath.Join(home, sub))
+		for _, e := range ents {
+			t.Errorf("left behind in %s: %s", sub, e.Name())
+		}
 	}
 }

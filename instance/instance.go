@@ -51,9 +51,13 @@ type Config struct {
 	User    *OSUser // nil: current user
 
 	// SocketDir is the Unix socket directory; empty: a new private
-	// directory under the system temp dir (short, to fit the socket path limit),
-	// removed on Stop.
+	// directory under SocketParent, removed on Stop (and, when the server
+	// or pgfork dies, by the next CleanSocketDirs).
 	SocketDir string
+	// SocketParent is where a new private socket directory goes (pgfork's
+	// <state>/run); empty, or too long for a socket path: the system temp
+	// dir.
+	SocketParent string
 	// Port; 0 picks 5432 for socket-only servers (the socket dir is private,
 	// so there is no clash) and a free port when TCP is on.
 	Port int
@@ -117,7 +121,8 @@ func Start(ctx context.Context, cfg Config) (*Instance, error) {
 	}
 	inst := &Instance{DataDir: cfg.DataDir, User: cfg.User, LogFile: cfg.LogFile, SocketDir: cfg.SocketDir}
 	if inst.SocketDir == "" {
-		d, err := os.MkdirTemp("", "pgfork-")
+		CleanSocketDirs(cfg.SocketParent)
+		d, err := newSocketDir(cfg.SocketParent)
 		if err != nil {
 			return nil, errs.Wrap(errs.Internal, err, "cannot create socket directory")
 		}

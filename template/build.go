@@ -48,7 +48,7 @@ func build(ctx context.Context, lay statedir.Layout, o Options, files []SetupFil
 		return err
 	}
 	if len(files) > 0 || o.SetupCmd != "" {
-		if err := runSetup(ctx, o, files, staging, data); err != nil {
+		if err := runSetup(ctx, lay, o, files, staging, data); err != nil {
 			return err
 		}
 	}
@@ -94,11 +94,14 @@ func build(ctx context.Context, lay statedir.Layout, o Options, files []SetupFil
 
 // runSetup starts the staged cluster, applies the SQL files and the
 // command, and shuts it down cleanly.
-func runSetup(ctx context.Context, o Options, files []SetupFile, staging, data string) error {
+func runSetup(ctx context.Context, lay statedir.Layout, o Options, files []SetupFile, staging, data string) error {
 	progress(o, "building template: applying setup")
 	inst, err := instance.Start(ctx, instance.Config{
 		BinDir: o.PG.BinDir, Env: o.PG.Env(), DataDir: data, User: o.User,
-		Profile: instance.Test, TCP: o.SetupCmd != "",
+		// Under <state>/run, where the next run removes it if this
+		// one is killed.
+		SocketParent: lay.Run(),
+		Profile:      instance.Test, TCP: o.SetupCmd != "",
 		LogFile: filepath.Join(staging, "server.log"), StartTimeout: time.Minute,
 	})
 	if err != nil {

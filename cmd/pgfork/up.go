@@ -188,6 +188,7 @@ func reap(ctx context.Context, lay statedir.Layout) {
 		infof("pgfork: warning: %v", err)
 	}
 	template.CleanSpares(lay)
+	instance.CleanSocketDirs(lay.Run())
 	for _, r := range done {
 		infof("removed cluster %s: %s", r.Name, r.Reason)
 	}

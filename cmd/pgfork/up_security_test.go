@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"net/url"
 	"os"
 	"path/filepath"
@@ -137,5 +138,29 @@ func TestUpInitdbNoSpace(t *testing.T) {
 		for _, e := range ents {
 			t.Errorf("left behind in %s: %s", sub, e.Name())
 		}
+	}
+}
+
+// TestTemplateSetupTCPNeedsPassword: while a template's --setup-cmd runs,
+// its server listens on 127.0.0.1 (for the command's DATABASE_URL); a local
+// user without the password must not get in. The command itself does, with
+// DATABASE_URL and with PG* variables.
+func TestTemplateSetupTCPNeedsPassword(t *testing.T) {
+	bin := upBinary(t)
+	pgBin := testenv.PGBinDirs(t)[0]
+	p := newPgfk(t, bin, testenv.Dir(t), pgBin)
+	psql := filepath.Join(pgBin, "psql")
+	setup := `if env -u PGPASSWORD PGPASSFILE=/nonexistent ` + psql + ` -X -w -h 127.0.0.1 -p "$PGPORT" -U "$PGUSER" -d postgres -c "select 1"; then echo TRUSTED; exit 1; fi; ` +
+		psql + ` -X -q "$DATABASE_URL" -c "create table proof (i int)" && ` + psql + ` -X -q -c "insert into proof values (1)"`
+	r := p.run("up", "--json", "--spares", "0", "--setup-cmd", setup)
+	if r.code != 0 {
+		t.Fatalf("up with a setup command: exit %d\n%s", r.code, r.stderr)
+	}
+	var res upResult
+	if err := json.Unmarshal([]byte(r.stdout), &res); err != nil {
+		t.Fatal(err)
+	}
+	if got := queryOne(t, res.URL, "select count(*)::text from proof"); got != "1" {
+		t.Errorf("setup command's rows: %s", got)
 	}
 }

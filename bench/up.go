@@ -104,23 +104,29 @@ func (e *upBenchEnv) measure(ctx context.Context, r *Report, fsName, dir string)
 		}
 		return waitSpare(ctx, home)
 	}
-	spared := 0
-	up, err := Measure(upRuns, downAndRefilled, func(i int) error {
-		out, err := pgf("up", "--json", "--name", fmt.Sprintf("b%d", i))
+	// timedUp runs one `pgfork up --json`, then the first query; it
+	// reports whether the up claimed a spare.
+	timedUp := func(name string) (bool, error) {
+		out, err := pgf("up", "--json", "--name", name)
 		if err != nil {
-			return err
+			return false, err
 		}
 		var res struct {
 			URL       string `json:"url"`
 			FromSpare bool   `json:"from_spare"`
 		}
 		if err := json.Unmarshal([]byte(out), &res); err != nil {
-			return err
+			return false, err
 		}
-		if res.FromSpare {
+		return res.FromSpare, firstQuery(ctx, res.URL)
+	}
+	spared := 0
+	up, err := Measure(upRuns, downAndRefilled, func(i int) error {
+		claimed, err := timedUp(fmt.Sprintf("b%d", i))
+		if claimed {
 			spared++
 		}
-		return firstQuery(ctx, res.URL)
+		return err
 	})
 	if err != nil {
 		return err
@@ -139,21 +145,11 @@ func (e *upBenchEnv) measure(ctx context.Context, r *Report, fsName, dir string)
 		_, err := pgf("up", "--name", fmt.Sprintf("m%d", i))
 		return err
 	}, func(i int) error {
-		out, err := pgf("up", "--json", "--name", fmt.Sprintf("n%d", i))
-		if err != nil {
-			return err
-		}
-		var res struct {
-			URL       string `json:"url"`
-			FromSpare bool   `json:"from_spare"`
-		}
-		if err := json.Unmarshal([]byte(out), &res); err != nil {
-			return err
-		}
-		if !res.FromSpare {
+		claimed, err := timedUp(fmt.Sprintf("n%d", i))
+		if !claimed {
 			missed++
 		}
-		return firstQuery(ctx, res.URL)
+		return err
 	})
 	if err != nil {
 		return err

@@ -104,23 +104,52 @@ func (e *upBenchEnv) measure(ctx context.Context, r *Report, fsName, dir string)
 		}
 		return waitSpare(ctx, home)
 	}
-	spared := 0
-	up, err := Measure(upRuns, downAndRefilled, func(i int) error {
-		out, err := pgf("up", "--json", "--name", fmt.Sprintf("b%d", i))
+	// timedUp runs one `pgfork up --json`, then the first query; it
+	// reports whether the up claimed a spare.
+	timedUp := func(name string) (bool, error) {
+		out, err := pgf("up", "--json", "--name", name)
 		if err != nil {
-			return err
+			return false, err
 		}
 		var res struct {
 			URL       string `json:"url"`
 			FromSpare bool   `json:"from_spare"`
 		}
 		if err := json.Unmarshal([]byte(out), &res); err != nil {
-			return err
+			return false, err
 		}
-		if res.FromSpare {
+		return res.FromSpare, firstQuery(ctx, res.URL)
+	}
+	spared := 0
+	up, err := Measure(upRuns, downAndRefilled, func(i int) error {
+		claimed, err := timedUp(fmt.Sprintf("b%d", i))
+		if claimed {
 			spared++
 		}
-		return firstQuery(ctx, res.URL)
+		return err
+	})
+	if err != nil {
+		return err
+	}
+	if err := downAndRefilled(0); err != nil {
+		return err
+	}
+	// A miss: an up right after another, while the refill the first one
+	// started is still copying. The miss pauses the refill, so it must
+	// cost no more than --spares 0.
+	missed := 0
+	upMiss, err := Measure(upRuns, func(i int) error {
+		if err := downAndRefilled(i); err != nil {
+			return err
+		}
+		_, err := pgf("up", "--name", fmt.Sprintf("m%d", i))
+		return err
+	}, func(i int) error {
+		claimed, err := timedUp(fmt.Sprintf("n%d", i))
+		if !claimed {
+			missed++
+		}
+		return err
 	})
 	if err != nil {
 		return err
@@ -233,13 +262,17 @@ func (e *upBenchEnv) measure(ctx context.Context, r *Report, fsName, dir string)
 		row("cp -RPp cached initdb + pg_ctl start -w", cp),
 		row("pgfork up --spares 0 (copies the cached template)", upCopy),
 		row("pgfork up (spare copy ready, the default)", up),
+		row("pgfork up right after another (spare miss, refill in progress)", upMiss),
 	})
+	r.Notef("%s: %d of %d timed back-to-back `pgfork up` runs missed the spare (the rest claimed one the refill finished in time).", fsName, missed, upRuns)
 	r.Notef("%s: %d of %d timed `pgfork up` runs claimed a spare.", fsName, spared, upRuns)
 	limit := 150 * time.Millisecond
 	if strings.HasPrefix(fsName, "xfs") {
 		limit = 100 * time.Millisecond
 	}
 	r.Target(up.Median() <= limit && spared == upRuns, "%s: pgfork up median %s, target at most %s", fsName, Dur(up.Median()), Dur(limit))
+	r.Target(float64(upMiss.Median()) <= 1.15*float64(upCopy.Median()), "%s: a spare miss %s vs --spares 0 %s, target no slower (15%% noise allowance)",
+		fsName, Dur(upMiss.Median()), Dur(upCopy.Median()))
 	r.Target(float64(base.Median()) >= 8*float64(up.Median()), "%s: pgfork up %s faster than initdb + pg_ctl, target at least 8x",
 		fsName, Ratio(base.Median(), up.Median()))
 	return nil

@@ -13,6 +13,8 @@ import (
 	"unsafe"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/pgfork/pgfork/internal/proc"
 )
 
 // sysInfo is what the copy needs from a stat beyond os.FileInfo.
@@ -314,10 +316,7 @@ func inUse(dir string, pid int) bool {
 	return false
 }
 
-func pidAlive(pid int) bool {
-	err := unix.Kill(pid, 0)
-	return err == nil || errors.Is(err, unix.EPERM)
-}
+func pidAlive(pid int) bool { return proc.Alive(pid) }
 
 // freeBytes returns the space available to unprivileged users at path.
 func freeBytes(path string) (int64, error) {

@@ -34,6 +34,7 @@ import (
 	"github.com/pgfork/pgfork/instance"
 	"github.com/pgfork/pgfork/internal/errs"
 	"github.com/pgfork/pgfork/internal/flock"
+	"github.com/pgfork/pgfork/internal/proc"
 	"github.com/pgfork/pgfork/internal/statedir"
 )
 
@@ -201,16 +202,17 @@ func (p *Pending) Commit(info Info) error {
 		info.Created = time.Now()
 	}
 	if info.ParentPid != 0 && info.ParentStart == 0 {
-		info.ParentStart = procStart(info.ParentPid)
+		info.ParentStart = proc.StartTime(info.ParentPid)
 	}
 	if info.Pid != 0 && info.PidStart == 0 {
-		info.PidStart = procStart(info.Pid)
+		info.PidStart = proc.StartTime(info.Pid)
 	}
 	b, _ := json.MarshalIndent(info, "", "  ")
 	tmp := filepath.Join(p.Dir, "."+infoFile+".tmp")
 	// No fsync: a cluster does not survive a crash of the machine anyway
 	// (test profile), and the reaper cleans what a crash leaves.
-	if err := os.WriteFile(tmp, append(b, '\n'), 0o644); err != nil {
+	// 0600: the URL may hold the cluster's password (pgfork up --tcp).
+	if err := os.WriteFile(tmp, append(b, '\n'), 0o600); err != nil {
 		return errs.Wrap(errs.Internal, err, "cannot record the cluster").WithPath(tmp)
 	}
 	if err := os.Rename(tmp, filepath.Join(p.Dir, infoFile)); err != nil {
@@ -223,7 +225,7 @@ func (p *Pending) Commit(info Info) error {
 // Abort removes everything the pending cluster created (stopping a server
 // started on it) and releases the name.
 func (p *Pending) Abort(socketDir string) {
-	destroy(p.Dir, socketDir, p.lay)
+	destroy(p.Dir, socketDir, instance.Expect{}, p.lay)
 	p.lock.Remove()
 }
 
@@ -240,40 +242,39 @@ func readInfo(dir string) (Info, error) {
 	return info, nil
 }
 
-// state determines the state of a registered cluster.
+// state determines the state of a registered cluster. Running means a
+// server is proven to be its postmaster (instance.AttachExpect); a pid in
+// postmaster.pid that is stale, reused or forged makes it Dead.
 func state(info Info, dataDir string) State {
-	pf, err := instance.ReadPidFile(dataDir)
-	if err != nil {
+	if _, err := instance.ReadPidFile(dataDir); err != nil {
 		if errors.Is(err, fs.ErrNotExist) {
 			return Stopped
 		}
 		return Dead
 	}
-	if !alive(pf.Pid, pidStartFor(info, pf.Pid)) {
+	inst, err := instance.AttachExpect(dataDir, expect(info))
+	if err != nil {
 		return Dead
 	}
+	inst.Release()
 	return Running
 }
 
-// pidStartFor returns the recorded start time of pid, if it is the pid recorded.
-func pidStartFor(info Info, pid int) uint64 {
-	if pid == info.Pid {
-		return info.PidStart
-	}
-	return 0
+// expect is what the cluster record (root's, not the data directory's)
+// says about the server pgfork started.
+func expect(info Info) instance.Expect {
+	return instance.Expect{Pid: info.Pid, Start: info.PidStart}
 }
 
 // alive reports whether process pid runs and, when start is known, is the
-// same process that was recorded (not a reused pid).
+// same process that was recorded (not a reused pid). It only reads: a pid
+// is never signalled on this answer.
 func alive(pid int, start uint64) bool {
-	if pid <= 0 {
-		return false
-	}
-	if err := syscall.Kill(pid, 0); err != nil && !errors.Is(err, syscall.EPERM) {
+	if !proc.Alive(pid) {
 		return false
 	}
 	if start != 0 {
-		if s := procStart(pid); s != 0 && s != start {
+		if s := proc.StartTime(pid); s != 0 && s != start {
 			return false
 		}
 	}
@@ -356,15 +357,16 @@ func Down(ctx context.Context, lay statedir.Layout, name string, timeout time.Du
 		return errs.New(errs.NotFound, "no cluster named %q", name).WithHint("see `pgfork ls`")
 	}
 	info, _ := readInfo(dir)
-	if err := stop(ctx, filepath.Join(dir, dataSubdir), timeout); err != nil {
+	if err := stop(ctx, filepath.Join(dir, dataSubdir), expect(info), timeout); err != nil {
 		return err
 	}
-	return destroy(dir, info.SocketDir, lay)
+	return destroy(dir, info.SocketDir, expect(info), lay)
 }
 
-// stop shuts down a server running on dataDir, if any.
-func stop(ctx context.Context, dataDir string, timeout time.Duration) error {
-	inst, err := instance.Attach(dataDir)
+// stop shuts down the server running on dataDir, if one is proven to be its
+// postmaster (see instance.AttachExpect): nothing else is signalled.
+func stop(ctx context.Context, dataDir string, want instance.Expect, timeout time.Duration) error {
+	inst, err := instance.AttachExpect(dataDir, want)
 	if err != nil {
 		return nil // not running
 	}
@@ -381,8 +383,8 @@ func stop(ctx context.Context, dataDir string, timeout time.Duration) error {
 
 // destroy removes a cluster directory (after stopping any server in it
 // immediately) and its socket directory.
-func destroy(dir, socketDir string, lay statedir.Layout) error {
-	_ = stop(context.Background(), filepath.Join(dir, dataSubdir), time.Millisecond)
+func destroy(dir, socketDir string, want instance.Expect, lay statedir.Layout) error {
+	_ = stop(context.Background(), filepath.Join(dir, dataSubdir), want, time.Millisecond)
 	if socketDir == "" {
 		// Unrecorded (an up killed mid-way): the default place.
 		socketDir = filepath.Join(lay.Run(), filepath.Base(dir))
@@ -464,9 +466,9 @@ func Reap(ctx context.Context, lay statedir.Layout) ([]Reaped, error) {
 			}
 		}
 		if info.Pid != 0 {
-			_ = stop(ctx, info.DataDir, 5*time.Second)
+			_ = stop(ctx, info.DataDir, expect(info), 5*time.Second)
 		}
-		if derr := destroy(dir, info.SocketDir, lay); derr == nil {
+		if derr := destroy(dir, info.SocketDir, expect(info), lay); derr == nil {
 			out = append(out, Reaped{Name: name, Reason: reason})
 		}
 		l.Remove()

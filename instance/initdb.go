@@ -3,11 +3,13 @@ package instance
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
 	"strconv"
 	"strings"
+	"syscall"
 
 	"github.com/pgfork/pgfork/internal/errs"
 )
@@ -77,6 +79,9 @@ func InitDB(ctx context.Context, o InitOptions) error {
 		return errs.Wrap(errs.Internal, err, "cannot create parent of data directory")
 	}
 	if err := o.User.MkdirOwned(o.DataDir, 0o700); err != nil {
+		if errors.Is(err, syscall.ENOSPC) {
+			return errs.Wrap(errs.NoSpace, err, "no space left to create the data directory").WithPath(o.DataDir)
+		}
 		return errs.Wrap(errs.Permission, err, "cannot create data directory").WithPath(o.DataDir)
 	}
 	if o.Major == 0 {
@@ -90,6 +95,12 @@ func InitDB(ctx context.Context, o InitOptions) error {
 		_ = os.RemoveAll(o.DataDir)
 		if ctx.Err() != nil {
 			return errs.Wrap(errs.Interrupted, ctx.Err(), "initdb interrupted")
+		}
+		// initdb reports a full disk in its output only (its exit status
+		// is 1 for every failure).
+		if strings.Contains(out.String(), "No space left on device") {
+			return errs.Wrap(errs.NoSpace, err, "initdb ran out of disk space: %s", tail(out.String(), 5)).WithPath(o.DataDir).
+				WithHint("free space on the filesystem of %s (a new cluster needs about 40 MB), or use another --state-dir", filepath.Dir(o.DataDir))
 		}
 		return errs.Wrap(errs.Internal, err, "initdb failed: %s", tail(out.String(), 15)).WithPath(o.DataDir)
 	}

@@ -21,6 +21,7 @@ import (
 	"time"
 
 	"github.com/pgfork/pgfork/internal/errs"
+	"github.com/pgfork/pgfork/internal/proc"
 )
 
 // Profile is a set of server settings.
@@ -50,9 +51,13 @@ type Config struct {
 	User    *OSUser // nil: current user
 
 	// SocketDir is the Unix socket directory; empty: a new private
-	// directory under the system temp dir (short, to fit the socket path limit),
-	// removed on Stop.
+	// directory under SocketParent, removed on Stop (and, when the server
+	// or pgfork dies, by the next CleanSocketDirs).
 	SocketDir string
+	// SocketParent is where a new private socket directory goes (pgfork's
+	// <state>/run); empty, or too long for a socket path: the system temp
+	// dir.
+	SocketParent string
 	// Port; 0 picks 5432 for socket-only servers (the socket dir is private,
 	// so there is no clash) and a free port when TCP is on.
 	Port int
@@ -79,9 +84,18 @@ type Instance struct {
 	Host      string // TCP host, empty when socket-only
 	LogFile   string
 	User      *OSUser
+	// Password, when set (SetPassword), is put in TCP URLs.
+	Password string
+
+	// StartTime is the server process's start time (proc.StartTime: clock
+	// ticks since boot), recorded so that a later Attach can tell the
+	// server pgfork started from a process that reused its pid.
+	StartTime uint64
 
 	ownSocketDir bool
 	done         chan struct{} // closed when our child exits; nil when attached
+	child        *os.Process   // our child (signalled through its pidfd)
+	handle       *proc.Handle  // attached server: a verified pidfd
 }
 
 // LogFileName is the default server log file inside the data directory; the
@@ -107,7 +121,8 @@ func Start(ctx context.Context, cfg Config) (*Instance, error) {
 	}
 	inst := &Instance{DataDir: cfg.DataDir, User: cfg.User, LogFile: cfg.LogFile, SocketDir: cfg.SocketDir}
 	if inst.SocketDir == "" {
-		d, err := os.MkdirTemp("", "pgfork-")
+		CleanSocketDirs(cfg.SocketParent)
+		d, err := newSocketDir(cfg.SocketParent)
 		if err != nil {
 			return nil, errs.Wrap(errs.Internal, err, "cannot create socket directory")
 		}
@@ -204,7 +219,8 @@ func (inst *Instance) launch(ctx context.Context, cfg Config, port int) error {
 	}
 	done := make(chan struct{})
 	go func() { _ = cmd.Wait(); close(done) }()
-	inst.Pid, inst.Port, inst.done = cmd.Process.Pid, port, done
+	inst.Pid, inst.Port, inst.done, inst.child = cmd.Process.Pid, port, done, cmd.Process
+	inst.StartTime = proc.StartTime(inst.Pid)
 
 	deadline := time.NewTimer(cfg.StartTimeout)
 	defer deadline.Stop()
@@ -300,28 +316,7 @@ func livePid(dataDir string) (int, bool) {
 	if err != nil {
 		return 0, false
 	}
-	return pf.Pid, processAlive(pf.Pid)
-}
-
-func processAlive(pid int) bool {
-	if pid <= 0 {
-		return false
-	}
-	err := syscall.Kill(pid, 0)
-	return err == nil || errors.Is(err, syscall.EPERM)
-}
-
-// Attach returns the server running on dataDir, or an errs.NotFound error.
-func Attach(dataDir string) (*Instance, error) {
-	pf, err := ReadPidFile(dataDir)
-	if err != nil || !processAlive(pf.Pid) {
-		return nil, errs.New(errs.NotFound, "no server is running on this data directory").WithPath(dataDir)
-	}
-	inst := &Instance{DataDir: dataDir, Pid: pf.Pid, Port: pf.Port, SocketDir: pf.SocketDir}
-	if pf.Listen != "" && pf.Listen != "*" {
-		inst.Host = pf.Listen
-	}
-	return inst, nil
+	return pf.Pid, proc.Alive(pf.Pid)
 }
 
 // StopMode is how a server is shut down.
@@ -346,11 +341,20 @@ func (m StopMode) signal() syscall.Signal {
 	return syscall.SIGINT
 }
 
+// signal signals the server: our own child through its os.Process (a
+// pidfd), an attached server through the pidfd Attach verified. Nothing
+// else is ever signalled.
 func (inst *Instance) signal(sig syscall.Signal) error {
-	if err := syscall.Kill(inst.Pid, sig); err != nil && !errors.Is(err, syscall.ESRCH) {
-		return err
+	switch {
+	case inst.child != nil:
+		if err := inst.child.Signal(sig); err != nil && !errors.Is(err, os.ErrProcessDone) {
+			return err
+		}
+		return nil
+	case inst.handle != nil:
+		return inst.handle.Signal(sig)
 	}
-	return nil
+	return errs.New(errs.Internal, "no verified handle on server pid %d", inst.Pid)
 }
 
 func (inst *Instance) exited() bool {
@@ -362,7 +366,7 @@ func (inst *Instance) exited() bool {
 			return false
 		}
 	}
-	return !processAlive(inst.Pid)
+	return inst.handle == nil || !inst.handle.Alive()
 }
 
 // Stop shuts the server down and waits for it to exit. If ctx ends first it
@@ -398,6 +402,10 @@ func (inst *Instance) Stop(ctx context.Context, mode StopMode) error {
 }
 
 func (inst *Instance) cleanup() {
+	if inst.handle != nil {
+		_ = inst.handle.Close()
+		inst.handle = nil
+	}
 	if inst.ownSocketDir && inst.SocketDir != "" {
 		_ = os.RemoveAll(inst.SocketDir)
 	}
@@ -415,6 +423,9 @@ func (inst *Instance) ConnString(user, db string) string {
 	}
 	u := url.URL{Scheme: "postgresql", User: url.User(user), Path: "/" + db}
 	if inst.Host != "" {
+		if inst.Password != "" {
+			u.User = url.UserPassword(user, inst.Password)
+		}
 		u.Host = net.JoinHostPort(inst.Host, strconv.Itoa(inst.Port))
 		u.RawQuery = "sslmode=disable"
 	} else {

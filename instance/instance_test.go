@@ -4,6 +4,7 @@ import (
 	"context"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -182,5 +183,33 @@ func TestInitDBChecksumsEveryMajor(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// TestServerEnvironmentMinimal: pgfork's environment (which may hold a
+// token) does not reach the server, whose environment its OS user and its
+// superusers can read.
+func TestServerEnvironmentMinimal(t *testing.T) {
+	bin := testenv.PGBinDirs(t)[0]
+	t.Setenv("PGFORK_TOKEN", "secret-token-4711")
+	t.Setenv("PGFORK_TEST_SECRET", "secret-4712")
+	data, u := newCluster(t, bin)
+	inst, err := instance.Start(context.Background(), instance.Config{BinDir: bin, DataDir: data, User: u, Profile: instance.Test})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer inst.Stop(context.Background(), instance.Fast)
+	b, err := os.ReadFile(filepath.Join("/proc", strconv.Itoa(inst.Pid), "environ"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	env := strings.Split(string(b), "\x00")
+	for _, kv := range env {
+		if strings.Contains(kv, "secret-") {
+			t.Errorf("pgfork's environment reached the server: %q", kv)
+		}
+	}
+	if !strings.Contains(string(b), "PATH=") {
+		t.Errorf("server has no PATH: %q", env)
 	}
 }

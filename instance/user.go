@@ -46,13 +46,37 @@ func ResolveUser(name string) (*OSUser, error) {
 	return &OSUser{Name: name, UID: uid, GID: gid}, nil
 }
 
+// passEnv are the only variables of pgfork's own environment that reach
+// the PostgreSQL programs it runs (see MinimalEnv).
+var passEnv = []string{"PATH", "TZ", "TMPDIR", "LANG"}
+
+// MinimalEnv returns the environment for a PostgreSQL program pgfork runs:
+// PATH, TZ, TMPDIR and LANG from pgfork's environment, LC_ALL=C, then env
+// (the installation's library path, PG* variables the caller sets). Nothing
+// else of pgfork's environment is passed: a server's environment is
+// readable by its OS user and by every database superuser
+// (pg_read_file('/proc/self/environ')), and pgfork's may hold secrets
+// (tokens, passwords).
+func MinimalEnv(env []string) []string {
+	out := make([]string, 0, len(passEnv)+len(env)+1)
+	for _, k := range passEnv {
+		if v, ok := os.LookupEnv(k); ok {
+			out = append(out, k+"="+v)
+		}
+	}
+	if _, ok := os.LookupEnv("PATH"); !ok {
+		out = append(out, "PATH=/usr/local/bin:/usr/bin:/bin")
+	}
+	out = append(out, "LC_ALL=C")
+	return append(out, env...)
+}
+
 // Command returns an exec.Cmd that runs as u (or as the current user when u
-// is nil), with env appended to the current environment and a working
-// directory the user can enter.
+// is nil), with MinimalEnv(env) as its environment and a working directory
+// the user can enter.
 func (u *OSUser) Command(ctx context.Context, env []string, name string, args ...string) *exec.Cmd {
 	cmd := exec.CommandContext(ctx, name, args...)
-	cmd.Env = append(os.Environ(), "LC_ALL=C")
-	cmd.Env = append(cmd.Env, env...)
+	cmd.Env = MinimalEnv(env)
 	cmd.Dir = "/"
 	if u != nil {
 		cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: uint32(u.UID), Gid: uint32(u.GID)}}

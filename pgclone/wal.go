@@ -13,6 +13,7 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+	"syscall"
 
 	"github.com/pgfork/pgfork/clone"
 
@@ -182,6 +183,9 @@ func planWAL(srcWAL string, startTLI uint32, start, stop LSN, segSize int64) (*w
 // where the filesystem can. Ownership follows owner when set.
 func copyWAL(ctx context.Context, srcWAL, dstWAL string, p *walPlan, owner *uidgid, sync bool) (int64, error) {
 	if err := os.MkdirAll(dstWAL, 0o700); err != nil {
+		if isNoSpace(err) {
+			return 0, walNoSpace(err, dstWAL)
+		}
 		return 0, errs.Wrap(errs.Internal, err, "cannot create the clone's WAL directory").WithPath(dstWAL)
 	}
 	var total int64
@@ -196,6 +200,9 @@ func copyWAL(ctx context.Context, srcWAL, dstWAL string, p *walPlan, owner *uidg
 				return total, errs.New(errs.Internal, "WAL file %s disappeared from the source while it was being copied", name).WithPath(srcWAL).
 					WithHint("keep more WAL on the source while cloning (e.g. ALTER SYSTEM SET wal_keep_size = '4GB'), then clone again")
 			}
+			if isNoSpace(err) {
+				return total, walNoSpace(err, dstWAL)
+			}
 			return total, errs.Wrap(errs.Internal, err, "cannot copy WAL file %s", name).WithPath(srcWAL)
 		}
 		total += n
@@ -206,6 +213,17 @@ func copyWAL(ctx context.Context, srcWAL, dstWAL string, p *walPlan, owner *uidg
 		}
 	}
 	return total, nil
+}
+
+func isNoSpace(err error) bool {
+	return errors.Is(err, syscall.ENOSPC) || errors.Is(err, syscall.EDQUOT)
+}
+
+// walNoSpace is the error of a full destination while WAL is copied: it
+// names the clone's pg_wal (where the space is missing), not the source's.
+func walNoSpace(err error, dstWAL string) error {
+	return errs.Wrap(errs.NoSpace, err, "no space left for the WAL of the clone").WithPath(dstWAL).
+		WithHint("free space on the destination's filesystem (the WAL needs up to a few segments of 16 MB), or clone to another filesystem")
 }
 
 type uidgid struct{ uid, gid int }

@@ -6,9 +6,9 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
-	"syscall"
 
 	"github.com/pgfork/pgfork/internal/errs"
+	"github.com/pgfork/pgfork/internal/proc"
 )
 
 // Check reports whether dir looks like a PostgreSQL data directory: it must
@@ -176,9 +176,7 @@ func Running(dataDir string) (pid int, running bool, err error) {
 	if pid == 0 {
 		return 0, false, nil
 	}
-	err = syscall.Kill(pid, 0)
-	if err == nil || errors.Is(err, syscall.EPERM) {
-		return pid, true, nil
-	}
-	return pid, false, nil
+	// proc.Alive refuses pids outside 1..pid_max, which kill(2) would
+	// truncate (2^32+N is N) or read as a process group.
+	return pid, proc.Alive(pid), nil
 }

@@ -48,7 +48,7 @@ func build(ctx context.Context, lay statedir.Layout, o Options, files []SetupFil
 		return err
 	}
 	if len(files) > 0 || o.SetupCmd != "" {
-		if err := runSetup(ctx, o, files, staging, data); err != nil {
+		if err := runSetup(ctx, lay, o, files, staging, data); err != nil {
 			return err
 		}
 	}
@@ -94,11 +94,28 @@ func build(ctx context.Context, lay statedir.Layout, o Options, files []SetupFil
 
 // runSetup starts the staged cluster, applies the SQL files and the
 // command, and shuts it down cleanly.
-func runSetup(ctx context.Context, o Options, files []SetupFile, staging, data string) error {
+func runSetup(ctx context.Context, lay statedir.Layout, o Options, files []SetupFile, staging, data string) error {
 	progress(o, "building template: applying setup")
+	su := o.Init.Superuser
+	if su == "" {
+		su = "postgres"
+	}
+	tcp := o.SetupCmd != ""
+	if tcp {
+		// The setup command gets a TCP URL; 127.0.0.1 is open to every
+		// local user, so TCP needs a password (trust stays on the
+		// private socket). Clones keep this pg_hba.conf: without --tcp
+		// they do not listen on TCP at all.
+		if err := instance.WritePasswordHBA(data, o.User); err != nil {
+			return err
+		}
+	}
 	inst, err := instance.Start(ctx, instance.Config{
 		BinDir: o.PG.BinDir, Env: o.PG.Env(), DataDir: data, User: o.User,
-		Profile: instance.Test, TCP: o.SetupCmd != "",
+		// Under <state>/run, where the next run removes it if this
+		// one is killed.
+		SocketParent: lay.Run(),
+		Profile:      instance.Test, TCP: tcp,
 		LogFile: filepath.Join(staging, "server.log"), StartTimeout: time.Minute,
 	})
 	if err != nil {
@@ -112,9 +129,10 @@ func runSetup(ctx context.Context, o Options, files []SetupFile, staging, data s
 			cancel()
 		}
 	}()
-	su := o.Init.Superuser
-	if su == "" {
-		su = "postgres"
+	if tcp {
+		if err := inst.SetPassword(ctx, su, instance.NewPassword()); err != nil {
+			return err
+		}
 	}
 	sockURL := (&instance.Instance{SocketDir: inst.SocketDir, Port: inst.Port}).ConnString(su, "postgres")
 	for _, f := range files {
@@ -182,6 +200,9 @@ func runCmd(ctx context.Context, command string, inst *instance.Instance, su str
 		"PGHOST="+inst.Host, "PGPORT="+strconv.Itoa(inst.Port),
 		"PGUSER="+su, "PGDATABASE=postgres", "PGSSLMODE=disable",
 	)
+	if inst.Password != "" {
+		cmd.Env = append(cmd.Env, "PGPASSWORD="+inst.Password)
+	}
 	if inst.Host == "" {
 		cmd.Env = append(cmd.Env, "PGHOST="+inst.SocketDir)
 	}

@@ -8,6 +8,12 @@ package template
 //	<state>/clusters/.sparebuild-<key>-<rand>  a copy being made (never claimed)
 //	<state>/locks/spare-<key>.lock             held by the one refiller of a key
 //	<state>/locks/spare-<key>.wait             held by the refiller waiting for it
+//	<state>/locks/spare-<key>.fg               shared by each up copying key itself
+//
+// A `pgfork up` that finds no spare copies the template itself, and must not
+// be slower for the spares: while it copies it holds key's .fg lock shared
+// (Foreground), and the refiller pauses — it cancels the copy it is making
+// (removed once the up is done) and starts none until the lock is free.
 //
 // A spare is built under its .sparebuild- name and renamed to its .spare-
 // name only when complete and only if its template is still the one it was
@@ -35,6 +41,7 @@ import (
 	"github.com/pgfork/pgfork/internal/errs"
 	"github.com/pgfork/pgfork/internal/flock"
 	"github.com/pgfork/pgfork/internal/statedir"
+	"github.com/pgfork/pgfork/internal/units"
 )
 
 const (
@@ -45,6 +52,51 @@ const (
 
 func spareLockPath(lay statedir.Layout, key string) string {
 	return filepath.Join(lay.Locks(), "spare-"+key+".lock")
+}
+
+func spareFgPath(lay statedir.Layout, key string) string {
+	return filepath.Join(lay.Locks(), "spare-"+key+".fg")
+}
+
+// fgPoll is how often a refiller's copy checks for a foreground copy.
+const fgPoll = 2 * time.Millisecond
+
+// errYield ends a spare copy that a foreground copy preempted.
+var errYield = errors.New("a foreground copy of the template is running")
+
+// Foreground says that the caller copies template t itself (no spare was
+// ready) until release is called: the refill of t pauses meanwhile, so the
+// two copies do not compete for the disk and CPU. Best effort: if the lock
+// cannot be taken, nothing pauses.
+func (t *Template) Foreground(ctx context.Context, lay statedir.Layout) (release func()) {
+	l, err := flock.Shared(ctx, spareFgPath(lay, t.Key))
+	if errors.Is(err, fs.ErrNotExist) && lay.Ensure() == nil {
+		l, err = flock.Shared(ctx, spareFgPath(lay, t.Key))
+	}
+	if err != nil {
+		return func() {}
+	}
+	return l.Unlock
+}
+
+// foregroundBusy reports whether an up holds key's .fg lock.
+func foregroundBusy(lay statedir.Layout, key string) bool {
+	l, err := flock.TryExclusive(spareFgPath(lay, key))
+	if err != nil {
+		return errors.Is(err, flock.ErrBusy)
+	}
+	l.Unlock()
+	return false
+}
+
+// waitForeground waits until no up copies key itself.
+func waitForeground(ctx context.Context, lay statedir.Layout, key string) error {
+	l, err := flock.Exclusive(ctx, spareFgPath(lay, key))
+	if err != nil {
+		return lockErr(ctx, err, spareFgPath(lay, key))
+	}
+	l.Unlock()
+	return nil
 }
 
 func spareWaitPath(lay statedir.Layout, key string) string {
@@ -125,6 +177,23 @@ func (t *Template) ClaimSpare(lay statedir.Layout, dst string) (string, error) {
 	return "", nil
 }
 
+// MaxSpares bounds RefillOptions.Spares (and pgfork up --spares). A spare
+// only pays off for the `pgfork up` calls that come faster than one copy
+// takes (tens of milliseconds to a second): a few cover any realistic burst
+// (parallel CI jobs on one host), and every spare is a full data directory
+// on disk where the filesystem cannot share blocks. 16 is well above
+// useful and well below "fill the disk".
+const MaxSpares = 16
+
+// Free-space margin of the refill: a spare copy is not started when the
+// free space left after it would be below max(SpareMinFreeBytes,
+// SpareMinFreePercent of the filesystem). Spares are a convenience; the disk
+// they share is not theirs to fill.
+const (
+	SpareMinFreeBytes   = 1 << 30
+	SpareMinFreePercent = 10
+)
+
 // RefillOptions say how many spares to keep and who owns them.
 type RefillOptions struct {
 	// Spares is how many claimable spares the template should have.
@@ -133,6 +202,13 @@ type RefillOptions struct {
 	Owner *clone.Owner
 	// Wait bounds the wait for another refiller of the same key.
 	Wait time.Duration
+	// MinFree overrides the free-space margin (bytes that must stay free
+	// after a spare copy); 0: max(SpareMinFreeBytes, SpareMinFreePercent
+	// of the filesystem); negative: no margin (the copy runs until the
+	// disk is full; tests of the ENOSPC path).
+	MinFree int64
+	// OnSkip, when set, is told why the refill stopped early (margin).
+	OnSkip func(reason string)
 }
 
 // Refill makes spares of template key until it has o.Spares of them. Only
@@ -147,6 +223,10 @@ func Refill(ctx context.Context, lay statedir.Layout, key string, o RefillOption
 	}
 	if o.Spares <= 0 {
 		return 0, nil
+	}
+	if o.Spares > MaxSpares {
+		return 0, errs.New(errs.Usage, "%d spares is more than the limit of %d", o.Spares, MaxSpares).
+			WithHint("keep at most %d spares per template", MaxSpares)
 	}
 	if err := lay.Ensure(); err != nil {
 		return 0, errs.Wrap(errs.Permission, err, "cannot create the state directory").WithPath(lay.Root)
@@ -181,12 +261,67 @@ func Refill(ctx context.Context, lay statedir.Layout, key string, o RefillOption
 		if len(all[key]) >= o.Spares {
 			return made, nil
 		}
+		if why := lowSpace(lay, key, o.MinFree); why != "" {
+			if o.OnSkip != nil {
+				o.OnSkip(why)
+			}
+			return made, nil
+		}
+		if err := waitForeground(ctx, lay, key); err != nil {
+			return made, err
+		}
+		// The first error (ENOSPC among them) ends the refill: the failed
+		// copy was removed by makeSpare, the finished spares stay.
 		ok, err := makeSpare(ctx, lay, key, o.Owner)
+		if errors.Is(err, errYield) {
+			// Remove the preempted copy once the up is done with the disk.
+			if err := waitForeground(ctx, lay, key); err != nil {
+				return made, err
+			}
+			cleanSpareBuilds(lay, key)
+			continue
+		}
 		if err != nil || !ok {
 			return made, err
 		}
 		made++
 	}
+}
+
+// lowSpace returns why no spare of key may be started now (the margin, see
+// SpareMinFreeBytes), or "". The copy's cost is taken as the template's
+// full size, also where the filesystem could share blocks.
+func lowSpace(lay statedir.Layout, key string, minFree int64) string {
+	if minFree < 0 {
+		return ""
+	}
+	free, total, err := fsSpace(lay.Clusters())
+	if err != nil {
+		return "" // cannot tell; ENOSPC still ends the refill
+	}
+	if minFree == 0 {
+		minFree = max(SpareMinFreeBytes, total/100*SpareMinFreePercent)
+	}
+	need := dirBytes(filepath.Join(lay.Templates(), key, dataSubdir))
+	if free-need < minFree {
+		return fmt.Sprintf("a spare (%s) would leave %s free, below the margin of %s",
+			units.Bytes(need), units.Bytes(max(free-need, 0)), units.Bytes(minFree))
+	}
+	return ""
+}
+
+// dirBytes is the total size of the regular files under dir.
+func dirBytes(dir string) int64 {
+	var n int64
+	_ = filepath.WalkDir(dir, func(_ string, d fs.DirEntry, err error) error {
+		if err == nil && d.Type().IsRegular() {
+			if fi, err := d.Info(); err == nil {
+				n += fi.Size()
+			}
+		}
+		return nil
+	})
+	return n
 }
 
 // makeSpare copies template key into a new spare. It returns false when the
@@ -214,11 +349,38 @@ func makeSpare(ctx context.Context, lay statedir.Layout, key string, owner *clon
 			_ = os.RemoveAll(build)
 		}
 	}()
+	// Give way to an up that copies the template itself.
+	cctx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
+	watched := make(chan struct{})
+	go func() {
+		defer close(watched)
+		t := time.NewTicker(fgPoll)
+		defer t.Stop()
+		for {
+			select {
+			case <-cctx.Done():
+				return
+			case <-t.C:
+				if foregroundBusy(lay, key) {
+					cancel(errYield)
+					return
+				}
+			}
+		}
+	}()
 	// One syncfs at the end: in the background, it keeps the copy's dirty
 	// data from being written back (and, on ext4, from stalling journal
 	// commits) while a later up starts postgres on the spare.
 	copts := clone.Options{Sync: clone.SyncFS, Owner: owner}
-	if _, err := clone.CopyInto(ctx, filepath.Join(dir, dataSubdir), build, copts); err != nil {
+	_, err = clone.CopyInto(cctx, filepath.Join(dir, dataSubdir), build, copts)
+	cancel(nil)
+	<-watched
+	if errors.Is(context.Cause(cctx), errYield) && ctx.Err() == nil {
+		done = true // removed by Refill once the up is done
+		return false, errYield
+	}
+	if err != nil {
 		if _, serr := os.Stat(dir); serr != nil {
 			return false, nil // removed while we copied
 		}

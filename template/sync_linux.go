@@ -98,3 +98,13 @@ func ignoreStop(err error) error {
 var zeroBlock [8192]byte
 
 func allZero(b []byte) bool { return bytes.Equal(b, zeroBlock[:len(b)]) }
+
+// fsSpace returns the bytes available to unprivileged users and the size
+// of the filesystem holding path.
+func fsSpace(path string) (free, total int64, err error) {
+	var s unix.Statfs_t
+	if err := unix.Statfs(path, &s); err != nil {
+		return 0, 0, err
+	}
+	return int64(s.Bavail) * s.Bsize, int64(s.Blocks) * s.Bsize, nil
+}

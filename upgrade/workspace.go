@@ -7,11 +7,11 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
-	"syscall"
 	"time"
 
 	"github.com/pgfork/pgfork/instance"
 	"github.com/pgfork/pgfork/internal/errs"
+	"github.com/pgfork/pgfork/internal/proc"
 )
 
 // workspace is where one upgrade builds the new cluster: a hidden directory
@@ -67,13 +67,9 @@ func readState(dir string) (*wsState, error) {
 	return &s, nil
 }
 
-func pidAlive(pid int) bool {
-	if pid <= 0 {
-		return false
-	}
-	err := syscall.Kill(pid, 0)
-	return err == nil || errors.Is(err, syscall.EPERM)
-}
+// pidAlive only reads (signal 0 through proc.Alive, which refuses pids a
+// kill(2) would truncate); it never decides what to signal.
+func pidAlive(pid int) bool { return proc.Alive(pid) }
 
 // newWorkspace cleans up after an interrupted earlier run on newDir and
 // creates a fresh workspace.

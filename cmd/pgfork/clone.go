@@ -32,6 +32,7 @@ type cloneOutput struct {
 	PGVersion    string `json:"pg_version"`
 	BinDir       string `json:"bin_dir"`
 	StartCommand string `json:"start_command"`
+	StopCommand  string `json:"stop_command"`
 	// Set with --start:
 	URL       string `json:"url,omitempty"`
 	Pid       int    `json:"pid,omitempty"`
@@ -117,8 +118,8 @@ pgfork picks the installation matching SRC's PG_VERSION.`,
 			if err != nil {
 				return err
 			}
-			if jobs < 0 {
-				return errs.New(errs.Usage, "bad --jobs %d", jobs).WithHint("give a positive number of parallel copies")
+			if err := checkJobs(jobs); err != nil {
+				return err
 			}
 			if connURL != "" && !online {
 				return errs.New(errs.Usage, "--url is for online clones").WithHint("add --online, or drop --url")
@@ -145,13 +146,15 @@ pgfork picks the installation matching SRC's PG_VERSION.`,
 				return err
 			}
 			out := cloneOutput{Result: res, PGVersion: inst.Version, BinDir: inst.BinDir,
-				StartCommand: cloneStartCommand(inst, user, res.Dst)}
+				StartCommand: cloneStartCommand(inst, user, res.Dst), StopCommand: cloneStopCommand(inst, user, res.Dst)}
 			if start {
 				ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Minute)
 				defer cancel()
 				infof("starting the clone (recovery may take a moment)...")
+				// The socket directory goes under <state>/run: the next
+				// pgfork removes it once this server has stopped.
 				in, err := instance.Start(ctx, instance.Config{BinDir: inst.BinDir, Env: inst.Env(), DataDir: res.Dst,
-					User: user, Port: p, TCP: tcp, Profile: instance.Durable})
+					User: user, Port: p, TCP: tcp, Profile: instance.Durable, SocketParent: layout().Run()})
 				if err != nil {
 					return errs.Wrap(errs.KindOf(err), err, "the clone is complete at %s but did not start", res.Dst).
 						WithHint("start it yourself to see why: %s", out.StartCommand)
@@ -221,8 +224,24 @@ func cloneInstallation(src string) (pgbin.Installation, error) {
 }
 
 // cloneStartCommand is the exact command that starts the clone.
+// cloneStartCommand is the command that starts the clone, working as
+// printed: as root it runs pg_ctl as the clone's owner (runuser), and the
+// server log goes inside the data directory (the clone's owner can write
+// there; next to it, in a root-owned directory, it could not).
 func cloneStartCommand(inst pgbin.Installation, user *instance.OSUser, dst string) string {
-	c := fmt.Sprintf("%s -D %s -l %s start", cloneShellQuote(inst.Tool("pg_ctl")), cloneShellQuote(dst), cloneShellQuote(dst+".log"))
+	c := fmt.Sprintf("%s -D %s -l %s start", cloneShellQuote(inst.Tool("pg_ctl")), cloneShellQuote(dst),
+		cloneShellQuote(filepath.Join(dst, instance.LogFileName)))
+	return cloneAsOwner(inst, user, c)
+}
+
+// cloneStopCommand is the command that stops the clone, working as printed.
+func cloneStopCommand(inst pgbin.Installation, user *instance.OSUser, dst string) string {
+	return cloneAsOwner(inst, user, fmt.Sprintf("%s -D %s stop", cloneShellQuote(inst.Tool("pg_ctl")), cloneShellQuote(dst)))
+}
+
+// cloneAsOwner prefixes a pg_ctl command with the installation's
+// environment and, as root, runuser to the clone's owner.
+func cloneAsOwner(inst pgbin.Installation, user *instance.OSUser, c string) string {
 	if env := inst.Env(); len(env) > 0 {
 		var q []string
 		for _, e := range env {
@@ -305,7 +324,7 @@ func printCloneSummary(w io.Writer, o cloneOutput) {
 	}
 	if o.URL != "" {
 		fmt.Fprintf(w, "started (pid %d): %s\n", o.Pid, o.URL)
-		fmt.Fprintf(w, "stop it with:  %s -D %s stop\n", o.BinDir+"/pg_ctl", cloneShellQuote(r.Dst))
+		fmt.Fprintf(w, "stop it with:  %s\n", o.StopCommand)
 	} else {
 		fmt.Fprintf(w, "start it with: %s\n", o.StartCommand)
 	}

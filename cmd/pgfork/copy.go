@@ -10,7 +10,6 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/pgfork/pgfork/clone"
-	"github.com/pgfork/pgfork/internal/errs"
 	"github.com/pgfork/pgfork/internal/units"
 )
 
@@ -62,8 +61,8 @@ next run removes the leftovers. The source is never written.`,
 			if err != nil {
 				return err
 			}
-			if jobs < 0 {
-				return errs.New(errs.Usage, "--jobs must be at least 1 (0 means one per core), not %d", jobs).WithHint("see `pgfork copy --help`")
+			if err := checkJobs(jobs); err != nil {
+				return err
 			}
 			bar := newByteProgress("copying")
 			defer bar.Done()

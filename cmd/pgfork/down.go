@@ -33,6 +33,9 @@ back); if it has not exited after --timeout, an immediate one.
 				return errs.New(errs.Usage, "give cluster names or --all, not both or neither").
 					WithHint("see `pgfork ls` for the names")
 			}
+			if err := checkDuration("--timeout", timeout, maxStopTimeout, "--timeout 10s"); err != nil {
+				return err
+			}
 			lay := layout()
 			ctx := cmd.Context()
 			reap(ctx, lay)

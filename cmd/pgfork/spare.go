@@ -12,7 +12,6 @@ import (
 
 	"github.com/pgfork/pgfork/clone"
 	"github.com/pgfork/pgfork/instance"
-	"github.com/pgfork/pgfork/internal/errs"
 	"github.com/pgfork/pgfork/internal/statedir"
 	"github.com/pgfork/pgfork/template"
 )
@@ -20,15 +19,9 @@ import (
 // envSpares sets the default of up's --spares.
 const envSpares = "PGFORK_SPARES"
 
-// defaultSpares is PGFORK_SPARES, or 1.
-func defaultSpares() int {
-	if v := os.Getenv(envSpares); v != "" {
-		if n, err := strconv.Atoi(v); err == nil && n >= 0 {
-			return n
-		}
-	}
-	return 1
-}
+// defaultSpares is the default of --spares: 1 (PGFORK_SPARES, checked by
+// sparesFromEnv, replaces it when the flag is not given).
+const defaultSpares = 1
 
 // spawnRefill starts `pgfork template refill KEY` as a detached process (its
 // own session, stdio on /dev/null) and does not wait for it: up returns
@@ -70,15 +63,15 @@ func newTemplateRefillCmd() *cobra.Command {
 		Hidden: true,
 		Args:   usageArgs(cobra.ExactArgs(1)),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			if n < 0 {
-				return errs.New(errs.Usage, "--spares must not be negative")
+			if err := checkIntRange("--spares", n, 0, template.MaxSpares, "--spares 2"); err != nil {
+				return err
 			}
 			lowerPriority()
 			user, err := instance.ResolveUser(g.runAs)
 			if err != nil {
 				return err
 			}
-			o := template.RefillOptions{Spares: n}
+			o := template.RefillOptions{Spares: n, OnSkip: func(why string) { infof("refill stopped: %s", why) }}
 			if user != nil {
 				o.Owner = &clone.Owner{UID: user.UID, GID: user.GID}
 			}

@@ -14,6 +14,7 @@ import (
 	"github.com/pgfork/pgfork/cluster"
 	"github.com/pgfork/pgfork/instance"
 	"github.com/pgfork/pgfork/internal/errs"
+	"github.com/pgfork/pgfork/internal/proc"
 	"github.com/pgfork/pgfork/internal/statedir"
 	"github.com/pgfork/pgfork/template"
 )
@@ -77,15 +78,19 @@ Later calls copy it (reflink where the filesystem can) and start postgres on
 it: a new cluster in about the time of a postmaster start.
 
 Spare copies: pgfork keeps --spares copies of each template ready (default
-1, env PGFORK_SPARES), so up claims one with a rename and only starts
+1, env PGFORK_SPARES, at most 16), so up claims one with a rename and only starts
 postgres; a detached background pgfork then makes a new spare while your
 tests run (up does not wait for it). When no spare is ready, up copies the
-template itself. --spares 0 copies every time and keeps no spares. Spares
+template itself. --spares 0 copies every time and keeps no spares. The
+refill stops at the first error (a full disk among them) and does not start
+a copy that would leave less than max(1 GiB, 10% of the filesystem) free. Spares
 live in <state-dir>/clusters/.spare-*, are counted by pgfork template ls and
 removed with their template.
 
 Clusters listen on a Unix socket in a private directory; --tcp adds
-127.0.0.1 on a free port. They run with the test profile (fsync off,
+127.0.0.1 on a free port, where the superuser needs a generated password
+(scram-sha-256; it is in the printed URL, and in pgfork ls, readable by the
+user who ran pgfork only). They run with the test profile (fsync off,
 synchronous_commit off, full_page_writes off): fast, and not crash-safe.
 As root, postgres runs as --run-as (default postgres).
 
@@ -101,8 +106,18 @@ As root, postgres runs as --run-as (default postgres).
 			if err != nil {
 				return err
 			}
-			if ttl < 0 {
-				return errs.New(errs.Usage, "--ttl must not be negative").WithHint("e.g. --ttl 30m")
+			if err := checkDuration("--ttl", ttl, maxTTL, "--ttl 30m"); err != nil {
+				return err
+			}
+			if !cmd.Flags().Changed("spares") {
+				if n, ok, err := sparesFromEnv(); err != nil {
+					return err
+				} else if ok {
+					spares = n
+				}
+			}
+			if err := checkIntRange("--spares (or "+envSpares+")", spares, 0, template.MaxSpares, "--spares 2, or 0 for none"); err != nil {
+				return err
 			}
 			res, err := up(cmd.Context(), upOptions{
 				setup: setup, setupCmd: setupCmd, name: name, tcp: tcp, ttl: ttl,
@@ -122,11 +137,11 @@ As root, postgres runs as --run-as (default postgres).
 	f.StringArrayVar(&setup, "setup", nil, "SQL file or directory of *.sql files to apply to the template (repeatable, applied in order)")
 	f.StringVar(&setupCmd, "setup-cmd", "", "shell command run against the template (DATABASE_URL set), e.g. a migration tool")
 	f.StringVar(&name, "name", "", "cluster name (default: generated, pg-XXXXXXXX)")
-	f.BoolVar(&tcp, "tcp", false, "also listen on 127.0.0.1 on a free port (URL uses TCP)")
+	f.BoolVar(&tcp, "tcp", false, "also listen on 127.0.0.1 on a free port (URL uses TCP, with a generated password)")
 	f.DurationVar(&ttl, "ttl", 0, "remove the cluster this long after it starts (e.g. 30m; default: never)")
 	f.StringVar(&parentPid, "parent-pid", "", `remove the cluster once process PID exits ("parent": pgfork's parent process)`)
 	f.StringVar(&superuser, "superuser", "postgres", "database superuser name")
-	f.IntVar(&spares, "spares", defaultSpares(), "spare copies of the template to keep ready (0: copy on every up; env PGFORK_SPARES)")
+	f.IntVar(&spares, "spares", defaultSpares, fmt.Sprintf("spare copies of the template to keep ready, 0 to %d (0: copy on every up; env PGFORK_SPARES)", template.MaxSpares))
 	return cmd
 }
 
@@ -138,7 +153,7 @@ func parseParentPid(s string) (int, error) {
 		return os.Getppid(), nil
 	}
 	pid, err := strconv.Atoi(s)
-	if err != nil || pid <= 0 {
+	if err != nil || !proc.Valid(pid) {
 		return 0, errs.New(errs.Usage, "bad --parent-pid %q: want a process id or \"parent\"", s).
 			WithHint("e.g. --parent-pid $$ in a shell script")
 	}
@@ -173,6 +188,7 @@ func reap(ctx context.Context, lay statedir.Layout) {
 		infof("pgfork: warning: %v", err)
 	}
 	template.CleanSpares(lay)
+	instance.CleanSocketDirs(lay.Run())
 	for _, r := range done {
 		infof("removed cluster %s: %s", r.Name, r.Reason)
 	}
@@ -190,9 +206,6 @@ func up(ctx context.Context, o upOptions) (*upResult, error) {
 		pending *cluster.Pending
 		err     error
 	)
-	if o.spares < 0 {
-		return nil, errs.New(errs.Usage, "--spares must not be negative").WithHint("e.g. --spares 2, or 0 for none")
-	}
 	if o.name != "" {
 		pending, err = cluster.Create(ctx, lay, o.name)
 	} else {
@@ -253,7 +266,11 @@ func up(ctx context.Context, o upOptions) (*upResult, error) {
 	sum := &clone.Summary{}
 	if spare == "" {
 		t = time.Now()
+		// A refill in progress pauses while we copy (a miss is never
+		// slower than --spares 0).
+		release := tmpl.Foreground(ctx, lay)
 		sum, err = clone.Copy(ctx, tmpl.DataDir(), pending.DataDir(), clone.Options{Sync: clone.SyncNone, Owner: owner})
+		release()
 		if err != nil {
 			tmpl.Release()
 			return nil, err
@@ -261,6 +278,14 @@ func up(ctx context.Context, o upOptions) (*upResult, error) {
 		lap("copy", t)
 	}
 	tmpl.Release()
+
+	if o.tcp {
+		// TCP is open to every local user: password only (scram);
+		// trust stays on the private socket.
+		if err := instance.WritePasswordHBA(pending.DataDir(), user); err != nil {
+			return nil, err
+		}
+	}
 
 	t = time.Now()
 	socketDir, err = cluster.SocketDirFor(lay, pending.Name)
@@ -273,6 +298,11 @@ func up(ctx context.Context, o upOptions) (*upResult, error) {
 	})
 	if err != nil {
 		return nil, err
+	}
+	if o.tcp {
+		if err := inst.SetPassword(ctx, o.superuser, instance.NewPassword()); err != nil {
+			return nil, err
+		}
 	}
 	lap("start", t)
 
@@ -318,8 +348,8 @@ func up(ctx context.Context, o upOptions) (*upResult, error) {
 }
 
 func syscallKill0(pid int) error {
-	if err := syscall.Kill(pid, 0); err != nil && err != syscall.EPERM {
-		return err
+	if !proc.Alive(pid) {
+		return syscall.ESRCH
 	}
 	return nil
 }

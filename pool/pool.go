@@ -682,6 +682,8 @@ func (p *Pool) newEntry() *entry {
 	}
 	e := &entry{id: id, name: p.cfg.Name(id), state: Creating, since: time.Now()}
 	p.dbs[id] = e
+	// An id reused for a new database no longer names a reclaimed one.
+	delete(p.reclaimed, id)
 	return e
 }
 

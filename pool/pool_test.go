@@ -459,15 +459,25 @@ func TestPoolReclaimKeepsHeldDatabase(t *testing.T) {
 		t.Fatalf("%s was dropped", a.Name)
 	}
 
-	// The holder is gone for good: reclaimed after MinLifetime without sessions.
+	// The holder is gone for good: reclaimed after MinLifetime without
+	// sessions, and made again from the template under the smallest free id
+	// (its own, with its name, as IntegreSQL): a fresh database.
 	t0 := time.Now()
 	b = acquire(t, p, 30*time.Second)
-	if b.ID == a.ID || time.Since(t0) < minLife {
-		t.Fatalf("reclaim: got id %d after %s", b.ID, time.Since(t0))
+	if time.Since(t0) < minLife {
+		t.Fatalf("reclaimed after %s, before MinLifetime %s without sessions", time.Since(t0), minLife)
 	}
-	err = p.Unlock(a.ID)
-	if !errors.Is(err, pool.ErrTestNotFound) || !errors.Is(err, pool.ErrTestReclaimed) || !strings.Contains(err.Error(), "reclaimed") {
-		t.Fatalf("unlock of a reclaimed id: %v", err)
+	if b.ID != a.ID || b.Name != a.Name {
+		t.Errorf("reclaimed database: id %d %s, want its own id %d %s back", b.ID, b.Name, a.ID, a.Name)
+	}
+	c, err := pgx.Connect(context.Background(), s.url(b.Name))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close(context.Background())
+	var n int
+	if err := c.QueryRow(context.Background(), "SELECT count(*) FROM pg_class WHERE relname = 'mine'").Scan(&n); err != nil || n != 0 {
+		t.Fatalf("the reclaimed database was handed out again without being made afresh (table mine: %d, %v)", n, err)
 	}
 }
 

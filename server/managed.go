@@ -9,12 +9,14 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/pgfork/pgfork/instance"
 	"github.com/pgfork/pgfork/internal/errs"
+	"github.com/pgfork/pgfork/internal/proc"
 )
 
 // DefaultRole is the role a managed cluster hands out to clients.
@@ -87,7 +89,7 @@ func StartManaged(ctx context.Context, o ManagedOptions) (*Managed, error) {
 			return nil, errs.Wrap(errs.Permission, err, "cannot chown pg_hba.conf")
 		}
 	}
-	if err := recoverLeftover(ctx, data, o.User); err != nil {
+	if err := recoverLeftover(ctx, data); err != nil {
 		return nil, err
 	}
 	pw := o.Password
@@ -120,19 +122,34 @@ func StartManaged(ctx context.Context, o ManagedOptions) (*Managed, error) {
 	return m, nil
 }
 
-// recoverLeftover stops the postmaster a killed `pgfork serve` left on
-// data (see stopLeftover) and removes the private socket directory it used.
-func recoverLeftover(ctx context.Context, data string, u *instance.OSUser) error {
+// recoverLeftover stops the postmaster a killed `pgfork serve` left running
+// on data, so the managed cluster starts again with its data and state, and
+// removes the private socket directory it used. Only a process that
+// instance.Attach proves to be that postmaster is signalled (pidfd, owner,
+// executable, working directory); a pid file naming anything else is never
+// acted on by a signal: a live stranger under a reused pid means the
+// postmaster that wrote the file is gone, so the stale file is removed (as
+// PostgreSQL would refuse to start while it names a live process), and a
+// pid that cannot be a process makes the start fail with what to do.
+func recoverLeftover(ctx context.Context, data string) error {
 	pf, err := instance.ReadPidFile(data)
 	if err != nil {
-		return nil
+		return nil // no pid file, or one PostgreSQL rewrites itself
 	}
-	uid := os.Getuid()
-	if u != nil {
-		uid = u.UID
+	if !proc.Valid(pf.Pid) {
+		return errs.New(errs.Busy, "postmaster.pid names pid %d, which cannot be a process", pf.Pid).WithPath(data).
+			WithHint("make sure no server runs on this data directory, then remove postmaster.pid")
 	}
-	if err := stopLeftover(ctx, data, uid); err != nil {
-		return err
+	if inst, err := instance.Attach(data); err == nil {
+		sctx, cancel := context.WithTimeout(ctx, time.Minute)
+		defer cancel()
+		if err := inst.Stop(sctx, instance.Fast); err != nil {
+			return errs.Wrap(errs.Busy, err, "the leftover server (pid %d) does not stop", pf.Pid).WithPath(data)
+		}
+	} else if proc.Alive(pf.Pid) {
+		if err := os.Remove(filepath.Join(data, "postmaster.pid")); err != nil && !os.IsNotExist(err) {
+			return errs.Wrap(errs.Permission, err, "cannot remove the stale postmaster.pid").WithPath(data)
+		}
 	}
 	// instance.Start makes the socket directory as <tmp>/pgfork-*; the
 	// leftover's is removed only when it is one of those and its server is gone.

@@ -92,7 +92,9 @@ token=$(python3 -c 'import secrets; print(secrets.token_hex(16))')
 url="http://127.0.0.1:$port"
 
 log "starting pgfork serve on $url"
-"$bin" serve --listen "127.0.0.1:$port" --state-dir "$work/state" --token "$token" \
+# --finalize-timeout 15s: the v2 timeout tests (503 with the reason) wait
+# that long; every other template is finalized within seconds.
+"$bin" serve --listen "127.0.0.1:$port" --state-dir "$work/state" --token "$token" --finalize-timeout 15s \
 	>"$work/serve.log" 2>&1 &
 server_pid=$!
 

@@ -122,6 +122,24 @@ EOF
 
 export PGFORK_URL="$url" PGFORK_TOKEN="$token" PGFORK_TEST_RUN="$$-$(date +%s)" PGFORK_BIN="$bin"
 
+# The dbmate CLI for the dbmate adapter's test, from npm (its package ships
+# the binary; the Go module proxy refuses dbmate's module here), pinned to
+# the version the test names. Best effort: when it cannot be installed the
+# test says so with a "KNOWN SKIP". (Atlas's npm package downloads its binary
+# from its own site at install time, so atlas stays a known skip offline.)
+dbmate_version=$(sed -n 's/^const dbmateVersion = "v\(.*\)"$/\1/p' "$root/clients/go/migrators/dbmatemigrator/dbmatemigrator_test.go")
+if ! command -v dbmate >/dev/null && command -v npm >/dev/null && [ -n "$dbmate_version" ]; then
+	log "installing the dbmate CLI $dbmate_version (npm)"
+	mkdir -p "$work/tools"
+	if (cd "$work/tools" && npm install --no-audit --no-fund --no-package-lock --loglevel=error "dbmate@$dbmate_version") >"$work/tools.log" 2>&1 &&
+		"$work/tools/node_modules/.bin/dbmate" --version >>"$work/tools.log" 2>&1; then
+		export PATH="$work/tools/node_modules/.bin:$PATH"
+	else
+		log "could not install dbmate $dbmate_version from npm (its test will skip):"
+		tail -n 5 "$work/tools.log" >&2
+	fi
+fi
+
 log "Go client tests"
 # -v to see skips: against a live server none of these tests may skip.
 if ! (cd "$root/clients/go" && go test -count=1 -timeout 10m -v -skip '^TestResetAllTracking$' ./...) >"$work/go-test.log" 2>&1; then

@@ -3,7 +3,7 @@
 # unknown_skips LOG: prints to stderr and returns 1 if LOG (go test -v,
 # pytest -rs or node --test TAP output) shows a skipped test whose reason
 # does not start with "KNOWN SKIP". Known reasons are a tool that cannot be
-# installed here or a known server difference, each named in the reason.
+# installed here (the Atlas and dbmate CLIs), named in the reason.
 unknown_skips() {
 	local log=$1 skipped known
 	# go test -v prints a skip's reason on its own line, then "--- SKIP": count both.

@@ -92,7 +92,9 @@ token=$(python3 -c 'import secrets; print(secrets.token_hex(16))')
 url="http://127.0.0.1:$port"
 
 log "starting pgfork serve on $url"
-"$bin" serve --listen "127.0.0.1:$port" --state-dir "$work/state" --token "$token" \
+# --finalize-timeout 15s: the v2 timeout tests (503 with the reason) wait
+# that long; every other template is finalized within seconds.
+"$bin" serve --listen "127.0.0.1:$port" --state-dir "$work/state" --token "$token" --finalize-timeout 15s \
 	>"$work/serve.log" 2>&1 &
 server_pid=$!
 
@@ -119,6 +121,24 @@ sys.exit("pgfork serve did not answer /healthz within 180s")
 EOF
 
 export PGFORK_URL="$url" PGFORK_TOKEN="$token" PGFORK_TEST_RUN="$$-$(date +%s)" PGFORK_BIN="$bin"
+
+# The dbmate CLI for the dbmate adapter's test, from npm (its package ships
+# the binary; the Go module proxy refuses dbmate's module here), pinned to
+# the version the test names. Best effort: when it cannot be installed the
+# test says so with a "KNOWN SKIP". (Atlas's npm package downloads its binary
+# from its own site at install time, so atlas stays a known skip offline.)
+dbmate_version=$(sed -n 's/^const dbmateVersion = "v\(.*\)"$/\1/p' "$root/clients/go/migrators/dbmatemigrator/dbmatemigrator_test.go")
+if ! command -v dbmate >/dev/null && command -v npm >/dev/null && [ -n "$dbmate_version" ]; then
+	log "installing the dbmate CLI $dbmate_version (npm)"
+	mkdir -p "$work/tools"
+	if (cd "$work/tools" && npm install --no-audit --no-fund --no-package-lock --loglevel=error "dbmate@$dbmate_version") >"$work/tools.log" 2>&1 &&
+		"$work/tools/node_modules/.bin/dbmate" --version >>"$work/tools.log" 2>&1; then
+		export PATH="$work/tools/node_modules/.bin:$PATH"
+	else
+		log "could not install dbmate $dbmate_version from npm (its test will skip):"
+		tail -n 5 "$work/tools.log" >&2
+	fi
+fi
 
 log "Go client tests"
 # -v to see skips: against a live server none of these tests may skip.

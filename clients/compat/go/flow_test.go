@@ -159,24 +159,15 @@ func TestErrors(t *testing.T) {
 	}
 	// IntegreSQL v1.1.0 forgets a discarded template (manager.DiscardTemplateDatabase
 	// pops it): 404 from then on, ErrTemplateNotFound in this client.
-	const gone = "KNOWN SKIP (server difference: 410 instead of IntegreSQL's 404 after a discard, issue 12 item 2): "
-	var known []string
-	err := c.FinalizeTemplate(ctx, hash)
-	switch {
-	case err != nil && strings.Contains(err.Error(), "HTTP status 410"):
-		known = append(known, "FinalizeTemplate after DiscardTemplate got 410, IntegreSQL's clients expect ErrTemplateNotFound")
-	case !errors.Is(err, integresql.ErrTemplateNotFound):
-		t.Errorf("FinalizeTemplate after discard = %v, want ErrTemplateNotFound (404)", err)
+	if err := c.FinalizeTemplate(ctx, hash); !errors.Is(err, integresql.ErrTemplateNotFound) {
+		t.Errorf("FinalizeTemplate after DiscardTemplate = %v, want ErrTemplateNotFound (404)", err)
 	}
-	_, err = c.GetTestDatabase(ctx, hash)
-	switch {
-	case errors.Is(err, integresql.ErrDatabaseDiscarded):
-		known = append(known, "GetTestDatabase after DiscardTemplate returned ErrDatabaseDiscarded, IntegreSQL's clients expect ErrTemplateNotFound")
-	case !errors.Is(err, integresql.ErrTemplateNotFound):
-		t.Errorf("GetTestDatabase after discard = %v, want ErrTemplateNotFound (404)", err)
+	if _, err := c.GetTestDatabase(ctx, hash); !errors.Is(err, integresql.ErrTemplateNotFound) {
+		t.Errorf("GetTestDatabase after DiscardTemplate = %v, want ErrTemplateNotFound (404)", err)
 	}
-	if len(known) > 0 && !t.Failed() {
-		t.Skip(gone + strings.Join(known, "; "))
+	// Forgotten, so it can be initialized again.
+	if _, err := c.InitializeTemplate(ctx, hash); err != nil {
+		t.Errorf("InitializeTemplate after DiscardTemplate = %v, want a new template", err)
 	}
 }
 
@@ -187,12 +178,7 @@ func TestUnusualHashes(t *testing.T) {
 	c := newClient(t)
 	suffix := strconv.FormatInt(time.Now().UnixNano(), 36)
 	for _, h := range []string{"v1.2.3-" + suffix, "abc:def-" + suffix} {
-		err := c.SetupTemplate(ctx, h, func(string) error { return nil })
-		if err != nil && strings.Contains(err.Error(), "HTTP status 400") {
-			t.Skipf("KNOWN SKIP (server difference: hashes outside [A-Za-z0-9_-]{1,64} get 400, issue 12 item 2): "+
-				"SetupTemplate(%q): %v", h, err)
-		}
-		if err != nil {
+		if err := c.SetupTemplate(ctx, h, func(string) error { return nil }); err != nil {
 			t.Fatalf("SetupTemplate(%q): %v", h, err)
 		}
 		td, err := c.GetTestDatabase(ctx, h)
@@ -220,9 +206,14 @@ func TestServerMode(t *testing.T) {
 	switch mode := os.Getenv("PGFORK_COMPAT_MODE"); mode {
 	case "external":
 		want, _ := strconv.Atoi(os.Getenv("PGFORK_COMPAT_PGPORT"))
+		if want == 0 {
+			t.Fatalf("PGFORK_COMPAT_PGPORT=%q: want the external server's port", os.Getenv("PGFORK_COMPAT_PGPORT"))
+		}
 		if td.Config.Port != want {
-			t.Skipf("KNOWN SKIP (server difference: plain PGHOST/PGPORT/PGUSER/PGPASSWORD are ignored, issue 12 item 1): "+
-				"the test database is on port %d, not on the configured server's port %d", td.Config.Port, want)
+			t.Errorf("the test database is on port %d, not on the port %d of the server PGHOST/PGPORT name", td.Config.Port, want)
+		}
+		if td.Config.Host != os.Getenv("PGHOST") {
+			t.Errorf("test database host %q, want PGHOST %q", td.Config.Host, os.Getenv("PGHOST"))
 		}
 		if td.Config.Username != os.Getenv("PGUSER") {
 			t.Errorf("test database user %q, want PGUSER %q (IntegreSQL hands out the configured role)", td.Config.Username, os.Getenv("PGUSER"))
@@ -246,13 +237,14 @@ func TestTimeoutIs500(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = c.DiscardTemplate(context.Background(), hash) })
+	start := time.Now()
 	_, err := c.GetTestDatabase(ctx, hash)
-	if errors.Is(err, integresql.ErrManagerNotReady) {
-		t.Skipf("KNOWN SKIP (server difference: 503 instead of IntegreSQL's 500 on a timeout, issue 12 item 2): "+
-			"GetTestDatabase on a template never finalized = %v", err)
-	}
 	if err == nil || !strings.Contains(err.Error(), "HTTP status 500") {
 		t.Fatalf("GetTestDatabase on a template never finalized = %v, want HTTP status 500", err)
+	}
+	// It waited for the finalize timeout first (3s, with slack for a slow clock).
+	if waited := time.Since(start); waited < 2500*time.Millisecond {
+		t.Errorf("GetTestDatabase failed after %v, before the 3s finalize timeout: %v", waited, err)
 	}
 }
 
@@ -269,9 +261,6 @@ func TestWrongMethodIs405(t *testing.T) {
 		t.Fatal(err)
 	}
 	resp.Body.Close()
-	if resp.StatusCode == http.StatusNotFound {
-		t.Skip("KNOWN SKIP (server difference: 404 instead of 405 for a wrong method, issue 12 item 2): PATCH /api/v1/templates got 404")
-	}
 	if resp.StatusCode != http.StatusMethodNotAllowed || resp.Header.Get("Allow") == "" {
 		t.Fatalf("PATCH /api/v1/templates: %d, Allow %q; want 405 with Allow", resp.StatusCode, resp.Header.Get("Allow"))
 	}

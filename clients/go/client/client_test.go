@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"os"
+	"strings"
 	"testing"
 	"time"
 
@@ -72,9 +73,10 @@ func queryInt(t *testing.T, connString, sql string) int {
 	return n
 }
 
-// TestProtocolFlow walks IntegreSQL's flow end to end: initialize, 423 for a
-// second initializer, migrate, finalize, get test databases, recreate,
-// unlock, the deprecated return, discard.
+// TestProtocolFlow walks the flow end to end on the v2 API: initialize, 423
+// for a second initializer, migrate, finalize, get test databases (each with
+// its own hand-out token), recreate and unlock by token (once only), the
+// v1 calls by small id, discard (410 after it).
 func TestProtocolFlow(t *testing.T) {
 	c := serverClient(t)
 	ctx := t.Context()
@@ -122,6 +124,9 @@ func TestProtocolFlow(t *testing.T) {
 	if a.ID == b.ID || a.Config().Database == b.Config().Database {
 		t.Fatalf("the same database was handed out twice: %+v and %+v", a, b)
 	}
+	if a.Token == "" || b.Token == "" || a.Token == b.Token {
+		t.Fatalf("hand-out tokens %q and %q: want two different ones", a.Token, b.Token)
+	}
 	if a.Config().Database == cfg.Database {
 		t.Fatalf("test database is the template itself: %s", cfg.Database)
 	}
@@ -135,11 +140,18 @@ func TestProtocolFlow(t *testing.T) {
 		t.Fatalf("write to database a is visible in database b (%d rows)", n)
 	}
 
-	if err := c.RecreateTestDatabase(ctx, hash, a.ID); err != nil {
-		t.Fatalf("RecreateTestDatabase: %v", err)
+	if err := c.Recreate(ctx, a); err != nil {
+		t.Fatalf("Recreate: %v", err)
 	}
-	if err := c.UnlockTestDatabase(ctx, hash, b.ID); err != nil {
-		t.Fatalf("UnlockTestDatabase: %v", err)
+	if err := c.Unlock(ctx, b); err != nil {
+		t.Fatalf("Unlock: %v", err)
+	}
+	// A hand-out goes back once: its token is spent.
+	if err := c.Unlock(ctx, b); !errors.Is(err, client.ErrTestNotFound) {
+		t.Fatalf("second Unlock of one hand-out: err = %v, want ErrTestNotFound", err)
+	}
+	if err := c.Recreate(ctx, a); !errors.Is(err, client.ErrTestNotFound) {
+		t.Fatalf("second Recreate of one hand-out: err = %v, want ErrTestNotFound", err)
 	}
 
 	// Whatever comes out next is clean: a's write was recreated away.
@@ -151,8 +163,17 @@ func TestProtocolFlow(t *testing.T) {
 		if n := queryInt(t, d.Config().URL(), "SELECT count(*) FROM marker WHERE who <> 'template'"); n != 0 {
 			t.Fatalf("database %s handed out with %d rows of an earlier test", d.Config().Database, n)
 		}
-		if err := c.ReturnTestDatabase(ctx, hash, d.ID); err != nil {
-			t.Fatalf("ReturnTestDatabase (deprecated DELETE): %v", err)
+		// The calls by small id (v1 routes) give back a v2 hand-out too.
+		switch i {
+		case 0:
+			err = c.UnlockTestDatabase(ctx, hash, d.ID)
+		case 1:
+			err = c.RecreateTestDatabase(ctx, hash, d.ID)
+		default:
+			err = c.ReturnTestDatabase(ctx, hash, d.ID)
+		}
+		if err != nil {
+			t.Fatalf("giving back #%d by id %d: %v", i, d.ID, err)
 		}
 	}
 
@@ -160,8 +181,112 @@ func TestProtocolFlow(t *testing.T) {
 		t.Fatalf("DiscardTemplate: %v", err)
 	}
 	_, err = c.GetTestDatabase(ctx, hash)
-	if !errors.Is(err, client.ErrTemplateDiscarded) && !errors.Is(err, client.ErrTemplateNotFound) {
-		t.Fatalf("GetTestDatabase after discard: err = %v, want ErrTemplateDiscarded or ErrTemplateNotFound", err)
+	var apiErr *client.APIError
+	if !errors.Is(err, client.ErrTemplateDiscarded) || !errors.As(err, &apiErr) || apiErr.StatusCode != 410 {
+		t.Fatalf("GetTestDatabase after discard: err = %v, want 410 ErrTemplateDiscarded", err)
+	}
+}
+
+// TestAPIV1 checks that a client on the v1 API gets IntegreSQL's answers
+// from the same server: integer ids without a token, 404 after a discard.
+func TestAPIV1(t *testing.T) {
+	v2 := serverClient(t)
+	c, err := client.New(v2.BaseURL()+"/api/v1", client.WithToken(os.Getenv("PGFORK_TOKEN")))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.APIVersion() != 1 {
+		t.Fatalf("APIVersion() = %d for a /api/v1 base URL", c.APIVersion())
+	}
+	ctx := t.Context()
+	hash := randomHash(t)
+	if _, err := c.InitializeTemplate(ctx, hash); err != nil {
+		t.Fatalf("InitializeTemplate: %v", err)
+	}
+	t.Cleanup(func() { _ = c.DiscardTemplate(context.Background(), hash) })
+	if err := c.FinalizeTemplate(ctx, hash); err != nil {
+		t.Fatalf("FinalizeTemplate: %v", err)
+	}
+	db, err := c.GetTestDatabase(ctx, hash)
+	if err != nil {
+		t.Fatalf("GetTestDatabase: %v", err)
+	}
+	if db.Token != "" {
+		t.Errorf("v1 hand-out has a token %q", db.Token)
+	}
+	queryInt(t, db.Config().URL(), "SELECT 1")
+	if err := c.Recreate(ctx, db); err != nil {
+		t.Fatalf("Recreate by id on v1: %v", err)
+	}
+	if _, err := c.ListTemplates(ctx); err == nil {
+		t.Error("ListTemplates on a v1 client: no error")
+	}
+	if err := c.DiscardTemplate(ctx, hash); err != nil {
+		t.Fatalf("DiscardTemplate: %v", err)
+	}
+	var apiErr *client.APIError
+	if _, err := c.GetTestDatabase(ctx, hash); !errors.Is(err, client.ErrTemplateNotFound) || !errors.As(err, &apiErr) || apiErr.StatusCode != 404 {
+		t.Fatalf("GetTestDatabase after discard on v1: err = %v, want 404 ErrTemplateNotFound (IntegreSQL's answer)", err)
+	}
+}
+
+// TestListTemplates: a finalized template shows up with its pool's counts,
+// one database in use while it is handed out.
+func TestListTemplates(t *testing.T) {
+	c := serverClient(t)
+	ctx := t.Context()
+	hash := randomHash(t)
+	if _, err := c.InitializeTemplate(ctx, hash); err != nil {
+		t.Fatalf("InitializeTemplate: %v", err)
+	}
+	t.Cleanup(func() { _ = c.DiscardTemplate(context.Background(), hash) })
+	if err := c.FinalizeTemplate(ctx, hash); err != nil {
+		t.Fatalf("FinalizeTemplate: %v", err)
+	}
+	db, err := c.GetTestDatabase(ctx, hash)
+	if err != nil {
+		t.Fatalf("GetTestDatabase: %v", err)
+	}
+	l, err := c.ListTemplates(ctx)
+	if err != nil {
+		t.Fatalf("ListTemplates: %v", err)
+	}
+	var found *client.TemplateInfo
+	for i := range l.Templates {
+		if l.Templates[i].TemplateHash == hash {
+			found = &l.Templates[i]
+		}
+	}
+	if found == nil {
+		t.Fatalf("template %s not listed in %+v", hash, l)
+	}
+	if found.State != "finalized" || found.Databases["in_use"] != 1 || found.Max < 1 || l.Databases < 1 {
+		t.Errorf("listed as %+v (of %d databases), want finalized with 1 in use", *found, l.Databases)
+	}
+	if err := c.Recreate(ctx, db); err != nil {
+		t.Fatalf("Recreate: %v", err)
+	}
+}
+
+// TestTimeoutIsServiceUnavailable: on v2 a request for a template nobody
+// finalizes fails after the server's finalize timeout (clients/test.sh
+// starts it with 15s) with 503 and a message saying why.
+func TestTimeoutIsServiceUnavailable(t *testing.T) {
+	c := serverClient(t)
+	ctx, cancel := context.WithTimeout(t.Context(), 3*time.Minute)
+	defer cancel()
+	hash := randomHash(t)
+	if _, err := c.InitializeTemplate(ctx, hash); err != nil {
+		t.Fatalf("InitializeTemplate: %v", err)
+	}
+	t.Cleanup(func() { _ = c.DiscardTemplate(context.Background(), hash) })
+	_, err := c.GetTestDatabase(ctx, hash)
+	var apiErr *client.APIError
+	if !errors.Is(err, client.ErrServiceUnavailable) || !errors.As(err, &apiErr) || apiErr.StatusCode != 503 {
+		t.Fatalf("GetTestDatabase on a template never finalized: err = %v, want 503 ErrServiceUnavailable", err)
+	}
+	if !strings.Contains(strings.ToLower(apiErr.Message), "final") {
+		t.Errorf("503 message %q does not say the template was not finalized", apiErr.Message)
 	}
 }
 
@@ -195,9 +320,15 @@ func TestErrors(t *testing.T) {
 	if err := c.FinalizeTemplate(ctx, hash); err != nil {
 		t.Fatalf("FinalizeTemplate: %v", err)
 	}
+	// v2: a token it never handed out is a 404.
+	err = c.Unlock(ctx, client.TestDatabase{TemplateHash: hash, ID: 1, Token: "0123456789abcdef0123456789abcdef"})
+	if !errors.Is(err, client.ErrTestNotFound) || !errors.As(err, &apiErr) || apiErr.StatusCode != 404 {
+		t.Errorf("Unlock(unknown token): err = %v, want 404 ErrTestNotFound", err)
+	}
+	// By small id (v1 route): IntegreSQL's 500 "invalid database index".
 	err = c.UnlockTestDatabase(ctx, hash, 987654)
-	if !errors.Is(err, client.ErrTestNotFound) && !errors.Is(err, client.ErrTemplateNotFound) {
-		t.Errorf("UnlockTestDatabase(unknown id): err = %v, want a 404 error", err)
+	if !errors.As(err, &apiErr) || apiErr.StatusCode != 500 {
+		t.Errorf("UnlockTestDatabase(unknown id): err = %v, want IntegreSQL's 500", err)
 	}
 
 	// A hostile hash is refused (400) or not found (404), never a 5xx.
@@ -239,8 +370,8 @@ func TestWaitsForFinalize(t *testing.T) {
 	if err := <-done; err != nil {
 		t.Fatalf("FinalizeTemplate: %v", err)
 	}
-	if err := c.RecreateTestDatabase(ctx, hash, db.ID); err != nil {
-		t.Fatalf("RecreateTestDatabase: %v", err)
+	if err := c.Recreate(ctx, db); err != nil {
+		t.Fatalf("Recreate: %v", err)
 	}
 }
 
@@ -263,8 +394,8 @@ func TestDiscardWakesWaiters(t *testing.T) {
 	if derr := <-discarded; derr != nil {
 		t.Errorf("DiscardTemplate: %v", derr)
 	}
-	if !errors.Is(err, client.ErrTemplateDiscarded) && !errors.Is(err, client.ErrTemplateNotFound) {
-		t.Fatalf("GetTestDatabase on a discarded template: err = %v, want ErrTemplateDiscarded or ErrTemplateNotFound", err)
+	if !errors.Is(err, client.ErrTemplateDiscarded) {
+		t.Fatalf("GetTestDatabase on a template discarded while it waited: err = %v, want ErrTemplateDiscarded (410)", err)
 	}
 	if waited := time.Since(start); waited > 20*time.Second {
 		t.Errorf("waiter woke %v after the discard", waited)

@@ -17,22 +17,28 @@ var (
 	ErrUnauthorized = errors.New("unauthorized: missing or wrong token")
 	// ErrTemplateNotFound: 404, no template with this hash (initialize it first).
 	ErrTemplateNotFound = errors.New("template not found")
-	// ErrTestNotFound: 404 from a test database operation, no test database with this id.
+	// ErrTestNotFound: 404 from a test database operation, no test database
+	// with this id (v2: the hand-out was given back already, or is from before
+	// a restart). v1 answers 500 for an unknown id, as IntegreSQL.
 	ErrTestNotFound = errors.New("test database not found")
-	// ErrTemplateDiscarded: 410, the template was discarded (its setup failed).
+	// ErrTemplateDiscarded: 410 (v2), the template was discarded (its setup
+	// failed). v1 answers 404 (ErrTemplateNotFound) instead, as IntegreSQL.
 	ErrTemplateDiscarded = errors.New("template was discarded")
 	// ErrTemplateAlreadyInitialized: 423 from InitializeTemplate; another caller
 	// initialized this template (or is migrating it): just get test databases.
 	ErrTemplateAlreadyInitialized = errors.New("template is already initialized")
 	// ErrTestDatabaseInUse: 423 from a test database operation.
 	ErrTestDatabaseInUse = errors.New("test database is in use")
-	// ErrServiceUnavailable: 503, the server cannot reach PostgreSQL or a wait
-	// (for finalize or a ready database) timed out; the message says which.
+	// ErrServiceUnavailable: 503, the server is shutting down or cannot reach
+	// PostgreSQL, or (v2) a wait for finalize or a ready database timed out or
+	// the pool is full; the message says which. v1 answers 500 for the
+	// timeouts and the full pool, as IntegreSQL.
 	ErrServiceUnavailable = errors.New("service unavailable")
 	// ErrManagerNotReady is IntegreSQL's client's name for ErrServiceUnavailable.
 	ErrManagerNotReady = ErrServiceUnavailable
-	// ErrPoolFull: 507, the pool (or the server's global limit) is full.
-	ErrPoolFull = errors.New("pool is full")
+	// ErrPoolFull: 507 (v2), insufficient storage: the server's disk is full
+	// (a full pool is ErrServiceUnavailable with the counts in the message).
+	ErrPoolFull = errors.New("insufficient storage on the server")
 )
 
 // APIError is an answer from the server with an unexpected status code.
@@ -61,14 +67,20 @@ func (e *APIError) Is(target error) bool {
 }
 
 func (e *APIError) sentinel() error {
-	testOp := e.Op == "UnlockTestDatabase" || e.Op == "RecreateTestDatabase" || e.Op == "ReturnTestDatabase"
+	testOp := false
+	switch e.Op {
+	case "Unlock", "Recreate", "UnlockTestDatabase", "RecreateTestDatabase", "ReturnTestDatabase":
+		testOp = true
+	}
 	switch e.StatusCode {
 	case http.StatusBadRequest:
 		return ErrBadRequest
 	case http.StatusUnauthorized, http.StatusForbidden:
 		return ErrUnauthorized
 	case http.StatusNotFound:
-		if testOp && !strings.Contains(strings.ToLower(e.Message), "template") {
+		// "template not found" (pgfork and IntegreSQL) names the template;
+		// anything else from a test operation is about the test database.
+		if testOp && !strings.Contains(strings.ToLower(e.Message), "template not found") {
 			return ErrTestNotFound
 		}
 		return ErrTemplateNotFound

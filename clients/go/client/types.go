@@ -1,6 +1,8 @@
 package client
 
 import (
+	"encoding/json"
+	"fmt"
 	"net/url"
 	"sort"
 	"strconv"
@@ -32,9 +34,64 @@ type TemplateDatabase struct {
 
 // TestDatabase is one test database handed out by GetTestDatabase.
 type TestDatabase struct {
-	TemplateHash string   `json:"templateHash,omitempty"`
-	ID           int      `json:"id"`
-	Database     Database `json:"database"`
+	TemplateHash string `json:"templateHash,omitempty"`
+	// ID is the small id in the database's name (v2's "number", v1's "id").
+	ID int `json:"id"`
+	// Token is the v2 hand-out id, unguessable: Unlock and Recreate give
+	// back exactly this hand-out with it. Empty on v1.
+	Token    string   `json:"token,omitempty"`
+	Database Database `json:"database"`
+}
+
+// UnmarshalJSON reads both answers: v1's {"id": 3} and v2's
+// {"id": "<token>", "number": 3}.
+func (t *TestDatabase) UnmarshalJSON(b []byte) error {
+	var raw struct {
+		TemplateHash string          `json:"templateHash"`
+		ID           json.RawMessage `json:"id"`
+		Number       *int            `json:"number"`
+		Token        string          `json:"token"`
+		Database     Database        `json:"database"`
+	}
+	if err := json.Unmarshal(b, &raw); err != nil {
+		return err
+	}
+	*t = TestDatabase{TemplateHash: raw.TemplateHash, Token: raw.Token, Database: raw.Database}
+	var token string
+	switch {
+	case len(raw.ID) == 0:
+		return fmt.Errorf("test database without an id")
+	case json.Unmarshal(raw.ID, &t.ID) == nil:
+	case json.Unmarshal(raw.ID, &token) == nil:
+		t.Token = token
+		if raw.Number == nil {
+			return fmt.Errorf("test database with hand-out id %q but no number", token)
+		}
+		t.ID = *raw.Number
+	default:
+		return fmt.Errorf("test database id %s is neither a number nor a string", raw.ID)
+	}
+	return nil
+}
+
+// TemplateList is the answer to ListTemplates.
+type TemplateList struct {
+	// Databases is the number of test databases reserved across pools.
+	Databases int            `json:"databases"`
+	Templates []TemplateInfo `json:"templates"`
+}
+
+// TemplateInfo is one template in a TemplateList.
+type TemplateInfo struct {
+	TemplateHash string `json:"templateHash"`
+	// State is "initializing", "finalized" or "discarded".
+	State string `json:"state"`
+	// Databases counts the pool's databases by state: creating, ready,
+	// in_use, dirty, recreating.
+	Databases map[string]int `json:"databases"`
+	Waiters   int            `json:"waiters"`
+	Total     int            `json:"total"`
+	Max       int            `json:"max"`
 }
 
 // Config returns the connection details of the template database.

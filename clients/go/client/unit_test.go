@@ -1,6 +1,7 @@
 package client
 
 import (
+	"encoding/json"
 	"errors"
 	"os"
 	"path/filepath"
@@ -8,26 +9,59 @@ import (
 )
 
 func TestNewNormalizesBaseURL(t *testing.T) {
-	for in, want := range map[string]string{
-		"":                            DefaultURL,
-		"http://h:5000":               "http://h:5000",
-		"http://h:5000/":              "http://h:5000",
-		"http://h:5000/api":           "http://h:5000",
-		"http://h:5000/api/v1/":       "http://h:5000",
-		"https://h/prefix/api/v1?x=1": "https://h/prefix",
-		"http://[::1]:5000/api/":      "http://[::1]:5000",
+	for in, want := range map[string]struct {
+		base string
+		api  int
+	}{
+		"":                            {DefaultURL, 2},
+		"http://h:5000":               {"http://h:5000", 2},
+		"http://h:5000/":              {"http://h:5000", 2},
+		"http://h:5000/api":           {"http://h:5000", 2},
+		"http://h:5000/api/v2":        {"http://h:5000", 2},
+		"http://h:5000/api/v1/":       {"http://h:5000", 1},
+		"https://h/prefix/api/v1?x=1": {"https://h/prefix", 1},
+		"http://[::1]:5000/api/":      {"http://[::1]:5000", 2},
 	} {
 		c, err := New(in)
 		if err != nil {
 			t.Fatalf("New(%q): %v", in, err)
 		}
-		if got := c.BaseURL(); got != want {
-			t.Errorf("New(%q).BaseURL() = %q, want %q", in, got, want)
+		if got := c.BaseURL(); got != want.base {
+			t.Errorf("New(%q).BaseURL() = %q, want %q", in, got, want.base)
 		}
+		if got := c.APIVersion(); got != want.api {
+			t.Errorf("New(%q).APIVersion() = %d, want %d", in, got, want.api)
+		}
+	}
+	if c, _ := New("http://h:5000", WithAPIV1()); c.APIVersion() != 1 {
+		t.Errorf("WithAPIV1: APIVersion() = %d, want 1", c.APIVersion())
 	}
 	for _, bad := range []string{"127.0.0.1:5000", "ftp://h/", "http://", "http://h:5000/%zz"} {
 		if _, err := New(bad); err == nil {
 			t.Errorf("New(%q): no error", bad)
+		}
+	}
+}
+
+// TestDecodeTestDatabase: v1's integer id and v2's token with the number.
+func TestDecodeTestDatabase(t *testing.T) {
+	var v1, v2 TestDatabase
+	if err := json.Unmarshal([]byte(`{"id":3,"database":{"templateHash":"h","config":{"database":"p_test_h_003"}}}`), &v1); err != nil {
+		t.Fatal(err)
+	}
+	if v1.ID != 3 || v1.Token != "" || v1.Database.TemplateHash != "h" || v1.Config().Database != "p_test_h_003" {
+		t.Errorf("v1 answer decoded as %+v", v1)
+	}
+	if err := json.Unmarshal([]byte(`{"templateHash":"h","id":"9f86d081884c7d65","number":4,"database":{"config":{"database":"p_test_h_004"}}}`), &v2); err != nil {
+		t.Fatal(err)
+	}
+	if v2.ID != 4 || v2.Token != "9f86d081884c7d65" || v2.TemplateHash != "h" || v2.Config().Database != "p_test_h_004" {
+		t.Errorf("v2 answer decoded as %+v", v2)
+	}
+	for _, bad := range []string{`{"database":{}}`, `{"id":"tok"}`, `{"id":[1]}`} {
+		var td TestDatabase
+		if err := json.Unmarshal([]byte(bad), &td); err == nil {
+			t.Errorf("%s decoded without an error: %+v", bad, td)
 		}
 	}
 }
@@ -75,6 +109,8 @@ func TestAPIErrorMapping(t *testing.T) {
 		{"GetTestDatabase", 404, `{"message":"template not found"}`, ErrTemplateNotFound},
 		{"RecreateTestDatabase", 404, `{"message":"test database not found"}`, ErrTestNotFound},
 		{"RecreateTestDatabase", 404, `{"message":"template not found"}`, ErrTemplateNotFound},
+		{"Unlock", 404, `{"message":"no test database of template h is handed out under this id"}`, ErrTestNotFound},
+		{"Recreate", 404, `{"message":"template not found"}`, ErrTemplateNotFound},
 		{"GetTestDatabase", 410, `{"message":"template was just discarded"}`, ErrTemplateDiscarded},
 		{"GetTestDatabase", 503, `timeout`, ErrServiceUnavailable},
 		{"GetTestDatabase", 507, ``, ErrPoolFull},

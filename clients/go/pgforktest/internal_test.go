@@ -105,8 +105,8 @@ func TestFailingMigrationDiscardsTemplate(t *testing.T) {
 	ctx, cancel := context.WithTimeout(t.Context(), 20*time.Second)
 	defer cancel()
 	_, err = c.GetTestDatabase(ctx, hash)
-	if !errors.Is(err, client.ErrTemplateDiscarded) && !errors.Is(err, client.ErrTemplateNotFound) {
-		t.Fatalf("GetTestDatabase after failed migration: err = %v, want discarded or not found", err)
+	if !errors.Is(err, client.ErrTemplateDiscarded) {
+		t.Fatalf("GetTestDatabase after failed migration: err = %v, want ErrTemplateDiscarded (410)", err)
 	}
 }
 

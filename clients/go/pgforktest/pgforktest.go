@@ -1,5 +1,7 @@
 // Package pgforktest gives each Go test its own fresh, migrated PostgreSQL
-// database from a running `pgfork serve` (or IntegreSQL) server.
+// database from a running `pgfork serve` (or IntegreSQL) server. It talks
+// pgfork's v2 API, or IntegreSQL's v1 when the server URL ends in /api/v1 or
+// comes from INTEGRESQL_CLIENT_BASE_URL (IntegreSQL's clients' variable).
 //
 //	func TestSomething(t *testing.T) {
 //		t.Parallel()
@@ -105,17 +107,17 @@ func New(t testing.TB, opts Options) string {
 	url := db.Config().URL()
 	t.Cleanup(func() {
 		if t.Failed() {
-			t.Logf("pgforktest: test failed: keeping test database %s (template %s, id %d) for inspection: %s",
-				db.Config().Database, db.TemplateHash, db.ID, url)
+			t.Logf("pgforktest: test failed: keeping test database %s (template %s, id %d, hand-out %s) for inspection: %s",
+				db.Config().Database, db.TemplateHash, db.ID, handOut(db), url)
 			return
 		}
 		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 		defer cancel()
 		var err error
 		if opts.ReadOnly {
-			err = c.UnlockTestDatabase(ctx, db.TemplateHash, db.ID)
+			err = c.Unlock(ctx, db)
 		} else {
-			err = c.RecreateTestDatabase(ctx, db.TemplateHash, db.ID)
+			err = c.Recreate(ctx, db)
 		}
 		if err != nil {
 			t.Errorf("pgforktest: returning test database %s: %v", db.Config().Database, err)
@@ -252,7 +254,11 @@ func acquire(ctx context.Context, opts Options) (client.TestDatabase, *client.Cl
 	if token == "" {
 		token = os.Getenv("PGFORK_TOKEN")
 	}
-	c, err := client.New(serverURL, client.WithToken(token))
+	copts := []client.Option{client.WithToken(token)}
+	if from == "$INTEGRESQL_CLIENT_BASE_URL" && !strings.HasSuffix(strings.TrimRight(serverURL, "/"), "/api/v2") {
+		copts = append(copts, client.WithAPIV1()) // IntegreSQL's variable: maybe IntegreSQL itself
+	}
+	c, err := client.New(serverURL, copts...)
 	if err != nil {
 		return client.TestDatabase{}, nil, err
 	}
@@ -338,4 +344,12 @@ func RunSQLFiles(ctx context.Context, connString, dir string) error {
 		}
 	}
 	return nil
+}
+
+// handOut names a hand-out for a log line: its v2 token, or "-" on v1.
+func handOut(db client.TestDatabase) string {
+	if db.Token == "" {
+		return "-"
+	}
+	return db.Token
 }

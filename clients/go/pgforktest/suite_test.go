@@ -2,6 +2,7 @@ package pgforktest_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"regexp"
@@ -106,10 +107,10 @@ func TestFailedTestKeepsDatabase(t *testing.T) {
 		t.Fatalf("kept database lost its data: n=%d err=%v", n, err)
 	}
 
-	// Give it back ourselves, by the id in the log line.
-	m := regexp.MustCompile(`id (\d+)`).FindStringSubmatch(log)
+	// Give it back ourselves, by the hand-out token in the log line.
+	m := regexp.MustCompile(`id (\d+), hand-out ([0-9a-f]{16,})`).FindStringSubmatch(log)
 	if m == nil {
-		t.Fatalf("no id in log line: %s", log)
+		t.Fatalf("no id and hand-out token in log line: %s", log)
 	}
 	id, _ := strconv.Atoi(m[1])
 	hash, err := pgforktest.Hash(opts)
@@ -120,7 +121,11 @@ func TestFailedTestKeepsDatabase(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := c.RecreateTestDatabase(t.Context(), hash, id); err != nil {
-		t.Fatalf("RecreateTestDatabase(%d): %v", id, err)
+	kept := client.TestDatabase{TemplateHash: hash, ID: id, Token: m[2]}
+	if err := c.Recreate(t.Context(), kept); err != nil {
+		t.Fatalf("Recreate(id %d, hand-out %s): %v", id, m[2], err)
+	}
+	if err := c.Recreate(t.Context(), kept); !errors.Is(err, client.ErrTestNotFound) {
+		t.Fatalf("second Recreate of the kept database: err = %v, want ErrTestNotFound", err)
 	}
 }

@@ -1,4 +1,4 @@
-"""The client against a real pgfork serve: IntegreSQL's flow and its errors."""
+"""The client against a real pgfork serve: the flow and its errors on v2, and IntegreSQL's answers on v1."""
 
 import os
 import secrets
@@ -51,20 +51,67 @@ def test_protocol_flow(client: Client, hash: str) -> None:
     b = client.get_test_database(hash)
     assert a.template_hash == b.template_hash == hash
     assert a.id != b.id and a.config.database != b.config.database != tpl.config.database
+    assert a.token and b.token and a.token != b.token, "v2 hand-outs carry distinct tokens"
     with psycopg.connect(a.config.url, autocommit=True) as conn:
         conn.execute("INSERT INTO marker VALUES ('a')")
     assert count(b.config.url, "SELECT count(*) FROM marker") == 1
 
-    client.recreate_test_database(hash, a.id)
-    client.unlock_test_database(hash, b.id)
-    for _ in range(3):
+    client.recreate(a)
+    client.unlock(b)
+    # A hand-out goes back once: its token is spent.
+    with pytest.raises(pgfork.TestDatabaseNotFound) as exc:
+        client.unlock(b)
+    assert exc.value.status == 404
+    with pytest.raises(pgfork.TestDatabaseNotFound):
+        client.recreate(a)
+    # By small id (the v1 routes), a v2 hand-out goes back too.
+    for give_back in (client.unlock_test_database, client.recreate_test_database, client.return_test_database):
         d = client.get_test_database(hash)
         assert count(d.config.url, "SELECT count(*) FROM marker WHERE who <> 'template'") == 0
-        client.return_test_database(hash, d.id)
+        give_back(hash, d.id)
 
     client.discard_template(hash)
-    with pytest.raises((pgfork.TemplateDiscarded, pgfork.TemplateNotFound)):
+    with pytest.raises(pgfork.TemplateDiscarded) as exc:
         client.get_test_database(hash)
+    assert exc.value.status == 410
+
+
+def test_api_v1(client: Client, hash: str) -> None:
+    """A client on the v1 API gets IntegreSQL's answers from the same server."""
+    v1 = Client(client.base_url + "/api/v1", token=client.token)
+    assert v1.api_version == 1 and v1.base_url == client.base_url
+    v1.initialize_template(hash)
+    v1.finalize_template(hash)
+    db = v1.get_test_database(hash)
+    assert db.token is None
+    assert count(db.config.url, "SELECT 1") == 1
+    v1.recreate(db)
+    with pytest.raises(pgfork.PgforkError):
+        v1.list_templates()
+    v1.discard_template(hash)
+    with pytest.raises(pgfork.TemplateNotFound) as exc:
+        v1.get_test_database(hash)
+    assert exc.value.status == 404
+
+
+def test_list_templates(client: Client, hash: str) -> None:
+    client.initialize_template(hash)
+    client.finalize_template(hash)
+    db = client.get_test_database(hash)
+    listed = {t["templateHash"]: t for t in client.list_templates()["templates"]}
+    assert listed[hash]["state"] == "finalized"
+    assert listed[hash]["databases"].get("in_use") == 1
+    client.recreate(db)
+
+
+def test_timeout_is_service_unavailable(client: Client, hash: str) -> None:
+    """On v2 a template nobody finalizes gets 503 with the reason after the
+    server's finalize timeout (clients/test.sh starts it with 15s)."""
+    client.initialize_template(hash)
+    with pytest.raises(pgfork.ServiceUnavailable) as exc:
+        client.get_test_database(hash)
+    assert exc.value.status == 503
+    assert "finalized" in exc.value.message
 
 
 def test_errors(client: Client, hash: str) -> None:
@@ -81,8 +128,12 @@ def test_errors(client: Client, hash: str) -> None:
 
     client.initialize_template(hash)
     client.finalize_template(hash)
-    with pytest.raises((pgfork.TestDatabaseNotFound, pgfork.TemplateNotFound)):
+    with pytest.raises(pgfork.TestDatabaseNotFound) as exc:
+        client.unlock(pgfork.TestDatabase(hash, 1, pgfork.DatabaseConfig("", 0, "", "", ""), token="0" * 32))
+    assert exc.value.status == 404
+    with pytest.raises(pgfork.ApiError) as exc:  # by small id: IntegreSQL's 500 "invalid database index"
         client.unlock_test_database(hash, 987654)
+    assert exc.value.status == 500
     with pytest.raises(pgfork.ApiError) as exc:
         client.get_test_database("x'; DROP DATABASE postgres; --")
     assert exc.value.status in (400, 404)
@@ -98,7 +149,7 @@ def test_get_waits_for_finalize(client: Client, hash: str) -> None:
     finally:
         timer.join()
     assert time.monotonic() - start >= 0.35
-    client.recreate_test_database(hash, db.id)
+    client.recreate(db)
 
 
 def test_token_required(client: Client) -> None:
@@ -113,7 +164,13 @@ def test_token_required(client: Client) -> None:
 
 def test_unreachable() -> None:
     c = Client("http://127.0.0.1:1/api/v1")
-    assert c.base_url == "http://127.0.0.1:1"
+    assert c.base_url == "http://127.0.0.1:1" and c.api_version == 1
+    for url, version in (("http://h:5000", 2), ("http://h:5000/api", 2), ("http://h:5000/api/v2/", 2),
+                         ("http://h:5000/p/api/v1", 1)):
+        assert Client(url).api_version == version, url
+    assert Client("http://h:5000", api_version=1).api_version == 1
+    with pytest.raises(ValueError):
+        Client("http://h:5000", api_version=3)
     assert not c.reachable(timeout=1)
     with pytest.raises(pgfork.ServerUnreachable):
         c.initialize_template("x")

@@ -9,7 +9,7 @@ from typing import Any
 import psycopg
 import pytest
 
-from pgfork import Client
+from pgfork import Client, DatabaseConfig, TestDatabase, TestDatabaseNotFound
 from pgfork.pytest_plugin import PgforkDatabase
 
 
@@ -64,10 +64,13 @@ def test_failed_test_keeps_database(pytester: pytest.Pytester, pgfork_client: Cl
     assert url.startswith("postgres://")
     with psycopg.connect(url) as conn:
         assert conn.execute("SELECT x FROM evidence").fetchone() == (42,)
-    # Give the kept database back ourselves.
-    m = re.search(r"template (\w+), id (\d+)", lines[0])
+    # Give the kept database back ourselves, by its hand-out token.
+    m = re.search(r"template (\w+), id (\d+), hand-out ([0-9a-f]{16,})", lines[0])
     assert m, lines[0]
-    pgfork_client.recreate_test_database(m.group(1), int(m.group(2)))
+    kept = TestDatabase(m.group(1), int(m.group(2)), DatabaseConfig("", 0, "", "", ""), token=m.group(3))
+    pgfork_client.recreate(kept)
+    with pytest.raises(TestDatabaseNotFound):
+        pgfork_client.recreate(kept)
 
 
 def test_failing_migration_fails_clearly(pytester: pytest.Pytester, pgfork_client: Client) -> None:

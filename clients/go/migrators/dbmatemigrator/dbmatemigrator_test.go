@@ -44,7 +44,7 @@ func TestDbmate(t *testing.T) {
 
 	url := pgforktest.New(t, pgforktest.Options{ExtraKey: "dbmate-empty/" + os.Getenv("PGFORK_TEST_RUN")})
 	bad := t.TempDir()
-	if err := os.WriteFile(filepath.Join(bad, "20240101000000_bad.sql"), []byte("-- migrate:up\nSELECT nope FROM nowhere_table;\n"), 0o644); err != nil {
+	if err := os.WriteFile(filepath.Join(bad, "20240101000000_bad.sql"), []byte("-- migrate:up\nSELECT nope FROM nowhere_table;\n\n-- migrate:down\n"), 0o644); err != nil {
 		t.Fatal(err)
 	}
 	mb := dbmatemigrator.New(bad)

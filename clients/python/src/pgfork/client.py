@@ -1,4 +1,12 @@
-"""HTTP client for the v1 API of pgfork serve (and IntegreSQL)."""
+"""HTTP client for pgfork serve's native /api/v2, or IntegreSQL's /api/v1.
+
+On v2 (the default) errors say more than IntegreSQL's: TemplateDiscarded
+(410) after a discard, ServiceUnavailable (503) with the reason when no
+database was ready in time, PoolFull (507) for a full disk; and every
+hand-out has an unguessable ``token`` that :meth:`Client.unlock` and
+:meth:`Client.recreate` use, so only its holder gives it back, once. Use
+``api_version=1`` or a base URL ending in /api/v1 for IntegreSQL itself.
+"""
 
 from __future__ import annotations
 
@@ -49,7 +57,7 @@ class TestDatabaseNotFound(ApiError):
 
 
 class TemplateDiscarded(ApiError):
-    """410: the template was discarded (its setup failed)."""
+    """410 (v2): the template was discarded (its setup failed). v1 answers 404."""
 
 
 class TemplateAlreadyInitialized(ApiError):
@@ -63,14 +71,16 @@ class TestDatabaseInUse(ApiError):
 
 
 class ServiceUnavailable(ApiError):
-    """503: the server cannot reach PostgreSQL, or a wait timed out."""
+    """503: the server is shutting down or cannot reach PostgreSQL, or (v2) a
+    wait for finalize or a ready database timed out or the pool is full; the
+    message says which. v1 answers 500 for those, as IntegreSQL."""
 
 
 class PoolFull(ApiError):
-    """507: the pool (or the server's global limit) is full."""
+    """507 (v2): insufficient storage, the server's disk is full."""
 
 
-_TEST_OPS = {"unlock_test_database", "recreate_test_database", "return_test_database"}
+_TEST_OPS = {"unlock", "recreate", "unlock_test_database", "recreate_test_database", "return_test_database"}
 
 
 def _error_class(op: str, status: int, message: str) -> Type[ApiError]:
@@ -79,7 +89,9 @@ def _error_class(op: str, status: int, message: str) -> Type[ApiError]:
     if status in (401, 403):
         return Unauthorized
     if status == 404:
-        if op in _TEST_OPS and "template" not in message.lower():
+        # "template not found" names the template; anything else from a test
+        # operation (v2: "no test database … under this id") the hand-out.
+        if op in _TEST_OPS and "template not found" not in message.lower():
             return TestDatabaseNotFound
         return TemplateNotFound
     if status == 410:
@@ -166,13 +178,15 @@ class TemplateDatabase:
 
 @dataclass(frozen=True)
 class TestDatabase:
-    """A test database handed out by get_test_database."""
+    """A test database handed out by get_test_database: ``id`` is the small
+    number in its name; ``token`` the v2 hand-out id (None on v1)."""
 
     __test__ = False
 
     template_hash: str
     id: int
     config: DatabaseConfig
+    token: Optional[str] = None
 
 
 def _database(body: Mapping[str, Any], hash: str) -> Tuple[str, DatabaseConfig]:
@@ -182,21 +196,30 @@ def _database(body: Mapping[str, Any], hash: str) -> Tuple[str, DatabaseConfig]:
 
 
 class Client:
-    """Client for the v1 API. base_url may end in /api or /api/v1 (IntegreSQL style).
+    """Client for the v2 API, or v1 with ``api_version=1`` or a base URL
+    ending in /api/v1 (for IntegreSQL). base_url may end in /api (IntegreSQL
+    style) or /api/v2.
 
     timeout bounds each request in seconds; get_test_database may wait server
     side for a template to be finalized, so keep it generous.
     """
 
-    def __init__(self, base_url: str = DEFAULT_URL, token: Optional[str] = None, timeout: float = 120.0) -> None:
+    def __init__(self, base_url: str = DEFAULT_URL, token: Optional[str] = None, timeout: float = 120.0,
+                 api_version: Optional[int] = None) -> None:
         u = urllib.parse.urlsplit(base_url or DEFAULT_URL)
         if u.scheme not in ("http", "https") or not u.netloc:
             raise ValueError(f"pgfork: base URL {base_url!r} must be http(s)://host[:port]")
+        if api_version not in (None, 1, 2):
+            raise ValueError(f"pgfork: api_version={api_version!r}: want 1 (IntegreSQL's API) or 2 (pgfork's)")
         path = u.path.rstrip("/")
-        for suffix in ("/v1", "/api"):
+        if api_version is None:
+            api_version = 1 if path.endswith("/api/v1") else 2
+        for suffix in ("/v1", "/v2", "/api"):
             if path.endswith(suffix):
                 path = path[: -len(suffix)]
         self.base_url = urllib.parse.urlunsplit((u.scheme, u.netloc, path, "", ""))
+        self.api_version: int = api_version
+        self._api = f"/api/v{api_version}"
         self.token = token or None
         self.timeout = timeout
 
@@ -254,31 +277,64 @@ class Client:
 
     def initialize_template(self, hash: str) -> TemplateDatabase:
         """Register a template; raises TemplateAlreadyInitialized if another caller did."""
-        body = self._request("initialize_template", "POST", "/api/v1/templates", {"hash": hash})
+        body = self._request("initialize_template", "POST", f"{self._api}/templates", {"hash": hash})
         h, cfg = _database(body, hash)
         return TemplateDatabase(h, cfg)
 
     def finalize_template(self, hash: str) -> None:
         """Mark the template ready: test databases are cloned from it."""
-        self._request("finalize_template", "PUT", f"/api/v1/templates/{self._h(hash)}", want=204)
+        self._request("finalize_template", "PUT", f"{self._api}/templates/{self._h(hash)}", want=204)
 
     def discard_template(self, hash: str) -> None:
-        """Drop the template; waiters get TemplateDiscarded."""
-        self._request("discard_template", "DELETE", f"/api/v1/templates/{self._h(hash)}", want=204)
+        """Drop the template; waiters get TemplateDiscarded (TemplateNotFound on v1)."""
+        self._request("discard_template", "DELETE", f"{self._api}/templates/{self._h(hash)}", want=204)
 
     def get_test_database(self, hash: str) -> TestDatabase:
-        """A fresh test database; waits (server side) for finalize and a ready database."""
-        body = self._request("get_test_database", "GET", f"/api/v1/templates/{self._h(hash)}/tests")
+        """A fresh test database; waits (server side) for finalize and a ready
+        database. On v2: TemplateDiscarded if the template was discarded,
+        ServiceUnavailable (with the reason) if none was ready in time."""
+        body = self._request("get_test_database", "GET", f"{self._api}/templates/{self._h(hash)}/tests")
         h, cfg = _database(body, hash)
+        if isinstance(body.get("id"), str):  # v2: the hand-out token, with the small id as number
+            return TestDatabase(h, int(body["number"]), cfg, token=body["id"])
         return TestDatabase(h, int(body["id"]), cfg)
 
+    def unlock(self, db: TestDatabase) -> None:
+        """Give db back unchanged (only after a test that did not write). On
+        v2 by its token: a hand-out given back already is TestDatabaseNotFound.
+        On v1 (no token) it is unlock_test_database(db.id)."""
+        self._hand_out_op("unlock", db)
+
+    def recreate(self, db: TestDatabase) -> None:
+        """Give db back to be recreated from the template; by its token as unlock."""
+        self._hand_out_op("recreate", db)
+
+    def _hand_out_op(self, op: str, db: TestDatabase) -> None:
+        if self.api_version == 1 or not db.token:
+            self._request(op, "POST", f"/api/v1/templates/{self._h(db.template_hash)}/tests/{int(db.id)}/{op}", want=204)
+            return
+        token = urllib.parse.quote(db.token, safe="")
+        self._request(op, "POST", f"/api/v2/templates/{self._h(db.template_hash)}/tests/{token}/{op}", want=204)
+
+    def list_templates(self) -> Dict[str, Any]:
+        """GET /api/v2/templates: ``{"databases": n, "templates": [{"templateHash",
+        "state", "databases": {state: count}, "waiters", "total", "max"}]}``
+        (pgfork serve's v2 only)."""
+        if self.api_version == 1:
+            raise PgforkError("list_templates: needs the v2 API (pgfork serve); this client talks v1")
+        return dict(self._request("list_templates", "GET", "/api/v2/templates") or {})
+
+    # By the small id, always on the v1 routes (v2 takes only tokens), with
+    # IntegreSQL's semantics: an id never handed out is a 500, and a late call
+    # after the server reclaimed the database gives back its next holder's.
+
     def unlock_test_database(self, hash: str, id: int) -> None:
-        """Return a test database unchanged (only after a test that did not write)."""
+        """Return test database id unchanged (v1 route; prefer unlock(db))."""
         self._request("unlock_test_database", "POST",
                       f"/api/v1/templates/{self._h(hash)}/tests/{int(id)}/unlock", want=204)
 
     def recreate_test_database(self, hash: str, id: int) -> None:
-        """Return a test database to be recreated from the template."""
+        """Return test database id to be recreated (v1 route; prefer recreate(db))."""
         self._request("recreate_test_database", "POST",
                       f"/api/v1/templates/{self._h(hash)}/tests/{int(id)}/recreate", want=204)
 
@@ -289,4 +345,4 @@ class Client:
 
     def reset_all_tracking(self) -> None:
         """Forget every template and test database on the server."""
-        self._request("reset_all_tracking", "DELETE", "/api/v1/admin/templates", want=204)
+        self._request("reset_all_tracking", "DELETE", f"{self._api}/admin/templates", want=204)

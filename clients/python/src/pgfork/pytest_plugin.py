@@ -174,9 +174,9 @@ class Templates:
             db.close()
             if not db.kept:
                 if readonly:
-                    self.client.unlock_test_database(db.template_hash, db.id)
+                    self.client.unlock(td)
                 else:
-                    self.client.recreate_test_database(db.template_hash, db.id)
+                    self.client.recreate(td)
 
 
 _OPTIONS = [
@@ -264,7 +264,8 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) ->
         for db in dbs:
             db.kept = True
             report.sections.append(("pgfork", f"test failed: keeping test database {db.name} "
-                                              f"(template {db.template_hash}, id {db.id}) for inspection: "
+                                              f"(template {db.template_hash}, id {db.id}, "
+                                              f"hand-out {db.test_database.token or '-'}) for inspection: "
                                               f"{db.url if show else db.safe_url}"))
     if report.failed and _passwords:
         # The test's own output, assertion values and tracebacks may hold a
@@ -282,8 +283,14 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) ->
 def pgfork_client(pytestconfig: pytest.Config) -> Client:
     """A client for the configured server, started in the background if none
     answers and a `pgfork` binary is on PATH."""
-    url = _setting(pytestconfig, "pgfork_url", "PGFORK_URL") or os.environ.get("INTEGRESQL_CLIENT_BASE_URL", "")
-    client = Client(url or DEFAULT_URL, token=_setting(pytestconfig, "pgfork_token", "PGFORK_TOKEN") or None)
+    url = _setting(pytestconfig, "pgfork_url", "PGFORK_URL")
+    api_version = None
+    if not url:
+        url = os.environ.get("INTEGRESQL_CLIENT_BASE_URL", "")
+        if url and not url.rstrip("/").endswith("/api/v2"):
+            api_version = 1  # IntegreSQL's clients' variable: the server may be IntegreSQL itself
+    client = Client(url or DEFAULT_URL, token=_setting(pytestconfig, "pgfork_token", "PGFORK_TOKEN") or None,
+                    api_version=api_version)
     run_dir = Path(os.environ.get(RUN_DIR_ENV) or tempfile.mkdtemp(prefix="pgfork-pytest-"))
     extra = shlex.split(_setting(pytestconfig, "pgfork_serve_args", "PGFORK_SERVE_ARGS"))
     if not ensure_server(client, run_dir, extra_args=extra):

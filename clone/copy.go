@@ -149,7 +149,7 @@ func Copy(ctx context.Context, src, dst string, opts Options) (*Summary, error) 
 	parent, base := filepath.Dir(dstAbs), filepath.Base(dstAbs)
 	staging, err := os.MkdirTemp(parent, "."+base+stagingTag+fmt.Sprint(os.Getpid())+"-")
 	if err != nil {
-		return nil, fsErr(err, parent, "cannot create a staging directory beside the destination")
+		return nil, errs.FromOS(err, parent, "cannot create a staging directory beside the destination")
 	}
 	release, err := lockDir(staging)
 	if err != nil {
@@ -181,12 +181,12 @@ func Copy(ctx context.Context, src, dst string, opts Options) (*Summary, error) 
 		}
 	}
 	if err != nil {
-		return nil, fsErr(err, dstAbs, "cannot move the finished copy into place")
+		return nil, errs.FromOS(err, dstAbs, "cannot move the finished copy into place")
 	}
 	done = true
 	if opts.Sync != SyncNone {
 		if err := fsyncDir(parent); err != nil {
-			return nil, fsErr(err, parent, "cannot sync the destination's parent directory")
+			return nil, errs.FromOS(err, parent, "cannot sync the destination's parent directory")
 		}
 	}
 	sum.Elapsed = time.Since(start)
@@ -216,7 +216,7 @@ func CopyInto(ctx context.Context, src, dst string, opts Options) (*Summary, err
 			return nil, errs.New(errs.NotFound, "destination directory does not exist").WithPath(dstAbs).
 				WithHint("create it first (CopyInto fills an existing empty directory)")
 		}
-		return nil, fsErr(err, dstAbs, "cannot read the destination directory")
+		return nil, errs.FromOS(err, dstAbs, "cannot read the destination directory")
 	}
 	if len(ents) > 0 {
 		return nil, errs.New(errs.Exists, "destination directory is not empty").WithPath(dstAbs).
@@ -318,11 +318,11 @@ func checkSrc(src string) (string, error) {
 			return "", errs.New(errs.NotFound, "source directory does not exist").WithPath(abs).
 				WithHint("check the path")
 		}
-		return "", fsErr(err, abs, "cannot read the source")
+		return "", errs.FromOS(err, abs, "cannot read the source")
 	}
 	if !fi.IsDir() {
 		return "", errs.New(errs.Usage, "source is not a directory").WithPath(abs).
-			WithHint("pgfork copy copies directory trees; use cp for a single file")
+			WithHint("give a directory; a single file is copied with cp")
 	}
 	return abs, nil
 }
@@ -351,7 +351,7 @@ func checkPaths(src, dst string, force bool) (srcAbs, dstAbs string, dstExists b
 			return "", "", false, errs.New(errs.NotFound, "the destination's parent directory does not exist").WithPath(parent).
 				WithHint("create it first: mkdir -p %s", parent)
 		}
-		return "", "", false, fsErr(perr, parent, "cannot use the destination's parent directory")
+		return "", "", false, errs.FromOS(perr, parent, "cannot use the destination's parent directory")
 	}
 	if !pfi.IsDir() {
 		return "", "", false, errs.New(errs.Usage, "the destination's parent is not a directory").WithPath(parent).
@@ -399,33 +399,6 @@ func within(p, dir string) bool {
 	}
 	rel, err := filepath.Rel(dir, p)
 	return err == nil && rel != ".." && !strings.HasPrefix(rel, "../")
-}
-
-// fsErr turns an OS error on path into a typed error.
-func fsErr(err error, path, msg string) error {
-	var e *errs.Error
-	if errors.As(err, &e) {
-		return err
-	}
-	// The path is named once, by the typed error.
-	var pe *fs.PathError
-	if errors.As(err, &pe) {
-		err = pe.Err
-	}
-	var le *os.LinkError
-	if errors.As(err, &le) {
-		err = le.Err
-	}
-	switch {
-	case errors.Is(err, fs.ErrPermission):
-		return errs.Wrap(errs.Permission, err, "%s", msg).WithPath(path).
-			WithHint("run pgfork as a user that may read the source and write the destination (or as root)")
-	case errors.Is(err, fs.ErrNotExist):
-		return errs.Wrap(errs.NotFound, err, "%s", msg).WithPath(path).WithHint("check the path")
-	case isNoSpace(err):
-		return errs.Wrap(errs.NoSpace, err, "%s", msg).WithPath(path).WithHint("free some space")
-	}
-	return errs.Wrap(errs.Internal, err, "%s", msg).WithPath(path)
 }
 
 func fsyncDir(dir string) error {
@@ -520,7 +493,7 @@ func (c *copier) run(ctx context.Context) (*Summary, error) {
 	}
 	dev, err := devOf(c.root)
 	if err != nil {
-		return nil, fsErr(err, c.root, "cannot stat the destination")
+		return nil, errs.FromOS(err, c.root, "cannot stat the destination")
 	}
 	c.dstDev = dev
 
@@ -556,7 +529,7 @@ func (c *copier) run(ctx context.Context) (*Summary, error) {
 		}
 	case SyncFS:
 		if err := syncFS(c.root); err != nil {
-			return nil, fsErr(err, c.final, "cannot sync the destination filesystem")
+			return nil, errs.FromOS(err, c.final, "cannot sync the destination filesystem")
 		}
 	}
 
@@ -598,11 +571,11 @@ func (c *copier) setDirsMeta() error {
 func (c *copier) walk(ctx context.Context) error {
 	fi, err := os.Lstat(c.src)
 	if err != nil {
-		return fsErr(err, c.src, "cannot read the source")
+		return errs.FromOS(err, c.src, "cannot read the source")
 	}
 	if !fi.IsDir() { // src given as a symlink to a directory
 		if fi, err = os.Stat(c.src); err != nil {
-			return fsErr(err, c.src, "cannot read the source")
+			return errs.FromOS(err, c.src, "cannot read the source")
 		}
 	}
 	c.dirs = append(c.dirs, newEntry("", kDir, fi))
@@ -628,7 +601,7 @@ func (c *copier) walkDir(ctx context.Context, rel string) error {
 		if errors.Is(err, fs.ErrNotExist) && c.opts.TolerateVanished && rel != "" {
 			return nil
 		}
-		return fsErr(err, abs, "cannot list the source directory")
+		return errs.FromOS(err, abs, "cannot list the source directory")
 	}
 	for _, d := range ents {
 		r := path.Join(rel, d.Name())
@@ -690,11 +663,11 @@ func (c *copier) readErr(err error, p string) error {
 		return errs.Wrap(errs.NotFound, err, "source file vanished during the copy").WithPath(p).
 			WithHint("stop whatever is changing the source, or copy a running server with pgfork's online clone")
 	}
-	return fsErr(err, p, "cannot read")
+	return errs.FromOS(err, p, "cannot read")
 }
 
 func (c *copier) writeErr(err error, e *entry) error {
-	return fsErr(err, c.finalPath(e), "cannot write")
+	return errs.FromOS(err, c.finalPath(e), "cannot write")
 }
 
 func (c *copier) makeOther(e *entry) error {
@@ -787,7 +760,7 @@ func (c *copier) probe(ctx context.Context) error {
 			if errors.Is(err, fs.ErrNotExist) {
 				return c.readErr(err, c.srcPath(f))
 			}
-			return fsErr(err, c.srcPath(f), "cannot probe copy methods with this file")
+			return errs.FromOS(err, c.srcPath(f), "cannot probe copy methods with this file")
 		}
 		info := &pairInfo{best: pi.Best, shares: pi.SharesBlocks}
 		if m == Clone || m == CopyFileRange {
@@ -1098,7 +1071,7 @@ func (c *copier) copyData(ctx context.Context, e *entry, sf, df *os.File, size i
 			return m, &noSpaceError{rel: e.rel, err: err}
 		}
 		if errors.Is(err, fs.ErrPermission) {
-			return m, fsErr(err, c.finalPath(e), "cannot copy "+c.srcPath(e))
+			return m, errs.FromOS(err, c.finalPath(e), "cannot copy %s", c.srcPath(e))
 		}
 		return m, errs.Wrap(errs.Internal, err, "copying %s (method %s)", c.srcPath(e), m).WithPath(c.finalPath(e))
 	}

@@ -205,7 +205,7 @@ func Find(opts Options, major int) (Installation, error) {
 	}
 	if major == 0 {
 		return Installation{}, errs.New(errs.NotFound, "no PostgreSQL installation found (looked at pg_config and postgres on PATH, /usr/lib/postgresql/*/bin, /usr/local/pgsql/bin and pgfork's installs)").
-			WithHint("install one with `pgfork pg install 18`, or point --pg-bin at a PostgreSQL bin directory")
+			WithHint("install PostgreSQL").WithCLI("install one with `pgfork pg install 18`, or point --pg-bin at a PostgreSQL bin directory")
 	}
 	var have []string
 	for _, in := range all {
@@ -215,7 +215,7 @@ func Find(opts Options, major int) (Installation, error) {
 	if len(have) > 0 {
 		msg += " (found " + strings.Join(have, ", ") + ")"
 	}
-	return Installation{}, errs.New(errs.NotFound, "%s", msg).WithHint("pgfork pg install %d", major)
+	return Installation{}, errs.New(errs.NotFound, "%s", msg).WithHint("install PostgreSQL %d", major).WithCLI("pgfork pg install %d", major)
 }
 
 func explicitInstall(opts Options) (*Installation, error) {

@@ -131,7 +131,7 @@ func Clone(ctx context.Context, opts Options) (*Result, error) {
 	}
 	if inst.Major != 0 && inst.Major != major {
 		return nil, errs.New(errs.Unsupported, "the source data directory is PostgreSQL %d but the binaries in %s are PostgreSQL %s", major, inst.BinDir, inst.Version).
-			WithPath(src).WithHint("use the PostgreSQL %d binaries: --pg %d (install them with `pgfork pg install %d` if missing)", major, major, major)
+			WithPath(src).WithHint("use the PostgreSQL %d binaries", major).WithCLI("--pg %d (install them with `pgfork pg install %d` if missing)", major, major)
 	}
 	tss, err := pgdata.Tablespaces(src)
 	if err != nil {
@@ -202,7 +202,7 @@ func Clone(ctx context.Context, opts Options) (*Result, error) {
 
 	parent := filepath.Dir(dst)
 	if err := os.MkdirAll(parent, 0o755); err != nil {
-		return nil, fsErr(err, parent, "cannot create the destination's parent directory")
+		return nil, errs.FromOS(err, parent, "cannot create the destination's parent directory")
 	}
 	b := &build{opts: opts, src: src, dst: dst, parent: parent, tss: tss,
 		res: &Result{Src: src, Dst: dst, Online: opts.Online, Major: major, Port: opts.Port,
@@ -343,18 +343,18 @@ func (b *build) run(ctx context.Context, cd *pgdata.ControlData) error {
 				return err
 			}
 			if err := os.WriteFile(filepath.Join(b.tsStage.path, incompleteMarker), []byte("pgfork clone in progress\n"), 0o600); err != nil {
-				return fsErr(err, b.tsStage.path, "cannot mark the tablespace copy as incomplete")
+				return errs.FromOS(err, b.tsStage.path, "cannot mark the tablespace copy as incomplete")
 			}
 			if err := b.chown(b.tsStage.path); err != nil {
 				return err
 			}
 			if err := os.Chmod(b.tsStage.path, 0o700); err != nil {
-				return fsErr(err, b.tsStage.path, "cannot set the mode of the tablespace directory")
+				return errs.FromOS(err, b.tsStage.path, "cannot set the mode of the tablespace directory")
 			}
 		}
 		dir := filepath.Join(b.tsStage.path, ts.OID)
 		if err := os.Mkdir(dir, 0o700); err != nil {
-			return fsErr(err, dir, "cannot create the tablespace copy")
+			return errs.FromOS(err, dir, "cannot create the tablespace copy")
 		}
 		if err := b.copyTree(ctx, "tablespace "+ts.OID, ts.Target, dir, pgdata.TablespaceFilter); err != nil {
 			return err
@@ -362,11 +362,11 @@ func (b *build) run(ctx context.Context, cd *pgdata.ControlData) error {
 		final := filepath.Join(TablespaceDir(b.dst), ts.OID)
 		link := filepath.Join(b.data.path, "pg_tblspc", ts.OID)
 		if err := os.Symlink(final, link); err != nil {
-			return fsErr(err, link, "cannot link the clone to its tablespace copy")
+			return errs.FromOS(err, link, "cannot link the clone to its tablespace copy")
 		}
 		if b.owner != nil {
 			if err := os.Lchown(link, b.owner.UID, b.owner.GID); err != nil {
-				return fsErr(err, link, "cannot set the owner of the tablespace link")
+				return errs.FromOS(err, link, "cannot set the owner of the tablespace link")
 			}
 		}
 		newTarget[ts.OID] = final
@@ -393,7 +393,7 @@ func (b *build) run(ctx context.Context, cd *pgdata.ControlData) error {
 	if b.opts.Sync != clone.SyncNone {
 		for _, d := range []string{b.data.path, filepath.Join(b.data.path, "pg_tblspc"), filepath.Join(b.data.path, "pg_wal")} {
 			if err := syncDir(d); err != nil {
-				return fsErr(err, d, "cannot sync the clone")
+				return errs.FromOS(err, d, "cannot sync the clone")
 			}
 		}
 	}
@@ -571,7 +571,7 @@ func (b *build) place(ctx context.Context) error {
 				return errs.New(errs.Exists, "the clone's tablespace directory appeared while cloning").WithPath(TablespaceDir(b.dst)).
 					WithHint("choose another destination")
 			}
-			return fsErr(err, TablespaceDir(b.dst), "cannot move the tablespace copies into place")
+			return errs.FromOS(err, TablespaceDir(b.dst), "cannot move the tablespace copies into place")
 		}
 		b.tsRenamed = true
 	}
@@ -580,7 +580,7 @@ func (b *build) place(ctx context.Context) error {
 			return errs.New(errs.Exists, "the destination appeared while cloning").WithPath(b.dst).
 				WithHint("choose another destination")
 		}
-		return fsErr(err, b.dst, "cannot move the clone into place")
+		return errs.FromOS(err, b.dst, "cannot move the clone into place")
 	}
 	b.placed = true
 	if b.tsStage != nil {
@@ -590,7 +590,7 @@ func (b *build) place(ctx context.Context) error {
 	b.data.release()
 	if b.opts.Sync != clone.SyncNone {
 		if err := syncDir(b.parent); err != nil {
-			return fsErr(err, b.parent, "cannot sync the destination's parent directory")
+			return errs.FromOS(err, b.parent, "cannot sync the destination's parent directory")
 		}
 	}
 	return nil
@@ -617,7 +617,7 @@ func (b *build) cleanup() {
 
 func (b *build) mkdir(p string) error {
 	if err := os.Mkdir(p, 0o700); err != nil && !errors.Is(err, fs.ErrExist) {
-		return fsErr(err, p, "cannot create a directory in the clone")
+		return errs.FromOS(err, p, "cannot create a directory in the clone")
 	}
 	return b.chown(p)
 }
@@ -627,7 +627,7 @@ func (b *build) chown(p string) error {
 		return nil
 	}
 	if err := os.Lchown(p, b.owner.UID, b.owner.GID); err != nil {
-		return fsErr(err, p, "cannot give the clone to its OS user")
+		return errs.FromOS(err, p, "cannot give the clone to its OS user")
 	}
 	return nil
 }
@@ -637,7 +637,7 @@ func (b *build) writeFile(name, content string) error {
 	p := filepath.Join(b.data.path, name)
 	f, err := os.OpenFile(p, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
 	if err != nil {
-		return fsErr(err, p, "cannot write "+name)
+		return errs.FromOS(err, p, "cannot write %s", name)
 	}
 	_, err = f.WriteString(content)
 	if err == nil && b.opts.Sync != clone.SyncNone {
@@ -647,7 +647,7 @@ func (b *build) writeFile(name, content string) error {
 		err = cerr
 	}
 	if err != nil {
-		return fsErr(err, p, "cannot write "+name)
+		return errs.FromOS(err, p, "cannot write %s", name)
 	}
 	return b.chown(p)
 }
@@ -655,7 +655,7 @@ func (b *build) writeFile(name, content string) error {
 // checkPaths resolves src and dst and refuses overlapping ones.
 func checkPaths(src, dst string) (string, string, error) {
 	if src == "" || dst == "" {
-		return "", "", errs.New(errs.Usage, "a clone needs a source and a destination").WithHint("pgfork clone SRC DST")
+		return "", "", errs.New(errs.Usage, "a clone needs a source and a destination").WithCLI("pgfork clone SRC DST")
 	}
 	s, err := filepath.Abs(src)
 	if err != nil {

@@ -113,7 +113,7 @@ func (p *pgxSession) close() {
 func DataDirOwner(dataDir string) (*instance.OSUser, error) {
 	fi, err := os.Stat(dataDir)
 	if err != nil {
-		return nil, fsErr(err, dataDir, "cannot read the source data directory")
+		return nil, errs.FromOS(err, dataDir, "cannot read the source data directory")
 	}
 	st := fi.Sys().(*syscall.Stat_t)
 	u, err := user.LookupId(strconv.Itoa(int(st.Uid)))

@@ -42,7 +42,7 @@ type staged struct {
 func newStaged(parent, base string) (*staged, error) {
 	p, err := os.MkdirTemp(parent, "."+base+stagingTag+fmt.Sprint(os.Getpid())+"-")
 	if err != nil {
-		return nil, fsErr(err, parent, "cannot create a staging directory beside the destination")
+		return nil, errs.FromOS(err, parent, "cannot create a staging directory beside the destination")
 	}
 	fd, err := unix.Open(p, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
 	if err == nil {
@@ -151,16 +151,4 @@ func renameNoReplace(oldpath, newpath string) error {
 		return &os.LinkError{Op: "rename", Old: oldpath, New: newpath, Err: err}
 	}
 	return nil
-}
-
-func fsErr(err error, path, msg string) error {
-	switch {
-	case errors.Is(err, fs.ErrPermission):
-		return errs.Wrap(errs.Permission, err, "%s", msg).WithPath(path).WithHint("check the permissions of %s", path)
-	case errors.Is(err, unix.ENOSPC) || errors.Is(err, unix.EDQUOT):
-		return errs.Wrap(errs.NoSpace, err, "%s", msg).WithPath(path).WithHint("free some space on the destination's filesystem, or clone elsewhere")
-	case errors.Is(err, fs.ErrNotExist):
-		return errs.Wrap(errs.NotFound, err, "%s", msg).WithPath(path)
-	}
-	return errs.Wrap(errs.Internal, err, "%s", msg).WithPath(path)
 }

@@ -439,7 +439,7 @@ func configErr(err error, p string) error {
 	case errors.Is(err, fs.ErrNotExist):
 		return errs.Wrap(errs.NotFound, err, "a configuration file is missing").WithPath(p)
 	case errors.Is(err, fs.ErrPermission):
-		return errs.Wrap(errs.Permission, err, "cannot read or write a configuration file").WithPath(p).
+		return errs.Wrap(errs.OSKind(err), err, "cannot read or write a configuration file").WithPath(p).
 			WithHint("run pgfork as root or as the cluster's owner")
 	case errors.Is(err, syscall.ENOSPC):
 		return errs.Wrap(errs.NoSpace, err, "cannot write a configuration file").WithPath(p)

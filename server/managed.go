@@ -54,7 +54,7 @@ func StartManaged(ctx context.Context, o ManagedOptions) (*Managed, error) {
 	}
 	data := filepath.Join(o.Dir, "pgdata")
 	if err := os.MkdirAll(o.Dir, 0o755); err != nil {
-		return nil, errs.Wrap(errs.Permission, err, "cannot create %s", o.Dir)
+		return nil, errs.Wrap(errs.OSKind(err), err, "cannot create %s", o.Dir)
 	}
 	if _, err := os.Stat(filepath.Join(data, "PG_VERSION")); err != nil {
 		_ = os.RemoveAll(data) // a half-made cluster from an interrupted first start
@@ -68,7 +68,7 @@ func StartManaged(ctx context.Context, o ManagedOptions) (*Managed, error) {
 			return nil, errs.Wrap(errs.Internal, err, "cannot write pg_hba.conf")
 		}
 		if err := o.User.Chown(filepath.Join(data, "pg_hba.conf")); err != nil {
-			return nil, errs.Wrap(errs.Permission, err, "cannot chown pg_hba.conf")
+			return nil, errs.Wrap(errs.OSKind(err), err, "cannot chown pg_hba.conf")
 		}
 	}
 	pw, err := password(filepath.Join(o.Dir, "password"))

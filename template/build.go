@@ -31,7 +31,7 @@ func build(ctx context.Context, lay statedir.Layout, o Options, files []SetupFil
 	}
 	staging, err := os.MkdirTemp(lay.Templates(), stagingTag+key+"-")
 	if err != nil {
-		return errs.Wrap(errs.Permission, err, "cannot create a staging directory for the template").WithPath(lay.Templates())
+		return errs.FromOS(err, lay.Templates(), "cannot create a staging directory for the template")
 	}
 	defer func() {
 		if err != nil {
@@ -39,7 +39,7 @@ func build(ctx context.Context, lay statedir.Layout, o Options, files []SetupFil
 		}
 	}()
 	if err := os.Chmod(staging, 0o755); err != nil {
-		return errs.Wrap(errs.Permission, err, "cannot prepare the staging directory").WithPath(staging)
+		return errs.FromOS(err, staging, "cannot prepare the staging directory")
 	}
 	data := filepath.Join(staging, dataSubdir)
 	progress(o, "building template %s (PostgreSQL %s): initdb", key, o.PG.Version)
@@ -57,7 +57,7 @@ func build(ctx context.Context, lay statedir.Layout, o Options, files []SetupFil
 	}
 	for _, f := range []string{"postmaster.opts", instance.LogFileName} {
 		if err := os.Remove(filepath.Join(data, f)); err != nil && !os.IsNotExist(err) {
-			return errs.Wrap(errs.Permission, err, "cannot clean the template").WithPath(filepath.Join(data, f))
+			return errs.FromOS(err, filepath.Join(data, f), "cannot clean the template")
 		}
 	}
 	_ = os.Remove(filepath.Join(staging, "server.log"))

@@ -207,7 +207,7 @@ func (u *upgrader) prepare(ctx context.Context) (*prepared, error) {
 	}
 	if _, err := os.Stat(o.New.tool("pg_upgrade")); err != nil {
 		return nil, errs.New(errs.NotFound, "pg_upgrade is missing from the new PostgreSQL build").WithPath(o.New.BinDir).
-			WithHint("install a complete PostgreSQL %d (pgfork pg install %d)", o.New.Major, o.New.Major)
+			WithHint("install a complete PostgreSQL %d", o.New.Major).WithCLI("pgfork pg install %d", o.New.Major)
 	}
 	if err := pathFree(o.NewDir); err != nil {
 		return nil, err

@@ -47,7 +47,7 @@ func writeHBA(dir string, u *instance.OSUser) (string, error) {
 	}
 	if u != nil {
 		if err := os.Chown(p, u.UID, u.GID); err != nil {
-			return "", errs.Wrap(errs.Permission, err, "cannot give the private pg_hba.conf to %s", u.Name).WithPath(p)
+			return "", errs.Wrap(errs.OSKind(err), err, "cannot give the private pg_hba.conf to %s", u.Name).WithPath(p)
 		}
 	}
 	return p, nil

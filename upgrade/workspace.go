@@ -88,7 +88,7 @@ func newWorkspace(ctx context.Context, oldDir, newDir string, u *instance.OSUser
 			return nil, cleaned, errs.New(errs.Busy, "another pgfork upgrade is working on this new data directory").WithPath(w.Dir).
 				WithHint("wait for it to finish")
 		}
-		return nil, cleaned, errs.Wrap(errs.Permission, err, "cannot create the upgrade's work directory beside the new data directory").WithPath(w.Dir).
+		return nil, cleaned, errs.Wrap(errs.OSKind(err), err, "cannot create the upgrade's work directory beside the new data directory").WithPath(w.Dir).
 			WithHint("the parent of NEW_DATADIR must exist and be writable")
 	}
 	w.Staging = filepath.Join(w.Dir, "new")
@@ -101,7 +101,7 @@ func newWorkspace(ctx context.Context, oldDir, newDir string, u *instance.OSUser
 	if err := u.MkdirOwned(tmp, userDirMode); err != nil {
 		_ = os.RemoveAll(w.Dir)
 		_ = os.RemoveAll(tmp)
-		return nil, cleaned, errs.Wrap(errs.Permission, err, "cannot prepare a temporary directory").WithPath(tmp)
+		return nil, cleaned, errs.FromOS(err, tmp, "cannot prepare a temporary directory")
 	}
 	w.state = wsState{Pid: os.Getpid(), Old: oldDir, New: newDir, Tmp: tmp, Started: time.Now()}
 	if err := w.save(); err != nil {

@@ -174,12 +174,12 @@ func writeJSONFile(path string, v any) error {
 		return errs.Wrap(errs.Internal, err, "cannot encode")
 	}
 	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
-		return errs.Wrap(errs.Permission, err, "cannot create directory").WithPath(filepath.Dir(path))
+		return errs.FromOS(err, filepath.Dir(path), "cannot create directory")
 	}
 	tmp := fmt.Sprintf("%s.tmp-%d-%d", path, os.Getpid(), time.Now().UnixNano())
 	f, err := os.Create(tmp)
 	if err != nil {
-		return errs.Wrap(errs.Permission, err, "cannot write").WithPath(path)
+		return errs.FromOS(err, path, "cannot write")
 	}
 	_, werr := f.Write(append(b, '\n'))
 	if werr == nil {

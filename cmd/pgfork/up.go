@@ -265,7 +265,7 @@ func up(ctx context.Context, o upOptions) (*upResult, error) {
 	t = time.Now()
 	socketDir, err = cluster.SocketDirFor(lay, pending.Name)
 	if err != nil {
-		return nil, errs.Wrap(errs.Permission, err, "cannot create a socket directory")
+		return nil, errs.Wrap(errs.OSKind(err), err, "cannot create a socket directory")
 	}
 	inst, err := instance.Start(ctx, instance.Config{
 		BinDir: pg.BinDir, Env: pg.Env(), DataDir: pending.DataDir(), User: user,

@@ -19,6 +19,8 @@ import (
 	"golang.org/x/sync/errgroup"
 
 	"github.com/pgfork/pgfork/internal/errs"
+	"github.com/pgfork/pgfork/internal/flock"
+	"github.com/pgfork/pgfork/internal/fsutil"
 	"github.com/pgfork/pgfork/internal/units"
 )
 
@@ -151,7 +153,7 @@ func Copy(ctx context.Context, src, dst string, opts Options) (*Summary, error) 
 	if err != nil {
 		return nil, errs.FromOS(err, parent, "cannot create a staging directory beside the destination")
 	}
-	release, err := lockDir(staging)
+	release, err := flock.LockDir(staging)
 	if err != nil {
 		_ = os.Remove(staging)
 		return nil, errs.Wrap(errs.Internal, err, "cannot lock the staging directory").WithPath(staging)
@@ -185,7 +187,7 @@ func Copy(ctx context.Context, src, dst string, opts Options) (*Summary, error) 
 	}
 	done = true
 	if opts.Sync != SyncNone {
-		if err := fsyncDir(parent); err != nil {
+		if err := fsutil.SyncDir(parent); err != nil {
 			return nil, errs.FromOS(err, parent, "cannot sync the destination's parent directory")
 		}
 	}
@@ -293,7 +295,7 @@ func CleanStale(dst string) error {
 			continue
 		}
 		p := filepath.Join(parent, name)
-		if inUse(p, pid) || (pid == os.Getpid() && strings.Contains(name, oldTag)) {
+		if (pidAlive(pid) && flock.IsLockedByLiveProcess(p)) || (pid == os.Getpid() && strings.Contains(name, oldTag)) {
 			continue
 		}
 		if err := removeAll(p); err != nil {
@@ -399,15 +401,6 @@ func within(p, dir string) bool {
 	}
 	rel, err := filepath.Rel(dir, p)
 	return err == nil && rel != ".." && !strings.HasPrefix(rel, "../")
-}
-
-func fsyncDir(dir string) error {
-	f, err := os.Open(dir)
-	if err != nil {
-		return err
-	}
-	defer f.Close()
-	return f.Sync()
 }
 
 // removeAll removes path, first making read-only directories writable so
@@ -528,7 +521,7 @@ func (c *copier) run(ctx context.Context) (*Summary, error) {
 			return nil, err
 		}
 	case SyncFS:
-		if err := syncFS(c.root); err != nil {
+		if err := fsutil.SyncFS(c.root); err != nil {
 			return nil, errs.FromOS(err, c.final, "cannot sync the destination filesystem")
 		}
 	}
@@ -1158,7 +1151,7 @@ func (c *copier) syncDirs(ctx context.Context) error {
 			break
 		}
 		g.Go(func() error {
-			if err := fsyncDir(c.dstPath(d)); err != nil {
+			if err := fsutil.SyncDir(c.dstPath(d)); err != nil {
 				return c.writeErr(err, d)
 			}
 			return nil

@@ -34,6 +34,7 @@ import (
 	"github.com/pgfork/pgfork/instance"
 	"github.com/pgfork/pgfork/internal/errs"
 	"github.com/pgfork/pgfork/internal/flock"
+	"github.com/pgfork/pgfork/internal/fsutil"
 	"github.com/pgfork/pgfork/internal/statedir"
 )
 
@@ -207,14 +208,10 @@ func (p *Pending) Commit(info Info) error {
 		info.PidStart = procStart(info.Pid)
 	}
 	b, _ := json.MarshalIndent(info, "", "  ")
-	tmp := filepath.Join(p.Dir, "."+infoFile+".tmp")
-	// No fsync: a cluster does not survive a crash of the machine anyway
-	// (test profile), and the reaper cleans what a crash leaves.
-	if err := os.WriteFile(tmp, append(b, '\n'), 0o644); err != nil {
-		return errs.Wrap(errs.Internal, err, "cannot record the cluster").WithPath(tmp)
-	}
-	if err := os.Rename(tmp, filepath.Join(p.Dir, infoFile)); err != nil {
-		return errs.Wrap(errs.Internal, err, "cannot record the cluster").WithPath(p.Dir)
+	// No fsync (ReplaceFile): a cluster does not survive a crash of the
+	// machine anyway (test profile), and the reaper cleans what a crash leaves.
+	if err := fsutil.ReplaceFile(filepath.Join(p.Dir, infoFile), append(b, '\n'), 0o644); err != nil {
+		return errs.FromOS(err, p.Dir, "cannot record the cluster")
 	}
 	p.lock.Unlock()
 	return nil

@@ -18,11 +18,10 @@ import (
 	"strconv"
 	"strings"
 	"syscall"
-	"time"
-
-	"golang.org/x/sys/unix"
 
 	"github.com/pgfork/pgfork/internal/errs"
+	"github.com/pgfork/pgfork/internal/flock"
+	"github.com/pgfork/pgfork/internal/fsutil"
 	"github.com/pgfork/pgfork/internal/statedir"
 )
 
@@ -250,7 +249,9 @@ func installWheel(ctx context.Context, lay statedir.Layout, sp Spec, wheel strin
 	if err := os.Rename(stage, final); err != nil {
 		return Installation{}, errs.FromOS(err, final, "cannot move the new build into place")
 	}
-	syncDir(lay.Installs())
+	if err := fsutil.SyncDir(lay.Installs()); err != nil {
+		return Installation{}, errs.FromOS(err, lay.Installs(), "cannot make the new build durable")
+	}
 	inst.BinDir = filepath.Join(final, "bin")
 	inst.Source = SourceManaged
 	say("installed PostgreSQL %s in %s", inst.Version, final)
@@ -294,31 +295,18 @@ func verifyBuild(ctx context.Context, bin, wantVersion string) (Installation, er
 
 func lockInstalls(ctx context.Context, lay statedir.Layout, say func(string, ...any)) (func(), error) {
 	p := filepath.Join(lay.Locks(), "install.lock")
-	f, err := os.OpenFile(p, os.O_CREATE|os.O_RDWR, 0o644)
-	if err != nil {
-		return nil, errs.FromOS(err, p, "cannot open the install lock")
+	l, err := flock.TryExclusive(p)
+	if errors.Is(err, flock.ErrBusy) {
+		say("waiting for another `pgfork pg install` to finish")
+		l, err = flock.Exclusive(ctx, p)
 	}
-	told := false
-	for {
-		err := unix.Flock(int(f.Fd()), unix.LOCK_EX|unix.LOCK_NB)
-		if err == nil {
-			return func() { _ = unix.Flock(int(f.Fd()), unix.LOCK_UN); f.Close() }, nil
-		}
-		if !errors.Is(err, unix.EWOULDBLOCK) {
-			f.Close()
-			return nil, errs.FromOS(err, p, "cannot lock")
-		}
-		if !told {
-			say("waiting for another `pgfork pg install` to finish")
-			told = true
-		}
-		select {
-		case <-ctx.Done():
-			f.Close()
-			return nil, errs.Wrap(errs.Interrupted, ctx.Err(), "interrupted while waiting for the install lock")
-		case <-time.After(100 * time.Millisecond):
-		}
+	switch {
+	case err == nil:
+		return l.Unlock, nil
+	case ctx.Err() != nil:
+		return nil, errs.Wrap(errs.Interrupted, ctx.Err(), "interrupted while waiting for the install lock")
 	}
+	return nil, errs.FromOS(err, p, "cannot lock")
 }
 
 // cleanLeftovers removes staging and download directories of interrupted
@@ -600,11 +588,4 @@ func untar(ctx context.Context, tr *tar.Reader, dest string) error {
 		return errs.New(errs.Internal, "the tarball is empty")
 	}
 	return nil
-}
-
-func syncDir(dir string) {
-	if f, err := os.Open(dir); err == nil {
-		_ = f.Sync()
-		f.Close()
-	}
 }

@@ -110,6 +110,30 @@ type Options struct {
 	StateDir string
 }
 
+// The system places Discover looks in, besides pg_config, PATH and
+// pgfork's installs.
+const (
+	debianRoot = "/usr/lib/postgresql"  // Debian and Ubuntu: one <major>/bin per major
+	sourceBin  = "/usr/local/pgsql/bin" // where a build from source installs by default
+)
+
+func installsDir(stateDir string) string {
+	if stateDir == "" {
+		stateDir = statedir.Default()
+	}
+	return statedir.Layout{Root: stateDir}.Installs()
+}
+
+// SearchDirs lists the directories, besides those on PATH, whose entries
+// decide what Discover finds with pgfork's state in stateDir: a major
+// installed or removed there changes their modification times. Callers that
+// remember Discover's answer between runs key it on them.
+func SearchDirs(stateDir string) []string {
+	dirs := []string{debianRoot, filepath.Dir(sourceBin), sourceBin, installsDir(stateDir)}
+	sys, _ := filepath.Glob(debianRoot + "/*/bin")
+	return append(dirs, sys...)
+}
+
 type candidate struct {
 	dir    string
 	source string
@@ -137,16 +161,12 @@ func Discover(opts Options) ([]Installation, error) {
 		}
 		cands = append(cands, candidate{filepath.Dir(p), SourcePATH})
 	}
-	sys, _ := filepath.Glob("/usr/lib/postgresql/*/bin")
+	sys, _ := filepath.Glob(debianRoot + "/*/bin")
 	for _, d := range sys {
 		cands = append(cands, candidate{d, SourceSystem})
 	}
-	cands = append(cands, candidate{"/usr/local/pgsql/bin", SourceSystem})
-	state := opts.StateDir
-	if state == "" {
-		state = statedir.Default()
-	}
-	managed, _ := filepath.Glob(filepath.Join(statedir.Layout{Root: state}.Installs(), "*", "bin"))
+	cands = append(cands, candidate{sourceBin, SourceSystem})
+	managed, _ := filepath.Glob(filepath.Join(installsDir(opts.StateDir), "*", "bin"))
 	for _, d := range managed {
 		if validVersionDir(filepath.Base(filepath.Dir(d))) {
 			cands = append(cands, candidate{d, SourceManaged})

@@ -24,6 +24,7 @@ import (
 	"github.com/pgfork/pgfork/clone"
 	"github.com/pgfork/pgfork/instance"
 	"github.com/pgfork/pgfork/internal/errs"
+	"github.com/pgfork/pgfork/internal/fsutil"
 	"github.com/pgfork/pgfork/pgbin"
 	"github.com/pgfork/pgfork/pgdata"
 )
@@ -209,7 +210,7 @@ func Clone(ctx context.Context, opts Options) (*Result, error) {
 			SystemIdentifier: strconv.FormatUint(cd.SystemIdentifier, 10), Methods: map[clone.Method]int64{},
 			Phases: map[string]time.Duration{}}}
 	if opts.User != nil {
-		b.owner = &clone.Owner{UID: opts.User.UID, GID: opts.User.GID}
+		b.owner = opts.User.Owner()
 	}
 	if err := b.run(ctx, cd); err != nil {
 		b.cleanup()
@@ -392,7 +393,7 @@ func (b *build) run(ctx context.Context, cd *pgdata.ControlData) error {
 	}
 	if b.opts.Sync != clone.SyncNone {
 		for _, d := range []string{b.data.path, filepath.Join(b.data.path, "pg_tblspc"), filepath.Join(b.data.path, "pg_wal")} {
-			if err := syncDir(d); err != nil {
+			if err := fsutil.SyncDir(d); err != nil {
 				return errs.FromOS(err, d, "cannot sync the clone")
 			}
 		}
@@ -589,7 +590,7 @@ func (b *build) place(ctx context.Context) error {
 	}
 	b.data.release()
 	if b.opts.Sync != clone.SyncNone {
-		if err := syncDir(b.parent); err != nil {
+		if err := fsutil.SyncDir(b.parent); err != nil {
 			return errs.FromOS(err, b.parent, "cannot sync the destination's parent directory")
 		}
 	}

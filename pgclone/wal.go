@@ -17,6 +17,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/pgfork/pgfork/internal/errs"
+	"github.com/pgfork/pgfork/internal/fsutil"
 )
 
 // LSN is a PostgreSQL write-ahead log position.
@@ -201,7 +202,7 @@ func copyWAL(ctx context.Context, srcWAL, dstWAL string, p *walPlan, owner *uidg
 		total += n
 	}
 	if sync {
-		if err := syncDir(dstWAL); err != nil {
+		if err := fsutil.SyncDir(dstWAL); err != nil {
 			return total, errs.Wrap(errs.Internal, err, "cannot sync the clone's WAL directory").WithPath(dstWAL)
 		}
 	}
@@ -257,13 +258,4 @@ func copyFileShared(src, dst string, owner *uidgid, sync bool) (int64, error) {
 	}
 	ok = true
 	return fi.Size(), df.Close()
-}
-
-func syncDir(dir string) error {
-	d, err := os.Open(dir)
-	if err != nil {
-		return err
-	}
-	defer d.Close()
-	return d.Sync()
 }

@@ -19,6 +19,7 @@ import (
 	"github.com/pgfork/pgfork/cluster"
 	"github.com/pgfork/pgfork/instance"
 	"github.com/pgfork/pgfork/internal/errs"
+	"github.com/pgfork/pgfork/internal/fsutil"
 	"github.com/pgfork/pgfork/internal/statedir"
 	"github.com/pgfork/pgfork/pgbin"
 	"github.com/pgfork/pgfork/pgdata"
@@ -98,7 +99,7 @@ func (s *ClusterStore) testDir(name string) string { return filepath.Join(s.o.Di
 func (s *ClusterStore) copyOptions() clone.Options {
 	o := clone.Options{Sync: clone.SyncNone, Filter: pgdata.Filter}
 	if s.o.User != nil {
-		o.Owner = &clone.Owner{UID: s.o.User.UID, GID: s.o.User.GID}
+		o.Owner = s.o.User.Owner()
 	}
 	return o
 }
@@ -361,22 +362,8 @@ func (s *ClusterStore) readState() clusterState {
 
 func (s *ClusterStore) writeState(st clusterState) error {
 	b, _ := json.MarshalIndent(st, "", "  ")
-	tmp := s.statePath() + ".tmp"
-	f, err := os.Create(tmp)
-	if err == nil {
-		_, err = f.Write(b)
-		if err == nil {
-			err = f.Sync()
-		}
-		if cerr := f.Close(); err == nil {
-			err = cerr
-		}
-	}
-	if err == nil {
-		err = os.Rename(tmp, s.statePath())
-	}
-	if err != nil {
-		return errs.Wrap(errs.Internal, err, "cannot save template state").WithPath(s.statePath())
+	if err := fsutil.WriteFileAtomic(s.statePath(), b, 0o644); err != nil {
+		return errs.FromOS(err, s.statePath(), "cannot save template state")
 	}
 	return nil
 }

@@ -15,6 +15,7 @@ import (
 
 	"github.com/pgfork/pgfork/instance"
 	"github.com/pgfork/pgfork/internal/errs"
+	"github.com/pgfork/pgfork/internal/fsutil"
 )
 
 // ManagedOptions describe the PostgreSQL server that `pgfork serve` runs
@@ -136,12 +137,8 @@ func password(path string) (string, error) {
 		return "", err
 	}
 	pw := hex.EncodeToString(buf)
-	tmp := path + ".tmp"
-	if err := os.WriteFile(tmp, []byte(pw+"\n"), 0o600); err != nil {
-		return "", errs.Wrap(errs.Internal, err, "cannot write %s", tmp)
-	}
-	if err := os.Rename(tmp, path); err != nil {
-		return "", errs.Wrap(errs.Internal, err, "cannot write %s", path)
+	if err := fsutil.WriteFileAtomic(path, []byte(pw+"\n"), 0o600); err != nil {
+		return "", errs.FromOS(err, "", "cannot write %s", path)
 	}
 	return pw, nil
 }

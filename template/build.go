@@ -17,6 +17,7 @@ import (
 
 	"github.com/pgfork/pgfork/instance"
 	"github.com/pgfork/pgfork/internal/errs"
+	"github.com/pgfork/pgfork/internal/fsutil"
 	"github.com/pgfork/pgfork/internal/statedir"
 )
 
@@ -80,14 +81,14 @@ func build(ctx context.Context, lay statedir.Layout, o Options, files []SetupFil
 	}
 	// initdb --no-sync and the test profile wrote without fsync: make the
 	// whole template durable with one syncfs before it gets its name.
-	if err := syncFS(staging); err != nil {
+	if err := fsutil.SyncFS(staging); err != nil {
 		return errs.Wrap(errs.Internal, err, "cannot sync the template").WithPath(staging)
 	}
 	final := filepath.Join(lay.Templates(), key)
 	if err := os.Rename(staging, final); err != nil {
 		return errs.Wrap(errs.Internal, err, "cannot move the finished template into place").WithPath(final)
 	}
-	_ = syncDir(lay.Templates())
+	_ = fsutil.SyncDir(lay.Templates())
 	progress(o, "template %s ready in %s", key, time.Since(start).Round(time.Millisecond))
 	return nil
 }
@@ -245,15 +246,6 @@ func writeSynced(p string, b []byte) error {
 		return err
 	}
 	return f.Close()
-}
-
-func syncDir(dir string) error {
-	f, err := os.Open(dir)
-	if err != nil {
-		return err
-	}
-	defer f.Close()
-	return f.Sync()
 }
 
 func allocated(fi fs.FileInfo) int64 {

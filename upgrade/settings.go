@@ -79,10 +79,8 @@ func superuserCandidates(explicit, dataDir string) []string {
 		return []string{explicit}
 	}
 	c := []string{"postgres"}
-	if fi, err := os.Stat(dataDir); err == nil {
-		if name := ownerName(fi); name != "" && name != "postgres" && name != "root" {
-			c = append(c, name)
-		}
+	if u, err := instance.OwnerOf(dataDir); err == nil && u.Name != "postgres" && u.Name != "root" {
+		c = append(c, u.Name)
 	}
 	if n := os.Getenv("USER"); n != "" && n != "postgres" && n != "root" {
 		c = append(c, n)

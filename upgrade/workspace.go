@@ -12,6 +12,7 @@ import (
 
 	"github.com/pgfork/pgfork/instance"
 	"github.com/pgfork/pgfork/internal/errs"
+	"github.com/pgfork/pgfork/internal/fsutil"
 )
 
 // workspace is where one upgrade builds the new cluster: a hidden directory
@@ -48,11 +49,11 @@ func wsDir(newDir string) string {
 
 func (w *workspace) save() error {
 	b, _ := json.MarshalIndent(w.state, "", "  ")
-	tmp := filepath.Join(w.Dir, "state.json.tmp")
-	if err := os.WriteFile(tmp, b, 0o644); err != nil {
-		return errs.Wrap(errs.Internal, err, "cannot write the upgrade state file").WithPath(tmp)
+	p := filepath.Join(w.Dir, "state.json")
+	if err := fsutil.WriteFileAtomic(p, b, 0o644); err != nil {
+		return errs.FromOS(err, p, "cannot write the upgrade state file")
 	}
-	return os.Rename(tmp, filepath.Join(w.Dir, "state.json"))
+	return nil
 }
 
 func readState(dir string) (*wsState, error) {

@@ -10,7 +10,6 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/pgfork/pgfork/clone"
 	"github.com/pgfork/pgfork/instance"
 	"github.com/pgfork/pgfork/internal/errs"
 	"github.com/pgfork/pgfork/internal/statedir"
@@ -80,7 +79,7 @@ func newTemplateRefillCmd() *cobra.Command {
 			}
 			o := template.RefillOptions{Spares: n}
 			if user != nil {
-				o.Owner = &clone.Owner{UID: user.UID, GID: user.GID}
+				o.Owner = user.Owner()
 			}
 			made, err := template.Refill(cmd.Context(), layout(), args[0], o)
 			if err != nil {

@@ -239,7 +239,7 @@ func up(ctx context.Context, o upOptions) (*upResult, error) {
 	// A spare copy, if one is ready: one rename instead of a copy.
 	var owner *clone.Owner
 	if user != nil {
-		owner = &clone.Owner{UID: user.UID, GID: user.GID}
+		owner = user.Owner()
 	}
 	spare := ""
 	if o.spares > 0 {

@@ -17,6 +17,7 @@ import (
 
 	"github.com/pgfork/pgfork/clone"
 	"github.com/pgfork/pgfork/cluster"
+	"github.com/pgfork/pgfork/dbclone"
 	"github.com/pgfork/pgfork/instance"
 	"github.com/pgfork/pgfork/internal/errs"
 	"github.com/pgfork/pgfork/internal/fsutil"
@@ -182,8 +183,7 @@ func (s *ClusterStore) setupTemplate(ctx context.Context, inst *instance.Instanc
 	if _, err := c.Exec(ctx, "CREATE ROLE "+pgx.Identifier{owner}.Sanitize()+" LOGIN SUPERUSER PASSWORD "+lit); err != nil {
 		return errs.Wrap(errs.Internal, err, "cannot create role %s in the template cluster", owner)
 	}
-	if _, err := c.Exec(ctx, "CREATE DATABASE "+pgx.Identifier{name}.Sanitize()+" OWNER "+pgx.Identifier{owner}.Sanitize()+
-		" TEMPLATE "+pgx.Identifier{root}.Sanitize()); err != nil {
+	if _, err := c.Exec(ctx, dbclone.CreateDatabaseSQL(name, root, owner)); err != nil {
 		return errs.Wrap(errs.Internal, err, "cannot create database %s in the template cluster", name)
 	}
 	return nil

@@ -248,9 +248,9 @@ func (e *cloneBenchEnv) measure(ctx context.Context, src, dir string, runs int) 
 		}
 		res.pgfork = append(res.pgfork, s...)
 		var jr struct {
-			Bytes  int64                    `json:"bytes"`
-			Shared int64                    `json:"shared_bytes"`
-			Phases map[string]time.Duration `json:"phases_ns"`
+			Bytes  int64              `json:"bytes"`
+			Shared int64              `json:"shared_bytes"`
+			Phases map[string]float64 `json:"phases_ms"` // docs/cli.md: durations in ms
 		}
 		if err := json.Unmarshal([]byte(out), &jr); err != nil {
 			return nil, fmt.Errorf("pgfork clone --json: %v\n%s", err, out)
@@ -258,7 +258,7 @@ func (e *cloneBenchEnv) measure(ctx context.Context, src, dir string, runs int) 
 		res.bytes, res.shared = jr.Bytes, jr.Shared
 		var ph []string
 		for _, n := range []string{"backup start", "copy", "backup stop", "wal", "finish"} {
-			ph = append(ph, n+" "+Dur(jr.Phases[n]))
+			ph = append(ph, n+" "+Dur(time.Duration(jr.Phases[n]*float64(time.Millisecond))))
 		}
 		res.phases = strings.Join(ph, ", ")
 

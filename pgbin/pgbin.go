@@ -8,6 +8,10 @@
 // <state>/installs/<version>/bin. Installations are deduplicated by the real
 // path of their bin directory (the first source that found one names it) and
 // sorted newest first. The version comes from `postgres --version`.
+//
+// pgbin owns where PostgreSQL builds are (SearchDirs is the one list of
+// places) and how a managed one is installed. It must not run a server or
+// touch a data directory (package instance and pgdata do).
 package pgbin
 
 import (

@@ -8,6 +8,10 @@
 // beside the destination and renamed into place only when complete;
 // tablespaces are copied to DST.tblspc/<oid> and the clone's links point
 // there. A clone shares the source's system identifier.
+//
+// pgclone owns making a data directory into an independent cluster. It must
+// not start the clone (the caller does) and must not write the source; the
+// copying itself is package clone's, the data-directory rules pgdata's.
 package pgclone
 
 import (

@@ -11,6 +11,10 @@
 // is built in a staging directory beside NEW_DATADIR and renamed into place
 // only when the upgrade succeeded; a killed run's leftovers are cleaned by
 // the next one.
+//
+// upgrade owns the orchestration of one major-version upgrade. It must not
+// reimplement copying (clone, pgclone) or server handling (instance): it
+// combines them.
 package upgrade
 
 import (

@@ -46,7 +46,7 @@ func Copy(ctx context.Context, src, dst string, opts Options) (*Summary, error) 
 	done := false
 	defer func() {
 		if !done {
-			_ = removeAll(staging)
+			_ = fsutil.RemoveAll(staging)
 		}
 		release()
 	}()
@@ -54,14 +54,14 @@ func Copy(ctx context.Context, src, dst string, opts Options) (*Summary, error) 
 	c := newCopier(srcAbs, staging, dstAbs, opts)
 	sum, err := c.run(ctx)
 	if err != nil {
-		_ = removeAll(staging)
+		_ = fsutil.RemoveAll(staging)
 		return nil, c.finalError(ctx, err, parent)
 	}
 
 	if dstExists {
 		err = replace(staging, dstAbs)
 	} else {
-		err = renameNoReplace(staging, dstAbs)
+		err = fsutil.RenameNoReplace(staging, dstAbs)
 		if errors.Is(err, fs.ErrExist) {
 			return nil, errs.New(errs.Exists, "destination appeared while copying").WithPath(dstAbs).
 				WithHint("choose another destination, or pass --force to replace it")

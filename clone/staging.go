@@ -11,6 +11,7 @@ import (
 
 	"github.com/pgfork/pgfork/internal/errs"
 	"github.com/pgfork/pgfork/internal/flock"
+	"github.com/pgfork/pgfork/internal/fsutil"
 )
 
 const (
@@ -26,7 +27,7 @@ func replace(staging, dst string) error {
 		return err
 	}
 	if ok { // staging now holds the old dst
-		return removeAll(staging)
+		return fsutil.RemoveAll(staging)
 	}
 	aside := filepath.Join(filepath.Dir(dst), "."+filepath.Base(dst)+oldTag+fmt.Sprint(os.Getpid())+"-"+randTag())
 	if err := os.Rename(dst, aside); err != nil {
@@ -36,7 +37,7 @@ func replace(staging, dst string) error {
 		_ = os.Rename(aside, dst)
 		return err
 	}
-	return removeAll(aside)
+	return fsutil.RemoveAll(aside)
 }
 
 func randTag() string { return fmt.Sprintf("%x", time.Now().UnixNano()&0xffffffff) }
@@ -79,7 +80,7 @@ func CleanStale(dst string) error {
 		if (pidAlive(pid) && flock.IsLockedByLiveProcess(p)) || (pid == os.Getpid() && strings.Contains(name, oldTag)) {
 			continue
 		}
-		if err := removeAll(p); err != nil {
+		if err := fsutil.RemoveAll(p); err != nil {
 			all = append(all, err)
 		}
 	}
@@ -184,25 +185,9 @@ func within(p, dir string) bool {
 	return err == nil && rel != ".." && !strings.HasPrefix(rel, "../")
 }
 
-// removeAll removes path, first making read-only directories writable so
-// that an unprivileged user can remove a copy of a read-only tree.
-func removeAll(p string) error {
-	err := os.RemoveAll(p)
-	if err == nil || !errors.Is(err, fs.ErrPermission) {
-		return err
-	}
-	_ = filepath.WalkDir(p, func(q string, d fs.DirEntry, err error) error {
-		if err == nil && d.IsDir() {
-			_ = os.Chmod(q, 0o700)
-		}
-		return nil
-	})
-	return os.RemoveAll(p)
-}
-
 func emptyDir(dir string) {
 	ents, _ := os.ReadDir(dir)
 	for _, e := range ents {
-		_ = removeAll(filepath.Join(dir, e.Name()))
+		_ = fsutil.RemoveAll(filepath.Join(dir, e.Name()))
 	}
 }

@@ -230,25 +230,6 @@ func mkfifo(path string, mode fs.FileMode) error {
 	return nil
 }
 
-// renameNoReplace renames oldpath to newpath, failing with fs.ErrExist if
-// newpath exists (even an empty directory).
-func renameNoReplace(oldpath, newpath string) error {
-	err := unix.Renameat2(unix.AT_FDCWD, oldpath, unix.AT_FDCWD, newpath, unix.RENAME_NOREPLACE)
-	if errors.Is(err, unix.EINVAL) || errors.Is(err, unix.ENOSYS) {
-		if _, lerr := os.Lstat(newpath); lerr == nil {
-			return &os.LinkError{Op: "rename", Old: oldpath, New: newpath, Err: fs.ErrExist}
-		}
-		return os.Rename(oldpath, newpath)
-	}
-	if err != nil {
-		if errors.Is(err, unix.EEXIST) {
-			err = fs.ErrExist
-		}
-		return &os.LinkError{Op: "rename", Old: oldpath, New: newpath, Err: err}
-	}
-	return nil
-}
-
 // exchange atomically swaps oldpath and newpath. ok is false when the
 // filesystem cannot do it (the caller then renames the old one aside).
 func exchange(oldpath, newpath string) (ok bool, err error) {

@@ -77,13 +77,6 @@ func mkfifo(path string, _ fs.FileMode) error {
 	return &os.PathError{Op: "mkfifo", Path: path, Err: errNotHere}
 }
 
-func renameNoReplace(oldpath, newpath string) error {
-	if _, err := os.Lstat(newpath); err == nil {
-		return &os.LinkError{Op: "rename", Old: oldpath, New: newpath, Err: fs.ErrExist}
-	}
-	return os.Rename(oldpath, newpath)
-}
-
 func exchange(string, string) (bool, error) { return false, nil }
 
 // pidAlive is conservative here: without flock or kill(pid, 0) a staging

@@ -625,7 +625,7 @@ func (b *build) place(ctx context.Context) error {
 		return errs.Wrap(errs.Interrupted, err, "clone interrupted")
 	}
 	if b.tsStage != nil {
-		if err := renameNoReplace(b.tsStage.path, TablespaceDir(b.dst)); err != nil {
+		if err := fsutil.RenameNoReplace(b.tsStage.path, TablespaceDir(b.dst)); err != nil {
 			if errors.Is(err, fs.ErrExist) {
 				return errs.New(errs.Exists, "the clone's tablespace directory appeared while cloning").WithPath(TablespaceDir(b.dst)).
 					WithHint("choose another destination")
@@ -634,7 +634,7 @@ func (b *build) place(ctx context.Context) error {
 		}
 		b.tsRenamed = true
 	}
-	if err := renameNoReplace(b.data.path, b.dst); err != nil {
+	if err := fsutil.RenameNoReplace(b.data.path, b.dst); err != nil {
 		if errors.Is(err, fs.ErrExist) {
 			return errs.New(errs.Exists, "the destination appeared while cloning").WithPath(b.dst).
 				WithHint("choose another destination")
@@ -661,14 +661,14 @@ func (b *build) cleanup() {
 		return
 	}
 	if b.data != nil {
-		_ = removeAll(b.data.path)
+		_ = fsutil.RemoveAll(b.data.path)
 		b.data.release()
 	}
 	if b.tsStage != nil {
 		if b.tsRenamed {
-			_ = removeAll(TablespaceDir(b.dst))
+			_ = fsutil.RemoveAll(TablespaceDir(b.dst))
 		} else {
-			_ = removeAll(b.tsStage.path)
+			_ = fsutil.RemoveAll(b.tsStage.path)
 		}
 		b.tsStage.release()
 	}

@@ -8,11 +8,10 @@ import (
 	"path/filepath"
 	"strings"
 
-	"golang.org/x/sys/unix"
-
 	"github.com/pgfork/pgfork/clone"
 	"github.com/pgfork/pgfork/internal/errs"
 	"github.com/pgfork/pgfork/internal/flock"
+	"github.com/pgfork/pgfork/internal/fsutil"
 )
 
 // Names of what a clone builds beside its destination DST:
@@ -79,7 +78,7 @@ func CleanStale(dst string) error {
 			if err != nil || !fi.IsDir() || flock.IsLockedByLiveProcess(m) {
 				continue
 			}
-			if err := removeAll(m); err != nil {
+			if err := fsutil.RemoveAll(m); err != nil {
 				all = append(all, err)
 			}
 		}
@@ -87,7 +86,7 @@ func CleanStale(dst string) error {
 	ts := TablespaceDir(dst)
 	if _, err := os.Lstat(filepath.Join(ts, incompleteMarker)); err == nil && !flock.IsLockedByLiveProcess(ts) {
 		if _, err := os.Lstat(dst); errors.Is(err, fs.ErrNotExist) {
-			if err := removeAll(ts); err != nil {
+			if err := fsutil.RemoveAll(ts); err != nil {
 				all = append(all, err)
 			}
 		}
@@ -101,36 +100,4 @@ func CleanStale(dst string) error {
 func globEscape(s string) string {
 	r := strings.NewReplacer(`\`, `\\`, `*`, `\*`, `?`, `\?`, `[`, `\[`)
 	return r.Replace(s)
-}
-
-// removeAll removes a tree, making read-only directories writable first.
-func removeAll(p string) error {
-	if err := os.RemoveAll(p); err == nil {
-		return nil
-	}
-	_ = filepath.WalkDir(p, func(q string, d fs.DirEntry, err error) error {
-		if err == nil && d.IsDir() {
-			_ = os.Chmod(q, 0o700)
-		}
-		return nil
-	})
-	return os.RemoveAll(p)
-}
-
-// renameNoReplace renames oldpath to newpath, failing if newpath exists.
-func renameNoReplace(oldpath, newpath string) error {
-	err := unix.Renameat2(unix.AT_FDCWD, oldpath, unix.AT_FDCWD, newpath, unix.RENAME_NOREPLACE)
-	if errors.Is(err, unix.EINVAL) || errors.Is(err, unix.ENOSYS) {
-		if _, lerr := os.Lstat(newpath); lerr == nil {
-			return &os.LinkError{Op: "rename", Old: oldpath, New: newpath, Err: fs.ErrExist}
-		}
-		return os.Rename(oldpath, newpath)
-	}
-	if err != nil {
-		if errors.Is(err, unix.EEXIST) || errors.Is(err, unix.ENOTEMPTY) {
-			err = fs.ErrExist
-		}
-		return &os.LinkError{Op: "rename", Old: oldpath, New: newpath, Err: err}
-	}
-	return nil
 }

@@ -65,3 +65,54 @@ func TestWriteFileAtomicFailures(t *testing.T) {
 		t.Errorf("SyncDir of a missing directory: %v", err)
 	}
 }
+
+// TestRenameNoReplace: an existing destination, even an empty directory,
+// is never replaced.
+func TestRenameNoReplace(t *testing.T) {
+	for _, dir := range []string{testenv.Dir(t), testenv.XFSDir(t), testenv.TmpfsDir(t)} {
+		src, dst := filepath.Join(dir, "src"), filepath.Join(dir, "dst")
+		if err := os.Mkdir(src, 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Mkdir(dst, 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := fsutil.RenameNoReplace(src, dst); !errors.Is(err, fs.ErrExist) {
+			t.Errorf("%s: onto an empty directory: %v, want ErrExist", dir, err)
+		}
+		if err := os.Remove(dst); err != nil {
+			t.Fatal(err)
+		}
+		if err := fsutil.RenameNoReplace(src, dst); err != nil {
+			t.Errorf("%s: %v", dir, err)
+		}
+		if _, err := os.Stat(dst); err != nil {
+			t.Error(err)
+		}
+	}
+}
+
+// TestRemoveAllReadOnlyTree: a tree with read-only directories is removed.
+// (As root the first os.RemoveAll already succeeds; the chmod-and-retry path
+// runs as an unprivileged user in cmd/pgfork's TestCopyCLIPermission, which
+// checks that a failed copy leaves nothing behind.)
+func TestRemoveAllReadOnlyTree(t *testing.T) {
+	root := filepath.Join(testenv.Dir(t), "tree")
+	if err := os.MkdirAll(filepath.Join(root, "a", "b"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(root, "a", "b", "f"), []byte("x"), 0o444); err != nil {
+		t.Fatal(err)
+	}
+	for _, d := range []string{filepath.Join(root, "a", "b"), filepath.Join(root, "a")} {
+		if err := os.Chmod(d, 0o555); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := fsutil.RemoveAll(root); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Lstat(root); !errors.Is(err, fs.ErrNotExist) {
+		t.Errorf("still there: %v", err)
+	}
+}

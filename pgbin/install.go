@@ -465,7 +465,7 @@ func unpackWheel(ctx context.Context, wheel, dest string, say func(string, ...an
 			}
 			return "", e
 		}
-		return "", errs.Wrap(errs.Internal, err, "cannot unpack %s", entry.Name).WithPath(wheel)
+		return "", errs.FromOS(err, wheel, "cannot unpack %s", entry.Name)
 	}
 	return version, nil
 }

@@ -132,7 +132,7 @@ type walPlan struct {
 func planWAL(srcWAL string, startTLI uint32, start, stop LSN, segSize int64) (*walPlan, error) {
 	ents, err := os.ReadDir(srcWAL)
 	if err != nil {
-		return nil, errs.Wrap(errs.Internal, err, "cannot list the source's WAL directory").WithPath(srcWAL)
+		return nil, errs.FromOS(err, srcWAL, "cannot list the source's WAL directory")
 	}
 	// For each segment number, the file of the highest timeline >= startTLI.
 	best := map[uint64]uint32{}
@@ -183,7 +183,7 @@ func planWAL(srcWAL string, startTLI uint32, start, stop LSN, segSize int64) (*w
 // where the filesystem can. Ownership follows owner when set.
 func copyWAL(ctx context.Context, srcWAL, dstWAL string, p *walPlan, owner *uidgid, sync bool) (int64, error) {
 	if err := os.MkdirAll(dstWAL, 0o700); err != nil {
-		return 0, errs.Wrap(errs.Internal, err, "cannot create the clone's WAL directory").WithPath(dstWAL)
+		return 0, errs.FromOS(err, dstWAL, "cannot create the clone's WAL directory")
 	}
 	var total int64
 	names := append(append([]string(nil), p.History...), p.Segments...)
@@ -197,13 +197,13 @@ func copyWAL(ctx context.Context, srcWAL, dstWAL string, p *walPlan, owner *uidg
 				return total, errs.New(errs.Internal, "WAL file %s disappeared from the source while it was being copied", name).WithPath(srcWAL).
 					WithHint("keep more WAL on the source while cloning (e.g. ALTER SYSTEM SET wal_keep_size = '4GB'), then clone again")
 			}
-			return total, errs.Wrap(errs.Internal, err, "cannot copy WAL file %s", name).WithPath(srcWAL)
+			return total, errs.FromOS(err, dstWAL, "cannot copy WAL file %s from %s", name, srcWAL)
 		}
 		total += n
 	}
 	if sync {
 		if err := fsutil.SyncDir(dstWAL); err != nil {
-			return total, errs.Wrap(errs.Internal, err, "cannot sync the clone's WAL directory").WithPath(dstWAL)
+			return total, errs.FromOS(err, dstWAL, "cannot sync the clone's WAL directory")
 		}
 	}
 	return total, nil

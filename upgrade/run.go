@@ -572,7 +572,7 @@ func (u *upgrader) transfer(ctx context.Context, p *prepared, cat *Catalog) erro
 		return err
 	}
 	if err := os.Rename(w.Staging, o.NewDir); err != nil {
-		return errs.Wrap(errs.Internal, err, "cannot move the upgraded cluster into place").WithPath(o.NewDir).
+		return errs.Wrap(errs.OSKind(err), err, "cannot move the upgraded cluster into place").WithPath(o.NewDir).
 			WithHint("the upgraded cluster is in %s; move it yourself", w.Staging)
 	}
 	// The tablespace directories now belong to the new cluster.

@@ -43,7 +43,7 @@ const trustHBA = "local all all trust\n"
 func writeHBA(dir string, u *instance.OSUser) (string, error) {
 	p := filepath.Join(dir, "pgfork_hba.conf")
 	if err := os.WriteFile(p, []byte(trustHBA), 0o600); err != nil {
-		return "", errs.Wrap(errs.Internal, err, "cannot write a private pg_hba.conf").WithPath(p)
+		return "", errs.FromOS(err, p, "cannot write a private pg_hba.conf")
 	}
 	if u != nil {
 		if err := os.Chown(p, u.UID, u.GID); err != nil {

@@ -10,8 +10,9 @@ import (
 )
 
 // FromOS classifies an error from the operating system (a file operation, a
-// rename, a lock, a process) on object, a path or name, and returns it as an
-// *Error whose message is the formatted text:
+// rename, a lock, a process) on object, a path or name ("" when the error
+// names its own path), and returns it as an *Error whose message is the
+// formatted text:
 //
 //	ENOSPC, EDQUOT           NoSpace
 //	EACCES, EPERM, EROFS     Permission
@@ -35,12 +36,14 @@ func FromOS(err error, object, format string, args ...any) error {
 		return err
 	}
 	// The object is named once, by the typed error; the OS error's own
-	// copy of the path would repeat it.
+	// copy of the path would repeat it. Without an object the OS error
+	// keeps its path.
 	cause := err
 	var pe *fs.PathError
 	var le *os.LinkError
 	var se *os.SyscallError
 	switch {
+	case object == "":
 	case errors.As(err, &pe):
 		cause = pe.Err
 	case errors.As(err, &le):

@@ -93,6 +93,13 @@ func TestFromOSTable(t *testing.T) {
 	}
 }
 
+func TestFromOSWithoutObjectKeepsThePath(t *testing.T) {
+	err := errs.FromOS(&fs.PathError{Op: "open", Path: "/data/base/1", Err: syscall.EIO}, "", "cannot list")
+	if err.Error() != "cannot list: open /data/base/1: input/output error" {
+		t.Errorf("got %q", err)
+	}
+}
+
 func TestFromOSKeepsTypedAndNil(t *testing.T) {
 	if err := errs.FromOS(nil, "x", "y"); err != nil {
 		t.Fatalf("FromOS(nil) = %#v, want an untyped nil", err)

@@ -139,30 +139,21 @@ func KindOf(err error) Kind {
 }
 
 // HintOf returns the first non-empty hint in err's chain.
-func HintOf(err error) string {
-	for err != nil {
-		var e *Error
-		if !errors.As(err, &e) {
-			return ""
-		}
-		if e.Hint != "" {
-			return e.Hint
-		}
-		err = e.Err
-	}
-	return ""
-}
+func HintOf(err error) string { return firstOf(err, func(e *Error) string { return e.Hint }) }
 
 // CLIHintOf returns the first non-empty command-line advice (Error.CLI) in
 // err's chain.
-func CLIHintOf(err error) string {
+func CLIHintOf(err error) string { return firstOf(err, func(e *Error) string { return e.CLI }) }
+
+// firstOf returns the first non-empty field(e) of the *Errors in err's chain.
+func firstOf(err error, field func(*Error) string) string {
 	for err != nil {
 		var e *Error
 		if !errors.As(err, &e) {
 			return ""
 		}
-		if e.CLI != "" {
-			return e.CLI
+		if v := field(e); v != "" {
+			return v
 		}
 		err = e.Err
 	}

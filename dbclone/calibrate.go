@@ -87,7 +87,7 @@ func Calibrate(ctx context.Context, conn *pgx.Conn, opts CalibrateOptions) (*Cal
 
 	say("creating scratch templates %s and %s (%d MB)", small, big, opts.SizeMB)
 	for _, n := range []string{small, big} {
-		if _, err := conn.Exec(ctx, "CREATE DATABASE "+quote(n)+" TEMPLATE template0 STRATEGY FILE_COPY"); err != nil {
+		if _, err := conn.Exec(ctx, CreateDatabaseSQL(n, "template0", "")+" STRATEGY FILE_COPY"); err != nil {
 			return nil, createErr(ctx, conn, err, n, "template0", FileCopy)
 		}
 	}

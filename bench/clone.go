@@ -31,6 +31,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/pgfork/pgfork/instance"
+	"github.com/pgfork/pgfork/internal/units"
 	"github.com/pgfork/pgfork/pgbin"
 )
 
@@ -100,7 +101,7 @@ func runCloneBench(ctx context.Context, r *Report) error {
 		"(tpcb-like) for the whole measurement. %d runs per contender, alternating; times are medians, from command start "+
 		"to exit. Both make the copy durable (pgfork's default `--sync fsync`; pg_basebackup fsyncs by default) and both "+
 		"ask for a fast checkpoint. The page cache is not dropped (the source is running and hot either way). "+
-		"PGFORK_BENCH_CLONE_SCALE / _RUNS change the size and the number of runs.", pg.Version, scale, cloneFmtBytes(dirSize(ext4Src)), runs)
+		"PGFORK_BENCH_CLONE_SCALE / _RUNS change the size and the number of runs.", pg.Version, scale, units.Bytes(dirSize(ext4Src)), runs)
 	r.Notef("Load average at start: %s.", loadAvg())
 
 	var rows [][]string
@@ -110,7 +111,7 @@ func runCloneBench(ctx context.Context, r *Report) error {
 			return fmt.Errorf("%s: %w", t.name, err)
 		}
 		pm, bm := res.pgfork.Median(), res.basebackup.Median()
-		rows = append(rows, []string{t.name, Dur(pm), Dur(bm), Ratio(bm, pm), cloneFmtBytes(res.bytes), cloneFmtBytes(res.shared),
+		rows = append(rows, []string{t.name, Dur(pm), Dur(bm), Ratio(bm, pm), units.Bytes(res.bytes), units.Bytes(res.shared),
 			res.phases, joinDurs(res.pgfork), joinDurs(res.basebackup)})
 		r.Notef("%s: the last pgfork clone started and %s", t.name, res.check)
 		if t.name == "xfs" {
@@ -145,16 +146,6 @@ func dirSize(dir string) int64 {
 		return nil
 	})
 	return n
-}
-
-func cloneFmtBytes(n int64) string {
-	switch {
-	case n >= 1<<30:
-		return fmt.Sprintf("%.2f GiB", float64(n)/(1<<30))
-	case n >= 1<<20:
-		return fmt.Sprintf("%.0f MiB", float64(n)/(1<<20))
-	}
-	return fmt.Sprintf("%d KiB", n>>10)
 }
 
 // prepare returns dir/src-s<scale>, building it when not already complete:
@@ -257,9 +248,9 @@ func (e *cloneBenchEnv) measure(ctx context.Context, src, dir string, runs int) 
 		}
 		res.pgfork = append(res.pgfork, s...)
 		var jr struct {
-			Bytes  int64                    `json:"bytes"`
-			Shared int64                    `json:"shared_bytes"`
-			Phases map[string]time.Duration `json:"phases_ns"`
+			Bytes  int64              `json:"bytes"`
+			Shared int64              `json:"shared_bytes"`
+			Phases map[string]float64 `json:"phases_ms"` // docs/cli.md: durations in ms
 		}
 		if err := json.Unmarshal([]byte(out), &jr); err != nil {
 			return nil, fmt.Errorf("pgfork clone --json: %v\n%s", err, out)
@@ -267,7 +258,7 @@ func (e *cloneBenchEnv) measure(ctx context.Context, src, dir string, runs int) 
 		res.bytes, res.shared = jr.Bytes, jr.Shared
 		var ph []string
 		for _, n := range []string{"backup start", "copy", "backup stop", "wal", "finish"} {
-			ph = append(ph, n+" "+Dur(jr.Phases[n]))
+			ph = append(ph, n+" "+Dur(time.Duration(jr.Phases[n]*float64(time.Millisecond))))
 		}
 		res.phases = strings.Join(ph, ", ")
 

@@ -13,6 +13,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/pgfork/pgfork/internal/units"
 )
 
 // The copy scenario: a PostgreSQL-shaped tree copied by `pgfork copy` (auto)
@@ -120,7 +122,7 @@ func benchCopyOn(ctx context.Context, r *Report, fsName, parent, bin string, con
 	if err != nil {
 		return err
 	}
-	fmt.Printf("%s: source tree of %s written in %s\n", fsName, copyFmtBytes(total), dir)
+	fmt.Printf("%s: source tree of %s written in %s\n", fsName, units.Bytes(total), dir)
 	dst := filepath.Join(dir, "dst")
 	prepare := func() error {
 		if err := os.RemoveAll(dst); err != nil {
@@ -172,7 +174,7 @@ func benchCopyOn(ctx context.Context, r *Report, fsName, parent, bin string, con
 	}
 	if err == nil && json.Unmarshal(out, &sum) == nil {
 		r.Notef("%s: pgfork copied %d files, %s; methods %v; %s shared with the source by copy-on-write.",
-			fsName, sum.Files, copyFmtBytes(sum.Bytes), sum.Methods, copyFmtBytes(sum.SharedBytes))
+			fsName, sum.Files, units.Bytes(sum.Bytes), sum.Methods, units.Bytes(sum.SharedBytes))
 	}
 	_ = os.RemoveAll(dst)
 
@@ -192,7 +194,7 @@ func benchCopyOn(ctx context.Context, r *Report, fsName, parent, bin string, con
 		rows = append(rows, []string{ct.name, Dur(m), Dur(samples[c].Quantile(0)) + " – " + Dur(samples[c].Quantile(1)),
 			Ratio(base, m), vsReflink})
 	}
-	r.Notef("### %s (%s, %d runs)", fsName, copyFmtBytes(total), runs)
+	r.Notef("### %s (%s, %d runs)", fsName, units.Bytes(total), runs)
 	r.Table([]string{"contender", "median", "min – max", "speed-up vs cp --reflink=never", "vs cp --reflink=always"}, rows)
 
 	pg := samples[2].Median()
@@ -382,16 +384,6 @@ func parallel(n, workers int, fn func(int) error) error {
 func copyLastLine(s string) string {
 	lines := strings.Split(strings.TrimSpace(s), "\n")
 	return lines[len(lines)-1]
-}
-
-func copyFmtBytes(n int64) string {
-	switch {
-	case n >= 1<<30:
-		return fmt.Sprintf("%.1f GiB", float64(n)/(1<<30))
-	case n >= 1<<20:
-		return fmt.Sprintf("%.1f MiB", float64(n)/(1<<20))
-	}
-	return fmt.Sprintf("%d KiB", n>>10)
 }
 
 // makePGTree writes a PostgreSQL-shaped tree: small relation files in

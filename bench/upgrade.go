@@ -16,6 +16,7 @@ import (
 
 	"github.com/pgfork/pgfork/clone"
 	"github.com/pgfork/pgfork/instance"
+	"github.com/pgfork/pgfork/internal/units"
 	"github.com/pgfork/pgfork/pgbin"
 )
 
@@ -365,7 +366,7 @@ func (b *upgBench) scale(ctx context.Context, r *Report, scale int) (row, alone 
 	}
 	defer os.RemoveAll(filepath.Dir(src))
 	size, _ := dirBytes(src)
-	r.Notef("scale %d: source cluster of %s built in %s", scale, cloneFmtBytes(size), Dur(time.Since(t0)))
+	r.Notef("scale %d: source cluster of %s built in %s", scale, units.Bytes(size), Dur(time.Since(t0)))
 
 	// The slow contenders work on ext4, from an (untimed) copy there.
 	srcExt4, err := b.copyOf(ctx, src, fmt.Sprintf("ext4-src-%d", scale))
@@ -427,7 +428,7 @@ func (b *upgBench) scale(ctx context.Context, r *Report, scale int) (row, alone 
 		}
 	}
 	m := func(k string) time.Duration { return results[k].Median() }
-	row = []string{strconv.Itoa(scale), cloneFmtBytes(size), Dur(m("dump")), Dur(m("dumpj")), Dur(m("copy")), Dur(m("link")), Dur(m("clone")),
+	row = []string{strconv.Itoa(scale), units.Bytes(size), Dur(m("dump")), Dur(m("dumpj")), Dur(m("copy")), Dur(m("link")), Dur(m("clone")),
 		Dur(m("pgfork")), Dur(m("pgfork+r")), fmt.Sprintf("%+.0f%%", 100*(float64(m("pgfork"))/float64(m("link"))-1)), Ratio(m("dump"), m("pgfork"))}
 	alone = []string{strconv.Itoa(scale), Dur(alones["copy"].Median()), Dur(alones["link"].Median()), Dur(alones["clone"].Median())}
 	if scale == 100 || scale == maxScaleEnv() {
@@ -477,7 +478,7 @@ func (b *upgBench) manyDBs(ctx context.Context, r *Report, n int) error {
 	}
 	defer os.RemoveAll(filepath.Dir(src))
 	size, _ := dirBytes(src)
-	r.Notef("%d databases: source cluster of %s built in %s", n, cloneFmtBytes(size), Dur(time.Since(t0)))
+	r.Notef("%d databases: source cluster of %s built in %s", n, units.Bytes(size), Dur(time.Since(t0)))
 	res := map[string]Sample{}
 	for _, name := range []string{"link", "clone", "pgfork", "pgfork+r"} {
 		var fn func() (time.Duration, error)

@@ -5,6 +5,10 @@
 //
 // The destination is built in a staging directory beside it and renamed into
 // place at the end, so a crash never leaves a half copy under the final name.
+//
+// clone owns the copy engine: methods, metadata, sparse files, workers,
+// durability and staging. It must not know PostgreSQL (no pgdata, no SQL):
+// what to leave out of a data directory is the caller's Filter.
 package clone
 
 import (

@@ -15,6 +15,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/pgfork/pgfork/internal/errs"
+	"github.com/pgfork/pgfork/internal/flock"
 	"github.com/pgfork/pgfork/internal/testenv"
 )
 
@@ -322,7 +323,7 @@ func TestCleanStale(t *testing.T) {
 	// A live copy's staging dir (this process holds its lock).
 	live := filepath.Join(base, ".dst"+stagingTag+itoa(os.Getpid())+"-456")
 	must(t, os.Mkdir(live, 0o700))
-	release, err := lockDir(live)
+	release, err := flock.LockDir(live)
 	must(t, err)
 	// Someone else's dot-dir that merely looks similar.
 	other := filepath.Join(base, ".dstx"+stagingTag+itoa(dead)+"-1")

@@ -13,11 +13,6 @@ func CloneFile(dst, src *os.File) error { return cloneFile(dst, src) }
 // this platform), as opposed to a real I/O error.
 func Unsupported(err error) bool { return fallbackable(err) }
 
-// RenameNoReplace renames oldpath to newpath and fails with fs.ErrExist if
-// newpath exists, atomically where the kernel allows it (renameat2
-// RENAME_NOREPLACE on Linux, renamex_np RENAME_EXCL on macOS).
-func RenameNoReplace(oldpath, newpath string) error { return renameNoReplace(oldpath, newpath) }
-
 // FreeBytes returns the bytes available to unprivileged users on the
 // filesystem holding path.
 func FreeBytes(path string) (int64, error) { return freeBytes(path) }

@@ -51,7 +51,7 @@ const probeBytes = 256 << 10
 func Probe(ctx context.Context, srcDir, dstDir string) (*ProbeResult, error) {
 	f, err := os.CreateTemp(srcDir, ".pgfork-probe-src-*")
 	if err != nil {
-		return nil, fsErr(err, srcDir, "cannot create a probe file")
+		return nil, errs.FromOS(err, srcDir, "cannot create a probe file")
 	}
 	defer os.Remove(f.Name())
 	defer f.Close()
@@ -61,14 +61,14 @@ func Probe(ctx context.Context, srcDir, dstDir string) (*ProbeResult, error) {
 		data[i] = byte(r.Uint32())
 	}
 	if _, err := f.Write(data); err != nil {
-		return nil, fsErr(err, f.Name(), "cannot write the probe file")
+		return nil, errs.FromOS(err, f.Name(), "cannot write the probe file")
 	}
 	if err := f.Sync(); err != nil {
-		return nil, fsErr(err, f.Name(), "cannot sync the probe file")
+		return nil, errs.FromOS(err, f.Name(), "cannot sync the probe file")
 	}
 	res, err := probeFile(ctx, f.Name(), dstDir)
 	if err != nil {
-		return nil, fsErr(err, dstDir, "probe failed")
+		return nil, errs.FromOS(err, dstDir, "probe failed")
 	}
 	res.SrcFSType, _ = FSType(srcDir)
 	return res, nil

@@ -4,7 +4,6 @@ package clone
 
 import (
 	"errors"
-	"io/fs"
 	"os"
 
 	"golang.org/x/sys/unix"
@@ -35,24 +34,6 @@ func cloneFile(dst, src *os.File) error {
 func cloneUnsupported(err error) bool {
 	return errors.Is(err, unix.ENOTSUP) || errors.Is(err, unix.EXDEV) || errors.Is(err, unix.EINVAL) ||
 		errors.Is(err, unix.ENOSYS)
-}
-
-// renameNoReplace uses renamex_np(RENAME_EXCL), atomic on APFS and HFS+.
-func renameNoReplace(oldpath, newpath string) error {
-	err := unix.RenamexNp(oldpath, newpath, unix.RENAME_EXCL)
-	if errors.Is(err, unix.ENOTSUP) || errors.Is(err, unix.EINVAL) {
-		if _, lerr := os.Lstat(newpath); lerr == nil {
-			return &os.LinkError{Op: "rename", Old: oldpath, New: newpath, Err: fs.ErrExist}
-		}
-		return os.Rename(oldpath, newpath)
-	}
-	if err != nil {
-		if errors.Is(err, unix.EEXIST) {
-			err = fs.ErrExist
-		}
-		return &os.LinkError{Op: "rename", Old: oldpath, New: newpath, Err: err}
-	}
-	return nil
 }
 
 func freeBytes(path string) (int64, error) {

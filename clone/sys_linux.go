@@ -224,18 +224,6 @@ func maxPendingSyncs() int {
 	return int(min(rl.Cur/2, 16384))
 }
 
-func syncFS(dir string) error {
-	f, err := os.Open(dir)
-	if err != nil {
-		return err
-	}
-	defer f.Close()
-	if err := unix.Syncfs(int(f.Fd())); err != nil {
-		return os.NewSyscallError("syncfs", err)
-	}
-	return nil
-}
-
 // lutimes sets the times of path without following a symlink.
 func lutimes(path string, atime, mtime time.Time) error {
 	ts := []unix.Timespec{unix.NsecToTimespec(atime.UnixNano()), unix.NsecToTimespec(mtime.UnixNano())}
@@ -252,25 +240,6 @@ func mkfifo(path string, mode fs.FileMode) error {
 	return nil
 }
 
-// renameNoReplace renames oldpath to newpath, failing with fs.ErrExist if
-// newpath exists (even an empty directory).
-func renameNoReplace(oldpath, newpath string) error {
-	err := unix.Renameat2(unix.AT_FDCWD, oldpath, unix.AT_FDCWD, newpath, unix.RENAME_NOREPLACE)
-	if errors.Is(err, unix.EINVAL) || errors.Is(err, unix.ENOSYS) {
-		if _, lerr := os.Lstat(newpath); lerr == nil {
-			return &os.LinkError{Op: "rename", Old: oldpath, New: newpath, Err: fs.ErrExist}
-		}
-		return os.Rename(oldpath, newpath)
-	}
-	if err != nil {
-		if errors.Is(err, unix.EEXIST) {
-			err = fs.ErrExist
-		}
-		return &os.LinkError{Op: "rename", Old: oldpath, New: newpath, Err: err}
-	}
-	return nil
-}
-
 // exchange atomically swaps oldpath and newpath. ok is false when the
 // filesystem cannot do it (the caller then renames the old one aside).
 func exchange(oldpath, newpath string) (ok bool, err error) {
@@ -282,38 +251,6 @@ func exchange(oldpath, newpath string) (ok bool, err error) {
 		return false, &os.LinkError{Op: "rename exchange", Old: oldpath, New: newpath, Err: err}
 	}
 	return true, nil
-}
-
-// lockDir takes an exclusive flock on dir, held until release is called or
-// the process dies; it is how CleanStale tells a live staging dir from a
-// crashed one, immune to pid reuse.
-func lockDir(dir string) (release func(), err error) {
-	fd, err := unix.Open(dir, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
-	if err != nil {
-		return nil, &os.PathError{Op: "open", Path: dir, Err: err}
-	}
-	if err := unix.Flock(fd, unix.LOCK_EX|unix.LOCK_NB); err != nil {
-		unix.Close(fd)
-		return nil, &os.PathError{Op: "flock", Path: dir, Err: err}
-	}
-	return func() { unix.Close(fd) }, nil
-}
-
-// inUse reports whether a staging dir is still held by a live copy: its
-// process is alive and holds the directory's lock (a reused pid does not).
-func inUse(dir string, pid int) bool {
-	if !pidAlive(pid) {
-		return false
-	}
-	fd, err := unix.Open(dir, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
-	if err != nil {
-		return false
-	}
-	defer unix.Close(fd)
-	if err := unix.Flock(fd, unix.LOCK_EX|unix.LOCK_NB); err != nil {
-		return errors.Is(err, unix.EWOULDBLOCK)
-	}
-	return false
 }
 
 func pidAlive(pid int) bool { return proc.Alive(pid) }

@@ -73,8 +73,6 @@ func startWriteback(*os.File) {}
 
 func maxPendingSyncs() int { return 256 }
 
-func syncFS(string) error { return nil }
-
 func lutimes(path string, atime, mtime time.Time) error {
 	fi, err := os.Lstat(path)
 	if err != nil || fi.Mode()&fs.ModeSymlink != 0 {
@@ -88,10 +86,6 @@ func mkfifo(path string, _ fs.FileMode) error {
 }
 
 func exchange(string, string) (bool, error) { return false, nil }
-
-func lockDir(string) (func(), error) { return func() {}, nil }
-
-func inUse(_ string, pid int) bool { return pidAlive(pid) }
 
 // pidAlive is conservative here: without flock or kill(pid, 0) a staging
 // dir is never assumed abandoned, so CleanStale leaves it.

@@ -34,6 +34,7 @@ import (
 	"github.com/pgfork/pgfork/instance"
 	"github.com/pgfork/pgfork/internal/errs"
 	"github.com/pgfork/pgfork/internal/flock"
+	"github.com/pgfork/pgfork/internal/fsutil"
 	"github.com/pgfork/pgfork/internal/proc"
 	"github.com/pgfork/pgfork/internal/statedir"
 )
@@ -171,25 +172,25 @@ func Create(ctx context.Context, lay statedir.Layout, name string) (*Pending, er
 	l, err := flock.TryExclusive(lp)
 	if errors.Is(err, fs.ErrNotExist) {
 		if err := lay.Ensure(); err != nil {
-			return nil, errs.Wrap(errs.Permission, err, "cannot create the state directory").WithPath(lay.Root)
+			return nil, errs.FromOS(err, lay.Root, "cannot create the state directory")
 		}
 		l, err = flock.TryExclusive(lp)
 	}
 	if errors.Is(err, flock.ErrBusy) {
 		return nil, errs.New(errs.Exists, "a cluster named %q is being created or removed", name).
-			WithHint("choose another --name, or wait and see `pgfork ls`")
+			WithHint("choose another name, or wait").WithCLI("choose another --name, or wait and see `pgfork ls`")
 	}
 	if err != nil {
-		return nil, errs.Wrap(errs.Permission, err, "cannot lock the cluster name").WithPath(lp)
+		return nil, errs.FromOS(err, lp, "cannot lock the cluster name")
 	}
 	dir := Dir(lay, name)
 	if err := os.Mkdir(dir, 0o755); err != nil {
 		l.Unlock()
 		if errors.Is(err, fs.ErrExist) {
 			return nil, errs.New(errs.Exists, "a cluster named %q already exists", name).WithPath(dir).
-				WithHint("choose another --name, or remove it with `pgfork down %s`", name)
+				WithHint("choose another name, or remove that cluster").WithCLI("choose another --name, or remove it with `pgfork down %s`", name)
 		}
-		return nil, errs.Wrap(errs.Permission, err, "cannot create the cluster directory").WithPath(dir)
+		return nil, errs.FromOS(err, dir, "cannot create the cluster directory")
 	}
 	_ = os.Chmod(dir, 0o755)
 	return &Pending{Name: name, Dir: dir, lay: lay, lock: l}, nil
@@ -208,15 +209,11 @@ func (p *Pending) Commit(info Info) error {
 		info.PidStart = proc.StartTime(info.Pid)
 	}
 	b, _ := json.MarshalIndent(info, "", "  ")
-	tmp := filepath.Join(p.Dir, "."+infoFile+".tmp")
-	// No fsync: a cluster does not survive a crash of the machine anyway
-	// (test profile), and the reaper cleans what a crash leaves.
+	// No fsync (ReplaceFile): a cluster does not survive a crash of the
+	// machine anyway (test profile), and the reaper cleans what a crash leaves.
 	// 0600: the URL may hold the cluster's password (pgfork up --tcp).
-	if err := os.WriteFile(tmp, append(b, '\n'), 0o600); err != nil {
-		return errs.Wrap(errs.Internal, err, "cannot record the cluster").WithPath(tmp)
-	}
-	if err := os.Rename(tmp, filepath.Join(p.Dir, infoFile)); err != nil {
-		return errs.Wrap(errs.Internal, err, "cannot record the cluster").WithPath(p.Dir)
+	if err := fsutil.ReplaceFile(filepath.Join(p.Dir, infoFile), append(b, '\n'), 0o600); err != nil {
+		return errs.FromOS(err, p.Dir, "cannot record the cluster")
 	}
 	p.lock.Unlock()
 	return nil
@@ -288,7 +285,7 @@ func List(lay statedir.Layout) ([]Entry, error) {
 		return nil, nil
 	}
 	if err != nil {
-		return nil, errs.Wrap(errs.Permission, err, "cannot read the clusters directory").WithPath(lay.Clusters())
+		return nil, errs.FromOS(err, lay.Clusters(), "cannot read the clusters directory")
 	}
 	var out []Entry
 	for _, e := range ents {
@@ -324,7 +321,7 @@ func Get(lay statedir.Layout, name string) (Entry, error) {
 		return Entry{}, err
 	}
 	if _, err := os.Stat(Dir(lay, name)); err != nil {
-		return Entry{}, errs.New(errs.NotFound, "no cluster named %q", name).WithHint("see `pgfork ls`")
+		return Entry{}, errs.New(errs.NotFound, "no cluster named %q", name).WithCLI("see `pgfork ls`")
 	}
 	return entry(lay, name), nil
 }
@@ -342,7 +339,7 @@ func Down(ctx context.Context, lay statedir.Layout, name string, timeout time.Du
 	}
 	dir := Dir(lay, name)
 	if _, err := os.Stat(dir); err != nil {
-		return errs.New(errs.NotFound, "no cluster named %q", name).WithHint("see `pgfork ls`")
+		return errs.New(errs.NotFound, "no cluster named %q", name).WithCLI("see `pgfork ls`")
 	}
 	l, err := flock.TryExclusive(lockPath(lay, name))
 	if errors.Is(err, flock.ErrBusy) {
@@ -350,11 +347,11 @@ func Down(ctx context.Context, lay statedir.Layout, name string, timeout time.Du
 			WithHint("try again in a moment")
 	}
 	if err != nil {
-		return errs.Wrap(errs.Permission, err, "cannot lock the cluster").WithPath(lockPath(lay, name))
+		return errs.FromOS(err, lockPath(lay, name), "cannot lock the cluster")
 	}
 	defer l.Remove()
 	if _, err := os.Stat(dir); err != nil {
-		return errs.New(errs.NotFound, "no cluster named %q", name).WithHint("see `pgfork ls`")
+		return errs.New(errs.NotFound, "no cluster named %q", name).WithCLI("see `pgfork ls`")
 	}
 	info, _ := readInfo(dir)
 	if err := stop(ctx, filepath.Join(dir, dataSubdir), expect(info), timeout); err != nil {
@@ -399,10 +396,10 @@ func destroy(dir, socketDir string, want instance.Expect, lay statedir.Layout) e
 		if errors.Is(err, fs.ErrNotExist) {
 			return nil
 		}
-		return errs.Wrap(errs.Permission, err, "cannot remove the cluster").WithPath(dir)
+		return errs.FromOS(err, dir, "cannot remove the cluster")
 	}
 	if err := os.RemoveAll(trash); err != nil {
-		return errs.Wrap(errs.Permission, err, "cannot remove the cluster's files").WithPath(trash)
+		return errs.FromOS(err, trash, "cannot remove the cluster's files")
 	}
 	return nil
 }
@@ -423,7 +420,7 @@ func Reap(ctx context.Context, lay statedir.Layout) ([]Reaped, error) {
 		return nil, nil
 	}
 	if err != nil {
-		return nil, errs.Wrap(errs.Permission, err, "cannot read the clusters directory").WithPath(lay.Clusters())
+		return nil, errs.FromOS(err, lay.Clusters(), "cannot read the clusters directory")
 	}
 	var out []Reaped
 	now := time.Now()

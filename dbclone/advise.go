@@ -9,6 +9,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/pgfork/pgfork/internal/errs"
+	"github.com/pgfork/pgfork/internal/units"
 )
 
 // Calibration holds the constants of the advisor's cost model. Times are in
@@ -318,18 +319,18 @@ func estimate(a *Advice, t *Target, c *Calibration) []Estimate {
 	ms := func(v float64) time.Duration { return time.Duration(v * float64(time.Millisecond)) }
 	ckpt := c.CheckpointFixed + gb*c.CheckpointPerGB + dirty*c.DirtyPerMB
 	ckptWhy := fmt.Sprintf("two checkpoints %s (%s fixed + %s scanning shared_buffers %s + %s writing %s dirty)", ms(ckpt).Round(100*time.Microsecond),
-		ms(c.CheckpointFixed).Round(100*time.Microsecond), ms(gb*c.CheckpointPerGB).Round(100*time.Microsecond), fmtBytes(a.SharedBuffers),
-		ms(dirty*c.DirtyPerMB).Round(100*time.Microsecond), fmtBytes(a.DirtyBytes))
+		ms(c.CheckpointFixed).Round(100*time.Microsecond), ms(gb*c.CheckpointPerGB).Round(100*time.Microsecond), units.Bytes(a.SharedBuffers),
+		ms(dirty*c.DirtyPerMB).Round(100*time.Microsecond), units.Bytes(a.DirtyBytes))
 	wal := Estimate{Strategy: WalLog, Available: t.Version >= 15, Time: ms(c.WalLogFixed + gb*c.WalLogPerGB + mb*c.WalLogPerMB)}
 	if wal.Available {
 		wal.Why = fmt.Sprintf("reads %s through shared buffers and writes it to WAL: %s fixed + %s for the data + %s for shared_buffers %s",
-			fmtBytes(a.TemplateBytes), ms(c.WalLogFixed).Round(100*time.Microsecond), ms(mb*c.WalLogPerMB).Round(100*time.Microsecond),
-			ms(gb*c.WalLogPerGB).Round(100*time.Microsecond), fmtBytes(a.SharedBuffers))
+			units.Bytes(a.TemplateBytes), ms(c.WalLogFixed).Round(100*time.Microsecond), ms(mb*c.WalLogPerMB).Round(100*time.Microsecond),
+			ms(gb*c.WalLogPerGB).Round(100*time.Microsecond), units.Bytes(a.SharedBuffers))
 	} else {
 		wal.Why = fmt.Sprintf("PostgreSQL %d has no STRATEGY option (needs 15)", t.Version)
 	}
 	fc := Estimate{Strategy: FileCopy, Available: true, Time: ms(ckpt + c.CopyFixed + mb*c.CopyPerMB),
-		Why: fmt.Sprintf("copies %s of files, plus %s", fmtBytes(a.TemplateBytes), ckptWhy)}
+		Why: fmt.Sprintf("copies %s of files, plus %s", units.Bytes(a.TemplateBytes), ckptWhy)}
 	if t.Version < 15 {
 		fc.Why += "; a plain CREATE DATABASE on this version"
 	}
@@ -343,7 +344,7 @@ func estimate(a *Advice, t *Target, c *Calibration) []Estimate {
 		cl.Why = "file_copy_method cannot be SET by this role and is not clone"
 	default:
 		cl.Available = true
-		cl.Why = fmt.Sprintf("shares the blocks of %s (reflink), plus %s", fmtBytes(a.TemplateBytes), ckptWhy)
+		cl.Why = fmt.Sprintf("shares the blocks of %s (reflink), plus %s", units.Bytes(a.TemplateBytes), ckptWhy)
 	}
 	return []Estimate{wal, fc, cl}
 }
@@ -367,8 +368,8 @@ func reasons(a *Advice, t *Target, c *Calibration) []string {
 		r = append(r, fmt.Sprintf("%s is the only strategy this server offers", ch.Strategy))
 	}
 	r = append(r, fmt.Sprintf("template %q is %s; shared_buffers %s; fsync %s; PostgreSQL %d", a.Template,
-		fmtBytes(a.TemplateBytes), fmtBytes(a.SharedBuffers), onOff(a.Fsync), t.Version))
-	r = append(r, "dirty buffers: "+fmtBytes(a.DirtyBytes)+" ("+a.DirtySource+")")
+		units.Bytes(a.TemplateBytes), units.Bytes(a.SharedBuffers), onOff(a.Fsync), t.Version))
+	r = append(r, "dirty buffers: "+units.Bytes(a.DirtyBytes)+" ("+a.DirtySource+")")
 	if !est[Clone].Available {
 		r = append(r, "clone unavailable: "+est[Clone].Why)
 	}

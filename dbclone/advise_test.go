@@ -5,6 +5,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/pgfork/pgfork/internal/units"
 )
 
 // gridCase is one shape the advisor must get right: the server, the
@@ -151,6 +153,6 @@ func TestAdviseCountsDirtyBuffers(t *testing.T) {
 			t.Errorf("file_copy estimate rose by %s for %d dirty bytes, want %s; wal_log %s → %s", got, dirty.DirtyBytes-clean.DirtyBytes, want,
 				clean.Estimates[0].Time, dirty.Estimates[0].Time)
 		}
-		t.Logf("%s: %s dirty (%s); file_copy %s → %s", s.name, fmtBytes(dirty.DirtyBytes), dirty.DirtySource, clean.Estimates[1].Time, dirty.Estimates[1].Time)
+		t.Logf("%s: %s dirty (%s); file_copy %s → %s", s.name, units.Bytes(dirty.DirtyBytes), dirty.DirtySource, clean.Estimates[1].Time, dirty.Estimates[1].Time)
 	})
 }

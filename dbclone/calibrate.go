@@ -11,6 +11,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/pgfork/pgfork/internal/errs"
+	"github.com/pgfork/pgfork/internal/units"
 )
 
 // CalibrateOptions shape Calibrate.
@@ -86,7 +87,7 @@ func Calibrate(ctx context.Context, conn *pgx.Conn, opts CalibrateOptions) (*Cal
 
 	say("creating scratch templates %s and %s (%d MB)", small, big, opts.SizeMB)
 	for _, n := range []string{small, big} {
-		if _, err := conn.Exec(ctx, "CREATE DATABASE "+quote(n)+" TEMPLATE template0 STRATEGY FILE_COPY"); err != nil {
+		if _, err := conn.Exec(ctx, CreateDatabaseSQL(n, "template0", "")+" STRATEGY FILE_COPY"); err != nil {
 			return nil, createErr(ctx, conn, err, n, "template0", FileCopy)
 		}
 	}
@@ -170,7 +171,7 @@ func Calibrate(ctx context.Context, conn *pgx.Conn, opts CalibrateOptions) (*Cal
 	}
 	c := Builtin(t.Fsync, t.CanClone)
 	c.Source = fmt.Sprintf("calibrated %s on PostgreSQL %d (shared_buffers %s, fsync=%s)", time.Now().Format(time.RFC3339),
-		t.Version, fmtBytes(t.SharedBuffers), onOff(t.Fsync))
+		t.Version, units.Bytes(t.SharedBuffers), onOff(t.Fsync))
 	c.Measured, c.SystemID, c.Fsync = time.Now().UTC(), t.SystemID, t.Fsync
 	gb := float64(t.SharedBuffers) / (1 << 30)
 	dMB := sizes[big] - sizes[small]

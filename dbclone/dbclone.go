@@ -15,7 +15,6 @@ package dbclone
 import (
 	"context"
 	"errors"
-	"fmt"
 	"strings"
 	"time"
 	"unicode/utf8"
@@ -345,13 +344,21 @@ func supported(s Strategy, t *Target) error {
 
 func settable(context string) bool { return context == "user" }
 
+// CreateDatabaseSQL returns `CREATE DATABASE name TEMPLATE template [OWNER
+// owner]` with every identifier quoted: the one place this statement is
+// built. Callers append a STRATEGY clause when they choose one.
+func CreateDatabaseSQL(name, template, owner string) string {
+	sql := "CREATE DATABASE " + quote(name) + " TEMPLATE " + quote(template)
+	if owner != "" {
+		sql += " OWNER " + quote(owner)
+	}
+	return sql
+}
+
 // execCreate runs CREATE DATABASE with the strategy's options.
 func execCreate(ctx context.Context, conn *pgx.Conn, name, template string, s Strategy, opts CreateOptions, t *Target) error {
 	var b strings.Builder
-	b.WriteString("CREATE DATABASE " + quote(name) + " TEMPLATE " + quote(template))
-	if opts.Owner != "" {
-		b.WriteString(" OWNER " + quote(opts.Owner))
-	}
+	b.WriteString(CreateDatabaseSQL(name, template, opts.Owner))
 	if t.Version >= 15 {
 		switch s {
 		case WalLog:
@@ -475,16 +482,4 @@ func Drop(ctx context.Context, conn *pgx.Conn, name string, force bool) error {
 		return sqlErr(ctx, err, "cannot drop database %q", name)
 	}
 	return nil
-}
-
-func fmtBytes(n int64) string {
-	switch {
-	case n >= 1<<30:
-		return fmt.Sprintf("%.1f GB", float64(n)/(1<<30))
-	case n >= 1<<20:
-		return fmt.Sprintf("%.1f MB", float64(n)/(1<<20))
-	case n >= 1<<10:
-		return fmt.Sprintf("%.0f kB", float64(n)/(1<<10))
-	}
-	return fmt.Sprintf("%d B", n)
 }

@@ -8,11 +8,11 @@ import (
 	"strings"
 	"sync"
 	"testing"
-	"time"
 
 	"github.com/jackc/pgx/v5"
 
 	"github.com/pgfork/pgfork/instance"
+	"github.com/pgfork/pgfork/internal/pgtest"
 	"github.com/pgfork/pgfork/internal/testenv"
 )
 
@@ -69,15 +69,8 @@ func startServer(t testing.TB, name, bin, base string, canClone bool, settings m
 	}
 	_ = os.Chmod(dir, 0o755)
 	cleanups = append(cleanups, func() { _ = os.RemoveAll(dir) })
-	user, err := instance.ResolveUser("")
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx := context.Background()
 	data := filepath.Join(dir, "data")
-	if err := instance.InitDB(ctx, instance.InitOptions{BinDir: bin, DataDir: data, User: user, NoSync: true}); err != nil {
-		t.Fatal(err)
-	}
+	pgtest.InitDB(t, data, pgtest.Server{BinDir: bin})
 	// PGFORK_DBCLONE_TEST_SETTINGS="shared_buffers=2GB,fsync=on" overrides
 	// settings (used to measure the built-in calibration constants).
 	if v := os.Getenv("PGFORK_DBCLONE_TEST_SETTINGS"); v != "" {
@@ -88,15 +81,8 @@ func startServer(t testing.TB, name, bin, base string, canClone bool, settings m
 			}
 		}
 	}
-	inst, err := instance.Start(ctx, instance.Config{BinDir: bin, DataDir: data, User: user, Profile: instance.Test, Settings: settings})
-	if err != nil {
-		t.Fatal(err)
-	}
-	cleanups = append(cleanups, func() {
-		c, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-		defer cancel()
-		_ = inst.Stop(c, instance.Fast)
-	})
+	inst, stop := pgtest.StartShared(t, data, pgtest.Server{BinDir: bin, Settings: settings})
+	cleanups = append(cleanups, stop)
 	s := &server{name: name, major: majorOf(t, bin), canClone: canClone, inst: inst}
 	started[name] = s
 	return s

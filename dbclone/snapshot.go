@@ -97,7 +97,7 @@ func Snapshot(ctx context.Context, conn *pgx.Conn, db, name string, opts CreateO
 		return nil, nil, err
 	} else if len(ex) > 0 {
 		return nil, nil, errs.New(errs.Exists, "database %q already has a snapshot named %q", db, name).
-			WithHint("choose another name, or remove it with: pgfork db rm-snapshot --db %s %s", shellQuote(db), shellQuote(name))
+			WithHint("choose another name, or remove that snapshot").WithCLI("remove it with: pgfork db rm-snapshot --db %s %s", shellQuote(db), shellQuote(name))
 	}
 	// The metadata is written with the strategy, in the transaction that
 	// renames the finished copy into place (see finishWork): a snapshot
@@ -202,10 +202,10 @@ func FindSnapshot(ctx context.Context, conn *pgx.Conn, db, name string) (*Snapsh
 	if len(list) == 0 {
 		if name != "" {
 			return nil, errs.New(errs.NotFound, "database %q has no snapshot named %q", db, name).
-				WithHint("list them with: pgfork db snapshots %s", shellQuote(db))
+				WithCLI("list them with: pgfork db snapshots %s", shellQuote(db))
 		}
 		return nil, errs.New(errs.NotFound, "database %q has no snapshots", db).
-			WithHint("take one with: pgfork db snapshot %s", shellQuote(db))
+			WithCLI("take one with: pgfork db snapshot %s", shellQuote(db))
 	}
 	s := list[len(list)-1]
 	return &s, nil
@@ -356,7 +356,7 @@ func swap(ctx context.Context, conn *pgx.Conn, db string, s *SnapshotInfo, old s
 // RemoveSnapshot drops snapshot name of db and its spare.
 func RemoveSnapshot(ctx context.Context, conn *pgx.Conn, db, name string) (*SnapshotInfo, error) {
 	if name == "" {
-		return nil, errs.New(errs.Usage, "which snapshot? give its name").WithHint("list them with: pgfork db snapshots")
+		return nil, errs.New(errs.Usage, "which snapshot? give its name").WithCLI("list them with: pgfork db snapshots")
 	}
 	if _, err := Sweep(ctx, conn); err != nil {
 		return nil, err
@@ -379,7 +379,7 @@ func RemoveSnapshot(ctx context.Context, conn *pgx.Conn, db, name string) (*Snap
 	}
 	switch len(list) {
 	case 0:
-		return nil, errs.New(errs.NotFound, "no snapshot named %q", name).WithHint("list them with: pgfork db snapshots")
+		return nil, errs.New(errs.NotFound, "no snapshot named %q", name).WithCLI("list them with: pgfork db snapshots")
 	case 1:
 	default:
 		var srcs []string

@@ -3,13 +3,11 @@ package instance
 import (
 	"bytes"
 	"context"
-	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
 	"strconv"
 	"strings"
-	"syscall"
 
 	"github.com/pgfork/pgfork/internal/errs"
 )
@@ -79,10 +77,7 @@ func InitDB(ctx context.Context, o InitOptions) error {
 		return errs.Wrap(errs.Internal, err, "cannot create parent of data directory")
 	}
 	if err := o.User.MkdirOwned(o.DataDir, 0o700); err != nil {
-		if errors.Is(err, syscall.ENOSPC) {
-			return errs.Wrap(errs.NoSpace, err, "no space left to create the data directory").WithPath(o.DataDir)
-		}
-		return errs.Wrap(errs.Permission, err, "cannot create data directory").WithPath(o.DataDir)
+		return errs.FromOS(err, o.DataDir, "cannot create data directory")
 	}
 	if o.Major == 0 {
 		o.Major = majorOf(ctx, o.User, o.Env, filepath.Join(o.BinDir, "initdb"))

@@ -130,7 +130,7 @@ func Start(ctx context.Context, cfg Config) (*Instance, error) {
 	}
 	if err := cfg.User.MkdirOwned(inst.SocketDir, 0o700); err != nil {
 		inst.cleanup()
-		return nil, errs.Wrap(errs.Permission, err, "cannot prepare socket directory").WithPath(inst.SocketDir)
+		return nil, errs.FromOS(err, inst.SocketDir, "cannot prepare socket directory")
 	}
 	var lastErr error
 	for attempt := 0; attempt < 8; attempt++ {
@@ -199,7 +199,7 @@ func (inst *Instance) launch(ctx context.Context, cfg Config, port int) error {
 	}
 	logf, err := os.OpenFile(cfg.LogFile, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
 	if err != nil {
-		return errs.Wrap(errs.Permission, err, "cannot open server log").WithPath(cfg.LogFile)
+		return errs.FromOS(err, cfg.LogFile, "cannot open server log")
 	}
 	defer logf.Close()
 	if cfg.User != nil {
@@ -377,7 +377,7 @@ func (inst *Instance) Stop(ctx context.Context, mode StopMode) error {
 		return nil
 	}
 	if err := inst.signal(mode.signal()); err != nil {
-		return errs.Wrap(errs.Permission, err, "cannot signal postgres (pid %d)", inst.Pid)
+		return errs.Wrap(errs.OSKind(err), err, "cannot signal postgres (pid %d)", inst.Pid)
 	}
 	tick := time.NewTicker(time.Millisecond)
 	defer tick.Stop()

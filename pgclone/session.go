@@ -7,16 +7,16 @@ import (
 	"crypto/rand"
 	"encoding/csv"
 	"encoding/hex"
+	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"os"
 	"os/exec"
-	"os/user"
 	"regexp"
 	"strconv"
 	"strings"
 	"sync"
-	"syscall"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -111,17 +111,12 @@ func (p *pgxSession) close() {
 // DataDirOwner returns the OS user that owns dataDir: the user the cluster
 // runs as, whom peer authentication lets in as the same-named role.
 func DataDirOwner(dataDir string) (*instance.OSUser, error) {
-	fi, err := os.Stat(dataDir)
-	if err != nil {
-		return nil, fsErr(err, dataDir, "cannot read the source data directory")
-	}
-	st := fi.Sys().(*syscall.Stat_t)
-	u, err := user.LookupId(strconv.Itoa(int(st.Uid)))
-	if err != nil {
-		return nil, errs.Wrap(errs.NotFound, err, "the owner (uid %d) of the source data directory has no user name", st.Uid).WithPath(dataDir).
+	u, err := instance.OwnerOf(dataDir)
+	if err != nil && errs.KindOf(err) == errs.NotFound && !errors.Is(err, fs.ErrNotExist) {
+		return nil, errs.Wrap(errs.NotFound, err, "the source data directory's owner has no user name").
 			WithHint("pass --url to say how to connect to the source")
 	}
-	return &instance.OSUser{Name: u.Username, UID: int(st.Uid), GID: int(st.Gid)}, nil
+	return u, err
 }
 
 // psqlSession is a session held by one psql process run as the cluster's

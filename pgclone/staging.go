@@ -8,10 +8,10 @@ import (
 	"path/filepath"
 	"strings"
 
-	"golang.org/x/sys/unix"
-
 	"github.com/pgfork/pgfork/clone"
 	"github.com/pgfork/pgfork/internal/errs"
+	"github.com/pgfork/pgfork/internal/flock"
+	"github.com/pgfork/pgfork/internal/fsutil"
 )
 
 // Names of what a clone builds beside its destination DST:
@@ -33,50 +33,31 @@ const (
 // TablespaceDir returns where the clone at dst keeps its tablespace copies.
 func TablespaceDir(dst string) string { return dst + tablespaceSuffix }
 
-// staged is a directory being built, locked while it is.
+// staged is a directory being built, locked (flock.LockDir) while it is.
 type staged struct {
-	path string
-	fd   int
+	path   string
+	unlock func()
 }
 
 func newStaged(parent, base string) (*staged, error) {
 	p, err := os.MkdirTemp(parent, "."+base+stagingTag+fmt.Sprint(os.Getpid())+"-")
 	if err != nil {
-		return nil, fsErr(err, parent, "cannot create a staging directory beside the destination")
+		return nil, errs.FromOS(err, parent, "cannot create a staging directory beside the destination")
 	}
-	fd, err := unix.Open(p, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
-	if err == nil {
-		err = unix.Flock(fd, unix.LOCK_EX|unix.LOCK_NB)
-		if err != nil {
-			unix.Close(fd)
-		}
-	}
+	unlock, err := flock.LockDir(p)
 	if err != nil {
 		_ = os.Remove(p)
 		return nil, errs.Wrap(errs.Internal, err, "cannot lock the staging directory").WithPath(p)
 	}
-	return &staged{path: p, fd: fd}, nil
+	return &staged{path: p, unlock: unlock}, nil
 }
 
 // release drops the lock; the directory stays where it is.
 func (s *staged) release() {
-	if s != nil && s.fd >= 0 {
-		unix.Close(s.fd)
-		s.fd = -1
+	if s != nil && s.unlock != nil {
+		s.unlock()
+		s.unlock = nil
 	}
-}
-
-// locked reports whether a live process holds the flock on dir.
-func locked(dir string) bool {
-	fd, err := unix.Open(dir, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC|unix.O_NOFOLLOW, 0)
-	if err != nil {
-		return false
-	}
-	defer unix.Close(fd)
-	if err := unix.Flock(fd, unix.LOCK_EX|unix.LOCK_NB); err != nil {
-		return errors.Is(err, unix.EWOULDBLOCK)
-	}
-	return false
 }
 
 // CleanStale removes what earlier clones to dst left behind when they
@@ -94,18 +75,18 @@ func CleanStale(dst string) error {
 		matches, _ := filepath.Glob(filepath.Join(parent, "."+globEscape(base)+stagingTag+"*"))
 		for _, m := range matches {
 			fi, err := os.Lstat(m)
-			if err != nil || !fi.IsDir() || locked(m) {
+			if err != nil || !fi.IsDir() || flock.IsLockedByLiveProcess(m) {
 				continue
 			}
-			if err := removeAll(m); err != nil {
+			if err := fsutil.RemoveAll(m); err != nil {
 				all = append(all, err)
 			}
 		}
 	}
 	ts := TablespaceDir(dst)
-	if _, err := os.Lstat(filepath.Join(ts, incompleteMarker)); err == nil && !locked(ts) {
+	if _, err := os.Lstat(filepath.Join(ts, incompleteMarker)); err == nil && !flock.IsLockedByLiveProcess(ts) {
 		if _, err := os.Lstat(dst); errors.Is(err, fs.ErrNotExist) {
-			if err := removeAll(ts); err != nil {
+			if err := fsutil.RemoveAll(ts); err != nil {
 				all = append(all, err)
 			}
 		}
@@ -119,33 +100,4 @@ func CleanStale(dst string) error {
 func globEscape(s string) string {
 	r := strings.NewReplacer(`\`, `\\`, `*`, `\*`, `?`, `\?`, `[`, `\[`)
 	return r.Replace(s)
-}
-
-// removeAll removes a tree, making read-only directories writable first.
-func removeAll(p string) error {
-	if err := os.RemoveAll(p); err == nil {
-		return nil
-	}
-	_ = filepath.WalkDir(p, func(q string, d fs.DirEntry, err error) error {
-		if err == nil && d.IsDir() {
-			_ = os.Chmod(q, 0o700)
-		}
-		return nil
-	})
-	return os.RemoveAll(p)
-}
-
-// renameNoReplace renames oldpath to newpath, failing if newpath exists.
-func renameNoReplace(oldpath, newpath string) error { return clone.RenameNoReplace(oldpath, newpath) }
-
-func fsErr(err error, path, msg string) error {
-	switch {
-	case errors.Is(err, fs.ErrPermission):
-		return errs.Wrap(errs.Permission, err, "%s", msg).WithPath(path).WithHint("check the permissions of %s", path)
-	case errors.Is(err, unix.ENOSPC) || errors.Is(err, unix.EDQUOT):
-		return errs.Wrap(errs.NoSpace, err, "%s", msg).WithPath(path).WithHint("free some space on the destination's filesystem, or clone elsewhere")
-	case errors.Is(err, fs.ErrNotExist):
-		return errs.Wrap(errs.NotFound, err, "%s", msg).WithPath(path)
-	}
-	return errs.Wrap(errs.Internal, err, "%s", msg).WithPath(path)
 }

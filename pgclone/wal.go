@@ -18,6 +18,7 @@ import (
 	"github.com/pgfork/pgfork/clone"
 
 	"github.com/pgfork/pgfork/internal/errs"
+	"github.com/pgfork/pgfork/internal/fsutil"
 )
 
 // LSN is a PostgreSQL write-ahead log position.
@@ -132,7 +133,7 @@ type walPlan struct {
 func planWAL(srcWAL string, startTLI uint32, start, stop LSN, segSize int64) (*walPlan, error) {
 	ents, err := os.ReadDir(srcWAL)
 	if err != nil {
-		return nil, errs.Wrap(errs.Internal, err, "cannot list the source's WAL directory").WithPath(srcWAL)
+		return nil, errs.FromOS(err, srcWAL, "cannot list the source's WAL directory")
 	}
 	// For each segment number, the file of the highest timeline >= startTLI.
 	best := map[uint64]uint32{}
@@ -186,7 +187,7 @@ func copyWAL(ctx context.Context, srcWAL, dstWAL string, p *walPlan, owner *uidg
 		if isNoSpace(err) {
 			return 0, walNoSpace(err, dstWAL)
 		}
-		return 0, errs.Wrap(errs.Internal, err, "cannot create the clone's WAL directory").WithPath(dstWAL)
+		return 0, errs.FromOS(err, dstWAL, "cannot create the clone's WAL directory")
 	}
 	var total int64
 	names := append(append([]string(nil), p.History...), p.Segments...)
@@ -203,13 +204,13 @@ func copyWAL(ctx context.Context, srcWAL, dstWAL string, p *walPlan, owner *uidg
 			if isNoSpace(err) {
 				return total, walNoSpace(err, dstWAL)
 			}
-			return total, errs.Wrap(errs.Internal, err, "cannot copy WAL file %s", name).WithPath(srcWAL)
+			return total, errs.FromOS(err, dstWAL, "cannot copy WAL file %s from %s", name, srcWAL)
 		}
 		total += n
 	}
 	if sync {
-		if err := syncDir(dstWAL); err != nil {
-			return total, errs.Wrap(errs.Internal, err, "cannot sync the clone's WAL directory").WithPath(dstWAL)
+		if err := fsutil.SyncDir(dstWAL); err != nil {
+			return total, errs.FromOS(err, dstWAL, "cannot sync the clone's WAL directory")
 		}
 	}
 	return total, nil
@@ -275,13 +276,4 @@ func copyFileShared(src, dst string, owner *uidgid, sync bool) (int64, error) {
 	}
 	ok = true
 	return fi.Size(), df.Close()
-}
-
-func syncDir(dir string) error {
-	d, err := os.Open(dir)
-	if err != nil {
-		return err
-	}
-	defer d.Close()
-	return d.Sync()
 }

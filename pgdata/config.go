@@ -439,10 +439,10 @@ func configErr(err error, p string) error {
 	case errors.Is(err, fs.ErrNotExist):
 		return errs.Wrap(errs.NotFound, err, "a configuration file is missing").WithPath(p)
 	case errors.Is(err, fs.ErrPermission):
-		return errs.Wrap(errs.Permission, err, "cannot read or write a configuration file").WithPath(p).
+		return errs.Wrap(errs.OSKind(err), err, "cannot read or write a configuration file").WithPath(p).
 			WithHint("run pgfork as root or as the cluster's owner")
-	case errors.Is(err, syscall.ENOSPC):
-		return errs.Wrap(errs.NoSpace, err, "cannot write a configuration file").WithPath(p)
+	case errs.OSKind(err) == errs.NoSpace:
+		return errs.FromOS(err, p, "cannot write a configuration file")
 	}
-	return errs.Wrap(errs.Internal, err, "configuration file").WithPath(p)
+	return errs.FromOS(err, p, "configuration file")
 }

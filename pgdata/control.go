@@ -88,7 +88,7 @@ func ReadControlData(ctx context.Context, binDir, dataDir string, env []string) 
 		return nil, err
 	} else if binMajor != dataMajor {
 		return nil, errs.New(errs.Unsupported, "the data directory is PostgreSQL %d but %s is PostgreSQL %d", dataMajor, prog, binMajor).
-			WithPath(dataDir).WithHint("use the PostgreSQL %d binaries (--pg %d; `pgfork pg install %d` if missing)", dataMajor, dataMajor, dataMajor)
+			WithPath(dataDir).WithHint("use the PostgreSQL %d binaries", dataMajor).WithCLI("--pg %d; `pgfork pg install %d` if missing", dataMajor, dataMajor)
 	}
 	cmd := exec.CommandContext(ctx, prog, "-D", dataDir)
 	cmd.Env = append(append(os.Environ(), "LC_ALL=C", "LANG=C"), env...)

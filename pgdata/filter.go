@@ -5,6 +5,10 @@
 //
 // It needs no running server. It does not copy anything itself: the copy
 // engine (package clone) does, shaped by the filters here.
+//
+// pgdata owns the on-disk rules of a data directory. It must not start or
+// stop a server and must not write a source directory: ResetForClone refuses
+// a directory with a live postmaster.
 package pgdata
 
 import (

@@ -40,10 +40,10 @@ func statErr(err error, p, msg, hint string) error {
 	case errors.Is(err, os.ErrNotExist):
 		return errs.Wrap(errs.NotFound, err, "%s", msg).WithPath(p).WithHint("%s", hint)
 	case errors.Is(err, os.ErrPermission):
-		return errs.Wrap(errs.Permission, err, "cannot read the data directory").WithPath(p).
+		return errs.Wrap(errs.OSKind(err), err, "cannot read the data directory").WithPath(p).
 			WithHint("run pgfork as the data directory's owner (or root)")
 	}
-	return errs.Wrap(errs.Internal, err, "cannot read the data directory").WithPath(p)
+	return errs.FromOS(err, p, "cannot read the data directory")
 }
 
 // Version returns the major version of the PostgreSQL that made dataDir,

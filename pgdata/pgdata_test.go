@@ -18,6 +18,7 @@ import (
 	"github.com/pgfork/pgfork/clone"
 	"github.com/pgfork/pgfork/instance"
 	"github.com/pgfork/pgfork/internal/errs"
+	"github.com/pgfork/pgfork/internal/pgtest"
 	"github.com/pgfork/pgfork/internal/testenv"
 	"github.com/pgfork/pgfork/pgbin"
 )
@@ -36,20 +37,11 @@ func builds(t *testing.T) []pgbin.Installation {
 	return out
 }
 
-func osUser(t *testing.T) *instance.OSUser {
-	t.Helper()
-	u, err := instance.ResolveUser("")
-	if err != nil {
-		t.Fatal(err)
-	}
-	return u
-}
-
 // initdb makes a fresh data directory with the given build.
 func initdb(t *testing.T, in pgbin.Installation, checksums bool) string {
 	t.Helper()
 	data := filepath.Join(testenv.Dir(t), "data")
-	o := instance.InitOptions{BinDir: in.BinDir, Env: in.Env(), DataDir: data, User: osUser(t), NoSync: true}
+	o := pgtest.Server{BinDir: in.BinDir, Env: in.Env()}
 	if checksums {
 		o.Checksums = &checksums
 	} else {
@@ -59,23 +51,13 @@ func initdb(t *testing.T, in pgbin.Installation, checksums bool) string {
 			o.Checksums = &checksums
 		}
 	}
-	err := instance.InitDB(context.Background(), o)
-	if err != nil {
-		t.Fatalf("initdb (%s): %v", in.Version, err)
-	}
+	pgtest.InitDB(t, data, o)
 	return data
 }
 
 func start(t *testing.T, in pgbin.Installation, data string) *instance.Instance {
 	t.Helper()
-	srv, err := instance.Start(context.Background(), instance.Config{
-		BinDir: in.BinDir, Env: in.Env(), DataDir: data, User: osUser(t), Profile: instance.Test,
-	})
-	if err != nil {
-		t.Fatalf("start %s: %v", data, err)
-	}
-	t.Cleanup(func() { _ = srv.Stop(context.Background(), instance.Immediate) })
-	return srv
+	return pgtest.Start(t, data, pgtest.Server{BinDir: in.BinDir, Env: in.Env()})
 }
 
 func connect(t *testing.T, srv *instance.Instance) *pgx.Conn {
@@ -308,7 +290,7 @@ func TestFiltersOnALiveDataDirectory(t *testing.T) {
 	in := builds(t)[0]
 	ctx := context.Background()
 	data := initdb(t, in, false)
-	user := osUser(t)
+	user := pgtest.User(t)
 	tsDir := filepath.Join(testenv.Dir(t), "ts")
 	if err := user.MkdirOwned(tsDir, 0o700); err != nil {
 		t.Fatal(err)
@@ -538,7 +520,7 @@ func copyTree(t *testing.T, src, dst string, f clone.Filter, user *instance.OSUs
 // postgresC asks postgres what a setting resolves to in dataDir (-C).
 func postgresC(t *testing.T, in pgbin.Installation, data, name string) string {
 	t.Helper()
-	cmd := osUser(t).Command(context.Background(), in.Env(), in.Tool("postgres"), "-D", data, "-C", name)
+	cmd := pgtest.User(t).Command(context.Background(), in.Env(), in.Tool("postgres"), "-D", data, "-C", name)
 	out, err := cmd.CombinedOutput()
 	if err != nil {
 		t.Fatalf("postgres -C %s: %v\n%s", name, err, out)
@@ -553,7 +535,7 @@ func TestOfflineCloneRunsOnItsOwn(t *testing.T) {
 	for _, in := range builds(t) {
 		t.Run(in.Version, func(t *testing.T) {
 			ctx := context.Background()
-			user := osUser(t)
+			user := pgtest.User(t)
 			src := initdb(t, in, false)
 			srv := start(t, in, src)
 			c := connect(t, srv)
@@ -622,7 +604,7 @@ func TestOfflineCloneRunsOnItsOwn(t *testing.T) {
 // that still has the source's leftovers.
 func TestResetForCloneOfARawCopy(t *testing.T) {
 	in := builds(t)[0]
-	user := osUser(t)
+	user := pgtest.User(t)
 	src := initdb(t, in, false)
 	dst := filepath.Join(testenv.Dir(t), "copy")
 	copyTree(t, src, dst, func(string, fs.DirEntry) clone.Action { return clone.Include }, user)

@@ -110,11 +110,7 @@ func appendOwned(p, text string, uid, gid int) error {
 		err = cerr
 	}
 	if err != nil {
-		kind := errs.Internal
-		if errors.Is(err, syscall.ENOSPC) {
-			kind = errs.NoSpace
-		}
-		return errs.Wrap(kind, err, "cannot write postgresql.auto.conf").WithPath(p)
+		return errs.FromOS(err, p, "cannot write postgresql.auto.conf")
 	}
 	return nil
 }

@@ -66,11 +66,7 @@ func (c *SQLCreator) Probe(ctx context.Context) error {
 // sessions it returns an error wrapping ErrInUse (the pool retries).
 func (c *SQLCreator) Create(ctx context.Context, name, template, owner string) (string, error) {
 	if c.Strategy == StrategyDefault {
-		sql := "CREATE DATABASE " + pgx.Identifier{name}.Sanitize() + " TEMPLATE " + pgx.Identifier{template}.Sanitize()
-		if owner != "" {
-			sql += " OWNER " + pgx.Identifier{owner}.Sanitize()
-		}
-		if _, err := c.Admin.Exec(ctx, sql); err != nil {
+		if _, err := c.Admin.Exec(ctx, dbclone.CreateDatabaseSQL(name, template, owner)); err != nil {
 			return StrategyDefault, classify(err, "cannot create database %s from %s", name, template)
 		}
 		return StrategyDefault, nil

@@ -69,8 +69,10 @@ func (s State) String() string {
 // States lists every state, in order.
 var States = []State{Creating, Ready, InUse, Dirty, Recreating}
 
-// Creator creates and drops databases inside the server. It is implemented
-// by an adapter over dbclone (see creator.go).
+// Creator creates and drops test databases. SQLCreator (creator.go)
+// implements it over an admin connection pool with dbclone's strategies;
+// every Store embeds one (the cluster-isolation store in package server
+// creates whole clusters instead).
 type Creator interface {
 	// Create makes database name as a copy of template, owned by owner, and
 	// returns the strategy it used.

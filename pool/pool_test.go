@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
-	"path/filepath"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -17,7 +16,7 @@ import (
 
 	"github.com/pgfork/pgfork/instance"
 	"github.com/pgfork/pgfork/internal/errs"
-	"github.com/pgfork/pgfork/internal/testenv"
+	"github.com/pgfork/pgfork/internal/pgtest"
 	"github.com/pgfork/pgfork/pool"
 )
 
@@ -31,30 +30,13 @@ func (s *pg) url(db string) string { return s.inst.ConnString("postgres", db) }
 // startPG starts a throw-away PostgreSQL (test profile) for one test.
 func startPG(t testing.TB) *pg {
 	t.Helper()
-	bin := testenv.PGBinDirs(t)[0]
-	u, err := instance.ResolveUser("")
+	s := &pg{inst: pgtest.New(t, pgtest.Server{Settings: map[string]string{"max_connections": "200"}})}
+	var err error
+	s.admin, err = pgxpool.New(context.Background(), s.url("postgres"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	dir := filepath.Join(testenv.Dir(t), "data")
-	ctx := context.Background()
-	if err := instance.InitDB(ctx, instance.InitOptions{BinDir: bin, DataDir: dir, User: u, NoSync: true}); err != nil {
-		t.Fatal(err)
-	}
-	inst, err := instance.Start(ctx, instance.Config{BinDir: bin, DataDir: dir, User: u, Profile: instance.Test,
-		Settings: map[string]string{"max_connections": "200"}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	s := &pg{inst: inst}
-	s.admin, err = pgxpool.New(ctx, s.url("postgres"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		s.admin.Close()
-		_ = inst.Stop(context.Background(), instance.Fast)
-	})
+	t.Cleanup(s.admin.Close)
 	return s
 }
 

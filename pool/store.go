@@ -8,6 +8,7 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/pgfork/pgfork/dbclone"
 	"github.com/pgfork/pgfork/internal/errs"
 )
 
@@ -174,11 +175,7 @@ func (s *adminStore) CreateTemplate(ctx context.Context, name, owner, root strin
 	if err := dropForce(ctx, s.admin, name); err != nil {
 		return err
 	}
-	sql := "CREATE DATABASE " + pgx.Identifier{name}.Sanitize() + " TEMPLATE " + pgx.Identifier{root}.Sanitize()
-	if owner != "" {
-		sql += " OWNER " + pgx.Identifier{owner}.Sanitize()
-	}
-	if _, err := s.admin.Exec(ctx, sql); err != nil {
+	if _, err := s.admin.Exec(ctx, dbclone.CreateDatabaseSQL(name, root, owner)); err != nil {
 		return classify(err, "cannot create template database %s", name)
 	}
 	return nil

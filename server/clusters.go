@@ -17,8 +17,10 @@ import (
 
 	"github.com/pgfork/pgfork/clone"
 	"github.com/pgfork/pgfork/cluster"
+	"github.com/pgfork/pgfork/dbclone"
 	"github.com/pgfork/pgfork/instance"
 	"github.com/pgfork/pgfork/internal/errs"
+	"github.com/pgfork/pgfork/internal/fsutil"
 	"github.com/pgfork/pgfork/internal/statedir"
 	"github.com/pgfork/pgfork/pgbin"
 	"github.com/pgfork/pgfork/pgdata"
@@ -68,7 +70,7 @@ func NewClusterStore(o ClusterOptions) (*ClusterStore, error) {
 	}
 	for _, d := range []string{o.Dir, filepath.Join(o.Dir, "templates"), filepath.Join(o.Dir, "tests")} {
 		if err := os.MkdirAll(d, 0o755); err != nil {
-			return nil, errs.Wrap(errs.Permission, err, "cannot create %s", d)
+			return nil, errs.Wrap(errs.OSKind(err), err, "cannot create %s", d)
 		}
 	}
 	if o.Password == "" {
@@ -98,7 +100,7 @@ func (s *ClusterStore) testDir(name string) string { return filepath.Join(s.o.Di
 func (s *ClusterStore) copyOptions() clone.Options {
 	o := clone.Options{Sync: clone.SyncNone, Filter: pgdata.Filter}
 	if s.o.User != nil {
-		o.Owner = &clone.Owner{UID: s.o.User.UID, GID: s.o.User.GID}
+		o.Owner = s.o.User.Owner()
 	}
 	return o
 }
@@ -134,7 +136,7 @@ func (s *ClusterStore) CreateTemplate(ctx context.Context, name, owner, root str
 	}
 	data := s.templateData(name)
 	if err := os.MkdirAll(filepath.Dir(data), 0o755); err != nil {
-		return errs.Wrap(errs.Permission, err, "cannot create %s", filepath.Dir(data))
+		return errs.Wrap(errs.OSKind(err), err, "cannot create %s", filepath.Dir(data))
 	}
 	base, err := template.Get(ctx, s.o.Layout, template.Options{PG: s.o.PG, User: s.o.User})
 	if err != nil {
@@ -150,7 +152,7 @@ func (s *ClusterStore) CreateTemplate(ctx context.Context, name, owner, root str
 		return errs.Wrap(errs.Internal, err, "cannot write pg_hba.conf")
 	}
 	if err := s.o.User.Chown(hba); err != nil {
-		return errs.Wrap(errs.Permission, err, "cannot chown pg_hba.conf")
+		return errs.Wrap(errs.OSKind(err), err, "cannot chown pg_hba.conf")
 	}
 	inst, err := s.start(ctx, data)
 	if err != nil {
@@ -181,8 +183,7 @@ func (s *ClusterStore) setupTemplate(ctx context.Context, inst *instance.Instanc
 	if _, err := c.Exec(ctx, "CREATE ROLE "+pgx.Identifier{owner}.Sanitize()+" LOGIN SUPERUSER PASSWORD "+lit); err != nil {
 		return errs.Wrap(errs.Internal, err, "cannot create role %s in the template cluster", owner)
 	}
-	if _, err := c.Exec(ctx, "CREATE DATABASE "+pgx.Identifier{name}.Sanitize()+" OWNER "+pgx.Identifier{owner}.Sanitize()+
-		" TEMPLATE "+pgx.Identifier{root}.Sanitize()); err != nil {
+	if _, err := c.Exec(ctx, dbclone.CreateDatabaseSQL(name, root, owner)); err != nil {
 		return errs.Wrap(errs.Internal, err, "cannot create database %s in the template cluster", name)
 	}
 	return nil
@@ -217,7 +218,7 @@ func (s *ClusterStore) DropTemplate(_ context.Context, name string) error {
 	data := s.templateData(name)
 	stopDir(data)
 	if err := os.RemoveAll(filepath.Dir(data)); err != nil {
-		return errs.Wrap(errs.Permission, err, "cannot remove template cluster %s", name)
+		return errs.Wrap(errs.OSKind(err), err, "cannot remove template cluster %s", name)
 	}
 	return nil
 }
@@ -253,10 +254,10 @@ func (s *ClusterStore) Create(ctx context.Context, name, tmpl, _ string) (string
 	dir := s.testDir(name)
 	stopDir(filepath.Join(dir, "data"))
 	if err := os.RemoveAll(dir); err != nil {
-		return "cluster", errs.Wrap(errs.Permission, err, "cannot remove %s", dir)
+		return "cluster", errs.Wrap(errs.OSKind(err), err, "cannot remove %s", dir)
 	}
 	if err := os.MkdirAll(dir, 0o755); err != nil {
-		return "cluster", errs.Wrap(errs.Permission, err, "cannot create %s", dir)
+		return "cluster", errs.Wrap(errs.OSKind(err), err, "cannot create %s", dir)
 	}
 	if _, err := clone.Copy(ctx, s.templateData(tmpl), filepath.Join(dir, "data"), s.copyOptions()); err != nil {
 		_ = os.RemoveAll(dir)
@@ -283,7 +284,7 @@ func (s *ClusterStore) Drop(_ context.Context, name string) error {
 	dir := s.testDir(name)
 	stopDir(filepath.Join(dir, "data"))
 	if err := os.RemoveAll(dir); err != nil {
-		return errs.Wrap(errs.Permission, err, "cannot remove test cluster %s", name)
+		return errs.Wrap(errs.OSKind(err), err, "cannot remove test cluster %s", name)
 	}
 	return nil
 }
@@ -361,22 +362,8 @@ func (s *ClusterStore) readState() clusterState {
 
 func (s *ClusterStore) writeState(st clusterState) error {
 	b, _ := json.MarshalIndent(st, "", "  ")
-	tmp := s.statePath() + ".tmp"
-	f, err := os.Create(tmp)
-	if err == nil {
-		_, err = f.Write(b)
-		if err == nil {
-			err = f.Sync()
-		}
-		if cerr := f.Close(); err == nil {
-			err = cerr
-		}
-	}
-	if err == nil {
-		err = os.Rename(tmp, s.statePath())
-	}
-	if err != nil {
-		return errs.Wrap(errs.Internal, err, "cannot save template state").WithPath(s.statePath())
+	if err := fsutil.WriteFileAtomic(s.statePath(), b, 0o644); err != nil {
+		return errs.FromOS(err, s.statePath(), "cannot save template state")
 	}
 	return nil
 }
@@ -387,7 +374,7 @@ func (s *ClusterStore) writeState(st clusterState) error {
 func (s *ClusterStore) Recover(_ context.Context, prefix, testPrefix string, persist bool) ([]pool.Record, int, error) {
 	ents, err := os.ReadDir(filepath.Join(s.o.Dir, "tests"))
 	if err != nil && !errors.Is(err, fs.ErrNotExist) {
-		return nil, 0, errs.Wrap(errs.Permission, err, "cannot read %s", filepath.Join(s.o.Dir, "tests"))
+		return nil, 0, errs.Wrap(errs.OSKind(err), err, "cannot read %s", filepath.Join(s.o.Dir, "tests"))
 	}
 	for _, e := range ents {
 		if strings.HasPrefix(e.Name(), testPrefix) {

@@ -16,6 +16,7 @@ import (
 
 	"github.com/pgfork/pgfork/instance"
 	"github.com/pgfork/pgfork/internal/errs"
+	"github.com/pgfork/pgfork/internal/fsutil"
 	"github.com/pgfork/pgfork/internal/proc"
 )
 
@@ -72,7 +73,7 @@ func StartManaged(ctx context.Context, o ManagedOptions) (*Managed, error) {
 	}
 	data := filepath.Join(o.Dir, "pgdata")
 	if err := os.MkdirAll(o.Dir, 0o755); err != nil {
-		return nil, errs.Wrap(errs.Permission, err, "cannot create %s", o.Dir)
+		return nil, errs.Wrap(errs.OSKind(err), err, "cannot create %s", o.Dir)
 	}
 	if _, err := os.Stat(filepath.Join(data, "PG_VERSION")); err != nil {
 		_ = os.RemoveAll(data) // a half-made cluster from an interrupted first start
@@ -86,7 +87,7 @@ func StartManaged(ctx context.Context, o ManagedOptions) (*Managed, error) {
 			return nil, errs.Wrap(errs.Internal, err, "cannot write pg_hba.conf")
 		}
 		if err := o.User.Chown(filepath.Join(data, "pg_hba.conf")); err != nil {
-			return nil, errs.Wrap(errs.Permission, err, "cannot chown pg_hba.conf")
+			return nil, errs.Wrap(errs.OSKind(err), err, "cannot chown pg_hba.conf")
 		}
 	}
 	if err := recoverLeftover(ctx, data); err != nil {
@@ -215,12 +216,8 @@ func password(path string) (string, error) {
 		return "", err
 	}
 	pw := hex.EncodeToString(buf)
-	tmp := path + ".tmp"
-	if err := os.WriteFile(tmp, []byte(pw+"\n"), 0o600); err != nil {
-		return "", errs.Wrap(errs.Internal, err, "cannot write %s", tmp)
-	}
-	if err := os.Rename(tmp, path); err != nil {
-		return "", errs.Wrap(errs.Internal, err, "cannot write %s", path)
+	if err := fsutil.WriteFileAtomic(path, []byte(pw+"\n"), 0o600); err != nil {
+		return "", errs.FromOS(err, "", "cannot write %s", path)
 	}
 	return pw, nil
 }

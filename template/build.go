@@ -17,6 +17,7 @@ import (
 
 	"github.com/pgfork/pgfork/instance"
 	"github.com/pgfork/pgfork/internal/errs"
+	"github.com/pgfork/pgfork/internal/fsutil"
 	"github.com/pgfork/pgfork/internal/statedir"
 )
 
@@ -31,7 +32,7 @@ func build(ctx context.Context, lay statedir.Layout, o Options, files []SetupFil
 	}
 	staging, err := os.MkdirTemp(lay.Templates(), stagingTag+key+"-")
 	if err != nil {
-		return errs.Wrap(errs.Permission, err, "cannot create a staging directory for the template").WithPath(lay.Templates())
+		return errs.FromOS(err, lay.Templates(), "cannot create a staging directory for the template")
 	}
 	defer func() {
 		if err != nil {
@@ -39,7 +40,7 @@ func build(ctx context.Context, lay statedir.Layout, o Options, files []SetupFil
 		}
 	}()
 	if err := os.Chmod(staging, 0o755); err != nil {
-		return errs.Wrap(errs.Permission, err, "cannot prepare the staging directory").WithPath(staging)
+		return errs.FromOS(err, staging, "cannot prepare the staging directory")
 	}
 	data := filepath.Join(staging, dataSubdir)
 	progress(o, "building template %s (PostgreSQL %s): initdb", key, o.PG.Version)
@@ -57,7 +58,7 @@ func build(ctx context.Context, lay statedir.Layout, o Options, files []SetupFil
 	}
 	for _, f := range []string{"postmaster.opts", instance.LogFileName} {
 		if err := os.Remove(filepath.Join(data, f)); err != nil && !os.IsNotExist(err) {
-			return errs.Wrap(errs.Permission, err, "cannot clean the template").WithPath(filepath.Join(data, f))
+			return errs.FromOS(err, filepath.Join(data, f), "cannot clean the template")
 		}
 	}
 	_ = os.Remove(filepath.Join(staging, "server.log"))
@@ -80,14 +81,14 @@ func build(ctx context.Context, lay statedir.Layout, o Options, files []SetupFil
 	}
 	// initdb --no-sync and the test profile wrote without fsync: make the
 	// whole template durable with one syncfs before it gets its name.
-	if err := syncFS(staging); err != nil {
+	if err := fsutil.SyncFS(staging); err != nil {
 		return errs.Wrap(errs.Internal, err, "cannot sync the template").WithPath(staging)
 	}
 	final := filepath.Join(lay.Templates(), key)
 	if err := os.Rename(staging, final); err != nil {
 		return errs.Wrap(errs.Internal, err, "cannot move the finished template into place").WithPath(final)
 	}
-	_ = syncDir(lay.Templates())
+	_ = fsutil.SyncDir(lay.Templates())
 	progress(o, "template %s ready in %s", key, time.Since(start).Round(time.Millisecond))
 	return nil
 }
@@ -266,15 +267,6 @@ func writeSynced(p string, b []byte) error {
 		return err
 	}
 	return f.Close()
-}
-
-func syncDir(dir string) error {
-	f, err := os.Open(dir)
-	if err != nil {
-		return err
-	}
-	defer f.Close()
-	return f.Sync()
 }
 
 func allocated(fi fs.FileInfo) int64 {

@@ -158,7 +158,7 @@ func SpareCount(lay statedir.Layout) map[string]int {
 func (t *Template) ClaimSpare(lay statedir.Layout, dst string) (string, error) {
 	all, err := spares(lay)
 	if err != nil {
-		return "", errs.Wrap(errs.Permission, err, "cannot read the clusters directory").WithPath(lay.Clusters())
+		return "", errs.FromOS(err, lay.Clusters(), "cannot read the clusters directory")
 	}
 	cands := all[t.Key]
 	// Start at a different spare in each process, so that parallel
@@ -219,7 +219,7 @@ type RefillOptions struct {
 // (or removed while being copied) ends the refill without error.
 func Refill(ctx context.Context, lay statedir.Layout, key string, o RefillOptions) (int, error) {
 	if !validKey(key) || len(key) != KeyLen {
-		return 0, errs.New(errs.Usage, "%q is not a template key", key).WithHint("see `pgfork template ls`")
+		return 0, errs.New(errs.Usage, "%q is not a template key", key).WithCLI("see `pgfork template ls`")
 	}
 	if o.Spares <= 0 {
 		return 0, nil
@@ -229,14 +229,14 @@ func Refill(ctx context.Context, lay statedir.Layout, key string, o RefillOption
 			WithHint("keep at most %d spares per template", MaxSpares)
 	}
 	if err := lay.Ensure(); err != nil {
-		return 0, errs.Wrap(errs.Permission, err, "cannot create the state directory").WithPath(lay.Root)
+		return 0, errs.FromOS(err, lay.Root, "cannot create the state directory")
 	}
 	wait, err := flock.TryExclusive(spareWaitPath(lay, key))
 	if errors.Is(err, flock.ErrBusy) {
 		return 0, nil // another refiller waits, and will recount
 	}
 	if err != nil {
-		return 0, errs.Wrap(errs.Permission, err, "cannot lock the spares").WithPath(spareWaitPath(lay, key))
+		return 0, errs.FromOS(err, spareWaitPath(lay, key), "cannot lock the spares")
 	}
 	if o.Wait == 0 {
 		o.Wait = 10 * time.Minute
@@ -256,7 +256,7 @@ func Refill(ctx context.Context, lay statedir.Layout, key string, o RefillOption
 	for {
 		all, err := spares(lay)
 		if err != nil {
-			return made, errs.Wrap(errs.Permission, err, "cannot read the clusters directory").WithPath(lay.Clusters())
+			return made, errs.FromOS(err, lay.Clusters(), "cannot read the clusters directory")
 		}
 		if len(all[key]) >= o.Spares {
 			return made, nil
@@ -336,12 +336,12 @@ func makeSpare(ctx context.Context, lay statedir.Layout, key string, owner *clon
 		return false, nil
 	}
 	if err := os.MkdirAll(lay.Clusters(), 0o755); err != nil {
-		return false, errs.Wrap(errs.Permission, err, "cannot create the clusters directory").WithPath(lay.Clusters())
+		return false, errs.FromOS(err, lay.Clusters(), "cannot create the clusters directory")
 	}
 	tag := randTag()
 	build := filepath.Join(lay.Clusters(), spareBuildTag+key+"-"+tag)
 	if err := os.Mkdir(build, 0o700); err != nil {
-		return false, errs.Wrap(errs.Permission, err, "cannot create a spare").WithPath(build)
+		return false, errs.FromOS(err, build, "cannot create a spare")
 	}
 	done := false
 	defer func() {

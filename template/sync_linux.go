@@ -3,26 +3,11 @@ package template
 import (
 	"bytes"
 	"errors"
-	"fmt"
 	"io"
 	"os"
 
 	"golang.org/x/sys/unix"
 )
-
-// syncFS flushes the whole filesystem holding dir (one syncfs call: cheaper
-// than an fsync per file of a fresh cluster).
-func syncFS(dir string) error {
-	f, err := os.Open(dir)
-	if err != nil {
-		return err
-	}
-	defer f.Close()
-	if err := unix.Syncfs(int(f.Fd())); err != nil {
-		return fmt.Errorf("syncfs: %w", err)
-	}
-	return nil
-}
 
 // sparsifyWAL punches holes where the WAL segments in dataDir/pg_wal hold
 // only zeros. After a clean shutdown a fresh segment is mostly its zeroed

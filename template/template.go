@@ -129,19 +129,19 @@ func ResolveSetup(paths []string) ([]SetupFile, error) {
 				return nil, errs.New(errs.NotFound, "setup file or directory not found").WithPath(p).
 					WithHint("--setup takes SQL files or directories of *.sql files")
 			}
-			return nil, errs.Wrap(errs.Permission, err, "cannot read setup path").WithPath(p)
+			return nil, errs.FromOS(err, p, "cannot read setup path")
 		}
 		if !fi.IsDir() {
 			b, err := os.ReadFile(p)
 			if err != nil {
-				return nil, errs.Wrap(errs.Permission, err, "cannot read setup file").WithPath(p)
+				return nil, errs.FromOS(err, p, "cannot read setup file")
 			}
 			out = append(out, SetupFile{Name: filepath.Base(p), Path: p, Data: b})
 			continue
 		}
 		ents, err := os.ReadDir(p)
 		if err != nil {
-			return nil, errs.Wrap(errs.Permission, err, "cannot read setup directory").WithPath(p)
+			return nil, errs.FromOS(err, p, "cannot read setup directory")
 		}
 		var names []string
 		hasUp := false
@@ -162,7 +162,7 @@ func ResolveSetup(paths []string) ([]SetupFile, error) {
 			fp := filepath.Join(p, n)
 			b, err := os.ReadFile(fp)
 			if err != nil {
-				return nil, errs.Wrap(errs.Permission, err, "cannot read setup file").WithPath(fp)
+				return nil, errs.FromOS(err, fp, "cannot read setup file")
 			}
 			out = append(out, SetupFile{Name: filepath.Base(filepath.Clean(p)) + "/" + n, Path: fp, Data: b})
 		}
@@ -220,7 +220,7 @@ func Get(ctx context.Context, lay statedir.Layout, o Options) (*Template, error)
 		sh, err := flock.TryShared(lp)
 		if errors.Is(err, fs.ErrNotExist) {
 			if err := lay.Ensure(); err != nil {
-				return nil, errs.Wrap(errs.Permission, err, "cannot create the state directory").WithPath(lay.Root)
+				return nil, errs.FromOS(err, lay.Root, "cannot create the state directory")
 			}
 			sh, err = flock.TryShared(lp)
 		}
@@ -253,14 +253,14 @@ func Get(ctx context.Context, lay statedir.Layout, o Options) (*Template, error)
 		built = true
 	}
 	return nil, errs.New(errs.Busy, "template %s keeps disappearing while being used", key).
-		WithHint("another process is removing it (pgfork template rm/prune); try again")
+		WithHint("another process is removing it; try again")
 }
 
 func lockErr(ctx context.Context, err error, p string) error {
 	if ctx.Err() != nil {
 		return errs.Wrap(errs.Interrupted, ctx.Err(), "interrupted while waiting for the template lock")
 	}
-	return errs.Wrap(errs.Permission, err, "cannot lock the template").WithPath(p)
+	return errs.FromOS(err, p, "cannot lock the template")
 }
 
 func progress(o Options, format string, args ...any) {
@@ -300,7 +300,7 @@ func List(lay statedir.Layout) ([]Meta, error) {
 		return nil, nil
 	}
 	if err != nil {
-		return nil, errs.Wrap(errs.Permission, err, "cannot read the templates directory").WithPath(lay.Templates())
+		return nil, errs.FromOS(err, lay.Templates(), "cannot read the templates directory")
 	}
 	var out []Meta
 	nspares := SpareCount(lay)
@@ -373,7 +373,7 @@ func validKey(k string) bool {
 func Resolve(lay statedir.Layout, key string) (string, error) {
 	if !validKey(key) {
 		return "", errs.New(errs.Usage, "%q is not a template key", key).
-			WithHint("template keys are hex digits; see `pgfork template ls`")
+			WithHint("template keys are hex digits").WithCLI("see `pgfork template ls`")
 	}
 	all, err := List(lay)
 	if err != nil {
@@ -392,7 +392,7 @@ func Resolve(lay statedir.Layout, key string) (string, error) {
 	case 1:
 		return match[0], nil
 	case 0:
-		return "", errs.New(errs.NotFound, "no template %s", key).WithHint("see `pgfork template ls`")
+		return "", errs.New(errs.NotFound, "no template %s", key).WithCLI("see `pgfork template ls`")
 	}
 	return "", errs.New(errs.Usage, "%q matches %d templates (%s)", key, len(match), strings.Join(match, ", ")).
 		WithHint("give more digits of the key")
@@ -405,12 +405,12 @@ const busyWait = time.Second
 // copies. It refuses (errs.Busy) while the template is being built or copied.
 func Remove(ctx context.Context, lay statedir.Layout, key string) error {
 	if !validKey(key) || len(key) != KeyLen {
-		return errs.New(errs.Usage, "%q is not a template key", key).WithHint("see `pgfork template ls`")
+		return errs.New(errs.Usage, "%q is not a template key", key).WithCLI("see `pgfork template ls`")
 	}
 	lp := lockPath(lay, key)
 	dir := filepath.Join(lay.Templates(), key)
 	if _, err := os.Stat(dir); err != nil {
-		return errs.New(errs.NotFound, "no template %s", key).WithHint("see `pgfork template ls`")
+		return errs.New(errs.NotFound, "no template %s", key).WithCLI("see `pgfork template ls`")
 	}
 	deadline := time.Now().Add(busyWait)
 	var l *flock.Lock
@@ -421,7 +421,7 @@ func Remove(ctx context.Context, lay statedir.Layout, key string) error {
 			break
 		}
 		if !errors.Is(err, flock.ErrBusy) {
-			return errs.Wrap(errs.Permission, err, "cannot lock the template").WithPath(lp)
+			return errs.FromOS(err, lp, "cannot lock the template")
 		}
 		if time.Now().After(deadline) {
 			return errs.New(errs.Busy, "template %s is being built or copied by another pgfork", key).
@@ -435,17 +435,17 @@ func Remove(ctx context.Context, lay statedir.Layout, key string) error {
 	}
 	defer l.Unlock()
 	if _, err := os.Stat(dir); err != nil {
-		return errs.New(errs.NotFound, "no template %s", key).WithHint("see `pgfork template ls`")
+		return errs.New(errs.NotFound, "no template %s", key).WithCLI("see `pgfork template ls`")
 	}
 	// Rename first, so the template disappears at once and completely.
 	trash := filepath.Join(lay.Templates(), fmt.Sprintf("%s%s-%d", trashTag, key, os.Getpid()))
 	if err := os.Rename(dir, trash); err != nil {
-		return errs.Wrap(errs.Permission, err, "cannot remove the template").WithPath(dir)
+		return errs.FromOS(err, dir, "cannot remove the template")
 	}
 	// Its spare copies go with it (no one claims them: we hold the lock).
 	removeSpares(lay, key)
 	if err := os.RemoveAll(trash); err != nil {
-		return errs.Wrap(errs.Permission, err, "cannot remove the template's files (the next `pgfork template ls` retries)").WithPath(trash)
+		return errs.FromOS(err, trash, "cannot remove the template's files (the next listing of templates retries)")
 	}
 	return nil
 }

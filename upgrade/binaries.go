@@ -29,7 +29,7 @@ func FindInstalls(opts pgbin.Options, oldDir string, to int, oldBin, newBin stri
 		if err != nil {
 			if errs.KindOf(err) == errs.NotFound && errs.HintOf(err) == "" {
 				return Install{}, errs.Wrap(errs.NotFound, err, "cannot find PostgreSQL %d", major).
-					WithHint("install it with `pgfork pg install %d`, or name its bin directory", major)
+					WithHint("install it, or name its bin directory").WithCLI("install it with `pgfork pg install %d`, or name its bin directory", major)
 			}
 			return Install{}, err
 		}

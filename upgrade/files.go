@@ -4,27 +4,12 @@ import (
 	"fmt"
 	"io/fs"
 	"os"
-	"os/user"
 	"path/filepath"
 	"sort"
-	"strconv"
 	"syscall"
 
 	"github.com/pgfork/pgfork/clone"
 )
-
-// ownerName returns the name of the OS user owning fi, or "".
-func ownerName(fi fs.FileInfo) string {
-	st, ok := fi.Sys().(*syscall.Stat_t)
-	if !ok {
-		return ""
-	}
-	u, err := user.LookupId(strconv.FormatUint(uint64(st.Uid), 10))
-	if err != nil {
-		return ""
-	}
-	return u.Username
-}
 
 // devOf returns the device number of the filesystem holding path.
 func devOf(path string) (uint64, error) {

@@ -18,6 +18,7 @@ import (
 
 	"github.com/pgfork/pgfork/clone"
 	"github.com/pgfork/pgfork/instance"
+	"github.com/pgfork/pgfork/internal/pgtest"
 	"github.com/pgfork/pgfork/internal/testenv"
 	"github.com/pgfork/pgfork/pgbin"
 	"github.com/pgfork/pgfork/pgclone"
@@ -51,15 +52,6 @@ func findBuilds(t *testing.T) builds {
 	return b
 }
 
-func osUser(t *testing.T) *instance.OSUser {
-	t.Helper()
-	u, err := instance.ResolveUser("")
-	if err != nil {
-		t.Fatal(err)
-	}
-	return u
-}
-
 var (
 	fixtureOnce sync.Once
 	fixtureDir  string
@@ -81,7 +73,7 @@ func fixture(t *testing.T, b builds) (string, map[string]string) {
 		}
 		_ = os.Chmod(base, 0o755)
 		fixtureDir = filepath.Join(base, "data")
-		fixtureSums, fixtureErr = buildFixture(b.old, fixtureDir, filepath.Join(base, "tblspc"), osUser(t))
+		fixtureSums, fixtureErr = buildFixture(b.old, fixtureDir, filepath.Join(base, "tblspc"), pgtest.User(t))
 	})
 	if fixtureErr != nil {
 		t.Fatalf("fixture: %v", fixtureErr)
@@ -228,7 +220,7 @@ func copyFixture(t *testing.T, b builds, dir string) string {
 	dst := filepath.Join(dir, "old")
 	_, err := pgclone.Clone(context.Background(), pgclone.Options{
 		Src: src, Dst: dst, Installation: pgbin.Installation{BinDir: b.old.BinDir, Version: b.old.Version, Major: b.old.Major},
-		Method: clone.Auto, Sync: clone.SyncNone, User: osUser(t),
+		Method: clone.Auto, Sync: clone.SyncNone, User: pgtest.User(t),
 	})
 	if err != nil {
 		t.Fatalf("copy fixture: %v", err)
@@ -242,7 +234,7 @@ func startAndSum(t *testing.T, in upgrade.Install, data string) map[string]strin
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
-	inst, err := instance.Start(ctx, instance.Config{BinDir: in.BinDir, Env: in.Env, DataDir: data, User: osUser(t),
+	inst, err := instance.Start(ctx, instance.Config{BinDir: in.BinDir, Env: in.Env, DataDir: data, User: pgtest.User(t),
 		LogFile: filepath.Join(t.TempDir(), "server.log")})
 	if err != nil {
 		t.Fatalf("start %s: %v", data, err)

@@ -35,7 +35,7 @@ func probeFS(ctx context.Context, oldDir, newDir string) (*fsInfo, error) {
 	oldParent := filepath.Dir(oldDir)
 	dOld, err := devOf(oldDir)
 	if err != nil {
-		return nil, errs.Wrap(errs.Internal, err, "cannot stat the old data directory").WithPath(oldDir)
+		return nil, errs.FromOS(err, oldDir, "cannot stat the old data directory")
 	}
 	dNew, err := devOf(newParent)
 	if err != nil {

@@ -43,7 +43,7 @@ func (u *upgrader) rehearse(ctx context.Context, p *prepared) (*Catalog, error) 
 		_ = w.save()
 	}()
 	if err := os.Mkdir(dir, 0o755); err != nil {
-		return nil, errs.Wrap(errs.Permission, err, "cannot create the rehearsal directory beside the old data directory").WithPath(dir).
+		return nil, errs.Wrap(errs.OSKind(err), err, "cannot create the rehearsal directory beside the old data directory").WithPath(dir).
 			WithHint("the rehearsal needs to write beside the old data directory (on its filesystem); or pass --no-rehearse")
 	}
 	roots := []string{o.OldDir}
@@ -52,7 +52,7 @@ func (u *upgrader) rehearse(ctx context.Context, p *prepared) (*Catalog, error) 
 	}
 	before, err := takeSnapshot(roots...)
 	if err != nil {
-		return nil, errs.Wrap(errs.Internal, err, "cannot list the old cluster's files")
+		return nil, errs.FromOS(err, "", "cannot list the old cluster's files")
 	}
 	step := func(name string, fn func() error) error {
 		u.emit(Event{Phase: PhaseRehearsal, Step: name})
@@ -148,11 +148,11 @@ func (u *upgrader) rehearse(ctx context.Context, p *prepared) (*Catalog, error) 
 		stopServer(ctx, newClone, "")
 		return os.RemoveAll(dir)
 	}); err != nil {
-		return nil, errs.Wrap(errs.Internal, err, "cannot delete the rehearsal clone").WithPath(dir)
+		return nil, errs.FromOS(err, dir, "cannot delete the rehearsal clone")
 	}
 	after, err := takeSnapshot(roots...)
 	if err != nil {
-		return nil, errs.Wrap(errs.Internal, err, "cannot list the old cluster's files")
+		return nil, errs.FromOS(err, "", "cannot list the old cluster's files")
 	}
 	if d := before.diff(after, 10); len(d) > 0 {
 		return nil, errs.New(errs.Internal, "the old cluster changed during the rehearsal: %s", strings.Join(d, "; ")).WithPath(o.OldDir).

@@ -88,38 +88,9 @@ func (u *upgrader) run(ctx context.Context) (*Result, error) {
 		return res, err
 	}
 
-	var cat *Catalog
-	if p.rehearse {
-		if !p.ctl.CleanShutdown() {
-			if o.Rehearse == RehearseOnly {
-				return res, errs.New(errs.Busy, "the old cluster was not shut down cleanly (%s); a rehearsal cannot clone it without writing to it", p.ctl.State).
-					WithPath(o.OldDir).WithHint("start it and stop it cleanly (pg_ctl -D %s start, then stop -m fast), then rehearse again", o.OldDir)
-			}
-			if err := u.recoverOld(ctx); err != nil {
-				return res, err
-			}
-		}
-		if err := u.phase(PhaseRehearsal, &res.Phases, func() error {
-			var err error
-			cat, err = u.rehearse(ctx, p)
-			return err
-		}); err != nil {
-			return res, err
-		}
-		if o.Rehearse == RehearseOnly {
-			res.RehearsalOnly = true
-			res.Catalog = cat
-			u.finish(ctx)
-			return res, nil
-		}
-	} else {
-		if err := u.phase(PhaseSettings, &res.Phases, func() error {
-			var err error
-			cat, err = u.readSettings(ctx, o.OldDir, o.Old)
-			return err
-		}); err != nil {
-			return res, err
-		}
+	cat, done, err := u.catalog(ctx, p)
+	if err != nil || done {
+		return res, err
 	}
 	res.Catalog = cat
 
@@ -178,38 +149,9 @@ func (u *upgrader) cleanupFailed(ctx context.Context) {
 
 func (u *upgrader) prepare(ctx context.Context) (*prepared, error) {
 	o, res := u.o, u.res
-	if within(o.NewDir, o.OldDir) || within(o.OldDir, o.NewDir) {
-		return nil, errs.New(errs.Usage, "the new data directory must be outside the old one, and the old outside the new").WithPath(o.NewDir).
-			WithHint("choose NEW_DATADIR beside the old data directory, e.g. %s", filepath.Join(filepath.Dir(o.OldDir), "data-"+strconv.Itoa(o.New.Major)))
-	}
 	p := &prepared{}
 	var err error
-	if p.oldMajor, err = oldVersion(o.OldDir); err != nil {
-		return nil, err
-	}
-	res.OldVersion, res.NewVersion = strconv.Itoa(p.oldMajor), strconv.Itoa(o.New.Major)
-	if o.New.Major <= p.oldMajor {
-		return nil, errs.New(errs.Unsupported, "cannot upgrade PostgreSQL %d to %d: the target must be a newer major", p.oldMajor, o.New.Major).
-			WithPath(o.OldDir).WithHint("pass --to with a major newer than %d, e.g. --to 18", p.oldMajor)
-	}
-	if o.Old.BinDir == "" || o.New.BinDir == "" {
-		return nil, errs.New(errs.Usage, "the PostgreSQL builds for the upgrade are missing").WithHint("see FindInstalls")
-	}
-	if o.Old.Major != 0 && o.Old.Major != p.oldMajor {
-		return nil, errs.New(errs.Usage, "the old cluster is PostgreSQL %d but the old binaries in %s are %s", p.oldMajor, o.Old.BinDir, o.Old.Version).
-			WithHint("give the PostgreSQL %d binaries (--old-bindir), or leave it out to find them", p.oldMajor)
-	}
-	if o.Old.Version != "" {
-		res.OldVersion = o.Old.Version
-	}
-	if o.New.Version != "" {
-		res.NewVersion = o.New.Version
-	}
-	if _, err := os.Stat(o.New.tool("pg_upgrade")); err != nil {
-		return nil, errs.New(errs.NotFound, "pg_upgrade is missing from the new PostgreSQL build").WithPath(o.New.BinDir).
-			WithHint("install a complete PostgreSQL %d (pgfork pg install %d)", o.New.Major, o.New.Major)
-	}
-	if err := pathFree(o.NewDir); err != nil {
+	if err := u.checkVersions(p); err != nil {
 		return nil, err
 	}
 
@@ -223,22 +165,8 @@ func (u *upgrader) prepare(ctx context.Context) (*prepared, error) {
 	}
 	u.work = w
 
-	if pid, running, err := pgdata.Running(o.OldDir); err != nil {
+	if err := u.stopOldIfRunning(ctx); err != nil {
 		return nil, err
-	} else if running {
-		if !o.StopOld {
-			return nil, errs.New(errs.Busy, "the old cluster is running (postmaster pid %d)", pid).WithPath(o.OldDir).
-				WithHint("stop it first (pg_ctl -D %s stop -m fast), or pass --stop-old to let pgfork shut it down cleanly", o.OldDir)
-		}
-		u.infof(PhasePrepare, "stopping the old cluster (pid %d) with a clean fast shutdown", pid)
-		inst, err := instance.Attach(o.OldDir)
-		if err == nil {
-			err = inst.Stop(ctx, instance.Fast)
-		}
-		if err != nil {
-			return nil, errs.Wrap(errs.Busy, err, "cannot stop the old cluster").WithPath(o.OldDir).
-				WithHint("stop it yourself: pg_ctl -D %s stop -m fast", o.OldDir)
-		}
 	}
 	if p.ctl, err = pgdata.ReadControlData(ctx, o.Old.BinDir, o.OldDir, o.Old.Env); err != nil {
 		return nil, err
@@ -285,6 +213,120 @@ func (u *upgrader) prepare(ctx context.Context) (*prepared, error) {
 		return nil, err
 	}
 
+	if err := u.confirm(mode); err != nil {
+		return nil, err
+	}
+	return p, nil
+}
+
+// catalog reads what the upgrade must know of the old cluster's catalogs:
+// by a rehearsal on a clone when one runs (recovering a cluster that was
+// not shut down cleanly first), else from the old cluster's settings. done
+// is true when the run ends with the rehearsal (RehearseOnly).
+func (u *upgrader) catalog(ctx context.Context, p *prepared) (cat *Catalog, done bool, err error) {
+	o, res := u.o, u.res
+	if p.rehearse {
+		if !p.ctl.CleanShutdown() {
+			if o.Rehearse == RehearseOnly {
+				return nil, false, errs.New(errs.Busy, "the old cluster was not shut down cleanly (%s); a rehearsal cannot clone it without writing to it", p.ctl.State).
+					WithPath(o.OldDir).WithHint("start it and stop it cleanly (pg_ctl -D %s start, then stop -m fast), then rehearse again", o.OldDir)
+			}
+			if err := u.recoverOld(ctx); err != nil {
+				return nil, false, err
+			}
+		}
+		if err := u.phase(PhaseRehearsal, &res.Phases, func() error {
+			var err error
+			cat, err = u.rehearse(ctx, p)
+			return err
+		}); err != nil {
+			return nil, false, err
+		}
+		if o.Rehearse == RehearseOnly {
+			res.RehearsalOnly = true
+			res.Catalog = cat
+			u.finish(ctx)
+			return cat, true, nil
+		}
+	} else {
+		if err := u.phase(PhaseSettings, &res.Phases, func() error {
+			var err error
+			cat, err = u.readSettings(ctx, o.OldDir, o.Old)
+			return err
+		}); err != nil {
+			return nil, false, err
+		}
+	}
+	return cat, false, nil
+}
+
+// checkVersions checks the two majors and builds against each other and
+// that NEW_DATADIR is free.
+func (u *upgrader) checkVersions(p *prepared) error {
+	o, res := u.o, u.res
+	if within(o.NewDir, o.OldDir) || within(o.OldDir, o.NewDir) {
+		return errs.New(errs.Usage, "the new data directory must be outside the old one, and the old outside the new").WithPath(o.NewDir).
+			WithHint("choose NEW_DATADIR beside the old data directory, e.g. %s", filepath.Join(filepath.Dir(o.OldDir), "data-"+strconv.Itoa(o.New.Major)))
+	}
+	var err error
+	if p.oldMajor, err = oldVersion(o.OldDir); err != nil {
+		return err
+	}
+	res.OldVersion, res.NewVersion = strconv.Itoa(p.oldMajor), strconv.Itoa(o.New.Major)
+	if o.New.Major <= p.oldMajor {
+		return errs.New(errs.Unsupported, "cannot upgrade PostgreSQL %d to %d: the target must be a newer major", p.oldMajor, o.New.Major).
+			WithPath(o.OldDir).WithHint("pass --to with a major newer than %d, e.g. --to 18", p.oldMajor)
+	}
+	if o.Old.BinDir == "" || o.New.BinDir == "" {
+		return errs.New(errs.Usage, "the PostgreSQL builds for the upgrade are missing").WithHint("see FindInstalls")
+	}
+	if o.Old.Major != 0 && o.Old.Major != p.oldMajor {
+		return errs.New(errs.Usage, "the old cluster is PostgreSQL %d but the old binaries in %s are %s", p.oldMajor, o.Old.BinDir, o.Old.Version).
+			WithHint("give the PostgreSQL %d binaries (--old-bindir), or leave it out to find them", p.oldMajor)
+	}
+	if o.Old.Version != "" {
+		res.OldVersion = o.Old.Version
+	}
+	if o.New.Version != "" {
+		res.NewVersion = o.New.Version
+	}
+	if _, err := os.Stat(o.New.tool("pg_upgrade")); err != nil {
+		return errs.New(errs.NotFound, "pg_upgrade is missing from the new PostgreSQL build").WithPath(o.New.BinDir).
+			WithHint("install a complete PostgreSQL %d", o.New.Major).WithCLI("pgfork pg install %d", o.New.Major)
+	}
+	if err := pathFree(o.NewDir); err != nil {
+		return err
+	}
+	return nil
+}
+
+// stopOldIfRunning stops a running old cluster cleanly when StopOld says
+// so, and refuses otherwise.
+func (u *upgrader) stopOldIfRunning(ctx context.Context) error {
+	o := u.o
+	if pid, running, err := pgdata.Running(o.OldDir); err != nil {
+		return err
+	} else if running {
+		if !o.StopOld {
+			return errs.New(errs.Busy, "the old cluster is running (postmaster pid %d)", pid).WithPath(o.OldDir).
+				WithHint("stop it first (pg_ctl -D %s stop -m fast), or pass --stop-old to let pgfork shut it down cleanly", o.OldDir)
+		}
+		u.infof(PhasePrepare, "stopping the old cluster (pid %d) with a clean fast shutdown", pid)
+		inst, err := instance.Attach(o.OldDir)
+		if err == nil {
+			err = inst.Stop(ctx, instance.Fast)
+		}
+		if err != nil {
+			return errs.Wrap(errs.Busy, err, "cannot stop the old cluster").WithPath(o.OldDir).
+				WithHint("stop it yourself: pg_ctl -D %s stop -m fast", o.OldDir)
+		}
+	}
+	return nil
+}
+
+// confirm asks before a mode after which the old cluster cannot start again.
+func (u *upgrader) confirm(mode Mode) error {
+	o := u.o
 	if mode.destructive() && !o.CheckOnly && o.Rehearse != RehearseOnly && !o.Confirmed {
 		warn := fmt.Sprintf("--mode %s: once the new cluster has started, the old cluster in %s can no longer be started "+
 			"(its data files are shared with, or moved into, the new one). Have a backup.", mode, o.OldDir)
@@ -293,11 +335,11 @@ func (u *upgrader) prepare(ctx context.Context) (*prepared, error) {
 				"again, even if the upgrade fails. Have a backup.", o.OldDir)
 		}
 		if o.Confirm == nil || !o.Confirm(warn) {
-			return nil, errs.New(errs.Usage, "%s Not confirmed.", warn).
+			return errs.New(errs.Usage, "%s Not confirmed.", warn).
 				WithHint("pass --yes to confirm, or use --mode auto, which keeps the old cluster usable")
 		}
 	}
-	return p, nil
+	return nil
 }
 
 func (u *upgrader) checkSpace(p *prepared, mode Mode) error {
@@ -530,7 +572,7 @@ func (u *upgrader) transfer(ctx context.Context, p *prepared, cat *Catalog) erro
 		return err
 	}
 	if err := os.Rename(w.Staging, o.NewDir); err != nil {
-		return errs.Wrap(errs.Internal, err, "cannot move the upgraded cluster into place").WithPath(o.NewDir).
+		return errs.Wrap(errs.OSKind(err), err, "cannot move the upgraded cluster into place").WithPath(o.NewDir).
 			WithHint("the upgraded cluster is in %s; move it yourself", w.Staging)
 	}
 	// The tablespace directories now belong to the new cluster.

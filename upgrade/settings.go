@@ -43,11 +43,11 @@ const trustHBA = "local all all trust\n"
 func writeHBA(dir string, u *instance.OSUser) (string, error) {
 	p := filepath.Join(dir, "pgfork_hba.conf")
 	if err := os.WriteFile(p, []byte(trustHBA), 0o600); err != nil {
-		return "", errs.Wrap(errs.Internal, err, "cannot write a private pg_hba.conf").WithPath(p)
+		return "", errs.FromOS(err, p, "cannot write a private pg_hba.conf")
 	}
 	if u != nil {
 		if err := os.Chown(p, u.UID, u.GID); err != nil {
-			return "", errs.Wrap(errs.Permission, err, "cannot give the private pg_hba.conf to %s", u.Name).WithPath(p)
+			return "", errs.Wrap(errs.OSKind(err), err, "cannot give the private pg_hba.conf to %s", u.Name).WithPath(p)
 		}
 	}
 	return p, nil
@@ -79,10 +79,8 @@ func superuserCandidates(explicit, dataDir string) []string {
 		return []string{explicit}
 	}
 	c := []string{"postgres"}
-	if fi, err := os.Stat(dataDir); err == nil {
-		if name := ownerName(fi); name != "" && name != "postgres" && name != "root" {
-			c = append(c, name)
-		}
+	if u, err := instance.OwnerOf(dataDir); err == nil && u.Name != "postgres" && u.Name != "root" {
+		c = append(c, u.Name)
 	}
 	if n := os.Getenv("USER"); n != "" && n != "postgres" && n != "root" {
 		c = append(c, n)

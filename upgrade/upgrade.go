@@ -11,6 +11,10 @@
 // is built in a staging directory beside NEW_DATADIR and renamed into place
 // only when the upgrade succeeded; a killed run's leftovers are cleaned by
 // the next one.
+//
+// upgrade owns the orchestration of one major-version upgrade. It must not
+// reimplement copying (clone, pgclone) or server handling (instance): it
+// combines them.
 package upgrade
 
 import (
@@ -234,7 +238,7 @@ func Run(ctx context.Context, o Options) (*Result, error) {
 
 func absDir(p, what string) (string, error) {
 	if p == "" {
-		return "", errs.New(errs.Usage, "the %s is missing", what).WithHint("see `pgfork upgrade --help`")
+		return "", errs.New(errs.Usage, "the %s is missing", what).WithCLI("see `pgfork upgrade --help`")
 	}
 	a, err := filepath.Abs(p)
 	if err != nil {
@@ -269,7 +273,7 @@ const userDirMode = 0o700
 
 func (u *upgrader) mkUserDir(p string) error {
 	if err := u.o.User.MkdirOwned(p, userDirMode); err != nil {
-		return errs.Wrap(errs.Permission, err, "cannot create a work directory").WithPath(p)
+		return errs.FromOS(err, p, "cannot create a work directory")
 	}
 	return nil
 }

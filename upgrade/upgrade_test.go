@@ -15,6 +15,7 @@ import (
 
 	"github.com/pgfork/pgfork/instance"
 	"github.com/pgfork/pgfork/internal/errs"
+	"github.com/pgfork/pgfork/internal/pgtest"
 	"github.com/pgfork/pgfork/internal/testenv"
 	"github.com/pgfork/pgfork/upgrade"
 )
@@ -23,7 +24,7 @@ func runUpgrade(t *testing.T, o upgrade.Options) (*upgrade.Result, error) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
-	o.User = osUser(t)
+	o.User = pgtest.User(t)
 	var steps []string
 	o.OnEvent = func(e upgrade.Event) {
 		if e.Message != "" {
@@ -189,7 +190,7 @@ func TestUpgradeRefuses(t *testing.T) {
 	// The old cluster runs: refused, then --stop-old stops it cleanly and
 	// the check passes.
 	ctx := context.Background()
-	inst, err := instance.Start(ctx, instance.Config{BinDir: b.old.BinDir, Env: b.old.Env, DataDir: old, User: osUser(t),
+	inst, err := instance.Start(ctx, instance.Config{BinDir: b.old.BinDir, Env: b.old.Env, DataDir: old, User: pgtest.User(t),
 		LogFile: filepath.Join(t.TempDir(), "old.log")})
 	if err != nil {
 		t.Fatal(err)
@@ -293,7 +294,7 @@ func TestFindingsInPlainWords(t *testing.T) {
 	dir := testenv.Dir(t)
 	old := copyFixture(t, b, dir)
 	ctx := context.Background()
-	cfg := instance.Config{BinDir: b.old.BinDir, Env: b.old.Env, DataDir: old, User: osUser(t), LogFile: filepath.Join(t.TempDir(), "old.log"),
+	cfg := instance.Config{BinDir: b.old.BinDir, Env: b.old.Env, DataDir: old, User: pgtest.User(t), LogFile: filepath.Join(t.TempDir(), "old.log"),
 		Settings: map[string]string{"max_prepared_transactions": "5"}}
 	inst, err := instance.Start(ctx, cfg)
 	if err != nil {

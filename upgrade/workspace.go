@@ -11,6 +11,7 @@ import (
 
 	"github.com/pgfork/pgfork/instance"
 	"github.com/pgfork/pgfork/internal/errs"
+	"github.com/pgfork/pgfork/internal/fsutil"
 	"github.com/pgfork/pgfork/internal/proc"
 )
 
@@ -48,11 +49,11 @@ func wsDir(newDir string) string {
 
 func (w *workspace) save() error {
 	b, _ := json.MarshalIndent(w.state, "", "  ")
-	tmp := filepath.Join(w.Dir, "state.json.tmp")
-	if err := os.WriteFile(tmp, b, 0o644); err != nil {
-		return errs.Wrap(errs.Internal, err, "cannot write the upgrade state file").WithPath(tmp)
+	p := filepath.Join(w.Dir, "state.json")
+	if err := fsutil.WriteFileAtomic(p, b, 0o644); err != nil {
+		return errs.FromOS(err, p, "cannot write the upgrade state file")
 	}
-	return os.Rename(tmp, filepath.Join(w.Dir, "state.json"))
+	return nil
 }
 
 func readState(dir string) (*wsState, error) {
@@ -84,7 +85,7 @@ func newWorkspace(ctx context.Context, oldDir, newDir string, u *instance.OSUser
 			return nil, cleaned, errs.New(errs.Busy, "another pgfork upgrade is working on this new data directory").WithPath(w.Dir).
 				WithHint("wait for it to finish")
 		}
-		return nil, cleaned, errs.Wrap(errs.Permission, err, "cannot create the upgrade's work directory beside the new data directory").WithPath(w.Dir).
+		return nil, cleaned, errs.Wrap(errs.OSKind(err), err, "cannot create the upgrade's work directory beside the new data directory").WithPath(w.Dir).
 			WithHint("the parent of NEW_DATADIR must exist and be writable")
 	}
 	w.Staging = filepath.Join(w.Dir, "new")
@@ -97,7 +98,7 @@ func newWorkspace(ctx context.Context, oldDir, newDir string, u *instance.OSUser
 	if err := u.MkdirOwned(tmp, userDirMode); err != nil {
 		_ = os.RemoveAll(w.Dir)
 		_ = os.RemoveAll(tmp)
-		return nil, cleaned, errs.Wrap(errs.Permission, err, "cannot prepare a temporary directory").WithPath(tmp)
+		return nil, cleaned, errs.FromOS(err, tmp, "cannot prepare a temporary directory")
 	}
 	w.state = wsState{Pid: os.Getpid(), Old: oldDir, New: newDir, Tmp: tmp, Started: time.Now()}
 	if err := w.save(); err != nil {

@@ -20,7 +20,6 @@ type copyResult struct {
 	Src string `json:"src"`
 	Dst string `json:"dst"`
 	*clone.Summary
-	ElapsedSeconds float64 `json:"elapsed_seconds"`
 	BytesPerSecond float64 `json:"bytes_per_second"`
 }
 
@@ -78,7 +77,7 @@ next run removes the leftovers. The source is never written.`,
 			if err != nil {
 				return err
 			}
-			res := copyResult{Src: args[0], Dst: args[1], Summary: sum, ElapsedSeconds: sum.Elapsed.Seconds()}
+			res := copyResult{Src: args[0], Dst: args[1], Summary: sum}
 			if sum.Elapsed > 0 {
 				res.BytesPerSecond = float64(sum.Bytes) / sum.Elapsed.Seconds()
 			}

@@ -6,12 +6,12 @@ import (
 	"os"
 	"path/filepath"
 	"text/tabwriter"
-	"time"
 
 	"github.com/spf13/cobra"
 
 	"github.com/pgfork/pgfork/dbclone"
 	"github.com/pgfork/pgfork/internal/errs"
+	"github.com/pgfork/pgfork/internal/fsutil"
 )
 
 func newDBAdviseCmd() *cobra.Command {
@@ -167,33 +167,17 @@ identifier), or wherever --save says (then pass --calibration PATH later).`,
 	return cmd
 }
 
-// writeJSONFile writes v to path atomically (temp file, fsync, rename).
+// writeJSONFile writes v to path atomically and durably (fsutil.WriteFileAtomic).
 func writeJSONFile(path string, v any) error {
 	b, err := json.MarshalIndent(v, "", "  ")
 	if err != nil {
 		return errs.Wrap(errs.Internal, err, "cannot encode")
 	}
 	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
-		return errs.Wrap(errs.Permission, err, "cannot create directory").WithPath(filepath.Dir(path))
+		return errs.FromOS(err, filepath.Dir(path), "cannot create directory")
 	}
-	tmp := fmt.Sprintf("%s.tmp-%d-%d", path, os.Getpid(), time.Now().UnixNano())
-	f, err := os.Create(tmp)
-	if err != nil {
-		return errs.Wrap(errs.Permission, err, "cannot write").WithPath(path)
-	}
-	_, werr := f.Write(append(b, '\n'))
-	if werr == nil {
-		werr = f.Sync()
-	}
-	if cerr := f.Close(); werr == nil {
-		werr = cerr
-	}
-	if werr == nil {
-		werr = os.Rename(tmp, path)
-	}
-	if werr != nil {
-		_ = os.Remove(tmp)
-		return errs.Wrap(errs.Internal, werr, "cannot write").WithPath(path)
+	if err := fsutil.WriteFileAtomic(path, append(b, '\n'), 0o644); err != nil {
+		return errs.FromOS(err, path, "cannot write")
 	}
 	return nil
 }

@@ -8,6 +8,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/pgfork/pgfork/dbclone"
+	"github.com/pgfork/pgfork/internal/units"
 )
 
 func newDBSnapshotCmd() *cobra.Command {
@@ -75,7 +76,7 @@ database that the next db create, snapshot, snapshots or rm-snapshot removes.`,
 			if g.json {
 				return printJSON(cmd.OutOrStdout(), info)
 			}
-			fmt.Fprintf(cmd.OutOrStdout(), "snapshot %s of %s (%s, in database %s)\n", info.Name, db, fmtBytesCLI(info.Size), info.Database)
+			fmt.Fprintf(cmd.OutOrStdout(), "snapshot %s of %s (%s, in database %s)\n", info.Name, db, units.Bytes(info.Size), info.Database)
 			return nil
 		},
 	}
@@ -200,7 +201,7 @@ func newDBSnapshotsCmd() *cobra.Command {
 					spare = "ready"
 				}
 				fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n", s.Source, s.Name, s.Created.Local().Format("2006-01-02 15:04:05"),
-					fmtBytesCLI(s.Size), s.Strategy, spare)
+					units.Bytes(s.Size), s.Strategy, spare)
 			}
 			return tw.Flush()
 		},
@@ -238,16 +239,6 @@ func newDBRmSnapshotCmd() *cobra.Command {
 	}
 	cmd.Flags().StringVar(&db, "db", "", "the database whose snapshot it is (needed when several have one of that name)")
 	return cmd
-}
-
-func fmtBytesCLI(n int64) string {
-	switch {
-	case n >= 1<<30:
-		return fmt.Sprintf("%.1f GB", float64(n)/(1<<30))
-	case n >= 1<<20:
-		return fmt.Sprintf("%.1f MB", float64(n)/(1<<20))
-	}
-	return fmt.Sprintf("%d kB", n>>10)
 }
 
 // dbAndSnapshot reads the DB [NAME] arguments of snapshot and restore and

@@ -50,14 +50,14 @@ their source (copy-on-write), and the method pgfork will use.`,
 						return errs.New(errs.NotFound, "directory does not exist").WithPath(dir).
 							WithHint("give an existing directory on the filesystem you want to check")
 					}
-					return errs.Wrap(errs.Permission, err, "cannot use the directory").WithPath(dir)
+					return errs.FromOS(err, dir, "cannot use the directory")
 				}
 				if !fi.IsDir() {
 					return errs.New(errs.Usage, "not a directory").WithPath(dir).
 						WithHint("give a directory on the filesystem you want to check")
 				}
 			} else if err := layout().Ensure(); err != nil {
-				return errs.Wrap(errs.Permission, err, "cannot create the state directory").WithPath(dir).
+				return errs.Wrap(errs.OSKind(err), err, "cannot create the state directory").WithPath(dir).
 					WithHint("pass a directory you can write, or --state-dir")
 			}
 			if abs, err := filepath.Abs(dir); err == nil {

@@ -1,9 +1,14 @@
 // Command pgfork makes copies of PostgreSQL data fast: directory trees, whole
 // clusters, databases inside a running server, and pools of test databases.
 //
-// The CLI is thin: each command lives in its own file, parses flags, calls
-// the packages that do the work and prints. Exit codes are stable and
-// documented in exitcodes.go and `pgfork --help`.
+// Each command lives in its own file: it parses flags, calls the packages
+// that do the work and prints. Most commands are one library call; `up`
+// (up.go) and `serve` (serve.go) still orchestrate several packages here and
+// are to become library calls (issue 10). The CLI owns what only a command
+// line has: exit codes (exitcodes.go, stable and listed in `pgfork --help`),
+// the --json contract (jsonout.go, docs/cli.md), progress display
+// (progress.go) and command-line advice in hints (errs.Error.CLI). It must
+// not hold logic a server or library user would need.
 package main
 
 import (

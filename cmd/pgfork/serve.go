@@ -411,7 +411,7 @@ func runServe(ctx context.Context, o *serveOpts) error {
 			return errs.Wrap(errs.Permission, err, "cannot listen on %s", o.socket)
 		}
 		if err := os.Chmod(o.socket, 0o600); err != nil {
-			return errs.Wrap(errs.Permission, err, "cannot chmod %s", o.socket)
+			return errs.Wrap(errs.OSKind(err), err, "cannot chmod %s", o.socket)
 		}
 		defer os.Remove(o.socket)
 		go func() { errc <- hs.Serve(hopts.Listen(sl)) }()
@@ -538,7 +538,7 @@ func parseCIDRs(list string) ([]*net.IPNet, error) {
 func clusterStore(ctx context.Context, o *serveOpts) (*server.ClusterStore, error) {
 	lay := layout()
 	if err := lay.Ensure(); err != nil {
-		return nil, errs.Wrap(errs.Permission, err, "cannot create the state directory").WithPath(lay.Root)
+		return nil, errs.FromOS(err, lay.Root, "cannot create the state directory")
 	}
 	pg, err := findPG()
 	if err != nil {
@@ -560,7 +560,7 @@ func clusterStore(ctx context.Context, o *serveOpts) (*server.ClusterStore, erro
 func startManagedPG(ctx context.Context, o *serveOpts) (*server.Managed, bool, error) {
 	lay := layout()
 	if err := lay.Ensure(); err != nil {
-		return nil, false, errs.Wrap(errs.Permission, err, "cannot create the state directory").WithPath(lay.Root)
+		return nil, false, errs.FromOS(err, lay.Root, "cannot create the state directory")
 	}
 	inst, err := findPG()
 	if err != nil {
@@ -572,7 +572,7 @@ func startManagedPG(ctx context.Context, o *serveOpts) (*server.Managed, bool, e
 	}
 	dir := filepath.Join(lay.Root, "serve")
 	if err := os.MkdirAll(dir, 0o755); err != nil {
-		return nil, false, errs.Wrap(errs.Permission, err, "cannot create %s", dir)
+		return nil, false, errs.Wrap(errs.OSKind(err), err, "cannot create %s", dir)
 	}
 	useClone := false
 	if inst.Major >= 18 {

@@ -10,7 +10,6 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/pgfork/pgfork/clone"
 	"github.com/pgfork/pgfork/instance"
 	"github.com/pgfork/pgfork/internal/statedir"
 	"github.com/pgfork/pgfork/template"
@@ -73,7 +72,7 @@ func newTemplateRefillCmd() *cobra.Command {
 			}
 			o := template.RefillOptions{Spares: n, OnSkip: func(why string) { infof("refill stopped: %s", why) }}
 			if user != nil {
-				o.Owner = &clone.Owner{UID: user.UID, GID: user.GID}
+				o.Owner = user.Owner()
 			}
 			made, err := template.Refill(cmd.Context(), layout(), args[0], o)
 			if err != nil {

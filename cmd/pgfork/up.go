@@ -252,7 +252,7 @@ func up(ctx context.Context, o upOptions) (*upResult, error) {
 	// A spare copy, if one is ready: one rename instead of a copy.
 	var owner *clone.Owner
 	if user != nil {
-		owner = &clone.Owner{UID: user.UID, GID: user.GID}
+		owner = user.Owner()
 	}
 	spare := ""
 	if o.spares > 0 {
@@ -290,7 +290,7 @@ func up(ctx context.Context, o upOptions) (*upResult, error) {
 	t = time.Now()
 	socketDir, err = cluster.SocketDirFor(lay, pending.Name)
 	if err != nil {
-		return nil, errs.Wrap(errs.Permission, err, "cannot create a socket directory")
+		return nil, errs.Wrap(errs.OSKind(err), err, "cannot create a socket directory")
 	}
 	inst, err := instance.Start(ctx, instance.Config{
 		BinDir: pg.BinDir, Env: pg.Env(), DataDir: pending.DataDir(), User: user,

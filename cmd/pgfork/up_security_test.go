@@ -117,7 +117,7 @@ func TestUpInitdbNoSpace(t *testing.T) {
 	if err := syscall.Statfs(dir, &st); err != nil {
 		t.Fatal(err)
 	}
-	free := int64(st.Bavail) * st.Bsize
+	free := int64(st.Bavail) * int64(st.Bsize)
 	if free < 12<<20 {
 		t.Skipf("the small filesystem has only %d bytes free", free)
 	}

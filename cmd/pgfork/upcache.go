@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 
+	"github.com/pgfork/pgfork/internal/fsutil"
 	"github.com/pgfork/pgfork/internal/statedir"
 	"github.com/pgfork/pgfork/pgbin"
 )
@@ -29,10 +30,7 @@ func pgCacheKey(lay statedir.Layout, binDir string) string {
 	h := fnv.New64a()
 	fmt.Fprintf(h, "%s\x00%s\x00%s\x00%s\x00%s\x00", g.pgBin, g.pgMajor, os.Getenv(pgbin.EnvBin), os.Getenv("PATH"), lay.Root)
 	dirs := filepath.SplitList(os.Getenv("PATH"))
-	dirs = append(dirs, "/usr/lib/postgresql", "/usr/local/pgsql", "/usr/local/pgsql/bin", lay.Installs())
-	if sys, err := filepath.Glob("/usr/lib/postgresql/*/bin"); err == nil {
-		dirs = append(dirs, sys...)
-	}
+	dirs = append(dirs, pgbin.SearchDirs(lay.Root)...)
 	if binDir != "" {
 		dirs = append(dirs, binDir, filepath.Join(binDir, "postgres"))
 	}
@@ -60,10 +58,7 @@ func findPGCached(lay statedir.Layout) (pgbin.Installation, error) {
 	}
 	if b, err := json.Marshal(pgCache{Key: pgCacheKey(lay, in.BinDir), Inst: in}); err == nil {
 		_ = os.MkdirAll(lay.Run(), 0o755)
-		tmp := pgCachePath(lay) + fmt.Sprintf(".%d.tmp", os.Getpid())
-		if os.WriteFile(tmp, b, 0o644) == nil {
-			_ = os.Rename(tmp, pgCachePath(lay))
-		}
+		_ = fsutil.ReplaceFile(pgCachePath(lay), b, 0o644) // a cache: losing it costs one search
 	}
 	return in, nil
 }

@@ -1,6 +1,14 @@
 // Package errs defines pgfork's error kinds: typed errors that carry what
 // went wrong, the file or object concerned, and a hint that tells the user
-// what to do. The CLI maps kinds to exit codes in one place.
+// what to do. FromOS is the one place where an operating-system error becomes
+// a kind. The CLI maps kinds to exit codes in one place
+// (cmd/pgfork/exitcodes.go), the HTTP server to status codes in another
+// (server.StatusOf).
+//
+// errs imports nothing of pgfork's. Hints written here and in library
+// packages must make sense to every caller, an HTTP client of pgfork serve
+// as much as a shell user: they say what to change, not which pgfork command
+// to run (the CLI adds command-specific advice itself).
 package errs
 
 import (
@@ -53,8 +61,12 @@ type Error struct {
 	Msg string
 	// Path is the file, directory or object name concerned, if any.
 	Path string
-	// Hint says what the user can do about it; may be empty.
+	// Hint says what the user can do about it, in words that hold for every
+	// front end (the CLI and HTTP clients of pgfork serve); may be empty.
 	Hint string
+	// CLI is advice that names pgfork's command line (a command, a flag). The
+	// CLI prints it after Hint; other front ends leave it out.
+	CLI string
 	// Err is the underlying cause, if any.
 	Err error
 }
@@ -87,17 +99,23 @@ func New(kind Kind, format string, args ...any) *Error {
 }
 
 // Wrap returns an error of the given kind wrapping err, with a message.
-// It returns nil when err is nil.
+// It never returns nil: with a nil err the result is an error of that kind
+// without a cause. (A nil *Error stored in an error interface is not nil, so
+// returning one would turn "no error" into an error that panics when read.)
 func Wrap(kind Kind, err error, format string, args ...any) *Error {
-	if err == nil {
-		return nil
-	}
 	return &Error{Kind: kind, Msg: fmt.Sprintf(format, args...), Err: err}
 }
 
 // WithHint sets the hint and returns e, for chaining.
 func (e *Error) WithHint(format string, args ...any) *Error {
 	e.Hint = fmt.Sprintf(format, args...)
+	return e
+}
+
+// WithCLI sets advice that names pgfork's command line (see Error.CLI) and
+// returns e, for chaining.
+func (e *Error) WithCLI(format string, args ...any) *Error {
+	e.CLI = fmt.Sprintf(format, args...)
 	return e
 }
 
@@ -108,7 +126,10 @@ func (e *Error) WithPath(p string) *Error {
 }
 
 // KindOf returns the kind of the first *Error in err's chain, or Internal.
-// A context cancellation is reported as Interrupted.
+// A context cancellation that no *Error wraps is Internal here too: callers
+// that map errors to outcomes check errors.Is(err, context.Canceled) first
+// (cmd/pgfork's exitCode does), or classify with FromOS, which maps it to
+// Interrupted.
 func KindOf(err error) Kind {
 	var e *Error
 	if errors.As(err, &e) {
@@ -118,14 +139,21 @@ func KindOf(err error) Kind {
 }
 
 // HintOf returns the first non-empty hint in err's chain.
-func HintOf(err error) string {
+func HintOf(err error) string { return firstOf(err, func(e *Error) string { return e.Hint }) }
+
+// CLIHintOf returns the first non-empty command-line advice (Error.CLI) in
+// err's chain.
+func CLIHintOf(err error) string { return firstOf(err, func(e *Error) string { return e.CLI }) }
+
+// firstOf returns the first non-empty field(e) of the *Errors in err's chain.
+func firstOf(err error, field func(*Error) string) string {
 	for err != nil {
 		var e *Error
 		if !errors.As(err, &e) {
 			return ""
 		}
-		if e.Hint != "" {
-			return e.Hint
+		if v := field(e); v != "" {
+			return v
 		}
 		err = e.Err
 	}

@@ -2,6 +2,11 @@
 // waiting in small steps so that a context can cancel the wait. The kernel
 // drops a lock when its holder exits, so a crashed process never leaves a
 // lock behind.
+//
+// It also locks directories themselves (LockDir) so that a cleanup can tell
+// a staging directory being built from the remains of a crashed run
+// (IsLockedByLiveProcess). flock owns every advisory lock pgfork takes; no
+// other package calls flock(2). It imports nothing of pgfork's.
 package flock
 
 import (

@@ -4,6 +4,9 @@
 // The directory is, in order: $PGFORK_HOME; /var/lib/pgfork when running as
 // root (so that the unprivileged user PostgreSQL runs as can reach it);
 // $XDG_STATE_HOME/pgfork; ~/.local/state/pgfork.
+//
+// statedir owns the layout of the state directory; it must not create
+// anything in it except through Layout.Ensure. It imports nothing of pgfork's.
 package statedir
 
 import (

@@ -5,6 +5,9 @@
 // A test that needs something missing skips with a message saying how to get
 // it, unless PGFORK_TEST_REQUIRE=1 (set by CI), in which case it fails: CI
 // must really run the XFS and multi-major tests.
+//
+// testenv is for tests only and imports nothing of pgfork's; starting a
+// PostgreSQL server for a test is internal/pgtest's.
 package testenv
 
 import (

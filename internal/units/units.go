@@ -1,4 +1,8 @@
 // Package units formats quantities for people: sizes in binary units.
+//
+// It is the one place byte counts are formatted for people (binary units:
+// never "MB" for MiB). It must not be used for --json output, which carries
+// plain numbers (docs/cli.md).
 package units
 
 import "fmt"

@@ -1,0 +1,70 @@
+package clone
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io/fs"
+	"path/filepath"
+
+	"github.com/pgfork/pgfork/internal/errs"
+	"github.com/pgfork/pgfork/internal/units"
+)
+
+func (c *copier) readErr(err error, p string) error {
+	if errors.Is(err, fs.ErrNotExist) {
+		return errs.Wrap(errs.NotFound, err, "source file vanished during the copy").WithPath(p).
+			WithHint("stop whatever is changing the source, or copy a running server with pgfork's online clone")
+	}
+	return errs.FromOS(err, p, "cannot read")
+}
+
+func (c *copier) writeErr(err error, e *entry) error {
+	return errs.FromOS(err, c.finalPath(e), "cannot write")
+}
+
+func (c *copier) unsupported(m Method, f *entry, cause error) error {
+	dstFS, _ := FSType(c.root)
+	srcFS, _ := FSType(c.src)
+	what := map[Method]string{Clone: "clone (reflink)", CopyFileRange: "copy_file_range", Link: "hard-link"}[m]
+	var msg string
+	if srcFS == dstFS && f.sys.dev == c.dstDev {
+		msg = fmt.Sprintf("the %s filesystem at %s cannot %s files", dstFS, filepath.Dir(c.final), what)
+	} else {
+		msg = fmt.Sprintf("cannot %s files from the %s filesystem of %s to the %s filesystem of %s", what, srcFS, c.src, dstFS, filepath.Dir(c.final))
+	}
+	return errs.Wrap(errs.Unsupported, cause, "%s (tried on %s)", msg, f.rel).
+		WithHint("use --method auto, which picks the best method that works here")
+}
+
+type noSpaceError struct {
+	rel string
+	err error
+}
+
+func (e *noSpaceError) Error() string { return e.rel + ": " + e.err.Error() }
+
+func (e *noSpaceError) Unwrap() error { return e.err }
+
+// finalError turns a failed run's error into what the user sees, after the
+// partial copy has been removed (so the free space reported is real).
+func (c *copier) finalError(ctx context.Context, err error, spaceDir string) error {
+	if ctx.Err() != nil && (errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) || errs.KindOf(err) == errs.Internal) {
+		return errs.Wrap(errs.Interrupted, ctx.Err(), "copy to %s interrupted; nothing was left behind", c.final).
+			WithHint("run it again")
+	}
+	var ns *noSpaceError
+	if errors.As(err, &ns) || isNoSpace(err) {
+		fsType, _ := FSType(spaceDir)
+		avail, aerr := freeBytes(spaceDir)
+		need := c.needBytes
+		msg := fmt.Sprintf("no space left on the %s filesystem of %s: the copy needs about %s",
+			fsType, spaceDir, units.Bytes(need))
+		if aerr == nil {
+			msg += fmt.Sprintf(", %s are available", units.Bytes(avail))
+		}
+		e := errs.Wrap(errs.NoSpace, err, "%s; the partial copy was removed", msg).WithPath(c.final)
+		return e.WithHint("free at least %s there, or copy to a filesystem that can clone (XFS with reflink, btrfs) where copies share blocks", units.Bytes(need-avail))
+	}
+	return err
+}

@@ -1,0 +1,96 @@
+// Package fsutil owns pgfork's durability rules for files it writes itself:
+// syncing a directory or a whole filesystem, and replacing a small file
+// atomically (WriteFileAtomic). Every package that writes a state file, a
+// marker or a configuration file it must not lose goes through here, so the
+// rule ("temp file beside it, write, fsync, rename, fsync the directory") is
+// written once.
+//
+// fsutil imports nothing of pgfork's and returns the operating system's
+// errors as they are (*fs.PathError): callers classify them with
+// errs.FromOS, naming what they were doing.
+package fsutil
+
+import (
+	"io/fs"
+	"os"
+	"path/filepath"
+)
+
+// SyncDir fsyncs the directory dir, so that the entries created, renamed or
+// removed in it survive a crash of the machine.
+func SyncDir(dir string) error {
+	f, err := os.Open(dir)
+	if err != nil {
+		return err
+	}
+	err = f.Sync()
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		return &fs.PathError{Op: "fsync", Path: dir, Err: unwrapPath(err)}
+	}
+	return nil
+}
+
+// WriteFileAtomic replaces path with data (mode perm) so that a reader, and
+// the file after a crash of the machine, holds either the old content or the
+// new one, never a part: a temporary file beside path, written and fsynced,
+// renamed over path, then path's directory fsynced. The temporary file is
+// removed when anything fails.
+func WriteFileAtomic(path string, data []byte, perm fs.FileMode) error {
+	return writeAtomic(path, data, perm, true)
+}
+
+// ReplaceFile is WriteFileAtomic without the fsyncs: readers never see a
+// part of the file, but a crash of the machine may lose the new content.
+// For files that do not outlive a crash anyway (records of test clusters).
+func ReplaceFile(path string, data []byte, perm fs.FileMode) error {
+	return writeAtomic(path, data, perm, false)
+}
+
+func writeAtomic(path string, data []byte, perm fs.FileMode, durable bool) error {
+	dir, base := filepath.Split(path)
+	if dir == "" {
+		dir = "."
+	}
+	f, err := os.CreateTemp(dir, "."+base+".tmp-*")
+	if err != nil {
+		return err
+	}
+	tmp := f.Name()
+	ok := false
+	defer func() {
+		if !ok {
+			_ = os.Remove(tmp)
+		}
+	}()
+	_, err = f.Write(data)
+	if err == nil {
+		err = f.Chmod(perm)
+	}
+	if err == nil && durable {
+		err = f.Sync()
+	}
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		return &fs.PathError{Op: "write", Path: path, Err: unwrapPath(err)}
+	}
+	if err := os.Rename(tmp, path); err != nil {
+		return err
+	}
+	ok = true
+	if durable {
+		return SyncDir(dir)
+	}
+	return nil
+}
+
+func unwrapPath(err error) error {
+	if pe, ok := err.(*fs.PathError); ok {
+		return pe.Err
+	}
+	return err
+}

@@ -1,0 +1,28 @@
+package fsutil
+
+import (
+	"errors"
+	"io/fs"
+	"os"
+
+	"golang.org/x/sys/unix"
+)
+
+// RenameNoReplace renames oldpath to newpath in one step that fails with an
+// error matching fs.ErrExist when newpath exists, even as an empty
+// directory (which os.Rename would replace). It is how a finished copy is
+// moved under its final name without ever clobbering one. On filesystems
+// without renameat2's RENAME_NOREPLACE it checks first, then renames.
+func RenameNoReplace(oldpath, newpath string) error {
+	err := unix.Renameat2(unix.AT_FDCWD, oldpath, unix.AT_FDCWD, newpath, unix.RENAME_NOREPLACE)
+	if errors.Is(err, unix.EINVAL) || errors.Is(err, unix.ENOSYS) {
+		return renameChecked(oldpath, newpath)
+	}
+	if err != nil {
+		if errors.Is(err, unix.EEXIST) || errors.Is(err, unix.ENOTEMPTY) {
+			err = fs.ErrExist
+		}
+		return &os.LinkError{Op: "rename", Old: oldpath, New: newpath, Err: err}
+	}
+	return nil
+}

@@ -9,4 +9,3 @@ func cloneFile(*os.File, *os.File) error { return errNotHere }
 func cloneUnsupported(error) bool { return false }
 
 func freeBytes(string) (int64, error) { return 0, errNotHere }
-

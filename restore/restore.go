@@ -218,12 +218,12 @@ const (
 )
 
 type job struct {
-	rel      string // output path relative to the data directory, '/'-separated
-	kind     jobKind
-	src      string // jobWhole: file to copy; jobRebuild: INCREMENTAL file of the newest backup
-	mode     fs.FileMode
-	size     int64 // expected output size (progress)
-	wal      bool  // under pg_wal: in backup_manifest without a checksum, as pg_combinebackup
+	rel  string // output path relative to the data directory, '/'-separated
+	kind jobKind
+	src  string // jobWhole: file to copy; jobRebuild: INCREMENTAL file of the newest backup
+	mode fs.FileMode
+	size int64 // expected output size (progress)
+	wal  bool  // under pg_wal: in backup_manifest without a checksum, as pg_combinebackup
 
 	// results
 	outSize  int64

@@ -39,32 +39,46 @@ func (e pgEnv) owner() *clone.Owner {
 	return &clone.Owner{UID: e.user.UID, GID: e.user.GID}
 }
 
-// forEachPG runs f once per PostgreSQL build of major 17 or newer.
-func forEachPG(t *testing.T, f func(t *testing.T, e pgEnv)) {
+// pgEnvs lists the PostgreSQL builds of major 17 or newer under test
+// (incremental backups), oldest first.
+func pgEnvs(t *testing.T) []pgEnv {
 	t.Helper()
 	u, err := instance.ResolveUser("")
 	if err != nil {
 		t.Fatal(err)
 	}
-	n := 0
+	var envs []pgEnv
 	for _, bin := range testenv.PGBinDirs(t) {
 		in, err := pgbin.Find(pgbin.Options{Explicit: bin, StateDir: t.TempDir()}, 0)
 		if err != nil {
 			t.Fatalf("PostgreSQL build %s: %v", bin, err)
 		}
-		if in.Major < 17 {
-			continue
+		if in.Major >= 17 {
+			envs = append(envs, pgEnv{bin: bin, inst: in, user: u})
 		}
-		n++
-		e := pgEnv{bin: bin, inst: in, user: u}
-		t.Run(e.name(), func(t *testing.T) { f(t, e) })
 	}
-	if n == 0 {
+	if len(envs) == 0 {
 		if testenv.Require() {
 			t.Fatal("no PostgreSQL 17 or newer in the test environment (incremental backups need it)")
 		}
 		t.Skip("no PostgreSQL 17 or newer")
 	}
+	return envs
+}
+
+// forEachPG runs f once per PostgreSQL build of major 17 or newer.
+func forEachPG(t *testing.T, f func(t *testing.T, e pgEnv)) {
+	t.Helper()
+	for _, e := range pgEnvs(t) {
+		t.Run(e.name(), func(t *testing.T) { f(t, e) })
+	}
+}
+
+// newestPG is the newest PostgreSQL build under test.
+func newestPG(t *testing.T) pgEnv {
+	t.Helper()
+	envs := pgEnvs(t)
+	return envs[len(envs)-1]
 }
 
 // forEachFS runs f on ext4 (the temp dir) and on the XFS reflink image.

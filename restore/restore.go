@@ -231,6 +231,9 @@ type job struct {
 	checksum []byte
 }
 
+// testHookAfterFile, when set (tests only), runs after each file is made.
+var testHookAfterFile func()
+
 type restorer struct {
 	opts  Options
 	chain pgbackup.Chain
@@ -372,6 +375,9 @@ func (r *restorer) run(ctx context.Context) error {
 					return err
 				}
 				r.doneFiles.Add(1)
+				if testHookAfterFile != nil {
+					testHookAfterFile()
+				}
 			}
 			return nil
 		})

@@ -28,7 +28,9 @@ type Recovery struct {
 }
 
 // Targeted reports whether a target is set.
-func (r Recovery) Targeted() bool { return r.TargetTime != "" || r.TargetLSN != "" || r.TargetName != "" }
+func (r Recovery) Targeted() bool {
+	return r.TargetTime != "" || r.TargetLSN != "" || r.TargetName != ""
+}
 
 var safePath = regexp.MustCompile(`^[A-Za-z0-9_./+,:@=-]+$`)
 

@@ -89,7 +89,8 @@ func forEachFS(t *testing.T, f func(t *testing.T, base string)) {
 }
 
 // newCluster runs initdb (checksums on) in base/name and starts it with
-// WAL summarization, stopped when the test ends.
+// WAL summarization (settings override; "" leaves one to the configuration
+// files), stopped when the test ends.
 func (e pgEnv) newCluster(t *testing.T, base, name string, settings map[string]string) (string, *instance.Instance) {
 	t.Helper()
 	data := filepath.Join(base, name)
@@ -101,6 +102,9 @@ func (e pgEnv) newCluster(t *testing.T, base, name string, settings map[string]s
 	s := map[string]string{"summarize_wal": "on", "fsync": "off"}
 	for k, v := range settings {
 		s[k] = v
+		if v == "" { // leave it to the configuration files
+			delete(s, k)
+		}
 	}
 	in, err := instance.Start(context.Background(), instance.Config{BinDir: e.bin, Env: e.inst.Env(), DataDir: data, User: e.user,
 		Profile: instance.Durable, Settings: s, LogFile: data + ".server.log"})

@@ -244,7 +244,6 @@ type restorer struct {
 	dirs  []string // rel dirs created, for fsync
 	total int64
 
-	mu           sync.Mutex
 	sum          Summary
 	doneFiles    atomic.Int64
 	doneBytes    atomic.Int64

@@ -183,7 +183,11 @@ func runRestore(cmd *cobra.Command, args []string, fl restoreFlags) error {
 	}
 	b := out.Branch
 	fmt.Fprintf(w, "branch %s started (pid %d): %s\n", b.Name, b.Pid, b.URL)
-	fmt.Fprintf(w, "  connect   psql '%s'\n", b.URL)
+	psql := cloneShellQuote(inst.Tool("psql")) + " " + cloneShellQuote(b.URL)
+	if user != nil { // as root: connect as the cluster's OS user (peer authentication works too)
+		psql = "runuser -u " + cloneShellQuote(user.Name) + " -- " + psql
+	}
+	fmt.Fprintf(w, "  connect   %s\n", psql)
 	fmt.Fprintf(w, "  stop      pgfork down %s   (the data directory %s is kept)\n", b.Name, b.DataDir)
 	fmt.Fprintf(w, "  log       %s\n", b.LogFile)
 	return nil

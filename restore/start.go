@@ -167,14 +167,7 @@ func Start(ctx context.Context, dataDir string, o StartOptions) (*Started, error
 	if err := o.Recovery.Validate(); err != nil {
 		return nil, err
 	}
-	name := o.Name
-	if name == "" {
-		name = filepath.Base(dataDir)
-		if cluster.ValidateName(name) != nil {
-			name = cluster.NewName()
-		}
-	}
-	pending, err := cluster.CreateBranch(ctx, o.Layout, name, dataDir)
+	pending, err := cluster.CreateBranch(ctx, o.Layout, BranchName(dataDir, o.Name), dataDir)
 	if err != nil {
 		return nil, err
 	}
@@ -217,6 +210,33 @@ func Start(ctx context.Context, dataDir string, o StartOptions) (*Started, error
 		return nil, err
 	}
 	return st, nil
+}
+
+// BranchName is the registry name of a branch started on dataDir: name
+// when given, else the data directory's base name when it is a valid
+// cluster name, else a random one.
+func BranchName(dataDir, name string) string {
+	if name != "" {
+		return name
+	}
+	if b := filepath.Base(dataDir); cluster.ValidateName(b) == nil {
+		return b
+	}
+	return cluster.NewName()
+}
+
+// CheckBranchName fails with errs.Exists when a cluster of that name is
+// registered (checked before a long restore, not only after it).
+func CheckBranchName(lay statedir.Layout, dataDir, name string) error {
+	n := BranchName(dataDir, name)
+	if err := cluster.ValidateName(n); err != nil {
+		return err
+	}
+	if _, err := cluster.Get(lay, n); err == nil {
+		return errs.New(errs.Exists, "a cluster named %q already exists", n).
+			WithHint("pass --name with another name, or remove it with `pgfork down %s`", n)
+	}
+	return nil
 }
 
 func versionOf(dataDir string) (int, error) {

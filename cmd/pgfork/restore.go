@@ -9,7 +9,6 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/pgfork/pgfork/clone"
-	"github.com/pgfork/pgfork/cluster"
 	"github.com/pgfork/pgfork/instance"
 	"github.com/pgfork/pgfork/internal/errs"
 	"github.com/pgfork/pgfork/internal/units"
@@ -132,10 +131,8 @@ func runRestore(cmd *cobra.Command, args []string, fl restoreFlags) error {
 		if err := rec.Validate(); err != nil {
 			return err
 		}
-		if fl.name != "" {
-			if err := cluster.ValidateName(fl.name); err != nil {
-				return err
-			}
+		if err := restore.CheckBranchName(layout(), dst, fl.name); err != nil {
+			return err
 		}
 		if port, err = parseClonePort(fl.port); err != nil {
 			return err

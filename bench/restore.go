@@ -73,6 +73,9 @@ func runRestoreBench(ctx context.Context, r *Report) error {
 		return err
 	}
 	defer os.RemoveAll(work)
+	if err := os.Chmod(work, 0o755); err != nil { // the postgres OS user must reach the branch's socket dir in it
+		return err
+	}
 	e.bin, e.state = filepath.Join(work, "pgfork"), filepath.Join(work, "state")
 	if out, err := goBuild(ctx, e.bin); err != nil {
 		return fmt.Errorf("building pgfork: %v\n%s", err, out)
@@ -142,6 +145,24 @@ func syncDir(dir string) {
 		_ = unix.Syncfs(int(f.Fd()))
 		f.Close()
 	}
+}
+
+// settledFree syncs and returns the free space once it stops changing:
+// XFS returns the space of removed files in the background, so a
+// measurement right after a removal would count the previous run.
+func settledFree(dir string) int64 {
+	syncDir(dir)
+	last := freeSpace(dir)
+	for i := 0; i < 50; i++ {
+		time.Sleep(100 * time.Millisecond)
+		syncDir(dir)
+		f := freeSpace(dir)
+		if f == last {
+			return f
+		}
+		last = f
+	}
+	return last
 }
 
 func (e *restoreBench) run(ctx context.Context, name string, args ...string) error {
@@ -250,16 +271,14 @@ func (e *restoreBench) onFS(ctx context.Context, r *Report, fsName, dir string, 
 				}
 				dst := filepath.Join(dir, "out")
 				_ = os.RemoveAll(dst)
-				syncDir(dir)
-				free0 := freeSpace(dir)
+				free0 := settledFree(dir)
 				name, args := c.args(sub, dst)
 				t0 := time.Now()
 				if err := e.run(ctx, name, args...); err != nil {
 					return err
 				}
 				times[c.name] = append(times[c.name], time.Since(t0))
-				syncDir(dir)
-				if used := free0 - freeSpace(dir); run == 0 || used < space[c.name] {
+				if used := max(free0-settledFree(dir), 0); run == 0 || used < space[c.name] {
 					space[c.name] = used
 				}
 				_ = os.RemoveAll(dst)

@@ -15,6 +15,7 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"os"
 	"os/exec"
@@ -350,13 +351,17 @@ func (e *restoreBench) firstQuery(ctx context.Context, r *Report, fsName, dir st
 	if err := e.run(ctx, e.bin, append(append([]string{"restore", "-q"}, chain...), dst, "--start", "--port", "auto", "--name", "benchbranch")...); err != nil {
 		return err
 	}
-	url := ""
-	if b, err := os.ReadFile(filepath.Join(e.state, "clusters", "benchbranch", "cluster.json")); err == nil {
-		if i := strings.Index(string(b), `"url": "`); i >= 0 {
-			url = strings.SplitN(string(b)[i+8:], `"`, 2)[0]
-		}
+	var info struct {
+		URL string `json:"url"`
 	}
-	if err := pingQuery(ctx, url); err != nil {
+	b, err := os.ReadFile(filepath.Join(e.state, "clusters", "benchbranch", "cluster.json"))
+	if err == nil {
+		err = json.Unmarshal(b, &info)
+	}
+	if err != nil {
+		return fmt.Errorf("reading the branch's record: %w", err)
+	}
+	if err := pingQuery(ctx, info.URL); err != nil {
 		return err
 	}
 	rows = append(rows, []string{"pgfork restore --start", Dur(time.Since(t0))})

@@ -627,36 +627,45 @@ func (r *restorer) doRebuild(ctx context.Context, j *job, buf []byte) error {
 			}
 		}
 	}
+	// The checksum is computed from the sources, in output order, by a
+	// second goroutine while this one moves the runs: the reads overlap
+	// the copies (the sources are only read, so the order between the two
+	// does not matter).
 	h := r.newCRC()
-	for _, ru := range runs {
-		if err := ctx.Err(); err != nil {
-			return err
-		}
-		nbytes := ru.blocks * pgbackup.BlockSize
-		if ru.src < 0 {
-			r.zeroBlocks.Add(ru.blocks)
-			if h != nil {
-				for range ru.blocks {
-					h.Write(zeroBlock[:])
+	if j.wal {
+		h = nil
+	}
+	hashed := make(chan error, 1)
+	if h != nil {
+		go func() {
+			hbuf := make([]byte, 1<<20)
+			for _, ru := range runs {
+				if err := ctx.Err(); err != nil {
+					hashed <- err
+					return
+				}
+				if ru.src < 0 {
+					for range ru.blocks {
+						h.Write(zeroBlock[:])
+					}
+					continue
+				}
+				if err := hashRange(h, srcs[ru.src].f, ru.srcOff, ru.blocks*pgbackup.BlockSize, hbuf); err != nil {
+					hashed <- err
+					return
 				}
 			}
-			r.doneBytes.Add(nbytes)
-			continue // a hole; the size is set below
-		}
-		s := srcs[ru.src]
-		m, err := r.rc.CopyRange(df, s.f, ru.dstOff, ru.srcOff, nbytes, buf)
-		if err != nil {
-			return writeErr(err, df.Name())
-		}
-		r.calls.Add(1)
-		r.count(m, nbytes)
-		r.blocksBySrc[s.backup].Add(ru.blocks)
-		if h != nil {
-			if err := hashRange(h, s.f, ru.srcOff, nbytes, buf); err != nil {
-				return err
-			}
-		}
-		r.doneBytes.Add(nbytes)
+			hashed <- nil
+		}()
+	} else {
+		hashed <- nil
+	}
+	if err := r.moveRuns(ctx, df, srcs, runs, buf); err != nil {
+		<-hashed // the hasher reads the sources, closed when we return
+		return err
+	}
+	if err := <-hashed; err != nil {
+		return err
 	}
 	size := int64(length) * pgbackup.BlockSize
 	fi, err := df.Stat()
@@ -669,10 +678,36 @@ func (r *restorer) doRebuild(ctx context.Context, j *job, buf []byte) error {
 		}
 	}
 	j.outSize = size
-	if h != nil && !j.wal {
+	if h != nil {
 		j.algo, j.checksum = "CRC32C", crcBytes(h)
 	}
 	return df.Close()
+}
+
+// moveRuns copies each run of blocks to df with one range copy; zero runs
+// are left as holes.
+func (r *restorer) moveRuns(ctx context.Context, df *os.File, srcs []source, runs []run, buf []byte) error {
+	for _, ru := range runs {
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+		nbytes := ru.blocks * pgbackup.BlockSize
+		if ru.src < 0 {
+			r.zeroBlocks.Add(ru.blocks)
+			r.doneBytes.Add(nbytes)
+			continue // a hole; the size is set by the caller
+		}
+		s := srcs[ru.src]
+		m, err := r.rc.CopyRange(df, s.f, ru.dstOff, ru.srcOff, nbytes, buf)
+		if err != nil {
+			return writeErr(err, df.Name())
+		}
+		r.calls.Add(1)
+		r.count(m, nbytes)
+		r.blocksBySrc[s.backup].Add(ru.blocks)
+		r.doneBytes.Add(nbytes)
+	}
+	return nil
 }
 
 func writeErr(err error, p string) error {

@@ -339,6 +339,7 @@ func (e *restoreBench) firstQuery(ctx context.Context, r *Report, fsName, dir st
 	if err != nil {
 		return err
 	}
+	defer func() { _ = in.Stop(context.WithoutCancel(ctx), instance.Immediate) }() // on errors below
 	if err := pingQuery(ctx, in.ConnString("", "")); err != nil {
 		return err
 	}
@@ -348,6 +349,7 @@ func (e *restoreBench) firstQuery(ctx context.Context, r *Report, fsName, dir st
 	_ = os.Remove(dst + ".log")
 
 	t0 = time.Now()
+	defer func() { _ = e.run(context.WithoutCancel(ctx), e.bin, "down", "benchbranch") }() // on errors below; a no-op after the down
 	if err := e.run(ctx, e.bin, append(append([]string{"restore", "-q"}, chain...), dst, "--start", "--port", "auto", "--name", "benchbranch")...); err != nil {
 		return err
 	}

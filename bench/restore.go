@@ -261,6 +261,7 @@ func (e *restoreBench) onFS(ctx context.Context, r *Report, fsName, dir string, 
 	best := map[int]time.Duration{} // chain -> fastest pg_combinebackup
 	pgforkT := map[int]time.Duration{}
 	pgforkSpace, cloneSpace := map[int]int64{}, map[int]int64{}
+	medians := map[int]map[string]time.Duration{}
 	for ci := 1; ci <= 3; ci++ {
 		sub := slices.Clip(chain[:ci+1]) // contenders append DST: never into chain
 		times := map[string]Sample{}
@@ -291,6 +292,10 @@ func (e *restoreBench) onFS(ctx context.Context, r *Report, fsName, dir string, 
 				continue
 			}
 			m := s.Median()
+			if medians[ci] == nil {
+				medians[ci] = map[string]time.Duration{}
+			}
+			medians[ci][c.name] = m
 			if strings.HasPrefix(c.name, "pg_combinebackup") && (best[ci] == 0 || m < best[ci]) {
 				best[ci] = m
 			}
@@ -304,6 +309,16 @@ func (e *restoreBench) onFS(ctx context.Context, r *Report, fsName, dir string, 
 		}
 	}
 	r.Table([]string{"chain", "contender", "median", "extra space", "runs"}, rows)
+	var attr []string
+	for ci := 1; ci <= 3; ci++ {
+		p := medians[ci]["pgfork restore"]
+		attr = append(attr, fmt.Sprintf("%s: runs merged %s faster than one call per block (%s vs %s), whole-file clones %s (vs read/write copies %s), --prefetch %s",
+			labels[ci-1], Ratio(medians[ci]["pgfork, runs not merged"], p), Dur(p), Dur(medians[ci]["pgfork, runs not merged"]),
+			Ratio(medians[ci]["pgfork, whole files copied"], p), Dur(medians[ci]["pgfork, whole files copied"]),
+			Dur(medians[ci]["pgfork, --prefetch"])))
+	}
+	r.Notef("%s attribution (ratios > 1.0x mean the feature helps): %s.", fsName, strings.Join(attr, "; "))
+	r.Notef("Extra space is measured with statfs on a filesystem other work shares (%s): a few hundred KiB up or down is noise, and on ext4 every copy takes its full size by nature.", fsName)
 	for ci := 1; ci <= 3; ci++ {
 		if fsName == "xfs" {
 			r.Target(best[ci] >= 3*pgforkT[ci] && pgforkSpace[ci] <= cloneSpace[ci]+(1<<20),

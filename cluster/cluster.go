@@ -59,6 +59,11 @@ type Info struct {
 	Template  string    `json:"template_key"`
 	RunAs     string    `json:"run_as,omitempty"`
 	Created   time.Time `json:"created"`
+	// Kind is what made the cluster: empty for `pgfork up`, "restore" for
+	// a branch started by `pgfork restore --start` (see branch.go).
+	Kind string `json:"kind,omitempty"`
+	// Source names what a branch was made from (its backups).
+	Source string `json:"source,omitempty"`
 	// TTL, when non-zero, is how long the cluster may live (from Created).
 	TTL time.Duration `json:"ttl_ns,omitempty"`
 	// ParentPid, when non-zero, is a process the cluster must not outlive.

@@ -11,8 +11,8 @@ var layers = map[string]int{
 	"internal/errs": -1, "internal/units": -1, "internal/statedir": -1, "internal/flock": -1, "internal/testenv": -1, "internal/proc": -1, "internal/fsutil": -1, "internal/pgtest": 2,
 	"clone":   0,
 	"dbclone": 1, "pgdata": 1, "instance": 1, "pgbin": 1,
-	"pool": 2, "pgclone": 2, "template": 2, "cluster": 2,
-	"server": 3, "upgrade": 3,
+	"pool": 2, "pgclone": 2, "template": 2, "cluster": 2, "pgbackup": 2,
+	"server": 3, "upgrade": 3, "restore": 3,
 	"cmd/pgfork": 4, "bench": 4, "internal/archtest": 4,
 }
 

@@ -1,0 +1,140 @@
+package pgbackup
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/pgfork/pgfork/internal/errs"
+	"github.com/pgfork/pgfork/pgbin"
+)
+
+// TakeOptions shape Take.
+type TakeOptions struct {
+	Dir         string        // chain directory; created if missing
+	ConnString  string        // the server to back up (a libpq URL or key=value string)
+	Incremental bool          // incremental to the newest backup in Dir
+	PGBin       pgbin.Options // where to find pg_basebackup of the server's major
+}
+
+// Take runs pg_basebackup (plain format, manifest, fast checkpoint, WAL
+// streamed) into a new directory under o.Dir named by time and kind
+// ("20261123T031500Z-full", "...-incr"), taken into a hidden directory
+// and renamed when complete. An incremental backup is based on the newest
+// backup in o.Dir and needs summarize_wal = on (PostgreSQL 17+).
+func Take(ctx context.Context, o TakeOptions) (*Backup, error) {
+	if o.ConnString == "" {
+		return nil, errs.New(errs.Usage, "no server to back up").WithHint("pass --url postgres://USER@HOST:PORT/DB")
+	}
+	ccfg, err := pgx.ParseConfig(o.ConnString)
+	if err != nil {
+		return nil, errs.Wrap(errs.Usage, err, "bad --url").WithHint("give a libpq URL, e.g. postgres://postgres@localhost:5432/postgres")
+	}
+	cctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	conn, err := pgx.ConnectConfig(cctx, ccfg)
+	if err != nil {
+		return nil, errs.Wrap(errs.NotFound, err, "cannot connect to the server to back up").
+			WithHint("check --url; pg_basebackup needs a role with REPLICATION and a pg_hba.conf line for replication")
+	}
+	var num int
+	var summarize *string
+	err = conn.QueryRow(cctx, "SELECT current_setting('server_version_num')::int, current_setting('summarize_wal', true)").Scan(&num, &summarize)
+	conn.Close(cctx)
+	if err != nil {
+		return nil, errs.Wrap(errs.Internal, err, "cannot read the server's version")
+	}
+	major := num / 10000
+	var base *Backup
+	if o.Incremental {
+		if major < 17 {
+			return nil, errs.New(errs.Unsupported, "incremental backups need PostgreSQL 17 or newer; the server is %d", major).
+				WithHint("take full backups (drop --incremental)")
+		}
+		if summarize == nil || *summarize != "on" {
+			return nil, errs.New(errs.Unsupported, "the server does not summarize WAL (summarize_wal is off), which incremental backups need").
+				WithHint("run ALTER SYSTEM SET summarize_wal = on; SELECT pg_reload_conf(); as a superuser, then take a full backup (pgfork backup %s --url ...) and base incrementals on it", o.Dir)
+		}
+		all, err := List(o.Dir)
+		if err != nil && errs.KindOf(err) != errs.NotFound {
+			return nil, err
+		}
+		if len(all) == 0 {
+			return nil, errs.New(errs.NotFound, "no backup in %s to base an incremental backup on", o.Dir).
+				WithHint("take a full backup first: pgfork backup %s --url URL", o.Dir)
+		}
+		base = all[len(all)-1]
+		if base.Major != major {
+			return nil, errs.New(errs.Usage, "the newest backup (%s) is of PostgreSQL %d, the server is %d", base.Name(), base.Major, major).
+				WithHint("take a full backup into a new directory")
+		}
+	}
+	inst, err := pgbin.Find(o.PGBin, major)
+	if err != nil {
+		return nil, errs.Wrap(errs.KindOf(err), err, "pg_basebackup of PostgreSQL %d is needed", major).
+			WithHint("install PostgreSQL %d (`pgfork pg install %d`) or point --pg-bin at it", major, major)
+	}
+	if err := os.MkdirAll(o.Dir, 0o755); err != nil {
+		return nil, errs.Wrap(errs.Permission, err, "cannot create the backup directory").WithPath(o.Dir)
+	}
+	kind := "full"
+	if base != nil {
+		kind = "incr"
+	}
+	var name, final string
+	for i := 0; ; i++ {
+		name = time.Now().UTC().Format("20060102T150405Z") + "-" + kind
+		final = filepath.Join(o.Dir, name)
+		if _, err := os.Lstat(final); err != nil {
+			break
+		}
+		if i == 3 {
+			return nil, errs.New(errs.Exists, "a backup named %s already exists", name).WithPath(final).WithHint("wait a second and try again")
+		}
+		time.Sleep(time.Second) // names are by the second
+	}
+	partial := filepath.Join(o.Dir, "."+name+".partial")
+	args := []string{"-d", o.ConnString, "-D", partial, "-Fp", "-c", "fast", "-X", "stream", "--manifest-checksums=CRC32C"}
+	if base != nil {
+		args = append(args, "--incremental="+filepath.Join(base.Dir, "backup_manifest"))
+	}
+	cmd := exec.CommandContext(ctx, inst.Tool("pg_basebackup"), args...)
+	cmd.Env = append(os.Environ(), inst.Env()...)
+	var out bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &out
+	if err := cmd.Run(); err != nil {
+		_ = os.RemoveAll(partial)
+		msg := strings.TrimSpace(out.String())
+		if ctx.Err() != nil {
+			return nil, errs.Wrap(errs.Interrupted, ctx.Err(), "backup interrupted; nothing was kept")
+		}
+		return nil, errs.New(errs.Internal, "pg_basebackup failed: %s", msg).
+			WithHint("the server's log says more; nothing was kept")
+	}
+	if err := os.Rename(partial, final); err != nil {
+		_ = os.RemoveAll(partial)
+		return nil, errs.Wrap(errs.Internal, err, "cannot move the finished backup into place").WithPath(final)
+	}
+	return OpenBackup(final)
+}
+
+// Describe is one line about a backup for listings.
+func Describe(b *Backup, all []*Backup) string {
+	from := "-"
+	if b.Label.Incremental() {
+		from = "? (not here)"
+		for _, o := range all {
+			if o.Label.StartLSN == b.Label.PrevLSN && o.Label.StartTLI == b.Label.PrevTLI {
+				from = o.Name()
+			}
+		}
+	}
+	return fmt.Sprintf("%s\t%s\t%d\t%s\t%s\t%s", b.Name(), b.Kind(), b.Major, b.Label.StartLSN, b.Label.StartTime, from)
+}

@@ -1,0 +1,159 @@
+package restore
+
+import (
+	"bytes"
+	"context"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/pgfork/pgfork/clone"
+	"github.com/pgfork/pgfork/instance"
+	"github.com/pgfork/pgfork/pgbackup"
+)
+
+// TestRestoreChainMatchesCombineBackup rebuilds a full + 3 incrementals
+// chain and checks the result against pg_combinebackup's, file by file
+// and manifest entry by manifest entry, then verifies and starts it.
+func TestRestoreChainMatchesCombineBackup(t *testing.T) {
+	forEachPG(t, func(t *testing.T, e pgEnv) {
+		forEachFS(t, func(t *testing.T, base string) {
+			c := e.makeChain(t, base)
+			before := map[string]map[string]string{}
+			for _, d := range c.dirs {
+				before[d] = treeHash(t, d)
+			}
+			ref := filepath.Join(base, "combined")
+			e.tool(t, "pg_combinebackup", append([]string{"-o", ref, "--no-sync"}, c.dirs...)...)
+			out := filepath.Join(base, "restored")
+			sum, err := Restore(context.Background(), c.dirs, out, Options{Sync: clone.SyncNone, Owner: e.owner()})
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Logf("%d files: %d whole (%d from older backups), %d rebuilt, blocks by backup %v, zero %d, %d calls; shared %d, range %d, copied %d",
+				sum.Files, sum.FilesWhole, sum.FilesOlder, sum.FilesRebuilt, sum.BlocksBySource, sum.ZeroBlocks, sum.Calls,
+				sum.SharedBytes, sum.RangeBytes, sum.CopiedBytes)
+			if sum.FilesRebuilt == 0 || sum.FilesOlder == 0 {
+				t.Errorf("the chain exercised too little: %d files rebuilt, %d unchanged since an older backup", sum.FilesRebuilt, sum.FilesOlder)
+			}
+			for i, n := range sum.BlocksBySource {
+				if n == 0 {
+					t.Errorf("no rebuilt block came from backup %d: the chain does not exercise all sources", i)
+				}
+			}
+			if strings.Contains(base, os.Getenv("PGFORK_TEST_XFS")) && os.Getenv("PGFORK_TEST_XFS") != "" && sum.SharedBytes < sum.Bytes/2 {
+				t.Errorf("on XFS only %d of %d bytes were shared with the backups", sum.SharedBytes, sum.Bytes)
+			}
+			sameFiles(t, ref, out)
+			sameManifest(t, ref, out)
+			e.tool(t, "pg_verifybackup", out)
+
+			for _, d := range c.dirs {
+				sameTree(t, "backup "+filepath.Base(d), before[d], treeHash(t, d))
+			}
+
+			in, err := instance.Start(context.Background(), instance.Config{BinDir: e.bin, Env: e.inst.Env(), DataDir: out, User: e.user,
+				Profile: instance.Durable, Settings: map[string]string{"fsync": "off"}, LogFile: out + ".server.log"})
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { _ = in.Stop(context.Background(), instance.Immediate) })
+			url := in.ConnString("", "")
+			checkPgbenchInvariant(t, url)
+			for q, want := range map[string]string{
+				"SELECT count(*)::text FROM grow":                                c.growRows,
+				"SELECT count(*)::text FROM truncme":                             c.truncRows,
+				"SELECT (to_regclass('dropme') IS NULL)::text":                   "true",
+				"SELECT count(*)::text FROM pgbench_accounts":                    "200000",
+				"SELECT count(*)::text FROM pg_database WHERE datname = 'newdb'": "1",
+			} {
+				if got := query(t, url, q); got != want {
+					t.Errorf("%s = %s, want %s", q, got, want)
+				}
+			}
+			if got := query(t, in.ConnString("", "newdb"), "SELECT count(*)::text FROM t"); got != c.newdbRows {
+				t.Errorf("newdb.t has %s rows, want %s", got, c.newdbRows)
+			}
+			stop(t, in)
+			e.toolAs(t, "pg_checksums", "--check", "-D", out)
+		})
+	})
+}
+
+// sameFiles checks that every file of pg_combinebackup's output (but the
+// manifest, whose mtimes differ) has the same bytes in ours, and that no
+// file is missing or extra.
+func sameFiles(t *testing.T, ref, out string) {
+	t.Helper()
+	list := func(root string) map[string]bool {
+		m := map[string]bool{}
+		_ = filepath.WalkDir(root, func(p string, d fs.DirEntry, err error) error {
+			if err == nil && d.Type().IsRegular() {
+				rel, _ := filepath.Rel(root, p)
+				if rel != "backup_manifest" {
+					m[rel] = true
+				}
+			}
+			return nil
+		})
+		return m
+	}
+	a, b := list(ref), list(out)
+	for rel := range a {
+		if !b[rel] {
+			t.Errorf("%s is in pg_combinebackup's output but not in ours", rel)
+			continue
+		}
+		x, err1 := os.ReadFile(filepath.Join(ref, rel))
+		y, err2 := os.ReadFile(filepath.Join(out, rel))
+		if err1 != nil || err2 != nil {
+			t.Fatal(err1, err2)
+		}
+		if !bytes.Equal(x, y) {
+			t.Errorf("%s differs from pg_combinebackup's (%d vs %d bytes)", rel, len(y), len(x))
+		}
+	}
+	for rel := range b {
+		if !a[rel] {
+			t.Errorf("%s is in our output but not in pg_combinebackup's", rel)
+		}
+	}
+	if len(a) < 100 {
+		t.Errorf("only %d files compared", len(a))
+	}
+}
+
+// sameManifest checks that both manifests list the same files with the
+// same sizes and checksums, and the same WAL ranges.
+func sameManifest(t *testing.T, ref, out string) {
+	t.Helper()
+	a, err := pgbackup.ReadManifest(filepath.Join(ref, "backup_manifest"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := pgbackup.ReadManifest(filepath.Join(out, "backup_manifest"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if a.Version != b.Version || a.SystemID != b.SystemID {
+		t.Errorf("manifest version/system %d/%d, pg_combinebackup's %d/%d", b.Version, b.SystemID, a.Version, a.SystemID)
+	}
+	for p, fa := range a.Files {
+		fb := b.Files[p]
+		if fb == nil {
+			t.Errorf("manifest lacks %s", p)
+			continue
+		}
+		if fa.Size != fb.Size || fa.Algorithm != fb.Algorithm || !bytes.Equal(fa.Checksum, fb.Checksum) {
+			t.Errorf("manifest entry %s: %d %s %x, pg_combinebackup's %d %s %x", p, fb.Size, fb.Algorithm, fb.Checksum, fa.Size, fa.Algorithm, fa.Checksum)
+		}
+	}
+	if len(a.Files) != len(b.Files) {
+		t.Errorf("manifest has %d files, pg_combinebackup's %d", len(b.Files), len(a.Files))
+	}
+	if len(a.WAL) != len(b.WAL) || (len(a.WAL) > 0 && a.WAL[0] != b.WAL[0]) {
+		t.Errorf("WAL ranges %v, pg_combinebackup's %v", b.WAL, a.WAL)
+	}
+}

@@ -1,0 +1,252 @@
+package restore
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"time"
+
+	"github.com/pgfork/pgfork/cluster"
+	"github.com/pgfork/pgfork/instance"
+	"github.com/pgfork/pgfork/internal/errs"
+	"github.com/pgfork/pgfork/internal/statedir"
+	"github.com/pgfork/pgfork/pgbackup"
+	"github.com/pgfork/pgfork/pgbin"
+)
+
+// Recovery is a point-in-time recovery: replay WAL from an archive up to
+// a target, then act (promote by default).
+type Recovery struct {
+	WALDir       string // WAL archive (files named as in pg_wal)
+	TargetTime   string // recovery_target_time
+	TargetLSN    string // recovery_target_lsn
+	TargetName   string // recovery_target_name (a pg_create_restore_point name)
+	TargetAction string // promote (default), pause or shutdown
+}
+
+// Targeted reports whether a target is set.
+func (r Recovery) Targeted() bool {
+	return r.TargetTime != "" || r.TargetLSN != "" || r.TargetName != ""
+}
+
+var safePath = regexp.MustCompile(`^[A-Za-z0-9_./+,:@=-]+$`)
+
+// Validate checks the recovery options before anything is written.
+func (r *Recovery) Validate() error {
+	n := 0
+	for _, s := range []string{r.TargetTime, r.TargetLSN, r.TargetName} {
+		if s != "" {
+			n++
+		}
+	}
+	if n > 1 {
+		return errs.New(errs.Usage, "more than one recovery target").WithHint("give one of --target-time, --target-lsn, --target-name")
+	}
+	if n == 1 && r.WALDir == "" {
+		return errs.New(errs.Usage, "a recovery target needs a WAL archive").
+			WithHint("pass --wal DIR: the directory archive_command copies WAL files to (the backups hold only the WAL of their own run)")
+	}
+	if r.WALDir != "" {
+		abs, err := filepath.Abs(r.WALDir)
+		if err != nil {
+			return errs.Wrap(errs.Usage, err, "bad --wal path").WithPath(r.WALDir)
+		}
+		if fi, err := os.Stat(abs); err != nil || !fi.IsDir() {
+			return errs.New(errs.NotFound, "no WAL archive directory").WithPath(abs).WithHint("give the directory archive_command copies WAL files to")
+		}
+		if !safePath.MatchString(abs) {
+			return errs.New(errs.Usage, "the WAL archive path has characters pgfork will not put in a shell command").WithPath(abs).
+				WithHint("use a path of letters, digits and ./_-+,:@= only (a symlink to it will do)")
+		}
+		r.WALDir = abs
+	}
+	if r.TargetLSN != "" {
+		if _, err := pgbackup.ParseLSN(r.TargetLSN); err != nil {
+			return errs.New(errs.Usage, "bad --target-lsn %q", r.TargetLSN).WithHint("give an LSN such as 0/3000060")
+		}
+	}
+	if r.TargetTime != "" {
+		if strings.ContainsAny(r.TargetTime, "'\n") {
+			return errs.New(errs.Usage, "bad --target-time %q", r.TargetTime).WithHint("give a timestamp such as '2026-11-23 03:00:00+00'")
+		}
+	}
+	if strings.ContainsAny(r.TargetName, "\n\x00") {
+		return errs.New(errs.Usage, "bad --target-name").WithHint("give the name passed to pg_create_restore_point")
+	}
+	switch r.TargetAction {
+	case "":
+		r.TargetAction = "promote"
+	case "promote", "pause", "shutdown":
+	default:
+		return errs.New(errs.Usage, "bad --target-action %q", r.TargetAction).WithHint("give promote, pause or shutdown")
+	}
+	return nil
+}
+
+func quoteConf(s string) string { return "'" + strings.ReplaceAll(s, "'", "''") + "'" }
+
+// prepareRecovery appends the recovery settings to postgresql.auto.conf
+// and creates recovery.signal (pg_verifybackup ignores both files).
+func prepareRecovery(dataDir string, r Recovery, user *instance.OSUser) error {
+	var b strings.Builder
+	b.WriteString("\n# point-in-time recovery set by pgfork restore\n")
+	fmt.Fprintf(&b, "restore_command = %s\n", quoteConf("cp '"+r.WALDir+"/%f' '%p'"))
+	switch {
+	case r.TargetTime != "":
+		fmt.Fprintf(&b, "recovery_target_time = %s\n", quoteConf(r.TargetTime))
+	case r.TargetLSN != "":
+		fmt.Fprintf(&b, "recovery_target_lsn = %s\n", quoteConf(r.TargetLSN))
+	case r.TargetName != "":
+		fmt.Fprintf(&b, "recovery_target_name = %s\n", quoteConf(r.TargetName))
+	}
+	fmt.Fprintf(&b, "recovery_target_action = %s\n", quoteConf(r.TargetAction))
+	p := filepath.Join(dataDir, "postgresql.auto.conf")
+	f, err := os.OpenFile(p, os.O_WRONLY|os.O_APPEND|os.O_CREATE, 0o600)
+	if err != nil {
+		return errs.Wrap(errs.Internal, err, "cannot write the recovery settings").WithPath(p)
+	}
+	if _, err := f.WriteString(b.String()); err != nil {
+		f.Close()
+		return errs.Wrap(errs.Internal, err, "cannot write the recovery settings").WithPath(p)
+	}
+	if err := f.Close(); err != nil {
+		return err
+	}
+	sig := filepath.Join(dataDir, "recovery.signal")
+	if err := os.WriteFile(sig, nil, 0o600); err != nil {
+		return errs.Wrap(errs.Internal, err, "cannot write recovery.signal").WithPath(sig)
+	}
+	if err := user.Chown(p); err != nil {
+		return err
+	}
+	return user.Chown(sig)
+}
+
+// StartOptions shape Start.
+type StartOptions struct {
+	Layout       statedir.Layout
+	Installation pgbin.Installation // of the data directory's major
+	User         *instance.OSUser   // nil: the current user
+	Name         string             // registry name; default from the data directory's name, else random
+	Port         int                // 0: 5432 on a private socket (a free one with TCP)
+	TCP          bool
+	Recovery     Recovery
+	Source       string // what the branch was made from, for `pgfork ls`
+}
+
+// Started is a running branch.
+type Started struct {
+	Name      string `json:"name"`
+	URL       string `json:"url"`
+	Pid       int    `json:"pid"`
+	Port      int    `json:"port"`
+	SocketDir string `json:"socket_dir"`
+	LogFile   string `json:"log_file"`
+	DataDir   string `json:"data_dir"`
+}
+
+// Start starts a restored data directory as a branch: recovery settings
+// written (with a target), the server run as opts.User on a private
+// socket directory (<state>/run/<name>), and recorded in the cluster
+// registry so that `pgfork ls` lists it and `pgfork down NAME` stops it.
+// It returns once recovery is over and the server accepts connections
+// (hot_standby is off while a target is replayed, so no one reads a state
+// before the target).
+func Start(ctx context.Context, dataDir string, o StartOptions) (*Started, error) {
+	major, err := versionOf(dataDir)
+	if err != nil {
+		return nil, err
+	}
+	if o.Installation.Major != major {
+		return nil, errs.New(errs.Usage, "the data directory is of PostgreSQL %d but the build given is %s", major, o.Installation.Version).
+			WithHint("install PostgreSQL %d (`pgfork pg install %d`) or point --pg-bin at it", major, major)
+	}
+	if err := o.Recovery.Validate(); err != nil {
+		return nil, err
+	}
+	pending, err := cluster.CreateBranch(ctx, o.Layout, BranchName(dataDir, o.Name), dataDir)
+	if err != nil {
+		return nil, err
+	}
+	socketDir, err := cluster.SocketDirFor(o.Layout, pending.Name)
+	if err != nil {
+		pending.Abort("")
+		return nil, errs.Wrap(errs.Permission, err, "cannot create the socket directory")
+	}
+	settings := map[string]string{}
+	if o.Recovery.Targeted() || o.Recovery.WALDir != "" {
+		if err := prepareRecovery(dataDir, o.Recovery, o.User); err != nil {
+			pending.Abort(socketDir)
+			return nil, err
+		}
+		if o.Recovery.TargetAction != "pause" {
+			settings["hot_standby"] = "off"
+		}
+	}
+	log := strings.TrimSuffix(dataDir, "/") + ".log"
+	inst, err := instance.Start(ctx, instance.Config{BinDir: o.Installation.BinDir, Env: o.Installation.Env(), DataDir: dataDir,
+		User: o.User, SocketDir: socketDir, Port: o.Port, TCP: o.TCP, Profile: instance.Durable, Settings: settings,
+		LogFile: log, StartTimeout: 30 * time.Minute})
+	if err != nil {
+		pending.Abort(socketDir)
+		return nil, errs.Wrap(errs.KindOf(err), err, "the restored data directory %s did not start", dataDir).
+			WithHint("see %s; the data directory is kept", log)
+	}
+	st := &Started{Name: pending.Name, URL: inst.ConnString("", ""), Pid: inst.Pid, Port: inst.Port, SocketDir: inst.SocketDir,
+		LogFile: log, DataDir: dataDir}
+	runAs := ""
+	if o.User != nil {
+		runAs = o.User.Name
+	}
+	info := cluster.Info{URL: st.URL, Host: inst.Host, Port: inst.Port, SocketDir: inst.SocketDir, DataDir: dataDir, Pid: inst.Pid,
+		PGVersion: o.Installation.Version, PGMajor: major, BinDir: o.Installation.BinDir, RunAs: runAs,
+		Kind: "restore", Source: o.Source}
+	if err := pending.Commit(info); err != nil {
+		_ = inst.Stop(context.WithoutCancel(ctx), instance.Fast)
+		pending.Abort(socketDir)
+		return nil, err
+	}
+	return st, nil
+}
+
+// BranchName is the registry name of a branch started on dataDir: name
+// when given, else the data directory's base name when it is a valid
+// cluster name, else a random one.
+func BranchName(dataDir, name string) string {
+	if name != "" {
+		return name
+	}
+	if b := filepath.Base(dataDir); cluster.ValidateName(b) == nil {
+		return b
+	}
+	return cluster.NewName()
+}
+
+// CheckBranchName fails with errs.Exists when a cluster of that name is
+// registered (checked before a long restore, not only after it).
+func CheckBranchName(lay statedir.Layout, dataDir, name string) error {
+	n := BranchName(dataDir, name)
+	if err := cluster.ValidateName(n); err != nil {
+		return err
+	}
+	if _, err := cluster.Get(lay, n); err == nil {
+		return errs.New(errs.Exists, "a cluster named %q already exists", n).
+			WithHint("pass --name with another name, or remove it with `pgfork down %s`", n)
+	}
+	return nil
+}
+
+func versionOf(dataDir string) (int, error) {
+	b, err := os.ReadFile(filepath.Join(dataDir, "PG_VERSION"))
+	if err != nil {
+		return 0, errs.New(errs.Usage, "not a data directory (no PG_VERSION)").WithPath(dataDir)
+	}
+	var v int
+	if _, err := fmt.Sscan(strings.TrimSpace(string(b)), &v); err != nil {
+		return 0, errs.New(errs.Unsupported, "PG_VERSION %q", strings.TrimSpace(string(b))).WithPath(dataDir)
+	}
+	return v, nil
+}

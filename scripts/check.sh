@@ -39,7 +39,30 @@ chmod 0755 "$TMPDIR"
 export PGFORK_HOME=$PGFORK_TEST_RUN_DIR/home
 
 make lint
-go test -race -count=1 -timeout 60m ./...
+# Every test once, verbose into the run's log; on the terminal the package
+# results, failures and skips. Under PGFORK_TEST_REQUIRE=1 (root) a skipped
+# test fails the run too: CI must really run the XFS, multi-major and mount tests.
+log=$PGFORK_TEST_RUN_DIR/go-test.log
+status=0
+go test -race -count=1 -timeout 60m -v ./... >"$log" 2>&1 || status=$?
+grep -E '^(ok|FAIL|panic:|--- FAIL|--- SKIP)' "$log" || true
+passed=$(grep -c -- '^--- PASS' "$log" || true)
+failed=$(grep -c -- '^--- FAIL' "$log" || true)
+skipped=$(grep -c -- '^--- SKIP' "$log" || true)
+echo "tests: $passed passed, $failed failed, $skipped skipped"
+if [ "$status" -ne 0 ]; then
+	echo "check: what the failing tests said:" >&2
+	grep -B60 -A10 -E -- '--- FAIL|^panic:' "$log" | head -600 >&2 || true
+	kept=/var/tmp/$(basename "$PGFORK_TEST_RUN_DIR")-go-test.log
+	cp "$log" "$kept" 2>/dev/null || true
+	echo "check: go test failed (exit $status); the whole verbose log is kept in $kept" >&2
+	exit "$status"
+fi
+if [ "${PGFORK_TEST_REQUIRE:-}" = 1 ] && [ "$skipped" -gt 0 ]; then
+	echo "check: $skipped tests skipped although the environment was prepared (PGFORK_TEST_REQUIRE=1):" >&2
+	grep -A1 -- '^--- SKIP' "$log" >&2
+	exit 1
+fi
 # The client libraries (a Go module of their own and a pip package) against a real `pgfork serve`.
 clients/test.sh
 # The service recipes (deploy/): the image's root filesystem run in private

@@ -4,16 +4,26 @@ import (
 	"context"
 	"os"
 	"path/filepath"
+	"strings"
+	"time"
 
+	"github.com/pgfork/pgfork/instance"
 	"github.com/pgfork/pgfork/internal/errs"
 	"github.com/pgfork/pgfork/internal/statedir"
+)
+
+// Kinds of branches: clusters whose data directory was made elsewhere and
+// stays there.
+const (
+	KindRestore = "restore" // made by `pgfork restore --start`
+	KindClone   = "clone"   // made by `pgfork clone --start`
 )
 
 // CreateBranch claims name for a branch: a cluster whose data directory
 // was made elsewhere (dataDir, e.g. by `pgfork restore`) and stays there.
 // The registry's data entry is a symlink to it, so List, Reap and Down
-// find its server like any other; Down stops the server and removes the
-// record and socket directory but not dataDir, which the user named.
+// find its server like any other. Reap (a dead server) only forgets a
+// branch; Down removes its data directory too unless told to keep it.
 func CreateBranch(ctx context.Context, lay statedir.Layout, name, dataDir string) (*Pending, error) {
 	abs, err := filepath.Abs(dataDir)
 	if err != nil {
@@ -26,7 +36,113 @@ func CreateBranch(ctx context.Context, lay statedir.Layout, name, dataDir string
 	if err := os.Symlink(abs, p.DataDir()); err != nil {
 		p.lock.Unlock()
 		_ = os.RemoveAll(p.Dir)
-		return nil, errs.Wrap(errs.Permission, err, "cannot record the branch").WithPath(p.Dir)
+		return nil, errs.FromOS(err, p.Dir, "cannot record the branch")
 	}
 	return p, nil
+}
+
+// BranchOptions describe a branch to start with StartBranch.
+type BranchOptions struct {
+	Name      string // registry name; BranchName picks one when empty
+	DataDir   string // the data directory, made elsewhere; it stays there
+	Kind      string // KindRestore, KindClone
+	Source    string // what it was made from, for `pgfork ls`
+	BinDir    string // PostgreSQL build of the data directory's major
+	Env       []string
+	PGVersion string
+	PGMajor   int
+	User      *instance.OSUser // nil: the current user
+	Port      int              // 0: 5432 on the private socket (a free one with TCP)
+	TCP       bool
+	Settings  map[string]string // extra server settings (-c)
+	LogFile   string            // default: DataDir + ".log"
+	// StartTimeout bounds recovery and start (default 30 min: a branch may
+	// replay a lot of WAL).
+	StartTimeout time.Duration
+}
+
+// Branch is a started branch.
+type Branch struct {
+	Name      string `json:"name"`
+	URL       string `json:"url"`
+	Pid       int    `json:"pid"`
+	Port      int    `json:"port"`
+	SocketDir string `json:"socket_dir"`
+	LogFile   string `json:"log_file"`
+	DataDir   string `json:"data_dir"`
+}
+
+// StartBranch starts o.DataDir as a branch with durable settings: the name
+// claimed first (so two starts never share one), the server run as o.User
+// on a private socket directory under <state>/run, and recorded in the
+// registry so that `pgfork ls` lists it and `pgfork down NAME` stops and
+// removes it. On failure nothing is recorded and the data directory is
+// left as it was given.
+func StartBranch(ctx context.Context, lay statedir.Layout, o BranchOptions) (*Branch, error) {
+	pending, err := CreateBranch(ctx, lay, BranchName(o.DataDir, o.Name), o.DataDir)
+	if err != nil {
+		return nil, err
+	}
+	socketDir, err := SocketDirFor(lay, pending.Name)
+	if err != nil {
+		pending.Abort("")
+		return nil, errs.FromOS(err, lay.Run(), "cannot create the socket directory")
+	}
+	log := o.LogFile
+	if log == "" {
+		log = strings.TrimSuffix(o.DataDir, "/") + ".log"
+	}
+	timeout := o.StartTimeout
+	if timeout == 0 {
+		timeout = 30 * time.Minute
+	}
+	inst, err := instance.Start(ctx, instance.Config{BinDir: o.BinDir, Env: o.Env, DataDir: o.DataDir,
+		User: o.User, SocketDir: socketDir, Port: o.Port, TCP: o.TCP, Profile: instance.Durable, Settings: o.Settings,
+		LogFile: log, StartTimeout: timeout})
+	if err != nil {
+		pending.Abort(socketDir)
+		return nil, errs.Wrap(errs.KindOf(err), err, "%s did not start", o.DataDir).
+			WithHint("see %s; the data directory is kept", log)
+	}
+	b := &Branch{Name: pending.Name, URL: inst.ConnString("", ""), Pid: inst.Pid, Port: inst.Port, SocketDir: inst.SocketDir,
+		LogFile: log, DataDir: o.DataDir}
+	runAs := ""
+	if o.User != nil {
+		runAs = o.User.Name
+	}
+	info := Info{URL: b.URL, Host: inst.Host, Port: inst.Port, SocketDir: inst.SocketDir, DataDir: o.DataDir, Pid: inst.Pid,
+		PGVersion: o.PGVersion, PGMajor: o.PGMajor, BinDir: o.BinDir, RunAs: runAs, Kind: o.Kind, Source: o.Source}
+	if err := pending.Commit(info); err != nil {
+		_ = inst.Stop(context.WithoutCancel(ctx), instance.Fast)
+		pending.Abort(socketDir)
+		return nil, err
+	}
+	return b, nil
+}
+
+// BranchName is the registry name of a branch started on dataDir: name
+// when given, else the data directory's base name when it is a valid
+// cluster name, else a random one.
+func BranchName(dataDir, name string) string {
+	if name != "" {
+		return name
+	}
+	if b := filepath.Base(dataDir); ValidateName(b) == nil {
+		return b
+	}
+	return NewName()
+}
+
+// CheckBranchName fails with errs.Exists when the branch's name is taken
+// (checked before a long restore or clone, not only after it).
+func CheckBranchName(lay statedir.Layout, dataDir, name string) error {
+	n := BranchName(dataDir, name)
+	if err := ValidateName(n); err != nil {
+		return err
+	}
+	if _, err := Get(lay, n); err == nil {
+		return errs.New(errs.Exists, "a cluster named %q already exists", n).
+			WithCLI("pass --name with another name, or remove it with `pgfork down %s`", n)
+	}
+	return nil
 }

@@ -31,6 +31,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/pgfork/pgfork/clone"
 	"github.com/pgfork/pgfork/instance"
 	"github.com/pgfork/pgfork/internal/errs"
 	"github.com/pgfork/pgfork/internal/flock"
@@ -104,8 +105,12 @@ type Entry struct {
 	Info
 	State State `json:"state"`
 	// Size is the disk space its data directory uses (blocks allocated;
-	// blocks shared with the template by reflink count in full).
+	// blocks shared with the template or source by reflink count in full).
 	Size int64 `json:"size_bytes"`
+	// Shared is how much of Size is in extents shared with another file
+	// (its template, backups or source, by reflink): Size - Shared is
+	// what the cluster costs on its own.
+	Shared int64 `json:"shared_bytes"`
 }
 
 var nameRe = regexp.MustCompile(`^[a-zA-Z0-9][a-zA-Z0-9_.-]{0,62}$`)
@@ -316,7 +321,7 @@ func entry(lay statedir.Layout, name string) Entry {
 		return Entry{Info: Info{Name: name, DataDir: filepath.Join(dir, dataSubdir)}, State: st}
 	}
 	e := Entry{Info: info, State: state(info, info.DataDir)}
-	e.Size = diskUsage(info.DataDir)
+	e.Size, e.Shared = diskUsage(info.DataDir)
 	return e
 }
 
@@ -335,10 +340,11 @@ func Get(lay statedir.Layout, name string) (Entry, error) {
 // shuts the server down immediately.
 const DefaultStopTimeout = 10 * time.Second
 
-// Down stops cluster name (fast shutdown; immediate after timeout) and
-// removes it: data directory, socket directory, record. A cluster being
-// created or removed by another pgfork is errs.Busy.
-func Down(ctx context.Context, lay statedir.Layout, name string, timeout time.Duration) error {
+// Down stops cluster name (fast shutdown; immediate after o.Timeout) and
+// removes it: data directory (a branch's too, unless o.KeepData), socket
+// directory, record. A cluster being created or removed by another pgfork
+// is errs.Busy.
+func Down(ctx context.Context, lay statedir.Layout, name string, o DownOptions) error {
 	if err := ValidateName(name); err != nil {
 		return err
 	}
@@ -359,10 +365,36 @@ func Down(ctx context.Context, lay statedir.Layout, name string, timeout time.Du
 		return errs.New(errs.NotFound, "no cluster named %q", name).WithCLI("see `pgfork ls`")
 	}
 	info, _ := readInfo(dir)
-	if err := stop(ctx, filepath.Join(dir, dataSubdir), expect(info), timeout); err != nil {
+	if err := stop(ctx, filepath.Join(dir, dataSubdir), expect(info), o.Timeout); err != nil {
 		return err
 	}
-	return destroy(dir, info.SocketDir, expect(info), lay)
+	// A branch's data directory lives elsewhere (the registry holds a
+	// symlink to it): it goes too, unless kept, once its server is down.
+	branchData := ""
+	if target, err := os.Readlink(filepath.Join(dir, dataSubdir)); err == nil && !o.KeepData {
+		if _, err := os.Stat(filepath.Join(target, "PG_VERSION")); err == nil {
+			branchData = target
+		}
+	}
+	if err := destroy(dir, info.SocketDir, expect(info), lay); err != nil {
+		return err
+	}
+	if branchData != "" {
+		if err := fsutil.RemoveAll(branchData); err != nil {
+			return errs.FromOS(err, branchData, "the branch is stopped and forgotten, but its data directory could not be removed")
+		}
+		_ = os.Remove(strings.TrimSuffix(branchData, "/") + ".log")
+	}
+	return nil
+}
+
+// DownOptions say how Down stops a cluster and what it removes.
+type DownOptions struct {
+	// Timeout: a fast shutdown first, an immediate one after this long.
+	Timeout time.Duration
+	// KeepData keeps a branch's data directory (restore or clone --start)
+	// where it is; a `pgfork up` cluster's data is always removed.
+	KeepData bool
 }
 
 // stop shuts down the server running on dataDir, if one is proven to be its
@@ -416,7 +448,9 @@ type Reaped struct {
 }
 
 // Reap removes clusters that must not live on: TTL expired, parent process
-// gone, server dead, or leftovers of a failed `pgfork up`. Clusters being
+// gone, server dead, or leftovers of a failed `pgfork up`; a branch whose
+// server is gone is only forgotten (record and socket directory), its data
+// directory kept. Clusters being
 // created or removed by another pgfork are left alone. It is cheap when
 // there is nothing to do (a directory listing and a few small reads).
 func Reap(ctx context.Context, lay statedir.Layout) ([]Reaped, error) {
@@ -452,6 +486,10 @@ func Reap(ctx context.Context, lay statedir.Layout) ([]Reaped, error) {
 			reason = fmt.Sprintf("parent process %d exited", info.ParentPid)
 		case state(info, info.DataDir) == Dead:
 			reason = "server is no longer running"
+		case info.Kind != "" && state(info, info.DataDir) == Stopped:
+			// A branch stopped outside pgfork (its printed pg_ctl stop):
+			// forgotten, its data directory kept where it was made.
+			reason = "branch was stopped; its data directory is kept"
 		}
 		if reason == "" {
 			continue
@@ -488,20 +526,30 @@ func trashPid(name string) int {
 	return pid
 }
 
-func diskUsage(dir string) int64 {
-	var n int64
-	_ = filepath.WalkDir(dir, func(_ string, d fs.DirEntry, err error) error {
+// diskUsage returns the blocks allocated under dir and how many of those
+// bytes are shared with other files (FIEMAP), following dir itself when it
+// is a branch's symlink but no link below it.
+func diskUsage(dir string) (size, shared int64) {
+	if t, err := filepath.EvalSymlinks(dir); err == nil {
+		dir = t
+	}
+	_ = filepath.WalkDir(dir, func(p string, d fs.DirEntry, err error) error {
 		if err != nil {
 			return nil
 		}
 		if fi, err := d.Info(); err == nil {
 			if st, ok := fi.Sys().(*syscall.Stat_t); ok {
-				n += st.Blocks * 512
+				size += st.Blocks * 512
 			} else {
-				n += fi.Size()
+				size += fi.Size()
+			}
+			if d.Type().IsRegular() {
+				if n, err := clone.SharedBytes(p); err == nil {
+					shared += n
+				}
 			}
 		}
 		return nil
 	})
-	return n
+	return size, shared
 }

@@ -87,7 +87,7 @@ func TestForgedPidNeverSignalled(t *testing.T) {
 			// Recorded as started by pgfork with that pid: even then the
 			// process is not a postgres of this data directory.
 			fakeCluster(t, lay, "down", forged, Info{Pid: T})
-			if err := Down(context.Background(), lay, "down", time.Second); err != nil {
+			if err := Down(context.Background(), lay, "down", DownOptions{Timeout: time.Second}); err != nil {
 				t.Fatalf("down: %v", err)
 			}
 			stillAlive(t, "sleep", sleep.Process)
@@ -153,7 +153,7 @@ func TestReusedPidNotKilled(t *testing.T) {
 		[]byte(fmt.Sprintf(`{"name":"c","data_dir":%q,"pid":%d,"pid_start":%d}`, data, pid, start-1)), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	if err := Down(context.Background(), lay, "c", time.Second); err != nil {
+	if err := Down(context.Background(), lay, "c", DownOptions{Timeout: time.Second}); err != nil {
 		t.Fatalf("down: %v", err)
 	}
 	stillAlive(t, "process with the reused pid", cmd.Process)

@@ -7,7 +7,6 @@ import (
 	"path/filepath"
 	"regexp"
 	"strings"
-	"time"
 
 	"github.com/pgfork/pgfork/cluster"
 	"github.com/pgfork/pgfork/instance"
@@ -138,23 +137,15 @@ type StartOptions struct {
 }
 
 // Started is a running branch.
-type Started struct {
-	Name      string `json:"name"`
-	URL       string `json:"url"`
-	Pid       int    `json:"pid"`
-	Port      int    `json:"port"`
-	SocketDir string `json:"socket_dir"`
-	LogFile   string `json:"log_file"`
-	DataDir   string `json:"data_dir"`
-}
+type Started = cluster.Branch
 
 // Start starts a restored data directory as a branch: recovery settings
-// written (with a target), the server run as opts.User on a private
-// socket directory (<state>/run/<name>), and recorded in the cluster
-// registry so that `pgfork ls` lists it and `pgfork down NAME` stops it.
-// It returns once recovery is over and the server accepts connections
-// (hot_standby is off while a target is replayed, so no one reads a state
-// before the target).
+// written (with a target), then cluster.StartBranch (the server run as
+// opts.User on a private socket directory, recorded in the cluster
+// registry so that `pgfork ls` lists it and `pgfork down NAME` stops and
+// removes it). It returns once recovery is over and the server accepts
+// connections (hot_standby is off while a target is replayed, so no one
+// reads a state before the target).
 func Start(ctx context.Context, dataDir string, o StartOptions) (*Started, error) {
 	major, err := versionOf(dataDir)
 	if err != nil {
@@ -167,76 +158,26 @@ func Start(ctx context.Context, dataDir string, o StartOptions) (*Started, error
 	if err := o.Recovery.Validate(); err != nil {
 		return nil, err
 	}
-	pending, err := cluster.CreateBranch(ctx, o.Layout, BranchName(dataDir, o.Name), dataDir)
-	if err != nil {
+	if err := CheckBranchName(o.Layout, dataDir, o.Name); err != nil {
 		return nil, err
-	}
-	socketDir, err := cluster.SocketDirFor(o.Layout, pending.Name)
-	if err != nil {
-		pending.Abort("")
-		return nil, errs.Wrap(errs.Permission, err, "cannot create the socket directory")
 	}
 	settings := map[string]string{}
 	if o.Recovery.Targeted() || o.Recovery.WALDir != "" {
 		if err := prepareRecovery(dataDir, o.Recovery, o.User); err != nil {
-			pending.Abort(socketDir)
 			return nil, err
 		}
 		if o.Recovery.TargetAction != "pause" {
 			settings["hot_standby"] = "off"
 		}
 	}
-	log := strings.TrimSuffix(dataDir, "/") + ".log"
-	inst, err := instance.Start(ctx, instance.Config{BinDir: o.Installation.BinDir, Env: o.Installation.Env(), DataDir: dataDir,
-		User: o.User, SocketDir: socketDir, Port: o.Port, TCP: o.TCP, Profile: instance.Durable, Settings: settings,
-		LogFile: log, StartTimeout: 30 * time.Minute})
-	if err != nil {
-		pending.Abort(socketDir)
-		return nil, errs.Wrap(errs.KindOf(err), err, "the restored data directory %s did not start", dataDir).
-			WithHint("see %s; the data directory is kept", log)
-	}
-	st := &Started{Name: pending.Name, URL: inst.ConnString("", ""), Pid: inst.Pid, Port: inst.Port, SocketDir: inst.SocketDir,
-		LogFile: log, DataDir: dataDir}
-	runAs := ""
-	if o.User != nil {
-		runAs = o.User.Name
-	}
-	info := cluster.Info{URL: st.URL, Host: inst.Host, Port: inst.Port, SocketDir: inst.SocketDir, DataDir: dataDir, Pid: inst.Pid,
-		PGVersion: o.Installation.Version, PGMajor: major, BinDir: o.Installation.BinDir, RunAs: runAs,
-		Kind: "restore", Source: o.Source}
-	if err := pending.Commit(info); err != nil {
-		_ = inst.Stop(context.WithoutCancel(ctx), instance.Fast)
-		pending.Abort(socketDir)
-		return nil, err
-	}
-	return st, nil
+	return cluster.StartBranch(ctx, o.Layout, cluster.BranchOptions{Name: o.Name, DataDir: dataDir,
+		Kind: cluster.KindRestore, Source: o.Source, BinDir: o.Installation.BinDir, Env: o.Installation.Env(),
+		PGVersion: o.Installation.Version, PGMajor: major, User: o.User, Port: o.Port, TCP: o.TCP, Settings: settings})
 }
 
-// BranchName is the registry name of a branch started on dataDir: name
-// when given, else the data directory's base name when it is a valid
-// cluster name, else a random one.
-func BranchName(dataDir, name string) string {
-	if name != "" {
-		return name
-	}
-	if b := filepath.Base(dataDir); cluster.ValidateName(b) == nil {
-		return b
-	}
-	return cluster.NewName()
-}
-
-// CheckBranchName fails with errs.Exists when a cluster of that name is
-// registered (checked before a long restore, not only after it).
+// CheckBranchName fails with errs.Exists when the branch's name is taken.
 func CheckBranchName(lay statedir.Layout, dataDir, name string) error {
-	n := BranchName(dataDir, name)
-	if err := cluster.ValidateName(n); err != nil {
-		return err
-	}
-	if _, err := cluster.Get(lay, n); err == nil {
-		return errs.New(errs.Exists, "a cluster named %q already exists", n).
-			WithHint("pass --name with another name, or remove it with `pgfork down %s`", n)
-	}
-	return nil
+	return cluster.CheckBranchName(lay, dataDir, name)
 }
 
 func versionOf(dataDir string) (int, error) {

@@ -16,6 +16,7 @@ import (
 	"golang.org/x/term"
 
 	"github.com/pgfork/pgfork/clone"
+	"github.com/pgfork/pgfork/cluster"
 	"github.com/pgfork/pgfork/instance"
 	"github.com/pgfork/pgfork/internal/errs"
 	"github.com/pgfork/pgfork/internal/units"
@@ -34,6 +35,7 @@ type cloneOutput struct {
 	StartCommand string `json:"start_command"`
 	StopCommand  string `json:"stop_command"`
 	// Set with --start:
+	Name      string `json:"name,omitempty"` // what pgfork ls and pgfork down know it by
 	URL       string `json:"url,omitempty"`
 	Pid       int    `json:"pid,omitempty"`
 	SocketDir string `json:"socket_dir,omitempty"`
@@ -50,6 +52,7 @@ func newCloneCmd() *cobra.Command {
 		jobs    int
 		sync    string
 		confDir string
+		name    string
 	)
 	cmd := &cobra.Command{
 		Use:   "clone SRC DST",
@@ -121,6 +124,15 @@ pgfork picks the installation matching SRC's PG_VERSION.`,
 			if err := checkJobs(jobs); err != nil {
 				return err
 			}
+			if name != "" && !start {
+				return errs.New(errs.Usage, "--name names a started clone").WithHint("add --start, or drop --name")
+			}
+			if start {
+				// Checked before the copy, not only after it.
+				if err := cluster.CheckBranchName(layout(), dst, name); err != nil {
+					return err
+				}
+			}
 			if connURL != "" && !online {
 				return errs.New(errs.Usage, "--url is for online clones").WithHint("add --online, or drop --url")
 			}
@@ -151,15 +163,18 @@ pgfork picks the installation matching SRC's PG_VERSION.`,
 				ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Minute)
 				defer cancel()
 				infof("starting the clone (recovery may take a moment)...")
-				// The socket directory goes under <state>/run: the next
-				// pgfork removes it once this server has stopped.
-				in, err := instance.Start(ctx, instance.Config{BinDir: inst.BinDir, Env: inst.Env(), DataDir: res.Dst,
-					User: user, Port: p, TCP: tcp, Profile: instance.Durable, SocketParent: layout().Run()})
+				// A branch: `pgfork ls` lists it, `pgfork down NAME` stops and
+				// removes it; its socket directory goes under <state>/run.
+				source, _ := filepath.Abs(src)
+				in, err := cluster.StartBranch(ctx, layout(), cluster.BranchOptions{Name: name, DataDir: res.Dst,
+					Kind: cluster.KindClone, Source: source, BinDir: inst.BinDir, Env: inst.Env(), PGVersion: inst.Version,
+					PGMajor: inst.Major, User: user, Port: p, TCP: tcp, StartTimeout: 10 * time.Minute})
 				if err != nil {
 					return errs.Wrap(errs.KindOf(err), err, "the clone is complete at %s but did not start", res.Dst).
 						WithHint("start it yourself to see why: %s", out.StartCommand)
 				}
-				out.URL, out.Pid, out.SocketDir = in.ConnString("", ""), in.Pid, in.SocketDir
+				out.Name = in.Name
+				out.URL, out.Pid, out.SocketDir = in.URL, in.Pid, in.SocketDir
 			}
 			w := cmd.OutOrStdout()
 			if g.json {
@@ -174,7 +189,8 @@ pgfork picks the installation matching SRC's PG_VERSION.`,
 	f.StringVar(&connURL, "url", "", "connection URL of the running source (default: from SRC/postmaster.pid, user postgres)")
 	f.StringVar(&port, "port", "", `port of the clone: N, or "auto" for a free one (default: the source's)`)
 	f.BoolVar(&start, "start", false, "start the clone when done (durable settings) and print its URL")
-	f.BoolVar(&tcp, "tcp", false, "with --start: listen on 127.0.0.1 as well as a private Unix socket")
+	f.BoolVar(&tcp, "tcp", false, "with --start: listen on 127.0.0.1 as well as a private Unix socket (password in the URL)")
+	f.StringVar(&name, "name", "", "with --start: the name pgfork ls and pgfork down know the clone by (default: DST's base name)")
 	f.StringVar(&method, "method", "auto", "copy method: auto, clone, copy-file-range, copy")
 	f.IntVarP(&jobs, "jobs", "j", 0, "files copied in parallel (default: number of CPUs)")
 	f.StringVar(&confDir, "config-dir", "", "where SRC's postgresql.conf, pg_hba.conf and pg_ident.conf live when not in SRC (e.g. /etc/postgresql/15/main)")
@@ -323,8 +339,9 @@ func printCloneSummary(w io.Writer, o cloneOutput) {
 		fmt.Fprintf(w, "  warning:      %s\n", wn)
 	}
 	if o.URL != "" {
-		fmt.Fprintf(w, "started (pid %d): %s\n", o.Pid, o.URL)
+		fmt.Fprintf(w, "started %s (pid %d): %s\n", o.Name, o.Pid, o.URL)
 		fmt.Fprintf(w, "stop it with:  %s\n", o.StopCommand)
+		fmt.Fprintf(w, "or stop and remove it with: pgfork down %s (--keep-data keeps DST)\n", o.Name)
 	} else {
 		fmt.Fprintf(w, "start it with: %s\n", o.StartCommand)
 	}

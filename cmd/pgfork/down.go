@@ -14,15 +14,20 @@ func init() { rootCmd.AddCommand(newDownCmd()) }
 
 func newDownCmd() *cobra.Command {
 	var (
-		all     bool
-		timeout time.Duration
+		all      bool
+		timeout  time.Duration
+		keepData bool
 	)
 	cmd := &cobra.Command{
 		Use:   "down NAME... | --all",
-		Short: "Stop and remove clusters started by pgfork up",
-		Long: `Stop clusters started by pgfork up and remove them: data directory, socket
+		Short: "Stop and remove clusters started by pgfork up, restore --start or clone --start",
+		Long: `Stop clusters listed by pgfork ls and remove them: data directory, socket
 directory and record. The server gets a fast shutdown (sessions are rolled
 back); if it has not exited after --timeout, an immediate one.
+
+Branches (started by pgfork restore --start or pgfork clone --start) keep
+their data directory where it was made; down removes it too unless
+--keep-data is given (then only the server and the record go).
 
 ` + reaperHelp,
 		Example: `  pgfork down pg-3f9a1c2b
@@ -57,7 +62,7 @@ back); if it has not exited after --timeout, an immediate one.
 			removed := []string{}
 			var firstErr error
 			for _, n := range names {
-				err := cluster.Down(ctx, lay, n, timeout)
+				err := cluster.Down(ctx, lay, n, cluster.DownOptions{Timeout: timeout, KeepData: keepData})
 				if err != nil {
 					// With --all, a cluster another pgfork is creating
 					// or removing is skipped, not an error.
@@ -91,6 +96,7 @@ back); if it has not exited after --timeout, an immediate one.
 		},
 	}
 	cmd.Flags().BoolVar(&all, "all", false, "stop and remove every cluster")
+	cmd.Flags().BoolVar(&keepData, "keep-data", false, "keep a branch's data directory (restore/clone --start); only stop it and forget it")
 	cmd.Flags().DurationVar(&timeout, "timeout", cluster.DefaultStopTimeout, "wait this long for a fast shutdown before an immediate one")
 	return cmd
 }

@@ -16,9 +16,12 @@ func init() { rootCmd.AddCommand(newLsCmd()) }
 func newLsCmd() *cobra.Command {
 	return &cobra.Command{
 		Use:   "ls",
-		Short: "List the clusters pgfork up started",
-		Long: `List the clusters started by pgfork up: name, state, URL, server pid,
-PostgreSQL version, disk use, age and TTL.
+		Short: "List the clusters pgfork up started and the branches restore/clone --start started",
+		Long: `List the clusters started by pgfork up and the branches started by pgfork
+restore --start and pgfork clone --start: name, kind (up, restore, clone),
+state, URL, server pid, PostgreSQL version, disk use (SIZE; OWN is what is not
+shared by reflink with the template, backups or source), age and TTL, and
+where a branch came from (--json: source).
 
 States: running; starting (pgfork up is creating it); stopped (its server was
 shut down cleanly by someone else; remove it with pgfork down); dead (server
@@ -47,7 +50,7 @@ crashed or killed: removed by the reaper).
 				return nil
 			}
 			tw := tabwriter.NewWriter(out, 0, 4, 2, ' ', 0)
-			fmt.Fprintln(tw, "NAME\tSTATE\tPG\tPID\tSIZE\tAGE\tTTL\tURL")
+			fmt.Fprintln(tw, "NAME\tKIND\tSTATE\tPG\tPID\tSIZE\tOWN\tAGE\tTTL\tURL")
 			now := time.Now()
 			for _, e := range all {
 				pid, ttl, age := "-", "-", "-"
@@ -68,8 +71,12 @@ crashed or killed: removed by the reaper).
 				if !e.Created.IsZero() {
 					age = humanDuration(now.Sub(e.Created))
 				}
-				fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", e.Name, e.State, orDash(e.PGVersion), pid,
-					units.Bytes(e.Size), age, ttl, orDash(e.URL))
+				kind := e.Kind
+				if kind == "" {
+					kind = "up"
+				}
+				fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", e.Name, kind, e.State, orDash(e.PGVersion), pid,
+					units.Bytes(e.Size), units.Bytes(e.Size-e.Shared), age, ttl, orDash(e.URL))
 			}
 			return tw.Flush()
 		},

@@ -1,0 +1,78 @@
+package cluster
+
+import (
+	"context"
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/pgfork/pgfork/internal/errs"
+	"github.com/pgfork/pgfork/internal/pgtest"
+	"github.com/pgfork/pgfork/internal/statedir"
+	"github.com/pgfork/pgfork/internal/testenv"
+)
+
+// TestBranchLifecycle: a data directory made elsewhere started as a
+// branch is listed with its kind and source, its name is taken while it
+// runs, `down --keep-data` stops and forgets it but keeps the directory,
+// and a plain down removes the directory and its log as well.
+func TestBranchLifecycle(t *testing.T) {
+	ctx := context.Background()
+	bin := testenv.PGBinDirs(t)[0]
+	data := filepath.Join(testenv.Dir(t), "branch-a")
+	pgtest.InitDB(t, data, pgtest.Server{BinDir: bin})
+	lay := statedir.Layout{Root: testenv.Dir(t)}
+	start := func() *Branch {
+		t.Helper()
+		b, err := StartBranch(ctx, lay, BranchOptions{DataDir: data, Kind: KindClone, Source: "/srv/src",
+			BinDir: bin, User: pgtest.User(t), PGVersion: "test", PGMajor: 15})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = Down(ctx, lay, b.Name, DownOptions{Timeout: time.Second, KeepData: true}) })
+		return b
+	}
+
+	b := start()
+	if b.Name != "branch-a" {
+		t.Errorf("branch named %q, want the data directory's name", b.Name)
+	}
+	list, err := List(lay)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(list) != 1 || list[0].Kind != KindClone || list[0].Source != "/srv/src" || list[0].State != Running {
+		t.Fatalf("List = %+v, want one running clone branch from /srv/src", list)
+	}
+	if err := CheckBranchName(lay, data, ""); errs.KindOf(err) != errs.Exists {
+		t.Errorf("CheckBranchName while the branch runs: %v, want Exists", err)
+	}
+
+	if err := Down(ctx, lay, b.Name, DownOptions{Timeout: 10 * time.Second, KeepData: true}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(filepath.Join(data, "PG_VERSION")); err != nil {
+		t.Fatalf("down --keep-data removed the data directory: %v", err)
+	}
+	if _, err := os.Stat(filepath.Join(data, "postmaster.pid")); err == nil {
+		t.Fatal("the branch still runs after down --keep-data")
+	}
+	if list, _ := List(lay); len(list) != 0 {
+		t.Fatalf("registry still lists %+v", list)
+	}
+	if _, err := os.Stat(b.SocketDir); err == nil {
+		t.Errorf("socket directory %s left behind", b.SocketDir)
+	}
+
+	b = start()
+	if err := Down(ctx, lay, b.Name, DownOptions{Timeout: 10 * time.Second}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(data); !os.IsNotExist(err) {
+		t.Errorf("down left the branch's data directory (%v)", err)
+	}
+	if _, err := os.Stat(data + ".log"); !os.IsNotExist(err) {
+		t.Errorf("down left the branch's log (%v)", err)
+	}
+}

@@ -101,10 +101,23 @@ func freeTCPPort(t *testing.T) int {
 
 func (e pgEnv) newDebianCluster(t *testing.T, base string) debianCluster {
 	t.Helper()
-	c := debianCluster{data: e.newCluster(t, base, "lib-main"), conf: filepath.Join(base, "etc-main"), run: filepath.Join(base, "run")}
+	// The socket directory is short (as Debian's /var/run/postgresql): a
+	// socket path has at most 107 bytes, and base may be long.
+	run, err := os.MkdirTemp("", "pgrun-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = os.RemoveAll(run) })
+	if err := os.Chmod(run, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := e.user.Chown(run); err != nil {
+		t.Fatal(err)
+	}
+	c := debianCluster{data: e.newCluster(t, base, "lib-main"), conf: filepath.Join(base, "etc-main"), run: run}
 	c.pidFile = filepath.Join(c.run, "main.pid")
 	c.port = freeTCPPort(t)
-	for _, d := range []string{c.conf, filepath.Join(c.conf, "conf.d"), c.run} {
+	for _, d := range []string{c.conf, filepath.Join(c.conf, "conf.d")} {
 		if err := e.user.MkdirOwned(d, 0o755); err != nil {
 			t.Fatal(err)
 		}

@@ -11,6 +11,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -24,8 +25,27 @@ import (
 type serveProc struct {
 	cmd    *exec.Cmd
 	base   string // http://host:port
-	stderr *bytes.Buffer
+	stderr *lockedBuffer
 	done   chan struct{} // closed when the process has exited
+}
+
+// lockedBuffer is a bytes.Buffer that the process's output copier and the
+// test may use at once.
+type lockedBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (l *lockedBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *lockedBuffer) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
 }
 
 // startServe runs `pgfork serve --json` with a state directory of home and
@@ -39,7 +59,7 @@ func startServe(t *testing.T, bin, home, pgBin string, env []string, args ...str
 	if err != nil {
 		t.Fatal(err)
 	}
-	p := &serveProc{cmd: cmd, stderr: &bytes.Buffer{}, done: make(chan struct{})}
+	p := &serveProc{cmd: cmd, stderr: &lockedBuffer{}, done: make(chan struct{})}
 	cmd.Stderr = p.stderr
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)

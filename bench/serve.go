@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bufio"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -10,6 +11,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"runtime"
 	"strconv"
 	"strings"
 	"sync"
@@ -222,6 +224,27 @@ func (p *serveProc) loop(hash string, clients, n int, hold time.Duration, action
 	return lat, time.Since(start), nil
 }
 
+// waitBuckets reads pgfork serve's hand-out wait histogram: the count
+// within le seconds and the total.
+func (p *serveProc) waitBuckets(le string) (within, total float64) {
+	res, err := benchHTTP.Get(p.base + "/metrics")
+	if err != nil {
+		return 0, 0
+	}
+	defer res.Body.Close()
+	sc := bufio.NewScanner(res.Body)
+	for sc.Scan() {
+		line := sc.Text()
+		if v, ok := strings.CutPrefix(line, `pgfork_pool_wait_seconds_bucket{outcome="ok",le="`+le+`"} `); ok {
+			within, _ = strconv.ParseFloat(v, 64)
+		}
+		if v, ok := strings.CutPrefix(line, `pgfork_pool_wait_seconds_count{outcome="ok"} `); ok {
+			total, _ = strconv.ParseFloat(v, 64)
+		}
+	}
+	return within, total
+}
+
 // waitPool waits until n databases named prefix_test_hash_* exist on the
 // server (a pool's databases are created under their final names).
 func waitPool(ctx context.Context, admin *pgx.Conn, prefix, hash string, n int, limit time.Duration) error {
@@ -374,7 +397,7 @@ func runServeBench(ctx context.Context, r *Report) error {
 		}
 	}
 	time.Sleep(2 * time.Second) // the last creations finish their bookkeeping
-	const rounds = 3
+	const rounds = 5
 	r.Notef("Hand-out latency from a warm pool (pool init = max = %d, %d parallel creations, small template): each client gets a database (GET /api/v1/templates/HASH/tests), "+
 		"holds it 20 ms as a short test would, and unlocks it (POST …/unlock); latency is the GET, measured by the client. The two servers take turns, %d rounds each per client count, so that load from other work hits both alike.", warm.max, warm.parallel, rounds)
 	header := []string{"parallel clients", "hand-outs"}
@@ -406,6 +429,12 @@ func runServeBench(ctx context.Context, r *Report) error {
 		rows = append(rows, row)
 	}
 	r.Table(header, rows)
+	if within05, all := procs[0].waitBuckets("0.0005"); all > 0 {
+		within1, _ := procs[0].waitBuckets("0.001")
+		r.Notef("Server side (pgfork_pool_wait_seconds, all %d hand-outs of pgfork serve above): %.1f%% within 0.5 ms, %.1f%% within 1 ms; "+
+			"the rest of the client-side time is HTTP on loopback and scheduling on %d cores shared by the clients, both servers, PostgreSQL and other work.",
+			int(all), 100*within05/all, 100*within1/all, runtime.NumCPU())
+	}
 	r.Target(latBetter, "pgfork serve's p50 and p99 hand-out latency at or below IntegreSQL's at 1, 8 and 32 clients")
 
 	var rssRows [][]string

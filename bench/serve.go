@@ -451,7 +451,14 @@ func runServeBench(ctx context.Context, r *Report) error {
 		mb := func(kb int) string { return fmt.Sprintf("%.1f MB", float64(kb)/1024) }
 		rssRows = append(rssRows, []string{p.name, mb(before), mb(after), mb(p.rssKB("RssAnon")), mb(p.rssKB("RssFile")), fmt.Sprintf("%.0f/s", 5000/el.Seconds())})
 	}
-	r.Notef("Memory: 5,000 more hand-outs (get + unlock, 8 clients, no work between) after the latency runs above; RSS from /proc/PID/status (pgfork serve runs no PostgreSQL of its own here).")
+	exeMB := func(path string) float64 {
+		if st, err := os.Stat(path); err == nil {
+			return float64(st.Size()) / (1 << 20)
+		}
+		return 0
+	}
+	r.Notef("Memory: 5,000 more hand-outs (get + unlock, 8 clients, no work between) after the latency runs above; RSS from /proc/PID/status (pgfork serve runs no PostgreSQL of its own here). "+
+		"Executables: pgfork %.0f MB (the whole CLI, static), IntegreSQL %.0f MB.", exeMB(bin), exeMB(isqlBin))
 	r.Table([]string{"server", "RSS before", "RSS after 5,000 hand-outs", "of which anonymous (heap, stacks)", "of which file-backed (executable)", "get+unlock throughput"}, rssRows)
 	if len(rss) > 1 {
 		r.Target(rss[0] < rss[1], "pgfork serve's RSS after 5,000 hand-outs below IntegreSQL's")

@@ -18,7 +18,9 @@ const integresqlVersion = "v1.1.0"
 
 // buildIntegreSQL builds IntegreSQL's server at integresqlVersion from the
 // Go module proxy, in a throwaway module that requires exactly that
-// version, and returns the binary's path.
+// version, and returns the binary's path. (`go install …@v1.1.0` does not
+// work: the proxy answers 403 to the module's version list, which install
+// reads for deprecation notices; the version itself is served.)
 func buildIntegreSQL(ctx context.Context, dir string) (string, error) {
 	mod := filepath.Join(dir, "integresql-build")
 	if err := os.MkdirAll(mod, 0o755); err != nil {

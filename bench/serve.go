@@ -435,6 +435,7 @@ func runServeBench(ctx context.Context, r *Report) error {
 			"the rest of the client-side time is HTTP on loopback and scheduling on %d cores shared by the clients, both servers, PostgreSQL and other work.",
 			int(all), 100*within05/all, 100*within1/all, runtime.NumCPU())
 	}
+	r.Notef("On this shared 2-core machine the client-side p99 of ~1,000 hand-outs moves by several ms from run to run, and which server is ahead at p99 (and at p50 with 32 clients) has flipped between runs of this scenario; the server-side histogram above is the stable figure.")
 	r.Target(latBetter, "pgfork serve's p50 and p99 hand-out latency at or below IntegreSQL's at 1, 8 and 32 clients")
 
 	var rssRows [][]string

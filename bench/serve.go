@@ -19,41 +19,49 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+
+	"github.com/pgfork/pgfork/instance"
 )
 
-// The "serve" scenario runs the real `pgfork serve` binary (PostgreSQL 18 on
-// XFS when available, so the advisor can clone) and measures, over HTTP on
-// loopback: hand-out latency from a warm pool at 1, 16 and 64 parallel
-// clients; the sustained rate of fresh databases from a ~50 MB template when
-// every hand-out needs a new clone, against the same flow with a plain
-// CREATE DATABASE … TEMPLATE (no STRATEGY clause, as IntegreSQL does); and
-// the server's RSS after 10,000 acquisitions.
+// The "serve" scenario runs the real `pgfork serve` binary and IntegreSQL
+// v1.1.0 itself (built from the Go module proxy) side by side against one
+// PostgreSQL 18 server on XFS, with the same pool sizes, and measures over
+// HTTP on loopback: hand-out latency from a warm pool at 1, 8 and 32
+// parallel test workers; each server's RSS after 5,000 hand-outs; the rate
+// of fresh databases from a ~150 MB template when every hand-out is
+// recreated (a drained pool). Then, for issue 14: a suite of quick tests
+// against pgfork serve's default pool (which grows toward demand) versus
+// the tests running CREATE DATABASE … STRATEGY FILE_COPY themselves; and
+// how the advisor's auto estimate converges from a fresh state as it
+// learns from creations.
 func init() {
-	register(Scenario{Name: "serve", Issue: "test-database server (issue 5)", Run: runServeBench})
+	register(Scenario{Name: "serve", Issue: "test-database server vs IntegreSQL v1.1.0 (issue 12 item 7, issue 14)", Run: runServeBench})
 }
 
 type serveProc struct {
-	cmd  *exec.Cmd
-	base string
-	pid  int
+	cmd    *exec.Cmd
+	base   string
+	pid    int
+	name   string // for tables
+	prefix string // database name prefix
+	log    string
 }
 
-func startServe(ctx context.Context, bin, stateDir, pgBin string, port int, args ...string) (*serveProc, error) {
+// startServe runs pgfork serve on 127.0.0.1:port with its state in stateDir.
+func startServe(bin, stateDir string, port int, args ...string) (*serveProc, error) {
 	listen := fmt.Sprintf("127.0.0.1:%d", port)
-	all := append([]string{"serve", "--state-dir", stateDir, "--listen", listen, "--min-lifetime", "0"}, args...)
-	if pgBin != "" {
-		all = append(all, "--pg-bin", pgBin)
-	}
+	all := append([]string{"serve", "--state-dir", stateDir, "--listen", listen, "--db-prefix", "pgfork"}, args...)
 	cmd := exec.Command(bin, all...)
-	logf, err := os.Create(filepath.Join(stateDir, "serve-bench.log"))
+	logf, err := os.Create(filepath.Join(stateDir, fmt.Sprintf("serve-bench-%d.log", port)))
 	if err != nil {
 		return nil, err
 	}
+	defer logf.Close()
 	cmd.Stdout, cmd.Stderr = logf, logf
 	if err := cmd.Start(); err != nil {
 		return nil, err
 	}
-	p := &serveProc{cmd: cmd, base: "http://" + listen, pid: cmd.Process.Pid}
+	p := &serveProc{cmd: cmd, base: "http://" + listen, pid: cmd.Process.Pid, name: "pgfork serve", prefix: "pgfork", log: logf.Name()}
 	deadline := time.Now().Add(2 * time.Minute)
 	for time.Now().Before(deadline) {
 		if res, err := http.Get(p.base + "/healthz"); err == nil {
@@ -78,16 +86,23 @@ func (p *serveProc) stop() error {
 		return err
 	case <-time.After(time.Minute):
 		_ = p.cmd.Process.Kill()
-		return fmt.Errorf("pgfork serve did not stop within a minute")
+		return fmt.Errorf("%s did not stop within a minute", p.name)
 	}
 }
 
-func (p *serveProc) rssKB() int {
+// rssKB returns the process's resident memory in KiB: VmRSS, or another
+// field of /proc/PID/status (RssAnon: heap and stacks; RssFile: mapped
+// files, mostly the executable's own pages).
+func (p *serveProc) rssKB(field ...string) int {
 	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", p.pid))
 	if err != nil {
 		return 0
 	}
-	m := regexp.MustCompile(`VmRSS:\s+(\d+)`).FindSubmatch(b)
+	f := "VmRSS"
+	if len(field) > 0 {
+		f = field[0]
+	}
+	m := regexp.MustCompile(f + `:\s+(\d+)`).FindSubmatch(b)
 	if m == nil {
 		return 0
 	}
@@ -119,6 +134,9 @@ var benchHTTP = &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 128
 
 func (p *serveProc) call(method, path string, body string, out any) error {
 	req, _ := http.NewRequest(method, p.base+path, strings.NewReader(body))
+	if body != "" {
+		req.Header.Set("Content-Type", "application/json")
+	}
 	res, err := benchHTTP.Do(req)
 	if err != nil {
 		return err
@@ -157,9 +175,10 @@ func (p *serveProc) template(ctx context.Context, hash, setup string) error {
 }
 
 // loop runs clients goroutines doing n acquisitions in all, each holding its
-// database for hold (a test's own work) before action ("unlock" or
-// "recreate"); it returns the hand-out latencies.
-func (p *serveProc) loop(hash string, clients, n int, hold time.Duration, action string) (Sample, time.Duration, error) {
+// database for hold and running work on it (a test's own work; work may be
+// nil) before action ("unlock" or "recreate"); it returns the hand-out
+// latencies and the time it took.
+func (p *serveProc) loop(hash string, clients, n int, hold time.Duration, action string, work func(benchDB) error) (Sample, time.Duration, error) {
 	var (
 		next atomic.Int64
 		mu   sync.Mutex
@@ -182,6 +201,12 @@ func (p *serveProc) loop(hash string, clients, n int, hold time.Duration, action
 				}
 				local = append(local, time.Since(t0))
 				time.Sleep(hold)
+				if work != nil {
+					if err := work(d); err != nil {
+						ferr.Store(err)
+						return
+					}
+				}
 				if err := p.call("POST", fmt.Sprintf("/api/v1/templates/%s/tests/%d/%s", hash, d.ID, action), "", nil); err != nil {
 					ferr.Store(err)
 					return
@@ -199,31 +224,8 @@ func (p *serveProc) loop(hash string, clients, n int, hold time.Duration, action
 	return lat, time.Since(start), nil
 }
 
-// waitReady waits until the pool of hash has n ready databases (from /metrics).
-func (p *serveProc) waitReady(hash string, n int, limit time.Duration) error {
-	deadline := time.Now().Add(limit)
-	want := fmt.Sprintf(`pgfork_pool_databases{state="ready",template="%s"} `, hash)
-	for time.Now().Before(deadline) {
-		res, err := benchHTTP.Get(p.base + "/metrics")
-		if err == nil {
-			sc := bufio.NewScanner(res.Body)
-			for sc.Scan() {
-				if v, ok := strings.CutPrefix(sc.Text(), want); ok {
-					if f, _ := strconv.ParseFloat(v, 64); int(f) >= n {
-						res.Body.Close()
-						return nil
-					}
-				}
-			}
-			res.Body.Close()
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
-	return fmt.Errorf("pool %s did not reach %d ready databases within %s", hash, n, limit)
-}
-
-// waitBuckets reads the server's hand-out wait histogram: the count within
-// le seconds and the total.
+// waitBuckets reads pgfork serve's hand-out wait histogram: the count
+// within le seconds and the total.
 func (p *serveProc) waitBuckets(le string) (within, total float64) {
 	res, err := benchHTTP.Get(p.base + "/metrics")
 	if err != nil {
@@ -243,7 +245,40 @@ func (p *serveProc) waitBuckets(le string) (within, total float64) {
 	return within, total
 }
 
+// waitPool waits until n databases named prefix_test_hash_* exist on the
+// server (a pool's databases are created under their final names).
+func waitPool(ctx context.Context, admin *pgx.Conn, prefix, hash string, n int, limit time.Duration) error {
+	deadline := time.Now().Add(limit)
+	for time.Now().Before(deadline) {
+		var c int
+		if err := admin.QueryRow(ctx, `SELECT count(*) FROM pg_database WHERE starts_with(datname, $1)`, prefix+"_test_"+hash+"_").Scan(&c); err != nil {
+			return err
+		}
+		if c >= n {
+			return nil
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	return fmt.Errorf("pool %s_test_%s did not reach %d databases within %s", prefix, hash, n, limit)
+}
+
+// bigSetup makes the ~150 MB template: ~210 bytes a row plus an index.
+const bigSetup = "CREATE TABLE big AS SELECT g AS id, repeat(md5(g::text), 6) AS v FROM generate_series(1, 620000) g; CREATE INDEX ON big(id)"
+
+// quickTest is one short test: a few statements on its database.
+func quickTest(ctx context.Context, url string) error {
+	conn, err := pgx.Connect(ctx, url)
+	if err != nil {
+		return err
+	}
+	defer conn.Close(ctx)
+	_, err = conn.Exec(ctx, "CREATE TABLE t(id int primary key, v text); INSERT INTO t SELECT g, 'x' FROM generate_series(1, 100) g; UPDATE big SET v = 'y' WHERE id < 50")
+	return err
+}
+
 func runServeBench(ctx context.Context, r *Report) error {
+	r.Notef("Load average at start: %s (2 cores and one disk shared with other work; times grow with contention).", loadAvg())
+	defer func() { r.Notef("Load average at the end: %s.", loadAvg()) }()
 	tmp, err := os.MkdirTemp("", "pgfork-bench-serve-")
 	if err != nil {
 		return err
@@ -253,136 +288,512 @@ func runServeBench(ctx context.Context, r *Report) error {
 	if out, err := goBuild(context.Background(), bin); err != nil {
 		return fmt.Errorf("go build: %v: %s", err, out)
 	}
-	// PostgreSQL 18 on XFS lets the advisor clone; else the newest, in /tmp.
-	base := tmp
-	if x := os.Getenv("PGFORK_TEST_XFS"); x != "" {
-		if d, err := os.MkdirTemp(x, "bench-serve-"); err == nil {
-			base = d
-			defer os.RemoveAll(d)
-		}
+	isqlBin, ierr := buildIntegreSQL(ctx, tmp)
+	if ierr != nil {
+		r.Notef("IntegreSQL not measured: %v", ierr)
 	}
-	_ = os.Chmod(base, 0o755)
-	pgBin := ""
-	if inst, err := findPG(18); err == nil {
-		pgBin = inst.BinDir
+
+	// One PostgreSQL 18 on the XFS reflink mount for everything.
+	xfs := os.Getenv("PGFORK_TEST_XFS")
+	if xfs == "" {
+		xfs = "/mnt/pgfork-test/xfs"
 	}
-	stateDir := filepath.Join(base, "state")
+	pgInst, err := findPG(18)
+	if err != nil {
+		return err
+	}
+	user, err := instance.ResolveUser("")
+	if err != nil {
+		return err
+	}
+	dir, err := os.MkdirTemp(xfs, "pgfork-bench-serve-")
+	if err != nil {
+		return err
+	}
+	defer os.RemoveAll(dir)
+	_ = os.Chmod(dir, 0o755)
+	data := filepath.Join(dir, "data")
+	if err := instance.InitDB(ctx, instance.InitOptions{BinDir: pgInst.BinDir, Env: pgInst.Env(), DataDir: data, User: user, NoSync: true}); err != nil {
+		return err
+	}
+	srv, err := instance.Start(ctx, instance.Config{BinDir: pgInst.BinDir, Env: pgInst.Env(), DataDir: data, User: user, TCP: true,
+		Profile: instance.Test, Settings: map[string]string{"max_connections": "300", "max_wal_size": "4GB"}})
+	if err != nil {
+		return err
+	}
+	defer func() { _ = srv.Stop(context.Background(), instance.Fast) }()
+	if err := srv.SetPassword(ctx, "postgres", fmt.Sprintf("bench%x", time.Now().UnixNano())); err != nil {
+		return err
+	}
+	pg := pgServer{host: srv.Host, port: srv.Port, user: "postgres", password: srv.Password, url: srv.ConnString("postgres", "postgres")}
+	admin, err := pgx.Connect(ctx, pg.url)
+	if err != nil {
+		return err
+	}
+	defer admin.Close(context.Background())
+	var version, fcm string
+	_ = admin.QueryRow(ctx, "SELECT current_setting('server_version'), current_setting('file_copy_method')").Scan(&version, &fcm)
+	r.Notef("PostgreSQL %s (test profile: fsync=off, synchronous_commit=off, full_page_writes=off; max_wal_size 4GB; file_copy_method=%s) on the XFS reflink mount %s, "+
+		"TCP on %s:%d with a password, used by both servers. pgfork serve: `--pg-url` to it with `--can-clone` (its advisor may SET file_copy_method=clone per session), "+
+		"strategy auto. IntegreSQL %s: built from the Go module proxy, configured by INTEGRESQL_PGHOST/PGPORT/PGUSER/PGPASSWORD, INTEGRESQL_ADDRESS=127.0.0.1, "+
+		"INTEGRESQL_PORT and the pool variables, with its per-request logger off (INTEGRESQL_ECHO_ENABLE_LOGGER_MIDDLEWARE=false; pgfork logs no requests without -v); "+
+		"it copies with CREATE DATABASE … TEMPLATE (no STRATEGY: WAL_LOG on PostgreSQL 15+). Both on 127.0.0.1, same pool sizes, min lifetime 250 ms (both defaults).",
+		version, fcm, xfs, pg.host, pg.port, integresqlVersion)
+
+	basePort := 15000 + os.Getpid()%1000*3
+	stateDir := filepath.Join(tmp, "state")
 	if err := os.MkdirAll(stateDir, 0o755); err != nil {
 		return err
 	}
-	port := 15000 + os.Getpid()%1000
-
-	p, err := startServe(ctx, bin, stateDir, pgBin, port, "--pool-init", "80", "--pool-max", "80", "--parallel", "2")
-	if err != nil {
-		return err
-	}
-	defer func() { _ = p.stop() }()
-	logb, _ := os.ReadFile(filepath.Join(stateDir, "serve-bench.log"))
-	r.Notef("Server: `pgfork serve` (separate process) on %s; data under %s. %s", p.base, base, strings.TrimSpace(strings.SplitN(string(logb), "\n", 2)[0]))
-
-	// 1. Hand-out latency from a warm pool (GET …/tests, then unlock).
-	if err := p.template(ctx, "small", "CREATE TABLE t(id int primary key, v text); INSERT INTO t SELECT g, 'x' FROM generate_series(1, 100) g"); err != nil {
-		return err
-	}
-	if err := p.waitReady("small", 80, 3*time.Minute); err != nil {
-		return err
-	}
-	// Two workloads: parallel test workers, each holding its database for
-	// 20 ms (a short test) before giving it back — what a test suite run with
-	// 1, 16 or 64 workers sees; and saturation, where clients do nothing
-	// between hand-outs, so latency is bound by throughput (Little's law:
-	// mean latency = clients / throughput) on a machine whose 2 cores run the
-	// clients, the server and PostgreSQL.
-	latencyTable := func(hold time.Duration) (bool, error) {
-		var rows [][]string
-		met := true
-		for _, clients := range []int{1, 16, 64} {
-			n := 2000
-			if hold > 0 {
-				n = max(300, 20*clients) // enough samples for a p99 at a bounded run time
-			}
-			lat, el, err := p.loop("small", clients, n, hold, "unlock")
-			if err != nil {
-				return false, err
-			}
-			p50, p99 := lat.Median(), lat.Quantile(0.99)
-			if p50 > time.Millisecond || p99 > 5*time.Millisecond {
-				met = false
-			}
-			rows = append(rows, []string{strconv.Itoa(clients), strconv.Itoa(n), Dur(p50), Dur(p99), fmt.Sprintf("%.0f/s", float64(n)/el.Seconds())})
+	// startOne starts contender i (0: pgfork serve, 1: IntegreSQL).
+	startOne := func(i int, ps poolSizes) (*serveProc, error) {
+		if i == 1 {
+			return startIntegreSQL(isqlBin, tmp, basePort+1, pg, ps)
 		}
-		r.Table([]string{"parallel clients", "acquisitions", "p50 hand-out", "p99 hand-out", "throughput (get+unlock)"}, rows)
-		return met, nil
+		return startServe(bin, stateDir, basePort, "--pg-url", pg.url, "--can-clone",
+			"--pool-init", strconv.Itoa(ps.init), "--pool-max", strconv.Itoa(ps.max), "--parallel", strconv.Itoa(ps.parallel))
 	}
-	r.Notef("Test workers: each client holds its database 20 ms (a short test), then unlocks it.")
-	met, err := latencyTable(20 * time.Millisecond)
+	contenders := 1
+	if ierr == nil {
+		contenders = 2
+	}
+	startBoth := func(ps poolSizes) ([]*serveProc, error) {
+		var out []*serveProc
+		for i := 0; i < contenders; i++ {
+			p, err := startOne(i, ps)
+			if err != nil {
+				for _, q := range out {
+					_ = q.stop()
+				}
+				return nil, err
+			}
+			out = append(out, p)
+		}
+		return out, nil
+	}
+	stopAll := func(ps []*serveProc) {
+		for _, p := range ps {
+			_ = p.call("DELETE", "/api/v1/admin/templates", "", nil)
+			_ = p.stop()
+		}
+	}
+
+	// 1. Hand-out latency from a warm pool, then RSS after 5,000 hand-outs.
+	warm := poolSizes{init: 40, max: 40, parallel: 2}
+	procs, err := startBoth(warm)
 	if err != nil {
 		return err
 	}
-	r.Target(met, "hand-out latency from a warm pool for 1, 16 and 64 parallel test workers: p50 ≤ 1 ms and p99 ≤ 5 ms (HTTP on loopback, client-side)")
-	r.Notef("Saturation: clients do nothing between hand-outs (get, unlock, get …); latency here is clients / throughput.")
-	satMet, err := latencyTable(0)
-	if err != nil {
-		return err
+	for _, p := range procs {
+		if err := p.template(ctx, "lat", "CREATE TABLE t(id int primary key, v text); INSERT INTO t SELECT g, 'x' FROM generate_series(1, 100) g"); err != nil {
+			stopAll(procs)
+			return fmt.Errorf("%s: %w", p.name, err)
+		}
 	}
-	r.Target(satMet, "the same latency targets under saturation (no work between hand-outs)")
-	if le1, all := p.waitBuckets("0.001"); all > 0 {
-		le05, _ := p.waitBuckets("0.0005")
-		r.Notef("Server side (pgfork_pool_wait_seconds, all %d hand-outs above): %.1f%% within 0.5 ms, %.1f%% within 1 ms. "+
-			"Client-side latency at 64 clients is bounded by the machine: %d cores run the 64 clients, the server and PostgreSQL.",
-			int(all), 100*le05/all, 100*le1/all, runtime.NumCPU())
+	for _, p := range procs {
+		if err := waitPool(ctx, admin, p.prefix, "lat", warm.max, 5*time.Minute); err != nil {
+			stopAll(procs)
+			return fmt.Errorf("%s: %w", p.name, err)
+		}
+	}
+	time.Sleep(2 * time.Second) // the last creations finish their bookkeeping
+	const rounds = 5
+	r.Notef("Hand-out latency from a warm pool (pool init = max = %d, %d parallel creations, small template): each client gets a database (GET /api/v1/templates/HASH/tests), "+
+		"holds it 20 ms as a short test would, and unlocks it (POST …/unlock); latency is the GET, measured by the client. The two servers take turns, %d rounds each per client count, so that load from other work hits both alike.", warm.max, warm.parallel, rounds)
+	header := []string{"parallel clients", "hand-outs"}
+	for _, p := range procs {
+		header = append(header, p.name+" p50", p.name+" p99")
+	}
+	var rows [][]string
+	latBetter := len(procs) > 1
+	for _, clients := range []int{1, 8, 32} {
+		n := max(200, 10*clients) // per round and server
+		row := []string{strconv.Itoa(clients), strconv.Itoa(rounds * n)}
+		lats := make([]Sample, len(procs))
+		for round := 0; round < rounds; round++ {
+			for i, p := range procs {
+				lat, _, err := p.loop("lat", clients, n, 20*time.Millisecond, "unlock", nil)
+				if err != nil {
+					stopAll(procs)
+					return fmt.Errorf("%s: %w", p.name, err)
+				}
+				lats[i] = append(lats[i], lat...)
+			}
+		}
+		for _, lat := range lats {
+			row = append(row, Dur(lat.Median()), Dur(lat.Quantile(0.99)))
+		}
+		if len(procs) > 1 && (lats[0].Median() > lats[1].Median() || lats[0].Quantile(0.99) > lats[1].Quantile(0.99)) {
+			latBetter = false
+		}
+		rows = append(rows, row)
+	}
+	r.Table(header, rows)
+	if within05, all := procs[0].waitBuckets("0.0005"); all > 0 {
+		within1, _ := procs[0].waitBuckets("0.001")
+		r.Notef("Server side (pgfork_pool_wait_seconds, all %d hand-outs of pgfork serve above): %.1f%% within 0.5 ms, %.1f%% within 1 ms; "+
+			"the rest of the client-side time is HTTP on loopback and scheduling on %d cores shared by the clients, both servers, PostgreSQL and other work.",
+			int(all), 100*within05/all, 100*within1/all, runtime.NumCPU())
+	}
+	r.Notef("On this shared 2-core machine the client-side p99 of ~1,000 hand-outs moves by several ms from run to run, and which server is ahead at p99 (and at p50 with 32 clients) has flipped between runs of this scenario; the server-side histogram above is the stable figure.")
+	r.Target(latBetter, "pgfork serve's p50 and p99 hand-out latency at or below IntegreSQL's at 1, 8 and 32 clients")
+
+	var rssRows [][]string
+	var rss []int
+	for _, p := range procs {
+		before := p.rssKB()
+		_, el, err := p.loop("lat", 8, 5000, 0, "unlock", nil)
+		if err != nil {
+			stopAll(procs)
+			return fmt.Errorf("%s: %w", p.name, err)
+		}
+		after := p.rssKB()
+		rss = append(rss, after)
+		mb := func(kb int) string { return fmt.Sprintf("%.1f MB", float64(kb)/1024) }
+		rssRows = append(rssRows, []string{p.name, mb(before), mb(after), mb(p.rssKB("RssAnon")), mb(p.rssKB("RssFile")), fmt.Sprintf("%.0f/s", 5000/el.Seconds())})
+	}
+	exeMB := func(path string) float64 {
+		if st, err := os.Stat(path); err == nil {
+			return float64(st.Size()) / (1 << 20)
+		}
+		return 0
+	}
+	r.Notef("Memory: 5,000 more hand-outs (get + unlock, 8 clients, no work between) after the latency runs above; RSS from /proc/PID/status (pgfork serve runs no PostgreSQL of its own here). "+
+		"Executables: pgfork %.0f MB (the whole CLI, static), IntegreSQL %.0f MB.", exeMB(bin), exeMB(isqlBin))
+	r.Table([]string{"server", "RSS before", "RSS after 5,000 hand-outs", "of which anonymous (heap, stacks)", "of which file-backed (executable)", "get+unlock throughput"}, rssRows)
+	if len(rss) > 1 {
+		r.Target(rss[0] < rss[1], "pgfork serve's RSS after 5,000 hand-outs below IntegreSQL's")
+	}
+	stopAll(procs)
+
+	// 2. Fresh databases from a ~150 MB template with a drained pool.
+	drained := poolSizes{init: 4, max: 8, parallel: 2}
+	const freshN = 16
+	var rates []float64
+	var rateRows [][]string
+	for i := 0; i < contenders; i++ {
+		// One server at a time: no background work from the other.
+		p, err := startOne(i, drained)
+		if err != nil {
+			return err
+		}
+		err = func() error {
+			if err := p.template(ctx, "big", bigSetup); err != nil {
+				return err
+			}
+			var size int64
+			if err := admin.QueryRow(ctx, "SELECT pg_database_size($1)", p.prefix+"_template_big").Scan(&size); err != nil {
+				return err
+			}
+			if err := waitPool(ctx, admin, p.prefix, "big", drained.init, 5*time.Minute); err != nil {
+				return err
+			}
+			// Drain: take what is ready, then measure the sustained rate.
+			if _, _, err := p.loop("big", 4, drained.max, 0, "recreate", nil); err != nil {
+				return err
+			}
+			lat, el, err := p.loop("big", 4, freshN, 0, "recreate", nil)
+			if err != nil {
+				return err
+			}
+			v := float64(freshN) / el.Seconds()
+			rates = append(rates, v)
+			rateRows = append(rateRows, []string{p.name, fmt.Sprintf("%.0f MB", float64(size)/(1<<20)), fmt.Sprintf("%.2f", v), Dur(lat.Median()), Dur(lat.Quantile(0.99))})
+			return nil
+		}()
+		_ = p.call("DELETE", "/api/v1/admin/templates", "", nil)
+		_ = p.stop()
+		if err != nil {
+			return fmt.Errorf("%s: %w", p.name, err)
+		}
+	}
+	r.Notef("Fresh databases with a drained pool (pool init %d, max %d, %d parallel creations; one server running at a time): 4 clients get a database and recreate it at once "+
+		"(POST …/recreate), so every hand-out needs a new copy of the template. After %d untimed hand-outs drain the ready databases, %d timed ones give the rate.",
+		drained.init, drained.max, drained.parallel, drained.max, freshN)
+	r.Table([]string{"server", "template", "fresh databases/s", "p50 hand-out", "p99 hand-out"}, rateRows)
+	if len(rates) > 1 {
+		r.Target(rates[0] > rates[1], "pgfork serve's fresh-database rate above IntegreSQL's (%.1fx)", rates[0]/rates[1])
 	}
 
-	// 2. Memory after 10,000 acquisitions.
-	rss0 := p.rssKB()
-	if _, _, err := p.loop("small", 64, 10000, 0, "unlock"); err != nil {
+	// 3. A suite of quick tests: pgfork serve's default pool vs the tests
+	// creating their databases themselves.
+	if err := suiteBench(ctx, r, bin, stateDir, basePort+2, pg, admin, fcm); err != nil {
 		return err
 	}
-	rss1 := p.rssKB()
-	r.Notef("Server RSS: %.1f MB before, %.1f MB after 10,000 more acquisitions by 64 clients.", float64(rss0)/1024, float64(rss1)/1024)
+	// 4. The advisor learning from creations, from a fresh state.
+	return learnBench(ctx, r, bin, tmp, pg, admin)
+}
 
-	// 3. Sustained fresh databases with a ~50 MB template: every hand-out is
-	// recreated, so the pool drains and the rate is the clone rate.
-	const bigSetup = "CREATE TABLE big AS SELECT g AS id, repeat(md5(g::text), 6) AS v FROM generate_series(1, 230000) g; CREATE INDEX ON big(id)"
-	rate := func(p *serveProc, hash string) (float64, error) {
+func suiteBench(ctx context.Context, r *Report, bin, stateDir string, port int, pg pgServer, admin *pgx.Conn, fcm string) error {
+	const workers, perWorker = 4, 25
+	// served runs the suite against a freshly started pgfork serve with its
+	// default pool and a new template of the same content.
+	// after (may be nil) runs once the suite is over, before the template
+	// is discarded (so that a restart finds no pool to refill).
+	served := func(hash string, after func() error) (time.Duration, error) {
+		p, err := startServe(bin, stateDir, port, "--pg-url", pg.url, "--can-clone")
+		if err != nil {
+			return 0, err
+		}
+		defer func() { _ = p.stop() }()
 		if err := p.template(ctx, hash, bigSetup); err != nil {
 			return 0, err
 		}
-		if err := p.waitReady(hash, 4, 5*time.Minute); err != nil {
-			return 0, err
-		}
-		const n = 40
-		_, el, err := p.loop(hash, 4, n, 0, "recreate")
+		time.Sleep(5 * time.Second) // the default pool's first databases, as when a suite starts after its migrations
+		_, el, err := p.loop(hash, workers, workers*perWorker, 0, "recreate", func(d benchDB) error { return quickTest(ctx, d.url()) })
 		if err != nil {
-			return 0, err
+			b, _ := os.ReadFile(p.log)
+			return 0, fmt.Errorf("suite against pgfork serve: %w (log: %s)", err, strings.TrimSpace(string(b)))
 		}
-		return float64(n) / el.Seconds(), nil
+		if after != nil {
+			if err := after(); err != nil {
+				return 0, err
+			}
+		}
+		return el, p.call("DELETE", "/api/v1/templates/"+hash, "", nil)
 	}
-	if err := p.call("DELETE", "/api/v1/admin/templates", "", nil); err != nil {
-		return err
-	}
-	if err := p.stop(); err != nil {
-		return err
-	}
-	var results [2]float64
-	for i, st := range []string{"auto", "default"} {
-		q, err := startServe(ctx, bin, stateDir, pgBin, port, "--pool-init", "4", "--pool-max", "8", "--parallel", "2", "--strategy", st)
-		if err != nil {
+	var size int64
+	served1, err := served("suite", func() error {
+		// The same suite creating its own databases copies this: an
+		// ordinary database with the template's content (pgfork's
+		// finalized template is its own).
+		if err := admin.QueryRow(ctx, "SELECT pg_database_size($1)", "pgfork_template_suite").Scan(&size); err != nil {
 			return err
 		}
-		v, err := rate(q, "big_"+st)
-		_ = q.call("DELETE", "/api/v1/admin/templates", "", nil)
-		_ = q.stop()
-		if err != nil {
-			return err
-		}
-		results[i] = v
+		_, err := admin.Exec(ctx, "CREATE DATABASE bench_suite_src TEMPLATE pgfork_template_suite STRATEGY FILE_COPY")
+		return err
+	})
+	if err != nil {
+		return err
 	}
-	r.Table([]string{"creation", "fresh databases/s (4 clients, get+recreate, ~50 MB template)", "ratio"},
-		[][]string{
-			{"CREATE DATABASE … TEMPLATE, default strategy (IntegreSQL)", fmt.Sprintf("%.2f", results[1]), "1.0x"},
-			{"pgfork (dbclone advisor, auto)", fmt.Sprintf("%.2f", results[0]), fmt.Sprintf("%.1fx", results[0]/results[1])},
-		})
-	r.Target(results[0] >= 3*results[1], "sustained fresh-database rate at least 3x CREATE DATABASE at the default strategy")
+	plain := func(setClone bool) (time.Duration, error) {
+		var next atomic.Int64
+		var wg sync.WaitGroup
+		var ferr atomic.Value
+		start := time.Now()
+		for w := 0; w < workers; w++ {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				c, err := pgx.Connect(ctx, pg.url)
+				if err != nil {
+					ferr.Store(err)
+					return
+				}
+				defer c.Close(ctx)
+				if setClone {
+					if _, err := c.Exec(ctx, "SET file_copy_method = clone"); err != nil {
+						ferr.Store(err)
+						return
+					}
+				}
+				for i := next.Add(1); i <= workers*perWorker; i = next.Add(1) {
+					name := fmt.Sprintf("bench_suite_%d", i)
+					if _, err := c.Exec(ctx, "CREATE DATABASE "+name+" TEMPLATE bench_suite_src STRATEGY FILE_COPY"); err != nil {
+						ferr.Store(err)
+						return
+					}
+					u, _ := url.Parse(pg.url)
+					u.Path = "/" + name
+					if err := quickTest(ctx, u.String()); err != nil {
+						ferr.Store(err)
+						return
+					}
+					if _, err := c.Exec(ctx, "DROP DATABASE "+name); err != nil {
+						ferr.Store(err)
+						return
+					}
+				}
+			}()
+		}
+		wg.Wait()
+		if e, ok := ferr.Load().(error); ok {
+			return 0, e
+		}
+		return time.Since(start), nil
+	}
+	// Two rounds in mirrored order (pgfork, copy, clone; clone, copy,
+	// pgfork) so that load from other work drifting over the run hits the
+	// three alike; each figure is the mean of its two runs.
+	var copies, clones [2]time.Duration
+	if copies[0], err = plain(false); err != nil {
+		return fmt.Errorf("suite with FILE_COPY: %w", err)
+	}
+	if clones[0], err = plain(true); err != nil {
+		return fmt.Errorf("suite with FILE_COPY and file_copy_method=clone: %w", err)
+	}
+	if clones[1], err = plain(true); err != nil {
+		return fmt.Errorf("suite with FILE_COPY and file_copy_method=clone: %w", err)
+	}
+	if copies[1], err = plain(false); err != nil {
+		return fmt.Errorf("suite with FILE_COPY: %w", err)
+	}
+	served2, err := served("suite2", nil)
+	if err != nil {
+		return err
+	}
+	mean := func(a, b time.Duration) time.Duration { return (a + b) / 2 }
+	fileCopy, cloned, servedMean := mean(copies[0], copies[1]), mean(clones[0], clones[1]), mean(served1, served2)
+	const tests = workers * perWorker
+	r.Notef("Quick-test suite (issue 14, \"the pool should grow toward demand\"): %d workers × %d tests, %d tests in all; each test gets a fresh database from the %.0f MB template, "+
+		"connects, creates and fills a table, updates 49 rows of the template's table, disconnects and gives it back (pgfork: POST …/recreate, as a test that changed its database does; "+
+		"plain: DROP DATABASE). pgfork serve with its default pool (init 2, max 8, 2 parallel creations, growing toward demand), started with a new template 5 s before the suite. "+
+		"Two rounds in mirrored order (pgfork, FILE_COPY, FILE_COPY+clone; then the reverse). "+
+		"The issue measured 32 s (plain FILE_COPY) vs 51 s (pgfork serve) with 4 workers before the pool grew.",
+		workers, perWorker, workers*perWorker, float64(size)/(1<<20))
+	r.Table([]string{"how the tests get their databases", "suite time (mean)", "runs", "suite time / tests", "vs plain FILE_COPY"}, [][]string{
+		{"CREATE DATABASE … STRATEGY FILE_COPY by the tests (server default file_copy_method=" + fcm + ")", Dur(fileCopy), Dur(copies[0]) + ", " + Dur(copies[1]), Dur(fileCopy / tests), "1.0x"},
+		{"the same with SET file_copy_method = clone first", Dur(cloned), Dur(clones[0]) + ", " + Dur(clones[1]), Dur(cloned / tests), Ratio(fileCopy, cloned)},
+		{"pgfork serve, default pool", Dur(servedMean), Dur(served1) + ", " + Dur(served2), Dur(servedMean / tests), Ratio(fileCopy, servedMean)},
+	})
+	r.Target(servedMean < fileCopy && servedMean < cloned, "the suite faster against pgfork serve's default pool than with the tests' own CREATE DATABASE (either file_copy_method)")
 	return nil
+}
+
+// createResult is what `pgfork db create --json` prints (the fields used).
+type createResult struct {
+	Strategy string        `json:"strategy"`
+	Elapsed  time.Duration `json:"elapsed_ns"`
+}
+
+// adviceResult is what `pgfork db advise --json` prints (the fields used).
+type adviceResult struct {
+	Choice    string `json:"choice"`
+	Estimates []struct {
+		Strategy string        `json:"strategy"`
+		Time     time.Duration `json:"time_ns"`
+		Model    time.Duration `json:"model_ns"`
+		Observed int           `json:"observed"`
+	} `json:"estimates"`
+	Calibration string `json:"calibration"`
+}
+
+func (a adviceResult) chosen() (est, model time.Duration, observed int) {
+	for _, e := range a.Estimates {
+		if e.Strategy == a.Choice {
+			return e.Time, e.Model, e.Observed
+		}
+	}
+	return 0, 0, 0
+}
+
+// learnBench measures, from a fresh state directory each, how auto's
+// estimate compares with the measured time for the first create and after
+// 20, once as a reflink-aware server (--can-clone) and once without it
+// (auto then picks among wal_log and file_copy, the case the issue saw).
+func learnBench(ctx context.Context, r *Report, bin, tmp string, pg pgServer, admin *pgx.Conn) error {
+	var rows [][]string
+	var calib string
+	met := true
+	for _, canClone := range []bool{true, false} {
+		res, err := learnRun(ctx, bin, tmp, pg, admin, canClone)
+		if err != nil {
+			return err
+		}
+		rows = append(rows, res.rows...)
+		calib += fmt.Sprintf(" %s: %q.", res.label, res.calibration)
+		met = met && res.within
+	}
+	r.Notef("Advisor learning (issue 14: 18 ms estimated, 435 ms measured until `db calibrate`): a fresh state directory for each row pair (no calibration), template bench_suite_src "+
+		"(the ~150 MB template above, an ordinary database). `pgfork db advise --from … --json` gives auto's estimate for its choice; `pgfork db create --strategy auto --json` "+
+		"creates (its elapsed_ns is the measured time); a CHECKPOINT and a DROP (untimed) around every create; 21 creates per state directory. "+
+		"\"learned from\" is the running mean's window (it follows the last 8 creations). Built-in constants used:%s", calib)
+	r.Table([]string{"server as pgfork sees it", "state", "auto's choice", "estimate", "built-in model", "measured", "estimate vs measured"}, rows)
+	r.Target(met, "after 20 creates, auto's estimate within 2x of the measured time (median of creates 16–21), with and without --can-clone")
+	return nil
+}
+
+type learnResult struct {
+	label, calibration string
+	rows               [][]string
+	within             bool
+}
+
+func learnRun(ctx context.Context, bin, tmp string, pg pgServer, admin *pgx.Conn, canClone bool) (learnResult, error) {
+	label := "--can-clone (XFS reflink)"
+	if !canClone {
+		label = "without --can-clone"
+	}
+	res := learnResult{label: label}
+	state, err := os.MkdirTemp(tmp, "learn-state-")
+	if err != nil {
+		return res, err
+	}
+	run := func(out any, args ...string) error {
+		all := append(args, "--state-dir", state, "--url", pg.url, "--json")
+		if canClone {
+			all = append(all, "--can-clone")
+		}
+		cmd := exec.CommandContext(ctx, bin, all...)
+		var stderr strings.Builder
+		cmd.Stderr = &stderr
+		b, err := cmd.Output()
+		if err != nil {
+			return fmt.Errorf("pgfork %s: %v: %s", strings.Join(args, " "), err, stderr.String())
+		}
+		return json.Unmarshal(b, out)
+	}
+	advise := func() (adviceResult, error) {
+		var a adviceResult
+		err := run(&a, "db", "advise", "--from", "bench_suite_src")
+		return a, err
+	}
+	create := func(i int) (createResult, error) {
+		name := fmt.Sprintf("bench_learn_%d", i)
+		var c createResult
+		if _, err := admin.Exec(ctx, "CHECKPOINT"); err != nil {
+			return c, err
+		}
+		err := run(&c, "db", "create", name, "--from", "bench_suite_src", "--strategy", "auto")
+		if err == nil {
+			_, err = admin.Exec(ctx, "DROP DATABASE "+name)
+		}
+		return c, err
+	}
+	a0, err := advise()
+	if err != nil {
+		return res, err
+	}
+	res.calibration = a0.Calibration
+	c1, err := create(1)
+	if err != nil {
+		return res, err
+	}
+	var later Sample
+	for i := 2; i <= 20; i++ {
+		c, err := create(i)
+		if err != nil {
+			return res, err
+		}
+		if i > 15 {
+			later = append(later, c.Elapsed)
+		}
+	}
+	a20, err := advise()
+	if err != nil {
+		return res, err
+	}
+	c21, err := create(21)
+	if err != nil {
+		return res, err
+	}
+	later = append(later, c21.Elapsed)
+	e0, m0, _ := a0.chosen()
+	e20, m20, obs := a20.chosen()
+	ratio := func(est, got time.Duration) string {
+		if est <= 0 || got <= 0 {
+			return "n/a"
+		}
+		if est < got {
+			return fmt.Sprintf("%.1fx under", float64(got)/float64(est))
+		}
+		return fmt.Sprintf("%.1fx over", float64(est)/float64(got))
+	}
+	res.rows = [][]string{
+		{label, "fresh (nothing learned) vs the 1st create", a0.Choice, Dur(e0), Dur(m0), Dur(c1.Elapsed) + " (" + c1.Strategy + ")", ratio(e0, c1.Elapsed)},
+		{label, fmt.Sprintf("after 20 creates (learned from %d) vs the 21st", obs), a20.Choice, Dur(e20), Dur(m20), Dur(c21.Elapsed) + " (" + c21.Strategy + ")", ratio(e20, c21.Elapsed)},
+		{label, "after 20 creates vs the median of creates 16–21", a20.Choice, Dur(e20), Dur(m20), Dur(later.Median()), ratio(e20, later.Median())},
+	}
+	res.within = e20 > 0 && float64(e20) <= 2*float64(later.Median()) && float64(later.Median()) <= 2*float64(e20)
+	return res, nil
 }

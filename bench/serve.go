@@ -650,20 +650,28 @@ func suiteBench(ctx context.Context, r *Report, bin, stateDir string, port int, 
 	return nil
 }
 
+// msDuration is a duration as the --json contract (docs/cli.md) prints it:
+// milliseconds in a key ending in _ms.
+type msDuration float64
+
+// D returns it as a time.Duration.
+func (m msDuration) D() time.Duration { return time.Duration(float64(m) * float64(time.Millisecond)) }
+
 // createResult is what `pgfork db create --json` prints (the fields used).
 type createResult struct {
-	Strategy string        `json:"strategy"`
-	Elapsed  time.Duration `json:"elapsed_ns"`
+	Strategy  string     `json:"strategy"`
+	ElapsedMS msDuration `json:"elapsed_ms"`
+	Elapsed   time.Duration
 }
 
 // adviceResult is what `pgfork db advise --json` prints (the fields used).
 type adviceResult struct {
 	Choice    string `json:"choice"`
 	Estimates []struct {
-		Strategy string        `json:"strategy"`
-		Time     time.Duration `json:"time_ns"`
-		Model    time.Duration `json:"model_ns"`
-		Observed int           `json:"observed"`
+		Strategy string     `json:"strategy"`
+		Time     msDuration `json:"time_ms"`
+		Model    msDuration `json:"model_ms"`
+		Observed int        `json:"observed"`
 	} `json:"estimates"`
 	Calibration string `json:"calibration"`
 }
@@ -671,7 +679,7 @@ type adviceResult struct {
 func (a adviceResult) chosen() (est, model time.Duration, observed int) {
 	for _, e := range a.Estimates {
 		if e.Strategy == a.Choice {
-			return e.Time, e.Model, e.Observed
+			return e.Time.D(), e.Model.D(), e.Observed
 		}
 	}
 	return 0, 0, 0
@@ -696,7 +704,7 @@ func learnBench(ctx context.Context, r *Report, bin, tmp string, pg pgServer, ad
 	}
 	r.Notef("Advisor learning (issue 14: 18 ms estimated, 435 ms measured until `db calibrate`): a fresh state directory for each row pair (no calibration), template bench_suite_src "+
 		"(the ~150 MB template above, an ordinary database). `pgfork db advise --from … --json` gives auto's estimate for its choice; `pgfork db create --strategy auto --json` "+
-		"creates (its elapsed_ns is the measured time); a CHECKPOINT and a DROP (untimed) around every create; 21 creates per state directory. "+
+		"creates (its elapsed_ms is the measured time); a CHECKPOINT and a DROP (untimed) around every create; 21 creates per state directory. "+
 		"\"learned from\" is the running mean's window (it follows the last 8 creations). Built-in constants used:%s", calib)
 	r.Table([]string{"server as pgfork sees it", "state", "auto's choice", "estimate", "built-in model", "measured", "estimate vs measured"}, rows)
 	r.Target(met, "after 20 creates, auto's estimate within 2x of the measured time (median of creates 16–21), with and without --can-clone")
@@ -745,6 +753,10 @@ func learnRun(ctx context.Context, bin, tmp string, pg pgServer, admin *pgx.Conn
 			return c, err
 		}
 		err := run(&c, "db", "create", name, "--from", "bench_suite_src", "--strategy", "auto")
+		c.Elapsed = c.ElapsedMS.D()
+		if err == nil && c.Elapsed <= 0 {
+			err = fmt.Errorf("db create --json printed no elapsed_ms")
+		}
 		if err == nil {
 			_, err = admin.Exec(ctx, "DROP DATABASE "+name)
 		}

@@ -18,12 +18,13 @@ import (
 	"github.com/pgfork/pgfork/internal/testenv"
 	"github.com/pgfork/pgfork/pgbin"
 	"github.com/pgfork/pgfork/pool"
+	"github.com/pgfork/pgfork/pool/clusterstore"
 	"github.com/pgfork/pgfork/server"
 )
 
 type clusterEnv struct {
 	env
-	store *server.ClusterStore
+	store *clusterstore.Store
 	pids  map[int]bool // every server pid seen
 }
 
@@ -38,14 +39,14 @@ func newClusterEnv(t *testing.T, dir string, init, max int) *clusterEnv {
 	if err != nil {
 		t.Fatal(err)
 	}
-	st, err := server.NewClusterStore(server.ClusterOptions{Dir: filepath.Join(dir, "serve-clusters"),
+	st, err := clusterstore.New(clusterstore.Options{Dir: filepath.Join(dir, "serve-clusters"),
 		Layout: statedir.Layout{Root: filepath.Join(dir, "state")}, PG: pg, User: u})
 	if err != nil {
 		t.Fatal(err)
 	}
 	reg := prometheus.NewRegistry()
 	metrics := server.NewMetrics(reg)
-	mgr, err := pool.NewStoreManager(pool.ManagerConfig{Prefix: "pfc", Owner: st.Role(), Initial: init, Max: max,
+	mgr, err := pool.NewManager(pool.ManagerConfig{Prefix: "pfc", Owner: st.Role(), Initial: init, Max: max,
 		Parallel: 2, GetTimeout: 60 * time.Second, FinalizeTimeout: 30 * time.Second, Observer: metrics}, st)
 	if err != nil {
 		t.Fatal(err)

@@ -34,7 +34,7 @@ func OpenAPI() []byte { return openAPI }
 // Config shapes a Server.
 type Config struct {
 	Manager *pool.Manager
-	Conn    ConnInfo // host/port/user/password handed to clients
+	Conn    pool.ConnInfo // host/port/user/password handed to clients
 	// Token, when set, must come on every request except /healthz, either
 	// as "Authorization: Bearer <token>" or as the first segment of the path
 	// ("/<token>/api/v1/…", which every IntegreSQL client can be given as

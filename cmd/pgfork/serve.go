@@ -24,7 +24,10 @@ import (
 	"github.com/pgfork/pgfork/instance"
 	"github.com/pgfork/pgfork/internal/errs"
 	"github.com/pgfork/pgfork/pool"
+	"github.com/pgfork/pgfork/pool/clusterstore"
+	"github.com/pgfork/pgfork/pool/dbstore"
 	"github.com/pgfork/pgfork/server"
+	"github.com/pgfork/pgfork/server/managed"
 )
 
 type serveOpts struct {
@@ -284,7 +287,7 @@ func runServe(ctx context.Context, o *serveOpts) error {
 	if o.canClone && o.pgURL == "" {
 		return errs.New(errs.Usage, "--can-clone is for --pg-url").WithHint("the managed server probes its own filesystem")
 	}
-	if !pool.ValidStrategy(o.strategy) {
+	if !dbstore.ValidStrategy(o.strategy) {
 		return errs.New(errs.Usage, "bad --strategy %q", o.strategy).WithHint("use auto, default, wal_log, file_copy or clone")
 	}
 	if err := o.validate(); err != nil {
@@ -300,8 +303,8 @@ func runServe(ctx context.Context, o *serveOpts) error {
 
 	var (
 		adminURL string
-		conn     server.ConnInfo
-		managed  *server.Managed
+		conn     pool.ConnInfo
+		mpg      *managed.Server
 		canClone bool
 		mgr      *pool.Manager
 		err      error
@@ -320,15 +323,15 @@ func runServe(ctx context.Context, o *serveOpts) error {
 		}
 		conn = store.Conn()
 		mcfg.Owner = store.Role()
-		if mgr, err = pool.NewStoreManager(mcfg, store); err != nil {
+		if mgr, err = pool.NewManager(mcfg, store); err != nil {
 			return err
 		}
 	} else if o.pgURL == "" {
-		if o.testUser == server.BootstrapRole && !o.testUserSet {
+		if o.testUser == managed.BootstrapRole && !o.testUserSet {
 			// IntegreSQL's usual INTEGRESQL_TEST_PGUSER=postgres: the managed
 			// cluster's own superuser, which pgfork never hands out or alters.
 			log.Warn("INTEGRESQL_TEST_PGUSER names the managed cluster's bootstrap superuser; handing out the managed superuser role instead",
-				"role", server.DefaultRole)
+				"role", managed.DefaultRole)
 			o.testUser, o.testPassword = "", ""
 		}
 		why := "no --pg-url, PGFORK_PG_URL, INTEGRESQL_PG* or PG* variable names a server"
@@ -340,11 +343,11 @@ func runServe(ctx context.Context, o *serveOpts) error {
 		if err != nil {
 			return err
 		}
-		managed, canClone = m, cc
+		mpg, canClone = m, cc
 		defer func() {
 			sctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 			defer cancel()
-			if err := managed.Stop(sctx); err != nil {
+			if err := mpg.Stop(sctx); err != nil {
 				log.Error("stopping PostgreSQL", "err", err)
 			} else {
 				infof("PostgreSQL stopped")
@@ -357,7 +360,7 @@ func runServe(ctx context.Context, o *serveOpts) error {
 			return errs.Wrap(errs.Usage, err, "bad PostgreSQL URL").WithHint("use postgres://user:password@host:port/postgres (--pg-url, PGFORK_PG_URL) or check INTEGRESQL_PG*/PG*")
 		}
 		adminURL = o.pgURL
-		conn = server.ConnInfo{Host: pc.Host, Port: int(pc.Port), Username: pc.User, Password: pc.Password}
+		conn = pool.ConnInfo{Host: pc.Host, Port: int(pc.Port), Username: pc.User, Password: pc.Password}
 		if o.testUser != "" {
 			conn.Username, conn.Password = o.testUser, o.testPassword
 		}
@@ -372,17 +375,17 @@ func runServe(ctx context.Context, o *serveOpts) error {
 	}
 	owner := conn.Username
 	if mgr == nil {
-		admin, err := server.OpenAdmin(ctx, adminURL, int32(2*o.parallel+8))
+		admin, err := dbstore.OpenAdmin(ctx, adminURL, int32(2*o.parallel+8))
 		if err != nil {
 			return err
 		}
 		defer admin.Close()
-		creator := &pool.SQLCreator{Admin: admin, Strategy: o.strategy, CanClone: canClone}
+		creator := &dbstore.SQLCreator{Admin: admin, Strategy: o.strategy, CanClone: canClone}
 		if err := creator.Probe(ctx); err != nil {
 			return err
 		}
 		mcfg.Owner = owner
-		if mgr, err = pool.NewManager(mcfg, admin, creator); err != nil {
+		if mgr, err = pool.NewManager(mcfg, dbstore.New(admin, creator)); err != nil {
 			return err
 		}
 	}
@@ -535,7 +538,7 @@ func parseCIDRs(list string) ([]*net.IPNet, error) {
 
 // clusterStore prepares cluster isolation: clusters under
 // <state>/serve-clusters, the empty base cluster from the template cache.
-func clusterStore(ctx context.Context, o *serveOpts) (*server.ClusterStore, error) {
+func clusterStore(ctx context.Context, o *serveOpts) (*clusterstore.Store, error) {
 	lay := layout()
 	if err := lay.Ensure(); err != nil {
 		return nil, errs.FromOS(err, lay.Root, "cannot create the state directory")
@@ -550,14 +553,14 @@ func clusterStore(ctx context.Context, o *serveOpts) (*server.ClusterStore, erro
 	}
 	dir := filepath.Join(lay.Root, "serve-clusters")
 	infof("a cluster per test: %s, clusters in %s", pg, dir)
-	return server.NewClusterStore(server.ClusterOptions{Dir: dir, Layout: lay, PG: pg, User: user,
+	return clusterstore.New(clusterstore.Options{Dir: dir, Layout: lay, PG: pg, User: user,
 		Role: o.testUser, Password: o.testPassword})
 }
 
 // startManagedPG starts (creating on first use) the server's own PostgreSQL
 // under <state>/serve, on PostgreSQL 18 with file_copy_method=clone when
 // that is the newest found and the state directory reflinks.
-func startManagedPG(ctx context.Context, o *serveOpts) (*server.Managed, bool, error) {
+func startManagedPG(ctx context.Context, o *serveOpts) (*managed.Server, bool, error) {
 	lay := layout()
 	if err := lay.Ensure(); err != nil {
 		return nil, false, errs.FromOS(err, lay.Root, "cannot create the state directory")
@@ -581,7 +584,7 @@ func startManagedPG(ctx context.Context, o *serveOpts) (*server.Managed, bool, e
 		}
 	}
 	infof("starting %s%s", inst, map[bool]string{true: " with file_copy_method=clone", false: ""}[useClone])
-	m, err := server.StartManaged(ctx, server.ManagedOptions{BinDir: inst.BinDir, Env: inst.Env(), Dir: dir, User: user,
+	m, err := managed.Start(ctx, managed.Options{BinDir: inst.BinDir, Env: inst.Env(), Dir: dir, User: user,
 		Clone: useClone, Role: o.testUser, Password: o.testPassword, LeastPrivilege: o.leastPrivilege})
 	if err != nil {
 		return nil, false, err

@@ -14,6 +14,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/pgfork/pgfork/instance"
+	"github.com/pgfork/pgfork/internal/pgtest"
 	"github.com/pgfork/pgfork/internal/statedir"
 	"github.com/pgfork/pgfork/internal/testenv"
 	"github.com/pgfork/pgfork/pgbin"
@@ -35,10 +36,7 @@ func newClusterEnv(t *testing.T, dir string, init, max int) *clusterEnv {
 	if err != nil {
 		t.Fatal(err)
 	}
-	u, err := instance.ResolveUser("")
-	if err != nil {
-		t.Fatal(err)
-	}
+	u := pgtest.User(t)
 	st, err := clusterstore.New(clusterstore.Options{Dir: filepath.Join(dir, "serve-clusters"),
 		Layout: statedir.Layout{Root: filepath.Join(dir, "state")}, PG: pg, User: u})
 	if err != nil {

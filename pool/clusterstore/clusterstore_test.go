@@ -10,7 +10,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
-	"github.com/pgfork/pgfork/instance"
+	"github.com/pgfork/pgfork/internal/pgtest"
 	"github.com/pgfork/pgfork/internal/statedir"
 	"github.com/pgfork/pgfork/internal/testenv"
 	"github.com/pgfork/pgfork/pgbin"
@@ -28,10 +28,7 @@ func TestConformance(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	u, err := instance.ResolveUser("")
-	if err != nil {
-		t.Fatal(err)
-	}
+	u := pgtest.User(t)
 	storeDir := filepath.Join(dir, "serve-clusters")
 	var conn pool.ConnInfo
 	storetest.Run(t, storetest.Suite{

@@ -61,7 +61,10 @@ func TestUpLibrary(t *testing.T) {
 	}
 
 	called := false
-	o.FindPG = func() (pgbin.Installation, error) { called = true; return pgbin.Installation{}, errs.New(errs.Internal, "unreachable") }
+	o.FindPG = func() (pgbin.Installation, error) {
+		called = true
+		return pgbin.Installation{}, errs.New(errs.Internal, "unreachable")
+	}
 	if _, err := up.Up(ctx, o); errs.KindOf(err) != errs.Exists {
 		t.Fatalf("second Up as lib-a: %v, want an exists error", err)
 	}

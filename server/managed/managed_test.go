@@ -40,7 +40,7 @@ func TestBootstrapSuperuserNeverAltered(t *testing.T) {
 	bin := testenv.PGBinDirs(t)[0]
 	_, err = managed.Start(context.Background(), managed.Options{BinDir: bin, Dir: dir, User: u, Role: "postgres"})
 	if errs.KindOf(err) != errs.Usage {
-		t.Fatalf("StartManaged with role postgres: %v, want a usage error", err)
+		t.Fatalf("managed.Start with role postgres: %v, want a usage error", err)
 	}
 	m := startManaged(t, dir)
 	defer func() { _ = m.Stop(context.Background()) }()

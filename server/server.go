@@ -1,6 +1,8 @@
 // Package server serves pgfork's pools over HTTP, speaking IntegreSQL's v1
 // API (so IntegreSQL's own clients work unchanged) plus health, Prometheus
-// metrics and an OpenAPI document.
+// metrics and an OpenAPI document. It is HTTP only (routes, status codes,
+// auth, metrics): it serves a pool.Manager its caller opened over a backend
+// (package serve picks one per mode) and imports no storage code.
 package server
 
 import (

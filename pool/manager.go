@@ -9,8 +9,6 @@ import (
 	"sync"
 	"time"
 
-	"github.com/jackc/pgx/v5/pgxpool"
-
 	"github.com/pgfork/pgfork/internal/errs"
 )
 
@@ -90,17 +88,10 @@ type Manager struct {
 	closed    bool
 }
 
-// NewManager returns a manager of databases inside one server (database
-// isolation), creating them with creator over the admin connection. Call
-// Open before use.
-func NewManager(cfg ManagerConfig, admin *pgxpool.Pool, creator Creator) (*Manager, error) {
-	return NewStoreManager(cfg, NewAdminStore(admin, creator))
-}
-
-// NewStoreManager returns a manager whose templates and test copies live
-// in store (cluster isolation passes a store of whole clusters). Call Open
-// before use.
-func NewStoreManager(cfg ManagerConfig, store Store) (*Manager, error) {
+// NewManager returns a manager whose templates and test copies live in
+// store (dbstore.New for databases in one server, clusterstore for whole
+// clusters). Call Open before use.
+func NewManager(cfg ManagerConfig, store Store) (*Manager, error) {
 	if cfg.Prefix == "" {
 		cfg.Prefix = "pgfork"
 	}
@@ -574,4 +565,13 @@ func (m *Manager) shutdown(ctx context.Context, drop bool) error {
 		first = err
 	}
 	return first
+}
+
+// sweep drops the test databases of the store that outlived their pools
+// (renamed by a client), when the store can tell them.
+func (m *Manager) sweep(ctx context.Context) error {
+	if sw, ok := m.store.(Sweeper); ok {
+		return sw.Sweep(ctx, true)
+	}
+	return nil
 }

@@ -69,10 +69,10 @@ func (s State) String() string {
 // States lists every state, in order.
 var States = []State{Creating, Ready, InUse, Dirty, Recreating}
 
-// Creator creates and drops test databases. SQLCreator (creator.go)
+// Creator creates and drops test databases: the recreate function a pool
+// is given (injected, so this package holds no SQL). dbstore.SQLCreator
 // implements it over an admin connection pool with dbclone's strategies;
-// every Store embeds one (the cluster-isolation store in package server
-// creates whole clusters instead).
+// every Store embeds one (clusterstore creates whole clusters instead).
 type Creator interface {
 	// Create makes database name as a copy of template, owned by owner, and
 	// returns the strategy it used.
@@ -83,7 +83,7 @@ type Creator interface {
 }
 
 // SessionCounter is implemented by creators that can count the sessions
-// connected to databases (SQLCreator). Without it a pool reclaims a
+// connected to databases (dbstore.SQLCreator). Without it a pool reclaims a
 // database the first time a drop finds it without sessions.
 type SessionCounter interface {
 	// Sessions returns the number of sessions connected to each of names

@@ -18,6 +18,7 @@ import (
 	"github.com/pgfork/pgfork/internal/errs"
 	"github.com/pgfork/pgfork/internal/pgtest"
 	"github.com/pgfork/pgfork/pool"
+	"github.com/pgfork/pgfork/pool/dbstore"
 )
 
 type pg struct {
@@ -79,7 +80,7 @@ func (s *pg) databases(t testing.TB, prefix string) map[string]bool {
 
 func newPool(t testing.TB, s *pg, cfg pool.Config) *pool.Pool {
 	t.Helper()
-	cr := &pool.SQLCreator{Admin: s.admin, Strategy: pool.StrategyAuto}
+	cr := &dbstore.SQLCreator{Admin: s.admin, Strategy: dbstore.StrategyAuto}
 	if err := cr.Probe(context.Background()); err != nil {
 		t.Fatal(err)
 	}
@@ -296,10 +297,10 @@ func TestPoolReclaim(t *testing.T) {
 func TestManagerRestartAndLimit(t *testing.T) {
 	s := startPG(t)
 	ctx := context.Background()
-	cr := &pool.SQLCreator{Admin: s.admin}
+	cr := &dbstore.SQLCreator{Admin: s.admin}
 	_ = cr.Probe(ctx)
 	cfg := pool.ManagerConfig{Prefix: "pft", Initial: 2, Max: 3, MaxDatabases: 3, GetTimeout: 30 * time.Second}
-	m, err := pool.NewManager(cfg, s.admin, cr)
+	m, err := pool.NewManager(cfg, dbstore.New(s.admin, cr))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -347,7 +348,7 @@ func TestManagerRestartAndLimit(t *testing.T) {
 
 	// "Crash": stop the old manager without cleaning up, start a new one.
 	_ = m.Stop(ctx)
-	m2, _ := pool.NewManager(cfg, s.admin, cr)
+	m2, _ := pool.NewManager(cfg, dbstore.New(s.admin, cr))
 	if err := m2.Open(ctx); err != nil {
 		t.Fatal(err)
 	}

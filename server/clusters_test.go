@@ -14,16 +14,18 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/pgfork/pgfork/instance"
+	"github.com/pgfork/pgfork/internal/pgtest"
 	"github.com/pgfork/pgfork/internal/statedir"
 	"github.com/pgfork/pgfork/internal/testenv"
 	"github.com/pgfork/pgfork/pgbin"
 	"github.com/pgfork/pgfork/pool"
+	"github.com/pgfork/pgfork/pool/clusterstore"
 	"github.com/pgfork/pgfork/server"
 )
 
 type clusterEnv struct {
 	env
-	store *server.ClusterStore
+	store *clusterstore.Store
 	pids  map[int]bool // every server pid seen
 }
 
@@ -34,18 +36,15 @@ func newClusterEnv(t *testing.T, dir string, init, max int) *clusterEnv {
 	if err != nil {
 		t.Fatal(err)
 	}
-	u, err := instance.ResolveUser("")
-	if err != nil {
-		t.Fatal(err)
-	}
-	st, err := server.NewClusterStore(server.ClusterOptions{Dir: filepath.Join(dir, "serve-clusters"),
+	u := pgtest.User(t)
+	st, err := clusterstore.New(clusterstore.Options{Dir: filepath.Join(dir, "serve-clusters"),
 		Layout: statedir.Layout{Root: filepath.Join(dir, "state")}, PG: pg, User: u})
 	if err != nil {
 		t.Fatal(err)
 	}
 	reg := prometheus.NewRegistry()
 	metrics := server.NewMetrics(reg)
-	mgr, err := pool.NewStoreManager(pool.ManagerConfig{Prefix: "pfc", Owner: st.Role(), Initial: init, Max: max,
+	mgr, err := pool.NewManager(pool.ManagerConfig{Prefix: "pfc", Owner: st.Role(), Initial: init, Max: max,
 		Parallel: 2, GetTimeout: 60 * time.Second, FinalizeTimeout: 30 * time.Second, Observer: metrics}, st)
 	if err != nil {
 		t.Fatal(err)

@@ -1,6 +1,8 @@
 // Package server serves pgfork's pools over HTTP, speaking IntegreSQL's v1
 // API (so IntegreSQL's own clients work unchanged) plus health, Prometheus
-// metrics and an OpenAPI document.
+// metrics and an OpenAPI document. It is HTTP only (routes, status codes,
+// auth, metrics): it serves a pool.Manager its caller opened over a backend
+// (package serve picks one per mode) and imports no storage code.
 package server
 
 import (
@@ -34,7 +36,7 @@ func OpenAPI() []byte { return openAPI }
 // Config shapes a Server.
 type Config struct {
 	Manager *pool.Manager
-	Conn    ConnInfo // host/port/user/password handed to clients
+	Conn    pool.ConnInfo // host/port/user/password handed to clients
 	// Token, when set, must come on every request except /healthz, either
 	// as "Authorization: Bearer <token>" or as the first segment of the path
 	// ("/<token>/api/v1/…", which every IntegreSQL client can be given as

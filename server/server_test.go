@@ -25,12 +25,14 @@ import (
 	"github.com/pgfork/pgfork/instance"
 	"github.com/pgfork/pgfork/internal/testenv"
 	"github.com/pgfork/pgfork/pool"
+	"github.com/pgfork/pgfork/pool/dbstore"
 	"github.com/pgfork/pgfork/server"
+	"github.com/pgfork/pgfork/server/managed"
 )
 
 type env struct {
 	dir     string
-	managed *server.Managed
+	managed *managed.Server
 	mgr     *pool.Manager
 	srv     *httptest.Server
 	token   string
@@ -44,13 +46,13 @@ type opts struct {
 	finalizeTimeout time.Duration
 }
 
-func startManaged(t *testing.T, dir string) *server.Managed {
+func startManaged(t *testing.T, dir string) *managed.Server {
 	t.Helper()
 	u, err := instance.ResolveUser("")
 	if err != nil {
 		t.Fatal(err)
 	}
-	m, err := server.StartManaged(context.Background(), server.ManagedOptions{
+	m, err := managed.Start(context.Background(), managed.Options{
 		BinDir: testenv.PGBinDirs(t)[0], Dir: dir, User: u})
 	if err != nil {
 		t.Fatal(err)
@@ -62,12 +64,12 @@ func startManaged(t *testing.T, dir string) *server.Managed {
 func (e *env) startServer(t *testing.T, o opts) {
 	t.Helper()
 	ctx := context.Background()
-	admin, err := server.OpenAdmin(ctx, e.managed.AdminURL, 20)
+	admin, err := dbstore.OpenAdmin(ctx, e.managed.AdminURL, 20)
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(admin.Close)
-	cr := &pool.SQLCreator{Admin: admin}
+	cr := &dbstore.SQLCreator{Admin: admin}
 	if err := cr.Probe(ctx); err != nil {
 		t.Fatal(err)
 	}
@@ -81,7 +83,7 @@ func (e *env) startServer(t *testing.T, o opts) {
 	metrics := server.NewMetrics(reg)
 	mgr, err := pool.NewManager(pool.ManagerConfig{Prefix: "pft", Owner: e.managed.Conn.Username,
 		Initial: o.init, Max: o.max, Parallel: 2, MaxDatabases: o.maxDatabases, GetTimeout: o.getTimeout, FinalizeTimeout: o.finalizeTimeout,
-		Observer: metrics}, admin, cr)
+		Observer: metrics}, dbstore.New(admin, cr))
 	if err != nil {
 		t.Fatal(err)
 	}

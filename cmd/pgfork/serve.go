@@ -9,22 +9,23 @@ import (
 	"net/url"
 	"os"
 	"os/signal"
-	"path/filepath"
 	"runtime"
 	"strconv"
 	"strings"
 	"syscall"
 	"time"
 
-	"github.com/jackc/pgx/v5"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/spf13/cobra"
 
-	"github.com/pgfork/pgfork/clone"
 	"github.com/pgfork/pgfork/instance"
 	"github.com/pgfork/pgfork/internal/errs"
+	"github.com/pgfork/pgfork/pgbin"
 	"github.com/pgfork/pgfork/pool"
+	"github.com/pgfork/pgfork/pool/dbstore"
+	"github.com/pgfork/pgfork/serve"
 	"github.com/pgfork/pgfork/server"
+	"github.com/pgfork/pgfork/server/managed"
 )
 
 type serveOpts struct {
@@ -284,7 +285,7 @@ func runServe(ctx context.Context, o *serveOpts) error {
 	if o.canClone && o.pgURL == "" {
 		return errs.New(errs.Usage, "--can-clone is for --pg-url").WithHint("the managed server probes its own filesystem")
 	}
-	if !pool.ValidStrategy(o.strategy) {
+	if !dbstore.ValidStrategy(o.strategy) {
 		return errs.New(errs.Usage, "bad --strategy %q", o.strategy).WithHint("use auto, default, wal_log, file_copy or clone")
 	}
 	if err := o.validate(); err != nil {
@@ -298,14 +299,6 @@ func runServe(ctx context.Context, o *serveOpts) error {
 	}
 	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: level}))
 
-	var (
-		adminURL string
-		conn     server.ConnInfo
-		managed  *server.Managed
-		canClone bool
-		mgr      *pool.Manager
-		err      error
-	)
 	reg := prometheus.NewRegistry()
 	metrics := server.NewMetrics(reg)
 	mcfg := pool.ManagerConfig{
@@ -313,82 +306,20 @@ func runServe(ctx context.Context, o *serveOpts) error {
 		MaxDatabases: o.maxDatabases, MinLifetime: o.minLifetime, IdleTimeout: o.poolIdle, FinalizeTimeout: o.finalizeTimeout,
 		GetTimeout: o.getTimeout, RootTemplate: o.rootTmpl, Observer: metrics,
 	}
-	if o.isolation == "cluster" {
-		store, err := clusterStore(ctx, o)
-		if err != nil {
-			return err
-		}
-		conn = store.Conn()
-		mcfg.Owner = store.Role()
-		if mgr, err = pool.NewStoreManager(mcfg, store); err != nil {
-			return err
-		}
-	} else if o.pgURL == "" {
-		if o.testUser == server.BootstrapRole && !o.testUserSet {
-			// IntegreSQL's usual INTEGRESQL_TEST_PGUSER=postgres: the managed
-			// cluster's own superuser, which pgfork never hands out or alters.
-			log.Warn("INTEGRESQL_TEST_PGUSER names the managed cluster's bootstrap superuser; handing out the managed superuser role instead",
-				"role", server.DefaultRole)
-			o.testUser, o.testPassword = "", ""
-		}
-		why := "no --pg-url, PGFORK_PG_URL, INTEGRESQL_PG* or PG* variable names a server"
-		if o.managed {
-			why = "--managed"
-		}
-		log.Info("running a managed PostgreSQL server", "because", why)
-		m, cc, err := startManagedPG(ctx, o)
-		if err != nil {
-			return err
-		}
-		managed, canClone = m, cc
-		defer func() {
-			sctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-			defer cancel()
-			if err := managed.Stop(sctx); err != nil {
-				log.Error("stopping PostgreSQL", "err", err)
-			} else {
-				infof("PostgreSQL stopped")
-			}
-		}()
-		adminURL, conn = m.AdminURL, m.Conn
-	} else {
-		pc, err := pgx.ParseConfig(o.pgURL)
-		if err != nil {
-			return errs.Wrap(errs.Usage, err, "bad PostgreSQL URL").WithHint("use postgres://user:password@host:port/postgres (--pg-url, PGFORK_PG_URL) or check INTEGRESQL_PG*/PG*")
-		}
-		adminURL = o.pgURL
-		conn = server.ConnInfo{Host: pc.Host, Port: int(pc.Port), Username: pc.User, Password: pc.Password}
-		if o.testUser != "" {
-			conn.Username, conn.Password = o.testUser, o.testPassword
-		}
-		if len(o.pgEnv) > 0 {
-			log.Info("using an external PostgreSQL server, as IntegreSQL would", "host", conn.Host, "port", conn.Port,
-				"user", pc.User, "because", strings.Join(o.pgEnv, ", ")+" set (pass --managed to run pgfork's own instead)")
-		} else {
-			log.Info("using the external PostgreSQL server of --pg-url/PGFORK_PG_URL", "host", conn.Host, "port", conn.Port, "user", pc.User)
-		}
-		// pgfork cannot see an external server's filesystem: the user says.
-		canClone = o.canClone
-	}
-	owner := conn.Username
-	if mgr == nil {
-		admin, err := server.OpenAdmin(ctx, adminURL, int32(2*o.parallel+8))
-		if err != nil {
-			return err
-		}
-		defer admin.Close()
-		creator := &pool.SQLCreator{Admin: admin, Strategy: o.strategy, CanClone: canClone}
-		if err := creator.Probe(ctx); err != nil {
-			return err
-		}
-		mcfg.Owner = owner
-		if mgr, err = pool.NewManager(mcfg, admin, creator); err != nil {
-			return err
-		}
-	}
-	if err := mgr.Open(ctx); err != nil {
+	b, err := openBackend(ctx, o, log, mcfg)
+	if err != nil {
 		return err
 	}
+	// Every exit path from here drops the test copies and stops what the
+	// backend runs (after the HTTP server's shutdown below).
+	defer func() {
+		sctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		if err := b.Close(sctx); err != nil {
+			log.Warn("shutting down the backend", "err", err)
+		}
+	}()
+	mgr, conn, owner := b.Manager, b.Conn, b.Owner
 	srv := server.New(server.Config{Manager: mgr, Conn: conn, Token: o.token, AllowFrom: o.allowNets, Logger: log, Registry: reg, Metrics: metrics})
 	hopts := server.HTTPOptions{LongestWait: o.finalizeTimeout + o.getTimeout, MaxConns: o.maxConns}
 	hs := server.NewHTTPServer(srv, hopts)
@@ -435,10 +366,62 @@ func runServe(ctx context.Context, o *serveOpts) error {
 	sctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	_ = hs.Shutdown(sctx)
-	if err := mgr.Close(sctx); err != nil {
-		log.Warn("dropping test databases", "err", err)
-	}
 	return nil
+}
+
+// openBackend picks the mode of the options and opens its backend: a
+// cluster per test (--isolation cluster), the managed PostgreSQL (no
+// server named), or the external server named by --pg-url or the
+// environment.
+func openBackend(ctx context.Context, o *serveOpts, log *slog.Logger, mcfg pool.ManagerConfig) (*serve.Backend, error) {
+	lay := layout()
+	onInfo := func(msg string) { infof("%s", msg) }
+	db := serve.DBOptions{Strategy: o.strategy, MaxConns: int32(2*o.parallel + 8)}
+	switch {
+	case o.isolation == "cluster":
+		pg, user, err := pgAndUser()
+		if err != nil {
+			return nil, err
+		}
+		return serve.NewClusterIsolation(ctx, serve.ClusterOptions{Manager: mcfg, Layout: lay, PG: pg, User: user,
+			Role: o.testUser, Password: o.testPassword, OnInfo: onInfo})
+	case o.pgURL == "":
+		if o.testUser == managed.BootstrapRole && !o.testUserSet {
+			// IntegreSQL's usual INTEGRESQL_TEST_PGUSER=postgres: the managed
+			// cluster's own superuser, which pgfork never hands out or alters.
+			log.Warn("INTEGRESQL_TEST_PGUSER names the managed cluster's bootstrap superuser; handing out the managed superuser role instead",
+				"role", managed.DefaultRole)
+			o.testUser, o.testPassword = "", ""
+		}
+		why := "no --pg-url, PGFORK_PG_URL, INTEGRESQL_PG* or PG* variable names a server"
+		if o.managed {
+			why = "--managed"
+		}
+		log.Info("running a managed PostgreSQL server", "because", why)
+		pg, user, err := pgAndUser()
+		if err != nil {
+			return nil, err
+		}
+		return serve.NewManaged(ctx, serve.ManagedOptions{Manager: mcfg, DB: db, Layout: lay, PG: pg, User: user,
+			Role: o.testUser, Password: o.testPassword, LeastPrivilege: o.leastPrivilege, OnInfo: onInfo})
+	default:
+		conn, err := serve.ParseConn(o.pgURL)
+		if err != nil {
+			return nil, err
+		}
+		admin := conn.Username
+		if o.testUser != "" {
+			conn.Username, conn.Password = o.testUser, o.testPassword
+		}
+		if len(o.pgEnv) > 0 {
+			log.Info("using an external PostgreSQL server, as IntegreSQL would", "host", conn.Host, "port", conn.Port,
+				"user", admin, "because", strings.Join(o.pgEnv, ", ")+" set (pass --managed to run pgfork's own instead)")
+		} else {
+			log.Info("using the external PostgreSQL server of --pg-url/PGFORK_PG_URL", "host", conn.Host, "port", conn.Port, "user", admin)
+		}
+		// pgfork cannot see an external server's filesystem: the user says.
+		return serve.NewExternal(ctx, serve.ExternalOptions{Manager: mcfg, DB: db, AdminURL: o.pgURL, Conn: conn, CanClone: o.canClone})
+	}
 }
 
 // serve limits: large enough for any real suite, small enough that a typo
@@ -533,58 +516,13 @@ func parseCIDRs(list string) ([]*net.IPNet, error) {
 	return nets, nil
 }
 
-// clusterStore prepares cluster isolation: clusters under
-// <state>/serve-clusters, the empty base cluster from the template cache.
-func clusterStore(ctx context.Context, o *serveOpts) (*server.ClusterStore, error) {
-	lay := layout()
-	if err := lay.Ensure(); err != nil {
-		return nil, errs.FromOS(err, lay.Root, "cannot create the state directory")
-	}
+// pgAndUser finds the PostgreSQL build of the flags and the OS user it
+// runs as (--run-as).
+func pgAndUser() (pgbin.Installation, *instance.OSUser, error) {
 	pg, err := findPG()
 	if err != nil {
-		return nil, err
+		return pg, nil, err
 	}
 	user, err := instance.ResolveUser(g.runAs)
-	if err != nil {
-		return nil, err
-	}
-	dir := filepath.Join(lay.Root, "serve-clusters")
-	infof("a cluster per test: %s, clusters in %s", pg, dir)
-	return server.NewClusterStore(server.ClusterOptions{Dir: dir, Layout: lay, PG: pg, User: user,
-		Role: o.testUser, Password: o.testPassword})
-}
-
-// startManagedPG starts (creating on first use) the server's own PostgreSQL
-// under <state>/serve, on PostgreSQL 18 with file_copy_method=clone when
-// that is the newest found and the state directory reflinks.
-func startManagedPG(ctx context.Context, o *serveOpts) (*server.Managed, bool, error) {
-	lay := layout()
-	if err := lay.Ensure(); err != nil {
-		return nil, false, errs.FromOS(err, lay.Root, "cannot create the state directory")
-	}
-	inst, err := findPG()
-	if err != nil {
-		return nil, false, err
-	}
-	user, err := instance.ResolveUser(g.runAs)
-	if err != nil {
-		return nil, false, err
-	}
-	dir := filepath.Join(lay.Root, "serve")
-	if err := os.MkdirAll(dir, 0o755); err != nil {
-		return nil, false, errs.Wrap(errs.OSKind(err), err, "cannot create %s", dir)
-	}
-	useClone := false
-	if inst.Major >= 18 {
-		if pr, err := clone.Probe(ctx, dir, dir); err == nil && pr.SharesBlocks {
-			useClone = true
-		}
-	}
-	infof("starting %s%s", inst, map[bool]string{true: " with file_copy_method=clone", false: ""}[useClone])
-	m, err := server.StartManaged(ctx, server.ManagedOptions{BinDir: inst.BinDir, Env: inst.Env(), Dir: dir, User: user,
-		Clone: useClone, Role: o.testUser, Password: o.testPassword, LeastPrivilege: o.leastPrivilege})
-	if err != nil {
-		return nil, false, err
-	}
-	return m, useClone, nil
+	return pg, user, err
 }

@@ -18,7 +18,7 @@ import (
 
 	"github.com/pgfork/pgfork/instance"
 	"github.com/pgfork/pgfork/internal/testenv"
-	"github.com/pgfork/pgfork/server"
+	"github.com/pgfork/pgfork/server/managed"
 )
 
 // serveProc is a running `pgfork serve` started by a test.
@@ -281,7 +281,7 @@ func TestServeExternalFromPGEnv(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ext, err := server.StartManaged(context.Background(), server.ManagedOptions{BinDir: pgBin, Dir: filepath.Join(testenv.Dir(t), "ext"), User: u})
+	ext, err := managed.Start(context.Background(), managed.Options{BinDir: pgBin, Dir: filepath.Join(testenv.Dir(t), "ext"), User: u})
 	if err != nil {
 		t.Fatal(err)
 	}

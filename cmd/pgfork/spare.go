@@ -11,8 +11,8 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/pgfork/pgfork/instance"
-	"github.com/pgfork/pgfork/internal/statedir"
 	"github.com/pgfork/pgfork/template"
+	"github.com/pgfork/pgfork/up"
 )
 
 // envSpares sets the default of up's --spares.
@@ -22,10 +22,13 @@ const envSpares = "PGFORK_SPARES"
 // sparesFromEnv, replaces it when the flag is not given).
 const defaultSpares = 1
 
-// spawnRefill starts `pgfork template refill KEY` as a detached process (its
-// own session, stdio on /dev/null) and does not wait for it: up returns
-// while the spare is being made.
-func spawnRefill(lay statedir.Layout, key string, n int, user *instance.OSUser) error {
+// spawnRefill is up.Options.Refill: it starts `pgfork template refill KEY`
+// as a detached process (its own session, stdio on /dev/null) and does not
+// wait for it: up returns while the spare is being made. The request
+// crosses the process boundary as the hidden command's flags, which
+// newTemplateRefillCmd parses and checks back into template.RefillOptions.
+func spawnRefill(r up.Refill) error {
+	lay, key, n, user := r.Layout, r.Key, r.Spares, r.User
 	self, err := os.Executable()
 	if err != nil {
 		return err

@@ -17,6 +17,7 @@ import (
 	"github.com/pgfork/pgfork/internal/flock"
 	"github.com/pgfork/pgfork/internal/testenv"
 	"github.com/pgfork/pgfork/template"
+	"github.com/pgfork/pgfork/up"
 )
 
 // fileCount counts the entries under dir.
@@ -88,7 +89,7 @@ func TestUpSpares(t *testing.T) {
 		t.Errorf("the spare after the claim has the claimed one's name %s", again)
 	}
 	// Correct and independent.
-	for _, c := range []upResult{first, second} {
+	for _, c := range []up.Result{first, second} {
 		if got := queryOne(t, c.URL, "select string_agg(who, ',' order by id) from t"); got != "setup" {
 			t.Errorf("cluster %s: rows %q, want setup", c.Name, got)
 		}
@@ -118,7 +119,7 @@ func TestUpSpares(t *testing.T) {
 	}
 	const n = 8
 	var wg sync.WaitGroup
-	res := make([]upResult, n)
+	res := make([]up.Result, n)
 	fails := make([]string, n)
 	for i := range n {
 		wg.Add(1)

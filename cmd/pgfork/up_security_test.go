@@ -14,6 +14,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/pgfork/pgfork/internal/testenv"
+	"github.com/pgfork/pgfork/up"
 )
 
 // TestUpTCPNeedsPassword: a cluster of `pgfork up --tcp` does not trust TCP
@@ -156,7 +157,7 @@ func TestTemplateSetupTCPNeedsPassword(t *testing.T) {
 	if r.code != 0 {
 		t.Fatalf("up with a setup command: exit %d\n%s", r.code, r.stderr)
 	}
-	var res upResult
+	var res up.Result
 	if err := json.Unmarshal([]byte(r.stdout), &res); err != nil {
 		t.Fatal(err)
 	}

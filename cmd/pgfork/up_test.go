@@ -21,6 +21,7 @@ import (
 	"github.com/pgfork/pgfork/internal/flock"
 	"github.com/pgfork/pgfork/internal/testenv"
 	"github.com/pgfork/pgfork/template"
+	"github.com/pgfork/pgfork/up"
 )
 
 // upBinary builds pgfork once per test into a directory every user can run it from.
@@ -110,13 +111,13 @@ func (p *pgfk) run(args ...string) cliResult {
 	return cliResult{code, o.String(), e.String()}
 }
 
-func (p *pgfk) up(args ...string) upResult {
+func (p *pgfk) up(args ...string) up.Result {
 	p.t.Helper()
 	r := p.run(append([]string{"up", "--json"}, args...)...)
 	if r.code != 0 {
 		p.t.Fatalf("pgfork up %v: exit %d\n%s", args, r.code, r.stderr)
 	}
-	var res upResult
+	var res up.Result
 	if err := json.Unmarshal([]byte(r.stdout), &res); err != nil {
 		p.t.Fatalf("pgfork up --json: %v\n%s", err, r.stdout)
 	}
@@ -210,7 +211,7 @@ func TestUpConcurrentBuildsTemplateOnce(t *testing.T) {
 
 			const n = 8
 			var wg sync.WaitGroup
-			results := make([]upResult, n)
+			results := make([]up.Result, n)
 			fails := make([]string, n)
 			for i := range n {
 				wg.Add(1)
@@ -361,7 +362,7 @@ func TestUpWhileTemplateRemoved(t *testing.T) {
 					errc <- fmt.Sprintf("up during template rm: exit %d: %s", r.code, r.stderr)
 					return
 				}
-				var res upResult
+				var res up.Result
 				if err := json.Unmarshal([]byte(r.stdout), &res); err != nil {
 					errc <- err.Error()
 					return
@@ -499,7 +500,7 @@ func TestReaper(t *testing.T) {
 			t.Errorf("reaper did not report %q:\n%s", w, r.stderr)
 		}
 	}
-	for _, c := range []upResult{ttl, orphan} {
+	for _, c := range []up.Result{ttl, orphan} {
 		waitGone(t, c.Pid)
 	}
 	if _, err := os.Stat(crash.DataDir); !os.IsNotExist(err) {
@@ -544,7 +545,7 @@ func TestUpXFS(t *testing.T) {
 			if a.Method["clone"] == 0 || b.Method["copy"]+b.Method["copy-file-range"] != 0 {
 				t.Errorf("on XFS the copy should be reflinks: %v", b.Method)
 			}
-			for _, c := range []upResult{a, b} {
+			for _, c := range []up.Result{a, b} {
 				if got := queryOne(t, c.URL, "select current_setting('server_version_num')"); got == "" {
 					t.Error("no version")
 				}

@@ -9,11 +9,12 @@ import (
 // layers mirrors the table in docs/ARCHITECTURE.md.
 var layers = map[string]int{
 	"internal/errs": -1, "internal/units": -1, "internal/statedir": -1, "internal/flock": -1, "internal/testenv": -1, "internal/proc": -1, "internal/fsutil": -1, "internal/pgtest": 2,
-	"clone":   0,
+	"clone": 0, "internal/secret": 0,
 	"dbclone": 1, "pgdata": 1, "instance": 1, "pgbin": 1,
 	"pool": 2, "pgclone": 2, "template": 2, "cluster": 2, "pgbackup": 2,
-	"server": 3, "upgrade": 3, "restore": 3,
-	"cmd/pgfork": 4, "bench": 4, "internal/archtest": 4,
+	"pool/dbstore": 3, "pool/clusterstore": 3, "pool/storetest": 3, "server": 3, "server/managed": 3, "upgrade": 3, "up": 3, "restore": 3,
+	"serve":      4,
+	"cmd/pgfork": 5, "bench": 5, "internal/archtest": 5,
 }
 
 func TestImportsPointDown(t *testing.T) {
@@ -35,8 +36,36 @@ func TestImportsPointDown(t *testing.T) {
 				continue
 			}
 			dep := strings.TrimPrefix(imp, mod)
-			if ld, ok := layers[dep]; ok && ld >= lp && !(lp == 4 && ld == 4) {
+			if ld, ok := layers[dep]; ok && ld >= lp && !(lp == 5 && ld == 5) {
 				t.Errorf("%s (layer %d) imports %s (layer %d): dependencies must point to lower layers", pkg, lp, dep, ld)
+			}
+		}
+	}
+}
+
+// forbidden lists what a package must not import, directly or not: pool is
+// the state machine and its interfaces (the backends hold the SQL), server
+// is HTTP only (storage is the backends' and the caller's).
+var forbidden = map[string][]string{
+	"pool": {"github.com/jackc/pgx/v5", "dbclone", "instance"},
+	"server": {"github.com/jackc/pgx/v5", "dbclone", "instance", "clone", "cluster", "template", "pgdata", "pgbin",
+		"pool/dbstore", "pool/clusterstore", "server/managed"},
+}
+
+func TestConcernsStayHome(t *testing.T) {
+	const mod = "github.com/pgfork/pgfork/"
+	for pkg, bad := range forbidden {
+		out, err := exec.Command("go", "list", "-f", `{{join .Deps "\n"}}`, mod+pkg).Output()
+		if err != nil {
+			t.Fatalf("go list %s: %v", pkg, err)
+		}
+		deps := map[string]bool{}
+		for _, d := range strings.Fields(string(out)) {
+			deps[strings.TrimPrefix(d, mod)] = true
+		}
+		for _, b := range bad {
+			if deps[b] {
+				t.Errorf("%s depends on %s; it must not (see docs/ARCHITECTURE.md)", pkg, b)
 			}
 		}
 	}

@@ -1,4 +1,7 @@
-package server
+// Package clusterstore is the pool.Store of cluster isolation (`pgfork
+// serve --isolation cluster`): a cluster of its own per template and a
+// copy of it, started on its own port, per test.
+package clusterstore
 
 import (
 	"context"
@@ -21,6 +24,7 @@ import (
 	"github.com/pgfork/pgfork/instance"
 	"github.com/pgfork/pgfork/internal/errs"
 	"github.com/pgfork/pgfork/internal/fsutil"
+	"github.com/pgfork/pgfork/internal/secret"
 	"github.com/pgfork/pgfork/internal/statedir"
 	"github.com/pgfork/pgfork/pgbin"
 	"github.com/pgfork/pgfork/pgdata"
@@ -28,8 +32,8 @@ import (
 	"github.com/pgfork/pgfork/template"
 )
 
-// ClusterOptions shape a ClusterStore.
-type ClusterOptions struct {
+// Options shape a Store.
+type Options struct {
 	// Dir holds templates/<name>/data, tests/<name>/data, state.json and
 	// the client role's password; a reflink filesystem makes copies cheap.
 	Dir string
@@ -46,7 +50,7 @@ type ClusterOptions struct {
 	Settings map[string]string
 }
 
-// ClusterStore is the pool.Store of cluster isolation: every template is a
+// Store is the pool.Store of cluster isolation: every template is a
 // database in a cluster of its own, running while the client migrates it
 // and shut down cleanly on finalize; every test copy is a clone.Copy of
 // that stopped data directory (reflink where the filesystem can) started
@@ -54,8 +58,8 @@ type ClusterOptions struct {
 // superuser role, to change settings or do what a database per test cannot.
 // Dropping a test copy stops its server (immediately: its sessions end)
 // and removes its files.
-type ClusterStore struct {
-	o ClusterOptions
+type Store struct {
+	o Options
 
 	mu      sync.Mutex
 	running map[string]*instance.Instance // template and test clusters by name
@@ -63,8 +67,8 @@ type ClusterStore struct {
 	stateMu sync.Mutex
 }
 
-// NewClusterStore prepares dir and the client role's password.
-func NewClusterStore(o ClusterOptions) (*ClusterStore, error) {
+// New prepares dir and the client role's password.
+func New(o Options) (*Store, error) {
 	if o.Role == "" {
 		o.Role = "pgfork"
 	}
@@ -74,30 +78,30 @@ func NewClusterStore(o ClusterOptions) (*ClusterStore, error) {
 		}
 	}
 	if o.Password == "" {
-		pw, err := password(filepath.Join(o.Dir, "password"))
+		pw, err := secret.Password(filepath.Join(o.Dir, "password"))
 		if err != nil {
 			return nil, err
 		}
 		o.Password = pw
 	}
-	return &ClusterStore{o: o, running: map[string]*instance.Instance{}, source: map[string]string{}}, nil
+	return &Store{o: o, running: map[string]*instance.Instance{}, source: map[string]string{}}, nil
 }
 
 // Conn is the connection info clients get (the port is each cluster's own).
-func (s *ClusterStore) Conn() ConnInfo {
-	return ConnInfo{Host: "127.0.0.1", Username: s.o.Role, Password: s.o.Password}
+func (s *Store) Conn() pool.ConnInfo {
+	return pool.ConnInfo{Host: "127.0.0.1", Username: s.o.Role, Password: s.o.Password}
 }
 
 // Role is the superuser role handed to clients.
-func (s *ClusterStore) Role() string { return s.o.Role }
+func (s *Store) Role() string { return s.o.Role }
 
-func (s *ClusterStore) templateData(name string) string {
+func (s *Store) templateData(name string) string {
 	return filepath.Join(s.o.Dir, "templates", name, "data")
 }
 
-func (s *ClusterStore) testDir(name string) string { return filepath.Join(s.o.Dir, "tests", name) }
+func (s *Store) testDir(name string) string { return filepath.Join(s.o.Dir, "tests", name) }
 
-func (s *ClusterStore) copyOptions() clone.Options {
+func (s *Store) copyOptions() clone.Options {
 	o := clone.Options{Sync: clone.SyncNone, Filter: pgdata.Filter}
 	if s.o.User != nil {
 		o.Owner = s.o.User.Owner()
@@ -105,7 +109,7 @@ func (s *ClusterStore) copyOptions() clone.Options {
 	return o
 }
 
-func (s *ClusterStore) start(ctx context.Context, data string) (*instance.Instance, error) {
+func (s *Store) start(ctx context.Context, data string) (*instance.Instance, error) {
 	settings := map[string]string{"max_connections": "100", "password_encryption": "scram-sha-256", "shared_buffers": "32MB"}
 	for k, v := range s.o.Settings {
 		settings[k] = v
@@ -127,7 +131,7 @@ func stopDir(data string) {
 // CreateTemplate copies the empty base cluster, lets the client role in
 // over TCP with its password only, starts it and creates database name in
 // it, owned by the role (a superuser of that cluster).
-func (s *ClusterStore) CreateTemplate(ctx context.Context, name, owner, root string) error {
+func (s *Store) CreateTemplate(ctx context.Context, name, owner, root string) error {
 	if err := cluster.ValidateName(name); err != nil {
 		return err
 	}
@@ -168,7 +172,7 @@ func (s *ClusterStore) CreateTemplate(ctx context.Context, name, owner, root str
 	return nil
 }
 
-func (s *ClusterStore) setupTemplate(ctx context.Context, inst *instance.Instance, name, owner, root string) error {
+func (s *Store) setupTemplate(ctx context.Context, inst *instance.Instance, name, owner, root string) error {
 	// The superuser connects over the private socket (trust); TCP needs passwords.
 	q := url.Values{"host": {inst.SocketDir}, "port": {strconv.Itoa(inst.Port)}, "user": {"postgres"}}
 	c, err := pgx.Connect(ctx, "postgres:///postgres?"+q.Encode())
@@ -191,7 +195,7 @@ func (s *ClusterStore) setupTemplate(ctx context.Context, inst *instance.Instanc
 
 // FinalizeTemplate shuts the template cluster down cleanly: its data
 // directory becomes the source of the test clusters.
-func (s *ClusterStore) FinalizeTemplate(ctx context.Context, name string) error {
+func (s *Store) FinalizeTemplate(ctx context.Context, name string) error {
 	s.mu.Lock()
 	inst := s.running[name]
 	delete(s.running, name)
@@ -210,7 +214,7 @@ func (s *ClusterStore) FinalizeTemplate(ctx context.Context, name string) error 
 }
 
 // DropTemplate stops the template's cluster, if it runs, and removes it.
-func (s *ClusterStore) DropTemplate(_ context.Context, name string) error {
+func (s *Store) DropTemplate(_ context.Context, name string) error {
 	if err := cluster.ValidateName(name); err != nil {
 		return err
 	}
@@ -223,7 +227,7 @@ func (s *ClusterStore) DropTemplate(_ context.Context, name string) error {
 	return nil
 }
 
-func (s *ClusterStore) stopRunning(name string) {
+func (s *Store) stopRunning(name string) {
 	s.mu.Lock()
 	inst := s.running[name]
 	delete(s.running, name)
@@ -237,7 +241,7 @@ func (s *ClusterStore) stopRunning(name string) {
 }
 
 // TemplateExists reports whether template name's cluster exists.
-func (s *ClusterStore) TemplateExists(_ context.Context, name string) (bool, error) {
+func (s *Store) TemplateExists(_ context.Context, name string) (bool, error) {
 	if cluster.ValidateName(name) != nil {
 		return false, nil
 	}
@@ -247,7 +251,7 @@ func (s *ClusterStore) TemplateExists(_ context.Context, name string) (bool, err
 
 // Create copies the (stopped) cluster of template and starts it as test
 // cluster name.
-func (s *ClusterStore) Create(ctx context.Context, name, tmpl, _ string) (string, error) {
+func (s *Store) Create(ctx context.Context, name, tmpl, _ string) (string, error) {
 	if err := cluster.ValidateName(name); err != nil {
 		return "", err
 	}
@@ -276,7 +280,7 @@ func (s *ClusterStore) Create(ctx context.Context, name, tmpl, _ string) (string
 
 // Drop stops test cluster name (immediately: its sessions end) and removes
 // it.
-func (s *ClusterStore) Drop(_ context.Context, name string) error {
+func (s *Store) Drop(_ context.Context, name string) error {
 	if err := cluster.ValidateName(name); err != nil {
 		return err
 	}
@@ -291,7 +295,7 @@ func (s *ClusterStore) Drop(_ context.Context, name string) error {
 
 // Endpoint is the TCP address of cluster name and the database clients
 // use in it (the template's).
-func (s *ClusterStore) Endpoint(name string) pool.Endpoint {
+func (s *Store) Endpoint(name string) pool.Endpoint {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	db := name
@@ -305,14 +309,14 @@ func (s *ClusterStore) Endpoint(name string) pool.Endpoint {
 }
 
 // Ping checks that the store's directory is there.
-func (s *ClusterStore) Ping(context.Context) error {
+func (s *Store) Ping(context.Context) error {
 	_, err := os.Stat(s.o.Dir)
 	return err
 }
 
 // Close stops every cluster still running (templates being initialized,
 // test clusters the pools did not drop).
-func (s *ClusterStore) Close(ctx context.Context) error {
+func (s *Store) Close(ctx context.Context) error {
 	s.mu.Lock()
 	list := s.running
 	s.running = map[string]*instance.Instance{}
@@ -329,7 +333,7 @@ func (s *ClusterStore) Close(ctx context.Context) error {
 
 // Running returns the pids of the clusters the store runs (for tests and
 // diagnostics).
-func (s *ClusterStore) Running() map[string]int {
+func (s *Store) Running() map[string]int {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	out := map[string]int{}
@@ -344,9 +348,9 @@ type clusterState struct {
 	Templates map[string]map[string]pool.Record `json:"templates"` // prefix → hash → record
 }
 
-func (s *ClusterStore) statePath() string { return filepath.Join(s.o.Dir, "state.json") }
+func (s *Store) statePath() string { return filepath.Join(s.o.Dir, "state.json") }
 
-func (s *ClusterStore) readState() clusterState {
+func (s *Store) readState() clusterState {
 	st := clusterState{Epochs: map[string]int{}, Templates: map[string]map[string]pool.Record{}}
 	if b, err := os.ReadFile(s.statePath()); err == nil {
 		_ = json.Unmarshal(b, &st)
@@ -360,7 +364,7 @@ func (s *ClusterStore) readState() clusterState {
 	return st
 }
 
-func (s *ClusterStore) writeState(st clusterState) error {
+func (s *Store) writeState(st clusterState) error {
 	b, _ := json.MarshalIndent(st, "", "  ")
 	if err := fsutil.WriteFileAtomic(s.statePath(), b, 0o644); err != nil {
 		return errs.FromOS(err, s.statePath(), "cannot save template state")
@@ -371,7 +375,7 @@ func (s *ClusterStore) writeState(st clusterState) error {
 // Recover stops and removes test clusters a previous run left (running or
 // not), stops template clusters left running (they were being initialized
 // and are dropped by the Manager), and returns the recorded templates.
-func (s *ClusterStore) Recover(_ context.Context, prefix, testPrefix string, persist bool) ([]pool.Record, int, error) {
+func (s *Store) Recover(_ context.Context, prefix, testPrefix string, persist bool) ([]pool.Record, int, error) {
 	ents, err := os.ReadDir(filepath.Join(s.o.Dir, "tests"))
 	if err != nil && !errors.Is(err, fs.ErrNotExist) {
 		return nil, 0, errs.Wrap(errs.OSKind(err), err, "cannot read %s", filepath.Join(s.o.Dir, "tests"))
@@ -405,7 +409,7 @@ func (s *ClusterStore) Recover(_ context.Context, prefix, testPrefix string, per
 }
 
 // Save records a template's state in state.json.
-func (s *ClusterStore) Save(_ context.Context, prefix string, r pool.Record) error {
+func (s *Store) Save(_ context.Context, prefix string, r pool.Record) error {
 	s.stateMu.Lock()
 	defer s.stateMu.Unlock()
 	st := s.readState()
@@ -417,7 +421,7 @@ func (s *ClusterStore) Save(_ context.Context, prefix string, r pool.Record) err
 }
 
 // Forget removes a template's record from state.json.
-func (s *ClusterStore) Forget(_ context.Context, prefix, hash string) error {
+func (s *Store) Forget(_ context.Context, prefix, hash string) error {
 	s.stateMu.Lock()
 	defer s.stateMu.Unlock()
 	st := s.readState()
@@ -425,4 +429,4 @@ func (s *ClusterStore) Forget(_ context.Context, prefix, hash string) error {
 	return s.writeState(st)
 }
 
-var _ pool.Store = (*ClusterStore)(nil)
+var _ pool.Store = (*Store)(nil)

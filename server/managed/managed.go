@@ -1,9 +1,10 @@
-package server
+// Package managed runs the PostgreSQL server that `pgfork serve` manages
+// itself when no external server is given: created on first use, kept
+// across restarts, its client role and password made sure of.
+package managed
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"net/url"
 	"os"
 	"path/filepath"
@@ -12,12 +13,12 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/pgfork/pgfork/instance"
 	"github.com/pgfork/pgfork/internal/errs"
-	"github.com/pgfork/pgfork/internal/fsutil"
 	"github.com/pgfork/pgfork/internal/proc"
+	"github.com/pgfork/pgfork/internal/secret"
+	"github.com/pgfork/pgfork/pool"
 )
 
 // DefaultRole is the role a managed cluster hands out to clients.
@@ -26,9 +27,9 @@ const DefaultRole = "pgfork"
 // BootstrapRole is the managed cluster's bootstrap superuser (initdb -U).
 const BootstrapRole = "postgres"
 
-// ManagedOptions describe the PostgreSQL server that `pgfork serve` runs
+// Options describe the PostgreSQL server that `pgfork serve` runs
 // itself when no --pg-url is given.
-type ManagedOptions struct {
+type Options struct {
 	BinDir string
 	Env    []string
 	Dir    string // holds pgdata/ and the client role's password; kept across restarts
@@ -44,26 +45,17 @@ type ManagedOptions struct {
 	Settings map[string]string
 }
 
-// Managed is a running managed server.
-type Managed struct {
+// Server is a running managed server.
+type Server struct {
 	Inst     *instance.Instance
 	AdminURL string // superuser over the private Unix socket
-	Conn     ConnInfo
+	Conn     pool.ConnInfo
 }
 
-// ConnInfo is what clients get in a database's config.
-type ConnInfo struct {
-	Host     string
-	Port     int
-	Username string
-	Password string
-	Params   map[string]string
-}
-
-// StartManaged creates the cluster on first use (initdb; host connections
+// Start creates the cluster on first use (initdb; host connections
 // need a password), starts it on a free TCP port on 127.0.0.1 with the test
 // profile, and makes sure the client role exists with its password.
-func StartManaged(ctx context.Context, o ManagedOptions) (*Managed, error) {
+func Start(ctx context.Context, o Options) (*Server, error) {
 	if o.Role == "" {
 		o.Role = DefaultRole
 	}
@@ -96,7 +88,7 @@ func StartManaged(ctx context.Context, o ManagedOptions) (*Managed, error) {
 	pw := o.Password
 	if pw == "" {
 		var err error
-		if pw, err = password(filepath.Join(o.Dir, "password")); err != nil {
+		if pw, err = secret.Password(filepath.Join(o.Dir, "password")); err != nil {
 			return nil, err
 		}
 	}
@@ -114,8 +106,8 @@ func StartManaged(ctx context.Context, o ManagedOptions) (*Managed, error) {
 	}
 	// The superuser goes over the private socket (trust); TCP needs passwords.
 	q := url.Values{"host": {inst.SocketDir}, "port": {strconv.Itoa(inst.Port)}, "user": {"postgres"}}
-	m := &Managed{Inst: inst, AdminURL: "postgres:///postgres?" + q.Encode(),
-		Conn: ConnInfo{Host: "127.0.0.1", Port: inst.Port, Username: o.Role, Password: pw}}
+	m := &Server{Inst: inst, AdminURL: "postgres:///postgres?" + q.Encode(),
+		Conn: pool.ConnInfo{Host: "127.0.0.1", Port: inst.Port, Username: o.Role, Password: pw}}
 	if err := EnsureRole(ctx, m.AdminURL, o.Role, pw, !o.LeastPrivilege); err != nil {
 		_ = inst.Stop(context.Background(), instance.Fast)
 		return nil, err
@@ -162,7 +154,7 @@ func recoverLeftover(ctx context.Context, data string) error {
 }
 
 // Stop stops the managed server cleanly.
-func (m *Managed) Stop(ctx context.Context) error { return m.Inst.Stop(ctx, instance.Fast) }
+func (m *Server) Stop(ctx context.Context) error { return m.Inst.Stop(ctx, instance.Fast) }
 
 // EnsureRole creates (or updates) the login role clients get, with
 // password pw: a superuser when superuser is set (the private managed
@@ -204,40 +196,4 @@ func EnsureRole(ctx context.Context, adminURL, role, pw string, superuser bool) 
 		return errs.Wrap(errs.Internal, err, "cannot %s role %s", strings.ToLower(verb), role)
 	}
 	return nil
-}
-
-// password reads the client role's password, creating it on first use.
-func password(path string) (string, error) {
-	if b, err := os.ReadFile(path); err == nil && len(strings.TrimSpace(string(b))) >= 16 {
-		return strings.TrimSpace(string(b)), nil
-	}
-	buf := make([]byte, 16)
-	if _, err := rand.Read(buf); err != nil {
-		return "", err
-	}
-	pw := hex.EncodeToString(buf)
-	if err := fsutil.WriteFileAtomic(path, []byte(pw+"\n"), 0o600); err != nil {
-		return "", errs.FromOS(err, "", "cannot write %s", path)
-	}
-	return pw, nil
-}
-
-// OpenAdmin opens the admin connection pool.
-func OpenAdmin(ctx context.Context, url string, maxConns int32) (*pgxpool.Pool, error) {
-	cfg, err := pgxpool.ParseConfig(url)
-	if err != nil {
-		return nil, errs.Wrap(errs.Usage, err, "bad PostgreSQL URL")
-	}
-	if maxConns > 0 {
-		cfg.MaxConns = maxConns
-	}
-	p, err := pgxpool.NewWithConfig(ctx, cfg)
-	if err != nil {
-		return nil, errs.Wrap(errs.Internal, err, "cannot connect to PostgreSQL")
-	}
-	if err := p.Ping(ctx); err != nil {
-		p.Close()
-		return nil, errs.Wrap(errs.Internal, err, "cannot connect to PostgreSQL").WithHint("check --pg-url (or INTEGRESQL_PG*) and that the server runs")
-	}
-	return p, nil
 }

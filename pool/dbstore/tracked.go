@@ -1,4 +1,4 @@
-package pool
+package dbstore
 
 import (
 	"context"
@@ -10,12 +10,6 @@ import (
 // rename does not change: a client that renames its test database cannot
 // make it outlive an admin reset or a restart.
 const trackTable = "pgfork_serve_databases"
-
-// sweeper is a Store that can drop every test copy it made, whatever its
-// name is now.
-type sweeper interface {
-	Sweep(ctx context.Context, renamedOnly bool) error
-}
 
 // Create makes the copy and records its oid (when template state is kept).
 func (s *adminStore) Create(ctx context.Context, name, template, owner string) (string, error) {
@@ -76,13 +70,4 @@ func (s *adminStore) initTracking(ctx context.Context, prefix string) error {
 	}
 	s.prefix = prefix
 	return s.Sweep(ctx, false)
-}
-
-// sweep drops the test databases of the store that outlived their pools
-// (renamed by a client), when the store can tell them.
-func (m *Manager) sweep(ctx context.Context) error {
-	if sw, ok := m.store.(sweeper); ok {
-		return sw.Sweep(ctx, true)
-	}
-	return nil
 }

@@ -1,4 +1,4 @@
-package server_test
+package managed_test
 
 import (
 	"context"
@@ -10,7 +10,7 @@ import (
 	"github.com/pgfork/pgfork/instance"
 	"github.com/pgfork/pgfork/internal/errs"
 	"github.com/pgfork/pgfork/internal/testenv"
-	"github.com/pgfork/pgfork/server"
+	"github.com/pgfork/pgfork/server/managed"
 )
 
 func rolsuper(t *testing.T, adminURL, role string) bool {
@@ -38,14 +38,14 @@ func TestBootstrapSuperuserNeverAltered(t *testing.T) {
 		t.Fatal(err)
 	}
 	bin := testenv.PGBinDirs(t)[0]
-	_, err = server.StartManaged(context.Background(), server.ManagedOptions{BinDir: bin, Dir: dir, User: u, Role: "postgres"})
+	_, err = managed.Start(context.Background(), managed.Options{BinDir: bin, Dir: dir, User: u, Role: "postgres"})
 	if errs.KindOf(err) != errs.Usage {
-		t.Fatalf("StartManaged with role postgres: %v, want a usage error", err)
+		t.Fatalf("managed.Start with role postgres: %v, want a usage error", err)
 	}
 	m := startManaged(t, dir)
 	defer func() { _ = m.Stop(context.Background()) }()
 	// The library guard holds on its own too.
-	if err := server.EnsureRole(context.Background(), m.AdminURL, "postgres", "secretsecretsecret", false); errs.KindOf(err) != errs.Usage {
+	if err := managed.EnsureRole(context.Background(), m.AdminURL, "postgres", "secretsecretsecret", false); errs.KindOf(err) != errs.Usage {
 		t.Fatalf("EnsureRole(postgres): %v, want a usage error", err)
 	}
 	if !rolsuper(t, m.AdminURL, "postgres") {
@@ -53,18 +53,32 @@ func TestBootstrapSuperuserNeverAltered(t *testing.T) {
 	}
 	// By default the role handed out is a superuser of the private cluster;
 	// --least-privilege keeps an owner role.
-	if !rolsuper(t, m.AdminURL, server.DefaultRole) {
-		t.Errorf("the managed role %s is not a superuser", server.DefaultRole)
+	if !rolsuper(t, m.AdminURL, managed.DefaultRole) {
+		t.Errorf("the managed role %s is not a superuser", managed.DefaultRole)
 	}
 	if err := m.Stop(context.Background()); err != nil {
 		t.Fatal(err)
 	}
-	lp, err := server.StartManaged(context.Background(), server.ManagedOptions{BinDir: bin, Dir: dir, User: u, LeastPrivilege: true})
+	lp, err := managed.Start(context.Background(), managed.Options{BinDir: bin, Dir: dir, User: u, LeastPrivilege: true})
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer func() { _ = lp.Stop(context.Background()) }()
-	if rolsuper(t, lp.AdminURL, server.DefaultRole) {
-		t.Errorf("with LeastPrivilege the managed role %s is a superuser", server.DefaultRole)
+	if rolsuper(t, lp.AdminURL, managed.DefaultRole) {
+		t.Errorf("with LeastPrivilege the managed role %s is a superuser", managed.DefaultRole)
 	}
+}
+
+func startManaged(t *testing.T, dir string) *managed.Server {
+	t.Helper()
+	u, err := instance.ResolveUser("")
+	if err != nil {
+		t.Fatal(err)
+	}
+	m, err := managed.Start(context.Background(), managed.Options{
+		BinDir: testenv.PGBinDirs(t)[0], Dir: dir, User: u})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return m
 }

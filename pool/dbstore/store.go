@@ -1,0 +1,197 @@
+// Package dbstore is the pool.Store of database isolation: templates and
+// test databases inside one PostgreSQL server, reached over an admin
+// connection pool; template state and the oids of test databases live in
+// tables of its admin database. It owns the SQL of `pgfork serve`; the
+// pool package has none.
+package dbstore
+
+import (
+	"context"
+	"errors"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/pgfork/pgfork/dbclone"
+	"github.com/pgfork/pgfork/internal/errs"
+	"github.com/pgfork/pgfork/pool"
+)
+
+// adminStore keeps templates and test databases in one server, reached
+// over an admin connection pool; template state lives in a table of its
+// admin database.
+type adminStore struct {
+	pool.Creator
+	admin  *pgxpool.Pool
+	prefix string // set by Recover when test databases are tracked (tracked.go)
+}
+
+// New returns the pool.Store of database isolation: templates and
+// test databases inside the server of admin, test databases made by creator.
+func New(admin *pgxpool.Pool, creator pool.Creator) pool.Store {
+	return &adminStore{Creator: creator, admin: admin}
+}
+
+// stateTable keeps template state across restarts, in the admin database.
+const stateTable = "pgfork_serve_templates"
+
+// epochTable counts the starts of the server, per prefix.
+const epochTable = "pgfork_serve_epochs"
+
+// Sessions forwards to the creator's SessionCounter, so that pools of
+// database isolation reclaim only databases seen without sessions.
+func (s *adminStore) Sessions(ctx context.Context, names []string) (map[string]int, error) {
+	sc, ok := s.Creator.(pool.SessionCounter)
+	if !ok {
+		return nil, errs.New(errs.Unsupported, "the creator cannot count sessions")
+	}
+	return sc.Sessions(ctx, names)
+}
+
+func (s *adminStore) Recover(ctx context.Context, prefix, testPrefix string, persist bool) ([]pool.Record, int, error) {
+	var leftovers []string
+	rows, err := s.admin.Query(ctx, "SELECT datname FROM pg_database WHERE starts_with(datname, $1)", testPrefix)
+	if err != nil {
+		return nil, 0, errs.Wrap(errs.Internal, err, "cannot list databases")
+	}
+	for rows.Next() {
+		var n string
+		if err := rows.Scan(&n); err != nil {
+			rows.Close()
+			return nil, 0, err
+		}
+		leftovers = append(leftovers, n)
+	}
+	rows.Close()
+	for _, n := range leftovers {
+		if err := dropForce(ctx, s.admin, n); err != nil {
+			return nil, 0, err
+		}
+	}
+	if !persist {
+		return nil, 0, nil
+	}
+	if err := s.initTracking(ctx, prefix); err != nil {
+		return nil, 0, err
+	}
+	if _, err := s.admin.Exec(ctx, `CREATE TABLE IF NOT EXISTS `+stateTable+` (
+		prefix text NOT NULL, hash text NOT NULL, database text NOT NULL,
+		state text NOT NULL, updated timestamptz NOT NULL DEFAULT now(),
+		PRIMARY KEY (prefix, hash))`); err != nil {
+		return nil, 0, errs.Wrap(errs.Internal, err, "cannot create the state table %s", stateTable)
+	}
+	if _, err := s.admin.Exec(ctx, `CREATE TABLE IF NOT EXISTS `+epochTable+` (
+		prefix text PRIMARY KEY, epoch int NOT NULL)`); err != nil {
+		return nil, 0, errs.Wrap(errs.Internal, err, "cannot create the table %s", epochTable)
+	}
+	var epoch int
+	if err := s.admin.QueryRow(ctx, `INSERT INTO `+epochTable+` (prefix, epoch) VALUES ($1, 1)
+		ON CONFLICT (prefix) DO UPDATE SET epoch = `+epochTable+`.epoch + 1 RETURNING epoch`, prefix).Scan(&epoch); err != nil {
+		return nil, 0, errs.Wrap(errs.Internal, err, "cannot count server starts")
+	}
+	var recs []pool.Record
+	rows, err = s.admin.Query(ctx, `SELECT hash, database, state FROM `+stateTable+` WHERE prefix = $1`, prefix)
+	if err != nil {
+		return nil, 0, errs.Wrap(errs.Internal, err, "cannot read template state")
+	}
+	for rows.Next() {
+		var r pool.Record
+		if err := rows.Scan(&r.Hash, &r.Name, &r.State); err != nil {
+			rows.Close()
+			return nil, 0, err
+		}
+		recs = append(recs, r)
+	}
+	rows.Close()
+	return recs, epoch, nil
+}
+
+func (s *adminStore) Save(ctx context.Context, prefix string, r pool.Record) error {
+	_, err := s.admin.Exec(ctx, `INSERT INTO `+stateTable+` (prefix, hash, database, state) VALUES ($1, $2, $3, $4)
+		ON CONFLICT (prefix, hash) DO UPDATE SET database = excluded.database, state = excluded.state, updated = now()`,
+		prefix, r.Hash, r.Name, r.State)
+	if err != nil {
+		return errs.Wrap(errs.Internal, err, "cannot save template state")
+	}
+	return nil
+}
+
+func (s *adminStore) Forget(ctx context.Context, prefix, hash string) error {
+	_, err := s.admin.Exec(ctx, `DELETE FROM `+stateTable+` WHERE prefix = $1 AND hash = $2`, prefix, hash)
+	return err
+}
+
+func (s *adminStore) TemplateExists(ctx context.Context, name string) (bool, error) {
+	var exists bool
+	err := s.admin.QueryRow(ctx, "SELECT EXISTS (SELECT 1 FROM pg_database WHERE datname = $1)", name).Scan(&exists)
+	return exists, err
+}
+
+func (s *adminStore) CreateTemplate(ctx context.Context, name, owner, root string) error {
+	if err := dropForce(ctx, s.admin, name); err != nil {
+		return err
+	}
+	if _, err := s.admin.Exec(ctx, dbclone.CreateDatabaseSQL(name, root, owner)); err != nil {
+		return classify(err, "cannot create template database %s", name)
+	}
+	return nil
+}
+
+// FinalizeTemplate locks the template against clients: it becomes owned by
+// the server's own role and takes no connections, so no client can change
+// what later test databases are copied from. (A superuser client could undo
+// this; the managed cluster's default role is one, by design.) Where the
+// server's role may not take the database over (an external server with a
+// non-superuser admin role), it still refuses connections.
+func (s *adminStore) FinalizeTemplate(ctx context.Context, name string) error {
+	id := pgx.Identifier{name}.Sanitize()
+	if _, err := s.admin.Exec(ctx, "ALTER DATABASE "+id+" OWNER TO CURRENT_USER"); err != nil {
+		var pe *pgconn.PgError
+		if !errors.As(err, &pe) || pe.Code != "42501" { // insufficient_privilege
+			return classify(err, "cannot take over template database %s", name)
+		}
+	}
+	if _, err := s.admin.Exec(ctx, "ALTER DATABASE "+id+" WITH ALLOW_CONNECTIONS false"); err != nil {
+		return classify(err, "cannot close template database %s to connections", name)
+	}
+	return nil
+}
+
+func (s *adminStore) DropTemplate(ctx context.Context, name string) error {
+	return dropForce(ctx, s.admin, name)
+}
+
+func (s *adminStore) Endpoint(name string) pool.Endpoint { return pool.Endpoint{Database: name} }
+
+func (s *adminStore) Ping(ctx context.Context) error { return s.admin.Ping(ctx) }
+
+func (s *adminStore) Close(context.Context) error { return nil }
+
+func dropForce(ctx context.Context, admin *pgxpool.Pool, name string) error {
+	if _, err := admin.Exec(ctx, "DROP DATABASE IF EXISTS "+pgx.Identifier{name}.Sanitize()+" WITH (FORCE)"); err != nil {
+		return classify(err, "cannot drop database %s", name)
+	}
+	return nil
+}
+
+// OpenAdmin opens the admin connection pool of url, at most maxConns
+// connections (0: pgx's default), and checks that the server answers.
+func OpenAdmin(ctx context.Context, url string, maxConns int32) (*pgxpool.Pool, error) {
+	cfg, err := pgxpool.ParseConfig(url)
+	if err != nil {
+		return nil, errs.Wrap(errs.Usage, err, "bad PostgreSQL URL")
+	}
+	if maxConns > 0 {
+		cfg.MaxConns = maxConns
+	}
+	p, err := pgxpool.NewWithConfig(ctx, cfg)
+	if err != nil {
+		return nil, errs.Wrap(errs.Internal, err, "cannot connect to PostgreSQL")
+	}
+	if err := p.Ping(ctx); err != nil {
+		p.Close()
+		return nil, errs.Wrap(errs.Internal, err, "cannot connect to PostgreSQL").WithHint("check --pg-url (or INTEGRESQL_PG*) and that the server runs")
+	}
+	return p, nil
+}

@@ -54,7 +54,9 @@ func TestRestorePITRToRestorePoint(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		t.Cleanup(func() { _ = cluster.Down(context.Background(), lay, st.Name, cluster.DownOptions{Timeout: time.Second}) })
+		t.Cleanup(func() {
+			_ = cluster.Down(context.Background(), lay, st.Name, cluster.DownOptions{Timeout: time.Second})
+		})
 		if got := query(t, st.URL, "SELECT count(*)::text || ' ' || min(x) || '-' || max(x) FROM t"); got != "200 1-200" {
 			t.Errorf("after recovery to the restore point t has %q, want \"200 1-200\"", got)
 		}

@@ -42,7 +42,9 @@ func TestUpLibrary(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { _ = cluster.Down(context.Background(), lay, res.Name, cluster.DownOptions{Timeout: 30 * time.Second}) })
+	t.Cleanup(func() {
+		_ = cluster.Down(context.Background(), lay, res.Name, cluster.DownOptions{Timeout: 30 * time.Second})
+	})
 	if res.Name != "lib-a" || !res.Built || res.FromSpare || res.Timings["total"] <= 0 {
 		t.Errorf("result = %+v, want lib-a, a built template, a copy and timings", res)
 	}

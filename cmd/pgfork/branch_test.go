@@ -40,6 +40,9 @@ func TestCloneStartIsABranch(t *testing.T) {
 	if r := p.run("ls"); r.code != 0 || !strings.Contains(r.stdout, "clone") {
 		t.Errorf("ls (text) does not show the branch's kind:\n%s", r.stdout)
 	}
+	if r := p.run("__complete", "down", "br"); r.code != 0 || !strings.Contains(r.stdout, "br-1") {
+		t.Errorf("completion of cluster names: exit %d %q", r.code, r.stdout)
+	}
 
 	other := filepath.Join(testenv.Dir(t), "other")
 	if r := p.run("clone", "--port", "auto", src, other, "--start", "--name", "br-1"); r.code != 4 {

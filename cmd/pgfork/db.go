@@ -49,9 +49,9 @@ choosing the fastest strategy for the template and the server:
   clone      PostgreSQL 18+: file_copy with file_copy_method = clone, which shares
              blocks on a copy-on-write filesystem (XFS reflink, btrfs, ZFS 2.2+)
 
-The server is a cluster pgfork started (--cluster NAME), a URL (--url), or
-the one the libpq environment variables (PGHOST, PGPORT, PGUSER, PGDATABASE,
-PGPASSWORD…) point at. pgfork knows whether a managed cluster's data directory
+The server is a cluster pgfork started (--cluster NAME), a URL (--url, else
+$DATABASE_URL), or the one the libpq environment variables (PGHOST, PGPORT,
+PGUSER, PGDATABASE, PGPASSWORD…) point at. pgfork knows whether a managed cluster's data directory
 can share blocks; for any other server say so with --can-clone, or auto stays
 away from clone.`,
 		Example: `  pgfork db create test_1 --from app_template --cluster dev
@@ -62,7 +62,7 @@ away from clone.`,
 		RunE: func(cmd *cobra.Command, _ []string) error { return cmd.Help() },
 	}
 	pf := cmd.PersistentFlags()
-	pf.StringVar(&dbf.url, "url", "", "server URL or libpq connection string (default: the PG* environment variables)")
+	pf.StringVar(&dbf.url, "url", "", "server URL or libpq connection string (default: $DATABASE_URL, else the PG* environment variables)")
 	pf.StringVar(&dbf.cluster, "cluster", "", "a cluster pgfork started (pgfork up)")
 	pf.BoolVar(&dbf.canClone, "can-clone", false, "the server's data directory is on a filesystem that shares blocks (reflink): allow the clone strategy")
 	pf.StringVar(&dbf.calibration, "calibration", "", "advisor constants saved by pgfork db calibrate --save (default: those stored for this server, else built-in)")
@@ -133,6 +133,9 @@ func (s *dbServer) saveLearning() {
 func connectDB(ctx context.Context, avoid ...string) (*dbServer, error) {
 	s := &dbServer{}
 	connStr := dbf.url
+	if connStr == "" && dbf.cluster == "" {
+		connStr = os.Getenv("DATABASE_URL") // as `export DATABASE_URL=$(pgfork up)` leaves it
+	}
 	canClone := dbf.canClone
 	if dbf.cluster != "" {
 		if dbf.url != "" {

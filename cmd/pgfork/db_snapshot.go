@@ -94,8 +94,9 @@ func newDBRestoreCmd() *cobra.Command {
 		wait            time.Duration
 	)
 	cmd := &cobra.Command{
-		Use:   "restore DB [NAME]",
-		Short: "Replace a database by one of its snapshots (the latest by default)",
+		Use:               "restore DB [NAME]",
+		ValidArgsFunction: completeSnapshots(false),
+		Short:             "Replace a database by one of its snapshots (the latest by default)",
 		Long: `Replace database DB by the content of its snapshot NAME (default: the latest).
 The snapshot's prepared spare copy is renamed into place and the old DB dropped,
 so DB is unavailable only for the two renames; then the spare is refilled before
@@ -211,8 +212,9 @@ func newDBSnapshotsCmd() *cobra.Command {
 func newDBRmSnapshotCmd() *cobra.Command {
 	var db string
 	cmd := &cobra.Command{
-		Use:   "rm-snapshot NAME",
-		Short: "Remove a snapshot and its spare copy",
+		Use:               "rm-snapshot NAME",
+		ValidArgsFunction: completeSnapshots(true),
+		Short:             "Remove a snapshot and its spare copy",
 		Example: `  pgfork db rm-snapshot before-migration
   pgfork db rm-snapshot --db app 20250101-120000.000`,
 		Args: usageArgs(cobra.ExactArgs(1)),

@@ -110,6 +110,17 @@ func TestDBCommands(t *testing.T) {
 		res.Name != "third" || res.Strategy != "file_copy" {
 		t.Errorf("create by PG* env --json: %+v %v", res, err)
 	}
+	// DATABASE_URL, as `export DATABASE_URL=$(pgfork up)` leaves it (PG* pointing elsewhere).
+	p.env = []string{"DATABASE_URL=" + up.URL, "PGHOST=/nonexistent"}
+	if out := p.ok("db", "create", "from_env", "--from", "template1"); !exists("from_env") {
+		t.Errorf("create by DATABASE_URL: %q", out)
+	}
+	// Completion of snapshot names comes from the same server.
+	p.ok("db", "snapshot", "from_env", "snap-one")
+	if out := p.ok("__complete", "db", "rm-snapshot", "snap-"); !strings.Contains(out, "snap-one") {
+		t.Errorf("completion of snapshot names: %q", out)
+	}
+	p.ok("db", "rm-snapshot", "snap-one")
 	p.env = nil
 
 	// Errors: exit codes and hints, nothing created.

@@ -19,8 +19,9 @@ func newDownCmd() *cobra.Command {
 		keepData bool
 	)
 	cmd := &cobra.Command{
-		Use:   "down NAME... | --all",
-		Short: "Stop and remove clusters started by pgfork up, restore --start or clone --start",
+		Use:               "down NAME... | --all",
+		ValidArgsFunction: completeClusters,
+		Short:             "Stop and remove clusters started by pgfork up, restore --start or clone --start",
 		Long: `Stop clusters listed by pgfork ls and remove them: data directory, socket
 directory and record. The server gets a fast shutdown (sessions are rolled
 back); if it has not exited after --timeout, an immediate one.

@@ -93,8 +93,9 @@ func setupSummary(m template.Meta) string {
 func newTemplateRmCmd() *cobra.Command {
 	var all bool
 	cmd := &cobra.Command{
-		Use:   "rm KEY... | --all",
-		Short: "Remove cached templates",
+		Use:               "rm KEY... | --all",
+		ValidArgsFunction: completeTemplates,
+		Short:             "Remove cached templates",
 		Long: `Remove cached templates by key (or a unique prefix of one). A template that
 another pgfork is building or copying right now is not removed (exit code 6).
 Clusters cloned from a template are independent and keep running.`,

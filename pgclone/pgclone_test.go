@@ -424,9 +424,9 @@ func TestCLI(t *testing.T) {
 		if filepath.Base(filepath.Dir(filepath.Dir(e.bin))) == "installs" {
 			state = filepath.Dir(filepath.Dir(filepath.Dir(e.bin)))
 		}
-		run := func(want int, args ...string) string {
+		runIn := func(state string, want int, args ...string) string {
 			t.Helper()
-			cmd := exec.Command(bin, append([]string{"clone", "--state-dir", state}, args...)...)
+			cmd := exec.Command(bin, append([]string{"--state-dir", state, "clone"}, args...)...)
 			var out, errOut bytes.Buffer
 			cmd.Stdout, cmd.Stderr = &out, &errOut
 			err := cmd.Run()
@@ -440,6 +440,7 @@ func TestCLI(t *testing.T) {
 			}
 			return out.String() + errOut.String()
 		}
+		run := func(want int, args ...string) string { t.Helper(); return runIn(state, want, args...) }
 		if out := run(6, src, filepath.Join(base, "x")); !strings.Contains(out, "--online") {
 			t.Errorf("refusal of a running source does not suggest --online:\n%s", out)
 		}
@@ -448,8 +449,11 @@ func TestCLI(t *testing.T) {
 		run(2, "--url", "postgresql:///x", src, filepath.Join(base, "x"))
 		run(2, filepath.Join(base), filepath.Join(base, "x"))
 
+		// --start records a branch: in a state directory of this test's own,
+		// not the shared one that holds the managed builds.
+		own := testenv.Dir(t)
 		dst := filepath.Join(base, "started")
-		out := run(0, src, dst, "--online", "--port", "auto", "--start", "--json")
+		out := runIn(own, 0, src, dst, "--online", "--port", "auto", "--start", "--json", "--pg-bin", e.bin)
 		if !strings.Contains(out, `"url": "postgresql://`) || !strings.Contains(out, `"system_identifier"`) {
 			t.Fatalf("--start --json output:\n%s", out)
 		}

@@ -183,7 +183,7 @@ func TestDebianLayoutClone(t *testing.T) {
 		}
 		exec1(t, url, "CREATE TABLE t AS SELECT g AS id FROM generate_series(1, 1000) g")
 		srv.stop(t)
-		confBefore, dataBefore := treeHash(t, c.conf), treeHash(t, c.data)
+		confBefore, dataBefore := testenv.TreeHash(t, c.conf), testenv.TreeHash(t, c.data)
 
 		// checkClone starts the clone with -D alone and checks it runs on its
 		// own files with the source's settings, while the source's pid file
@@ -267,11 +267,11 @@ func TestDebianLayoutClone(t *testing.T) {
 				}
 			}
 			ownedBy(t, dst, e.user)
-			sameTree(t, "source configuration after the clone", confBefore, treeHash(t, c.conf))
-			sameTree(t, "source data after the clone", dataBefore, treeHash(t, c.data))
+			testenv.SameTree(t, "source configuration after the clone", confBefore, testenv.TreeHash(t, c.conf))
+			testenv.SameTree(t, "source data after the clone", dataBefore, testenv.TreeHash(t, c.data))
 			checkClone(t, dst, port, 0)
-			sameTree(t, "source configuration after the clone ran", confBefore, treeHash(t, c.conf))
-			sameTree(t, "source data after the clone ran", dataBefore, treeHash(t, c.data))
+			testenv.SameTree(t, "source configuration after the clone ran", confBefore, testenv.TreeHash(t, c.conf))
+			testenv.SameTree(t, "source data after the clone ran", dataBefore, testenv.TreeHash(t, c.data))
 
 			// Another cluster's configuration directory is refused.
 			other := e.newCluster(t, base, "other")
@@ -297,9 +297,9 @@ func TestDebianLayoutClone(t *testing.T) {
 			if res.Config == nil || res.Config.FoundBy != "SHOW config_file" || res.Config.ConfigFile != filepath.Join(c.conf, "postgresql.conf") {
 				t.Fatalf("configuration not found by SHOW: %+v (warnings %v)", res.Config, res.Warnings)
 			}
-			sameTree(t, "source configuration after the online clone", confBefore, treeHash(t, c.conf))
+			testenv.SameTree(t, "source configuration after the online clone", confBefore, testenv.TreeHash(t, c.conf))
 			checkClone(t, dst, port, srv.pid)
-			sameTree(t, "source configuration after the online clone ran", confBefore, treeHash(t, c.conf))
+			testenv.SameTree(t, "source configuration after the online clone ran", confBefore, testenv.TreeHash(t, c.conf))
 			if got := query(t, url, "SELECT count(*)::text FROM t"); got != "1000" {
 				t.Errorf("source has %s rows, want 1000", got)
 			}

@@ -34,14 +34,14 @@ func TestOfflineClone(t *testing.T) {
 			sum := query(t, url, "SELECT sum(hashtext(v))::text FROM t")
 			sysid := query(t, url, "SELECT system_identifier::text FROM pg_control_system()")
 			stop(t, in)
-			before := treeHash(t, src)
+			before := testenv.TreeHash(t, src)
 
 			dst := filepath.Join(base, "dst")
 			res, err := pgclone.Clone(ctx, pgclone.Options{Src: src, Dst: dst, Installation: e.inst, User: e.user, Port: 5439})
 			if err != nil {
 				t.Fatal(err)
 			}
-			sameTree(t, "source after an offline clone", before, treeHash(t, src))
+			testenv.SameTree(t, "source after an offline clone", before, testenv.TreeHash(t, src))
 			if res.Online || res.Files < 100 || res.Bytes < 1<<20 || res.SystemIdentifier != sysid || res.Port != 5439 {
 				t.Errorf("unexpected result: %+v (source system id %s)", res, sysid)
 			}
@@ -80,7 +80,7 @@ func TestOfflineClone(t *testing.T) {
 			stop(t, cl)
 
 			// The source is untouched and still starts with its own data.
-			sameTree(t, "source after the clone ran", before, treeHash(t, src))
+			testenv.SameTree(t, "source after the clone ran", before, testenv.TreeHash(t, src))
 			in = e.start(t, src, nil)
 			if got := query(t, in.ConnString("", ""), "SELECT count(*)::text FROM t"); got != "20000" {
 				t.Errorf("source has %s rows, want 20000", got)
@@ -296,14 +296,14 @@ func TestTablespaceClone(t *testing.T) {
 		})
 		t.Run("offline", func(t *testing.T) {
 			stop(t, in)
-			before := treeHash(t, tsDir)
+			before := testenv.TreeHash(t, tsDir)
 			dst := filepath.Join(base, "offline")
 			res, err := pgclone.Clone(ctx, pgclone.Options{Src: src, Dst: dst, Installation: e.inst, User: e.user})
 			if err != nil {
 				t.Fatal(err)
 			}
 			checkClone(t, dst, res)
-			sameTree(t, "source tablespace after the clone wrote to its copy", before, treeHash(t, tsDir))
+			testenv.SameTree(t, "source tablespace after the clone wrote to its copy", before, testenv.TreeHash(t, tsDir))
 		})
 	})
 }
@@ -394,10 +394,10 @@ func TestKillMidClone(t *testing.T) {
 		})
 		t.Run("offline", func(t *testing.T) {
 			stop(t, in)
-			before := treeHash(t, src)
+			before := testenv.TreeHash(t, src)
 			dst := filepath.Join(base, "offline")
 			killMid(t, dst)
-			sameTree(t, "source after a killed clone", before, treeHash(t, src))
+			testenv.SameTree(t, "source after a killed clone", before, testenv.TreeHash(t, src))
 			in2 := e.start(t, src, nil)
 			if got := query(t, in2.ConnString("", ""), "SELECT count(*)::text FROM pgbench_branches"); got != "10" {
 				t.Errorf("source after a killed clone: %s branches", got)

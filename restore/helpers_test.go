@@ -3,10 +3,6 @@ package restore
 import (
 	"bytes"
 	"context"
-	"crypto/sha256"
-	"encoding/hex"
-	"io"
-	"io/fs"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -223,58 +219,6 @@ func checkPgbenchInvariant(t *testing.T, url string) {
 	}
 	if n == "0" {
 		t.Errorf("no pgbench history: the chain did not capture the pgbench runs")
-	}
-}
-
-// treeHash returns a digest per entry of dir (contents, mode, mtime).
-func treeHash(t *testing.T, dir string) map[string]string {
-	t.Helper()
-	out := map[string]string{}
-	err := filepath.WalkDir(dir, func(p string, d fs.DirEntry, err error) error {
-		if err != nil {
-			return err
-		}
-		rel, _ := filepath.Rel(dir, p)
-		fi, err := d.Info()
-		if err != nil {
-			return err
-		}
-		h := sha256.New()
-		io.WriteString(h, fi.Mode().String())
-		if fi.Mode().IsRegular() {
-			f, err := os.Open(p)
-			if err != nil {
-				return err
-			}
-			_, err = io.Copy(h, f)
-			f.Close()
-			if err != nil {
-				return err
-			}
-			io.WriteString(h, fi.ModTime().String())
-		}
-		out[rel] = hex.EncodeToString(h.Sum(nil))
-		return nil
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	return out
-}
-
-func sameTree(t *testing.T, what string, before, after map[string]string) {
-	t.Helper()
-	for k, v := range before {
-		if w, ok := after[k]; !ok {
-			t.Errorf("%s: %s disappeared", what, k)
-		} else if w != v {
-			t.Errorf("%s: %s changed", what, k)
-		}
-	}
-	for k := range after {
-		if _, ok := before[k]; !ok {
-			t.Errorf("%s: %s appeared", what, k)
-		}
 	}
 }
 

@@ -97,7 +97,7 @@ func TestRestoreKilled(t *testing.T) {
 			e.pgbench(t, in, "-n", "-t", "100")
 			e.basebackup(t, in, b1, b0)
 			stop(t, in)
-			before0, before1 := treeHash(t, b0), treeHash(t, b1)
+			before0, before1 := testenv.TreeHash(t, b0), testenv.TreeHash(t, b1)
 			dst := filepath.Join(base, "restored")
 
 			cmd := exec.Command(os.Args[0], "-test.run=^TestRestoreChild$", "-test.count=1")
@@ -125,8 +125,8 @@ func TestRestoreKilled(t *testing.T) {
 			if _, err := os.Lstat(dst); err == nil {
 				t.Errorf("%s exists after the restore was killed", dst)
 			}
-			sameTree(t, "full backup", before0, treeHash(t, b0))
-			sameTree(t, "incremental backup", before1, treeHash(t, b1))
+			testenv.SameTree(t, "full backup", before0, testenv.TreeHash(t, b0))
+			testenv.SameTree(t, "incremental backup", before1, testenv.TreeHash(t, b1))
 
 			if _, err := Restore(context.Background(), []string{b0, b1}, dst, Options{Sync: clone.SyncNone}); err != nil {
 				t.Fatal(err)

@@ -11,6 +11,7 @@ import (
 
 	"github.com/pgfork/pgfork/clone"
 	"github.com/pgfork/pgfork/instance"
+	"github.com/pgfork/pgfork/internal/testenv"
 	"github.com/pgfork/pgfork/pgbackup"
 )
 
@@ -23,7 +24,7 @@ func TestRestoreChainMatchesCombineBackup(t *testing.T) {
 			c := e.makeChain(t, base)
 			before := map[string]map[string]string{}
 			for _, d := range c.dirs {
-				before[d] = treeHash(t, d)
+				before[d] = testenv.TreeHash(t, d)
 			}
 			ref := filepath.Join(base, "combined")
 			e.tool(t, "pg_combinebackup", append([]string{"-o", ref, "--no-sync"}, c.dirs...)...)
@@ -51,7 +52,7 @@ func TestRestoreChainMatchesCombineBackup(t *testing.T) {
 			e.tool(t, "pg_verifybackup", out)
 
 			for _, d := range c.dirs {
-				sameTree(t, "backup "+filepath.Base(d), before[d], treeHash(t, d))
+				testenv.SameTree(t, "backup "+filepath.Base(d), before[d], testenv.TreeHash(t, d))
 			}
 
 			in, err := instance.Start(context.Background(), instance.Config{BinDir: e.bin, Env: e.inst.Env(), DataDir: out, User: e.user,

@@ -382,8 +382,8 @@ rc=0
 wait "$SRV_PID" || rc=$?
 SRV_PID=
 [[ $rc == 2 ]] || die "without an access rule serve exited $rc, want 2 (usage)"
-grep -q 'not a loopback address' "$SRV_LOG" || die "without an access rule: no clear error in the log"
-ok "without PGFORK_TOKEN the image refuses 0.0.0.0 (exit 2, '$(grep -m1 -o 'listen.*given' "$SRV_LOG")')"
+grep -q 'not loopback) needs a way to keep anonymous clients out' "$SRV_LOG" || die "without an access rule: no clear error in the log"
+ok "without an access rule the image refuses 0.0.0.0 (exit 2, '$(grep -m1 -o 'listening.*anonymous clients out' "$SRV_LOG")')"
 
 # ---- 4. managed PostgreSQL inside the container ----------------------------------
 container_start "${ACCESS_ENV[@]}"
@@ -459,7 +459,11 @@ wait_healthy
 [[ $(ps -o comm= --ppid "$(main_pid)" | grep -c postgres) == 0 ]] ||
 	die "external: serve started a managed PostgreSQL although INTEGRESQL_PGHOST was set"
 ok "compose pgfork: serve uses the postgres service (${cenv[*]/PGFORK_TOKEN=*/PGFORK_TOKEN=…}), no managed cluster"
+# compose.yaml's ACCESS line admits the compose network (PGFORK_ALLOW_FROM):
+# the client sends no token at all, as IntegreSQL's clients do.
+saved_access=("${ACCESS_CURL[@]}") ACCESS_CURL=()
 integresql_flow external cli
+ACCESS_CURL=("${saved_access[@]}")
 container_stop
 SRV_PID=$PG_PID_SAVED
 kill -INT "$(main_pid)"

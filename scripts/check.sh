@@ -40,15 +40,18 @@ export PGFORK_HOME=$PGFORK_TEST_RUN_DIR/home
 
 make lint
 # Every test once, verbose into the run's log; on the terminal the package
-# results, failures and skips. Under PGFORK_TEST_REQUIRE=1 (root) a skipped
-# test fails the run too: CI must really run the XFS, multi-major and mount tests.
+# results, failures and skips. Under PGFORK_TEST_REQUIRE=1 (root) a test whose
+# environment is missing (XFS, tmpfs, a PostgreSQL major) fails instead of
+# skipping (internal/testenv), so CI really runs them; the skips listed are the
+# few a test takes on its own when it could not set up its case (each says why).
 log=$PGFORK_TEST_RUN_DIR/go-test.log
 status=0
 go test -race -count=1 -timeout 60m -v ./... >"$log" 2>&1 || status=$?
-grep -E '^(ok|FAIL|panic:|--- FAIL|--- SKIP)' "$log" || true
+grep -E '^(ok|FAIL|panic:|--- FAIL)' "$log" || true
+grep -E -A1 '^\s*--- SKIP' "$log" | grep -v '^--$' || true
 passed=$(grep -c -- '^--- PASS' "$log" || true)
 failed=$(grep -c -- '^--- FAIL' "$log" || true)
-skipped=$(grep -c -- '^--- SKIP' "$log" || true)
+skipped=$(grep -c -E -- '^\s*--- SKIP' "$log" || true)
 echo "tests: $passed passed, $failed failed, $skipped skipped"
 if [ "$status" -ne 0 ]; then
 	echo "check: what the failing tests said:" >&2
@@ -57,11 +60,6 @@ if [ "$status" -ne 0 ]; then
 	cp "$log" "$kept" 2>/dev/null || true
 	echo "check: go test failed (exit $status); the whole verbose log is kept in $kept" >&2
 	exit "$status"
-fi
-if [ "${PGFORK_TEST_REQUIRE:-}" = 1 ] && [ "$skipped" -gt 0 ]; then
-	echo "check: $skipped tests skipped although the environment was prepared (PGFORK_TEST_REQUIRE=1):" >&2
-	grep -A1 -- '^--- SKIP' "$log" >&2
-	exit 1
 fi
 # The client libraries (a Go module of their own and a pip package) against a real `pgfork serve`.
 clients/test.sh

@@ -11,6 +11,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/pgfork/pgfork/instance"
+	"github.com/pgfork/pgfork/internal/proc"
 	"github.com/pgfork/pgfork/template"
 	"github.com/pgfork/pgfork/up"
 )
@@ -68,7 +69,10 @@ func newTemplateRefillCmd() *cobra.Command {
 			if err := checkIntRange("--spares", n, 0, template.MaxSpares, "--spares 2"); err != nil {
 				return err
 			}
-			lowerPriority()
+			// The refill runs while the caller's tests use the cluster up
+			// just started, and while later ups copy: it takes the CPU
+			// and the disk only when they are free. Best effort.
+			_ = proc.Background()
 			user, err := instance.ResolveUser(g.runAs)
 			if err != nil {
 				return err

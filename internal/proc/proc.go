@@ -3,7 +3,8 @@
 // valid process id at all, whether it runs, when it started, as whom, from
 // which executable and in which directory, and a pidfd handle that signals
 // exactly the process it was opened on (never a later process that reused
-// its pid).
+// its pid). Background lowers the calling process itself to background
+// priority (every thread).
 //
 // It must not decide policy (which process may be signalled): that is the
 // caller's (instance.Attach verifies a postmaster).

@@ -66,3 +66,6 @@ func SameFile(a, b string) bool {
 	}
 	return os.SameFile(fa, fb)
 }
+
+// Background does nothing here: the process keeps its priority.
+func Background() error { return nil }

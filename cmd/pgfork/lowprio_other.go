@@ -1,6 +1,0 @@
-//go:build !linux
-
-package main
-
-// lowerPriority does nothing here.
-func lowerPriority() {}

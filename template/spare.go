@@ -8,12 +8,15 @@ package template
 //	<state>/clusters/.sparebuild-<key>-<rand>  a copy being made (never claimed)
 //	<state>/locks/spare-<key>.lock             held by the one refiller of a key
 //	<state>/locks/spare-<key>.wait             held by the refiller waiting for it
-//	<state>/locks/spare-<key>.fg               shared by each up copying key itself
+//	<state>/locks/spares.fg                    shared by each up while it runs
 //
-// A `pgfork up` that finds no spare copies the template itself, and must not
-// be slower for the spares: while it copies it holds key's .fg lock shared
-// (Foreground), and the refiller pauses — it cancels the copy it is making
-// (removed once the up is done) and starts none until the lock is free.
+// Spares are background work and an up is foreground work: a `pgfork up`
+// that finds no spare copies the template itself, and must not be slower
+// for the spares. From its start until its server is ready, every up holds
+// the .fg lock shared (Foreground), and every refiller pauses meanwhile — it
+// cancels the copy it is making (removed when the refill ends) and starts
+// none until the lock is free. The refiller also runs at background CPU and
+// I/O priority (the CLI's, see proc.Background).
 //
 // A spare is built under its .sparebuild- name and renamed to its .spare-
 // name only when complete and only if its template is still the one it was
@@ -54,24 +57,24 @@ func spareLockPath(lay statedir.Layout, key string) string {
 	return filepath.Join(lay.Locks(), "spare-"+key+".lock")
 }
 
-func spareFgPath(lay statedir.Layout, key string) string {
-	return filepath.Join(lay.Locks(), "spare-"+key+".fg")
+func spareFgPath(lay statedir.Layout) string {
+	return filepath.Join(lay.Locks(), "spares.fg")
 }
 
-// fgPoll is how often a refiller's copy checks for a foreground copy.
+// fgPoll is how often a refiller's copy checks for an up at work.
 const fgPoll = 2 * time.Millisecond
 
-// errYield ends a spare copy that a foreground copy preempted.
-var errYield = errors.New("a foreground copy of the template is running")
+// errYield ends a spare copy that an up preempted.
+var errYield = errors.New("a pgfork up is at work")
 
-// Foreground says that the caller copies template t itself (no spare was
-// ready) until release is called: the refill of t pauses meanwhile, so the
-// two copies do not compete for the disk and CPU. Best effort: if the lock
-// cannot be taken, nothing pauses.
-func (t *Template) Foreground(ctx context.Context, lay statedir.Layout) (release func()) {
-	l, err := flock.Shared(ctx, spareFgPath(lay, t.Key))
+// Foreground says that the caller is an up at work (it may copy a template
+// itself and then starts a server) until release is called: every refill
+// pauses meanwhile, so background copies do not compete with it for the
+// disk and CPU. Best effort: if the lock cannot be taken, nothing pauses.
+func Foreground(ctx context.Context, lay statedir.Layout) (release func()) {
+	l, err := flock.Shared(ctx, spareFgPath(lay))
 	if errors.Is(err, fs.ErrNotExist) && lay.Ensure() == nil {
-		l, err = flock.Shared(ctx, spareFgPath(lay, t.Key))
+		l, err = flock.Shared(ctx, spareFgPath(lay))
 	}
 	if err != nil {
 		return func() {}
@@ -79,9 +82,9 @@ func (t *Template) Foreground(ctx context.Context, lay statedir.Layout) (release
 	return l.Unlock
 }
 
-// foregroundBusy reports whether an up holds key's .fg lock.
-func foregroundBusy(lay statedir.Layout, key string) bool {
-	l, err := flock.TryExclusive(spareFgPath(lay, key))
+// foregroundBusy reports whether an up is at work.
+func foregroundBusy(lay statedir.Layout) bool {
+	l, err := flock.TryExclusive(spareFgPath(lay))
 	if err != nil {
 		return errors.Is(err, flock.ErrBusy)
 	}
@@ -89,11 +92,11 @@ func foregroundBusy(lay statedir.Layout, key string) bool {
 	return false
 }
 
-// waitForeground waits until no up copies key itself.
-func waitForeground(ctx context.Context, lay statedir.Layout, key string) error {
-	l, err := flock.Exclusive(ctx, spareFgPath(lay, key))
+// waitForeground waits until no up is at work.
+func waitForeground(ctx context.Context, lay statedir.Layout) error {
+	l, err := flock.Exclusive(ctx, spareFgPath(lay))
 	if err != nil {
-		return lockErr(ctx, err, spareFgPath(lay, key))
+		return lockErr(ctx, err, spareFgPath(lay))
 	}
 	l.Unlock()
 	return nil
@@ -251,8 +254,11 @@ func Refill(ctx context.Context, lay statedir.Layout, key string, o RefillOption
 	defer l.Unlock()
 	// We are the only refiller of key: anything being built is a leftover.
 	cleanSpareBuilds(lay, key)
+	// Copies cancelled for an up are removed last, once the spares are
+	// made: the removal is work nobody waits for.
+	defer cleanSpareBuilds(lay, key)
 
-	made := 0
+	made, yields := 0, 0
 	for {
 		all, err := spares(lay)
 		if err != nil {
@@ -267,18 +273,21 @@ func Refill(ctx context.Context, lay statedir.Layout, key string, o RefillOption
 			}
 			return made, nil
 		}
-		if err := waitForeground(ctx, lay, key); err != nil {
+		if err := waitForeground(ctx, lay); err != nil {
 			return made, err
 		}
 		// The first error (ENOSPC among them) ends the refill: the failed
 		// copy was removed by makeSpare, the finished spares stay.
 		ok, err := makeSpare(ctx, lay, key, o.Owner)
 		if errors.Is(err, errYield) {
-			// Remove the preempted copy once the up is done with the disk.
-			if err := waitForeground(ctx, lay, key); err != nil {
-				return made, err
+			// The cancelled copy is removed when the refill ends; in a
+			// burst of ups, earlier ones go now, so they do not pile up.
+			if yields++; yields > 1 {
+				if err := waitForeground(ctx, lay); err != nil {
+					return made, err
+				}
+				cleanSpareBuilds(lay, key)
 			}
-			cleanSpareBuilds(lay, key)
 			continue
 		}
 		if err != nil || !ok {
@@ -349,7 +358,7 @@ func makeSpare(ctx context.Context, lay statedir.Layout, key string, owner *clon
 			_ = os.RemoveAll(build)
 		}
 	}()
-	// Give way to an up that copies the template itself.
+	// Give way to any up at work.
 	cctx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
 	watched := make(chan struct{})
@@ -362,7 +371,7 @@ func makeSpare(ctx context.Context, lay statedir.Layout, key string, owner *clon
 			case <-cctx.Done():
 				return
 			case <-t.C:
-				if foregroundBusy(lay, key) {
+				if foregroundBusy(lay) {
 					cancel(errYield)
 					return
 				}
@@ -377,7 +386,7 @@ func makeSpare(ctx context.Context, lay statedir.Layout, key string, owner *clon
 	cancel(nil)
 	<-watched
 	if errors.Is(context.Cause(cctx), errYield) && ctx.Err() == nil {
-		done = true // removed by Refill once the up is done
+		done = true // removed by Refill (see errYield there)
 		return false, errYield
 	}
 	if err != nil {

@@ -96,17 +96,16 @@ func TestRefillStopsAtENOSPC(t *testing.T) {
 	}
 }
 
-// TestRefillPausesForForegroundCopy: while an up copies the template itself
-// (Foreground), the refill starts no copy, and a copy it is making stops
+// TestRefillPausesForForegroundCopy: while an up is at work (Foreground),
+// the refill starts no copy, and a copy it is making stops
 // growing; once the up is done, the refill finishes.
 func TestRefillPausesForForegroundCopy(t *testing.T) {
 	lay := statedir.Layout{Root: testenv.Dir(t)}
 	key := fakeTemplate(t, lay, 256<<20)
-	tm := &Template{Key: key}
 	ctx := context.Background()
 
 	// Held before the refill starts: no copy is started.
-	release := tm.Foreground(ctx, lay)
+	release := Foreground(ctx, lay)
 	type result struct {
 		made int
 		err  error
@@ -135,7 +134,7 @@ func TestRefillPausesForForegroundCopy(t *testing.T) {
 		}
 		time.Sleep(time.Millisecond)
 	}
-	release = tm.Foreground(ctx, lay)
+	release = Foreground(ctx, lay)
 	if build == "" {
 		release()
 		t.Skip("the refill's copy finished before the test saw it")

@@ -47,7 +47,7 @@ type Options struct {
 	Spares int
 	// Refill is called, after the cluster is registered, when Spares > 0:
 	// it should make the template's spares in the background (the CLI
-	// starts a detached low-priority pgfork). Nil: no refill. An error is
+	// starts a detached pgfork at background priority). Nil: no refill. An error is
 	// reported through OnInfo and does not fail Up.
 	Refill func(Refill) error
 	// OnInfo is told about progress and warnings (template build steps,
@@ -131,6 +131,11 @@ func Up(ctx context.Context, o Options) (*Result, error) {
 	timings := map[string]int64{}
 	lap := func(k string, since time.Time) { timings[k] = time.Since(since).Microseconds() }
 	lay := o.Layout
+	// Refills are background work: they pause until our server is ready,
+	// neither copying nor removing a cancelled copy meanwhile, so a miss
+	// (we copy the template ourselves) is never slower than no spares.
+	releaseFg := template.Foreground(ctx, lay)
+	defer func() { releaseFg() }()
 	Reap(ctx, lay, o.OnInfo)
 
 	// Claim the name first: a taken name fails before any work.
@@ -206,11 +211,7 @@ func Up(ctx context.Context, o Options) (*Result, error) {
 	sum := &clone.Summary{}
 	if spare == "" {
 		t = time.Now()
-		// A refill in progress pauses while we copy (a miss is never
-		// slower than no spares at all).
-		release := tmpl.Foreground(ctx, lay)
 		sum, err = clone.Copy(ctx, tmpl.DataDir(), pending.DataDir(), clone.Options{Sync: clone.SyncNone, Owner: owner})
-		release()
 		if err != nil {
 			tmpl.Release()
 			return nil, err
@@ -245,6 +246,8 @@ func Up(ctx context.Context, o Options) (*Result, error) {
 		}
 	}
 	lap("start", t)
+	releaseFg()
+	releaseFg = func() {}
 
 	url := inst.ConnString(o.Superuser, "postgres")
 	ci := cluster.Info{

@@ -57,8 +57,10 @@ it: a new cluster in about the time of a postmaster start.
 Spare copies: pgfork keeps --spares copies of each template ready (default
 1, env PGFORK_SPARES, at most 16), so up claims one with a rename and only starts
 postgres; a detached background pgfork then makes a new spare while your
-tests run (up does not wait for it). When no spare is ready, up copies the
-template itself. --spares 0 copies every time and keeps no spares. The
+tests run (up does not wait for it), at the lowest CPU and I/O priority.
+When no spare is ready, up copies the template itself; refills pause while
+any up runs, so a miss costs what --spares 0 does. --spares 0 copies every
+time and keeps no spares. The
 refill stops at the first error (a full disk among them) and does not start
 a copy that would leave less than max(1 GiB, 10% of the filesystem) free. Spares
 live in <state-dir>/clusters/.spare-*, are counted by pgfork template ls and

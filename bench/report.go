@@ -96,6 +96,39 @@ func Measure(n int, setup func(i int) error, fn func(i int) error) (Sample, erro
 	return s, nil
 }
 
+// Case is one contender of MeasureInterleaved: Setup (untimed, may be
+// nil) then Fn (timed).
+type Case struct {
+	Setup func(i int) error
+	Fn    func(i int) error
+}
+
+// MeasureInterleaved runs the cases n times each, alternating them (round
+// i starts at case i mod len(cases)), and returns one Sample per case. Use
+// it where contenders are compared with each other on a shared disk: a
+// slow or fast phase of the machine then falls on all of them alike, not
+// on whichever ran in that phase as a block.
+func MeasureInterleaved(n int, cases ...Case) ([]Sample, error) {
+	out := make([]Sample, len(cases))
+	for i := 0; i < n; i++ {
+		for j := range cases {
+			k := (i + j) % len(cases)
+			c := cases[k]
+			if c.Setup != nil {
+				if err := c.Setup(i); err != nil {
+					return out, err
+				}
+			}
+			t0 := time.Now()
+			if err := c.Fn(i); err != nil {
+				return out, err
+			}
+			out[k] = append(out[k], time.Since(t0))
+		}
+	}
+	return out, nil
+}
+
 // Dur formats a duration for tables with sensible precision.
 func Dur(d time.Duration) string {
 	switch {

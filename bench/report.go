@@ -80,20 +80,8 @@ func (s Sample) Quantile(q float64) time.Duration {
 // Measure runs setup (untimed) then fn (timed) n times and returns the times.
 // setup may be nil.
 func Measure(n int, setup func(i int) error, fn func(i int) error) (Sample, error) {
-	var s Sample
-	for i := 0; i < n; i++ {
-		if setup != nil {
-			if err := setup(i); err != nil {
-				return s, err
-			}
-		}
-		t0 := time.Now()
-		if err := fn(i); err != nil {
-			return s, err
-		}
-		s = append(s, time.Since(t0))
-	}
-	return s, nil
+	s, err := MeasureInterleaved(n, Case{Setup: setup, Fn: fn})
+	return s[0], err
 }
 
 // Case is one contender of MeasureInterleaved: Setup (untimed, may be

@@ -186,7 +186,7 @@ type Pool struct {
 
 	mu        sync.Mutex
 	dbs       map[int]*entry
-	ready     []int // FIFO of ready ids
+	ready     []int // ready ids, longest ready first; Acquire takes the last
 	waiters   []*waiter
 	closed    bool
 	evicted   bool // emptied by the global limit; refills on the next Acquire
@@ -265,9 +265,13 @@ func (p *Pool) Acquire(ctx context.Context) (DB, error) {
 		return DB{}, errs.Wrap(errs.Busy, ErrClosed, "template %s", p.cfg.Hash)
 	}
 	p.evicted = false
-	if len(p.ready) > 0 {
-		id := p.ready[0]
-		p.ready = p.ready[1:]
+	if n := len(p.ready); n > 0 {
+		// The most recently ready first: a database just given back by
+		// unlock is the next one handed out (as IntegreSQL's clients
+		// expect, and its pages are still in cache), and the longest
+		// ready stay at the front, where shrink drops them.
+		id := p.ready[n-1]
+		p.ready = p.ready[:n-1]
 		db := p.handOut(p.dbs[id])
 		p.fill()
 		p.mu.Unlock()

@@ -166,6 +166,30 @@ func TestPoolStateMachine(t *testing.T) {
 	}
 }
 
+// TestPoolUnlockedComesBackFirst: a database given back by unlock is the
+// next one handed out, even when others were ready before it (IntegreSQL's
+// Go client test TestClientReturnTestDatabase expects this; with a FIFO the
+// answer depended on which creation finished first).
+func TestPoolUnlockedComesBackFirst(t *testing.T) {
+	s := startPG(t)
+	p := newPool(t, s, pool.Config{Initial: 2, Max: 3})
+
+	a := acquire(t, p, 30*time.Second)
+	waitFor(t, func() bool { return p.Stats().ByState[pool.Ready] >= 2 })
+	if err := p.Unlock(a.ID); err != nil {
+		t.Fatal(err)
+	}
+	for i := 0; i < 3; i++ {
+		b := acquire(t, p, 30*time.Second)
+		if b.ID != a.ID {
+			t.Fatalf("round %d: unlocked database %d was given back, but %d was handed out next", i, a.ID, b.ID)
+		}
+		if err := p.Unlock(b.ID); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
 func TestPoolTimeoutSaysWhy(t *testing.T) {
 	s := startPG(t)
 	p := newPool(t, s, pool.Config{Initial: 1, Max: 1})

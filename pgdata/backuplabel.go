@@ -69,6 +69,20 @@ func ParseBackupLabel(path string, b []byte) (*BackupLabel, error) {
 		}
 		return e
 	}
+	lsnLine := func(k, v string) (LSN, error) {
+		lsn, err := ParseLSN(v)
+		if err != nil {
+			return 0, bad("bad %s %q: want an LSN such as 0/2000028", k, v)
+		}
+		return lsn, nil
+	}
+	tliLine := func(k, v string) (uint32, error) {
+		t, ok := parseTLI(v)
+		if !ok {
+			return 0, bad("bad %s %q: want a timeline number of 1 or more", k, v)
+		}
+		return t, nil
+	}
 	l := &BackupLabel{Raw: b}
 	var haveStart, haveTLI, havePrevLSN, havePrevTLI bool
 	for _, line := range strings.Split(string(b), "\n") {
@@ -76,6 +90,7 @@ func ParseBackupLabel(path string, b []byte) (*BackupLabel, error) {
 		if !ok {
 			continue
 		}
+		var err error
 		switch k {
 		case "START WAL LOCATION":
 			lsn, file, ok := parseStartWAL(v)
@@ -84,35 +99,25 @@ func ParseBackupLabel(path string, b []byte) (*BackupLabel, error) {
 			}
 			l.StartLSN, l.StartFile, haveStart = lsn, file, true
 		case "START TIMELINE":
-			t, ok := parseTLI(v)
-			if !ok {
-				return nil, bad("bad START TIMELINE %q: want a timeline number of 1 or more", v)
-			}
-			l.StartTLI, haveTLI = t, true
+			l.StartTLI, err = tliLine(k, v)
+			haveTLI = true
 		case "CHECKPOINT LOCATION":
-			lsn, err := ParseLSN(v)
-			if err != nil {
-				return nil, bad("bad CHECKPOINT LOCATION %q: want an LSN such as 0/2000080", v)
-			}
-			l.Checkpoint = lsn
+			l.Checkpoint, err = lsnLine(k, v)
 		case "INCREMENTAL FROM LSN":
-			lsn, err := ParseLSN(v)
-			if err != nil {
-				return nil, bad("bad INCREMENTAL FROM LSN %q: want an LSN such as 0/2000028", v)
-			}
-			l.PrevLSN, havePrevLSN = lsn, true
+			l.PrevLSN, err = lsnLine(k, v)
+			havePrevLSN = true
 		case "INCREMENTAL FROM TLI":
-			t, ok := parseTLI(v)
-			if !ok {
-				return nil, bad("bad INCREMENTAL FROM TLI %q: want a timeline number of 1 or more", v)
-			}
-			l.PrevTLI, havePrevTLI = t, true
+			l.PrevTLI, err = tliLine(k, v)
+			havePrevTLI = true
 		case "START TIME":
 			l.StartTime = strings.TrimSpace(v)
 		case "LABEL":
 			l.Label = v
 		case "BACKUP METHOD":
 			l.BackupMethod = strings.TrimSpace(v)
+		}
+		if err != nil {
+			return nil, err
 		}
 	}
 	if !haveStart {

@@ -1,9 +1,11 @@
 package pgdata
 
 import (
+	"context"
 	"errors"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/pgfork/pgfork/internal/errs"
 )
@@ -101,5 +103,39 @@ func TestParseBackupLabelBad(t *testing.T) {
 	// Without a path the error names no file.
 	if _, err := ParseBackupLabel("", nil); err == nil || strings.HasPrefix(err.Error(), ":") || !strings.Contains(err.Error(), "START WAL LOCATION") {
 		t.Errorf("no path: %v", err)
+	}
+}
+
+// TestParseBackupLabelFromServer parses the labelfile real servers return
+// from pg_backup_stop (what an online clone writes as backup_label). The
+// backup_label of pg_basebackup --incremental is parsed from real chains by
+// package restore's tests (through pgbackup.OpenChain).
+func TestParseBackupLabelFromServer(t *testing.T) {
+	for _, in := range builds(t) {
+		t.Run(in.Version, func(t *testing.T) {
+			srv := start(t, in, initdb(t, in, false))
+			c := connect(t, srv)
+			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+			defer cancel()
+			var start, file, labelfile string
+			if err := c.QueryRow(ctx, "SELECT pg_backup_start('pgfork label test', fast => true)::text").Scan(&start); err != nil {
+				t.Fatal(err)
+			}
+			if err := c.QueryRow(ctx, "SELECT pg_walfile_name($1::pg_lsn)", start).Scan(&file); err != nil {
+				t.Fatal(err)
+			}
+			if err := c.QueryRow(ctx, "SELECT labelfile FROM pg_backup_stop(wait_for_archive => false)").Scan(&labelfile); err != nil {
+				t.Fatal(err)
+			}
+			l, err := ParseBackupLabel("", []byte(labelfile))
+			if err != nil {
+				t.Fatalf("%v\n%s", err, labelfile)
+			}
+			if l.StartLSN.String() != start || l.StartFile != file || l.StartTLI != 1 || l.Checkpoint == 0 || l.Checkpoint < l.StartLSN ||
+				l.Label != "pgfork label test" || l.BackupMethod != "streamed" || l.StartTime == "" || l.Incremental() ||
+				!strings.Contains(labelfile, "START TIMELINE: 1\n") {
+				t.Errorf("parsed %+v from\n%s(start %s, file %s)", l, labelfile, start, file)
+			}
+		})
 	}
 }

@@ -62,12 +62,8 @@ func (l *BackupLabel) CombinedLabel() []byte {
 // Every error is errs.Usage and names the line.
 func ParseBackupLabel(path string, b []byte) (*BackupLabel, error) {
 	bad := func(format string, args ...any) error {
-		e := errs.New(errs.Usage, "backup_label: "+format, args...).
+		return errs.New(errs.Usage, "backup_label: "+format, args...).WithPath(path).
 			WithHint("the backup_label is damaged or was not written by PostgreSQL; take a new backup")
-		if path != "" {
-			e = e.WithPath(path)
-		}
-		return e
 	}
 	lsnLine := func(k, v string) (LSN, error) {
 		lsn, err := ParseLSN(v)

@@ -11,6 +11,7 @@ import (
 	"strings"
 
 	"github.com/pgfork/pgfork/internal/errs"
+	"github.com/pgfork/pgfork/pgdata"
 )
 
 // Backup is one plain-format base backup directory.
@@ -18,7 +19,7 @@ type Backup struct {
 	Dir      string // absolute
 	Major    int    // from PG_VERSION
 	SystemID uint64 // from global/pg_control
-	Label    *Label
+	Label    *pgdata.BackupLabel
 	Manifest *Manifest
 }
 
@@ -68,7 +69,7 @@ func OpenBackup(dir string) (*Backup, error) {
 		return nil, errs.New(errs.Usage, "not a base backup (no backup_label)").WithPath(abs).
 			WithHint("give directories written by pg_basebackup -Fp (plain format), full backup first, then incrementals oldest first")
 	}
-	if b.Label, err = ParseLabel(filepath.Join(abs, "backup_label"), raw); err != nil {
+	if b.Label, err = pgdata.ParseBackupLabel(filepath.Join(abs, "backup_label"), raw); err != nil {
 		return nil, err
 	}
 	vb, err := os.ReadFile(filepath.Join(abs, "PG_VERSION"))

@@ -11,6 +11,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/pgfork/pgfork/internal/errs"
+	"github.com/pgfork/pgfork/pgdata"
 )
 
 // ManifestFile is one file of a backup_manifest.
@@ -24,8 +25,8 @@ type ManifestFile struct {
 // WALRange is one WAL range of a backup_manifest.
 type WALRange struct {
 	Timeline uint32
-	Start    LSN
-	End      LSN
+	Start    pgdata.LSN
+	End      pgdata.LSN
 }
 
 // Manifest is a parsed backup_manifest.
@@ -106,8 +107,8 @@ func ReadManifest(path string) (*Manifest, error) {
 		out.Files[p] = mf
 	}
 	for _, w := range m.WAL {
-		s, err1 := ParseLSN(w.Start)
-		e, err2 := ParseLSN(w.End)
+		s, err1 := pgdata.ParseLSN(w.Start)
+		e, err2 := pgdata.ParseLSN(w.End)
 		if err1 != nil || err2 != nil {
 			return nil, damaged("bad WAL range %s-%s", w.Start, w.End)
 		}

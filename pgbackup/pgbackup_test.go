@@ -39,30 +39,3 @@ func TestManifestRoundTrip(t *testing.T) {
 		t.Fatal("a damaged manifest was accepted")
 	}
 }
-
-// TestParseLabel checks the backup_label rules pg_combinebackup applies.
-func TestParseLabel(t *testing.T) {
-	full := "START WAL LOCATION: 0/2000028 (file 000000010000000000000002)\nCHECKPOINT LOCATION: 0/2000080\nSTART TIMELINE: 1\n"
-	l, err := ParseLabel("x", []byte(full))
-	if err != nil || l.Incremental() || l.StartLSN.String() != "0/2000028" || l.StartTLI != 1 {
-		t.Fatalf("full label: %+v, %v", l, err)
-	}
-	inc := full + "INCREMENTAL FROM LSN: 0/1000028\nINCREMENTAL FROM TLI: 1\n"
-	l, err = ParseLabel("x", []byte(inc))
-	if err != nil || !l.Incremental() || l.PrevLSN.String() != "0/1000028" {
-		t.Fatalf("incremental label: %+v, %v", l, err)
-	}
-	if got := string(l.CombinedLabel()); got != full {
-		t.Errorf("combined label %q, want %q", got, full)
-	}
-	for _, bad := range []string{
-		"START TIMELINE: 1\n",
-		"START WAL LOCATION: 0/2000028 (file x)\n",
-		full + "INCREMENTAL FROM LSN: 0/1000028\n",
-		strings.Replace(full, "0/2000028", "zz", 1),
-	} {
-		if _, err := ParseLabel("x", []byte(bad)); err == nil {
-			t.Errorf("accepted %q", bad)
-		}
-	}
-}

@@ -27,7 +27,7 @@ type backupSession struct {
 	segSize    int64
 	slot       string // temporary physical slot holding WAL, "" if none
 	warnings   []string
-	start      LSN
+	start      pgdata.LSN
 	started    bool
 }
 
@@ -35,7 +35,7 @@ type backupSession struct {
 type backupResult struct {
 	LabelFile  string
 	SpcMapFile string
-	StopLSN    LSN
+	StopLSN    pgdata.LSN
 }
 
 // DefaultConnString returns a connection string for the server running on
@@ -174,7 +174,7 @@ func (s *backupSession) holdWAL(ctx context.Context) {
 
 // startBackup runs pg_backup_start (pg_start_backup before 15) with a fast
 // checkpoint and returns the start LSN.
-func (s *backupSession) startBackup(ctx context.Context, label string) (LSN, error) {
+func (s *backupSession) startBackup(ctx context.Context, label string) (pgdata.LSN, error) {
 	q := "SELECT pg_backup_start($1, fast => true)::text"
 	if s.versionNum < 150000 {
 		q = "SELECT pg_start_backup($1, true, false)::text"
@@ -184,7 +184,7 @@ func (s *backupSession) startBackup(ctx context.Context, label string) (LSN, err
 		return 0, s.queryErr(ctx, err, "cannot start the online backup on the source")
 	}
 	s.started = true
-	l, err := ParseLSN(lsn)
+	l, err := pgdata.ParseLSN(lsn)
 	if err != nil {
 		return 0, errs.Wrap(errs.Internal, err, "unexpected result of the backup start")
 	}
@@ -209,7 +209,7 @@ func (s *backupSession) stopBackup(ctx context.Context) (*backupResult, error) {
 		return nil, s.queryErr(ctx, err, "cannot stop the online backup on the source")
 	}
 	s.started = false
-	l, err := ParseLSN(lsn)
+	l, err := pgdata.ParseLSN(lsn)
 	if err != nil {
 		return nil, errs.Wrap(errs.Internal, err, "unexpected result of the backup stop")
 	}

@@ -531,9 +531,10 @@ func (b *build) finishOnline(ctx context.Context, sess *backupSession, srcWAL st
 		return err
 	}
 	b.phase("backup stop")
-	bl, err := ParseBackupLabel(br.LabelFile)
+	bl, err := pgdata.ParseBackupLabel("", []byte(br.LabelFile))
 	if err != nil {
-		return errs.Wrap(errs.Internal, err, "cannot read the backup label the source returned")
+		return errs.Wrap(errs.Internal, err, "cannot read the backup label the source returned").
+			WithHint("the source server returned a backup_label pgfork does not understand; clone it offline (stopped cleanly) instead, and report this")
 	}
 	b.res.StartLSN, b.res.StopLSN = bl.StartLSN.String(), br.StopLSN.String()
 	b.res.Warnings = append(b.res.Warnings, sess.warnings...)

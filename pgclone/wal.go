@@ -1,124 +1,25 @@
 package pgclone
 
 import (
-	"bufio"
 	"context"
 	"errors"
-	"fmt"
 	"io"
 	"io/fs"
 	"os"
 	"path/filepath"
 	"regexp"
 	"sort"
-	"strconv"
-	"strings"
 	"syscall"
 
 	"github.com/pgfork/pgfork/clone"
 
 	"github.com/pgfork/pgfork/internal/errs"
 	"github.com/pgfork/pgfork/internal/fsutil"
+	"github.com/pgfork/pgfork/pgdata"
 )
 
-// LSN is a PostgreSQL write-ahead log position.
-type LSN uint64
-
-// ParseLSN parses the text form "X/Y" (two hex numbers).
-func ParseLSN(s string) (LSN, error) {
-	hi, lo, ok := strings.Cut(strings.TrimSpace(s), "/")
-	if !ok {
-		return 0, fmt.Errorf("bad LSN %q: want X/Y", s)
-	}
-	h, err1 := strconv.ParseUint(hi, 16, 32)
-	l, err2 := strconv.ParseUint(lo, 16, 32)
-	if err1 != nil || err2 != nil {
-		return 0, fmt.Errorf("bad LSN %q: want two hexadecimal numbers X/Y", s)
-	}
-	return LSN(h<<32 | l), nil
-}
-
-func (l LSN) String() string { return fmt.Sprintf("%X/%X", uint64(l)>>32, uint64(l)&0xffffffff) }
-
-// SegmentName returns the WAL file name of segment number segno on
-// timeline tli for a segment size of segSize bytes (as XLogFileName does).
-func SegmentName(tli uint32, segno uint64, segSize int64) string {
-	perID := uint64(0x100000000) / uint64(segSize)
-	return fmt.Sprintf("%08X%08X%08X", tli, segno/perID, segno%perID)
-}
-
-// parseSegmentName is the inverse of SegmentName.
-func parseSegmentName(name string, segSize int64) (tli uint32, segno uint64, ok bool) {
-	if !walFileRe.MatchString(name) {
-		return 0, 0, false
-	}
-	t, _ := strconv.ParseUint(name[0:8], 16, 32)
-	hi, _ := strconv.ParseUint(name[8:16], 16, 32)
-	lo, _ := strconv.ParseUint(name[16:24], 16, 32)
-	perID := uint64(0x100000000) / uint64(segSize)
-	return uint32(t), hi*perID + lo, true
-}
-
-var (
-	walFileRe     = regexp.MustCompile(`^[0-9A-F]{24}$`)
-	historyFileRe = regexp.MustCompile(`^[0-9A-F]{8}\.history$`)
-	startWALRe    = regexp.MustCompile(`^START WAL LOCATION: ([0-9A-Fa-f]+/[0-9A-Fa-f]+) \(file ([0-9A-F]{24})\)$`)
-)
-
-// BackupLabel is what pgclone needs from a backup_label file.
-type BackupLabel struct {
-	StartLSN     LSN
-	StartFile    string // WAL file holding the start LSN
-	StartTLI     uint32
-	Checkpoint   LSN
-	Label        string
-	BackupMethod string
-}
-
-// ParseBackupLabel reads the fields of a backup_label (the labelfile that
-// pg_backup_stop returns).
-func ParseBackupLabel(text string) (*BackupLabel, error) {
-	bl := &BackupLabel{}
-	sc := bufio.NewScanner(strings.NewReader(text))
-	haveStart := false
-	for sc.Scan() {
-		line := sc.Text()
-		if m := startWALRe.FindStringSubmatch(line); m != nil {
-			lsn, err := ParseLSN(m[1])
-			if err != nil {
-				return nil, err
-			}
-			bl.StartLSN, bl.StartFile, haveStart = lsn, m[2], true
-			continue
-		}
-		k, v, ok := strings.Cut(line, ": ")
-		if !ok {
-			continue
-		}
-		switch k {
-		case "CHECKPOINT LOCATION":
-			bl.Checkpoint, _ = ParseLSN(v)
-		case "START TIMELINE":
-			t, err := strconv.ParseUint(strings.TrimSpace(v), 10, 32)
-			if err != nil {
-				return nil, fmt.Errorf("bad START TIMELINE %q in backup label", v)
-			}
-			bl.StartTLI = uint32(t)
-		case "LABEL":
-			bl.Label = v
-		case "BACKUP METHOD":
-			bl.BackupMethod = v
-		}
-	}
-	if !haveStart {
-		return nil, fmt.Errorf("backup label has no START WAL LOCATION line")
-	}
-	if bl.StartTLI == 0 {
-		t, _ := strconv.ParseUint(bl.StartFile[:8], 16, 32)
-		bl.StartTLI = uint32(t)
-	}
-	return bl, nil
-}
+// historyFileRe matches a timeline history file name (00000002.history).
+var historyFileRe = regexp.MustCompile(`^[0-9A-F]{8}\.history$`)
 
 // walPlan lists the WAL files an online clone needs.
 type walPlan struct {
@@ -130,7 +31,7 @@ type walPlan struct {
 // one holding start through the one holding stop (the last byte before it),
 // on the start timeline or a later one, and every timeline history file.
 // A missing segment is an error that says how to keep WAL longer.
-func planWAL(srcWAL string, startTLI uint32, start, stop LSN, segSize int64) (*walPlan, error) {
+func planWAL(srcWAL string, startTLI uint32, start, stop pgdata.LSN, segSize int64) (*walPlan, error) {
 	ents, err := os.ReadDir(srcWAL)
 	if err != nil {
 		return nil, errs.FromOS(err, srcWAL, "cannot list the source's WAL directory")
@@ -144,7 +45,7 @@ func planWAL(srcWAL string, startTLI uint32, start, stop LSN, segSize int64) (*w
 			p.History = append(p.History, name)
 			continue
 		}
-		tli, segno, ok := parseSegmentName(name, segSize)
+		tli, segno, ok := pgdata.ParseSegmentName(name, segSize)
 		if !ok || tli < startTLI {
 			continue
 		}
@@ -161,15 +62,15 @@ func planWAL(srcWAL string, startTLI uint32, start, stop LSN, segSize int64) (*w
 	for s := first; s <= last; s++ {
 		tli, ok := best[s]
 		if !ok {
-			missing = append(missing, SegmentName(startTLI, s, segSize))
+			missing = append(missing, pgdata.SegmentName(startTLI, s, segSize))
 			continue
 		}
-		p.Segments = append(p.Segments, SegmentName(tli, s, segSize))
+		p.Segments = append(p.Segments, pgdata.SegmentName(tli, s, segSize))
 	}
 	// The segment holding the stop LSN itself, when the stop LSN is exactly
 	// on a segment boundary, is not needed; take it anyway when present.
 	if tli, ok := best[uint64(stop)/uint64(segSize)]; ok && uint64(stop)/uint64(segSize) > last {
-		p.Segments = append(p.Segments, SegmentName(tli, uint64(stop)/uint64(segSize), segSize))
+		p.Segments = append(p.Segments, pgdata.SegmentName(tli, uint64(stop)/uint64(segSize), segSize))
 	}
 	sort.Strings(p.History)
 	if len(missing) > 0 {

@@ -10,6 +10,7 @@ import (
 
 	"github.com/pgfork/pgfork/internal/errs"
 	"github.com/pgfork/pgfork/internal/testenv"
+	"github.com/pgfork/pgfork/pgdata"
 )
 
 // TestCopyWALNoSpace: a full destination while WAL is copied is a NoSpace
@@ -24,7 +25,7 @@ func TestCopyWALNoSpace(t *testing.T) {
 	p := &walPlan{}
 	// 5 segments of 16 MiB do not fit in 64 MiB.
 	for i := 1; i <= 5; i++ {
-		name := SegmentName(1, uint64(i), 16<<20)
+		name := pgdata.SegmentName(1, uint64(i), 16<<20)
 		if err := os.WriteFile(filepath.Join(src, name), seg, 0o600); err != nil {
 			t.Fatal(err)
 		}

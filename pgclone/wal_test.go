@@ -7,53 +7,8 @@ import (
 	"testing"
 
 	"github.com/pgfork/pgfork/internal/errs"
+	"github.com/pgfork/pgfork/pgdata"
 )
-
-func TestLSNAndSegments(t *testing.T) {
-	l, err := ParseLSN("1/2A000028")
-	if err != nil || uint64(l) != 1<<32|0x2A000028 || l.String() != "1/2A000028" {
-		t.Fatalf("ParseLSN: %v %v %s", uint64(l), err, l)
-	}
-	for _, bad := range []string{"", "12", "x/1", "1/", "100000000/0"} {
-		if _, err := ParseLSN(bad); err == nil {
-			t.Errorf("ParseLSN(%q) accepted", bad)
-		}
-	}
-	const seg = 16 << 20
-	if got := SegmentName(1, uint64(l)/seg, seg); got != "00000001000000010000002A" {
-		t.Errorf("SegmentName = %s", got)
-	}
-	if tli, segno, ok := parseSegmentName("00000002000000010000002A", seg); !ok || tli != 2 || segno != uint64(l)/seg {
-		t.Errorf("parseSegmentName: %d %d %v", tli, segno, ok)
-	}
-	// 1 GB segments: 4 per "log id".
-	if got := SegmentName(3, 9, 1<<30); got != "000000030000000200000001" {
-		t.Errorf("SegmentName(1GB) = %s", got)
-	}
-}
-
-const label = `START WAL LOCATION: 0/5000028 (file 000000010000000000000005)
-CHECKPOINT LOCATION: 0/5000060
-BACKUP METHOD: streamed
-BACKUP FROM: primary
-START TIME: 2026-11-21 21:19:47 UTC
-LABEL: pgfork clone to /x
-START TIMELINE: 1
-`
-
-func TestParseBackupLabel(t *testing.T) {
-	bl, err := ParseBackupLabel(label)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if bl.StartLSN.String() != "0/5000028" || bl.StartFile != "000000010000000000000005" || bl.StartTLI != 1 ||
-		bl.Checkpoint.String() != "0/5000060" || bl.Label != "pgfork clone to /x" {
-		t.Errorf("parsed %+v", bl)
-	}
-	if _, err := ParseBackupLabel("LABEL: x\n"); err == nil {
-		t.Error("a label without START WAL LOCATION was accepted")
-	}
-}
 
 func TestPlanWAL(t *testing.T) {
 	const seg = 16 << 20
@@ -64,8 +19,8 @@ func TestPlanWAL(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	start, _ := ParseLSN("0/5000028")
-	stop, _ := ParseLSN("0/6000100")
+	start, _ := pgdata.ParseLSN("0/5000028")
+	stop, _ := pgdata.ParseLSN("0/6000100")
 	p, err := planWAL(dir, 1, start, stop, seg)
 	if err != nil {
 		t.Fatal(err)
@@ -74,7 +29,7 @@ func TestPlanWAL(t *testing.T) {
 		t.Errorf("plan %+v", p)
 	}
 	// A stop LSN exactly at a segment boundary needs nothing of the next segment.
-	stop, _ = ParseLSN("0/7000000")
+	stop, _ = pgdata.ParseLSN("0/7000000")
 	if p, err = planWAL(dir, 1, start, stop, seg); err != nil || len(p.Segments) != 3 {
 		t.Errorf("boundary plan %+v %v", p, err)
 	}

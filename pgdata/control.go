@@ -69,8 +69,6 @@ func (c *ControlData) CleanShutdown() bool {
 // ChecksumsEnabled reports whether data page checksums are on.
 func (c *ControlData) ChecksumsEnabled() bool { return c != nil && c.DataChecksumVersion != 0 }
 
-var lsnRe = regexp.MustCompile(`^[0-9A-F]{1,8}/[0-9A-F]{1,8}$`)
-
 // ReadControlData runs binDir/pg_controldata on dataDir (with LC_ALL=C and
 // env added) and parses its output. The binaries must be of the data
 // directory's major version: others cannot read its pg_control reliably, so
@@ -155,7 +153,7 @@ func ParseControlData(out string) (*ControlData, error) {
 	}
 	lsn := func(name string) string {
 		v := str(name)
-		if v != "" && !lsnRe.MatchString(v) {
+		if _, err := ParseLSN(v); v != "" && err != nil {
 			errList = append(errList, fmt.Errorf("%s: %q is not a WAL location", name, v))
 		}
 		return v

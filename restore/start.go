@@ -12,8 +12,8 @@ import (
 	"github.com/pgfork/pgfork/instance"
 	"github.com/pgfork/pgfork/internal/errs"
 	"github.com/pgfork/pgfork/internal/statedir"
-	"github.com/pgfork/pgfork/pgbackup"
 	"github.com/pgfork/pgfork/pgbin"
+	"github.com/pgfork/pgfork/pgdata"
 )
 
 // Recovery is a point-in-time recovery: replay WAL from an archive up to
@@ -63,7 +63,7 @@ func (r *Recovery) Validate() error {
 		r.WALDir = abs
 	}
 	if r.TargetLSN != "" {
-		if _, err := pgbackup.ParseLSN(r.TargetLSN); err != nil {
+		if _, err := pgdata.ParseLSN(r.TargetLSN); err != nil {
 			return errs.New(errs.Usage, "bad --target-lsn %q", r.TargetLSN).WithHint("give an LSN such as 0/3000060")
 		}
 	}

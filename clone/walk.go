@@ -139,13 +139,29 @@ func (c *copier) makeOther(e *entry) error {
 }
 
 // setMeta gives the copy at p the ownership, mode and times of e. f, when
-// not nil, is p opened for writing.
+// not nil, is p just created by this copy (with createPerm) and opened for
+// writing: a stat of it (no journal transaction) tells whether its owner
+// and mode are already right, so that the chown and chmod (a transaction
+// each on a journaling filesystem, most of the time of a reflink copy of
+// small files) run only when they change something.
 func (c *copier) setMeta(f *os.File, p string, e *entry) error {
 	uid, gid, chown := -1, -1, false
 	if c.opts.Owner != nil {
 		uid, gid, chown = c.opts.Owner.UID, c.opts.Owner.GID, true
 	} else if c.isRoot && e.sys.ok {
 		uid, gid, chown = e.sys.uid, e.sys.gid, true
+	}
+	mode := e.mode & (fs.ModePerm | fs.ModeSetuid | fs.ModeSetgid | fs.ModeSticky)
+	chmod := e.kind != kSymlink
+	if f != nil {
+		if fi, err := f.Stat(); err == nil {
+			if st := statOf(fi); st.ok && st.uid == uid && st.gid == gid {
+				chown = false
+			}
+			// A chown clears the set-id bits, so those always need a chmod.
+			chmod = fi.Mode()&(fs.ModePerm|fs.ModeSetuid|fs.ModeSetgid|fs.ModeSticky) != mode ||
+				mode&(fs.ModeSetuid|fs.ModeSetgid) != 0
+		}
 	}
 	if chown {
 		var err error
@@ -158,8 +174,7 @@ func (c *copier) setMeta(f *os.File, p string, e *entry) error {
 			return c.writeErr(err, e)
 		}
 	}
-	if e.kind != kSymlink {
-		mode := e.mode & (fs.ModePerm | fs.ModeSetuid | fs.ModeSetgid | fs.ModeSticky)
+	if chmod {
 		var err error
 		if f != nil {
 			err = f.Chmod(mode)
@@ -175,3 +190,9 @@ func (c *copier) setMeta(f *os.File, p string, e *entry) error {
 	}
 	return nil
 }
+
+// createPerm is the mode a copied file is created with: the owner's bits
+// of its final mode, so that no one else can open it before its owner is
+// set, and a file that is private in the source (PostgreSQL's 0600) needs
+// no chmod afterwards.
+func createPerm(e *entry) os.FileMode { return e.mode.Perm() & 0o700 }

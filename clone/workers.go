@@ -238,7 +238,7 @@ func (c *copier) copyFile(ctx context.Context, e *entry, toSync chan<- syncItem,
 	if c.opts.Prefetch && size > 0 {
 		prefetch(sf)
 	}
-	df, err := openFile(dp, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
+	df, err := openFile(dp, os.O_WRONLY|os.O_CREATE|os.O_EXCL, createPerm(e))
 	if err != nil {
 		return c.writeErr(err, e)
 	}

@@ -23,7 +23,11 @@ import (
 //
 //	PGFORK_BENCH_COPY_SEGMENTS  number of 1 GiB segment files (default 3)
 //	PGFORK_BENCH_COPY_SMALL     number of small files, 8-256 KiB (default 1000)
-//	PGFORK_BENCH_COPY_RUNS      runs per contender (default 3)
+//	PGFORK_BENCH_COPY_RUNS      runs per contender on ext4 (default 3)
+//	PGFORK_BENCH_COPY_RUNS_XFS  runs per contender on XFS (default 9: each
+//	                            run there takes ~0.1 s, and reflink copies
+//	                            of that length spread more than 3 runs can
+//	                            settle)
 //	PGFORK_BENCH_COPY_EXT4      parent directory on ext4 (default /var/tmp)
 func init() {
 	register(Scenario{Name: "copy", Issue: "copy engine: pgfork copy vs cp -a (issue 2)", Run: runCopyBench})
@@ -47,6 +51,7 @@ func runCopyBench(ctx context.Context, r *Report) error {
 	segments := copyEnvInt("PGFORK_BENCH_COPY_SEGMENTS", 3)
 	small := copyEnvInt("PGFORK_BENCH_COPY_SMALL", 1000)
 	runs := max(copyEnvInt("PGFORK_BENCH_COPY_RUNS", 3), 1)
+	xfsRuns := max(copyEnvInt("PGFORK_BENCH_COPY_RUNS_XFS", 9), 1)
 	ext4Parent := os.Getenv("PGFORK_BENCH_COPY_EXT4")
 	if ext4Parent == "" {
 		ext4Parent = "/var/tmp"
@@ -64,8 +69,8 @@ func runCopyBench(ctx context.Context, r *Report) error {
 
 	root := os.Geteuid() == 0
 	r.Notef("Tree: %d small files (8-256 KiB, random sizes) in base/<db>/ plus %d segment files of 1 GiB, random data "+
-		"(PGFORK_BENCH_COPY_SEGMENTS / _SMALL to change). %d runs per contender, interleaved; times are medians. "+
-		"Each run starts from an empty destination%s.", small, segments, runs,
+		"(PGFORK_BENCH_COPY_SEGMENTS / _SMALL to change). Runs per contender, interleaved: %d on ext4, %d on XFS; times are medians. "+
+		"Each run starts from an empty destination%s.", small, segments, runs, xfsRuns,
 		map[bool]string{true: " with the page cache dropped (`sync; echo 3 > /proc/sys/vm/drop_caches`), so sources are read cold (the pgfork and cp binaries are run once after the drop so that program loading is not timed)",
 			false: "; not root, so the page cache is NOT dropped (warm reads)"}[root])
 	r.Notef("`pgfork copy` runs with `--sync none` to match `cp -a` (neither fsyncs); the durable ones compare " +
@@ -85,16 +90,19 @@ func runCopyBench(ctx context.Context, r *Report) error {
 		}},
 	}
 
-	type fsRun struct{ name, parent string }
-	fss := []fsRun{{"ext4", ext4Parent}}
+	type fsRun struct {
+		name, parent string
+		runs         int
+	}
+	fss := []fsRun{{"ext4", ext4Parent, runs}}
 	if x := os.Getenv("PGFORK_TEST_XFS"); x != "" {
-		fss = append(fss, fsRun{"xfs", x})
+		fss = append(fss, fsRun{"xfs", x, xfsRuns})
 	} else {
 		r.Notef("XFS half skipped: $PGFORK_TEST_XFS is not set (run `eval \"$(scripts/test-env.sh env)\"` as root after `scripts/test-env.sh up`).")
 	}
 	r.Notef("Load average at start: %s (2 cores and one disk shared with other work; times grow with contention).", loadAvg())
 	for _, f := range fss {
-		if err := benchCopyOn(ctx, r, f.name, f.parent, bin, contenders, segments, small, runs, root); err != nil {
+		if err := benchCopyOn(ctx, r, f.name, f.parent, bin, contenders, segments, small, f.runs, root); err != nil {
 			return fmt.Errorf("%s: %w", f.name, err)
 		}
 	}

@@ -9,7 +9,6 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -117,29 +116,10 @@ func TestUpSpares(t *testing.T) {
 		t.Fatal(err)
 	}
 	const n = 8
-	var wg sync.WaitGroup
-	res := make([]up.Result, n)
-	fails := make([]string, n)
-	for i := range n {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			r := p.run("up", "--json", "--setup", schema)
-			if r.code != 0 {
-				fails[i] = fmt.Sprintf("up %d: exit %d: %s", i, r.code, r.stderr)
-				return
-			}
-			if err := json.Unmarshal([]byte(r.stdout), &res[i]); err != nil {
-				fails[i] = err.Error()
-			}
-		}()
-	}
-	wg.Wait()
-	for _, f := range fails {
-		if f != "" {
-			refill.Unlock()
-			t.Fatal(f)
-		}
+	res, err := p.upsAtOnce(n, func(int) []string { return []string{"--setup", schema} })
+	if err != nil {
+		refill.Unlock()
+		t.Fatal(err)
 	}
 	fromSpare, dirs := 0, map[string]bool{}
 	for i, r := range res {

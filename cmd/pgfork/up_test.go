@@ -134,6 +134,36 @@ func (p *pgfk) up(args ...string) up.Result {
 	return res
 }
 
+// upsAtOnce runs n `pgfork up --json` at the same time, the i-th with
+// upArgs(i), and returns their results, or the first failure (a non-zero
+// exit with its stderr, or unreadable JSON).
+func (p *pgfk) upsAtOnce(n int, upArgs func(i int) []string) ([]up.Result, error) {
+	var wg sync.WaitGroup
+	res := make([]up.Result, n)
+	fails := make([]string, n)
+	for i := range n {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			r := p.run(append([]string{"up", "--json"}, upArgs(i)...)...)
+			if r.code != 0 {
+				fails[i] = fmt.Sprintf("up %d: exit %d: %s", i, r.code, r.stderr)
+				return
+			}
+			if err := json.Unmarshal([]byte(r.stdout), &res[i]); err != nil {
+				fails[i] = err.Error()
+			}
+		}()
+	}
+	wg.Wait()
+	for _, f := range fails {
+		if f != "" {
+			return nil, errors.New(f)
+		}
+	}
+	return res, nil
+}
+
 func (p *pgfk) ls() []cluster.Entry {
 	p.t.Helper()
 	r := p.run("ls", "--json")
@@ -204,32 +234,15 @@ func TestUpConcurrentBuildsTemplateOnce(t *testing.T) {
 			setupCmd := fmt.Sprintf(`echo built >> %s && %s/psql "$DATABASE_URL" -X -q -c "insert into t values (2, 'cmd')"`, count, pgBin)
 
 			const n = 8
-			var wg sync.WaitGroup
-			results := make([]up.Result, n)
-			fails := make([]string, n)
-			for i := range n {
-				wg.Add(1)
-				go func() {
-					defer wg.Done()
-					args := []string{"up", "--json", "--setup", mig, "--setup-cmd", setupCmd}
-					if i%2 == 1 {
-						args = append(args, "--tcp")
-					}
-					r := p.run(args...)
-					if r.code != 0 {
-						fails[i] = fmt.Sprintf("up %d: exit %d: %s", i, r.code, r.stderr)
-						return
-					}
-					if err := json.Unmarshal([]byte(r.stdout), &results[i]); err != nil {
-						fails[i] = err.Error()
-					}
-				}()
-			}
-			wg.Wait()
-			for _, f := range fails {
-				if f != "" {
-					t.Fatal(f)
+			results, err := p.upsAtOnce(n, func(i int) []string {
+				args := []string{"--setup", mig, "--setup-cmd", setupCmd}
+				if i%2 == 1 {
+					args = append(args, "--tcp")
 				}
+				return args
+			})
+			if err != nil {
+				t.Fatal(err)
 			}
 			b, _ := os.ReadFile(count)
 			if got := strings.Count(string(b), "built"); got != 1 {

@@ -19,17 +19,12 @@ const timeout = 2 * time.Minute
 // the first row as text ("<null>" for NULL); any error fails the test.
 func Query(t testing.TB, url, sql string) string {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), timeout)
-	defer cancel()
-	conn, err := pgx.Connect(ctx, url)
-	if err != nil {
-		t.Fatalf("connect %s: %v", url, err)
-	}
-	defer conn.Close(ctx)
 	var s *string
-	if err := conn.QueryRow(ctx, sql).Scan(&s); err != nil {
-		t.Fatalf("%s: %v", sql, err)
-	}
+	withConn(t, url, func(ctx context.Context, conn *pgx.Conn) {
+		if err := conn.QueryRow(ctx, sql).Scan(&s); err != nil {
+			t.Fatalf("%s: %v", sql, err)
+		}
+	})
 	if s == nil {
 		return "<null>"
 	}
@@ -40,6 +35,19 @@ func Query(t testing.TB, url, sql string) string {
 // fails the test.
 func Exec(t testing.TB, url string, sqls ...string) {
 	t.Helper()
+	withConn(t, url, func(ctx context.Context, conn *pgx.Conn) {
+		for _, s := range sqls {
+			if _, err := conn.Exec(ctx, s); err != nil {
+				t.Fatalf("%s: %v", s, err)
+			}
+		}
+	})
+}
+
+// withConn calls f with a new connection to url, closed after it, and a
+// context that ends after timeout.
+func withConn(t testing.TB, url string, f func(ctx context.Context, conn *pgx.Conn)) {
+	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), timeout)
 	defer cancel()
 	conn, err := pgx.Connect(ctx, url)
@@ -47,11 +55,7 @@ func Exec(t testing.TB, url string, sqls ...string) {
 		t.Fatalf("connect %s: %v", url, err)
 	}
 	defer conn.Close(ctx)
-	for _, s := range sqls {
-		if _, err := conn.Exec(ctx, s); err != nil {
-			t.Fatalf("%s: %v", s, err)
-		}
-	}
+	f(ctx, conn)
 }
 
 // Stop stops in now (fast shutdown: a clean checkpoint), failing the test

@@ -8,12 +8,10 @@ import (
 	"strings"
 	"sync"
 	"testing"
-	"time"
-
-	"github.com/jackc/pgx/v5"
 
 	"github.com/pgfork/pgfork/instance"
 	"github.com/pgfork/pgfork/internal/errs"
+	"github.com/pgfork/pgfork/internal/pgtest"
 	"github.com/pgfork/pgfork/internal/testenv"
 )
 
@@ -30,22 +28,6 @@ func newCluster(t *testing.T, bin string) (string, *instance.OSUser) {
 	return data, u
 }
 
-func query(t *testing.T, url, sql string) string {
-	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	conn, err := pgx.Connect(ctx, url)
-	if err != nil {
-		t.Fatalf("connect %s: %v", url, err)
-	}
-	defer conn.Close(ctx)
-	var s string
-	if err := conn.QueryRow(ctx, sql).Scan(&s); err != nil {
-		t.Fatalf("%s: %v", sql, err)
-	}
-	return s
-}
-
 func TestStartQueryStop(t *testing.T) {
 	for _, bin := range testenv.PGBinDirs(t) {
 		t.Run(filepath.Base(filepath.Dir(bin)), func(t *testing.T) {
@@ -55,7 +37,7 @@ func TestStartQueryStop(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if got := query(t, inst.ConnString("", ""), "show fsync"); got != "off" {
+			if got := pgtest.Query(t, inst.ConnString("", ""), "show fsync"); got != "off" {
 				t.Errorf("test profile: fsync = %q, want off", got)
 			}
 			if !strings.HasPrefix(inst.ConnString("", "x"), "postgresql://postgres@/x?host=") {
@@ -118,7 +100,7 @@ func TestParallelTCPNoClash(t *testing.T) {
 			t.Errorf("port %d used twice", inst.Port)
 		}
 		ports[inst.Port] = true
-		if got := query(t, inst.ConnString("", ""), "select current_setting('port')"); got == "" {
+		if got := pgtest.Query(t, inst.ConnString("", ""), "select current_setting('port')"); got == "" {
 			t.Error("no port")
 		}
 		if !strings.Contains(inst.ConnString("", ""), "127.0.0.1:") {

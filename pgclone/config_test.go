@@ -20,6 +20,7 @@ import (
 
 	"github.com/pgfork/pgfork/instance"
 	"github.com/pgfork/pgfork/internal/errs"
+	"github.com/pgfork/pgfork/internal/pgtest"
 	"github.com/pgfork/pgfork/internal/testenv"
 	"github.com/pgfork/pgfork/pgclone"
 )
@@ -40,7 +41,7 @@ func (e pgEnv) launch(t *testing.T, dataDir, logFile string, args ...string) *se
 		t.Fatal(err)
 	}
 	defer logf.Close()
-	cmd := e.user.Command(context.Background(), e.inst.Env(), filepath.Join(e.bin, "postgres"), args...)
+	cmd := e.User.Command(context.Background(), e.Inst.Env(), filepath.Join(e.Bin, "postgres"), args...)
 	cmd.Stdout, cmd.Stderr = logf, logf
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
@@ -111,14 +112,14 @@ func (e pgEnv) newDebianCluster(t *testing.T, base string) debianCluster {
 	if err := os.Chmod(run, 0o755); err != nil {
 		t.Fatal(err)
 	}
-	if err := e.user.Chown(run); err != nil {
+	if err := e.User.Chown(run); err != nil {
 		t.Fatal(err)
 	}
 	c := debianCluster{data: e.newCluster(t, base, "lib-main"), conf: filepath.Join(base, "etc-main"), run: run}
 	c.pidFile = filepath.Join(c.run, "main.pid")
 	c.port = freeTCPPort(t)
 	for _, d := range []string{c.conf, filepath.Join(c.conf, "conf.d")} {
-		if err := e.user.MkdirOwned(d, 0o755); err != nil {
+		if err := e.User.MkdirOwned(d, 0o755); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -154,7 +155,7 @@ include_dir = 'conf.d'
 	add("conf.d/custom.conf", "work_mem = '7MB'\narchive_mode = on\narchive_command = '/bin/true'\n"+
 		"restore_command = '/bin/false'\nprimary_conninfo = 'host=/nonexistent'\nprimary_slot_name = 'nosuchslot'\n")
 	add("pg_hba.conf", "# debian fixture hba\n")
-	if err := e.user.Chown(c.conf); err != nil {
+	if err := e.User.Chown(c.conf); err != nil {
 		t.Fatal(err)
 	}
 	return c
@@ -178,10 +179,10 @@ func TestDebianLayoutClone(t *testing.T) {
 		c := e.newDebianCluster(t, base)
 		srv := e.startDebian(t, c)
 		url := sockURL(c.run, c.port)
-		if got := query(t, url, "SHOW data_directory"); got != c.data {
+		if got := pgtest.Query(t, url, "SHOW data_directory"); got != c.data {
 			t.Fatalf("fixture: data_directory = %s, want %s", got, c.data)
 		}
-		exec1(t, url, "CREATE TABLE t AS SELECT g AS id FROM generate_series(1, 1000) g")
+		pgtest.Exec(t, url, "CREATE TABLE t AS SELECT g AS id FROM generate_series(1, 1000) g")
 		srv.stop(t)
 		confBefore, dataBefore := testenv.TreeHash(t, c.conf), testenv.TreeHash(t, c.data)
 
@@ -218,7 +219,7 @@ func TestDebianLayoutClone(t *testing.T) {
 				{"SHOW port", strconv.Itoa(port)},
 				{"SELECT count(*)::text FROM t", "1000"},
 			} {
-				if got := query(t, curl, q.sql); got != q.want {
+				if got := pgtest.Query(t, curl, q.sql); got != q.want {
 					t.Errorf("clone: %s = %q, want %q", q.sql, got, q.want)
 				}
 			}
@@ -238,7 +239,7 @@ func TestDebianLayoutClone(t *testing.T) {
 
 		t.Run("offline, configuration not found", func(t *testing.T) {
 			dst := filepath.Join(base, "noconf")
-			res, err := pgclone.Clone(ctx, pgclone.Options{Src: c.data, Dst: dst, Installation: e.inst, User: e.user})
+			res, err := pgclone.Clone(ctx, pgclone.Options{Src: c.data, Dst: dst, Installation: e.Inst, User: e.User})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -253,7 +254,7 @@ func TestDebianLayoutClone(t *testing.T) {
 		t.Run("offline, --config-dir", func(t *testing.T) {
 			dst := filepath.Join(base, "offline")
 			port := freeTCPPort(t)
-			res, err := pgclone.Clone(ctx, pgclone.Options{Src: c.data, Dst: dst, Installation: e.inst, User: e.user, Port: port, ConfigDir: c.conf})
+			res, err := pgclone.Clone(ctx, pgclone.Options{Src: c.data, Dst: dst, Installation: e.Inst, User: e.User, Port: port, ConfigDir: c.conf})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -266,7 +267,7 @@ func TestDebianLayoutClone(t *testing.T) {
 					t.Errorf("Config.Files = %v, want %s in it", res.Config.Files, f)
 				}
 			}
-			ownedBy(t, dst, e.user)
+			ownedBy(t, dst, e.User)
 			testenv.SameTree(t, "source configuration after the clone", confBefore, testenv.TreeHash(t, c.conf))
 			testenv.SameTree(t, "source data after the clone", dataBefore, testenv.TreeHash(t, c.data))
 			checkClone(t, dst, port, 0)
@@ -278,7 +279,7 @@ func TestDebianLayoutClone(t *testing.T) {
 			if err := os.Remove(filepath.Join(other, "postgresql.conf")); err != nil {
 				t.Fatal(err)
 			}
-			_, err = pgclone.Clone(ctx, pgclone.Options{Src: other, Dst: filepath.Join(base, "other-dst"), Installation: e.inst, User: e.user, ConfigDir: c.conf})
+			_, err = pgclone.Clone(ctx, pgclone.Options{Src: other, Dst: filepath.Join(base, "other-dst"), Installation: e.Inst, User: e.User, ConfigDir: c.conf})
 			if errs.KindOf(err) != errs.Usage || !strings.Contains(err.Error(), "is the configuration of the cluster at "+c.data) {
 				t.Errorf("--config-dir of another cluster: got %v, want a refusal", err)
 			}
@@ -286,11 +287,11 @@ func TestDebianLayoutClone(t *testing.T) {
 
 		t.Run("online, found by SHOW", func(t *testing.T) {
 			srv := e.startDebian(t, c)
-			exec1(t, url, "INSERT INTO t SELECT g FROM generate_series(1001, 1500) g")
-			exec1(t, url, "DELETE FROM t WHERE id > 1000")
+			pgtest.Exec(t, url, "INSERT INTO t SELECT g FROM generate_series(1001, 1500) g")
+			pgtest.Exec(t, url, "DELETE FROM t WHERE id > 1000")
 			dst := filepath.Join(base, "online")
 			port := freeTCPPort(t)
-			res, err := pgclone.Clone(ctx, pgclone.Options{Src: c.data, Dst: dst, Installation: e.inst, User: e.user, Port: port, Online: true})
+			res, err := pgclone.Clone(ctx, pgclone.Options{Src: c.data, Dst: dst, Installation: e.Inst, User: e.User, Port: port, Online: true})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -300,7 +301,7 @@ func TestDebianLayoutClone(t *testing.T) {
 			testenv.SameTree(t, "source configuration after the online clone", confBefore, testenv.TreeHash(t, c.conf))
 			checkClone(t, dst, port, srv.pid)
 			testenv.SameTree(t, "source configuration after the online clone ran", confBefore, testenv.TreeHash(t, c.conf))
-			if got := query(t, url, "SELECT count(*)::text FROM t"); got != "1000" {
+			if got := pgtest.Query(t, url, "SELECT count(*)::text FROM t"); got != "1000" {
 				t.Errorf("source has %s rows, want 1000", got)
 			}
 			srv.stop(t)
@@ -312,8 +313,8 @@ func TestDebianLayoutClone(t *testing.T) {
 // the socket (peer authentication) and returns its unaligned output.
 func (e pgEnv) psqlAs(t *testing.T, in *instance.Instance, sql string) string {
 	t.Helper()
-	cmd := e.user.Command(context.Background(), e.inst.Env(), filepath.Join(e.bin, "psql"), "-X", "-At", "-v", "ON_ERROR_STOP=1",
-		"-h", in.SocketDir, "-p", strconv.Itoa(in.Port), "-U", e.user.Name, "-d", "postgres", "-c", sql)
+	cmd := e.User.Command(context.Background(), e.Inst.Env(), filepath.Join(e.Bin, "psql"), "-X", "-At", "-v", "ON_ERROR_STOP=1",
+		"-h", in.SocketDir, "-p", strconv.Itoa(in.Port), "-U", e.User.Name, "-d", "postgres", "-c", sql)
 	var out, errb bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &errb
 	if err := cmd.Run(); err != nil {
@@ -341,45 +342,29 @@ func TestOnlineCloneAsRootWithPeerAuth(t *testing.T) {
 			t.Fatal("root connected as postgres: the source does not enforce peer authentication")
 		}
 		cancel()
-		pgArgs := []string{"-h", in.SocketDir, "-p", strconv.Itoa(in.Port), "-U", e.user.Name}
+		pgArgs := []string{"-h", in.SocketDir, "-p", strconv.Itoa(in.Port), "-U", e.User.Name}
 		run := func(name string, args ...string) *exec.Cmd {
-			return e.user.Command(ctx, e.inst.Env(), filepath.Join(e.bin, name), args...)
+			return e.User.Command(ctx, e.Inst.Env(), filepath.Join(e.Bin, name), args...)
 		}
 		if out, err := run("pgbench", append(pgArgs, "-i", "-q", "-s", "2", "postgres")...).CombinedOutput(); err != nil {
 			t.Fatalf("pgbench -i: %v\n%s", err, out)
 		}
-		bench := run("pgbench", append(pgArgs, "-T", "8", "-c", "2", "-n", "postgres")...)
-		var bout bytes.Buffer
-		bench.Stdout, bench.Stderr = &bout, &bout
-		if err := bench.Start(); err != nil {
-			t.Fatal(err)
-		}
-		benchDone := make(chan error, 1)
-		go func() { benchDone <- bench.Wait() }()
-		defer func() {
-			_ = bench.Process.Kill()
-			<-benchDone
-		}()
+		bg := startLoad(t, "pgbench on the source", run("pgbench", append(pgArgs, "-T", "8", "-c", "2", "-n", "postgres")...))
 		time.Sleep(2 * time.Second)
 
 		dst := filepath.Join(base, "dst")
-		res, err := pgclone.Clone(ctx, pgclone.Options{Src: src, Dst: dst, Installation: e.inst, User: e.user, Online: true, Port: 5441})
+		res, err := pgclone.Clone(ctx, pgclone.Options{Src: src, Dst: dst, Installation: e.Inst, User: e.User, Online: true, Port: 5441})
 		if err != nil {
 			t.Fatal(err)
 		}
-		if res.BackupUser != e.user.Name || res.WALFiles < 1 {
-			t.Errorf("backup user %q (want %s), %d WAL files", res.BackupUser, e.user.Name, res.WALFiles)
+		if res.BackupUser != e.User.Name || res.WALFiles < 1 {
+			t.Errorf("backup user %q (want %s), %d WAL files", res.BackupUser, e.User.Name, res.WALFiles)
 		}
 		t.Logf("online clone as root through psql as %s: WAL %s..%s, %s, warnings %v", res.BackupUser, res.StartLSN, res.StopLSN, res.Elapsed, res.Warnings)
 		if strings.Contains(strings.Join(res.Warnings, " "), "no replication slot") {
 			t.Errorf("the psql session held no replication slot: %v", res.Warnings)
 		}
-		select {
-		case err := <-benchDone:
-			benchDone <- err
-			t.Fatalf("pgbench ended before the clone did (%v): not under load\n%s", err, bout.String())
-		default:
-		}
+		bg.checkRunning(t, "before the clone did: not under load")
 
 		cl := e.start(t, dst, nil)
 		h := e.psqlAs(t, cl, "SELECT coalesce(sum(delta), 0) FROM pgbench_history")
@@ -395,11 +380,8 @@ func TestOnlineCloneAsRootWithPeerAuth(t *testing.T) {
 		if n := e.psqlAs(t, cl, "SELECT count(*) FROM pgbench_accounts"); n != "200000" {
 			t.Errorf("the clone has %s accounts, want 200000", n)
 		}
-		stop(t, cl)
-		if err := <-benchDone; err != nil {
-			t.Errorf("pgbench on the source failed: %v\n%s", err, bout.String())
-		}
-		benchDone <- nil
+		pgtest.Stop(t, cl)
+		bg.wait(t)
 	})
 }
 
@@ -416,7 +398,7 @@ func TestOnlineCloneAsRootReportsServerErrors(t *testing.T) {
 		src := e.newCluster(t, base, "src")
 		e.start(t, src, map[string]string{"wal_level": "minimal", "max_wal_senders": "0"})
 		dst := filepath.Join(base, "dst")
-		_, err := pgclone.Clone(context.Background(), pgclone.Options{Src: src, Dst: dst, Installation: e.inst, User: e.user, Online: true})
+		_, err := pgclone.Clone(context.Background(), pgclone.Options{Src: src, Dst: dst, Installation: e.Inst, User: e.User, Online: true})
 		if errs.KindOf(err) != errs.Unsupported || !strings.Contains(errs.HintOf(err), "wal_level") {
 			t.Errorf("online clone of a wal_level=minimal source: got %v (hint %q), want Unsupported with a wal_level hint", err, errs.HintOf(err))
 		}

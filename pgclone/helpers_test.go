@@ -2,142 +2,86 @@ package pgclone_test
 
 import (
 	"bytes"
-	"context"
 	"io/fs"
 	"os"
 	"os/exec"
 	"path/filepath"
-	"strings"
 	"syscall"
 	"testing"
-	"time"
-
-	"github.com/jackc/pgx/v5"
 
 	"github.com/pgfork/pgfork/instance"
 	"github.com/pgfork/pgfork/internal/pgtest"
-	"github.com/pgfork/pgfork/internal/testenv"
-	"github.com/pgfork/pgfork/pgbin"
 )
 
-// pgEnv is one PostgreSQL build under test.
-type pgEnv struct {
-	bin  string
-	inst pgbin.Installation
-	user *instance.OSUser
-}
-
-func (e pgEnv) name() string { return "pg" + e.inst.Version }
+// pgEnv is one PostgreSQL build under test; the methods below start
+// clusters with it.
+type pgEnv struct{ pgtest.Build }
 
 // forEachPG runs f once per PostgreSQL build under test.
 func forEachPG(t *testing.T, f func(t *testing.T, e pgEnv)) {
 	t.Helper()
-	u := pgtest.User(t)
-	for _, bin := range testenv.PGBinDirs(t) {
-		in, err := pgbin.Find(pgbin.Options{Explicit: bin, StateDir: t.TempDir()}, 0)
-		if err != nil {
-			t.Fatalf("PostgreSQL build %s: %v", bin, err)
-		}
-		e := pgEnv{bin: bin, inst: in, user: u}
-		t.Run(e.name(), func(t *testing.T) { f(t, e) })
-	}
-}
-
-// forEachFS runs f with a fresh base directory on ext4 (the temp dir) and
-// on the XFS reflink image.
-func forEachFS(t *testing.T, f func(t *testing.T, base string)) {
-	t.Helper()
-	t.Run("ext4", func(t *testing.T) { f(t, testenv.Dir(t)) })
-	t.Run("xfs", func(t *testing.T) { f(t, testenv.XFSDir(t)) })
+	pgtest.ForEachBuild(t, 0, func(t *testing.T, b pgtest.Build) { f(t, pgEnv{b}) })
 }
 
 // newCluster runs initdb in base/name.
 func (e pgEnv) newCluster(t *testing.T, base, name string) string {
 	t.Helper()
 	data := filepath.Join(base, name)
-	pgtest.InitDB(t, data, pgtest.Server{BinDir: e.bin, Env: e.inst.Env()})
+	pgtest.InitDB(t, data, e.Server())
 	return data
 }
 
 // start starts a server on data and stops it (fast) when the test ends.
 func (e pgEnv) start(t *testing.T, data string, settings map[string]string) *instance.Instance {
 	t.Helper()
-	return pgtest.Start(t, data, pgtest.Server{BinDir: e.bin, Env: e.inst.Env(), Settings: settings, LogFile: data + ".server.log"})
+	return pgtest.Start(t, data, pgtest.Server{BinDir: e.Bin, Env: e.Inst.Env(), Settings: settings, LogFile: data + ".server.log"})
 }
 
-func stop(t *testing.T, in *instance.Instance) {
+// load is a program (pgbench) writing to a source in the background while
+// a test copies it.
+type load struct {
+	what string
+	out  bytes.Buffer
+	done chan struct{}
+	err  error
+}
+
+// startLoad starts cmd with its output kept; what names it in failures
+// ("pgbench on the source"). It is killed when the test ends if it still
+// runs.
+func startLoad(t *testing.T, what string, cmd *exec.Cmd) *load {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
-	defer cancel()
-	if err := in.Stop(ctx, instance.Fast); err != nil {
+	l := &load{what: what, done: make(chan struct{})}
+	cmd.Stdout, cmd.Stderr = &l.out, &l.out
+	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
+	go func() { l.err = cmd.Wait(); close(l.done) }()
+	t.Cleanup(func() {
+		_ = cmd.Process.Kill()
+		<-l.done
+	})
+	return l
 }
 
-// query runs one query and returns its first column as text.
-func query(t *testing.T, url, sql string) string {
+// checkRunning fails the test now if the program has already ended; why
+// says what that means ("the copy was not taken under load").
+func (l *load) checkRunning(t *testing.T, why string) {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
-	defer cancel()
-	conn, err := pgx.Connect(ctx, url)
-	if err != nil {
-		t.Fatalf("connect %s: %v", url, err)
-	}
-	defer conn.Close(ctx)
-	var s *string
-	if err := conn.QueryRow(ctx, sql).Scan(&s); err != nil {
-		t.Fatalf("%s: %v", sql, err)
-	}
-	if s == nil {
-		return "<null>"
-	}
-	return *s
-}
-
-func exec1(t *testing.T, url, sql string) {
-	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
-	defer cancel()
-	conn, err := pgx.Connect(ctx, url)
-	if err != nil {
-		t.Fatalf("connect %s: %v", url, err)
-	}
-	defer conn.Close(ctx)
-	if _, err := conn.Exec(ctx, sql); err != nil {
-		t.Fatalf("%s: %v", sql, err)
+	select {
+	case <-l.done:
+		t.Fatalf("%s ended too early (%v): %s\n%s", l.what, l.err, why, l.out.String())
+	default:
 	}
 }
 
-// tool runs one of the build's client programs and returns its output.
-func (e pgEnv) tool(t *testing.T, name string, args ...string) string {
+// wait waits for the program to end and fails the test if it failed.
+func (l *load) wait(t *testing.T) {
 	t.Helper()
-	cmd := exec.Command(filepath.Join(e.bin, name), args...)
-	cmd.Env = append(os.Environ(), e.inst.Env()...)
-	var out bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &out, &out
-	if err := cmd.Run(); err != nil {
-		t.Fatalf("%s %s: %v\n%s", name, strings.Join(args, " "), err, out.String())
+	<-l.done
+	if l.err != nil {
+		t.Errorf("%s failed: %v\n%s", l.what, l.err, l.out.String())
 	}
-	return out.String()
-}
-
-// checkPgbenchInvariant checks that every balance sum equals the sum of the
-// history's deltas: true of any consistent state of a tpcb-like run.
-func checkPgbenchInvariant(t *testing.T, url string) {
-	t.Helper()
-	h := query(t, url, "SELECT coalesce(sum(delta), 0)::text FROM pgbench_history")
-	n := query(t, url, "SELECT count(*)::text FROM pgbench_history")
-	for _, tbl := range []string{"accounts:abalance", "tellers:tbalance", "branches:bbalance"} {
-		name, col, _ := strings.Cut(tbl, ":")
-		got := query(t, url, "SELECT coalesce(sum("+col+"), 0)::text FROM pgbench_"+name)
-		if got != h {
-			t.Errorf("pgbench invariant broken in the clone: sum(%s) from pgbench_%s = %s, sum(delta) from pgbench_history = %s (%s history rows)", col, name, got, h, n)
-		}
-	}
-	if n == "0" {
-		t.Errorf("the clone has no pgbench history: the copy was not taken under load")
-	}
-	t.Logf("pgbench invariant holds: %s history rows, sum(delta) = %s", n, h)
 }
 
 // leftovers lists the hidden staging entries beside dst.

@@ -16,28 +16,29 @@ import (
 	"github.com/pgfork/pgfork/clone"
 	"github.com/pgfork/pgfork/instance"
 	"github.com/pgfork/pgfork/internal/errs"
+	"github.com/pgfork/pgfork/internal/pgtest"
 	"github.com/pgfork/pgfork/internal/testenv"
 	"github.com/pgfork/pgfork/pgclone"
 )
 
 func TestOfflineClone(t *testing.T) {
 	forEachPG(t, func(t *testing.T, e pgEnv) {
-		forEachFS(t, func(t *testing.T, base string) {
+		pgtest.ForEachFS(t, func(t *testing.T, base string) {
 			ctx := context.Background()
 			src := e.newCluster(t, base, "src")
 			in := e.start(t, src, nil)
 			url := in.ConnString("", "")
-			exec1(t, url, "CREATE TABLE t AS SELECT g AS id, md5(g::text) AS v FROM generate_series(1, 20000) g")
-			exec1(t, url, "SELECT pg_create_physical_replication_slot('keeps_wal', true)")
-			exec1(t, url, "ALTER SYSTEM SET archive_mode = on")
-			exec1(t, url, "ALTER SYSTEM SET archive_command = 'false'")
-			sum := query(t, url, "SELECT sum(hashtext(v))::text FROM t")
-			sysid := query(t, url, "SELECT system_identifier::text FROM pg_control_system()")
-			stop(t, in)
+			pgtest.Exec(t, url, "CREATE TABLE t AS SELECT g AS id, md5(g::text) AS v FROM generate_series(1, 20000) g")
+			pgtest.Exec(t, url, "SELECT pg_create_physical_replication_slot('keeps_wal', true)")
+			pgtest.Exec(t, url, "ALTER SYSTEM SET archive_mode = on")
+			pgtest.Exec(t, url, "ALTER SYSTEM SET archive_command = 'false'")
+			sum := pgtest.Query(t, url, "SELECT sum(hashtext(v))::text FROM t")
+			sysid := pgtest.Query(t, url, "SELECT system_identifier::text FROM pg_control_system()")
+			pgtest.Stop(t, in)
 			before := testenv.TreeHash(t, src)
 
 			dst := filepath.Join(base, "dst")
-			res, err := pgclone.Clone(ctx, pgclone.Options{Src: src, Dst: dst, Installation: e.inst, User: e.user, Port: 5439})
+			res, err := pgclone.Clone(ctx, pgclone.Options{Src: src, Dst: dst, Installation: e.Inst, User: e.User, Port: 5439})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -51,7 +52,7 @@ func TestOfflineClone(t *testing.T) {
 			if l := leftovers(t, dst); len(l) > 0 {
 				t.Errorf("leftovers beside the clone: %v", l)
 			}
-			ownedBy(t, dst, e.user)
+			ownedBy(t, dst, e.User)
 			for _, f := range []string{"postmaster.pid", "postmaster.opts", "pg_replslot/keeps_wal"} {
 				if _, err := os.Lstat(filepath.Join(dst, f)); err == nil {
 					t.Errorf("the clone has %s", f)
@@ -60,35 +61,35 @@ func TestOfflineClone(t *testing.T) {
 
 			cl := e.start(t, dst, nil)
 			curl := cl.ConnString("", "")
-			if got := query(t, curl, "SELECT sum(hashtext(v))::text FROM t"); got != sum {
+			if got := pgtest.Query(t, curl, "SELECT sum(hashtext(v))::text FROM t"); got != sum {
 				t.Errorf("clone data differs: %s, source %s", got, sum)
 			}
-			if got := query(t, curl, "SELECT system_identifier::text FROM pg_control_system()"); got != sysid {
+			if got := pgtest.Query(t, curl, "SELECT system_identifier::text FROM pg_control_system()"); got != sysid {
 				t.Errorf("clone system identifier %s, want the source's %s", got, sysid)
 			}
-			if got := query(t, curl, "SHOW archive_mode"); got != "off" {
+			if got := pgtest.Query(t, curl, "SHOW archive_mode"); got != "off" {
 				t.Errorf("clone archive_mode = %s, want off", got)
 			}
-			if got := query(t, curl, "SELECT count(*)::text FROM pg_replication_slots"); got != "0" {
+			if got := pgtest.Query(t, curl, "SELECT count(*)::text FROM pg_replication_slots"); got != "0" {
 				t.Errorf("clone has %s replication slots, want 0", got)
 			}
 			conf, _ := os.ReadFile(filepath.Join(dst, "postgresql.auto.conf"))
 			if !strings.Contains(string(conf), "port = 5439") {
 				t.Errorf("clone's postgresql.auto.conf does not set the port:\n%s", conf)
 			}
-			exec1(t, curl, "INSERT INTO t SELECT g, 'clone' FROM generate_series(1, 100) g")
-			stop(t, cl)
+			pgtest.Exec(t, curl, "INSERT INTO t SELECT g, 'clone' FROM generate_series(1, 100) g")
+			pgtest.Stop(t, cl)
 
 			// The source is untouched and still starts with its own data.
 			testenv.SameTree(t, "source after the clone ran", before, testenv.TreeHash(t, src))
 			in = e.start(t, src, nil)
-			if got := query(t, in.ConnString("", ""), "SELECT count(*)::text FROM t"); got != "20000" {
+			if got := pgtest.Query(t, in.ConnString("", ""), "SELECT count(*)::text FROM t"); got != "20000" {
 				t.Errorf("source has %s rows, want 20000", got)
 			}
-			stop(t, in)
+			pgtest.Stop(t, in)
 
 			// Cloning onto an existing destination is refused.
-			_, err = pgclone.Clone(ctx, pgclone.Options{Src: src, Dst: dst, Installation: e.inst, User: e.user})
+			_, err = pgclone.Clone(ctx, pgclone.Options{Src: src, Dst: dst, Installation: e.Inst, User: e.User})
 			if errs.KindOf(err) != errs.Exists {
 				t.Errorf("clone onto an existing destination: got %v, want Exists", err)
 			}
@@ -103,9 +104,9 @@ func TestRefusals(t *testing.T) {
 		src := e.newCluster(t, base, "src")
 		dst := filepath.Join(base, "dst")
 		opts := func(o pgclone.Options) pgclone.Options {
-			o.User = e.user
+			o.User = e.User
 			if o.Installation.BinDir == "" {
-				o.Installation = e.inst
+				o.Installation = e.Inst
 			}
 			if o.Src == "" {
 				o.Src = src
@@ -135,16 +136,16 @@ func TestRefusals(t *testing.T) {
 		_ = os.Mkdir(empty, 0o755)
 		check("not a data directory", errs.Usage, "not a PostgreSQL data directory", pgclone.Options{Src: empty})
 		check("missing source", errs.NotFound, "", pgclone.Options{Src: filepath.Join(base, "nope")})
-		other := e.inst
-		other.Major, other.Version = e.inst.Major+1, fmt.Sprint(e.inst.Major+1)+".0"
-		check("binaries of another major", errs.Unsupported, fmt.Sprintf("PostgreSQL %d", e.inst.Major), pgclone.Options{Installation: other})
+		other := e.Inst
+		other.Major, other.Version = e.Inst.Major+1, fmt.Sprint(e.Inst.Major+1)+".0"
+		check("binaries of another major", errs.Unsupported, fmt.Sprintf("PostgreSQL %d", e.Inst.Major), pgclone.Options{Installation: other})
 		check("destination inside the source", errs.Usage, "overlaps", pgclone.Options{Dst: filepath.Join(src, "x")})
 		check("online on a stopped source", errs.Usage, "no server runs", pgclone.Options{Online: true})
 
 		in := e.start(t, src, nil)
-		exec1(t, in.ConnString("", ""), "CREATE TABLE t AS SELECT 1 AS x")
+		pgtest.Exec(t, in.ConnString("", ""), "CREATE TABLE t AS SELECT 1 AS x")
 		check("running without --online", errs.Busy, "running", pgclone.Options{})
-		if got := query(t, in.ConnString("", ""), "SELECT count(*)::text FROM t"); got != "1" {
+		if got := pgtest.Query(t, in.ConnString("", ""), "SELECT count(*)::text FROM t"); got != "1" {
 			t.Errorf("source after the refusal: %s rows", got)
 		}
 
@@ -163,32 +164,22 @@ func TestRefusals(t *testing.T) {
 
 func TestOnlineCloneUnderPgbench(t *testing.T) {
 	forEachPG(t, func(t *testing.T, e pgEnv) {
-		forEachFS(t, func(t *testing.T, base string) {
+		pgtest.ForEachFS(t, func(t *testing.T, base string) {
 			ctx := context.Background()
 			src := e.newCluster(t, base, "src")
 			// Small max_wal_size: checkpoints during the copy, as on a busy server.
 			in := e.start(t, src, map[string]string{"max_wal_size": "64MB", "min_wal_size": "32MB"})
 			url := in.ConnString("", "")
 			pgArgs := []string{"-h", in.SocketDir, "-p", fmt.Sprint(in.Port), "-U", "postgres"}
-			e.tool(t, "pgbench", append(pgArgs, "-i", "-q", "-s", "5", "postgres")...)
+			e.Tool(t, "pgbench", append(pgArgs, "-i", "-q", "-s", "5", "postgres")...)
 
-			bench := exec.Command(filepath.Join(e.bin, "pgbench"), append(pgArgs, "-T", "20", "-c", "4", "-j", "2", "-n", "postgres")...)
-			bench.Env = append(os.Environ(), e.inst.Env()...)
-			var bout bytes.Buffer
-			bench.Stdout, bench.Stderr = &bout, &bout
-			if err := bench.Start(); err != nil {
-				t.Fatal(err)
-			}
-			benchDone := make(chan error, 1)
-			go func() { benchDone <- bench.Wait() }()
-			defer func() {
-				_ = bench.Process.Kill()
-				<-benchDone
-			}()
+			bench := exec.Command(filepath.Join(e.Bin, "pgbench"), append(pgArgs, "-T", "20", "-c", "4", "-j", "2", "-n", "postgres")...)
+			bench.Env = append(os.Environ(), e.Inst.Env()...)
+			bg := startLoad(t, "pgbench on the source", bench)
 			time.Sleep(4 * time.Second)
 
 			dst := filepath.Join(base, "dst")
-			res, err := pgclone.Clone(ctx, pgclone.Options{Src: src, Dst: dst, Installation: e.inst, User: e.user, Online: true, Port: 5440})
+			res, err := pgclone.Clone(ctx, pgclone.Options{Src: src, Dst: dst, Installation: e.Inst, User: e.User, Online: true, Port: 5440})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -204,28 +195,20 @@ func TestOnlineCloneUnderPgbench(t *testing.T) {
 			if err != nil || !strings.Contains(string(label), "START WAL LOCATION") {
 				t.Fatalf("clone's backup_label: %v\n%s", err, label)
 			}
-			ownedBy(t, dst, e.user)
-			select {
-			case err := <-benchDone:
-				benchDone <- err
-				t.Fatalf("pgbench ended before the clone did (%v): the copy was not taken under load\n%s", err, bout.String())
-			default:
-			}
+			ownedBy(t, dst, e.User)
+			bg.checkRunning(t, "before the clone did: the copy was not taken under load")
 
 			// The clone recovers to consistency while the source keeps writing.
 			cl := e.start(t, dst, nil)
 			curl := cl.ConnString("", "")
-			checkPgbenchInvariant(t, curl)
-			e.tool(t, "pg_amcheck", "-h", cl.SocketDir, "-p", fmt.Sprint(cl.Port), "-U", "postgres",
+			pgtest.CheckPgbenchInvariant(t, curl, "the copy was not taken under load")
+			e.Tool(t, "pg_amcheck", "-h", cl.SocketDir, "-p", fmt.Sprint(cl.Port), "-U", "postgres",
 				"--all", "--install-missing", "--heapallindexed", "--rootdescend")
-			exec1(t, curl, "UPDATE pgbench_accounts SET abalance = abalance + 1 WHERE aid = 1")
-			stop(t, cl)
+			pgtest.Exec(t, curl, "UPDATE pgbench_accounts SET abalance = abalance + 1 WHERE aid = 1")
+			pgtest.Stop(t, cl)
 
-			if err := <-benchDone; err != nil {
-				t.Errorf("pgbench on the source failed: %v\n%s", err, bout.String())
-			}
-			benchDone <- nil
-			checkPgbenchInvariant(t, url)
+			bg.wait(t)
+			pgtest.CheckPgbenchInvariant(t, url, "the copy was not taken under load")
 		})
 	})
 }
@@ -235,16 +218,16 @@ func TestTablespaceClone(t *testing.T) {
 		ctx := context.Background()
 		base := testenv.Dir(t)
 		tsDir := filepath.Join(testenv.Dir(t), "ts")
-		if err := e.user.MkdirOwned(tsDir, 0o700); err != nil {
+		if err := e.User.MkdirOwned(tsDir, 0o700); err != nil {
 			t.Fatal(err)
 		}
 		src := e.newCluster(t, base, "src")
 		in := e.start(t, src, nil)
 		url := in.ConnString("", "")
-		exec1(t, url, "CREATE TABLESPACE ts LOCATION '"+tsDir+"'")
-		exec1(t, url, "CREATE TABLE tt TABLESPACE ts AS SELECT g AS id FROM generate_series(1, 5000) g")
-		exec1(t, url, "CREATE INDEX ON tt (id) TABLESPACE ts")
-		oid := query(t, url, "SELECT oid::text FROM pg_tablespace WHERE spcname = 'ts'")
+		pgtest.Exec(t, url, "CREATE TABLESPACE ts LOCATION '"+tsDir+"'")
+		pgtest.Exec(t, url, "CREATE TABLE tt TABLESPACE ts AS SELECT g AS id FROM generate_series(1, 5000) g")
+		pgtest.Exec(t, url, "CREATE INDEX ON tt (id) TABLESPACE ts")
+		oid := pgtest.Query(t, url, "SELECT oid::text FROM pg_tablespace WHERE spcname = 'ts'")
 
 		checkClone := func(t *testing.T, dst string, res *pgclone.Result) {
 			t.Helper()
@@ -252,7 +235,7 @@ func TestTablespaceClone(t *testing.T) {
 			if len(res.Tablespaces) != 1 || res.Tablespaces[0].Target != wantTarget || res.Tablespaces[0].Source != tsDir {
 				t.Errorf("result tablespaces %+v, want %s -> %s", res.Tablespaces, tsDir, wantTarget)
 			}
-			ownedBy(t, pgclone.TablespaceDir(dst), e.user)
+			ownedBy(t, pgclone.TablespaceDir(dst), e.User)
 			if _, err := os.Stat(filepath.Join(pgclone.TablespaceDir(dst), ".pgfork-clone-incomplete")); err == nil {
 				t.Errorf("the finished tablespace copy is still marked incomplete")
 			}
@@ -262,22 +245,22 @@ func TestTablespaceClone(t *testing.T) {
 			if err != nil || link != wantTarget {
 				t.Errorf("clone's tablespace link points to %q (%v), want %s", link, err, wantTarget)
 			}
-			if got := query(t, curl, "SELECT pg_tablespace_location("+oid+")"); got != wantTarget {
+			if got := pgtest.Query(t, curl, "SELECT pg_tablespace_location("+oid+")"); got != wantTarget {
 				t.Errorf("clone's tablespace location %s, want %s", got, wantTarget)
 			}
-			if got := query(t, curl, "SELECT count(*)::text FROM tt WHERE id > 0"); got != "5000" {
+			if got := pgtest.Query(t, curl, "SELECT count(*)::text FROM tt WHERE id > 0"); got != "5000" {
 				t.Errorf("clone reads %s rows from the tablespace, want 5000", got)
 			}
-			exec1(t, curl, "INSERT INTO tt SELECT g FROM generate_series(1, 1000) g")
-			exec1(t, curl, "CHECKPOINT")
-			stop(t, cl)
+			pgtest.Exec(t, curl, "INSERT INTO tt SELECT g FROM generate_series(1, 1000) g")
+			pgtest.Exec(t, curl, "CHECKPOINT")
+			pgtest.Stop(t, cl)
 		}
 
 		t.Run("online", func(t *testing.T) {
 			dst := filepath.Join(base, "online")
 			// With a URL, pgfork's own connection holds the backup (as root
 			// without one, a psql session as the cluster's owner does).
-			res, err := pgclone.Clone(ctx, pgclone.Options{Src: src, Dst: dst, Installation: e.inst, User: e.user, Online: true, ConnString: url})
+			res, err := pgclone.Clone(ctx, pgclone.Options{Src: src, Dst: dst, Installation: e.Inst, User: e.User, Online: true, ConnString: url})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -290,15 +273,15 @@ func TestTablespaceClone(t *testing.T) {
 				t.Errorf("tablespace_map = %q (%v), want %q", m, err, want)
 			}
 			checkClone(t, dst, res)
-			if got := query(t, url, "SELECT count(*)::text FROM tt"); got != "5000" {
+			if got := pgtest.Query(t, url, "SELECT count(*)::text FROM tt"); got != "5000" {
 				t.Errorf("source has %s rows after the clone wrote to its copy, want 5000", got)
 			}
 		})
 		t.Run("offline", func(t *testing.T) {
-			stop(t, in)
+			pgtest.Stop(t, in)
 			before := testenv.TreeHash(t, tsDir)
 			dst := filepath.Join(base, "offline")
-			res, err := pgclone.Clone(ctx, pgclone.Options{Src: src, Dst: dst, Installation: e.inst, User: e.user})
+			res, err := pgclone.Clone(ctx, pgclone.Options{Src: src, Dst: dst, Installation: e.Inst, User: e.User})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -322,11 +305,11 @@ func TestKillMidClone(t *testing.T) {
 		base := testenv.Dir(t)
 		src := e.newCluster(t, base, "src")
 		in := e.start(t, src, nil)
-		e.tool(t, "pgbench", "-h", in.SocketDir, "-p", fmt.Sprint(in.Port), "-U", "postgres", "-i", "-q", "-s", "10", "postgres")
+		e.Tool(t, "pgbench", "-h", in.SocketDir, "-p", fmt.Sprint(in.Port), "-U", "postgres", "-i", "-q", "-s", "10", "postgres")
 
 		killMid := func(t *testing.T, dst string, args ...string) {
 			t.Helper()
-			cmd := exec.Command(bin, append([]string{"clone", src, dst, "--method", "copy", "--jobs", "1", "--sync", "fsync", "--pg-bin", e.bin}, args...)...)
+			cmd := exec.Command(bin, append([]string{"clone", src, dst, "--method", "copy", "--jobs", "1", "--sync", "fsync", "--pg-bin", e.Bin}, args...)...)
 			var out bytes.Buffer
 			cmd.Stdout, cmd.Stderr = &out, &out
 			if err := cmd.Start(); err != nil {
@@ -358,7 +341,7 @@ func TestKillMidClone(t *testing.T) {
 		}
 		rerun := func(t *testing.T, dst string, args ...string) {
 			t.Helper()
-			cmd := exec.Command(bin, append([]string{"clone", src, dst, "--pg-bin", e.bin, "--json"}, args...)...)
+			cmd := exec.Command(bin, append([]string{"clone", src, dst, "--pg-bin", e.Bin, "--json"}, args...)...)
 			if out, err := cmd.CombinedOutput(); err != nil {
 				t.Fatalf("clone after the kill: %v\n%s", err, out)
 			}
@@ -366,10 +349,10 @@ func TestKillMidClone(t *testing.T) {
 				t.Errorf("the next run left the killed clone's leftovers: %v", l)
 			}
 			cl := e.start(t, dst, nil)
-			if got := query(t, cl.ConnString("", ""), "SELECT count(*)::text FROM pgbench_branches"); got != "10" {
+			if got := pgtest.Query(t, cl.ConnString("", ""), "SELECT count(*)::text FROM pgbench_branches"); got != "10" {
 				t.Errorf("clone after the kill: %s branches", got)
 			}
-			stop(t, cl)
+			pgtest.Stop(t, cl)
 		}
 
 		t.Run("online", func(t *testing.T) {
@@ -378,7 +361,7 @@ func TestKillMidClone(t *testing.T) {
 			url := in.ConnString("", "")
 			// The server notices the dropped session: its temporary slot goes.
 			for i := 0; ; i++ {
-				n := query(t, url, "SELECT count(*)::text FROM pg_replication_slots")
+				n := pgtest.Query(t, url, "SELECT count(*)::text FROM pg_replication_slots")
 				if n == "0" {
 					break
 				}
@@ -387,22 +370,22 @@ func TestKillMidClone(t *testing.T) {
 				}
 				time.Sleep(10 * time.Millisecond)
 			}
-			if got := query(t, url, "SELECT count(*)::text FROM pgbench_branches"); got != "10" {
+			if got := pgtest.Query(t, url, "SELECT count(*)::text FROM pgbench_branches"); got != "10" {
 				t.Errorf("source after a killed clone: %s branches", got)
 			}
 			rerun(t, dst, "--online")
 		})
 		t.Run("offline", func(t *testing.T) {
-			stop(t, in)
+			pgtest.Stop(t, in)
 			before := testenv.TreeHash(t, src)
 			dst := filepath.Join(base, "offline")
 			killMid(t, dst)
 			testenv.SameTree(t, "source after a killed clone", before, testenv.TreeHash(t, src))
 			in2 := e.start(t, src, nil)
-			if got := query(t, in2.ConnString("", ""), "SELECT count(*)::text FROM pgbench_branches"); got != "10" {
+			if got := pgtest.Query(t, in2.ConnString("", ""), "SELECT count(*)::text FROM pgbench_branches"); got != "10" {
 				t.Errorf("source after a killed clone: %s branches", got)
 			}
-			stop(t, in2)
+			pgtest.Stop(t, in2)
 			rerun(t, dst)
 		})
 	})
@@ -421,8 +404,8 @@ func TestCLI(t *testing.T) {
 		// No --pg-bin: pgfork picks the build matching the source's major,
 		// looking in the state directory that holds the managed builds.
 		state := t.TempDir()
-		if filepath.Base(filepath.Dir(filepath.Dir(e.bin))) == "installs" {
-			state = filepath.Dir(filepath.Dir(filepath.Dir(e.bin)))
+		if filepath.Base(filepath.Dir(filepath.Dir(e.Bin))) == "installs" {
+			state = filepath.Dir(filepath.Dir(filepath.Dir(e.Bin)))
 		}
 		runIn := func(state string, want int, args ...string) string {
 			t.Helper()
@@ -453,7 +436,7 @@ func TestCLI(t *testing.T) {
 		// not the shared one that holds the managed builds.
 		own := testenv.Dir(t)
 		dst := filepath.Join(base, "started")
-		out := runIn(own, 0, src, dst, "--online", "--port", "auto", "--start", "--json", "--pg-bin", e.bin)
+		out := runIn(own, 0, src, dst, "--online", "--port", "auto", "--start", "--json", "--pg-bin", e.Bin)
 		if !strings.Contains(out, `"url": "postgresql://`) || !strings.Contains(out, `"system_identifier"`) {
 			t.Fatalf("--start --json output:\n%s", out)
 		}
@@ -461,12 +444,12 @@ func TestCLI(t *testing.T) {
 		if err != nil {
 			t.Fatalf("the started clone is not running: %v\n%s", err, out)
 		}
-		att.User = e.user
+		att.User = e.User
 		defer att.Stop(context.Background(), instance.Fast)
-		if got := query(t, att.ConnString("", ""), "SELECT current_setting('data_directory')"); got != dst {
+		if got := pgtest.Query(t, att.ConnString("", ""), "SELECT current_setting('data_directory')"); got != dst {
 			t.Errorf("started clone serves %s, want %s", got, dst)
 		}
-		out = run(0, filepath.Join(base, "started"), filepath.Join(base, "second"), "--online", "--pg-bin", e.bin)
+		out = run(0, filepath.Join(base, "started"), filepath.Join(base, "second"), "--online", "--pg-bin", e.Bin)
 		for _, want := range []string{"online", "start it with:", "system id", "pg_ctl"} {
 			if !strings.Contains(out, want) {
 				t.Errorf("summary lacks %q:\n%s", want, out)
@@ -476,13 +459,13 @@ func TestCLI(t *testing.T) {
 		// A Debian-style cluster: its configuration copied with --config-dir,
 		// or the summary says plainly that the clone has none.
 		deb := e.newDebianCluster(t, base)
-		out = run(0, "--config-dir", deb.conf, "--pg-bin", e.bin, deb.data, filepath.Join(base, "deb-clone"))
+		out = run(0, "--config-dir", deb.conf, "--pg-bin", e.Bin, deb.data, filepath.Join(base, "deb-clone"))
 		for _, want := range []string{"config:", "found by --config-dir", "conf.d/custom.conf", "commented out", "data_directory", "external_pid_file"} {
 			if !strings.Contains(out, want) {
 				t.Errorf("summary of a clone with --config-dir lacks %q:\n%s", want, out)
 			}
 		}
-		if out := run(0, "--pg-bin", e.bin, deb.data, filepath.Join(base, "deb-noconf")); !strings.Contains(out, "NONE") || !strings.Contains(out, "--config-dir") {
+		if out := run(0, "--pg-bin", e.Bin, deb.data, filepath.Join(base, "deb-noconf")); !strings.Contains(out, "NONE") || !strings.Contains(out, "--config-dir") {
 			t.Errorf("summary of a clone without its configuration does not say so:\n%s", out)
 		}
 		run(2, "--config-dir", deb.conf, src, filepath.Join(base, "y"))

@@ -9,6 +9,7 @@ import (
 
 	"github.com/pgfork/pgfork/clone"
 	"github.com/pgfork/pgfork/internal/errs"
+	"github.com/pgfork/pgfork/internal/pgtest"
 	"github.com/pgfork/pgfork/internal/testenv"
 	"github.com/pgfork/pgfork/pgbackup"
 	"github.com/pgfork/pgfork/pgbin"
@@ -24,7 +25,7 @@ func TestBackupChainDirectory(t *testing.T) {
 	_, in := e.newCluster(t, base, "src", map[string]string{"summarize_wal": ""})
 	url := in.ConnString("", "")
 	dir := filepath.Join(base, "chain")
-	opts := pgbackup.TakeOptions{Dir: dir, ConnString: url, PGBin: pgbin.Options{Explicit: e.bin, StateDir: t.TempDir()}}
+	opts := pgbackup.TakeOptions{Dir: dir, ConnString: url, PGBin: pgbin.Options{Explicit: e.Bin, StateDir: t.TempDir()}}
 
 	inc := opts
 	inc.Incremental = true
@@ -32,8 +33,8 @@ func TestBackupChainDirectory(t *testing.T) {
 	if errs.KindOf(err) != errs.Unsupported || !strings.Contains(errs.HintOf(err), "summarize_wal = on") {
 		t.Fatalf("incremental with summarize_wal off: got %v (hint %q), want unsupported with how to turn it on", err, errs.HintOf(err))
 	}
-	execSQL(t, url, "ALTER SYSTEM SET summarize_wal = on", "SELECT pg_reload_conf()")
-	for i := 0; query(t, url, "SHOW summarize_wal") != "on"; i++ { // the reload is asynchronous
+	pgtest.Exec(t, url, "ALTER SYSTEM SET summarize_wal = on", "SELECT pg_reload_conf()")
+	for i := 0; pgtest.Query(t, url, "SHOW summarize_wal") != "on"; i++ { // the reload is asynchronous
 		if i > 600 {
 			t.Fatal("summarize_wal did not turn on after a reload")
 		}
@@ -44,17 +45,17 @@ func TestBackupChainDirectory(t *testing.T) {
 		t.Fatalf("incremental without a full backup: got %v, want not-found", err)
 	}
 
-	execSQL(t, url, "CREATE TABLE t(x int)", "INSERT INTO t SELECT generate_series(1, 1000)")
+	pgtest.Exec(t, url, "CREATE TABLE t(x int)", "INSERT INTO t SELECT generate_series(1, 1000)")
 	full, err := pgbackup.Take(context.Background(), opts)
 	if err != nil {
 		t.Fatal(err)
 	}
-	execSQL(t, url, "INSERT INTO t SELECT generate_series(1, 1000)")
+	pgtest.Exec(t, url, "INSERT INTO t SELECT generate_series(1, 1000)")
 	i1, err := pgbackup.Take(context.Background(), inc)
 	if err != nil {
 		t.Fatal(err)
 	}
-	execSQL(t, url, "INSERT INTO t SELECT generate_series(1, 1000)")
+	pgtest.Exec(t, url, "INSERT INTO t SELECT generate_series(1, 1000)")
 	i2, err := pgbackup.Take(context.Background(), inc)
 	if err != nil {
 		t.Fatal(err)
@@ -73,7 +74,7 @@ func TestBackupChainDirectory(t *testing.T) {
 	if i1.Label.PrevLSN != full.Label.StartLSN || i2.Label.PrevLSN != i1.Label.StartLSN {
 		t.Errorf("incrementals are not based on the newest backup each")
 	}
-	stop(t, in)
+	pgtest.Stop(t, in)
 
 	whole, err := pgbackup.Discover(dir, "")
 	if err != nil {
@@ -94,7 +95,7 @@ func TestBackupChainDirectory(t *testing.T) {
 		if _, err := Restore(context.Background(), c, dst, Options{Sync: clone.SyncNone}); err != nil {
 			t.Fatal(err)
 		}
-		e.tool(t, "pg_verifybackup", dst)
+		e.Tool(t, "pg_verifybackup", dst)
 	}
 	if _, err := pgbackup.Discover(dir, "nope"); errs.KindOf(err) != errs.NotFound {
 		t.Errorf("--upto of an unknown backup: %v", err)

@@ -13,6 +13,7 @@ import (
 
 	"github.com/pgfork/pgfork/clone"
 	"github.com/pgfork/pgfork/internal/errs"
+	"github.com/pgfork/pgfork/internal/pgtest"
 	"github.com/pgfork/pgfork/internal/testenv"
 )
 
@@ -89,14 +90,14 @@ func TestRestoreRefusesBadChains(t *testing.T) {
 func TestRestoreKilled(t *testing.T) {
 	e := newestPG(t)
 	{
-		forEachFS(t, func(t *testing.T, base string) {
+		pgtest.ForEachFS(t, func(t *testing.T, base string) {
 			_, in := e.newCluster(t, base, "src", nil)
 			e.pgbench(t, in, "-i", "-s", "1", "-q")
 			b0, b1 := filepath.Join(base, "b0"), filepath.Join(base, "b1")
 			e.basebackup(t, in, b0, "")
 			e.pgbench(t, in, "-n", "-t", "100")
 			e.basebackup(t, in, b1, b0)
-			stop(t, in)
+			pgtest.Stop(t, in)
 			before0, before1 := testenv.TreeHash(t, b0), testenv.TreeHash(t, b1)
 			dst := filepath.Join(base, "restored")
 
@@ -134,7 +135,7 @@ func TestRestoreKilled(t *testing.T) {
 			if l := leftovers(dst); len(l) > 0 {
 				t.Errorf("the next restore left the killed one's staging behind: %v", l)
 			}
-			e.tool(t, "pg_verifybackup", "-n", dst)
+			e.Tool(t, "pg_verifybackup", "-n", dst)
 		})
 	}
 }

@@ -11,6 +11,7 @@ import (
 
 	"github.com/pgfork/pgfork/clone"
 	"github.com/pgfork/pgfork/instance"
+	"github.com/pgfork/pgfork/internal/pgtest"
 	"github.com/pgfork/pgfork/internal/testenv"
 	"github.com/pgfork/pgfork/pgbackup"
 )
@@ -20,14 +21,14 @@ import (
 // and manifest entry by manifest entry, then verifies and starts it.
 func TestRestoreChainMatchesCombineBackup(t *testing.T) {
 	forEachPG(t, func(t *testing.T, e pgEnv) {
-		forEachFS(t, func(t *testing.T, base string) {
+		pgtest.ForEachFS(t, func(t *testing.T, base string) {
 			c := e.makeChain(t, base)
 			before := map[string]map[string]string{}
 			for _, d := range c.dirs {
 				before[d] = testenv.TreeHash(t, d)
 			}
 			ref := filepath.Join(base, "combined")
-			e.tool(t, "pg_combinebackup", append([]string{"-o", ref, "--no-sync"}, c.dirs...)...)
+			e.Tool(t, "pg_combinebackup", append([]string{"-o", ref, "--no-sync"}, c.dirs...)...)
 			out := filepath.Join(base, "restored")
 			sum, err := Restore(context.Background(), c.dirs, out, Options{Sync: clone.SyncNone, Owner: e.owner()})
 			if err != nil {
@@ -49,20 +50,20 @@ func TestRestoreChainMatchesCombineBackup(t *testing.T) {
 			}
 			sameFiles(t, ref, out)
 			sameManifest(t, ref, out)
-			e.tool(t, "pg_verifybackup", out)
+			e.Tool(t, "pg_verifybackup", out)
 
 			for _, d := range c.dirs {
 				testenv.SameTree(t, "backup "+filepath.Base(d), before[d], testenv.TreeHash(t, d))
 			}
 
-			in, err := instance.Start(context.Background(), instance.Config{BinDir: e.bin, Env: e.inst.Env(), DataDir: out, User: e.user,
+			in, err := instance.Start(context.Background(), instance.Config{BinDir: e.Bin, Env: e.Inst.Env(), DataDir: out, User: e.User,
 				Profile: instance.Durable, Settings: map[string]string{"fsync": "off"}, LogFile: out + ".server.log"})
 			if err != nil {
 				t.Fatal(err)
 			}
 			t.Cleanup(func() { _ = in.Stop(context.Background(), instance.Immediate) })
 			url := in.ConnString("", "")
-			checkPgbenchInvariant(t, url)
+			pgtest.CheckPgbenchInvariant(t, url, "the chain did not capture the pgbench runs")
 			for q, want := range map[string]string{
 				"SELECT count(*)::text FROM grow":                                c.growRows,
 				"SELECT count(*)::text FROM truncme":                             c.truncRows,
@@ -70,14 +71,14 @@ func TestRestoreChainMatchesCombineBackup(t *testing.T) {
 				"SELECT count(*)::text FROM pgbench_accounts":                    "200000",
 				"SELECT count(*)::text FROM pg_database WHERE datname = 'newdb'": "1",
 			} {
-				if got := query(t, url, q); got != want {
+				if got := pgtest.Query(t, url, q); got != want {
 					t.Errorf("%s = %s, want %s", q, got, want)
 				}
 			}
-			if got := query(t, in.ConnString("", "newdb"), "SELECT count(*)::text FROM t"); got != c.newdbRows {
+			if got := pgtest.Query(t, in.ConnString("", "newdb"), "SELECT count(*)::text FROM t"); got != c.newdbRows {
 				t.Errorf("newdb.t has %s rows, want %s", got, c.newdbRows)
 			}
-			stop(t, in)
+			pgtest.Stop(t, in)
 			e.toolAs(t, "pg_checksums", "--check", "-D", out)
 		})
 	})

@@ -9,6 +9,7 @@ import (
 
 	"github.com/pgfork/pgfork/clone"
 	"github.com/pgfork/pgfork/cluster"
+	"github.com/pgfork/pgfork/internal/pgtest"
 	"github.com/pgfork/pgfork/internal/statedir"
 	"github.com/pgfork/pgfork/internal/testenv"
 )
@@ -22,34 +23,34 @@ func TestRestorePITRToRestorePoint(t *testing.T) {
 	forEachPG(t, func(t *testing.T, e pgEnv) {
 		base := testenv.XFSDir(t)
 		arch := filepath.Join(base, "archive")
-		if err := e.user.MkdirOwned(arch, 0o755); err != nil {
+		if err := e.User.MkdirOwned(arch, 0o755); err != nil {
 			t.Fatal(err)
 		}
 		_, in := e.newCluster(t, base, "src", map[string]string{"archive_mode": "on", "archive_command": "cp %p " + arch + "/%f"})
 		url := in.ConnString("", "")
-		execSQL(t, url, "CREATE TABLE t(x int)")
+		pgtest.Exec(t, url, "CREATE TABLE t(x int)")
 		b0, b1 := filepath.Join(base, "b0"), filepath.Join(base, "b1")
 		e.basebackup(t, in, b0, "")
-		execSQL(t, url, "INSERT INTO t SELECT generate_series(1, 100)")
+		pgtest.Exec(t, url, "INSERT INTO t SELECT generate_series(1, 100)")
 		e.basebackup(t, in, b1, b0)
-		execSQL(t, url, "INSERT INTO t SELECT generate_series(101, 200)", "SELECT pg_create_restore_point('before_bad_change')",
+		pgtest.Exec(t, url, "INSERT INTO t SELECT generate_series(101, 200)", "SELECT pg_create_restore_point('before_bad_change')",
 			"INSERT INTO t SELECT generate_series(201, 300)", "DELETE FROM t WHERE x <= 50")
-		seg := query(t, url, "SELECT pg_walfile_name(pg_switch_wal())")
+		seg := pgtest.Query(t, url, "SELECT pg_walfile_name(pg_switch_wal())")
 		deadline := time.Now().Add(2 * time.Minute)
-		for query(t, url, "SELECT coalesce(last_archived_wal, '') FROM pg_stat_archiver") < seg {
+		for pgtest.Query(t, url, "SELECT coalesce(last_archived_wal, '') FROM pg_stat_archiver") < seg {
 			if time.Now().After(deadline) {
 				t.Fatalf("WAL segment %s was not archived", seg)
 			}
 			time.Sleep(100 * time.Millisecond)
 		}
-		stop(t, in)
+		pgtest.Stop(t, in)
 
 		dst := filepath.Join(base, "branch")
 		if _, err := Restore(context.Background(), []string{b0, b1}, dst, Options{Sync: clone.SyncNone, Owner: e.owner()}); err != nil {
 			t.Fatal(err)
 		}
 		lay := statedir.Layout{Root: filepath.Join(testenv.Dir(t), "state")}
-		st, err := Start(context.Background(), dst, StartOptions{Layout: lay, Installation: e.inst, User: e.user,
+		st, err := Start(context.Background(), dst, StartOptions{Layout: lay, Installation: e.Inst, User: e.User,
 			Recovery: Recovery{WALDir: arch, TargetName: "before_bad_change"}, Source: b0 + " " + b1})
 		if err != nil {
 			t.Fatal(err)
@@ -57,10 +58,10 @@ func TestRestorePITRToRestorePoint(t *testing.T) {
 		t.Cleanup(func() {
 			_ = cluster.Down(context.Background(), lay, st.Name, cluster.DownOptions{Timeout: time.Second})
 		})
-		if got := query(t, st.URL, "SELECT count(*)::text || ' ' || min(x) || '-' || max(x) FROM t"); got != "200 1-200" {
+		if got := pgtest.Query(t, st.URL, "SELECT count(*)::text || ' ' || min(x) || '-' || max(x) FROM t"); got != "200 1-200" {
 			t.Errorf("after recovery to the restore point t has %q, want \"200 1-200\"", got)
 		}
-		if got := query(t, st.URL, "SELECT pg_is_in_recovery()::text"); got != "false" {
+		if got := pgtest.Query(t, st.URL, "SELECT pg_is_in_recovery()::text"); got != "false" {
 			t.Errorf("the branch is still in recovery")
 		}
 		list, err := cluster.List(lay)

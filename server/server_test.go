@@ -22,7 +22,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/prometheus/client_golang/prometheus"
 
-	"github.com/pgfork/pgfork/instance"
+	"github.com/pgfork/pgfork/internal/pgtest"
 	"github.com/pgfork/pgfork/internal/testenv"
 	"github.com/pgfork/pgfork/pool"
 	"github.com/pgfork/pgfork/pool/dbstore"
@@ -48,12 +48,7 @@ type opts struct {
 
 func startManaged(t *testing.T, dir string) *managed.Server {
 	t.Helper()
-	u, err := instance.ResolveUser("")
-	if err != nil {
-		t.Fatal(err)
-	}
-	m, err := managed.Start(context.Background(), managed.Options{
-		BinDir: testenv.PGBinDirs(t)[0], Dir: dir, User: u})
+	m, err := managed.Start(context.Background(), managed.Options{BinDir: testenv.PGBinDirs(t)[0], Dir: dir, User: pgtest.User(t)})
 	if err != nil {
 		t.Fatal(err)
 	}

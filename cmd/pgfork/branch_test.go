@@ -15,9 +15,8 @@ import (
 // --start under the same name is refused before any copy (exit 4), and
 // `pgfork down NAME` stops it and removes its data directory.
 func TestCloneStartIsABranch(t *testing.T) {
-	bin := upBinary(t)
-	pgBin := testenv.PGBinDirs(t)[0]
-	p := newPgfk(t, bin, testenv.Dir(t), pgBin)
+	p := newTestPgfk(t)
+	pgBin := p.pgBin
 	src := cloneSource(t, pgBin)
 	dst := filepath.Join(testenv.Dir(t), "branch")
 	o := p.clone(src, dst, "--start", "--name", "br-1")

@@ -64,9 +64,8 @@ func sh(t *testing.T, command string) {
 // directory (the log used to go next to the data directory, where the
 // clone's owner cannot write).
 func TestClonePrintedCommandsWork(t *testing.T) {
-	bin := upBinary(t)
-	pgBin := testenv.PGBinDirs(t)[0]
-	p := newPgfk(t, bin, testenv.Dir(t), pgBin)
+	p := newTestPgfk(t)
+	pgBin := p.pgBin
 	dst := filepath.Join(testenv.Dir(t), "clone")
 	o := p.clone(cloneSource(t, pgBin), dst)
 	sh(t, o.StartCommand)
@@ -85,9 +84,8 @@ func TestClonePrintedCommandsWork(t *testing.T) {
 // started with --start is removed by the next pgfork once the server is
 // stopped (it used to stay in /tmp forever).
 func TestCloneStartLeavesNoSocketDir(t *testing.T) {
-	bin := upBinary(t)
-	pgBin := testenv.PGBinDirs(t)[0]
-	p := newPgfk(t, bin, testenv.Dir(t), pgBin)
+	p := newTestPgfk(t)
+	pgBin := p.pgBin
 	dst := filepath.Join(testenv.Dir(t), "clone")
 	o := p.clone(cloneSource(t, pgBin), dst, "--start")
 	if o.SocketDir == "" || o.Pid == 0 {
@@ -109,10 +107,8 @@ func TestCloneStartLeavesNoSocketDir(t *testing.T) {
 // template's setup runs leaves the template server's socket directory; the
 // next run removes it (it used to stay in /tmp forever).
 func TestTemplateBuildKilledLeavesNoSocketDir(t *testing.T) {
-	bin := upBinary(t)
-	pgBin := testenv.PGBinDirs(t)[0]
-	home := testenv.Dir(t)
-	p := newPgfk(t, bin, home, pgBin)
+	p := newTestPgfk(t)
+	bin, pgBin, home := p.bin, p.pgBin, p.home
 	work := testenv.Dir(t)
 	shPid, goFile := filepath.Join(work, "pid"), filepath.Join(work, "go")
 	setup := "echo $$ > " + shPid + "; while [ ! -f " + goFile + " ]; do sleep 0.1; done"

@@ -9,12 +9,12 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
 
 	"github.com/pgfork/pgfork/internal/flock"
+	"github.com/pgfork/pgfork/internal/pgtest"
 	"github.com/pgfork/pgfork/internal/testenv"
 	"github.com/pgfork/pgfork/template"
 	"github.com/pgfork/pgfork/up"
@@ -54,10 +54,8 @@ func templateSpares(t *testing.T, p *pgfk, key string) int {
 // clusters from spares hold the setup and are independent; 8 parallel ups
 // with one spare hand it to exactly one of them; template rm removes spares.
 func TestUpSpares(t *testing.T) {
-	bin := upBinary(t)
-	pgBin := testenv.PGBinDirs(t)[0]
-	home := testenv.Dir(t)
-	p := newPgfk(t, bin, home, pgBin)
+	p := newTestPgfk(t)
+	home := p.home
 	schema := filepath.Join(testenv.Dir(t), "schema.sql")
 	writeFile(t, schema, "create table t (id int primary key, who text); insert into t values (1, 'setup');\n")
 
@@ -90,15 +88,15 @@ func TestUpSpares(t *testing.T) {
 	}
 	// Correct and independent.
 	for _, c := range []up.Result{first, second} {
-		if got := queryOne(t, c.URL, "select string_agg(who, ',' order by id) from t"); got != "setup" {
+		if got := pgtest.Query(t, c.URL, "select string_agg(who, ',' order by id) from t"); got != "setup" {
 			t.Errorf("cluster %s: rows %q, want setup", c.Name, got)
 		}
-		if got := queryOne(t, c.URL, "select current_setting('data_directory')"); got != c.DataDir {
+		if got := pgtest.Query(t, c.URL, "select current_setting('data_directory')"); got != c.DataDir {
 			t.Errorf("cluster %s runs on %s, want %s", c.Name, got, c.DataDir)
 		}
 	}
-	queryOne(t, second.URL, "insert into t values (2, 'second') returning 'x'")
-	if got := queryOne(t, first.URL, "select count(*)::text from t"); got != "1" {
+	pgtest.Query(t, second.URL, "insert into t values (2, 'second') returning 'x'")
+	if got := pgtest.Query(t, first.URL, "select count(*)::text from t"); got != "1" {
 		t.Errorf("first cluster sees %s rows after a write to the second, want 1", got)
 	}
 	if os.Geteuid() == 0 {
@@ -118,29 +116,10 @@ func TestUpSpares(t *testing.T) {
 		t.Fatal(err)
 	}
 	const n = 8
-	var wg sync.WaitGroup
-	res := make([]up.Result, n)
-	fails := make([]string, n)
-	for i := range n {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			r := p.run("up", "--json", "--setup", schema)
-			if r.code != 0 {
-				fails[i] = fmt.Sprintf("up %d: exit %d: %s", i, r.code, r.stderr)
-				return
-			}
-			if err := json.Unmarshal([]byte(r.stdout), &res[i]); err != nil {
-				fails[i] = err.Error()
-			}
-		}()
-	}
-	wg.Wait()
-	for _, f := range fails {
-		if f != "" {
-			refill.Unlock()
-			t.Fatal(f)
-		}
+	res, err := p.upsAtOnce(n, func(int) []string { return []string{"--setup", schema} })
+	if err != nil {
+		refill.Unlock()
+		t.Fatal(err)
 	}
 	fromSpare, dirs := 0, map[string]bool{}
 	for i, r := range res {
@@ -151,13 +130,13 @@ func TestUpSpares(t *testing.T) {
 			t.Errorf("data directory %s handed out twice", r.DataDir)
 		}
 		dirs[r.DataDir] = true
-		if got := queryOne(t, r.URL, "select current_setting('data_directory')"); got != r.DataDir {
+		if got := pgtest.Query(t, r.URL, "select current_setting('data_directory')"); got != r.DataDir {
 			t.Errorf("cluster %s runs on %s, want %s", r.Name, got, r.DataDir)
 		}
-		queryOne(t, r.URL, fmt.Sprintf("insert into t values (%d, 'own') returning 'x'", 10+i))
+		pgtest.Query(t, r.URL, fmt.Sprintf("insert into t values (%d, 'own') returning 'x'", 10+i))
 	}
 	for _, r := range res {
-		if got := queryOne(t, r.URL, "select count(*)::text from t"); got != "2" {
+		if got := pgtest.Query(t, r.URL, "select count(*)::text from t"); got != "2" {
 			t.Errorf("cluster %s sees %s rows, want 2 (setup + its own)", r.Name, got)
 		}
 	}
@@ -187,7 +166,7 @@ func TestUpSpares(t *testing.T) {
 			t.Errorf("template rm left %s", n)
 		}
 	}
-	if got := queryOne(t, second.URL, "select count(*)::text from t"); got != "2" {
+	if got := pgtest.Query(t, second.URL, "select count(*)::text from t"); got != "2" {
 		t.Errorf("cluster after template rm: %s rows", got)
 	}
 }
@@ -196,10 +175,8 @@ func TestUpSpares(t *testing.T) {
 // claimable, the next pgfork call cleans its leftover, and the next up
 // does not use it. A spare whose template is gone is cleaned too.
 func TestSpareRefillKilled(t *testing.T) {
-	bin := upBinary(t)
-	pgBin := testenv.PGBinDirs(t)[0]
-	home := testenv.Dir(t)
-	p := newPgfk(t, bin, home, pgBin)
+	p := newTestPgfk(t)
+	bin, home := p.bin, p.home
 	// A template big enough that its copy takes a while.
 	schema := filepath.Join(testenv.Dir(t), "big.sql")
 	writeFile(t, schema, "create table big as select g, repeat('x', 200) pad from generate_series(1, 400000) g;\n")
@@ -250,7 +227,7 @@ func TestSpareRefillKilled(t *testing.T) {
 	if u.FromSpare {
 		t.Error("up used a spare although the only refill was killed")
 	}
-	if got := queryOne(t, u.URL, "select count(*)::text from big"); got != "400000" {
+	if got := pgtest.Query(t, u.URL, "select count(*)::text from big"); got != "400000" {
 		t.Errorf("cluster: %s rows, want 400000", got)
 	}
 	waitSpare(t, home, key, 1)

@@ -13,6 +13,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/pgfork/pgfork/internal/pgtest"
 	"github.com/pgfork/pgfork/internal/testenv"
 	"github.com/pgfork/pgfork/up"
 )
@@ -22,10 +23,8 @@ import (
 // the connection is refused, with the printed URL it works, and the record
 // holding the URL is readable by its owner only.
 func TestUpTCPNeedsPassword(t *testing.T) {
-	bin := upBinary(t)
-	pgBin := testenv.PGBinDirs(t)[0]
-	home := testenv.Dir(t)
-	p := newPgfk(t, bin, home, pgBin)
+	p := newTestPgfk(t)
+	home := p.home
 	res := p.up("--tcp", "--spares", "0")
 	u, err := url.Parse(res.URL)
 	if err != nil {
@@ -35,7 +34,7 @@ func TestUpTCPNeedsPassword(t *testing.T) {
 	if !ok || len(pw) < 16 || !strings.HasPrefix(u.Host, "127.0.0.1:") {
 		t.Fatalf("TCP URL without a password: %s", res.URL)
 	}
-	if got := queryOne(t, res.URL, "select current_user"); got != "postgres" {
+	if got := pgtest.Query(t, res.URL, "select current_user"); got != "postgres" {
 		t.Errorf("with the URL's password: current_user = %q", got)
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
@@ -62,10 +61,8 @@ func TestUpTCPNeedsPassword(t *testing.T) {
 // TestNumericFlagsBounded: out-of-range numbers in up, down, copy, clone and
 // the refill are refused with exit 2 and a hint, before any work.
 func TestNumericFlagsBounded(t *testing.T) {
-	bin := upBinary(t)
-	pgBin := testenv.PGBinDirs(t)[0]
-	home := testenv.Dir(t)
-	p := newPgfk(t, bin, home, pgBin)
+	p := newTestPgfk(t)
+	home := p.home
 	src, dst := testenv.Dir(t), filepath.Join(testenv.Dir(t), "dst")
 	key := strings.Repeat("ab", 12)
 	cases := []struct {
@@ -147,9 +144,8 @@ func TestUpInitdbNoSpace(t *testing.T) {
 // user without the password must not get in. The command itself does, with
 // DATABASE_URL and with PG* variables.
 func TestTemplateSetupTCPNeedsPassword(t *testing.T) {
-	bin := upBinary(t)
-	pgBin := testenv.PGBinDirs(t)[0]
-	p := newPgfk(t, bin, testenv.Dir(t), pgBin)
+	p := newTestPgfk(t)
+	pgBin := p.pgBin
 	psql := filepath.Join(pgBin, "psql")
 	setup := `if env -u PGPASSWORD PGPASSFILE=/nonexistent ` + psql + ` -X -w -h 127.0.0.1 -p "$PGPORT" -U "$PGUSER" -d postgres -c "select 1"; then echo TRUSTED; exit 1; fi; ` +
 		psql + ` -X -q "$DATABASE_URL" -c "create table proof (i int)" && ` + psql + ` -X -q -c "insert into proof values (1)"`
@@ -161,7 +157,7 @@ func TestTemplateSetupTCPNeedsPassword(t *testing.T) {
 	if err := json.Unmarshal([]byte(r.stdout), &res); err != nil {
 		t.Fatal(err)
 	}
-	if got := queryOne(t, res.URL, "select count(*)::text from proof"); got != "1" {
+	if got := pgtest.Query(t, res.URL, "select count(*)::text from proof"); got != "1" {
 		t.Errorf("setup command's rows: %s", got)
 	}
 }

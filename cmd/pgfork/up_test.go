@@ -19,6 +19,7 @@ import (
 
 	"github.com/pgfork/pgfork/cluster"
 	"github.com/pgfork/pgfork/internal/flock"
+	"github.com/pgfork/pgfork/internal/pgtest"
 	"github.com/pgfork/pgfork/internal/testenv"
 	"github.com/pgfork/pgfork/template"
 	"github.com/pgfork/pgfork/up"
@@ -49,6 +50,15 @@ func newPgfk(t *testing.T, bin, home, pgBin string) *pgfk {
 	t.Cleanup(func() { _ = exec.Command(bin, "--state-dir", home, "down", "--all", "--timeout", "1s").Run() })
 	t.Cleanup(func() { waitRefills(t, home) })
 	return p
+}
+
+// newTestPgfk is newPgfk with what most tests want: a freshly built
+// binary, the first PostgreSQL build under test and a fresh home.
+func newTestPgfk(t *testing.T) *pgfk {
+	t.Helper()
+	bin := upBinary(t)
+	pgBin := testenv.PGBinDirs(t)[0]
+	return newPgfk(t, bin, testenv.Dir(t), pgBin)
 }
 
 // waitRefills waits until no spare refiller runs in home (it holds its
@@ -124,6 +134,36 @@ func (p *pgfk) up(args ...string) up.Result {
 	return res
 }
 
+// upsAtOnce runs n `pgfork up --json` at the same time, the i-th with
+// upArgs(i), and returns their results, or the first failure (a non-zero
+// exit with its stderr, or unreadable JSON).
+func (p *pgfk) upsAtOnce(n int, upArgs func(i int) []string) ([]up.Result, error) {
+	var wg sync.WaitGroup
+	res := make([]up.Result, n)
+	fails := make([]string, n)
+	for i := range n {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			r := p.run(append([]string{"up", "--json"}, upArgs(i)...)...)
+			if r.code != 0 {
+				fails[i] = fmt.Sprintf("up %d: exit %d: %s", i, r.code, r.stderr)
+				return
+			}
+			if err := json.Unmarshal([]byte(r.stdout), &res[i]); err != nil {
+				fails[i] = err.Error()
+			}
+		}()
+	}
+	wg.Wait()
+	for _, f := range fails {
+		if f != "" {
+			return nil, errors.New(f)
+		}
+	}
+	return res, nil
+}
+
 func (p *pgfk) ls() []cluster.Entry {
 	p.t.Helper()
 	r := p.run("ls", "--json")
@@ -135,22 +175,6 @@ func (p *pgfk) ls() []cluster.Entry {
 		p.t.Fatalf("pgfork ls --json: %v\n%s", err, r.stdout)
 	}
 	return es
-}
-
-func queryOne(t *testing.T, url, sql string) string {
-	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	conn, err := pgx.Connect(ctx, url)
-	if err != nil {
-		t.Fatalf("connect %s: %v", url, err)
-	}
-	defer conn.Close(ctx)
-	var s string
-	if err := conn.QueryRow(ctx, sql).Scan(&s); err != nil {
-		t.Fatalf("%s: %v", sql, err)
-	}
-	return s
 }
 
 func pidAlive(pid int) bool {
@@ -210,32 +234,15 @@ func TestUpConcurrentBuildsTemplateOnce(t *testing.T) {
 			setupCmd := fmt.Sprintf(`echo built >> %s && %s/psql "$DATABASE_URL" -X -q -c "insert into t values (2, 'cmd')"`, count, pgBin)
 
 			const n = 8
-			var wg sync.WaitGroup
-			results := make([]up.Result, n)
-			fails := make([]string, n)
-			for i := range n {
-				wg.Add(1)
-				go func() {
-					defer wg.Done()
-					args := []string{"up", "--json", "--setup", mig, "--setup-cmd", setupCmd}
-					if i%2 == 1 {
-						args = append(args, "--tcp")
-					}
-					r := p.run(args...)
-					if r.code != 0 {
-						fails[i] = fmt.Sprintf("up %d: exit %d: %s", i, r.code, r.stderr)
-						return
-					}
-					if err := json.Unmarshal([]byte(r.stdout), &results[i]); err != nil {
-						fails[i] = err.Error()
-					}
-				}()
-			}
-			wg.Wait()
-			for _, f := range fails {
-				if f != "" {
-					t.Fatal(f)
+			results, err := p.upsAtOnce(n, func(i int) []string {
+				args := []string{"--setup", mig, "--setup-cmd", setupCmd}
+				if i%2 == 1 {
+					args = append(args, "--tcp")
 				}
+				return args
+			})
+			if err != nil {
+				t.Fatal(err)
 			}
 			b, _ := os.ReadFile(count)
 			if got := strings.Count(string(b), "built"); got != 1 {
@@ -260,23 +267,23 @@ func TestUpConcurrentBuildsTemplateOnce(t *testing.T) {
 				if r.TemplateKey != results[0].TemplateKey {
 					t.Errorf("template keys differ: %s %s", r.TemplateKey, results[0].TemplateKey)
 				}
-				if got := queryOne(t, r.URL, "select string_agg(who, ',' order by id) from t"); got != "sql,cmd" {
+				if got := pgtest.Query(t, r.URL, "select string_agg(who, ',' order by id) from t"); got != "sql,cmd" {
 					t.Errorf("cluster %s: rows %q, want sql,cmd", r.Name, got)
 				}
 				// Independent clusters: a write to one is not seen by another.
-				queryOne(t, r.URL, fmt.Sprintf("insert into t values (%d, 'own') returning 'x'", 10+i))
+				pgtest.Query(t, r.URL, fmt.Sprintf("insert into t values (%d, 'own') returning 'x'", 10+i))
 			}
 			if built != 1 {
 				t.Errorf("%d ups report building the template, want 1", built)
 			}
-			if got := queryOne(t, results[0].URL, "select count(*)::text from t"); got != "3" {
+			if got := pgtest.Query(t, results[0].URL, "select count(*)::text from t"); got != "3" {
 				t.Errorf("cluster 0 sees %s rows, want 3 (its own write only)", got)
 			}
-			if got := queryOne(t, results[0].URL, "select current_setting('fsync')"); got != "off" {
+			if got := pgtest.Query(t, results[0].URL, "select current_setting('fsync')"); got != "off" {
 				t.Errorf("cluster runs without the test profile: fsync=%s", got)
 			}
 			if os.Geteuid() == 0 {
-				if got := queryOne(t, results[0].URL, "select current_setting('data_directory')"); got != results[0].DataDir {
+				if got := pgtest.Query(t, results[0].URL, "select current_setting('data_directory')"); got != results[0].DataDir {
 					t.Errorf("data_directory %s, want %s", got, results[0].DataDir)
 				}
 				fi, err := os.Stat(results[0].DataDir)
@@ -332,10 +339,8 @@ func TestUpConcurrentBuildsTemplateOnce(t *testing.T) {
 // TestUpWhileTemplateRemoved: `pgfork up` keeps working while the template
 // is removed (and so rebuilt) under it, and rm refuses while it is in use.
 func TestUpWhileTemplateRemoved(t *testing.T) {
-	bin := upBinary(t)
-	pgBin := testenv.PGBinDirs(t)[0]
-	home := testenv.Dir(t)
-	p := newPgfk(t, bin, home, pgBin)
+	p := newTestPgfk(t)
+	home := p.home
 	work := testenv.Dir(t)
 	schema := filepath.Join(work, "schema.sql")
 	writeFile(t, schema, "create table kv (k text primary key, v text); insert into kv values ('a', 'b');\n")
@@ -367,7 +372,7 @@ func TestUpWhileTemplateRemoved(t *testing.T) {
 					errc <- err.Error()
 					return
 				}
-				if got := queryOne(t, res.URL, "select v from kv where k = 'a'"); got != "b" {
+				if got := pgtest.Query(t, res.URL, "select v from kv where k = 'a'"); got != "b" {
 					errc <- "setup missing in " + res.Name
 				}
 			}()
@@ -385,7 +390,7 @@ func TestUpWhileTemplateRemoved(t *testing.T) {
 	if r := p.run("template", "rm", "--all"); r.code != 0 {
 		t.Errorf("template rm --all: %d %s", r.code, r.stderr)
 	}
-	if got := queryOne(t, first.URL, "select v from kv"); got != "b" {
+	if got := pgtest.Query(t, first.URL, "select v from kv"); got != "b" {
 		t.Errorf("first cluster after template rm: %q", got)
 	}
 	for _, n := range dirNames(t, filepath.Join(home, "templates")) {
@@ -399,10 +404,8 @@ func TestUpWhileTemplateRemoved(t *testing.T) {
 // TestUpSetupFailure: a failing setup leaves no template, no cluster and no
 // server, and the error shows the setup's own output.
 func TestUpSetupFailure(t *testing.T) {
-	bin := upBinary(t)
-	pgBin := testenv.PGBinDirs(t)[0]
-	home := testenv.Dir(t)
-	p := newPgfk(t, bin, home, pgBin)
+	p := newTestPgfk(t)
+	home := p.home
 	work := testenv.Dir(t)
 	bad := filepath.Join(work, "bad.sql")
 	writeFile(t, bad, "create table ok (id int);\nselec 1;\n")
@@ -443,7 +446,7 @@ func TestUpSetupFailure(t *testing.T) {
 	// And after fixing the SQL, the same name works.
 	writeFile(t, bad, "create table ok (id int);\nselect 1;\n")
 	res := p.up("--name", "x1", "--setup", bad)
-	if got := queryOne(t, res.URL, "select count(*)::text from ok"); got != "0" {
+	if got := pgtest.Query(t, res.URL, "select count(*)::text from ok"); got != "0" {
 		t.Errorf("fixed setup: %q", got)
 	}
 }
@@ -451,10 +454,8 @@ func TestUpSetupFailure(t *testing.T) {
 // TestReaper: clusters past their TTL, whose parent process exited, or
 // whose server died are removed by the next pgfork call.
 func TestReaper(t *testing.T) {
-	bin := upBinary(t)
-	pgBin := testenv.PGBinDirs(t)[0]
-	home := testenv.Dir(t)
-	p := newPgfk(t, bin, home, pgBin)
+	p := newTestPgfk(t)
+	home := p.home
 
 	parent := exec.Command("sleep", "300")
 	if err := parent.Start(); err != nil {
@@ -506,7 +507,7 @@ func TestReaper(t *testing.T) {
 	if _, err := os.Stat(crash.DataDir); !os.IsNotExist(err) {
 		t.Errorf("dead cluster's data left: %v", err)
 	}
-	if got := queryOne(t, keep.URL, "select 'ok'"); got != "ok" {
+	if got := pgtest.Query(t, keep.URL, "select 'ok'"); got != "ok" {
 		t.Error(got)
 	}
 	// A leftover of an up killed mid-way (no cluster.json, lock free) is cleaned.
@@ -546,7 +547,7 @@ func TestUpXFS(t *testing.T) {
 				t.Errorf("on XFS the copy should be reflinks: %v", b.Method)
 			}
 			for _, c := range []up.Result{a, b} {
-				if got := queryOne(t, c.URL, "select current_setting('server_version_num')"); got == "" {
+				if got := pgtest.Query(t, c.URL, "select current_setting('server_version_num')"); got == "" {
 					t.Error("no version")
 				}
 			}
@@ -559,10 +560,8 @@ func TestUpXFS(t *testing.T) {
 
 // TestTemplatePrune: prune keeps recently used templates and removes the rest.
 func TestTemplatePrune(t *testing.T) {
-	bin := upBinary(t)
-	pgBin := testenv.PGBinDirs(t)[0]
-	home := testenv.Dir(t)
-	p := newPgfk(t, bin, home, pgBin)
+	p := newTestPgfk(t)
+	home := p.home
 	c := p.up()
 	// The template's WAL is sparse: clones do not copy its zeroed tail.
 	segs, _ := filepath.Glob(filepath.Join(home, "templates", c.TemplateKey, "data", "pg_wal", "0*"))
@@ -587,7 +586,7 @@ func TestTemplatePrune(t *testing.T) {
 		t.Fatal(err)
 	}
 	conn.Close(ctx)
-	if got := queryOne(t, c.URL, "select count(*)::text from w"); got != "100000" {
+	if got := pgtest.Query(t, c.URL, "select count(*)::text from w"); got != "100000" {
 		t.Errorf("writes on a clone of a sparse template: %q", got)
 	}
 	if r := p.run("template", "prune", "--older-than", "1h"); r.code != 0 || strings.TrimSpace(r.stdout) != "" {
@@ -605,10 +604,8 @@ func TestTemplatePrune(t *testing.T) {
 // runs leaves no template and no cluster under a final name; the next up
 // cleans the leftovers (including the orphaned build server) and succeeds.
 func TestUpKilledMidBuild(t *testing.T) {
-	bin := upBinary(t)
-	pgBin := testenv.PGBinDirs(t)[0]
-	home := testenv.Dir(t)
-	p := newPgfk(t, bin, home, pgBin)
+	p := newTestPgfk(t)
+	bin, pgBin, home := p.bin, p.pgBin, p.home
 	work := testenv.Dir(t)
 	marker := filepath.Join(work, "hang")
 	writeFile(t, marker, "")
@@ -661,7 +658,7 @@ func TestUpKilledMidBuild(t *testing.T) {
 			t.Errorf("leftover in templates/: %s", n)
 		}
 	}
-	if got := queryOne(t, res.URL, "select 'ok'"); got != "ok" {
+	if got := pgtest.Query(t, res.URL, "select 'ok'"); got != "ok" {
 		t.Error(got)
 	}
 }

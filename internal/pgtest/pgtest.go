@@ -4,6 +4,12 @@
 // ends. It is the one copy of that set-up; test files call it instead of
 // writing their own.
 //
+// It also holds what tests of several packages do with those servers: the
+// builds under test (Builds, ForEachBuild, with Build.Tool to run pgbench
+// and the like), the filesystems to run on (ForEachFS), one-shot SQL
+// (Query, Exec), Stop, and the pgbench balance check
+// (CheckPgbenchInvariant).
+//
 // pgtest is imported by tests only. It fails the test (t.Fatal) on any
 // error, and must not be imported by non-test code.
 package pgtest

@@ -9,6 +9,7 @@ import (
 
 	"github.com/pgfork/pgfork/instance"
 	"github.com/pgfork/pgfork/internal/errs"
+	"github.com/pgfork/pgfork/internal/pgtest"
 	"github.com/pgfork/pgfork/internal/testenv"
 	"github.com/pgfork/pgfork/server/managed"
 )
@@ -71,12 +72,7 @@ func TestBootstrapSuperuserNeverAltered(t *testing.T) {
 
 func startManaged(t *testing.T, dir string) *managed.Server {
 	t.Helper()
-	u, err := instance.ResolveUser("")
-	if err != nil {
-		t.Fatal(err)
-	}
-	m, err := managed.Start(context.Background(), managed.Options{
-		BinDir: testenv.PGBinDirs(t)[0], Dir: dir, User: u})
+	m, err := managed.Start(context.Background(), managed.Options{BinDir: testenv.PGBinDirs(t)[0], Dir: dir, User: pgtest.User(t)})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,0 +1,4 @@
+package pgbin
+
+// RealDir is realDir for the external tests.
+var RealDir = realDir

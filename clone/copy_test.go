@@ -152,7 +152,11 @@ func TestCloneSharesBlocks(t *testing.T) {
 	if sum.SharedBytes < size {
 		t.Errorf("summary shared bytes %d < %d", sum.SharedBytes, size)
 	}
-	if used := before - after; used > size/10 {
+	// Other test packages write to this filesystem at the same time (and
+	// the sync allocates their delayed writes), so free space is only a
+	// coarse check: a plain copy would take all 64 MiB, a clone none.
+	// FIEMAP above is the exact one.
+	if used := before - after; used > size/2 {
 		t.Errorf("cloning a %d-byte file used %d bytes of free space", size, used)
 	}
 	// And a plain copy does not share.

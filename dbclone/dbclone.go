@@ -252,7 +252,7 @@ func Create(ctx context.Context, conn *pgx.Conn, name, template string, opts Cre
 		dropWork(ctx, conn, work)
 		// A session connected between our check and the CREATE: go round
 		// again while time remains (or Force can act).
-		if isState(err, "55006") && attempt < 20 && (opts.Force || time.Now().Before(deadline)) {
+		if InUse(err) && attempt < 20 && (opts.Force || time.Now().Before(deadline)) {
 			continue
 		}
 		return nil, createErr(ctx, conn, err, name, template, res.Strategy)
@@ -430,14 +430,14 @@ func createErr(ctx context.Context, conn *pgx.Conn, err error, name, template st
 	switch {
 	case kind == errs.Exists:
 		return errs.Wrap(errs.Exists, err, "database %q already exists", name).WithHint("choose another name, or drop it first")
-	case pe.Code == "3D000":
+	case UndefinedDatabase(err):
 		return errs.Wrap(errs.NotFound, err, "template database %q does not exist", template)
 	case kind == errs.NotFound:
 		return errs.Wrap(errs.NotFound, err, "cannot create database %q", name).WithHint("check that the owner role exists")
-	case pe.Code == "42501":
-		return errs.Wrap(errs.Permission, err, "cannot create database %q from %q", name, template).
+	case InsufficientPrivilege(err):
+		return sqlErr(ctx, err, "cannot create database %q from %q", name, template).
 			WithHint("the role needs CREATEDB, and must own the template or the template must be IS_TEMPLATE; to give a database away the role must be a member of the owner role")
-	case pe.Code == "55006":
+	case InUse(err):
 		sess, _ := Sessions(ctx, conn, template)
 		return busyErr(template, sess, err)
 	case kind == errs.NoSpace:
@@ -456,11 +456,6 @@ func sqlErr(ctx context.Context, err error, format string, args ...any) *errs.Er
 	return SQLError(ctx, err, format, args...)
 }
 
-func isState(err error, code string) bool {
-	var pe *pgconn.PgError
-	return errors.As(err, &pe) && pe.Code == code
-}
-
 // Drop drops database name (which must exist) after terminating its
 // sessions when force is set. Missing databases are errs.NotFound.
 func Drop(ctx context.Context, conn *pgx.Conn, name string, force bool) error {
@@ -473,9 +468,9 @@ func Drop(ctx context.Context, conn *pgx.Conn, name string, force bool) error {
 	}
 	if _, err := conn.Exec(ctx, q); err != nil {
 		switch {
-		case isState(err, "3D000"):
+		case UndefinedDatabase(err):
 			return errs.Wrap(errs.NotFound, err, "database %q does not exist", name)
-		case isState(err, "55006"):
+		case InUse(err):
 			sess, _ := Sessions(ctx, conn, name)
 			return busyErr(name, sess, err)
 		}

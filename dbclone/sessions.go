@@ -126,8 +126,8 @@ func Terminate(ctx context.Context, conn *pgx.Conn, sess []Session) error {
 		var ok bool
 		err := conn.QueryRow(ctx, `SELECT pg_terminate_backend($1, 5000)`, s.PID).Scan(&ok)
 		if err != nil {
-			if isState(err, "42501") {
-				return errs.Wrap(errs.Permission, err, "may not terminate session %s", s).
+			if InsufficientPrivilege(err) {
+				return sqlErr(ctx, err, "may not terminate session %s", s).
 					WithHint("terminating another role's session needs superuser or pg_signal_backend")
 			}
 			return sqlErr(ctx, err, "cannot terminate session %s", s)

@@ -304,10 +304,10 @@ func Restore(ctx context.Context, conn *pgx.Conn, db, name string, opts RestoreO
 			res.Swap = time.Since(t0)
 			break
 		}
-		if isState(err, "55006") && opts.Create.Force && attempt < 10 {
+		if InUse(err) && opts.Create.Force && attempt < 10 {
 			continue
 		}
-		if isState(err, "55006") {
+		if InUse(err) {
 			sess, _ := Sessions(ctx, conn, db)
 			return nil, busyErr(db, sess, err)
 		}

@@ -49,6 +49,30 @@ func SQLKind(err error) (kind errs.Kind, ok bool) {
 	return errs.Internal, true
 }
 
+// The SQLSTATEs pgfork asks about by name; they are spelled only in this
+// file (internal/archtest keeps SQLSTATE literals out of every other file).
+const (
+	stateObjectInUse           = "55006"
+	stateUndefinedDatabase     = "3D000"
+	stateInsufficientPrivilege = "42501"
+)
+
+// InUse reports whether err is the server's "object in use" (55006): other
+// sessions are connected to the database a command needed alone.
+func InUse(err error) bool { return hasState(err, stateObjectInUse) }
+
+// UndefinedDatabase reports whether err is "database does not exist" (3D000).
+func UndefinedDatabase(err error) bool { return hasState(err, stateUndefinedDatabase) }
+
+// InsufficientPrivilege reports whether err is the server refusing a
+// privilege the role lacks (42501).
+func InsufficientPrivilege(err error) bool { return hasState(err, stateInsufficientPrivilege) }
+
+func hasState(err error, code string) bool {
+	var pe *pgconn.PgError
+	return errors.As(err, &pe) && pe.Code == code
+}
+
 // isCatalogName says whether a unique violation is on pg_database's (or
 // pg_authid's) name index: a concurrent creation of the same name.
 func isCatalogName(pe *pgconn.PgError) bool {

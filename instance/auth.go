@@ -32,10 +32,10 @@ host  replication all ::/0      scram-sha-256
 func WritePasswordHBA(dataDir string, u *OSUser) error {
 	p := filepath.Join(dataDir, "pg_hba.conf")
 	if err := os.WriteFile(p, []byte(PasswordHBA), 0o600); err != nil {
-		return errs.Wrap(errs.Permission, err, "cannot write pg_hba.conf").WithPath(p)
+		return errs.FromOS(err, p, "cannot write pg_hba.conf")
 	}
 	if err := u.Chown(p); err != nil {
-		return errs.Wrap(errs.Permission, err, "cannot give pg_hba.conf to %s", u.Name).WithPath(p)
+		return errs.FromOS(err, p, "cannot give pg_hba.conf to %s", u.Name)
 	}
 	return nil
 }

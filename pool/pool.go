@@ -37,7 +37,6 @@ var (
 	ErrTestNotFound      = errors.New("test database not found")
 	ErrTimeout           = errors.New("timed out waiting for a ready database")
 	ErrClosed            = errors.New("pool is closed")
-	ErrInUse             = errors.New("database is in use by other sessions")
 	// ErrTestReclaimed is a test database id whose database was reclaimed
 	// (held longer than the minimum lifetime with no session, while others
 	// waited). It wraps ErrTestNotFound: the API answers 404.
@@ -77,8 +76,8 @@ type Creator interface {
 	// Create makes database name as a copy of template, owned by owner, and
 	// returns the strategy it used.
 	Create(ctx context.Context, name, template, owner string) (strategy string, err error)
-	// Drop removes database name if it exists. It returns an error wrapping
-	// ErrInUse when sessions are connected to it.
+	// Drop removes database name if it exists. It returns an errs.Busy
+	// error when sessions are connected to it (the pool retries later).
 	Drop(ctx context.Context, name string) error
 }
 
@@ -582,7 +581,7 @@ func (p *Pool) reclaim(e *entry) {
 		}
 		e.reclaiming = false
 		if err != nil {
-			if !errors.Is(err, ErrInUse) {
+			if !errs.IsBusy(err) {
 				p.lastErr, p.lastErrAt = err, time.Now()
 			}
 			e.idleSince = time.Time{}
@@ -776,13 +775,13 @@ func (p *Pool) build(e *entry, dropFirst string) error {
 	return err
 }
 
-// retry runs f until it succeeds, fails with an error other than ErrInUse,
-// or the pool closes.
+// retry runs f until it succeeds, fails with an error other than an
+// errs.Busy one (sessions connected, a lock held), or the pool closes.
 func (p *Pool) retry(f func() error) error {
 	backoff := p.cfg.RetryMin
 	for {
 		err := f()
-		if err == nil || !errors.Is(err, ErrInUse) {
+		if err == nil || !errs.IsBusy(err) {
 			return err
 		}
 		select {

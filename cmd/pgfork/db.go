@@ -177,7 +177,7 @@ func connectDB(ctx context.Context, avoid ...string) (*dbServer, error) {
 			return nil, errs.Wrap(errs.Interrupted, err, "interrupted")
 		}
 		if kind, ok := dbclone.SQLKind(err); ok && kind == errs.Permission {
-			return nil, errs.Wrap(errs.Permission, err, "the server refused the connection").
+			return nil, dbclone.SQLError(ctx, err, "the server refused the connection").
 				WithHint("check the user and password in --url or PGUSER/PGPASSWORD, and the server's pg_hba.conf")
 		}
 		return nil, errs.Wrap(errs.NotFound, err, "cannot connect to the server").

@@ -125,18 +125,44 @@ func (e *Error) WithPath(p string) *Error {
 	return e
 }
 
-// KindOf returns the kind of the first *Error in err's chain, or Internal.
+// KindOf returns the kind of err: the first kind other than Internal among
+// the *Errors in its chain (an Internal wrapper keeps the kind of what it
+// wraps, so wrapping never hides a full disk or a busy object), or Internal.
 // A context cancellation that no *Error wraps is Internal here too: callers
 // that map errors to outcomes check errors.Is(err, context.Canceled) first
 // (cmd/pgfork's exitCode does), or classify with FromOS, which maps it to
 // Interrupted.
 func KindOf(err error) Kind {
-	var e *Error
-	if errors.As(err, &e) {
-		return e.Kind
+	for err != nil {
+		var e *Error
+		if !errors.As(err, &e) {
+			return Internal
+		}
+		if e.Kind != Internal {
+			return e.Kind
+		}
+		err = e.Err
 	}
 	return Internal
 }
+
+// Is reports whether err's kind (KindOf) is kind. Callers ask by behaviour
+// (errs.Is(err, errs.Busy), or IsBusy) rather than by matching messages,
+// SQLSTATEs or sentinel errors.
+func Is(err error, kind Kind) bool { return err != nil && KindOf(err) == kind }
+
+// IsBusy reports whether something else holds the object err is about
+// (sessions, a lock, a running server): waiting or retrying may help.
+func IsBusy(err error) bool { return Is(err, Busy) }
+
+// IsNotFound reports whether err is about something missing.
+func IsNotFound(err error) bool { return Is(err, NotFound) }
+
+// IsNoSpace reports whether err is a full filesystem (or quota).
+func IsNoSpace(err error) bool { return Is(err, NoSpace) }
+
+// IsExists reports whether err is about a name or destination already taken.
+func IsExists(err error) bool { return Is(err, Exists) }
 
 // HintOf returns the first non-empty hint in err's chain.
 func HintOf(err error) string { return firstOf(err, func(e *Error) string { return e.Hint }) }

@@ -23,16 +23,16 @@ import (
 //	context.Canceled         Interrupted
 //	anything else            Internal
 //
-// An error that already carries a kind (an *Error in its chain) is returned
-// as it is, so FromOS may be applied more than once on the way up. FromOS
+// An error that already carries a kind other than Internal (an *Error in its
+// chain) is returned as it is, so FromOS may be applied more than once on the
+// way up; an Internal one is classified by the OS error it wraps. FromOS
 // returns nil (an untyped nil) when err is nil. The hint it sets for the
 // kinds a user can act on names no command, only what to change.
 func FromOS(err error, object, format string, args ...any) error {
 	if err == nil {
 		return nil
 	}
-	var typed *Error
-	if errors.As(err, &typed) {
+	if KindOf(err) != Internal {
 		return err
 	}
 	// The object is named once, by the typed error; the OS error's own
@@ -42,8 +42,9 @@ func FromOS(err error, object, format string, args ...any) error {
 	var pe *fs.PathError
 	var le *os.LinkError
 	var se *os.SyscallError
+	var typed *Error
 	switch {
-	case object == "":
+	case object == "", errors.As(err, &typed): // a typed cause keeps its own message
 	case errors.As(err, &pe):
 		cause = pe.Err
 	case errors.As(err, &le):
@@ -62,14 +63,15 @@ func FromOS(err error, object, format string, args ...any) error {
 }
 
 // OSKind returns the kind FromOS gives err, without wrapping it. An *Error in
-// err's chain gives its own kind.
+// err's chain gives its own kind, unless that is Internal: then the OS error
+// it wraps decides.
 func OSKind(err error) Kind {
-	var typed *Error
+	if k := KindOf(err); k != Internal {
+		return k
+	}
 	switch {
 	case err == nil:
 		return Internal
-	case errors.As(err, &typed):
-		return typed.Kind
 	case errors.Is(err, context.Canceled):
 		return Interrupted
 	case errors.Is(err, syscall.ENOSPC), errors.Is(err, syscall.EDQUOT):

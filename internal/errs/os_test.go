@@ -131,3 +131,30 @@ func TestCLIHintKeptApart(t *testing.T) {
 		t.Errorf("hint %q, CLI %q", errs.HintOf(err), errs.CLIHintOf(err))
 	}
 }
+
+// TestKindThroughWrapping: an errs.Internal wrapper keeps the kind of what it
+// wraps (a *Error or an OS error), and the errs.Is helpers ask by behaviour.
+func TestKindThroughWrapping(t *testing.T) {
+	busy := errs.New(errs.Busy, "template in use")
+	wrapped := errs.Wrap(errs.Internal, fmt.Errorf("step: %w", busy), "cannot create")
+	if errs.KindOf(wrapped) != errs.Busy || !errs.IsBusy(wrapped) || errs.IsNotFound(wrapped) {
+		t.Fatalf("errs.KindOf(errs.Internal wrapping errs.Busy) = %v, want busy", errs.KindOf(wrapped))
+	}
+	if got := errs.KindOf(errs.Wrap(errs.Usage, busy, "outer")); got != errs.Usage {
+		t.Fatalf("an outer kind other than errs.Internal wins: got %v", got)
+	}
+	full := errs.Wrap(errs.Internal, &fs.PathError{Op: "write", Path: "/x", Err: syscall.ENOSPC}, "cannot write")
+	if errs.KindOf(full) != errs.Internal {
+		t.Fatalf("errs.KindOf does not classify OS errors: got %v", errs.KindOf(full))
+	}
+	classified := errs.FromOS(full, "/x", "cannot copy")
+	if !errs.IsNoSpace(classified) || !strings.Contains(classified.Error(), "cannot write") {
+		t.Fatalf("errs.FromOS(errs.Internal wrapping ENOSPC) = %v (%v), want no-space keeping the inner message", classified, errs.KindOf(classified))
+	}
+	if errs.OSKind(full) != errs.NoSpace {
+		t.Fatalf("errs.OSKind(errs.Internal wrapping ENOSPC) = %v", errs.OSKind(full))
+	}
+	if errs.Is(nil, errs.Internal) || errs.IsNoSpace(nil) {
+		t.Fatal("nil is no kind")
+	}
+}

@@ -2,16 +2,12 @@ package dbstore
 
 import (
 	"context"
-	"errors"
-	"fmt"
 
 	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/pgfork/pgfork/dbclone"
 	"github.com/pgfork/pgfork/internal/errs"
-	"github.com/pgfork/pgfork/pool"
 )
 
 // Strategies a SQLCreator accepts.
@@ -64,7 +60,7 @@ func (c *SQLCreator) Probe(ctx context.Context) error {
 }
 
 // Create makes database name from template. While the template has other
-// sessions it returns an error wrapping pool.ErrInUse (the pool retries).
+// sessions it returns an errs.Busy error (the pool retries).
 func (c *SQLCreator) Create(ctx context.Context, name, template, owner string) (string, error) {
 	if c.Strategy == StrategyDefault {
 		if _, err := c.Admin.Exec(ctx, dbclone.CreateDatabaseSQL(name, template, owner)); err != nil {
@@ -87,16 +83,13 @@ func (c *SQLCreator) Create(ctx context.Context, name, template, owner string) (
 	}
 	res, err := dbclone.Create(ctx, conn.Conn(), name, template, opts)
 	if err != nil {
-		if errs.KindOf(err) == errs.Busy {
-			return string(st), errs.Wrap(errs.Busy, fmt.Errorf("%w: %v", pool.ErrInUse, err), "cannot create database %s", name)
-		}
 		return string(st), err
 	}
 	return string(res.Strategy), nil
 }
 
 // Drop runs DROP DATABASE IF EXISTS name. While sessions are connected it
-// returns an error wrapping pool.ErrInUse.
+// returns an errs.Busy error.
 func (c *SQLCreator) Drop(ctx context.Context, name string) error {
 	if _, err := c.Admin.Exec(ctx, "DROP DATABASE IF EXISTS "+pgx.Identifier{name}.Sanitize()); err != nil {
 		return classify(err, "cannot drop database %s", name)
@@ -104,13 +97,9 @@ func (c *SQLCreator) Drop(ctx context.Context, name string) error {
 	return nil
 }
 
-// classify wraps a server error with dbclone's SQLSTATE classifier,
-// marking "object in use" (55006) as pool.ErrInUse.
+// classify wraps a server error with dbclone's SQLSTATE classifier ("object
+// in use" is errs.Busy, which the pool retries).
 func classify(err error, format string, args ...any) error {
-	var pe *pgconn.PgError
-	if errors.As(err, &pe) && pe.Code == "55006" {
-		return errs.Wrap(errs.Busy, fmt.Errorf("%w: %s", pool.ErrInUse, pe.Message), format, args...)
-	}
 	return dbclone.SQLError(context.Background(), err, format, args...)
 }
 

@@ -7,10 +7,8 @@ package dbstore
 
 import (
 	"context"
-	"errors"
 
 	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/pgfork/pgfork/dbclone"
@@ -147,8 +145,7 @@ func (s *adminStore) CreateTemplate(ctx context.Context, name, owner, root strin
 func (s *adminStore) FinalizeTemplate(ctx context.Context, name string) error {
 	id := pgx.Identifier{name}.Sanitize()
 	if _, err := s.admin.Exec(ctx, "ALTER DATABASE "+id+" OWNER TO CURRENT_USER"); err != nil {
-		var pe *pgconn.PgError
-		if !errors.As(err, &pe) || pe.Code != "42501" { // insufficient_privilege
+		if !dbclone.InsufficientPrivilege(err) {
 			return classify(err, "cannot take over template database %s", name)
 		}
 	}

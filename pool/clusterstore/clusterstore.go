@@ -350,10 +350,21 @@ type clusterState struct {
 
 func (s *Store) statePath() string { return filepath.Join(s.o.Dir, "state.json") }
 
-func (s *Store) readState() clusterState {
+// readState reads state.json; a missing file is an empty state. A file
+// that cannot be read or parsed is refused, naming it: reading it as empty
+// would forget every template it records and then overwrite it.
+func (s *Store) readState() (clusterState, error) {
 	st := clusterState{Epochs: map[string]int{}, Templates: map[string]map[string]pool.Record{}}
-	if b, err := os.ReadFile(s.statePath()); err == nil {
-		_ = json.Unmarshal(b, &st)
+	b, err := os.ReadFile(s.statePath())
+	switch {
+	case errors.Is(err, fs.ErrNotExist):
+		return st, nil
+	case err != nil:
+		return st, errs.FromOS(err, s.statePath(), "cannot read the template state")
+	}
+	if err := json.Unmarshal(b, &st); err != nil {
+		return st, errs.Wrap(errs.Internal, err, "the template state file is damaged").WithPath(s.statePath()).
+			WithHint("move it aside (for example to %s.damaged) and start again: the clients build the templates it recorded again", s.statePath())
 	}
 	if st.Epochs == nil {
 		st.Epochs = map[string]int{}
@@ -361,7 +372,7 @@ func (s *Store) readState() clusterState {
 	if st.Templates == nil {
 		st.Templates = map[string]map[string]pool.Record{}
 	}
-	return st
+	return st, nil
 }
 
 func (s *Store) writeState(st clusterState) error {
@@ -396,7 +407,10 @@ func (s *Store) Recover(_ context.Context, prefix, testPrefix string, persist bo
 	}
 	s.stateMu.Lock()
 	defer s.stateMu.Unlock()
-	st := s.readState()
+	st, err := s.readState()
+	if err != nil {
+		return nil, 0, err
+	}
 	st.Epochs[prefix]++
 	if err := s.writeState(st); err != nil {
 		return nil, 0, err
@@ -412,7 +426,10 @@ func (s *Store) Recover(_ context.Context, prefix, testPrefix string, persist bo
 func (s *Store) Save(_ context.Context, prefix string, r pool.Record) error {
 	s.stateMu.Lock()
 	defer s.stateMu.Unlock()
-	st := s.readState()
+	st, err := s.readState()
+	if err != nil {
+		return err
+	}
 	if st.Templates[prefix] == nil {
 		st.Templates[prefix] = map[string]pool.Record{}
 	}
@@ -424,7 +441,10 @@ func (s *Store) Save(_ context.Context, prefix string, r pool.Record) error {
 func (s *Store) Forget(_ context.Context, prefix, hash string) error {
 	s.stateMu.Lock()
 	defer s.stateMu.Unlock()
-	st := s.readState()
+	st, err := s.readState()
+	if err != nil {
+		return err
+	}
 	delete(st.Templates[prefix], hash)
 	return s.writeState(st)
 }

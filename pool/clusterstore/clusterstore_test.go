@@ -6,6 +6,7 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"testing"
 
 	"github.com/jackc/pgx/v5"
@@ -55,4 +56,40 @@ func TestConformance(t *testing.T) {
 			return false
 		},
 	})
+}
+
+// TestDamagedStateRefused: a state.json that is not valid JSON is refused
+// with its path named (it used to be read as empty, forgetting every
+// template, and then overwritten), and it is left as it was.
+func TestDamagedStateRefused(t *testing.T) {
+	dir := testenv.Dir(t)
+	pg, err := pgbin.Find(pgbin.Options{Explicit: testenv.PGBinDirs(t)[0]}, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	storeDir := filepath.Join(dir, "damaged-state")
+	if err := os.MkdirAll(storeDir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	state := filepath.Join(storeDir, "state.json")
+	damaged := []byte(`{"Epochs": {"pfx": 3}, "Templates": {"pfx": {"h": {"Hash": "h"`)
+	if err := os.WriteFile(state, damaged, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	st, err := clusterstore.New(clusterstore.Options{Dir: storeDir,
+		Layout: statedir.Layout{Root: filepath.Join(dir, "damaged-state-home")}, PG: pg, User: pgtest.User(t)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close(context.Background())
+	ctx := context.Background()
+	if _, _, err := st.Recover(ctx, "pfx", "pfx_test_", true); err == nil || !strings.Contains(err.Error(), state) {
+		t.Fatalf("Recover over a damaged state.json = %v, want an error naming %s", err, state)
+	}
+	if err := st.Save(ctx, "pfx", pool.Record{Hash: "h2", Name: "n", State: "finalized"}); err == nil {
+		t.Fatal("Save over a damaged state.json succeeded (it would overwrite what it could not read)")
+	}
+	if b, _ := os.ReadFile(state); string(b) != string(damaged) {
+		t.Fatalf("the damaged state.json was changed: %q", b)
+	}
 }

@@ -6,10 +6,10 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
-	"strconv"
 	"strings"
 
 	"github.com/pgfork/pgfork/internal/errs"
+	"github.com/pgfork/pgfork/internal/pgversion"
 )
 
 // InitOptions shape a new cluster made by initdb.
@@ -117,14 +117,6 @@ func majorOf(ctx context.Context, u *OSUser, env []string, tool string) int {
 	if err != nil {
 		return 0
 	}
-	f := strings.Fields(string(out))
-	if len(f) == 0 {
-		return 0
-	}
-	v := f[len(f)-1]
-	if i := strings.IndexAny(v, ".br"); i > 0 {
-		v = v[:i]
-	}
-	n, _ := strconv.Atoi(v)
+	n, _ := pgversion.MajorFromToolOutput(out)
 	return n
 }

@@ -30,6 +30,7 @@ import (
 	"time"
 
 	"github.com/pgfork/pgfork/internal/errs"
+	"github.com/pgfork/pgfork/internal/pgversion"
 	"github.com/pgfork/pgfork/internal/statedir"
 )
 
@@ -332,8 +333,6 @@ func probe(dir, source string) (Installation, error) {
 	return inst, nil
 }
 
-var versionRe = regexp.MustCompile(`\(PostgreSQL\)\s+(\d+(?:\.\d+)*(?:(?:alpha|beta|rc|devel)\d*)?)`)
-
 // ToolVersion runs `prog --version` (with env added to the environment) and
 // returns the version it reports, e.g. "15.18".
 func ToolVersion(ctx context.Context, prog string, env []string) (string, error) {
@@ -349,25 +348,16 @@ func ToolVersion(ctx context.Context, prog string, env []string) (string, error)
 		}
 		return "", errs.Wrap(errs.Internal, err, "`%s --version` failed", filepath.Base(prog)).WithPath(prog)
 	}
-	m := versionRe.FindSubmatch(out)
-	if m == nil {
-		return "", errs.New(errs.Internal, "unexpected output of `%s --version`: %q", filepath.Base(prog), strings.TrimSpace(string(out))).WithPath(prog)
+	v, err := pgversion.FromToolOutput(out)
+	if err != nil {
+		return "", errs.Wrap(errs.Internal, err, "unexpected output of %s", filepath.Base(prog)).WithPath(prog)
 	}
-	return string(m[1]), nil
+	return v, nil
 }
-
-var majorRe = regexp.MustCompile(`^(\d+)(?:\.(\d+))?`)
 
 // MajorOf returns the major version of a PostgreSQL version string: 15 for
-// "15.18", 18 for "18beta1". Versions before 10 ("9.6.24") have two-part
-// majors and are not supported by pgfork; MajorOf returns their first part.
-func MajorOf(version string) (int, error) {
-	m := majorRe.FindStringSubmatch(version)
-	if m == nil {
-		return 0, fmt.Errorf("not a PostgreSQL version: %q", version)
-	}
-	return strconv.Atoi(m[1])
-}
+// "15.18", 18 for "18beta1" (pgversion.Major).
+func MajorOf(version string) (int, error) { return pgversion.Major(version) }
 
 var (
 	numRe = regexp.MustCompile(`\d+`)

@@ -8,11 +8,11 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"regexp"
 	"strconv"
 	"strings"
 
 	"github.com/pgfork/pgfork/internal/errs"
+	"github.com/pgfork/pgfork/internal/pgversion"
 )
 
 // Cluster states as pg_controldata prints them (LC_ALL=C).
@@ -178,8 +178,6 @@ func ParseControlData(out string) (*ControlData, error) {
 	return cd, nil
 }
 
-var toolVersionRe = regexp.MustCompile(`\(PostgreSQL\)\s+(\d+)`)
-
 func toolMajor(ctx context.Context, prog string, env []string) (int, error) {
 	cmd := exec.CommandContext(ctx, prog, "--version")
 	cmd.Env = append(append(os.Environ(), "LC_ALL=C"), env...)
@@ -191,9 +189,9 @@ func toolMajor(ctx context.Context, prog string, env []string) (int, error) {
 		}
 		return 0, errs.Wrap(errs.Internal, err, "`pg_controldata --version` failed").WithPath(prog)
 	}
-	m := toolVersionRe.FindSubmatch(out)
-	if m == nil {
-		return 0, errs.New(errs.Internal, "unexpected output of `pg_controldata --version`: %q", strings.TrimSpace(string(out))).WithPath(prog)
+	major, err := pgversion.MajorFromToolOutput(out)
+	if err != nil {
+		return 0, errs.Wrap(errs.Internal, err, "unexpected output of pg_controldata").WithPath(prog)
 	}
-	return strconv.Atoi(string(m[1]))
+	return major, nil
 }

@@ -1,9 +1,7 @@
 package upgrade
 
 import (
-	"os"
-	"path/filepath"
-	"strings"
+	"errors"
 
 	"github.com/pgfork/pgfork/internal/errs"
 	"github.com/pgfork/pgfork/pgbin"
@@ -47,11 +45,11 @@ func FindInstalls(opts pgbin.Options, oldDir string, to int, oldBin, newBin stri
 // oldVersion returns the old cluster's major version, refusing the ones
 // pgfork cannot upgrade with words that fit an upgrade.
 func oldVersion(dataDir string) (int, error) {
-	if b, err := os.ReadFile(filepath.Join(dataDir, "PG_VERSION")); err == nil {
-		if v := strings.TrimSpace(string(b)); strings.HasPrefix(v, "9.") || strings.HasPrefix(v, "8.") || strings.HasPrefix(v, "7.") {
-			return 0, errs.New(errs.Unsupported, "pgfork upgrade supports clusters of PostgreSQL 10 and newer, not %s", v).WithPath(dataDir).
-				WithHint("run pg_upgrade of the new major directly (it upgrades from 9.2 on), or move the data with pg_dump and pg_restore")
-		}
+	v, err := pgdata.Version(dataDir)
+	var old *errs.Error
+	if errs.Is(err, errs.Unsupported) && errors.As(err, &old) { // a pre-10 cluster
+		return 0, errs.New(errs.Unsupported, "%s; pgfork upgrade supports clusters of PostgreSQL 10 and newer", old.Msg).WithPath(dataDir).
+			WithHint("run pg_upgrade of the new major directly (it upgrades from 9.2 on), or move the data with pg_dump and pg_restore")
 	}
-	return pgdata.Version(dataDir)
+	return v, err
 }

@@ -107,8 +107,10 @@ pgfork picks the installation matching SRC's PG_VERSION.`,
   # a running one, under load
   pgfork clone --online /var/lib/postgresql/15/main /srv/pg/branch --port auto --start
   # Debian/Ubuntu, configuration in /etc/postgresql/15/main (found by itself when online)
-  pgfork clone --config-dir /etc/postgresql/15/main /var/lib/postgresql/15/main /srv/pg/branch --port 5433
-  pgfork clone --online --url 'postgresql://backup:secret@localhost:5432/postgres' SRC DST --json`,
+  pgfork clone --config-dir /etc/postgresql/15/main /var/lib/postgresql/15/main \
+      /srv/pg/branch --port 5433
+  pgfork clone --online --url 'postgresql://backup:secret@localhost:5432/postgres' \
+      SRC DST --json`,
 		Args: usageArgs(cobra.ExactArgs(2)),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			ctx := cmd.Context()

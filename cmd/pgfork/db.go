@@ -51,9 +51,9 @@ choosing the fastest strategy for the template and the server:
 
 The server is a cluster pgfork started (--cluster NAME), a URL (--url, else
 $DATABASE_URL), or the one the libpq environment variables (PGHOST, PGPORT,
-PGUSER, PGDATABASE, PGPASSWORD…) point at. pgfork knows whether a managed cluster's data directory
-can share blocks; for any other server say so with --can-clone, or auto stays
-away from clone.`,
+PGUSER, PGDATABASE, PGPASSWORD…) point at. pgfork knows whether a managed
+cluster's data directory can share blocks; for any other server say so with
+--can-clone, or auto stays away from clone.`,
 		Example: `  pgfork db create test_1 --from app_template --cluster dev
   pgfork db create --url postgres://localhost/postgres worker --from app --count 8 --jobs 2
   pgfork db advise --from app_template

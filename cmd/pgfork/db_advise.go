@@ -100,7 +100,8 @@ managed cluster (--cluster) in <state-dir>/calibration/cluster-NAME.json, else i
 <state-dir>/calibration/system-<system identifier>.json (superusers can read the
 identifier), or wherever --save says (then pass --calibration PATH later).`,
 		Example: `  pgfork db calibrate --cluster dev
-  pgfork db calibrate --url postgres://localhost/postgres --size 256 --save ./pg-calibration.json`,
+  pgfork db calibrate --url postgres://localhost/postgres --size 256 \
+      --save ./pg-calibration.json`,
 		Args: usageArgs(cobra.NoArgs),
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if size < 1 || runs < 1 {

@@ -16,7 +16,7 @@ func init() { rootCmd.AddCommand(newLsCmd()) }
 func newLsCmd() *cobra.Command {
 	return &cobra.Command{
 		Use:   "ls",
-		Short: "List the clusters pgfork up started and the branches restore/clone --start started",
+		Short: "List the clusters pgfork up started and the branches of restore/clone --start",
 		Long: `List the clusters started by pgfork up and the branches started by pgfork
 restore --start and pgfork clone --start: name, kind (up, restore, clone),
 state, URL, server pid, PostgreSQL version, disk use (SIZE; OWN is what is not

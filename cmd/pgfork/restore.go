@@ -64,8 +64,10 @@ directory is kept). With --wal DIR (a WAL archive) and --target-time,
 in postgresql.auto.conf, recovery.signal) and then promotes.`,
 		Example: `  pgfork restore /backups/full /backups/incr1 /backups/incr2 /srv/pg/restored
   pgfork restore /backups/full /srv/pg/restored --sync none --json
-  pgfork restore /backups/chain /srv/pg/yesterday --upto 20261122T020000Z-incr --start --port auto
-  pgfork restore /backups/chain /srv/pg/before-bug --start --wal /backups/wal --target-name before_migration`,
+  pgfork restore /backups/chain /srv/pg/yesterday --upto 20261122T020000Z-incr \
+      --start --port auto
+  pgfork restore /backups/chain /srv/pg/before-bug --start \
+      --wal /backups/wal --target-name before_migration`,
 		Args: usageArgs(cobra.MinimumNArgs(2)),
 		RunE: func(cmd *cobra.Command, args []string) error { return runRestore(cmd, args, fl) },
 	}

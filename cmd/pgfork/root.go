@@ -48,7 +48,13 @@ func init() {
 	rootCmd.SetFlagErrorFunc(func(c *cobra.Command, err error) error {
 		return errs.Wrap(errs.Usage, err, "bad flag").WithHint("see `%s --help`", c.CommandPath())
 	})
+	// Flag descriptions wrap to helpWidth columns, so --help reads on an
+	// 80-100 column terminal (cobra's default never wraps them).
+	rootCmd.SetUsageTemplate(strings.ReplaceAll(rootCmd.UsageTemplate(), ".FlagUsages", fmt.Sprintf(".FlagUsagesWrapped %d", helpWidth)))
 }
+
+// helpWidth is the widest line --help prints.
+const helpWidth = 95
 
 // layout returns the state directory layout chosen by flags or defaults.
 func layout() statedir.Layout {
@@ -60,14 +66,42 @@ func layout() statedir.Layout {
 }
 
 // usageArgs wraps cobra's positional-argument validators so that their
-// failures carry the Usage kind (exit code 2).
+// failures carry the Usage kind (exit code 2) and, when arguments are
+// missing, name them from the command's Use line ("missing DST").
 func usageArgs(v cobra.PositionalArgs) cobra.PositionalArgs {
 	return func(cmd *cobra.Command, args []string) error {
 		if err := v(cmd, args); err != nil {
+			if missing := missingArgs(cmd.Use, len(args)); missing != "" {
+				return errs.New(errs.Usage, "missing %s (usage: %s %s)", missing, cmd.Parent().CommandPath(), strings.TrimSuffix(cmd.Use, " [flags]")).
+					WithHint("see `%s --help`", cmd.CommandPath())
+			}
 			return errs.Wrap(errs.Usage, err, "bad arguments").WithHint("see `%s --help`", cmd.CommandPath())
 		}
 		return nil
 	}
+}
+
+// missingArgs names the required arguments of use ("restore BACKUP... DST",
+// its first form when it lists several with " | ") that n given arguments
+// leave out: the names after the n-th. "" when none is missing.
+func missingArgs(use string, n int) string {
+	first, _, _ := strings.Cut(use, " | ") // "restore BACKUP... DST | restore CHAINDIR DST"
+	var req []string
+	for _, f := range strings.Fields(first)[1:] {
+		if strings.HasPrefix(f, "[") || strings.HasPrefix(f, "-") {
+			continue
+		}
+		req = append(req, f)
+	}
+	if n >= len(req) {
+		return ""
+	}
+	missing := req[n:] // a repeated argument ("BACKUP...") takes one or more: still req[n:]
+	switch len(missing) {
+	case 1:
+		return missing[0]
+	}
+	return strings.Join(missing[:len(missing)-1], ", ") + " and " + missing[len(missing)-1]
 }
 
 // infof prints a progress or informational line to stderr unless --quiet.

@@ -216,7 +216,8 @@ Bad values exit 2 before anything starts.`,
 
   # An existing server, as IntegreSQL's README configures it, open to a
   # container network (clients: INTEGRESQL_CLIENT_BASE_URL=http://pgfork:5000/api)
-  PGHOST=db PGUSER=postgres PGPASSWORD=secret INTEGRESQL_PORT=5000 pgfork serve --allow-from 172.16.0.0/12
+  PGHOST=db PGUSER=postgres PGPASSWORD=secret INTEGRESQL_PORT=5000 \
+      pgfork serve --allow-from 172.16.0.0/12
 
   # Share on the network with a token (clients: http://HOST:5000/$TOKEN/api)
   pgfork serve --listen 0.0.0.0:5000 --token "$TOKEN"

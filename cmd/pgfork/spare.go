@@ -62,7 +62,7 @@ func newTemplateRefillCmd() *cobra.Command {
 	var n int
 	cmd := &cobra.Command{
 		Use:    "refill KEY",
-		Short:  "Make spare copies of a template until it has --spares of them (run by pgfork up in the background)",
+		Short:  "Make spare copies of a template until it has --spares of them (run by up in the background)",
 		Hidden: true,
 		Args:   usageArgs(cobra.ExactArgs(1)),
 		RunE: func(cmd *cobra.Command, args []string) error {

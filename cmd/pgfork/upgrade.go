@@ -38,7 +38,7 @@ func newUpgradeCmd() *cobra.Command {
 	var f upgradeFlags
 	cmd := &cobra.Command{
 		Use:   "upgrade OLD_DATADIR NEW_DATADIR --to MAJOR",
-		Short: "Upgrade a cluster to a newer PostgreSQL major with pg_upgrade, rehearsed on a clone first",
+		Short: "Upgrade a cluster to a newer major with pg_upgrade, rehearsed on a clone first",
 		Long: `Upgrade the (stopped) cluster in OLD_DATADIR to PostgreSQL MAJOR in NEW_DATADIR,
 which pgfork creates, with pg_upgrade in the fastest transfer mode the disks allow.
 

@@ -23,7 +23,7 @@ func TestFromToolOutput(t *testing.T) {
 }
 
 func TestMajor(t *testing.T) {
-	for v, want := range map[string]int{"15.18": 15, "18beta1": 18, "17devel": 17, "10.0": 10, "9.6.24": 9, "18": 18} {
+	for v, want := range map[string]int{"15.18": 15, "18beta1": 18, "18.6.0": 18, "17devel": 17, "10.0": 10, "9.6.24": 9, "18": 18} {
 		if got, err := Major(v); err != nil || got != want {
 			t.Errorf("Major(%q) = %d, %v; want %d", v, got, err, want)
 		}

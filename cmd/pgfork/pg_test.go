@@ -138,7 +138,7 @@ func TestPGInstallCLIErrors(t *testing.T) {
 		code int
 		want string
 	}{
-		{[]string{"pg", "install"}, 2, "accepts 1 arg"},
+		{[]string{"pg", "install"}, 2, "missing MAJOR[.MINOR[.PATCH]]"},
 		{[]string{"pg", "install", "18", "19"}, 2, "accepts 1 arg"},
 		{[]string{"pg", "install", "../18"}, 2, "bad PostgreSQL version"},
 		{[]string{"pg", "install", "9.6"}, 5, "too old"},

@@ -4,7 +4,6 @@ import (
 	"context"
 	"os"
 	"path/filepath"
-	"strings"
 	"time"
 
 	"github.com/pgfork/pgfork/instance"
@@ -55,7 +54,7 @@ type BranchOptions struct {
 	Port      int              // 0: 5432 on the private socket (a free one with TCP)
 	TCP       bool
 	Settings  map[string]string // extra server settings (-c)
-	LogFile   string            // default: DataDir + ".log"
+	LogFile   string            // default: the data directory's pgfork-server.log (instance.LogFileName)
 	// StartTimeout bounds recovery and start (default 30 min: a branch may
 	// replay a lot of WAL).
 	StartTimeout time.Duration
@@ -88,9 +87,13 @@ func StartBranch(ctx context.Context, lay statedir.Layout, o BranchOptions) (*Br
 		pending.Abort("")
 		return nil, errs.FromOS(err, lay.Run(), "cannot create the socket directory")
 	}
+	// The log lives in the data directory by default: a directory the
+	// server's user owns, where instance.Start opens it with that user's
+	// rights. (It used to be DST.log beside DST, in a directory that may be
+	// root's, where root opened and chowned it by path: issue 19, F20b.)
 	log := o.LogFile
 	if log == "" {
-		log = strings.TrimSuffix(o.DataDir, "/") + ".log"
+		log = filepath.Join(o.DataDir, instance.LogFileName)
 	}
 	timeout := o.StartTimeout
 	if timeout == 0 {

@@ -383,7 +383,6 @@ func Down(ctx context.Context, lay statedir.Layout, name string, o DownOptions) 
 		if err := fsutil.RemoveAll(branchData); err != nil {
 			return errs.FromOS(err, branchData, "the branch is stopped and forgotten, but its data directory could not be removed")
 		}
-		_ = os.Remove(strings.TrimSuffix(branchData, "/") + ".log")
 	}
 	return nil
 }

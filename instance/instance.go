@@ -197,14 +197,11 @@ func (inst *Instance) launch(ctx context.Context, cfg Config, port int) error {
 	for _, k := range keys {
 		args = append(args, "-c", k+"="+settings[k])
 	}
-	logf, err := os.OpenFile(cfg.LogFile, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
+	logf, err := OpenLog(cfg.LogFile, cfg.User)
 	if err != nil {
-		return errs.FromOS(err, cfg.LogFile, "cannot open server log")
+		return err
 	}
 	defer logf.Close()
-	if cfg.User != nil {
-		_ = os.Chown(cfg.LogFile, cfg.User.UID, cfg.User.GID)
-	}
 	logStart, _ := logf.Seek(0, 2)
 	// The server must outlive this context (pgfork up returns while it runs),
 	// so it is not started with ctx; ctx only bounds the wait below.

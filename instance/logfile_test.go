@@ -1,0 +1,147 @@
+package instance_test
+
+import (
+	"context"
+	"os"
+	"path/filepath"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/pgfork/pgfork/instance"
+	"github.com/pgfork/pgfork/internal/pgtest"
+	"github.com/pgfork/pgfork/internal/testenv"
+)
+
+// rootOnlyFile makes a 0600 root file in a 0700 root directory, as a
+// secret or /etc/ld.so.preload would be, and returns its path.
+func rootOnlyFile(t *testing.T) string {
+	t.Helper()
+	dir := filepath.Join(testenv.Dir(t), "root-only")
+	if err := os.Mkdir(dir, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	p := filepath.Join(dir, "secret")
+	if err := os.WriteFile(p, []byte("root's\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+func checkUntouched(t *testing.T, p string) {
+	t.Helper()
+	fi, err := os.Lstat(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	st := fi.Sys().(*syscall.Stat_t)
+	if st.Uid != 0 || st.Gid != 0 {
+		t.Errorf("%s now belongs to %d:%d (root chowned what a symlink pointed to)", p, st.Uid, st.Gid)
+	}
+	if b, _ := os.ReadFile(p); string(b) != "root's\n" {
+		t.Errorf("%s was written: %q", p, b)
+	}
+}
+
+// TestOpenLogAsTheServersUser (issue 19, F20/F20b): the server log is opened
+// with the server user's rights, never root's: a log name planted as a
+// symlink to a root file, or reached through a directory swapped for a
+// symlink into a root-only directory, is refused and the root file keeps
+// its owner and content; a FIFO is refused without blocking; a new log
+// belongs to the user. Before, root opened the log by path and chowned it.
+func TestOpenLogAsTheServersUser(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("needs root: the log is opened for another user")
+	}
+	u := pgtest.User(t)
+	secret := rootOnlyFile(t)
+	userDir := filepath.Join(testenv.Dir(t), "user-dir")
+	if err := os.Mkdir(userDir, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chown(userDir, u.UID, u.GID); err != nil {
+		t.Fatal(err)
+	}
+
+	link := filepath.Join(userDir, "pgfork-server.log")
+	if err := os.Symlink(secret, link); err != nil {
+		t.Fatal(err)
+	}
+	if f, err := instance.OpenLog(link, u); err == nil {
+		f.Close()
+		t.Error("OpenLog followed a symlink to a root file")
+	}
+	checkUntouched(t, secret)
+
+	// A directory on the way swapped for a symlink into a root-only one.
+	swapped := filepath.Join(userDir, "sub")
+	if err := os.Symlink(filepath.Dir(secret), swapped); err != nil {
+		t.Fatal(err)
+	}
+	if f, err := instance.OpenLog(filepath.Join(swapped, "secret"), u); err == nil {
+		f.Close()
+		t.Error("OpenLog opened a root file through a swapped directory")
+	}
+	if f, err := instance.OpenLog(filepath.Join(swapped, "new.log"), u); err == nil {
+		f.Close()
+		t.Error("OpenLog created a file in a root-only directory")
+	}
+	checkUntouched(t, secret)
+	if _, err := os.Lstat(filepath.Join(filepath.Dir(secret), "new.log")); err == nil {
+		t.Error("a log was created in the root-only directory")
+	}
+
+	fifo := filepath.Join(userDir, "fifo.log")
+	if err := syscall.Mkfifo(fifo, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() {
+		f, err := instance.OpenLog(fifo, u)
+		if err == nil {
+			f.Close()
+		}
+		done <- err
+	}()
+	select {
+	case err := <-done:
+		if err == nil {
+			t.Error("OpenLog accepted a FIFO")
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("OpenLog blocked on a FIFO")
+	}
+
+	ok := filepath.Join(userDir, "server.log")
+	f, err := instance.OpenLog(ok, u)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.Close()
+	fi, _ := os.Stat(ok)
+	if st := fi.Sys().(*syscall.Stat_t); int(st.Uid) != u.UID || fi.Mode().Perm() != 0o600 {
+		t.Errorf("new log: owner %d mode %v, want %d and 0600", st.Uid, fi.Mode().Perm(), u.UID)
+	}
+}
+
+// TestStartRefusesPlantedLog: instance.Start (every server pgfork runs:
+// serve's managed cluster, branches, up) refuses a server log that the
+// server's user planted as a symlink to a root file, and leaves the file
+// as it was.
+func TestStartRefusesPlantedLog(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("needs root")
+	}
+	bin := testenv.PGBinDirs(t)[0]
+	data, u := newCluster(t, bin)
+	secret := rootOnlyFile(t)
+	if err := os.Symlink(secret, filepath.Join(data, instance.LogFileName)); err != nil {
+		t.Fatal(err)
+	}
+	inst, err := instance.Start(context.Background(), instance.Config{BinDir: bin, DataDir: data, User: u, Profile: instance.Test})
+	if err == nil {
+		_ = inst.Stop(context.Background(), instance.Fast)
+		t.Fatal("Start used a server log planted as a symlink to a root file")
+	}
+	checkUntouched(t, secret)
+}

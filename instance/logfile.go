@@ -1,7 +1,10 @@
 package instance
 
 import (
+	"fmt"
 	"os"
+	"path/filepath"
+	"syscall"
 
 	"github.com/pgfork/pgfork/internal/errs"
 )
@@ -11,24 +14,99 @@ import (
 // and is opened with that user's rights, never root's, so whoever can write
 // the log's directory cannot make root open, create or chown another file
 // through it (docs/SECURITY.md). It refuses a name that is a symlink or not
-// a regular file. Without u it opens as the calling user, with the same
-// refusals.
+// a regular file. Where the user may not write the log's directory, root
+// opens it only if no other user can change that directory or any above
+// it. Without u it opens as the calling user, with the same refusals.
 func OpenLog(path string, u *OSUser) (*os.File, error) {
 	var f *os.File
 	var err error
 	if u != nil && os.Geteuid() == 0 {
 		f, err = openAs(path, u.UID, u.GID)
+		if err != nil && errs.OSKind(err) == errs.Permission {
+			// The user may not write there: a directory of root's (a test
+			// run's directory, a workspace). Root opens the log itself only
+			// where no other user can change the path (trustedDir), and
+			// hands the file over by descriptor.
+			f, err = openTrusted(path, u)
+		}
 	} else {
 		f, err = openLogFile(path)
 	}
 	if err != nil {
-		if errs.OSKind(err) == errs.Permission && u != nil {
-			return nil, errs.FromOS(err, path, "%s cannot write the server log", u.Name).(*errs.Error).
-				WithHint("put the log in a directory %s may write (the data directory is one)", u.Name)
-		}
 		return nil, errs.FromOS(err, path, "cannot open the server log")
 	}
 	return f, nil
+}
+
+// openTrusted opens path as root when its directory, and every directory
+// above it, is root's and writable by no one else, then gives the file to
+// u by descriptor. A file that belongs to someone else is refused.
+func openTrusted(path string, u *OSUser) (*os.File, error) {
+	// The path as given (its symlinks must be root's, in root's
+	// directories) and the path it resolves to must both be out of other
+	// users' reach.
+	given, err := filepath.Abs(filepath.Dir(path))
+	if err != nil {
+		return nil, err
+	}
+	dir, err := filepath.EvalSymlinks(given)
+	if err != nil {
+		return nil, err
+	}
+	why := untrusted(given)
+	if why == "" {
+		why = untrusted(dir)
+	}
+	if why != "" {
+		return nil, errs.New(errs.Permission, "%s cannot write the server log's directory, and pgfork opens it as root only in a directory no other user can change (%s)", u.Name, why).
+			WithPath(path).WithHint("put the log in a directory %s owns (the data directory is one), or in one only root can write", u.Name)
+	}
+	f, err := openLogFile(filepath.Join(dir, filepath.Base(path)))
+	if err != nil {
+		return nil, err
+	}
+	fi, err := f.Stat()
+	if err != nil {
+		f.Close()
+		return nil, err
+	}
+	if st, ok := fi.Sys().(*syscall.Stat_t); ok && st.Uid != 0 && int(st.Uid) != u.UID {
+		f.Close()
+		return nil, errs.New(errs.Permission, "the server log belongs to uid %d, neither root nor %s", st.Uid, u.Name).WithPath(path).
+			WithHint("remove it; the log is created anew")
+	}
+	if err := f.Chown(u.UID, u.GID); err != nil {
+		f.Close()
+		return nil, err
+	}
+	return f, nil
+}
+
+// untrusted says why another user could change what dir names, or "" when
+// none can: dir and each directory above it must be root's and writable by
+// no one else (a symlink on the way must be root's); above dir a sticky
+// directory (/tmp) is fine, as its entries can only be renamed by their
+// owners.
+func untrusted(dir string) string {
+	for p := dir; ; p = filepath.Dir(p) {
+		fi, err := os.Lstat(p)
+		if err != nil {
+			return err.Error()
+		}
+		st, ok := fi.Sys().(*syscall.Stat_t)
+		if !ok {
+			return "cannot read its owner"
+		}
+		if st.Uid != 0 {
+			return fmt.Sprintf("%s belongs to uid %d", p, st.Uid)
+		}
+		if fi.Mode()&os.ModeSymlink == 0 && fi.Mode().Perm()&0o022 != 0 && (p == dir || fi.Mode()&os.ModeSticky == 0) {
+			return fmt.Sprintf("others may write %s", p)
+		}
+		if p == filepath.Dir(p) {
+			return ""
+		}
+	}
 }
 
 // openLogFile opens path with logOpenFlags and checks it is a regular file.

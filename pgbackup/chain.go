@@ -4,13 +4,14 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
-	"io"
+	"hash/crc32"
 	"os"
 	"path/filepath"
 	"strconv"
 	"strings"
 
 	"github.com/pgfork/pgfork/internal/errs"
+	"github.com/pgfork/pgfork/internal/safefs"
 	"github.com/pgfork/pgfork/pgdata"
 )
 
@@ -49,7 +50,7 @@ func OpenBackup(dir string) (*Backup, error) {
 		if errors.Is(err, os.ErrNotExist) {
 			return nil, errs.New(errs.NotFound, "no such backup directory").WithPath(abs).WithHint("check the path")
 		}
-		return nil, errs.Wrap(errs.Permission, err, "cannot read the backup").WithPath(abs)
+		return nil, errs.FromOS(err, abs, "cannot read the backup")
 	}
 	if !fi.IsDir() {
 		if strings.Contains(filepath.Base(abs), ".tar") {
@@ -64,27 +65,42 @@ func OpenBackup(dir string) (*Backup, error) {
 		}
 	}
 	b := &Backup{Dir: abs}
-	raw, err := os.ReadFile(filepath.Join(abs, "backup_label"))
+	d, err := safefs.OpenDir(abs)
 	if err != nil {
+		return nil, errs.FromOS(err, abs, "cannot read the backup")
+	}
+	defer d.Close()
+	raw, err := d.ReadFile("backup_label", maxLabelSize)
+	if os.IsNotExist(err) {
 		return nil, errs.New(errs.Usage, "not a base backup (no backup_label)").WithPath(abs).
 			WithHint("give directories written by pg_basebackup -Fp (plain format), full backup first, then incrementals oldest first")
+	}
+	if err != nil {
+		return nil, metaErr(err, filepath.Join(abs, "backup_label"), "cannot read backup_label")
 	}
 	if b.Label, err = pgdata.ParseBackupLabel(filepath.Join(abs, "backup_label"), raw); err != nil {
 		return nil, err
 	}
-	vb, err := os.ReadFile(filepath.Join(abs, "PG_VERSION"))
-	if err != nil {
+	vb, err := d.ReadFile("PG_VERSION", maxVersionSize)
+	if os.IsNotExist(err) {
 		return nil, errs.New(errs.Usage, "not a base backup (no PG_VERSION)").WithPath(abs).
 			WithHint("give directories written by pg_basebackup -Fp (plain format)")
+	}
+	if err != nil {
+		return nil, metaErr(err, filepath.Join(abs, "PG_VERSION"), "cannot read PG_VERSION")
 	}
 	if b.Major, err = strconv.Atoi(strings.TrimSpace(string(vb))); err != nil {
 		return nil, errs.New(errs.Unsupported, "PG_VERSION %q is not a supported major version", strings.TrimSpace(string(vb))).WithPath(abs)
 	}
-	if b.SystemID, err = readSystemID(filepath.Join(abs, "global", "pg_control")); err != nil {
-		return nil, errs.Wrap(errs.Usage, err, "cannot read the system identifier").WithPath(abs).
+	ctl, err := d.ReadFile("global/pg_control", controlFileSize)
+	if err != nil {
+		return nil, metaErr(err, filepath.Join(abs, "global", "pg_control"), "cannot read the system identifier")
+	}
+	if b.SystemID, err = systemID(ctl, b.Major); err != nil {
+		return nil, errs.Wrap(errs.Usage, err, "cannot read the system identifier").WithPath(filepath.Join(abs, "global", "pg_control")).
 			WithHint("the backup is damaged; check it with pg_verifybackup")
 	}
-	if b.Manifest, err = ReadManifest(filepath.Join(abs, "backup_manifest")); err != nil {
+	if b.Manifest, err = readManifest(d, filepath.Join(abs, "backup_manifest")); err != nil {
 		return nil, err
 	}
 	if b.Manifest.SystemID != 0 && b.Manifest.SystemID != b.SystemID {
@@ -103,19 +119,55 @@ func tarErr(p string) error {
 		WithHint("take backups with pg_basebackup -Fp (or `pgfork backup`), or extract base.tar into a directory (and pg_wal.tar into its pg_wal/) and give that directory")
 }
 
-// readSystemID reads the system identifier: the first 8 bytes of
-// pg_control, in the machine's byte order (little-endian here).
-func readSystemID(p string) (uint64, error) {
-	f, err := os.Open(p)
-	if err != nil {
-		return 0, err
+// Size limits of the metadata files a backup holds, read whole.
+const (
+	maxLabelSize    = 64 << 10
+	maxVersionSize  = 64
+	controlFileSize = 8192 // PG_CONTROL_FILE_SIZE
+)
+
+// controlCRCOffset is offsetof(ControlFileData, crc) by major: the CRC32C
+// of the bytes before it is stored there.
+var controlCRCOffset = map[int]int{10: 288, 11: 288, 12: 288, 13: 288, 14: 288, 15: 288, 16: 288, 17: 288, 18: 292}
+
+// systemID returns the system identifier of pg_control's contents (its
+// first 8 bytes, little-endian here) after checking the file's CRC, as
+// pg_combinebackup does ("pg_control: CRC is incorrect"). For a major whose
+// layout pgfork does not know, a CRC found at any 4-byte offset counts.
+func systemID(ctl []byte, major int) (uint64, error) {
+	if len(ctl) < 16 {
+		return 0, fmt.Errorf("pg_control is only %d bytes", len(ctl))
 	}
-	defer f.Close()
-	var b [8]byte
-	if _, err := io.ReadFull(f, b[:]); err != nil {
-		return 0, err
+	table := crc32.MakeTable(crc32.Castagnoli)
+	ok := func(off int) bool {
+		return off+4 <= len(ctl) && crc32.Checksum(ctl[:off], table) == binary.LittleEndian.Uint32(ctl[off:off+4])
 	}
-	return binary.LittleEndian.Uint64(b[:]), nil
+	if off, known := controlCRCOffset[major]; known {
+		if !ok(off) {
+			return 0, fmt.Errorf("pg_control: CRC is incorrect")
+		}
+	} else {
+		found := false
+		for off := 16; off+4 <= len(ctl) && off < 1024 && !found; off += 4 {
+			found = ok(off)
+		}
+		if !found {
+			return 0, fmt.Errorf("pg_control: CRC is incorrect")
+		}
+	}
+	return binary.LittleEndian.Uint64(ctl[:8]), nil
+}
+
+// metaErr classifies an error reading a backup's metadata file: a link or
+// special file where pg_basebackup writes a plain file, or one too large to
+// be what it claims, is refused naming it; OS errors by their kind.
+func metaErr(err error, p, what string) error {
+	switch {
+	case errors.Is(err, safefs.ErrSymlink), errors.Is(err, safefs.ErrNotRegular), errors.Is(err, safefs.ErrTooLarge):
+		return errs.Wrap(errs.Usage, err, "%s: not the plain file pg_basebackup writes", what).WithPath(p).
+			WithHint("the backup is damaged or was tampered with; check it with pg_verifybackup, or take a new backup")
+	}
+	return errs.FromOS(err, p, "%s", what)
 }
 
 // Chain is a checked list of backups: one full backup, then incrementals,

@@ -7,10 +7,12 @@ import (
 	"encoding/json"
 	"fmt"
 	"os"
+	"path/filepath"
 	"time"
 	"unicode/utf8"
 
 	"github.com/pgfork/pgfork/internal/errs"
+	"github.com/pgfork/pgfork/internal/safefs"
 	"github.com/pgfork/pgfork/pgdata"
 )
 
@@ -55,16 +57,32 @@ type manifestJSON struct {
 	Checksum string `json:"Manifest-Checksum"`
 }
 
+// MaxManifestSize bounds what ReadManifest reads: a manifest lists every
+// file of a backup in about 200 bytes each, so 1 GiB is millions of files.
+const MaxManifestSize = 1 << 30
+
 // ReadManifest reads and checks a backup_manifest: its own SHA-256
-// checksum must match, as pg_verifybackup requires.
+// checksum must match, as pg_verifybackup requires. It reads only a regular
+// file (no link, no FIFO, no device) of at most MaxManifestSize bytes.
 func ReadManifest(path string) (*Manifest, error) {
-	b, err := os.ReadFile(path)
+	d, err := safefs.OpenDir(filepath.Dir(path))
+	if err != nil {
+		return nil, errs.FromOS(err, filepath.Dir(path), "cannot read the backup")
+	}
+	defer d.Close()
+	return readManifest(d, path)
+}
+
+// readManifest reads backup_manifest from the backup directory d (path
+// names it in messages).
+func readManifest(d *safefs.Dir, path string) (*Manifest, error) {
+	b, err := d.ReadFile("backup_manifest", MaxManifestSize)
 	if err != nil {
 		if os.IsNotExist(err) {
 			return nil, errs.New(errs.NotFound, "the backup has no backup_manifest").WithPath(path).
 				WithHint("pgfork restore needs manifests to check the chain and to verify the result: take the backups with pg_basebackup without --no-manifest")
 		}
-		return nil, errs.Wrap(errs.Internal, err, "cannot read the backup manifest").WithPath(path)
+		return nil, metaErr(err, path, "cannot read the backup manifest")
 	}
 	damaged := func(format string, a ...any) error {
 		return errs.New(errs.Usage, "backup_manifest is damaged: "+format, a...).WithPath(path).

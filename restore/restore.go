@@ -18,6 +18,7 @@ import (
 	"hash/crc32"
 	"io/fs"
 	"os"
+	"path"
 	"path/filepath"
 	"runtime"
 	"sort"
@@ -30,6 +31,7 @@ import (
 
 	"github.com/pgfork/pgfork/clone"
 	"github.com/pgfork/pgfork/internal/errs"
+	"github.com/pgfork/pgfork/internal/safefs"
 	"github.com/pgfork/pgfork/pgbackup"
 )
 
@@ -130,10 +132,19 @@ func Restore(ctx context.Context, dirs []string, dst string, opts Options) (*Sum
 	r.chain = chain
 	for _, b := range chain {
 		r.sum.Backups = append(r.sum.Backups, b.Dir)
-		if within(dst, b.Dir) {
+		if insideDir(dst, b.Dir) {
 			return nil, errs.New(errs.Usage, "the destination is inside a backup").WithPath(dst).
 				WithHint("restore to a directory outside the backups (they are only read)")
 		}
+		d, err := safefs.OpenDir(b.Dir)
+		if err != nil {
+			return nil, errs.FromOS(err, b.Dir, "cannot read the backup")
+		}
+		defer d.Close()
+		r.src = append(r.src, d)
+	}
+	if err := r.checkManifests(); err != nil {
+		return nil, err
 	}
 	r.sum.Major, r.sum.SystemID = chain.Newest().Major, chain.Newest().SystemID
 	r.sum.BlocksBySource = make([]int64, len(chain))
@@ -149,6 +160,10 @@ func Restore(ctx context.Context, dirs []string, dst string, opts Options) (*Sum
 	}
 	defer st.Abort()
 	r.root = st.Dir
+	if r.sd, err = os.OpenRoot(st.Dir); err != nil {
+		return nil, errs.FromOS(err, st.Dir, "cannot open the staging directory")
+	}
+	defer r.sd.Close()
 	r.sum.Dst = st.Destination()
 	if err := r.plan(); err != nil {
 		return nil, err
@@ -177,6 +192,9 @@ func Restore(ctx context.Context, dirs []string, dst string, opts Options) (*Sum
 	phase("sync", t0)
 
 	t0 = time.Now()
+	if err := r.handOver(); err != nil {
+		return nil, err
+	}
 	if err := st.Commit(opts.Sync != clone.SyncNone); err != nil {
 		return nil, err
 	}
@@ -185,13 +203,31 @@ func Restore(ctx context.Context, dirs []string, dst string, opts Options) (*Sum
 	return &r.sum, nil
 }
 
-func within(p, dir string) bool {
-	p, err := filepath.Abs(p)
+// insideDir reports whether the directory p would be created in is dir or
+// below it, whatever the spelling: p's parent is resolved (symlinks,
+// "..") and each of its ancestors compared with dir by device and inode,
+// so a symlinked path or a bind mount of the backup is caught too.
+func insideDir(p, dir string) bool {
+	abs, err := filepath.Abs(p)
 	if err != nil {
 		return false
 	}
-	rel, err := filepath.Rel(dir, p)
-	return err == nil && rel != ".." && !strings.HasPrefix(rel, "../")
+	want, err := os.Stat(dir)
+	if err != nil {
+		return false
+	}
+	parent := filepath.Dir(abs)
+	if real, err := filepath.EvalSymlinks(parent); err == nil {
+		parent = real
+	}
+	for q := parent; ; q = filepath.Dir(q) {
+		if fi, err := os.Stat(q); err == nil && os.SameFile(fi, want) {
+			return true
+		}
+		if q == filepath.Dir(q) {
+			return false
+		}
+	}
 }
 
 // checkTablespaces refuses tablespaces outside the data directory (they
@@ -220,7 +256,7 @@ const (
 type job struct {
 	rel  string // output path relative to the data directory, '/'-separated
 	kind jobKind
-	src  string // jobWhole: file to copy; jobRebuild: INCREMENTAL file of the newest backup
+	src  string // jobWhole: file to copy; jobRebuild: INCREMENTAL file of the newest backup ('/'-separated, relative to that backup)
 	mode fs.FileMode
 	size int64 // expected output size (progress)
 	wal  bool  // under pg_wal: in backup_manifest without a checksum, as pg_combinebackup
@@ -234,11 +270,22 @@ type job struct {
 // testHookAfterFile, when set (tests only), runs after each file is made.
 var testHookAfterFile func()
 
+// testHookAfterMkdir, when set (tests only), runs after each directory of
+// the result is created in staging, with the staging directory and the
+// new directory's path relative to it: a test swaps things there as a
+// hostile user would.
+var testHookAfterMkdir func(staging, rel string)
+
 type restorer struct {
 	opts  Options
 	chain pgbackup.Chain
-	root  string // staging dir
-	rc    *clone.RangeCopier
+	root  string        // staging dir (its path: for messages and syncfs only)
+	sd    *os.Root      // staging dir: every write goes through it, never by path
+	src   []*safefs.Dir // the backups, in chain order: every read goes through them
+	// rootMode is the mode the result's top directory gets when it is
+	// handed over; until then staging stays root's own, 0700.
+	rootMode fs.FileMode
+	rc       *clone.RangeCopier
 
 	jobs  []*job
 	dirs  []string // rel dirs created, for fsync
@@ -266,12 +313,10 @@ func (r *restorer) plan() error {
 	if err != nil {
 		return err
 	}
-	if err := os.Chmod(r.root, rootInfo.Mode().Perm()); err != nil {
-		return err
-	}
-	if err := r.chown(r.root); err != nil {
-		return err
-	}
+	// The top directory stays root's own and private until handOver: no
+	// other user can reach anything below it while it is built.
+	r.rootMode = rootInfo.Mode().Perm()
+	newestSrc := r.src[len(r.src)-1]
 	return filepath.WalkDir(newest, func(p string, d fs.DirEntry, err error) error {
 		if err != nil {
 			return errs.Wrap(errs.Internal, err, "cannot read the backup").WithPath(p)
@@ -287,19 +332,26 @@ func (r *restorer) plan() error {
 			if err != nil {
 				return err
 			}
-			out := filepath.Join(r.root, filepath.FromSlash(rel))
-			if err := os.Mkdir(out, fi.Mode().Perm()); err != nil {
-				return err
+			out := filepath.FromSlash(rel)
+			if err := r.sd.Mkdir(out, fi.Mode().Perm()); err != nil {
+				return errs.FromOS(err, filepath.Join(r.root, out), "cannot create a directory of the result")
 			}
 			if err := r.chown(out); err != nil {
-				return err
+				return errs.FromOS(err, filepath.Join(r.root, out), "cannot give a directory of the result to its owner")
+			}
+			if testHookAfterMkdir != nil {
+				testHookAfterMkdir(r.root, rel)
 			}
 			r.dirs = append(r.dirs, rel)
 			r.sum.Dirs++
 			return nil
 		}
 		if !d.Type().IsRegular() {
-			return nil // pg_combinebackup skips symlinks and special files too
+			// pg_combinebackup skips these; pgfork refuses them, as a backup
+			// pg_basebackup wrote has none (tablespaces are refused above)
+			// and restore must not hide what it did not rebuild.
+			return errs.New(errs.Usage, "the backup holds %s where pg_basebackup writes only files and directories", typeName(d.Type())).
+				WithPath(p).WithHint("remove it or take a new backup; the backup's own manifest does not list it")
 		}
 		if dir == "." && (rel == "backup_label" || rel == "backup_manifest") {
 			return nil
@@ -308,15 +360,18 @@ func (r *restorer) plan() error {
 		if err != nil {
 			return err
 		}
-		j := &job{rel: rel, src: p, mode: fi.Mode().Perm(), size: fi.Size(),
+		j := &job{rel: rel, src: rel, mode: fi.Mode().Perm(), size: fi.Size(),
 			wal: strings.HasPrefix(rel, "pg_wal/")}
 		name := d.Name()
 		if pgbackup.IsIncrementalDir(dir) && strings.HasPrefix(name, pgbackup.IncrementalPrefix) {
+			if len(r.chain) == 1 {
+				return fullHasIncremental(p)
+			}
 			j.kind = jobRebuild
 			j.rel = dir + "/" + strings.TrimPrefix(name, pgbackup.IncrementalPrefix)
-			f, err := os.Open(p)
+			f, err := newestSrc.OpenRegular(rel)
 			if err != nil {
-				return err
+				return readErr(err, p)
 			}
 			h, err := pgbackup.ReadIncremental(f)
 			f.Close()
@@ -332,11 +387,78 @@ func (r *restorer) plan() error {
 	})
 }
 
-func (r *restorer) chown(p string) error {
+// chown gives rel (in staging) to the owner, through the staging root
+// (no symlink followed).
+func (r *restorer) chown(rel string) error {
 	if r.opts.Owner == nil {
 		return nil
 	}
-	return os.Lchown(p, r.opts.Owner.UID, r.opts.Owner.GID)
+	return r.sd.Lchown(rel, r.opts.Owner.UID, r.opts.Owner.GID)
+}
+
+// handOver gives the finished staging directory its final mode and owner,
+// by descriptor, last of all, and checks that the name it will be renamed
+// from is still the directory that was built (no other user could reach
+// into it while it was private, but its parent may be theirs).
+func (r *restorer) handOver() error {
+	top, err := r.sd.Open(".")
+	if err != nil {
+		return errs.FromOS(err, r.root, "cannot open the staging directory")
+	}
+	defer top.Close()
+	if r.opts.Owner != nil {
+		if err := top.Chown(r.opts.Owner.UID, r.opts.Owner.GID); err != nil {
+			return errs.FromOS(err, r.root, "cannot give the result to its owner")
+		}
+	}
+	if err := top.Chmod(r.rootMode); err != nil {
+		return errs.FromOS(err, r.root, "cannot set the result's mode")
+	}
+	built, err := top.Stat()
+	if err != nil {
+		return errs.FromOS(err, r.root, "cannot read the staging directory")
+	}
+	named, err := os.Lstat(r.root)
+	if err != nil || !os.SameFile(built, named) {
+		return errs.New(errs.Permission, "the staging directory was replaced while the restore ran").WithPath(r.root).
+			WithHint("restore into a directory whose parent only you can write")
+	}
+	return nil
+}
+
+// fullHasIncremental is the error for an INCREMENTAL file in a full backup:
+// no older backup holds its blocks, so rebuilding it would make them up.
+func fullHasIncremental(p string) error {
+	return errs.New(errs.Usage, "full backup contains unexpected incremental file").WithPath(p).
+		WithHint("the full backup is damaged or is not a full backup; check it with pg_verifybackup")
+}
+
+// readErr classifies an error reading a backup file: a symlink or a
+// special file where pg_basebackup writes a plain file is refused, naming it.
+func readErr(err error, p string) error {
+	switch {
+	case errors.Is(err, safefs.ErrSymlink):
+		return errs.New(errs.Usage, "the backup has a symbolic link in this path; pgfork does not follow links in backups").WithPath(p).
+			WithHint("pg_basebackup writes no links there: replace it with the file, or take a new backup")
+	case errors.Is(err, safefs.ErrNotRegular):
+		return errs.New(errs.Usage, "the backup has a special file where pg_basebackup writes a plain file: %v", errors.Unwrap(err)).WithPath(p).
+			WithHint("replace it with the file, or take a new backup")
+	}
+	return errs.FromOS(err, p, "cannot read the backup")
+}
+
+func typeName(m fs.FileMode) string {
+	switch {
+	case m&fs.ModeSymlink != 0:
+		return "a symbolic link"
+	case m&fs.ModeNamedPipe != 0:
+		return "a FIFO"
+	case m&fs.ModeDevice != 0:
+		return "a device"
+	case m&fs.ModeSocket != 0:
+		return "a socket"
+	}
+	return "a special file"
 }
 
 func (r *restorer) run(ctx context.Context) error {
@@ -366,7 +488,7 @@ func (r *restorer) run(ctx context.Context) error {
 				var err error
 				if j.kind == jobWhole {
 					r.whole.Add(1)
-					err = r.doWhole(j, j.src, r.chain.Newest(), buf)
+					err = r.doWhole(j, len(r.chain)-1, j.src, buf)
 				} else {
 					err = r.doRebuild(gctx, j, buf)
 				}
@@ -393,10 +515,9 @@ func (r *restorer) run(ctx context.Context) error {
 }
 
 func (r *restorer) create(j *job) (*os.File, error) {
-	out := filepath.Join(r.root, filepath.FromSlash(j.rel))
-	f, err := os.OpenFile(out, os.O_RDWR|os.O_CREATE|os.O_EXCL, j.mode)
+	f, err := r.sd.OpenFile(filepath.FromSlash(j.rel), os.O_RDWR|os.O_CREATE|os.O_EXCL, j.mode)
 	if err != nil {
-		return nil, err
+		return nil, writeErr(err, filepath.Join(r.root, filepath.FromSlash(j.rel)))
 	}
 	if r.opts.Owner != nil {
 		if err := f.Chown(r.opts.Owner.UID, r.opts.Owner.GID); err != nil {
@@ -434,10 +555,11 @@ func crcBytes(h hash.Hash32) []byte {
 // doWhole copies src whole to j's output; the checksum comes from the
 // manifest of the backup holding src when it has a CRC32C one for a file
 // of this size, else it is computed.
-func (r *restorer) doWhole(j *job, src string, from *pgbackup.Backup, buf []byte) error {
-	sf, err := os.Open(src)
+func (r *restorer) doWhole(j *job, k int, src string, buf []byte) error {
+	from := r.chain[k]
+	sf, err := r.src[k].OpenRegular(src)
 	if err != nil {
-		return errs.Wrap(errs.Internal, err, "cannot read the backup").WithPath(src)
+		return readErr(err, filepath.Join(from.Dir, filepath.FromSlash(src)))
 	}
 	defer sf.Close()
 	fi, err := sf.Stat()
@@ -522,9 +644,10 @@ type run struct {
 // exactly the output's length, the full version is copied whole.
 func (r *restorer) doRebuild(ctx context.Context, j *job, buf []byte) error {
 	n := len(r.chain)
-	newest, err := os.Open(j.src)
+	newestPath := filepath.Join(r.chain.Newest().Dir, filepath.FromSlash(j.src))
+	newest, err := r.src[n-1].OpenRegular(j.src)
 	if err != nil {
-		return errs.Wrap(errs.Internal, err, "cannot read the backup").WithPath(j.src)
+		return readErr(err, newestPath)
 	}
 	srcs := []source{{f: newest, backup: n - 1}}
 	defer func() {
@@ -534,7 +657,7 @@ func (r *restorer) doRebuild(ctx context.Context, j *job, buf []byte) error {
 	}()
 	latest, err := pgbackup.ReadIncremental(newest)
 	if err != nil {
-		return errs.Wrap(errs.Usage, err, "damaged incremental file").WithPath(j.src)
+		return errs.Wrap(errs.Usage, err, "damaged incremental file").WithPath(newestPath)
 	}
 	length := latest.OutputBlocks()
 	srcOf := make([]int32, length) // index into srcs, -1: none yet
@@ -547,13 +670,13 @@ func (r *restorer) doRebuild(ctx context.Context, j *job, buf []byte) error {
 		srcOf[b], offOf[b] = 0, latest.DataOffset(i)
 		fullCopyPossible = false
 	}
-	dir, base := filepath.Split(filepath.FromSlash(j.rel))
+	dir, base := path.Split(j.rel)
 	var copyFrom string
 	copyBackup := -1
 	for k := n - 2; k >= 0; k-- {
 		bdir := r.chain[k].Dir
-		full := filepath.Join(bdir, dir, base)
-		f, err := os.Open(full)
+		full := filepath.Join(bdir, filepath.FromSlash(j.rel))
+		f, err := r.src[k].OpenRegular(j.rel)
 		if err == nil {
 			fi, err := f.Stat()
 			if err != nil {
@@ -569,15 +692,23 @@ func (r *restorer) doRebuild(ctx context.Context, j *job, buf []byte) error {
 				}
 			}
 			if fullCopyPossible && int64(latest.TruncationBlocks)*pgbackup.BlockSize == fi.Size() {
-				copyFrom, copyBackup = full, k
+				copyFrom, copyBackup = j.rel, k
 			}
 			break
 		}
 		if !errors.Is(err, fs.ErrNotExist) {
-			return errs.Wrap(errs.Internal, err, "cannot read the backup").WithPath(full)
+			return readErr(err, full)
 		}
-		inc := filepath.Join(bdir, dir, pgbackup.IncrementalPrefix+base)
-		f, err = os.Open(inc)
+		incRel := dir + pgbackup.IncrementalPrefix + base
+		inc := filepath.Join(bdir, filepath.FromSlash(incRel))
+		f, err = r.src[k].OpenRegular(incRel)
+		if err == nil && k == 0 {
+			f.Close()
+			return fullHasIncremental(inc)
+		}
+		if err != nil && !errors.Is(err, fs.ErrNotExist) {
+			return readErr(err, inc)
+		}
 		if err != nil {
 			return errs.Wrap(errs.Usage, err, "the chain is inconsistent: %s is incremental in a later backup but neither it nor an INCREMENTAL file is in %s",
 				j.rel, r.chain[k].Name()).WithHint("check the backups with pg_verifybackup; a backup of the chain may be damaged or from another chain")
@@ -598,7 +729,7 @@ func (r *restorer) doRebuild(ctx context.Context, j *job, buf []byte) error {
 	if copyFrom != "" {
 		r.older.Add(1)
 		r.whole.Add(1)
-		return r.doWhole(j, copyFrom, r.chain[copyBackup], buf)
+		return r.doWhole(j, copyBackup, copyFrom, buf)
 	}
 	r.rebuilt.Add(1)
 
@@ -739,11 +870,10 @@ func (r *restorer) writeLabelAndManifest() error {
 	newest := r.chain.Newest()
 	w := pgbackup.NewManifestWriter(newest.Manifest.Version, newest.SystemID)
 	label := newest.Label.CombinedLabel()
-	lp := filepath.Join(r.root, "backup_label")
-	if err := r.writeSmall(lp, label); err != nil {
+	if err := r.writeSmall("backup_label", label); err != nil {
 		return err
 	}
-	fi, err := os.Stat(lp)
+	fi, err := r.sd.Stat("backup_label")
 	if err != nil {
 		return err
 	}
@@ -756,19 +886,21 @@ func (r *restorer) writeLabelAndManifest() error {
 	w.Add("backup_label", int64(len(label)), fi.ModTime(), algo, sum)
 	for _, j := range r.jobs {
 		r.sum.Bytes += j.outSize
-		fi, err := os.Stat(filepath.Join(r.root, filepath.FromSlash(j.rel)))
+		fi, err := r.sd.Lstat(filepath.FromSlash(j.rel))
 		if err != nil {
 			return err
 		}
 		w.Add(j.rel, fi.Size(), fi.ModTime(), j.algo, j.checksum)
 	}
-	return r.writeSmall(filepath.Join(r.root, "backup_manifest"), w.Finish(newest.Manifest.WAL))
+	return r.writeSmall("backup_manifest", w.Finish(newest.Manifest.WAL))
 }
 
-func (r *restorer) writeSmall(p string, b []byte) error {
-	f, err := os.OpenFile(p, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
+// writeSmall writes a new file rel (in staging) holding b.
+func (r *restorer) writeSmall(rel string, b []byte) error {
+	p := filepath.Join(r.root, rel)
+	f, err := r.sd.OpenFile(rel, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
 	if err != nil {
-		return err
+		return writeErr(err, p)
 	}
 	if _, err := f.Write(b); err != nil {
 		f.Close()
@@ -804,22 +936,24 @@ func (r *restorer) syncAll(ctx context.Context) error {
 			if err := gctx.Err(); err != nil {
 				return err
 			}
-			return fsyncPath(filepath.Join(r.root, filepath.FromSlash(rel)))
+			return r.fsync(filepath.FromSlash(rel))
 		})
 	}
 	if err := g.Wait(); err != nil {
 		return err
 	}
 	for i := len(r.dirs) - 1; i >= 0; i-- {
-		if err := fsyncPath(filepath.Join(r.root, filepath.FromSlash(r.dirs[i]))); err != nil {
+		if err := r.fsync(filepath.FromSlash(r.dirs[i])); err != nil {
 			return err
 		}
 	}
-	return fsyncPath(r.root)
+	return r.fsync(".")
 }
 
-func fsyncPath(p string) error {
-	f, err := os.Open(p)
+// fsync flushes rel (in staging) to disk.
+func (r *restorer) fsync(rel string) error {
+	p := filepath.Join(r.root, rel)
+	f, err := r.sd.Open(rel)
 	if err != nil {
 		return err
 	}
@@ -856,4 +990,35 @@ func (r *restorer) startProgress() (stop func()) {
 		}
 	}()
 	return func() { close(done); wg.Wait() }
+}
+
+// checkManifests checks each backup of the chain against its own
+// backup_manifest before anything is built: every file it lists is there,
+// a plain file (no link), of the size listed. A file missing from a backup
+// would otherwise be missing from the result, and the fresh manifest
+// written for the result would hide it from pg_verifybackup.
+func (r *restorer) checkManifests() error {
+	for k, b := range r.chain {
+		for rel, mf := range b.Manifest.Files {
+			p := filepath.Join(b.Dir, filepath.FromSlash(rel))
+			f, err := r.src[k].OpenRegular(rel)
+			if errors.Is(err, fs.ErrNotExist) {
+				return errs.New(errs.Usage, "%s is present in the backup's manifest but not on disk", rel).WithPath(b.Dir).
+					WithHint("the backup is damaged; check it with pg_verifybackup %s, or take a new backup", b.Dir)
+			}
+			if err != nil {
+				return readErr(err, p)
+			}
+			fi, err := f.Stat()
+			f.Close()
+			if err != nil {
+				return errs.FromOS(err, p, "cannot read the backup")
+			}
+			if fi.Size() != mf.Size {
+				return errs.New(errs.Usage, "%s has size %d on disk but size %d in the backup's manifest", rel, fi.Size(), mf.Size).WithPath(b.Dir).
+					WithHint("the backup is damaged; check it with pg_verifybackup %s, or take a new backup", b.Dir)
+			}
+		}
+	}
+	return nil
 }

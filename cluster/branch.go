@@ -4,6 +4,7 @@ import (
 	"context"
 	"os"
 	"path/filepath"
+	"syscall"
 	"time"
 
 	"github.com/pgfork/pgfork/instance"
@@ -53,7 +54,7 @@ type BranchOptions struct {
 	User      *instance.OSUser // nil: the current user
 	Port      int              // 0: 5432 on the private socket (a free one with TCP)
 	TCP       bool
-	Settings  map[string]string // extra server settings (-c)
+	Settings  map[string]string // extra server settings (-c); archive_mode is always off
 	LogFile   string            // default: the data directory's pgfork-server.log (instance.LogFileName)
 	// StartTimeout bounds recovery and start (default 30 min: a branch may
 	// replay a lot of WAL).
@@ -99,8 +100,22 @@ func StartBranch(ctx context.Context, lay statedir.Layout, o BranchOptions) (*Br
 	if timeout == 0 {
 		timeout = 30 * time.Minute
 	}
+	// A branch never archives: its source's archive_command (or library)
+	// would write the branch's WAL where the source keeps its backups, over
+	// the source's own segments (issue 19, F21).
+	settings := map[string]string{}
+	for k, v := range o.Settings {
+		settings[k] = v
+	}
+	settings["archive_mode"] = "off"
+	var dev, ino uint64
+	if fi, err := os.Lstat(o.DataDir); err == nil {
+		if st, ok := fi.Sys().(*syscall.Stat_t); ok && fi.IsDir() {
+			dev, ino = uint64(st.Dev), uint64(st.Ino)
+		}
+	}
 	inst, err := instance.Start(ctx, instance.Config{BinDir: o.BinDir, Env: o.Env, DataDir: o.DataDir,
-		User: o.User, SocketDir: socketDir, Port: o.Port, TCP: o.TCP, Profile: instance.Durable, Settings: o.Settings,
+		User: o.User, SocketDir: socketDir, Port: o.Port, TCP: o.TCP, Profile: instance.Durable, Settings: settings,
 		LogFile: log, StartTimeout: timeout})
 	if err != nil {
 		pending.Abort(socketDir)
@@ -114,7 +129,8 @@ func StartBranch(ctx context.Context, lay statedir.Layout, o BranchOptions) (*Br
 		runAs = o.User.Name
 	}
 	info := Info{URL: b.URL, Host: inst.Host, Port: inst.Port, SocketDir: inst.SocketDir, DataDir: o.DataDir, Pid: inst.Pid,
-		PGVersion: o.PGVersion, PGMajor: o.PGMajor, BinDir: o.BinDir, RunAs: runAs, Kind: o.Kind, Source: o.Source}
+		PGVersion: o.PGVersion, PGMajor: o.PGMajor, BinDir: o.BinDir, RunAs: runAs, Kind: o.Kind, Source: o.Source,
+		DataDev: dev, DataIno: ino}
 	if err := pending.Commit(info); err != nil {
 		_ = inst.Stop(context.WithoutCancel(ctx), instance.Fast)
 		pending.Abort(socketDir)

@@ -76,3 +76,76 @@ func TestBranchLifecycle(t *testing.T) {
 		t.Errorf("the branch wrote its log beside its data directory, at %s", data+".log")
 	}
 }
+
+// TestDownRemovesOnlyTheBranch (issue 19, F10): after the branch's server
+// is stopped and before its data directory is removed, a parent directory
+// of it is swapped for a symlink into a root-only directory holding a
+// directory of the same name, as the PostgreSQL user could where it owns
+// that parent's parent. Down removes nothing then (the path no longer names
+// the directory the branch started on) and says so. Before, root removed
+// whatever the path named. A branch of a backup keeps its data without
+// --delete-data (F9).
+func TestDownRemovesOnlyTheBranch(t *testing.T) {
+	ctx := context.Background()
+	bin := testenv.PGBinDirs(t)[0]
+	u := pgtest.User(t)
+	base := testenv.Dir(t)
+	grand := filepath.Join(base, "users")
+	if err := os.MkdirAll(filepath.Join(grand, "p"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	data := filepath.Join(grand, "p", "branch-f10")
+	pgtest.InitDB(t, data, pgtest.Server{BinDir: bin})
+	victim := filepath.Join(base, "root-only")
+	if err := os.MkdirAll(filepath.Join(victim, "branch-f10"), 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(victim, "branch-f10", "precious"), []byte("root's"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	lay := statedir.Layout{Root: filepath.Join(base, "state")}
+	start := func(kind string) *Branch {
+		t.Helper()
+		b, err := StartBranch(ctx, lay, BranchOptions{DataDir: data, Kind: kind, Source: "/srv/src",
+			BinDir: bin, User: u, PGVersion: "test", PGMajor: 15})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return b
+	}
+
+	// A branch of a backup: down keeps its data.
+	b := start(KindRestore)
+	if err := Down(ctx, lay, b.Name, DownOptions{Timeout: 10 * time.Second}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(filepath.Join(data, "PG_VERSION")); err != nil {
+		t.Fatalf("down of a restore branch removed its data without --delete-data: %v", err)
+	}
+
+	// A branch of a running cluster, its parent swapped before removal.
+	b = start(KindClone)
+	defer func() { testHookBeforeRemoveData = nil }()
+	testHookBeforeRemoveData = func(string) {
+		if err := os.Rename(filepath.Join(grand, "p"), filepath.Join(grand, "p.moved")); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Symlink(victim, filepath.Join(grand, "p")); err != nil {
+			t.Fatal(err)
+		}
+	}
+	err := Down(ctx, lay, b.Name, DownOptions{Timeout: 10 * time.Second})
+	testHookBeforeRemoveData = nil
+	if err == nil {
+		t.Error("down removed a directory that is no longer the branch's without a word")
+	}
+	if _, err := os.Stat(filepath.Join(victim, "branch-f10", "precious")); err != nil {
+		t.Fatalf("down removed the root-only directory the swapped path pointed to: %v", err)
+	}
+	if _, err := os.Stat(filepath.Join(grand, "p.moved", "branch-f10", "PG_VERSION")); err != nil {
+		t.Errorf("the branch's own data is gone too: %v", err)
+	}
+	if list, _ := List(lay); len(list) != 0 {
+		t.Errorf("the branch is still listed: %+v", list)
+	}
+}

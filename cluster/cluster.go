@@ -74,6 +74,11 @@ type Info struct {
 	// for the original process.
 	ParentStart uint64 `json:"parent_start,omitempty"`
 	PidStart    uint64 `json:"pid_start,omitempty"`
+	// DataDev and DataIno identify a branch's data directory as it was
+	// when the branch started: Down removes the directory only when the
+	// path still names that very directory (issue 19, F10).
+	DataDev uint64 `json:"data_dev,omitempty"`
+	DataIno uint64 `json:"data_ino,omitempty"`
 }
 
 // Expires returns when the TTL runs out (zero time: never).
@@ -341,8 +346,11 @@ func Get(lay statedir.Layout, name string) (Entry, error) {
 const DefaultStopTimeout = 10 * time.Second
 
 // Down stops cluster name (fast shutdown; immediate after o.Timeout) and
-// removes it: data directory (a branch's too, unless o.KeepData), socket
-// directory, record. A cluster being created or removed by another pgfork
+// removes it: data directory, socket directory, record. A branch's data
+// directory is the user's: a branch of a backup (KindRestore) keeps it
+// unless o.DeleteData, a branch of a running cluster (KindClone) loses it
+// unless o.KeepData; either way it is removed only when it is proven to
+// be the directory the branch was started on (RemoveBranchData). A cluster being created or removed by another pgfork
 // is errs.Busy.
 func Down(ctx context.Context, lay statedir.Layout, name string, o DownOptions) error {
 	if err := ValidateName(name); err != nil {
@@ -371,18 +379,59 @@ func Down(ctx context.Context, lay statedir.Layout, name string, o DownOptions) 
 	// A branch's data directory lives elsewhere (the registry holds a
 	// symlink to it): it goes too, unless kept, once its server is down.
 	branchData := ""
-	if target, err := os.Readlink(filepath.Join(dir, dataSubdir)); err == nil && !o.KeepData {
-		if _, err := os.Stat(filepath.Join(target, "PG_VERSION")); err == nil {
-			branchData = target
-		}
+	if target, err := os.Readlink(filepath.Join(dir, dataSubdir)); err == nil && o.removesData(info.Kind) {
+		branchData = target
+	}
+	if testHookBeforeRemoveData != nil && branchData != "" {
+		testHookBeforeRemoveData(branchData)
 	}
 	if err := destroy(dir, info.SocketDir, expect(info), lay); err != nil {
 		return err
 	}
 	if branchData != "" {
-		if err := fsutil.RemoveAll(branchData); err != nil {
-			return errs.FromOS(err, branchData, "the branch is stopped and forgotten, but its data directory could not be removed")
-		}
+		return RemoveBranchData(branchData, info.DataDev, info.DataIno)
+	}
+	return nil
+}
+
+// testHookBeforeRemoveData, when set (tests only), runs after a branch's
+// server is stopped and before its data directory is removed.
+var testHookBeforeRemoveData func(dataDir string)
+
+// removesData says whether Down removes a branch's data directory.
+func (o DownOptions) removesData(kind string) bool {
+	if kind == KindRestore {
+		return o.DeleteData
+	}
+	return !o.KeepData
+}
+
+// RemoveBranchData removes a branch's data directory dir, but only when
+// dir, looked up without following a symlink in its last component below
+// its parent's descriptor, is the directory recorded as (dev, ino) when the
+// branch started; anything else (a directory swapped in, a symlink, a
+// record without an identity) is left alone and reported.
+func RemoveBranchData(dir string, dev, ino uint64) error {
+	if dev == 0 && ino == 0 {
+		return errs.New(errs.Busy, "the branch is stopped and forgotten; its data directory was kept (its record does not say which directory it was)").WithPath(dir).
+			WithHint("remove it yourself once you have checked it is the branch's")
+	}
+	parent, err := os.OpenRoot(filepath.Dir(dir))
+	if err != nil {
+		return errs.FromOS(err, dir, "the branch is stopped and forgotten, but its data directory could not be removed")
+	}
+	defer parent.Close()
+	base := filepath.Base(dir)
+	fi, err := parent.Lstat(base)
+	if err != nil {
+		return errs.FromOS(err, dir, "the branch is stopped and forgotten, but its data directory could not be removed")
+	}
+	if st, ok := fi.Sys().(*syscall.Stat_t); !ok || !fi.IsDir() || uint64(st.Dev) != dev || uint64(st.Ino) != ino {
+		return errs.New(errs.Permission, "the branch is stopped and forgotten, but %s is no longer its data directory (it was replaced or moved); nothing was removed", dir).
+			WithPath(dir).WithHint("check what is there now; remove the branch's data yourself if you find it")
+	}
+	if err := parent.RemoveAll(base); err != nil {
+		return errs.FromOS(err, dir, "the branch is stopped and forgotten, but its data directory could not be removed")
 	}
 	return nil
 }
@@ -391,9 +440,14 @@ func Down(ctx context.Context, lay statedir.Layout, name string, o DownOptions) 
 type DownOptions struct {
 	// Timeout: a fast shutdown first, an immediate one after this long.
 	Timeout time.Duration
-	// KeepData keeps a branch's data directory (restore or clone --start)
-	// where it is; a `pgfork up` cluster's data is always removed.
+	// KeepData keeps the data directory of a branch of a running cluster
+	// (clone --start), which Down removes otherwise; a `pgfork up`
+	// cluster's data is always removed.
 	KeepData bool
+	// DeleteData removes the data directory of a branch of a backup
+	// (restore --start), which Down keeps otherwise: it is the user's
+	// restore, not a throw-away cluster.
+	DeleteData bool
 }
 
 // stop shuts down the server running on dataDir, if one is proven to be its

@@ -197,7 +197,7 @@ func (inst *Instance) launch(ctx context.Context, cfg Config, port int) error {
 	for _, k := range keys {
 		args = append(args, "-c", k+"="+settings[k])
 	}
-	logf, err := OpenLog(cfg.LogFile, cfg.User)
+	logf, err := OpenAppend(cfg.LogFile, cfg.User)
 	if err != nil {
 		return err
 	}

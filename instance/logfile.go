@@ -9,15 +9,16 @@ import (
 	"github.com/pgfork/pgfork/internal/errs"
 )
 
-// OpenLog opens a server's log file for appending, as u when u is set (root
-// running PostgreSQL as another user): the log belongs to the server's user
-// and is opened with that user's rights, never root's, so whoever can write
-// the log's directory cannot make root open, create or chown another file
-// through it (docs/SECURITY.md). It refuses a name that is a symlink or not
-// a regular file. Where the user may not write the log's directory, root
-// opens it only if no other user can change that directory or any above
-// it. Without u it opens as the calling user, with the same refusals.
-func OpenLog(path string, u *OSUser) (*os.File, error) {
+// OpenAppend opens a file that belongs to the server's user (its log, a
+// settings file in its data directory) for appending, creating it 0600, as
+// u when u is set (root running PostgreSQL as another user): the file is
+// opened with that user's rights, never root's, so whoever can write its
+// directory cannot make root open, create or chown another file through it
+// (docs/SECURITY.md). It refuses a name that is a symlink or not a regular
+// file. Where the user may not write the directory, root opens it only if no
+// other user can change that directory or any above it. Without u it opens
+// as the calling user, with the same refusals.
+func OpenAppend(path string, u *OSUser) (*os.File, error) {
 	var f *os.File
 	var err error
 	if u != nil && os.Geteuid() == 0 {
@@ -33,7 +34,7 @@ func OpenLog(path string, u *OSUser) (*os.File, error) {
 		f, err = openLogFile(path)
 	}
 	if err != nil {
-		return nil, errs.FromOS(err, path, "cannot open the server log")
+		return nil, errs.FromOS(err, path, "cannot open %s for writing", filepath.Base(path))
 	}
 	return f, nil
 }

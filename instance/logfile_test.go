@@ -43,13 +43,13 @@ func checkUntouched(t *testing.T, p string) {
 	}
 }
 
-// TestOpenLogAsTheServersUser (issue 19, F20/F20b): the server log is opened
+// TestOpenAppendAsTheServersUser (issue 19, F20/F20b): the server log is opened
 // with the server user's rights, never root's: a log name planted as a
 // symlink to a root file, or reached through a directory swapped for a
 // symlink into a root-only directory, is refused and the root file keeps
 // its owner and content; a FIFO is refused without blocking; a new log
 // belongs to the user. Before, root opened the log by path and chowned it.
-func TestOpenLogAsTheServersUser(t *testing.T) {
+func TestOpenAppendAsTheServersUser(t *testing.T) {
 	if os.Geteuid() != 0 {
 		t.Skip("needs root: the log is opened for another user")
 	}
@@ -67,9 +67,9 @@ func TestOpenLogAsTheServersUser(t *testing.T) {
 	if err := os.Symlink(secret, link); err != nil {
 		t.Fatal(err)
 	}
-	if f, err := instance.OpenLog(link, u); err == nil {
+	if f, err := instance.OpenAppend(link, u); err == nil {
 		f.Close()
-		t.Error("OpenLog followed a symlink to a root file")
+		t.Error("OpenAppend followed a symlink to a root file")
 	}
 	checkUntouched(t, secret)
 
@@ -78,13 +78,13 @@ func TestOpenLogAsTheServersUser(t *testing.T) {
 	if err := os.Symlink(filepath.Dir(secret), swapped); err != nil {
 		t.Fatal(err)
 	}
-	if f, err := instance.OpenLog(filepath.Join(swapped, "secret"), u); err == nil {
+	if f, err := instance.OpenAppend(filepath.Join(swapped, "secret"), u); err == nil {
 		f.Close()
-		t.Error("OpenLog opened a root file through a swapped directory")
+		t.Error("OpenAppend opened a root file through a swapped directory")
 	}
-	if f, err := instance.OpenLog(filepath.Join(swapped, "new.log"), u); err == nil {
+	if f, err := instance.OpenAppend(filepath.Join(swapped, "new.log"), u); err == nil {
 		f.Close()
-		t.Error("OpenLog created a file in a root-only directory")
+		t.Error("OpenAppend created a file in a root-only directory")
 	}
 	checkUntouched(t, secret)
 	if _, err := os.Lstat(filepath.Join(filepath.Dir(secret), "new.log")); err == nil {
@@ -97,7 +97,7 @@ func TestOpenLogAsTheServersUser(t *testing.T) {
 	}
 	done := make(chan error, 1)
 	go func() {
-		f, err := instance.OpenLog(fifo, u)
+		f, err := instance.OpenAppend(fifo, u)
 		if err == nil {
 			f.Close()
 		}
@@ -106,14 +106,14 @@ func TestOpenLogAsTheServersUser(t *testing.T) {
 	select {
 	case err := <-done:
 		if err == nil {
-			t.Error("OpenLog accepted a FIFO")
+			t.Error("OpenAppend accepted a FIFO")
 		}
 	case <-time.After(5 * time.Second):
-		t.Fatal("OpenLog blocked on a FIFO")
+		t.Fatal("OpenAppend blocked on a FIFO")
 	}
 
 	ok := filepath.Join(userDir, "server.log")
-	f, err := instance.OpenLog(ok, u)
+	f, err := instance.OpenAppend(ok, u)
 	if err != nil {
 		t.Fatal(err)
 	}

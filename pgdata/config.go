@@ -243,7 +243,7 @@ func (c *configCopier) copyConf(src, rel string, depth int) error {
 		if err != nil || inside == ".." || strings.HasPrefix(inside, ".."+string(filepath.Separator)) {
 			// Outside the configuration directory: read from where it is.
 			if !filepath.IsAbs(value) {
-				fmt.Fprintf(&out, "# pgfork clone: made absolute, it is outside the configuration directory\n%s = %s\n", name, quoteConf(target))
+				fmt.Fprintf(&out, "# pgfork clone: made absolute, it is outside the configuration directory\n%s = %s\n", name, QuoteConf(target))
 			} else {
 				out.WriteString(line)
 			}
@@ -254,7 +254,7 @@ func (c *configCopier) copyConf(src, rel string, depth int) error {
 		// postgresql.conf; an absolute path becomes relative.
 		if filepath.IsAbs(value) {
 			r, _ := filepath.Rel(filepath.Dir(filepath.Join(c.dst, rel)), filepath.Join(c.dst, inside))
-			fmt.Fprintf(&out, "# pgfork clone: was %s, now the clone's copy\n%s = %s\n", quoteConf(value), name, quoteConf(r))
+			fmt.Fprintf(&out, "# pgfork clone: was %s, now the clone's copy\n%s = %s\n", QuoteConf(value), name, QuoteConf(r))
 		} else {
 			out.WriteString(line)
 		}
@@ -401,8 +401,11 @@ func parseConfLine(line string) (name, value string, ok bool) {
 	return name, s[:end], true
 }
 
-// quoteConf quotes a value for a configuration file.
-func quoteConf(s string) string {
+// QuoteConf quotes a value for postgresql.conf or postgresql.auto.conf as
+// ALTER SYSTEM does: in single quotes, with ' doubled and \ doubled (the
+// file's parser reads backslash escapes in quoted values). The one quoting
+// of settings pgfork writes.
+func QuoteConf(s string) string {
 	return "'" + strings.ReplaceAll(strings.ReplaceAll(s, `\`, `\\`), "'", "''") + "'"
 }
 

@@ -85,43 +85,42 @@ func (r *Recovery) Validate() error {
 	return nil
 }
 
-func quoteConf(s string) string { return "'" + strings.ReplaceAll(s, "'", "''") + "'" }
-
 // prepareRecovery appends the recovery settings to postgresql.auto.conf
 // and creates recovery.signal (pg_verifybackup ignores both files).
 func prepareRecovery(dataDir string, r Recovery, user *instance.OSUser) error {
 	var b strings.Builder
 	b.WriteString("\n# point-in-time recovery set by pgfork restore\n")
-	fmt.Fprintf(&b, "restore_command = %s\n", quoteConf("cp '"+r.WALDir+"/%f' '%p'"))
+	fmt.Fprintf(&b, "restore_command = %s\n", pgdata.QuoteConf("cp '"+r.WALDir+"/%f' '%p'"))
 	switch {
 	case r.TargetTime != "":
-		fmt.Fprintf(&b, "recovery_target_time = %s\n", quoteConf(r.TargetTime))
+		fmt.Fprintf(&b, "recovery_target_time = %s\n", pgdata.QuoteConf(r.TargetTime))
 	case r.TargetLSN != "":
-		fmt.Fprintf(&b, "recovery_target_lsn = %s\n", quoteConf(r.TargetLSN))
+		fmt.Fprintf(&b, "recovery_target_lsn = %s\n", pgdata.QuoteConf(r.TargetLSN))
 	case r.TargetName != "":
-		fmt.Fprintf(&b, "recovery_target_name = %s\n", quoteConf(r.TargetName))
+		fmt.Fprintf(&b, "recovery_target_name = %s\n", pgdata.QuoteConf(r.TargetName))
 	}
-	fmt.Fprintf(&b, "recovery_target_action = %s\n", quoteConf(r.TargetAction))
+	fmt.Fprintf(&b, "recovery_target_action = %s\n", pgdata.QuoteConf(r.TargetAction))
+	// The data directory is the server user's by now: its files are
+	// written with that user's rights (instance.OpenAppend), never by root
+	// following a name the user could have replaced.
 	p := filepath.Join(dataDir, "postgresql.auto.conf")
-	f, err := os.OpenFile(p, os.O_WRONLY|os.O_APPEND|os.O_CREATE, 0o600)
+	f, err := instance.OpenAppend(p, user)
 	if err != nil {
-		return errs.Wrap(errs.Internal, err, "cannot write the recovery settings").WithPath(p)
+		return err
 	}
 	if _, err := f.WriteString(b.String()); err != nil {
 		f.Close()
-		return errs.Wrap(errs.Internal, err, "cannot write the recovery settings").WithPath(p)
+		return errs.FromOS(err, p, "cannot write the recovery settings")
 	}
 	if err := f.Close(); err != nil {
-		return err
+		return errs.FromOS(err, p, "cannot write the recovery settings")
 	}
 	sig := filepath.Join(dataDir, "recovery.signal")
-	if err := os.WriteFile(sig, nil, 0o600); err != nil {
-		return errs.Wrap(errs.Internal, err, "cannot write recovery.signal").WithPath(sig)
-	}
-	if err := user.Chown(p); err != nil {
+	f, err = instance.OpenAppend(sig, user)
+	if err != nil {
 		return err
 	}
-	return user.Chown(sig)
+	return f.Close()
 }
 
 // StartOptions shape Start.
@@ -180,14 +179,4 @@ func CheckBranchName(lay statedir.Layout, dataDir, name string) error {
 	return cluster.CheckBranchName(lay, dataDir, name)
 }
 
-func versionOf(dataDir string) (int, error) {
-	b, err := os.ReadFile(filepath.Join(dataDir, "PG_VERSION"))
-	if err != nil {
-		return 0, errs.New(errs.Usage, "not a data directory (no PG_VERSION)").WithPath(dataDir)
-	}
-	var v int
-	if _, err := fmt.Sscan(strings.TrimSpace(string(b)), &v); err != nil {
-		return 0, errs.New(errs.Unsupported, "PG_VERSION %q", strings.TrimSpace(string(b))).WithPath(dataDir)
-	}
-	return v, nil
-}
+func versionOf(dataDir string) (int, error) { return pgdata.Version(dataDir) }

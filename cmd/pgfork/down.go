@@ -14,9 +14,10 @@ func init() { rootCmd.AddCommand(newDownCmd()) }
 
 func newDownCmd() *cobra.Command {
 	var (
-		all      bool
-		timeout  time.Duration
-		keepData bool
+		all        bool
+		timeout    time.Duration
+		keepData   bool
+		deleteData bool
 	)
 	cmd := &cobra.Command{
 		Use:               "down NAME... | --all",
@@ -26,9 +27,12 @@ func newDownCmd() *cobra.Command {
 directory and record. The server gets a fast shutdown (sessions are rolled
 back); if it has not exited after --timeout, an immediate one.
 
-Branches (started by pgfork restore --start or pgfork clone --start) keep
-their data directory where it was made; down removes it too unless
---keep-data is given (then only the server and the record go).
+Branches keep their data directory where it was made. A branch of a backup
+(pgfork restore --start) is your restore: down stops it and keeps its data
+directory unless --delete-data is given. A branch of a running cluster
+(pgfork clone --start) is a throw-away copy: down removes its data directory
+too unless --keep-data is given. Either way pgfork removes the directory only
+if it is still the one the branch was started on.
 
 ` + reaperHelp,
 		Example: `  pgfork down pg-3f9a1c2b
@@ -63,7 +67,7 @@ their data directory where it was made; down removes it too unless
 			removed := []string{}
 			var firstErr error
 			for _, n := range names {
-				err := cluster.Down(ctx, lay, n, cluster.DownOptions{Timeout: timeout, KeepData: keepData})
+				err := cluster.Down(ctx, lay, n, cluster.DownOptions{Timeout: timeout, KeepData: keepData, DeleteData: deleteData})
 				if err != nil {
 					// With --all, a cluster another pgfork is creating
 					// or removing is skipped, not an error.
@@ -97,7 +101,8 @@ their data directory where it was made; down removes it too unless
 		},
 	}
 	cmd.Flags().BoolVar(&all, "all", false, "stop and remove every cluster")
-	cmd.Flags().BoolVar(&keepData, "keep-data", false, "keep a branch's data directory (restore/clone --start); only stop it and forget it")
+	cmd.Flags().BoolVar(&keepData, "keep-data", false, "keep the data directory of a clone --start branch; only stop it and forget it")
+	cmd.Flags().BoolVar(&deleteData, "delete-data", false, "also remove the data directory of a restore --start branch (kept by default)")
 	cmd.Flags().DurationVar(&timeout, "timeout", cluster.DefaultStopTimeout, "wait this long for a fast shutdown before an immediate one")
 	return cmd
 }

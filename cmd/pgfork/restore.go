@@ -59,7 +59,9 @@ restored, or the one ending with --upto NAME.
 --start recovers and starts the result as a branch (as the postgres OS user
 when pgfork runs as root) on a private socket directory, and records it:
 pgfork ls lists it, pgfork down NAME stops it and forgets it (the restored
-directory is kept). With --wal DIR (a WAL archive) and --target-time,
+directory is kept; pgfork down NAME --delete-data removes it). A branch never
+archives WAL (archive_mode=off), so it cannot write into its source's archive.
+With --wal DIR (a WAL archive) and --target-time,
 --target-lsn or --target-name it recovers to that point (recovery settings
 in postgresql.auto.conf, recovery.signal) and then promotes.`,
 		Example: `  pgfork restore /backups/full /backups/incr1 /backups/incr2 /srv/pg/restored
@@ -187,7 +189,7 @@ func runRestore(cmd *cobra.Command, args []string, fl restoreFlags) error {
 		psql = "runuser -u " + cloneShellQuote(user.Name) + " -- " + psql
 	}
 	fmt.Fprintf(w, "  connect   %s\n", psql)
-	fmt.Fprintf(w, "  stop      pgfork down %s   (the data directory %s is kept)\n", b.Name, b.DataDir)
+	fmt.Fprintf(w, "  stop      pgfork down %s   (the data directory %s is kept; --delete-data removes it)\n", b.Name, b.DataDir)
 	fmt.Fprintf(w, "  log       %s\n", b.LogFile)
 	return nil
 }

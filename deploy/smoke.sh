@@ -39,7 +39,7 @@ PG_MAJOR=15
 PG_LIB=/usr/lib/postgresql/$PG_MAJOR
 PG_SHARE=/usr/share/postgresql/$PG_MAJOR
 APP_UID=999 # the Containerfile's user
-TOKEN=smoke-$RANDOM$RANDOM$RANDOM
+TOKEN=smoke-$(od -An -N12 -tx1 /dev/urandom | tr -d " \n")
 # ACCESS: how the server is opened beyond loopback, and how clients pass.
 # Today: a bearer token. Switch these two lines to serve's final access flag
 # (token in the base URL path, --allow-from, private-network opt-out).

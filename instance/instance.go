@@ -429,7 +429,7 @@ func (inst *Instance) ConnString(user, db string) string {
 		q := url.Values{}
 		q.Set("host", inst.SocketDir)
 		q.Set("port", strconv.Itoa(inst.Port))
-		u.RawQuery = q.Encode()
+		u.RawQuery = EncodeQuery(q)
 	}
 	return u.String()
 }

@@ -57,6 +57,7 @@ type Server struct {
 	mux      *http.ServeMux
 	metrics  *Metrics
 	handouts handouts
+	failures authFailures
 }
 
 // api is a version of the HTTP API: v1 answers exactly as IntegreSQL
@@ -113,6 +114,9 @@ func (s *Server) with(v api, h func(api, http.ResponseWriter, *http.Request)) ht
 // ServeHTTP checks access and routes the request.
 func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if !s.allowed(r) {
+		// Close the connection: a rejected client must not hold one of
+		// the server's connection slots with keep-alive (issue 19, F12).
+		w.Header().Set("Connection", "close")
 		writeError(w, http.StatusForbidden, "requests from this address are not allowed (see --allow-from)")
 		return
 	}
@@ -128,6 +132,15 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		r.URL.RawPath = ""
 	}
 	if s.cfg.Token != "" && r.URL.Path != "/healthz" && !tokenInPath && !s.bearer(r) {
+		w.Header().Set("Connection", "close")
+		if wait := s.failures.fail(remoteIP(r)); wait > 0 {
+			// Too many wrong tokens from this address: guessing is slowed
+			// down to a handful a minute (issue 19, F13); the right token
+			// is still let through.
+			w.Header().Set("Retry-After", strconv.Itoa(int(wait.Seconds())+1))
+			writeError(w, http.StatusTooManyRequests, "too many requests with a wrong token from this address; wait and send the right token")
+			return
+		}
 		w.Header().Set("WWW-Authenticate", `Bearer realm="pgfork"`)
 		writeError(w, http.StatusUnauthorized, "missing or wrong token: send 'Authorization: Bearer <token>' or use http://HOST:PORT/<token>/api as the base URL")
 		return
@@ -193,7 +206,17 @@ func (s *Server) allowed(r *http.Request) bool {
 	if err != nil {
 		return r.RemoteAddr == "" || r.RemoteAddr == "@" // Unix socket
 	}
-	ip := net.ParseIP(host)
+	return s.AllowsIP(net.ParseIP(host))
+}
+
+// AllowsIP reports whether requests from ip are allowed (loopback always;
+// with --allow-from, the networks it names; without, every address). The
+// HTTP server's listener asks it to keep connection slots for them
+// (HTTPOptions.Allowed).
+func (s *Server) AllowsIP(ip net.IP) bool {
+	if len(s.cfg.AllowFrom) == 0 {
+		return true
+	}
 	if ip == nil {
 		return false
 	}

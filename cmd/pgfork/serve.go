@@ -141,7 +141,7 @@ func envPGURL() (string, []string) {
 	} else {
 		u.User = url.User(user)
 	}
-	u.RawQuery = q.Encode()
+	u.RawQuery = instance.EncodeQuery(q)
 	return u.String(), set
 }
 
@@ -307,6 +307,13 @@ func runServe(ctx context.Context, o *serveOpts) error {
 		MaxDatabases: o.maxDatabases, MinLifetime: o.minLifetime, IdleTimeout: o.poolIdle, FinalizeTimeout: o.finalizeTimeout,
 		GetTimeout: o.getTimeout, RootTemplate: o.rootTmpl, Observer: metrics,
 	}
+	// One serve per state directory: a second one would take the first
+	// one's managed PostgreSQL away (issue 19, F19).
+	release, err := serve.LockState(layout(), o.listen)
+	if err != nil {
+		return err
+	}
+	defer release()
 	b, err := openBackend(ctx, o, log, mcfg)
 	if err != nil {
 		return err
@@ -322,7 +329,7 @@ func runServe(ctx context.Context, o *serveOpts) error {
 	}()
 	mgr, conn, owner := b.Manager, b.Conn, b.Owner
 	srv := server.New(server.Config{Manager: mgr, Conn: conn, Token: o.token, AllowFrom: o.allowNets, Logger: log, Registry: reg, Metrics: metrics})
-	hopts := server.HTTPOptions{LongestWait: o.finalizeTimeout + o.getTimeout, MaxConns: o.maxConns}
+	hopts := server.HTTPOptions{LongestWait: o.finalizeTimeout + o.getTimeout, MaxConns: o.maxConns, Allowed: srv.AllowsIP}
 	hs := server.NewHTTPServer(srv, hopts)
 
 	if !server.IsLoopback(o.listen) && o.token == "" && len(o.allowNets) == 0 {
@@ -335,17 +342,11 @@ func runServe(ctx context.Context, o *serveOpts) error {
 	errc := make(chan error, 2)
 	go func() { errc <- hs.Serve(hopts.Listen(ln)) }()
 	if o.socket != "" {
-		_ = os.Remove(o.socket)
-		old := syscall.Umask(0o177)
-		sl, err := net.Listen("unix", o.socket)
-		syscall.Umask(old)
+		sl, err := server.ListenUnix(o.socket)
 		if err != nil {
-			return errs.Wrap(errs.Permission, err, "cannot listen on %s", o.socket)
+			return err
 		}
-		if err := os.Chmod(o.socket, 0o600); err != nil {
-			return errs.Wrap(errs.OSKind(err), err, "cannot chmod %s", o.socket)
-		}
-		defer os.Remove(o.socket)
+		defer sl.Close() // removes the socket
 		go func() { errc <- hs.Serve(hopts.Listen(sl)) }()
 	}
 	if o.isolation == "cluster" {
@@ -459,6 +460,9 @@ func (o *serveOpts) validate() error {
 			return bad("%s %s is out of range", d.name, d.v).WithHint("use 0 to %s", maxTimeout)
 		}
 	}
+	if err := validToken(o.token); err != nil {
+		return err
+	}
 	if !pool.ValidPrefix(o.prefix) {
 		return bad("--db-prefix %q is not valid", o.prefix).WithHint("use 1-20 lower-case letters, digits or _, starting with a letter (env INTEGRESQL_DB_PREFIX)")
 	}
@@ -526,4 +530,28 @@ func pgAndUser() (pgbin.Installation, *instance.OSUser, error) {
 	}
 	user, err := instance.ResolveUser(g.runAs)
 	return pg, user, err
+}
+
+// minTokenLen is the shortest --token serve accepts: 16 URL-safe characters
+// are about 96 bits, out of reach of guessing at the few tries a minute
+// the server allows one address.
+const minTokenLen = 16
+
+// validToken refuses a token too short to resist guessing or with
+// characters that cannot stand in the base URL http://HOST:PORT/TOKEN/api
+// (issue 19, F13).
+func validToken(tok string) error {
+	if tok == "" {
+		return nil
+	}
+	hint := "generate one: openssl rand -hex 16, or python3 -c 'import secrets; print(secrets.token_urlsafe(24))'"
+	if len(tok) < minTokenLen {
+		return errs.New(errs.Usage, "--token is %d characters; it must have at least %d", len(tok), minTokenLen).WithHint("%s", hint)
+	}
+	for _, c := range tok {
+		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '-' || c == '_' || c == '.' || c == '~') {
+			return errs.New(errs.Usage, "--token holds %q: only letters, digits and - _ . ~ can stand in the base URL clients use", c).WithHint("%s", hint)
+		}
+	}
+	return nil
 }

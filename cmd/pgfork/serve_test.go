@@ -250,6 +250,11 @@ func TestServeRefusesBadInput(t *testing.T) {
 		{nil, []string{"--listen", "0.0.0.0:0"}, "not loopback"},
 		{[]string{"INTEGRESQL_PORT=5999"}, []string{"--listen", ":0"}, "not loopback"},
 		{nil, []string{"--listen", "0.0.0.0:0", "--allow-from", "10.0.0.0/33"}, "--allow-from"},
+		// issue 19, F13: a token that guessing could find, or that cannot
+		// stand in the base URL.
+		{nil, []string{"--listen", "0.0.0.0:0", "--token", "x"}, "at least 16"},
+		{nil, []string{"--token", " "}, "at least 16"},
+		{nil, []string{"--token", "abcdefghijklmn/op"}, "base URL"},
 	} {
 		home := testenv.Dir(t)
 		p := &pgfk{t: t, bin: bin, home: home, pgBin: pgBin, extraEnv: c.env}
@@ -307,5 +312,24 @@ func TestServeExternalFromPGEnv(t *testing.T) {
 	}
 	if _, err := os.Stat(filepath.Join(home2, "serve", "pgdata")); err == nil {
 		t.Error("a managed cluster was started although INTEGRESQL_PGUSER was set")
+	}
+}
+
+// TestServeOneStateDir (issue 19, F19): a second pgfork serve on the state
+// directory of a running one exits 6 naming the first (its pid and
+// address), and the first keeps serving. Before, the second started, stopped
+// the first one's PostgreSQL and left it answering 503.
+func TestServeOneStateDir(t *testing.T) {
+	bin := upBinary(t)
+	home := testenv.Dir(t)
+	pgBin := testenv.PGBinDirs(t)[0]
+	s := startServe(t, bin, home, pgBin, nil)
+	r := runServeOnce(t, bin, home, pgBin)
+	if r.code != 6 || !strings.Contains(r.stderr, "already uses the state directory") ||
+		!strings.Contains(r.stderr, fmt.Sprintf("pid %d", s.cmd.Process.Pid)) {
+		t.Errorf("second serve: exit %d, want 6 naming the first (pid %d)\n%s", r.code, s.cmd.Process.Pid, r.stderr)
+	}
+	if code, body := s.call(t, "GET", "/healthz", ""); code != 200 {
+		t.Fatalf("the first serve after the second tried: healthz %d %s", code, body)
 	}
 }

@@ -175,7 +175,7 @@ func (s *Store) CreateTemplate(ctx context.Context, name, owner, root string) er
 func (s *Store) setupTemplate(ctx context.Context, inst *instance.Instance, name, owner, root string) error {
 	// The superuser connects over the private socket (trust); TCP needs passwords.
 	q := url.Values{"host": {inst.SocketDir}, "port": {strconv.Itoa(inst.Port)}, "user": {"postgres"}}
-	c, err := pgx.Connect(ctx, "postgres:///postgres?"+q.Encode())
+	c, err := pgx.Connect(ctx, "postgres:///postgres?"+instance.EncodeQuery(q))
 	if err != nil {
 		return errs.Wrap(errs.Internal, err, "cannot connect to the template cluster %s", name)
 	}

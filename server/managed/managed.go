@@ -106,7 +106,7 @@ func Start(ctx context.Context, o Options) (*Server, error) {
 	}
 	// The superuser goes over the private socket (trust); TCP needs passwords.
 	q := url.Values{"host": {inst.SocketDir}, "port": {strconv.Itoa(inst.Port)}, "user": {"postgres"}}
-	m := &Server{Inst: inst, AdminURL: "postgres:///postgres?" + q.Encode(),
+	m := &Server{Inst: inst, AdminURL: "postgres:///postgres?" + instance.EncodeQuery(q),
 		Conn: pool.ConnInfo{Host: "127.0.0.1", Port: inst.Port, Username: o.Role, Password: pw}}
 	if err := EnsureRole(ctx, m.AdminURL, o.Role, pw, !o.LeastPrivilege); err != nil {
 		_ = inst.Stop(context.Background(), instance.Fast)

@@ -51,8 +51,18 @@ func Copy(ctx context.Context, src, dst string, opts Options) (*Summary, error) 
 		release()
 	}()
 
+	// The staging directory stays root's and private while it is filled
+	// (docs/SECURITY.md): its owner and mode are applied last, just before
+	// the rename, and the name is checked to still be the directory built.
+	opts.KeepRootPrivate = true
 	c := newCopier(srcAbs, staging, dstAbs, opts)
 	sum, err := c.run(ctx)
+	if err == nil {
+		err = c.rootMeta()
+	}
+	if err == nil {
+		err = SameDir(staging, c.rootID)
+	}
 	if err != nil {
 		_ = fsutil.RemoveAll(staging)
 		return nil, c.finalError(ctx, err, parent)
@@ -144,6 +154,7 @@ type copier struct {
 	opts             Options
 	isRoot           bool
 	dstDev           uint64
+	rootID           os.FileInfo // the destination directory as it was when the copy began
 
 	dirs, files, others []*entry
 	totalBytes          int64
@@ -154,6 +165,10 @@ type copier struct {
 	files64, bytes64, shared64, vanished64 atomic.Int64
 	methods                                sync.Map // Method -> *atomic.Int64
 }
+
+// testHookAfterDirs, when set (tests only), runs once the directories of a
+// copy exist in its destination, before any file is copied.
+var testHookAfterDirs func(root string)
 
 func newCopier(src, root, final string, opts Options) *copier {
 	return &copier{src: src, root: root, final: final, opts: opts, isRoot: os.Geteuid() == 0, pairs: map[uint64]*pairInfo{}}
@@ -176,6 +191,9 @@ func (c *copier) run(ctx context.Context) (*Summary, error) {
 		return nil, errs.FromOS(err, c.root, "cannot stat the destination")
 	}
 	c.dstDev = dev
+	if c.rootID, err = os.Lstat(c.root); err != nil {
+		return nil, errs.FromOS(err, c.root, "cannot stat the destination")
+	}
 
 	// Directories first (owner-writable until their contents are in), then
 	// symlinks and fifos, then file contents in parallel.
@@ -188,6 +206,9 @@ func (c *copier) run(ctx context.Context) (*Summary, error) {
 		if err := c.makeOther(e); err != nil {
 			return nil, err
 		}
+	}
+	if testHookAfterDirs != nil {
+		testHookAfterDirs(c.root)
 	}
 	if err := c.probe(ctx); err != nil {
 		return nil, err

@@ -31,6 +31,12 @@ type Options struct {
 	// Owner, when set, makes everything copied belong to this uid/gid.
 	// Otherwise the source's ownership is kept when running as root.
 	Owner *Owner
+	// KeepRootPrivate leaves the destination directory itself as it is
+	// (for a staging directory: root's, 0700) instead of giving it the
+	// source's owner and mode, so that nobody else can reach into it while
+	// the caller finishes it; the caller hands it over last with HandOver.
+	// Copy does this for its own staging directory always.
+	KeepRootPrivate bool
 	// TolerateVanished skips files that disappear between listing and
 	// copying (online copy of a running server) instead of failing.
 	TolerateVanished bool

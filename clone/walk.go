@@ -25,11 +25,30 @@ const (
 func (c *copier) setDirsMeta() error {
 	for i := len(c.dirs) - 1; i >= 0; i-- {
 		d := c.dirs[i]
+		if i == 0 && c.opts.KeepRootPrivate {
+			continue // handed over last (rootMeta / HandOver)
+		}
 		if err := c.setMeta(nil, c.dstPath(d), d); err != nil {
 			return err
 		}
 	}
 	return nil
+}
+
+// rootMeta gives the destination directory itself its final metadata, by
+// descriptor (HandOver), once nothing more is written into it.
+func (c *copier) rootMeta() error {
+	d := c.dirs[0]
+	uid, gid := -1, -1
+	if c.opts.Owner != nil {
+		uid, gid = c.opts.Owner.UID, c.opts.Owner.GID
+	} else if c.isRoot && d.sys.ok {
+		uid, gid = d.sys.uid, d.sys.gid
+	}
+	if err := HandOver(c.root, uid, gid, d.mode&(fs.ModePerm|fs.ModeSetgid|fs.ModeSticky)); err != nil {
+		return c.writeErr(err, d)
+	}
+	return lutimes(c.root, d.atime, d.mtime)
 }
 
 // walk lists the source tree, applying the filter.

@@ -256,6 +256,7 @@ type build struct {
 	tss               []pgdata.Tablespace
 	owner             *clone.Owner
 	data, tsStage     *staged
+	rootMode          fs.FileMode         // the source data directory's mode, given to the clone last
 	config            *pgdata.ConfigFiles // found by asking the source
 	tsRenamed, placed bool
 	res               *Result
@@ -393,7 +394,14 @@ func (b *build) copyData(ctx context.Context) (string, error) {
 		}
 		return base(rel, d)
 	}
-	if err := b.copyTree(ctx, "data", b.src, b.data.path, filter); err != nil {
+	// The staging directory itself stays root's and private until place
+	// hands it over: WAL, backup_label and configuration are written into
+	// it after the copy, where the clone's user must not reach (issue 19,
+	// F4b).
+	if fi, err := os.Stat(b.src); err == nil {
+		b.rootMode = fi.Mode().Perm()
+	}
+	if err := b.copyTree(ctx, "data", b.src, b.data.path, filter, true); err != nil {
 		return "", err
 	}
 	if walLink {
@@ -402,7 +410,7 @@ func (b *build) copyData(ctx context.Context) (string, error) {
 			return "", err
 		}
 		if !b.opts.Online {
-			if err := b.copyTree(ctx, "wal", srcWAL, wal, nil); err != nil {
+			if err := b.copyTree(ctx, "wal", srcWAL, wal, nil, false); err != nil {
 				return "", err
 			}
 		}
@@ -430,18 +438,13 @@ func (b *build) copyTablespaces(ctx context.Context) (map[string]string, error) 
 			if err := os.WriteFile(filepath.Join(b.tsStage.path, incompleteMarker), []byte("pgfork clone in progress\n"), 0o600); err != nil {
 				return nil, errs.FromOS(err, b.tsStage.path, "cannot mark the tablespace copy as incomplete")
 			}
-			if err := b.chown(b.tsStage.path); err != nil {
-				return nil, err
-			}
-			if err := os.Chmod(b.tsStage.path, 0o700); err != nil {
-				return nil, errs.FromOS(err, b.tsStage.path, "cannot set the mode of the tablespace directory")
-			}
+			// Root's and 0700 until place hands it over.
 		}
 		dir := filepath.Join(b.tsStage.path, ts.OID)
 		if err := os.Mkdir(dir, 0o700); err != nil {
 			return nil, errs.FromOS(err, dir, "cannot create the tablespace copy")
 		}
-		if err := b.copyTree(ctx, "tablespace "+ts.OID, ts.Target, dir, pgdata.TablespaceFilter); err != nil {
+		if err := b.copyTree(ctx, "tablespace "+ts.OID, ts.Target, dir, pgdata.TablespaceFilter, false); err != nil {
 			return nil, err
 		}
 		final := filepath.Join(TablespaceDir(b.dst), ts.OID)
@@ -498,15 +501,16 @@ func (b *build) copyConfig() error {
 }
 
 // copyTree copies src into the existing empty directory dst and adds the
-// copy's summary to the result.
-func (b *build) copyTree(ctx context.Context, phase, src, dst string, filter clone.Filter) error {
+// copy's summary to the result. With private, dst itself keeps its owner
+// and mode (a staging directory: root's, 0700) for place to hand over.
+func (b *build) copyTree(ctx context.Context, phase, src, dst string, filter clone.Filter, private bool) error {
 	var onProgress func(clone.Progress)
 	if b.opts.OnProgress != nil {
 		onProgress = func(p clone.Progress) { b.opts.OnProgress(Progress{Phase: phase, Progress: p}) }
 	}
 	sum, err := clone.CopyInto(ctx, src, dst, clone.Options{
 		Method: b.opts.Method, Jobs: b.opts.Jobs, Sync: b.opts.Sync, Filter: filter,
-		Owner: b.owner, TolerateVanished: b.opts.Online, OnProgress: onProgress,
+		Owner: b.owner, TolerateVanished: b.opts.Online, OnProgress: onProgress, KeepRootPrivate: private,
 	})
 	if err != nil {
 		return err
@@ -522,6 +526,10 @@ func (b *build) copyTree(ctx context.Context, phase, src, dst string, filter clo
 	}
 	return nil
 }
+
+// testHookBeforeWAL, when set (tests only), runs in an online clone after
+// the data directory is copied, before the WAL is written into staging.
+var testHookBeforeWAL func(staging string)
 
 // finishOnline stops the backup on the same session, writes backup_label
 // and tablespace_map, and copies the WAL from the backup's start to its stop.
@@ -546,6 +554,9 @@ func (b *build) finishOnline(ctx context.Context, sess *backupSession, srcWAL st
 	var own *uidgid
 	if b.owner != nil {
 		own = &uidgid{b.owner.UID, b.owner.GID}
+	}
+	if testHookBeforeWAL != nil {
+		testHookBeforeWAL(b.data.path)
 	}
 	n, err := copyWAL(ctx, srcWAL, filepath.Join(b.data.path, "pg_wal"), plan, own, b.opts.Sync != clone.SyncNone)
 	if err != nil {
@@ -624,6 +635,30 @@ func (b *build) checkStillStopped(ctx context.Context, before *pgdata.ControlDat
 func (b *build) place(ctx context.Context) error {
 	if err := ctx.Err(); err != nil {
 		return errs.Wrap(errs.Interrupted, err, "clone interrupted")
+	}
+	uid, gid := -1, -1
+	if b.owner != nil {
+		uid, gid = b.owner.UID, b.owner.GID
+	}
+	// Hand the staging directories over last, by descriptor, and check
+	// their names still are the directories built.
+	if b.tsStage != nil {
+		if err := clone.HandOver(b.tsStage.path, uid, gid, 0o700); err != nil {
+			return errs.FromOS(err, b.tsStage.path, "cannot give the tablespace copies to their OS user")
+		}
+		if err := clone.SameDir(b.tsStage.path, b.tsStage.built); err != nil {
+			return err
+		}
+	}
+	mode := b.rootMode
+	if mode == 0 {
+		mode = 0o700
+	}
+	if err := clone.HandOver(b.data.path, uid, gid, mode); err != nil {
+		return errs.FromOS(err, b.data.path, "cannot give the clone to its OS user")
+	}
+	if err := clone.SameDir(b.data.path, b.data.built); err != nil {
+		return err
 	}
 	if b.tsStage != nil {
 		if err := fsutil.RenameNoReplace(b.tsStage.path, TablespaceDir(b.dst)); err != nil {

@@ -37,6 +37,7 @@ func TablespaceDir(dst string) string { return dst + tablespaceSuffix }
 type staged struct {
 	path   string
 	unlock func()
+	built  os.FileInfo // the directory as made: checked before the rename (clone.SameDir)
 }
 
 func newStaged(parent, base string) (*staged, error) {
@@ -49,7 +50,13 @@ func newStaged(parent, base string) (*staged, error) {
 		_ = os.Remove(p)
 		return nil, errs.Wrap(errs.Internal, err, "cannot lock the staging directory").WithPath(p)
 	}
-	return &staged{path: p, unlock: unlock}, nil
+	built, err := os.Lstat(p)
+	if err != nil {
+		unlock()
+		_ = os.Remove(p)
+		return nil, errs.FromOS(err, p, "cannot stat the staging directory")
+	}
+	return &staged{path: p, unlock: unlock, built: built}, nil
 }
 
 // release drops the lock; the directory stays where it is.

@@ -1,6 +1,6 @@
 import { spawn } from "node:child_process";
-import { readdirSync, readFileSync } from "node:fs";
-import { join } from "node:path";
+import { existsSync, readdirSync, readFileSync } from "node:fs";
+import { dirname, join, resolve } from "node:path";
 import { PgforkError } from "./errors.js";
 import { cjsDefault, loadPeer } from "./peer.js";
 
@@ -149,6 +149,15 @@ export function runCommand(
   });
 }
 
+/** node_modules/.bin/name in dir or the nearest parent that has it (as npx finds it), else name (from PATH). */
+export function findBin(dir: string, name: string): string {
+  for (let d = resolve(dir); ; d = dirname(d)) {
+    const p = join(d, "node_modules", ".bin", name);
+    if (existsSync(p)) return p;
+    if (dirname(d) === d) return name;
+  }
+}
+
 /** Options of the Prisma adapter. */
 export interface PrismaOptions {
   /** The project directory (where prisma.config.ts or prisma/schema.prisma is); default the current one. */
@@ -168,10 +177,7 @@ export function prismaMigrator(opts: PrismaOptions = {}): Migrate {
   return async (url) => {
     const cwd = opts.cwd ?? process.cwd();
     let bin = opts.bin;
-    if (!bin) {
-      const local = join(cwd, "node_modules", ".bin", "prisma");
-      bin = (await import("node:fs")).existsSync(local) ? local : "prisma";
-    }
+    bin ??= findBin(cwd, "prisma");
     const args = ["migrate", "deploy"];
     if (opts.schema) args.push("--schema", opts.schema);
     if (opts.config) args.push("--config", opts.config);

@@ -30,3 +30,4 @@ export {
   type PrismaOptions,
 } from "./migrate.js";
 export { ensureTemplate, getDatabase, redact, type Template, type TemplateOptions } from "./template.js";
+export { PgforkDatabase, runWithDatabase } from "./database.js";

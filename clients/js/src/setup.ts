@@ -9,6 +9,6 @@ export async function buildShared(opts: TemplateOptions): Promise<SharedTemplate
     const t = await ensureTemplate({ ...opts, client });
     return { baseUrl: client.baseUrl, token: client.token, apiVersion: client.apiVersion, hash: t.hash };
   } catch (e) {
-    return { baseUrl: client.baseUrl, token: client.token, apiVersion: client.apiVersion, error: (e as Error).message };
+    return { baseUrl: client.baseUrl, token: client.token, apiVersion: client.apiVersion, error: (e as Error).message, errorName: (e as Error).name };
   }
 }

@@ -1,8 +1,6 @@
 import { inject, test as baseTest } from "vitest";
 import { type PgforkDatabase, runWithDatabase } from "./database.js";
-import { buildShared } from "./setup.js";
 import { type SharedTemplate, sharedClient } from "./shared.js";
-import type { TemplateOptions } from "./template.js";
 
 declare module "vitest" {
   export interface ProvidedContext {
@@ -10,23 +8,11 @@ declare module "vitest" {
   }
 }
 
-/**
- * A vitest globalSetup that builds the template once for all workers:
- * `export default pgforkSetup({ migrations: "migrations" })` in the file named by
- * `test.globalSetup`. A failed build does not stop the run: every test using
- * `db` fails with its message.
- */
-export function pgforkSetup(opts: TemplateOptions): (project: { provide(key: "pgfork", value: SharedTemplate): void }) => Promise<void> {
-  return async (project) => {
-    project.provide("pgfork", await buildShared(opts));
-  };
-}
-
 /** vitest's `test` with a `db` fixture: each test gets its own database of the globalSetup's template. */
 export const test = baseTest.extend<{ db: PgforkDatabase }>({
   // eslint-disable-next-line no-empty-pattern -- vitest reads the fixture's dependencies from this pattern
   db: async ({ task }, use) => {
-    const { client, hash } = sharedClient(inject("pgfork"), "add pgforkSetup(…) to test.globalSetup in vitest.config");
+    const { client, hash } = sharedClient(inject("pgfork"), "add a file exporting pgfork/vitest-setup's pgforkSetup(…) to test.globalSetup in vitest.config");
     let failed = false;
     await runWithDatabase(client, hash, async (db) => {
       await use(db);

@@ -17,7 +17,7 @@ export function globalSetup(opts: TemplateOptions): () => Promise<void> {
 /** The jest globalTeardown: forgets the template of this run's environment. */
 export function globalTeardown(): () => Promise<void> {
   return async () => {
-    delete process.env[ENV_SHARED];
+    Reflect.deleteProperty(process.env, ENV_SHARED);
   };
 }
 

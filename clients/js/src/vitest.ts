@@ -10,7 +10,6 @@ declare module "vitest" {
 
 /** vitest's `test` with a `db` fixture: each test gets its own database of the globalSetup's template. */
 export const test = baseTest.extend<{ db: PgforkDatabase }>({
-  // eslint-disable-next-line no-empty-pattern -- vitest reads the fixture's dependencies from this pattern
   db: async ({ task }, use) => {
     const { client, hash } = sharedClient(inject("pgfork"), "add a file exporting pgfork/vitest-setup's pgforkSetup(…) to test.globalSetup in vitest.config");
     let failed = false;

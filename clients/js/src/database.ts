@@ -13,6 +13,8 @@ export class PgforkDatabase {
   readonly config: DatabaseConfig;
   /** Set when the test failed: the database is not given back. */
   kept = false;
+  /** Milliseconds the test waited for this database: the hand-out plus opening db.client. */
+  acquireMs = 0;
   private pgClient: PgClient | undefined;
   private others: PgClient[] = [];
 
@@ -81,10 +83,12 @@ export async function runWithDatabase<T>(
   fn: (db: PgforkDatabase) => Promise<T> | T,
   opts: { readonly?: boolean; log?: (line: string) => void } = {},
 ): Promise<T> {
+  const t0 = performance.now();
   const db = new PgforkDatabase(await getDatabase(client, hash));
   let failed = true;
   try {
     await db.open();
+    db.acquireMs = performance.now() - t0;
     const r = await fn(db);
     failed = false;
     return r;

@@ -15,6 +15,8 @@ export class PgforkDatabase {
   kept = false;
   /** Milliseconds the test waited for this database: the hand-out plus opening db.client. */
   acquireMs = 0;
+  /** Milliseconds of the hand-out alone (getTestDatabase). */
+  handOutMs = 0;
   private pgClient: PgClient | undefined;
   private others: PgClient[] = [];
 
@@ -85,6 +87,7 @@ export async function runWithDatabase<T>(
 ): Promise<T> {
   const t0 = performance.now();
   const db = new PgforkDatabase(await getDatabase(client, hash));
+  db.handOutMs = performance.now() - t0;
   let failed = true;
   try {
     await db.open();

@@ -26,7 +26,7 @@ if ! npm ci --no-audit --no-fund --loglevel=error >/tmp/pgfork-js-npm.$$ 2>&1; t
 	exit 1
 fi
 rm -f /tmp/pgfork-js-npm.$$
-log "tsc --noEmit (strict)"
+log "tsc --noEmit (strict): the sources, and the TypeScript examples against the declarations"
 npx --no-install tsc --noEmit -p tsconfig.json
 log "eslint"
 npx --no-install eslint --max-warnings 0 .
@@ -38,5 +38,6 @@ for d in examples test/fixtures; do
 	mkdir -p "$d/node_modules"
 	ln -sfn "$here" "$d/node_modules/pgfork"
 done
+npx --no-install tsc -p tsconfig.examples.json
 log "tests (node --test)"
 node --test --test-reporter=tap --test-concurrency=2 test/*.test.mjs

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Tests the JavaScript/TypeScript client (clients/js) against a live
-# `pgfork serve`: npm ci (versions from package-lock.json), tsc --noEmit
+# `pgfork serve`: npm ci (versions from package-lock.json; no install
+# scripts: none is needed, and Prisma's would download engines), tsc --noEmit
 # (strict), eslint, the build (ESM + CommonJS + .d.ts), then the tests with
 # node's test runner (TAP), which also run the README's examples with vitest,
 # jest and node:test. Needs PGFORK_URL (and PGFORK_TOKEN) naming the server,
@@ -19,7 +20,7 @@ major=$(node -p 'process.versions.node.split(".")[0]')
 
 cd "$here"
 log "npm ci"
-if ! npm ci --no-audit --no-fund --loglevel=error >/tmp/pgfork-js-npm.$$ 2>&1; then
+if ! npm ci --ignore-scripts --no-audit --no-fund --loglevel=error >/tmp/pgfork-js-npm.$$ 2>&1; then
 	cat /tmp/pgfork-js-npm.$$ >&2
 	rm -f /tmp/pgfork-js-npm.$$
 	log "npm ci FAILED (see above)"

@@ -473,7 +473,11 @@ func runJSBench(ctx context.Context, r *Report) error {
 		if x.name == warmPoolName {
 			warmAcq, warmHand = x.acquire, x.handOut
 		}
-		rows = append(rows, []string{x.name, Dur(x.took), Ratio(a, x.took), Ratio(b, x.took), q(x.acquire, 0.5), q(x.acquire, 0.99), q(x.handOut, 0.5), q(x.handOut, 0.99)})
+		ra, rb := Ratio(a, x.took), Ratio(b, x.took)
+		if x.name == warmPoolName { // 15 tests, not the suite: no ratio
+			ra, rb = "—", "—"
+		}
+		rows = append(rows, []string{x.name, Dur(x.took), ra, rb, q(x.acquire, 0.5), q(x.acquire, 0.99), q(x.handOut, 0.5), q(x.handOut, 0.99)})
 	}
 	r.Notef("Whole suite (%d tests, 4 vitest workers), one run each, pgfork serve with --pool-init 16 --pool-max 16 --parallel 2; per-test overhead: the time a test waited for its database "+
 		"(pgfork: hand-out + connect, db.acquireMs; (b): CREATE DATABASE … TEMPLATE + connect), and of that the hand-out alone (pgfork: GET …/tests, db.handOutMs; (b): the same as the whole). "+
@@ -484,7 +488,8 @@ func runJSBench(ctx context.Context, r *Report) error {
 	if len(warmAcq) > 0 {
 		p50, p99 := warmAcq.Quantile(0.5), warmAcq.Quantile(0.99)
 		h50, h99 := warmHand.Quantile(0.5), warmHand.Quantile(0.99)
-		r.Target(p50 <= 5*time.Millisecond && p99 <= 50*time.Millisecond, "per-test overhead of (d) with a warm pool (one file's tests, the pool full): p50 %s (≤ 5 ms), p99 %s (≤ 50 ms) over %d tests (hand-out alone: p50 %s, p99 %s)", Dur(p50), Dur(p99), len(warmAcq), Dur(h50), Dur(h99))
+		r.Target(h50 <= 5*time.Millisecond && h99 <= 50*time.Millisecond, "per-test overhead of (d) with a warm pool (one file's tests, the pool full), the hand-out: p50 %s (≤ 5 ms), p99 %s (≤ 50 ms) over %d tests", Dur(h50), Dur(h99), len(warmHand))
+		r.Target(p50 <= 5*time.Millisecond && p99 <= 50*time.Millisecond, "the same with connecting db.client (pg, SCRAM over TCP; the first test of each worker also loads pg): p50 %s (≤ 5 ms), p99 %s (≤ 50 ms)", Dur(p50), Dur(p99))
 	}
 	return nil
 }

@@ -3,6 +3,7 @@ package main
 import (
 	"bufio"
 	"context"
+	"encoding/json"
 	"fmt"
 	"os"
 	"os/exec"
@@ -23,8 +24,8 @@ import (
 // TEMPLATE + DROP per test (Testcontainers' restoreSnapshot pattern); (d)
 // clients/js (pgfork/vitest's db fixture) with pgfork serve on the same
 // server (ext4); (e) the same on a PostgreSQL 18 on the XFS reflink mount
-// (file_copy_method=clone), when there is one. PGlite (c) is not measured:
-// it is not among clients/js's locked dev dependencies.
+// (file_copy_method=clone), when there is one; and (c) PGlite, a fresh
+// instance per file with the migrations and seed, each test rolled back.
 //
 // Scale: PGFORK_BENCH_JS_SEED_MB (default 50) and PGFORK_BENCH_JS_TESTS
 // (default 300, in files of 15 tests).
@@ -151,6 +152,32 @@ afterEach(async () => { await c.end(); await admin("DROP DATABASE " + name); });
 		for k := 0; k < tests; k++ {
 			fmt.Fprintf(&b, "test(\"t%d\", async () => { await work(c); });\n", k)
 		}
+	case "c":
+		fmt.Fprintf(&b, `import { afterAll, beforeAll, test } from "vitest";
+import { readFileSync, readdirSync } from "node:fs";
+import { join } from "node:path";
+import { PGlite } from "@electric-sql/pglite";
+import { dir, record } from "./common.mjs";
+// PGlite as its users run it: a fresh instance per file, migrations and seed
+// into it, and each test's transaction rolled back. (file %d)
+let db;
+beforeAll(async () => {
+  db = new PGlite();
+  for (const f of readdirSync(join(dir, "migrations")).sort()) await db.exec(readFileSync(join(dir, "migrations", f), "utf8"));
+  await db.exec(readFileSync(join(dir, "seed.sql"), "utf8"));
+});
+afterAll(async () => { await db.close(); });
+`, i)
+		for k := 0; k < tests; k++ {
+			fmt.Fprintf(&b, `test("t%d", async () => {
+  await db.exec("BEGIN");
+  await db.query("INSERT INTO t002 (name, score) VALUES ('test', 1)");
+  await db.query("UPDATE t001 SET score = score + 1 WHERE id = 1");
+  await db.query("SELECT count(*) FROM t002");
+  await db.exec("ROLLBACK");
+});
+`, k)
+		}
 	default: // d, e: this package
 		b.WriteString(`import { test } from "pgfork/vitest";
 import { record, work } from "./common.mjs";
@@ -164,7 +191,7 @@ import { record, work } from "./common.mjs";
 
 func jsBenchSetup(c string) string {
 	switch c {
-	case "a":
+	case "a", "c":
 		return "export default async function () {}\n"
 	case "b":
 		return `import { admin, dbUrl, migrate } from "./common.mjs";
@@ -200,7 +227,7 @@ func jsBenchProject(dir, clientsJS string, seedMB, tests int) error {
 		return err
 	}
 	files := (tests + jsBenchFilesPerTest - 1) / jsBenchFilesPerTest
-	for _, c := range []string{"a", "b", "d"} {
+	for _, c := range []string{"a", "b", "c", "d"} {
 		if err := write(c+"/common.mjs", jsBenchCommon); err != nil {
 			return err
 		}
@@ -350,8 +377,8 @@ func runJSBench(ctx context.Context, r *Report) error {
 	files := (tests + jsBenchFilesPerTest - 1) / jsBenchFilesPerTest
 	r.Notef("Suite: 40 generated migrations (60 tables with two indexes each and foreign keys, 5 functions), a seed of ≈%d MB into one table, %d tests in %d files "+
 		"(vitest %s, pool forks, 4 workers); each test runs a short transaction (INSERT, UPDATE, SELECT) on its own database. Times are the whole `vitest run`, "+
-		"process start to exit. PGlite (c) is not measured: it is not among clients/js's locked dev dependencies, and a WASM PostgreSQL is not the server these tests deploy to.",
-		seedMB, tests, files, "4")
+		"process start to exit. (c) PGlite (@electric-sql/pglite %s, a dev dependency locked in clients/js): a WASM PostgreSQL in each worker, not the server these tests deploy to.",
+		seedMB, tests, files, "4", jsPGliteVersion(clientsJS))
 
 	_, pg, stopPG, err := jsBenchPG(ctx, os.TempDir())
 	if err != nil {
@@ -409,6 +436,9 @@ func runJSBench(ctx context.Context, r *Report) error {
 	}
 	if err := run("(a) migrations + seed per test file", "a", adminEnv); err != nil {
 		return err
+	}
+	if err := run("(c) PGlite: instance + migrations + seed per file, tests rolled back", "c", adminEnv); err != nil {
+		r.Notef("(c) PGlite failed: %v", err)
 	}
 	// The overhead with a warm pool: one file's tests (fewer than the pool's
 	// ready databases) after the pool has refilled.
@@ -523,4 +553,19 @@ func jsBenchWaitReady(ctx context.Context, srv *serveProc, n int, limit time.Dur
 		case <-time.After(500 * time.Millisecond):
 		}
 	}
+}
+
+// jsPGliteVersion is the installed @electric-sql/pglite's version.
+func jsPGliteVersion(clientsJS string) string {
+	b, err := os.ReadFile(filepath.Join(clientsJS, "node_modules", "@electric-sql", "pglite", "package.json"))
+	if err != nil {
+		return "?"
+	}
+	var p struct {
+		Version string `json:"version"`
+	}
+	if json.Unmarshal(b, &p) != nil {
+		return "?"
+	}
+	return p.Version
 }

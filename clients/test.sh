@@ -177,6 +177,10 @@ out=$(cd "$root/clients/go" && PGFORK_TEST_RESET=1 go test -count=1 -run '^TestR
 printf '%s\n' "$out" | grep -E '^(--- |ok)'
 printf '%s\n' "$out" | grep -q -- '--- PASS: TestResetAllTracking' || { log "TestResetAllTracking did not run"; exit 1; }
 
+log "JS client tests (clients/js/test.sh)"
+"$root/clients/js/test.sh" | tee "$work/js-test.log"
+check_skips "$work/js-test.log" JS
+
 # IntegreSQL's own clients (Go from the Go module proxy, JavaScript from npm)
 # against pgfork serve, managed and external (PGHOST… only); servers of its own.
 log "IntegreSQL client compatibility (clients/compat/run.sh)"

@@ -1,0 +1,3 @@
+const { globalTeardown } = require("pgfork/jest");
+
+module.exports = globalTeardown();

@@ -4,6 +4,8 @@ import (
 	"context"
 	"os"
 	"path/filepath"
+	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -148,4 +150,58 @@ func TestDownRemovesOnlyTheBranch(t *testing.T) {
 	if list, _ := List(lay); len(list) != 0 {
 		t.Errorf("the branch is still listed: %+v", list)
 	}
+}
+
+// TestRenamedBranchStillTracked (issue 19, F11): a branch whose data
+// directory is renamed under its running server, or whose postmaster.pid
+// is forged, is still listed as running (by the pid, start time and user
+// recorded at start), the reaper leaves it, and down stops its postmaster
+// before forgetting it. Before, ls and down forgot it while it kept running.
+func TestRenamedBranchStillTracked(t *testing.T) {
+	ctx := context.Background()
+	bin := testenv.PGBinDirs(t)[0]
+	base := testenv.Dir(t)
+	data := filepath.Join(base, "branch-f11")
+	pgtest.InitDB(t, data, pgtest.Server{BinDir: bin})
+	lay := statedir.Layout{Root: filepath.Join(base, "state")}
+	b, err := StartBranch(ctx, lay, BranchOptions{DataDir: data, Kind: KindClone, Source: "/srv/src",
+		BinDir: bin, User: pgtest.User(t), PGVersion: "test", PGMajor: 15})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Rename(data, data+".moved"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := Reap(ctx, lay); err != nil {
+		t.Fatal(err)
+	}
+	list, err := List(lay)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(list) != 1 || list[0].State != Running {
+		t.Fatalf("after its directory was renamed, List = %+v, want the branch still running", list)
+	}
+	_ = Down(ctx, lay, b.Name, DownOptions{Timeout: 10 * time.Second, KeepData: true})
+	if list, _ := List(lay); len(list) != 0 {
+		t.Errorf("down left it listed: %+v", list)
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for running(b.Pid) {
+		if time.Now().After(deadline) {
+			t.Fatalf("the branch's postmaster (pid %d) still runs after down", b.Pid)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// running reports whether pid runs and is not a zombie.
+func running(pid int) bool {
+	b, err := os.ReadFile(filepath.Join("/proc", strconv.Itoa(pid), "stat"))
+	if err != nil {
+		return false
+	}
+	s := string(b)
+	i := strings.LastIndexByte(s, ')')
+	return i >= 0 && i+2 < len(s) && s[i+2] != 'Z'
 }

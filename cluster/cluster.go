@@ -24,9 +24,11 @@ import (
 	"fmt"
 	"io/fs"
 	"os"
+	"os/user"
 	"path/filepath"
 	"regexp"
 	"sort"
+	"strconv"
 	"strings"
 	"syscall"
 	"time"
@@ -259,6 +261,9 @@ func readInfo(dir string) (Info, error) {
 // postmaster.pid that is stale, reused or forged makes it Dead.
 func state(info Info, dataDir string) State {
 	if _, err := instance.ReadPidFile(dataDir); err != nil {
+		if runsRecorded(info) {
+			return Running // its data directory was moved or removed under it
+		}
 		if errors.Is(err, fs.ErrNotExist) {
 			return Stopped
 		}
@@ -266,16 +271,40 @@ func state(info Info, dataDir string) State {
 	}
 	inst, err := instance.AttachExpect(dataDir, expect(info))
 	if err != nil {
+		if runsRecorded(info) {
+			return Running // postmaster.pid forged, the recorded server runs
+		}
 		return Dead
 	}
 	inst.Release()
 	return Running
 }
 
+// runsRecorded reports whether the server recorded in info (pid, start
+// time, user) still runs, whatever its data directory says now: a branch
+// whose directory was renamed under it is still tracked, and stopped by
+// down or the reaper, instead of forgotten while it runs (issue 19, F11).
+func runsRecorded(info Info) bool {
+	inst, err := instance.AttachRecorded(expect(info))
+	if err != nil {
+		return false
+	}
+	inst.Release()
+	return true
+}
+
 // expect is what the cluster record (root's, not the data directory's)
 // says about the server pgfork started.
 func expect(info Info) instance.Expect {
-	return instance.Expect{Pid: info.Pid, Start: info.PidStart}
+	uid := os.Geteuid()
+	if info.RunAs != "" {
+		if u, err := user.Lookup(info.RunAs); err == nil {
+			uid, _ = strconv.Atoi(u.Uid)
+		} else {
+			uid = 0 // unknown: AttachRecorded proves nothing
+		}
+	}
+	return instance.Expect{Pid: info.Pid, Start: info.PidStart, UID: uid}
 }
 
 // alive reports whether process pid runs and, when start is known, is the
@@ -455,7 +484,11 @@ type DownOptions struct {
 func stop(ctx context.Context, dataDir string, want instance.Expect, timeout time.Duration) error {
 	inst, err := instance.AttachExpect(dataDir, want)
 	if err != nil {
-		return nil // not running
+		// The data directory no longer proves it (renamed, forged pid
+		// file): the server recorded at start, if it still runs.
+		if inst, err = instance.AttachRecorded(want); err != nil {
+			return nil // not running
+		}
 	}
 	if timeout <= 0 {
 		timeout = DefaultStopTimeout

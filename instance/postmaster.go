@@ -15,6 +15,7 @@ import (
 type Expect struct {
 	Pid   int
 	Start uint64 // proc.StartTime of Pid; 0: unknown
+	UID   int    // the OS user it runs as (for AttachRecorded); 0: unknown
 }
 
 // Attach returns the server running on dataDir, or an errs.NotFound error.
@@ -98,4 +99,29 @@ func (inst *Instance) Release() {
 		_ = inst.handle.Close()
 		inst.handle = nil
 	}
+}
+
+// AttachRecorded returns the postmaster pgfork started and recorded as
+// want (pid, start time and user, from a record only pgfork writes) when its
+// data directory can no longer prove it: the directory was renamed or
+// removed under the running server, or its postmaster.pid forged. The
+// process must have the recorded start time (so a reused pid never
+// matches), run the postgres executable, and belong to want.UID (the OS
+// user pgfork ran it as; never root). It is an errs.NotFound error otherwise.
+func AttachRecorded(want Expect) (*Instance, error) {
+	uid := want.UID
+	notFound := errs.New(errs.NotFound, "the recorded server (pid %d) is not running", want.Pid)
+	if want.Start == 0 || !proc.Valid(want.Pid) || uid <= 0 {
+		return nil, notFound
+	}
+	h, err := proc.Open(want.Pid)
+	if err != nil {
+		return nil, notFound
+	}
+	in, err := proc.Inspect(want.Pid)
+	if err != nil || in.Start != want.Start || in.UID != uid || filepath.Base(in.Exe) != "postgres" || !h.Alive() {
+		_ = h.Close()
+		return nil, notFound
+	}
+	return &Instance{Pid: want.Pid, handle: h, StartTime: in.Start}, nil
 }

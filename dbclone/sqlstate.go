@@ -55,6 +55,7 @@ const (
 	stateObjectInUse           = "55006"
 	stateUndefinedDatabase     = "3D000"
 	stateInsufficientPrivilege = "42501"
+	stateNotInPrerequisite     = "55000"
 )
 
 // InUse reports whether err is the server's "object in use" (55006): other
@@ -67,6 +68,18 @@ func UndefinedDatabase(err error) bool { return hasState(err, stateUndefinedData
 // InsufficientPrivilege reports whether err is the server refusing a
 // privilege the role lacks (42501).
 func InsufficientPrivilege(err error) bool { return hasState(err, stateInsufficientPrivilege) }
+
+// NotInPrerequisiteState reports whether err is "object not in prerequisite
+// state" (55000): e.g. a backup asked of a server with wal_level minimal.
+func NotInPrerequisiteState(err error) bool { return hasState(err, stateNotInPrerequisite) }
+
+// ConnectionLost reports whether err is the server going away under a
+// session: an operator intervention (57P*: shutdown, crash) or a
+// connection exception (08*).
+func ConnectionLost(err error) bool {
+	var pe *pgconn.PgError
+	return errors.As(err, &pe) && (strings.HasPrefix(pe.Code, "57P") || strings.HasPrefix(pe.Code, "08"))
+}
 
 func hasState(err error, code string) bool {
 	var pe *pgconn.PgError

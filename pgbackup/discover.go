@@ -23,7 +23,7 @@ func List(dir string) ([]*Backup, error) {
 		if os.IsNotExist(err) {
 			return nil, errs.New(errs.NotFound, "no such backup directory").WithPath(dir).WithHint("check the path")
 		}
-		return nil, errs.Wrap(errs.Permission, err, "cannot read the backup directory").WithPath(dir)
+		return nil, errs.FromOS(err, dir, "cannot read the backup directory")
 	}
 	var out []*Backup
 	for _, e := range ents {

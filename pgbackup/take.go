@@ -82,7 +82,7 @@ func Take(ctx context.Context, o TakeOptions) (*Backup, error) {
 			WithHint("install PostgreSQL %d (`pgfork pg install %d`) or point --pg-bin at it", major, major)
 	}
 	if err := os.MkdirAll(o.Dir, 0o755); err != nil {
-		return nil, errs.Wrap(errs.Permission, err, "cannot create the backup directory").WithPath(o.Dir)
+		return nil, errs.FromOS(err, o.Dir, "cannot create the backup directory")
 	}
 	kind := "full"
 	if base != nil {

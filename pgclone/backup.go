@@ -13,6 +13,7 @@ import (
 
 	"github.com/jackc/pgx/v5/pgconn"
 
+	"github.com/pgfork/pgfork/dbclone"
 	"github.com/pgfork/pgfork/instance"
 	"github.com/pgfork/pgfork/internal/errs"
 	"github.com/pgfork/pgfork/pgdata"
@@ -256,16 +257,13 @@ func (s *backupSession) queryErr(ctx context.Context, err error, msg string) err
 	if ctx.Err() != nil {
 		return errs.Wrap(errs.Interrupted, ctx.Err(), "clone interrupted")
 	}
-	var pe *pgconn.PgError
-	if errors.As(err, &pe) {
-		switch pe.Code {
-		case "42501": // insufficient_privilege
-			return errs.Wrap(errs.Permission, err, "%s", msg).
-				WithHint("connect as a superuser, or GRANT EXECUTE on the backup functions and pg_read_all_settings to the --url user")
-		case "55000": // object_not_in_prerequisite_state: wal_level minimal, backup already running
-			return errs.Wrap(errs.Unsupported, err, "%s", msg).
-				WithHint("online clones need wal_level = replica or logical on the source; otherwise stop it cleanly and clone without --online")
-		}
+	switch {
+	case dbclone.InsufficientPrivilege(err):
+		return dbclone.SQLError(ctx, err, "%s", msg).
+			WithHint("connect as a superuser, or GRANT EXECUTE on the backup functions and pg_read_all_settings to the --url user")
+	case dbclone.NotInPrerequisiteState(err): // wal_level minimal, backup already running
+		return errs.Wrap(errs.Unsupported, err, "%s", msg).
+			WithHint("online clones need wal_level = replica or logical on the source; otherwise stop it cleanly and clone without --online")
 	}
 	if isConnLost(err) {
 		return errs.Wrap(errs.Internal, err, "%s: the connection to the source was lost", msg).WithHint("check the source's server log, then clone again")
@@ -276,7 +274,7 @@ func (s *backupSession) queryErr(ctx context.Context, err error, msg string) err
 func isConnLost(err error) bool {
 	var pe *pgconn.PgError
 	if errors.As(err, &pe) {
-		return strings.HasPrefix(pe.Code, "57P") || strings.HasPrefix(pe.Code, "08")
+		return dbclone.ConnectionLost(err)
 	}
 	return pgconn.SafeToRetry(err) || strings.Contains(err.Error(), "conn closed") || strings.Contains(err.Error(), "unexpected EOF") ||
 		strings.Contains(err.Error(), "connection reset") || strings.Contains(err.Error(), "broken pipe")

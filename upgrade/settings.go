@@ -12,6 +12,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"golang.org/x/sync/errgroup"
 
+	"github.com/pgfork/pgfork/dbclone"
 	"github.com/pgfork/pgfork/instance"
 	"github.com/pgfork/pgfork/internal/errs"
 	"github.com/pgfork/pgfork/pgdata"
@@ -98,7 +99,7 @@ func connectAny(ctx context.Context, inst *instance.Instance, roles []string, db
 		}
 		last = err
 	}
-	return nil, "", errs.Wrap(errs.Permission, last, "cannot connect to the old cluster as any of %s", strings.Join(roles, ", ")).
+	return nil, "", dbclone.SQLError(ctx, last, "cannot connect to the old cluster as any of %s", strings.Join(roles, ", ")).
 		WithHint("name its bootstrap superuser with --superuser NAME")
 }
 

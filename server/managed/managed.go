@@ -141,7 +141,7 @@ func recoverLeftover(ctx context.Context, data string) error {
 		}
 	} else if proc.Alive(pf.Pid) {
 		if err := os.Remove(filepath.Join(data, "postmaster.pid")); err != nil && !os.IsNotExist(err) {
-			return errs.Wrap(errs.Permission, err, "cannot remove the stale postmaster.pid").WithPath(data)
+			return errs.FromOS(err, data, "cannot remove the stale postmaster.pid")
 		}
 	}
 	// instance.Start makes the socket directory as <tmp>/pgfork-*; the

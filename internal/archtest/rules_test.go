@@ -1,0 +1,134 @@
+package archtest
+
+import (
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"sort"
+	"strings"
+	"testing"
+)
+
+const module = "github.com/pgfork/pgfork/"
+
+// repoRoot is the module's root directory (this package is internal/archtest).
+func repoRoot(t *testing.T) string {
+	t.Helper()
+	root, err := filepath.Abs("../..")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return root
+}
+
+// sourceFiles returns the module's non-test Go files, relative to root,
+// leaving out the client modules (they are modules of their own).
+func sourceFiles(t *testing.T, root string) []string {
+	t.Helper()
+	var files []string
+	err := filepath.WalkDir(root, func(p string, d os.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		rel, _ := filepath.Rel(root, p)
+		if d.IsDir() {
+			if rel == "clients" || strings.HasPrefix(d.Name(), ".") && rel != "." || d.Name() == "node_modules" || d.Name() == "testdata" {
+				return filepath.SkipDir
+			}
+			return nil
+		}
+		if strings.HasSuffix(rel, ".go") && !strings.HasSuffix(rel, "_test.go") {
+			files = append(files, rel)
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return files
+}
+
+// TestErrorsClassifiedOnce: SQLSTATEs are compared only in dbclone's
+// classifier (dbclone/sqlstate.go), and OS errors are never given a blanket
+// kind: errs.Wrap(errs.Permission, …) of an arbitrary error turned a full disk
+// or a missing file into "permission denied" (exit 8). Use errs.FromOS for OS
+// errors and dbclone.SQLError (or its predicates) for server errors.
+func TestErrorsClassifiedOnce(t *testing.T) {
+	root := repoRoot(t)
+	sqlstate := regexp.MustCompile(`\.Code\b|\.SQLState\(\)`)
+	for _, rel := range sourceFiles(t, root) {
+		data, err := os.ReadFile(filepath.Join(root, rel))
+		if err != nil {
+			t.Fatal(err)
+		}
+		for i, line := range strings.Split(string(data), "\n") {
+			if rel != "dbclone/sqlstate.go" && sqlstate.MatchString(line) {
+				t.Errorf("%s:%d compares a SQLSTATE; ask dbclone's classifier (SQLKind, SQLError, InUse, …): %s", rel, i+1, strings.TrimSpace(line))
+			}
+			if !strings.HasPrefix(rel, "internal/errs/") && strings.Contains(line, "errs.Wrap(errs.Permission") {
+				t.Errorf("%s:%d gives an error a blanket permission kind; classify it (errs.FromOS, dbclone.SQLError): %s", rel, i+1, strings.TrimSpace(line))
+			}
+		}
+	}
+}
+
+// TestArchitectureDocDependencies: the "depends on" column of
+// docs/ARCHITECTURE.md's package table lists exactly the module's packages
+// each package imports (internal/ left out of the names; a word in
+// parentheses after a name, like "clone (types)", is a note).
+func TestArchitectureDocDependencies(t *testing.T) {
+	root := repoRoot(t)
+	doc, err := os.ReadFile(filepath.Join(root, "docs", "ARCHITECTURE.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	row := regexp.MustCompile("^\\| `([a-z/]+)` \\|.*\\| ([^|]*) \\|$")
+	documented := map[string][]string{}
+	for _, line := range strings.Split(string(doc), "\n") {
+		m := row.FindStringSubmatch(line)
+		if m == nil {
+			continue
+		}
+		var deps []string
+		col := regexp.MustCompile(`\([^)]*\)`).ReplaceAllString(m[2], "")
+		for _, d := range strings.Split(col, ",") {
+			if d = strings.TrimSpace(d); d != "" && d != "—" && d != "-" {
+				deps = append(deps, d)
+			}
+		}
+		documented[m[1]] = deps
+	}
+	out, err := exec.Command("go", "list", "-f", `{{.ImportPath}} {{join .Imports " "}}`, module+"...").Output()
+	if err != nil {
+		t.Fatalf("go list: %v", err)
+	}
+	short := func(p string) string { return strings.TrimPrefix(strings.TrimPrefix(p, module), "internal/") }
+	for _, line := range strings.Split(strings.TrimSpace(string(out)), "\n") {
+		f := strings.Fields(line)
+		pkg := strings.TrimPrefix(f[0], module)
+		if pkg == "bench" || pkg == "cmd/pgfork" || pkg == "internal/archtest" {
+			continue // described in words ("everything", "the CLI binary; …")
+		}
+		want, ok := documented[short(pkg)]
+		if !ok {
+			want, ok = documented[pkg]
+		}
+		if !ok {
+			t.Errorf("docs/ARCHITECTURE.md has no row for package %s", pkg)
+			continue
+		}
+		var got []string
+		for _, imp := range f[1:] {
+			if strings.HasPrefix(imp, module) {
+				got = append(got, short(imp))
+			}
+		}
+		sort.Strings(got)
+		w := append([]string(nil), want...)
+		sort.Strings(w)
+		if strings.Join(got, ", ") != strings.Join(w, ", ") {
+			t.Errorf("docs/ARCHITECTURE.md says %s depends on [%s]; it imports [%s]", pkg, strings.Join(w, ", "), strings.Join(got, ", "))
+		}
+	}
+}

@@ -54,7 +54,7 @@ func (c *copier) finalError(ctx context.Context, err error, spaceDir string) err
 			WithHint("run it again")
 	}
 	var ns *noSpaceError
-	if errors.As(err, &ns) || isNoSpace(err) {
+	if errors.As(err, &ns) || errs.OSKind(err) == errs.NoSpace {
 		fsType, _ := FSType(spaceDir)
 		avail, aerr := freeBytes(spaceDir)
 		need := c.needBytes

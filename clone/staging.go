@@ -7,7 +7,6 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
-	"time"
 
 	"github.com/pgfork/pgfork/internal/errs"
 	"github.com/pgfork/pgfork/internal/flock"
@@ -29,7 +28,7 @@ func replace(staging, dst string) error {
 	if ok { // staging now holds the old dst
 		return fsutil.RemoveAll(staging)
 	}
-	aside := filepath.Join(filepath.Dir(dst), "."+filepath.Base(dst)+oldTag+fmt.Sprint(os.Getpid())+"-"+randTag())
+	aside := filepath.Join(filepath.Dir(dst), "."+filepath.Base(dst)+oldTag+fmt.Sprint(os.Getpid())+"-"+fsutil.RandomTag())
 	if err := os.Rename(dst, aside); err != nil {
 		return err
 	}
@@ -39,8 +38,6 @@ func replace(staging, dst string) error {
 	}
 	return fsutil.RemoveAll(aside)
 }
-
-func randTag() string { return fmt.Sprintf("%x", time.Now().UnixNano()&0xffffffff) }
 
 // CleanStale removes what earlier copies to dst left behind when they
 // crashed or were killed: staging directories (and replaced old copies)
@@ -166,23 +163,15 @@ func checkNesting(srcAbs, dstAbs string, force bool) error {
 	if p, err := filepath.EvalSymlinks(filepath.Dir(dstAbs)); err == nil {
 		realDst = filepath.Join(p, filepath.Base(dstAbs))
 	}
-	if within(realDst, realSrc) {
+	if fsutil.Within(realDst, realSrc) {
 		return errs.New(errs.Usage, "destination %s is inside the source %s", dstAbs, srcAbs).
 			WithHint("copy to a directory outside the source")
 	}
-	if force && within(realSrc, realDst) {
+	if force && fsutil.Within(realSrc, realDst) {
 		return errs.New(errs.Usage, "the source %s is inside the destination %s: replacing it would delete the source", srcAbs, dstAbs).
 			WithHint("choose a destination that does not contain the source")
 	}
 	return nil
-}
-
-func within(p, dir string) bool {
-	if p == dir {
-		return true
-	}
-	rel, err := filepath.Rel(dir, p)
-	return err == nil && rel != ".." && !strings.HasPrefix(rel, "../")
 }
 
 func emptyDir(dir string) {

@@ -57,10 +57,6 @@ func fallbackable(err error) bool {
 		errors.Is(err, unix.EINVAL) || errors.Is(err, unix.ENOSYS) || errors.Is(err, unix.ENOTTY)
 }
 
-func isNoSpace(err error) bool {
-	return errors.Is(err, unix.ENOSPC) || errors.Is(err, unix.EDQUOT)
-}
-
 // copyWith copies size bytes of src into dst (both at offset 0) by method m,
 // keeping holes. prog is called with the number of bytes just copied.
 func copyWith(ctx context.Context, m Method, src, dst *os.File, size int64, prog func(int64)) error {

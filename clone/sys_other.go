@@ -28,8 +28,6 @@ func devOf(string) (uint64, error) { return 0, nil }
 
 func fallbackable(err error) bool { return errors.Is(err, errNotHere) || cloneUnsupported(err) }
 
-func isNoSpace(error) bool { return false }
-
 func copyWith(ctx context.Context, m Method, src, dst *os.File, size int64, prog func(int64)) error {
 	switch m {
 	case Clone:

@@ -51,7 +51,7 @@ func (c *copier) probe(ctx context.Context) error {
 				// Probe again with the next file when it is reached.
 				continue
 			}
-			if isNoSpace(err) {
+			if errs.OSKind(err) == errs.NoSpace {
 				return &noSpaceError{rel: f.rel, err: err}
 			}
 			if errors.Is(err, fs.ErrNotExist) {
@@ -185,7 +185,7 @@ func (c *copier) syncFile(it syncItem) error {
 		err = cerr
 	}
 	if err != nil {
-		if isNoSpace(err) { // delayed allocation can run out of space only now
+		if errs.OSKind(err) == errs.NoSpace { // delayed allocation can run out of space only now
 			return &noSpaceError{rel: it.e.rel, err: err}
 		}
 		return c.writeErr(err, it.e)
@@ -350,7 +350,7 @@ func (c *copier) copyData(ctx context.Context, e *entry, sf, df *os.File, size i
 				continue
 			}
 		}
-		if isNoSpace(err) {
+		if errs.OSKind(err) == errs.NoSpace {
 			return m, &noSpaceError{rel: e.rel, err: err}
 		}
 		if errors.Is(err, fs.ErrPermission) {

@@ -184,7 +184,7 @@ func checkDestination(opts Options, src, dst string, tss []pgdata.Tablespace) er
 			return errs.New(errs.Unsupported, "tablespace %s links to a relative path %q", ts.OID, ts.Target).WithPath(src).
 				WithHint("PostgreSQL writes absolute tablespace links; repoint pg_tblspc/%s to an absolute path", ts.OID)
 		}
-		if within(dst, ts.Target) || within(ts.Target, dst) || within(TablespaceDir(dst), ts.Target) {
+		if fsutil.Within(dst, ts.Target) || fsutil.Within(ts.Target, dst) || fsutil.Within(TablespaceDir(dst), ts.Target) {
 			return errs.New(errs.Usage, "the destination overlaps the source's tablespace %s (%s)", ts.OID, ts.Target).WithPath(dst).
 				WithHint("choose a destination outside the source's data and tablespace directories")
 		}
@@ -767,7 +767,7 @@ func checkPaths(src, dst string) (string, string, error) {
 	if rp, err := filepath.EvalSymlinks(filepath.Dir(d)); err == nil {
 		rd = filepath.Join(rp, filepath.Base(d))
 	}
-	if within(rd, s) || within(s, rd) {
+	if fsutil.Within(rd, s) || fsutil.Within(s, rd) {
 		return "", "", errs.New(errs.Usage, "the destination overlaps the source").WithPath(d).
 			WithHint("choose a destination outside the source data directory (and not containing it)")
 	}
@@ -775,7 +775,3 @@ func checkPaths(src, dst string) (string, string, error) {
 }
 
 // within reports whether p is dir or inside it.
-func within(p, dir string) bool {
-	rel, err := filepath.Rel(dir, p)
-	return err == nil && rel != ".." && !strings.HasPrefix(rel, "../")
-}

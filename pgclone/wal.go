@@ -9,7 +9,6 @@ import (
 	"path/filepath"
 	"regexp"
 	"sort"
-	"syscall"
 
 	"github.com/pgfork/pgfork/clone"
 
@@ -85,7 +84,7 @@ func planWAL(srcWAL string, startTLI uint32, start, stop pgdata.LSN, segSize int
 // where the filesystem can. Ownership follows owner when set.
 func copyWAL(ctx context.Context, srcWAL, dstWAL string, p *walPlan, owner *uidgid, sync bool) (int64, error) {
 	if err := os.MkdirAll(dstWAL, 0o700); err != nil {
-		if isNoSpace(err) {
+		if errs.OSKind(err) == errs.NoSpace {
 			return 0, walNoSpace(err, dstWAL)
 		}
 		return 0, errs.FromOS(err, dstWAL, "cannot create the clone's WAL directory")
@@ -102,7 +101,7 @@ func copyWAL(ctx context.Context, srcWAL, dstWAL string, p *walPlan, owner *uidg
 				return total, errs.New(errs.Internal, "WAL file %s disappeared from the source while it was being copied", name).WithPath(srcWAL).
 					WithHint("keep more WAL on the source while cloning (e.g. ALTER SYSTEM SET wal_keep_size = '4GB'), then clone again")
 			}
-			if isNoSpace(err) {
+			if errs.OSKind(err) == errs.NoSpace {
 				return total, walNoSpace(err, dstWAL)
 			}
 			return total, errs.FromOS(err, dstWAL, "cannot copy WAL file %s from %s", name, srcWAL)
@@ -115,10 +114,6 @@ func copyWAL(ctx context.Context, srcWAL, dstWAL string, p *walPlan, owner *uidg
 		}
 	}
 	return total, nil
-}
-
-func isNoSpace(err error) bool {
-	return errors.Is(err, syscall.ENOSPC) || errors.Is(err, syscall.EDQUOT)
 }
 
 // walNoSpace is the error of a full destination while WAL is copied: it

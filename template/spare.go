@@ -30,8 +30,6 @@ package template
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"io/fs"
@@ -43,6 +41,7 @@ import (
 	"github.com/pgfork/pgfork/clone"
 	"github.com/pgfork/pgfork/internal/errs"
 	"github.com/pgfork/pgfork/internal/flock"
+	"github.com/pgfork/pgfork/internal/fsutil"
 	"github.com/pgfork/pgfork/internal/statedir"
 	"github.com/pgfork/pgfork/internal/units"
 )
@@ -118,12 +117,6 @@ func spareKey(name, tag string) string {
 		return ""
 	}
 	return key
-}
-
-func randTag() string {
-	var b [4]byte
-	_, _ = rand.Read(b[:])
-	return hex.EncodeToString(b[:])
 }
 
 // spares returns the paths of the claimable spares, by template key.
@@ -347,7 +340,7 @@ func makeSpare(ctx context.Context, lay statedir.Layout, key string, owner *clon
 	if err := os.MkdirAll(lay.Clusters(), 0o755); err != nil {
 		return false, errs.FromOS(err, lay.Clusters(), "cannot create the clusters directory")
 	}
-	tag := randTag()
+	tag := fsutil.RandomTag()
 	build := filepath.Join(lay.Clusters(), spareBuildTag+key+"-"+tag)
 	if err := os.Mkdir(build, 0o700); err != nil {
 		return false, errs.FromOS(err, build, "cannot create a spare")
@@ -423,7 +416,7 @@ func removeSpares(lay statedir.Layout, key string) {
 }
 
 func trashSpare(lay statedir.Layout, p string) {
-	trash := filepath.Join(lay.Clusters(), fmt.Sprintf("%s%s-%d", spareTrashTag, randTag(), os.Getpid()))
+	trash := filepath.Join(lay.Clusters(), fmt.Sprintf("%s%s-%d", spareTrashTag, fsutil.RandomTag(), os.Getpid()))
 	if os.Rename(p, trash) == nil {
 		_ = os.RemoveAll(trash)
 	}

@@ -14,6 +14,7 @@ import (
 
 	"github.com/pgfork/pgfork/instance"
 	"github.com/pgfork/pgfork/internal/errs"
+	"github.com/pgfork/pgfork/internal/fsutil"
 	"github.com/pgfork/pgfork/internal/units"
 	"github.com/pgfork/pgfork/pgdata"
 )
@@ -177,7 +178,7 @@ func (u *upgrader) prepare(ctx context.Context) (*prepared, error) {
 	}
 	res.Tablespaces = p.tss
 	for _, ts := range p.tss {
-		if within(ts.Location, o.NewDir) || within(o.NewDir, ts.Location) {
+		if fsutil.Within(ts.Location, o.NewDir) || fsutil.Within(o.NewDir, ts.Location) {
 			return nil, errs.New(errs.Usage, "the new data directory overlaps tablespace %s (%s)", ts.OID, ts.Location).WithPath(o.NewDir).
 				WithHint("choose NEW_DATADIR outside the old cluster's tablespace directories")
 		}
@@ -264,7 +265,7 @@ func (u *upgrader) catalog(ctx context.Context, p *prepared) (cat *Catalog, done
 // that NEW_DATADIR is free.
 func (u *upgrader) checkVersions(p *prepared) error {
 	o, res := u.o, u.res
-	if within(o.NewDir, o.OldDir) || within(o.OldDir, o.NewDir) {
+	if fsutil.Within(o.NewDir, o.OldDir) || fsutil.Within(o.OldDir, o.NewDir) {
 		return errs.New(errs.Usage, "the new data directory must be outside the old one, and the old outside the new").WithPath(o.NewDir).
 			WithHint("choose NEW_DATADIR beside the old data directory, e.g. %s", filepath.Join(filepath.Dir(o.OldDir), "data-"+strconv.Itoa(o.New.Major)))
 	}

@@ -247,11 +247,6 @@ func absDir(p, what string) (string, error) {
 	return filepath.Clean(a), nil
 }
 
-func within(p, dir string) bool {
-	rel, err := filepath.Rel(dir, p)
-	return err == nil && rel != ".." && !filepath.IsAbs(rel) && (rel == "." || len(rel) < 3 || rel[:3] != "../")
-}
-
 // errorWithFindings turns a failed pg_upgrade into the user's error.
 func errorWithFindings(what string, fs []Finding, logs string) error {
 	kind := errs.Unsupported

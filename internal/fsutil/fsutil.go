@@ -11,9 +11,12 @@
 package fsutil
 
 import (
+	"crypto/rand"
+	"encoding/hex"
 	"io/fs"
 	"os"
 	"path/filepath"
+	"strings"
 )
 
 // SyncDir fsyncs the directory dir, so that the entries created, renamed or
@@ -93,4 +96,23 @@ func unwrapPath(err error) error {
 		return pe.Err
 	}
 	return err
+}
+
+// Within reports whether path p is dir or below it, by their names (both
+// absolute and clean; resolve symlinks first where that matters). The one
+// "is this inside that" check of pgfork's packages.
+func Within(p, dir string) bool {
+	if p == dir {
+		return true
+	}
+	rel, err := filepath.Rel(dir, p)
+	return err == nil && rel != ".." && !filepath.IsAbs(rel) && !strings.HasPrefix(rel, "../")
+}
+
+// RandomTag is 8 random hex digits, for names that must not be guessed
+// (staging and trash directories beside a destination).
+func RandomTag() string {
+	var b [4]byte
+	_, _ = rand.Read(b[:])
+	return hex.EncodeToString(b[:])
 }

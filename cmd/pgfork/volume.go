@@ -1,0 +1,213 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"sync"
+
+	"github.com/spf13/cobra"
+
+	"github.com/pgfork/pgfork/internal/errs"
+	"github.com/pgfork/pgfork/internal/statedir"
+	"github.com/pgfork/pgfork/internal/units"
+	"github.com/pgfork/pgfork/volume"
+)
+
+func init() { rootCmd.AddCommand(newVolumeCmd()) }
+
+func newVolumeCmd() *cobra.Command {
+	c := &cobra.Command{
+		Use:   "volume",
+		Short: "A reflink volume for pgfork's state where the disk cannot clone (ext4)",
+		Long: `On a filesystem that cannot clone (ext4, most CI runners and VMs) every copy
+pgfork makes is a real copy. 'pgfork volume create' (as root) makes a sparse
+image file beside the state directory, formats it XFS with reflink (btrfs
+where mkfs.xfs is missing), attaches it to a loop device and mounts it; from
+then on every pgfork command keeps its state, templates, clusters and the
+managed server's data on it, without flags, and copies become clones.
+
+The volume is recorded in the state directory (volume.json). After a reboot
+any pgfork command run as root re-attaches it, as does 'pgfork volume attach';
+'pgfork volume create' prints an /etc/fstab line that does it at boot.
+'pgfork volume rm' unmounts it, detaches the loop device pgfork attached and
+removes the image: everything on the volume is lost.`,
+	}
+	c.AddCommand(newVolumeCreateCmd(), newVolumeAttachCmd(), newVolumeLsCmd(), newVolumeRmCmd(), newVolumeGrowCmd())
+	return c
+}
+
+func parseSizeFlag(s string) (int64, error) {
+	if s == "" {
+		return 0, nil
+	}
+	n, err := units.ParseBytes(s)
+	if err != nil {
+		return 0, errs.Wrap(errs.Usage, err, "bad --size").WithHint("e.g. --size 8G")
+	}
+	return n, nil
+}
+
+func newVolumeCreateCmd() *cobra.Command {
+	var size, fsType string
+	var force bool
+	c := &cobra.Command{
+		Use:   "create",
+		Short: "Make and mount a reflink volume for pgfork's state (root), or re-attach the recorded one",
+		Example: `  sudo pgfork volume create
+  sudo pgfork volume create --size 20G`,
+		Args: usageArgs(cobra.NoArgs),
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			n, err := parseSizeFlag(size)
+			if err != nil {
+				return err
+			}
+			r, err := volume.Create(cmd.Context(), baseStateDir(), volume.Options{Size: n, FS: fsType}, force)
+			if err != nil {
+				return err
+			}
+			return printVolume(cmd.OutOrStdout(), r)
+		},
+	}
+	c.Flags().StringVar(&size, "size", "", "size of the image (sparse), e.g. 20G (default: half the free space, at most 32G)")
+	c.Flags().StringVar(&fsType, "fs", "", "xfs or btrfs (default: xfs when mkfs.xfs is installed)")
+	c.Flags().BoolVar(&force, "force", false, "make a volume even where the state directory can already clone")
+	return c
+}
+
+func newVolumeAttachCmd() *cobra.Command {
+	return &cobra.Command{
+		Use:   "attach",
+		Short: "Mount the recorded volume again (after an unmount or a reboot)",
+		Args:  usageArgs(cobra.NoArgs),
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			r, err := volume.Attach(cmd.Context(), baseStateDir())
+			if err != nil {
+				return err
+			}
+			return printVolume(cmd.OutOrStdout(), r)
+		},
+	}
+}
+
+func newVolumeLsCmd() *cobra.Command {
+	return &cobra.Command{
+		Use:   "ls",
+		Short: "Show the volume recorded for the state directory",
+		Args:  usageArgs(cobra.NoArgs),
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			s, err := volume.Stat(baseStateDir())
+			if errs.KindOf(err) == errs.NotFound {
+				if g.json {
+					return printJSON(cmd.OutOrStdout(), []any{})
+				}
+				infof("no volume recorded for %s (create one: sudo pgfork volume create)", baseStateDir())
+				return nil
+			}
+			if err != nil {
+				return err
+			}
+			if g.json {
+				return printJSON(cmd.OutOrStdout(), []*volume.Status{s})
+			}
+			w := cmd.OutOrStdout()
+			fmt.Fprintf(w, "IMAGE\tMOUNT\tFS\tSIZE\tUSED\tATTACHED\tLOOP\n")
+			fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\t%v\t%s\n", s.Image, s.Mount, s.FS, units.Bytes(s.Size), units.Bytes(s.Used), s.Attached, s.Loop)
+			return nil
+		},
+	}
+}
+
+func newVolumeRmCmd() *cobra.Command {
+	return &cobra.Command{
+		Use:   "rm",
+		Short: "Unmount the volume, detach its loop device and remove its image (its data is lost)",
+		Args:  usageArgs(cobra.NoArgs),
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if err := volume.Remove(cmd.Context(), baseStateDir()); err != nil {
+				return err
+			}
+			infof("volume of %s removed", baseStateDir())
+			return nil
+		},
+	}
+}
+
+func newVolumeGrowCmd() *cobra.Command {
+	var size string
+	c := &cobra.Command{
+		Use:     "grow --size N",
+		Short:   "Grow the mounted volume to N (image, loop device, filesystem)",
+		Example: `  sudo pgfork volume grow --size 40G`,
+		Args:    usageArgs(cobra.NoArgs),
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			n, err := parseSizeFlag(size)
+			if err != nil {
+				return err
+			}
+			if n == 0 {
+				return errs.New(errs.Usage, "--size is required").WithHint("e.g. pgfork volume grow --size 40G")
+			}
+			r, err := volume.Grow(cmd.Context(), baseStateDir(), n)
+			if err != nil {
+				return err
+			}
+			return printVolume(cmd.OutOrStdout(), r)
+		},
+	}
+	c.Flags().StringVar(&size, "size", "", "new size of the image, e.g. 40G")
+	return c
+}
+
+func printVolume(w io.Writer, r *volume.Record) error {
+	if g.json {
+		return printJSON(w, r)
+	}
+	fmt.Fprintf(w, "volume %s (%s, %s) mounted at %s via %s\n", r.Image, r.FS, units.Bytes(r.Size), r.Mount, r.Loop)
+	fmt.Fprintf(w, "pgfork's state is now %s\n", r.State)
+	fmt.Fprintf(w, "pgfork commands run as root re-attach it after a reboot; to mount it at boot instead, add this line to /etc/fstab:\n  %s\n", r.FstabLine())
+	return nil
+}
+
+var attachOnce sync.Once
+
+// attachVolumeOnce re-attaches, as root, the volume recorded for base when
+// its state directory d is missing (after an unmount or a reboot). Errors
+// are left for statedir.Layout.Ensure to report.
+func attachVolumeOnce(base, d string) {
+	if d == base || os.Geteuid() != 0 {
+		return
+	}
+	attachOnce.Do(func() {
+		if _, err := os.Lstat(d); err == nil {
+			return
+		}
+		if _, err := volume.Attach(context.Background(), base); err == nil {
+			infof("re-attached the pgfork volume of %s", base)
+		}
+	})
+}
+
+// volumeErrHint names the volume in errors it explains: full (exit 7, how to
+// grow it) and recorded but not attached (how to attach it).
+func volumeErrHint(err error) error {
+	if errors.Is(err, statedir.ErrVolumeDetached) {
+		return errs.Wrap(errs.NotFound, err, "the pgfork volume is not attached").
+			WithCLI("sudo pgfork volume attach (or sudo pgfork volume create)")
+	}
+	if errs.KindOf(err) != errs.NoSpace {
+		return err
+	}
+	base := baseStateDir()
+	if statedir.Resolve(base) == base {
+		return err
+	}
+	r, lerr := volume.Load(base)
+	if lerr != nil {
+		return err
+	}
+	return errs.Wrap(errs.NoSpace, err, "the pgfork volume %s (mounted at %s, %s) is full", r.Image, r.Mount, units.Bytes(r.Size)).
+		WithCLI("%s", r.GrowHint())
+}

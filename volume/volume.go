@@ -19,6 +19,7 @@ package volume
 
 import (
 	"encoding/json"
+	"errors"
 	"os"
 	"path/filepath"
 	"time"
@@ -27,6 +28,10 @@ import (
 	"github.com/pgfork/pgfork/internal/fsutil"
 	"github.com/pgfork/pgfork/internal/statedir"
 )
+
+// ErrCanClone is wrapped by Create's refusal where the base directory's
+// filesystem clones already.
+var ErrCanClone = errors.New("the state directory's filesystem can clone")
 
 // Names inside the base state directory.
 const (

@@ -79,7 +79,7 @@ func Create(ctx context.Context, base string, o Options, force bool) (*Record, e
 			return nil, err
 		}
 		if p.Clone {
-			return nil, errs.New(errs.Exists, "%s can already clone (reflink): a volume would gain nothing", base).WithPath(base).
+			return nil, errs.Wrap(errs.Exists, ErrCanClone, "%s can already clone (reflink): a volume would gain nothing", base).WithPath(base).
 				WithCLI("pass --force to make one anyway")
 		}
 	}

@@ -9,6 +9,7 @@ import (
 	"sync"
 
 	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
 
 	"github.com/pgfork/pgfork/internal/errs"
 	"github.com/pgfork/pgfork/internal/statedir"
@@ -210,4 +211,44 @@ func volumeErrHint(err error) error {
 	}
 	return errs.Wrap(errs.NoSpace, err, "the pgfork volume %s (mounted at %s, %s) is full", r.Image, r.Mount, units.Bytes(r.Size)).
 		WithCLI("%s", r.GrowHint())
+}
+
+// addVolumeFlag adds --volume to up and serve.
+func addVolumeFlag(f *pflag.FlagSet, v *string) {
+	f.StringVar(v, "volume", os.Getenv("PGFORK_VOLUME"), `"auto": keep pgfork's state on the recorded reflink volume (re-attached if needed), or create one when root and none exists and the disk cannot clone (env PGFORK_VOLUME)`)
+}
+
+// useVolume applies --volume: "" does nothing (a recorded volume is used
+// anyway); "auto" attaches the recorded volume or, as root, creates one
+// where the state directory cannot clone. Without root and without a
+// volume it goes on without one, saying so.
+func useVolume(ctx context.Context, mode string) error {
+	switch mode {
+	case "":
+		return nil
+	case "auto":
+	default:
+		return errs.New(errs.Usage, "bad --volume %q", mode).WithHint(`use --volume auto`)
+	}
+	base := baseStateDir()
+	if _, err := volume.Load(base); err == nil {
+		if os.Geteuid() != 0 {
+			return nil // attached or not, layout().Ensure says which
+		}
+		_, err := volume.Attach(ctx, base)
+		return err
+	}
+	if os.Geteuid() != 0 {
+		infof("--volume auto: no volume recorded for %s and not root; going on without one (create it: sudo pgfork volume create)", base)
+		return nil
+	}
+	r, err := volume.Create(ctx, base, volume.Options{}, false)
+	if errors.Is(err, volume.ErrCanClone) {
+		return nil // the state directory clones already
+	}
+	if err != nil {
+		return err
+	}
+	infof("created the pgfork volume %s (%s) mounted at %s", r.Image, units.Bytes(r.Size), r.Mount)
+	return nil
 }

@@ -325,3 +325,23 @@ func TestVolumeTwoProcesses(t *testing.T) {
 		}
 	}
 }
+
+// TestVolumeAuto: `up --volume auto` as root on ext4 with no volume creates
+// one and puts the cluster on it; a second call reuses it.
+func TestVolumeAuto(t *testing.T) {
+	p := newTestPgfk(t)
+	home := volumeHome(t, p)
+	if pr, err := clone.Probe(t.Context(), home, home); err != nil || pr.Clone {
+		t.Skipf("the run directory can clone already (%v)", err)
+	}
+	for i := range 2 {
+		res := p.up("--volume", "auto", "--spares", "0", "--name", "v"+strconv.Itoa(i))
+		rec, err := volume.Load(home)
+		if err != nil {
+			t.Fatalf("no volume recorded after up --volume auto: %v", err)
+		}
+		if !strings.HasPrefix(res.DataDir, rec.State+"/") {
+			t.Errorf("cluster %s not on the volume %s", res.DataDir, rec.State)
+		}
+	}
+}

@@ -345,3 +345,44 @@ func TestVolumeAuto(t *testing.T) {
 		}
 	}
 }
+
+// TestDoctorMeasuresVolume: on ext4 doctor measures a copy there and a clone
+// on a temporary volume, says how to create one, and leaves no image, loop
+// device or mount behind.
+func TestDoctorMeasuresVolume(t *testing.T) {
+	p := newTestPgfk(t)
+	home := volumeHome(t, p)
+	if pr, err := clone.Probe(t.Context(), home, home); err != nil || pr.Clone {
+		t.Skipf("the run directory can clone already (%v)", err)
+	}
+	before, _ := exec.Command("losetup", "-a").Output()
+	r := p.run("doctor", "--json", home)
+	if r.code != 0 {
+		t.Fatalf("doctor: exit %d\n%s", r.code, r.stderr)
+	}
+	var rep struct {
+		Volume *struct {
+			Speedup struct {
+				Copy  int64 `json:"copy_ns"`
+				Clone int64 `json:"clone_ns"`
+				Why   string
+			}
+			Command string
+		}
+	}
+	if err := json.Unmarshal([]byte(r.stdout), &rep); err != nil {
+		t.Fatal(err)
+	}
+	if rep.Volume == nil || rep.Volume.Speedup.Clone <= 0 || rep.Volume.Speedup.Copy <= rep.Volume.Speedup.Clone {
+		t.Fatalf("doctor did not measure copy vs clone:\n%s", r.stdout)
+	}
+	if !strings.Contains(rep.Volume.Command, "pgfork volume create") {
+		t.Errorf("no command to create the volume: %q", rep.Volume.Command)
+	}
+	if after, _ := exec.Command("losetup", "-a").Output(); string(after) != string(before) {
+		t.Errorf("doctor left loop devices:\n%s\nbefore:\n%s", after, before)
+	}
+	if m, _ := filepath.Glob(filepath.Join(home, ".pgfork-measure-*")); len(m) > 0 {
+		t.Errorf("doctor left %v", m)
+	}
+}

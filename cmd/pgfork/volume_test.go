@@ -363,8 +363,8 @@ func TestDoctorMeasuresVolume(t *testing.T) {
 	var rep struct {
 		Volume *struct {
 			Speedup struct {
-				Copy  int64 `json:"copy_ns"`
-				Clone int64 `json:"clone_ns"`
+				Copy  float64 `json:"copy_ms"`
+				Clone float64 `json:"clone_ms"`
 				Why   string
 			}
 			Command string

@@ -16,25 +16,6 @@ import (
 	"github.com/pgfork/pgfork/internal/errs"
 )
 
-// Speedup is what Measure found: the time to copy one file set on the base
-// directory's filesystem and on a temporary reflink volume made beside it.
-type Speedup struct {
-	Bytes int64         `json:"bytes"`
-	Files int           `json:"files"`
-	Copy  time.Duration `json:"copy_ns"`  // on base's filesystem, durable (fsync)
-	Clone time.Duration `json:"clone_ns"` // on a temporary XFS reflink volume; 0: not measured
-	// Why says why Clone was not measured (not root, no mkfs.xfs, no loop).
-	Why string `json:"why,omitempty"`
-}
-
-// Ratio is Copy / Clone, or 0 when Clone was not measured.
-func (s *Speedup) Ratio() float64 {
-	if s.Clone <= 0 {
-		return 0
-	}
-	return float64(s.Copy) / float64(s.Clone)
-}
-
 const measureFiles, measureFileSize = 16, 4 << 20
 
 // Measure copies a 64 MiB set of files (16 of 4 MiB, random data, fsync'd)

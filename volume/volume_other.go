@@ -42,11 +42,5 @@ func (r *Record) Attached() bool { return false }
 // Unmount is Linux only.
 func (r *Record) Unmount() error { return unsupported() }
 
-// Speedup is not measured here.
-type Speedup struct{}
-
-// Ratio is 0.
-func (s *Speedup) Ratio() float64 { return 0 }
-
 // Measure is Linux only.
 func Measure(context.Context, string) (*Speedup, error) { return nil, unsupported() }

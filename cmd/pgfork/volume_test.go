@@ -388,3 +388,17 @@ func TestDoctorMeasuresVolume(t *testing.T) {
 		t.Errorf("doctor left %v", m)
 	}
 }
+
+// TestVolumeRefusesTooBig: an image larger than the free space is refused
+// (exit 7) before anything is made.
+func TestVolumeRefusesTooBig(t *testing.T) {
+	p := newTestPgfk(t)
+	home := volumeHome(t, p)
+	r := p.run("volume", "create", "--size", "4096T")
+	if r.code != 7 || !strings.Contains(r.stderr, "would not fit") {
+		t.Fatalf("create of a 4 PiB image: exit %d, want 7\n%s", r.code, r.stderr)
+	}
+	if ents, _ := os.ReadDir(home); len(ents) != 0 {
+		t.Errorf("refused create left %d entries in %s", len(ents), home)
+	}
+}

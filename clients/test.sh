@@ -102,6 +102,10 @@ set -a
 set +a
 server_pid=$PGFORK_PID url=$PGFORK_URL token=$PGFORK_TOKEN
 [ -n "$INTEGRESQL_CLIENT_BASE_URL" ] || { log "ci-setup.sh exported no INTEGRESQL_CLIENT_BASE_URL"; exit 1; }
+if [ "$(id -u)" = 0 ] && ! "$bin" --state-dir "$state_dir" volume ls --json | grep -q '"attached": true'; then
+	log "as root ci-setup.sh must put the server on a reflink volume; it did not"
+	exit 1
+fi
 export PGFORK_TEST_RUN="$$-$(date +%s)"
 
 # The dbmate CLI for the dbmate adapter's test, from npm (its package ships

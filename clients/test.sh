@@ -55,6 +55,8 @@ stop_server() {
 	fi
 	wait "$server_pid" 2>/dev/null || true
 	server_pid=
+	# The volume ci-setup.sh made under $work (unmounted before rm -rf).
+	[ -z "${state_dir:-}" ] || [ ! -e "$state_dir/volume.json" ] || "$bin" --state-dir "$state_dir" volume rm >&2 || true
 }
 
 finish() {
@@ -87,40 +89,24 @@ else
 	(cd "$root" && CGO_ENABLED=0 go build -o "$bin" ./cmd/pgfork)
 fi
 
-port=$(python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
-token=$(python3 -c 'import secrets; print(secrets.token_hex(16))')
-url="http://127.0.0.1:$port"
-
-log "starting pgfork serve on $url"
+log "starting pgfork serve with scripts/ci-setup.sh (what the CI recipes run)"
+# As a runner runs it: as root, on this machine's disk (ext4), with a volume;
 # --finalize-timeout 15s: the v2 timeout tests (503 with the reason) wait
 # that long; every other template is finalized within seconds.
-"$bin" serve --listen "127.0.0.1:$port" --state-dir "$work/state" --token "$token" --finalize-timeout 15s \
-	>"$work/serve.log" 2>&1 &
-server_pid=$!
-
-python3 - "$url" "$server_pid" <<'EOF'
-import os, sys, time, urllib.request, urllib.error
-url, pid = sys.argv[1], int(sys.argv[2])
-deadline = time.monotonic() + 180
-while time.monotonic() < deadline:
-    try:
-        with urllib.request.urlopen(url + "/healthz", timeout=1) as r:
-            if r.status == 200:
-                sys.exit(0)
-    except urllib.error.HTTPError as e:
-        if e.code == 401:  # healthz behind the token: it answers, so it is up
-            sys.exit(0)
-    except OSError:
-        pass
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        sys.exit("pgfork serve exited before it answered")
-    time.sleep(0.1)
-sys.exit("pgfork serve did not answer /healthz within 180s")
-EOF
-
-export PGFORK_URL="$url" PGFORK_TOKEN="$token" PGFORK_TEST_RUN="$$-$(date +%s)" PGFORK_BIN="$bin"
+state_dir="$work/state"
+PGFORK_BIN="$bin" PGFORK_STATE_DIR="$state_dir" PGFORK_LOG="$work/serve.log" PGFORK_DOTENV="$work/pgfork.env" \
+	PGFORK_SERVE_ARGS="--finalize-timeout 15s" "$root/scripts/ci-setup.sh"
+set -a
+# shellcheck source=/dev/null
+. "$work/pgfork.env"
+set +a
+server_pid=$PGFORK_PID url=$PGFORK_URL token=$PGFORK_TOKEN
+[ -n "$INTEGRESQL_CLIENT_BASE_URL" ] || { log "ci-setup.sh exported no INTEGRESQL_CLIENT_BASE_URL"; exit 1; }
+if [ "$(id -u)" = 0 ] && ! "$bin" --state-dir "$state_dir" volume ls --json | grep -q '"attached": true'; then
+	log "as root ci-setup.sh must put the server on a reflink volume; it did not"
+	exit 1
+fi
+export PGFORK_TEST_RUN="$$-$(date +%s)"
 
 # The dbmate CLI for the dbmate adapter's test, from npm (its package ships
 # the binary; the Go module proxy refuses dbmate's module here), pinned to

@@ -425,6 +425,29 @@ ok "compose pgfork-managed (${cenv[*]}): restarted on the same volume, loopback 
 API_NS=$NS_CLI API_BASE=http://pgfork:5000
 container_stop
 
+# ---- 4b. state on a bind-mounted host XFS (reflink) directory: copies clone --------
+# docs/deploy.md "A reflink volume for the container's state": the host's
+# XFS directory mounted as the container's state directory.
+if [[ -n ${PGFORK_TEST_XFS:-} && -d ${PGFORK_TEST_XFS:-} ]]; then
+	XFS_DIR=$(mktemp -d "$PGFORK_TEST_XFS/deploy-smoke.XXXXXX")
+	chown "$APP_UID:$APP_UID" "$XFS_DIR"
+	chmod 0700 "$XFS_DIR"
+	install -d -o "$APP_UID" -g "$APP_UID" -m 0700 "$ROOTFS/var/lib/pgfork-xfs"
+	mount --bind "$XFS_DIR" "$ROOTFS/var/lib/pgfork-xfs"
+	container_start "${ACCESS_ENV[@]}" PGFORK_HOME=/var/lib/pgfork-xfs
+	wait_healthy
+	integresql_flow xfs auto
+	[[ -n $(ls -A "$XFS_DIR") ]] || die "xfs: serve wrote nothing on the bind-mounted XFS directory"
+	got=$(container_exec /usr/local/bin/pgfork doctor --json /var/lib/pgfork-xfs | jq -r '.probe.fs_type + " " + .will_use')
+	[[ $got == "xfs clone" ]] || die "xfs: doctor in the container says '$got', want 'xfs clone'"
+	container_stop
+	ok "xfs: state on a bind-mounted host XFS directory ($got: copies are clones), serve runs and stops cleanly"
+	umount "$ROOTFS/var/lib/pgfork-xfs"
+	rm -rf "$XFS_DIR"
+else
+	echo "skip [${SECONDS}s] xfs: PGFORK_TEST_XFS not set (scripts/test-env.sh): no bind-mounted XFS state tested"
+fi
+
 # ---- 5. pgfork in front of a `postgres` service (compose's `pgfork`) -------------
 # The database server is a second "container" from the same rootfs sharing
 # the server network namespace (name `postgres`); pgfork gets exactly the

@@ -24,6 +24,7 @@ type doctorReport struct {
 	Dir        string               `json:"dir"`
 	Probe      *clone.ProbeResult   `json:"probe"`
 	WillUse    clone.Method         `json:"will_use"`
+	Volume     *volumeAdvice        `json:"volume,omitempty"`
 }
 
 func newDoctorCmd() *cobra.Command {
@@ -74,6 +75,7 @@ their source (copy-on-write), and the method pgfork will use.`,
 				return err
 			}
 			rep.Probe, rep.WillUse = probe, probe.Best
+			rep.Volume = adviseVolume(cmd.Context(), dir, probe)
 			if g.json {
 				return printJSON(cmd.OutOrStdout(), rep)
 			}
@@ -112,4 +114,5 @@ func printDoctor(w io.Writer, r doctorReport) {
 		fmt.Fprintln(w, "  shares blocks    no: every copy writes all its data (XFS with reflink or btrfs would share)")
 	}
 	fmt.Fprintf(w, "  pgfork will use  %s\n", r.WillUse)
+	printVolumeAdvice(w, r.Volume, p.FSType)
 }

@@ -58,11 +58,18 @@ const helpWidth = 95
 
 // layout returns the state directory layout chosen by flags or defaults.
 func layout() statedir.Layout {
-	d := g.stateDir
-	if d == "" {
-		d = statedir.Default()
-	}
+	d := statedir.Resolve(baseStateDir())
+	attachVolumeOnce(baseStateDir(), d)
 	return statedir.Layout{Root: d}
+}
+
+// baseStateDir is the state directory chosen by flags or the environment,
+// before a recorded volume moves it (statedir.Resolve).
+func baseStateDir() string {
+	if g.stateDir != "" {
+		return g.stateDir
+	}
+	return statedir.Base()
 }
 
 // usageArgs wraps cobra's positional-argument validators so that their
@@ -123,6 +130,7 @@ func run(ctx context.Context, args []string) int {
 	if ctx.Err() != nil && errs.KindOf(err) == errs.Internal {
 		err = errs.Wrap(errs.Interrupted, err, "interrupted")
 	}
+	err = volumeErrHint(err)
 	reportError(err)
 	return exitCode(err)
 }

@@ -44,7 +44,8 @@ type serveOpts struct {
 	allowFrom                        string
 	pgEnv                            []string // the PG* variables that chose the external server
 	allowNets                        []*net.IPNet
-	testUserSet                      bool // --test-user given (not from the environment)
+	testUserSet                      bool   // --test-user given (not from the environment)
+	volume                           string // --volume: "" or auto
 }
 
 func init() { rootCmd.AddCommand(newServeCmd()) }
@@ -243,10 +244,16 @@ Bad values exit 2 before anything starts.`,
 					return extra[0]
 				}
 			}
+			if o.pgURL == "" {
+				if err := useVolume(cmd.Context(), o.volume); err != nil {
+					return err
+				}
+			}
 			return runServe(cmd.Context(), o)
 		},
 	}
 	f := cmd.Flags()
+	addVolumeFlag(f, &o.volume)
 	f.StringVar(&o.listen, "listen", defaultListen(), "HTTP address (env INTEGRESQL_ADDRESS, INTEGRESQL_PORT)")
 	f.StringVar(&o.pgURL, "pg-url", os.Getenv("PGFORK_PG_URL"), "use this PostgreSQL server (a superuser or CREATEDB role) instead of a managed one (env PGFORK_PG_URL; else INTEGRESQL_PG* and PG* name one, as for IntegreSQL)")
 	f.BoolVar(&o.managed, "managed", false, "run the managed PostgreSQL even when INTEGRESQL_PG*/PG* variables are set")

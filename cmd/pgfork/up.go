@@ -29,14 +29,15 @@ killed, machine rebooted, leftovers of an interrupted up).`
 
 func newUpCmd() *cobra.Command {
 	var (
-		setup     []string
-		setupCmd  string
-		name      string
-		tcp       bool
-		ttl       time.Duration
-		parentPid string
-		superuser string
-		spares    int
+		setup      []string
+		setupCmd   string
+		name       string
+		tcp        bool
+		ttl        time.Duration
+		parentPid  string
+		superuser  string
+		spares     int
+		volumeMode string
 	)
 	cmd := &cobra.Command{
 		Use:   "up",
@@ -98,6 +99,9 @@ As root, postgres runs as --run-as (default postgres).
 			if err := checkIntRange("--spares (or "+envSpares+")", spares, 0, template.MaxSpares, "--spares 2, or 0 for none"); err != nil {
 				return err
 			}
+			if err := useVolume(cmd.Context(), volumeMode); err != nil {
+				return err
+			}
 			lay := layout()
 			res, err := up.Up(cmd.Context(), up.Options{
 				Layout: lay, FindPG: func() (pgbin.Installation, error) { return findPGCached(lay) }, RunAs: g.runAs,
@@ -127,6 +131,7 @@ As root, postgres runs as --run-as (default postgres).
 	f.DurationVar(&ttl, "ttl", 0, "remove the cluster this long after it starts (e.g. 30m; default: never)")
 	f.StringVar(&parentPid, "parent-pid", "", `remove the cluster once process PID exits ("parent": pgfork's parent process)`)
 	f.StringVar(&superuser, "superuser", "postgres", "database superuser name")
+	addVolumeFlag(f, &volumeMode)
 	f.IntVar(&spares, "spares", defaultSpares, fmt.Sprintf("spare copies of the template to keep ready, 0 to %d (0: copy on every up; env PGFORK_SPARES)", template.MaxSpares))
 	return cmd
 }

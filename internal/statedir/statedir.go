@@ -10,6 +10,7 @@
 package statedir
 
 import (
+	"errors"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -18,8 +19,38 @@ import (
 // EnvHome is the environment variable that overrides the state directory.
 const EnvHome = "PGFORK_HOME"
 
-// Default returns the state directory pgfork uses when none is given.
-func Default() string {
+// Default returns the state directory pgfork uses when none is given: Base,
+// moved onto its reflink volume when one is recorded there (Resolve).
+func Default() string { return Resolve(Base()) }
+
+// VolumeRecord is the file, in a base state directory, that records the
+// reflink volume `pgfork volume create` made for it (package volume).
+const VolumeRecord = "volume.json"
+
+// VolumeMount is the directory, in a base state directory, where the
+// recorded volume is mounted; VolumeState is the state directory on it.
+const (
+	VolumeMount = "volume"
+	VolumeState = "state"
+)
+
+// Resolve returns the state directory to use for base: the state directory on
+// base's recorded volume when base has one, else base itself.
+func Resolve(base string) string {
+	if fi, err := os.Lstat(filepath.Join(base, VolumeRecord)); err == nil && fi.Mode().IsRegular() {
+		return filepath.Join(base, VolumeMount, VolumeState)
+	}
+	return base
+}
+
+// ErrVolumeDetached is returned by Layout.Ensure when the state directory is
+// on a recorded volume that is not mounted: nothing is created on the
+// directory under the mount point.
+var ErrVolumeDetached = errors.New("the reflink volume recorded for this state directory is not attached")
+
+// Base returns the state directory chosen by the environment, before a
+// recorded volume moves it (Resolve).
+func Base() string {
 	if d := os.Getenv(EnvHome); d != "" {
 		return d
 	}
@@ -58,6 +89,11 @@ func (l Layout) Run() string { return filepath.Join(l.Root, "run") }
 // Ensure creates the state directory and its subdirectories, mode 0755 so the
 // OS user PostgreSQL runs as can traverse them.
 func (l Layout) Ensure() error {
+	if base := filepath.Dir(filepath.Dir(l.Root)); Resolve(base) == l.Root {
+		if _, err := os.Lstat(l.Root); err != nil {
+			return &os.PathError{Op: "use state directory", Path: l.Root, Err: ErrVolumeDetached}
+		}
+	}
 	for _, d := range []string{l.Root, l.Installs(), l.Templates(), l.Clusters(), l.Locks(), l.Run()} {
 		if err := os.MkdirAll(d, 0o755); err != nil {
 			return err

@@ -24,6 +24,7 @@ const (
 	EnvSmallFS = "PGFORK_TEST_SMALLFS" // a directory on a small (~64 MiB) filesystem, for ENOSPC
 	EnvPGBins  = "PGFORK_TEST_PG_BINS" // colon-separated PostgreSQL bin directories to test against
 	EnvRequire = "PGFORK_TEST_REQUIRE" // "1": missing environment fails instead of skipping
+	EnvRunDir  = "PGFORK_TEST_RUN_DIR" // where the run writes, on the machine's own disk (ext4 here)
 )
 
 const setupHint = "as root, run `make test-env` (scripts/test-env.sh) to create it, or `make check` to set up and test in one go"
@@ -82,6 +83,13 @@ func fromEnv(t testing.TB, env, what string) string {
 func XFSDir(t testing.TB) string {
 	t.Helper()
 	return fromEnv(t, EnvXFS, "an XFS filesystem with reflink")
+}
+
+// RunDir returns a fresh directory under the test run directory, on the
+// machine's own disk: for tests that make loop images of their own.
+func RunDir(t testing.TB) string {
+	t.Helper()
+	return fromEnv(t, EnvRunDir, "the test run directory")
 }
 
 // TmpfsDir returns a fresh directory on tmpfs.

@@ -1,0 +1,317 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"net/url"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"sort"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"golang.org/x/sys/unix"
+)
+
+// The volume scenario (issue 20): a realistic suite on an ext4 directory —
+// a ~180 MB template, tests on 4 workers, each taking a fresh database,
+// running a short transaction and giving it back — by the pattern projects
+// write by hand (CREATE DATABASE … TEMPLATE + DROP), by pgfork serve on
+// ext4, and by pgfork serve on a reflink volume made for the run (its
+// creation time included), on PostgreSQL 18 and 15.
+func init() {
+	register(Scenario{Name: "volume", Issue: "a reflink volume on ext4 hosts (issue 20)", Run: runVolumeBench})
+}
+
+// volSetup makes the ~180 MB template (the serve scenario's table, more rows).
+const volSetup = "CREATE TABLE big AS SELECT g AS id, repeat(md5(g::text), 6) AS v FROM generate_series(1, 740000) g; CREATE INDEX ON big(id)"
+
+const (
+	volWorkers = 4
+	volTests   = 400 // pgfork serve, both placements
+	volHand    = 100 // the hand-written pattern: scaled down, extrapolated to volTests
+)
+
+// volRun is one contender's suite.
+type volRun struct {
+	total   time.Duration // setup included (serve start, volume creation, template)
+	suite   time.Duration // the tests alone
+	tests   int
+	perTest Sample // get + give back, per test (pgfork) or CREATE + DROP (by hand)
+}
+
+func (v volRun) rate() float64 { return float64(v.tests) / v.suite.Seconds() }
+
+// suiteTotal extrapolates to volTests tests at the measured rate.
+func (v volRun) suiteTotal() time.Duration {
+	return v.total - v.suite + time.Duration(float64(v.suite)*float64(volTests)/float64(v.tests))
+}
+
+func runVolumeBench(ctx context.Context, r *Report) error {
+	if os.Geteuid() != 0 {
+		return fmt.Errorf("the volume scenario needs root (loop devices)")
+	}
+	r.Notef("Load average at start: %s (2 cores and one disk shared with other work; times grow with contention).", loadAvg())
+	defer func() { r.Notef("Load average at the end: %s.", loadAvg()) }()
+	runDir := os.Getenv("PGFORK_TEST_RUN_DIR")
+	if runDir == "" {
+		runDir = "/var/tmp"
+	}
+	tmp, err := os.MkdirTemp(runDir, "pgfork-bench-volume-")
+	if err != nil {
+		return err
+	}
+	defer os.RemoveAll(tmp)
+	_ = os.Chmod(tmp, 0o755)
+	var st unix.Statfs_t
+	if err := unix.Statfs(tmp, &st); err != nil {
+		return err
+	}
+	fsType := "ext4"
+	if st.Type != unix.EXT4_SUPER_MAGIC {
+		fsType = fmt.Sprintf("0x%x (not ext4)", st.Type)
+	}
+	bin := filepath.Join(tmp, "pgfork")
+	if out, err := goBuild(context.Background(), bin); err != nil {
+		return fmt.Errorf("go build: %v: %s", err, out)
+	}
+	r.Notef("Suite: %d tests on %d workers, each gets a fresh database from a ~180 MB template (%q), connects, runs a short transaction "+
+		"(creates and fills a table, updates 49 rows of the template's), gives it back (pgfork: POST …/recreate; by hand: DROP DATABASE). "+
+		"Run directory %s on %s. Scaled to finish in about 10 minutes here: the hand-written pattern runs %d tests and its suite time is "+
+		"extrapolated to %d at its measured rate (it is steady: every test pays one CREATE DATABASE). Totals include each contender's setup "+
+		"(serve start with its managed PostgreSQL, template build; the volume's creation for the volume).",
+		volTests, volWorkers, volSetup, tmp, fsType, volHand, volTests)
+	var missed []string
+	for _, major := range []int{18, 15} {
+		inst, err := findPG(major)
+		if err != nil {
+			r.Notef("PostgreSQL %d not measured: %v", major, err)
+			continue
+		}
+		m, err := volumeBenchMajor(ctx, r, bin, tmp, inst.BinDir, major)
+		if err != nil {
+			return fmt.Errorf("PostgreSQL %d: %w", major, err)
+		}
+		missed = append(missed, m...)
+	}
+	if len(missed) > 0 {
+		r.Notef("Missed: %s.", strings.Join(missed, "; "))
+	} else {
+		r.Notef("Every target met.")
+	}
+	return nil
+}
+
+func volumeBenchMajor(ctx context.Context, r *Report, bin, tmp, pgBin string, major int) ([]string, error) {
+	port := 17000 + major
+	// pgfork serve on ext4; the hand-written pattern runs on the same server
+	// (its managed PostgreSQL, data on ext4) once pgfork's suite is over.
+	extHome := filepath.Join(tmp, fmt.Sprintf("ext4-%d", major))
+	if err := os.Mkdir(extHome, 0o755); err != nil {
+		return nil, err
+	}
+	var hand volRun
+	ext, err := volServeSuite(ctx, bin, extHome, port, pgBin, nil, func(p *serveProc, d benchDB) error {
+		var err error
+		hand, err = volHandSuite(ctx, d)
+		return err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("pgfork serve on ext4: %w", err)
+	}
+	// pgfork serve on a volume made for the run.
+	volHome := filepath.Join(tmp, fmt.Sprintf("vol-%d", major))
+	if err := os.Mkdir(volHome, 0o755); err != nil {
+		return nil, err
+	}
+	var created time.Duration
+	var used int64
+	defer func() { _ = exec.Command(bin, "--state-dir", volHome, "volume", "rm").Run() }()
+	vol, err := volServeSuite(ctx, bin, volHome, port+100, pgBin, func() error {
+		t0 := time.Now()
+		out, err := exec.CommandContext(ctx, bin, "--state-dir", volHome, "volume", "create").CombinedOutput()
+		created = time.Since(t0)
+		if err != nil {
+			return fmt.Errorf("volume create: %v: %s", err, out)
+		}
+		return nil
+	}, func(p *serveProc, _ benchDB) error {
+		var s unix.Statfs_t
+		if err := unix.Statfs(filepath.Join(volHome, "volume"), &s); err != nil {
+			return err
+		}
+		used = int64(s.Blocks-s.Bfree) * s.Bsize
+		return nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("pgfork serve on the volume: %w", err)
+	}
+	r.Notef("PostgreSQL %d: volume created in %s; space used on it after the suite: %.0f MiB (XFS log and metadata included).",
+		major, Dur(created), float64(used)/(1<<20))
+	hTotal := hand.suiteTotal()
+	r.Table([]string{fmt.Sprintf("PG %d: how the tests get their databases", major), "suite total (400 tests)", "tests run", "DBs/s", "per test p50", "per test p99", "vs by hand"}, [][]string{
+		{"by hand: CREATE DATABASE … TEMPLATE (default strategy) + DROP, on ext4", Dur(hTotal) + " (extrapolated)", fmt.Sprint(hand.tests), fmt.Sprintf("%.1f", hand.rate()), Dur(hand.perTest.Median()), Dur(hand.perTest.Quantile(0.99)), "1.0x"},
+		{"pgfork serve, state on ext4", Dur(ext.total), fmt.Sprint(ext.tests), fmt.Sprintf("%.1f", ext.rate()), Dur(ext.perTest.Median()), Dur(ext.perTest.Quantile(0.99)), Ratio(hTotal, ext.total)},
+		{"pgfork serve, state on the volume (creation included)", Dur(vol.total), fmt.Sprint(vol.tests), fmt.Sprintf("%.1f", vol.rate()), Dur(vol.perTest.Median()), Dur(vol.perTest.Quantile(0.99)), Ratio(hTotal, vol.total)},
+	})
+	var missed []string
+	target := func(met bool, format string, args ...any) {
+		r.Target(met, format, args...)
+		if !met {
+			missed = append(missed, fmt.Sprintf(format, args...))
+		}
+	}
+	target(float64(hTotal) >= 20*float64(vol.total), "PG %d: suite on the volume ≥ 20x faster than by hand on ext4 (%.1fx)", major, float64(hTotal)/float64(vol.total))
+	target(float64(ext.total) >= 5*float64(vol.total), "PG %d: suite on the volume ≥ 5x faster than pgfork serve on ext4 (%.1fx)", major, float64(ext.total)/float64(vol.total))
+	target(vol.perTest.Median() <= 30*time.Millisecond && vol.perTest.Quantile(0.99) <= 100*time.Millisecond,
+		"PG %d: per-test overhead (get + give back) on the volume, pool drained: p50 ≤ 30 ms (%s), p99 ≤ 100 ms (%s)", major, Dur(vol.perTest.Median()), Dur(vol.perTest.Quantile(0.99)))
+	target(vol.rate() >= 20*hand.rate(), "PG %d: fresh databases per second on the volume ≥ 20x by hand (%.1f vs %.2f/s, %.1fx)", major, vol.rate(), hand.rate(), vol.rate()/hand.rate())
+	return missed, nil
+}
+
+// volServeSuite starts pgfork serve --managed with its state in home (after
+// before, timed with it), builds the template and runs volTests tests,
+// each timed get + recreate; after runs with a handed-out database before
+// the server stops.
+func volServeSuite(ctx context.Context, bin, home string, port int, pgBin string, before func() error, after func(*serveProc, benchDB) error) (volRun, error) {
+	t0 := time.Now()
+	if before != nil {
+		if err := before(); err != nil {
+			return volRun{}, err
+		}
+	}
+	p, err := startServe(bin, home, port, "--managed", "--pg-bin", pgBin)
+	if err != nil {
+		return volRun{}, err
+	}
+	defer func() { _ = p.stop() }()
+	const hash = "volsuite"
+	if err := p.template(ctx, hash, volSetup); err != nil {
+		return volRun{}, err
+	}
+	var (
+		next atomic.Int64
+		mu   sync.Mutex
+		per  Sample
+		wg   sync.WaitGroup
+		ferr atomic.Value
+	)
+	s0 := time.Now()
+	for range volWorkers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for next.Add(1) <= volTests {
+				g0 := time.Now()
+				var d benchDB
+				if err := p.call("GET", "/api/v1/templates/"+hash+"/tests", "", &d); err != nil {
+					ferr.Store(err)
+					return
+				}
+				got := time.Since(g0)
+				if err := quickTest(ctx, d.url()); err != nil {
+					ferr.Store(err)
+					return
+				}
+				b0 := time.Now()
+				if err := p.call("POST", fmt.Sprintf("/api/v1/templates/%s/tests/%d/recreate", hash, d.ID), "", nil); err != nil {
+					ferr.Store(err)
+					return
+				}
+				mu.Lock()
+				per = append(per, got+time.Since(b0))
+				mu.Unlock()
+			}
+		}()
+	}
+	wg.Wait()
+	if e, ok := ferr.Load().(error); ok {
+		b, _ := os.ReadFile(p.log)
+		lines := strings.Split(strings.TrimSpace(string(b)), "\n")
+		return volRun{}, fmt.Errorf("%w (log tail: %s)", e, strings.Join(lines[max(0, len(lines)-5):], " | "))
+	}
+	run := volRun{suite: time.Since(s0), tests: volTests, perTest: per}
+	run.total = time.Since(t0)
+	sort.Slice(run.perTest, func(i, j int) bool { return run.perTest[i] < run.perTest[j] })
+	if after != nil {
+		var d benchDB
+		if err := p.call("GET", "/api/v1/templates/"+hash+"/tests", "", &d); err != nil {
+			return run, err
+		}
+		if err := after(p, d); err != nil {
+			return run, err
+		}
+	}
+	return run, nil
+}
+
+// volHandSuite is the hand-written pattern on the server d lives on, as its
+// (superuser) role: a plain copy of the template's content, then per test
+// CREATE DATABASE … TEMPLATE (default strategy), the test, DROP DATABASE.
+func volHandSuite(ctx context.Context, d benchDB) (volRun, error) {
+	admin, err := pgx.Connect(ctx, d.url())
+	if err != nil {
+		return volRun{}, err
+	}
+	defer admin.Close(ctx)
+	src := pgx.Identifier{d.Database.Config.Database}.Sanitize()
+	if _, err := admin.Exec(ctx, "CREATE DATABASE bench_hand_src TEMPLATE "+src); err != nil {
+		return volRun{}, err
+	}
+	var (
+		next atomic.Int64
+		mu   sync.Mutex
+		per  Sample
+		wg   sync.WaitGroup
+		ferr atomic.Value
+	)
+	s0 := time.Now()
+	for range volWorkers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			c, err := pgx.Connect(ctx, d.url())
+			if err != nil {
+				ferr.Store(err)
+				return
+			}
+			defer c.Close(ctx)
+			for i := next.Add(1); i <= volHand; i = next.Add(1) {
+				name := fmt.Sprintf("bench_hand_%d", i)
+				c0 := time.Now()
+				if _, err := c.Exec(ctx, "CREATE DATABASE "+name+" TEMPLATE bench_hand_src"); err != nil {
+					ferr.Store(err)
+					return
+				}
+				created := time.Since(c0)
+				u, _ := url.Parse(d.url())
+				u.Path = "/" + name
+				if err := quickTest(ctx, u.String()); err != nil {
+					ferr.Store(err)
+					return
+				}
+				d0 := time.Now()
+				if _, err := c.Exec(ctx, "DROP DATABASE "+name); err != nil {
+					ferr.Store(err)
+					return
+				}
+				mu.Lock()
+				per = append(per, created+time.Since(d0))
+				mu.Unlock()
+			}
+		}()
+	}
+	wg.Wait()
+	if e, ok := ferr.Load().(error); ok {
+		return volRun{}, e
+	}
+	run := volRun{suite: time.Since(s0), tests: volHand, perTest: per}
+	run.total = run.suite
+	sort.Slice(run.perTest, func(i, j int) bool { return run.perTest[i] < run.perTest[j] })
+	_, _ = admin.Exec(ctx, "DROP DATABASE bench_hand_src")
+	return run, nil
+}

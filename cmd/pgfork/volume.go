@@ -1,0 +1,313 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"sync"
+	"time"
+
+	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
+
+	"github.com/pgfork/pgfork/clone"
+	"github.com/pgfork/pgfork/internal/errs"
+	"github.com/pgfork/pgfork/internal/statedir"
+	"github.com/pgfork/pgfork/internal/units"
+	"github.com/pgfork/pgfork/volume"
+)
+
+func init() { rootCmd.AddCommand(newVolumeCmd()) }
+
+func newVolumeCmd() *cobra.Command {
+	c := &cobra.Command{
+		Use:   "volume",
+		Short: "A reflink volume for pgfork's state where the disk cannot clone (ext4)",
+		Long: `On a filesystem that cannot clone (ext4, most CI runners and VMs) every copy
+pgfork makes is a real copy. 'pgfork volume create' (as root) makes a sparse
+image file beside the state directory, formats it XFS with reflink (btrfs
+where mkfs.xfs is missing), attaches it to a loop device and mounts it; from
+then on every pgfork command keeps its state, templates, clusters and the
+managed server's data on it, without flags, and copies become clones.
+
+The volume is recorded in the state directory (volume.json). After a reboot
+any pgfork command run as root re-attaches it, as does 'pgfork volume attach';
+'pgfork volume create' prints an /etc/fstab line that does it at boot.
+'pgfork volume rm' unmounts it, detaches the loop device pgfork attached and
+removes the image: everything on the volume is lost.`,
+	}
+	c.AddCommand(newVolumeCreateCmd(), newVolumeAttachCmd(), newVolumeLsCmd(), newVolumeRmCmd(), newVolumeGrowCmd())
+	return c
+}
+
+func parseSizeFlag(s string) (int64, error) {
+	if s == "" {
+		return 0, nil
+	}
+	n, err := units.ParseBytes(s)
+	if err != nil {
+		return 0, errs.Wrap(errs.Usage, err, "bad --size").WithHint("e.g. --size 8G")
+	}
+	return n, nil
+}
+
+func newVolumeCreateCmd() *cobra.Command {
+	var size, fsType string
+	var force bool
+	c := &cobra.Command{
+		Use:   "create",
+		Short: "Make and mount a reflink volume for pgfork's state (root), or re-attach the recorded one",
+		Example: `  sudo pgfork volume create
+  sudo pgfork volume create --size 20G`,
+		Args: usageArgs(cobra.NoArgs),
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			n, err := parseSizeFlag(size)
+			if err != nil {
+				return err
+			}
+			r, err := volume.Create(cmd.Context(), baseStateDir(), volume.Options{Size: n, FS: fsType}, force)
+			if err != nil {
+				return err
+			}
+			return printVolume(cmd.OutOrStdout(), r)
+		},
+	}
+	c.Flags().StringVar(&size, "size", "", "size of the image (sparse), e.g. 20G (default: half the free space, at most 32G)")
+	c.Flags().StringVar(&fsType, "fs", "", "xfs or btrfs (default: xfs when mkfs.xfs is installed)")
+	c.Flags().BoolVar(&force, "force", false, "make a volume even where the state directory can already clone")
+	return c
+}
+
+func newVolumeAttachCmd() *cobra.Command {
+	return &cobra.Command{
+		Use:   "attach",
+		Short: "Mount the recorded volume again (after an unmount or a reboot)",
+		Args:  usageArgs(cobra.NoArgs),
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			r, err := volume.Attach(cmd.Context(), baseStateDir())
+			if err != nil {
+				return err
+			}
+			return printVolume(cmd.OutOrStdout(), r)
+		},
+	}
+}
+
+func newVolumeLsCmd() *cobra.Command {
+	return &cobra.Command{
+		Use:   "ls",
+		Short: "Show the volume recorded for the state directory",
+		Args:  usageArgs(cobra.NoArgs),
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			s, err := volume.Stat(baseStateDir())
+			if errs.KindOf(err) == errs.NotFound {
+				if g.json {
+					return printJSON(cmd.OutOrStdout(), []any{})
+				}
+				infof("no volume recorded for %s (create one: sudo pgfork volume create)", baseStateDir())
+				return nil
+			}
+			if err != nil {
+				return err
+			}
+			if g.json {
+				return printJSON(cmd.OutOrStdout(), []*volume.Status{s})
+			}
+			w := cmd.OutOrStdout()
+			fmt.Fprintf(w, "IMAGE\tMOUNT\tFS\tSIZE\tUSED\tATTACHED\tLOOP\n")
+			fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\t%v\t%s\n", s.Image, s.Mount, s.FS, units.Bytes(s.Size), units.Bytes(s.Used), s.Attached, s.Loop)
+			return nil
+		},
+	}
+}
+
+func newVolumeRmCmd() *cobra.Command {
+	return &cobra.Command{
+		Use:   "rm",
+		Short: "Unmount the volume, detach its loop device and remove its image (its data is lost)",
+		Args:  usageArgs(cobra.NoArgs),
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if err := volume.Remove(cmd.Context(), baseStateDir()); err != nil {
+				return err
+			}
+			infof("volume of %s removed", baseStateDir())
+			return nil
+		},
+	}
+}
+
+func newVolumeGrowCmd() *cobra.Command {
+	var size string
+	c := &cobra.Command{
+		Use:     "grow --size N",
+		Short:   "Grow the mounted volume to N (image, loop device, filesystem)",
+		Example: `  sudo pgfork volume grow --size 40G`,
+		Args:    usageArgs(cobra.NoArgs),
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			n, err := parseSizeFlag(size)
+			if err != nil {
+				return err
+			}
+			if n == 0 {
+				return errs.New(errs.Usage, "--size is required").WithHint("e.g. pgfork volume grow --size 40G")
+			}
+			r, err := volume.Grow(cmd.Context(), baseStateDir(), n)
+			if err != nil {
+				return err
+			}
+			return printVolume(cmd.OutOrStdout(), r)
+		},
+	}
+	c.Flags().StringVar(&size, "size", "", "new size of the image, e.g. 40G")
+	return c
+}
+
+func printVolume(w io.Writer, r *volume.Record) error {
+	if g.json {
+		return printJSON(w, r)
+	}
+	fmt.Fprintf(w, "volume %s (%s, %s) mounted at %s via %s\n", r.Image, r.FS, units.Bytes(r.Size), r.Mount, r.Loop)
+	fmt.Fprintf(w, "pgfork's state is now %s\n", r.State)
+	fmt.Fprintf(w, "pgfork commands run as root re-attach it after a reboot; to mount it at boot instead, add this line to /etc/fstab:\n  %s\n", r.FstabLine())
+	return nil
+}
+
+var attachOnce sync.Once
+
+// attachVolumeOnce re-attaches, as root, the volume recorded for base when
+// its state directory d is missing (after an unmount or a reboot). Errors
+// are left for statedir.Layout.Ensure to report.
+func attachVolumeOnce(base, d string) {
+	if d == base || os.Geteuid() != 0 {
+		return
+	}
+	attachOnce.Do(func() {
+		if _, err := os.Lstat(d); err == nil {
+			return
+		}
+		if _, err := volume.Attach(context.Background(), base); err == nil {
+			infof("re-attached the pgfork volume of %s", base)
+		}
+	})
+}
+
+// volumeErrHint names the volume in errors it explains: full (exit 7, how to
+// grow it) and recorded but not attached (how to attach it).
+func volumeErrHint(err error) error {
+	if errors.Is(err, statedir.ErrVolumeDetached) {
+		return errs.Wrap(errs.NotFound, err, "the pgfork volume is not attached").
+			WithCLI("sudo pgfork volume attach (or sudo pgfork volume create)")
+	}
+	if errs.KindOf(err) != errs.NoSpace {
+		return err
+	}
+	base := baseStateDir()
+	if statedir.Resolve(base) == base {
+		return err
+	}
+	r, lerr := volume.Load(base)
+	if lerr != nil {
+		return err
+	}
+	return errs.Wrap(errs.NoSpace, err, "the pgfork volume %s (mounted at %s, %s) is full", r.Image, r.Mount, units.Bytes(r.Size)).
+		WithCLI("%s", r.GrowHint())
+}
+
+// addVolumeFlag adds --volume to up and serve.
+func addVolumeFlag(f *pflag.FlagSet, v *string) {
+	f.StringVar(v, "volume", os.Getenv("PGFORK_VOLUME"), `"auto": keep pgfork's state on the recorded reflink volume (re-attached if needed), or create one when root and none exists and the disk cannot clone (env PGFORK_VOLUME)`)
+}
+
+// useVolume applies --volume: "" does nothing (a recorded volume is used
+// anyway); "auto" attaches the recorded volume or, as root, creates one
+// where the state directory cannot clone. Without root and without a
+// volume it goes on without one, saying so.
+func useVolume(ctx context.Context, mode string) error {
+	switch mode {
+	case "":
+		return nil
+	case "auto":
+	default:
+		return errs.New(errs.Usage, "bad --volume %q", mode).WithHint(`use --volume auto`)
+	}
+	base := baseStateDir()
+	if _, err := volume.Load(base); err == nil {
+		if os.Geteuid() != 0 {
+			return nil // attached or not, layout().Ensure says which
+		}
+		_, err := volume.Attach(ctx, base)
+		return err
+	}
+	if os.Geteuid() != 0 {
+		infof("--volume auto: no volume recorded for %s and not root; going on without one (create it: sudo pgfork volume create)", base)
+		return nil
+	}
+	r, err := volume.Create(ctx, base, volume.Options{}, false)
+	if errors.Is(err, volume.ErrCanClone) {
+		return nil // the state directory clones already
+	}
+	if err != nil {
+		return err
+	}
+	infof("created the pgfork volume %s (%s) mounted at %s", r.Image, units.Bytes(r.Size), r.Mount)
+	return nil
+}
+
+// volumeAdvice is doctor's word on a reflink volume for a directory that
+// cannot clone: the speed-up measured there and then, and the command.
+type volumeAdvice struct {
+	Recorded *volume.Status  `json:"recorded,omitempty"`
+	Speedup  *volume.Speedup `json:"speedup,omitempty"`
+	Ratio    float64         `json:"speedup_ratio,omitempty"`
+	Error    string          `json:"error,omitempty"`
+	Command  string          `json:"command,omitempty"`
+}
+
+func adviseVolume(ctx context.Context, dir string, p *clone.ProbeResult) *volumeAdvice {
+	a := &volumeAdvice{}
+	if s, err := volume.Stat(baseStateDir()); err == nil {
+		a.Recorded = s
+	}
+	if p.Clone {
+		if a.Recorded == nil {
+			return nil
+		}
+		return a
+	}
+	a.Command = "sudo pgfork volume create"
+	s, err := volume.Measure(ctx, dir)
+	if err != nil {
+		a.Error = err.Error()
+		return a
+	}
+	a.Speedup, a.Ratio = s, s.Ratio()
+	return a
+}
+
+func printVolumeAdvice(w io.Writer, a *volumeAdvice, fsType string) {
+	if a == nil {
+		return
+	}
+	if s := a.Recorded; s != nil {
+		fmt.Fprintf(w, "  volume           %s (%s, %s, attached: %v)\n", s.Image, s.FS, units.Bytes(s.Size), s.Attached)
+	}
+	if a.Command == "" {
+		return
+	}
+	fmt.Fprintf(w, "\nA reflink volume would make pgfork's copies clones here.\n")
+	switch s := a.Speedup; {
+	case a.Error != "":
+		fmt.Fprintf(w, "  (could not measure the speed-up: %s)\n", a.Error)
+	case s.Clone > 0:
+		fmt.Fprintf(w, "  measured now: copying %s in %d files took %s on %s, %s on a temporary XFS reflink volume (%.0fx faster)\n",
+			units.Bytes(s.Bytes), s.Files, s.Copy.Round(time.Millisecond), fsType, s.Clone.Round(100*time.Microsecond), a.Ratio)
+		fmt.Fprintf(w, "  (a clone's time hardly grows with size; a copy's grows with it: a 180 MiB template gains more)\n")
+	default:
+		fmt.Fprintf(w, "  measured now: copying %s in %d files took %s on %s (%.0f MiB/s); a clone takes milliseconds whatever the size\n",
+			units.Bytes(s.Bytes), s.Files, s.Copy.Round(time.Millisecond), fsType, float64(s.Bytes)/(1<<20)/s.Copy.Seconds())
+		fmt.Fprintf(w, "  (clone time not measured: %s)\n", s.Why)
+	}
+	fmt.Fprintf(w, "  create it: %s\n", a.Command)
+}

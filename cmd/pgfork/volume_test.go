@@ -1,0 +1,404 @@
+//go:build linux
+
+package main
+
+import (
+	"encoding/json"
+	"os"
+	"os/exec"
+	"os/user"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/pgfork/pgfork/clone"
+	"github.com/pgfork/pgfork/internal/testenv"
+	"github.com/pgfork/pgfork/volume"
+)
+
+// volumeHome makes a base state directory on the run directory's disk (ext4
+// here: it cannot clone) and removes, at the end, whatever volume a test
+// left: through the binary, then by hand (lazy unmount, loop detached only
+// when it is backed by this test's image).
+func volumeHome(t *testing.T, p *pgfk) string {
+	t.Helper()
+	if os.Geteuid() != 0 {
+		t.Skip("volume tests need root (loop devices, mount)")
+	}
+	if _, err := exec.LookPath("mkfs.xfs"); err != nil {
+		if testenv.Require() {
+			t.Fatal("mkfs.xfs is missing (xfsprogs) but PGFORK_TEST_REQUIRE=1")
+		}
+		t.Skip("mkfs.xfs is missing (xfsprogs)")
+	}
+	home := filepath.Join(testenv.RunDir(t), "home")
+	if err := os.Mkdir(home, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	p.home = home
+	t.Cleanup(func() {
+		_ = exec.Command(p.bin, "--state-dir", home, "down", "--all", "--timeout", "1s").Run()
+		_ = exec.Command(p.bin, "--state-dir", home, "volume", "rm").Run()
+		mnt := filepath.Join(home, "volume")
+		_ = unix.Unmount(mnt, unix.MNT_DETACH)
+		if r, err := volume.Load(home); err == nil {
+			if l := loopOf(t, r.Image); l != "" {
+				_ = exec.Command("losetup", "-d", l).Run()
+			}
+		}
+	})
+	return home
+}
+
+// loopOf returns the loop device backed by image, or "".
+func loopOf(t *testing.T, image string) string {
+	t.Helper()
+	out, err := exec.Command("losetup", "-j", image, "-O", "NAME", "-n").Output()
+	if err != nil {
+		return ""
+	}
+	return strings.TrimSpace(string(out))
+}
+
+func mounted(t *testing.T, dir string) bool {
+	t.Helper()
+	b, err := os.ReadFile("/proc/self/mountinfo")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, l := range strings.Split(string(b), "\n") {
+		if f := strings.Fields(l); len(f) > 4 && f[4] == dir {
+			return true
+		}
+	}
+	return false
+}
+
+func createVolume(t *testing.T, p *pgfk, size string) *volume.Record {
+	t.Helper()
+	r := p.run("volume", "create", "--size", size, "--json")
+	if r.code != 0 {
+		t.Fatalf("volume create: exit %d\n%s", r.code, r.stderr)
+	}
+	var rec volume.Record
+	if err := json.Unmarshal([]byte(r.stdout), &rec); err != nil {
+		t.Fatalf("volume create --json: %v\n%s", err, r.stdout)
+	}
+	return &rec
+}
+
+// TestVolumeCreateUseRm: on ext4 a volume makes pgfork's clusters clones
+// of their template (shared blocks on XFS); rm unmounts, detaches the loop
+// device and removes the image, the mount point and the record, and leaves
+// the rest of the state directory alone.
+func TestVolumeCreateUseRm(t *testing.T) {
+	p := newTestPgfk(t)
+	home := volumeHome(t, p)
+	if pr, err := clone.Probe(t.Context(), home, home); err != nil || pr.Clone {
+		t.Skipf("the run directory can clone already (%v): no ext4 to test on", err)
+	}
+	keep := filepath.Join(home, "keep-me")
+	if err := os.WriteFile(keep, []byte("x"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	rec := createVolume(t, p, "400M")
+	if !mounted(t, rec.Mount) || loopOf(t, rec.Image) == "" {
+		t.Fatalf("volume not mounted at %s from a loop device", rec.Mount)
+	}
+	res := p.up("--spares", "0")
+	if !strings.HasPrefix(res.DataDir, rec.State+"/") {
+		t.Errorf("cluster data dir %s is not on the volume (%s)", res.DataDir, rec.State)
+	}
+	if fst, _ := clone.FSType(res.DataDir); fst != "xfs" {
+		t.Errorf("cluster on %s, want xfs", fst)
+	}
+	if ls := p.run("volume", "ls"); ls.code != 0 || !strings.Contains(ls.stdout, rec.Image) || !strings.Contains(ls.stdout, "true") {
+		t.Errorf("volume ls: exit %d\n%s%s", ls.code, ls.stdout, ls.stderr)
+	}
+	if dirShared(t, res.DataDir) == 0 {
+		t.Errorf("the cluster shares no blocks with its template: not cloned")
+	}
+	if r := p.run("volume", "rm"); r.code != 6 {
+		t.Errorf("volume rm with a cluster running: exit %d, want 6 (busy)\n%s", r.code, r.stderr)
+	}
+	if r := p.run("down", "--all"); r.code != 0 {
+		t.Fatalf("down: %s", r.stderr)
+	}
+	if r := p.run("volume", "rm"); r.code != 0 {
+		t.Fatalf("volume rm: exit %d\n%s", r.code, r.stderr)
+	}
+	if mounted(t, rec.Mount) || loopOf(t, rec.Image) != "" {
+		t.Errorf("volume still mounted or its loop device still attached")
+	}
+	for _, gone := range []string{rec.Image, rec.Mount, filepath.Join(home, "volume.json")} {
+		if _, err := os.Lstat(gone); !os.IsNotExist(err) {
+			t.Errorf("volume rm left %s", gone)
+		}
+	}
+	if _, err := os.Stat(keep); err != nil {
+		t.Errorf("volume rm removed something else: %v", err)
+	}
+}
+
+func dirShared(t *testing.T, dir string) int64 {
+	t.Helper()
+	var n int64
+	_ = filepath.Walk(filepath.Join(dir, "base"), func(p string, fi os.FileInfo, err error) error {
+		if err == nil && fi.Mode().IsRegular() {
+			s, _ := clone.SharedBytes(p)
+			n += s
+		}
+		return nil
+	})
+	return n
+}
+
+// TestVolumeNeedsRoot: run by an unprivileged user, volume create exits 8
+// and gives the command to run as root; nothing is made.
+func TestVolumeNeedsRoot(t *testing.T) {
+	p := newTestPgfk(t)
+	home := volumeHome(t, p)
+	u, err := user.Lookup("postgres")
+	if err != nil {
+		t.Skip("no postgres user to run as")
+	}
+	uid, _ := strconv.Atoi(u.Uid)
+	gid, _ := strconv.Atoi(u.Gid)
+	if err := os.Chown(home, uid, gid); err != nil {
+		t.Fatal(err)
+	}
+	for _, args := range [][]string{{"volume", "create", "--size", "400M"}, {"volume", "rm"}, {"volume", "grow", "--size", "1G"}} {
+		cmd := exec.Command(p.bin, append([]string{"--state-dir", home}, args...)...)
+		cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: uint32(uid), Gid: uint32(gid)}}
+		r := runCLI(t, cmd)
+		if r.code != 8 {
+			t.Errorf("%v as postgres: exit %d, want 8\n%s", args, r.code, r.stderr)
+		}
+		if !strings.Contains(r.stderr, "sudo pgfork "+strings.Join(args[:2], " ")) {
+			t.Errorf("%v: the hint does not give the command to run as root:\n%s", args, r.stderr)
+		}
+	}
+	if ents, _ := os.ReadDir(home); len(ents) != 0 {
+		t.Errorf("refused create left %d entries in %s", len(ents), home)
+	}
+}
+
+// TestVolumeRefusesNonEmptyMountPoint: a mount point with a file in it is
+// not mounted over (exit 4), and the refused create leaves no image, loop
+// device or record.
+func TestVolumeRefusesNonEmptyMountPoint(t *testing.T) {
+	p := newTestPgfk(t)
+	home := volumeHome(t, p)
+	mnt := filepath.Join(home, "volume")
+	if err := os.Mkdir(mnt, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(mnt, "precious"), []byte("data"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	r := p.run("volume", "create", "--size", "400M")
+	if r.code != 4 || !strings.Contains(r.stderr, "not empty") {
+		t.Fatalf("create over a non-empty dir: exit %d, want 4\n%s", r.code, r.stderr)
+	}
+	if mounted(t, mnt) {
+		t.Fatalf("mounted over a non-empty directory")
+	}
+	for _, gone := range []string{filepath.Join(home, "volume.img"), filepath.Join(home, "volume.json")} {
+		if _, err := os.Lstat(gone); !os.IsNotExist(err) {
+			t.Errorf("refused create left %s", gone)
+		}
+	}
+	if b, err := os.ReadFile(filepath.Join(mnt, "precious")); err != nil || string(b) != "data" {
+		t.Errorf("the directory's file was touched: %q %v", b, err)
+	}
+}
+
+// TestVolumeFullThenGrow: when the volume fills, up exits 7 naming the
+// volume and the grow command; the cluster made before is intact; after
+// `volume grow` the same up succeeds.
+func TestVolumeFullThenGrow(t *testing.T) {
+	p := newTestPgfk(t)
+	volumeHome(t, p)
+	rec := createVolume(t, p, "320M")
+	first := p.up("--name", "first", "--spares", "0")
+	var st unix.Statfs_t
+	if err := unix.Statfs(rec.Mount, &st); err != nil {
+		t.Fatal(err)
+	}
+	free := int64(st.Bavail) * st.Bsize
+	fill := filepath.Join(rec.State, "fill")
+	if err := unix.Fallocate(mustCreate(t, fill), 0, 0, free-8<<20); err != nil {
+		t.Fatal(err)
+	}
+	r := p.run("up", "--name", "second", "--spares", "0", "--setup-cmd", "true")
+	if r.code != 7 {
+		t.Fatalf("up on a full volume: exit %d, want 7\n%s", r.code, r.stderr)
+	}
+	if !strings.Contains(r.stderr, rec.Image) || !strings.Contains(r.stderr, "pgfork volume grow --size") {
+		t.Errorf("the error does not name the volume and how to grow it:\n%s", r.stderr)
+	}
+	if ls := p.run("ls"); !strings.Contains(ls.stdout, "first") || !strings.Contains(ls.stdout, "running") {
+		t.Errorf("the cluster made before the volume filled is gone:\n%s", ls.stdout)
+	}
+	if _, err := os.Stat(filepath.Join(first.DataDir, "PG_VERSION")); err != nil {
+		t.Errorf("first cluster's data: %v", err)
+	}
+	if g := p.run("volume", "grow", "--size", "1G"); g.code != 0 {
+		t.Fatalf("volume grow: exit %d\n%s", g.code, g.stderr)
+	}
+	if err := unix.Statfs(rec.Mount, &st); err != nil || int64(st.Blocks)*st.Bsize < 900<<20 {
+		t.Errorf("volume not grown: %d bytes (%v)", int64(st.Blocks)*st.Bsize, err)
+	}
+	if r := p.run("up", "--name", "second", "--spares", "0", "--setup-cmd", "true"); r.code != 0 {
+		t.Errorf("up after grow: exit %d\n%s", r.code, r.stderr)
+	}
+}
+
+func mustCreate(t *testing.T, p string) int {
+	t.Helper()
+	f, err := os.Create(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { f.Close() })
+	return int(f.Fd())
+}
+
+// TestVolumeReattach: after the volume is unmounted and its loop device
+// detached (a reboot), the next pgfork command run as root mounts it again
+// and finds the clusters' data; without re-attaching nothing is written
+// under the empty mount point.
+func TestVolumeReattach(t *testing.T) {
+	p := newTestPgfk(t)
+	p.home = volumeHome(t, p)
+	rec := createVolume(t, p, "400M")
+	res := p.up("--name", "a", "--spares", "0")
+	if r := p.run("down", "a"); r.code != 0 {
+		t.Fatalf("down: %s", r.stderr)
+	}
+	if err := unix.Unmount(rec.Mount, 0); err != nil {
+		t.Fatal(err)
+	}
+	if out, err := exec.Command("losetup", "-d", loopOf(t, rec.Image)).CombinedOutput(); err != nil {
+		t.Fatalf("losetup -d: %v %s", err, out)
+	}
+	if mounted(t, rec.Mount) {
+		t.Fatal("still mounted")
+	}
+	r := p.run("template", "ls")
+	if r.code != 0 {
+		t.Fatalf("template ls after unmount: exit %d\n%s", r.code, r.stderr)
+	}
+	if !mounted(t, rec.Mount) {
+		t.Fatalf("the next command did not re-attach the volume\n%s", r.stderr)
+	}
+	if !strings.Contains(r.stdout, res.TemplateKey) {
+		t.Errorf("template ls after re-attach does not show template %s:\n%s", res.TemplateKey, r.stdout)
+	}
+	if _, err := os.Stat(filepath.Join(rec.State, "templates")); err != nil {
+		t.Errorf("the state on the volume is not back: %v", err)
+	}
+	// Explicit attach of an attached volume: a no-op, exit 0.
+	if a := p.run("volume", "attach"); a.code != 0 {
+		t.Errorf("volume attach: exit %d\n%s", a.code, a.stderr)
+	}
+}
+
+// TestVolumeTwoProcesses: two pgfork up at once on one volume both get a
+// cluster cloned from the one template on it.
+func TestVolumeTwoProcesses(t *testing.T) {
+	p := newTestPgfk(t)
+	p.home = volumeHome(t, p)
+	rec := createVolume(t, p, "600M")
+	res, err := p.upsAtOnce(2, func(i int) []string { return []string{"--name", "c" + strconv.Itoa(i), "--spares", "0"} })
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, r := range res {
+		if !strings.HasPrefix(r.DataDir, rec.State+"/") {
+			t.Errorf("%s not on the volume", r.DataDir)
+		}
+		if dirShared(t, r.DataDir) == 0 {
+			t.Errorf("%s shares no blocks: not cloned", r.DataDir)
+		}
+	}
+}
+
+// TestVolumeAuto: `up --volume auto` as root on ext4 with no volume creates
+// one and puts the cluster on it; a second call reuses it.
+func TestVolumeAuto(t *testing.T) {
+	p := newTestPgfk(t)
+	home := volumeHome(t, p)
+	if pr, err := clone.Probe(t.Context(), home, home); err != nil || pr.Clone {
+		t.Skipf("the run directory can clone already (%v)", err)
+	}
+	for i := range 2 {
+		res := p.up("--volume", "auto", "--spares", "0", "--name", "v"+strconv.Itoa(i))
+		rec, err := volume.Load(home)
+		if err != nil {
+			t.Fatalf("no volume recorded after up --volume auto: %v", err)
+		}
+		if !strings.HasPrefix(res.DataDir, rec.State+"/") {
+			t.Errorf("cluster %s not on the volume %s", res.DataDir, rec.State)
+		}
+	}
+}
+
+// TestDoctorMeasuresVolume: on ext4 doctor measures a copy there and a clone
+// on a temporary volume, says how to create one, and leaves no image, loop
+// device or mount behind.
+func TestDoctorMeasuresVolume(t *testing.T) {
+	p := newTestPgfk(t)
+	home := volumeHome(t, p)
+	if pr, err := clone.Probe(t.Context(), home, home); err != nil || pr.Clone {
+		t.Skipf("the run directory can clone already (%v)", err)
+	}
+	before, _ := exec.Command("losetup", "-a").Output()
+	r := p.run("doctor", "--json", home)
+	if r.code != 0 {
+		t.Fatalf("doctor: exit %d\n%s", r.code, r.stderr)
+	}
+	var rep struct {
+		Volume *struct {
+			Speedup struct {
+				Copy  float64 `json:"copy_ms"`
+				Clone float64 `json:"clone_ms"`
+				Why   string
+			}
+			Command string
+		}
+	}
+	if err := json.Unmarshal([]byte(r.stdout), &rep); err != nil {
+		t.Fatal(err)
+	}
+	if rep.Volume == nil || rep.Volume.Speedup.Clone <= 0 || rep.Volume.Speedup.Copy <= rep.Volume.Speedup.Clone {
+		t.Fatalf("doctor did not measure copy vs clone:\n%s", r.stdout)
+	}
+	if !strings.Contains(rep.Volume.Command, "pgfork volume create") {
+		t.Errorf("no command to create the volume: %q", rep.Volume.Command)
+	}
+	if after, _ := exec.Command("losetup", "-a").Output(); string(after) != string(before) {
+		t.Errorf("doctor left loop devices:\n%s\nbefore:\n%s", after, before)
+	}
+	if m, _ := filepath.Glob(filepath.Join(home, ".pgfork-measure-*")); len(m) > 0 {
+		t.Errorf("doctor left %v", m)
+	}
+}
+
+// TestVolumeRefusesTooBig: an image larger than the free space is refused
+// (exit 7) before anything is made.
+func TestVolumeRefusesTooBig(t *testing.T) {
+	p := newTestPgfk(t)
+	home := volumeHome(t, p)
+	r := p.run("volume", "create", "--size", "4096T")
+	if r.code != 7 || !strings.Contains(r.stderr, "would not fit") {
+		t.Fatalf("create of a 4 PiB image: exit %d, want 7\n%s", r.code, r.stderr)
+	}
+	if ents, _ := os.ReadDir(home); len(ents) != 0 {
+		t.Errorf("refused create left %d entries in %s", len(ents), home)
+	}
+}

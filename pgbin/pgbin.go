@@ -416,3 +416,12 @@ var versionDirRe = regexp.MustCompile(`^\d{1,3}(?:\.\d{1,3}){0,2}(?:(?:alpha|bet
 // validVersionDir reports whether name is a version fit to be a directory
 // name under installs/ (digits and dots, optionally a pre-release suffix).
 func validVersionDir(name string) bool { return versionDirRe.MatchString(name) }
+
+// MissingMajor wraps err (Find found no build of major) with a message
+// and the one advice pgfork gives for a missing major: install it, or name
+// its bin directory.
+func MissingMajor(err error, major int, format string, args ...any) *errs.Error {
+	return errs.Wrap(errs.KindOf(err), err, format, args...).
+		WithHint("install PostgreSQL %d, or name the bin directory of one", major).
+		WithCLI("install it with `pgfork pg install %d`, or point --pg-bin at its bin directory", major)
+}

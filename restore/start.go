@@ -152,7 +152,7 @@ func Start(ctx context.Context, dataDir string, o StartOptions) (*Started, error
 	}
 	if o.Installation.Major != major {
 		return nil, errs.New(errs.Usage, "the data directory is of PostgreSQL %d but the build given is %s", major, o.Installation.Version).
-			WithHint("install PostgreSQL %d (`pgfork pg install %d`) or point --pg-bin at it", major, major)
+			WithHint("use a build of PostgreSQL %d", major).WithCLI("install it with `pgfork pg install %d`, or point --pg-bin at its bin directory", major)
 	}
 	if err := o.Recovery.Validate(); err != nil {
 		return nil, err

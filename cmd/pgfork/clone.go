@@ -138,7 +138,7 @@ pgfork picks the installation matching SRC's PG_VERSION.`,
 			if connURL != "" && !online {
 				return errs.New(errs.Usage, "--url is for online clones").WithHint("add --online, or drop --url")
 			}
-			p, err := parseClonePort(port)
+			p, err := parsePortFlag(port)
 			if err != nil {
 				return err
 			}
@@ -200,7 +200,7 @@ pgfork picks the installation matching SRC's PG_VERSION.`,
 	return cmd
 }
 
-func parseClonePort(s string) (int, error) {
+func parsePortFlag(s string) (int, error) {
 	switch s {
 	case "":
 		return 0, nil
@@ -235,8 +235,7 @@ func cloneInstallation(src string) (pgbin.Installation, error) {
 	}
 	in, err := pgbin.Find(pgbin.Options{StateDir: layout().Root}, major)
 	if err != nil {
-		return pgbin.Installation{}, errs.Wrap(errs.KindOf(err), err, "the source is a PostgreSQL %d data directory", major).
-			WithHint("install PostgreSQL %d (`pgfork pg install %d`) or point --pg-bin at its bin directory", major, major)
+		return pgbin.Installation{}, pgbin.MissingMajor(err, major, "the source is a PostgreSQL %d data directory", major)
 	}
 	return in, nil
 }

@@ -10,11 +10,7 @@ import (
 
 	"github.com/pgfork/pgfork/clone"
 	"github.com/pgfork/pgfork/instance"
-	"github.com/pgfork/pgfork/internal/errs"
 	"github.com/pgfork/pgfork/internal/units"
-	"github.com/pgfork/pgfork/pgbackup"
-	"github.com/pgfork/pgfork/pgbin"
-	"github.com/pgfork/pgfork/pgdata"
 	"github.com/pgfork/pgfork/restore"
 )
 
@@ -97,94 +93,52 @@ in postgresql.auto.conf, recovery.signal) and then promotes.`,
 	return cmd
 }
 
-// restoreOutput is what `pgfork restore --json` prints.
-type restoreOutput struct {
-	*restore.Summary
-	Branch *restore.Started `json:"branch,omitempty"`
-}
-
 func runRestore(cmd *cobra.Command, args []string, fl restoreFlags) error {
-	ctx := cmd.Context()
 	sm, err := clone.ParseSyncMode(fl.syncMode)
 	if err != nil {
 		return err
 	}
-	dirs, dst := args[:len(args)-1], args[len(args)-1]
-	if len(dirs) == 1 && !pgbackup.IsBackupDir(dirs[0]) {
-		if dirs, err = pgbackup.Discover(dirs[0], fl.upto); err != nil {
-			return err
-		}
-	} else if fl.upto != "" {
-		return errs.New(errs.Usage, "--upto is for a chain directory").WithHint("give one directory made by `pgfork backup`, or drop --upto")
-	}
-	rec := restore.Recovery{WALDir: fl.wal, TargetTime: fl.targetTime, TargetLSN: fl.targetLSN, TargetName: fl.targetName, TargetAction: fl.targetAction}
-	if !fl.start && (rec.WALDir != "" || rec.Targeted() || fl.port != "" || fl.tcp || fl.name != "") {
-		return errs.New(errs.Usage, "--port, --tcp, --name, --wal and --target-* are for starting the result").WithHint("add --start")
+	port, err := parsePortFlag(fl.port)
+	if err != nil {
+		return err
 	}
 	user, err := instance.ResolveUser(g.runAs)
 	if err != nil {
 		return err
 	}
-	var owner *clone.Owner
-	if user != nil {
-		owner = &clone.Owner{UID: user.UID, GID: user.GID}
-	}
-	var inst pgbin.Installation
-	var port int
-	if fl.start {
-		if err := rec.Validate(); err != nil {
-			return err
-		}
-		if err := restore.CheckBranchName(layout(), dst, fl.name); err != nil {
-			return err
-		}
-		if port, err = parseClonePort(fl.port); err != nil {
-			return err
-		}
-		major, err := pgdata.Version(dirs[len(dirs)-1])
-		if err != nil {
-			return err
-		}
-		if inst, err = pgbin.Find(pgbin.Options{Explicit: g.pgBin, StateDir: layout().Root}, major); err != nil {
-			return errs.Wrap(errs.KindOf(err), err, "the backups are of PostgreSQL %d", major).
-				WithHint("install PostgreSQL %d (`pgfork pg install %d`) or point --pg-bin at its bin directory", major, major)
-		}
-	}
 	bar := newByteProgress("restoring")
 	defer bar.Done()
-	sum, err := restore.Restore(ctx, dirs, dst, restore.Options{
-		Jobs: fl.jobs, Prefetch: fl.prefetch, Sync: sm, NoChecksums: fl.noChecksums, Owner: owner,
-		NoMerge: fl.noMerge, WholeCopy: fl.wholeCopy, NoClone: fl.noClone,
-		OnProgress: func(p clone.Progress) { bar.Update(p.Bytes, p.TotalBytes) },
+	res, err := restore.Run(cmd.Context(), restore.RunOptions{
+		Backups: args[:len(args)-1], Upto: fl.upto, Dst: args[len(args)-1],
+		Restore: restore.Options{Jobs: fl.jobs, Prefetch: fl.prefetch, Sync: sm, NoChecksums: fl.noChecksums,
+			NoMerge: fl.noMerge, WholeCopy: fl.wholeCopy, NoClone: fl.noClone,
+			OnProgress: func(p clone.Progress) { bar.Update(p.Bytes, p.TotalBytes) }},
+		Start: fl.start, Layout: layout(), User: user, PGBin: g.pgBin,
+		Name: fl.name, Port: port, TCP: fl.tcp,
+		Recovery: restore.Recovery{WALDir: fl.wal, TargetTime: fl.targetTime, TargetLSN: fl.targetLSN, TargetName: fl.targetName, TargetAction: fl.targetAction},
+		OnStarting: func(sum *restore.Summary) {
+			bar.Done()
+			if !g.json {
+				printRestoreSummary(cmd.OutOrStdout(), sum)
+			}
+			infof("starting the branch (recovery may take a moment)...")
+		},
 	})
 	bar.Done()
 	if err != nil {
 		return err
 	}
-	out := restoreOutput{Summary: sum}
-	if fl.start {
-		if !g.json {
-			printRestoreSummary(cmd.OutOrStdout(), sum)
-		}
-		infof("starting the branch (recovery may take a moment)...")
-		st, err := restore.Start(ctx, sum.Dst, restore.StartOptions{Layout: layout(), Installation: inst, User: user, Name: fl.name,
-			Port: port, TCP: fl.tcp, Recovery: rec, Source: strings.Join(dirs, " ")})
-		if err != nil {
-			return err
-		}
-		out.Branch = st
-	}
 	w := cmd.OutOrStdout()
 	if g.json {
-		return printJSON(w, out)
+		return printJSON(w, res)
 	}
-	if out.Branch == nil {
-		printRestoreSummary(w, sum)
+	if res.Branch == nil {
+		printRestoreSummary(w, res.Summary)
 		return nil
 	}
-	b := out.Branch
+	b := res.Branch
 	fmt.Fprintf(w, "branch %s started (pid %d): %s\n", b.Name, b.Pid, b.URL)
-	psql := cloneShellQuote(inst.Tool("psql")) + " " + cloneShellQuote(b.URL)
+	psql := cloneShellQuote(res.Installation.Tool("psql")) + " " + cloneShellQuote(b.URL)
 	if user != nil { // as root: connect as the cluster's OS user (peer authentication works too)
 		psql = "runuser -u " + cloneShellQuote(user.Name) + " -- " + psql
 	}

@@ -58,7 +58,7 @@ func newVolumeCreateCmd() *cobra.Command {
 	var force bool
 	c := &cobra.Command{
 		Use:   "create",
-		Short: "Make and mount a reflink volume for pgfork's state (root), or re-attach the recorded one",
+		Short: "Make and mount a reflink volume for pgfork's state, or re-attach it (root)",
 		Example: `  sudo pgfork volume create
   sudo pgfork volume create --size 20G`,
 		Args: usageArgs(cobra.NoArgs),
@@ -126,7 +126,7 @@ func newVolumeLsCmd() *cobra.Command {
 func newVolumeRmCmd() *cobra.Command {
 	return &cobra.Command{
 		Use:   "rm",
-		Short: "Unmount the volume, detach its loop device and remove its image (its data is lost)",
+		Short: "Unmount the volume, detach its loop device, remove its image (data lost)",
 		Args:  usageArgs(cobra.NoArgs),
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if err := volume.Remove(cmd.Context(), baseStateDir()); err != nil {

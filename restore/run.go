@@ -1,0 +1,125 @@
+package restore
+
+import (
+	"context"
+
+	"github.com/pgfork/pgfork/internal/errs"
+	"github.com/pgfork/pgfork/internal/statedir"
+	"github.com/pgfork/pgfork/instance"
+	"github.com/pgfork/pgfork/pgbackup"
+	"github.com/pgfork/pgfork/pgbin"
+	"github.com/pgfork/pgfork/pgdata"
+)
+
+// RunOptions is everything `pgfork restore` does, as one call (Run).
+type RunOptions struct {
+	// Backups are the backup directories, full first; or one chain
+	// directory (made by `pgfork backup`), restored up to Upto (a backup's
+	// name; empty: the newest).
+	Backups []string
+	Upto    string
+	// Dst is the data directory to create.
+	Dst string
+	// Restore shapes the rebuild (Options.Owner is set from User when nil).
+	Restore Options
+
+	// Start runs the result as a branch (Start) once it is rebuilt.
+	Start bool
+	// Layout is pgfork's state (the branch registry, managed installs).
+	Layout statedir.Layout
+	// User runs the server as root's stand-in (nil: the current user).
+	User *instance.OSUser
+	// PGBin names a PostgreSQL bin directory to use; else one of the
+	// backups' major is looked for (pgbin.Find).
+	PGBin string
+	// Name, Port, TCP and Recovery shape the branch (see StartOptions).
+	Name     string
+	Port     int
+	TCP      bool
+	Recovery Recovery
+	// OnStarting is called before the branch is started (its recovery may
+	// take a while); nil for none.
+	OnStarting func(*Summary)
+}
+
+// RunResult is what Run made.
+type RunResult struct {
+	*Summary
+	// Branch is the started branch (RunOptions.Start), else nil.
+	Branch *Started `json:"branch,omitempty"`
+	// Installation is the PostgreSQL build that runs the branch.
+	Installation pgbin.Installation `json:"-"`
+}
+
+// Run is `pgfork restore`: it finds the chain (a chain directory is
+// discovered up to Upto), checks what starting a branch needs before
+// anything is written (recovery settings, the branch's name, a PostgreSQL
+// build of the backups' major), rebuilds the data directory (Restore) and,
+// with Start, runs it as a branch (Start).
+func Run(ctx context.Context, o RunOptions) (*RunResult, error) {
+	dirs := o.Backups
+	if len(dirs) == 0 || o.Dst == "" {
+		return nil, errs.New(errs.Usage, "a restore needs the backups and a destination directory")
+	}
+	var err error
+	if len(dirs) == 1 && !pgbackup.IsBackupDir(dirs[0]) {
+		if dirs, err = pgbackup.Discover(dirs[0], o.Upto); err != nil {
+			return nil, err
+		}
+	} else if o.Upto != "" {
+		return nil, errs.New(errs.Usage, "restoring up to a named backup needs a chain directory").
+			WithHint("give the one directory the chain was kept in, or name the backups themselves").
+			WithCLI("give one directory made by `pgfork backup`, or drop --upto")
+	}
+	if !o.Start && (o.Recovery.WALDir != "" || o.Recovery.Targeted() || o.Port != 0 || o.TCP || o.Name != "") {
+		return nil, errs.New(errs.Usage, "a port, a name, a WAL archive and recovery targets are for starting the result").
+			WithHint("ask for the result to be started as a branch").WithCLI("add --start")
+	}
+	if o.Restore.Owner == nil {
+		o.Restore.Owner = o.User.Owner()
+	}
+	var inst pgbin.Installation
+	if o.Start {
+		if err := o.Recovery.Validate(); err != nil {
+			return nil, err
+		}
+		if err := CheckBranchName(o.Layout, o.Dst, o.Name); err != nil {
+			return nil, err
+		}
+		major, err := pgdata.Version(dirs[len(dirs)-1])
+		if err != nil {
+			return nil, err
+		}
+		if inst, err = pgbin.Find(pgbin.Options{Explicit: o.PGBin, StateDir: o.Layout.Root}, major); err != nil {
+			return nil, pgbin.MissingMajor(err, major, "the backups are of PostgreSQL %d", major)
+		}
+	}
+	sum, err := Restore(ctx, dirs, o.Dst, o.Restore)
+	if err != nil {
+		return nil, err
+	}
+	res := &RunResult{Summary: sum, Installation: inst}
+	if !o.Start {
+		return res, nil
+	}
+	if o.OnStarting != nil {
+		o.OnStarting(sum)
+	}
+	res.Branch, err = Start(ctx, sum.Dst, StartOptions{Layout: o.Layout, Installation: inst, User: o.User, Name: o.Name,
+		Port: o.Port, TCP: o.TCP, Recovery: o.Recovery, Source: joinSpace(dirs)})
+	if err != nil {
+		return nil, err
+	}
+	return res, nil
+}
+
+func joinSpace(dirs []string) string {
+	s := ""
+	for i, d := range dirs {
+		if i > 0 {
+			s += " "
+		}
+		s += d
+	}
+	return s
+}

@@ -3,9 +3,9 @@ package restore
 import (
 	"context"
 
+	"github.com/pgfork/pgfork/instance"
 	"github.com/pgfork/pgfork/internal/errs"
 	"github.com/pgfork/pgfork/internal/statedir"
-	"github.com/pgfork/pgfork/instance"
 	"github.com/pgfork/pgfork/pgbackup"
 	"github.com/pgfork/pgfork/pgbin"
 	"github.com/pgfork/pgfork/pgdata"

@@ -2,6 +2,7 @@ package restore
 
 import (
 	"context"
+	"strings"
 
 	"github.com/pgfork/pgfork/instance"
 	"github.com/pgfork/pgfork/internal/errs"
@@ -106,20 +107,9 @@ func Run(ctx context.Context, o RunOptions) (*RunResult, error) {
 		o.OnStarting(sum)
 	}
 	res.Branch, err = Start(ctx, sum.Dst, StartOptions{Layout: o.Layout, Installation: inst, User: o.User, Name: o.Name,
-		Port: o.Port, TCP: o.TCP, Recovery: o.Recovery, Source: joinSpace(dirs)})
+		Port: o.Port, TCP: o.TCP, Recovery: o.Recovery, Source: strings.Join(dirs, " ")})
 	if err != nil {
 		return nil, err
 	}
 	return res, nil
-}
-
-func joinSpace(dirs []string) string {
-	s := ""
-	for i, d := range dirs {
-		if i > 0 {
-			s += " "
-		}
-		s += d
-	}
-	return s
 }

@@ -8,7 +8,6 @@ import (
 	"crypto/sha256"
 	"encoding/base64"
 	"encoding/hex"
-	"os"
 	"path/filepath"
 
 	"github.com/jackc/pgx/v5"
@@ -28,16 +27,10 @@ host  replication all 0.0.0.0/0 scram-sha-256
 host  replication all ::/0      scram-sha-256
 `
 
-// WritePasswordHBA replaces dataDir's pg_hba.conf with PasswordHBA, owned by u.
+// WritePasswordHBA replaces dataDir's pg_hba.conf with PasswordHBA, written
+// with u's rights (WriteFileAs): the data directory is u's.
 func WritePasswordHBA(dataDir string, u *OSUser) error {
-	p := filepath.Join(dataDir, "pg_hba.conf")
-	if err := os.WriteFile(p, []byte(PasswordHBA), 0o600); err != nil {
-		return errs.FromOS(err, p, "cannot write pg_hba.conf")
-	}
-	if err := u.Chown(p); err != nil {
-		return errs.FromOS(err, p, "cannot give pg_hba.conf to %s", u.Name)
-	}
-	return nil
+	return WriteFileAs(filepath.Join(dataDir, "pg_hba.conf"), u, []byte(PasswordHBA))
 }
 
 // NewPassword returns a random password (32 hex digits: 128 bits).

@@ -18,20 +18,40 @@ import (
 // file. Where the user may not write the directory, root opens it only if no
 // other user can change that directory or any above it. Without u it opens
 // as the calling user, with the same refusals.
-func OpenAppend(path string, u *OSUser) (*os.File, error) {
+func OpenAppend(path string, u *OSUser) (*os.File, error) { return openFor(path, u, false) }
+
+// WriteFileAs replaces the contents of path, a file of the server's user
+// (pg_hba.conf in its data directory), with data, opened as OpenAppend
+// opens (the user's rights, no symlink, regular files only) but truncated.
+func WriteFileAs(path string, u *OSUser, data []byte) error {
+	f, err := openFor(path, u, true)
+	if err != nil {
+		return err
+	}
+	if _, err := f.Write(data); err != nil {
+		f.Close()
+		return errs.FromOS(err, path, "cannot write %s", filepath.Base(path))
+	}
+	if err := f.Close(); err != nil {
+		return errs.FromOS(err, path, "cannot write %s", filepath.Base(path))
+	}
+	return nil
+}
+
+func openFor(path string, u *OSUser, trunc bool) (*os.File, error) {
 	var f *os.File
 	var err error
 	if u != nil && os.Geteuid() == 0 {
-		f, err = openAs(path, u.UID, u.GID)
+		f, err = openAs(path, u.UID, u.GID, trunc)
 		if err != nil && errs.OSKind(err) == errs.Permission {
 			// The user may not write there: a directory of root's (a test
 			// run's directory, a workspace). Root opens the log itself only
 			// where no other user can change the path (trustedDir), and
 			// hands the file over by descriptor.
-			f, err = openTrusted(path, u)
+			f, err = openTrusted(path, u, trunc)
 		}
 	} else {
-		f, err = openLogFile(path)
+		f, err = openLogFile(path, trunc)
 	}
 	if err != nil {
 		return nil, errs.FromOS(err, path, "cannot open %s for writing", filepath.Base(path))
@@ -42,7 +62,7 @@ func OpenAppend(path string, u *OSUser) (*os.File, error) {
 // openTrusted opens path as root when its directory, and every directory
 // above it, is root's and writable by no one else, then gives the file to
 // u by descriptor. A file that belongs to someone else is refused.
-func openTrusted(path string, u *OSUser) (*os.File, error) {
+func openTrusted(path string, u *OSUser, trunc bool) (*os.File, error) {
 	// The path as given (its symlinks must be root's, in root's
 	// directories) and the path it resolves to must both be out of other
 	// users' reach.
@@ -62,7 +82,7 @@ func openTrusted(path string, u *OSUser) (*os.File, error) {
 		return nil, errs.New(errs.Permission, "%s cannot write the server log's directory, and pgfork opens it as root only in a directory no other user can change (%s)", u.Name, why).
 			WithPath(path).WithHint("put the log in a directory %s owns (the data directory is one), or in one only root can write", u.Name)
 	}
-	f, err := openLogFile(filepath.Join(dir, filepath.Base(path)))
+	f, err := openLogFile(filepath.Join(dir, filepath.Base(path)), trunc)
 	if err != nil {
 		return nil, err
 	}
@@ -110,9 +130,14 @@ func untrusted(dir string) string {
 	}
 }
 
-// openLogFile opens path with logOpenFlags and checks it is a regular file.
-func openLogFile(path string) (*os.File, error) {
-	f, err := os.OpenFile(path, logOpenFlags, 0o600)
+// openLogFile opens path with logOpenFlags (truncated when trunc) and
+// checks it is a regular file.
+func openLogFile(path string, trunc bool) (*os.File, error) {
+	flags := logOpenFlags
+	if trunc {
+		flags = flags&^os.O_APPEND | os.O_TRUNC
+	}
+	f, err := os.OpenFile(path, flags, 0o600)
 	if err != nil {
 		if isSymlinkLoop(err) {
 			return nil, errs.New(errs.Permission, "the server log is a symbolic link; pgfork does not follow it").WithPath(path).

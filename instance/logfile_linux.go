@@ -10,7 +10,8 @@ import (
 	"github.com/pgfork/pgfork/internal/errs"
 )
 
-// openAs opens path for appending (created 0600 if missing) with the
+// openAs opens path for appending, or truncated when trunc (created 0600
+// if missing), with the
 // filesystem identity of uid/gid: setfsuid/setfsgid act on the calling
 // thread only, so the thread is locked for the call. The kernel then checks
 // every step of the path as that user, and a new file is born owned by it.
@@ -19,7 +20,7 @@ import (
 // /etc/ld.so.preload, a directory swapped under the path). If the identity
 // cannot be given back, the thread is left locked, and Go ends it with the
 // goroutine rather than reuse it.
-func openAs(path string, uid, gid int) (*os.File, error) {
+func openAs(path string, uid, gid int, trunc bool) (*os.File, error) {
 	runtime.LockOSThread()
 	// Root's supplementary groups would still grant their rights: the
 	// thread takes the user's primary group alone (a raw setgroups changes
@@ -49,7 +50,7 @@ func openAs(path string, uid, gid int) (*os.File, error) {
 	if now, _ := unix.SetfsuidRetUid(-1); now != uid {
 		err = errs.New(errs.Permission, "cannot take the identity of uid %d to open the file", uid).WithPath(path)
 	} else {
-		f, err = openLogFile(path)
+		f, err = openLogFile(path, trunc)
 	}
 	_, _ = unix.SetfsuidRetUid(prevUID)
 	_, _ = unix.SetfsgidRetGid(prevGID)

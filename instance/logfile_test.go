@@ -145,3 +145,48 @@ func TestStartRefusesPlantedLog(t *testing.T) {
 	}
 	checkUntouched(t, secret)
 }
+
+// TestWriteFileAsRefusesPlantedLinks: the configuration files root writes
+// into a data directory the server's user owns (pg_hba.conf: serve's
+// managed cluster, cluster isolation, up --tcp, upgrade) are written with
+// that user's rights: a pg_hba.conf replaced by a symlink to a root file
+// is refused and the root file kept whole. Before, root truncated and
+// rewrote the link's target and then chowned it to the user.
+func TestWriteFileAsRefusesPlantedLinks(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("needs root")
+	}
+	u := pgtest.User(t)
+	secret := rootOnlyFile(t)
+	data := filepath.Join(testenv.Dir(t), "data")
+	if err := os.Mkdir(data, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chown(data, u.UID, u.GID); err != nil {
+		t.Fatal(err)
+	}
+	hba := filepath.Join(data, "pg_hba.conf")
+	if err := os.Symlink(secret, hba); err != nil {
+		t.Fatal(err)
+	}
+	if err := instance.WritePasswordHBA(data, u); err == nil {
+		t.Error("WritePasswordHBA wrote through a symlink")
+	}
+	checkUntouched(t, secret)
+	if err := os.Remove(hba); err != nil {
+		t.Fatal(err)
+	}
+	if err := instance.WritePasswordHBA(data, u); err != nil {
+		t.Fatal(err)
+	}
+	fi, err := os.Stat(hba)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st := fi.Sys().(*syscall.Stat_t); int(st.Uid) != u.UID {
+		t.Errorf("pg_hba.conf belongs to %d, want %d", st.Uid, u.UID)
+	}
+	if b, _ := os.ReadFile(hba); string(b) != instance.PasswordHBA {
+		t.Errorf("pg_hba.conf = %q", b)
+	}
+}

@@ -43,13 +43,8 @@ const trustHBA = "local all all trust\n"
 // writeHBA writes the private pg_hba.conf into dir and returns its path.
 func writeHBA(dir string, u *instance.OSUser) (string, error) {
 	p := filepath.Join(dir, "pgfork_hba.conf")
-	if err := os.WriteFile(p, []byte(trustHBA), 0o600); err != nil {
-		return "", errs.FromOS(err, p, "cannot write a private pg_hba.conf")
-	}
-	if u != nil {
-		if err := os.Chown(p, u.UID, u.GID); err != nil {
-			return "", errs.Wrap(errs.OSKind(err), err, "cannot give the private pg_hba.conf to %s", u.Name).WithPath(p)
-		}
+	if err := instance.WriteFileAs(p, u, []byte(trustHBA)); err != nil {
+		return "", err
 	}
 	return p, nil
 }

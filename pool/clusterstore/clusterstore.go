@@ -152,11 +152,10 @@ func (s *Store) CreateTemplate(ctx context.Context, name, owner, root string) er
 		return err
 	}
 	hba := filepath.Join(data, "pg_hba.conf")
-	if err := os.WriteFile(hba, []byte("local all all trust\nhost all all 127.0.0.1/32 scram-sha-256\nhost all all ::1/128 scram-sha-256\n"), 0o600); err != nil {
-		return errs.Wrap(errs.Internal, err, "cannot write pg_hba.conf")
-	}
-	if err := s.o.User.Chown(hba); err != nil {
-		return errs.Wrap(errs.OSKind(err), err, "cannot chown pg_hba.conf")
+	// With the cluster user's rights: that user (and every superuser of
+	// the cluster) owns the data directory.
+	if err := instance.WriteFileAs(hba, s.o.User, []byte("local all all trust\nhost all all 127.0.0.1/32 scram-sha-256\nhost all all ::1/128 scram-sha-256\n")); err != nil {
+		return err
 	}
 	inst, err := s.start(ctx, data)
 	if err != nil {

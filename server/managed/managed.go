@@ -75,11 +75,11 @@ func Start(ctx context.Context, o Options) (*Server, error) {
 		// The superuser connects only over the private socket; TCP clients
 		// (the test databases' users) must give a password.
 		hba := "local all all trust\nhost all all 127.0.0.1/32 scram-sha-256\nhost all all ::1/128 scram-sha-256\n"
-		if err := os.WriteFile(filepath.Join(data, "pg_hba.conf"), []byte(hba), 0o600); err != nil {
-			return nil, errs.Wrap(errs.Internal, err, "cannot write pg_hba.conf")
-		}
-		if err := o.User.Chown(filepath.Join(data, "pg_hba.conf")); err != nil {
-			return nil, errs.Wrap(errs.OSKind(err), err, "cannot chown pg_hba.conf")
+		// Written with the server user's rights: its superusers (serve's
+		// clients) own the data directory's files, and root must not
+		// follow a pg_hba.conf they replaced by a symlink.
+		if err := instance.WriteFileAs(filepath.Join(data, "pg_hba.conf"), o.User, []byte(hba)); err != nil {
+			return nil, err
 		}
 	}
 	if err := recoverLeftover(ctx, data); err != nil {

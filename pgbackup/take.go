@@ -153,6 +153,10 @@ func Take(ctx context.Context, o TakeOptions) (*Backup, error) {
 		return nil, errs.New(errs.Internal, "pg_basebackup failed: %s", msg).
 			WithHint("the server's log says more; nothing was kept")
 	}
+	if err := os.Rename(partial, final); err != nil {
+		_ = os.RemoveAll(partial)
+		return nil, errs.Wrap(errs.Internal, err, "cannot move the finished backup into place").WithPath(final)
+	}
 	return OpenBackup(final)
 }
 

@@ -140,7 +140,14 @@ func Take(ctx context.Context, o TakeOptions) (*Backup, error) {
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	var out bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &out
-	if err := cmd.Run(); err != nil {
+	err = cmd.Start()
+	if err == nil {
+		if afterStart != nil {
+			afterStart(partial)
+		}
+		err = cmd.Wait()
+	}
+	if err != nil {
 		_ = os.RemoveAll(partial)
 		msg := strings.TrimSpace(out.String())
 		if ctx.Err() != nil {
@@ -159,6 +166,9 @@ func Take(ctx context.Context, o TakeOptions) (*Backup, error) {
 	}
 	return OpenBackup(final)
 }
+
+// afterStart, when set (by tests), runs once pg_basebackup has started.
+var afterStart func(partial string)
 
 // partialMark is in the name of every backup directory still being written.
 const partialMark = ".partial-"

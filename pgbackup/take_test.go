@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -109,4 +110,52 @@ func TestTakeSafety(t *testing.T) {
 			t.Fatalf("backup onto a full filesystem: got %v (hint %q), want no-space naming %s", err, errs.HintOf(err), dir)
 		}
 	})
+}
+
+// TestTakeKilledTakesChildAlong runs Take in a child process, kills it
+// with SIGKILL once pg_basebackup has started (a hook holds the child
+// there), and checks that pg_basebackup died with it (F5): it must not go
+// on to finish a backup into the partial directory nobody will rename.
+func TestTakeKilledTakesChildAlong(t *testing.T) {
+	if os.Getenv("PGFORK_TAKE_CHILD") != "" {
+		afterStart = func(partial string) {
+			_ = os.WriteFile(os.Getenv("PGFORK_TAKE_CHILD"), []byte(partial), 0o600)
+			select {}
+		}
+		var o TakeOptions
+		o.Dir, o.ConnString, o.PGBin.Explicit, o.PGBin.StateDir = os.Getenv("PGFORK_TAKE_DIR"), os.Getenv("PGFORK_TAKE_URL"), os.Getenv("PGFORK_TAKE_BIN"), t.TempDir()
+		_, err := Take(context.Background(), o)
+		t.Fatal(err)
+	}
+	bs := pgtest.Builds(t, 0)
+	b := bs[len(bs)-1]
+	in := pgtest.New(t, b.Server())
+	base := testenv.Dir(t)
+	marker := filepath.Join(base, "started")
+	cmd := exec.Command(os.Args[0], "-test.run=^TestTakeKilledTakesChildAlong$")
+	cmd.Env = append(os.Environ(), "PGFORK_TAKE_CHILD="+marker, "PGFORK_TAKE_DIR="+filepath.Join(base, "chain"),
+		"PGFORK_TAKE_URL="+in.ConnString("", ""), "PGFORK_TAKE_BIN="+b.Bin)
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	var partial []byte
+	for i := 0; ; i++ {
+		var err error
+		if partial, err = os.ReadFile(marker); err == nil && len(partial) > 0 {
+			break
+		}
+		if i > 1200 {
+			_ = cmd.Process.Kill()
+			t.Fatal("the child never started pg_basebackup")
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	_ = cmd.Process.Kill()
+	_ = cmd.Wait()
+	// Long enough for an orphaned pg_basebackup to finish (it takes well
+	// under a second here).
+	time.Sleep(3 * time.Second)
+	if _, err := os.Stat(filepath.Join(string(partial), "backup_manifest")); err == nil {
+		t.Fatalf("pg_basebackup outlived a killed pgfork backup and finished into %s", partial)
+	}
 }

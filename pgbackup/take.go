@@ -173,41 +173,34 @@ var afterStart func(partial string)
 // partialMark is in the name of every backup directory still being written.
 const partialMark = ".partial-"
 
-// CleanStalePartials removes the partial directories in dir that no live
-// process is writing (the remains of a killed backup) and returns their
-// names. Names of live ones are left alone.
-func CleanStalePartials(dir string) []string {
+// StalePartials names the partial directories in dir that no live process
+// is writing: the remains of a killed or crashed backup.
+func StalePartials(dir string) []string {
 	ents, err := os.ReadDir(dir)
 	if err != nil {
 		return nil
 	}
-	var gone []string
+	var out []string
 	for _, e := range ents {
 		n := e.Name()
-		if !strings.HasPrefix(n, ".") || !(strings.Contains(n, partialMark) || strings.HasSuffix(n, ".partial")) || !e.IsDir() {
+		if !e.IsDir() || !strings.HasPrefix(n, ".") || !(strings.Contains(n, partialMark) || strings.HasSuffix(n, ".partial")) {
 			continue
 		}
-		p := filepath.Join(dir, n)
-		if flock.IsLockedByLiveProcess(p) {
-			continue
+		if !flock.IsLockedByLiveProcess(filepath.Join(dir, n)) {
+			out = append(out, n)
 		}
-		if os.RemoveAll(p) == nil {
+	}
+	return out
+}
+
+// CleanStalePartials removes StalePartials(dir) and returns the names it
+// removed. Take calls it under the chain directory's lock.
+func CleanStalePartials(dir string) []string {
+	var gone []string
+	for _, n := range StalePartials(dir) {
+		if os.RemoveAll(filepath.Join(dir, n)) == nil {
 			gone = append(gone, n)
 		}
 	}
 	return gone
-}
-
-// Describe is one line about a backup for listings.
-func Describe(b *Backup, all []*Backup) string {
-	from := "-"
-	if b.Label.Incremental() {
-		from = "? (not here)"
-		for _, o := range all {
-			if o.Label.StartLSN == b.Label.PrevLSN && o.Label.StartTLI == b.Label.PrevTLI {
-				from = o.Name()
-			}
-		}
-	}
-	return fmt.Sprintf("%s\t%s\t%d\t%s\t%s\t%s", b.Name(), b.Kind(), b.Major, b.Label.StartLSN, b.Label.StartTime, from)
 }

@@ -67,6 +67,9 @@ func TestTakeSafety(t *testing.T) {
 		if err := os.MkdirAll(filepath.Join(stale, "base"), 0o700); err != nil {
 			t.Fatal(err)
 		}
+		if got := StalePartials(dir); len(got) != 1 || got[0] != filepath.Base(stale) {
+			t.Fatalf("StalePartials = %q, want %s", got, filepath.Base(stale))
+		}
 		release, err := flock.LockDir(dir)
 		if err != nil {
 			t.Fatal(err)

@@ -2,6 +2,7 @@ package main
 
 import (
 	"fmt"
+	"path/filepath"
 	"text/tabwriter"
 
 	"github.com/spf13/cobra"
@@ -76,6 +77,9 @@ its newest state, or --upto NAME an older one.`,
 			all, err := pgbackup.List(args[0])
 			if err != nil {
 				return err
+			}
+			for _, n := range pgbackup.StalePartials(args[0]) {
+				infof("%s is the unfinished remains of a killed backup; the next `pgfork backup %s` removes it", filepath.Join(args[0], n), args[0])
 			}
 			if g.json {
 				out := []backupEntry{}

@@ -204,3 +204,17 @@ func CleanStalePartials(dir string) []string {
 	}
 	return gone
 }
+
+// Describe is one line about a backup for listings.
+func Describe(b *Backup, all []*Backup) string {
+	from := "-"
+	if b.Label.Incremental() {
+		from = "? (not here)"
+		for _, o := range all {
+			if o.Label.StartLSN == b.Label.PrevLSN && o.Label.StartTLI == b.Label.PrevTLI {
+				from = o.Name()
+			}
+		}
+	}
+	return fmt.Sprintf("%s\t%s\t%d\t%s\t%s\t%s", b.Name(), b.Kind(), b.Major, b.Label.StartLSN, b.Label.StartTime, from)
+}

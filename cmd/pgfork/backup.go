@@ -43,7 +43,10 @@ func newBackupCmd() *cobra.Command {
 		Long: `Take a base backup of the server at --url into a new directory under DIR, named
 by time and kind (20261123T031500Z-full, ...-incr): pg_basebackup in plain
 format with a backup manifest (CRC32C), a fast checkpoint and the WAL
-streamed, taken into a hidden directory and renamed when complete.
+streamed, taken into a hidden directory (mode 0700, unpredictable name) and
+renamed when complete. One backup at a time per DIR: a second one exits 6 at
+once. A killed backup's hidden directory is removed by the next backup and
+named by backup ls.
 
 With --incremental (PostgreSQL 17+) the backup is incremental to the newest
 backup in DIR; the server needs summarize_wal = on (pgfork says how to turn it

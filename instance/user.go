@@ -5,7 +5,6 @@ import (
 	"os"
 	"os/exec"
 	"os/user"
-	"path/filepath"
 	"strconv"
 	"syscall"
 
@@ -86,17 +85,15 @@ func (u *OSUser) Command(ctx context.Context, env []string, name string, args ..
 	return cmd
 }
 
-// Chown gives path (recursively) to u. It does nothing when u is nil.
+// Chown gives path (recursively) to u without following symlinks, by
+// directory descriptors (clone.ChownTree): a directory the run-as user
+// swaps for a symlink during the walk is never followed. It does nothing
+// when u is nil.
 func (u *OSUser) Chown(path string) error {
 	if u == nil {
 		return nil
 	}
-	return filepath.Walk(path, func(p string, _ os.FileInfo, err error) error {
-		if err != nil {
-			return err
-		}
-		return os.Lchown(p, u.UID, u.GID)
-	})
+	return clone.ChownTree(path, u.UID, u.GID)
 }
 
 // MkdirOwned creates dir (mode perm) owned by u.

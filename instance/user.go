@@ -96,16 +96,25 @@ func (u *OSUser) Chown(path string) error {
 	return clone.ChownTree(path, u.UID, u.GID)
 }
 
-// MkdirOwned creates dir (mode perm) owned by u.
+// MkdirOwned creates dir (mode perm) owned by u. The mode and owner are
+// set by descriptor on dir opened without following a symlink, so a name
+// swapped for a symlink is refused rather than followed.
 func (u *OSUser) MkdirOwned(dir string, perm os.FileMode) error {
 	if err := os.MkdirAll(dir, perm); err != nil {
 		return err
 	}
-	if err := os.Chmod(dir, perm); err != nil {
-		return err
+	fd, err := syscall.Open(dir, syscall.O_RDONLY|syscall.O_DIRECTORY|syscall.O_NOFOLLOW|syscall.O_CLOEXEC, 0)
+	if err != nil {
+		return &os.PathError{Op: "open", Path: dir, Err: err}
+	}
+	defer syscall.Close(fd)
+	if err := syscall.Fchmod(fd, uint32(perm.Perm())); err != nil {
+		return &os.PathError{Op: "chmod", Path: dir, Err: err}
 	}
 	if u != nil {
-		return os.Chown(dir, u.UID, u.GID)
+		if err := syscall.Fchown(fd, u.UID, u.GID); err != nil {
+			return &os.PathError{Op: "chown", Path: dir, Err: err}
+		}
 	}
 	return nil
 }

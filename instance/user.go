@@ -5,7 +5,6 @@ import (
 	"os"
 	"os/exec"
 	"os/user"
-	"path/filepath"
 	"strconv"
 	"syscall"
 
@@ -86,29 +85,36 @@ func (u *OSUser) Command(ctx context.Context, env []string, name string, args ..
 	return cmd
 }
 
-// Chown gives path (recursively) to u. It does nothing when u is nil.
+// Chown gives path (recursively) to u without following symlinks, by
+// directory descriptors (clone.ChownTree): a directory the run-as user
+// swaps for a symlink during the walk is never followed. It does nothing
+// when u is nil.
 func (u *OSUser) Chown(path string) error {
 	if u == nil {
 		return nil
 	}
-	return filepath.Walk(path, func(p string, _ os.FileInfo, err error) error {
-		if err != nil {
-			return err
-		}
-		return os.Lchown(p, u.UID, u.GID)
-	})
+	return clone.ChownTree(path, u.UID, u.GID)
 }
 
-// MkdirOwned creates dir (mode perm) owned by u.
+// MkdirOwned creates dir (mode perm) owned by u. The mode and owner are
+// set by descriptor on dir opened without following a symlink, so a name
+// swapped for a symlink is refused rather than followed.
 func (u *OSUser) MkdirOwned(dir string, perm os.FileMode) error {
 	if err := os.MkdirAll(dir, perm); err != nil {
 		return err
 	}
-	if err := os.Chmod(dir, perm); err != nil {
-		return err
+	fd, err := syscall.Open(dir, syscall.O_RDONLY|syscall.O_DIRECTORY|syscall.O_NOFOLLOW|syscall.O_CLOEXEC, 0)
+	if err != nil {
+		return &os.PathError{Op: "open", Path: dir, Err: err}
+	}
+	defer syscall.Close(fd)
+	if err := syscall.Fchmod(fd, uint32(perm.Perm())); err != nil {
+		return &os.PathError{Op: "chmod", Path: dir, Err: err}
 	}
 	if u != nil {
-		return os.Chown(dir, u.UID, u.GID)
+		if err := syscall.Fchown(fd, u.UID, u.GID); err != nil {
+			return &os.PathError{Op: "chown", Path: dir, Err: err}
+		}
 	}
 	return nil
 }

@@ -3,16 +3,19 @@ package pgbackup
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"time"
 
 	"github.com/jackc/pgx/v5"
 
 	"github.com/pgfork/pgfork/internal/errs"
+	"github.com/pgfork/pgfork/internal/flock"
 	"github.com/pgfork/pgfork/pgbin"
 )
 
@@ -84,6 +87,19 @@ func Take(ctx context.Context, o TakeOptions) (*Backup, error) {
 	if err := os.MkdirAll(o.Dir, 0o755); err != nil {
 		return nil, errs.FromOS(err, o.Dir, "cannot create the backup directory")
 	}
+	// One backup at a time per chain directory (F6): a second caller exits
+	// busy at once instead of racing for the same name. The lock is on the
+	// directory itself and dies with the process.
+	release, err := flock.LockDir(o.Dir)
+	if err != nil {
+		if errors.Is(err, flock.ErrBusy) {
+			return nil, errs.New(errs.Busy, "another pgfork backup is running into %s", o.Dir).WithPath(o.Dir).
+				WithHint("wait for it to finish, then run this backup again")
+		}
+		return nil, errs.FromOS(err, o.Dir, "cannot lock the backup directory")
+	}
+	defer release()
+	CleanStalePartials(o.Dir)
 	kind := "full"
 	if base != nil {
 		kind = "incr"
@@ -100,20 +116,46 @@ func Take(ctx context.Context, o TakeOptions) (*Backup, error) {
 		}
 		time.Sleep(time.Second) // names are by the second
 	}
-	partial := filepath.Join(o.Dir, "."+name+".partial")
+	// The partial directory is made here, by mkdir (which never follows a
+	// planted name), with an unpredictable suffix and mode 0700 (F16), and
+	// locked so that a later run can tell it from a crashed one's remains.
+	partial, err := os.MkdirTemp(o.Dir, "."+name+partialMark)
+	if err != nil {
+		return nil, errs.FromOS(err, o.Dir, "cannot create the backup's partial directory")
+	}
+	unlockPartial, err := flock.LockDir(partial)
+	if err != nil {
+		_ = os.Remove(partial)
+		return nil, errs.FromOS(err, partial, "cannot lock the backup's partial directory")
+	}
+	defer unlockPartial()
 	args := []string{"-d", o.ConnString, "-D", partial, "-Fp", "-c", "fast", "-X", "stream", "--manifest-checksums=CRC32C"}
 	if base != nil {
 		args = append(args, "--incremental="+filepath.Join(base.Dir, "backup_manifest"))
 	}
 	cmd := exec.CommandContext(ctx, inst.Tool("pg_basebackup"), args...)
 	cmd.Env = append(os.Environ(), inst.Env()...)
+	// pg_basebackup dies with us (F5): a kill -9 of pgfork must not leave
+	// it writing into a directory nobody will rename.
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	var out bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &out
-	if err := cmd.Run(); err != nil {
+	err = cmd.Start()
+	if err == nil {
+		if afterStart != nil {
+			afterStart(partial)
+		}
+		err = cmd.Wait()
+	}
+	if err != nil {
 		_ = os.RemoveAll(partial)
 		msg := strings.TrimSpace(out.String())
 		if ctx.Err() != nil {
 			return nil, errs.Wrap(errs.Interrupted, ctx.Err(), "backup interrupted; nothing was kept")
+		}
+		if strings.Contains(msg, "No space left on device") || strings.Contains(msg, "Disk quota exceeded") {
+			return nil, errs.New(errs.NoSpace, "the backup directory ran out of space: %s", msg).WithPath(o.Dir).
+				WithHint("free space on the filesystem of %s (or back up elsewhere); nothing was kept", o.Dir)
 		}
 		return nil, errs.New(errs.Internal, "pg_basebackup failed: %s", msg).
 			WithHint("the server's log says more; nothing was kept")
@@ -123,6 +165,44 @@ func Take(ctx context.Context, o TakeOptions) (*Backup, error) {
 		return nil, errs.Wrap(errs.Internal, err, "cannot move the finished backup into place").WithPath(final)
 	}
 	return OpenBackup(final)
+}
+
+// afterStart, when set (by tests), runs once pg_basebackup has started.
+var afterStart func(partial string)
+
+// partialMark is in the name of every backup directory still being written.
+const partialMark = ".partial-"
+
+// StalePartials names the partial directories in dir that no live process
+// is writing: the remains of a killed or crashed backup.
+func StalePartials(dir string) []string {
+	ents, err := os.ReadDir(dir)
+	if err != nil {
+		return nil
+	}
+	var out []string
+	for _, e := range ents {
+		n := e.Name()
+		if !e.IsDir() || !strings.HasPrefix(n, ".") || !(strings.Contains(n, partialMark) || strings.HasSuffix(n, ".partial")) {
+			continue
+		}
+		if !flock.IsLockedByLiveProcess(filepath.Join(dir, n)) {
+			out = append(out, n)
+		}
+	}
+	return out
+}
+
+// CleanStalePartials removes StalePartials(dir) and returns the names it
+// removed. Take calls it under the chain directory's lock.
+func CleanStalePartials(dir string) []string {
+	var gone []string
+	for _, n := range StalePartials(dir) {
+		if os.RemoveAll(filepath.Join(dir, n)) == nil {
+			gone = append(gone, n)
+		}
+	}
+	return gone
 }
 
 // Describe is one line about a backup for listings.

@@ -89,13 +89,26 @@ func copyWAL(ctx context.Context, srcWAL, dstWAL string, p *walPlan, owner *uidg
 		}
 		return 0, errs.FromOS(err, dstWAL, "cannot create the clone's WAL directory")
 	}
+	if afterWALDir != nil {
+		afterWALDir(dstWAL)
+	}
+	// Files are created relative to the data directory's descriptor by
+	// os.Root, which refuses a path that leaves it: a pg_wal swapped for a
+	// symlink by the run-as user (who may own the staging tree's
+	// directories by now) is never written through (issue 19 F4b).
+	root, err := os.OpenRoot(filepath.Dir(dstWAL))
+	if err != nil {
+		return 0, errs.FromOS(err, dstWAL, "cannot open the clone's data directory")
+	}
+	defer root.Close()
+	walRel := filepath.Base(dstWAL)
 	var total int64
 	names := append(append([]string(nil), p.History...), p.Segments...)
 	for _, name := range names {
 		if err := ctx.Err(); err != nil {
 			return total, errs.Wrap(errs.Interrupted, err, "clone interrupted while copying WAL")
 		}
-		n, err := copyFileShared(filepath.Join(srcWAL, name), filepath.Join(dstWAL, name), owner, sync)
+		n, err := copyFileShared(filepath.Join(srcWAL, name), root, filepath.Join(walRel, name), owner, sync)
 		if err != nil {
 			if errors.Is(err, fs.ErrNotExist) {
 				return total, errs.New(errs.Internal, "WAL file %s disappeared from the source while it was being copied", name).WithPath(srcWAL).
@@ -125,10 +138,15 @@ func walNoSpace(err error, dstWAL string) error {
 
 type uidgid struct{ uid, gid int }
 
+// afterWALDir, when set (by tests), runs once copyWAL has made the clone's
+// pg_wal and before it writes into it.
+var afterWALDir func(dstWAL string)
+
 // copyFileShared copies one regular file: by reflink (FICLONE) when the
 // filesystem can, else with copy_file_range (which io.Copy uses between
-// files), never overwriting dst. The source is opened read-only.
-func copyFileShared(src, dst string, owner *uidgid, sync bool) (int64, error) {
+// files), never overwriting dst, which is created under root (never outside
+// it). The source is opened read-only.
+func copyFileShared(src string, root *os.Root, dst string, owner *uidgid, sync bool) (int64, error) {
 	sf, err := os.Open(src)
 	if err != nil {
 		return 0, err
@@ -138,7 +156,7 @@ func copyFileShared(src, dst string, owner *uidgid, sync bool) (int64, error) {
 	if err != nil {
 		return 0, err
 	}
-	df, err := os.OpenFile(dst, os.O_WRONLY|os.O_CREATE|os.O_EXCL, fi.Mode().Perm())
+	df, err := root.OpenFile(dst, os.O_WRONLY|os.O_CREATE|os.O_EXCL, fi.Mode().Perm())
 	if err != nil {
 		return 0, err
 	}
@@ -146,7 +164,7 @@ func copyFileShared(src, dst string, owner *uidgid, sync bool) (int64, error) {
 	defer func() {
 		if !ok {
 			df.Close()
-			_ = os.Remove(dst)
+			_ = root.Remove(dst)
 		}
 	}()
 	if err := clone.CloneFile(df, sf); err != nil {

@@ -2,6 +2,7 @@ package main
 
 import (
 	"fmt"
+	"path/filepath"
 	"text/tabwriter"
 
 	"github.com/spf13/cobra"
@@ -42,7 +43,10 @@ func newBackupCmd() *cobra.Command {
 		Long: `Take a base backup of the server at --url into a new directory under DIR, named
 by time and kind (20261123T031500Z-full, ...-incr): pg_basebackup in plain
 format with a backup manifest (CRC32C), a fast checkpoint and the WAL
-streamed, taken into a hidden directory and renamed when complete.
+streamed, taken into a hidden directory (mode 0700, unpredictable name) and
+renamed when complete. One backup at a time per DIR: a second one exits 6 at
+once. A killed backup's hidden directory is removed by the next backup and
+named by backup ls.
 
 With --incremental (PostgreSQL 17+) the backup is incremental to the newest
 backup in DIR; the server needs summarize_wal = on (pgfork says how to turn it
@@ -76,6 +80,9 @@ its newest state, or --upto NAME an older one.`,
 			all, err := pgbackup.List(args[0])
 			if err != nil {
 				return err
+			}
+			for _, n := range pgbackup.StalePartials(args[0]) {
+				infof("%s is the unfinished remains of a killed backup; the next `pgfork backup %s` removes it", filepath.Join(args[0], n), args[0])
 			}
 			if g.json {
 				out := []backupEntry{}

@@ -710,11 +710,39 @@ func (b *build) cleanup() {
 	}
 }
 
+// mkdir makes p, a directory inside the clone's data directory, and gives
+// it to the clone's owner, relative to the data directory's descriptor
+// (os.Root): a component swapped for a symlink that leaves the data
+// directory is refused, never followed (issue 19 F4b).
 func (b *build) mkdir(p string) error {
-	if err := os.Mkdir(p, 0o700); err != nil && !errors.Is(err, fs.ErrExist) {
+	r, rel, err := b.dataRoot(p)
+	if err != nil {
+		return err
+	}
+	defer r.Close()
+	if err := r.Mkdir(rel, 0o700); err != nil && !errors.Is(err, fs.ErrExist) {
 		return errs.FromOS(err, p, "cannot create a directory in the clone")
 	}
-	return b.chown(p)
+	if b.owner != nil {
+		if err := r.Lchown(rel, b.owner.UID, b.owner.GID); err != nil {
+			return errs.FromOS(err, p, "cannot give the clone to its OS user")
+		}
+	}
+	return nil
+}
+
+// dataRoot opens the clone's data directory as an os.Root and returns p
+// relative to it.
+func (b *build) dataRoot(p string) (*os.Root, string, error) {
+	rel, err := filepath.Rel(b.data.path, p)
+	if err != nil || !filepath.IsLocal(rel) {
+		return nil, "", errs.New(errs.Internal, "%s is not inside the clone's data directory %s", p, b.data.path)
+	}
+	r, err := os.OpenRoot(b.data.path)
+	if err != nil {
+		return nil, "", errs.FromOS(err, b.data.path, "cannot open the clone's data directory")
+	}
+	return r, rel, nil
 }
 
 func (b *build) chown(p string) error {
@@ -730,7 +758,12 @@ func (b *build) chown(p string) error {
 // writeFile writes a small file into the clone (0600, owned like the clone).
 func (b *build) writeFile(name, content string) error {
 	p := filepath.Join(b.data.path, name)
-	f, err := os.OpenFile(p, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
+	r, rel, err := b.dataRoot(p)
+	if err != nil {
+		return err
+	}
+	defer r.Close()
+	f, err := r.OpenFile(rel, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
 	if err != nil {
 		return errs.FromOS(err, p, "cannot write %s", name)
 	}
@@ -738,13 +771,16 @@ func (b *build) writeFile(name, content string) error {
 	if err == nil && b.opts.Sync != clone.SyncNone {
 		err = f.Sync()
 	}
+	if err == nil && b.owner != nil {
+		err = f.Chown(b.owner.UID, b.owner.GID)
+	}
 	if cerr := f.Close(); err == nil {
 		err = cerr
 	}
 	if err != nil {
 		return errs.FromOS(err, p, "cannot write %s", name)
 	}
-	return b.chown(p)
+	return nil
 }
 
 // checkPaths resolves src and dst and refuses overlapping ones.

@@ -350,7 +350,7 @@ func (r *restorer) plan() error {
 			// pg_combinebackup skips these; pgfork refuses them, as a backup
 			// pg_basebackup wrote has none (tablespaces are refused above)
 			// and restore must not hide what it did not rebuild.
-			return errs.New(errs.Usage, "the backup holds %s where pg_basebackup writes only files and directories", typeName(d.Type())).
+			return errs.New(errs.Usage, "the backup holds %s where pg_basebackup writes only files and directories", safefs.TypeName(d.Type())).
 				WithPath(p).WithHint("remove it or take a new backup; the backup's own manifest does not list it")
 		}
 		if dir == "." && (rel == "backup_label" || rel == "backup_manifest") {
@@ -445,20 +445,6 @@ func readErr(err error, p string) error {
 			WithHint("replace it with the file, or take a new backup")
 	}
 	return errs.FromOS(err, p, "cannot read the backup")
-}
-
-func typeName(m fs.FileMode) string {
-	switch {
-	case m&fs.ModeSymlink != 0:
-		return "a symbolic link"
-	case m&fs.ModeNamedPipe != 0:
-		return "a FIFO"
-	case m&fs.ModeDevice != 0:
-		return "a device"
-	case m&fs.ModeSocket != 0:
-		return "a socket"
-	}
-	return "a special file"
 }
 
 func (r *restorer) run(ctx context.Context) error {

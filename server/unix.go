@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/pgfork/pgfork/internal/errs"
+	"github.com/pgfork/pgfork/internal/safefs"
 )
 
 // ListenUnix listens on a Unix socket at path, mode 0600. What is already
@@ -23,7 +24,7 @@ func ListenUnix(path string) (net.Listener, error) {
 	case err != nil:
 		return nil, errs.FromOS(err, path, "cannot use the socket path")
 	case fi.Mode()&fs.ModeSocket == 0:
-		return nil, errs.New(errs.Exists, "%s is in the way of the socket (not a socket); pgfork removes only a stale socket of its own", kindOf(fi.Mode())).
+		return nil, errs.New(errs.Exists, "%s is in the way of the socket (not a socket); pgfork removes only a stale socket of its own", safefs.TypeName(fi.Mode())).
 			WithPath(path).WithHint("choose a path where nothing is, or remove what is there yourself")
 	default:
 		c, derr := net.DialTimeout("unix", path, time.Second)
@@ -50,16 +51,4 @@ func ListenUnix(path string) (net.Listener, error) {
 		return nil, errs.FromOS(err, path, "cannot make the socket private")
 	}
 	return l, nil
-}
-
-func kindOf(m fs.FileMode) string {
-	switch {
-	case m.IsDir():
-		return "a directory"
-	case m&fs.ModeSymlink != 0:
-		return "a symbolic link"
-	case m.IsRegular():
-		return "a file"
-	}
-	return "something"
 }

@@ -68,7 +68,7 @@ func (d *Dir) OpenRegular(rel string) (*os.File, error) {
 	}
 	if !fi.Mode().IsRegular() {
 		f.Close()
-		return nil, &os.PathError{Op: "open", Path: d.join(rel), Err: fmt.Errorf("%w (%s)", ErrNotRegular, typeName(fi.Mode()))}
+		return nil, &os.PathError{Op: "open", Path: d.join(rel), Err: fmt.Errorf("%w (%s)", ErrNotRegular, TypeName(fi.Mode()))}
 	}
 	return f, nil
 }
@@ -128,7 +128,9 @@ func splitSlash(s string) []string {
 	return parts
 }
 
-func typeName(m os.FileMode) string {
+// TypeName names the kind of file m describes, for messages ("a FIFO",
+// "a symbolic link", …).
+func TypeName(m os.FileMode) string {
 	switch {
 	case m.IsDir():
 		return "a directory"
@@ -140,6 +142,8 @@ func typeName(m os.FileMode) string {
 		return "a socket"
 	case m&os.ModeSymlink != 0:
 		return "a symbolic link"
+	case m.IsRegular():
+		return "a file"
 	}
 	return "a special file"
 }

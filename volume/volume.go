@@ -82,7 +82,7 @@ func Load(base string) (*Record, error) {
 	if err != nil {
 		if os.IsNotExist(err) {
 			return nil, errs.New(errs.NotFound, "no volume recorded for %s", base).WithPath(base).
-				WithCLI("create one: sudo pgfork volume create")
+				WithCLI("create one, as root: pgfork volume create")
 		}
 		return nil, errs.FromOS(err, recordPath(base), "cannot read the volume record")
 	}
@@ -115,7 +115,7 @@ func (r *Record) FstabLine() string {
 
 // GrowHint is the advice given when the volume is full.
 func (r *Record) GrowHint() string {
-	return "grow it: sudo pgfork volume grow --size " + sizeArg(r.Size*2)
+	return "grow it, as root: pgfork volume grow --size " + sizeArg(r.Size*2)
 }
 
 func sizeArg(n int64) string {

@@ -106,7 +106,7 @@ func newVolumeLsCmd() *cobra.Command {
 				if g.json {
 					return printJSON(cmd.OutOrStdout(), []any{})
 				}
-				infof("no volume recorded for %s (create one: sudo pgfork volume create)", baseStateDir())
+				infof("no volume recorded for %s (create one: %s)", baseStateDir(), asRoot("pgfork volume create"))
 				return nil
 			}
 			if err != nil {
@@ -198,7 +198,7 @@ func attachVolumeOnce(base, d string) {
 func volumeErrHint(err error) error {
 	if errors.Is(err, statedir.ErrVolumeDetached) {
 		return errs.Wrap(errs.NotFound, err, "the pgfork volume is not attached").
-			WithCLI("sudo pgfork volume attach (or sudo pgfork volume create)")
+			WithCLI("%s (or %s)", asRoot("pgfork volume attach"), asRoot("pgfork volume create"))
 	}
 	if errs.KindOf(err) != errs.NoSpace {
 		return err
@@ -241,7 +241,7 @@ func useVolume(ctx context.Context, mode string) error {
 		return err
 	}
 	if os.Geteuid() != 0 {
-		infof("--volume auto: no volume recorded for %s and not root; going on without one (create it: sudo pgfork volume create)", base)
+		infof("--volume auto: no volume recorded for %s and not root; going on without one (create it: %s)", base, asRoot("pgfork volume create"))
 		return nil
 	}
 	r, err := volume.Create(ctx, base, volume.Options{}, false)
@@ -276,7 +276,7 @@ func adviseVolume(ctx context.Context, dir string, p *clone.ProbeResult) *volume
 		}
 		return a
 	}
-	a.Command = "sudo pgfork volume create"
+	a.Command = asRoot("pgfork volume create")
 	s, err := volume.Measure(ctx, dir)
 	if err != nil {
 		a.Error = err.Error()
@@ -310,4 +310,13 @@ func printVolumeAdvice(w io.Writer, a *volumeAdvice, fsType string) {
 		fmt.Fprintf(w, "  (clone time not measured: %s)\n", s.Why)
 	}
 	fmt.Fprintf(w, "  create it: %s\n", a.Command)
+}
+
+// asRoot is command as the user should type it to run it as root: with
+// sudo when pgfork does not run as root, as it is when it does.
+func asRoot(command string) string {
+	if os.Geteuid() == 0 {
+		return command
+	}
+	return "sudo " + command
 }

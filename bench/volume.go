@@ -11,10 +11,11 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	"github.com/jackc/pgx/v5"
-	"golang.org/x/sys/unix"
+	"github.com/pgfork/pgfork/clone"
 )
 
 // The volume scenario (issue 20): a realistic suite on an ext4 directory —
@@ -67,13 +68,12 @@ func runVolumeBench(ctx context.Context, r *Report) error {
 	}
 	defer os.RemoveAll(tmp)
 	_ = os.Chmod(tmp, 0o755)
-	var st unix.Statfs_t
-	if err := unix.Statfs(tmp, &st); err != nil {
+	fsType, err := clone.FSType(tmp)
+	if err != nil {
 		return err
 	}
-	fsType := "ext4"
-	if st.Type != unix.EXT4_SUPER_MAGIC {
-		fsType = fmt.Sprintf("0x%x (not ext4)", st.Type)
+	if fsType != "ext4" {
+		fsType += " (not ext4)"
 	}
 	bin := filepath.Join(tmp, "pgfork")
 	if out, err := goBuild(context.Background(), bin); err != nil {
@@ -140,11 +140,11 @@ func volumeBenchMajor(ctx context.Context, r *Report, bin, tmp, pgBin string, ma
 		}
 		return nil
 	}, func(p *serveProc, _ benchDB) error {
-		var s unix.Statfs_t
-		if err := unix.Statfs(filepath.Join(volHome, "volume"), &s); err != nil {
+		var s syscall.Statfs_t
+		if err := syscall.Statfs(filepath.Join(volHome, "volume"), &s); err != nil {
 			return err
 		}
-		used = int64(s.Blocks-s.Bfree) * s.Bsize
+		used = int64(s.Blocks-s.Bfree) * int64(s.Bsize)
 		return nil
 	})
 	if err != nil {

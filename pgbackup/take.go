@@ -9,7 +9,6 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
-	"syscall"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -137,7 +136,7 @@ func Take(ctx context.Context, o TakeOptions) (*Backup, error) {
 	cmd.Env = append(os.Environ(), inst.Env()...)
 	// pg_basebackup dies with us (F5): a kill -9 of pgfork must not leave
 	// it writing into a directory nobody will rename.
-	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	cmd.SysProcAttr = dieWithParent()
 	var out bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &out
 	err = cmd.Start()

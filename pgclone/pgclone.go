@@ -745,16 +745,6 @@ func (b *build) dataRoot(p string) (*os.Root, string, error) {
 	return r, rel, nil
 }
 
-func (b *build) chown(p string) error {
-	if b.owner == nil {
-		return nil
-	}
-	if err := os.Lchown(p, b.owner.UID, b.owner.GID); err != nil {
-		return errs.FromOS(err, p, "cannot give the clone to its OS user")
-	}
-	return nil
-}
-
 // writeFile writes a small file into the clone (0600, owned like the clone).
 func (b *build) writeFile(name, content string) error {
 	p := filepath.Join(b.data.path, name)

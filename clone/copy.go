@@ -252,7 +252,6 @@ func (c *copier) run(ctx context.Context) (*Summary, error) {
 		sum.Methods[k.(Method)] = v.(*atomic.Int64).Load()
 		return true
 	})
-	c.report()
 	return sum, nil
 }
 
@@ -262,23 +261,7 @@ func (c *copier) startProgress() (stop func()) {
 	if c.opts.OnProgress == nil {
 		return func() {}
 	}
-	quit := make(chan struct{})
-	var wg sync.WaitGroup
-	wg.Add(1)
-	go func() {
-		defer wg.Done()
-		t := time.NewTicker(100 * time.Millisecond)
-		defer t.Stop()
-		for {
-			select {
-			case <-quit:
-				return
-			case <-t.C:
-				c.report()
-			}
-		}
-	}()
-	return func() { close(quit); wg.Wait() }
+	return StartProgress(c.report)
 }
 
 func (c *copier) report() {

@@ -8,7 +8,6 @@ import (
 	"path/filepath"
 
 	"github.com/pgfork/pgfork/internal/errs"
-	"github.com/pgfork/pgfork/internal/units"
 )
 
 func (c *copier) readErr(err error, p string) error {
@@ -53,18 +52,8 @@ func (c *copier) finalError(ctx context.Context, err error, spaceDir string) err
 		return errs.Wrap(errs.Interrupted, ctx.Err(), "copy to %s interrupted; nothing was left behind", c.final).
 			WithHint("run it again")
 	}
-	var ns *noSpaceError
-	if errors.As(err, &ns) || errs.OSKind(err) == errs.NoSpace {
-		fsType, _ := FSType(spaceDir)
-		avail, aerr := freeBytes(spaceDir)
-		need := c.needBytes
-		msg := fmt.Sprintf("no space left on the %s filesystem of %s: the copy needs about %s",
-			fsType, spaceDir, units.Bytes(need))
-		if aerr == nil {
-			msg += fmt.Sprintf(", %s are available", units.Bytes(avail))
-		}
-		e := errs.Wrap(errs.NoSpace, err, "%s; the partial copy was removed", msg).WithPath(c.final)
-		return e.WithHint("free at least %s there, or copy to a filesystem that can clone (XFS with reflink, btrfs) where copies share blocks", units.Bytes(need-avail))
+	if IsNoSpace(err) {
+		return NoSpaceError(err, spaceDir, c.final, c.needBytes)
 	}
 	return err
 }

@@ -3,6 +3,7 @@ package restore
 import (
 	"bytes"
 	"context"
+	"fmt"
 	"io/fs"
 	"os"
 	"path/filepath"
@@ -30,9 +31,25 @@ func TestRestoreChainMatchesCombineBackup(t *testing.T) {
 			ref := filepath.Join(base, "combined")
 			e.Tool(t, "pg_combinebackup", append([]string{"-o", ref, "--no-sync"}, c.dirs...)...)
 			out := filepath.Join(base, "restored")
+			dry, err := PlanOnly(c.dirs, out, Options{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if _, err := os.Lstat(out); !os.IsNotExist(err) || len(leftovers(out)) > 0 {
+				t.Fatalf("a dry run wrote something: %v, %v", err, leftovers(out))
+			}
 			sum, err := Restore(context.Background(), c.dirs, out, Options{Sync: clone.SyncNone, Owner: e.owner()})
 			if err != nil {
 				t.Fatal(err)
+			}
+			// The plan a dry run prints is the restore's: the same counts.
+			d := dry.Summary
+			if d.Files != sum.Files || d.FilesWhole != sum.FilesWhole || d.FilesOlder != sum.FilesOlder || d.FilesRebuilt != sum.FilesRebuilt ||
+				fmt.Sprint(d.BlocksBySource) != fmt.Sprint(sum.BlocksBySource) || d.ZeroBlocks != sum.ZeroBlocks || d.Calls != sum.Calls {
+				t.Errorf("dry run planned %+v\nrestore did %+v", d, *sum)
+			}
+			if d.Bytes != sum.Bytes {
+				t.Errorf("dry run planned %d bytes of files, restore wrote %d", d.Bytes, sum.Bytes)
 			}
 			t.Logf("%d files: %d whole (%d from older backups), %d rebuilt, blocks by backup %v, zero %d, %d calls; shared %d, range %d, copied %d",
 				sum.Files, sum.FilesWhole, sum.FilesOlder, sum.FilesRebuilt, sum.BlocksBySource, sum.ZeroBlocks, sum.Calls,

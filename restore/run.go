@@ -38,6 +38,9 @@ type RunOptions struct {
 	Port     int
 	TCP      bool
 	Recovery Recovery
+	// DryRun checks everything, plans the restore and returns the plan
+	// (RunResult.DryRun), writing nothing.
+	DryRun bool
 	// OnStarting is called before the branch is started (its recovery may
 	// take a while); nil for none.
 	OnStarting func(*Summary)
@@ -50,6 +53,9 @@ type RunResult struct {
 	Branch *Started `json:"branch,omitempty"`
 	// Installation is the PostgreSQL build that runs the branch.
 	Installation pgbin.Installation `json:"-"`
+	// DryRun is what the restore would do (RunOptions.DryRun); Summary
+	// is then nil.
+	DryRun *DryRun `json:"dry_run,omitempty"`
 }
 
 // Run is `pgfork restore`: it finds the chain (a chain directory is
@@ -94,6 +100,13 @@ func Run(ctx context.Context, o RunOptions) (*RunResult, error) {
 		if inst, err = pgbin.Find(pgbin.Options{Explicit: o.PGBin, StateDir: o.Layout.Root}, major); err != nil {
 			return nil, pgbin.MissingMajor(err, major, "the backups are of PostgreSQL %d", major)
 		}
+	}
+	if o.DryRun {
+		d, err := PlanOnly(dirs, o.Dst, o.Restore)
+		if err != nil {
+			return nil, err
+		}
+		return &RunResult{DryRun: d, Installation: inst}, nil
 	}
 	sum, err := Restore(ctx, dirs, o.Dst, o.Restore)
 	if err != nil {

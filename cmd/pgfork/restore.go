@@ -21,7 +21,7 @@ type restoreFlags struct {
 	port, name, upto                                     string
 	wal, targetTime, targetLSN, targetName, targetAction string
 	jobs                                                 int
-	prefetch, noChecksums                                bool
+	prefetch, noChecksums, dryRun                        bool
 	syncMode                                             string
 	noMerge, wholeCopy, noClone                          bool
 }
@@ -77,6 +77,7 @@ in postgresql.auto.conf, recovery.signal) and then promotes.`,
 	f.BoolVar(&fl.noMerge, "no-merge", false, "measurement: one copy call per block instead of per run")
 	f.BoolVar(&fl.wholeCopy, "whole-copy", false, "measurement: copy whole files with read/write instead of cloning them")
 	f.BoolVar(&fl.noClone, "no-clone", false, "measurement: never reflink")
+	f.BoolVar(&fl.dryRun, "dry-run", false, "check the chain and print what would be done (files cloned whole or rebuilt, blocks by backup, space needed); write nothing")
 	f.StringVar(&fl.upto, "upto", "", "with a chain directory (made by pgfork backup): restore up to this backup (default: the newest)")
 	f.BoolVar(&fl.start, "start", false, "start the result as a branch (recovery first), listed by pgfork ls, stopped by pgfork down")
 	f.StringVar(&fl.port, "port", "", `with --start: port N, or "auto" for a free one (default 5432 on a private socket)`)
@@ -113,7 +114,7 @@ func runRestore(cmd *cobra.Command, args []string, fl restoreFlags) error {
 		Restore: restore.Options{Jobs: fl.jobs, Prefetch: fl.prefetch, Sync: sm, NoChecksums: fl.noChecksums,
 			NoMerge: fl.noMerge, WholeCopy: fl.wholeCopy, NoClone: fl.noClone,
 			OnProgress: func(p clone.Progress) { bar.Update(p.Bytes, p.TotalBytes) }},
-		Start: fl.start, Layout: layout(), User: user, PGBin: g.pgBin,
+		Start: fl.start, DryRun: fl.dryRun, Layout: layout(), User: user, PGBin: g.pgBin,
 		Name: fl.name, Port: port, TCP: fl.tcp,
 		Recovery: restore.Recovery{WALDir: fl.wal, TargetTime: fl.targetTime, TargetLSN: fl.targetLSN, TargetName: fl.targetName, TargetAction: fl.targetAction},
 		OnStarting: func(sum *restore.Summary) {
@@ -132,6 +133,10 @@ func runRestore(cmd *cobra.Command, args []string, fl restoreFlags) error {
 	if g.json {
 		return printJSON(w, res)
 	}
+	if res.DryRun != nil {
+		printDryRun(w, res.DryRun)
+		return nil
+	}
 	if res.Branch == nil {
 		printRestoreSummary(w, res.Summary)
 		return nil
@@ -148,8 +153,39 @@ func runRestore(cmd *cobra.Command, args []string, fl restoreFlags) error {
 	return nil
 }
 
+func printDryRun(w io.Writer, d *restore.DryRun) {
+	s := &d.Summary
+	fmt.Fprintf(w, "would restore %d backup(s) of PostgreSQL %d -> %s (dry run: nothing written)\n", len(s.Backups), s.Major, s.Dst)
+	printRestoreCounts(w, s)
+	where := "written to the destination"
+	if d.SharesBlocks {
+		where = "shared with the backups (same filesystem, it clones)"
+	}
+	fmt.Fprintf(w, "  bytes     %s, %s\n", units.Bytes(s.Bytes), where)
+	fmt.Fprintf(w, "  space     about %s needed, %s free\n", units.Bytes(d.NeedBytes), units.Bytes(d.FreeBytes))
+	if d.FreeBytes < d.NeedBytes {
+		fmt.Fprintf(w, "  warning   not enough free space: restore onto a filesystem with reflinks, on the backups' own, or free %s\n",
+			units.Bytes(d.NeedBytes-d.FreeBytes))
+	}
+	fmt.Fprintf(w, "  (--json lists every file: copied whole from which backup, or rebuilt from how many blocks of each)\n")
+}
+
 func printRestoreSummary(w io.Writer, s *restore.Summary) {
 	fmt.Fprintf(w, "restored %d backup(s) of PostgreSQL %d -> %s\n", len(s.Backups), s.Major, s.Dst)
+	printRestoreCounts(w, s)
+	fmt.Fprintf(w, "  bytes     %s: %s shared with the backups (reflink), %s by copy_file_range, %s written\n",
+		units.Bytes(s.Bytes), units.Bytes(s.SharedBytes), units.Bytes(s.RangeBytes), units.Bytes(s.CopiedBytes))
+	ph := make([]string, 0, len(s.Phases))
+	for _, p := range s.Phases {
+		ph = append(ph, fmt.Sprintf("%s %s", p.Name, p.Elapsed.Round(time.Millisecond)))
+	}
+	fmt.Fprintf(w, "  time      %s (%s)\n", s.Elapsed.Round(time.Millisecond), strings.Join(ph, ", "))
+	fmt.Fprintf(w, "  manifest  backup_manifest with %s checksums; sync %s\n", s.Checksums, s.Sync)
+}
+
+// printRestoreCounts prints the files and blocks lines of a restore's
+// summary, done or planned.
+func printRestoreCounts(w io.Writer, s *restore.Summary) {
 	fmt.Fprintf(w, "  files     %d: %d whole (%d unchanged since an older backup), %d rebuilt; %d directories\n",
 		s.Files, s.FilesWhole, s.FilesOlder, s.FilesRebuilt, s.Dirs)
 	if s.FilesRebuilt > 0 {
@@ -162,12 +198,4 @@ func printRestoreSummary(w io.Writer, s *restore.Summary) {
 		}
 		fmt.Fprintf(w, "  blocks    of rebuilt files by backup: %s (%d copy calls)\n", strings.Join(parts, ", "), s.Calls)
 	}
-	fmt.Fprintf(w, "  bytes     %s: %s shared with the backups (reflink), %s by copy_file_range, %s written\n",
-		units.Bytes(s.Bytes), units.Bytes(s.SharedBytes), units.Bytes(s.RangeBytes), units.Bytes(s.CopiedBytes))
-	ph := make([]string, 0, len(s.Phases))
-	for _, p := range s.Phases {
-		ph = append(ph, fmt.Sprintf("%s %s", p.Name, p.Elapsed.Round(time.Millisecond)))
-	}
-	fmt.Fprintf(w, "  time      %s (%s)\n", s.Elapsed.Round(time.Millisecond), strings.Join(ph, ", "))
-	fmt.Fprintf(w, "  manifest  backup_manifest with %s checksums; sync %s\n", s.Checksums, s.Sync)
 }

@@ -109,6 +109,32 @@ func Within(p, dir string) bool {
 	return err == nil && rel != ".." && !filepath.IsAbs(rel) && !strings.HasPrefix(rel, "../")
 }
 
+// WithinByID reports whether the directory p is dir or below it, whatever
+// the spelling: p is resolved (symlinks, "..") and each of its ancestors
+// compared with dir by device and inode, so a symlinked path or a bind
+// mount of dir is caught too. A p or dir that cannot be read is not within.
+func WithinByID(p, dir string) bool {
+	abs, err := filepath.Abs(p)
+	if err != nil {
+		return false
+	}
+	want, err := os.Stat(dir)
+	if err != nil {
+		return false
+	}
+	if real, err := filepath.EvalSymlinks(abs); err == nil {
+		abs = real
+	}
+	for q := abs; ; q = filepath.Dir(q) {
+		if fi, err := os.Stat(q); err == nil && os.SameFile(fi, want) {
+			return true
+		}
+		if q == filepath.Dir(q) {
+			return false
+		}
+	}
+}
+
 // RandomTag is 8 random hex digits, for names that must not be guessed
 // (staging and trash directories beside a destination).
 func RandomTag() string {

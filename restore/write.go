@@ -1,0 +1,342 @@
+package restore
+
+import (
+	"context"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"hash"
+	"hash/crc32"
+	"os"
+	"path/filepath"
+	"sort"
+	"sync/atomic"
+
+	"golang.org/x/sync/errgroup"
+
+	"github.com/pgfork/pgfork/clone"
+	"github.com/pgfork/pgfork/internal/errs"
+	"github.com/pgfork/pgfork/internal/safefs"
+	"github.com/pgfork/pgfork/pgbackup"
+)
+
+// The writer: it executes a Plan in the staging directory with the copy
+// engine's primitives (range clones or copy_file_range, progress, sync)
+// and computes each file's manifest checksum on the way.
+
+// testHookAfterFile, when set (tests only), runs after each file is made.
+var testHookAfterFile func()
+
+// testHookAfterMkdir, when set (tests only), runs after each directory of
+// the result is created in staging, with the staging directory and the
+// new directory's path relative to it: a test swaps things there as a
+// hostile user would.
+var testHookAfterMkdir func(staging, rel string)
+
+type writer struct {
+	plan  *Plan
+	opts  Options
+	chain pgbackup.Chain
+	src   []*safefs.Dir // the backups, in chain order: every read goes through them
+	root  string        // staging dir (its path: for messages and syncfs only)
+	sd    *os.Root      // staging dir: every write goes through it, never by path
+	rc    *clone.RangeCopier
+
+	out []fileResult // by index in plan.Files
+
+	doneFiles, doneBytes  atomic.Int64
+	shared, ranged, plain atomic.Int64
+}
+
+// fileResult is what the manifest needs of a file written.
+type fileResult struct {
+	algo     string
+	checksum []byte
+}
+
+func newWriter(p *Plan, chain pgbackup.Chain, src []*safefs.Dir, st *os.Root, root string, opts Options) *writer {
+	return &writer{plan: p, opts: opts, chain: chain, src: src, root: root, sd: st,
+		rc: &clone.RangeCopier{NoClone: opts.NoClone}, out: make([]fileResult, len(p.Files))}
+}
+
+// mkdirs creates the plan's directories in staging, with their modes and
+// owner.
+func (w *writer) mkdirs() error {
+	for _, d := range w.plan.Dirs {
+		out := filepath.FromSlash(d.Rel)
+		if err := w.sd.Mkdir(out, d.Mode); err != nil {
+			return errs.FromOS(err, filepath.Join(w.root, out), "cannot create a directory of the result")
+		}
+		if w.opts.Owner != nil {
+			if err := w.sd.Lchown(out, w.opts.Owner.UID, w.opts.Owner.GID); err != nil {
+				return errs.FromOS(err, filepath.Join(w.root, out), "cannot give a directory of the result to its owner")
+			}
+		}
+		if testHookAfterMkdir != nil {
+			testHookAfterMkdir(w.root, d.Rel)
+		}
+	}
+	return nil
+}
+
+// files makes every file of the plan, opts.Jobs at a time, largest first.
+func (w *writer) files(ctx context.Context) error {
+	order := make([]int, len(w.plan.Files))
+	for i := range order {
+		order[i] = i
+	}
+	sort.SliceStable(order, func(a, b int) bool { return w.plan.Files[order[a]].Size > w.plan.Files[order[b]].Size })
+	g, gctx := errgroup.WithContext(ctx)
+	ch := make(chan int)
+	g.Go(func() error {
+		defer close(ch)
+		for _, i := range order {
+			select {
+			case ch <- i:
+			case <-gctx.Done():
+				return gctx.Err()
+			}
+		}
+		return nil
+	})
+	for range max(w.opts.Jobs, 1) {
+		g.Go(func() error {
+			buf := make([]byte, 1<<20)
+			for i := range ch {
+				if err := gctx.Err(); err != nil {
+					return err
+				}
+				if err := w.file(gctx, i, buf); err != nil {
+					return err
+				}
+				w.doneFiles.Add(1)
+				if testHookAfterFile != nil {
+					testHookAfterFile()
+				}
+			}
+			return nil
+		})
+	}
+	return g.Wait()
+}
+
+// progress is the writer's progress now.
+func (w *writer) progress() clone.Progress {
+	return clone.Progress{Files: w.doneFiles.Load(), TotalFiles: int64(len(w.plan.Files)),
+		Bytes: w.doneBytes.Load(), TotalBytes: w.plan.Bytes}
+}
+
+// file makes plan.Files[i]: opens its sources, creates it, moves its
+// runs (or the whole file), and computes its checksum.
+func (w *writer) file(ctx context.Context, i int, buf []byte) error {
+	f := w.plan.Files[i]
+	srcs := make([]*os.File, len(f.Sources))
+	defer func() {
+		for _, s := range srcs {
+			if s != nil {
+				s.Close()
+			}
+		}
+	}()
+	for k, s := range f.Sources {
+		sf, err := w.src[s.Backup].OpenRegular(s.Path)
+		if err != nil {
+			return readErr(err, filepath.Join(w.chain[s.Backup].Dir, filepath.FromSlash(s.Path)))
+		}
+		srcs[k] = sf
+	}
+	df, err := w.sd.OpenFile(filepath.FromSlash(f.Rel), os.O_RDWR|os.O_CREATE|os.O_EXCL, f.Mode)
+	if err != nil {
+		return writeErr(err, filepath.Join(w.root, filepath.FromSlash(f.Rel)))
+	}
+	defer df.Close()
+	if w.opts.Owner != nil {
+		if err := df.Chown(w.opts.Owner.UID, w.opts.Owner.GID); err != nil {
+			return errs.FromOS(err, df.Name(), "cannot give a file of the result to its owner")
+		}
+	}
+	if f.Whole() {
+		err = w.whole(f, i, srcs[0], df, buf)
+	} else {
+		err = w.rebuild(ctx, f, i, srcs, df, buf)
+	}
+	if err != nil {
+		return err
+	}
+	if err := df.Close(); err != nil {
+		return writeErr(err, df.Name())
+	}
+	return nil
+}
+
+// whole copies sf whole to df; the checksum comes from the manifest of
+// the backup holding sf when it has a CRC32C one for a file of this size,
+// else it is computed.
+func (w *writer) whole(f *FilePlan, i int, sf, df *os.File, buf []byte) error {
+	fi, err := sf.Stat()
+	if err != nil {
+		return errs.FromOS(err, sf.Name(), "cannot read the backup")
+	}
+	if fi.Size() != f.Size {
+		return errs.New(errs.Usage, "the backup changed while it was restored (size %d, then %d)", f.Size, fi.Size()).WithPath(sf.Name()).
+			WithHint("backups must not change while they are restored; restore again")
+	}
+	if w.opts.Prefetch && f.Size > 0 {
+		clone.Prefetch(sf, 0, f.Size)
+	}
+	rc := w.rc
+	if w.opts.WholeCopy {
+		rc = &clone.RangeCopier{NoClone: true, NoCopyRange: true}
+	}
+	m, err := rc.CopyRange(df, sf, 0, 0, f.Size, buf)
+	if err != nil {
+		return writeErr(err, df.Name())
+	}
+	w.count(m, f.Size)
+	w.doneBytes.Add(f.Size)
+	if h := w.newCRC(); h != nil && !f.WAL {
+		mf := w.chain[f.Sources[0].Backup].Manifest.Files[f.Rel]
+		if mf != nil && mf.Algorithm == "CRC32C" && mf.Size == f.Size && len(mf.Checksum) == 4 {
+			w.out[i] = fileResult{"CRC32C", mf.Checksum}
+		} else {
+			if err := hashRange(h, sf, 0, f.Size, buf); err != nil {
+				return err
+			}
+			w.out[i] = fileResult{"CRC32C", crcBytes(h)}
+		}
+	}
+	return nil
+}
+
+// rebuild moves f's runs into df, each with one range copy (zero runs
+// stay holes), and computes the checksum from the sources in output
+// order, in a second goroutine: the reads overlap the copies (the sources
+// are only read, so the order between the two does not matter).
+func (w *writer) rebuild(ctx context.Context, f *FilePlan, i int, srcs []*os.File, df *os.File, buf []byte) error {
+	if w.opts.Prefetch {
+		for _, ru := range f.Runs {
+			if ru.Source >= 0 {
+				clone.Prefetch(srcs[ru.Source], ru.SrcOff, ru.Blocks*pgbackup.BlockSize)
+			}
+		}
+	}
+	h := w.newCRC()
+	if f.WAL {
+		h = nil
+	}
+	hashed := make(chan error, 1)
+	if h != nil {
+		go func() { hashed <- hashRuns(ctx, h, f.Runs, srcs) }()
+	} else {
+		hashed <- nil
+	}
+	err := w.moveRuns(ctx, df, f.Runs, srcs, buf)
+	if herr := <-hashed; err == nil { // the hasher reads the sources, closed when we return
+		err = herr
+	}
+	if err != nil {
+		return err
+	}
+	fi, err := df.Stat()
+	if err != nil {
+		return errs.FromOS(err, df.Name(), "cannot read the restored file")
+	}
+	if fi.Size() != f.Size {
+		if err := df.Truncate(f.Size); err != nil {
+			return writeErr(err, df.Name())
+		}
+	}
+	if h != nil {
+		w.out[i] = fileResult{"CRC32C", crcBytes(h)}
+	}
+	return nil
+}
+
+// moveRuns copies each run of blocks to df with one range copy; zero runs
+// are left as holes (the caller sets the size).
+func (w *writer) moveRuns(ctx context.Context, df *os.File, runs []BlockRun, srcs []*os.File, buf []byte) error {
+	for _, ru := range runs {
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+		n := ru.Blocks * pgbackup.BlockSize
+		if ru.Source >= 0 {
+			m, err := w.rc.CopyRange(df, srcs[ru.Source], ru.DstOff, ru.SrcOff, n, buf)
+			if err != nil {
+				return writeErr(err, df.Name())
+			}
+			w.count(m, n)
+		}
+		w.doneBytes.Add(n)
+	}
+	return nil
+}
+
+var zeroBlock [pgbackup.BlockSize]byte
+
+// hashRuns feeds h the output the runs make, in order.
+func hashRuns(ctx context.Context, h hash.Hash32, runs []BlockRun, srcs []*os.File) error {
+	buf := make([]byte, 1<<20)
+	for _, ru := range runs {
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+		if ru.Source < 0 {
+			for range ru.Blocks {
+				h.Write(zeroBlock[:])
+			}
+			continue
+		}
+		if err := hashRange(h, srcs[ru.Source], ru.SrcOff, ru.Blocks*pgbackup.BlockSize, buf); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func (w *writer) count(m clone.Method, n int64) {
+	switch m {
+	case clone.Clone:
+		w.shared.Add(n)
+	case clone.CopyFileRange:
+		w.ranged.Add(n)
+	default:
+		w.plain.Add(n)
+	}
+}
+
+func (w *writer) newCRC() hash.Hash32 {
+	if w.opts.NoChecksums {
+		return nil
+	}
+	return crc32.New(crc32.MakeTable(crc32.Castagnoli))
+}
+
+func crcBytes(h hash.Hash32) []byte {
+	var b [4]byte
+	binary.LittleEndian.PutUint32(b[:], h.Sum32()) // pg_checksum_final copies the uint32 in memory order
+	return b[:]
+}
+
+func hashRange(h hash.Hash32, f *os.File, off, n int64, buf []byte) error {
+	for n > 0 {
+		k := min(n, int64(len(buf)))
+		got, err := f.ReadAt(buf[:k], off)
+		if int64(got) < k {
+			if err == nil {
+				err = errors.New("short read")
+			}
+			return errs.FromOS(fmt.Errorf("read at %d: %w", off, err), f.Name(), "cannot read the backup")
+		}
+		h.Write(buf[:k])
+		off += k
+		n -= k
+	}
+	return nil
+}
+
+// writeErr classifies an error writing the result (a full disk is worded
+// by finalErr, once the staging directory is gone).
+func writeErr(err error, p string) error {
+	return errs.FromOS(err, p, "cannot write the restored file")
+}

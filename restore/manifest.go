@@ -27,9 +27,9 @@ func (w *writer) writeLabelAndManifest() (int64, error) {
 	}
 	var sum []byte
 	algo := ""
-	if h := w.newCRC(); h != nil {
+	if h := w.newChecksum(); h != nil {
 		h.Write(label)
-		sum, algo = crcBytes(h), "CRC32C"
+		sum, algo = h.bytes(), w.opts.checksums()
 	}
 	m.Add("backup_label", int64(len(label)), fi.ModTime(), algo, sum)
 	var total int64
@@ -40,6 +40,9 @@ func (w *writer) writeLabelAndManifest() (int64, error) {
 		}
 		total += fi.Size()
 		m.Add(f.Rel, fi.Size(), fi.ModTime(), w.out[i].algo, w.out[i].checksum)
+	}
+	if w.opts.NoManifest {
+		return total, nil
 	}
 	return total, w.writeSmall("backup_manifest", m.Finish(newest.Manifest.WAL))
 }
@@ -66,7 +69,10 @@ func (w *writer) writeSmall(rel string, b []byte) error {
 // syncPaths lists what SyncTree makes durable: every file written, then
 // the directories.
 func (w *writer) syncPaths() (files, dirs []string) {
-	files = []string{"backup_label", "backup_manifest"}
+	files = []string{"backup_label"}
+	if !w.opts.NoManifest {
+		files = append(files, "backup_manifest")
+	}
 	for _, f := range w.plan.Files {
 		files = append(files, f.Rel)
 	}

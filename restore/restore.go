@@ -39,10 +39,13 @@ type Options struct {
 	Sync clone.SyncMode
 	// Owner, when set, makes everything written belong to this uid/gid.
 	Owner *clone.Owner
-	// NoChecksums writes the manifest without file checksums (sizes only,
-	// as pg_combinebackup --manifest-checksums=NONE); otherwise CRC32C,
-	// pg_combinebackup's default, computed over the output.
-	NoChecksums bool
+	// Checksums is the manifest's checksum algorithm, one of
+	// ChecksumAlgorithms (NONE: sizes only); default CRC32C, as
+	// pg_combinebackup. A file copied whole keeps its backup's checksum
+	// when that backup's manifest has one of this algorithm.
+	Checksums string
+	// NoManifest writes no backup_manifest (pg_combinebackup --no-manifest).
+	NoManifest bool
 
 	// For measurements (hidden flags of pgfork restore, bench scenario
 	// restore): NoMerge moves rebuilt files one block per call;
@@ -99,7 +102,10 @@ type Summary struct {
 // only read; on any error (or cancellation) dst does not exist afterwards.
 func Restore(ctx context.Context, dirs []string, dst string, opts Options) (*Summary, error) {
 	start := time.Now()
-	opts = opts.withDefaults()
+	opts, err := opts.withDefaults()
+	if err != nil {
+		return nil, err
+	}
 	var sum Summary
 	phase := func(name string, t0 time.Time) {
 		sum.Phases = append(sum.Phases, Phase{Name: name, Elapsed: time.Since(t0)})
@@ -184,7 +190,10 @@ func Restore(ctx context.Context, dirs []string, dst string, opts Options) (*Sum
 // PlanOnly checks the chain as Restore does and returns what Restore
 // would do at dst, writing nothing (pgfork restore --dry-run).
 func PlanOnly(dirs []string, dst string, opts Options) (*DryRun, error) {
-	opts = opts.withDefaults()
+	opts, err := opts.withDefaults()
+	if err != nil {
+		return nil, err
+	}
 	in, err := open(dirs, dst)
 	if err != nil {
 		return nil, err
@@ -288,20 +297,32 @@ func (s *Summary) fill(chain pgbackup.Chain, p *Plan, opts Options) {
 	s.FilesWhole, s.FilesOlder, s.FilesRebuilt = p.FilesWhole, p.FilesOlder, p.FilesRebuilt
 	s.BlocksBySource, s.ZeroBlocks, s.Calls = p.BlocksBySource, p.ZeroBlocks, p.Calls
 	s.Sync = opts.Sync
-	s.Checksums = "CRC32C"
-	if opts.NoChecksums {
-		s.Checksums = "NONE"
+	s.Checksums = opts.checksums()
+	if opts.NoManifest {
+		s.Checksums = "no manifest"
 	}
 }
 
-func (o Options) withDefaults() Options {
+// checksums is the manifest checksum algorithm (canonical; checked by
+// withDefaults).
+func (o Options) checksums() string {
+	a, _ := checksumAlgorithm(o.Checksums)
+	return a
+}
+
+// withDefaults fills the defaults in and checks the options.
+func (o Options) withDefaults() (Options, error) {
+	var err error
+	if o.Checksums, err = checksumAlgorithm(o.Checksums); err != nil {
+		return o, err
+	}
 	if o.Jobs <= 0 {
 		o.Jobs = runtime.NumCPU()
 	}
 	if o.Sync == "" {
 		o.Sync = clone.SyncFsync
 	}
-	return o
+	return o, nil
 }
 
 // input is a checked chain, opened for reading without following links.

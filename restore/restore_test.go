@@ -12,6 +12,7 @@ import (
 
 	"github.com/pgfork/pgfork/clone"
 	"github.com/pgfork/pgfork/instance"
+	"github.com/pgfork/pgfork/internal/errs"
 	"github.com/pgfork/pgfork/internal/pgtest"
 	"github.com/pgfork/pgfork/internal/testenv"
 	"github.com/pgfork/pgfork/pgbackup"
@@ -97,6 +98,36 @@ func TestRestoreChainMatchesCombineBackup(t *testing.T) {
 			}
 			pgtest.Stop(t, in)
 			e.toolAs(t, "pg_checksums", "--check", "-D", out)
+
+			// pg_combinebackup's manifest options, on the same chain.
+			for _, algo := range []string{"SHA224", "sha512", "NONE"} {
+				ref := filepath.Join(base, "combined-"+algo)
+				e.Tool(t, "pg_combinebackup", append([]string{"-o", ref, "--no-sync", "--manifest-checksums", strings.ToUpper(algo)}, c.dirs...)...)
+				out := filepath.Join(base, "restored-"+algo)
+				sum, err := Restore(context.Background(), c.dirs, out, Options{Sync: clone.SyncNone, Owner: e.owner(), Checksums: algo})
+				if err != nil {
+					t.Fatalf("%s: %v", algo, err)
+				}
+				if sum.Checksums != strings.ToUpper(algo) {
+					t.Errorf("summary says %s checksums, want %s", sum.Checksums, strings.ToUpper(algo))
+				}
+				sameManifest(t, ref, out)
+				e.Tool(t, "pg_verifybackup", "--no-parse-wal", out)
+			}
+			ref = filepath.Join(base, "combined-no-manifest")
+			e.Tool(t, "pg_combinebackup", append([]string{"-o", ref, "--no-sync", "--no-manifest"}, c.dirs...)...)
+			out = filepath.Join(base, "restored-no-manifest")
+			if _, err := Restore(context.Background(), c.dirs, out, Options{Sync: clone.SyncNone, Owner: e.owner(), NoManifest: true}); err != nil {
+				t.Fatal(err)
+			}
+			if _, err := os.Lstat(filepath.Join(out, "backup_manifest")); !os.IsNotExist(err) {
+				t.Errorf("--no-manifest wrote a backup_manifest (%v)", err)
+			}
+			sameFiles(t, ref, out)
+			if _, err := Restore(context.Background(), c.dirs, filepath.Join(base, "bad"), Options{Checksums: "MD5"}); errs.KindOf(err) != errs.Usage ||
+				!strings.Contains(err.Error(), `unknown manifest checksum algorithm "MD5"`) {
+				t.Errorf("MD5: %v, want a usage error naming it", err)
+			}
 		})
 	})
 }

@@ -2,11 +2,9 @@ package restore
 
 import (
 	"context"
-	"encoding/binary"
 	"errors"
 	"fmt"
 	"hash"
-	"hash/crc32"
 	"os"
 	"path/filepath"
 	"sort"
@@ -194,15 +192,16 @@ func (w *writer) whole(f *FilePlan, i int, sf, df *os.File, buf []byte) error {
 	}
 	w.count(m, f.Size)
 	w.doneBytes.Add(f.Size)
-	if h := w.newCRC(); h != nil && !f.WAL {
+	if h := w.newChecksum(); h != nil && !f.WAL {
+		algo := w.opts.checksums()
 		mf := w.chain[f.Sources[0].Backup].Manifest.Files[f.Rel]
-		if mf != nil && mf.Algorithm == "CRC32C" && mf.Size == f.Size && len(mf.Checksum) == 4 {
-			w.out[i] = fileResult{"CRC32C", mf.Checksum}
+		if mf != nil && mf.Algorithm == algo && mf.Size == f.Size && len(mf.Checksum) == digestLen(algo) {
+			w.out[i] = fileResult{algo, mf.Checksum}
 		} else {
 			if err := hashRange(h, sf, 0, f.Size, buf); err != nil {
 				return err
 			}
-			w.out[i] = fileResult{"CRC32C", crcBytes(h)}
+			w.out[i] = fileResult{algo, h.bytes()}
 		}
 	}
 	return nil
@@ -220,7 +219,7 @@ func (w *writer) rebuild(ctx context.Context, f *FilePlan, i int, srcs []*os.Fil
 			}
 		}
 	}
-	h := w.newCRC()
+	h := w.newChecksum()
 	if f.WAL {
 		h = nil
 	}
@@ -247,7 +246,7 @@ func (w *writer) rebuild(ctx context.Context, f *FilePlan, i int, srcs []*os.Fil
 		}
 	}
 	if h != nil {
-		w.out[i] = fileResult{"CRC32C", crcBytes(h)}
+		w.out[i] = fileResult{w.opts.checksums(), h.bytes()}
 	}
 	return nil
 }
@@ -275,7 +274,7 @@ func (w *writer) moveRuns(ctx context.Context, df *os.File, runs []BlockRun, src
 var zeroBlock [pgbackup.BlockSize]byte
 
 // hashRuns feeds h the output the runs make, in order.
-func hashRuns(ctx context.Context, h hash.Hash32, runs []BlockRun, srcs []*os.File) error {
+func hashRuns(ctx context.Context, h hash.Hash, runs []BlockRun, srcs []*os.File) error {
 	buf := make([]byte, 1<<20)
 	for _, ru := range runs {
 		if err := ctx.Err(); err != nil {
@@ -305,20 +304,15 @@ func (w *writer) count(m clone.Method, n int64) {
 	}
 }
 
-func (w *writer) newCRC() hash.Hash32 {
-	if w.opts.NoChecksums {
+// newChecksum starts a file's manifest checksum; nil for none.
+func (w *writer) newChecksum() *checksum {
+	if w.opts.NoManifest {
 		return nil
 	}
-	return crc32.New(crc32.MakeTable(crc32.Castagnoli))
+	return newChecksum(w.opts.checksums())
 }
 
-func crcBytes(h hash.Hash32) []byte {
-	var b [4]byte
-	binary.LittleEndian.PutUint32(b[:], h.Sum32()) // pg_checksum_final copies the uint32 in memory order
-	return b[:]
-}
-
-func hashRange(h hash.Hash32, f *os.File, off, n int64, buf []byte) error {
+func hashRange(h hash.Hash, f *os.File, off, n int64, buf []byte) error {
 	for n > 0 {
 		k := min(n, int64(len(buf)))
 		got, err := f.ReadAt(buf[:k], off)

@@ -10,6 +10,7 @@ import (
 
 	"github.com/pgfork/pgfork/clone"
 	"github.com/pgfork/pgfork/instance"
+	"github.com/pgfork/pgfork/internal/errs"
 	"github.com/pgfork/pgfork/internal/units"
 	"github.com/pgfork/pgfork/restore"
 )
@@ -21,7 +22,8 @@ type restoreFlags struct {
 	port, name, upto                                     string
 	wal, targetTime, targetLSN, targetName, targetAction string
 	jobs                                                 int
-	prefetch, noChecksums, dryRun                        bool
+	prefetch, noChecksums, dryRun, noManifest            bool
+	checksums                                            string
 	syncMode                                             string
 	noMerge, wholeCopy, noClone                          bool
 }
@@ -44,9 +46,10 @@ Files that are whole in the newest backup holding them are cloned (reflink on
 XFS/btrfs, else copy_file_range); INCREMENTAL.* files are rebuilt with
 pg_combinebackup's rules, moving each run of consecutive blocks from one
 source file with one call, so the result shares its blocks with the backups.
-It gets a backup_manifest (CRC32C checksums) that pg_verifybackup accepts and
-is built in a staging directory beside DST, renamed into place when complete.
-The backups are only read.
+It gets a backup_manifest (CRC32C checksums, or --manifest-checksums) that
+pg_verifybackup accepts and is built in a staging directory beside DST,
+renamed into place when complete. The backups are only read. --dry-run checks
+the chain and prints what would be done, writing nothing.
 
 With one directory that is not itself a backup but holds backups (as
 pgfork backup makes), the chain ending with the newest backup there is
@@ -73,7 +76,9 @@ in postgresql.auto.conf, recovery.signal) and then promotes.`,
 	f.IntVarP(&fl.jobs, "jobs", "j", 0, "files worked on in parallel (default: one per core)")
 	f.BoolVar(&fl.prefetch, "prefetch", false, "ask the kernel to read source ranges ahead (posix_fadvise WILLNEED); helps where the filesystem does no readahead (ZFS)")
 	f.StringVar(&fl.syncMode, "sync", "fsync", "durability before DST appears: none, fsync (each file and dir), syncfs (whole filesystem once)")
-	f.BoolVar(&fl.noChecksums, "no-manifest-checksums", false, "write backup_manifest with sizes only (no CRC32C of every file)")
+	f.StringVar(&fl.checksums, "manifest-checksums", "CRC32C", "checksum algorithm of backup_manifest: "+strings.Join(restore.ChecksumAlgorithms, ", "))
+	f.BoolVar(&fl.noManifest, "no-manifest", false, "write no backup_manifest")
+	f.BoolVar(&fl.noChecksums, "no-manifest-checksums", false, "same as --manifest-checksums NONE")
 	f.BoolVar(&fl.noMerge, "no-merge", false, "measurement: one copy call per block instead of per run")
 	f.BoolVar(&fl.wholeCopy, "whole-copy", false, "measurement: copy whole files with read/write instead of cloning them")
 	f.BoolVar(&fl.noClone, "no-clone", false, "measurement: never reflink")
@@ -88,7 +93,7 @@ in postgresql.auto.conf, recovery.signal) and then promotes.`,
 	f.StringVar(&fl.targetLSN, "target-lsn", "", "with --start --wal: recover up to this LSN (recovery_target_lsn)")
 	f.StringVar(&fl.targetName, "target-name", "", "with --start --wal: recover up to this restore point (pg_create_restore_point)")
 	f.StringVar(&fl.targetAction, "target-action", "promote", "with a target: promote, pause or shutdown once it is reached")
-	for _, h := range []string{"no-merge", "whole-copy", "no-clone"} {
+	for _, h := range []string{"no-merge", "whole-copy", "no-clone", "no-manifest-checksums"} {
 		_ = f.MarkHidden(h)
 	}
 	return cmd
@@ -98,6 +103,13 @@ func runRestore(cmd *cobra.Command, args []string, fl restoreFlags) error {
 	sm, err := clone.ParseSyncMode(fl.syncMode)
 	if err != nil {
 		return err
+	}
+	if fl.noChecksums {
+		if cmd.Flags().Changed("manifest-checksums") && !strings.EqualFold(fl.checksums, "NONE") {
+			return errs.New(errs.Usage, "--no-manifest-checksums and --manifest-checksums %s contradict each other", fl.checksums).
+				WithHint("give one of them")
+		}
+		fl.checksums = "NONE"
 	}
 	port, err := parsePortFlag(fl.port)
 	if err != nil {
@@ -111,7 +123,7 @@ func runRestore(cmd *cobra.Command, args []string, fl restoreFlags) error {
 	defer bar.Done()
 	res, err := restore.Run(cmd.Context(), restore.RunOptions{
 		Backups: args[:len(args)-1], Upto: fl.upto, Dst: args[len(args)-1],
-		Restore: restore.Options{Jobs: fl.jobs, Prefetch: fl.prefetch, Sync: sm, NoChecksums: fl.noChecksums,
+		Restore: restore.Options{Jobs: fl.jobs, Prefetch: fl.prefetch, Sync: sm, Checksums: fl.checksums, NoManifest: fl.noManifest,
 			NoMerge: fl.noMerge, WholeCopy: fl.wholeCopy, NoClone: fl.noClone,
 			OnProgress: func(p clone.Progress) { bar.Update(p.Bytes, p.TotalBytes) }},
 		Start: fl.start, DryRun: fl.dryRun, Layout: layout(), User: user, PGBin: g.pgBin,

@@ -108,3 +108,15 @@ func plainRange(dst, src *os.File, dstOff, srcOff, n int64, buf []byte) error {
 func Prefetch(f *os.File, off, n int64) {
 	_ = unix.Fadvise(int(f.Fd()), off, n, unix.FADV_WILLNEED)
 }
+
+// LinkOpen makes name in the directory dir a hard link to the open file
+// src: the file that was opened, whatever its path names now (linkat of
+// /proc/self/fd/N, which needs no privilege, unlike AT_EMPTY_PATH). Both
+// must be on one filesystem (EXDEV otherwise).
+func LinkOpen(src, dir *os.File, name string) error {
+	p := fmt.Sprintf("/proc/self/fd/%d", src.Fd())
+	if err := unix.Linkat(unix.AT_FDCWD, p, int(dir.Fd()), name, unix.AT_SYMLINK_FOLLOW); err != nil {
+		return &os.LinkError{Op: "link", Old: src.Name(), New: dir.Name() + "/" + name, Err: err}
+	}
+	return nil
+}

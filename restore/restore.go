@@ -47,6 +47,13 @@ type Options struct {
 	// NoManifest writes no backup_manifest (pg_combinebackup --no-manifest).
 	NoManifest bool
 
+	// Link makes the files copied whole hard links to the backups' own
+	// (pg_combinebackup --link): the fastest way without reflinks, but the
+	// result then shares those files with the backups, so starting it or
+	// changing it changes the backups. Rebuilt files are written. Never a
+	// default; the backups and the destination must be on one filesystem.
+	Link bool
+
 	// For measurements (hidden flags of pgfork restore, bench scenario
 	// restore): NoMerge moves rebuilt files one block per call;
 	// WholeCopy copies whole files with read/write instead of cloning
@@ -89,6 +96,7 @@ type Summary struct {
 	SharedBytes int64 `json:"shared_bytes"` // moved by reflink: shared with the backups
 	RangeBytes  int64 `json:"range_bytes"`  // moved by copy_file_range (shared where the filesystem does it)
 	CopiedBytes int64 `json:"copied_bytes"` // read and written
+	LinkedBytes int64 `json:"linked_bytes"` // hard-linked to the backups' files (Options.Link)
 
 	Checksums string         `json:"checksums"`
 	Sync      clone.SyncMode `json:"sync"`
@@ -182,7 +190,7 @@ func Restore(ctx context.Context, dirs []string, dst string, opts Options) (*Sum
 
 	sum.fill(in.chain, plan, opts)
 	sum.Dst = st.Destination()
-	sum.SharedBytes, sum.RangeBytes, sum.CopiedBytes = w.shared.Load(), w.ranged.Load(), w.plain.Load()
+	sum.SharedBytes, sum.RangeBytes, sum.CopiedBytes, sum.LinkedBytes = w.shared.Load(), w.ranged.Load(), w.plain.Load(), w.linked.Load()
 	sum.Elapsed = time.Since(start)
 	return &sum, nil
 }
@@ -228,6 +236,16 @@ func PlanOnly(dirs []string, dst string, opts Options) (*DryRun, error) {
 	d.Summary.Dst, _ = filepath.Abs(dst)
 	d.Summary.Bytes = plan.Bytes
 	d.NeedBytes, d.SharesBlocks = spaceNeeded(plan, in.chain.Newest().Dir, filepath.Dir(d.Summary.Dst))
+	if opts.Link && !d.SharesBlocks {
+		// Files copied whole are links: only the rebuilt ones take space.
+		d.NeedBytes = 0
+		for _, f := range plan.Files {
+			if !f.Whole() {
+				d.NeedBytes += f.Size
+			}
+		}
+		d.NeedBytes -= plan.ZeroBlocks * pgbackup.BlockSize
+	}
 	if free, err := clone.FreeBytes(filepath.Dir(d.Summary.Dst)); err == nil {
 		d.FreeBytes = free
 	}

@@ -124,6 +124,41 @@ func TestRestoreChainMatchesCombineBackup(t *testing.T) {
 				t.Errorf("--no-manifest wrote a backup_manifest (%v)", err)
 			}
 			sameFiles(t, ref, out)
+			// --link: files whole in a backup are that backup's own files.
+			out = filepath.Join(base, "restored-link")
+			sum, err = Restore(context.Background(), c.dirs, out, Options{Sync: clone.SyncNone, Link: true}) // the backups are root's: so is the result
+			if err != nil {
+				t.Fatal(err)
+			}
+			if sum.LinkedBytes == 0 || sum.LinkedBytes+sum.SharedBytes+sum.RangeBytes+sum.CopiedBytes != sum.Bytes {
+				t.Errorf("linked %d of %d bytes (shared %d, range %d, copied %d)", sum.LinkedBytes, sum.Bytes, sum.SharedBytes, sum.RangeBytes, sum.CopiedBytes)
+			}
+			a, err1 := os.Stat(filepath.Join(out, "PG_VERSION"))
+			b, err2 := os.Stat(filepath.Join(c.dirs[len(c.dirs)-1], "PG_VERSION"))
+			if err1 != nil || err2 != nil || !os.SameFile(a, b) {
+				t.Errorf("PG_VERSION is not a link to the newest backup's (%v, %v)", err1, err2)
+			}
+			sameFiles(t, filepath.Join(base, "combined"), out)
+			e.Tool(t, "pg_verifybackup", "--no-parse-wal", out)
+			if o := e.owner(); o != nil { // root restoring for another user: links would give the backups' files away
+				_, err := Restore(context.Background(), c.dirs, filepath.Join(base, "linked-owner"), Options{Owner: o, Link: true})
+				if errs.KindOf(err) != errs.Usage || !strings.Contains(err.Error(), "not to the result's owner") {
+					t.Errorf("--link for another owner: %v, want a usage error", err)
+				}
+				if _, err := os.Lstat(filepath.Join(base, "linked-owner")); !os.IsNotExist(err) || len(leftovers(filepath.Join(base, "linked-owner"))) > 0 {
+					t.Errorf("a refused --link left something behind: %v %v", err, leftovers(filepath.Join(base, "linked-owner")))
+				}
+			}
+			if _, err := Run(context.Background(), RunOptions{Backups: c.dirs, Dst: filepath.Join(base, "linked-start"), Start: true,
+				Restore: Options{Link: true}}); errs.KindOf(err) != errs.Usage || !strings.Contains(err.Error(), "starting it would change the backups") {
+				t.Errorf("--link --start: %v, want a usage error", err)
+			}
+			if e.Inst.Major >= 18 {
+				ref := filepath.Join(base, "combined-link")
+				e.Tool(t, "pg_combinebackup", append([]string{"-o", ref, "--no-sync", "--link"}, c.dirs...)...)
+				sameFiles(t, ref, out)
+				sameManifest(t, ref, out)
+			}
 			if _, err := Restore(context.Background(), c.dirs, filepath.Join(base, "bad"), Options{Checksums: "MD5"}); errs.KindOf(err) != errs.Usage ||
 				!strings.Contains(err.Error(), `unknown manifest checksum algorithm "MD5"`) {
 				t.Errorf("MD5: %v, want a usage error naming it", err)

@@ -82,6 +82,10 @@ func Run(ctx context.Context, o RunOptions) (*RunResult, error) {
 		return nil, errs.New(errs.Usage, "a port, a name, a WAL archive and recovery targets are for starting the result").
 			WithHint("ask for the result to be started as a branch").WithCLI("add --start")
 	}
+	if o.Start && o.Restore.Link {
+		return nil, errs.New(errs.Usage, "a hard-linked result shares its files with the backups: starting it would change the backups").
+			WithHint("restore by copy or clone to start the result")
+	}
 	if o.Restore.Owner == nil {
 		o.Restore.Owner = o.User.Owner()
 	}

@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"sort"
+	"syscall"
 	"sync/atomic"
 
 	"golang.org/x/sync/errgroup"
@@ -42,8 +43,8 @@ type writer struct {
 
 	out []fileResult // by index in plan.Files
 
-	doneFiles, doneBytes  atomic.Int64
-	shared, ranged, plain atomic.Int64
+	doneFiles, doneBytes          atomic.Int64
+	shared, ranged, plain, linked atomic.Int64
 }
 
 // fileResult is what the manifest needs of a file written.
@@ -143,6 +144,9 @@ func (w *writer) file(ctx context.Context, i int, buf []byte) error {
 		}
 		srcs[k] = sf
 	}
+	if w.opts.Link && f.Whole() {
+		return w.link(f, i, srcs[0], buf)
+	}
 	df, err := w.sd.OpenFile(filepath.FromSlash(f.Rel), os.O_RDWR|os.O_CREATE|os.O_EXCL, f.Mode)
 	if err != nil {
 		return writeErr(err, filepath.Join(w.root, filepath.FromSlash(f.Rel)))
@@ -192,6 +196,55 @@ func (w *writer) whole(f *FilePlan, i int, sf, df *os.File, buf []byte) error {
 	}
 	w.count(m, f.Size)
 	w.doneBytes.Add(f.Size)
+	return w.wholeChecksum(f, i, sf, buf)
+}
+
+// link makes f a hard link to its source, the backup's file itself
+// (Options.Link). The link shares the file's owner: with an Owner, the
+// backup's file must already be that user's (root never gives a backup's
+// files away).
+func (w *writer) link(f *FilePlan, i int, sf *os.File, buf []byte) error {
+	fi, err := sf.Stat()
+	if err != nil {
+		return errs.FromOS(err, sf.Name(), "cannot read the backup")
+	}
+	if fi.Size() != f.Size {
+		return errs.New(errs.Usage, "the backup changed while it was restored (size %d, then %d)", f.Size, fi.Size()).WithPath(sf.Name()).
+			WithHint("backups must not change while they are restored; restore again")
+	}
+	if o := w.opts.Owner; o != nil {
+		if st, ok := fi.Sys().(*syscall.Stat_t); ok && (int(st.Uid) != o.UID || int(st.Gid) != o.GID) {
+			return errs.New(errs.Usage, "a hard-linked result shares its files with the backups, and this file belongs to %d:%d, not to the result's owner %d:%d",
+				st.Uid, st.Gid, o.UID, o.GID).WithPath(sf.Name()).
+				WithHint("give the backups to the result's owner first, or restore by copy or clone instead of hard links")
+		}
+	}
+	dir, base := filepath.Split(filepath.FromSlash(f.Rel))
+	if dir == "" {
+		dir = "."
+	}
+	d, err := w.sd.Open(dir)
+	if err != nil {
+		return writeErr(err, filepath.Join(w.root, dir))
+	}
+	defer d.Close()
+	if err := clone.LinkOpen(sf, d, base); err != nil {
+		p := filepath.Join(w.root, filepath.FromSlash(f.Rel))
+		if errors.Is(err, syscall.EXDEV) {
+			return errs.Wrap(errs.Unsupported, err, "hard links cannot cross filesystems: the backups and the destination are on different ones").WithPath(p).
+				WithHint("restore onto the backups' filesystem, or by copy or clone instead of hard links")
+		}
+		return writeErr(err, p)
+	}
+	w.linked.Add(f.Size)
+	w.doneBytes.Add(f.Size)
+	return w.wholeChecksum(f, i, sf, buf)
+}
+
+// wholeChecksum sets the checksum of f, copied or linked whole from sf:
+// the one the source backup's manifest has for it, when of the algorithm
+// asked for and this size, else computed.
+func (w *writer) wholeChecksum(f *FilePlan, i int, sf *os.File, buf []byte) error {
 	if h := w.newChecksum(); h != nil && !f.WAL {
 		algo := w.opts.checksums()
 		mf := w.chain[f.Sources[0].Backup].Manifest.Files[f.Rel]

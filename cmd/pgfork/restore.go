@@ -22,7 +22,7 @@ type restoreFlags struct {
 	port, name, upto                                     string
 	wal, targetTime, targetLSN, targetName, targetAction string
 	jobs                                                 int
-	prefetch, noChecksums, dryRun, noManifest            bool
+	prefetch, noChecksums, dryRun, noManifest, link      bool
 	checksums                                            string
 	syncMode                                             string
 	noMerge, wholeCopy, noClone                          bool
@@ -78,6 +78,7 @@ in postgresql.auto.conf, recovery.signal) and then promotes.`,
 	f.StringVar(&fl.syncMode, "sync", "fsync", "durability before DST appears: none, fsync (each file and dir), syncfs (whole filesystem once)")
 	f.StringVar(&fl.checksums, "manifest-checksums", "CRC32C", "checksum algorithm of backup_manifest: "+strings.Join(restore.ChecksumAlgorithms, ", "))
 	f.BoolVar(&fl.noManifest, "no-manifest", false, "write no backup_manifest")
+	f.BoolVar(&fl.link, "link", false, "hard-link the files that are whole in a backup instead of cloning them (as pg_combinebackup --link): changing the result then changes the backups; not with --start")
 	f.BoolVar(&fl.noChecksums, "no-manifest-checksums", false, "same as --manifest-checksums NONE")
 	f.BoolVar(&fl.noMerge, "no-merge", false, "measurement: one copy call per block instead of per run")
 	f.BoolVar(&fl.wholeCopy, "whole-copy", false, "measurement: copy whole files with read/write instead of cloning them")
@@ -123,7 +124,7 @@ func runRestore(cmd *cobra.Command, args []string, fl restoreFlags) error {
 	defer bar.Done()
 	res, err := restore.Run(cmd.Context(), restore.RunOptions{
 		Backups: args[:len(args)-1], Upto: fl.upto, Dst: args[len(args)-1],
-		Restore: restore.Options{Jobs: fl.jobs, Prefetch: fl.prefetch, Sync: sm, Checksums: fl.checksums, NoManifest: fl.noManifest,
+		Restore: restore.Options{Jobs: fl.jobs, Prefetch: fl.prefetch, Sync: sm, Checksums: fl.checksums, NoManifest: fl.noManifest, Link: fl.link,
 			NoMerge: fl.noMerge, WholeCopy: fl.wholeCopy, NoClone: fl.noClone,
 			OnProgress: func(p clone.Progress) { bar.Update(p.Bytes, p.TotalBytes) }},
 		Start: fl.start, DryRun: fl.dryRun, Layout: layout(), User: user, PGBin: g.pgBin,
@@ -140,6 +141,10 @@ func runRestore(cmd *cobra.Command, args []string, fl restoreFlags) error {
 	bar.Done()
 	if err != nil {
 		return err
+	}
+	if fl.link && res.DryRun == nil {
+		// pg_combinebackup's warning, in the same case.
+		fmt.Fprintln(cmd.ErrOrStderr(), "warning: --link was used: the result's files copied whole are hard links to the backups' own; any change to them (starting the result included) changes the backups")
 	}
 	w := cmd.OutOrStdout()
 	if g.json {
@@ -185,8 +190,12 @@ func printDryRun(w io.Writer, d *restore.DryRun) {
 func printRestoreSummary(w io.Writer, s *restore.Summary) {
 	fmt.Fprintf(w, "restored %d backup(s) of PostgreSQL %d -> %s\n", len(s.Backups), s.Major, s.Dst)
 	printRestoreCounts(w, s)
-	fmt.Fprintf(w, "  bytes     %s: %s shared with the backups (reflink), %s by copy_file_range, %s written\n",
+	fmt.Fprintf(w, "  bytes     %s: %s shared with the backups (reflink), %s by copy_file_range, %s written",
 		units.Bytes(s.Bytes), units.Bytes(s.SharedBytes), units.Bytes(s.RangeBytes), units.Bytes(s.CopiedBytes))
+	if s.LinkedBytes > 0 {
+		fmt.Fprintf(w, ", %s hard-linked", units.Bytes(s.LinkedBytes))
+	}
+	fmt.Fprintln(w)
 	ph := make([]string, 0, len(s.Phases))
 	for _, p := range s.Phases {
 		ph = append(ph, fmt.Sprintf("%s %s", p.Name, p.Elapsed.Round(time.Millisecond)))

@@ -8,8 +8,8 @@ import (
 	"os"
 	"path/filepath"
 	"sort"
-	"syscall"
 	"sync/atomic"
+	"syscall"
 
 	"golang.org/x/sync/errgroup"
 

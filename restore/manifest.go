@@ -15,15 +15,15 @@ import (
 // with its size, mtime and checksum; the newest backup's WAL ranges), and
 // returns the size of the result's files.
 func (w *writer) writeLabelAndManifest() (int64, error) {
-	newest := w.chain.Newest()
+	newest := w.in.chain.Newest()
 	m := pgbackup.NewManifestWriter(newest.Manifest.Version, newest.SystemID)
 	label := newest.Label.CombinedLabel()
 	if err := w.writeSmall("backup_label", label); err != nil {
 		return 0, err
 	}
-	fi, err := w.sd.Stat("backup_label")
+	fi, err := w.outs[0].root.Stat("backup_label")
 	if err != nil {
-		return 0, writeErr(err, filepath.Join(w.root, "backup_label"))
+		return 0, writeErr(err, w.outs.path("backup_label"))
 	}
 	var sum []byte
 	algo := ""
@@ -34,9 +34,10 @@ func (w *writer) writeLabelAndManifest() (int64, error) {
 	m.Add("backup_label", int64(len(label)), fi.ModTime(), algo, sum)
 	var total int64
 	for i, f := range w.plan.Files {
-		fi, err := w.sd.Lstat(filepath.FromSlash(f.Rel))
+		out, inner := w.outs.at(f.Rel)
+		fi, err := out.root.Lstat(inner)
 		if err != nil {
-			return 0, writeErr(err, filepath.Join(w.root, filepath.FromSlash(f.Rel)))
+			return 0, writeErr(err, filepath.Join(out.st.Dir, inner))
 		}
 		total += fi.Size()
 		m.Add(f.Rel, fi.Size(), fi.ModTime(), w.out[i].algo, w.out[i].checksum)
@@ -49,8 +50,8 @@ func (w *writer) writeLabelAndManifest() (int64, error) {
 
 // writeSmall writes a new file rel (in staging) holding b.
 func (w *writer) writeSmall(rel string, b []byte) error {
-	p := filepath.Join(w.root, rel)
-	f, err := w.sd.OpenFile(rel, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
+	p := w.outs.path(rel)
+	f, err := w.outs[0].root.OpenFile(rel, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
 	if err != nil {
 		return writeErr(err, p)
 	}

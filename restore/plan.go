@@ -53,6 +53,9 @@ type Node struct {
 	Rel  string
 	Dir  bool
 	Mode fs.FileMode
+	// Link, when set, makes the node a symbolic link to this path (a
+	// tablespace's pg_tblspc/OID, to the tablespace's new directory).
+	Link string
 	// Entry is what the newest backup holds (files only): Full or Incr.
 	Entry
 }
@@ -99,6 +102,7 @@ type Plan struct {
 	// Backups are the chain's directories, full first.
 	Backups []string
 	Dirs    []Node
+	Links   []Node
 	Files   []*FilePlan
 
 	Bytes        int64 // size of every file of the result
@@ -133,6 +137,8 @@ func BuildPlan(backups []string, tree []Node, look Lookup, o PlanOptions) (*Plan
 		switch {
 		case nd.Dir:
 			p.Dirs = append(p.Dirs, nd)
+		case nd.Link != "":
+			p.Links = append(p.Links, nd)
 		case nd.Rel == "backup_label" || nd.Rel == "backup_manifest":
 		default:
 			files = append(files, nd)

@@ -16,6 +16,7 @@ import (
 	"os"
 	"path/filepath"
 	"runtime"
+	"strings"
 	"syscall"
 	"time"
 
@@ -46,6 +47,12 @@ type Options struct {
 	Checksums string
 	// NoManifest writes no backup_manifest (pg_combinebackup --no-manifest).
 	NoManifest bool
+
+	// Tablespaces maps each tablespace outside the data directory, by the
+	// directory the newest backup's pg_tblspc link points to, to the new
+	// directory its restored copy goes to (pg_combinebackup -T OLD=NEW;
+	// ParseTablespaceMapping). Every such tablespace needs one.
+	Tablespaces map[string]string
 
 	// Link makes the files copied whole hard links to the backups' own
 	// (pg_combinebackup --link): the fastest way without reflinks, but the
@@ -98,10 +105,21 @@ type Summary struct {
 	CopiedBytes int64 `json:"copied_bytes"` // read and written
 	LinkedBytes int64 `json:"linked_bytes"` // hard-linked to the backups' files (Options.Link)
 
+	// Tablespaces are the user tablespaces restored outside the data
+	// directory.
+	Tablespaces []TablespaceResult `json:"tablespaces,omitempty"`
+
 	Checksums string         `json:"checksums"`
 	Sync      clone.SyncMode `json:"sync"`
 	Phases    []Phase        `json:"phases"`
 	Elapsed   time.Duration  `json:"elapsed_ns"`
+}
+
+// TablespaceResult is a tablespace restored outside the data directory.
+type TablespaceResult struct {
+	OID  string `json:"oid"`
+	From string `json:"from"` // the newest backup's tablespace directory
+	Dir  string `json:"dir"`  // the restored one
 }
 
 // Restore checks the chain dirs (full backup first) and rebuilds the data
@@ -119,7 +137,7 @@ func Restore(ctx context.Context, dirs []string, dst string, opts Options) (*Sum
 		sum.Phases = append(sum.Phases, Phase{Name: name, Elapsed: time.Since(t0)})
 	}
 	t0 := time.Now()
-	in, err := open(dirs, dst)
+	in, err := open(dirs, dst, opts.Tablespaces)
 	if err != nil {
 		return nil, err
 	}
@@ -133,21 +151,15 @@ func Restore(ctx context.Context, dirs []string, dst string, opts Options) (*Sum
 	}
 	phase("plan", t0)
 
-	st, err := clone.Stage(dst)
+	outs, err := stage(dst, in.rootMode, in.ts)
 	if err != nil {
 		return nil, err
 	}
-	defer st.Abort()
-	sd, err := os.OpenRoot(st.Dir)
-	if err != nil {
-		return nil, errs.FromOS(err, st.Dir, "cannot open the staging directory")
-	}
-	defer sd.Close()
-	w := newWriter(plan, in.chain, in.src, sd, st.Dir, opts)
+	defer outs.abort()
+	w := newWriter(plan, in, outs, opts)
 	fail := func(err error) (*Summary, error) {
-		sd.Close()
-		st.Abort() // first: the free space a full disk's message reports is then real
-		return nil, finalErr(ctx, err, st.Destination(), plan)
+		outs.abort() // first: the free space a full disk's message reports is then real
+		return nil, finalErr(ctx, err, outs[0].st.Destination(), plan)
 	}
 
 	t0 = time.Now()
@@ -174,22 +186,20 @@ func Restore(ctx context.Context, dirs []string, dst string, opts Options) (*Sum
 
 	t0 = time.Now()
 	files, dirsToSync := w.syncPaths()
-	if err := clone.SyncTree(ctx, sd, st.Dir, files, dirsToSync, opts.Sync); err != nil {
+	if err := outs.sync(ctx, files, dirsToSync, opts.Sync); err != nil {
 		return fail(err)
 	}
 	phase("sync", t0)
 
 	t0 = time.Now()
-	if err := handOver(sd, st.Dir, in.rootMode, opts.Owner); err != nil {
-		return nil, err
-	}
-	if err := st.Commit(opts.Sync != clone.SyncNone); err != nil {
+	if err := outs.commit(opts.Owner, opts.Sync != clone.SyncNone); err != nil {
 		return nil, err
 	}
 	phase("rename", t0)
 
-	sum.fill(in.chain, plan, opts)
-	sum.Dst = st.Destination()
+	sum.fill(in, plan, opts)
+	sum.Dst = outs[0].st.Destination()
+
 	sum.SharedBytes, sum.RangeBytes, sum.CopiedBytes, sum.LinkedBytes = w.shared.Load(), w.ranged.Load(), w.plain.Load(), w.linked.Load()
 	sum.Elapsed = time.Since(start)
 	return &sum, nil
@@ -202,7 +212,7 @@ func PlanOnly(dirs []string, dst string, opts Options) (*DryRun, error) {
 	if err != nil {
 		return nil, err
 	}
-	in, err := open(dirs, dst)
+	in, err := open(dirs, dst, opts.Tablespaces)
 	if err != nil {
 		return nil, err
 	}
@@ -232,7 +242,7 @@ func PlanOnly(dirs []string, dst string, opts Options) (*DryRun, error) {
 		}
 		d.Files = append(d.Files, df)
 	}
-	d.Summary.fill(in.chain, plan, opts)
+	d.Summary.fill(in, plan, opts)
 	d.Summary.Dst, _ = filepath.Abs(dst)
 	d.Summary.Bytes = plan.Bytes
 	d.NeedBytes, d.SharesBlocks = spaceNeeded(plan, in.chain.Newest().Dir, filepath.Dir(d.Summary.Dst))
@@ -306,7 +316,11 @@ func sameDevice(a, b os.FileInfo) bool {
 }
 
 // fill sets what a summary says of the chain and the plan.
-func (s *Summary) fill(chain pgbackup.Chain, p *Plan, opts Options) {
+func (s *Summary) fill(in *input, p *Plan, opts Options) {
+	chain := in.chain
+	for _, t := range in.ts {
+		s.Tablespaces = append(s.Tablespaces, TablespaceResult{OID: t.oid, From: t.old, Dir: t.new})
+	}
 	for _, b := range chain {
 		s.Backups = append(s.Backups, b.Dir)
 	}
@@ -347,6 +361,7 @@ func (o Options) withDefaults() (Options, error) {
 type input struct {
 	chain pgbackup.Chain
 	src   []*safefs.Dir
+	ts    []*tablespace
 	// rootMode is the mode the result's top directory gets when it is
 	// handed over (the newest backup's); until then staging stays root's
 	// own, 0700.
@@ -356,7 +371,7 @@ type input struct {
 // open checks the chain and the destination: dst outside every backup,
 // each backup as its manifest says, no tablespace outside the data
 // directory.
-func open(dirs []string, dst string) (_ *input, err error) {
+func open(dirs []string, dst string, mapping map[string]string) (_ *input, err error) {
 	in := &input{}
 	defer func() {
 		if err != nil {
@@ -377,10 +392,10 @@ func open(dirs []string, dst string) (_ *input, err error) {
 		}
 		in.src = append(in.src, d)
 	}
-	if err := checkManifests(in.chain, in.src); err != nil {
+	if err := in.findTablespaces(mapping, dst); err != nil {
 		return nil, err
 	}
-	if err := checkTablespaces(in.chain.Newest().Dir); err != nil {
+	if err := in.checkManifests(); err != nil {
 		return nil, err
 	}
 	fi, err := os.Stat(in.chain.Newest().Dir)
@@ -395,11 +410,18 @@ func (in *input) close() {
 	for _, d := range in.src {
 		d.Close()
 	}
+	for _, t := range in.ts {
+		for _, d := range t.src {
+			if d != nil {
+				d.Close()
+			}
+		}
+	}
 }
 
 // plan scans the newest backup and plans the restore.
 func (in *input) plan(opts Options) (*Plan, error) {
-	tree, err := scan(in.chain, in.src[len(in.src)-1])
+	tree, err := in.scan()
 	if err != nil {
 		return nil, err
 	}
@@ -407,23 +429,7 @@ func (in *input) plan(opts Options) (*Plan, error) {
 	for _, b := range in.chain {
 		names = append(names, b.Dir)
 	}
-	return BuildPlan(names, tree, lookup(in.chain, in.src), PlanOptions{NoMerge: opts.NoMerge, Jobs: opts.Jobs})
-}
-
-// checkTablespaces refuses tablespaces outside the data directory (they
-// would need a mapping, as pg_combinebackup -T); in-place ones are fine.
-func checkTablespaces(dir string) error {
-	ents, err := os.ReadDir(filepath.Join(dir, "pg_tblspc"))
-	if err != nil {
-		return nil
-	}
-	for _, e := range ents {
-		if e.Type()&fs.ModeSymlink != 0 {
-			return errs.New(errs.Unsupported, "the backup has a tablespace outside the data directory (pg_tblspc/%s)", e.Name()).
-				WithPath(dir).WithHint("pgfork restore handles in-place tablespaces only; use pg_combinebackup --tablespace-mapping for this chain")
-		}
-	}
-	return nil
+	return BuildPlan(names, tree, in.lookup, PlanOptions{NoMerge: opts.NoMerge, Jobs: opts.Jobs})
 }
 
 // handOver gives the finished staging directory (open as sd, named top)
@@ -490,12 +496,20 @@ func finalErr(ctx context.Context, err error, dst string, p *Plan) error {
 // backup_manifest before anything is built: every file it lists is there,
 // a plain file (no link), of the size listed. A file missing from a backup
 // would otherwise be missing from the result, and the fresh manifest
-// written for the result would hide it from pg_verifybackup.
-func checkManifests(chain pgbackup.Chain, src []*safefs.Dir) error {
-	for k, b := range chain {
+// written for the result would hide it from pg_verifybackup. Files of a
+// tablespace are read through the tablespace's link; those of a
+// tablespace the result does not have (dropped before the newest backup)
+// are not needed and not checked.
+func (in *input) checkManifests() error {
+	for k, b := range in.chain {
 		for rel, mf := range b.Manifest.Files {
-			p := filepath.Join(b.Dir, filepath.FromSlash(rel))
-			f, err := src[k].OpenRegular(rel)
+			if t, _ := in.tablespaceOf(rel); t == nil && strings.HasPrefix(rel, "pg_tblspc/") && strings.Count(rel, "/") > 2 {
+				if _, err := in.src[k].Open(strings.Join(strings.SplitN(rel, "/", 3)[:2], "/")); errors.Is(err, safefs.ErrSymlink) {
+					continue // a tablespace outside the data directory that the result does not have
+				}
+			}
+			p := in.sourcePath(k, rel)
+			f, err := in.openSource(k, rel)
 			if errors.Is(err, fs.ErrNotExist) {
 				return errs.New(errs.Usage, "%s is present in the backup's manifest but not on disk", rel).WithPath(b.Dir).
 					WithHint("the backup is damaged; check it with pg_verifybackup %s, or take a new backup", b.Dir)

@@ -15,7 +15,6 @@ import (
 
 	"github.com/pgfork/pgfork/clone"
 	"github.com/pgfork/pgfork/internal/errs"
-	"github.com/pgfork/pgfork/internal/safefs"
 	"github.com/pgfork/pgfork/pgbackup"
 )
 
@@ -33,13 +32,11 @@ var testHookAfterFile func()
 var testHookAfterMkdir func(staging, rel string)
 
 type writer struct {
-	plan  *Plan
-	opts  Options
-	chain pgbackup.Chain
-	src   []*safefs.Dir // the backups, in chain order: every read goes through them
-	root  string        // staging dir (its path: for messages and syncfs only)
-	sd    *os.Root      // staging dir: every write goes through it, never by path
-	rc    *clone.RangeCopier
+	plan *Plan
+	opts Options
+	in   *input  // the backups: every read goes through them
+	outs outputs // the staging directories: every write goes through them
+	rc   *clone.RangeCopier
 
 	out []fileResult // by index in plan.Files
 
@@ -53,26 +50,39 @@ type fileResult struct {
 	checksum []byte
 }
 
-func newWriter(p *Plan, chain pgbackup.Chain, src []*safefs.Dir, st *os.Root, root string, opts Options) *writer {
-	return &writer{plan: p, opts: opts, chain: chain, src: src, root: root, sd: st,
+func newWriter(p *Plan, in *input, outs outputs, opts Options) *writer {
+	return &writer{plan: p, opts: opts, in: in, outs: outs,
 		rc: &clone.RangeCopier{NoClone: opts.NoClone}, out: make([]fileResult, len(p.Files))}
 }
 
 // mkdirs creates the plan's directories in staging, with their modes and
-// owner.
+// owner, then its links (a tablespace's pg_tblspc/OID).
 func (w *writer) mkdirs() error {
 	for _, d := range w.plan.Dirs {
-		out := filepath.FromSlash(d.Rel)
-		if err := w.sd.Mkdir(out, d.Mode); err != nil {
-			return errs.FromOS(err, filepath.Join(w.root, out), "cannot create a directory of the result")
+		out, inner := w.outs.at(d.Rel)
+		p := filepath.Join(out.st.Dir, inner)
+		if err := out.root.Mkdir(inner, d.Mode); err != nil {
+			return errs.FromOS(err, p, "cannot create a directory of the result")
 		}
 		if w.opts.Owner != nil {
-			if err := w.sd.Lchown(out, w.opts.Owner.UID, w.opts.Owner.GID); err != nil {
-				return errs.FromOS(err, filepath.Join(w.root, out), "cannot give a directory of the result to its owner")
+			if err := out.root.Lchown(inner, w.opts.Owner.UID, w.opts.Owner.GID); err != nil {
+				return errs.FromOS(err, p, "cannot give a directory of the result to its owner")
 			}
 		}
 		if testHookAfterMkdir != nil {
-			testHookAfterMkdir(w.root, d.Rel)
+			testHookAfterMkdir(out.st.Dir, filepath.ToSlash(inner))
+		}
+	}
+	data := w.outs[0]
+	for _, l := range w.plan.Links {
+		rel := filepath.FromSlash(l.Rel)
+		if err := data.root.Symlink(l.Link, rel); err != nil {
+			return errs.FromOS(err, filepath.Join(data.st.Dir, rel), "cannot create the tablespace link")
+		}
+		if w.opts.Owner != nil {
+			if err := data.root.Lchown(rel, w.opts.Owner.UID, w.opts.Owner.GID); err != nil {
+				return errs.FromOS(err, filepath.Join(data.st.Dir, rel), "cannot give the tablespace link to its owner")
+			}
 		}
 	}
 	return nil
@@ -138,18 +148,19 @@ func (w *writer) file(ctx context.Context, i int, buf []byte) error {
 		}
 	}()
 	for k, s := range f.Sources {
-		sf, err := w.src[s.Backup].OpenRegular(s.Path)
+		sf, err := w.in.openSource(s.Backup, s.Path)
 		if err != nil {
-			return readErr(err, filepath.Join(w.chain[s.Backup].Dir, filepath.FromSlash(s.Path)))
+			return readErr(err, w.in.sourcePath(s.Backup, s.Path))
 		}
 		srcs[k] = sf
 	}
 	if w.opts.Link && f.Whole() {
 		return w.link(f, i, srcs[0], buf)
 	}
-	df, err := w.sd.OpenFile(filepath.FromSlash(f.Rel), os.O_RDWR|os.O_CREATE|os.O_EXCL, f.Mode)
+	out, inner := w.outs.at(f.Rel)
+	df, err := out.root.OpenFile(inner, os.O_RDWR|os.O_CREATE|os.O_EXCL, f.Mode)
 	if err != nil {
-		return writeErr(err, filepath.Join(w.root, filepath.FromSlash(f.Rel)))
+		return writeErr(err, filepath.Join(out.st.Dir, inner))
 	}
 	defer df.Close()
 	if w.opts.Owner != nil {
@@ -219,17 +230,18 @@ func (w *writer) link(f *FilePlan, i int, sf *os.File, buf []byte) error {
 				WithHint("give the backups to the result's owner first, or restore by copy or clone instead of hard links")
 		}
 	}
-	dir, base := filepath.Split(filepath.FromSlash(f.Rel))
+	out, inner := w.outs.at(f.Rel)
+	dir, base := filepath.Split(inner)
 	if dir == "" {
 		dir = "."
 	}
-	d, err := w.sd.Open(dir)
+	d, err := out.root.Open(dir)
 	if err != nil {
-		return writeErr(err, filepath.Join(w.root, dir))
+		return writeErr(err, filepath.Join(out.st.Dir, dir))
 	}
 	defer d.Close()
 	if err := clone.LinkOpen(sf, d, base); err != nil {
-		p := filepath.Join(w.root, filepath.FromSlash(f.Rel))
+		p := filepath.Join(out.st.Dir, inner)
 		if errors.Is(err, syscall.EXDEV) {
 			return errs.Wrap(errs.Unsupported, err, "hard links cannot cross filesystems: the backups and the destination are on different ones").WithPath(p).
 				WithHint("restore onto the backups' filesystem, or by copy or clone instead of hard links")
@@ -247,7 +259,7 @@ func (w *writer) link(f *FilePlan, i int, sf *os.File, buf []byte) error {
 func (w *writer) wholeChecksum(f *FilePlan, i int, sf *os.File, buf []byte) error {
 	if h := w.newChecksum(); h != nil && !f.WAL {
 		algo := w.opts.checksums()
-		mf := w.chain[f.Sources[0].Backup].Manifest.Files[f.Rel]
+		mf := w.in.chain[f.Sources[0].Backup].Manifest.Files[f.Rel]
 		if mf != nil && mf.Algorithm == algo && mf.Size == f.Size && len(mf.Checksum) == digestLen(algo) {
 			w.out[i] = fileResult{algo, mf.Checksum}
 		} else {

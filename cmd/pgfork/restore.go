@@ -24,6 +24,7 @@ type restoreFlags struct {
 	jobs                                                 int
 	prefetch, noChecksums, dryRun, noManifest, link      bool
 	checksums                                            string
+	tablespaces                                          []string
 	syncMode                                             string
 	noMerge, wholeCopy, noClone                          bool
 }
@@ -60,6 +61,9 @@ when pgfork runs as root) on a private socket directory, and records it:
 pgfork ls lists it, pgfork down NAME stops it and forgets it (the restored
 directory is kept; pgfork down NAME --delete-data removes it). A branch never
 archives WAL (archive_mode=off), so it cannot write into its source's archive.
+Tablespaces outside the data directory are restored as pg_combinebackup does:
+each needs -T OLDDIR=NEWDIR, OLDDIR being where the newest backup's
+pg_tblspc link points; the result links to NEWDIR.
 With --wal DIR (a WAL archive) and --target-time,
 --target-lsn or --target-name it recovers to that point (recovery settings
 in postgresql.auto.conf, recovery.signal) and then promotes.`,
@@ -78,6 +82,7 @@ in postgresql.auto.conf, recovery.signal) and then promotes.`,
 	f.StringVar(&fl.syncMode, "sync", "fsync", "durability before DST appears: none, fsync (each file and dir), syncfs (whole filesystem once)")
 	f.StringVar(&fl.checksums, "manifest-checksums", "CRC32C", "checksum algorithm of backup_manifest: "+strings.Join(restore.ChecksumAlgorithms, ", "))
 	f.BoolVar(&fl.noManifest, "no-manifest", false, "write no backup_manifest")
+	f.StringArrayVarP(&fl.tablespaces, "tablespace-mapping", "T", nil, "OLDDIR=NEWDIR: restore the tablespace the newest backup has in OLDDIR (its pg_tblspc link) to NEWDIR (repeat for each; required for every tablespace outside the data directory)")
 	f.BoolVar(&fl.link, "link", false, "hard-link the files that are whole in a backup instead of cloning them (as pg_combinebackup --link): changing the result then changes the backups; not with --start")
 	f.BoolVar(&fl.noChecksums, "no-manifest-checksums", false, "same as --manifest-checksums NONE")
 	f.BoolVar(&fl.noMerge, "no-merge", false, "measurement: one copy call per block instead of per run")
@@ -112,6 +117,20 @@ func runRestore(cmd *cobra.Command, args []string, fl restoreFlags) error {
 		}
 		fl.checksums = "NONE"
 	}
+	var mapping map[string]string
+	for _, m := range fl.tablespaces {
+		old, new, err := restore.ParseTablespaceMapping(m)
+		if err != nil {
+			return err
+		}
+		if mapping == nil {
+			mapping = map[string]string{}
+		}
+		if _, dup := mapping[old]; dup {
+			return errs.New(errs.Usage, "--tablespace-mapping names %s twice", old).WithHint("give one mapping per tablespace")
+		}
+		mapping[old] = new
+	}
 	port, err := parsePortFlag(fl.port)
 	if err != nil {
 		return err
@@ -124,7 +143,7 @@ func runRestore(cmd *cobra.Command, args []string, fl restoreFlags) error {
 	defer bar.Done()
 	res, err := restore.Run(cmd.Context(), restore.RunOptions{
 		Backups: args[:len(args)-1], Upto: fl.upto, Dst: args[len(args)-1],
-		Restore: restore.Options{Jobs: fl.jobs, Prefetch: fl.prefetch, Sync: sm, Checksums: fl.checksums, NoManifest: fl.noManifest, Link: fl.link,
+		Restore: restore.Options{Jobs: fl.jobs, Prefetch: fl.prefetch, Sync: sm, Checksums: fl.checksums, NoManifest: fl.noManifest, Link: fl.link, Tablespaces: mapping,
 			NoMerge: fl.noMerge, WholeCopy: fl.wholeCopy, NoClone: fl.noClone,
 			OnProgress: func(p clone.Progress) { bar.Update(p.Bytes, p.TotalBytes) }},
 		Start: fl.start, DryRun: fl.dryRun, Layout: layout(), User: user, PGBin: g.pgBin,
@@ -207,6 +226,9 @@ func printRestoreSummary(w io.Writer, s *restore.Summary) {
 // printRestoreCounts prints the files and blocks lines of a restore's
 // summary, done or planned.
 func printRestoreCounts(w io.Writer, s *restore.Summary) {
+	for _, t := range s.Tablespaces {
+		fmt.Fprintf(w, "  tablespace %s: %s -> %s\n", t.OID, t.From, t.Dir)
+	}
 	fmt.Fprintf(w, "  files     %d: %d whole (%d unchanged since an older backup), %d rebuilt; %d directories\n",
 		s.Files, s.FilesWhole, s.FilesOlder, s.FilesRebuilt, s.Dirs)
 	if s.FilesRebuilt > 0 {

@@ -11,6 +11,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"strings"
 )
 
 // ErrSymlink is returned when a path below the directory has a symbolic
@@ -40,6 +41,9 @@ func OpenDir(dir string) (*Dir, error) {
 
 // Close releases the directory.
 func (d *Dir) Close() error { return d.f.Close() }
+
+// Stat describes the directory itself.
+func (d *Dir) Stat() (os.FileInfo, error) { return d.f.Stat() }
 
 // Path is the directory's path as it was opened.
 func (d *Dir) Path() string { return d.path }
@@ -95,6 +99,29 @@ func (d *Dir) ReadFile(rel string, max int64) ([]byte, error) {
 		return nil, err
 	}
 	return b[:n], nil
+}
+
+// Readlink returns the target of the symbolic link rel below d; the
+// directories on the way to it are opened without following links.
+func (d *Dir) Readlink(rel string) (string, error) {
+	if err := checkRel(rel); err != nil {
+		return "", err
+	}
+	parts := splitSlash(rel)
+	parent := d.f
+	if len(parts) > 1 {
+		f, err := d.Open(strings.Join(parts[:len(parts)-1], "/"))
+		if err != nil {
+			return "", err
+		}
+		defer f.Close()
+		parent = f
+	}
+	t, err := readlinkAt(parent, parts[len(parts)-1])
+	if err != nil {
+		return "", &os.PathError{Op: "readlink", Path: d.join(rel), Err: err}
+	}
+	return t, nil
 }
 
 // ErrTooLarge is returned by ReadFile for a file over its limit.

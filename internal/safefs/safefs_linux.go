@@ -75,3 +75,17 @@ func isSymlinkAt(dirfd int, name string) bool {
 	var st unix.Stat_t
 	return unix.Fstatat(dirfd, name, &st, unix.AT_SYMLINK_NOFOLLOW) == nil && st.Mode&unix.S_IFMT == unix.S_IFLNK
 }
+
+// readlinkAt reads the link name in the open directory dir.
+func readlinkAt(dir *os.File, name string) (string, error) {
+	for n := 256; ; n *= 2 {
+		buf := make([]byte, n)
+		k, err := unix.Readlinkat(int(dir.Fd()), name, buf)
+		if err != nil {
+			return "", err
+		}
+		if k < n {
+			return string(buf[:k]), nil
+		}
+	}
+}

@@ -31,3 +31,9 @@ func openBeneath(d *Dir, rel string) (*os.File, error) {
 	}
 	return f, err
 }
+
+// readlinkAt reads the link name in the open directory dir (by its path:
+// outside Linux pgfork does not run as root for others).
+func readlinkAt(dir *os.File, name string) (string, error) {
+	return os.Readlink(filepath.Join(dir.Name(), name))
+}

@@ -14,8 +14,6 @@ import (
 	"github.com/pgfork/pgfork/restore"
 )
 
-func init() { rootCmd.AddCommand(newRestoreCmd()) }
-
 type restoreFlags struct {
 	start, tcp                                           bool
 	port, name, upto                                     string
@@ -26,7 +24,7 @@ type restoreFlags struct {
 	noMerge, wholeCopy, noClone                          bool
 }
 
-func newRestoreCmd() *cobra.Command {
+func (cl *cli) newRestoreCmd() *cobra.Command {
 	var fl restoreFlags
 	cmd := &cobra.Command{
 		Use:   "restore BACKUP... DST | restore CHAINDIR DST",
@@ -67,7 +65,7 @@ in postgresql.auto.conf, recovery.signal) and then promotes.`,
   pgfork restore /backups/chain /srv/pg/before-bug --start \
       --wal /backups/wal --target-name before_migration`,
 		Args: usageArgs(cobra.MinimumNArgs(2)),
-		RunE: func(cmd *cobra.Command, args []string) error { return runRestore(cmd, args, fl) },
+		RunE: func(cmd *cobra.Command, args []string) error { return cl.runRestore(cmd, args, fl) },
 	}
 	f := cmd.Flags()
 	f.IntVarP(&fl.jobs, "jobs", "j", 0, "files worked on in parallel (default: one per core)")
@@ -93,7 +91,7 @@ in postgresql.auto.conf, recovery.signal) and then promotes.`,
 	return cmd
 }
 
-func runRestore(cmd *cobra.Command, args []string, fl restoreFlags) error {
+func (cl *cli) runRestore(cmd *cobra.Command, args []string, fl restoreFlags) error {
 	sm, err := clone.ParseSyncMode(fl.syncMode)
 	if err != nil {
 		return err
@@ -102,26 +100,26 @@ func runRestore(cmd *cobra.Command, args []string, fl restoreFlags) error {
 	if err != nil {
 		return err
 	}
-	user, err := instance.ResolveUser(g.runAs)
+	user, err := instance.ResolveUser(cl.g.runAs)
 	if err != nil {
 		return err
 	}
-	bar := newByteProgress("restoring")
+	bar := cl.newByteProgress("restoring")
 	defer bar.Done()
 	res, err := restore.Run(cmd.Context(), restore.RunOptions{
 		Backups: args[:len(args)-1], Upto: fl.upto, Dst: args[len(args)-1],
 		Restore: restore.Options{Jobs: fl.jobs, Prefetch: fl.prefetch, Sync: sm, NoChecksums: fl.noChecksums,
 			NoMerge: fl.noMerge, WholeCopy: fl.wholeCopy, NoClone: fl.noClone,
 			OnProgress: func(p clone.Progress) { bar.Update(p.Bytes, p.TotalBytes) }},
-		Start: fl.start, Layout: layout(), User: user, PGBin: g.pgBin,
+		Start: fl.start, Layout: cl.layout(), User: user, PGBin: cl.g.pgBin,
 		Name: fl.name, Port: port, TCP: fl.tcp,
 		Recovery: restore.Recovery{WALDir: fl.wal, TargetTime: fl.targetTime, TargetLSN: fl.targetLSN, TargetName: fl.targetName, TargetAction: fl.targetAction},
 		OnStarting: func(sum *restore.Summary) {
 			bar.Done()
-			if !g.json {
+			if !cl.g.json {
 				printRestoreSummary(cmd.OutOrStdout(), sum)
 			}
-			infof("starting the branch (recovery may take a moment)...")
+			cl.infof("starting the branch (recovery may take a moment)...")
 		},
 	})
 	bar.Done()
@@ -129,7 +127,7 @@ func runRestore(cmd *cobra.Command, args []string, fl restoreFlags) error {
 		return err
 	}
 	w := cmd.OutOrStdout()
-	if g.json {
+	if cl.g.json {
 		return printJSON(w, res)
 	}
 	if res.Branch == nil {

@@ -48,54 +48,48 @@ type serveOpts struct {
 	volume                           string // --volume: "" or auto
 }
 
-func init() { rootCmd.AddCommand(newServeCmd()) }
-
-// envErrs collects environment variables that are set but invalid: the
-// command refuses them (exit 2) instead of falling back to a default.
-var envErrs []error
-
 // env helpers: IntegreSQL's variables give defaults; flags override them.
-func envStr(name, def string) string {
-	if v, ok := os.LookupEnv(name); ok && v != "" {
+func (cl *cli) envStr(name, def string) string {
+	if v, ok := cl.lookupEnv(name); ok && v != "" {
 		return v
 	}
 	return def
 }
 
-func envInt(name string, def int) int {
-	v := os.Getenv(name)
+func (cl *cli) envInt(name string, def int) int {
+	v := cl.getenv(name)
 	if v == "" {
 		return def
 	}
 	n, err := strconv.Atoi(v)
 	if err != nil {
-		envErrs = append(envErrs, errs.New(errs.Usage, "%s=%q is not a whole number", name, v).WithHint("set %s to a number, or unset it", name))
+		cl.envErrs = append(cl.envErrs, errs.New(errs.Usage, "%s=%q is not a whole number", name, v).WithHint("set %s to a number, or unset it", name))
 		return def
 	}
 	return n
 }
 
-func envMS(name string, def time.Duration) time.Duration {
-	v := os.Getenv(name)
+func (cl *cli) envMS(name string, def time.Duration) time.Duration {
+	v := cl.getenv(name)
 	if v == "" {
 		return def
 	}
 	n, err := strconv.Atoi(v)
 	if err != nil || n < 0 {
-		envErrs = append(envErrs, errs.New(errs.Usage, "%s=%q is not a number of milliseconds ≥ 0", name, v).WithHint("set %s to milliseconds, e.g. 60000, or unset it", name))
+		cl.envErrs = append(cl.envErrs, errs.New(errs.Usage, "%s=%q is not a number of milliseconds ≥ 0", name, v).WithHint("set %s to milliseconds, e.g. 60000, or unset it", name))
 		return def
 	}
 	return time.Duration(n) * time.Millisecond
 }
 
-func envBool(name string) bool {
-	v := os.Getenv(name)
+func (cl *cli) envBool(name string) bool {
+	v := cl.getenv(name)
 	if v == "" {
 		return false
 	}
 	b, err := strconv.ParseBool(v)
 	if err != nil {
-		envErrs = append(envErrs, errs.New(errs.Usage, "%s=%q is not true or false", name, v))
+		cl.envErrs = append(cl.envErrs, errs.New(errs.Usage, "%s=%q is not true or false", name, v))
 	}
 	return b
 }
@@ -112,23 +106,23 @@ var pgEnvVars = []string{"INTEGRESQL_PGHOST", "INTEGRESQL_PGPORT", "INTEGRESQL_P
 // INTEGRESQL_PGDATABASE, postgres (as IntegreSQL: PGDATABASE names the
 // application's database, not an admin one). It returns "" and no names
 // when none of pgEnvVars is set, else the names that were.
-func envPGURL() (string, []string) {
+func (cl *cli) envPGURL() (string, []string) {
 	var set []string
 	for _, n := range pgEnvVars {
-		if os.Getenv(n) != "" {
+		if cl.getenv(n) != "" {
 			set = append(set, n)
 		}
 	}
 	if len(set) == 0 {
 		return "", nil
 	}
-	host := envStr("INTEGRESQL_PGHOST", envStr("PGHOST", "127.0.0.1"))
-	port := envStr("INTEGRESQL_PGPORT", envStr("PGPORT", "5432"))
+	host := cl.envStr("INTEGRESQL_PGHOST", cl.envStr("PGHOST", "127.0.0.1"))
+	port := cl.envStr("INTEGRESQL_PGPORT", cl.envStr("PGPORT", "5432"))
 	if p, err := strconv.Atoi(port); err != nil || p < 1 || p > 65535 {
-		envErrs = append(envErrs, errs.New(errs.Usage, "PostgreSQL port %q (INTEGRESQL_PGPORT/PGPORT) is not a port number", port))
+		cl.envErrs = append(cl.envErrs, errs.New(errs.Usage, "PostgreSQL port %q (INTEGRESQL_PGPORT/PGPORT) is not a port number", port))
 	}
-	user := envStr("INTEGRESQL_PGUSER", envStr("PGUSER", envStr("USER", "postgres")))
-	db := envStr("INTEGRESQL_PGDATABASE", "postgres") // IntegreSQL's admin database; PGDATABASE is the app's
+	user := cl.envStr("INTEGRESQL_PGUSER", cl.envStr("PGUSER", cl.envStr("USER", "postgres")))
+	db := cl.envStr("INTEGRESQL_PGDATABASE", "postgres") // IntegreSQL's admin database; PGDATABASE is the app's
 	u := &url.URL{Scheme: "postgres", Path: "/" + db}
 	q := url.Values{"sslmode": {"disable"}}
 	if strings.HasPrefix(host, "/") { // a Unix socket directory, as libpq takes it
@@ -137,7 +131,7 @@ func envPGURL() (string, []string) {
 	} else {
 		u.Host = net.JoinHostPort(host, port)
 	}
-	if pw := envStr("INTEGRESQL_PGPASSWORD", os.Getenv("PGPASSWORD")); pw != "" {
+	if pw := cl.envStr("INTEGRESQL_PGPASSWORD", cl.getenv("PGPASSWORD")); pw != "" {
 		u.User = url.UserPassword(user, pw)
 	} else {
 		u.User = url.User(user)
@@ -151,8 +145,8 @@ func envPGURL() (string, []string) {
 // default address, all interfaces, port 5000; else 127.0.0.1:5000. Off
 // loopback, runServe still requires a token, --allow-from or
 // --insecure-open.
-func defaultListen() string {
-	addr, port := os.Getenv("INTEGRESQL_ADDRESS"), os.Getenv("INTEGRESQL_PORT")
+func (cl *cli) defaultListen() string {
+	addr, port := cl.getenv("INTEGRESQL_ADDRESS"), cl.getenv("INTEGRESQL_PORT")
 	if addr == "" && port == "" {
 		return "127.0.0.1:5000"
 	}
@@ -160,12 +154,12 @@ func defaultListen() string {
 		port = "5000"
 	}
 	if p, err := strconv.Atoi(port); err != nil || p < 1 || p > 65535 {
-		envErrs = append(envErrs, errs.New(errs.Usage, "INTEGRESQL_PORT=%q is not a port number (1-65535)", port).WithHint("set INTEGRESQL_PORT to e.g. 5000, or unset it"))
+		cl.envErrs = append(cl.envErrs, errs.New(errs.Usage, "INTEGRESQL_PORT=%q is not a port number (1-65535)", port).WithHint("set INTEGRESQL_PORT to e.g. 5000, or unset it"))
 	}
 	return net.JoinHostPort(addr, port)
 }
 
-func newServeCmd() *cobra.Command {
+func (cl *cli) newServeCmd() *cobra.Command {
 	n := runtime.NumCPU()
 	o := &serveOpts{}
 	cmd := &cobra.Command{
@@ -231,58 +225,58 @@ Bad values exit 2 before anything starts.`,
 		Args: usageArgs(cobra.NoArgs),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			o.testUserSet = cmd.Flags().Changed("test-user")
-			if len(envErrs) > 0 {
-				return envErrs[0]
+			if len(cl.envErrs) > 0 {
+				return cl.envErrs[0]
 			}
 			if o.pgURL == "" && !o.managed && o.isolation == "database" {
 				var extra []error
-				o.pgURL, o.pgEnv = envPGURL()
-				if len(envErrs) > 0 {
-					extra = envErrs
+				o.pgURL, o.pgEnv = cl.envPGURL()
+				if len(cl.envErrs) > 0 {
+					extra = cl.envErrs
 				}
 				if len(extra) > 0 {
 					return extra[0]
 				}
 			}
 			if o.pgURL == "" {
-				if err := useVolume(cmd.Context(), o.volume); err != nil {
+				if err := cl.useVolume(cmd.Context(), o.volume); err != nil {
 					return err
 				}
 			}
-			return runServe(cmd.Context(), o)
+			return cl.runServe(cmd.Context(), o)
 		},
 	}
 	f := cmd.Flags()
-	addVolumeFlag(f, &o.volume)
-	f.StringVar(&o.listen, "listen", defaultListen(), "HTTP address (env INTEGRESQL_ADDRESS, INTEGRESQL_PORT)")
-	f.StringVar(&o.pgURL, "pg-url", os.Getenv("PGFORK_PG_URL"), "use this PostgreSQL server (a superuser or CREATEDB role) instead of a managed one (env PGFORK_PG_URL; else INTEGRESQL_PG* and PG* name one, as for IntegreSQL)")
+	cl.addVolumeFlag(f, &o.volume)
+	f.StringVar(&o.listen, "listen", cl.defaultListen(), "HTTP address (env INTEGRESQL_ADDRESS, INTEGRESQL_PORT)")
+	f.StringVar(&o.pgURL, "pg-url", cl.getenv("PGFORK_PG_URL"), "use this PostgreSQL server (a superuser or CREATEDB role) instead of a managed one (env PGFORK_PG_URL; else INTEGRESQL_PG* and PG* name one, as for IntegreSQL)")
 	f.BoolVar(&o.managed, "managed", false, "run the managed PostgreSQL even when INTEGRESQL_PG*/PG* variables are set")
-	f.StringVar(&o.allowFrom, "allow-from", os.Getenv("PGFORK_ALLOW_FROM"), "admit HTTP clients from these networks only (CIDR,...; loopback always; env PGFORK_ALLOW_FROM); enough to listen beyond loopback without a token")
-	f.BoolVar(&o.insecureOpen, "insecure-open", envBool("PGFORK_INSECURE_OPEN"), "listen beyond loopback with no token and no allow-list: anyone who reaches the port controls its databases; only for a private container network (env PGFORK_INSECURE_OPEN)")
+	f.StringVar(&o.allowFrom, "allow-from", cl.getenv("PGFORK_ALLOW_FROM"), "admit HTTP clients from these networks only (CIDR,...; loopback always; env PGFORK_ALLOW_FROM); enough to listen beyond loopback without a token")
+	f.BoolVar(&o.insecureOpen, "insecure-open", cl.envBool("PGFORK_INSECURE_OPEN"), "listen beyond loopback with no token and no allow-list: anyone who reaches the port controls its databases; only for a private container network (env PGFORK_INSECURE_OPEN)")
 	f.BoolVar(&o.canClone, "can-clone", false, "with --pg-url: the server's data directory is on a reflink filesystem (XFS, btrfs, ZFS 2.2+), so the advisor may pick clone (PostgreSQL 18, file_copy_method=clone)")
-	f.StringVar(&o.token, "token", os.Getenv("PGFORK_TOKEN"), "require this token: 'Authorization: Bearer TOKEN', or the base URL http://HOST:PORT/TOKEN/api that IntegreSQL's clients accept (env PGFORK_TOKEN)")
+	f.StringVar(&o.token, "token", cl.getenv("PGFORK_TOKEN"), "require this token: 'Authorization: Bearer TOKEN', or the base URL http://HOST:PORT/TOKEN/api that IntegreSQL's clients accept (env PGFORK_TOKEN)")
 	f.StringVar(&o.socket, "socket", "", "also listen on this Unix socket (mode 0600)")
-	f.IntVar(&o.poolInit, "pool-init", envInt("INTEGRESQL_TEST_INITIAL_POOL_SIZE", n), "databases each pool keeps ready (env INTEGRESQL_TEST_INITIAL_POOL_SIZE)")
-	f.IntVar(&o.poolMax, "pool-max", envInt("INTEGRESQL_TEST_MAX_POOL_SIZE", 4*n), "databases per pool at most (env INTEGRESQL_TEST_MAX_POOL_SIZE)")
-	f.IntVar(&o.maxDatabases, "max-databases", envInt("PGFORK_MAX_DATABASES", 0), "test databases across all pools at most; idle pools are evicted LRU first (0: no limit)")
-	f.IntVar(&o.parallel, "parallel", envInt("INTEGRESQL_POOL_MAX_PARALLEL_TASKS", n), "concurrent creations per pool (env INTEGRESQL_POOL_MAX_PARALLEL_TASKS)")
+	f.IntVar(&o.poolInit, "pool-init", cl.envInt("INTEGRESQL_TEST_INITIAL_POOL_SIZE", n), "databases each pool keeps ready (env INTEGRESQL_TEST_INITIAL_POOL_SIZE)")
+	f.IntVar(&o.poolMax, "pool-max", cl.envInt("INTEGRESQL_TEST_MAX_POOL_SIZE", 4*n), "databases per pool at most (env INTEGRESQL_TEST_MAX_POOL_SIZE)")
+	f.IntVar(&o.maxDatabases, "max-databases", cl.envInt("PGFORK_MAX_DATABASES", 0), "test databases across all pools at most; idle pools are evicted LRU first (0: no limit)")
+	f.IntVar(&o.parallel, "parallel", cl.envInt("INTEGRESQL_POOL_MAX_PARALLEL_TASKS", n), "concurrent creations per pool (env INTEGRESQL_POOL_MAX_PARALLEL_TASKS)")
 	f.StringVar(&o.isolation, "isolation", "database", "database (a database per test) or cluster (a whole server per test, superuser; clusters under <state-dir>/serve-clusters)")
 	f.StringVar(&o.strategy, "strategy", "auto", "CREATE DATABASE strategy: auto (the advisor picks), default (no STRATEGY clause, as IntegreSQL), wal_log, file_copy, clone")
-	f.StringVar(&o.prefix, "db-prefix", envStr("INTEGRESQL_DB_PREFIX", "pgfork"), "database name prefix (env INTEGRESQL_DB_PREFIX)")
-	f.DurationVar(&o.finalizeTimeout, "finalize-timeout", envMS("INTEGRESQL_TEMPLATE_FINALIZE_TIMEOUT_MS", time.Minute), "how long a test request waits for its template to be finalized")
-	f.DurationVar(&o.getTimeout, "get-timeout", envMS("INTEGRESQL_TEST_DB_GET_TIMEOUT_MS", time.Minute), "how long a test request waits for a ready database")
-	f.DurationVar(&o.minLifetime, "min-lifetime", envMS("INTEGRESQL_TEST_DB_MINIMAL_LIFETIME_MS", 250*time.Millisecond), "when a pool is full, reclaim databases held longer than this with no session (0: never)")
+	f.StringVar(&o.prefix, "db-prefix", cl.envStr("INTEGRESQL_DB_PREFIX", "pgfork"), "database name prefix (env INTEGRESQL_DB_PREFIX)")
+	f.DurationVar(&o.finalizeTimeout, "finalize-timeout", cl.envMS("INTEGRESQL_TEMPLATE_FINALIZE_TIMEOUT_MS", time.Minute), "how long a test request waits for its template to be finalized")
+	f.DurationVar(&o.getTimeout, "get-timeout", cl.envMS("INTEGRESQL_TEST_DB_GET_TIMEOUT_MS", time.Minute), "how long a test request waits for a ready database")
+	f.DurationVar(&o.minLifetime, "min-lifetime", cl.envMS("INTEGRESQL_TEST_DB_MINIMAL_LIFETIME_MS", 250*time.Millisecond), "when a pool is full, reclaim databases held longer than this with no session (0: never)")
 	f.DurationVar(&o.poolIdle, "pool-idle", pool.DefaultIdleTimeout, "a pool grows toward demand up to --pool-max; after this long without requests it drops the ready databases beyond --pool-init (negative: never)")
-	f.StringVar(&o.testUser, "test-user", os.Getenv("INTEGRESQL_TEST_PGUSER"), "role owning test databases (managed default: pgfork; env INTEGRESQL_TEST_PGUSER)")
-	f.StringVar(&o.testPassword, "test-password", os.Getenv("INTEGRESQL_TEST_PGPASSWORD"), "its password (env INTEGRESQL_TEST_PGPASSWORD)")
-	f.StringVar(&o.rootTmpl, "root-template", envStr("INTEGRESQL_ROOT_TEMPLATE", "template0"), "database new templates are created from (env INTEGRESQL_ROOT_TEMPLATE)")
+	f.StringVar(&o.testUser, "test-user", cl.getenv("INTEGRESQL_TEST_PGUSER"), "role owning test databases (managed default: pgfork; env INTEGRESQL_TEST_PGUSER)")
+	f.StringVar(&o.testPassword, "test-password", cl.getenv("INTEGRESQL_TEST_PGPASSWORD"), "its password (env INTEGRESQL_TEST_PGPASSWORD)")
+	f.StringVar(&o.rootTmpl, "root-template", cl.envStr("INTEGRESQL_ROOT_TEMPLATE", "template0"), "database new templates are created from (env INTEGRESQL_ROOT_TEMPLATE)")
 	f.IntVar(&o.maxConns, "max-conns", server.DefaultMaxConns, "open HTTP connections at most; more wait to be accepted (idle keep-alive connections close after 60 s)")
 	f.BoolVar(&o.leastPrivilege, "least-privilege", false, "managed mode: hand out a role that may create databases but is not a superuser (default: a superuser of the private cluster)")
 	f.BoolVarP(&o.verbose, "verbose", "v", false, "log every request")
 	return cmd
 }
 
-func runServe(ctx context.Context, o *serveOpts) error {
+func (cl *cli) runServe(ctx context.Context, o *serveOpts) error {
 	if o.isolation != "database" && o.isolation != "cluster" {
 		return errs.New(errs.Usage, "bad --isolation %q", o.isolation).WithHint("use database or cluster")
 	}
@@ -305,7 +299,7 @@ func runServe(ctx context.Context, o *serveOpts) error {
 	if o.verbose {
 		level = slog.LevelDebug
 	}
-	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: level}))
+	log := slog.New(slog.NewTextHandler(cl.stderr, &slog.HandlerOptions{Level: level}))
 
 	reg := prometheus.NewRegistry()
 	metrics := server.NewMetrics(reg)
@@ -316,12 +310,12 @@ func runServe(ctx context.Context, o *serveOpts) error {
 	}
 	// One serve per state directory: a second one would take the first
 	// one's managed PostgreSQL away (issue 19, F19).
-	release, err := serve.LockState(layout(), o.listen)
+	release, err := serve.LockState(cl.layout(), o.listen)
 	if err != nil {
 		return err
 	}
 	defer release()
-	b, err := openBackend(ctx, o, log, mcfg)
+	b, err := cl.openBackend(ctx, o, log, mcfg)
 	if err != nil {
 		return err
 	}
@@ -357,16 +351,16 @@ func runServe(ctx context.Context, o *serveOpts) error {
 		go func() { errc <- hs.Serve(hopts.Listen(sl)) }()
 	}
 	if o.isolation == "cluster" {
-		infof("pgfork serve: http://%s/api (a PostgreSQL cluster per test on %s, superuser %s)", ln.Addr(), conn.Host, owner)
+		cl.infof("pgfork serve: http://%s/api (a PostgreSQL cluster per test on %s, superuser %s)", ln.Addr(), conn.Host, owner)
 	} else {
-		infof("pgfork serve: http://%s/api (PostgreSQL on %s:%d, test databases owned by %s)", ln.Addr(), conn.Host, conn.Port, owner)
+		cl.infof("pgfork serve: http://%s/api (PostgreSQL on %s:%d, test databases owned by %s)", ln.Addr(), conn.Host, conn.Port, owner)
 	}
-	if g.json {
-		_ = printJSON(os.Stdout, map[string]any{"listen": ln.Addr().String(), "socket": o.socket, "pg_host": conn.Host, "pg_port": conn.Port})
+	if cl.g.json {
+		_ = printJSON(cl.stdout, map[string]any{"listen": ln.Addr().String(), "socket": o.socket, "pg_host": conn.Host, "pg_port": conn.Port})
 	}
 	select {
 	case <-ctx.Done():
-		infof("shutting down")
+		cl.infof("shutting down")
 	case err := <-errc:
 		if err != nil && !errors.Is(err, http.ErrServerClosed) {
 			return errs.Wrap(errs.Internal, err, "HTTP server failed")
@@ -382,13 +376,13 @@ func runServe(ctx context.Context, o *serveOpts) error {
 // cluster per test (--isolation cluster), the managed PostgreSQL (no
 // server named), or the external server named by --pg-url or the
 // environment.
-func openBackend(ctx context.Context, o *serveOpts, log *slog.Logger, mcfg pool.ManagerConfig) (*serve.Backend, error) {
-	lay := layout()
-	onInfo := func(msg string) { infof("%s", msg) }
+func (cl *cli) openBackend(ctx context.Context, o *serveOpts, log *slog.Logger, mcfg pool.ManagerConfig) (*serve.Backend, error) {
+	lay := cl.layout()
+	onInfo := func(msg string) { cl.infof("%s", msg) }
 	db := serve.DBOptions{Strategy: o.strategy, MaxConns: int32(2*o.parallel + 8)}
 	switch {
 	case o.isolation == "cluster":
-		pg, user, err := pgAndUser()
+		pg, user, err := cl.pgAndUser()
 		if err != nil {
 			return nil, err
 		}
@@ -407,7 +401,7 @@ func openBackend(ctx context.Context, o *serveOpts, log *slog.Logger, mcfg pool.
 			why = "--managed"
 		}
 		log.Info("running a managed PostgreSQL server", "because", why)
-		pg, user, err := pgAndUser()
+		pg, user, err := cl.pgAndUser()
 		if err != nil {
 			return nil, err
 		}
@@ -530,12 +524,12 @@ func parseCIDRs(list string) ([]*net.IPNet, error) {
 
 // pgAndUser finds the PostgreSQL build of the flags and the OS user it
 // runs as (--run-as).
-func pgAndUser() (pgbin.Installation, *instance.OSUser, error) {
-	pg, err := findPG()
+func (cl *cli) pgAndUser() (pgbin.Installation, *instance.OSUser, error) {
+	pg, err := cl.findPG()
 	if err != nil {
 		return pg, nil, err
 	}
-	user, err := instance.ResolveUser(g.runAs)
+	user, err := instance.ResolveUser(cl.g.runAs)
 	return pg, user, err
 }
 

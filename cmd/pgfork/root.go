@@ -128,7 +128,7 @@ func (cl *cli) baseStateDir() string {
 	if cl.g.stateDir != "" {
 		return cl.g.stateDir
 	}
-	return statedir.Base()
+	return statedir.BaseFrom(cl.getenv)
 }
 
 // usageArgs wraps cobra's positional-argument validators so that their

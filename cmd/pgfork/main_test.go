@@ -1,0 +1,112 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"io"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+
+	"github.com/pgfork/pgfork/internal/testenv"
+)
+
+// runMainEnv, set in a process started from the test binary, makes it run
+// pgfork's main instead of the tests (TestMain). Tests that need pgfork as
+// a process of its own (signals, kills, another OS user, a long-running
+// server) run the test binary so, without a `go build`; so does pgfork's
+// own self-exec under test (spawnRefill's background `template refill`).
+const runMainEnv = "PGFORK_TEST_RUN_MAIN"
+
+func TestMain(m *testing.M) {
+	if os.Getenv(runMainEnv) == "1" {
+		main()
+		return
+	}
+	// Every process started from here on that runs this binary is pgfork.
+	_ = os.Setenv(runMainEnv, "1")
+	code := m.Run()
+	if selfBin.dir != "" {
+		_ = os.RemoveAll(selfBin.dir)
+	}
+	os.Exit(code)
+}
+
+var selfBin struct {
+	once     sync.Once
+	dir, bin string
+	err      error
+}
+
+// pgforkBinary returns pgfork as a program: a copy of this test binary
+// (which runs main, see TestMain) in a directory every user can run it
+// from, made once per test process.
+func pgforkBinary(t *testing.T) string {
+	t.Helper()
+	selfBin.once.Do(func() {
+		self, err := os.Executable()
+		if err != nil {
+			selfBin.err = err
+			return
+		}
+		if selfBin.dir, err = os.MkdirTemp("", "pgfork-test-bin-"); err != nil {
+			selfBin.err = err
+			return
+		}
+		bin := filepath.Join(selfBin.dir, "pgfork")
+		if selfBin.err = copyExecutable(self, bin); selfBin.err == nil {
+			selfBin.err = os.Chmod(selfBin.dir, 0o755)
+		}
+		selfBin.bin = bin
+	})
+	if selfBin.err != nil {
+		t.Fatalf("pgfork binary: %v", selfBin.err)
+	}
+	return selfBin.bin
+}
+
+func copyExecutable(src, dst string) error {
+	in, err := os.Open(src)
+	if err != nil {
+		return err
+	}
+	defer in.Close()
+	out, err := os.OpenFile(dst, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o755)
+	if err != nil {
+		return err
+	}
+	if _, err := io.Copy(out, in); err != nil {
+		out.Close()
+		return err
+	}
+	return out.Close()
+}
+
+// runInProcess runs pgfork's command line in this process, as main does
+// (a fresh command tree, the same mapping of errors to exit codes), with
+// PGFORK_HOME a fresh directory and env (KEY=VALUE) over the test's
+// environment.
+func runInProcess(t *testing.T, args ...string) cliResult {
+	t.Helper()
+	return runInProcessEnv(t, []string{"PGFORK_HOME=" + testenv.Dir(t)}, args...)
+}
+
+// runInProcessEnv is runInProcess with the environment env over the test's.
+func runInProcessEnv(t *testing.T, env []string, args ...string) cliResult {
+	t.Helper()
+	over := map[string]string{}
+	for _, kv := range env {
+		k, v, _ := strings.Cut(kv, "=")
+		over[k] = v
+	}
+	var o, e bytes.Buffer
+	code := newCLI(streams{stdout: &o, stderr: &e, lookupEnv: func(k string) (string, bool) {
+		if v, ok := over[k]; ok {
+			return v, true
+		}
+		return os.LookupEnv(k)
+	}}).run(context.Background(), args)
+	return cliResult{code, o.String(), e.String()}
+}

@@ -27,6 +27,9 @@ type dbCLI struct {
 
 func (p *dbCLI) run(args ...string) (code int, stdout, stderr string) {
 	p.t.Helper()
+	// pgx reads the libpq variables (PGHOST, …) from the process's
+	// environment: set them there for the command's time.
+	defer setProcessEnv(p.t, p.env)()
 	r := runInProcessEnv(p.t, p.env, append([]string{"--state-dir", p.home, "--pg-bin", p.pgBin}, args...)...)
 	return r.code, r.stdout, r.stderr
 }

@@ -110,3 +110,30 @@ func runInProcessEnv(t *testing.T, env []string, args ...string) cliResult {
 	}}).run(context.Background(), args)
 	return cliResult{code, o.String(), e.String()}
 }
+
+// setProcessEnv sets env (KEY=VALUE) in the process's environment, for
+// what libraries read there, and returns the function that restores it.
+// Tests that use it do not run in parallel.
+func setProcessEnv(t *testing.T, env []string) (restore func()) {
+	t.Helper()
+	var undo []func()
+	for _, kv := range env {
+		k, v, _ := strings.Cut(kv, "=")
+		old, had := os.LookupEnv(k)
+		if err := os.Setenv(k, v); err != nil {
+			t.Fatal(err)
+		}
+		undo = append(undo, func() {
+			if had {
+				_ = os.Setenv(k, old)
+			} else {
+				_ = os.Unsetenv(k)
+			}
+		})
+	}
+	return func() {
+		for i := len(undo) - 1; i >= 0; i-- {
+			undo[i]()
+		}
+	}
+}

@@ -2,10 +2,8 @@ package main
 
 import (
 	"context"
-	"errors"
 	"log/slog"
 	"net"
-	"net/http"
 	"net/url"
 	"os"
 	"os/signal"
@@ -15,7 +13,6 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/prometheus/client_golang/prometheus"
 	"github.com/spf13/cobra"
 
 	"github.com/pgfork/pgfork/instance"
@@ -25,7 +22,6 @@ import (
 	"github.com/pgfork/pgfork/pool/dbstore"
 	"github.com/pgfork/pgfork/serve"
 	"github.com/pgfork/pgfork/server"
-	"github.com/pgfork/pgfork/server/managed"
 )
 
 type serveOpts struct {
@@ -299,132 +295,40 @@ func (cl *cli) runServe(ctx context.Context, o *serveOpts) error {
 	if o.verbose {
 		level = slog.LevelDebug
 	}
-	log := slog.New(slog.NewTextHandler(cl.stderr, &slog.HandlerOptions{Level: level}))
-
-	reg := prometheus.NewRegistry()
-	metrics := server.NewMetrics(reg)
-	mcfg := pool.ManagerConfig{
-		Prefix: o.prefix, Initial: o.poolInit, Max: o.poolMax, Parallel: o.parallel,
-		MaxDatabases: o.maxDatabases, MinLifetime: o.minLifetime, IdleTimeout: o.poolIdle, FinalizeTimeout: o.finalizeTimeout,
-		GetTimeout: o.getTimeout, RootTemplate: o.rootTmpl, Observer: metrics,
-	}
-	// One serve per state directory: a second one would take the first
-	// one's managed PostgreSQL away (issue 19, F19).
-	release, err := serve.LockState(cl.layout(), o.listen)
-	if err != nil {
-		return err
-	}
-	defer release()
-	b, err := cl.openBackend(ctx, o, log, mcfg)
-	if err != nil {
-		return err
-	}
-	// Every exit path from here drops the test copies and stops what the
-	// backend runs (after the HTTP server's shutdown below).
-	defer func() {
-		sctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-		defer cancel()
-		if err := b.Close(sctx); err != nil {
-			log.Warn("shutting down the backend", "err", err)
-		}
-	}()
-	mgr, conn, owner := b.Manager, b.Conn, b.Owner
-	srv := server.New(server.Config{Manager: mgr, Conn: conn, Token: o.token, AllowFrom: o.allowNets, Logger: log, Registry: reg, Metrics: metrics})
-	hopts := server.HTTPOptions{LongestWait: o.finalizeTimeout + o.getTimeout, MaxConns: o.maxConns, Allowed: srv.AllowsIP}
-	hs := server.NewHTTPServer(srv, hopts)
-
-	if !server.IsLoopback(o.listen) && o.token == "" && len(o.allowNets) == 0 {
-		log.Warn("INSECURE: listening beyond loopback with no token and no --allow-from; anyone who reaches this port can create, read and drop its databases (--insecure-open)", "listen", o.listen)
-	}
-	ln, err := net.Listen("tcp", o.listen)
-	if err != nil {
-		return errs.Wrap(errs.Busy, err, "cannot listen on %s", o.listen).WithHint("choose another --listen port")
-	}
-	errc := make(chan error, 2)
-	go func() { errc <- hs.Serve(hopts.Listen(ln)) }()
-	if o.socket != "" {
-		sl, err := server.ListenUnix(o.socket)
-		if err != nil {
-			return err
-		}
-		defer sl.Close() // removes the socket
-		go func() { errc <- hs.Serve(hopts.Listen(sl)) }()
-	}
-	if o.isolation == "cluster" {
-		cl.infof("pgfork serve: http://%s/api (a PostgreSQL cluster per test on %s, superuser %s)", ln.Addr(), conn.Host, owner)
-	} else {
-		cl.infof("pgfork serve: http://%s/api (PostgreSQL on %s:%d, test databases owned by %s)", ln.Addr(), conn.Host, conn.Port, owner)
-	}
-	if cl.g.json {
-		_ = printJSON(cl.stdout, map[string]any{"listen": ln.Addr().String(), "socket": o.socket, "pg_host": conn.Host, "pg_port": conn.Port})
-	}
-	select {
-	case <-ctx.Done():
-		cl.infof("shutting down")
-	case err := <-errc:
-		if err != nil && !errors.Is(err, http.ErrServerClosed) {
-			return errs.Wrap(errs.Internal, err, "HTTP server failed")
-		}
-	}
-	sctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	_ = hs.Shutdown(sctx)
-	return nil
-}
-
-// openBackend picks the mode of the options and opens its backend: a
-// cluster per test (--isolation cluster), the managed PostgreSQL (no
-// server named), or the external server named by --pg-url or the
-// environment.
-func (cl *cli) openBackend(ctx context.Context, o *serveOpts, log *slog.Logger, mcfg pool.ManagerConfig) (*serve.Backend, error) {
-	lay := cl.layout()
-	onInfo := func(msg string) { cl.infof("%s", msg) }
-	db := serve.DBOptions{Strategy: o.strategy, MaxConns: int32(2*o.parallel + 8)}
+	why := "no --pg-url, PGFORK_PG_URL, INTEGRESQL_PG* or PG* variable names a server"
 	switch {
-	case o.isolation == "cluster":
-		pg, user, err := cl.pgAndUser()
-		if err != nil {
-			return nil, err
-		}
-		return serve.NewClusterIsolation(ctx, serve.ClusterOptions{Manager: mcfg, Layout: lay, PG: pg, User: user,
-			Role: o.testUser, Password: o.testPassword, OnInfo: onInfo})
-	case o.pgURL == "":
-		if o.testUser == managed.BootstrapRole && !o.testUserSet {
-			// IntegreSQL's usual INTEGRESQL_TEST_PGUSER=postgres: the managed
-			// cluster's own superuser, which pgfork never hands out or alters.
-			log.Warn("INTEGRESQL_TEST_PGUSER names the managed cluster's bootstrap superuser; handing out the managed superuser role instead",
-				"role", managed.DefaultRole)
-			o.testUser, o.testPassword = "", ""
-		}
-		why := "no --pg-url, PGFORK_PG_URL, INTEGRESQL_PG* or PG* variable names a server"
-		if o.managed {
-			why = "--managed"
-		}
-		log.Info("running a managed PostgreSQL server", "because", why)
-		pg, user, err := cl.pgAndUser()
-		if err != nil {
-			return nil, err
-		}
-		return serve.NewManaged(ctx, serve.ManagedOptions{Manager: mcfg, DB: db, Layout: lay, PG: pg, User: user,
-			Role: o.testUser, Password: o.testPassword, LeastPrivilege: o.leastPrivilege, OnInfo: onInfo})
-	default:
-		conn, err := serve.ParseConn(o.pgURL)
-		if err != nil {
-			return nil, err
-		}
-		admin := conn.Username
-		if o.testUser != "" {
-			conn.Username, conn.Password = o.testUser, o.testPassword
-		}
-		if len(o.pgEnv) > 0 {
-			log.Info("using an external PostgreSQL server, as IntegreSQL would", "host", conn.Host, "port", conn.Port,
-				"user", admin, "because", strings.Join(o.pgEnv, ", ")+" set (pass --managed to run pgfork's own instead)")
-		} else {
-			log.Info("using the external PostgreSQL server of --pg-url/PGFORK_PG_URL", "host", conn.Host, "port", conn.Port, "user", admin)
-		}
-		// pgfork cannot see an external server's filesystem: the user says.
-		return serve.NewExternal(ctx, serve.ExternalOptions{Manager: mcfg, DB: db, AdminURL: o.pgURL, Conn: conn, CanClone: o.canClone})
+	case o.isolation == serve.IsolationCluster:
+		why = "--isolation cluster"
+	case o.pgURL != "" && len(o.pgEnv) > 0:
+		why = "as IntegreSQL would: " + strings.Join(o.pgEnv, ", ") + " set (pass --managed to run pgfork's own instead)"
+	case o.pgURL != "":
+		why = "--pg-url/PGFORK_PG_URL"
+	case o.managed:
+		why = "--managed"
 	}
+	return serve.Run(ctx, serve.Options{
+		Layout: cl.layout(), Listen: o.listen, Socket: o.socket, Token: o.token, AllowFrom: o.allowNets, MaxConns: o.maxConns,
+		Isolation: o.isolation, ExternalURL: o.pgURL, CanClone: o.canClone, Strategy: o.strategy,
+		Manager: pool.ManagerConfig{
+			Prefix: o.prefix, Initial: o.poolInit, Max: o.poolMax, Parallel: o.parallel,
+			MaxDatabases: o.maxDatabases, MinLifetime: o.minLifetime, IdleTimeout: o.poolIdle, FinalizeTimeout: o.finalizeTimeout,
+			GetTimeout: o.getTimeout, RootTemplate: o.rootTmpl,
+		},
+		Role: o.testUser, Password: o.testPassword, RoleGiven: o.testUserSet, LeastPrivilege: o.leastPrivilege,
+		FindPG: cl.pgAndUser, Why: why,
+		Log:    slog.New(slog.NewTextHandler(cl.stderr, &slog.HandlerOptions{Level: level})),
+		OnInfo: func(msg string) { cl.infof("%s", msg) },
+		OnReady: func(r serve.Ready) {
+			if r.Isolation == serve.IsolationCluster {
+				cl.infof("pgfork serve: http://%s/api (a PostgreSQL cluster per test on %s, superuser %s)", r.Listen, r.Conn.Host, r.Owner)
+			} else {
+				cl.infof("pgfork serve: http://%s/api (PostgreSQL on %s:%d, test databases owned by %s)", r.Listen, r.Conn.Host, r.Conn.Port, r.Owner)
+			}
+			if cl.g.json {
+				_ = printJSON(cl.stdout, map[string]any{"listen": r.Listen.String(), "socket": r.Socket, "pg_host": r.Conn.Host, "pg_port": r.Conn.Port})
+			}
+		},
+	})
 }
 
 // serve limits: large enough for any real suite, small enough that a typo

@@ -4,11 +4,9 @@ import (
 	"context"
 	"fmt"
 	"io"
-	"net"
 	"os"
 	"path/filepath"
 	"sort"
-	"strconv"
 	"strings"
 	"time"
 
@@ -135,7 +133,7 @@ pgfork picks the installation matching SRC's PG_VERSION.`,
 			if connURL != "" && !online {
 				return errs.New(errs.Usage, "--url is for online clones").WithHint("add --online, or drop --url")
 			}
-			p, err := parsePortFlag(port)
+			p, err := cluster.ParsePort(port)
 			if err != nil {
 				return err
 			}
@@ -195,25 +193,6 @@ pgfork picks the installation matching SRC's PG_VERSION.`,
 	f.StringVar(&confDir, "config-dir", "", "where SRC's postgresql.conf, pg_hba.conf and pg_ident.conf live when not in SRC (e.g. /etc/postgresql/15/main)")
 	f.StringVar(&sync, "sync", "fsync", "make the clone durable before it is renamed into place: fsync, syncfs or none")
 	return cmd
-}
-
-func parsePortFlag(s string) (int, error) {
-	switch s {
-	case "":
-		return 0, nil
-	case "auto":
-		l, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			return 0, errs.Wrap(errs.Internal, err, "cannot find a free TCP port")
-		}
-		defer l.Close()
-		return l.Addr().(*net.TCPAddr).Port, nil
-	}
-	n, err := strconv.Atoi(s)
-	if err != nil || n < 1 || n > 65535 {
-		return 0, errs.New(errs.Usage, "bad --port %q", s).WithHint(`give a port between 1 and 65535, or "auto"`)
-	}
-	return n, nil
 }
 
 // cloneInstallation picks the PostgreSQL build: --pg/--pg-bin when given

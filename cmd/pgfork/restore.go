@@ -9,6 +9,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/pgfork/pgfork/clone"
+	"github.com/pgfork/pgfork/cluster"
 	"github.com/pgfork/pgfork/instance"
 	"github.com/pgfork/pgfork/internal/units"
 	"github.com/pgfork/pgfork/restore"
@@ -96,7 +97,7 @@ func (cl *cli) runRestore(cmd *cobra.Command, args []string, fl restoreFlags) er
 	if err != nil {
 		return err
 	}
-	port, err := parsePortFlag(fl.port)
+	port, err := cluster.ParsePort(fl.port)
 	if err != nil {
 		return err
 	}

@@ -3,9 +3,12 @@ package main
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"io"
 	"os"
+	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -134,6 +137,67 @@ func setProcessEnv(t *testing.T, env []string) (restore func()) {
 	return func() {
 		for i := len(undo) - 1; i >= 0; i-- {
 			undo[i]()
+		}
+	}
+}
+
+// TestEndToEndBinary is the one test of pgfork built as users build it
+// (`go build`, besides TestVersion's stamped builds): its main, its exit
+// codes and its hint on stderr, run as a process of its own.
+func TestEndToEndBinary(t *testing.T) {
+	bin := filepath.Join(testenv.Dir(t), "pgfork")
+	if out, err := exec.Command("go", "build", "-o", bin, ".").CombinedOutput(); err != nil {
+		t.Fatalf("go build: %v\n%s", err, out)
+	}
+	base := testenv.Dir(t)
+	src, dst := filepath.Join(base, "src"), filepath.Join(base, "dst")
+	writeTree(t, src, 4, 1000)
+	r := runCLI(t, exec.Command(bin, "copy", src, dst, "--json"))
+	var sum struct{ Files int }
+	if err := json.Unmarshal([]byte(r.stdout), &sum); r.code != 0 || err != nil || sum.Files != 4 {
+		t.Fatalf("pgfork copy --json: exit %d, %v: %s%s", r.code, err, r.stdout, r.stderr)
+	}
+	r = runCLI(t, exec.Command(bin, "copy", src, dst))
+	if r.code != exitExists || !strings.Contains(r.stderr, "pgfork: error:") || !strings.Contains(r.stderr, "hint:") || !strings.Contains(r.stderr, "--force") {
+		t.Errorf("pgfork copy onto an existing DST: exit %d (want %d), stderr %q", r.code, exitExists, r.stderr)
+	}
+}
+
+// TestInProcessParallel: commands run in-process at the same time keep
+// their flags and output apart (nothing of an invocation is kept at
+// package level; run with -race).
+func TestInProcessParallel(t *testing.T) {
+	base := testenv.Dir(t)
+	src := filepath.Join(base, "src")
+	writeTree(t, src, 3, 100)
+	const n = 8
+	var wg sync.WaitGroup
+	res := make([]cliResult, n)
+	for i := range n {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			args := []string{"copy", src, filepath.Join(base, "d"+strconv.Itoa(i))}
+			if i%2 == 0 {
+				args = append(args, "--json")
+			} else {
+				args = append(args, "-q", "--method", "copy")
+			}
+			res[i] = runInProcess(t, args...)
+		}()
+	}
+	wg.Wait()
+	for i, r := range res {
+		if r.code != 0 {
+			t.Errorf("copy %d: exit %d: %s", i, r.code, r.stderr)
+			continue
+		}
+		isJSON := json.Valid([]byte(r.stdout))
+		if i%2 == 0 != isJSON || !strings.Contains(r.stdout, "d"+strconv.Itoa(i)) {
+			t.Errorf("copy %d printed another invocation's output (JSON %v): %q", i, isJSON, r.stdout)
+		}
+		if i%2 == 1 && !strings.Contains(r.stdout, "copy 3") {
+			t.Errorf("copy %d did not use its own --method copy: %q", i, r.stdout)
 		}
 	}
 }

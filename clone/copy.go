@@ -74,7 +74,7 @@ func Copy(ctx context.Context, src, dst string, opts Options) (*Summary, error) 
 		err = fsutil.RenameNoReplace(staging, dstAbs)
 		if errors.Is(err, fs.ErrExist) {
 			return nil, errs.New(errs.Exists, "destination appeared while copying").WithPath(dstAbs).
-				WithHint("choose another destination, or pass --force to replace it")
+				WithHint("choose another destination, or ask for it to be replaced").WithCLI("pass --force to replace it")
 		}
 	}
 	if err != nil {

@@ -54,7 +54,7 @@ func TestConformance(t *testing.T) {
 						if errs.KindOf(err) != errs.Unsupported {
 							t.Fatalf("--method clone on %s: want Unsupported, got %v", fc.name, err)
 						}
-						if !hasAll(err.Error(), fc.name, "clone") || !strings.Contains(errs.HintOf(err), "--method auto") {
+						if !hasAll(err.Error(), fc.name, "clone") || !strings.Contains(errs.CLIHintOf(err), "--method auto") {
 							t.Errorf("error should name the filesystem and hint at auto: %v (hint %q)", err, errs.HintOf(err))
 						}
 						if _, serr := os.Lstat(dst); !errors.Is(serr, fs.ErrNotExist) {
@@ -282,8 +282,9 @@ func TestBadInput(t *testing.T) {
 			if err == nil || errs.KindOf(err) != c.kind {
 				t.Fatalf("want %v, got %v", c.kind, err)
 			}
-			if !strings.Contains(errs.HintOf(err), c.hint) || errs.HintOf(err) == "" {
-				t.Errorf("hint %q should mention %q (error %v)", errs.HintOf(err), c.hint, err)
+			// The advice as the CLI prints it: the hint, then the flags.
+			if advice := errs.HintOf(err) + "; " + errs.CLIHintOf(err); !strings.Contains(advice, c.hint) || errs.HintOf(err) == "" {
+				t.Errorf("hint %q should mention %q (error %v)", advice, c.hint, err)
 			}
 		})
 	}

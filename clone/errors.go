@@ -33,7 +33,7 @@ func (c *copier) unsupported(m Method, f *entry, cause error) error {
 		msg = fmt.Sprintf("cannot %s files from the %s filesystem of %s to the %s filesystem of %s", what, srcFS, c.src, dstFS, filepath.Dir(c.final))
 	}
 	return errs.Wrap(errs.Unsupported, cause, "%s (tried on %s)", msg, f.rel).
-		WithHint("use --method auto, which picks the best method that works here")
+		WithHint("use the automatic method, which picks the best one that works here").WithCLI("--method auto")
 }
 
 type noSpaceError struct {

@@ -92,7 +92,7 @@ func (o *Options) normalize() error {
 		return err
 	}
 	if o.Jobs < 0 {
-		return errs.New(errs.Usage, "jobs must be at least 1, not %d", o.Jobs).WithHint("use --jobs N with N >= 1, or leave it out for one per core")
+		return errs.New(errs.Usage, "jobs must be at least 1, not %d", o.Jobs).WithHint("ask for at least 1 job, or leave the number out for one per core").WithCLI("--jobs N with N >= 1")
 	}
 	if o.Jobs == 0 {
 		o.Jobs = runtime.NumCPU()
@@ -104,8 +104,8 @@ func (o *Options) normalize() error {
 		o.SyncJobs = DefaultSyncJobs
 	}
 	if o.Method == Link && o.Owner != nil {
-		return errs.New(errs.Usage, "--method link cannot change ownership: hard links share the source's inode").
-			WithHint("use --method auto, or do not ask for another owner")
+		return errs.New(errs.Usage, "the link method cannot change ownership: hard links share the source's inode").
+			WithHint("use the automatic method, or do not ask for another owner").WithCLI("--method auto")
 	}
 	return nil
 }

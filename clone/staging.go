@@ -142,7 +142,7 @@ func checkPaths(src, dst string, force bool) (srcAbs, dstAbs string, dstExists b
 		dstExists = true
 		if !force {
 			return "", "", false, errs.New(errs.Exists, "destination already exists").WithPath(dstAbs).
-				WithHint("choose another destination, or pass --force to replace it")
+				WithHint("choose another destination, or ask for it to be replaced").WithCLI("pass --force to replace it")
 		}
 	}
 	if err = checkNesting(srcAbs, dstAbs, force); err != nil {

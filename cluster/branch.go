@@ -4,6 +4,7 @@ import (
 	"context"
 	"os"
 	"path/filepath"
+	"strconv"
 	"syscall"
 	"time"
 
@@ -164,4 +165,26 @@ func CheckBranchName(lay statedir.Layout, dataDir, name string) error {
 			WithCLI("pass --name with another name, or remove it with `pgfork down %s`", n)
 	}
 	return nil
+}
+
+// PortAuto is what ParsePort takes for "a free port".
+const PortAuto = "auto"
+
+// ParsePort is the one place a branch's port is chosen (clone and restore
+// alike): "" is 0 (the default: 5432 on the branch's private socket, a
+// free one with TCP), PortAuto a TCP port of 127.0.0.1 free now, else a
+// port number from 1 to 65535.
+func ParsePort(s string) (int, error) {
+	switch s {
+	case "":
+		return 0, nil
+	case PortAuto:
+		return instance.FreePort("127.0.0.1")
+	}
+	n, err := strconv.Atoi(s)
+	if err != nil || n < 1 || n > 65535 {
+		return 0, errs.New(errs.Usage, "bad port %q", s).WithHint(`give a port between 1 and 65535, or "auto"`).
+			WithCLI("--port N or --port auto")
+	}
+	return n, nil
 }

@@ -323,16 +323,16 @@ func supported(s Strategy, t *Target) error {
 	case WalLog:
 		if t.Version < 15 {
 			return errs.New(errs.Unsupported, "strategy wal_log needs PostgreSQL 15 or later; this server is %d", t.Version).
-				WithHint("use --strategy file_copy (what CREATE DATABASE does before 15) or auto")
+				WithHint("use strategy file_copy (what CREATE DATABASE does before 15) or auto").WithCLI("--strategy file_copy")
 		}
 	case Clone:
 		if t.Version < 18 {
 			return errs.New(errs.Unsupported, "strategy clone needs PostgreSQL 18 or later (file_copy_method); this server is %d", t.Version).
-				WithHint("use --strategy auto, file_copy or wal_log")
+				WithHint("use strategy auto, file_copy or wal_log").WithCLI("--strategy auto")
 		}
 		if !t.CanClone {
 			return errs.New(errs.Unsupported, "strategy clone needs a data directory on a filesystem that shares blocks (XFS with reflink, btrfs, ZFS 2.2+); pgfork does not know that this server's does").
-				WithHint("if it does, say so with --can-clone; else use --strategy auto")
+				WithHint("if it does, say that it can clone; else use strategy auto").WithCLI("--can-clone, or --strategy auto")
 		}
 		if t.FileCopyMethod != "clone" && !settable(t.FileCopyMethodContext) {
 			return errs.New(errs.Unsupported, "file_copy_method is %q and this role cannot SET it (context %s)", t.FileCopyMethod, t.FileCopyMethodContext).
@@ -446,7 +446,7 @@ func createErr(ctx context.Context, conn *pgx.Conn, err error, name, template st
 	}
 	if s == Clone && (strings.Contains(pe.Message, "clone") || strings.Contains(pe.Message, "reflink")) {
 		return errs.Wrap(errs.Unsupported, err, "the server cannot clone files for database %q", name).
-			WithHint("its data directory's filesystem does not share blocks: use --strategy auto or file_copy")
+			WithHint("its data directory's filesystem does not share blocks: use strategy auto or file_copy").WithCLI("--strategy auto")
 	}
 	return sqlErr(ctx, err, "cannot create database %q from %q", name, template)
 }

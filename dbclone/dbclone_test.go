@@ -490,7 +490,7 @@ func TestSnapshotRestore(t *testing.T) {
 		defer holder.Close(ctx)
 		s.exec(t, holder, `CREATE TABLE added_again (x int)`)
 		_, err = Restore(ctx, admin, db, info.Name, RestoreOptions{})
-		if errs.KindOf(err) != errs.Busy || !strings.Contains(err.Error(), "editor") || !strings.Contains(errs.HintOf(err), "--force") {
+		if errs.KindOf(err) != errs.Busy || !strings.Contains(err.Error(), "editor") || !strings.Contains(errs.CLIHintOf(err), "--force") {
 			t.Fatalf("restore with a session: %v, want a busy error naming the editor session", err)
 		}
 		if _, err := holder.Exec(ctx, "SELECT 1"); err != nil {

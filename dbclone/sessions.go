@@ -78,7 +78,7 @@ func busyErr(db string, sess []Session, cause error) *errs.Error {
 	}
 	e := errs.New(errs.Busy, "database %q is in use by %s", db, what)
 	e.Err = cause
-	return e.WithHint("close those sessions, wait longer with --wait DURATION, or pass --force to terminate them")
+	return e.WithHint("close those sessions, wait longer, or ask for them to be terminated").WithCLI("--wait DURATION waits longer, --force terminates them")
 }
 
 // pollInterval is how often a wait for sessions to leave looks again.

@@ -293,7 +293,7 @@ func Restore(ctx context.Context, conn *pgx.Conn, db, name string, opts RestoreO
 			if err != nil {
 				if errs.KindOf(err) == errs.Busy {
 					return nil, errs.Wrap(errs.Busy, err, "cannot restore %q", db).
-						WithHint("close those sessions, or pass --force to terminate them")
+						WithHint("close those sessions, or ask for them to be terminated").WithCLI("pass --force to terminate them")
 				}
 				return nil, err
 			}
@@ -387,7 +387,7 @@ func RemoveSnapshot(ctx context.Context, conn *pgx.Conn, db, name string) (*Snap
 			srcs = append(srcs, fmt.Sprintf("%q", s.Source))
 		}
 		return nil, errs.New(errs.Usage, "snapshot name %q is used by several databases: %s", name, strings.Join(srcs, ", ")).
-			WithHint("say which with --db DB")
+			WithHint("name the database too").WithCLI("say which with --db DB")
 	}
 	s := list[0]
 	if _, err := conn.Exec(ctx, "DROP DATABASE IF EXISTS "+quote(s.Spare)+" WITH (FORCE)"); err != nil {

@@ -95,7 +95,7 @@ func InitDB(ctx context.Context, o InitOptions) error {
 		// is 1 for every failure).
 		if strings.Contains(out.String(), "No space left on device") {
 			return errs.Wrap(errs.NoSpace, err, "initdb ran out of disk space: %s", tail(out.String(), 5)).WithPath(o.DataDir).
-				WithHint("free space on the filesystem of %s (a new cluster needs about 40 MB), or use another --state-dir", filepath.Dir(o.DataDir))
+				WithHint("free space on the filesystem of %s (a new cluster needs about 40 MB), or use another state directory", filepath.Dir(o.DataDir)).WithCLI("--state-dir DIR")
 		}
 		return errs.Wrap(errs.Internal, err, "initdb failed: %s", tail(out.String(), 15)).WithPath(o.DataDir)
 	}

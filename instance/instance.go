@@ -138,7 +138,7 @@ func Start(ctx context.Context, cfg Config) (*Instance, error) {
 		if port == 0 {
 			port = 5432
 			if cfg.TCP {
-				p, err := freePort(cfg.host())
+				p, err := FreePort(cfg.host())
 				if err != nil {
 					inst.cleanup()
 					return nil, err
@@ -257,9 +257,10 @@ func readFrom(path string, off int64) string {
 	return string(b[off:])
 }
 
-// freePort finds a TCP port that is free now. Start retries with another
-// port if the server loses the race for it, so concurrent callers are safe.
-func freePort(host string) (int, error) {
+// FreePort finds a TCP port of host that is free now. Start retries with
+// another port if the server loses the race for it, so concurrent callers
+// are safe; other callers hold the port only as a choice.
+func FreePort(host string) (int, error) {
 	l, err := net.Listen("tcp", net.JoinHostPort(host, "0"))
 	if err != nil {
 		return 0, errs.Wrap(errs.Internal, err, "cannot find a free TCP port on %s", host)

@@ -35,13 +35,13 @@ func ResolveUser(name string) (*OSUser, error) {
 	u, err := user.Lookup(name)
 	if err != nil {
 		return nil, errs.Wrap(errs.NotFound, err, "OS user %q to run PostgreSQL as was not found", name).
-			WithHint("PostgreSQL refuses to run as root: create the user (useradd -r %s) or pass --run-as USER", name)
+			WithHint("PostgreSQL refuses to run as root: create the user (useradd -r %s) or name another one to run it as", name).WithCLI("--run-as USER")
 	}
 	uid, _ := strconv.Atoi(u.Uid)
 	gid, _ := strconv.Atoi(u.Gid)
 	if uid == 0 {
 		return nil, errs.New(errs.Usage, "cannot run PostgreSQL as %q: it is root", name).
-			WithHint("pass --run-as with an unprivileged user, e.g. --run-as postgres")
+			WithHint("run PostgreSQL as an unprivileged user, e.g. postgres").WithCLI("--run-as postgres")
 	}
 	return &OSUser{Name: name, UID: uid, GID: gid}, nil
 }

@@ -55,7 +55,7 @@ func Discover(dir, upto string) ([]string, error) {
 	}
 	if len(all) == 0 {
 		return nil, errs.New(errs.NotFound, "no backups in this directory").WithPath(dir).
-			WithHint("take one with `pgfork backup %s --url URL`, or give the backup directories themselves", dir)
+			WithHint("take a backup into it, or give the backup directories themselves").WithCLI("take one with `pgfork backup %s --url URL`", dir)
 	}
 	last := all[len(all)-1]
 	if upto != "" {
@@ -80,7 +80,7 @@ func Discover(dir, upto string) ([]string, error) {
 		}
 		if prev == nil {
 			return nil, errs.New(errs.NotFound, "the chain of %s is broken: the backup it was taken from (started at %s) is not in this directory", last.Name(), cur.Label.PrevLSN).
-				WithPath(cur.Dir).WithHint("restore up to an earlier backup with --upto, or give the backup directories yourself")
+				WithPath(cur.Dir).WithHint("restore up to an earlier backup, or give the backup directories yourself").WithCLI("--upto NAME")
 		}
 		chain = append(chain, prev)
 		cur = prev

@@ -33,18 +33,18 @@ type TakeOptions struct {
 // backup in o.Dir and needs summarize_wal = on (PostgreSQL 17+).
 func Take(ctx context.Context, o TakeOptions) (*Backup, error) {
 	if o.ConnString == "" {
-		return nil, errs.New(errs.Usage, "no server to back up").WithHint("pass --url postgres://USER@HOST:PORT/DB")
+		return nil, errs.New(errs.Usage, "no server to back up").WithHint("give the server's connection URL, postgres://USER@HOST:PORT/DB").WithCLI("--url postgres://USER@HOST:PORT/DB")
 	}
 	ccfg, err := pgx.ParseConfig(o.ConnString)
 	if err != nil {
-		return nil, errs.Wrap(errs.Usage, err, "bad --url").WithHint("give a libpq URL, e.g. postgres://postgres@localhost:5432/postgres")
+		return nil, errs.Wrap(errs.Usage, err, "bad connection URL").WithCLI("check --url").WithHint("give a libpq URL, e.g. postgres://postgres@localhost:5432/postgres")
 	}
 	cctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
 	conn, err := pgx.ConnectConfig(cctx, ccfg)
 	if err != nil {
 		return nil, errs.Wrap(errs.NotFound, err, "cannot connect to the server to back up").
-			WithHint("check --url; pg_basebackup needs a role with REPLICATION and a pg_hba.conf line for replication")
+			WithHint("check the connection URL; pg_basebackup needs a role with REPLICATION and a pg_hba.conf line for replication").WithCLI("check --url")
 	}
 	var num int
 	var summarize *string
@@ -58,11 +58,11 @@ func Take(ctx context.Context, o TakeOptions) (*Backup, error) {
 	if o.Incremental {
 		if major < 17 {
 			return nil, errs.New(errs.Unsupported, "incremental backups need PostgreSQL 17 or newer; the server is %d", major).
-				WithHint("take full backups (drop --incremental)")
+				WithHint("take full backups").WithCLI("drop --incremental")
 		}
 		if summarize == nil || *summarize != "on" {
 			return nil, errs.New(errs.Unsupported, "the server does not summarize WAL (summarize_wal is off), which incremental backups need").
-				WithHint("run ALTER SYSTEM SET summarize_wal = on; SELECT pg_reload_conf(); as a superuser, then take a full backup (pgfork backup %s --url ...) and base incrementals on it", o.Dir)
+				WithHint("run ALTER SYSTEM SET summarize_wal = on; SELECT pg_reload_conf(); as a superuser, then take a full backup into %s and base incrementals on it", o.Dir).WithCLI("full backup: pgfork backup %s --url URL", o.Dir)
 		}
 		all, err := List(o.Dir)
 		if err != nil && errs.KindOf(err) != errs.NotFound {
@@ -70,7 +70,7 @@ func Take(ctx context.Context, o TakeOptions) (*Backup, error) {
 		}
 		if len(all) == 0 {
 			return nil, errs.New(errs.NotFound, "no backup in %s to base an incremental backup on", o.Dir).
-				WithHint("take a full backup first: pgfork backup %s --url URL", o.Dir)
+				WithHint("take a full backup into %s first", o.Dir).WithCLI("pgfork backup %s --url URL", o.Dir)
 		}
 		base = all[len(all)-1]
 		if base.Major != major {
@@ -81,7 +81,7 @@ func Take(ctx context.Context, o TakeOptions) (*Backup, error) {
 	inst, err := pgbin.Find(o.PGBin, major)
 	if err != nil {
 		return nil, errs.Wrap(errs.KindOf(err), err, "pg_basebackup of PostgreSQL %d is needed", major).
-			WithHint("install PostgreSQL %d (`pgfork pg install %d`) or point --pg-bin at it", major, major)
+			WithHint("install PostgreSQL %d", major).WithCLI("`pgfork pg install %d`, or point --pg-bin at it", major)
 	}
 	if err := os.MkdirAll(o.Dir, 0o755); err != nil {
 		return nil, errs.FromOS(err, o.Dir, "cannot create the backup directory")

@@ -215,7 +215,7 @@ func Find(opts Options, major int) (Installation, error) {
 		if major != 0 && explicit.Major != major {
 			return Installation{}, errs.New(errs.Usage, "the PostgreSQL build given explicitly is version %s, not major %d", explicit.Version, major).
 				WithPath(explicit.BinDir).
-				WithHint("drop --pg-bin/$%s to choose by major, or drop --pg to use this build", EnvBin)
+				WithHint("give either a build or a major version, not both").WithCLI("drop --pg-bin/$%s to choose by major, or drop --pg to use this build", EnvBin)
 		}
 		return *explicit, nil
 	}

@@ -50,7 +50,7 @@ func connStringAs(dataDir, user string) (string, error) {
 	pf, err := instance.ReadPidFile(dataDir)
 	if err != nil {
 		return "", errs.Wrap(errs.NotFound, err, "cannot read postmaster.pid to find how to connect to the source").WithPath(dataDir).
-			WithHint("is the source running? pass --url to say how to connect to it")
+			WithHint("is the source running? give a connection URL to say how to connect to it").WithCLI("--url")
 	}
 	q := url.Values{}
 	u := url.URL{Scheme: "postgresql", User: url.User(user), Path: "/postgres"}
@@ -96,7 +96,7 @@ func newBackupSession(ctx context.Context, conn session, srcDir string) (*backup
 	s.versionNum, _ = strconv.Atoi(vnum)
 	if s.versionNum < 90600 {
 		return fail(errs.New(errs.Unsupported, "the source server is version %s; online clones need PostgreSQL 9.6 or later", vnum).WithPath(srcDir).
-			WithHint("stop the source cleanly and clone it without --online"))
+			WithHint("stop the source cleanly and clone it offline").WithCLI("without --online"))
 	}
 	if err := s.checkSameServer(ctx, srcDir); err != nil {
 		return fail(err)
@@ -130,7 +130,7 @@ func (s *backupSession) checkSameServer(ctx context.Context, srcDir string) erro
 			return nil
 		}
 		return errs.New(errs.Usage, "the connection reaches the server of %s, not of the source", dd).WithPath(srcDir).
-			WithHint("pass a --url that connects to the server running on %s", srcDir)
+			WithHint("give a connection URL that reaches the server running on %s", srcDir).WithCLI("--url")
 	}
 	if ctx.Err() != nil {
 		return errs.Wrap(errs.Interrupted, ctx.Err(), "clone interrupted")
@@ -149,7 +149,7 @@ func (s *backupSession) checkSameServer(ctx context.Context, srcDir string) erro
 	started := time.Unix(0, int64(sec*1e9))
 	if d := started.Sub(pf.Started); d < -2*time.Second || d > 2*time.Second {
 		return errs.New(errs.Usage, "the connection reaches a server started at %s, but the source's postmaster started at %s", started.Format(time.RFC3339), pf.Started.Format(time.RFC3339)).
-			WithPath(srcDir).WithHint("pass a --url that connects to the server running on %s", srcDir)
+			WithPath(srcDir).WithHint("give a connection URL that reaches the server running on %s", srcDir).WithCLI("--url")
 	}
 	return nil
 }
@@ -260,10 +260,10 @@ func (s *backupSession) queryErr(ctx context.Context, err error, msg string) err
 	switch {
 	case dbclone.InsufficientPrivilege(err):
 		return dbclone.SQLError(ctx, err, "%s", msg).
-			WithHint("connect as a superuser, or GRANT EXECUTE on the backup functions and pg_read_all_settings to the --url user")
+			WithHint("connect as a superuser, or GRANT EXECUTE on the backup functions and pg_read_all_settings to the connecting user").WithCLI("the user of --url")
 	case dbclone.NotInPrerequisiteState(err): // wal_level minimal, backup already running
 		return errs.Wrap(errs.Unsupported, err, "%s", msg).
-			WithHint("online clones need wal_level = replica or logical on the source; otherwise stop it cleanly and clone without --online")
+			WithHint("online clones need wal_level = replica or logical on the source; otherwise stop it cleanly and clone it offline").WithCLI("without --online")
 	}
 	if isConnLost(err) {
 		return errs.Wrap(errs.Internal, err, "%s: the connection to the source was lost", msg).WithHint("check the source's server log, then clone again")

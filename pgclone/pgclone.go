@@ -132,7 +132,7 @@ func Clone(ctx context.Context, opts Options) (*Result, error) {
 	}
 	inst := opts.Installation
 	if inst.BinDir == "" {
-		return nil, errs.New(errs.Usage, "no PostgreSQL installation given for the clone").WithHint("pass --pg %d or --pg-bin", major)
+		return nil, errs.New(errs.Usage, "no PostgreSQL installation given for the clone").WithHint("give the PostgreSQL %d binaries", major).WithCLI("--pg %d or --pg-bin DIR", major)
 	}
 	if inst.Major != 0 && inst.Major != major {
 		return nil, errs.New(errs.Unsupported, "the source data directory is PostgreSQL %d but the binaries in %s are PostgreSQL %s", major, inst.BinDir, inst.Version).
@@ -191,8 +191,8 @@ func checkDestination(opts Options, src, dst string, tss []pgdata.Tablespace) er
 	}
 	if opts.ConfigDir != "" {
 		if pgdata.HasOwnConfig(src) {
-			return errs.New(errs.Usage, "the source has its own postgresql.conf; --config-dir is for clusters whose configuration lives elsewhere").WithPath(src).
-				WithHint("drop --config-dir")
+			return errs.New(errs.Usage, "the source has its own postgresql.conf; a configuration directory is for clusters whose configuration lives elsewhere").WithPath(src).
+				WithHint("do not give a configuration directory").WithCLI("drop --config-dir")
 		}
 		if _, err := pgdata.ConfigInDir(opts.ConfigDir, src, "--config-dir"); err != nil {
 			return err
@@ -232,18 +232,19 @@ func checkSourceState(ctx context.Context, opts Options, src string) (*pgdata.Co
 	if !opts.Online {
 		if running {
 			return nil, errs.New(errs.Busy, "the source is running (postmaster pid %d); an offline clone needs it stopped", pid).WithPath(src).
-				WithHint("stop it cleanly first (pg_ctl -D %s stop -m fast), or clone it while it runs with --online", src)
+				WithHint("stop it cleanly first (pg_ctl -D %s stop -m fast), or clone it online while it runs", src).WithCLI("--online")
 		}
 		if !cd.CleanShutdown() {
 			return nil, errs.New(errs.Busy, "the source was not shut down cleanly (pg_controldata says %q), so its files may be inconsistent", cd.State).WithPath(src).
 				WithHint("start it and stop it cleanly (pg_ctl -D %s start, then pg_ctl -D %s stop -m fast), then clone again", src, src)
 		}
 	} else if !running {
-		hint := "start it, or pass --url if it runs elsewhere"
+		e := errs.New(errs.Usage, "an online clone needs the source running, but no server runs on it").WithPath(src).
+			WithHint("start it, or give a connection URL if it runs elsewhere").WithCLI("--url")
 		if cd.CleanShutdown() {
-			hint = "it is cleanly shut down: clone it without --online"
+			e = e.WithHint("it is cleanly shut down: clone it offline").WithCLI("without --online")
 		}
-		return nil, errs.New(errs.Usage, "--online needs the source running, but no server runs on it").WithPath(src).WithHint("%s", hint)
+		return nil, e
 	}
 
 	return cd, nil
@@ -626,7 +627,7 @@ func (b *build) checkStillStopped(ctx context.Context, before *pgdata.ControlDat
 			msg = fmt.Sprintf("%s (postmaster pid %d)", msg, pid)
 		}
 		return errs.New(errs.Busy, "%s", msg).WithPath(b.src).
-			WithHint("keep the source stopped while cloning, or clone it running with --online")
+			WithHint("keep the source stopped while cloning, or clone it online while it runs").WithCLI("--online")
 	}
 	return nil
 }

@@ -54,11 +54,12 @@ func connectPgx(ctx context.Context, connString, srcDir string) (session, error)
 	defer cancel()
 	conn, err := pgx.ConnectConfig(cctx, cfg)
 	if err != nil {
-		hint := "check that the source is running and that --url (user, socket directory or host, port) reaches it"
+		e := errs.Wrap(errs.NotFound, err, "cannot connect to the running source").WithPath(srcDir).
+			WithHint("check that the source is running and that the connection URL (user, socket directory or host, port) reaches it").WithCLI("check --url")
 		if os.Geteuid() == 0 && strings.Contains(err.Error(), "authentication failed") {
-			hint = "pgfork runs as root, so peer authentication refuses it: pass --url with a user and password, or allow the connection in pg_hba.conf"
+			e = e.WithHint("pgfork runs as root, so peer authentication refuses it: give a connection URL with a user and password, or allow the connection in pg_hba.conf").WithCLI("--url")
 		}
-		return nil, errs.Wrap(errs.NotFound, err, "cannot connect to the running source").WithPath(srcDir).WithHint("%s", hint)
+		return nil, e
 	}
 	return &pgxSession{conn: conn}, nil
 }
@@ -114,7 +115,7 @@ func DataDirOwner(dataDir string) (*instance.OSUser, error) {
 	u, err := instance.OwnerOf(dataDir)
 	if err != nil && errs.KindOf(err) == errs.NotFound && !errors.Is(err, fs.ErrNotExist) {
 		return nil, errs.Wrap(errs.NotFound, err, "the source data directory's owner has no user name").
-			WithHint("pass --url to say how to connect to the source")
+			WithHint("give a connection URL to say how to connect to the source").WithCLI("--url")
 	}
 	return u, err
 }
@@ -144,7 +145,7 @@ type psqlSession struct {
 func connectPsql(ctx context.Context, inst pgbin.Installation, u *instance.OSUser, srcDir string) (session, error) {
 	if inst.Major != 0 && inst.Major < 13 {
 		return nil, errs.New(errs.Unsupported, "as root, pgfork connects to the source through psql as its owner, which needs psql 13 or later (this is %s)", inst.Version).
-			WithPath(srcDir).WithHint("pass --url with a user and password the source accepts")
+			WithPath(srcDir).WithHint("give a connection URL with a user and password the source accepts").WithCLI("--url")
 	}
 	conn, err := connStringAs(srcDir, u.Name)
 	if err != nil {
@@ -219,7 +220,7 @@ func connectPsql(ctx context.Context, inst pgbin.Installation, u *instance.OSUse
 			return nil, errs.Wrap(errs.Interrupted, ctx.Err(), "clone interrupted")
 		}
 		return nil, errs.Wrap(errs.NotFound, err, "cannot connect to the running source as %s (through psql)", u.Name).WithPath(srcDir).
-			WithHint("check that the source accepts local connections of its owner %s (pg_hba.conf), or pass --url", u.Name)
+			WithHint("check that the source accepts local connections of its owner %s (pg_hba.conf), or give a connection URL", u.Name).WithCLI("--url")
 	}
 	return p, nil
 }

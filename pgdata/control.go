@@ -185,7 +185,7 @@ func toolMajor(ctx context.Context, prog string, env []string) (int, error) {
 	if err != nil {
 		if errors.Is(err, os.ErrNotExist) || errors.Is(err, exec.ErrNotFound) {
 			return 0, errs.Wrap(errs.NotFound, err, "pg_controldata not found").WithPath(prog).
-				WithHint("point --pg-bin at a complete PostgreSQL bin directory")
+				WithHint("use a complete PostgreSQL bin directory").WithCLI("point --pg-bin at one")
 		}
 		return 0, errs.Wrap(errs.Internal, err, "`pg_controldata --version` failed").WithPath(prog)
 	}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"strings"
 
+	"github.com/pgfork/pgfork/cluster"
 	"github.com/pgfork/pgfork/instance"
 	"github.com/pgfork/pgfork/internal/errs"
 	"github.com/pgfork/pgfork/internal/statedir"
@@ -94,7 +95,7 @@ func Run(ctx context.Context, o RunOptions) (*RunResult, error) {
 		if err := o.Recovery.Validate(); err != nil {
 			return nil, err
 		}
-		if err := CheckBranchName(o.Layout, o.Dst, o.Name); err != nil {
+		if err := cluster.CheckBranchName(o.Layout, o.Dst, o.Name); err != nil {
 			return nil, err
 		}
 		major, err := pgdata.Version(dirs[len(dirs)-1])

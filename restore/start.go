@@ -157,7 +157,7 @@ func Start(ctx context.Context, dataDir string, o StartOptions) (*Started, error
 	if err := o.Recovery.Validate(); err != nil {
 		return nil, err
 	}
-	if err := CheckBranchName(o.Layout, dataDir, o.Name); err != nil {
+	if err := cluster.CheckBranchName(o.Layout, dataDir, o.Name); err != nil {
 		return nil, err
 	}
 	settings := map[string]string{}
@@ -172,11 +172,6 @@ func Start(ctx context.Context, dataDir string, o StartOptions) (*Started, error
 	return cluster.StartBranch(ctx, o.Layout, cluster.BranchOptions{Name: o.Name, DataDir: dataDir,
 		Kind: cluster.KindRestore, Source: o.Source, BinDir: o.Installation.BinDir, Env: o.Installation.Env(),
 		PGVersion: o.Installation.Version, PGMajor: major, User: o.User, Port: o.Port, TCP: o.TCP, Settings: settings})
-}
-
-// CheckBranchName fails with errs.Exists when the branch's name is taken.
-func CheckBranchName(lay statedir.Layout, dataDir, name string) error {
-	return cluster.CheckBranchName(lay, dataDir, name)
 }
 
 func versionOf(dataDir string) (int, error) { return pgdata.Version(dataDir) }

@@ -174,7 +174,7 @@ func NewManaged(ctx context.Context, o ManagedOptions) (*Backend, error) {
 func ParseConn(url string) (pool.ConnInfo, error) {
 	pc, err := pgx.ParseConfig(url)
 	if err != nil {
-		return pool.ConnInfo{}, errs.Wrap(errs.Usage, err, "bad PostgreSQL URL").WithHint("use postgres://user:password@host:port/postgres (--pg-url, PGFORK_PG_URL) or check INTEGRESQL_PG*/PG*")
+		return pool.ConnInfo{}, errs.Wrap(errs.Usage, err, "bad PostgreSQL URL").WithHint("use postgres://user:password@host:port/postgres (PGFORK_PG_URL) or check INTEGRESQL_PG*/PG*").WithCLI("--pg-url")
 	}
 	return pool.ConnInfo{Host: pc.Host, Port: int(pc.Port), Username: pc.User, Password: pc.Password}, nil
 }

@@ -127,7 +127,7 @@ func ResolveSetup(paths []string) ([]SetupFile, error) {
 		if err != nil {
 			if errors.Is(err, fs.ErrNotExist) {
 				return nil, errs.New(errs.NotFound, "setup file or directory not found").WithPath(p).
-					WithHint("--setup takes SQL files or directories of *.sql files")
+					WithHint("setup takes SQL files or directories of *.sql files").WithCLI("--setup FILE|DIR")
 			}
 			return nil, errs.FromOS(err, p, "cannot read setup path")
 		}

@@ -110,7 +110,7 @@ func Create(ctx context.Context, base string, o Options, force bool) (*Record, e
 	}
 	if size > free {
 		return nil, errs.New(errs.NoSpace, "a volume of %s would not fit in the %s free on %s", units.Bytes(size), units.Bytes(free), base).
-			WithPath(base).WithHint("free space there, or give a smaller --size")
+			WithPath(base).WithHint("free space there, or ask for a smaller volume").WithCLI("--size SIZE")
 	}
 
 	bd, err := openDir(base)
@@ -418,7 +418,7 @@ func (r *Record) Unmount() error {
 			e := errs.FromOS(&os.PathError{Op: "umount", Path: r.Mount, Err: err}, r.Mount, "cannot unmount the volume")
 			if err == unix.EBUSY {
 				return errs.Wrap(errs.Busy, e, "the volume at %s is in use", r.Mount).
-					WithHint("stop what runs on it first (pgfork serve, clusters started by pgfork up: pgfork down --all)")
+					WithHint("stop what runs on it first (the pool server, clusters started on it)").WithCLI("stop pgfork serve; pgfork down --all")
 			}
 			return e
 		}
@@ -500,7 +500,7 @@ func Grow(ctx context.Context, base string, size int64) (*Record, error) {
 	}
 	size = (size + (1<<20 - 1)) &^ (1<<20 - 1)
 	if size <= r.Size {
-		return nil, errs.New(errs.Usage, "the volume is already %s; give a larger --size", units.Bytes(r.Size))
+		return nil, errs.New(errs.Usage, "the volume is already %s", units.Bytes(r.Size)).WithHint("ask for a larger size").WithCLI("--size SIZE")
 	}
 	var sfs unix.Statfs_t
 	if err := unix.Statfs(base, &sfs); err != nil {

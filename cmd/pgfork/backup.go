@@ -11,8 +11,6 @@ import (
 	"github.com/pgfork/pgfork/pgbin"
 )
 
-func init() { rootCmd.AddCommand(newBackupCmd()) }
-
 // backupEntry is one backup in `pgfork backup` / `pgfork backup ls` JSON.
 type backupEntry struct {
 	Name      string `json:"name"`
@@ -32,7 +30,7 @@ func entryOf(b *pgbackup.Backup) backupEntry {
 	return e
 }
 
-func newBackupCmd() *cobra.Command {
+func (cl *cli) newBackupCmd() *cobra.Command {
 	var (
 		url         string
 		incremental bool
@@ -59,11 +57,11 @@ its newest state, or --upto NAME an older one.`,
 		Args: usageArgs(cobra.ExactArgs(1)),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			b, err := pgbackup.Take(cmd.Context(), pgbackup.TakeOptions{Dir: args[0], ConnString: url, Incremental: incremental,
-				PGBin: pgbin.Options{Explicit: g.pgBin, StateDir: layout().Root}})
+				PGBin: pgbin.Options{Explicit: cl.g.pgBin, StateDir: cl.layout().Root}})
 			if err != nil {
 				return err
 			}
-			if g.json {
+			if cl.g.json {
 				return printJSON(cmd.OutOrStdout(), entryOf(b))
 			}
 			fmt.Fprintf(cmd.OutOrStdout(), "%s backup %s (PostgreSQL %d, start %s)\n", b.Kind(), b.Dir, b.Major, b.Label.StartLSN)
@@ -82,9 +80,9 @@ its newest state, or --upto NAME an older one.`,
 				return err
 			}
 			for _, n := range pgbackup.StalePartials(args[0]) {
-				infof("%s is the unfinished remains of a killed backup; the next `pgfork backup %s` removes it", filepath.Join(args[0], n), args[0])
+				cl.infof("%s is the unfinished remains of a killed backup; the next `pgfork backup %s` removes it", filepath.Join(args[0], n), args[0])
 			}
-			if g.json {
+			if cl.g.json {
 				out := []backupEntry{}
 				for _, b := range all {
 					out = append(out, entryOf(b))
@@ -92,7 +90,7 @@ its newest state, or --upto NAME an older one.`,
 				return printJSON(cmd.OutOrStdout(), out)
 			}
 			if len(all) == 0 {
-				infof("no backups in %s; take one with `pgfork backup %s --url URL`", args[0], args[0])
+				cl.infof("no backups in %s; take one with `pgfork backup %s --url URL`", args[0], args[0])
 				return nil
 			}
 			tw := tabwriter.NewWriter(cmd.OutOrStdout(), 0, 4, 2, ' ', 0)

@@ -1,7 +1,6 @@
 package main
 
 import (
-	"os"
 	"strconv"
 	"time"
 
@@ -45,8 +44,8 @@ func checkDuration(name string, d, hi time.Duration, example string) error {
 }
 
 // sparesFromEnv returns PGFORK_SPARES when set, strictly parsed.
-func sparesFromEnv() (int, bool, error) {
-	v, ok := os.LookupEnv(envSpares)
+func (cl *cli) sparesFromEnv() (int, bool, error) {
+	v, ok := cl.lookupEnv(envSpares)
 	if !ok || v == "" {
 		return 0, false, nil
 	}

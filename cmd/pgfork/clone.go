@@ -4,16 +4,13 @@ import (
 	"context"
 	"fmt"
 	"io"
-	"net"
 	"os"
 	"path/filepath"
 	"sort"
-	"strconv"
 	"strings"
 	"time"
 
 	"github.com/spf13/cobra"
-	"golang.org/x/term"
 
 	"github.com/pgfork/pgfork/clone"
 	"github.com/pgfork/pgfork/cluster"
@@ -24,8 +21,6 @@ import (
 	"github.com/pgfork/pgfork/pgclone"
 	"github.com/pgfork/pgfork/pgdata"
 )
-
-func init() { rootCmd.AddCommand(newCloneCmd()) }
 
 // cloneOutput is what `pgfork clone --json` prints.
 type cloneOutput struct {
@@ -41,7 +36,7 @@ type cloneOutput struct {
 	SocketDir string `json:"socket_dir,omitempty"`
 }
 
-func newCloneCmd() *cobra.Command {
+func (cl *cli) newCloneCmd() *cobra.Command {
 	var (
 		online  bool
 		connURL string
@@ -131,26 +126,26 @@ pgfork picks the installation matching SRC's PG_VERSION.`,
 			}
 			if start {
 				// Checked before the copy, not only after it.
-				if err := cluster.CheckBranchName(layout(), dst, name); err != nil {
+				if err := cluster.CheckBranchName(cl.layout(), dst, name); err != nil {
 					return err
 				}
 			}
 			if connURL != "" && !online {
 				return errs.New(errs.Usage, "--url is for online clones").WithHint("add --online, or drop --url")
 			}
-			p, err := parsePortFlag(port)
+			p, err := cluster.ParsePort(port)
 			if err != nil {
 				return err
 			}
-			inst, err := cloneInstallation(src)
+			inst, err := cl.cloneInstallation(src)
 			if err != nil {
 				return err
 			}
-			user, err := instance.ResolveUser(g.runAs)
+			user, err := instance.ResolveUser(cl.g.runAs)
 			if err != nil {
 				return err
 			}
-			prog, stopProg := cloneProgress()
+			prog, stopProg := cl.cloneProgress()
 			res, err := pgclone.Clone(ctx, pgclone.Options{
 				Src: src, Dst: dst, Installation: inst, Online: online, ConnString: connURL, ConfigDir: confDir,
 				Method: m, Jobs: jobs, Sync: sm, Port: p, User: user, OnProgress: prog,
@@ -164,11 +159,11 @@ pgfork picks the installation matching SRC's PG_VERSION.`,
 			if start {
 				ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Minute)
 				defer cancel()
-				infof("starting the clone (recovery may take a moment)...")
+				cl.infof("starting the clone (recovery may take a moment)...")
 				// A branch: `pgfork ls` lists it, `pgfork down NAME` stops and
 				// removes it; its socket directory goes under <state>/run.
 				source, _ := filepath.Abs(src)
-				in, err := cluster.StartBranch(ctx, layout(), cluster.BranchOptions{Name: name, DataDir: res.Dst,
+				in, err := cluster.StartBranch(ctx, cl.layout(), cluster.BranchOptions{Name: name, DataDir: res.Dst,
 					Kind: cluster.KindClone, Source: source, BinDir: inst.BinDir, Env: inst.Env(), PGVersion: inst.Version,
 					PGMajor: inst.Major, User: user, Port: p, TCP: tcp, StartTimeout: 10 * time.Minute})
 				if err != nil {
@@ -179,7 +174,7 @@ pgfork picks the installation matching SRC's PG_VERSION.`,
 				out.URL, out.Pid, out.SocketDir = in.URL, in.Pid, in.SocketDir
 			}
 			w := cmd.OutOrStdout()
-			if g.json {
+			if cl.g.json {
 				return printJSON(w, out)
 			}
 			printCloneSummary(w, out)
@@ -200,31 +195,12 @@ pgfork picks the installation matching SRC's PG_VERSION.`,
 	return cmd
 }
 
-func parsePortFlag(s string) (int, error) {
-	switch s {
-	case "":
-		return 0, nil
-	case "auto":
-		l, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			return 0, errs.Wrap(errs.Internal, err, "cannot find a free TCP port")
-		}
-		defer l.Close()
-		return l.Addr().(*net.TCPAddr).Port, nil
-	}
-	n, err := strconv.Atoi(s)
-	if err != nil || n < 1 || n > 65535 {
-		return 0, errs.New(errs.Usage, "bad --port %q", s).WithHint(`give a port between 1 and 65535, or "auto"`)
-	}
-	return n, nil
-}
-
 // cloneInstallation picks the PostgreSQL build: --pg/--pg-bin when given
 // (pgclone refuses one of another major than SRC), else the one matching
 // SRC's PG_VERSION.
-func cloneInstallation(src string) (pgbin.Installation, error) {
-	if g.pgBin != "" || strings.TrimSpace(g.pgMajor) != "" {
-		return findPG()
+func (cl *cli) cloneInstallation(src string) (pgbin.Installation, error) {
+	if cl.g.pgBin != "" || strings.TrimSpace(cl.g.pgMajor) != "" {
+		return cl.findPG()
 	}
 	if err := pgdata.Check(src); err != nil {
 		return pgbin.Installation{}, err
@@ -233,7 +209,7 @@ func cloneInstallation(src string) (pgbin.Installation, error) {
 	if err != nil {
 		return pgbin.Installation{}, err
 	}
-	in, err := pgbin.Find(pgbin.Options{StateDir: layout().Root}, major)
+	in, err := pgbin.Find(pgbin.Options{StateDir: cl.layout().Root}, major)
 	if err != nil {
 		return pgbin.Installation{}, pgbin.MissingMajor(err, major, "the source is a PostgreSQL %d data directory", major)
 	}
@@ -350,8 +326,8 @@ func printCloneSummary(w io.Writer, o cloneOutput) {
 
 // cloneProgress returns a progress callback drawing one line on stderr when
 // it is a terminal (and not --quiet/--json), and a func that ends the line.
-func cloneProgress() (func(pgclone.Progress), func()) {
-	if g.quiet || g.json || !term.IsTerminal(int(os.Stderr.Fd())) {
+func (cl *cli) cloneProgress() (func(pgclone.Progress), func()) {
+	if cl.g.quiet || cl.g.json || !isTerminal(cl.stderr) {
 		return nil, func() {}
 	}
 	drawn := false
@@ -360,12 +336,12 @@ func cloneProgress() (func(pgclone.Progress), func()) {
 			if p.TotalBytes > 0 {
 				pct = 100 * float64(p.Bytes) / float64(p.TotalBytes)
 			}
-			fmt.Fprintf(os.Stderr, "\r\033[Kcopying %s: %d/%d files, %s/%s (%.0f%%)", p.Phase, p.Files, p.TotalFiles,
+			fmt.Fprintf(cl.stderr, "\r\033[Kcopying %s: %d/%d files, %s/%s (%.0f%%)", p.Phase, p.Files, p.TotalFiles,
 				units.Bytes(p.Bytes), units.Bytes(p.TotalBytes), pct)
 			drawn = true
 		}, func() {
 			if drawn {
-				fmt.Fprintln(os.Stderr)
+				fmt.Fprintln(cl.stderr)
 			}
 		}
 }

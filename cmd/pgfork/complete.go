@@ -19,8 +19,8 @@ import (
 // that cannot look something up offers nothing.
 
 // completeClusters offers the names `pgfork ls` lists.
-func completeClusters(_ *cobra.Command, args []string, prefix string) ([]string, cobra.ShellCompDirective) {
-	list, err := cluster.List(layout())
+func (cl *cli) completeClusters(_ *cobra.Command, args []string, prefix string) ([]string, cobra.ShellCompDirective) {
+	list, err := cluster.List(cl.layout())
 	if err != nil {
 		return nil, cobra.ShellCompDirectiveNoFileComp
 	}
@@ -34,8 +34,8 @@ func completeClusters(_ *cobra.Command, args []string, prefix string) ([]string,
 }
 
 // completeTemplates offers the keys `pgfork template ls` lists.
-func completeTemplates(_ *cobra.Command, args []string, prefix string) ([]string, cobra.ShellCompDirective) {
-	list, err := template.List(layout())
+func (cl *cli) completeTemplates(_ *cobra.Command, args []string, prefix string) ([]string, cobra.ShellCompDirective) {
+	list, err := template.List(cl.layout())
 	if err != nil {
 		return nil, cobra.ShellCompDirectiveNoFileComp
 	}
@@ -50,14 +50,14 @@ func completeTemplates(_ *cobra.Command, args []string, prefix string) ([]string
 
 // completeSnapshots offers snapshot names on the server the db flags name
 // (the database's own when it is the first argument), within 2 s.
-func completeSnapshots(first bool) cobra.CompletionFunc {
+func (cl *cli) completeSnapshots(first bool) cobra.CompletionFunc {
 	return func(cmd *cobra.Command, args []string, prefix string) ([]string, cobra.ShellCompDirective) {
 		if !first && len(args) != 1 || first && len(args) != 0 {
 			return nil, cobra.ShellCompDirectiveNoFileComp
 		}
 		ctx, cancel := context.WithTimeout(cmd.Context(), 2*time.Second)
 		defer cancel()
-		srv, err := connectDB(ctx)
+		srv, err := cl.connectDB(ctx)
 		if err != nil {
 			return nil, cobra.ShellCompDirectiveNoFileComp
 		}

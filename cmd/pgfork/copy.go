@@ -13,8 +13,6 @@ import (
 	"github.com/pgfork/pgfork/internal/units"
 )
 
-func init() { rootCmd.AddCommand(newCopyCmd()) }
-
 // copyResult is what `pgfork copy --json` prints.
 type copyResult struct {
 	Src string `json:"src"`
@@ -23,7 +21,7 @@ type copyResult struct {
 	BytesPerSecond float64 `json:"bytes_per_second"`
 }
 
-func newCopyCmd() *cobra.Command {
+func (cl *cli) newCopyCmd() *cobra.Command {
 	var (
 		method, syncMode string
 		jobs             int
@@ -63,7 +61,7 @@ next run removes the leftovers. The source is never written.`,
 			if err := checkJobs(jobs); err != nil {
 				return err
 			}
-			bar := newByteProgress("copying")
+			bar := cl.newByteProgress("copying")
 			defer bar.Done()
 			sum, err := clone.Copy(cmd.Context(), args[0], args[1], clone.Options{
 				Method:     m,
@@ -81,7 +79,7 @@ next run removes the leftovers. The source is never written.`,
 			if sum.Elapsed > 0 {
 				res.BytesPerSecond = float64(sum.Bytes) / sum.Elapsed.Seconds()
 			}
-			if g.json {
+			if cl.g.json {
 				return printJSON(cmd.OutOrStdout(), res)
 			}
 			printCopySummary(cmd.OutOrStdout(), res)

@@ -17,18 +17,6 @@ import (
 	"github.com/pgfork/pgfork/internal/testenv"
 )
 
-// copyTestBinary builds pgfork into a fresh directory any user can run it from.
-func copyTestBinary(t *testing.T) string {
-	t.Helper()
-	dir := testenv.Dir(t)
-	bin := filepath.Join(dir, "pgfork")
-	out, err := exec.Command("go", "build", "-o", bin, ".").CombinedOutput()
-	if err != nil {
-		t.Fatalf("go build: %v\n%s", err, out)
-	}
-	return bin
-}
-
 type cliResult struct {
 	code           int
 	stdout, stderr string
@@ -75,13 +63,12 @@ func writeTree(t *testing.T, root string, files int, size int) {
 }
 
 func TestCopyCLI(t *testing.T) {
-	bin := copyTestBinary(t)
 	base := testenv.Dir(t)
 	src := filepath.Join(base, "src")
 	writeTree(t, src, 12, 10_000)
 
 	// Flags after the arguments, JSON out.
-	r := runCLI(t, exec.Command(bin, "copy", src, filepath.Join(base, "d1"), "--json", "--jobs", "2"))
+	r := runInProcess(t, "copy", src, filepath.Join(base, "d1"), "--json", "--jobs", "2")
 	if r.code != 0 {
 		t.Fatalf("copy: exit %d: %s", r.code, r.stderr)
 	}
@@ -97,7 +84,7 @@ func TestCopyCLI(t *testing.T) {
 		t.Errorf("JSON summary %+v", res)
 	}
 	// Flags before the arguments, human summary.
-	r = runCLI(t, exec.Command(bin, "copy", "--method", "copy", "--sync", "none", src, filepath.Join(base, "d2")))
+	r = runInProcess(t, "copy", "--method", "copy", "--sync", "none", src, filepath.Join(base, "d2"))
 	if r.code != 0 || !strings.Contains(r.stdout, "copy 12") || !strings.Contains(r.stdout, "12 (7 directories, 1 symlinks)") {
 		t.Errorf("copy --method copy: exit %d\n%s%s", r.code, r.stdout, r.stderr)
 	}
@@ -120,7 +107,7 @@ func TestCopyCLI(t *testing.T) {
 		{"doctor missing dir", []string{"doctor", filepath.Join(base, "nope")}, 3, []string{"nope"}},
 	} {
 		t.Run(c.name, func(t *testing.T) {
-			r := runCLI(t, exec.Command(bin, c.args...))
+			r := runInProcess(t, c.args...)
 			if r.code != c.code {
 				t.Errorf("exit %d, want %d; stderr: %s", r.code, c.code, r.stderr)
 			}
@@ -135,12 +122,12 @@ func TestCopyCLI(t *testing.T) {
 		t.Errorf("a failed copy left d3 behind")
 	}
 	// --force replaces.
-	r = runCLI(t, exec.Command(bin, "copy", src, filepath.Join(base, "d1"), "--force", "-q"))
+	r = runInProcess(t, "copy", src, filepath.Join(base, "d1"), "--force", "-q")
 	if r.code != 0 || r.stderr != "" {
 		t.Errorf("--force: exit %d, stderr %q", r.code, r.stderr)
 	}
 	for _, args := range [][]string{{"copy", "--help"}, {"doctor", "--help"}} {
-		r = runCLI(t, exec.Command(bin, args...))
+		r = runInProcess(t, args...)
 		if r.code != 0 || !strings.Contains(r.stdout, "Examples:") {
 			t.Errorf("%v: exit %d, no examples:\n%s", args, r.code, r.stdout)
 		}
@@ -157,7 +144,7 @@ func TestCopyCLIPermission(t *testing.T) {
 	if os.Geteuid() != 0 {
 		t.Skip("needs root to run pgfork as another user")
 	}
-	bin := copyTestBinary(t)
+	bin := pgforkBinary(t) // runs as another user
 	base := testenv.Dir(t)
 	src := filepath.Join(base, "src")
 	writeTree(t, src, 3, 100)
@@ -183,7 +170,6 @@ func TestCopyCLIPermission(t *testing.T) {
 }
 
 func TestDoctorCLI(t *testing.T) {
-	bin := copyTestBinary(t)
 	for _, c := range []struct {
 		dir   func(testing.TB) string
 		fs    string
@@ -194,7 +180,7 @@ func TestDoctorCLI(t *testing.T) {
 		{testenv.XFSDir, "xfs", "clone", true},
 	} {
 		d := c.dir(t)
-		r := runCLI(t, exec.Command(bin, "doctor", d, "--json"))
+		r := runInProcess(t, "doctor", d, "--json")
 		var rep struct {
 			PostgreSQL []struct{ Major int } `json:"postgresql"`
 			Probe      struct {
@@ -218,8 +204,7 @@ func TestDoctorCLI(t *testing.T) {
 	}
 	// Default DIR: the state dir, created.
 	home := filepath.Join(testenv.Dir(t), "state")
-	cmd := exec.Command(bin, "doctor", "--state-dir", home)
-	r := runCLI(t, cmd)
+	r := runInProcess(t, "doctor", "--state-dir", home)
 	if r.code != 0 || !strings.Contains(r.stdout, "pgfork will use") || !strings.Contains(r.stdout, home) {
 		t.Errorf("doctor: exit %d\n%s%s", r.code, r.stdout, r.stderr)
 	}
@@ -258,7 +243,7 @@ func startCopyAndWait(t *testing.T, bin, src, dst string) *exec.Cmd {
 // TestCopyInterrupted kills pgfork mid-copy (kill -9, then Ctrl-C): DST never
 // appears half-built, and the next run cleans the leftovers and succeeds.
 func TestCopyInterrupted(t *testing.T) {
-	bin := copyTestBinary(t)
+	bin := pgforkBinary(t) // signalled
 	base := testenv.Dir(t)
 	src := filepath.Join(base, "src")
 	writeTree(t, src, 60, 4<<20)
@@ -294,7 +279,7 @@ func TestCopyInterrupted(t *testing.T) {
 		t.Errorf("Ctrl-C left its staging dir: %v", s)
 	}
 
-	r := runCLI(t, exec.Command(bin, "copy", src, dst, "--json"))
+	r := runInProcess(t, "copy", src, dst, "--json")
 	if r.code != 0 {
 		t.Fatalf("second run: exit %d: %s", r.code, r.stderr)
 	}

@@ -15,15 +15,12 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/spf13/cobra"
-	"golang.org/x/term"
 
 	"github.com/pgfork/pgfork/clone"
 	"github.com/pgfork/pgfork/cluster"
 	"github.com/pgfork/pgfork/dbclone"
 	"github.com/pgfork/pgfork/internal/errs"
 )
-
-func init() { rootCmd.AddCommand(newDBCmd()) }
 
 // dbFlags say which server the db commands talk to.
 type dbFlags struct {
@@ -33,9 +30,7 @@ type dbFlags struct {
 	calibration string
 }
 
-var dbf dbFlags
-
-func newDBCmd() *cobra.Command {
+func (cl *cli) newDBCmd() *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "db",
 		Short: "Copy, snapshot and restore databases inside a running server",
@@ -62,17 +57,18 @@ cluster's data directory can share blocks; for any other server say so with
 		RunE: func(cmd *cobra.Command, _ []string) error { return cmd.Help() },
 	}
 	pf := cmd.PersistentFlags()
-	pf.StringVar(&dbf.url, "url", "", "server URL or libpq connection string (default: $DATABASE_URL, else the PG* environment variables)")
-	pf.StringVar(&dbf.cluster, "cluster", "", "a cluster pgfork started (pgfork up)")
-	pf.BoolVar(&dbf.canClone, "can-clone", false, "the server's data directory is on a filesystem that shares blocks (reflink): allow the clone strategy")
-	pf.StringVar(&dbf.calibration, "calibration", "", "advisor constants saved by pgfork db calibrate --save (default: those stored for this server, else built-in)")
-	cmd.AddCommand(newDBCreateCmd(), newDBAdviseCmd(), newDBCalibrateCmd(),
-		newDBSnapshotCmd(), newDBRestoreCmd(), newDBSnapshotsCmd(), newDBRmSnapshotCmd())
+	pf.StringVar(&cl.dbf.url, "url", "", "server URL or libpq connection string (default: $DATABASE_URL, else the PG* environment variables)")
+	pf.StringVar(&cl.dbf.cluster, "cluster", "", "a cluster pgfork started (pgfork up)")
+	pf.BoolVar(&cl.dbf.canClone, "can-clone", false, "the server's data directory is on a filesystem that shares blocks (reflink): allow the clone strategy")
+	pf.StringVar(&cl.dbf.calibration, "calibration", "", "advisor constants saved by pgfork db calibrate --save (default: those stored for this server, else built-in)")
+	cmd.AddCommand(cl.newDBCreateCmd(), cl.newDBAdviseCmd(), cl.newDBCalibrateCmd(),
+		cl.newDBSnapshotCmd(), cl.newDBRestoreCmd(), cl.newDBSnapshotsCmd(), cl.newDBRmSnapshotCmd())
 	return cmd
 }
 
 // dbServer is the server a db command talks to.
 type dbServer struct {
+	cl      *cli
 	cfg     *pgx.ConnConfig
 	conn    *pgx.Conn
 	cluster string // managed cluster name, or ""
@@ -122,7 +118,7 @@ func (s *dbServer) saveLearning() {
 	}
 	if b, err := json.Marshal(s.learn); err == nil && !bytes.Equal(b, s.learnWas) {
 		if err := writeJSONFile(s.learnFile, s.learn); err != nil {
-			infof("could not store what the advisor learned: %v", err)
+			s.cl.infof("could not store what the advisor learned: %v", err)
 		}
 	}
 }
@@ -130,26 +126,26 @@ func (s *dbServer) saveLearning() {
 // connectDB connects to the server chosen by the flags. When the connection
 // would land in one of the databases in avoid (a template, or a database
 // being replaced), it connects to postgres (or template1) instead.
-func connectDB(ctx context.Context, avoid ...string) (*dbServer, error) {
-	s := &dbServer{}
-	connStr := dbf.url
-	if connStr == "" && dbf.cluster == "" {
-		connStr = os.Getenv("DATABASE_URL") // as `export DATABASE_URL=$(pgfork up)` leaves it
+func (cl *cli) connectDB(ctx context.Context, avoid ...string) (*dbServer, error) {
+	s := &dbServer{cl: cl}
+	connStr := cl.dbf.url
+	if connStr == "" && cl.dbf.cluster == "" {
+		connStr = cl.getenv("DATABASE_URL") // as `export DATABASE_URL=$(pgfork up)` leaves it
 	}
-	canClone := dbf.canClone
-	if dbf.cluster != "" {
-		if dbf.url != "" {
+	canClone := cl.dbf.canClone
+	if cl.dbf.cluster != "" {
+		if cl.dbf.url != "" {
 			return nil, errs.New(errs.Usage, "give --cluster or --url, not both")
 		}
-		e, err := cluster.Get(layout(), dbf.cluster)
+		e, err := cluster.Get(cl.layout(), cl.dbf.cluster)
 		if err != nil {
 			return nil, err
 		}
 		if e.State != cluster.Running {
-			return nil, errs.New(errs.Unsupported, "cluster %q is %s, not running", dbf.cluster, e.State).
+			return nil, errs.New(errs.Unsupported, "cluster %q is %s, not running", cl.dbf.cluster, e.State).
 				WithHint("start a new one with `pgfork up`, see `pgfork ls`")
 		}
-		connStr, s.cluster = e.URL, dbf.cluster
+		connStr, s.cluster = e.URL, cl.dbf.cluster
 		if !canClone {
 			if p, err := clone.Probe(ctx, filepath.Dir(e.DataDir), filepath.Dir(e.DataDir)); err == nil {
 				canClone = p.SharesBlocks
@@ -197,20 +193,20 @@ func connectDB(ctx context.Context, avoid ...string) (*dbServer, error) {
 
 // calibrationDir holds calibrations stored per managed cluster or per
 // server system identifier.
-func calibrationDir() string { return filepath.Join(layout().Root, "calibration") }
+func (cl *cli) calibrationDir() string { return filepath.Join(cl.layout().Root, "calibration") }
 
 func (s *dbServer) defaultCalFile() string {
 	switch {
 	case s.cluster != "":
-		return filepath.Join(calibrationDir(), "cluster-"+s.cluster+".json")
+		return filepath.Join(s.cl.calibrationDir(), "cluster-"+s.cluster+".json")
 	case s.target.SystemID != 0:
-		return filepath.Join(calibrationDir(), "system-"+strconv.FormatUint(s.target.SystemID, 10)+".json")
+		return filepath.Join(s.cl.calibrationDir(), "system-"+strconv.FormatUint(s.target.SystemID, 10)+".json")
 	}
 	return ""
 }
 
 func (s *dbServer) loadCalibration() error {
-	path, explicit := dbf.calibration, dbf.calibration != ""
+	path, explicit := s.cl.dbf.calibration, s.cl.dbf.calibration != ""
 	if !explicit {
 		path = s.defaultCalFile()
 	}
@@ -233,7 +229,7 @@ func (s *dbServer) loadCalibration() error {
 	return nil
 }
 
-func newDBCreateCmd() *cobra.Command {
+func (cl *cli) newDBCreateCmd() *cobra.Command {
 	var (
 		from, strategy, owner string
 		count, jobs           int
@@ -288,7 +284,7 @@ killed one is removed by the next db command that creates or lists snapshots.`,
 				return err
 			}
 			ctx := cmd.Context()
-			srv, err := connectDB(ctx, from)
+			srv, err := cl.connectDB(ctx, from)
 			if err != nil {
 				return err
 			}
@@ -300,21 +296,21 @@ killed one is removed by the next db command that creates or lists snapshots.`,
 					return err
 				}
 				for _, s := range res.Terminated {
-					infof("terminated session %s on %q", s, from)
+					cl.infof("terminated session %s on %q", s, from)
 				}
 				if res.Advice != nil {
-					infof("auto chose %s: %s", res.Strategy, res.Advice.Reasons[0])
+					cl.infof("auto chose %s: %s", res.Strategy, res.Advice.Reasons[0])
 				}
 				if res.Plain {
-					infof("PostgreSQL %d has no STRATEGY option: ran a plain CREATE DATABASE (a file copy)", srv.target.Version)
+					cl.infof("PostgreSQL %d has no STRATEGY option: ran a plain CREATE DATABASE (a file copy)", srv.target.Version)
 				}
-				if g.json {
+				if cl.g.json {
 					return printJSON(cmd.OutOrStdout(), res)
 				}
 				fmt.Fprintf(cmd.OutOrStdout(), "created database %q from %q by %s in %s\n", res.Name, from, res.Strategy, fmtDur(res.Elapsed))
 				return nil
 			}
-			return createMany(cmd, srv, names, from, opts, jobs)
+			return cl.createMany(cmd, srv, names, from, opts, jobs)
 		},
 	}
 	f := cmd.Flags()
@@ -328,22 +324,22 @@ killed one is removed by the next db command that creates or lists snapshots.`,
 	return cmd
 }
 
-func createMany(cmd *cobra.Command, srv *dbServer, names []string, from string, opts dbclone.CreateOptions, jobs int) error {
+func (cl *cli) createMany(cmd *cobra.Command, srv *dbServer, names []string, from string, opts dbclone.CreateOptions, jobs int) error {
 	ctx := cmd.Context()
-	tty := term.IsTerminal(int(os.Stderr.Fd())) && !g.quiet
+	tty := isTerminal(cl.stderr) && !cl.g.quiet
 	last := time.Now()
 	progress := func(done, total int) {
-		if g.quiet {
+		if cl.g.quiet {
 			return
 		}
 		if tty && (time.Since(last) > 100*time.Millisecond || done == total) {
 			last = time.Now()
-			fmt.Fprintf(os.Stderr, "\rcreated %d/%d", done, total)
+			fmt.Fprintf(cl.stderr, "\rcreated %d/%d", done, total)
 			if done == total {
-				fmt.Fprintln(os.Stderr)
+				fmt.Fprintln(cl.stderr)
 			}
 		} else if !tty && (done == total || done%max(total/10, 1) == 0) {
-			fmt.Fprintf(os.Stderr, "created %d/%d\n", done, total)
+			fmt.Fprintf(cl.stderr, "created %d/%d\n", done, total)
 		}
 	}
 	connect := func(ctx context.Context) (*pgx.Conn, error) {
@@ -356,17 +352,17 @@ func createMany(cmd *cobra.Command, srv *dbServer, names []string, from string, 
 	res, err := dbclone.CreateMany(ctx, connect, names, from, opts, jobs, progress)
 	if res != nil {
 		if res.Advice != nil {
-			infof("auto chose %s: %s", res.Strategy, res.Advice.Reasons[0])
+			cl.infof("auto chose %s: %s", res.Strategy, res.Advice.Reasons[0])
 		}
-		infof("%d databases in %s: %.1f dbs/s (%s, %d jobs)", len(res.Created), fmtDur(res.Elapsed), res.Rate, res.Strategy, jobs)
+		cl.infof("%d databases in %s: %.1f dbs/s (%s, %d jobs)", len(res.Created), fmtDur(res.Elapsed), res.Rate, res.Strategy, jobs)
 	}
 	if err != nil {
 		if res != nil && len(res.Created) > 0 {
-			infof("created before the failure (kept): %s", strings.Join(res.Created, ", "))
+			cl.infof("created before the failure (kept): %s", strings.Join(res.Created, ", "))
 		}
 		return err
 	}
-	if g.json {
+	if cl.g.json {
 		return printJSON(cmd.OutOrStdout(), res)
 	}
 	fmt.Fprintf(cmd.OutOrStdout(), "created %d databases %s … %s from %q by %s in %s (%.1f dbs/s)\n",

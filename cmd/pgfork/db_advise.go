@@ -14,7 +14,7 @@ import (
 	"github.com/pgfork/pgfork/internal/fsutil"
 )
 
-func newDBAdviseCmd() *cobra.Command {
+func (cl *cli) newDBAdviseCmd() *cobra.Command {
 	var from string
 	cmd := &cobra.Command{
 		Use:   "advise --from TEMPLATE",
@@ -40,7 +40,7 @@ advice uses them.`,
 				return err
 			}
 			ctx := cmd.Context()
-			srv, err := connectDB(ctx, from)
+			srv, err := cl.connectDB(ctx, from)
 			if err != nil {
 				return err
 			}
@@ -49,7 +49,7 @@ advice uses them.`,
 			if err != nil {
 				return err
 			}
-			if g.json {
+			if cl.g.json {
 				return printJSON(cmd.OutOrStdout(), adv)
 			}
 			w := cmd.OutOrStdout()
@@ -75,7 +75,7 @@ advice uses them.`,
 	return cmd
 }
 
-func newDBCalibrateCmd() *cobra.Command {
+func (cl *cli) newDBCalibrateCmd() *cobra.Command {
 	var (
 		size, runs int
 		save       string
@@ -108,7 +108,7 @@ identifier), or wherever --save says (then pass --calibration PATH later).`,
 				return errs.New(errs.Usage, "--size and --runs must be at least 1")
 			}
 			ctx := cmd.Context()
-			srv, err := connectDB(ctx)
+			srv, err := cl.connectDB(ctx)
 			if err != nil {
 				return err
 			}
@@ -127,17 +127,17 @@ identifier), or wherever --save says (then pass --calibration PATH later).`,
 			if srv.cal != nil && !srv.cal.Measured.IsZero() {
 				prev = srv.cal
 			}
-			infof("calibrating (scratch template of %d MB, %d runs per strategy)…", size, runs)
+			cl.infof("calibrating (scratch template of %d MB, %d runs per strategy)…", size, runs)
 			c, err := dbclone.Calibrate(ctx, srv.conn, dbclone.CalibrateOptions{SizeMB: size, Runs: runs, Target: srv.target,
-				Previous: prev, Progress: func(m string) { infof("  %s", m) }})
+				Previous: prev, Progress: func(m string) { cl.infof("  %s", m) }})
 			if err != nil {
 				return err
 			}
 			if err := writeJSONFile(path, c); err != nil {
 				return err
 			}
-			infof("saved to %s", path)
-			if g.json {
+			cl.infof("saved to %s", path)
+			if cl.g.json {
 				return printJSON(cmd.OutOrStdout(), c)
 			}
 			w := cmd.OutOrStdout()

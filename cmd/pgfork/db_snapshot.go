@@ -11,7 +11,7 @@ import (
 	"github.com/pgfork/pgfork/internal/units"
 )
 
-func newDBSnapshotCmd() *cobra.Command {
+func (cl *cli) newDBSnapshotCmd() *cobra.Command {
 	var (
 		strategy string
 		force    bool
@@ -48,7 +48,7 @@ database that the next db create, snapshot, snapshots or rm-snapshot removes.`,
 				return err
 			}
 			ctx := cmd.Context()
-			srv, err := connectDB(ctx, db)
+			srv, err := cl.connectDB(ctx, db)
 			if err != nil {
 				return err
 			}
@@ -59,21 +59,21 @@ database that the next db create, snapshot, snapshots or rm-snapshot removes.`,
 				return err
 			}
 			for _, s := range res.Terminated {
-				infof("terminated session %s on %q", s, db)
+				cl.infof("terminated session %s on %q", s, db)
 			}
-			infof("snapshot %q of %q taken in %s (%s)", info.Name, db, fmtDur(res.Elapsed), res.Strategy)
+			cl.infof("snapshot %q of %q taken in %s (%s)", info.Name, db, fmtDur(res.Elapsed), res.Strategy)
 			if !noSpare {
-				infof("preparing the spare copy for a fast restore…")
+				cl.infof("preparing the spare copy for a fast restore…")
 				opts.Strategy = res.Strategy
 				sp, err := dbclone.Refill(ctx, srv.conn, info, opts)
 				if err != nil {
 					return err
 				}
 				if sp != nil {
-					infof("spare ready in %s", fmtDur(sp.Elapsed))
+					cl.infof("spare ready in %s", fmtDur(sp.Elapsed))
 				}
 			}
-			if g.json {
+			if cl.g.json {
 				return printJSON(cmd.OutOrStdout(), info)
 			}
 			fmt.Fprintf(cmd.OutOrStdout(), "snapshot %s of %s (%s, in database %s)\n", info.Name, db, units.Bytes(info.Size), info.Database)
@@ -88,14 +88,14 @@ database that the next db create, snapshot, snapshots or rm-snapshot removes.`,
 	return cmd
 }
 
-func newDBRestoreCmd() *cobra.Command {
+func (cl *cli) newDBRestoreCmd() *cobra.Command {
 	var (
 		force, noRefill bool
 		wait            time.Duration
 	)
 	cmd := &cobra.Command{
 		Use:               "restore DB [NAME]",
-		ValidArgsFunction: completeSnapshots(false),
+		ValidArgsFunction: cl.completeSnapshots(false),
 		Short:             "Replace a database by one of its snapshots (the latest by default)",
 		Long: `Replace database DB by the content of its snapshot NAME (default: the latest).
 The snapshot's prepared spare copy is renamed into place and the old DB dropped,
@@ -115,7 +115,7 @@ terminates them (after --wait).`,
 				return err
 			}
 			ctx := cmd.Context()
-			srv, err := connectDB(ctx, db)
+			srv, err := cl.connectDB(ctx, db)
 			if err != nil {
 				return err
 			}
@@ -126,16 +126,16 @@ terminates them (after --wait).`,
 				return err
 			}
 			for _, s := range res.Terminated {
-				infof("terminated session %s on %q", s, db)
+				cl.infof("terminated session %s on %q", s, db)
 			}
 			for _, n := range res.Notes {
-				infof("note: %s", n)
+				cl.infof("note: %s", n)
 			}
 			if res.CopiedFirst {
-				infof("the snapshot had no spare: copied it first")
+				cl.infof("the snapshot had no spare: copied it first")
 			}
-			infof("restored %q from snapshot %q in %s (swap %s)", db, res.Snapshot.Name, fmtDur(res.Elapsed), fmtDur(res.Swap))
-			if g.json {
+			cl.infof("restored %q from snapshot %q in %s (swap %s)", db, res.Snapshot.Name, fmtDur(res.Elapsed), fmtDur(res.Swap))
+			if cl.g.json {
 				if err := printJSON(cmd.OutOrStdout(), res); err != nil {
 					return err
 				}
@@ -143,14 +143,14 @@ terminates them (after --wait).`,
 				fmt.Fprintf(cmd.OutOrStdout(), "restored %s from snapshot %s\n", db, res.Snapshot.Name)
 			}
 			if !noRefill {
-				infof("refilling spare…")
+				cl.infof("refilling spare…")
 				copts.Force = false
 				sp, err := dbclone.Refill(ctx, srv.conn, &res.Snapshot, copts)
 				if err != nil {
 					return err
 				}
 				if sp != nil {
-					infof("spare ready in %s", fmtDur(sp.Elapsed))
+					cl.infof("spare ready in %s", fmtDur(sp.Elapsed))
 				}
 			}
 			return nil
@@ -163,7 +163,7 @@ terminates them (after --wait).`,
 	return cmd
 }
 
-func newDBSnapshotsCmd() *cobra.Command {
+func (cl *cli) newDBSnapshotsCmd() *cobra.Command {
 	return &cobra.Command{
 		Use:   "snapshots [DB]",
 		Short: "List snapshots (of one database, or all)",
@@ -179,7 +179,7 @@ func newDBSnapshotsCmd() *cobra.Command {
 				}
 			}
 			ctx := cmd.Context()
-			srv, err := connectDB(ctx)
+			srv, err := cl.connectDB(ctx)
 			if err != nil {
 				return err
 			}
@@ -188,7 +188,7 @@ func newDBSnapshotsCmd() *cobra.Command {
 			if err != nil {
 				return err
 			}
-			if g.json {
+			if cl.g.json {
 				if list == nil {
 					list = []dbclone.SnapshotInfo{}
 				}
@@ -209,11 +209,11 @@ func newDBSnapshotsCmd() *cobra.Command {
 	}
 }
 
-func newDBRmSnapshotCmd() *cobra.Command {
+func (cl *cli) newDBRmSnapshotCmd() *cobra.Command {
 	var db string
 	cmd := &cobra.Command{
 		Use:               "rm-snapshot NAME",
-		ValidArgsFunction: completeSnapshots(true),
+		ValidArgsFunction: cl.completeSnapshots(true),
 		Short:             "Remove a snapshot and its spare copy",
 		Example: `  pgfork db rm-snapshot before-migration
   pgfork db rm-snapshot --db app 20250101-120000.000`,
@@ -223,7 +223,7 @@ func newDBRmSnapshotCmd() *cobra.Command {
 				return err
 			}
 			ctx := cmd.Context()
-			srv, err := connectDB(ctx)
+			srv, err := cl.connectDB(ctx)
 			if err != nil {
 				return err
 			}
@@ -232,7 +232,7 @@ func newDBRmSnapshotCmd() *cobra.Command {
 			if err != nil {
 				return err
 			}
-			if g.json {
+			if cl.g.json {
 				return printJSON(cmd.OutOrStdout(), s)
 			}
 			fmt.Fprintf(cmd.OutOrStdout(), "removed snapshot %s of %s\n", s.Name, s.Source)

@@ -27,18 +27,11 @@ type dbCLI struct {
 
 func (p *dbCLI) run(args ...string) (code int, stdout, stderr string) {
 	p.t.Helper()
-	cmd := exec.Command(p.bin, append([]string{"--state-dir", p.home, "--pg-bin", p.pgBin}, args...)...)
-	var o, e bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &o, &e
-	cmd.Env = append(os.Environ(), p.env...)
-	err := cmd.Run()
-	var ee *exec.ExitError
-	if errors.As(err, &ee) {
-		code = ee.ExitCode()
-	} else if err != nil {
-		p.t.Fatal(err)
-	}
-	return code, o.String(), e.String()
+	// pgx reads the libpq variables (PGHOST, …) from the process's
+	// environment: set them there for the command's time.
+	defer setProcessEnv(p.t, p.env)()
+	r := runInProcessEnv(p.t, p.env, append([]string{"--state-dir", p.home, "--pg-bin", p.pgBin}, args...)...)
+	return r.code, r.stdout, r.stderr
 }
 
 func (p *dbCLI) ok(args ...string) string {
@@ -63,7 +56,7 @@ func (p *dbCLI) fails(want int, mention string, args ...string) {
 func dbCluster(t *testing.T, name string) (p *dbCLI, url string, conn *pgx.Conn) {
 	t.Helper()
 	pgBin := testenv.PGBinDirs(t)[0]
-	bin := copyTestBinary(t)
+	bin := pgforkBinary(t) // stops what the test left running, and TestDBInterrupted signals it
 	home := testenv.Dir(t)
 	p = &dbCLI{t: t, bin: bin, home: home, pgBin: pgBin}
 	t.Cleanup(func() { _ = exec.Command(bin, "--state-dir", home, "down", "--all", "--timeout", "1s").Run() })
@@ -222,8 +215,7 @@ func TestDBCommands(t *testing.T) {
 // (exit 2 with a hint) before any connection, never a panic.
 func TestDBCreateBounds(t *testing.T) {
 	pgBin := testenv.PGBinDirs(t)[0]
-	bin := copyTestBinary(t)
-	p := &dbCLI{t: t, bin: bin, home: testenv.Dir(t), pgBin: pgBin}
+	p := &dbCLI{t: t, home: testenv.Dir(t), pgBin: pgBin}
 	// No server listens here: a bounds check that came after connecting
 	// would fail with another exit code.
 	url := "postgres://nobody@127.0.0.1:1/postgres"

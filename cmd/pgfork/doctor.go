@@ -15,8 +15,6 @@ import (
 	"github.com/pgfork/pgfork/pgbin"
 )
 
-func init() { rootCmd.AddCommand(newDoctorCmd()) }
-
 // doctorReport is what `pgfork doctor --json` prints.
 type doctorReport struct {
 	PostgreSQL []pgbin.Installation `json:"postgresql"`
@@ -27,7 +25,7 @@ type doctorReport struct {
 	Volume     *volumeAdvice        `json:"volume,omitempty"`
 }
 
-func newDoctorCmd() *cobra.Command {
+func (cl *cli) newDoctorCmd() *cobra.Command {
 	return &cobra.Command{
 		Use:   "doctor [DIR]",
 		Short: "Check what pgfork can do here: PostgreSQL builds, filesystem, copy methods",
@@ -42,7 +40,7 @@ their source (copy-on-write), and the method pgfork will use.`,
   pgfork doctor --json | jq .will_use`,
 		Args: usageArgs(cobra.MaximumNArgs(1)),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			dir := layout().Root
+			dir := cl.layout().Root
 			if len(args) == 1 {
 				dir = args[0]
 				fi, err := os.Stat(dir)
@@ -57,7 +55,7 @@ their source (copy-on-write), and the method pgfork will use.`,
 					return errs.New(errs.Usage, "not a directory").WithPath(dir).
 						WithHint("give a directory on the filesystem you want to check")
 				}
-			} else if err := layout().Ensure(); err != nil {
+			} else if err := cl.layout().Ensure(); err != nil {
 				return errs.Wrap(errs.OSKind(err), err, "cannot create the state directory").WithPath(dir).
 					WithHint("pass a directory you can write, or --state-dir")
 			}
@@ -65,7 +63,7 @@ their source (copy-on-write), and the method pgfork will use.`,
 				dir = abs
 			}
 			rep := doctorReport{Dir: dir, PostgreSQL: []pgbin.Installation{}}
-			pgs, err := pgbin.Discover(pgbin.Options{Explicit: g.pgBin, StateDir: layout().Root})
+			pgs, err := pgbin.Discover(pgbin.Options{Explicit: cl.g.pgBin, StateDir: cl.layout().Root})
 			if err != nil {
 				rep.PGError = err.Error()
 			}
@@ -75,8 +73,8 @@ their source (copy-on-write), and the method pgfork will use.`,
 				return err
 			}
 			rep.Probe, rep.WillUse = probe, probe.Best
-			rep.Volume = adviseVolume(cmd.Context(), dir, probe)
-			if g.json {
+			rep.Volume = cl.adviseVolume(cmd.Context(), dir, probe)
+			if cl.g.json {
 				return printJSON(cmd.OutOrStdout(), rep)
 			}
 			printDoctor(cmd.OutOrStdout(), rep)

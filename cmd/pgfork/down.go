@@ -10,9 +10,7 @@ import (
 	"github.com/pgfork/pgfork/internal/errs"
 )
 
-func init() { rootCmd.AddCommand(newDownCmd()) }
-
-func newDownCmd() *cobra.Command {
+func (cl *cli) newDownCmd() *cobra.Command {
 	var (
 		all        bool
 		timeout    time.Duration
@@ -21,7 +19,7 @@ func newDownCmd() *cobra.Command {
 	)
 	cmd := &cobra.Command{
 		Use:               "down NAME... | --all",
-		ValidArgsFunction: completeClusters,
+		ValidArgsFunction: cl.completeClusters,
 		Short:             "Stop and remove clusters started by pgfork up, restore --start or clone --start",
 		Long: `Stop clusters listed by pgfork ls and remove them: data directory, socket
 directory and record. The server gets a fast shutdown (sessions are rolled
@@ -46,9 +44,9 @@ if it is still the one the branch was started on.
 			if err := checkDuration("--timeout", timeout, maxStopTimeout, "--timeout 10s"); err != nil {
 				return err
 			}
-			lay := layout()
+			lay := cl.layout()
 			ctx := cmd.Context()
-			reap(ctx, lay)
+			cl.reap(ctx, lay)
 			names := args
 			for _, n := range names {
 				if err := cluster.ValidateName(n); err != nil {
@@ -77,18 +75,18 @@ if it is still the one the branch was started on.
 					if len(names) == 1 {
 						return err
 					}
-					reportError(err)
+					cl.reportError(err)
 					if firstErr == nil {
 						firstErr = err
 					}
 					continue
 				}
 				removed = append(removed, n)
-				if !g.json {
+				if !cl.g.json {
 					fmt.Fprintln(cmd.OutOrStdout(), n)
 				}
 			}
-			if g.json {
+			if cl.g.json {
 				if err := printJSON(cmd.OutOrStdout(), map[string]any{"removed": removed}); err != nil {
 					return err
 				}

@@ -83,9 +83,8 @@ func fullFS(t *testing.T) string {
 // TestFullDiskDuringMkdirAllExitsNoSpace: creating the state directory on a
 // full filesystem is "out of disk space" (7), not "permission denied" (8).
 func TestFullDiskDuringMkdirAllExitsNoSpace(t *testing.T) {
-	bin := copyTestBinary(t)
 	state := filepath.Join(fullFS(t), "state")
-	r := runCLI(t, exec.Command(bin, "doctor", "--state-dir", state))
+	r := runInProcess(t, "doctor", "--state-dir", state)
 	if r.code != exitNoSpace || !strings.Contains(r.stderr, "no space left") || !strings.Contains(r.stderr, "hint:") {
 		t.Errorf("doctor on a full filesystem: exit %d (want %d), stderr %q", r.code, exitNoSpace, r.stderr)
 	}

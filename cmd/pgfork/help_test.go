@@ -30,7 +30,7 @@ func TestHelpFitsWidth(t *testing.T) {
 			walk(sub)
 		}
 	}
-	walk(rootCmd)
+	walk(newRootCmd(streams{}))
 }
 
 // TestMissingArgsNamed: a command given too few arguments says which are
@@ -54,7 +54,7 @@ func TestMissingArgsNamed(t *testing.T) {
 			t.Errorf("missingArgs(%q, %d) = %q, want %q", c.use, c.n, got, c.want)
 		}
 	}
-	restore, _, err := rootCmd.Find([]string{"restore"})
+	restore, _, err := newRootCmd(streams{}).Find([]string{"restore"})
 	if err != nil {
 		t.Fatal(err)
 	}

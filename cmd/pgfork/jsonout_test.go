@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"encoding/json"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"regexp"
 	"strings"
@@ -119,7 +118,6 @@ func checkContract(t *testing.T, what string, doc []byte) {
 // no running server or root-only set-up and checks it against docs/cli.md,
 // errors included.
 func TestJSONContractOfCommands(t *testing.T) {
-	bin := copyTestBinary(t)
 	base := testenv.Dir(t)
 	src := filepath.Join(base, "src")
 	writeTree(t, src, 3, 1000)
@@ -138,7 +136,7 @@ func TestJSONContractOfCommands(t *testing.T) {
 		{[]string{"copy", filepath.Join(base, "missing"), filepath.Join(base, "dst3")}, exitNotFound},
 		{[]string{"down", "no-such-cluster"}, exitNotFound},
 	} {
-		r := runCLI(t, exec.Command(bin, append(c.args, "--json")...))
+		r := runInProcess(t, append(c.args, "--json")...)
 		what := "pgfork " + strings.Join(c.args, " ") + " --json"
 		if r.code != c.code {
 			t.Errorf("%s: exit %d, want %d\n%s%s", what, r.code, c.code, r.stdout, r.stderr)

@@ -11,9 +11,7 @@ import (
 	"github.com/pgfork/pgfork/internal/units"
 )
 
-func init() { rootCmd.AddCommand(newLsCmd()) }
-
-func newLsCmd() *cobra.Command {
+func (cl *cli) newLsCmd() *cobra.Command {
 	return &cobra.Command{
 		Use:   "ls",
 		Short: "List the clusters pgfork up started and the branches of restore/clone --start",
@@ -32,21 +30,21 @@ crashed or killed: removed by the reaper).
   pgfork ls --json | jq -r '.[] | select(.state == "running") | .url'`,
 		Args: usageArgs(cobra.NoArgs),
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			lay := layout()
-			reap(cmd.Context(), lay)
+			lay := cl.layout()
+			cl.reap(cmd.Context(), lay)
 			all, err := cluster.List(lay)
 			if err != nil {
 				return err
 			}
 			out := cmd.OutOrStdout()
-			if g.json {
+			if cl.g.json {
 				if all == nil {
 					all = []cluster.Entry{}
 				}
 				return printJSON(out, all)
 			}
 			if len(all) == 0 {
-				infof("no clusters; start one with `pgfork up`")
+				cl.infof("no clusters; start one with `pgfork up`")
 				return nil
 			}
 			tw := tabwriter.NewWriter(out, 0, 4, 2, ' ', 0)

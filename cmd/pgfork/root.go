@@ -3,10 +3,13 @@ package main
 import (
 	"context"
 	"fmt"
+	"io"
 	"os"
 	"strings"
+	"sync"
 
 	"github.com/spf13/cobra"
+	"golang.org/x/term"
 
 	"github.com/pgfork/pgfork/internal/errs"
 	"github.com/pgfork/pgfork/internal/statedir"
@@ -22,9 +25,59 @@ type globals struct {
 	quiet    bool
 }
 
-var (
-	g       globals
-	rootCmd = &cobra.Command{
+// streams are what a command reads and writes besides its arguments and
+// flags: main passes the process's own (osStreams), tests their own, so
+// commands run in-process and in parallel.
+type streams struct {
+	stdin          io.Reader
+	stdout, stderr io.Writer
+	// lookupEnv reads the environment variables the CLI itself reads
+	// (defaults of flags, serve's IntegreSQL variables).
+	lookupEnv func(string) (string, bool)
+}
+
+// osStreams are the process's standard streams and environment.
+func osStreams() streams {
+	return streams{stdin: os.Stdin, stdout: os.Stdout, stderr: os.Stderr, lookupEnv: os.LookupEnv}
+}
+
+// cli is one invocation of pgfork: its streams, its command tree and the
+// flags the tree's commands share. newCLI builds a fresh one, so nothing of
+// one invocation is left at package level for the next.
+type cli struct {
+	streams
+	g          globals
+	root       *cobra.Command
+	dbf        dbFlags   // the db commands' server
+	envErrs    []error   // environment variables set but invalid: refused (exit 2), not defaulted
+	attachOnce sync.Once // the volume is re-attached at most once per invocation
+}
+
+// isTerminal reports whether f (a stream) is a terminal.
+func isTerminal(f any) bool {
+	fd, ok := f.(interface{ Fd() uintptr })
+	return ok && term.IsTerminal(int(fd.Fd()))
+}
+
+// getenv returns the environment variable name, or "".
+func (cl *cli) getenv(name string) string {
+	v, _ := cl.lookupEnv(name)
+	return v
+}
+
+// newRootCmd returns a fresh pgfork command tree that reads and writes s.
+func newRootCmd(s streams) *cobra.Command { return newCLI(s).root }
+
+// newCLI returns an invocation of pgfork with a fresh command tree.
+func newCLI(s streams) *cli {
+	if s.lookupEnv == nil {
+		s.lookupEnv = func(string) (string, bool) { return "", false }
+	}
+	if s.stdin == nil {
+		s.stdin = strings.NewReader("")
+	}
+	cl := &cli{streams: s}
+	root := &cobra.Command{
 		Use:   "pgfork",
 		Short: "Fast copies of PostgreSQL data: trees, clusters, databases, test pools",
 		Long: `pgfork makes copies of PostgreSQL data fast, choosing the best method the
@@ -35,41 +88,47 @@ strategies, the backup API, pg_upgrade transfer modes).
 		SilenceUsage:  true,
 		SilenceErrors: true,
 	}
-)
-
-func init() {
-	pf := rootCmd.PersistentFlags()
-	pf.StringVar(&g.stateDir, "state-dir", "", "pgfork's state directory (default $PGFORK_HOME, /var/lib/pgfork as root, else ~/.local/state/pgfork)")
-	pf.StringVar(&g.pgBin, "pg-bin", os.Getenv("PGFORK_PG_BIN"), "PostgreSQL bin directory to use (env PGFORK_PG_BIN)")
-	pf.StringVar(&g.pgMajor, "pg", os.Getenv("PGFORK_PG"), "PostgreSQL major version to use, e.g. 17 (env PGFORK_PG; default: newest found)")
-	pf.StringVar(&g.runAs, "run-as", os.Getenv("PGFORK_RUN_AS"), "OS user that runs initdb/postgres when pgfork runs as root (default postgres; env PGFORK_RUN_AS)")
-	pf.BoolVar(&g.json, "json", false, "print results as JSON")
-	pf.BoolVarP(&g.quiet, "quiet", "q", false, "print only results and errors")
-	rootCmd.SetFlagErrorFunc(func(c *cobra.Command, err error) error {
+	cl.root = root
+	root.SetIn(s.stdin)
+	root.SetOut(s.stdout)
+	root.SetErr(s.stderr)
+	pf := root.PersistentFlags()
+	pf.StringVar(&cl.g.stateDir, "state-dir", "", "pgfork's state directory (default $PGFORK_HOME, /var/lib/pgfork as root, else ~/.local/state/pgfork)")
+	pf.StringVar(&cl.g.pgBin, "pg-bin", cl.getenv("PGFORK_PG_BIN"), "PostgreSQL bin directory to use (env PGFORK_PG_BIN)")
+	pf.StringVar(&cl.g.pgMajor, "pg", cl.getenv("PGFORK_PG"), "PostgreSQL major version to use, e.g. 17 (env PGFORK_PG; default: newest found)")
+	pf.StringVar(&cl.g.runAs, "run-as", cl.getenv("PGFORK_RUN_AS"), "OS user that runs initdb/postgres when pgfork runs as root (default postgres; env PGFORK_RUN_AS)")
+	pf.BoolVar(&cl.g.json, "json", false, "print results as JSON")
+	pf.BoolVarP(&cl.g.quiet, "quiet", "q", false, "print only results and errors")
+	root.SetFlagErrorFunc(func(c *cobra.Command, err error) error {
 		return errs.Wrap(errs.Usage, err, "bad flag").WithHint("see `%s --help`", c.CommandPath())
 	})
 	// Flag descriptions wrap to helpWidth columns, so --help reads on an
 	// 80-100 column terminal (cobra's default never wraps them).
-	rootCmd.SetUsageTemplate(strings.ReplaceAll(rootCmd.UsageTemplate(), ".FlagUsages", fmt.Sprintf(".FlagUsagesWrapped %d", helpWidth)))
+	root.SetUsageTemplate(strings.ReplaceAll(root.UsageTemplate(), ".FlagUsages", fmt.Sprintf(".FlagUsagesWrapped %d", helpWidth)))
+	root.AddCommand(cl.newBackupCmd(), cl.newCloneCmd(), cl.newCopyCmd(), cl.newDBCmd(), cl.newDoctorCmd(),
+		cl.newDownCmd(), cl.newLsCmd(), cl.newPGCmd(), cl.newRestoreCmd(), cl.newServeCmd(), cl.newTemplateCmd(),
+		cl.newUpCmd(), cl.newUpgradeCmd(), cl.newVolumeCmd())
+	cl.addVersion(root)
+	return cl
 }
 
 // helpWidth is the widest line --help prints.
 const helpWidth = 95
 
 // layout returns the state directory layout chosen by flags or defaults.
-func layout() statedir.Layout {
-	d := statedir.Resolve(baseStateDir())
-	attachVolumeOnce(baseStateDir(), d)
+func (cl *cli) layout() statedir.Layout {
+	d := statedir.Resolve(cl.baseStateDir())
+	cl.attachVolumeOnce(cl.baseStateDir(), d)
 	return statedir.Layout{Root: d}
 }
 
 // baseStateDir is the state directory chosen by flags or the environment,
 // before a recorded volume moves it (statedir.Resolve).
-func baseStateDir() string {
-	if g.stateDir != "" {
-		return g.stateDir
+func (cl *cli) baseStateDir() string {
+	if cl.g.stateDir != "" {
+		return cl.g.stateDir
 	}
-	return statedir.Base()
+	return statedir.BaseFrom(cl.getenv)
 }
 
 // usageArgs wraps cobra's positional-argument validators so that their
@@ -112,15 +171,15 @@ func missingArgs(use string, n int) string {
 }
 
 // infof prints a progress or informational line to stderr unless --quiet.
-func infof(format string, args ...any) {
-	if !g.quiet {
-		fmt.Fprintf(os.Stderr, format+"\n", args...)
+func (cl *cli) infof(format string, args ...any) {
+	if !cl.g.quiet {
+		fmt.Fprintf(cl.stderr, format+"\n", args...)
 	}
 }
 
-func run(ctx context.Context, args []string) int {
-	rootCmd.SetArgs(args)
-	err := rootCmd.ExecuteContext(ctx)
+func (cl *cli) run(ctx context.Context, args []string) int {
+	cl.root.SetArgs(args)
+	err := cl.root.ExecuteContext(ctx)
 	if err == nil {
 		return exitOK
 	}
@@ -130,23 +189,23 @@ func run(ctx context.Context, args []string) int {
 	if ctx.Err() != nil && errs.KindOf(err) == errs.Internal {
 		err = errs.Wrap(errs.Interrupted, err, "interrupted")
 	}
-	err = volumeErrHint(err)
-	reportError(err)
+	err = cl.volumeErrHint(err)
+	cl.reportError(err)
 	return exitCode(err)
 }
 
-func reportError(err error) {
-	if g.json {
-		_ = printJSON(os.Stderr, map[string]any{
+func (cl *cli) reportError(err error) {
+	if cl.g.json {
+		_ = printJSON(cl.stderr, map[string]any{
 			"error": err.Error(),
 			"kind":  errs.KindOf(err).String(),
 			"hint":  cliHint(err),
 		})
 		return
 	}
-	fmt.Fprintf(os.Stderr, "pgfork: error: %v\n", err)
+	fmt.Fprintf(cl.stderr, "pgfork: error: %v\n", err)
 	if h := cliHint(err); h != "" {
-		fmt.Fprintf(os.Stderr, "hint: %s\n", h)
+		fmt.Fprintf(cl.stderr, "hint: %s\n", h)
 	}
 }
 

@@ -2,10 +2,8 @@ package main
 
 import (
 	"context"
-	"errors"
 	"log/slog"
 	"net"
-	"net/http"
 	"net/url"
 	"os"
 	"os/signal"
@@ -15,7 +13,6 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/prometheus/client_golang/prometheus"
 	"github.com/spf13/cobra"
 
 	"github.com/pgfork/pgfork/instance"
@@ -25,7 +22,6 @@ import (
 	"github.com/pgfork/pgfork/pool/dbstore"
 	"github.com/pgfork/pgfork/serve"
 	"github.com/pgfork/pgfork/server"
-	"github.com/pgfork/pgfork/server/managed"
 )
 
 type serveOpts struct {
@@ -48,54 +44,48 @@ type serveOpts struct {
 	volume                           string // --volume: "" or auto
 }
 
-func init() { rootCmd.AddCommand(newServeCmd()) }
-
-// envErrs collects environment variables that are set but invalid: the
-// command refuses them (exit 2) instead of falling back to a default.
-var envErrs []error
-
 // env helpers: IntegreSQL's variables give defaults; flags override them.
-func envStr(name, def string) string {
-	if v, ok := os.LookupEnv(name); ok && v != "" {
+func (cl *cli) envStr(name, def string) string {
+	if v, ok := cl.lookupEnv(name); ok && v != "" {
 		return v
 	}
 	return def
 }
 
-func envInt(name string, def int) int {
-	v := os.Getenv(name)
+func (cl *cli) envInt(name string, def int) int {
+	v := cl.getenv(name)
 	if v == "" {
 		return def
 	}
 	n, err := strconv.Atoi(v)
 	if err != nil {
-		envErrs = append(envErrs, errs.New(errs.Usage, "%s=%q is not a whole number", name, v).WithHint("set %s to a number, or unset it", name))
+		cl.envErrs = append(cl.envErrs, errs.New(errs.Usage, "%s=%q is not a whole number", name, v).WithHint("set %s to a number, or unset it", name))
 		return def
 	}
 	return n
 }
 
-func envMS(name string, def time.Duration) time.Duration {
-	v := os.Getenv(name)
+func (cl *cli) envMS(name string, def time.Duration) time.Duration {
+	v := cl.getenv(name)
 	if v == "" {
 		return def
 	}
 	n, err := strconv.Atoi(v)
 	if err != nil || n < 0 {
-		envErrs = append(envErrs, errs.New(errs.Usage, "%s=%q is not a number of milliseconds ≥ 0", name, v).WithHint("set %s to milliseconds, e.g. 60000, or unset it", name))
+		cl.envErrs = append(cl.envErrs, errs.New(errs.Usage, "%s=%q is not a number of milliseconds ≥ 0", name, v).WithHint("set %s to milliseconds, e.g. 60000, or unset it", name))
 		return def
 	}
 	return time.Duration(n) * time.Millisecond
 }
 
-func envBool(name string) bool {
-	v := os.Getenv(name)
+func (cl *cli) envBool(name string) bool {
+	v := cl.getenv(name)
 	if v == "" {
 		return false
 	}
 	b, err := strconv.ParseBool(v)
 	if err != nil {
-		envErrs = append(envErrs, errs.New(errs.Usage, "%s=%q is not true or false", name, v))
+		cl.envErrs = append(cl.envErrs, errs.New(errs.Usage, "%s=%q is not true or false", name, v))
 	}
 	return b
 }
@@ -112,23 +102,23 @@ var pgEnvVars = []string{"INTEGRESQL_PGHOST", "INTEGRESQL_PGPORT", "INTEGRESQL_P
 // INTEGRESQL_PGDATABASE, postgres (as IntegreSQL: PGDATABASE names the
 // application's database, not an admin one). It returns "" and no names
 // when none of pgEnvVars is set, else the names that were.
-func envPGURL() (string, []string) {
+func (cl *cli) envPGURL() (string, []string) {
 	var set []string
 	for _, n := range pgEnvVars {
-		if os.Getenv(n) != "" {
+		if cl.getenv(n) != "" {
 			set = append(set, n)
 		}
 	}
 	if len(set) == 0 {
 		return "", nil
 	}
-	host := envStr("INTEGRESQL_PGHOST", envStr("PGHOST", "127.0.0.1"))
-	port := envStr("INTEGRESQL_PGPORT", envStr("PGPORT", "5432"))
+	host := cl.envStr("INTEGRESQL_PGHOST", cl.envStr("PGHOST", "127.0.0.1"))
+	port := cl.envStr("INTEGRESQL_PGPORT", cl.envStr("PGPORT", "5432"))
 	if p, err := strconv.Atoi(port); err != nil || p < 1 || p > 65535 {
-		envErrs = append(envErrs, errs.New(errs.Usage, "PostgreSQL port %q (INTEGRESQL_PGPORT/PGPORT) is not a port number", port))
+		cl.envErrs = append(cl.envErrs, errs.New(errs.Usage, "PostgreSQL port %q (INTEGRESQL_PGPORT/PGPORT) is not a port number", port))
 	}
-	user := envStr("INTEGRESQL_PGUSER", envStr("PGUSER", envStr("USER", "postgres")))
-	db := envStr("INTEGRESQL_PGDATABASE", "postgres") // IntegreSQL's admin database; PGDATABASE is the app's
+	user := cl.envStr("INTEGRESQL_PGUSER", cl.envStr("PGUSER", cl.envStr("USER", "postgres")))
+	db := cl.envStr("INTEGRESQL_PGDATABASE", "postgres") // IntegreSQL's admin database; PGDATABASE is the app's
 	u := &url.URL{Scheme: "postgres", Path: "/" + db}
 	q := url.Values{"sslmode": {"disable"}}
 	if strings.HasPrefix(host, "/") { // a Unix socket directory, as libpq takes it
@@ -137,7 +127,7 @@ func envPGURL() (string, []string) {
 	} else {
 		u.Host = net.JoinHostPort(host, port)
 	}
-	if pw := envStr("INTEGRESQL_PGPASSWORD", os.Getenv("PGPASSWORD")); pw != "" {
+	if pw := cl.envStr("INTEGRESQL_PGPASSWORD", cl.getenv("PGPASSWORD")); pw != "" {
 		u.User = url.UserPassword(user, pw)
 	} else {
 		u.User = url.User(user)
@@ -151,8 +141,8 @@ func envPGURL() (string, []string) {
 // default address, all interfaces, port 5000; else 127.0.0.1:5000. Off
 // loopback, runServe still requires a token, --allow-from or
 // --insecure-open.
-func defaultListen() string {
-	addr, port := os.Getenv("INTEGRESQL_ADDRESS"), os.Getenv("INTEGRESQL_PORT")
+func (cl *cli) defaultListen() string {
+	addr, port := cl.getenv("INTEGRESQL_ADDRESS"), cl.getenv("INTEGRESQL_PORT")
 	if addr == "" && port == "" {
 		return "127.0.0.1:5000"
 	}
@@ -160,12 +150,12 @@ func defaultListen() string {
 		port = "5000"
 	}
 	if p, err := strconv.Atoi(port); err != nil || p < 1 || p > 65535 {
-		envErrs = append(envErrs, errs.New(errs.Usage, "INTEGRESQL_PORT=%q is not a port number (1-65535)", port).WithHint("set INTEGRESQL_PORT to e.g. 5000, or unset it"))
+		cl.envErrs = append(cl.envErrs, errs.New(errs.Usage, "INTEGRESQL_PORT=%q is not a port number (1-65535)", port).WithHint("set INTEGRESQL_PORT to e.g. 5000, or unset it"))
 	}
 	return net.JoinHostPort(addr, port)
 }
 
-func newServeCmd() *cobra.Command {
+func (cl *cli) newServeCmd() *cobra.Command {
 	n := runtime.NumCPU()
 	o := &serveOpts{}
 	cmd := &cobra.Command{
@@ -231,58 +221,58 @@ Bad values exit 2 before anything starts.`,
 		Args: usageArgs(cobra.NoArgs),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			o.testUserSet = cmd.Flags().Changed("test-user")
-			if len(envErrs) > 0 {
-				return envErrs[0]
+			if len(cl.envErrs) > 0 {
+				return cl.envErrs[0]
 			}
 			if o.pgURL == "" && !o.managed && o.isolation == "database" {
 				var extra []error
-				o.pgURL, o.pgEnv = envPGURL()
-				if len(envErrs) > 0 {
-					extra = envErrs
+				o.pgURL, o.pgEnv = cl.envPGURL()
+				if len(cl.envErrs) > 0 {
+					extra = cl.envErrs
 				}
 				if len(extra) > 0 {
 					return extra[0]
 				}
 			}
 			if o.pgURL == "" {
-				if err := useVolume(cmd.Context(), o.volume); err != nil {
+				if err := cl.useVolume(cmd.Context(), o.volume); err != nil {
 					return err
 				}
 			}
-			return runServe(cmd.Context(), o)
+			return cl.runServe(cmd.Context(), o)
 		},
 	}
 	f := cmd.Flags()
-	addVolumeFlag(f, &o.volume)
-	f.StringVar(&o.listen, "listen", defaultListen(), "HTTP address (env INTEGRESQL_ADDRESS, INTEGRESQL_PORT)")
-	f.StringVar(&o.pgURL, "pg-url", os.Getenv("PGFORK_PG_URL"), "use this PostgreSQL server (a superuser or CREATEDB role) instead of a managed one (env PGFORK_PG_URL; else INTEGRESQL_PG* and PG* name one, as for IntegreSQL)")
+	cl.addVolumeFlag(f, &o.volume)
+	f.StringVar(&o.listen, "listen", cl.defaultListen(), "HTTP address (env INTEGRESQL_ADDRESS, INTEGRESQL_PORT)")
+	f.StringVar(&o.pgURL, "pg-url", cl.getenv("PGFORK_PG_URL"), "use this PostgreSQL server (a superuser or CREATEDB role) instead of a managed one (env PGFORK_PG_URL; else INTEGRESQL_PG* and PG* name one, as for IntegreSQL)")
 	f.BoolVar(&o.managed, "managed", false, "run the managed PostgreSQL even when INTEGRESQL_PG*/PG* variables are set")
-	f.StringVar(&o.allowFrom, "allow-from", os.Getenv("PGFORK_ALLOW_FROM"), "admit HTTP clients from these networks only (CIDR,...; loopback always; env PGFORK_ALLOW_FROM); enough to listen beyond loopback without a token")
-	f.BoolVar(&o.insecureOpen, "insecure-open", envBool("PGFORK_INSECURE_OPEN"), "listen beyond loopback with no token and no allow-list: anyone who reaches the port controls its databases; only for a private container network (env PGFORK_INSECURE_OPEN)")
+	f.StringVar(&o.allowFrom, "allow-from", cl.getenv("PGFORK_ALLOW_FROM"), "admit HTTP clients from these networks only (CIDR,...; loopback always; env PGFORK_ALLOW_FROM); enough to listen beyond loopback without a token")
+	f.BoolVar(&o.insecureOpen, "insecure-open", cl.envBool("PGFORK_INSECURE_OPEN"), "listen beyond loopback with no token and no allow-list: anyone who reaches the port controls its databases; only for a private container network (env PGFORK_INSECURE_OPEN)")
 	f.BoolVar(&o.canClone, "can-clone", false, "with --pg-url: the server's data directory is on a reflink filesystem (XFS, btrfs, ZFS 2.2+), so the advisor may pick clone (PostgreSQL 18, file_copy_method=clone)")
-	f.StringVar(&o.token, "token", os.Getenv("PGFORK_TOKEN"), "require this token: 'Authorization: Bearer TOKEN', or the base URL http://HOST:PORT/TOKEN/api that IntegreSQL's clients accept (env PGFORK_TOKEN)")
+	f.StringVar(&o.token, "token", cl.getenv("PGFORK_TOKEN"), "require this token: 'Authorization: Bearer TOKEN', or the base URL http://HOST:PORT/TOKEN/api that IntegreSQL's clients accept (env PGFORK_TOKEN)")
 	f.StringVar(&o.socket, "socket", "", "also listen on this Unix socket (mode 0600)")
-	f.IntVar(&o.poolInit, "pool-init", envInt("INTEGRESQL_TEST_INITIAL_POOL_SIZE", n), "databases each pool keeps ready (env INTEGRESQL_TEST_INITIAL_POOL_SIZE)")
-	f.IntVar(&o.poolMax, "pool-max", envInt("INTEGRESQL_TEST_MAX_POOL_SIZE", 4*n), "databases per pool at most (env INTEGRESQL_TEST_MAX_POOL_SIZE)")
-	f.IntVar(&o.maxDatabases, "max-databases", envInt("PGFORK_MAX_DATABASES", 0), "test databases across all pools at most; idle pools are evicted LRU first (0: no limit)")
-	f.IntVar(&o.parallel, "parallel", envInt("INTEGRESQL_POOL_MAX_PARALLEL_TASKS", n), "concurrent creations per pool (env INTEGRESQL_POOL_MAX_PARALLEL_TASKS)")
+	f.IntVar(&o.poolInit, "pool-init", cl.envInt("INTEGRESQL_TEST_INITIAL_POOL_SIZE", n), "databases each pool keeps ready (env INTEGRESQL_TEST_INITIAL_POOL_SIZE)")
+	f.IntVar(&o.poolMax, "pool-max", cl.envInt("INTEGRESQL_TEST_MAX_POOL_SIZE", 4*n), "databases per pool at most (env INTEGRESQL_TEST_MAX_POOL_SIZE)")
+	f.IntVar(&o.maxDatabases, "max-databases", cl.envInt("PGFORK_MAX_DATABASES", 0), "test databases across all pools at most; idle pools are evicted LRU first (0: no limit)")
+	f.IntVar(&o.parallel, "parallel", cl.envInt("INTEGRESQL_POOL_MAX_PARALLEL_TASKS", n), "concurrent creations per pool (env INTEGRESQL_POOL_MAX_PARALLEL_TASKS)")
 	f.StringVar(&o.isolation, "isolation", "database", "database (a database per test) or cluster (a whole server per test, superuser; clusters under <state-dir>/serve-clusters)")
 	f.StringVar(&o.strategy, "strategy", "auto", "CREATE DATABASE strategy: auto (the advisor picks), default (no STRATEGY clause, as IntegreSQL), wal_log, file_copy, clone")
-	f.StringVar(&o.prefix, "db-prefix", envStr("INTEGRESQL_DB_PREFIX", "pgfork"), "database name prefix (env INTEGRESQL_DB_PREFIX)")
-	f.DurationVar(&o.finalizeTimeout, "finalize-timeout", envMS("INTEGRESQL_TEMPLATE_FINALIZE_TIMEOUT_MS", time.Minute), "how long a test request waits for its template to be finalized")
-	f.DurationVar(&o.getTimeout, "get-timeout", envMS("INTEGRESQL_TEST_DB_GET_TIMEOUT_MS", time.Minute), "how long a test request waits for a ready database")
-	f.DurationVar(&o.minLifetime, "min-lifetime", envMS("INTEGRESQL_TEST_DB_MINIMAL_LIFETIME_MS", 250*time.Millisecond), "when a pool is full, reclaim databases held longer than this with no session (0: never)")
+	f.StringVar(&o.prefix, "db-prefix", cl.envStr("INTEGRESQL_DB_PREFIX", "pgfork"), "database name prefix (env INTEGRESQL_DB_PREFIX)")
+	f.DurationVar(&o.finalizeTimeout, "finalize-timeout", cl.envMS("INTEGRESQL_TEMPLATE_FINALIZE_TIMEOUT_MS", time.Minute), "how long a test request waits for its template to be finalized")
+	f.DurationVar(&o.getTimeout, "get-timeout", cl.envMS("INTEGRESQL_TEST_DB_GET_TIMEOUT_MS", time.Minute), "how long a test request waits for a ready database")
+	f.DurationVar(&o.minLifetime, "min-lifetime", cl.envMS("INTEGRESQL_TEST_DB_MINIMAL_LIFETIME_MS", 250*time.Millisecond), "when a pool is full, reclaim databases held longer than this with no session (0: never)")
 	f.DurationVar(&o.poolIdle, "pool-idle", pool.DefaultIdleTimeout, "a pool grows toward demand up to --pool-max; after this long without requests it drops the ready databases beyond --pool-init (negative: never)")
-	f.StringVar(&o.testUser, "test-user", os.Getenv("INTEGRESQL_TEST_PGUSER"), "role owning test databases (managed default: pgfork; env INTEGRESQL_TEST_PGUSER)")
-	f.StringVar(&o.testPassword, "test-password", os.Getenv("INTEGRESQL_TEST_PGPASSWORD"), "its password (env INTEGRESQL_TEST_PGPASSWORD)")
-	f.StringVar(&o.rootTmpl, "root-template", envStr("INTEGRESQL_ROOT_TEMPLATE", "template0"), "database new templates are created from (env INTEGRESQL_ROOT_TEMPLATE)")
+	f.StringVar(&o.testUser, "test-user", cl.getenv("INTEGRESQL_TEST_PGUSER"), "role owning test databases (managed default: pgfork; env INTEGRESQL_TEST_PGUSER)")
+	f.StringVar(&o.testPassword, "test-password", cl.getenv("INTEGRESQL_TEST_PGPASSWORD"), "its password (env INTEGRESQL_TEST_PGPASSWORD)")
+	f.StringVar(&o.rootTmpl, "root-template", cl.envStr("INTEGRESQL_ROOT_TEMPLATE", "template0"), "database new templates are created from (env INTEGRESQL_ROOT_TEMPLATE)")
 	f.IntVar(&o.maxConns, "max-conns", server.DefaultMaxConns, "open HTTP connections at most; more wait to be accepted (idle keep-alive connections close after 60 s)")
 	f.BoolVar(&o.leastPrivilege, "least-privilege", false, "managed mode: hand out a role that may create databases but is not a superuser (default: a superuser of the private cluster)")
 	f.BoolVarP(&o.verbose, "verbose", "v", false, "log every request")
 	return cmd
 }
 
-func runServe(ctx context.Context, o *serveOpts) error {
+func (cl *cli) runServe(ctx context.Context, o *serveOpts) error {
 	if o.isolation != "database" && o.isolation != "cluster" {
 		return errs.New(errs.Usage, "bad --isolation %q", o.isolation).WithHint("use database or cluster")
 	}
@@ -305,132 +295,40 @@ func runServe(ctx context.Context, o *serveOpts) error {
 	if o.verbose {
 		level = slog.LevelDebug
 	}
-	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: level}))
-
-	reg := prometheus.NewRegistry()
-	metrics := server.NewMetrics(reg)
-	mcfg := pool.ManagerConfig{
-		Prefix: o.prefix, Initial: o.poolInit, Max: o.poolMax, Parallel: o.parallel,
-		MaxDatabases: o.maxDatabases, MinLifetime: o.minLifetime, IdleTimeout: o.poolIdle, FinalizeTimeout: o.finalizeTimeout,
-		GetTimeout: o.getTimeout, RootTemplate: o.rootTmpl, Observer: metrics,
-	}
-	// One serve per state directory: a second one would take the first
-	// one's managed PostgreSQL away (issue 19, F19).
-	release, err := serve.LockState(layout(), o.listen)
-	if err != nil {
-		return err
-	}
-	defer release()
-	b, err := openBackend(ctx, o, log, mcfg)
-	if err != nil {
-		return err
-	}
-	// Every exit path from here drops the test copies and stops what the
-	// backend runs (after the HTTP server's shutdown below).
-	defer func() {
-		sctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-		defer cancel()
-		if err := b.Close(sctx); err != nil {
-			log.Warn("shutting down the backend", "err", err)
-		}
-	}()
-	mgr, conn, owner := b.Manager, b.Conn, b.Owner
-	srv := server.New(server.Config{Manager: mgr, Conn: conn, Token: o.token, AllowFrom: o.allowNets, Logger: log, Registry: reg, Metrics: metrics})
-	hopts := server.HTTPOptions{LongestWait: o.finalizeTimeout + o.getTimeout, MaxConns: o.maxConns, Allowed: srv.AllowsIP}
-	hs := server.NewHTTPServer(srv, hopts)
-
-	if !server.IsLoopback(o.listen) && o.token == "" && len(o.allowNets) == 0 {
-		log.Warn("INSECURE: listening beyond loopback with no token and no --allow-from; anyone who reaches this port can create, read and drop its databases (--insecure-open)", "listen", o.listen)
-	}
-	ln, err := net.Listen("tcp", o.listen)
-	if err != nil {
-		return errs.Wrap(errs.Busy, err, "cannot listen on %s", o.listen).WithHint("choose another --listen port")
-	}
-	errc := make(chan error, 2)
-	go func() { errc <- hs.Serve(hopts.Listen(ln)) }()
-	if o.socket != "" {
-		sl, err := server.ListenUnix(o.socket)
-		if err != nil {
-			return err
-		}
-		defer sl.Close() // removes the socket
-		go func() { errc <- hs.Serve(hopts.Listen(sl)) }()
-	}
-	if o.isolation == "cluster" {
-		infof("pgfork serve: http://%s/api (a PostgreSQL cluster per test on %s, superuser %s)", ln.Addr(), conn.Host, owner)
-	} else {
-		infof("pgfork serve: http://%s/api (PostgreSQL on %s:%d, test databases owned by %s)", ln.Addr(), conn.Host, conn.Port, owner)
-	}
-	if g.json {
-		_ = printJSON(os.Stdout, map[string]any{"listen": ln.Addr().String(), "socket": o.socket, "pg_host": conn.Host, "pg_port": conn.Port})
-	}
-	select {
-	case <-ctx.Done():
-		infof("shutting down")
-	case err := <-errc:
-		if err != nil && !errors.Is(err, http.ErrServerClosed) {
-			return errs.Wrap(errs.Internal, err, "HTTP server failed")
-		}
-	}
-	sctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	_ = hs.Shutdown(sctx)
-	return nil
-}
-
-// openBackend picks the mode of the options and opens its backend: a
-// cluster per test (--isolation cluster), the managed PostgreSQL (no
-// server named), or the external server named by --pg-url or the
-// environment.
-func openBackend(ctx context.Context, o *serveOpts, log *slog.Logger, mcfg pool.ManagerConfig) (*serve.Backend, error) {
-	lay := layout()
-	onInfo := func(msg string) { infof("%s", msg) }
-	db := serve.DBOptions{Strategy: o.strategy, MaxConns: int32(2*o.parallel + 8)}
+	why := "no --pg-url, PGFORK_PG_URL, INTEGRESQL_PG* or PG* variable names a server"
 	switch {
-	case o.isolation == "cluster":
-		pg, user, err := pgAndUser()
-		if err != nil {
-			return nil, err
-		}
-		return serve.NewClusterIsolation(ctx, serve.ClusterOptions{Manager: mcfg, Layout: lay, PG: pg, User: user,
-			Role: o.testUser, Password: o.testPassword, OnInfo: onInfo})
-	case o.pgURL == "":
-		if o.testUser == managed.BootstrapRole && !o.testUserSet {
-			// IntegreSQL's usual INTEGRESQL_TEST_PGUSER=postgres: the managed
-			// cluster's own superuser, which pgfork never hands out or alters.
-			log.Warn("INTEGRESQL_TEST_PGUSER names the managed cluster's bootstrap superuser; handing out the managed superuser role instead",
-				"role", managed.DefaultRole)
-			o.testUser, o.testPassword = "", ""
-		}
-		why := "no --pg-url, PGFORK_PG_URL, INTEGRESQL_PG* or PG* variable names a server"
-		if o.managed {
-			why = "--managed"
-		}
-		log.Info("running a managed PostgreSQL server", "because", why)
-		pg, user, err := pgAndUser()
-		if err != nil {
-			return nil, err
-		}
-		return serve.NewManaged(ctx, serve.ManagedOptions{Manager: mcfg, DB: db, Layout: lay, PG: pg, User: user,
-			Role: o.testUser, Password: o.testPassword, LeastPrivilege: o.leastPrivilege, OnInfo: onInfo})
-	default:
-		conn, err := serve.ParseConn(o.pgURL)
-		if err != nil {
-			return nil, err
-		}
-		admin := conn.Username
-		if o.testUser != "" {
-			conn.Username, conn.Password = o.testUser, o.testPassword
-		}
-		if len(o.pgEnv) > 0 {
-			log.Info("using an external PostgreSQL server, as IntegreSQL would", "host", conn.Host, "port", conn.Port,
-				"user", admin, "because", strings.Join(o.pgEnv, ", ")+" set (pass --managed to run pgfork's own instead)")
-		} else {
-			log.Info("using the external PostgreSQL server of --pg-url/PGFORK_PG_URL", "host", conn.Host, "port", conn.Port, "user", admin)
-		}
-		// pgfork cannot see an external server's filesystem: the user says.
-		return serve.NewExternal(ctx, serve.ExternalOptions{Manager: mcfg, DB: db, AdminURL: o.pgURL, Conn: conn, CanClone: o.canClone})
+	case o.isolation == serve.IsolationCluster:
+		why = "--isolation cluster"
+	case o.pgURL != "" && len(o.pgEnv) > 0:
+		why = "as IntegreSQL would: " + strings.Join(o.pgEnv, ", ") + " set (pass --managed to run pgfork's own instead)"
+	case o.pgURL != "":
+		why = "--pg-url/PGFORK_PG_URL"
+	case o.managed:
+		why = "--managed"
 	}
+	return serve.Run(ctx, serve.Options{
+		Layout: cl.layout(), Listen: o.listen, Socket: o.socket, Token: o.token, AllowFrom: o.allowNets, MaxConns: o.maxConns,
+		Isolation: o.isolation, ExternalURL: o.pgURL, CanClone: o.canClone, Strategy: o.strategy,
+		Manager: pool.ManagerConfig{
+			Prefix: o.prefix, Initial: o.poolInit, Max: o.poolMax, Parallel: o.parallel,
+			MaxDatabases: o.maxDatabases, MinLifetime: o.minLifetime, IdleTimeout: o.poolIdle, FinalizeTimeout: o.finalizeTimeout,
+			GetTimeout: o.getTimeout, RootTemplate: o.rootTmpl,
+		},
+		Role: o.testUser, Password: o.testPassword, RoleGiven: o.testUserSet, LeastPrivilege: o.leastPrivilege,
+		FindPG: cl.pgAndUser, Why: why,
+		Log:    slog.New(slog.NewTextHandler(cl.stderr, &slog.HandlerOptions{Level: level})),
+		OnInfo: func(msg string) { cl.infof("%s", msg) },
+		OnReady: func(r serve.Ready) {
+			if r.Isolation == serve.IsolationCluster {
+				cl.infof("pgfork serve: http://%s/api (a PostgreSQL cluster per test on %s, superuser %s)", r.Listen, r.Conn.Host, r.Owner)
+			} else {
+				cl.infof("pgfork serve: http://%s/api (PostgreSQL on %s:%d, test databases owned by %s)", r.Listen, r.Conn.Host, r.Conn.Port, r.Owner)
+			}
+			if cl.g.json {
+				_ = printJSON(cl.stdout, map[string]any{"listen": r.Listen.String(), "socket": r.Socket, "pg_host": r.Conn.Host, "pg_port": r.Conn.Port})
+			}
+		},
+	})
 }
 
 // serve limits: large enough for any real suite, small enough that a typo
@@ -530,12 +428,12 @@ func parseCIDRs(list string) ([]*net.IPNet, error) {
 
 // pgAndUser finds the PostgreSQL build of the flags and the OS user it
 // runs as (--run-as).
-func pgAndUser() (pgbin.Installation, *instance.OSUser, error) {
-	pg, err := findPG()
+func (cl *cli) pgAndUser() (pgbin.Installation, *instance.OSUser, error) {
+	pg, err := cl.findPG()
 	if err != nil {
 		return pg, nil, err
 	}
-	user, err := instance.ResolveUser(g.runAs)
+	user, err := instance.ResolveUser(cl.g.runAs)
 	return pg, user, err
 }
 

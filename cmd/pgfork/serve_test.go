@@ -117,7 +117,7 @@ func (p *serveProc) call(t *testing.T, method, path, body string) (int, string) 
 // PostgreSQL outlives it; the next start recognises that postmaster as its
 // own, stops it and starts again with the finalized template kept.
 func TestServeCrashRecovery(t *testing.T) {
-	bin := upBinary(t)
+	bin := pgforkBinary(t)
 	home := testenv.Dir(t)
 	pgBin := testenv.PGBinDirs(t)[0]
 
@@ -162,7 +162,7 @@ func TestServeCrashRecovery(t *testing.T) {
 // not the cluster's postmaster (a reused pid) is never signalled; the stale
 // file is replaced and the server starts.
 func TestServeLeftoverStranger(t *testing.T) {
-	bin := upBinary(t)
+	bin := pgforkBinary(t)
 	home := testenv.Dir(t)
 	pgBin := testenv.PGBinDirs(t)[0]
 	s := startServe(t, bin, home, pgBin, nil)
@@ -225,7 +225,7 @@ func running(pid int) bool {
 // TestServeRefusesBadInput: bad flags and variables exit 2 before any
 // PostgreSQL starts (nothing is created under the state directory's serve/).
 func TestServeRefusesBadInput(t *testing.T) {
-	bin := upBinary(t)
+	bin := pgforkBinary(t)
 	pgBin := testenv.PGBinDirs(t)[0]
 	for _, c := range []struct {
 		env  []string
@@ -280,7 +280,7 @@ func TestServeRefusesBadInput(t *testing.T) {
 // cluster is started, and the log says why. INTEGRESQL_PGUSER without a
 // host means 127.0.0.1:5432 as for IntegreSQL, never a managed cluster.
 func TestServeExternalFromPGEnv(t *testing.T) {
-	bin := upBinary(t)
+	bin := pgforkBinary(t)
 	pgBin := testenv.PGBinDirs(t)[0]
 	u, err := instance.ResolveUser("")
 	if err != nil {
@@ -320,7 +320,7 @@ func TestServeExternalFromPGEnv(t *testing.T) {
 // address), and the first keeps serving. Before, the second started, stopped
 // the first one's PostgreSQL and left it answering 503.
 func TestServeOneStateDir(t *testing.T) {
-	bin := upBinary(t)
+	bin := pgforkBinary(t)
 	home := testenv.Dir(t)
 	pgBin := testenv.PGBinDirs(t)[0]
 	s := startServe(t, bin, home, pgBin, nil)

@@ -58,7 +58,7 @@ func spawnRefill(r up.Refill) error {
 	return cmd.Process.Release()
 }
 
-func newTemplateRefillCmd() *cobra.Command {
+func (cl *cli) newTemplateRefillCmd() *cobra.Command {
 	var n int
 	cmd := &cobra.Command{
 		Use:    "refill KEY",
@@ -73,20 +73,20 @@ func newTemplateRefillCmd() *cobra.Command {
 			// just started, and while later ups copy: it takes the CPU
 			// and the disk only when they are free. Best effort.
 			_ = proc.Background()
-			user, err := instance.ResolveUser(g.runAs)
+			user, err := instance.ResolveUser(cl.g.runAs)
 			if err != nil {
 				return err
 			}
-			o := template.RefillOptions{Spares: n, OnSkip: func(why string) { infof("refill stopped: %s", why) }}
+			o := template.RefillOptions{Spares: n, OnSkip: func(why string) { cl.infof("refill stopped: %s", why) }}
 			if user != nil {
 				o.Owner = user.Owner()
 			}
-			made, err := template.Refill(cmd.Context(), layout(), args[0], o)
+			made, err := template.Refill(cmd.Context(), cl.layout(), args[0], o)
 			if err != nil {
 				return err
 			}
-			infof("made %d spare(s) of template %s", made, args[0])
-			if g.json {
+			cl.infof("made %d spare(s) of template %s", made, args[0])
+			if cl.g.json {
 				return printJSON(cmd.OutOrStdout(), map[string]int{"made": made})
 			}
 			fmt.Fprintln(cmd.OutOrStdout(), made)

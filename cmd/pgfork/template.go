@@ -13,9 +13,7 @@ import (
 	"github.com/pgfork/pgfork/template"
 )
 
-func init() { rootCmd.AddCommand(newTemplateCmd()) }
-
-func newTemplateCmd() *cobra.Command {
+func (cl *cli) newTemplateCmd() *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "template",
 		Short: "List, remove and prune cached template clusters",
@@ -32,11 +30,11 @@ pruned. Removing a template removes its spare copies (see pgfork up
 		Args: usageArgs(cobra.NoArgs),
 		RunE: func(cmd *cobra.Command, _ []string) error { return cmd.Help() },
 	}
-	cmd.AddCommand(newTemplateLsCmd(), newTemplateRmCmd(), newTemplatePruneCmd(), newTemplateRefillCmd())
+	cmd.AddCommand(cl.newTemplateLsCmd(), cl.newTemplateRmCmd(), cl.newTemplatePruneCmd(), cl.newTemplateRefillCmd())
 	return cmd
 }
 
-func newTemplateLsCmd() *cobra.Command {
+func (cl *cli) newTemplateLsCmd() *cobra.Command {
 	return &cobra.Command{
 		Use:     "ls",
 		Aliases: []string{"list"},
@@ -48,19 +46,19 @@ and last use.`,
   pgfork template ls --json | jq -r '.[].key'`,
 		Args: usageArgs(cobra.NoArgs),
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			all, err := template.List(layout())
+			all, err := template.List(cl.layout())
 			if err != nil {
 				return err
 			}
 			out := cmd.OutOrStdout()
-			if g.json {
+			if cl.g.json {
 				if all == nil {
 					all = []template.Meta{}
 				}
 				return printJSON(out, all)
 			}
 			if len(all) == 0 {
-				infof("no templates; pgfork up builds one on first use")
+				cl.infof("no templates; pgfork up builds one on first use")
 				return nil
 			}
 			tw := tabwriter.NewWriter(out, 0, 4, 2, ' ', 0)
@@ -90,11 +88,11 @@ func setupSummary(m template.Meta) string {
 	return s
 }
 
-func newTemplateRmCmd() *cobra.Command {
+func (cl *cli) newTemplateRmCmd() *cobra.Command {
 	var all bool
 	cmd := &cobra.Command{
 		Use:               "rm KEY... | --all",
-		ValidArgsFunction: completeTemplates,
+		ValidArgsFunction: cl.completeTemplates,
 		Short:             "Remove cached templates",
 		Long: `Remove cached templates by key (or a unique prefix of one). A template that
 another pgfork is building or copying right now is not removed (exit code 6).
@@ -106,7 +104,7 @@ Clusters cloned from a template are independent and keep running.`,
 				return errs.New(errs.Usage, "give template keys or --all, not both or neither").
 					WithHint("see `pgfork template ls` for the keys")
 			}
-			lay := layout()
+			lay := cl.layout()
 			var keys []string
 			if all {
 				list, err := template.List(lay)
@@ -132,18 +130,18 @@ Clusters cloned from a template are independent and keep running.`,
 					if len(keys) == 1 {
 						return err
 					}
-					reportError(err)
+					cl.reportError(err)
 					if firstErr == nil {
 						firstErr = err
 					}
 					continue
 				}
 				removed = append(removed, k)
-				if !g.json {
+				if !cl.g.json {
 					fmt.Fprintln(cmd.OutOrStdout(), k)
 				}
 			}
-			if g.json {
+			if cl.g.json {
 				if err := printJSON(cmd.OutOrStdout(), map[string]any{"removed": removed}); err != nil {
 					return err
 				}
@@ -159,7 +157,7 @@ Clusters cloned from a template are independent and keep running.`,
 	return cmd
 }
 
-func newTemplatePruneCmd() *cobra.Command {
+func (cl *cli) newTemplatePruneCmd() *cobra.Command {
 	var olderThan time.Duration
 	cmd := &cobra.Command{
 		Use:   "prune",
@@ -175,11 +173,11 @@ copied are skipped.`,
 			if olderThan < 0 {
 				return errs.New(errs.Usage, "--older-than must not be negative").WithHint("e.g. --older-than 24h")
 			}
-			res, err := template.Prune(cmd.Context(), layout(), olderThan)
+			res, err := template.Prune(cmd.Context(), cl.layout(), olderThan)
 			if err != nil {
 				return err
 			}
-			if g.json {
+			if cl.g.json {
 				return printJSON(cmd.OutOrStdout(), res)
 			}
 			var freed int64
@@ -188,9 +186,9 @@ copied are skipped.`,
 				freed += m.Size
 			}
 			for _, m := range res.Busy {
-				infof("kept %s: in use", m.Key)
+				cl.infof("kept %s: in use", m.Key)
 			}
-			infof("removed %d template(s), %s", len(res.Removed), units.Bytes(freed))
+			cl.infof("removed %d template(s), %s", len(res.Removed), units.Bytes(freed))
 			return nil
 		},
 	}

@@ -18,8 +18,6 @@ import (
 	"github.com/pgfork/pgfork/up"
 )
 
-func init() { rootCmd.AddCommand(newUpCmd()) }
-
 const reaperHelp = `Forgotten clusters: give a cluster --ttl DUR (it is removed once that long
 has passed since it started) and/or --parent-pid PID (it is removed once that
 process exits; "parent" means the process that ran pgfork). pgfork has no
@@ -27,7 +25,7 @@ daemon: every pgfork up, ls and down first runs a cheap reaper that stops and
 removes expired and orphaned clusters, and removes dead ones (server crashed or
 killed, machine rebooted, leftovers of an interrupted up).`
 
-func newUpCmd() *cobra.Command {
+func (cl *cli) newUpCmd() *cobra.Command {
 	var (
 		setup      []string
 		setupCmd   string
@@ -90,7 +88,7 @@ As root, postgres runs as --run-as (default postgres).
 				return err
 			}
 			if !cmd.Flags().Changed("spares") {
-				if n, ok, err := sparesFromEnv(); err != nil {
+				if n, ok, err := cl.sparesFromEnv(); err != nil {
 					return err
 				} else if ok {
 					spares = n
@@ -99,24 +97,24 @@ As root, postgres runs as --run-as (default postgres).
 			if err := checkIntRange("--spares (or "+envSpares+")", spares, 0, template.MaxSpares, "--spares 2, or 0 for none"); err != nil {
 				return err
 			}
-			if err := useVolume(cmd.Context(), volumeMode); err != nil {
+			if err := cl.useVolume(cmd.Context(), volumeMode); err != nil {
 				return err
 			}
-			lay := layout()
+			lay := cl.layout()
 			res, err := up.Up(cmd.Context(), up.Options{
-				Layout: lay, FindPG: func() (pgbin.Installation, error) { return findPGCached(lay) }, RunAs: g.runAs,
+				Layout: lay, FindPG: func() (pgbin.Installation, error) { return cl.findPGCached(lay) }, RunAs: cl.g.runAs,
 				Setup: setup, SetupCmd: setupCmd, Name: name, TCP: tcp, TTL: ttl,
 				ParentPid: ppid, Superuser: superuser, Spares: spares,
-				Refill: spawnRefill, OnInfo: func(msg string) { infof("%s", msg) },
+				Refill: spawnRefill, OnInfo: func(msg string) { cl.infof("%s", msg) },
 			})
 			if err != nil {
 				return err
 			}
-			if !g.json {
-				infof("cluster %s (PostgreSQL %s) ready in %s; remove it with `pgfork down %s`", res.Name, res.PGVersion,
+			if !cl.g.json {
+				cl.infof("cluster %s (PostgreSQL %s) ready in %s; remove it with `pgfork down %s`", res.Name, res.PGVersion,
 					(time.Duration(res.Timings["total"]) * time.Microsecond).Round(time.Millisecond), res.Name)
 			}
-			if g.json {
+			if cl.g.json {
 				return printJSON(cmd.OutOrStdout(), res)
 			}
 			fmt.Fprintln(cmd.OutOrStdout(), res.URL)
@@ -131,7 +129,7 @@ As root, postgres runs as --run-as (default postgres).
 	f.DurationVar(&ttl, "ttl", 0, "remove the cluster this long after it starts (e.g. 30m; default: never)")
 	f.StringVar(&parentPid, "parent-pid", "", `remove the cluster once process PID exits ("parent": pgfork's parent process)`)
 	f.StringVar(&superuser, "superuser", "postgres", "database superuser name")
-	addVolumeFlag(f, &volumeMode)
+	cl.addVolumeFlag(f, &volumeMode)
 	f.IntVar(&spares, "spares", defaultSpares, fmt.Sprintf("spare copies of the template to keep ready, 0 to %d (0: copy on every up; env PGFORK_SPARES)", template.MaxSpares))
 	return cmd
 }
@@ -156,8 +154,8 @@ func parseParentPid(s string) (int, error) {
 }
 
 // reap runs the cluster reaper and reports what it removed.
-func reap(ctx context.Context, lay statedir.Layout) {
-	up.Reap(ctx, lay, func(msg string) { infof("%s", msg) })
+func (cl *cli) reap(ctx context.Context, lay statedir.Layout) {
+	up.Reap(ctx, lay, func(msg string) { cl.infof("%s", msg) })
 }
 
 func syscallKill0(pid int) error {

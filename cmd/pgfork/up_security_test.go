@@ -105,7 +105,7 @@ func TestNumericFlagsBounded(t *testing.T) {
 // TestUpInitdbNoSpace: a full disk while up builds its template (initdb)
 // exits 7 (no space), not 1, and leaves no template or cluster behind.
 func TestUpInitdbNoSpace(t *testing.T) {
-	bin := upBinary(t)
+	bin := pgforkBinary(t)
 	pgBin := testenv.PGBinDirs(t)[0]
 	dir := testenv.SmallFSDir(t)
 	home := filepath.Join(dir, "home")

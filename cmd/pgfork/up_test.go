@@ -25,17 +25,8 @@ import (
 	"github.com/pgfork/pgfork/up"
 )
 
-// upBinary builds pgfork once per test into a directory every user can run it from.
-func upBinary(t *testing.T) string {
-	t.Helper()
-	bin := filepath.Join(testenv.Dir(t), "pgfork")
-	if out, err := exec.Command("go", "build", "-o", bin, ".").CombinedOutput(); err != nil {
-		t.Fatalf("go build: %v\n%s", err, out)
-	}
-	return bin
-}
-
-// pgfk runs the pgfork binary with PGFORK_HOME=home.
+// pgfk runs pgfork in-process with --state-dir home (bin, the pgfork
+// binary, for what needs a process of its own).
 type pgfk struct {
 	t         *testing.T
 	bin, home string
@@ -56,7 +47,7 @@ func newPgfk(t *testing.T, bin, home, pgBin string) *pgfk {
 // binary, the first PostgreSQL build under test and a fresh home.
 func newTestPgfk(t *testing.T) *pgfk {
 	t.Helper()
-	bin := upBinary(t)
+	bin := pgforkBinary(t)
 	pgBin := testenv.PGBinDirs(t)[0]
 	return newPgfk(t, bin, testenv.Dir(t), pgBin)
 }
@@ -106,19 +97,7 @@ func waitSpare(t *testing.T, home, key string, n int) []string {
 
 func (p *pgfk) run(args ...string) cliResult {
 	p.t.Helper()
-	cmd := exec.Command(p.bin, append([]string{"--state-dir", p.home, "--pg-bin", p.pgBin}, args...)...)
-	var o, e bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &o, &e
-	cmd.Env = append(os.Environ(), p.extraEnv...)
-	err := cmd.Run()
-	var ee *exec.ExitError
-	code := 0
-	if errors.As(err, &ee) {
-		code = ee.ExitCode()
-	} else if err != nil {
-		p.t.Fatal(err)
-	}
-	return cliResult{code, o.String(), e.String()}
+	return runInProcessEnv(p.t, p.extraEnv, append([]string{"--state-dir", p.home, "--pg-bin", p.pgBin}, args...)...)
 }
 
 func (p *pgfk) up(args ...string) up.Result {
@@ -216,7 +195,7 @@ func dirNames(t *testing.T, d string) []string {
 // --tcp) build the template once, and all 8 clusters run, each on its own
 // socket directory or port, with the setup (SQL files and command) applied.
 func TestUpConcurrentBuildsTemplateOnce(t *testing.T) {
-	bin := upBinary(t)
+	bin := pgforkBinary(t)
 	for _, pgBin := range testenv.PGBinDirs(t) {
 		t.Run(filepath.Base(filepath.Dir(pgBin)), func(t *testing.T) {
 			home := testenv.Dir(t)
@@ -534,7 +513,7 @@ func TestReaper(t *testing.T) {
 // the template.
 func TestUpXFS(t *testing.T) {
 	home := testenv.XFSDir(t)
-	bin := upBinary(t)
+	bin := pgforkBinary(t)
 	for _, pgBin := range testenv.PGBinDirs(t) {
 		t.Run(filepath.Base(filepath.Dir(pgBin)), func(t *testing.T) {
 			p := newPgfk(t, bin, home, pgBin)

@@ -26,10 +26,10 @@ type pgCache struct {
 
 func pgCachePath(lay statedir.Layout) string { return filepath.Join(lay.Run(), "up-pg.json") }
 
-func pgCacheKey(lay statedir.Layout, binDir string) string {
+func (cl *cli) pgCacheKey(lay statedir.Layout, binDir string) string {
 	h := fnv.New64a()
-	fmt.Fprintf(h, "%s\x00%s\x00%s\x00%s\x00%s\x00", g.pgBin, g.pgMajor, os.Getenv(pgbin.EnvBin), os.Getenv("PATH"), lay.Root)
-	dirs := filepath.SplitList(os.Getenv("PATH"))
+	fmt.Fprintf(h, "%s\x00%s\x00%s\x00%s\x00%s\x00", cl.g.pgBin, cl.g.pgMajor, cl.getenv(pgbin.EnvBin), cl.getenv("PATH"), lay.Root)
+	dirs := filepath.SplitList(cl.getenv("PATH"))
 	dirs = append(dirs, pgbin.SearchDirs(lay.Root)...)
 	if binDir != "" {
 		dirs = append(dirs, binDir, filepath.Join(binDir, "postgres"))
@@ -45,18 +45,18 @@ func pgCacheKey(lay statedir.Layout, binDir string) string {
 }
 
 // findPGCached is findPG with the answer remembered between runs.
-func findPGCached(lay statedir.Layout) (pgbin.Installation, error) {
+func (cl *cli) findPGCached(lay statedir.Layout) (pgbin.Installation, error) {
 	if b, err := os.ReadFile(pgCachePath(lay)); err == nil {
 		var c pgCache
-		if json.Unmarshal(b, &c) == nil && c.Inst.BinDir != "" && c.Key == pgCacheKey(lay, c.Inst.BinDir) {
+		if json.Unmarshal(b, &c) == nil && c.Inst.BinDir != "" && c.Key == cl.pgCacheKey(lay, c.Inst.BinDir) {
 			return c.Inst, nil
 		}
 	}
-	in, err := findPG()
+	in, err := cl.findPG()
 	if err != nil {
 		return in, err
 	}
-	if b, err := json.Marshal(pgCache{Key: pgCacheKey(lay, in.BinDir), Inst: in}); err == nil {
+	if b, err := json.Marshal(pgCache{Key: cl.pgCacheKey(lay, in.BinDir), Inst: in}); err == nil {
 		_ = os.MkdirAll(lay.Run(), 0o755)
 		_ = fsutil.ReplaceFile(pgCachePath(lay), b, 0o644) // a cache: losing it costs one search
 	}

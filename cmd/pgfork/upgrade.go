@@ -4,14 +4,12 @@ import (
 	"bufio"
 	"fmt"
 	"io"
-	"os"
 	"runtime"
 	"strconv"
 	"strings"
 	"time"
 
 	"github.com/spf13/cobra"
-	"golang.org/x/term"
 
 	"github.com/pgfork/pgfork/instance"
 	"github.com/pgfork/pgfork/internal/errs"
@@ -19,8 +17,6 @@ import (
 	"github.com/pgfork/pgfork/pgbin"
 	"github.com/pgfork/pgfork/upgrade"
 )
-
-func init() { rootCmd.AddCommand(newUpgradeCmd()) }
 
 type upgradeFlags struct {
 	to                   string
@@ -34,7 +30,7 @@ type upgradeFlags struct {
 	noAnalyze            bool
 }
 
-func newUpgradeCmd() *cobra.Command {
+func (cl *cli) newUpgradeCmd() *cobra.Command {
 	var f upgradeFlags
 	cmd := &cobra.Command{
 		Use:   "upgrade OLD_DATADIR NEW_DATADIR --to MAJOR",
@@ -86,7 +82,7 @@ by the next one.`,
   # hard links, no copy-on-write filesystem: the old cluster is gone afterwards
   pgfork upgrade /srv/pg15 /srv/pg18 --to 18 --mode link --yes --json`,
 		Args: usageArgs(cobra.ExactArgs(2)),
-		RunE: func(cmd *cobra.Command, args []string) error { return runUpgrade(cmd, args, f) },
+		RunE: func(cmd *cobra.Command, args []string) error { return cl.runUpgrade(cmd, args, f) },
 	}
 	fl := cmd.Flags()
 	fl.StringVar(&f.to, "to", "", "target PostgreSQL major version, e.g. 18 (required)")
@@ -105,7 +101,7 @@ by the next one.`,
 	return cmd
 }
 
-func runUpgrade(cmd *cobra.Command, args []string, f upgradeFlags) error {
+func (cl *cli) runUpgrade(cmd *cobra.Command, args []string, f upgradeFlags) error {
 	ctx := cmd.Context()
 	if f.to == "" {
 		return errs.New(errs.Usage, "--to is required").WithHint("pass the target major, e.g. --to 18")
@@ -139,31 +135,31 @@ func runUpgrade(cmd *cobra.Command, args []string, f upgradeFlags) error {
 	case f.rehearseOnly:
 		rh = upgrade.RehearseOnly
 	}
-	user, err := instance.ResolveUser(g.runAs)
+	user, err := instance.ResolveUser(cl.g.runAs)
 	if err != nil {
 		return err
 	}
-	oldB, newB, err := upgrade.FindInstalls(pgbin.Options{StateDir: layout().Root}, args[0], to, f.oldBin, f.newBin)
+	oldB, newB, err := upgrade.FindInstalls(pgbin.Options{StateDir: cl.layout().Root}, args[0], to, f.oldBin, f.newBin)
 	if err != nil {
 		return err
 	}
-	ep := &eventPrinter{}
+	ep := &eventPrinter{cl: cl}
 	opts := upgrade.Options{
 		OldDir: args[0], NewDir: args[1], Old: oldB, New: newB,
 		Mode: mode, Jobs: f.jobs, Rehearse: rh, CheckOnly: f.check,
 		StopOld: f.stopOld, Confirmed: f.yes, Superuser: f.superuser, NoAnalyze: f.noAnalyze,
 		User: user, OnEvent: ep.event,
 	}
-	if !f.yes && term.IsTerminal(int(os.Stdin.Fd())) && !g.json {
-		opts.Confirm = func(warning string) bool { return confirm(os.Stdin, os.Stderr, warning) }
+	if !f.yes && isTerminal(cl.stdin) && !cl.g.json {
+		opts.Confirm = func(warning string) bool { return confirm(cl.stdin, cl.stderr, warning) }
 	}
-	infof("upgrading %s (PostgreSQL %s) to %s (PostgreSQL %s)", args[0], oldB.Version, args[1], newB.Version)
+	cl.infof("upgrading %s (PostgreSQL %s) to %s (PostgreSQL %s)", args[0], oldB.Version, args[1], newB.Version)
 	res, err := upgrade.Run(ctx, opts)
 	ep.done()
 	if err != nil {
 		return err
 	}
-	if g.json {
+	if cl.g.json {
 		return printJSON(cmd.OutOrStdout(), res)
 	}
 	printUpgradeSummary(cmd.OutOrStdout(), res)
@@ -180,12 +176,13 @@ func confirm(in io.Reader, out io.Writer, warning string) bool {
 // eventPrinter shows an upgrade's progress on stderr: phases, pg_upgrade's
 // steps as they happen, and a bar while data files are transferred.
 type eventPrinter struct {
+	cl    *cli
 	bar   *byteProgress
 	start map[string]time.Time
 }
 
 func (p *eventPrinter) event(e upgrade.Event) {
-	if g.quiet {
+	if p.cl.g.quiet {
 		return
 	}
 	if p.start == nil {
@@ -193,15 +190,15 @@ func (p *eventPrinter) event(e upgrade.Event) {
 	}
 	switch {
 	case e.Message != "":
-		infof("  %s", e.Message)
+		p.cl.infof("  %s", e.Message)
 	case e.TotalBytes > 0:
 		if p.bar == nil {
-			p.bar = newByteProgress("  transferring")
+			p.bar = p.cl.newByteProgress("  transferring")
 		}
 		p.bar.Update(e.Bytes, e.TotalBytes)
 	case e.Step != "" && !e.Done:
 		p.start[e.Step] = time.Now()
-		infof("  [%s] %s ...", e.Phase, e.Step)
+		p.cl.infof("  [%s] %s ...", e.Phase, e.Step)
 	case e.Step != "" && e.Done:
 		if p.bar != nil {
 			p.bar.Done()
@@ -211,10 +208,10 @@ func (p *eventPrinter) event(e upgrade.Event) {
 		if t, ok := p.start[e.Step]; ok {
 			el = " (" + time.Since(t).Round(10*time.Millisecond).String() + ")"
 		}
-		infof("  [%s] %s: %s%s", e.Phase, e.Step, e.Status, el)
+		p.cl.infof("  [%s] %s: %s%s", e.Phase, e.Step, e.Status, el)
 	case !e.Done:
 		p.start[e.Phase] = time.Now()
-		infof("%s ...", e.Phase)
+		p.cl.infof("%s ...", e.Phase)
 	}
 }
 

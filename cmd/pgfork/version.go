@@ -73,11 +73,12 @@ func (v versionInfo) String() string {
 	return fmt.Sprintf("pgfork %s (commit %s, built %s, %s, %s)", v.Version, c, v.BuildDate, v.Go, v.Platform)
 }
 
-func init() {
-	rootCmd.Version = buildInfo().Version
-	rootCmd.SetVersionTemplate("{{printf \"%s\" .Annotations.version}}\n")
-	rootCmd.Annotations = map[string]string{"version": buildInfo().String()}
-	rootCmd.AddCommand(&cobra.Command{
+// addVersion gives root its --version flag and version command.
+func (cl *cli) addVersion(root *cobra.Command) {
+	root.Version = buildInfo().Version
+	root.SetVersionTemplate("{{printf \"%s\" .Annotations.version}}\n")
+	root.Annotations = map[string]string{"version": buildInfo().String()}
+	root.AddCommand(&cobra.Command{
 		Use:   "version",
 		Short: "Print pgfork's version, commit and build date",
 		Example: `  pgfork version
@@ -86,7 +87,7 @@ func init() {
 		Args: usageArgs(cobra.NoArgs),
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			v := buildInfo()
-			if g.json {
+			if cl.g.json {
 				return printJSON(cmd.OutOrStdout(), v)
 			}
 			fmt.Fprintln(cmd.OutOrStdout(), v.String())

@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"sync"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -19,9 +18,7 @@ import (
 	"github.com/pgfork/pgfork/volume"
 )
 
-func init() { rootCmd.AddCommand(newVolumeCmd()) }
-
-func newVolumeCmd() *cobra.Command {
+func (cl *cli) newVolumeCmd() *cobra.Command {
 	c := &cobra.Command{
 		Use:   "volume",
 		Short: "A reflink volume for pgfork's state where the disk cannot clone (ext4)",
@@ -38,7 +35,7 @@ any pgfork command run as root re-attaches it, as does 'pgfork volume attach';
 'pgfork volume rm' unmounts it, detaches the loop device pgfork attached and
 removes the image: everything on the volume is lost.`,
 	}
-	c.AddCommand(newVolumeCreateCmd(), newVolumeAttachCmd(), newVolumeLsCmd(), newVolumeRmCmd(), newVolumeGrowCmd())
+	c.AddCommand(cl.newVolumeCreateCmd(), cl.newVolumeAttachCmd(), cl.newVolumeLsCmd(), cl.newVolumeRmCmd(), cl.newVolumeGrowCmd())
 	return c
 }
 
@@ -53,7 +50,7 @@ func parseSizeFlag(s string) (int64, error) {
 	return n, nil
 }
 
-func newVolumeCreateCmd() *cobra.Command {
+func (cl *cli) newVolumeCreateCmd() *cobra.Command {
 	var size, fsType string
 	var force bool
 	c := &cobra.Command{
@@ -67,11 +64,11 @@ func newVolumeCreateCmd() *cobra.Command {
 			if err != nil {
 				return err
 			}
-			r, err := volume.Create(cmd.Context(), baseStateDir(), volume.Options{Size: n, FS: fsType}, force)
+			r, err := volume.Create(cmd.Context(), cl.baseStateDir(), volume.Options{Size: n, FS: fsType}, force)
 			if err != nil {
 				return err
 			}
-			return printVolume(cmd.OutOrStdout(), r)
+			return cl.printVolume(cmd.OutOrStdout(), r)
 		},
 	}
 	c.Flags().StringVar(&size, "size", "", "size of the image (sparse), e.g. 20G (default: half the free space, at most 32G)")
@@ -80,39 +77,39 @@ func newVolumeCreateCmd() *cobra.Command {
 	return c
 }
 
-func newVolumeAttachCmd() *cobra.Command {
+func (cl *cli) newVolumeAttachCmd() *cobra.Command {
 	return &cobra.Command{
 		Use:   "attach",
 		Short: "Mount the recorded volume again (after an unmount or a reboot)",
 		Args:  usageArgs(cobra.NoArgs),
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			r, err := volume.Attach(cmd.Context(), baseStateDir())
+			r, err := volume.Attach(cmd.Context(), cl.baseStateDir())
 			if err != nil {
 				return err
 			}
-			return printVolume(cmd.OutOrStdout(), r)
+			return cl.printVolume(cmd.OutOrStdout(), r)
 		},
 	}
 }
 
-func newVolumeLsCmd() *cobra.Command {
+func (cl *cli) newVolumeLsCmd() *cobra.Command {
 	return &cobra.Command{
 		Use:   "ls",
 		Short: "Show the volume recorded for the state directory",
 		Args:  usageArgs(cobra.NoArgs),
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			s, err := volume.Stat(baseStateDir())
+			s, err := volume.Stat(cl.baseStateDir())
 			if errs.KindOf(err) == errs.NotFound {
-				if g.json {
+				if cl.g.json {
 					return printJSON(cmd.OutOrStdout(), []any{})
 				}
-				infof("no volume recorded for %s (create one: %s)", baseStateDir(), asRoot("pgfork volume create"))
+				cl.infof("no volume recorded for %s (create one: %s)", cl.baseStateDir(), asRoot("pgfork volume create"))
 				return nil
 			}
 			if err != nil {
 				return err
 			}
-			if g.json {
+			if cl.g.json {
 				return printJSON(cmd.OutOrStdout(), []*volume.Status{s})
 			}
 			w := cmd.OutOrStdout()
@@ -123,22 +120,22 @@ func newVolumeLsCmd() *cobra.Command {
 	}
 }
 
-func newVolumeRmCmd() *cobra.Command {
+func (cl *cli) newVolumeRmCmd() *cobra.Command {
 	return &cobra.Command{
 		Use:   "rm",
 		Short: "Unmount the volume, detach its loop device, remove its image (data lost)",
 		Args:  usageArgs(cobra.NoArgs),
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			if err := volume.Remove(cmd.Context(), baseStateDir()); err != nil {
+			if err := volume.Remove(cmd.Context(), cl.baseStateDir()); err != nil {
 				return err
 			}
-			infof("volume of %s removed", baseStateDir())
+			cl.infof("volume of %s removed", cl.baseStateDir())
 			return nil
 		},
 	}
 }
 
-func newVolumeGrowCmd() *cobra.Command {
+func (cl *cli) newVolumeGrowCmd() *cobra.Command {
 	var size string
 	c := &cobra.Command{
 		Use:     "grow --size N",
@@ -153,19 +150,19 @@ func newVolumeGrowCmd() *cobra.Command {
 			if n == 0 {
 				return errs.New(errs.Usage, "--size is required").WithHint("e.g. pgfork volume grow --size 40G")
 			}
-			r, err := volume.Grow(cmd.Context(), baseStateDir(), n)
+			r, err := volume.Grow(cmd.Context(), cl.baseStateDir(), n)
 			if err != nil {
 				return err
 			}
-			return printVolume(cmd.OutOrStdout(), r)
+			return cl.printVolume(cmd.OutOrStdout(), r)
 		},
 	}
 	c.Flags().StringVar(&size, "size", "", "new size of the image, e.g. 40G")
 	return c
 }
 
-func printVolume(w io.Writer, r *volume.Record) error {
-	if g.json {
+func (cl *cli) printVolume(w io.Writer, r *volume.Record) error {
+	if cl.g.json {
 		return printJSON(w, r)
 	}
 	fmt.Fprintf(w, "volume %s (%s, %s) mounted at %s via %s\n", r.Image, r.FS, units.Bytes(r.Size), r.Mount, r.Loop)
@@ -174,28 +171,26 @@ func printVolume(w io.Writer, r *volume.Record) error {
 	return nil
 }
 
-var attachOnce sync.Once
-
 // attachVolumeOnce re-attaches, as root, the volume recorded for base when
 // its state directory d is missing (after an unmount or a reboot). Errors
 // are left for statedir.Layout.Ensure to report.
-func attachVolumeOnce(base, d string) {
+func (cl *cli) attachVolumeOnce(base, d string) {
 	if d == base || os.Geteuid() != 0 {
 		return
 	}
-	attachOnce.Do(func() {
+	cl.attachOnce.Do(func() {
 		if _, err := os.Lstat(d); err == nil {
 			return
 		}
 		if _, err := volume.Attach(context.Background(), base); err == nil {
-			infof("re-attached the pgfork volume of %s", base)
+			cl.infof("re-attached the pgfork volume of %s", base)
 		}
 	})
 }
 
 // volumeErrHint names the volume in errors it explains: full (exit 7, how to
 // grow it) and recorded but not attached (how to attach it).
-func volumeErrHint(err error) error {
+func (cl *cli) volumeErrHint(err error) error {
 	if errors.Is(err, statedir.ErrVolumeDetached) {
 		return errs.Wrap(errs.NotFound, err, "the pgfork volume is not attached").
 			WithCLI("%s (or %s)", asRoot("pgfork volume attach"), asRoot("pgfork volume create"))
@@ -203,7 +198,7 @@ func volumeErrHint(err error) error {
 	if errs.KindOf(err) != errs.NoSpace {
 		return err
 	}
-	base := baseStateDir()
+	base := cl.baseStateDir()
 	if statedir.Resolve(base) == base {
 		return err
 	}
@@ -216,15 +211,15 @@ func volumeErrHint(err error) error {
 }
 
 // addVolumeFlag adds --volume to up and serve.
-func addVolumeFlag(f *pflag.FlagSet, v *string) {
-	f.StringVar(v, "volume", os.Getenv("PGFORK_VOLUME"), `"auto": keep pgfork's state on the recorded reflink volume (re-attached if needed), or create one when root and none exists and the disk cannot clone (env PGFORK_VOLUME)`)
+func (cl *cli) addVolumeFlag(f *pflag.FlagSet, v *string) {
+	f.StringVar(v, "volume", cl.getenv("PGFORK_VOLUME"), `"auto": keep pgfork's state on the recorded reflink volume (re-attached if needed), or create one when root and none exists and the disk cannot clone (env PGFORK_VOLUME)`)
 }
 
 // useVolume applies --volume: "" does nothing (a recorded volume is used
 // anyway); "auto" attaches the recorded volume or, as root, creates one
 // where the state directory cannot clone. Without root and without a
 // volume it goes on without one, saying so.
-func useVolume(ctx context.Context, mode string) error {
+func (cl *cli) useVolume(ctx context.Context, mode string) error {
 	switch mode {
 	case "":
 		return nil
@@ -232,7 +227,7 @@ func useVolume(ctx context.Context, mode string) error {
 	default:
 		return errs.New(errs.Usage, "bad --volume %q", mode).WithHint(`use --volume auto`)
 	}
-	base := baseStateDir()
+	base := cl.baseStateDir()
 	if _, err := volume.Load(base); err == nil {
 		if os.Geteuid() != 0 {
 			return nil // attached or not, layout().Ensure says which
@@ -241,7 +236,7 @@ func useVolume(ctx context.Context, mode string) error {
 		return err
 	}
 	if os.Geteuid() != 0 {
-		infof("--volume auto: no volume recorded for %s and not root; going on without one (create it: %s)", base, asRoot("pgfork volume create"))
+		cl.infof("--volume auto: no volume recorded for %s and not root; going on without one (create it: %s)", base, asRoot("pgfork volume create"))
 		return nil
 	}
 	r, err := volume.Create(ctx, base, volume.Options{}, false)
@@ -251,7 +246,7 @@ func useVolume(ctx context.Context, mode string) error {
 	if err != nil {
 		return err
 	}
-	infof("created the pgfork volume %s (%s) mounted at %s", r.Image, units.Bytes(r.Size), r.Mount)
+	cl.infof("created the pgfork volume %s (%s) mounted at %s", r.Image, units.Bytes(r.Size), r.Mount)
 	return nil
 }
 
@@ -265,9 +260,9 @@ type volumeAdvice struct {
 	Command  string          `json:"command,omitempty"`
 }
 
-func adviseVolume(ctx context.Context, dir string, p *clone.ProbeResult) *volumeAdvice {
+func (cl *cli) adviseVolume(ctx context.Context, dir string, p *clone.ProbeResult) *volumeAdvice {
 	a := &volumeAdvice{}
-	if s, err := volume.Stat(baseStateDir()); err == nil {
+	if s, err := volume.Stat(cl.baseStateDir()); err == nil {
 		a.Recorded = s
 	}
 	if p.Clone {

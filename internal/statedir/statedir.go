@@ -50,14 +50,18 @@ var ErrVolumeDetached = errors.New("the reflink volume recorded for this state d
 
 // Base returns the state directory chosen by the environment, before a
 // recorded volume moves it (Resolve).
-func Base() string {
-	if d := os.Getenv(EnvHome); d != "" {
+func Base() string { return BaseFrom(os.Getenv) }
+
+// BaseFrom is Base with the environment read through getenv (a front end
+// that runs with an environment of its own, as the CLI under test does).
+func BaseFrom(getenv func(string) string) string {
+	if d := getenv(EnvHome); d != "" {
 		return d
 	}
 	if os.Geteuid() == 0 {
 		return "/var/lib/pgfork"
 	}
-	if d := os.Getenv("XDG_STATE_HOME"); d != "" {
+	if d := getenv("XDG_STATE_HOME"); d != "" {
 		return filepath.Join(d, "pgfork")
 	}
 	if h, err := os.UserHomeDir(); err == nil {

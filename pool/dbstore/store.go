@@ -188,7 +188,7 @@ func OpenAdmin(ctx context.Context, url string, maxConns int32) (*pgxpool.Pool, 
 	}
 	if err := p.Ping(ctx); err != nil {
 		p.Close()
-		return nil, errs.Wrap(errs.Internal, err, "cannot connect to PostgreSQL").WithHint("check --pg-url (or INTEGRESQL_PG*) and that the server runs")
+		return nil, errs.Wrap(errs.Internal, err, "cannot connect to PostgreSQL").WithHint("check the PostgreSQL URL (or INTEGRESQL_PG*) and that the server runs").WithCLI("--pg-url")
 	}
 	return p, nil
 }

@@ -1,0 +1,206 @@
+package serve
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"net"
+	"net/http"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/pgfork/pgfork/instance"
+	"github.com/pgfork/pgfork/internal/errs"
+	"github.com/pgfork/pgfork/internal/statedir"
+	"github.com/pgfork/pgfork/pgbin"
+	"github.com/pgfork/pgfork/pool"
+	"github.com/pgfork/pgfork/server"
+	"github.com/pgfork/pgfork/server/managed"
+)
+
+// Isolation modes of Options.Isolation.
+const (
+	IsolationDatabase = "database" // a database per test, in one server
+	IsolationCluster  = "cluster"  // a whole cluster per test
+)
+
+// Options shape Run. The caller (the CLI) has checked them: ranges, the
+// token's form, the allow-list parsed.
+type Options struct {
+	// Layout is pgfork's state directory; one Run at a time holds it
+	// (LockState).
+	Layout statedir.Layout
+	// Listen is the TCP address of the HTTP API (HOST:PORT).
+	Listen string
+	// Socket, when set, is a Unix socket the API is served on too (0600).
+	Socket string
+	// Token, when set, is required of every client (server.Config.Token).
+	Token string
+	// AllowFrom, when set, admits clients from these networks only
+	// (loopback always).
+	AllowFrom []*net.IPNet
+	// MaxConns bounds open HTTP connections.
+	MaxConns int
+
+	// Isolation is IsolationDatabase or IsolationCluster.
+	Isolation string
+	// ExternalURL names an external server (a superuser or a CREATEDB
+	// role) for IsolationDatabase; "" runs the managed server.
+	ExternalURL string
+	// CanClone says the external server's data directory shares blocks.
+	CanClone bool
+	// Strategy is how test databases are created (dbstore.Strategy*).
+	Strategy string
+	// Manager configures the pools (Observer is set by Run: its metrics).
+	Manager pool.ManagerConfig
+	// Role and Password: the role clients get (defaults per mode);
+	// RoleGiven says the caller chose Role explicitly (not an inherited
+	// environment default). LeastPrivilege: a CREATEDB role, not a
+	// superuser, in the managed server.
+	Role, Password string
+	RoleGiven      bool
+	LeastPrivilege bool
+	// FindPG finds the PostgreSQL build and the OS user it runs as, for
+	// the modes that run PostgreSQL themselves; called only by them.
+	FindPG func() (pgbin.Installation, *instance.OSUser, error)
+
+	// Why says why this mode was chosen, for the log.
+	Why string
+	// Log receives the server's log; nil: discarded.
+	Log *slog.Logger
+	// OnInfo is told what is started and stopped; nil: silent.
+	OnInfo func(msg string)
+	// OnReady is called once the API listens.
+	OnReady func(Ready)
+}
+
+// Ready is what Run tells OnReady once it listens.
+type Ready struct {
+	Listen    net.Addr
+	Socket    string
+	Isolation string
+	// Conn is what clients get (in cluster isolation: the host of the
+	// clusters; each test gets a port of its own).
+	Conn pool.ConnInfo
+	// Owner is the role that owns test databases (the superuser handed
+	// out in cluster isolation).
+	Owner string
+}
+
+// Run serves the pools of o until ctx is done or the HTTP server fails:
+// it takes the state directory (LockState), opens the mode's Backend,
+// listens on o.Listen (and o.Socket), serves, then shuts the HTTP server
+// down and closes the Backend (dropping test copies, stopping what it
+// runs) on every exit path.
+func Run(ctx context.Context, o Options) error {
+	log := o.Log
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	if o.OnInfo == nil {
+		o.OnInfo = func(string) {}
+	}
+	reg := prometheus.NewRegistry()
+	metrics := server.NewMetrics(reg)
+	o.Manager.Observer = metrics
+	// One serve per state directory: a second one would take the first
+	// one's managed PostgreSQL away (issue 19, F19).
+	release, err := LockState(o.Layout, o.Listen)
+	if err != nil {
+		return err
+	}
+	defer release()
+	b, err := openBackend(ctx, o, log)
+	if err != nil {
+		return err
+	}
+	// Every exit path from here drops the test copies and stops what the
+	// backend runs (after the HTTP server's shutdown below).
+	defer func() {
+		sctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		if err := b.Close(sctx); err != nil {
+			log.Warn("shutting down the backend", "err", err)
+		}
+	}()
+	srv := server.New(server.Config{Manager: b.Manager, Conn: b.Conn, Token: o.Token, AllowFrom: o.AllowFrom, Logger: log, Registry: reg, Metrics: metrics})
+	hopts := server.HTTPOptions{LongestWait: o.Manager.FinalizeTimeout + o.Manager.GetTimeout, MaxConns: o.MaxConns, Allowed: srv.AllowsIP}
+	hs := server.NewHTTPServer(srv, hopts)
+
+	if !server.IsLoopback(o.Listen) && o.Token == "" && len(o.AllowFrom) == 0 {
+		log.Warn("INSECURE: listening beyond loopback with no token and no allow-list; anyone who reaches this port can create, read and drop its databases", "listen", o.Listen)
+	}
+	ln, err := net.Listen("tcp", o.Listen)
+	if err != nil {
+		return errs.Wrap(errs.Busy, err, "cannot listen on %s", o.Listen).WithHint("choose another port").WithCLI("--listen HOST:PORT")
+	}
+	errc := make(chan error, 2)
+	go func() { errc <- hs.Serve(hopts.Listen(ln)) }()
+	if o.Socket != "" {
+		sl, err := server.ListenUnix(o.Socket)
+		if err != nil {
+			_ = hs.Close()
+			return err
+		}
+		defer sl.Close() // removes the socket
+		go func() { errc <- hs.Serve(hopts.Listen(sl)) }()
+	}
+	if o.OnReady != nil {
+		o.OnReady(Ready{Listen: ln.Addr(), Socket: o.Socket, Isolation: o.Isolation, Conn: b.Conn, Owner: b.Owner})
+	}
+	select {
+	case <-ctx.Done():
+		o.OnInfo("shutting down")
+	case err := <-errc:
+		if err != nil && !errors.Is(err, http.ErrServerClosed) {
+			return errs.Wrap(errs.Internal, err, "HTTP server failed")
+		}
+	}
+	sctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	_ = hs.Shutdown(sctx)
+	return nil
+}
+
+// openBackend opens the Backend of o's mode: a cluster per test, the
+// managed PostgreSQL (no external server named), or the external server.
+func openBackend(ctx context.Context, o Options, log *slog.Logger) (*Backend, error) {
+	db := DBOptions{Strategy: o.Strategy, MaxConns: int32(2*o.Manager.Parallel + 8)}
+	switch {
+	case o.Isolation == IsolationCluster:
+		pg, user, err := o.FindPG()
+		if err != nil {
+			return nil, err
+		}
+		return NewClusterIsolation(ctx, ClusterOptions{Manager: o.Manager, Layout: o.Layout, PG: pg, User: user,
+			Role: o.Role, Password: o.Password, OnInfo: o.OnInfo})
+	case o.ExternalURL == "":
+		if o.Role == managed.BootstrapRole && !o.RoleGiven {
+			// IntegreSQL's usual INTEGRESQL_TEST_PGUSER=postgres: the managed
+			// cluster's own superuser, which pgfork never hands out or alters.
+			log.Warn("INTEGRESQL_TEST_PGUSER names the managed cluster's bootstrap superuser; handing out the managed superuser role instead",
+				"role", managed.DefaultRole)
+			o.Role, o.Password = "", ""
+		}
+		log.Info("running a managed PostgreSQL server", "because", o.Why)
+		pg, user, err := o.FindPG()
+		if err != nil {
+			return nil, err
+		}
+		return NewManaged(ctx, ManagedOptions{Manager: o.Manager, DB: db, Layout: o.Layout, PG: pg, User: user,
+			Role: o.Role, Password: o.Password, LeastPrivilege: o.LeastPrivilege, OnInfo: o.OnInfo})
+	default:
+		conn, err := ParseConn(o.ExternalURL)
+		if err != nil {
+			return nil, err
+		}
+		admin := conn.Username
+		if o.Role != "" {
+			conn.Username, conn.Password = o.Role, o.Password
+		}
+		log.Info("using an external PostgreSQL server", "host", conn.Host, "port", conn.Port, "user", admin, "because", o.Why)
+		// pgfork cannot see an external server's filesystem: the caller says.
+		return NewExternal(ctx, ExternalOptions{Manager: o.Manager, DB: db, AdminURL: o.ExternalURL, Conn: conn, CanClone: o.CanClone})
+	}
+}

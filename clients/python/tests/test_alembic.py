@@ -8,6 +8,7 @@ import logging
 import os
 import secrets
 import shutil
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -63,12 +64,14 @@ def test_template_key(tmp_path: Path) -> None:
     options only `alembic revision` reads, and where the checkout is."""
     ini = copy_project(tmp_path / "a")
     m = AlembicMigrator(ini)
+    path = list(sys.path)
     base = m.template_hash("k")
     assert len(base) == 32 and m.template_hash("k") == base
     assert [name for name, _ in m.files()] == [
         "env.py", "versions/0001_accounts.py", "versions/0002_notes.py", "versions/0003_seed.py"]
     assert AlembicMigrator(copy_project(tmp_path / "b")).template_hash("k") == base, "depends on the checkout's path"
     assert m.template_hash("other") != base
+    assert sys.path == path, "hashing left Alembic's prepend_sys_path in sys.path"
 
     versions = tmp_path / "a" / "migrations" / "versions"
     (versions / "__pycache__").mkdir()
@@ -321,17 +324,23 @@ def test_plugin_settings(pytester: pytest.Pytester) -> None:
     pytester.runpytest_subprocess("-p", "no:cacheprovider").assert_outcomes(passed=1)
 
 
-def test_logging_restored_in_process(tmp_path: Path, pgfork_client: Client) -> None:
-    """The same, in this process: levels, handlers and disabled flags as before."""
+def test_process_state_after_upgrade(tmp_path: Path, pgfork_client: Client) -> None:
+    """In this process: logging's levels, handlers and disabled flags as
+    before; prepend_sys_path (".") added to sys.path as the project's absolute
+    directory, not as "." (which would follow the working directory); the
+    working directory unchanged."""
     ini = copy_project(tmp_path / "p")
     m = AlembicMigrator(ini)
     h = m.template_hash(unique("alembic-log"))
     app = logging.getLogger("pgfork-test-app")
     root = logging.getLogger()
     before = (list(root.handlers), root.level, app.disabled, logging.getLogger("alembic").level)
+    path, cwd = list(sys.path), os.getcwd()
     tpl = pgfork_client.initialize_template(h)
     try:
         m.migrate(tpl.config.url)
     finally:
         pgfork_client.discard_template(h)
     assert (list(root.handlers), root.level, app.disabled, logging.getLogger("alembic").level) == before
+    assert [p for p in sys.path if p not in path] == [str((tmp_path / "p").resolve())]
+    assert os.getcwd() == cwd

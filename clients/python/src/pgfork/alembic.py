@@ -124,6 +124,23 @@ def _env(name: str, value: str) -> Iterator[None]:
 
 
 @contextmanager
+def _sys_path(base: Path, keep: bool) -> Iterator[None]:
+    """Alembic prepends prepend_sys_path to sys.path each time it reads its
+    config: without keep, undo that; with keep (an upgrade, whose env.py may
+    import from there), keep the entries added, made absolute against base so
+    that they do not follow the working directory."""
+    before = list(sys.path)
+    try:
+        yield
+    finally:
+        if not keep:
+            sys.path[:] = before
+        else:
+            old = set(before)
+            sys.path[:] = [p if p in old or os.path.isabs(p) else str((base / p).resolve()) for p in sys.path]
+
+
+@contextmanager
 def _kept_logging() -> Iterator[None]:
     """Undo what env.py's logging.config.fileConfig does: the root logger's
     level and handlers, and every existing logger's level, handlers,
@@ -204,7 +221,7 @@ class AlembicMigrator:
         """The script directory and the version locations, resolved as Alembic
         resolves them (run from self.directory)."""
         alembic = _alembic()
-        with _chdir(self.directory):
+        with _chdir(self.directory), _sys_path(self.directory, keep=False):
             cfg = self._config()
             script = alembic.script.ScriptDirectory.from_config(cfg)
             base = Path(script.dir).resolve()
@@ -266,7 +283,8 @@ class AlembicMigrator:
         sa_url = sqlalchemy_url(url)
         _, locations = self._locations()
         cfg = self._config(sa_url)
-        with _chdir(self.directory), _env(self.url_env, sa_url), _kept_logging():
+        with _chdir(self.directory), _sys_path(self.directory, keep=True), _env(self.url_env, sa_url), \
+                _kept_logging():
             try:
                 alembic.command.upgrade(cfg, self.revision)
             except Exception as e:

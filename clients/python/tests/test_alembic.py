@@ -344,3 +344,76 @@ def test_process_state_after_upgrade(tmp_path: Path, pgfork_client: Client) -> N
     assert (list(root.handlers), root.level, app.disabled, logging.getLogger("alembic").level) == before
     assert [p for p in sys.path if p not in path] == [str((tmp_path / "p").resolve())]
     assert os.getcwd() == cwd
+
+
+ASYNC_ENV = """
+import asyncio
+
+from alembic import context
+from sqlalchemy import pool
+from sqlalchemy.ext.asyncio import async_engine_from_config
+
+config = context.config
+
+
+def migrate(connection):
+    context.configure(connection=connection, target_metadata=None)
+    with context.begin_transaction():
+        context.run_migrations()
+
+
+async def main():
+    engine = async_engine_from_config(config.get_section(config.config_ini_section, {}), prefix="sqlalchemy.",
+                                      poolclass=pool.NullPool)
+    assert engine.dialect.is_async, engine.dialect
+    async with engine.connect() as connection:
+        await connection.run_sync(migrate)
+    await engine.dispose()
+
+
+asyncio.run(main())
+"""
+
+
+def test_async_env_py(pgfork_db_factory: Any, tmp_path: Path) -> None:
+    """An async env.py (alembic init -t async): the same URL works with
+    SQLAlchemy's async psycopg driver."""
+    ini = copy_project(tmp_path / "p")
+    (tmp_path / "p" / "migrations" / "env.py").write_text(ASYNC_ENV)
+    db = pgfork_db_factory(migrator=AlembicMigrator(ini), extra_key=unique("alembic-async"))
+    assert db.conn.execute("SELECT version_num FROM alembic_version").fetchall() == [("0003",)]
+
+
+def test_pyproject_config(pgfork_db_factory: Any, tmp_path: Path) -> None:
+    """The config in pyproject.toml's [tool.alembic] instead of alembic.ini;
+    its options are hashed as alembic.ini's are."""
+    copy_project(tmp_path / "p")
+    (tmp_path / "p" / "alembic.ini").unlink()
+    toml = tmp_path / "p" / "pyproject.toml"
+    toml.write_text('[tool.alembic]\nscript_location = "%(here)s/migrations"\nprepend_sys_path = ["."]\n')
+    m = AlembicMigrator(toml)
+    key = unique("alembic-toml")
+    db = pgfork_db_factory(migrator=m, extra_key=key)
+    assert db.conn.execute("SELECT count(*) FROM accounts").fetchone() == (2,)
+    before = m.template_hash(key)
+    assert db.template_hash == before
+    toml.write_text(toml.read_text() + 'tenant = "b"\n')
+    assert m.template_hash(key) != before
+
+
+def test_error_outside_revisions(pgfork_client: Client, tmp_path: Path) -> None:
+    """An error in env.py is not blamed on a revision."""
+    ini = copy_project(tmp_path / "p")
+    env = tmp_path / "p" / "migrations" / "env.py"
+    env.write_text("raise RuntimeError('settings module not found')\n")
+    m = AlembicMigrator(ini)
+    h = m.template_hash(unique("alembic-env"))
+    tpl = pgfork_client.initialize_template(h)
+    try:
+        with pytest.raises(AlembicUpgradeError) as info:
+            m.migrate(tpl.config.url)
+    finally:
+        pgfork_client.discard_template(h)
+    assert info.value.revision is None and info.value.path is None
+    assert str(info.value) == ("alembic upgrade head failed outside any revision's code (env.py, Alembic or the "
+                               "commit): RuntimeError: settings module not found")

@@ -144,12 +144,9 @@ ENV_READS = {
 }
 
 
-@pytest.mark.parametrize("source", sorted(ENV_READS))
-def test_env_py_url_contract(pgfork_db_factory: Any, tmp_path: Path, source: str) -> None:
-    """env.py finds the template's URL where the module documents it; the
-    environment variable is set for the upgrade only."""
-    ini = copy_project(tmp_path / "p")
-    env = tmp_path / "p" / "migrations" / "env.py"
+def env_reading(project: Path, source: str) -> None:
+    """Makes project's env.py connect to the URL it reads from source (ENV_READS)."""
+    env = project / "migrations" / "env.py"
     text = env.read_text()
     old = 'connectable = engine_from_config(config.get_section(config.config_ini_section, {}), prefix="sqlalchemy.",\n' \
           '                                     poolclass=pool.NullPool)'
@@ -158,6 +155,14 @@ def test_env_py_url_contract(pgfork_db_factory: Any, tmp_path: Path, source: str
                                      f"    url = {ENV_READS[source]}\n"
                                      "    assert url.startswith('postgresql+psycopg://'), url\n"
                                      "    connectable = create_engine(url, poolclass=pool.NullPool)"))
+
+
+@pytest.mark.parametrize("source", sorted(ENV_READS))
+def test_env_py_url_contract(pgfork_db_factory: Any, tmp_path: Path, source: str) -> None:
+    """env.py finds the template's URL where the module documents it; the
+    environment variable is set for the upgrade only."""
+    ini = copy_project(tmp_path / "p")
+    env_reading(tmp_path / "p", source)
     assert "DATABASE_URL" not in os.environ
     db = pgfork_db_factory(migrator=AlembicMigrator(ini, url_env="DATABASE_URL"), extra_key=unique(source))
     assert db.conn.execute("SELECT count(*) FROM accounts").fetchone() == (2,)
@@ -263,8 +268,10 @@ def test_plugin_failing_revision(pytester: pytest.Pytester, pgfork_client: Clien
 
 def test_plugin_keeps_logging(pytester: pytest.Pytester) -> None:
     """env.py's fileConfig (which disables existing loggers and replaces the
-    root's handlers) is undone: the application's loggers still reach caplog."""
-    _plugin_project(pytester, unique("alembic-logging"))
+    root's handlers) is undone: the application's loggers still reach caplog.
+    (With pgfork_alembic_url_env, to an env.py that reads $DATABASE_URL.)"""
+    _plugin_project(pytester, unique("alembic-logging"), "pgfork_alembic_url_env = DATABASE_URL\n")
+    env_reading(pytester.path / "db", "env")
     pytester.makepyfile(
         """
         import logging

@@ -301,7 +301,8 @@ class AlembicMigrator:
             p = Path(frame.f_code.co_filename).resolve()
             if _under(p, locations):
                 path = p
-                revision = frame.f_globals.get("revision")
+                rev = frame.f_globals.get("revision")
+                revision = None if rev is None else str(rev)
                 doc = str(frame.f_globals.get("__doc__") or "").strip()
                 message = doc.splitlines()[0] if doc else ""
         if path is None and isinstance(e, SyntaxError) and e.filename:

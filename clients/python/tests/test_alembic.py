@@ -154,6 +154,7 @@ def env_reading(project: Path, source: str) -> None:
     env.write_text(text.replace(old, "from sqlalchemy import create_engine\n"
                                      f"    url = {ENV_READS[source]}\n"
                                      "    assert url.startswith('postgresql+psycopg://'), url\n"
+                                     "    assert config.attributes.get('pgfork') is True\n"
                                      "    connectable = create_engine(url, poolclass=pool.NullPool)"))
 
 

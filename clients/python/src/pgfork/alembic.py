@@ -33,9 +33,12 @@ through ``config.get_main_option`` or ``engine_from_config``), the ``-x``
 argument ``url`` (``context.get_x_argument(as_dictionary=True)["url"]``), and,
 if ``url_env`` names one, that environment variable (set for the upgrade only,
 then restored). An ``env.py`` that gets its URL any other way (application
-settings) must be changed to read one of these. The logging configuration that
-``env.py`` loads with ``fileConfig`` is undone after the upgrade, so pytest's
-log capture and your application's loggers keep working.
+settings) must be changed to read one of these. ``config.attributes["pgfork"]``
+is True in a pgfork build. The logging configuration that ``env.py`` loads
+with ``fileConfig`` is undone after the upgrade, so pytest's log capture and
+your application's loggers keep working (but the handlers it closed stay
+closed: pytest's ``--log-file`` stops; skip ``fileConfig`` when
+``config.attributes.get("pgfork")`` if you use it).
 
 A failed upgrade raises :class:`AlembicUpgradeError`, which names the revision
 that failed (its id, message and file) and the error.
@@ -215,6 +218,7 @@ class AlembicMigrator:
                                     ini_section=self.ini_section, cmd_opts=argparse.Namespace(x=x))
         if url:
             cfg.set_main_option("sqlalchemy.url", url.replace("%", "%%"))
+        cfg.attributes["pgfork"] = True  # env.py may tell a pgfork build from a CLI run
         return cfg
 
     def _locations(self) -> Tuple[Path, List[Path]]:

@@ -20,7 +20,7 @@ from .client import (
     Unauthorized,
 )
 from .hashing import template_hash
-from .migrate import run_sql_files
+from .migrate import Migrator, SQLFiles, run_sql_files
 
 __all__ = [
     "DEFAULT_URL",
@@ -28,8 +28,10 @@ __all__ = [
     "BadRequest",
     "Client",
     "DatabaseConfig",
+    "Migrator",
     "PgforkError",
     "PoolFull",
+    "SQLFiles",
     "ServerUnreachable",
     "ServiceUnavailable",
     "TemplateAlreadyInitialized",

@@ -3,16 +3,24 @@
 Fixtures: ``pgfork_db`` (a :class:`PgforkDatabase` with ``.url`` and ``.conn``),
 ``pgfork_conn`` (its psycopg connection), ``pgfork_db_factory`` (more databases,
 from any number of templates: ``pgfork_db_factory(migrations="other")``),
-``pgfork_client`` and ``pgfork_template`` (session). Override the session
-fixture ``pgfork_migrate`` to return a callable ``(url) -> None`` that migrates
-the default template your way.
+``pgfork_client`` and ``pgfork_template`` (session). The default template is
+keyed and built by the session fixture ``pgfork_migrator``, a
+:class:`pgfork.migrate.Migrator` chosen by ``pgfork_migrator``: ``sql`` (the
+default: the *.sql files of ``pgfork_migrations``) or ``alembic``
+(:class:`pgfork.alembic.AlembicMigrator` of ``pgfork_alembic_config``); override
+it to return your own. Or override ``pgfork_migrate`` to return a callable
+``(url) -> None`` that migrates the default template your way (keyed by
+``pgfork_migrations``); it wins over ``pgfork_migrator``.
 
 Settings, first found wins: command line (``--pgfork-url`` …), environment
 ($PGFORK_URL …), ini or pyproject ``[tool.pytest.ini_options]``:
 ``pgfork_url``, ``pgfork_token``, ``pgfork_migrations`` (relative to the ini
 file; on the command line, to the current directory), ``pgfork_extra_key``,
 ``pgfork_serve_args`` (extra arguments for a server the plugin starts itself),
-``pgfork_autocommit`` (``.conn``'s mode, default true).
+``pgfork_autocommit`` (``.conn``'s mode, default true), ``pgfork_migrator``
+(``sql`` or ``alembic``), ``pgfork_alembic_config`` (default ``alembic.ini``,
+relative to the ini file) and ``pgfork_alembic_url_env`` (an environment
+variable env.py reads the URL from).
 
 Passwords never appear in a failure report (``--pgfork-show-password`` shows
 the kept database's URL in full).
@@ -32,7 +40,7 @@ import pytest
 
 from .client import DEFAULT_URL, Client, DatabaseConfig, TemplateAlreadyInitialized, TemplateDiscarded, TestDatabase
 from .hashing import StrPath, template_hash
-from .migrate import psycopg_module, run_sql_files
+from .migrate import Migrator, SQLFiles, psycopg_module
 from .server import ensure_server, stop_server
 
 if TYPE_CHECKING:
@@ -134,7 +142,20 @@ class Templates:
         """The template of migrations + extra_key, built with migrate (default:
         run migrations' *.sql files) if no process has built it. A callable's
         code is not hashed: change extra_key when you change it."""
-        hash = template_hash(migrations, extra_key)
+        if migrate is None:
+            return self.get_migrator(SQLFiles(migrations), extra_key)
+        return self._get(template_hash(migrations, extra_key), migrate)
+
+    def get_migrator(self, migrator: Migrator, extra_key: str = "") -> Template:
+        """The template of migrator + extra_key (migrator.template_hash), built
+        with migrator.migrate if no process has built it."""
+        try:
+            hash = migrator.template_hash(extra_key)
+        except Exception as e:
+            pytest.fail(f"pgfork: the template key of {migrator!r}: {e}", pytrace=False)
+        return self._get(hash, migrator.migrate)
+
+    def _get(self, hash: str, migrate: Migrate) -> Template:
         if hash in self._built:
             return self._built[hash]
         if hash in self._failed:
@@ -146,10 +167,7 @@ class Templates:
             return self._built[hash]
         _remember(tpl.config)
         try:
-            if migrate is not None:
-                migrate(tpl.config.url)
-            else:
-                run_sql_files(tpl.config.url, migrations)
+            migrate(tpl.config.url)
         except BaseException as e:
             self.client.discard_template(hash)  # waiters fail at once instead of timing out
             self._failed[hash] = redact(f"pgfork: migrating template {hash} failed: {e}")
@@ -189,7 +207,15 @@ _OPTIONS = [
     ("--pgfork-serve-args", "pgfork_serve_args", "PGFORK_SERVE_ARGS",
      "extra arguments for a `pgfork serve` the plugin starts"),
     ("--pgfork-autocommit", "pgfork_autocommit", "", "true (default) or false: the mode of pgfork_db.conn"),
+    ("--pgfork-migrator", "pgfork_migrator", "",
+     "sql (default: the *.sql files of pgfork_migrations) or alembic (alembic upgrade head)"),
+    ("--pgfork-alembic-config", "pgfork_alembic_config", "",
+     "with pgfork_migrator = alembic: alembic.ini or a pyproject.toml with [tool.alembic] (default alembic.ini)"),
+    ("--pgfork-alembic-url-env", "pgfork_alembic_url_env", "",
+     "with pgfork_migrator = alembic: an environment variable env.py reads the database URL from"),
 ]
+
+_MIGRATORS = ("sql", "alembic")
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -222,20 +248,37 @@ def _bool_setting(config: pytest.Config, ini: str, default: bool) -> bool:
     raise pytest.UsageError(f"pgfork: {ini} = {v!r}: want true or false")
 
 
-def _migrations_dir(config: pytest.Config) -> Optional[Path]:
-    if config.getoption("pgfork_migrations", default=None):
-        return Path(config.getoption("pgfork_migrations")).resolve()
-    migrations = str(config.getini("pgfork_migrations") or "")
-    if not migrations:
+def _path_setting(config: pytest.Config, ini: str, default: str = "") -> Optional[Path]:
+    """A path from the command line (relative to the current directory) or
+    the ini file (relative to it)."""
+    if config.getoption(ini, default=None):
+        return Path(config.getoption(ini)).resolve()
+    value = str(config.getini(ini) or "") or default
+    if not value:
         return None
     base = config.inipath.parent if config.inipath else config.rootpath
-    return (base / migrations).resolve()
+    return (base / value).resolve()
+
+
+def _migrations_dir(config: pytest.Config) -> Optional[Path]:
+    return _path_setting(config, "pgfork_migrations")
+
+
+def _migrator_name(config: pytest.Config) -> str:
+    name = _setting(config, "pgfork_migrator").strip().lower() or "sql"
+    if name not in _MIGRATORS:
+        raise pytest.UsageError(f"pgfork: pgfork_migrator = {name!r}: want one of {', '.join(_MIGRATORS)}")
+    if name == "alembic" and _setting(config, "pgfork_migrations"):
+        raise pytest.UsageError("pgfork: pgfork_migrator = alembic takes its migrations from the Alembic config "
+                                "(pgfork_alembic_config); pgfork_migrations is set too: remove one")
+    return name
 
 
 def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line("markers", "pgfork_readonly: the test does not write; unlock its database instead of "
                                        "recreating it")
     _bool_setting(config, "pgfork_autocommit", True)  # a bad value is a usage error at once
+    _migrator_name(config)
     # The controller (or a run without xdist) owns a run directory that its
     # workers inherit through the environment; a server the plugin starts is
     # recorded there and stopped in pytest_unconfigure.
@@ -311,17 +354,40 @@ def pgfork_templates(pgfork_client: Client) -> Templates:
 @pytest.fixture(scope="session")
 def pgfork_migrate() -> Optional[Migrate]:
     """Override to return a callable that migrates the default template at a
-    URL; the default (None) runs the *.sql files of pgfork_migrations."""
+    URL (keyed by pgfork_migrations, not by the callable's code); the default
+    (None) lets pgfork_migrator build it."""
     return None
 
 
 @pytest.fixture(scope="session")
+def pgfork_migrator(pytestconfig: pytest.Config) -> Migrator:
+    """The Migrator that keys and builds the default template, per the
+    pgfork_migrator setting: SQLFiles(pgfork_migrations) (sql, the default)
+    or AlembicMigrator(pgfork_alembic_config, url_env=pgfork_alembic_url_env)
+    (alembic). Override to return another, e.g.
+    ``AlembicMigrator("db/alembic.ini", x_arguments=["tenant=test"])``."""
+    if _migrator_name(pytestconfig) == "alembic":
+        from .alembic import AlembicMigrator
+
+        path = _path_setting(pytestconfig, "pgfork_alembic_config", "alembic.ini")
+        assert path is not None
+        try:
+            return AlembicMigrator(path, url_env=_setting(pytestconfig, "pgfork_alembic_url_env"))
+        except (ImportError, FileNotFoundError) as e:
+            pytest.fail(f"pgfork: pgfork_migrator = alembic: {e}", pytrace=False)
+    return SQLFiles(_migrations_dir(pytestconfig))
+
+
+@pytest.fixture(scope="session")
 def pgfork_template(pytestconfig: pytest.Config, pgfork_templates: Templates,
-                    pgfork_migrate: Optional[Migrate]) -> Template:
-    """The default template (pgfork_migrations, pgfork_extra_key), built once
-    across the run (423: another worker builds it)."""
-    return pgfork_templates.get(_migrations_dir(pytestconfig), _setting(pytestconfig, "pgfork_extra_key"),
-                                pgfork_migrate)
+                    pgfork_migrate: Optional[Migrate], pgfork_migrator: Migrator) -> Template:
+    """The default template (pgfork_migrator, or pgfork_migrate if
+    overridden, and pgfork_extra_key), built once across the run (423:
+    another worker builds it)."""
+    extra = _setting(pytestconfig, "pgfork_extra_key")
+    if pgfork_migrate is not None:
+        return pgfork_templates.get(_migrations_dir(pytestconfig), extra, pgfork_migrate)
+    return pgfork_templates.get_migrator(pgfork_migrator, extra)
 
 
 @pytest.fixture
@@ -348,19 +414,32 @@ def pgfork_db_factory(request: pytest.FixtureRequest, pytestconfig: pytest.Confi
     Arguments (all keywords but migrations): migrations (a directory, relative
     to the ini file; default pgfork_migrations), extra_key (default
     pgfork_extra_key), migrate (a callable (url) -> None instead of running the
-    *.sql files; not hashed), autocommit (default pgfork_autocommit), readonly
-    (unlock instead of recreate after a passing test). Every database is given
-    back, or kept if the test failed, when the test ends."""
+    *.sql files; not hashed), migrator (a Migrator, e.g.
+    pgfork.alembic.AlembicMigrator("alembic.ini"), instead of migrations and
+    migrate), autocommit (default pgfork_autocommit), readonly (unlock instead
+    of recreate after a passing test). With none of migrations, migrate and
+    migrator, the template is pgfork_migrator's (as pgfork_db's, unless
+    pgfork_migrate is overridden: the factory does not use that).
+    Every database is given back, or kept if the test failed, when the test
+    ends."""
     gens: List[Iterator[PgforkDatabase]] = []
     base = pytestconfig.inipath.parent if pytestconfig.inipath else pytestconfig.rootpath
     default_autocommit = _bool_setting(pytestconfig, "pgfork_autocommit", True)
 
     def factory(migrations: Optional[StrPath] = None, *, extra_key: Optional[str] = None,
-                migrate: Optional[Migrate] = None, autocommit: Optional[bool] = None,
-                readonly: bool = False) -> PgforkDatabase:
-        mdir = _migrations_dir(pytestconfig) if migrations is None else (base / Path(migrations)).resolve()
+                migrate: Optional[Migrate] = None, migrator: Optional[Migrator] = None,
+                autocommit: Optional[bool] = None, readonly: bool = False) -> PgforkDatabase:
         key = _setting(pytestconfig, "pgfork_extra_key") if extra_key is None else extra_key
-        tpl = pgfork_templates.get(mdir, key, migrate)
+        if migrator is not None:
+            if migrations is not None or migrate is not None:
+                raise TypeError("pgfork_db_factory: give migrator, or migrations and migrate, not both")
+        elif migrations is None and migrate is None:
+            migrator = request.getfixturevalue("pgfork_migrator")
+        if migrator is not None:
+            tpl = pgfork_templates.get_migrator(migrator, key)
+        else:
+            mdir = _migrations_dir(pytestconfig) if migrations is None else (base / Path(migrations)).resolve()
+            tpl = pgfork_templates.get(mdir, key, migrate)
         gen = pgfork_templates.database(request, tpl, default_autocommit if autocommit is None else autocommit,
                                         readonly)
         db = next(gen)

@@ -42,16 +42,18 @@ func (r *Recovery) Validate() error {
 		}
 	}
 	if n > 1 {
-		return errs.New(errs.Usage, "more than one recovery target").WithHint("give one of --target-time, --target-lsn, --target-name")
+		return errs.New(errs.Usage, "more than one recovery target").WithHint("give one recovery target: a time, an LSN or a restore point's name").
+			WithCLI("give one of --target-time, --target-lsn, --target-name")
 	}
 	if n == 1 && r.WALDir == "" {
 		return errs.New(errs.Usage, "a recovery target needs a WAL archive").
-			WithHint("pass --wal DIR: the directory archive_command copies WAL files to (the backups hold only the WAL of their own run)")
+			WithHint("give the directory archive_command copies WAL files to (the backups hold only the WAL of their own run)").
+			WithCLI("pass --wal DIR")
 	}
 	if r.WALDir != "" {
 		abs, err := filepath.Abs(r.WALDir)
 		if err != nil {
-			return errs.Wrap(errs.Usage, err, "bad --wal path").WithPath(r.WALDir)
+			return errs.Wrap(errs.Usage, err, "bad WAL archive path").WithPath(r.WALDir)
 		}
 		if fi, err := os.Stat(abs); err != nil || !fi.IsDir() {
 			return errs.New(errs.NotFound, "no WAL archive directory").WithPath(abs).WithHint("give the directory archive_command copies WAL files to")
@@ -64,23 +66,23 @@ func (r *Recovery) Validate() error {
 	}
 	if r.TargetLSN != "" {
 		if _, err := pgdata.ParseLSN(r.TargetLSN); err != nil {
-			return errs.New(errs.Usage, "bad --target-lsn %q", r.TargetLSN).WithHint("give an LSN such as 0/3000060")
+			return errs.New(errs.Usage, "bad recovery target LSN %q", r.TargetLSN).WithHint("give an LSN such as 0/3000060")
 		}
 	}
 	if r.TargetTime != "" {
 		if strings.ContainsAny(r.TargetTime, "'\n") {
-			return errs.New(errs.Usage, "bad --target-time %q", r.TargetTime).WithHint("give a timestamp such as '2026-11-23 03:00:00+00'")
+			return errs.New(errs.Usage, "bad recovery target time %q", r.TargetTime).WithHint("give a timestamp such as '2026-11-23 03:00:00+00'")
 		}
 	}
 	if strings.ContainsAny(r.TargetName, "\n\x00") {
-		return errs.New(errs.Usage, "bad --target-name").WithHint("give the name passed to pg_create_restore_point")
+		return errs.New(errs.Usage, "bad recovery target name").WithHint("give the name passed to pg_create_restore_point")
 	}
 	switch r.TargetAction {
 	case "":
 		r.TargetAction = "promote"
 	case "promote", "pause", "shutdown":
 	default:
-		return errs.New(errs.Usage, "bad --target-action %q", r.TargetAction).WithHint("give promote, pause or shutdown")
+		return errs.New(errs.Usage, "bad recovery target action %q", r.TargetAction).WithHint("give promote, pause or shutdown")
 	}
 	return nil
 }

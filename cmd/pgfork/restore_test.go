@@ -1,0 +1,81 @@
+package main
+
+import (
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/pgfork/pgfork/internal/pgtest"
+	"github.com/pgfork/pgfork/internal/testenv"
+	"github.com/pgfork/pgfork/pgbackup"
+)
+
+// TestRestoreCLI runs pgfork restore's options on a backup of the newest
+// PostgreSQL build, in-process: --dry-run prints the plan and writes
+// nothing, --manifest-checksums picks the algorithm, and bad option values
+// and combinations exit 2 naming the flag, writing nothing.
+func TestRestoreCLI(t *testing.T) {
+	builds := pgtest.Builds(t, 17)
+	b := builds[len(builds)-1]
+	in := pgtest.New(t, b.Server())
+	pgtest.Exec(t, in.ConnString("", ""), "CREATE TABLE t AS SELECT generate_series(1, 1000) x")
+	base := testenv.Dir(t)
+	full := filepath.Join(base, "full")
+	b.Tool(t, "pg_basebackup", "-d", in.ConnString("", ""), "-D", full, "-c", "fast", "--no-sync")
+	out := filepath.Join(base, "restored")
+
+	r := runInProcess(t, "restore", "--dry-run", full, out)
+	if r.code != 0 || !strings.Contains(r.stdout, "would restore 1 backup(s)") || !strings.Contains(r.stdout, "nothing written") {
+		t.Fatalf("--dry-run: exit %d\n%s%s", r.code, r.stdout, r.stderr)
+	}
+	if _, err := os.Lstat(out); !os.IsNotExist(err) {
+		t.Fatalf("--dry-run wrote %s", out)
+	}
+	r = runInProcess(t, "restore", "--dry-run", "--json", full, out)
+	var res struct {
+		DryRun struct {
+			Files []struct {
+				Path      string `json:"path"`
+				WholeFrom int    `json:"whole_from"`
+			} `json:"files"`
+			NeedBytes int64 `json:"need_bytes"`
+		} `json:"dry_run"`
+	}
+	if err := json.Unmarshal([]byte(r.stdout), &res); err != nil || len(res.DryRun.Files) < 100 || res.DryRun.Files[0].WholeFrom != 1 {
+		t.Errorf("--dry-run --json: %v, %d files\n%s", err, len(res.DryRun.Files), r.stdout[:min(len(r.stdout), 500)])
+	}
+
+	for _, bad := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--manifest-checksums", "MD5"}, `unknown manifest checksum algorithm "MD5"`},
+		{[]string{"--no-manifest-checksums", "--manifest-checksums", "SHA256"}, "contradict"},
+		{[]string{"--link", "--start"}, "starting it would change the backups"},
+		{[]string{"-T", "relative=/x"}, "relative path"},
+		{[]string{"-T", "/a=/b", "-T", "/a=/c"}, "names /a twice"},
+		{[]string{"-T", "/a=/b"}, "no tablespace of the newest backup is at /a"},
+	} {
+		r := runInProcess(t, append(append([]string{"restore"}, bad.args...), full, out)...)
+		if r.code != 2 || !strings.Contains(r.stderr, bad.want) {
+			t.Errorf("restore %v: exit %d, want 2 saying %q\n%s", bad.args, r.code, bad.want, r.stderr)
+		}
+		if _, err := os.Lstat(out); !os.IsNotExist(err) {
+			t.Fatalf("restore %v wrote %s", bad.args, out)
+		}
+	}
+
+	r = runInProcess(t, "restore", "--manifest-checksums", "sha256", "--sync", "none", full, out)
+	if r.code != 0 || !strings.Contains(r.stdout, "backup_manifest with SHA256 checksums") {
+		t.Fatalf("--manifest-checksums sha256: exit %d\n%s%s", r.code, r.stdout, r.stderr)
+	}
+	m, err := pgbackup.ReadManifest(filepath.Join(out, "backup_manifest"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if f := m.Files["PG_VERSION"]; f == nil || f.Algorithm != "SHA256" || len(f.Checksum) != 32 {
+		t.Errorf("PG_VERSION's manifest entry: %+v", f)
+	}
+}

@@ -91,6 +91,19 @@ type FilePlan struct {
 	// Older: copied whole from an older backup than the newest (an
 	// INCREMENTAL file of the newest with no blocks; the file unchanged).
 	Older bool
+	// Base, for a rebuilt file, is the index in Sources of the full
+	// version of the file (-1: none), and BaseBytes how much of it the
+	// output keeps where it is (up to the truncation length): a writer
+	// that can clone the base whole first needs to move only the runs
+	// that come from elsewhere (BlockRun.FromBase tells them apart).
+	Base      int
+	BaseBytes int64
+}
+
+// FromBase reports whether run r of f moves blocks of f's base (the full
+// version) to where they are in it: after a clone of the base, nothing to do.
+func (f *FilePlan) FromBase(r BlockRun) bool {
+	return f.Base >= 0 && r.Source == f.Base && r.SrcOff == r.DstOff && r.DstOff+r.Blocks*pgbackup.BlockSize <= f.BaseBytes
 }
 
 // Whole reports whether the file is copied whole from Sources[0].
@@ -192,7 +205,7 @@ func BuildPlan(backups []string, tree []Node, look Lookup, o PlanOptions) (*Plan
 // length, the full version is copied whole.
 func planFile(backups []string, nd Node, look Lookup, noMerge bool) (*FilePlan, error) {
 	n := len(backups)
-	f := &FilePlan{Rel: nd.Rel, Mode: nd.Mode, WAL: strings.HasPrefix(nd.Rel, "pg_wal/")}
+	f := &FilePlan{Rel: nd.Rel, Mode: nd.Mode, WAL: strings.HasPrefix(nd.Rel, "pg_wal/"), Base: -1}
 	if nd.Kind == Full {
 		f.Size = nd.Size
 		f.Sources = []Source{{Backup: n - 1, Path: nd.Path}}
@@ -228,6 +241,7 @@ func planFile(backups []string, nd Node, look Lookup, noMerge bool) (*FilePlan, 
 		case Full:
 			idx := int32(len(f.Sources))
 			f.Sources = append(f.Sources, Source{Backup: k, Path: e.Path})
+			f.Base, f.BaseBytes = int(idx), min(e.Size/pgbackup.BlockSize, int64(latest.TruncationBlocks))*pgbackup.BlockSize
 			have := uint32(e.Size / pgbackup.BlockSize)
 			for b := uint32(0); b < latest.TruncationBlocks && b < have; b++ {
 				if srcOf[b] < 0 {
@@ -236,7 +250,7 @@ func planFile(backups []string, nd Node, look Lookup, noMerge bool) (*FilePlan, 
 			}
 			if fullCopyPossible && int64(latest.TruncationBlocks)*pgbackup.BlockSize == e.Size {
 				f.Sources = []Source{{Backup: k, Path: e.Path}}
-				f.Older = true
+				f.Older, f.Base, f.BaseBytes = true, -1, 0
 				return f, nil
 			}
 			return f.runs(srcOf, offOf, noMerge), nil

@@ -64,6 +64,7 @@ func TestBuildPlan(t *testing.T) {
 		asked   []string
 		bySrc   []int64
 		zero    int64
+		base    [2]int64 // rebuilt files: Base and BaseBytes
 	}{{
 		name:   "whole file from the newest backup",
 		older:  []map[string]Entry{{rel: full(rel, 8)}, {rel: incr(rel, 8, 1)}},
@@ -84,6 +85,7 @@ func TestBuildPlan(t *testing.T) {
 		},
 		asked: []string{"1:" + rel, "0:" + rel},
 		bySrc: []int64{3, 1, 2},
+		base:  [2]int64{2, 6 * bs},
 	}, {
 		name:    "no merge: a call per block",
 		older:   []map[string]Entry{{rel: full(rel, 3)}, {rel: incr(rel, 3)}},
@@ -97,6 +99,7 @@ func TestBuildPlan(t *testing.T) {
 			{Source: 0, SrcOff: data(0), DstOff: 2 * bs, Blocks: 1},
 		},
 		bySrc: []int64{2, 0, 1},
+		base:  [2]int64{2, 3 * bs},
 	}, {
 		name:    "truncated: blocks beyond the truncation length are not taken from older backups",
 		older:   []map[string]Entry{{rel: full(rel, 8)}, {rel: incr(rel, 8, 6)}},
@@ -108,6 +111,7 @@ func TestBuildPlan(t *testing.T) {
 			{Source: 0, SrcOff: data(0), DstOff: bs, Blocks: 1},
 		},
 		bySrc: []int64{1, 0, 1},
+		base:  [2]int64{2, 2 * bs},
 	}, {
 		name:    "extended: blocks past the full version and the truncation length are zeros",
 		older:   []map[string]Entry{{rel: full(rel, 2)}, {rel: incr(rel, 4)}},
@@ -121,6 +125,7 @@ func TestBuildPlan(t *testing.T) {
 		},
 		bySrc: []int64{2, 0, 1},
 		zero:  3,
+		base:  [2]int64{2, 2 * bs},
 	}, {
 		name:    "grown past its truncation length: the blocks between are zeros, even where the full version has them",
 		older:   []map[string]Entry{{rel: full(rel, 8)}, {rel: incr(rel, 8)}},
@@ -134,6 +139,7 @@ func TestBuildPlan(t *testing.T) {
 		},
 		bySrc: []int64{2, 0, 1},
 		zero:  2,
+		base:  [2]int64{2, 2 * bs},
 	}, {
 		name:    "truncated with no block changed: rebuilt from the full version, not copied whole",
 		older:   []map[string]Entry{{rel: full(rel, 8)}, {rel: incr(rel, 8)}},
@@ -142,6 +148,7 @@ func TestBuildPlan(t *testing.T) {
 		sources: []Source{{2, "base/5/INCREMENTAL.16384"}, {1, "base/5/INCREMENTAL.16384"}, {0, rel}},
 		runs:    []BlockRun{{Source: 2, SrcOff: 0, DstOff: 0, Blocks: 3}},
 		bySrc:   []int64{3, 0, 0},
+		base:    [2]int64{2, 3 * bs},
 	}, {
 		name:    "a relation that appears in a middle backup only",
 		older:   []map[string]Entry{{}, {rel: full(rel, 4)}},
@@ -154,6 +161,7 @@ func TestBuildPlan(t *testing.T) {
 		},
 		asked: []string{"1:" + rel}, // the full backup is never asked
 		bySrc: []int64{0, 3, 1},
+		base:  [2]int64{1, 4 * bs},
 	}, {
 		name:   "unchanged since an older backup: copied whole from it",
 		older:  []map[string]Entry{{rel: full(rel, 5)}, {rel: incr(rel, 5)}},
@@ -198,6 +206,9 @@ func TestBuildPlan(t *testing.T) {
 				}
 				if !reflect.DeepEqual(f.Runs, tc.runs) {
 					t.Errorf("runs\n got %+v\nwant %+v", f.Runs, tc.runs)
+				}
+				if got := [2]int64{int64(f.Base), f.BaseBytes}; got != tc.base {
+					t.Errorf("base %v, want %v", got, tc.base)
 				}
 			}
 			if !reflect.DeepEqual(p.BlocksBySource, tc.bySrc) || p.ZeroBlocks != tc.zero {

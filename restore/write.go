@@ -42,6 +42,8 @@ type writer struct {
 
 	doneFiles, doneBytes          atomic.Int64
 	shared, ranged, plain, linked atomic.Int64
+	calls                         atomic.Int64 // range copies and base clones made for rebuilt files
+	noBaseClone                   atomic.Bool  // the filesystem refused a whole-file clone
 }
 
 // fileResult is what the manifest needs of a file written.
@@ -294,7 +296,10 @@ func (w *writer) rebuild(ctx context.Context, f *FilePlan, i int, srcs []*os.Fil
 	} else {
 		hashed <- nil
 	}
-	err := w.moveRuns(ctx, df, f.Runs, srcs, buf)
+	runs, err := w.cloneBase(f, srcs, df)
+	if err == nil {
+		err = w.moveRuns(ctx, df, runs, srcs, buf)
+	}
 	if herr := <-hashed; err == nil { // the hasher reads the sources, closed when we return
 		err = herr
 	}
@@ -316,6 +321,40 @@ func (w *writer) rebuild(ctx context.Context, f *FilePlan, i int, srcs []*os.Fil
 	return nil
 }
 
+// cloneBase clones the whole full version of f (its base) into the empty
+// df with one call, when the filesystem can, cut to the part the output
+// keeps, and returns the runs still to move: those that come from
+// elsewhere. A relation with a few changed blocks then takes one clone
+// and a call per changed run, instead of a call for every run between
+// them too. Elsewhere (no reflinks; measurements) it returns every run.
+func (w *writer) cloneBase(f *FilePlan, srcs []*os.File, df *os.File) ([]BlockRun, error) {
+	if f.Base < 0 || f.BaseBytes == 0 || w.opts.NoClone || w.opts.NoMerge || w.noBaseClone.Load() {
+		return f.Runs, nil
+	}
+	if err := clone.CloneFile(df, srcs[f.Base]); err != nil {
+		if clone.Unsupported(err) {
+			w.noBaseClone.Store(true) // one refusal says it for this pair of filesystems
+			return f.Runs, nil
+		}
+		return nil, writeErr(err, df.Name())
+	}
+	if err := df.Truncate(f.BaseBytes); err != nil {
+		return nil, writeErr(err, df.Name())
+	}
+	w.calls.Add(1)
+	rest := make([]BlockRun, 0, len(f.Runs))
+	for _, r := range f.Runs {
+		if f.FromBase(r) {
+			n := r.Blocks * pgbackup.BlockSize
+			w.shared.Add(n)
+			w.doneBytes.Add(n)
+			continue
+		}
+		rest = append(rest, r)
+	}
+	return rest, nil
+}
+
 // moveRuns copies each run of blocks to df with one range copy; zero runs
 // are left as holes (the caller sets the size).
 func (w *writer) moveRuns(ctx context.Context, df *os.File, runs []BlockRun, srcs []*os.File, buf []byte) error {
@@ -329,6 +368,7 @@ func (w *writer) moveRuns(ctx context.Context, df *os.File, runs []BlockRun, src
 			if err != nil {
 				return writeErr(err, df.Name())
 			}
+			w.calls.Add(1)
 			w.count(m, n)
 		}
 		w.doneBytes.Add(n)

@@ -114,6 +114,10 @@ func runRestoreBench(ctx context.Context, r *Report) error {
 		{"pgfork, runs not merged", pf("--no-merge"), true},
 		{"pgfork, whole files copied", pf("--whole-copy"), true},
 		{"pgfork, --prefetch", pf("--prefetch"), true},
+		{"pgfork restore --link", pf("--link"), true},
+	}
+	if e.pg.Major >= 18 { // pg_combinebackup --link is new in 18
+		contenders = append(contenders, restoreContender{"pg_combinebackup --link", pgc("--link"), true})
 	}
 
 	r.Notef("Source: PostgreSQL %s, pgbench scale %d, summarize_wal = on. A full backup, then ~1%%, ~10%% and ~20%% of "+
@@ -176,14 +180,24 @@ func (e *restoreBench) makeChain(ctx context.Context, dir string) ([]string, err
 	for i := range 4 {
 		chain = append(chain, filepath.Join(dir, fmt.Sprintf("b%d", i)))
 	}
-	if _, err := os.Stat(dir + ".ready"); err == nil {
-		return chain, nil
+	if _, err := os.Stat(dir + ".ready"); err != nil {
+		var err error
+		if chain, err = e.buildChain(ctx, dir); err != nil {
+			return nil, err
+		}
+		if err := os.WriteFile(dir+".ready", nil, 0o644); err != nil {
+			return nil, err
+		}
 	}
-	chain, err := e.buildChain(ctx, dir)
-	if err == nil {
-		err = os.WriteFile(dir+".ready", nil, 0o644)
+	// The backups belong to the OS user the restored servers run as, as
+	// when that user takes them: pgfork restore --link (run as root, for
+	// that user) links only files that are already theirs.
+	for _, b := range chain {
+		if err := e.user.Chown(b); err != nil {
+			return nil, err
+		}
 	}
-	return chain, err
+	return chain, nil
 }
 
 func (e *restoreBench) buildChain(ctx context.Context, dir string) ([]string, error) {
@@ -310,6 +324,9 @@ func (e *restoreBench) onFS(ctx context.Context, r *Report, fsName, dir string, 
 			Dur(medians[ci]["pgfork, --prefetch"])))
 	}
 	r.Notef("%s attribution (ratios > 1.0x mean the feature helps): %s.", fsName, strings.Join(attr, "; "))
+	if err := e.bounds(ctx, r, fsName, dir, chain, labels); err != nil {
+		return err
+	}
 	r.Notef("Extra space is measured with statfs on a filesystem other work shares (%s): a few hundred KiB up or down is noise, and on ext4 every copy takes its full size by nature.", fsName)
 	for ci := 1; ci <= 3; ci++ {
 		if fsName == "xfs" {
@@ -322,6 +339,55 @@ func (e *restoreBench) onFS(ctx context.Context, r *Report, fsName, dir string, 
 		}
 	}
 	return e.firstQuery(ctx, r, fsName, dir, chain)
+}
+
+// bounds runs pgfork restore --json once per chain and says what bounds
+// it: the range clones made (one per run of blocks from an incremental,
+// one per rebuilt file for its full version), the blocks that came from
+// incrementals (the changed blocks: what is moved at all), the bytes
+// checksummed (rebuilt files; whole files reuse their manifests'), and the
+// phases.
+func (e *restoreBench) bounds(ctx context.Context, r *Report, fsName, dir string, chain, labels []string) error {
+	var rows [][]string
+	for ci := 1; ci <= 3; ci++ {
+		dst := filepath.Join(dir, "out")
+		_ = os.RemoveAll(dst)
+		cmd := exec.CommandContext(ctx, e.bin, append(append([]string{"restore", "--json"}, chain[:ci+1]...), dst)...)
+		cmd.Env = append(os.Environ(), "PGFORK_HOME="+e.state)
+		out, err := cmd.Output()
+		_ = os.RemoveAll(dst)
+		if err != nil {
+			return fmt.Errorf("pgfork restore --json: %w", err)
+		}
+		var s struct {
+			FilesRebuilt   int64   `json:"files_rebuilt"`
+			Calls          int64   `json:"calls"`
+			BlocksBySource []int64 `json:"blocks_by_source"`
+			Phases                     []struct {
+				Name    string
+				Elapsed float64 `json:"elapsed_ms"`
+			}
+		}
+		if err := json.Unmarshal(out, &s); err != nil {
+			return err
+		}
+		var changed, all int64
+		for i, n := range s.BlocksBySource {
+			all += n
+			if i > 0 {
+				changed += n
+			}
+		}
+		var ph []string
+		for _, p := range s.Phases {
+			ph = append(ph, fmt.Sprintf("%s %s", p.Name, Dur(time.Duration(p.Elapsed*float64(time.Millisecond)))))
+		}
+		rows = append(rows, []string{labels[ci-1], fmt.Sprint(s.FilesRebuilt), fmt.Sprint(s.Calls), fmt.Sprint(changed),
+			units.Bytes(all * 8192), strings.Join(ph, ", ")})
+	}
+	r.Table([]string{fsName + ": what bounds pgfork", "files rebuilt", "range clones", "changed blocks moved", "bytes checksummed", "phases"}, rows)
+	r.Notef("The limit is: only the changed blocks moved, everything else cloned. Rebuilt files take one whole-file clone of their full version and one range clone per run of changed blocks (a run is consecutive blocks of one incremental); their CRC32C is computed over the output (whole files reuse their backups' checksums); the server's startup needs nothing more (recovery_init_sync_method=syncfs).")
+	return nil
 }
 
 // firstQuery measures the time from the command's start to the first
@@ -355,6 +421,28 @@ func (e *restoreBench) firstQuery(ctx context.Context, r *Report, fsName, dir st
 	_ = os.RemoveAll(dst)
 	_ = os.Remove(dst + ".log")
 
+	// pgfork restore, then start the server ourselves: the target's
+	// baseline (restore + postmaster start).
+	t0 = time.Now()
+	if err := e.run(ctx, e.bin, append(append([]string{"restore", "-q"}, chain...), dst)...); err != nil {
+		return err
+	}
+	tRestore := time.Since(t0)
+	t1 := time.Now()
+	in, err = instance.Start(ctx, instance.Config{BinDir: e.pg.BinDir, Env: e.pg.Env(), DataDir: dst, User: e.user, Profile: instance.Durable, LogFile: dst + ".log"})
+	if err != nil {
+		return err
+	}
+	if err := pingQuery(ctx, in.ConnString("", "")); err != nil {
+		return err
+	}
+	tStart := time.Since(t1)
+	restorePlusStart := time.Since(t0)
+	rows = append(rows, []string{fmt.Sprintf("pgfork restore + start (%s + %s)", Dur(tRestore), Dur(tStart)), Dur(restorePlusStart)})
+	_ = in.Stop(context.WithoutCancel(ctx), instance.Fast)
+	_ = os.RemoveAll(dst)
+	_ = os.Remove(dst + ".log")
+
 	t0 = time.Now()
 	defer func() { _ = e.run(context.WithoutCancel(ctx), e.bin, "down", "benchbranch") }() // on errors below; a no-op after the down
 	if err := e.run(ctx, e.bin, append(append([]string{"restore", "-q"}, chain...), dst, "--start", "--port", "auto", "--name", "benchbranch")...); err != nil {
@@ -373,13 +461,16 @@ func (e *restoreBench) firstQuery(ctx context.Context, r *Report, fsName, dir st
 	if err := pingQuery(ctx, info.URL); err != nil {
 		return err
 	}
-	rows = append(rows, []string{"pgfork restore --start", Dur(time.Since(t0))})
+	tBranch := time.Since(t0)
+	rows = append(rows, []string{"pgfork restore --start", Dur(tBranch)})
 	if err := e.run(ctx, e.bin, "down", "benchbranch"); err != nil {
 		return err
 	}
 	_ = os.RemoveAll(dst)
 	_ = os.Remove(dst + ".log")
 	r.Table([]string{fsName + ": time to first query (full chain)", "time"}, rows)
+	r.Target(tBranch <= restorePlusStart, "%s: pgfork restore --start to the first query %s vs pgfork restore + postmaster start %s (target: no slower)",
+		fsName, Dur(tBranch), Dur(restorePlusStart))
 	return nil
 }
 

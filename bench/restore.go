@@ -363,7 +363,7 @@ func (e *restoreBench) bounds(ctx context.Context, r *Report, fsName, dir string
 			FilesRebuilt   int64   `json:"files_rebuilt"`
 			Calls          int64   `json:"calls"`
 			BlocksBySource []int64 `json:"blocks_by_source"`
-			Phases                     []struct {
+			Phases         []struct {
 				Name    string
 				Elapsed float64 `json:"elapsed_ms"`
 			}

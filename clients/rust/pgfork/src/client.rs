@@ -87,15 +87,31 @@ impl DatabaseConfig {
             }
             String::new()
         } else {
-            let host = if self.host.contains(':') { format!("[{}]", self.host) } else { self.host.clone() };
-            if self.port != 0 { format!("{host}:{}", self.port) } else { host }
+            let host = if self.host.contains(':') {
+                format!("[{}]", self.host)
+            } else {
+                self.host.clone()
+            };
+            if self.port != 0 {
+                format!("{host}:{}", self.port)
+            } else {
+                host
+            }
         };
-        let auth = if user.is_empty() { String::new() } else { format!("{user}@") };
+        let auth = if user.is_empty() {
+            String::new()
+        } else {
+            format!("{user}@")
+        };
         let query: Vec<String> = q
             .iter()
             .map(|(k, v)| format!("{}={}", utf8_percent_encode(k, QUERY), utf8_percent_encode(v, QUERY)))
             .collect();
-        format!("postgres://{auth}{hostport}/{}?{}", enc(&self.database), query.join("&"))
+        format!(
+            "postgres://{auth}{hostport}/{}?{}",
+            enc(&self.database),
+            query.join("&")
+        )
     }
 
     /// A libpq keyword/value connection string, as the Go client's ConnectionString.
@@ -116,7 +132,11 @@ impl DatabaseConfig {
         }
         parts.push(("dbname".into(), self.database.clone()));
         parts.extend(self.params());
-        parts.iter().map(|(k, v)| format!("{k}={}", quote(v))).collect::<Vec<_>>().join(" ")
+        parts
+            .iter()
+            .map(|(k, v)| format!("{k}={}", quote(v)))
+            .collect::<Vec<_>>()
+            .join(" ")
     }
 }
 
@@ -240,7 +260,9 @@ impl Client {
         }
         let mut path = u.path().trim_end_matches('/').to_string();
         let version_fixed = opts.api_version.is_some() || path.ends_with("/api/v1") || path.ends_with("/api/v2");
-        let api = opts.api_version.unwrap_or(if path.ends_with("/api/v1") { 1 } else { 2 });
+        let api = opts
+            .api_version
+            .unwrap_or(if path.ends_with("/api/v1") { 1 } else { 2 });
         for suffix in ["/v1", "/v2", "/api"] {
             if let Some(p) = path.strip_suffix(suffix) {
                 path = p.to_string();
@@ -271,7 +293,11 @@ impl Client {
     /// else [`DEFAULT_URL`]; the token from `$PGFORK_TOKEN`.
     pub fn from_env() -> Result<Client> {
         let s = crate::env::EnvSettings::read();
-        let opts = ClientOptions { token: s.token, api_version: s.api_version, ..Default::default() };
+        let opts = ClientOptions {
+            token: s.token,
+            api_version: s.api_version,
+            ..Default::default()
+        };
         Client::new(&s.url, opts)
     }
 
@@ -296,12 +322,10 @@ impl Client {
         path: &str,
         body: Option<&Value>,
         want: Want,
-        timeout: Option<Duration>,
-        retries: Option<u32>,
+        limits: Option<(Duration, u32)>,
     ) -> Result<Option<Value>> {
         let url = format!("{}{path}", self.base_url);
-        let timeout = timeout.unwrap_or(self.timeout);
-        let retries = retries.unwrap_or(self.retries);
+        let (timeout, retries) = limits.unwrap_or((self.timeout, self.retries));
         let mut attempt = 0u32;
         loop {
             let mut rb = self
@@ -351,15 +375,20 @@ impl Client {
                 });
             }
             let mut message = text.trim().to_string();
-            if let Ok(Value::Object(m)) = serde_json::from_str::<Value>(&message) {
-                if let Some(v) = m.get("message").or_else(|| m.get("error")) {
-                    message = v.as_str().map(str::to_string).unwrap_or_else(|| v.to_string());
-                }
+            if let Ok(Value::Object(m)) = serde_json::from_str::<Value>(&message)
+                && let Some(v) = m.get("message").or_else(|| m.get("error"))
+            {
+                message = v.as_str().map(str::to_string).unwrap_or_else(|| v.to_string());
             }
             let kind = ApiErrorKind::of(op, status, &message);
             let wait = matches!(status, 503 | 429);
             if !wait || attempt >= retries {
-                return Err(Error::Api { op, status, kind, message: truncate(&message) });
+                return Err(Error::Api {
+                    op,
+                    status,
+                    kind,
+                    message: truncate(&message),
+                });
             }
             let delay = retry_after.unwrap_or(self.backoff * 2u32.saturating_pow(attempt));
             attempt += 1;
@@ -369,9 +398,16 @@ impl Client {
 
     /// True if GET /healthz answers 200 within `timeout`.
     pub async fn healthy(&self, timeout: Duration) -> bool {
-        self.request("healthy", reqwest::Method::GET, "/healthz", None, Want::Json, Some(timeout), Some(0))
-            .await
-            .is_ok()
+        self.request(
+            "healthy",
+            reqwest::Method::GET,
+            "/healthz",
+            None,
+            Want::Json,
+            Some((timeout, 0)),
+        )
+        .await
+        .is_ok()
     }
 
     /// Registers a template and returns the empty database to migrate; an
@@ -382,9 +418,13 @@ impl Client {
         let body = serde_json::json!({ "hash": hash });
         let op = "initialize_template";
         let path = format!("{}/templates", self.api_prefix());
-        let r = self.request(op, reqwest::Method::POST, &path, Some(&body), Want::Json, None, None).await;
+        let r = self
+            .request(op, reqwest::Method::POST, &path, Some(&body), Want::Json, None)
+            .await;
         let v = match r {
-            Err(Error::Api { status: 404, message, .. }) if self.api_version() == 2 => {
+            Err(Error::Api {
+                status: 404, message, ..
+            }) if self.api_version() == 2 => {
                 // pgfork serve never answers 404 here: this server has no /api/v2.
                 if self.version_fixed {
                     return Err(Error::ApiVersionUnsupported(format!(
@@ -395,7 +435,14 @@ impl Client {
                 }
                 self.api.store(1, Ordering::Relaxed);
                 match self
-                    .request(op, reqwest::Method::POST, "/api/v1/templates", Some(&body), Want::Json, None, None)
+                    .request(
+                        op,
+                        reqwest::Method::POST,
+                        "/api/v1/templates",
+                        Some(&body),
+                        Want::Json,
+                        None,
+                    )
                     .await
                 {
                     Err(Error::Api { status: 404, .. }) => {
@@ -419,14 +466,30 @@ impl Client {
     /// Marks the template ready: test databases are cloned from it.
     pub async fn finalize_template(&self, hash: &str) -> Result<()> {
         let path = format!("{}/templates/{}", self.api_prefix(), enc(hash));
-        self.request("finalize_template", reqwest::Method::PUT, &path, None, Want::NoContent, None, None).await?;
+        self.request(
+            "finalize_template",
+            reqwest::Method::PUT,
+            &path,
+            None,
+            Want::NoContent,
+            None,
+        )
+        .await?;
         Ok(())
     }
 
     /// Drops the template; waiters get TemplateDiscarded (TemplateNotFound on v1).
     pub async fn discard_template(&self, hash: &str) -> Result<()> {
         let path = format!("{}/templates/{}", self.api_prefix(), enc(hash));
-        self.request("discard_template", reqwest::Method::DELETE, &path, None, Want::NoContent, None, None).await?;
+        self.request(
+            "discard_template",
+            reqwest::Method::DELETE,
+            &path,
+            None,
+            Want::NoContent,
+            None,
+        )
+        .await?;
         Ok(())
     }
 
@@ -436,11 +499,14 @@ impl Client {
     pub async fn get_test_database(&self, hash: &str) -> Result<TestDatabase> {
         let path = format!("{}/templates/{}/tests", self.api_prefix(), enc(hash));
         let v = self
-            .request("get_test_database", reqwest::Method::GET, &path, None, Want::Json, None, None)
+            .request("get_test_database", reqwest::Method::GET, &path, None, Want::Json, None)
             .await?
             .unwrap_or(Value::Null);
         let (template_hash, config) = parse_body(Some(&v), hash);
-        let num = |x: Option<&Value>| x.and_then(|n| n.as_i64().or_else(|| n.as_str()?.parse().ok())).unwrap_or(0);
+        let num = |x: Option<&Value>| {
+            x.and_then(|n| n.as_i64().or_else(|| n.as_str()?.parse().ok()))
+                .unwrap_or(0)
+        };
         Ok(match v.get("id") {
             Some(Value::String(token)) => TestDatabase {
                 template_hash,
@@ -448,7 +514,12 @@ impl Client {
                 token: Some(token.clone()),
                 config,
             },
-            id => TestDatabase { template_hash, id: num(id), token: None, config },
+            id => TestDatabase {
+                template_hash,
+                id: num(id),
+                token: None,
+                config,
+            },
         })
     }
 
@@ -468,22 +539,37 @@ impl Client {
             (Some(token), 2) => format!("/api/v2/templates/{h}/tests/{}/{op}", enc(token)),
             _ => format!("/api/v1/templates/{h}/tests/{}/{op}", db.id),
         };
-        self.request(op, reqwest::Method::POST, &path, None, Want::NoContent, None, None).await?;
+        self.request(op, reqwest::Method::POST, &path, None, Want::NoContent, None)
+            .await?;
         Ok(())
     }
 
     /// Forgets every template and test database on the server (admin).
     pub async fn reset_all_tracking(&self) -> Result<()> {
         let path = format!("{}/admin/templates", self.api_prefix());
-        self.request("reset_all_tracking", reqwest::Method::DELETE, &path, None, Want::NoContent, None, None)
-            .await?;
+        self.request(
+            "reset_all_tracking",
+            reqwest::Method::DELETE,
+            &path,
+            None,
+            Want::NoContent,
+            None,
+        )
+        .await?;
         Ok(())
     }
 
     /// GET /api/v2/templates (pgfork serve only): the server's answer as JSON.
     pub async fn list_templates(&self) -> Result<Value> {
         Ok(self
-            .request("list_templates", reqwest::Method::GET, "/api/v2/templates", None, Want::Json, None, None)
+            .request(
+                "list_templates",
+                reqwest::Method::GET,
+                "/api/v2/templates",
+                None,
+                Want::Json,
+                None,
+            )
             .await?
             .unwrap_or(Value::Null))
     }
@@ -535,7 +621,10 @@ mod tests {
 
     #[test]
     fn url_encodes_and_defaults_sslmode() {
-        assert_eq!(cfg("127.0.0.1", "p@ss/w").url(), "postgres://u:p%40ss%2Fw@127.0.0.1:5432/db%20x?sslmode=disable");
+        assert_eq!(
+            cfg("127.0.0.1", "p@ss/w").url(),
+            "postgres://u:p%40ss%2Fw@127.0.0.1:5432/db%20x?sslmode=disable"
+        );
         assert_eq!(cfg("::1", "").url(), "postgres://u@[::1]:5432/db%20x?sslmode=disable");
         assert_eq!(
             cfg("/run/pg", "").url(),
@@ -545,7 +634,10 @@ mod tests {
 
     #[test]
     fn mask_password_hides_only_the_password() {
-        assert_eq!(mask_password("postgres://u:secret@h:1/d?x=1"), "postgres://u:***@h:1/d?x=1");
+        assert_eq!(
+            mask_password("postgres://u:secret@h:1/d?x=1"),
+            "postgres://u:***@h:1/d?x=1"
+        );
         assert_eq!(mask_password("postgres://u@h/d"), "postgres://u@h/d");
         assert_eq!(mask_password("http://u:p@h/"), "http://u:p@h/");
     }
@@ -556,7 +648,10 @@ mod tests {
         assert_eq!((c.base_url(), c.api_version()), ("http://h:1", 1));
         let c = Client::new("http://h:1/TOKEN/api", ClientOptions::default()).unwrap();
         assert_eq!((c.base_url(), c.api_version()), ("http://h:1/TOKEN", 2));
-        assert!(matches!(Client::new("ftp://h", ClientOptions::default()), Err(Error::Config(_))));
+        assert!(matches!(
+            Client::new("ftp://h", ClientOptions::default()),
+            Err(Error::Config(_))
+        ));
     }
 
     #[test]

@@ -27,14 +27,29 @@ impl EnvSettings {
         let get = |k: &str| get(k).filter(|v| !v.is_empty());
         let token = get("PGFORK_TOKEN");
         if let Some(url) = get("PGFORK_URL") {
-            return EnvSettings { url, from: "PGFORK_URL", token, api_version: None };
+            return EnvSettings {
+                url,
+                from: "PGFORK_URL",
+                token,
+                api_version: None,
+            };
         }
         if let Some(url) = get("INTEGRESQL_CLIENT_BASE_URL") {
             // IntegreSQL's clients' variable: the server may be IntegreSQL itself.
             let v1 = !url.trim_end_matches('/').ends_with("/api/v2");
-            return EnvSettings { url, from: "INTEGRESQL_CLIENT_BASE_URL", token, api_version: v1.then_some(1) };
+            return EnvSettings {
+                url,
+                from: "INTEGRESQL_CLIENT_BASE_URL",
+                token,
+                api_version: v1.then_some(1),
+            };
         }
-        EnvSettings { url: DEFAULT_URL.into(), from: "default", token, api_version: None }
+        EnvSettings {
+            url: DEFAULT_URL.into(),
+            from: "default",
+            token,
+            api_version: None,
+        }
     }
 }
 
@@ -47,8 +62,15 @@ mod tests {
         let env = |pairs: &'static [(&'static str, &'static str)]| {
             EnvSettings::from_lookup(move |k| pairs.iter().find(|(n, _)| *n == k).map(|(_, v)| v.to_string()))
         };
-        let s = env(&[("PGFORK_URL", "http://a:1"), ("INTEGRESQL_CLIENT_BASE_URL", "http://b:2/api"), ("PGFORK_TOKEN", "t")]);
-        assert_eq!((s.url.as_str(), s.from, s.token.as_deref(), s.api_version), ("http://a:1", "PGFORK_URL", Some("t"), None));
+        let s = env(&[
+            ("PGFORK_URL", "http://a:1"),
+            ("INTEGRESQL_CLIENT_BASE_URL", "http://b:2/api"),
+            ("PGFORK_TOKEN", "t"),
+        ]);
+        assert_eq!(
+            (s.url.as_str(), s.from, s.token.as_deref(), s.api_version),
+            ("http://a:1", "PGFORK_URL", Some("t"), None)
+        );
         let s = env(&[("INTEGRESQL_CLIENT_BASE_URL", "http://b:2/api")]);
         assert_eq!((s.from, s.api_version), ("INTEGRESQL_CLIENT_BASE_URL", Some(1)));
         let s = env(&[("INTEGRESQL_CLIENT_BASE_URL", "http://b:2/api/v2/")]);

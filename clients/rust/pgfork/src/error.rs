@@ -100,9 +100,7 @@ impl ApiErrorKind {
             401 | 403 => Self::Unauthorized,
             // "template not found" names the template; anything else from a
             // test operation (v2: "no test database … under this id") the hand-out.
-            404 if test_op && !message.to_lowercase().contains("template not found") => {
-                Self::TestDatabaseNotFound
-            }
+            404 if test_op && !message.to_lowercase().contains("template not found") => Self::TestDatabaseNotFound,
             404 => Self::TemplateNotFound,
             410 => Self::TemplateDiscarded,
             423 if test_op => Self::TestDatabaseInUse,

@@ -14,3 +14,11 @@ pub use env::EnvSettings;
 pub use error::{ApiErrorKind, Error, Result};
 pub use hash::template_hash;
 pub use template::{Template, TestDb, ensure_template};
+
+#[cfg(feature = "sqlx")]
+pub mod testing;
+
+/// `#[pgfork::test]`: a drop-in for `#[sqlx::test]` whose template is migrated
+/// once per key for every test binary and run (see the crate's README).
+#[cfg(feature = "sqlx")]
+pub use pgfork_macros::test;

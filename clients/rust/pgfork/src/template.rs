@@ -36,7 +36,10 @@ type Built = Result<bool, (bool, String)>;
 /// others wait for it and share its outcome (a failure too).
 fn cell(key: &str) -> Arc<tokio::sync::OnceCell<Built>> {
     static CELLS: OnceLock<Mutex<HashMap<String, Arc<tokio::sync::OnceCell<Built>>>>> = OnceLock::new();
-    let mut m = CELLS.get_or_init(Default::default).lock().unwrap_or_else(|e| e.into_inner());
+    let mut m = CELLS
+        .get_or_init(Default::default)
+        .lock()
+        .unwrap_or_else(|e| e.into_inner());
     m.entry(key.to_string()).or_default().clone()
 }
 
@@ -58,7 +61,11 @@ where
     let cell = cell(&format!("{}\n{hash}", client.base_url()));
     let built = cell.get_or_init(|| build(client, hash, migrate)).await;
     match built {
-        Ok(built) => Ok(Template { client: client.clone(), hash: hash.to_string(), built: *built }),
+        Ok(built) => Ok(Template {
+            client: client.clone(),
+            hash: hash.to_string(),
+            built: *built,
+        }),
         Err((true, msg)) => Err(Error::MigrationFailed(msg.clone())),
         Err((false, msg)) => Err(Error::Config(msg.clone())),
     }
@@ -86,7 +93,10 @@ where
         );
         return Err((true, redact(&msg, &tpl.config.password)));
     }
-    client.finalize_template(hash).await.map_err(|e| (false, e.to_string()))?;
+    client
+        .finalize_template(hash)
+        .await
+        .map_err(|e| (false, e.to_string()))?;
     Ok(true)
 }
 
@@ -96,7 +106,12 @@ impl Template {
     /// [`Error::MigrationFailed`] naming that.
     pub async fn database(&self) -> Result<TestDb> {
         let td = get_database(&self.client, &self.hash).await?;
-        Ok(TestDb { client: self.client.clone(), db: td, done: false, name: String::new() })
+        Ok(TestDb {
+            client: self.client.clone(),
+            db: td,
+            done: false,
+            name: String::new(),
+        })
     }
 }
 
@@ -131,7 +146,12 @@ pub struct TestDb {
 impl TestDb {
     #[cfg_attr(not(feature = "sqlx"), allow(dead_code))]
     pub(crate) fn new(client: Client, db: TestDatabase, name: &str) -> TestDb {
-        TestDb { client, db, done: false, name: name.to_string() }
+        TestDb {
+            client,
+            db,
+            done: false,
+            name: name.to_string(),
+        }
     }
 
     /// postgres:// URL with the password: for tokio-postgres, diesel, sqlx, psql….
@@ -170,7 +190,11 @@ impl TestDb {
     /// The line printed for a kept database.
     pub fn kept_message(&self) -> String {
         let show = std::env::var("PGFORK_SHOW_PASSWORD").is_ok_and(|v| v == "1");
-        let test = if self.name.is_empty() { String::new() } else { format!(" {}", self.name) };
+        let test = if self.name.is_empty() {
+            String::new()
+        } else {
+            format!(" {}", self.name)
+        };
         format!(
             "pgfork: test{test} failed: keeping test database {} (template {}, id {}, hand-out {}) for inspection: {}",
             self.db.config.database,

@@ -63,7 +63,10 @@ fn template_hash_shared_vectors() {
         let dir = (!c.no_dir).then_some(tree.as_path());
         let got = pgfork::template_hash(dir, &c.extra_key).unwrap();
         if got != c.hash {
-            failed.push(format!("{}: template_hash = {got}, the shared vector says {}", c.name, c.hash));
+            failed.push(format!(
+                "{}: template_hash = {got}, the shared vector says {}",
+                c.name, c.hash
+            ));
         }
     }
     std::fs::remove_dir_all(&scratch).unwrap();

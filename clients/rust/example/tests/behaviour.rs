@@ -25,7 +25,7 @@ async fn own_database_1(pool: PgPool) {
         .execute(&pool)
         .await
         .unwrap();
-    assert_eq!(users(&mut *pool.acquire().await.unwrap()).await, 1);
+    assert_eq!(users(&mut pool.acquire().await.unwrap()).await, 1);
 }
 
 #[pgfork::test]
@@ -34,7 +34,7 @@ async fn own_database_2(pool: PgPool) {
         .execute(&pool)
         .await
         .unwrap();
-    assert_eq!(users(&mut *pool.acquire().await.unwrap()).await, 1);
+    assert_eq!(users(&mut pool.acquire().await.unwrap()).await, 1);
 }
 
 #[pgfork::test]
@@ -54,7 +54,7 @@ async fn pool_connection(mut conn: PoolConnection<Postgres>) {
 #[pgfork::test]
 async fn pool_and_connect_options(opts: PgPoolOptions, connect: PgConnectOptions) {
     let pool = opts.connect_with(connect).await.unwrap();
-    assert_eq!(users(&mut *pool.acquire().await.unwrap()).await, 0);
+    assert_eq!(users(&mut pool.acquire().await.unwrap()).await, 0);
     pool.close().await;
 }
 

@@ -18,6 +18,71 @@
 //! of each migration's SQL), so `migrations = "dir"` (read at run time) and
 //! `migrator = "MIGRATOR"` (an embedded `sqlx::migrate!()`) of the same
 //! files share one template; a changed migration or fixture is a new one.
+//!
+//! ## Compile errors
+//!
+//! A test `#[pgfork::test]` cannot run is a compile error, as these checks
+//! (`compile_fail` doctests, run by `cargo test`) show. A parameter type it
+//! cannot pass (E0277, "#[pgfork::test] cannot pass a database to a test
+//! function of type …", with the list of signatures it can):
+//!
+//! ```compile_fail,E0277
+//! async fn takes_a_string(_s: String) {}
+//! // What #[pgfork::test] expands to (in a non-test build #[test] items vanish,
+//! // so the doctest calls it directly).
+//! let f: fn(_) -> _ = takes_a_string;
+//! pgfork::testing::TestFn::run_test(f, pgfork::testing::TestArgs::new("x"));
+//! ```
+//!
+//! The same with a pair in the wrong order:
+//!
+//! ```compile_fail,E0277
+//! use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
+//! async fn swapped(_c: PgConnectOptions, _p: PgPoolOptions) {}
+//! let f: fn(_, _) -> _ = swapped;
+//! pgfork::testing::TestFn::run_test(f, pgfork::testing::TestArgs::new("x"));
+//! ```
+//!
+//! While the right signature compiles:
+//!
+//! ```no_run
+//! async fn takes_a_pool(_pool: sqlx::PgPool) {}
+//! let f: fn(_) -> _ = takes_a_pool;
+//! pgfork::testing::TestFn::run_test(f, pgfork::testing::TestArgs::new("x"));
+//! ```
+//!
+//! The attribute's own checks: a test that is not `async`, …
+//!
+//! ```compile_fail
+//! #[pgfork::test]
+//! fn not_async(_pool: sqlx::PgPool) {}
+//! ```
+//!
+//! … an unknown argument, …
+//!
+//! ```compile_fail
+//! #[pgfork::test(migratons = "migrations")]
+//! async fn typo(_pool: sqlx::PgPool) {}
+//! ```
+//!
+//! … two sources of migrations, …
+//!
+//! ```compile_fail
+//! #[pgfork::test(migrations = false, migrator = "crate::MIGRATOR")]
+//! async fn both(_pool: sqlx::PgPool) {}
+//! ```
+//!
+//! … a migrations directory that does not exist, and no database parameter:
+//!
+//! ```compile_fail
+//! #[pgfork::test(migrations = "no/such/dir")]
+//! async fn missing(_pool: sqlx::PgPool) {}
+//! ```
+//!
+//! ```compile_fail
+//! #[pgfork::test]
+//! async fn no_database() {}
+//! ```
 
 use std::collections::HashMap;
 use std::future::Future;

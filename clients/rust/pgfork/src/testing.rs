@@ -88,6 +88,7 @@ use std::collections::HashMap;
 use std::future::Future;
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex, OnceLock};
+use std::time::{Duration, Instant};
 
 use sqlx::migrate::{MigrateError, MigrationType, Migrator};
 use sqlx::pool::PoolConnection;
@@ -328,14 +329,17 @@ where
     MkFut: Future<Output = Result<(P, Option<PgPool>)>>,
 {
     let rt = runtime();
+    let t0 = Instant::now();
     let db = rt
         .block_on(test_db(&args))
         .unwrap_or_else(|e| panic!("pgfork: test {}: {e}", args.name));
+    let handed_out = t0.elapsed();
     // From here a panic drops db, which keeps the database and prints its URL.
     let opts = connect_options(&db.url()).unwrap_or_else(|e| panic!("{e}"));
     let (param, pool) = rt
         .block_on(make(opts))
         .unwrap_or_else(|e| panic!("pgfork: test {}: {e}", args.name));
+    record_timing(t0.elapsed(), handed_out);
     let out = rt.block_on(f(param));
     if out.is_success() {
         rt.block_on(async {
@@ -354,6 +358,28 @@ where
         db.keep();
     }
     out
+}
+
+/// With `$PGFORK_TIMINGS` naming a file, appends a line per test: the
+/// milliseconds it waited for its database (template, hand-out and
+/// connecting), and of that the template and hand-out alone.
+fn record_timing(acquire: Duration, hand_out: Duration) {
+    let Some(path) = std::env::var_os("PGFORK_TIMINGS") else {
+        return;
+    };
+    let line = format!(
+        "{:.3} {:.3}\n",
+        acquire.as_secs_f64() * 1e3,
+        hand_out.as_secs_f64() * 1e3
+    );
+    let written = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(&path)
+        .and_then(|mut f| std::io::Write::write_all(&mut f, line.as_bytes()));
+    if let Err(e) = written {
+        eprintln!("pgfork: PGFORK_TIMINGS={}: {e}", path.to_string_lossy());
+    }
 }
 
 fn db_err(what: &str, opts: &PgConnectOptions, source: sqlx::Error) -> Error {

@@ -25,7 +25,8 @@ import (
 // on a PostgreSQL 18 on the XFS reflink mount, when there is one. The build
 // of the suite (all three test binaries) is timed apart.
 //
-// Scale: PGFORK_BENCH_RUST_TESTS (default 200).
+// Scale: PGFORK_BENCH_RUST_TESTS (default 200). PGFORK_BENCH_RUST_TARGET: a
+// cargo target directory kept between runs (default: a fresh one).
 func init() {
 	register(Scenario{Name: "rust", Issue: "Rust client: #[pgfork::test] vs #[sqlx::test] and CREATE DATABASE … TEMPLATE per test (issue 22)", Run: runRustBench})
 }
@@ -92,7 +93,7 @@ func rustBenchTests(c string, tests int) string {
 	case "a":
 		b.WriteString("mod common;\n\n")
 		for k := 0; k < tests; k++ {
-			fmt.Fprintf(&b, "#[sqlx::test(migrations = \"migrations\")]\nasync fn t%03d(pool: sqlx::PgPool) {\n    common::work(&mut pool.acquire().await.unwrap()).await;\n}\n\n", k)
+			fmt.Fprintf(&b, "#[sqlx::test(migrations = \"./migrations\")]\nasync fn t%03d(pool: sqlx::PgPool) {\n    common::work(&mut pool.acquire().await.unwrap()).await;\n}\n\n", k)
 		}
 	case "b":
 		b.WriteString(rustBenchB)
@@ -102,7 +103,7 @@ func rustBenchTests(c string, tests int) string {
 	default: // c, d
 		b.WriteString("mod common;\n\n")
 		for k := 0; k < tests; k++ {
-			fmt.Fprintf(&b, "#[pgfork::test(migrations = \"migrations\")]\nasync fn t%03d(pool: sqlx::PgPool) {\n    common::work(&mut pool.acquire().await.unwrap()).await;\n}\n\n", k)
+			fmt.Fprintf(&b, "#[pgfork::test(migrations = \"./migrations\")]\nasync fn t%03d(pool: sqlx::PgPool) {\n    common::work(&mut pool.acquire().await.unwrap()).await;\n}\n\n", k)
 		}
 	}
 	return b.String()
@@ -240,7 +241,12 @@ func runRustBench(ctx context.Context, r *Report) error {
 	}
 	// The suite's own target directory: its build is timed cold (the crates
 	// themselves come from CARGO_HOME).
-	target := []string{"CARGO_TARGET_DIR=" + filepath.Join(tmp, "target")}
+	// PGFORK_BENCH_RUST_TARGET keeps it between runs (the build is then not cold).
+	targetDir, buildKind := filepath.Join(tmp, "target"), "cold target directory"
+	if d := os.Getenv("PGFORK_BENCH_RUST_TARGET"); d != "" {
+		targetDir, buildKind = d, "target directory "+d+" kept from earlier runs"
+	}
+	target := []string{"CARGO_TARGET_DIR=" + targetDir}
 	t0 := time.Now()
 	if out, err := rustCargo(ctx, proj, target, "test", "--no-run"); err != nil {
 		return fmt.Errorf("building the suite: %v:\n%s", err, out)
@@ -249,8 +255,8 @@ func runRustBench(ctx context.Context, r *Report) error {
 	cargoV, _ := exec.Command("cargo", "--version").Output()
 	r.Notef("Suite: 40 generated migrations (60 tables with two indexes each and foreign keys, 5 functions; the js scenario's), %d tests per contender in one test binary each, "+
 		"run by `cargo test --test X` with the default test threads (%d here); each test runs a short transaction (INSERT, UPDATE, SELECT) on its own database through a PgPool "+
-		"((b): a PgConnection). %s, sqlx 0.8, debug profile. Building the suite (three test binaries, every dependency, cold target directory) took %s, not counted below.",
-		tests, runtime.NumCPU(), strings.TrimSpace(string(cargoV)), Dur(build))
+		"((b): a PgConnection). %s, sqlx 0.8, debug profile. Building the suite (three test binaries, every dependency, %s) took %s, not counted below.",
+		tests, runtime.NumCPU(), strings.TrimSpace(string(cargoV)), buildKind, Dur(build))
 
 	_, pg, stopPG, err := jsBenchPG(ctx, os.TempDir())
 	if err != nil {

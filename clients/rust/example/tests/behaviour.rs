@@ -46,7 +46,8 @@ async fn own_database_3(mut conn: PgConnection) {
     assert_eq!(users(&mut conn).await, 1);
 }
 
-#[pgfork::test(migrations = "migrations")]
+// sqlx spells the directory "./migrations".
+#[pgfork::test(migrations = "./migrations")]
 async fn pool_connection(mut conn: PoolConnection<Postgres>) {
     assert_eq!(users(&mut conn).await, 0);
 }

@@ -338,7 +338,12 @@ func runRustBench(ctx context.Context, r *Report) error {
 				r.Notef("(d) not measured: %v", err)
 			} else {
 				defer stop2()
-				srv2, err := startServe(bin, stateDir, port+1, append([]string{"--pg-url", pg2.url, "--can-clone"}, serveArgs...)...)
+				// A state directory of its own: one pgfork serve per state directory.
+				stateDir2 := filepath.Join(tmp, "state-xfs")
+				if err := os.MkdirAll(stateDir2, 0o755); err != nil {
+					return err
+				}
+				srv2, err := startServe(bin, stateDir2, port+1, append([]string{"--pg-url", pg2.url, "--can-clone"}, serveArgs...)...)
 				if err != nil {
 					return err
 				}

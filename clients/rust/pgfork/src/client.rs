@@ -274,7 +274,9 @@ impl Client {
         origin.set_fragment(None);
         let base_url = format!("{}{path}", origin.as_str().trim_end_matches('/'));
         let mut builder = reqwest::Client::builder();
-        if u.host_str().is_some_and(|h| h == "localhost" || h == "[::1]" || h.starts_with("127.")) {
+        if u.host_str()
+            .is_some_and(|h| h == "localhost" || h == "[::1]" || h.starts_with("127."))
+        {
             // A server on this machine is never reached through $HTTP_PROXY.
             builder = builder.no_proxy();
         }

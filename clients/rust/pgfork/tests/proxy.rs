@@ -18,5 +18,8 @@ async fn loopback_server_ignores_http_proxy() {
         std::env::remove_var("no_proxy");
     }
     let c = pgfork::Client::from_env().unwrap();
-    assert!(c.healthy(std::time::Duration::from_secs(10)).await, "GET /healthz went through $HTTP_PROXY");
+    assert!(
+        c.healthy(std::time::Duration::from_secs(10)).await,
+        "GET /healthz went through $HTTP_PROXY"
+    );
 }

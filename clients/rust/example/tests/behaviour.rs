@@ -212,3 +212,77 @@ fn err_result_is_returned() {
     let out = pgfork::testing::TestFn::run_test(f, args);
     assert_eq!(out, Err("failed on purpose".to_string()));
 }
+
+// Passes (its database given back) unless PGFORK_EXAMPLE_PANIC=1, which
+// panicking_test_keeps_its_database sets for a run of its own.
+#[pgfork::test]
+async fn panics_when_asked(pool: PgPool) {
+    sqlx::query("INSERT INTO users (name) VALUES ('before the panic')")
+        .execute(&pool)
+        .await
+        .unwrap();
+    if std::env::var("PGFORK_EXAMPLE_PANIC").is_ok_and(|v| v == "1") {
+        panic!("failing on purpose");
+    }
+}
+
+// A panicking test's database is kept (not given back) and its URL printed
+// with the password masked.
+#[tokio::test]
+async fn panicking_test_keeps_its_database() {
+    let out = std::process::Command::new(std::env::current_exe().unwrap())
+        .args(["--exact", "panics_when_asked", "--nocapture", "--test-threads", "1"])
+        .env("PGFORK_EXAMPLE_PANIC", "1")
+        .env_remove("PGFORK_SHOW_PASSWORD")
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "the test should have failed: {stderr}");
+    let line = stderr
+        .lines()
+        .find(|l| l.contains("keeping test database"))
+        .unwrap_or_else(|| panic!("no kept-database line: {stderr}"));
+    assert!(line.contains("behaviour::panics_when_asked failed"), "{line}");
+    assert!(line.contains(":***@"), "password not masked: {line}");
+
+    // The same role and password as every database of this server.
+    let client = Client::from_env().unwrap();
+    let tpl = pgfork::testing::template_for(&{
+        let mut a = TestArgs::new("behaviour::probe");
+        a.migrations_dir(concat!(env!("CARGO_MANIFEST_DIR"), "/migrations"));
+        a
+    })
+    .await
+    .unwrap();
+    let probe = client.get_test_database(&tpl.hash).await.unwrap();
+    let password = probe.config.password.clone();
+    client.recreate(&probe).await.unwrap();
+    assert!(
+        !password.is_empty() && !line.contains(&password),
+        "password printed: {line}"
+    );
+
+    // Kept: its hand-out is still out, so giving it back now succeeds (once).
+    let token = line
+        .split("hand-out ")
+        .nth(1)
+        .and_then(|s| s.split(')').next())
+        .unwrap();
+    let id: i64 = line
+        .split(", id ")
+        .nth(1)
+        .and_then(|s| s.split(',').next())
+        .unwrap()
+        .parse()
+        .unwrap();
+    let kept = pgfork::TestDatabase {
+        template_hash: tpl.hash.clone(),
+        id,
+        token: Some(token.to_string()),
+        config: Default::default(),
+    };
+    client
+        .recreate(&kept)
+        .await
+        .expect("the kept database was given back already");
+}

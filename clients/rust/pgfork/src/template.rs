@@ -30,6 +30,8 @@ pub(crate) fn redact(text: &str, password: &str) -> String {
     text.replace(password, "***").replace(&encoded, "***")
 }
 
+/// A build's outcome as every caller of a key shares it: built, or (a
+/// migration failed, the error's message).
 type Built = Result<bool, (bool, String)>;
 
 /// One cell per template key: the first caller in this process builds, the
@@ -59,7 +61,21 @@ where
     E: Display,
 {
     let cell = cell(&format!("{}\n{hash}", client.base_url()));
-    let built = cell.get_or_init(|| build(client, hash, migrate)).await;
+    // The caller that builds gets its error as it is (ServerUnreachable…);
+    // the callers that waited for it get its message.
+    let mut original = None;
+    let built = cell
+        .get_or_init(|| async {
+            build(client, hash, migrate).await.map_err(|e| {
+                let shared = (matches!(e, Error::MigrationFailed(_)), e.to_string());
+                original = Some(e);
+                shared
+            })
+        })
+        .await;
+    if let Some(e) = original {
+        return Err(e);
+    }
     match built {
         Ok(built) => Ok(Template {
             client: client.clone(),
@@ -71,7 +87,7 @@ where
     }
 }
 
-async fn build<F, Fut, E>(client: &Client, hash: &str, migrate: F) -> Built
+async fn build<F, Fut, E>(client: &Client, hash: &str, migrate: F) -> Result<bool>
 where
     F: FnOnce(TemplateDatabase) -> Fut,
     Fut: Future<Output = std::result::Result<(), E>>,
@@ -80,7 +96,7 @@ where
     let tpl = match client.initialize_template(hash).await {
         Ok(t) => t,
         Err(e) if e.api_kind() == Some(ApiErrorKind::TemplateAlreadyInitialized) => return Ok(false),
-        Err(e) => return Err((false, e.to_string())),
+        Err(e) => return Err(e),
     };
     if let Err(e) = migrate(tpl.clone()).await {
         let note = match client.discard_template(hash).await {
@@ -91,12 +107,9 @@ where
             "pgfork: migrating template {hash} ({}) failed; template discarded{note}:\n{e}",
             mask_password(&tpl.url())
         );
-        return Err((true, redact(&msg, &tpl.config.password)));
+        return Err(Error::MigrationFailed(redact(&msg, &tpl.config.password)));
     }
-    client
-        .finalize_template(hash)
-        .await
-        .map_err(|e| (false, e.to_string()))?;
+    client.finalize_template(hash).await?;
     Ok(true)
 }
 

@@ -272,3 +272,15 @@ async fn a_silent_server_is_a_timeout() {
     assert!(matches!(err, Error::Timeout { .. }), "{err:?}");
     drop(l);
 }
+
+#[tokio::test]
+async fn ensure_template_against_no_server_is_server_unreachable() {
+    let port = TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+    let c = Client::new(&format!("http://127.0.0.1:{port}"), ClientOptions::default()).unwrap();
+    let migrate = |_| async { Ok::<(), String>(()) };
+    let err = pgfork::ensure_template(&c, "k", migrate).await.unwrap_err();
+    assert!(matches!(err, Error::ServerUnreachable { .. }), "{err:?}");
+    // A second caller gets the first one's outcome at once, with its message.
+    let err = pgfork::ensure_template(&c, "k", migrate).await.unwrap_err();
+    assert!(err.to_string().contains("is `pgfork serve` running?"), "{err}");
+}

@@ -1,7 +1,7 @@
 # Sourced by clients/test.sh and clients/compat/run.sh.
 #
 # unknown_skips LOG: prints to stderr and returns 1 if LOG (go test -v,
-# pytest -rs or node --test TAP output) shows a skipped test whose reason
+# pytest -rs, node --test TAP or cargo test output) shows a skipped test whose reason
 # does not start with "KNOWN SKIP". Known reasons are a tool that cannot be
 # installed here (the Atlas and dbmate CLIs), named in the reason.
 unknown_skips() {
@@ -17,6 +17,11 @@ unknown_skips() {
 	# pytest -rs: "SKIPPED [n] file:line: reason"; node TAP: "ok N - name # SKIP reason".
 	if grep -E '^SKIPPED|^ok .* # SKIP' "$log" | grep -v -q 'KNOWN SKIP'; then
 		grep -E '^SKIPPED|^ok .* # SKIP' "$log" | grep -v 'KNOWN SKIP' >&2
+		return 1
+	fi
+	# cargo test: "test name ... ignored" or "... ignored, reason".
+	if grep -E '^test .* \.\.\. ignored' "$log" | grep -v -q 'KNOWN SKIP'; then
+		grep -E '^test .* \.\.\. ignored' "$log" | grep -v 'KNOWN SKIP' >&2
 		return 1
 	fi
 	return 0

@@ -1,0 +1,458 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"sort"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+)
+
+// The "rust" scenario (issue 22) runs a generated Rust test suite with
+// `cargo test` (default test threads) against one PostgreSQL 18, side by
+// side: (a) #[sqlx::test] as it is (a database per test, every migration run
+// into it); (b) the hand-written template pattern (a template migrated once,
+// CREATE DATABASE … TEMPLATE + DROP per test); (c) #[pgfork::test]
+// (clients/rust) against pgfork serve on the same server (ext4); (d) the same
+// on a PostgreSQL 18 on the XFS reflink mount, when there is one. The build
+// of the suite (all three test binaries) is timed apart.
+//
+// Scale: PGFORK_BENCH_RUST_TESTS (default 200). PGFORK_BENCH_RUST_TARGET: a
+// cargo target directory kept between runs (default: a fresh one).
+func init() {
+	register(Scenario{Name: "rust", Issue: "Rust client: #[pgfork::test] vs #[sqlx::test] and CREATE DATABASE … TEMPLATE per test (issue 22)", Run: runRustBench})
+}
+
+const rustBenchCommon = `use sqlx::Connection;
+
+/// The test's work: a short transaction.
+pub async fn work(c: &mut sqlx::PgConnection) {
+    let mut tx = c.begin().await.unwrap();
+    sqlx::query("INSERT INTO t002 (name, score) VALUES ('test', 1)").execute(&mut *tx).await.unwrap();
+    sqlx::query("UPDATE t001 SET score = score + 1 WHERE id = 1").execute(&mut *tx).await.unwrap();
+    let _: i64 = sqlx::query_scalar("SELECT count(*) FROM t002").fetch_one(&mut *tx).await.unwrap();
+    tx.commit().await.unwrap();
+}
+
+#[allow(dead_code)]
+pub fn record(acquire: std::time::Duration) {
+    use std::io::Write;
+    let ms = acquire.as_secs_f64() * 1e3;
+    let mut f = std::fs::OpenOptions::new().create(true).append(true).open(std::env::var("PGB_OUT").unwrap()).unwrap();
+    writeln!(f, "{ms:.3} {ms:.3}").unwrap();
+}
+`
+
+// (b): the template rsb_template is migrated by the harness; each test
+// clones it, connects, works, disconnects and drops its copy.
+const rustBenchB = `mod common;
+
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::Instant;
+
+use sqlx::postgres::PgConnectOptions;
+use sqlx::{Connection, Executor, PgConnection};
+
+static N: AtomicUsize = AtomicUsize::new(0);
+
+fn opts(db: &str) -> PgConnectOptions {
+    let v = |k: &str| std::env::var(k).unwrap();
+    PgConnectOptions::new()
+        .host(&v("PGB_HOST"))
+        .port(v("PGB_PORT").parse().unwrap())
+        .username(&v("PGB_USER"))
+        .password(&v("PGB_PASSWORD"))
+        .database(db)
+}
+
+async fn with_db() {
+    let t0 = Instant::now();
+    let name = format!("rsb_{}_{}", std::process::id(), N.fetch_add(1, Ordering::SeqCst));
+    let mut admin = PgConnection::connect_with(&opts("postgres")).await.unwrap();
+    admin.execute(format!("CREATE DATABASE {name} TEMPLATE rsb_template").as_str()).await.unwrap();
+    let mut c = PgConnection::connect_with(&opts(&name)).await.unwrap();
+    common::record(t0.elapsed());
+    common::work(&mut c).await;
+    c.close().await.unwrap();
+    admin.execute(format!("DROP DATABASE {name}").as_str()).await.unwrap();
+    admin.close().await.unwrap();
+}
+`
+
+func rustBenchTests(c string, tests int) string {
+	var b strings.Builder
+	switch c {
+	case "a":
+		b.WriteString("mod common;\n\n")
+		for k := 0; k < tests; k++ {
+			fmt.Fprintf(&b, "#[sqlx::test(migrations = \"./migrations\")]\nasync fn t%03d(pool: sqlx::PgPool) {\n    common::work(&mut pool.acquire().await.unwrap()).await;\n}\n\n", k)
+		}
+	case "b":
+		b.WriteString(rustBenchB)
+		for k := 0; k < tests; k++ {
+			fmt.Fprintf(&b, "\n#[tokio::test]\nasync fn t%03d() {\n    with_db().await;\n}\n", k)
+		}
+	default: // c, d
+		b.WriteString("mod common;\n\n")
+		for k := 0; k < tests; k++ {
+			fmt.Fprintf(&b, "#[pgfork::test(migrations = \"./migrations\")]\nasync fn t%03d(pool: sqlx::PgPool) {\n    common::work(&mut pool.acquire().await.unwrap()).await;\n}\n\n", k)
+		}
+	}
+	return b.String()
+}
+
+func rustBenchProject(dir, clientsRust string, tests int) error {
+	write := func(name, content string) error {
+		if err := os.MkdirAll(filepath.Dir(filepath.Join(dir, name)), 0o755); err != nil {
+			return err
+		}
+		return os.WriteFile(filepath.Join(dir, name), []byte(content), 0o644)
+	}
+	for name, sql := range jsMigrations() {
+		if err := write("migrations/"+name, sql); err != nil {
+			return err
+		}
+	}
+	manifest := fmt.Sprintf(`[package]
+name = "pgfork-bench-suite"
+version = "0.0.0"
+edition = "2024"
+publish = false
+
+[workspace]
+
+[dev-dependencies]
+pgfork = { path = %q, features = ["sqlx"] }
+sqlx = { version = "0.8", default-features = false, features = ["postgres", "runtime-tokio", "migrate", "macros"] }
+tokio = { version = "1", default-features = false, features = ["rt", "macros"] }
+
+[profile.dev]
+debug = 0
+`, filepath.Join(clientsRust, "pgfork"))
+	files := map[string]string{
+		"Cargo.toml":          manifest,
+		"src/lib.rs":          "",
+		"tests/common/mod.rs": rustBenchCommon,
+		"tests/a.rs":          rustBenchTests("a", tests),
+		"tests/b.rs":          rustBenchTests("b", tests),
+		"tests/c.rs":          rustBenchTests("c", tests),
+	}
+	for name, content := range files {
+		if err := write(name, content); err != nil {
+			return err
+		}
+	}
+	// The versions clients/rust is tested with.
+	lock, err := os.ReadFile(filepath.Join(clientsRust, "Cargo.lock"))
+	if err != nil {
+		return err
+	}
+	return write("Cargo.lock", string(lock))
+}
+
+// rustCargo runs cargo in the suite; offline first (the crates are in
+// CARGO_HOME after clients/rust's build), then online.
+func rustCargo(ctx context.Context, proj string, env []string, args ...string) ([]byte, error) {
+	run := func(extra ...string) ([]byte, error) {
+		cmd := exec.CommandContext(ctx, "cargo", append(args, extra...)...)
+		cmd.Dir = proj
+		cmd.Env = append(append(os.Environ(), "CARGO_TERM_COLOR=never"), env...)
+		return cmd.CombinedOutput()
+	}
+	out, err := run("--offline")
+	if err != nil && strings.Contains(string(out), "offline") {
+		return run()
+	}
+	return out, err
+}
+
+func rustBenchRun(ctx context.Context, proj, test string, env []string, filter ...string) (time.Duration, Sample, Sample, error) {
+	out := filepath.Join(proj, fmt.Sprintf("acquire-%s-%d.txt", test, time.Now().UnixNano()))
+	env = append(env, "PGB_OUT="+out, "PGFORK_TIMINGS="+out)
+	t0 := time.Now()
+	b, err := rustCargo(ctx, proj, env, append([]string{"test", "--test", test}, filter...)...)
+	took := time.Since(t0)
+	if err != nil || !strings.Contains(string(b), "test result: ok.") {
+		tail := string(b)
+		if len(tail) > 3000 {
+			tail = tail[len(tail)-3000:]
+		}
+		return 0, nil, nil, fmt.Errorf("cargo test --test %s: %v:\n%s", test, err, tail)
+	}
+	var s, h Sample
+	if f, err := os.Open(out); err == nil {
+		sc := bufio.NewScanner(f)
+		for sc.Scan() {
+			fl := strings.Fields(sc.Text())
+			if len(fl) != 2 {
+				continue
+			}
+			ms, err1 := strconv.ParseFloat(fl[0], 64)
+			ho, err2 := strconv.ParseFloat(fl[1], 64)
+			if err1 == nil && err2 == nil {
+				s = append(s, time.Duration(ms*float64(time.Millisecond)))
+				h = append(h, time.Duration(ho*float64(time.Millisecond)))
+			}
+		}
+		f.Close()
+	}
+	return took, s, h, nil
+}
+
+func runRustBench(ctx context.Context, r *Report) error {
+	r.Notef("Load average at start: %s (2 cores shared with other work; times grow with contention).", loadAvg())
+	defer func() { r.Notef("Load average at the end: %s.", loadAvg()) }()
+	tests := 200
+	if v, err := strconv.Atoi(os.Getenv("PGFORK_BENCH_RUST_TESTS")); err == nil && v > 0 {
+		tests = v
+	}
+	if tests != 200 {
+		r.Notef("SCALED: %d tests (issue: 200).", tests)
+	}
+	if _, err := exec.LookPath("cargo"); err != nil {
+		return fmt.Errorf("cargo not found: the rust scenario needs a Rust toolchain")
+	}
+	wd, err := os.Getwd()
+	if err != nil {
+		return err
+	}
+	clientsRust := filepath.Join(wd, "clients", "rust")
+	tmp, err := os.MkdirTemp("", "pgfork-bench-rust-")
+	if err != nil {
+		return err
+	}
+	defer os.RemoveAll(tmp)
+	_ = os.Chmod(tmp, 0o755)
+	bin := filepath.Join(tmp, "pgfork")
+	if out, err := goBuild(context.Background(), bin); err != nil {
+		return fmt.Errorf("go build: %v: %s", err, out)
+	}
+	proj := filepath.Join(tmp, "suite")
+	if err := rustBenchProject(proj, clientsRust, tests); err != nil {
+		return err
+	}
+	// The suite's own target directory: its build is timed cold (the crates
+	// themselves come from CARGO_HOME).
+	// PGFORK_BENCH_RUST_TARGET keeps it between runs (the build is then not cold).
+	targetDir, buildKind := filepath.Join(tmp, "target"), "cold target directory"
+	if d := os.Getenv("PGFORK_BENCH_RUST_TARGET"); d != "" {
+		targetDir, buildKind = d, "target directory "+d+" kept from earlier runs"
+	}
+	target := []string{"CARGO_TARGET_DIR=" + targetDir}
+	t0 := time.Now()
+	if out, err := rustCargo(ctx, proj, target, "test", "--no-run"); err != nil {
+		return fmt.Errorf("building the suite: %v:\n%s", err, out)
+	}
+	build := time.Since(t0)
+	// Each contender's test binary alone: its source touched, rebuilt (the
+	// macros' expansion and the link; #[sqlx::test] embeds the migrations
+	// into every test).
+	var rebuilds []string
+	for _, c := range []string{"a", "b", "c"} {
+		now := time.Now()
+		if err := os.Chtimes(filepath.Join(proj, "tests", c+".rs"), now, now); err != nil {
+			return err
+		}
+		t := time.Now()
+		if out, err := rustCargo(ctx, proj, target, "test", "--no-run", "--test", c); err != nil {
+			return fmt.Errorf("rebuilding tests/%s.rs: %v:\n%s", c, err, out)
+		}
+		rebuilds = append(rebuilds, fmt.Sprintf("(%s) %s", c, Dur(time.Since(t))))
+	}
+	cargoV, _ := exec.Command("cargo", "--version").Output()
+	r.Notef("Suite: 40 generated migrations (60 tables with two indexes each and foreign keys, 5 functions; the js scenario's), %d tests per contender in one test binary each, "+
+		"run by `cargo test --test X` with the default test threads (%d here); each test runs a short transaction (INSERT, UPDATE, SELECT) on its own database through a PgPool "+
+		"((b): a PgConnection). %s, sqlx 0.8, debug profile. Building the suite (three test binaries, every dependency, %s) took %s, not counted below; "+
+		"rebuilding one contender's test binary after touching its file: %s.",
+		tests, runtime.NumCPU(), strings.TrimSpace(string(cargoV)), buildKind, Dur(build), strings.Join(rebuilds, ", "))
+
+	_, pg, stopPG, err := jsBenchPG(ctx, os.TempDir())
+	if err != nil {
+		return err
+	}
+	defer stopPG()
+	admin, err := pgx.Connect(ctx, pg.url)
+	if err != nil {
+		return err
+	}
+	var version string
+	_ = admin.QueryRow(ctx, "SELECT current_setting('server_version')").Scan(&version)
+	if _, err := admin.Exec(ctx, "CREATE DATABASE rsb_template"); err != nil {
+		admin.Close(ctx)
+		return err
+	}
+	admin.Close(ctx)
+	if err := rustBenchMigrate(ctx, pg, "rsb_template"); err != nil {
+		return err
+	}
+	r.Notef("PostgreSQL %s, test profile (fsync off …), data on ext4 (%s), TCP 127.0.0.1:%d.", version, os.TempDir(), pg.port)
+
+	stateDir := filepath.Join(tmp, "state")
+	if err := os.MkdirAll(stateDir, 0o755); err != nil {
+		return err
+	}
+	port := 17000 + os.Getpid()%1000*3
+	serveArgs := []string{"--pool-init", "16", "--pool-max", "16", "--parallel", "2"}
+	srv, err := startServe(bin, stateDir, port, append([]string{"--pg-url", pg.url}, serveArgs...)...)
+	if err != nil {
+		return err
+	}
+	defer func() { _ = srv.stop() }()
+	pgEnv := func(p pgServer) []string {
+		return []string{
+			fmt.Sprintf("DATABASE_URL=postgres://%s:%s@%s:%d/postgres?sslmode=disable", p.user, p.password, p.host, p.port),
+			"PGB_HOST=" + p.host, fmt.Sprintf("PGB_PORT=%d", p.port), "PGB_USER=" + p.user, "PGB_PASSWORD=" + p.password,
+		}
+	}
+	env := append(append(target, pgEnv(pg)...), "PGFORK_URL="+srv.base, "PGFORK_TOKEN=")
+
+	type result struct {
+		name    string
+		took    time.Duration
+		acquire Sample
+		handOut Sample
+	}
+	var res []result
+	run := func(name, test string, env []string, filter ...string) error {
+		took, s, h, err := rustBenchRun(ctx, proj, test, env, filter...)
+		if err != nil {
+			return err
+		}
+		fmt.Printf("  %s: %s\n", name, Dur(took))
+		res = append(res, result{name, took, s, h})
+		return nil
+	}
+	const cCold, cWarm = "(c) #[pgfork::test], cold: builds the template", "(c) #[pgfork::test], warm: template built"
+	if err := run(cCold, "c", env); err != nil {
+		return err
+	}
+	if err := run("(b) CREATE DATABASE … TEMPLATE + DROP per test", "b", env); err != nil {
+		return err
+	}
+	if _, err := jsBenchWaitReady(ctx, srv, 16, 5*time.Minute); err != nil {
+		return err
+	}
+	if err := run(cWarm, "c", env); err != nil {
+		return err
+	}
+	if err := run("(a) #[sqlx::test]: migrations per test", "a", env); err != nil {
+		return err
+	}
+	// Per-test overhead when the pool keeps up: 10 tests (t000…t009) from a full pool.
+	ready, err := jsBenchWaitReady(ctx, srv, 16, 5*time.Minute)
+	if err != nil {
+		return err
+	}
+	fullPool := fmt.Sprintf("(c) #[pgfork::test], 10 tests from a full pool (%d ready)", ready)
+	if err := run(fullPool, "c", env, "t00"); err != nil {
+		return err
+	}
+
+	if xfs := os.Getenv("PGFORK_TEST_XFS"); xfs != "" {
+		if _, err := os.Stat(xfs); err == nil {
+			_, pg2, stop2, err := jsBenchPG(ctx, xfs)
+			if err != nil {
+				r.Notef("(d) not measured: %v", err)
+			} else {
+				defer stop2()
+				// A state directory of its own: one pgfork serve per state directory.
+				stateDir2 := filepath.Join(tmp, "state-xfs")
+				if err := os.MkdirAll(stateDir2, 0o755); err != nil {
+					return err
+				}
+				srv2, err := startServe(bin, stateDir2, port+1, append([]string{"--pg-url", pg2.url, "--can-clone"}, serveArgs...)...)
+				if err != nil {
+					return err
+				}
+				defer func() { _ = srv2.stop() }()
+				env2 := append(append(target, pgEnv(pg2)...), "PGFORK_URL="+srv2.base, "PGFORK_TOKEN=")
+				if err := run("(d) #[pgfork::test] on XFS reflink (clone), cold", "c", env2); err != nil {
+					return err
+				}
+				if _, err := jsBenchWaitReady(ctx, srv2, 16, 5*time.Minute); err != nil {
+					return err
+				}
+				if err := run("(d) #[pgfork::test] on XFS reflink (clone), warm", "c", env2); err != nil {
+					return err
+				}
+				r.Notef("(d): a second PostgreSQL %s with its data on the XFS reflink mount %s; pgfork serve --can-clone (file_copy_method=clone).", version, xfs)
+			}
+		}
+	} else {
+		r.Notef("(d) not measured: no reflink volume (PGFORK_TEST_XFS unset).")
+	}
+
+	var a, b, warm, cold time.Duration
+	var warmAcq, warmHand Sample
+	for _, x := range res {
+		switch {
+		case strings.HasPrefix(x.name, "(a)"):
+			a = x.took
+		case strings.HasPrefix(x.name, "(b)"):
+			b = x.took
+		case x.name == cWarm:
+			warm = x.took
+		case x.name == fullPool:
+			warmAcq, warmHand = x.acquire, x.handOut
+		case x.name == cCold:
+			cold = x.took
+		}
+	}
+	var rows [][]string
+	for _, x := range res {
+		q := func(s Sample, f float64) string {
+			if len(s) == 0 {
+				return "—"
+			}
+			return Dur(s.Quantile(f))
+		}
+		ra, rb := Ratio(a, x.took), Ratio(b, x.took)
+		if x.name == fullPool { // 10 tests, not the suite: no ratio
+			ra, rb = "—", "—"
+		}
+		rows = append(rows, []string{x.name, Dur(x.took), ra, rb, q(x.acquire, 0.5), q(x.acquire, 0.99), q(x.handOut, 0.5), q(x.handOut, 0.99)})
+	}
+	r.Notef("Whole `cargo test --test X` run (%d tests; the binary is built already, cargo's check included), one run each, pgfork serve with --pool-init 16 --pool-max 16 --parallel 2. "+
+		"Per-test wait: (c)/(d) from PGFORK_TIMINGS: template (cached in the process after the first test), hand-out and connecting the PgPool; of that the template and hand-out alone; "+
+		"(b) CREATE DATABASE … TEMPLATE + connect (both columns). (a) has no hook: its suite time only. Every test writes, so every pgfork database is recreated after its test "+
+		"(in the background, 2 at a time): a suite longer than the pool drains it and waits for creations; the full-pool row (10 tests, the pool refilled first) "+
+		"is the overhead when the pool keeps up.", tests)
+	r.Table([]string{"contender", "suite", "vs (a)", "vs (b)", "wait p50", "wait p99", "hand-out p50", "hand-out p99"}, rows)
+	r.Target(warm > 0 && float64(a)/float64(warm) >= 10, "(c) warm ≥ 10x (a) #[sqlx::test]: %s vs %s = %s (cold, template build included: %s)", Dur(warm), Dur(a), Ratio(a, warm), Ratio(a, cold))
+	r.Target(warm > 0 && float64(b)/float64(warm) >= 3, "(c) warm ≥ 3x (b) CREATE DATABASE … TEMPLATE: %s vs %s = %s (cold: %s)", Dur(warm), Dur(b), Ratio(b, warm), Ratio(b, cold))
+	if len(warmHand) > 0 {
+		h50, a50 := warmHand.Quantile(0.5), warmAcq.Quantile(0.5)
+		r.Target(h50 <= 5*time.Millisecond, "per-test overhead of (c) from a full pool, template + hand-out: p50 %s (≤ 5 ms), p99 %s over %d tests; with connecting the PgPool: p50 %s, p99 %s",
+			Dur(h50), Dur(warmHand.Quantile(0.99)), len(warmHand), Dur(a50), Dur(warmAcq.Quantile(0.99)))
+	}
+	return nil
+}
+
+// rustBenchMigrate runs the generated migrations into database db, in name order.
+func rustBenchMigrate(ctx context.Context, pg pgServer, db string) error {
+	c, err := pgx.Connect(ctx, fmt.Sprintf("postgres://%s:%s@%s:%d/%s?sslmode=disable", pg.user, pg.password, pg.host, pg.port, db))
+	if err != nil {
+		return err
+	}
+	defer c.Close(ctx)
+	m := jsMigrations()
+	names := make([]string, 0, len(m))
+	for n := range m {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	for _, n := range names {
+		if _, err := c.Exec(ctx, m[n]); err != nil {
+			return fmt.Errorf("migration %s: %w", n, err)
+		}
+	}
+	return nil
+}

@@ -1,0 +1,1 @@
+CREATE TABLE users (id bigserial PRIMARY KEY, name text NOT NULL);

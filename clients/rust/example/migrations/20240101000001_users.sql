@@ -1,0 +1,4 @@
+CREATE TABLE users (
+    id bigserial PRIMARY KEY,
+    name text NOT NULL UNIQUE
+);

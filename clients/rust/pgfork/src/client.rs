@@ -1,0 +1,671 @@
+//! HTTP client of `pgfork serve`'s native /api/v2, or IntegreSQL's /api/v1.
+
+use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicU8, Ordering};
+use std::time::Duration;
+
+use percent_encoding::{AsciiSet, NON_ALPHANUMERIC, utf8_percent_encode};
+use serde::Deserialize;
+use serde_json::Value;
+
+use crate::error::{ApiErrorKind, Error, Result};
+
+/// Where `pgfork serve` listens when started without --listen.
+pub const DEFAULT_URL: &str = "http://127.0.0.1:5000";
+
+/// encodeURIComponent's set: all but `A-Z a-z 0-9 - _ . ! ~ * ' ( )`.
+const COMPONENT: &AsciiSet = &NON_ALPHANUMERIC
+    .remove(b'-')
+    .remove(b'_')
+    .remove(b'.')
+    .remove(b'!')
+    .remove(b'~')
+    .remove(b'*')
+    .remove(b'\'')
+    .remove(b'(')
+    .remove(b')');
+
+/// A query value's set (as URLSearchParams, but spaces as %20).
+const QUERY: &AsciiSet = &NON_ALPHANUMERIC.remove(b'-').remove(b'_').remove(b'.').remove(b'*');
+
+fn enc(s: &str) -> String {
+    utf8_percent_encode(s, COMPONENT).to_string()
+}
+
+/// How to connect to one database, as the server sends it.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "camelCase", default)]
+pub struct DatabaseConfig {
+    /// Host name, IP address, or a Unix socket directory (starting with /).
+    pub host: String,
+    /// Port.
+    pub port: u16,
+    /// Role.
+    pub username: String,
+    /// Password (may be empty).
+    pub password: String,
+    /// Database name.
+    pub database: String,
+    /// Other libpq parameters (sslmode, …).
+    #[serde(deserialize_with = "string_map")]
+    pub additional_params: BTreeMap<String, String>,
+}
+
+fn string_map<'de, D: serde::Deserializer<'de>>(d: D) -> Result<BTreeMap<String, String>, D::Error> {
+    let m: Option<BTreeMap<String, Value>> = Option::deserialize(d)?;
+    Ok(m.unwrap_or_default()
+        .into_iter()
+        .map(|(k, v)| {
+            let v = match v {
+                Value::String(s) => s,
+                other => other.to_string(),
+            };
+            (k, v)
+        })
+        .collect())
+}
+
+impl DatabaseConfig {
+    fn params(&self) -> BTreeMap<String, String> {
+        let mut p = self.additional_params.clone();
+        p.entry("sslmode".into()).or_insert_with(|| "disable".into());
+        p
+    }
+
+    /// A postgres:// URL (sslmode=disable unless additional_params says
+    /// otherwise), as the other clients': for tokio-postgres, diesel, psql….
+    pub fn url(&self) -> String {
+        let mut q = self.params();
+        let mut user = enc(&self.username);
+        if !self.password.is_empty() {
+            user = format!("{user}:{}", enc(&self.password));
+        }
+        let hostport = if self.host.starts_with('/') {
+            q.insert("host".into(), self.host.clone());
+            if self.port != 0 {
+                q.insert("port".into(), self.port.to_string());
+            }
+            String::new()
+        } else {
+            let host = if self.host.contains(':') {
+                format!("[{}]", self.host)
+            } else {
+                self.host.clone()
+            };
+            if self.port != 0 {
+                format!("{host}:{}", self.port)
+            } else {
+                host
+            }
+        };
+        let auth = if user.is_empty() {
+            String::new()
+        } else {
+            format!("{user}@")
+        };
+        let query: Vec<String> = q
+            .iter()
+            .map(|(k, v)| format!("{}={}", utf8_percent_encode(k, QUERY), utf8_percent_encode(v, QUERY)))
+            .collect();
+        format!(
+            "postgres://{auth}{hostport}/{}?{}",
+            enc(&self.database),
+            query.join("&")
+        )
+    }
+
+    /// A libpq keyword/value connection string, as the Go client's ConnectionString.
+    pub fn conninfo(&self) -> String {
+        fn quote(v: &str) -> String {
+            if !v.is_empty() && !v.chars().any(|c| c.is_whitespace() || c == '\'' || c == '\\') {
+                return v.to_string();
+            }
+            format!("'{}'", v.replace('\\', "\\\\").replace('\'', "\\'"))
+        }
+        let mut parts = vec![
+            ("host".to_string(), self.host.clone()),
+            ("port".to_string(), self.port.to_string()),
+            ("user".to_string(), self.username.clone()),
+        ];
+        if !self.password.is_empty() {
+            parts.push(("password".into(), self.password.clone()));
+        }
+        parts.push(("dbname".into(), self.database.clone()));
+        parts.extend(self.params());
+        parts
+            .iter()
+            .map(|(k, v)| format!("{k}={}", quote(v)))
+            .collect::<Vec<_>>()
+            .join(" ")
+    }
+}
+
+/// `url` with the password of a postgres:// URL's userinfo replaced by `***`.
+pub fn mask_password(url: &str) -> String {
+    for scheme in ["postgres://", "postgresql://"] {
+        if let Some(rest) = url.strip_prefix(scheme) {
+            let end = rest.find(['/', '?']).unwrap_or(rest.len());
+            if let Some(at) = rest[..end].rfind('@') {
+                let userinfo = &rest[..at];
+                if let Some(colon) = userinfo.find(':') {
+                    return format!("{scheme}{}:***{}", &userinfo[..colon], &rest[at..]);
+                }
+            }
+        }
+    }
+    url.to_string()
+}
+
+/// The answer to initialize_template: the empty template database to migrate.
+#[derive(Debug, Clone)]
+pub struct TemplateDatabase {
+    /// The template's hash (key).
+    pub template_hash: String,
+    /// How to connect to it.
+    pub config: DatabaseConfig,
+}
+
+impl TemplateDatabase {
+    /// postgres:// URL of config.
+    pub fn url(&self) -> String {
+        self.config.url()
+    }
+}
+
+/// A test database handed out by get_test_database.
+#[derive(Debug, Clone)]
+pub struct TestDatabase {
+    /// The template's hash.
+    pub template_hash: String,
+    /// The small number in the database's name.
+    pub id: i64,
+    /// The v2 hand-out token (None on v1): only its holder can give the database back.
+    pub token: Option<String>,
+    /// How to connect to it.
+    pub config: DatabaseConfig,
+}
+
+impl TestDatabase {
+    /// postgres:// URL of config (with the password).
+    pub fn url(&self) -> String {
+        self.config.url()
+    }
+}
+
+/// Options of a [`Client`].
+#[derive(Debug, Clone)]
+pub struct ClientOptions {
+    /// Bearer token (`pgfork serve --token`).
+    pub token: Option<String>,
+    /// 1 for IntegreSQL's API, 2 for pgfork's; None: 2, or 1 for a URL ending in /api/v1.
+    pub api_version: Option<u8>,
+    /// Bound on each request (default 120 s: get_test_database may wait server side).
+    pub timeout: Duration,
+    /// Retries of a request the server answered 503 or 429 to ("wait"), with backoff (default 3).
+    pub retries: u32,
+    /// First backoff (default 250 ms), doubled per retry; a Retry-After header wins.
+    pub backoff: Duration,
+}
+
+impl Default for ClientOptions {
+    fn default() -> Self {
+        ClientOptions {
+            token: None,
+            api_version: None,
+            timeout: Duration::from_secs(120),
+            retries: 3,
+            backoff: Duration::from_millis(250),
+        }
+    }
+}
+
+/// Client of `pgfork serve` (or IntegreSQL). Cheap to clone; safe to share.
+///
+/// Its connections belong to the tokio runtime that opened them: make a
+/// client per runtime (a `#[tokio::test]` has its own runtime).
+#[derive(Debug, Clone)]
+pub struct Client {
+    base_url: String,
+    token: Option<String>,
+    http: reqwest::Client,
+    api: std::sync::Arc<AtomicU8>,
+    version_fixed: bool,
+    timeout: Duration,
+    retries: u32,
+    backoff: Duration,
+}
+
+enum Want {
+    Json,
+    NoContent,
+}
+
+impl Client {
+    /// A client for the server at `base_url` (such as `http://127.0.0.1:5000`;
+    /// a trailing `/api`, `/api/v2` is ignored, `/api/v1` selects IntegreSQL's API).
+    pub fn new(base_url: &str, opts: ClientOptions) -> Result<Client> {
+        let raw = if base_url.is_empty() { DEFAULT_URL } else { base_url };
+        let bad = || Error::Config(format!("pgfork: base URL {raw:?} must be http(s)://host[:port][/path]"));
+        let u = reqwest::Url::parse(raw).map_err(|_| bad())?;
+        if !matches!(u.scheme(), "http" | "https") || u.host_str().is_none() {
+            return Err(bad());
+        }
+        if let Some(v) = opts.api_version
+            && v != 1
+            && v != 2
+        {
+            return Err(Error::Config(format!(
+                "pgfork: api_version {v}: want 1 (IntegreSQL's API) or 2 (pgfork's)"
+            )));
+        }
+        let mut path = u.path().trim_end_matches('/').to_string();
+        let version_fixed = opts.api_version.is_some() || path.ends_with("/api/v1") || path.ends_with("/api/v2");
+        let api = opts
+            .api_version
+            .unwrap_or(if path.ends_with("/api/v1") { 1 } else { 2 });
+        for suffix in ["/v1", "/v2", "/api"] {
+            if let Some(p) = path.strip_suffix(suffix) {
+                path = p.to_string();
+            }
+        }
+        let mut origin = u.clone();
+        origin.set_path("");
+        origin.set_query(None);
+        origin.set_fragment(None);
+        let base_url = format!("{}{path}", origin.as_str().trim_end_matches('/'));
+        let mut builder = reqwest::Client::builder();
+        if u.host_str()
+            .is_some_and(|h| h == "localhost" || h == "[::1]" || h.starts_with("127."))
+        {
+            // A server on this machine is never reached through $HTTP_PROXY.
+            builder = builder.no_proxy();
+        }
+        let http = builder
+            .build()
+            .map_err(|e| Error::Config(format!("pgfork: cannot make an HTTP client: {e}")))?;
+        Ok(Client {
+            base_url,
+            token: opts.token.filter(|t| !t.is_empty()),
+            http,
+            api: std::sync::Arc::new(AtomicU8::new(api)),
+            version_fixed,
+            timeout: opts.timeout,
+            retries: opts.retries,
+            backoff: opts.backoff,
+        })
+    }
+
+    /// A client for the server the environment names: `$PGFORK_URL`, else
+    /// `$INTEGRESQL_CLIENT_BASE_URL` (then API v1 unless it ends in /api/v2),
+    /// else [`DEFAULT_URL`]; the token from `$PGFORK_TOKEN`.
+    pub fn from_env() -> Result<Client> {
+        let s = crate::env::EnvSettings::read();
+        let opts = ClientOptions {
+            token: s.token,
+            api_version: s.api_version,
+            ..Default::default()
+        };
+        Client::new(&s.url, opts)
+    }
+
+    /// The server's base URL, without /api….
+    pub fn base_url(&self) -> &str {
+        &self.base_url
+    }
+
+    /// The API version in use: 2, or 1 (asked for, or fallen back to on a server without v2).
+    pub fn api_version(&self) -> u8 {
+        self.api.load(Ordering::Relaxed)
+    }
+
+    fn api_prefix(&self) -> String {
+        format!("/api/v{}", self.api_version())
+    }
+
+    async fn request(
+        &self,
+        op: &'static str,
+        method: reqwest::Method,
+        path: &str,
+        body: Option<&Value>,
+        want: Want,
+        limits: Option<(Duration, u32)>,
+    ) -> Result<Option<Value>> {
+        let url = format!("{}{path}", self.base_url);
+        let (timeout, retries) = limits.unwrap_or((self.timeout, self.retries));
+        let mut attempt = 0u32;
+        loop {
+            let mut rb = self
+                .http
+                .request(method.clone(), &url)
+                .timeout(timeout)
+                .header(reqwest::header::ACCEPT, "application/json");
+            if let Some(t) = &self.token {
+                rb = rb.bearer_auth(t);
+            }
+            if let Some(b) = body {
+                rb = rb.json(b);
+            }
+            let sent = async {
+                let res = rb.send().await?;
+                let status = res.status().as_u16();
+                let retry_after = res
+                    .headers()
+                    .get(reqwest::header::RETRY_AFTER)
+                    .and_then(|v| v.to_str().ok())
+                    .and_then(|v| v.trim().parse::<f64>().ok())
+                    .filter(|s| s.is_finite() && *s >= 0.0)
+                    .map(Duration::from_secs_f64);
+                let text = res.text().await?;
+                Ok::<_, reqwest::Error>((status, retry_after, text))
+            }
+            .await;
+            let (status, retry_after, text) = match sent {
+                Ok(r) => r,
+                Err(e) if e.is_timeout() => return Err(Error::Timeout { op, url, timeout }),
+                Err(source) => return Err(Error::ServerUnreachable { op, url, source }),
+            };
+            let ok = match want {
+                Want::Json => status == 200,
+                Want::NoContent => status == 204,
+            };
+            if ok {
+                let t = text.trim();
+                if t.is_empty() {
+                    return Ok(None);
+                }
+                return serde_json::from_str(t).map(Some).map_err(|e| Error::Api {
+                    op,
+                    status,
+                    kind: ApiErrorKind::Other,
+                    message: format!("answer is not JSON ({e}): {}", truncate(t)),
+                });
+            }
+            let mut message = text.trim().to_string();
+            if let Ok(Value::Object(m)) = serde_json::from_str::<Value>(&message)
+                && let Some(v) = m.get("message").or_else(|| m.get("error"))
+            {
+                message = v.as_str().map(str::to_string).unwrap_or_else(|| v.to_string());
+            }
+            let kind = ApiErrorKind::of(op, status, &message);
+            let wait = matches!(status, 503 | 429);
+            if !wait || attempt >= retries {
+                return Err(Error::Api {
+                    op,
+                    status,
+                    kind,
+                    message: truncate(&message),
+                });
+            }
+            let delay = retry_after.unwrap_or(self.backoff * 2u32.saturating_pow(attempt));
+            attempt += 1;
+            tokio::time::sleep(delay).await;
+        }
+    }
+
+    /// True if GET /healthz answers 200 within `timeout`.
+    pub async fn healthy(&self, timeout: Duration) -> bool {
+        self.request(
+            "healthy",
+            reqwest::Method::GET,
+            "/healthz",
+            None,
+            Want::Json,
+            Some((timeout, 0)),
+        )
+        .await
+        .is_ok()
+    }
+
+    /// Registers a template and returns the empty database to migrate; an
+    /// [`ApiErrorKind::TemplateAlreadyInitialized`] error if another caller
+    /// did. On a server without /api/v2 (IntegreSQL) switches to v1, unless
+    /// the version was set.
+    pub async fn initialize_template(&self, hash: &str) -> Result<TemplateDatabase> {
+        let body = serde_json::json!({ "hash": hash });
+        let op = "initialize_template";
+        let path = format!("{}/templates", self.api_prefix());
+        let r = self
+            .request(op, reqwest::Method::POST, &path, Some(&body), Want::Json, None)
+            .await;
+        let v = match r {
+            Err(Error::Api {
+                status: 404, message, ..
+            }) if self.api_version() == 2 => {
+                // pgfork serve never answers 404 here: this server has no /api/v2.
+                if self.version_fixed {
+                    return Err(Error::ApiVersionUnsupported(format!(
+                        "{op}: {} has no /api/v2 (404: {message}); it is not pgfork serve (IntegreSQL?): \
+                         use API version 1 or a base URL ending in /api/v1",
+                        self.base_url
+                    )));
+                }
+                self.api.store(1, Ordering::Relaxed);
+                match self
+                    .request(
+                        op,
+                        reqwest::Method::POST,
+                        "/api/v1/templates",
+                        Some(&body),
+                        Want::Json,
+                        None,
+                    )
+                    .await
+                {
+                    Err(Error::Api { status: 404, .. }) => {
+                        self.api.store(2, Ordering::Relaxed);
+                        return Err(Error::ApiVersionUnsupported(format!(
+                            "{op}: {} has neither /api/v2 nor /api/v1 (404 on both): is it pgfork serve or \
+                             IntegreSQL? A base URL with the token as its first path segment needs it: \
+                             http://host:port/TOKEN/api",
+                            self.base_url
+                        )));
+                    }
+                    other => other?,
+                }
+            }
+            other => other?,
+        };
+        let (template_hash, config) = parse_body(v.as_ref(), hash);
+        Ok(TemplateDatabase { template_hash, config })
+    }
+
+    /// Marks the template ready: test databases are cloned from it.
+    pub async fn finalize_template(&self, hash: &str) -> Result<()> {
+        let path = format!("{}/templates/{}", self.api_prefix(), enc(hash));
+        self.request(
+            "finalize_template",
+            reqwest::Method::PUT,
+            &path,
+            None,
+            Want::NoContent,
+            None,
+        )
+        .await?;
+        Ok(())
+    }
+
+    /// Drops the template; waiters get TemplateDiscarded (TemplateNotFound on v1).
+    pub async fn discard_template(&self, hash: &str) -> Result<()> {
+        let path = format!("{}/templates/{}", self.api_prefix(), enc(hash));
+        self.request(
+            "discard_template",
+            reqwest::Method::DELETE,
+            &path,
+            None,
+            Want::NoContent,
+            None,
+        )
+        .await?;
+        Ok(())
+    }
+
+    /// A fresh test database; waits (server side) for finalize and a ready
+    /// database. On v2: TemplateDiscarded if the template was discarded,
+    /// ServiceUnavailable (with the reason, after retries) if none was ready in time.
+    pub async fn get_test_database(&self, hash: &str) -> Result<TestDatabase> {
+        let path = format!("{}/templates/{}/tests", self.api_prefix(), enc(hash));
+        let v = self
+            .request("get_test_database", reqwest::Method::GET, &path, None, Want::Json, None)
+            .await?
+            .unwrap_or(Value::Null);
+        let (template_hash, config) = parse_body(Some(&v), hash);
+        let num = |x: Option<&Value>| {
+            x.and_then(|n| n.as_i64().or_else(|| n.as_str()?.parse().ok()))
+                .unwrap_or(0)
+        };
+        Ok(match v.get("id") {
+            Some(Value::String(token)) => TestDatabase {
+                template_hash,
+                id: num(v.get("number")),
+                token: Some(token.clone()),
+                config,
+            },
+            id => TestDatabase {
+                template_hash,
+                id: num(id),
+                token: None,
+                config,
+            },
+        })
+    }
+
+    /// Gives `db` back unchanged (only after a test that did not write).
+    pub async fn unlock(&self, db: &TestDatabase) -> Result<()> {
+        self.hand_out_op("unlock", db).await
+    }
+
+    /// Gives `db` back to be recreated from the template.
+    pub async fn recreate(&self, db: &TestDatabase) -> Result<()> {
+        self.hand_out_op("recreate", db).await
+    }
+
+    async fn hand_out_op(&self, op: &'static str, db: &TestDatabase) -> Result<()> {
+        let h = enc(&db.template_hash);
+        let path = match (&db.token, self.api_version()) {
+            (Some(token), 2) => format!("/api/v2/templates/{h}/tests/{}/{op}", enc(token)),
+            _ => format!("/api/v1/templates/{h}/tests/{}/{op}", db.id),
+        };
+        self.request(op, reqwest::Method::POST, &path, None, Want::NoContent, None)
+            .await?;
+        Ok(())
+    }
+
+    /// Forgets every template and test database on the server (admin).
+    pub async fn reset_all_tracking(&self) -> Result<()> {
+        let path = format!("{}/admin/templates", self.api_prefix());
+        self.request(
+            "reset_all_tracking",
+            reqwest::Method::DELETE,
+            &path,
+            None,
+            Want::NoContent,
+            None,
+        )
+        .await?;
+        Ok(())
+    }
+
+    /// GET /api/v2/templates (pgfork serve only): the server's answer as JSON.
+    pub async fn list_templates(&self) -> Result<Value> {
+        Ok(self
+            .request(
+                "list_templates",
+                reqwest::Method::GET,
+                "/api/v2/templates",
+                None,
+                Want::Json,
+                None,
+            )
+            .await?
+            .unwrap_or(Value::Null))
+    }
+}
+
+fn truncate(s: &str) -> String {
+    if s.len() <= 300 {
+        return s.to_string();
+    }
+    let mut end = 300;
+    while !s.is_char_boundary(end) {
+        end -= 1;
+    }
+    s[..end].to_string()
+}
+
+fn parse_body(v: Option<&Value>, hash: &str) -> (String, DatabaseConfig) {
+    let null = Value::Null;
+    let v = v.unwrap_or(&null);
+    let db = v.get("database").unwrap_or(&null);
+    let h = [v.get("templateHash"), db.get("templateHash")]
+        .into_iter()
+        .flatten()
+        .filter_map(Value::as_str)
+        .find(|s| !s.is_empty())
+        .unwrap_or(hash)
+        .to_string();
+    let config = db
+        .get("config")
+        .and_then(|c| DatabaseConfig::deserialize(c).ok())
+        .unwrap_or_default();
+    (h, config)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn cfg(host: &str, password: &str) -> DatabaseConfig {
+        DatabaseConfig {
+            host: host.into(),
+            port: 5432,
+            username: "u".into(),
+            password: password.into(),
+            database: "db x".into(),
+            additional_params: BTreeMap::new(),
+        }
+    }
+
+    #[test]
+    fn url_encodes_and_defaults_sslmode() {
+        assert_eq!(
+            cfg("127.0.0.1", "p@ss/w").url(),
+            "postgres://u:p%40ss%2Fw@127.0.0.1:5432/db%20x?sslmode=disable"
+        );
+        assert_eq!(cfg("::1", "").url(), "postgres://u@[::1]:5432/db%20x?sslmode=disable");
+        assert_eq!(
+            cfg("/run/pg", "").url(),
+            "postgres://u@/db%20x?host=%2Frun%2Fpg&port=5432&sslmode=disable"
+        );
+    }
+
+    #[test]
+    fn mask_password_hides_only_the_password() {
+        assert_eq!(
+            mask_password("postgres://u:secret@h:1/d?x=1"),
+            "postgres://u:***@h:1/d?x=1"
+        );
+        assert_eq!(mask_password("postgres://u@h/d"), "postgres://u@h/d");
+        assert_eq!(mask_password("http://u:p@h/"), "http://u:p@h/");
+    }
+
+    #[test]
+    fn base_url_suffixes_pick_the_api() {
+        let c = Client::new("http://h:1/api/v1/", ClientOptions::default()).unwrap();
+        assert_eq!((c.base_url(), c.api_version()), ("http://h:1", 1));
+        let c = Client::new("http://h:1/TOKEN/api", ClientOptions::default()).unwrap();
+        assert_eq!((c.base_url(), c.api_version()), ("http://h:1/TOKEN", 2));
+        assert!(matches!(
+            Client::new("ftp://h", ClientOptions::default()),
+            Err(Error::Config(_))
+        ));
+    }
+
+    #[test]
+    fn conninfo_quotes() {
+        assert_eq!(
+            cfg("h", "a b'c").conninfo(),
+            "host=h port=5432 user=u password='a b\\'c' dbname='db x' sslmode=disable"
+        );
+    }
+}

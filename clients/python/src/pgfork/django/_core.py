@@ -251,15 +251,10 @@ class Session:
 
     # -- templates
 
-    def build(self, alias: str, rebuild: bool = False) -> str:
+    def build(self, alias: str) -> str:
         """The template of alias, built now with `migrate` unless some run
-        built (or is building) it. rebuild discards it first (--create-db)."""
+        built (or is building) it."""
         h = template_key(alias)
-        if rebuild:
-            try:
-                self.client.discard_template(h)
-            except TemplateNotFound:
-                pass
         try:
             tpl = self.client.initialize_template(h)
         except TemplateAlreadyInitialized:
@@ -302,7 +297,7 @@ class Session:
         return held, values
 
     def setup(self, aliases: Optional[Iterable[str]] = None, serialized_aliases: Optional[Iterable[str]] = None,
-              parallel: int = 0, rebuild: bool = False) -> Dict[str, List[Dict[str, Any]]]:
+              parallel: int = 0) -> Dict[str, List[Dict[str, Any]]]:
         """Django's setup_databases with pgfork databases: a template per
         distinct test database (built once), a database from the pool for
         each, same-database aliases and TEST MIRRORs pointed at it, and with
@@ -315,7 +310,7 @@ class Session:
         for group in groups:
             for alias in group:
                 self.saved.setdefault(alias, saved(alias))
-            self.build(group[0], rebuild=rebuild)
+            self.build(group[0])
         for alias in mirrored:
             self.saved.setdefault(alias, saved(alias))
         mains: List[Tuple[List[str], Held]] = []
@@ -400,8 +395,11 @@ def migrate(alias: str, verbosity: int) -> None:
 
 def result_failures(result: Any) -> int:
     """Failures and errors so far in a unittest result (or Django's
-    RemoteTestResult in --parallel workers, which records events)."""
+    RemoteTestResult in --parallel workers, which records events, or the
+    pytest item running a unittest class)."""
     events = getattr(result, "events", None)
+    if "_excinfo" in getattr(result, "__dict__", {}):  # pytest's unittest item
+        return len(result._excinfo or ())
     if events is not None:
         return sum(1 for e in events if e[0] in ("addError", "addFailure", "addUnexpectedSuccess")
                    or (e[0] == "addSubTest" and len(e) > 3 and e[-1] is not None))

@@ -331,6 +331,9 @@ class Session:
             for index in range(parallel if parallel > 1 else 0):
                 wheld, wvalues = self.take(group[0], f"worker {index + 1}'s database")
                 wheld.aliases.extend(held.aliases)
+                if self.verbosity >= 1:
+                    log(f"pgfork: worker {index + 1}: alias(es) {', '.join(repr(a) for a in held.aliases)} -> "
+                        f"{wheld.db.config.database}")
                 for alias in held.aliases:
                     workers.setdefault(alias, []).append(wvalues)
             if serialized_aliases is None or group[0] in serialized_aliases:

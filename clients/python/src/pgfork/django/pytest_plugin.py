@@ -121,7 +121,7 @@ def pgfork_django_db_setup(request: pytest.FixtureRequest, django_test_environme
         _disable_migrations()
     config = request.config
     aliases, serialized = _aliases(request.session.items)
-    session = _core.Session(_client(config), verbosity=int(config.option.verbose))
+    session = _core.Session(_client(config), verbosity=int(config.option.verbose) + 1)
     fresh = config.getoption("pgfork_fresh_db")
     if fresh:
         session.opts["FRESH_TRANSACTION_DB"] = {"yes": True, "no": False}.get(fresh, "auto")

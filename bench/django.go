@@ -356,6 +356,16 @@ func runDjangoBench(ctx context.Context, r *Report) error {
 	}
 	r.Notef("Medians of %d runs per mode (wall: process start to exit).", reps)
 	r.Table([]string{"mode", "tests", "wall", "database setup", "of which clones", "tests (Ran … in)"}, rows)
+	rows = nil
+	for _, m := range modes {
+		var w []string
+		for _, x := range m.runs {
+			w = append(w, fmt.Sprintf("%s (setup %s)", Dur(x.wall), Dur(x.setup)))
+		}
+		rows = append(rows, []string{m.name, strings.Join(w, ", ")})
+	}
+	r.Notef("Every run, in order (the first pgfork runs build a new template each, on a server that has not yet learnt which CREATE DATABASE strategy is fastest for it).")
+	r.Table([]string{"mode", "wall (setup) per run"}, rows)
 
 	pairs := [][3]any{
 		{"first run", stockFirst, pgFirst},

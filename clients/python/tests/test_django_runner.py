@@ -71,10 +71,14 @@ def test_changed_migration_or_model_builds_a_new_template(server: Client, tmp_pa
     assert h3 and h3[0] not in (h1, h2[0]), both(model_only)
 
 
-def test_parallel_workers_take_databases_from_the_pool(server: Client, tmp_path: Path) -> None:
+@pytest.mark.parametrize("start", ["fork", "spawn"])
+def test_parallel_workers_take_databases_from_the_pool(server: Client, tmp_path: Path, start: str) -> None:
+    # fork: Linux's default; spawn: macOS's (the settings travel to the workers pickled).
     rec = tmp_path / "rec"
     rec.mkdir()
-    p = run(["manage.py", "test", "--parallel", "2"], cwd=EXAMPLE, env={"EXAMPLE_RECORD_DIR": str(rec)})
+    code = (f"import multiprocessing, runpy, sys; multiprocessing.set_start_method({start!r}); "
+            "sys.argv = ['manage.py', 'test', '--parallel', '2']; runpy.run_path('manage.py', run_name='__main__')")
+    p = run(["-c", code], cwd=EXAMPLE, env={"EXAMPLE_RECORD_DIR": str(rec)})
     assert p.returncode == 0, both(p)
     assert "Cloning test database" not in p.stderr
     workers = dict(re.findall(r"pgfork: worker (\d+): alias\(es\) 'default', 'replica' -> (\S+)", p.stderr))

@@ -23,8 +23,12 @@ import (
 // test). Times are Django's own --timing records ("Total database setup",
 // "Cloning 'default'") and "Ran N tests in X s".
 //
-// Python: $PGFORK_BENCH_PYTHON (with pgfork[django] installed), else a venv
-// under the user cache directory, made with pip from clients/python[django].
+// The same suite runs with pytest-django (stock: --create-db, --reuse-db,
+// -n 4; and with -p pgfork.django.pytest_plugin), compared by wall time.
+//
+// Python: $PGFORK_BENCH_PYTHON (with pgfork[test] installed: Django,
+// pytest-django, pytest-xdist), else a venv under the user cache directory,
+// made with pip from clients/python[test].
 // Scale: PGFORK_BENCH_DJANGO_REPS (default 3) runs per mode.
 func init() {
 	register(Scenario{Name: "django", Issue: "Django test runner: templates, pool databases per worker, fresh TransactionTestCase databases (issue 23)", Run: runDjangoBench})
@@ -166,8 +170,8 @@ func djPython(ctx context.Context, clientsPy string) (string, error) {
 	if out, err := exec.CommandContext(ctx, "python3", "-m", "venv", venv).CombinedOutput(); err != nil {
 		return "", fmt.Errorf("python3 -m venv: %v: %s", err, out)
 	}
-	if out, err := exec.CommandContext(ctx, py, "-m", "pip", "install", "--quiet", "--disable-pip-version-check", "-e", clientsPy+"[django]").CombinedOutput(); err != nil {
-		return "", fmt.Errorf("pip install clients/python[django]: %v: %s", err, out)
+	if out, err := exec.CommandContext(ctx, py, "-m", "pip", "install", "--quiet", "--disable-pip-version-check", "-e", clientsPy+"[test]").CombinedOutput(); err != nil {
+		return "", fmt.Errorf("pip install clients/python[test]: %v: %s", err, out)
 	}
 	return py, os.WriteFile(stamp, []byte(want), 0o644)
 }
@@ -214,6 +218,24 @@ func djManage(ctx context.Context, py, proj string, env []string, args ...string
 		r.tests = djSeconds(m[2])
 	}
 	return r, nil
+}
+
+// djPytest runs the suite with pytest-django and returns the wall time.
+func djPytest(ctx context.Context, py, proj string, env []string, args ...string) (time.Duration, error) {
+	all := append([]string{"-m", "pytest", "-p", "no:cacheprovider", "-q", "--ds", "benchproject.settings", "-o", "python_files=tests.py"}, args...)
+	cmd := exec.CommandContext(ctx, py, all...)
+	cmd.Dir = proj
+	cmd.Env = append(append(os.Environ(), "PYTHONDONTWRITEBYTECODE=1"), env...)
+	t0 := time.Now()
+	b, err := cmd.CombinedOutput()
+	took := time.Since(t0)
+	if out := string(b); err != nil || !strings.Contains(out, "400 passed") {
+		if len(out) > 3000 {
+			out = out[len(out)-3000:]
+		}
+		return took, fmt.Errorf("pytest %s: %v:\n%s", strings.Join(args, " "), err, out)
+	}
+	return took, nil
 }
 
 func runDjangoBench(ctx context.Context, r *Report) error {
@@ -398,6 +420,55 @@ func runDjangoBench(ctx context.Context, r *Report) error {
 		}
 	}
 	r.Target(len(slower) == 0, "the whole suite never slower than stock in any mode (by median wall time)%s.", map[bool]string{true: "", false: ": slower in " + strings.Join(slower, ", ")}[len(slower) == 0])
-	r.Notef("Not measured: pytest-django's modes (--create-db, --reuse-db, -n 4) — left for lack of time; the plugin uses the same templates and pool as the runner.")
+	return djPytestBench(ctx, r, py, proj, reps, stock, pgforkEnv, key)
+}
+
+// djPytestBench: the same suite under pytest-django, stock and with the plugin.
+func djPytestBench(ctx context.Context, r *Report, py, proj string, reps int, stock []string, pgforkEnv func(string) []string, key string) error {
+	plugin := []string{"-p", "pgfork.django.pytest_plugin"}
+	type pmode struct {
+		name    string
+		env     func(i int) []string
+		args    []string
+		prime   bool
+		samples Sample
+	}
+	same := func(e []string) func(int) []string { return func(int) []string { return e } }
+	pkey := key + "-pytest"
+	modes := []*pmode{
+		{name: "pytest-django --create-db", env: same(stock), args: []string{"--create-db"}},
+		{name: "pytest-django --reuse-db (second run)", env: same(stock), args: []string{"--reuse-db"}, prime: true},
+		{name: "pytest-django -n 4", env: same(stock), args: []string{"-n", "4"}},
+		{name: "plugin --create-db (template rebuilt)", env: same(pgforkEnv(pkey)), args: append([]string{"--create-db"}, plugin...)},
+		{name: "plugin --reuse-db (second run)", env: same(pgforkEnv(pkey)), args: append([]string{"--reuse-db"}, plugin...), prime: true},
+		{name: "plugin -n 4", env: same(pgforkEnv(pkey)), args: append([]string{"-n", "4"}, plugin...)},
+	}
+	for _, m := range modes {
+		if m.prime {
+			if _, err := djPytest(ctx, py, proj, m.env(0), m.args...); err != nil {
+				return fmt.Errorf("%s: %w", m.name, err)
+			}
+		}
+		for i := 0; i < reps; i++ {
+			took, err := djPytest(ctx, py, proj, m.env(i), m.args...)
+			if err != nil {
+				return fmt.Errorf("%s: %w", m.name, err)
+			}
+			m.samples = append(m.samples, took)
+		}
+	}
+	r.Notef("pytest-django (the same 400 tests as unittest classes, `pytest -q --ds benchproject.settings -o python_files=tests.py`), median wall of %d runs; "+
+		"stock -n 4 creates and migrates one database per worker, the plugin takes them from the pool.", reps)
+	var rows [][]string
+	slower := []string{}
+	for i := 0; i < 3; i++ {
+		a, b := modes[i], modes[i+3]
+		rows = append(rows, []string{a.name, Dur(a.samples.Median()), b.name, Dur(b.samples.Median()), Ratio(a.samples.Median(), b.samples.Median())})
+		if b.samples.Median() > a.samples.Median() {
+			slower = append(slower, a.name)
+		}
+	}
+	r.Table([]string{"stock", "wall", "pgfork", "wall", "ratio"}, rows)
+	r.Target(len(slower) == 0, "pytest-django: never slower than stock in any mode%s.", map[bool]string{true: "", false: ": slower in " + strings.Join(slower, ", ")}[len(slower) == 0])
 	return nil
 }

@@ -297,12 +297,16 @@ class Session:
         return held, values
 
     def setup(self, aliases: Optional[Iterable[str]] = None, serialized_aliases: Optional[Iterable[str]] = None,
-              parallel: int = 0) -> Dict[str, List[Dict[str, Any]]]:
+              parallel: int = 0, timed: Optional[Callable[[str], Any]] = None) -> Dict[str, List[Dict[str, Any]]]:
         """Django's setup_databases with pgfork databases: a template per
         distinct test database (built once), a database from the pool for
         each, same-database aliases and TEST MIRRORs pointed at it, and with
         parallel > 1 one more database per worker. Returns the workers'
-        settings: {alias: [worker 1's values, ...]}."""
+        settings: {alias: [worker 1's values, ...]}. timed(name) is a
+        context manager timing a step (Django's TimeKeeper.timed)."""
+        import contextlib
+
+        step = timed or (lambda name: contextlib.nullcontext())
         from django.test.utils import get_unique_databases_and_mirrors
 
         test_databases, mirrored = get_unique_databases_and_mirrors(aliases)
@@ -310,7 +314,8 @@ class Session:
         for group in groups:
             for alias in group:
                 self.saved.setdefault(alias, saved(alias))
-            self.build(group[0])
+            with step(f"  pgfork template of {group[0]!r}"):
+                self.build(group[0])
         for alias in mirrored:
             self.saved.setdefault(alias, saved(alias))
         mains: List[Tuple[List[str], Held]] = []
@@ -329,7 +334,8 @@ class Session:
         workers: Dict[str, List[Dict[str, Any]]] = {}
         for group, held in mains:
             for index in range(parallel if parallel > 1 else 0):
-                wheld, wvalues = self.take(group[0], f"worker {index + 1}'s database")
+                with step(f"  pgfork worker {index + 1}'s database for {group[0]!r}"):
+                    wheld, wvalues = self.take(group[0], f"worker {index + 1}'s database")
                 wheld.aliases.extend(held.aliases)
                 if self.verbosity >= 1:
                     log(f"pgfork: worker {index + 1}: alias(es) {', '.join(repr(a) for a in held.aliases)} -> "

@@ -82,10 +82,8 @@ class Runner(DiscoverRunner):
         session = _core.Session(verbosity=self.verbosity)
         self._pgfork = session
         try:
-            with self.time_keeper.timed("  pgfork templates and databases"):
-                workers = session.setup(aliases=kwargs.get("aliases"),
-                                        serialized_aliases=kwargs.get("serialized_aliases"),
-                                        parallel=self.parallel)
+            workers = session.setup(aliases=kwargs.get("aliases"), serialized_aliases=kwargs.get("serialized_aliases"),
+                                    parallel=self.parallel, timed=self.time_keeper.timed)
         except BaseException:
             session.teardown(keep=False, reason="")
             raise

@@ -177,3 +177,20 @@ def test_failing_run_keeps_databases_with_the_password_masked(server: Client) ->
     real = url.replace(":***@", ":" + urllib.parse.quote(password, safe="") + "@")
     with psycopg.connect(real) as conn:
         assert conn.execute("SELECT name FROM shop_widget").fetchall() == [(marker,)]
+
+
+def test_failed_migration_discards_the_template_and_the_next_run_rebuilds(server: Client, tmp_path: Path) -> None:
+    proj = copy_example(tmp_path / "proj")
+    mig = proj / "shop" / "migrations" / "0002_colors.py"
+    mig.write_text(mig.read_text().replace(
+        "def add_colors(apps, schema_editor):\n",
+        "def add_colors(apps, schema_editor):\n    import os\n    if os.environ.get('EXAMPLE_BREAK'):\n"
+        "        raise RuntimeError('broken data migration')\n"))
+    broken = run(["manage.py", "test", "shop.tests.WidgetTests"], cwd=proj, env={"EXAMPLE_BREAK": "1"})
+    assert broken.returncode != 0 and "RuntimeError: broken data migration" in broken.stderr, both(broken)
+    h = re.findall(r"pgfork: building template ([0-9a-f]{32}) for alias 'default'", broken.stderr)
+    assert h, broken.stderr
+    # Same files, same key: the discarded template is built again, not waited for.
+    fixed = run(["manage.py", "test", "shop.tests.WidgetTests"], cwd=proj)
+    assert fixed.returncode == 0, both(fixed)
+    assert f"pgfork: built template {h[0]} for alias 'default'" in fixed.stderr, fixed.stderr

@@ -1,0 +1,5 @@
+from django.db import models
+
+
+class Entry(models.Model):
+    message = models.TextField()

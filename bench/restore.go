@@ -34,7 +34,7 @@ import (
 )
 
 func init() {
-	register(Scenario{Name: "restore", Issue: "rebuild from a backup chain: pgfork restore vs pg_combinebackup (issue 13)", Run: runRestoreBench})
+	register(Scenario{Name: "restore", Issue: "rebuild from a backup chain: pgfork restore vs pg_combinebackup (issues 13, 24)", Run: runRestoreBench})
 }
 
 type restoreBench struct {

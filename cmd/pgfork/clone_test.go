@@ -90,9 +90,8 @@ func TestKillMidClone(t *testing.T) {
 		}
 		rerun := func(t *testing.T, dst string, args ...string) {
 			t.Helper()
-			cmd := exec.Command(bin, append([]string{"clone", src, dst, "--pg-bin", e.Bin, "--json"}, args...)...)
-			if out, err := cmd.CombinedOutput(); err != nil {
-				t.Fatalf("clone after the kill: %v\n%s", err, out)
+			if r := runInProcess(t, append([]string{"clone", src, dst, "--pg-bin", e.Bin, "--json"}, args...)...); r.code != 0 {
+				t.Fatalf("clone after the kill: exit %d\n%s%s", r.code, r.stdout, r.stderr)
 			}
 			if l := cloneLeftovers(t, dst); len(l) > 0 {
 				t.Errorf("the next run left the killed clone's leftovers: %v", l)

@@ -287,4 +287,3 @@ func TestTablespaceClone(t *testing.T) {
 		})
 	})
 }
-

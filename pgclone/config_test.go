@@ -80,16 +80,6 @@ func (s *server) stop(t *testing.T) {
 	}
 }
 
-// debianCluster is a cluster laid out as Debian's packaging does: the data
-// directory holds no configuration; postgresql.conf, pg_hba.conf,
-// pg_ident.conf and conf.d live in a configuration directory, and
-// postgresql.conf names the data directory, the authentication files, an
-// external pid file and the socket directory.
-type debianCluster struct {
-	data, conf, run, pidFile string
-	port                     int
-}
-
 func freeTCPPort(t *testing.T) int {
 	t.Helper()
 	l, err := net.Listen("tcp", "127.0.0.1:0")
@@ -100,72 +90,11 @@ func freeTCPPort(t *testing.T) int {
 	return l.Addr().(*net.TCPAddr).Port
 }
 
-func (e pgEnv) newDebianCluster(t *testing.T, base string) debianCluster {
-	t.Helper()
-	// The socket directory is short (as Debian's /var/run/postgresql): a
-	// socket path has at most 107 bytes, and base may be long.
-	run, err := os.MkdirTemp("", "pgrun-")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = os.RemoveAll(run) })
-	if err := os.Chmod(run, 0o755); err != nil {
-		t.Fatal(err)
-	}
-	if err := e.User.Chown(run); err != nil {
-		t.Fatal(err)
-	}
-	c := debianCluster{data: e.newCluster(t, base, "lib-main"), conf: filepath.Join(base, "etc-main"), run: run}
-	c.pidFile = filepath.Join(c.run, "main.pid")
-	c.port = freeTCPPort(t)
-	for _, d := range []string{c.conf, filepath.Join(c.conf, "conf.d")} {
-		if err := e.User.MkdirOwned(d, 0o755); err != nil {
-			t.Fatal(err)
-		}
-	}
-	for _, f := range []string{"postgresql.conf", "pg_hba.conf", "pg_ident.conf"} {
-		if err := os.Rename(filepath.Join(c.data, f), filepath.Join(c.conf, f)); err != nil {
-			t.Fatal(err)
-		}
-	}
-	add := func(name, text string) {
-		f, err := os.OpenFile(filepath.Join(c.conf, name), os.O_WRONLY|os.O_APPEND|os.O_CREATE, 0o644)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer f.Close()
-		if _, err := f.WriteString(text); err != nil {
-			t.Fatal(err)
-		}
-	}
-	add("postgresql.conf", fmt.Sprintf(`
-# as Debian's pg_createcluster writes it
-data_directory = '%s'		# use data in another directory
-hba_file = '%s/pg_hba.conf'	# host-based authentication file
-ident_file = '%s/pg_ident.conf'	# ident configuration file
-external_pid_file = '%s'	# write an extra PID file
-port = %d
-unix_socket_directories = '%s'
-listen_addresses = ''
-fsync = off
-include_dir = 'conf.d'
-`, c.data, c.conf, c.conf, c.pidFile, c.port, c.run))
-	// conf.d: a setting of the user's that the clone keeps, and archiving
-	// that the clone's reset must override even from an include.
-	add("conf.d/custom.conf", "work_mem = '7MB'\narchive_mode = on\narchive_command = '/bin/true'\n"+
-		"restore_command = '/bin/false'\nprimary_conninfo = 'host=/nonexistent'\nprimary_slot_name = 'nosuchslot'\n")
-	add("pg_hba.conf", "# debian fixture hba\n")
-	if err := e.User.Chown(c.conf); err != nil {
-		t.Fatal(err)
-	}
-	return c
-}
-
 // startDebian starts the cluster as Debian's pg_ctlcluster does: -D names
 // the configuration directory, config_file the postgresql.conf there.
-func (e pgEnv) startDebian(t *testing.T, c debianCluster) *server {
-	return e.launch(t, c.data, filepath.Join(filepath.Dir(c.data), "debian-main.log"),
-		"-D", c.conf, "-c", "config_file="+filepath.Join(c.conf, "postgresql.conf"))
+func (e pgEnv) startDebian(t *testing.T, c pgtest.DebianCluster) *server {
+	return e.launch(t, c.Data, filepath.Join(filepath.Dir(c.Data), "debian-main.log"),
+		"-D", c.Conf, "-c", "config_file="+filepath.Join(c.Conf, "postgresql.conf"))
 }
 
 func sockURL(dir string, port int) string {
@@ -176,15 +105,15 @@ func TestDebianLayoutClone(t *testing.T) {
 	forEachPG(t, func(t *testing.T, e pgEnv) {
 		ctx := context.Background()
 		base := testenv.Dir(t)
-		c := e.newDebianCluster(t, base)
+		c := e.NewDebianCluster(t, base)
 		srv := e.startDebian(t, c)
-		url := sockURL(c.run, c.port)
-		if got := pgtest.Query(t, url, "SHOW data_directory"); got != c.data {
-			t.Fatalf("fixture: data_directory = %s, want %s", got, c.data)
+		url := sockURL(c.Run, c.Port)
+		if got := pgtest.Query(t, url, "SHOW data_directory"); got != c.Data {
+			t.Fatalf("fixture: data_directory = %s, want %s", got, c.Data)
 		}
 		pgtest.Exec(t, url, "CREATE TABLE t AS SELECT g AS id FROM generate_series(1, 1000) g")
 		srv.stop(t)
-		confBefore, dataBefore := testenv.TreeHash(t, c.conf), testenv.TreeHash(t, c.data)
+		confBefore, dataBefore := testenv.TreeHash(t, c.Conf), testenv.TreeHash(t, c.Data)
 
 		// checkClone starts the clone with -D alone and checks it runs on its
 		// own files with the source's settings, while the source's pid file
@@ -203,7 +132,7 @@ func TestDebianLayoutClone(t *testing.T) {
 				}
 			}
 			cl := e.launch(t, dst, dst+".log", "-D", dst)
-			curl := sockURL(c.run, port)
+			curl := sockURL(c.Run, port)
 			for _, q := range []struct{ sql, want string }{
 				{"SHOW data_directory", dst},
 				{"SHOW config_file", filepath.Join(dst, "postgresql.conf")},
@@ -227,10 +156,10 @@ func TestDebianLayoutClone(t *testing.T) {
 			if !strings.Contains(string(hba), "# debian fixture hba") {
 				t.Errorf("the clone's pg_hba.conf is not the source's:\n%s", hba)
 			}
-			pidf, err := os.ReadFile(c.pidFile)
+			pidf, err := os.ReadFile(c.PidFile)
 			switch {
 			case srcPid == 0 && err == nil:
-				t.Errorf("the clone wrote the source's external pid file %s: %s", c.pidFile, pidf)
+				t.Errorf("the clone wrote the source's external pid file %s: %s", c.PidFile, pidf)
 			case srcPid != 0 && strings.TrimSpace(string(pidf)) != strconv.Itoa(srcPid):
 				t.Errorf("the source's external pid file says %q, want the source's pid %d (%v)", pidf, srcPid, err)
 			}
@@ -239,7 +168,7 @@ func TestDebianLayoutClone(t *testing.T) {
 
 		t.Run("offline, configuration not found", func(t *testing.T) {
 			dst := filepath.Join(base, "noconf")
-			res, err := pgclone.Clone(ctx, pgclone.Options{Src: c.data, Dst: dst, Installation: e.Inst, User: e.User})
+			res, err := pgclone.Clone(ctx, pgclone.Options{Src: c.Data, Dst: dst, Installation: e.Inst, User: e.User})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -254,7 +183,7 @@ func TestDebianLayoutClone(t *testing.T) {
 		t.Run("offline, --config-dir", func(t *testing.T) {
 			dst := filepath.Join(base, "offline")
 			port := freeTCPPort(t)
-			res, err := pgclone.Clone(ctx, pgclone.Options{Src: c.data, Dst: dst, Installation: e.Inst, User: e.User, Port: port, ConfigDir: c.conf})
+			res, err := pgclone.Clone(ctx, pgclone.Options{Src: c.Data, Dst: dst, Installation: e.Inst, User: e.User, Port: port, ConfigDir: c.Conf})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -268,19 +197,19 @@ func TestDebianLayoutClone(t *testing.T) {
 				}
 			}
 			ownedBy(t, dst, e.User)
-			testenv.SameTree(t, "source configuration after the clone", confBefore, testenv.TreeHash(t, c.conf))
-			testenv.SameTree(t, "source data after the clone", dataBefore, testenv.TreeHash(t, c.data))
+			testenv.SameTree(t, "source configuration after the clone", confBefore, testenv.TreeHash(t, c.Conf))
+			testenv.SameTree(t, "source data after the clone", dataBefore, testenv.TreeHash(t, c.Data))
 			checkClone(t, dst, port, 0)
-			testenv.SameTree(t, "source configuration after the clone ran", confBefore, testenv.TreeHash(t, c.conf))
-			testenv.SameTree(t, "source data after the clone ran", dataBefore, testenv.TreeHash(t, c.data))
+			testenv.SameTree(t, "source configuration after the clone ran", confBefore, testenv.TreeHash(t, c.Conf))
+			testenv.SameTree(t, "source data after the clone ran", dataBefore, testenv.TreeHash(t, c.Data))
 
 			// Another cluster's configuration directory is refused.
 			other := e.newCluster(t, base, "other")
 			if err := os.Remove(filepath.Join(other, "postgresql.conf")); err != nil {
 				t.Fatal(err)
 			}
-			_, err = pgclone.Clone(ctx, pgclone.Options{Src: other, Dst: filepath.Join(base, "other-dst"), Installation: e.Inst, User: e.User, ConfigDir: c.conf})
-			if errs.KindOf(err) != errs.Usage || !strings.Contains(err.Error(), "is the configuration of the cluster at "+c.data) {
+			_, err = pgclone.Clone(ctx, pgclone.Options{Src: other, Dst: filepath.Join(base, "other-dst"), Installation: e.Inst, User: e.User, ConfigDir: c.Conf})
+			if errs.KindOf(err) != errs.Usage || !strings.Contains(err.Error(), "is the configuration of the cluster at "+c.Data) {
 				t.Errorf("--config-dir of another cluster: got %v, want a refusal", err)
 			}
 		})
@@ -291,16 +220,16 @@ func TestDebianLayoutClone(t *testing.T) {
 			pgtest.Exec(t, url, "DELETE FROM t WHERE id > 1000")
 			dst := filepath.Join(base, "online")
 			port := freeTCPPort(t)
-			res, err := pgclone.Clone(ctx, pgclone.Options{Src: c.data, Dst: dst, Installation: e.Inst, User: e.User, Port: port, Online: true})
+			res, err := pgclone.Clone(ctx, pgclone.Options{Src: c.Data, Dst: dst, Installation: e.Inst, User: e.User, Port: port, Online: true})
 			if err != nil {
 				t.Fatal(err)
 			}
-			if res.Config == nil || res.Config.FoundBy != "SHOW config_file" || res.Config.ConfigFile != filepath.Join(c.conf, "postgresql.conf") {
+			if res.Config == nil || res.Config.FoundBy != "SHOW config_file" || res.Config.ConfigFile != filepath.Join(c.Conf, "postgresql.conf") {
 				t.Fatalf("configuration not found by SHOW: %+v (warnings %v)", res.Config, res.Warnings)
 			}
-			testenv.SameTree(t, "source configuration after the online clone", confBefore, testenv.TreeHash(t, c.conf))
+			testenv.SameTree(t, "source configuration after the online clone", confBefore, testenv.TreeHash(t, c.Conf))
 			checkClone(t, dst, port, srv.pid)
-			testenv.SameTree(t, "source configuration after the online clone ran", confBefore, testenv.TreeHash(t, c.conf))
+			testenv.SameTree(t, "source configuration after the online clone ran", confBefore, testenv.TreeHash(t, c.Conf))
 			if got := pgtest.Query(t, url, "SELECT count(*)::text FROM t"); got != "1000" {
 				t.Errorf("source has %s rows, want 1000", got)
 			}

@@ -59,7 +59,7 @@ func dbCluster(t *testing.T, name string) (p *dbCLI, url string, conn *pgx.Conn)
 	bin := pgforkBinary(t) // stops what the test left running, and TestDBInterrupted signals it
 	home := testenv.Dir(t)
 	p = &dbCLI{t: t, bin: bin, home: home, pgBin: pgBin}
-	t.Cleanup(func() { _ = exec.Command(bin, "--state-dir", home, "down", "--all", "--timeout", "1s").Run() })
+	t.Cleanup(func() { runInProcessEnv(t, nil, "--state-dir", home, "down", "--all", "--timeout", "1s") })
 	var up struct {
 		URL string `json:"url"`
 	}

@@ -38,7 +38,7 @@ func newPgfk(t *testing.T, bin, home, pgBin string) *pgfk {
 	p := &pgfk{t: t, bin: bin, home: home, pgBin: pgBin}
 	// Whatever a test leaves running is stopped and removed at the end,
 	// once the background spare refills are done (they write in home).
-	t.Cleanup(func() { _ = exec.Command(bin, "--state-dir", home, "down", "--all", "--timeout", "1s").Run() })
+	t.Cleanup(func() { runInProcessEnv(t, nil, "--state-dir", home, "down", "--all", "--timeout", "1s") })
 	t.Cleanup(func() { waitRefills(t, home) })
 	return p
 }

@@ -2,6 +2,7 @@ package main
 
 import (
 	"encoding/json"
+	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
@@ -44,10 +45,24 @@ func TestVersion(t *testing.T) {
 	if r.code != 0 || !strings.HasPrefix(r.stdout, "pgfork ") || strings.Contains(r.stdout, "v9.8.7") {
 		t.Fatalf("pgfork version (plain build): exit %d, %q", r.code, r.stdout)
 	}
-	// In a git checkout the toolchain stamps the revision.
-	if git, err := exec.Command("git", "rev-parse", "HEAD").Output(); err == nil {
+	// In a git checkout the toolchain stamps the revision; not in a linked
+	// worktree, whose .git is a file the go command does not recognize.
+	if git, err := exec.Command("git", "rev-parse", "HEAD").Output(); err == nil && gitDirIsDir(t) {
 		if rev := strings.TrimSpace(string(git)); !strings.Contains(r.stdout, rev[:12]) {
 			t.Errorf("plain build does not name the commit %s: %q", rev[:12], r.stdout)
 		}
 	}
+}
+
+// gitDirIsDir reports whether the checkout's .git is a directory (not the
+// file of a linked worktree): only then does the go command stamp VCS
+// information into a build.
+func gitDirIsDir(t *testing.T) bool {
+	t.Helper()
+	top, err := exec.Command("git", "rev-parse", "--show-toplevel").Output()
+	if err != nil {
+		return false
+	}
+	fi, err := os.Stat(filepath.Join(strings.TrimSpace(string(top)), ".git"))
+	return err == nil && fi.IsDir()
 }

@@ -22,7 +22,7 @@ import (
 
 // volumeHome makes a base state directory on the run directory's disk (ext4
 // here: it cannot clone) and removes, at the end, whatever volume a test
-// left: through the binary, then by hand (lazy unmount, loop detached only
+// left: through pgfork (in-process), then by hand (lazy unmount, loop detached only
 // when it is backed by this test's image).
 func volumeHome(t *testing.T, p *pgfk) string {
 	t.Helper()
@@ -41,8 +41,8 @@ func volumeHome(t *testing.T, p *pgfk) string {
 	}
 	p.home = home
 	t.Cleanup(func() {
-		_ = exec.Command(p.bin, "--state-dir", home, "down", "--all", "--timeout", "1s").Run()
-		_ = exec.Command(p.bin, "--state-dir", home, "volume", "rm").Run()
+		runInProcessEnv(t, nil, "--state-dir", home, "down", "--all", "--timeout", "1s")
+		runInProcessEnv(t, nil, "--state-dir", home, "volume", "rm")
 		mnt := filepath.Join(home, "volume")
 		_ = unix.Unmount(mnt, unix.MNT_DETACH)
 		if r, err := volume.Load(home); err == nil {

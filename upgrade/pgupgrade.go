@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"sort"
 	"strconv"
 	"strings"
 	"sync"
@@ -40,6 +41,9 @@ type pgUpgradeRun struct {
 	NoSync         bool
 	WorkDir        string // cwd: pg_upgrade's sockets and delete script go here
 	HBA            string // private pg_hba.conf for both servers ("" for none)
+	// OldSettings are more settings for the old server (integers and
+	// plain words only: they are not quoted).
+	OldSettings map[string]string
 	User           *instance.OSUser
 	// OnStep is called when pg_upgrade starts a step (done false) and when
 	// it reports its result (done true, status "ok", "fatal", "warning"...).
@@ -76,6 +80,14 @@ func (r pgUpgradeRun) args() []string {
 	if r.HBA != "" {
 		opt := "-c hba_file=" + r.HBA
 		a = append(a, "--old-options", opt, "--new-options", opt)
+	}
+	keys := make([]string, 0, len(r.OldSettings))
+	for k := range r.OldSettings {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	for _, k := range keys {
+		a = append(a, "--old-options", "-c "+k+"="+r.OldSettings[k])
 	}
 	if r.Check {
 		a = append(a, "--check")

@@ -59,12 +59,18 @@ func oldTablespaces(oldDir string, major int) ([]Tablespace, error) {
 
 // prepared is what the prepare phase found.
 type prepared struct {
-	oldMajor  int
-	ctl       *pgdata.ControlData
-	tss       []Tablespace
-	fs        *fsInfo
-	sizes     oldSizes
-	rehearse  bool
+	oldMajor int
+	ctl      *pgdata.ControlData
+	tss      []Tablespace
+	fs       *fsInfo
+	sizes    oldSizes
+	rehearse bool
+	// online: the old cluster runs; the rehearsal works on an online
+	// clone and the old cluster is stopped after it.
+	online bool
+	// recheck: the catalogs changed after the rehearsal; pg_upgrade
+	// --check runs again before the real upgrade.
+	recheck   bool
 	totalData int64 // apparent bytes of user data to transfer (for progress)
 }
 
@@ -111,6 +117,14 @@ func (u *upgrader) run(ctx context.Context) (*Result, error) {
 		res.CheckOnly = true
 		u.finish(ctx)
 		return res, nil
+	}
+	// The catalogs changed after the online rehearsal: what was rehearsed
+	// is not quite what is upgraded, so pg_upgrade --check runs first.
+	if p.recheck {
+		if err := u.phase(PhaseCheck, &res.Phases, func() error { return u.check(ctx, cat) }); err != nil {
+			return res, err
+		}
+		res.Rechecked = true
 	}
 
 	if err := u.phase(PhaseUpgrade, &res.Phases, func() error { return u.transfer(ctx, p, cat) }); err != nil {
@@ -166,8 +180,13 @@ func (u *upgrader) prepare(ctx context.Context) (*prepared, error) {
 	}
 	u.work = w
 
-	if err := u.stopOldIfRunning(ctx); err != nil {
+	pid, running, err := pgdata.Running(o.OldDir)
+	if err != nil {
 		return nil, err
+	}
+	if running && !o.StopOld && o.Rehearse != RehearseOnly {
+		return nil, errs.New(errs.Busy, "the old cluster is running (postmaster pid %d)", pid).WithPath(o.OldDir).
+			WithHint("pass --stop-old to let pgfork rehearse on an online clone while it serves and then shut it down cleanly (fast), or stop it first (pg_ctl -D %s stop -m fast)", o.OldDir)
 	}
 	if p.ctl, err = pgdata.ReadControlData(ctx, o.Old.BinDir, o.OldDir, o.Old.Env); err != nil {
 		return nil, err
@@ -203,6 +222,25 @@ func (u *upgrader) prepare(ctx context.Context) (*prepared, error) {
 	if o.CheckOnly {
 		p.rehearse = false
 	}
+	if running {
+		if p.rehearse {
+			// The rehearsal runs on an online clone while the old cluster
+			// serves; it is stopped only once the rehearsal passed.
+			p.online = true
+			u.infof(PhasePrepare, "the old cluster runs (pid %d): the rehearsal works on an online clone while it serves; it is stopped only after the rehearsal passed", pid)
+		} else {
+			if err := u.stopOld(ctx, pid); err != nil {
+				return nil, err
+			}
+			if p.ctl, err = pgdata.ReadControlData(ctx, o.Old.BinDir, o.OldDir, o.Old.Env); err != nil {
+				return nil, err
+			}
+			res.Control = p.ctl
+		}
+	}
+	if !p.online {
+		u.down = u.t0
+	}
 
 	p.sizes = measureOld(o.OldDir, p.tss)
 	p.totalData = apparentSize(filepath.Join(o.OldDir, "base"))
@@ -227,7 +265,7 @@ func (u *upgrader) prepare(ctx context.Context) (*prepared, error) {
 func (u *upgrader) catalog(ctx context.Context, p *prepared) (cat *Catalog, done bool, err error) {
 	o, res := u.o, u.res
 	if p.rehearse {
-		if !p.ctl.CleanShutdown() {
+		if !p.online && !p.ctl.CleanShutdown() {
 			if o.Rehearse == RehearseOnly {
 				return nil, false, errs.New(errs.Busy, "the old cluster was not shut down cleanly (%s); a rehearsal cannot clone it without writing to it", p.ctl.State).
 					WithPath(o.OldDir).WithHint("start it and stop it cleanly (pg_ctl -D %s start, then stop -m fast), then rehearse again", o.OldDir)
@@ -249,10 +287,15 @@ func (u *upgrader) catalog(ctx context.Context, p *prepared) (cat *Catalog, done
 			u.finish(ctx)
 			return cat, true, nil
 		}
+		if p.online {
+			if cat, err = u.stopAfterRehearsal(ctx, p, cat); err != nil {
+				return nil, false, err
+			}
+		}
 	} else {
 		if err := u.phase(PhaseSettings, &res.Phases, func() error {
 			var err error
-			cat, err = u.readSettings(ctx, o.OldDir, o.Old)
+			cat, err = u.readSettings(ctx, o.OldDir, o.Old, nil)
 			return err
 		}); err != nil {
 			return nil, false, err
@@ -301,28 +344,74 @@ func (u *upgrader) checkVersions(p *prepared) error {
 	return nil
 }
 
-// stopOldIfRunning stops a running old cluster cleanly when StopOld says
-// so, and refuses otherwise.
-func (u *upgrader) stopOldIfRunning(ctx context.Context) error {
+// stopOld shuts the running old cluster down cleanly (fast) and notes
+// when it stopped serving.
+func (u *upgrader) stopOld(ctx context.Context, pid int) error {
 	o := u.o
-	if pid, running, err := pgdata.Running(o.OldDir); err != nil {
-		return err
-	} else if running {
-		if !o.StopOld {
-			return errs.New(errs.Busy, "the old cluster is running (postmaster pid %d)", pid).WithPath(o.OldDir).
-				WithHint("stop it first (pg_ctl -D %s stop -m fast), or pass --stop-old to let pgfork shut it down cleanly", o.OldDir)
-		}
-		u.infof(PhasePrepare, "stopping the old cluster (pid %d) with a clean fast shutdown", pid)
-		inst, err := instance.Attach(o.OldDir)
-		if err == nil {
-			err = inst.Stop(ctx, instance.Fast)
-		}
-		if err != nil {
-			return errs.Wrap(errs.Busy, err, "cannot stop the old cluster").WithPath(o.OldDir).
-				WithHint("stop it yourself: pg_ctl -D %s stop -m fast", o.OldDir)
-		}
+	u.infof(PhasePrepare, "stopping the old cluster (pid %d) with a clean fast shutdown", pid)
+	u.down = time.Now()
+	inst, err := instance.Attach(o.OldDir)
+	if err == nil {
+		err = inst.Stop(ctx, instance.Fast)
+	}
+	if err != nil {
+		return errs.Wrap(errs.Busy, err, "cannot stop the old cluster").WithPath(o.OldDir).
+			WithHint("stop it yourself: pg_ctl -D %s stop -m fast", o.OldDir)
 	}
 	return nil
+}
+
+// stopAfterRehearsal stops the old cluster after an online rehearsal
+// passed, reads its catalogs again and compares them with the rehearsal's:
+// a change made in between (a new database, extension, table...) is
+// reported, and pg_upgrade --check then runs again before the real
+// upgrade. It returns the catalogs as they were at the stop.
+func (u *upgrader) stopAfterRehearsal(ctx context.Context, p *prepared, rehearsed *Catalog) (*Catalog, error) {
+	o, res := u.o, u.res
+	if hookBeforeStop != nil {
+		hookBeforeStop()
+	}
+	if err := u.phase(PhaseStopOld, &res.Phases, func() error {
+		pid, running, err := pgdata.Running(o.OldDir)
+		if err != nil {
+			return err
+		}
+		if running {
+			return u.stopOld(ctx, pid)
+		}
+		u.down = time.Now()
+		return nil
+	}); err != nil {
+		return nil, err
+	}
+	var err error
+	if p.ctl, err = pgdata.ReadControlData(ctx, o.Old.BinDir, o.OldDir, o.Old.Env); err != nil {
+		return nil, err
+	}
+	res.Control = p.ctl
+	if !p.ctl.CleanShutdown() {
+		if err := u.recoverOld(ctx); err != nil {
+			return nil, err
+		}
+	}
+	var cat *Catalog
+	if err := u.phase(PhaseSettings, &res.Phases, func() error {
+		cat, err = u.readSettings(ctx, o.OldDir, o.Old, nil)
+		return err
+	}); err != nil {
+		return nil, err
+	}
+	changes, reinit := catalogChanges(rehearsed, cat, 10)
+	if len(changes) == 0 {
+		return cat, nil
+	}
+	res.CatalogChanges, p.recheck = changes, true
+	u.infof(PhaseSettings, "the old cluster's catalogs changed after the rehearsal: %s; pg_upgrade --check runs again before the real upgrade",
+		strings.Join(changes, "; "))
+	if reinit {
+		_ = os.RemoveAll(u.work.Staging)
+	}
+	return cat, nil
 }
 
 // confirm asks before a mode after which the old cluster cannot start again.
@@ -398,13 +487,16 @@ func (u *upgrader) recoverOld(ctx context.Context) error {
 // catalogs and stops it cleanly. The catalogs are the only place encoding,
 // locale and the bootstrap superuser are kept; pg_upgrade starts the old
 // cluster the same way for its own checks.
-func (u *upgrader) readSettings(ctx context.Context, dataDir string, bin Install) (*Catalog, error) {
+func (u *upgrader) readSettings(ctx context.Context, dataDir string, bin Install, extra map[string]string) (*Catalog, error) {
 	hba, err := writeHBA(u.work.Tmp, u.o.User)
 	if err != nil {
 		return nil, err
 	}
 	cfg := serverCfg(bin, dataDir, u.work.Tmp, hba, "settings.log", u.o.User)
 	cfg.SocketDir = u.work.Tmp
+	for k, v := range extra {
+		cfg.Settings[k] = v
+	}
 	inst, err := instance.Start(ctx, cfg)
 	if err != nil {
 		return nil, err
@@ -459,7 +551,12 @@ func (u *upgrader) check(ctx context.Context, cat *Catalog) error {
 	r := u.pgUpgrade(u.o.OldDir, u.work.Staging, u.work.Tmp, cat.Superuser, u.res.Mode, PhaseCheck)
 	r.Check = true
 	out, err := r.run(ctx)
-	return u.afterPGUpgrade(out, err, "pg_upgrade --check found problems; nothing was changed")
+	what := "pg_upgrade --check found problems; nothing was changed"
+	if u.res.Rehearsal != nil && u.res.Rehearsal.Online {
+		what = "the catalogs changed after the rehearsal and pg_upgrade --check now finds problems; nothing was changed " +
+			"(the old cluster is stopped: start it again with " + u.o.Old.tool("pg_ctl") + " -D " + u.o.OldDir + " start)"
+	}
+	return u.afterPGUpgrade(out, err, what)
 }
 
 func (u *upgrader) pgUpgrade(oldDir, newDir, cwd, su string, mode Mode, phase string) pgUpgradeRun {
@@ -624,6 +721,9 @@ func (u *upgrader) startAndFinish(ctx context.Context, p *prepared, cat *Catalog
 	defer func() { _ = inst.Stop(context.WithoutCancel(ctx), instance.Fast) }()
 	if err := smokeCheck(ctx, inst, cat); err != nil {
 		return err
+	}
+	if !u.down.IsZero() {
+		res.Downtime = time.Since(u.down)
 	}
 	if !o.NoAnalyze {
 		if err := u.phase(PhaseStatistics, &res.Phases, func() error { return u.statistics(ctx, inst, cat.Superuser) }); err != nil {

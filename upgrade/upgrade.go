@@ -120,6 +120,7 @@ type Event struct {
 const (
 	PhasePrepare    = "prepare"    // versions, state, mode, space
 	PhaseRehearsal  = "rehearsal"  // the whole upgrade on a clone
+	PhaseStopOld    = "stop-old"   // fast shutdown of the old cluster after an online rehearsal
 	PhaseSettings   = "settings"   // read the old cluster's settings
 	PhaseInitDB     = "initdb"     // create the matching new cluster
 	PhaseCheck      = "check"      // pg_upgrade --check
@@ -159,6 +160,15 @@ type Result struct {
 	Statistics string        `json:"statistics,omitempty"`
 	Phases     []PhaseTime   `json:"phases"`
 	Elapsed    time.Duration `json:"elapsed_ns"`
+	// Downtime is from the moment the old cluster stopped serving (the
+	// start of the run when it was already stopped) until the new cluster
+	// was upgraded, started and checked, ready to accept connections.
+	Downtime time.Duration `json:"downtime_ns,omitempty"`
+	// CatalogChanges are the changes to the old cluster's catalogs made
+	// between the online rehearsal and its stop; Rechecked says pg_upgrade
+	// --check then ran again before the real upgrade.
+	CatalogChanges []string `json:"catalog_changes,omitempty"`
+	Rechecked      bool     `json:"rechecked,omitempty"`
 	// Notes are things the operator should know (configuration files, the
 	// old cluster's fate).
 	Notes []string `json:"notes,omitempty"`
@@ -177,8 +187,12 @@ type Rehearsal struct {
 	Elapsed time.Duration `json:"elapsed_ns"`
 	// Relations per database after the upgrade of the clone.
 	Relations map[string]int64 `json:"relations"`
+	// Online says the old cluster ran and served during the rehearsal,
+	// which worked on an online clone of it (pg_backup_start/stop).
+	Online bool `json:"online,omitempty"`
 	// OriginalUnchanged says the original was verified unchanged
-	// afterwards (every entry's type, size, mtime and link target).
+	// afterwards (every entry's type, size, mtime and link target); not
+	// checked after an online rehearsal, as the running server writes it.
 	OriginalUnchanged bool `json:"original_unchanged"`
 }
 
@@ -188,7 +202,13 @@ type upgrader struct {
 	res  *Result
 	work *workspace
 	t0   time.Time
+	// down is when the old cluster stopped serving.
+	down time.Time
 }
+
+// hookBeforeStop, when set (by tests), runs after an online rehearsal
+// passed and before the old cluster is stopped.
+var hookBeforeStop func()
 
 func (u *upgrader) emit(e Event) {
 	if u.o.OnEvent != nil {

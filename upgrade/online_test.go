@@ -1,0 +1,240 @@
+package upgrade_test
+
+import (
+	"context"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/pgfork/pgfork/instance"
+	"github.com/pgfork/pgfork/internal/errs"
+	"github.com/pgfork/pgfork/internal/pgtest"
+	"github.com/pgfork/pgfork/internal/testenv"
+	"github.com/pgfork/pgfork/pgdata"
+	"github.com/pgfork/pgfork/upgrade"
+)
+
+// startOld starts a copy of the fixture as the application's server and
+// opens the application's connection to it.
+func startOld(t *testing.T, b builds, old string, settings map[string]string) (*instance.Instance, *pgx.Conn) {
+	t.Helper()
+	ctx := context.Background()
+	inst, err := instance.Start(ctx, instance.Config{BinDir: b.old.BinDir, Env: b.old.Env, DataDir: old, User: pgtest.User(t),
+		LogFile: filepath.Join(t.TempDir(), "old.log"), Settings: settings})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if _, running, _ := pgdata.Running(old); running {
+			_ = inst.Stop(context.Background(), instance.Fast)
+		}
+	})
+	conn, err := pgx.Connect(ctx, inst.ConnString("", "shop"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { conn.Close(context.Background()) })
+	return inst, conn
+}
+
+// serves runs a write and a read on the application's connection.
+func serves(ctx context.Context, conn *pgx.Conn) error {
+	if _, err := conn.Exec(ctx, "INSERT INTO items(name) VALUES ('during the rehearsal')"); err != nil {
+		return err
+	}
+	var n int
+	return conn.QueryRow(ctx, "SELECT count(*) FROM items").Scan(&n)
+}
+
+// servedDuringRehearsal returns an OnEvent that uses the application's
+// connection while the rehearsal runs pg_upgrade on the clone, and a
+// function that reports whether it did so successfully.
+func servedDuringRehearsal(t *testing.T, conn *pgx.Conn) (func(upgrade.Event), func() bool) {
+	served := false
+	return func(e upgrade.Event) {
+			if e.Phase == upgrade.PhaseRehearsal && strings.HasPrefix(e.Step, "pg_upgrade --") && !e.Done && !served {
+				if err := serves(context.Background(), conn); err != nil {
+					t.Errorf("the old cluster did not serve during the rehearsal: %v", err)
+					return
+				}
+				served = true
+			}
+		}, func() bool {
+			return served
+		}
+}
+
+// TestOnlineRehearsal upgrades a running cluster: the rehearsal works on an
+// online clone while the application's connection keeps working, the old
+// cluster is stopped only afterwards, and unchanged catalogs need no
+// second check.
+func TestOnlineRehearsal(t *testing.T) {
+	b := findBuilds(t)
+	dir := testenv.XFSDir(t)
+	old := copyFixture(t, b, dir)
+	inst, conn := startOld(t, b, old, nil)
+	onEvent, served := servedDuringRehearsal(t, conn)
+	newDir := filepath.Join(dir, "new")
+
+	// --rehearse-only on a running cluster: online, and it keeps running.
+	res, err := runUpgrade(t, upgrade.Options{OldDir: old, NewDir: newDir, Old: b.old, New: b.new, Rehearse: upgrade.RehearseOnly, OnEvent: onEvent})
+	if err != nil {
+		t.Fatalf("rehearsal: %v (hint: %s)", err, errs.HintOf(err))
+	}
+	if res.Rehearsal == nil || !res.Rehearsal.Online || !res.RehearsalOnly || !served() {
+		t.Fatalf("online rehearsal: %+v, served %v", res.Rehearsal, served())
+	}
+	if pid, running, _ := pgdata.Running(old); !running || pid != inst.Pid {
+		t.Fatalf("--rehearse-only stopped the old cluster (running %v, pid %d, was %d)", running, pid, inst.Pid)
+	}
+	if err := serves(context.Background(), conn); err != nil {
+		t.Fatalf("the connection broke: %v", err)
+	}
+	if left, _ := filepath.Glob(filepath.Join(dir, ".*pgfork*")); len(left) > 0 {
+		t.Fatalf("the rehearsal left %v", left)
+	}
+
+	// The real run: rehearsal online, then the stop, then the upgrade.
+	onEvent, served = servedDuringRehearsal(t, conn)
+	var order []string
+	res, err = runUpgrade(t, upgrade.Options{OldDir: old, NewDir: newDir, Old: b.old, New: b.new, StopOld: true, Jobs: 2,
+		OnEvent: func(e upgrade.Event) {
+			onEvent(e)
+			if e.Step == "" && !e.Done && e.Message == "" {
+				order = append(order, e.Phase)
+			}
+		}})
+	if err != nil {
+		t.Fatalf("upgrade: %v (hint: %s)", err, errs.HintOf(err))
+	}
+	if !served() || res.Rehearsal == nil || !res.Rehearsal.Online {
+		t.Fatalf("the rehearsal was not online while the cluster served: %+v", res.Rehearsal)
+	}
+	want := []string{upgrade.PhasePrepare, upgrade.PhaseRehearsal, upgrade.PhaseStopOld, upgrade.PhaseSettings, upgrade.PhaseInitDB, upgrade.PhaseUpgrade}
+	if !slices.Equal(order[:min(len(order), len(want))], want) {
+		t.Errorf("phases %v, want %v first", order, want)
+	}
+	if len(res.CatalogChanges) > 0 || res.Rechecked {
+		t.Errorf("catalog changes reported where there were none: %v", res.CatalogChanges)
+	}
+	if res.Downtime <= 0 || res.Downtime >= res.Elapsed-res.Rehearsal.Elapsed {
+		t.Errorf("downtime %s, elapsed %s, rehearsal %s", res.Downtime, res.Elapsed, res.Rehearsal.Elapsed)
+	}
+	if _, running, _ := pgdata.Running(old); running {
+		t.Fatal("the old cluster still runs after the upgrade")
+	}
+	// The new cluster has everything the old one had at the stop,
+	// including the rows written during the rehearsals.
+	compareSums(t, startAndSum(t, b.old, old), startAndSum(t, b.new, newDir))
+}
+
+// TestOnlineRehearsalCatalogChange changes the catalogs after the online
+// rehearsal and before the stop (a new database, a new extension): the
+// upgrade says so, runs pg_upgrade --check again, and upgrades them.
+func TestOnlineRehearsalCatalogChange(t *testing.T) {
+	b := findBuilds(t)
+	dir := testenv.XFSDir(t)
+	old := copyFixture(t, b, dir)
+	inst, conn := startOld(t, b, old, nil)
+	newDir := filepath.Join(dir, "new")
+	ctx := context.Background()
+	hooked := false
+	defer upgrade.SetHookBeforeStop(func() {
+		hooked = true
+		for _, q := range []string{"CREATE EXTENSION pg_trgm", "CREATE TABLE late(id int)"} {
+			if _, err := conn.Exec(ctx, q); err != nil {
+				t.Errorf("%s: %v", q, err)
+			}
+		}
+		c, err := pgx.Connect(ctx, inst.ConnString("", "postgres"))
+		if err != nil {
+			t.Error(err)
+			return
+		}
+		defer c.Close(ctx)
+		if _, err := c.Exec(ctx, "CREATE DATABASE late"); err != nil {
+			t.Error(err)
+		}
+	})()
+	var checked bool
+	res, err := runUpgrade(t, upgrade.Options{OldDir: old, NewDir: newDir, Old: b.old, New: b.new, StopOld: true,
+		OnEvent: func(e upgrade.Event) { checked = checked || (e.Phase == upgrade.PhaseCheck && e.Step != "") }})
+	if err != nil {
+		t.Fatalf("upgrade: %v (hint: %s)", err, errs.HintOf(err))
+	}
+	if !hooked {
+		t.Fatal("the hook before the stop did not run")
+	}
+	all := strings.Join(res.CatalogChanges, "\n")
+	for _, w := range []string{`database "late" was created`, `extensions of database "shop" changed`, "pg_trgm"} {
+		if !strings.Contains(all, w) {
+			t.Errorf("catalog changes %q do not say %q", all, w)
+		}
+	}
+	if !res.Rechecked || !checked {
+		t.Errorf("pg_upgrade --check did not run again (rechecked %v, check steps seen %v)", res.Rechecked, checked)
+	}
+	sums := startAndSum(t, b.new, newDir)
+	if sums["shop/extensions"] != "hstore,pg_trgm,pgcrypto,plpgsql" {
+		t.Errorf("extensions after the upgrade: %q", sums["shop/extensions"])
+	}
+	if _, ok := sums["late/extensions"]; !ok {
+		t.Error("the database created before the stop is missing after the upgrade")
+	}
+}
+
+// TestOnlineRehearsalFailureLeavesOldRunning: a running cluster pg_upgrade
+// refuses (a prepared transaction) fails the online rehearsal, and the old
+// cluster keeps running, serving and unchanged.
+func TestOnlineRehearsalFailureLeavesOldRunning(t *testing.T) {
+	b := findBuilds(t)
+	dir := testenv.XFSDir(t)
+	old := copyFixture(t, b, dir)
+	inst, conn := startOld(t, b, old, map[string]string{"max_prepared_transactions": "5"})
+	ctx := context.Background()
+	for _, q := range []string{"BEGIN", "INSERT INTO items(name) VALUES ('pending')", "PREPARE TRANSACTION 'pending'"} {
+		if _, err := conn.Exec(ctx, q); err != nil {
+			t.Fatalf("%s: %v", q, err)
+		}
+	}
+	before, err := contentSums(ctx, inst)
+	if err != nil {
+		t.Fatal(err)
+	}
+	newDir := filepath.Join(dir, "new")
+	_, err = runUpgrade(t, upgrade.Options{OldDir: old, NewDir: newDir, Old: b.old, New: b.new, StopOld: true})
+	if errs.KindOf(err) != errs.Unsupported || !strings.Contains(err.Error(), "prepared transactions") || !strings.Contains(err.Error(), "not touched") {
+		t.Fatalf("upgrade of a cluster with a prepared transaction: %v (hint: %s)", err, errs.HintOf(err))
+	}
+	if pid, running, _ := pgdata.Running(old); !running || pid != inst.Pid {
+		t.Fatalf("a failed rehearsal stopped the old cluster (running %v, pid %d, was %d)", running, pid, inst.Pid)
+	}
+	if err := serves(ctx, conn); err != nil {
+		t.Fatalf("the application's connection broke: %v", err)
+	}
+	after, err := contentSums(ctx, inst)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, k := range []string{"shop/public.items", "shop/public.items_id_seq"} { // the connection wrote to them
+		before[k], after[k] = "", ""
+	}
+	compareSums(t, before, after)
+	if _, err := os.Stat(filepath.Join(old, "backup_label")); err == nil {
+		t.Error("a backup_label was left in the old cluster")
+	}
+	if _, err := os.Stat(newDir); !os.IsNotExist(err) {
+		t.Errorf("NEW_DATADIR exists after a failed rehearsal: %v", err)
+	}
+	if left, _ := filepath.Glob(filepath.Join(dir, ".*pgfork*")); len(left) > 0 {
+		t.Errorf("left %v", left)
+	}
+	logs, _ := filepath.Glob(newDir + ".pgfork-*")
+	for _, l := range logs {
+		_ = os.RemoveAll(l)
+	}
+}

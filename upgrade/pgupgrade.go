@@ -44,7 +44,7 @@ type pgUpgradeRun struct {
 	// OldSettings are more settings for the old server (integers and
 	// plain words only: they are not quoted).
 	OldSettings map[string]string
-	User           *instance.OSUser
+	User        *instance.OSUser
 	// OnStep is called when pg_upgrade starts a step (done false) and when
 	// it reports its result (done true, status "ok", "fatal", "warning"...).
 	OnStep func(step string, done bool, status string)

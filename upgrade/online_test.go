@@ -3,6 +3,7 @@ package upgrade_test
 import (
 	"bufio"
 	"context"
+	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -340,4 +341,122 @@ func TestKillDuringOnlineUpgrade(t *testing.T) {
 		t.Errorf("left after the successful run: %v", left)
 	}
 	compareSums(t, sums, startAndSum(t, b.new, newDir))
+}
+
+// TestHandOverBeforeStatistics upgrades a running cluster to a major before
+// 18: the new cluster is started with its own configuration on the old
+// cluster's port and accepts connections while vacuumdb
+// --analyze-in-stages runs, and is left running; --wait-analyze keeps the
+// old behaviour (statistics first, the new cluster left stopped).
+func TestHandOverBeforeStatistics(t *testing.T) {
+	b := findBuildsBefore18(t)
+	dir := testenv.XFSDir(t)
+	old := copyFixture(t, b, dir)
+	ctx := context.Background()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	port := l.Addr().(*net.TCPAddr).Port
+	l.Close()
+	oldInst, err := instance.Start(ctx, instance.Config{BinDir: b.old.BinDir, Env: b.old.Env, DataDir: old, User: pgtest.User(t),
+		Port: port, LogFile: filepath.Join(t.TempDir(), "old.log")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if _, running, _ := pgdata.Running(old); running {
+			_ = oldInst.Stop(context.Background(), instance.Fast)
+		}
+	})
+	newDir := filepath.Join(dir, "new")
+	t.Cleanup(func() {
+		if inst, err := instance.Attach(newDir); err == nil {
+			_ = inst.Stop(context.Background(), instance.Fast)
+		}
+	})
+	var connected bool
+	res, err := runUpgrade(t, upgrade.Options{OldDir: old, NewDir: newDir, Old: b.old, New: b.new, StopOld: true,
+		OnEvent: func(e upgrade.Event) {
+			if e.Phase != upgrade.PhaseStatistics || e.Done || e.Message != "" || connected {
+				return
+			}
+			// vacuumdb is about to run: the application connects.
+			inst, err := instance.Attach(newDir)
+			if err != nil {
+				t.Errorf("no server runs on the new cluster when statistics start: %v", err)
+				return
+			}
+			defer inst.Release()
+			if inst.Port != port {
+				t.Errorf("the new cluster listens on port %d, the old one on %d", inst.Port, port)
+			}
+			inst.Host = "" // the local socket: TCP needs a password
+			conn, err := pgx.Connect(ctx, inst.ConnString("postgres", "shop"))
+			if err != nil {
+				t.Errorf("the application cannot connect before statistics are rebuilt: %v", err)
+				return
+			}
+			defer conn.Close(ctx)
+			var n int
+			if err := conn.QueryRow(ctx, "SELECT count(*) FROM items").Scan(&n); err != nil || n == 0 {
+				t.Errorf("query on the handed-over cluster: %d rows, %v", n, err)
+			}
+			connected = true
+		}})
+	if err != nil {
+		t.Fatalf("upgrade: %v (hint: %s)", err, errs.HintOf(err))
+	}
+	if !connected || !res.Running {
+		t.Fatalf("not handed over before statistics: connected %v, running %v", connected, res.Running)
+	}
+	if res.AcceptsAfter <= 0 || res.StatisticsAfter <= res.AcceptsAfter || res.Downtime <= 0 {
+		t.Errorf("accepts after %s, statistics after %s, downtime %s", res.AcceptsAfter, res.StatisticsAfter, res.Downtime)
+	}
+	if !strings.Contains(res.Statistics, "--analyze-in-stages") {
+		t.Errorf("statistics: %q", res.Statistics)
+	}
+	inst, err := instance.Attach(newDir)
+	if err != nil {
+		t.Fatalf("the new cluster is not left running: %v", err)
+	}
+	inst.Host = ""
+	conn, err := pgx.Connect(ctx, inst.ConnString("postgres", "shop"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var stats int
+	err = conn.QueryRow(ctx, "SELECT count(*) FROM pg_stats WHERE tablename = 'items'").Scan(&stats)
+	conn.Close(ctx)
+	if err != nil || stats == 0 {
+		t.Errorf("no statistics after the run: %d, %v", stats, err)
+	}
+	if err := inst.Stop(ctx, instance.Fast); err != nil {
+		t.Fatal(err)
+	}
+
+	// --wait-analyze: statistics first, the new cluster stopped. The first
+	// upgrade's cluster and tablespace directories go first.
+	if err := os.RemoveAll(newDir); err != nil {
+		t.Fatal(err)
+	}
+	for _, r := range tablespaceRoots(t, old)[1:] {
+		ds, _ := filepath.Glob(filepath.Join(r, "PG_"+strconv.Itoa(b.new.Major)+"_*"))
+		for _, d := range ds {
+			if err := os.RemoveAll(d); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	connected = true // the hook above must not run
+	res, err = runUpgrade(t, upgrade.Options{OldDir: old, NewDir: newDir, Old: b.old, New: b.new, WaitAnalyze: true, NoAnalyze: false})
+	if err != nil {
+		t.Fatalf("--wait-analyze: %v (hint: %s)", err, errs.HintOf(err))
+	}
+	if res.Running {
+		t.Error("--wait-analyze left the new cluster running")
+	}
+	if _, running, _ := pgdata.Running(newDir); running {
+		t.Error("--wait-analyze: a server runs on the new cluster")
+	}
 }

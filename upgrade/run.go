@@ -12,6 +12,8 @@ import (
 	"sync"
 	"time"
 
+	"github.com/jackc/pgx/v5"
+
 	"github.com/pgfork/pgfork/instance"
 	"github.com/pgfork/pgfork/internal/errs"
 	"github.com/pgfork/pgfork/internal/fsutil"
@@ -131,12 +133,18 @@ func (u *upgrader) run(ctx context.Context) (*Result, error) {
 		return res, err
 	}
 	// The new cluster is in place; from here on a failure must not remove it.
-	if err := u.phase(PhaseStart, &res.Phases, func() error { return u.startAndFinish(ctx, p, cat) }); err != nil {
+	var inst *instance.Instance
+	if err := u.phase(PhaseStart, &res.Phases, func() error {
+		var err error
+		inst, err = u.startNew(ctx, cat)
+		return err
+	}); err != nil {
 		u.finish(ctx)
 		return res, err
 	}
+	err = u.finishNew(ctx, inst, cat)
 	u.finish(ctx)
-	return res, nil
+	return res, err
 }
 
 // finish removes the workspace of a run that needs nothing more from it.
@@ -183,6 +191,11 @@ func (u *upgrader) prepare(ctx context.Context) (*prepared, error) {
 	pid, running, err := pgdata.Running(o.OldDir)
 	if err != nil {
 		return nil, err
+	}
+	if running {
+		if pf, err := instance.ReadPidFile(o.OldDir); err == nil {
+			u.oldPort = pf.Port
+		}
 	}
 	if running && !o.StopOld && o.Rehearse != RehearseOnly {
 		return nil, errs.New(errs.Busy, "the old cluster is running (postmaster pid %d)", pid).WithPath(o.OldDir).
@@ -706,37 +719,126 @@ func (u *upgrader) pollBytes(step string, roots []string, total int64) func() {
 	return func() { close(done); wg.Wait() }
 }
 
-// startAndFinish starts the new cluster privately, checks every database
-// against the old relation counts, rebuilds statistics and stops it.
-func (u *upgrader) startAndFinish(ctx context.Context, p *prepared, cat *Catalog) error {
+// startNew starts the new cluster privately and checks every database
+// against the old relation counts. It returns the running server.
+func (u *upgrader) startNew(ctx context.Context, cat *Catalog) (*instance.Instance, error) {
 	o, w, res := u.o, u.work, u.res
 	hba := filepath.Join(w.Tmp, "pgfork_hba.conf")
 	cfg := serverCfg(o.New, o.NewDir, w.Tmp, hba, "new-server.log", o.User)
 	cfg.SocketDir = w.Tmp
 	inst, err := instance.Start(ctx, cfg)
 	if err != nil {
-		return errs.Wrap(errs.KindOf(err), err, "the upgraded cluster does not start").WithPath(o.NewDir).
+		return nil, errs.Wrap(errs.KindOf(err), err, "the upgraded cluster does not start").WithPath(o.NewDir).
 			WithHint("its server log is %s", keepFile(cfg.LogFile, o.NewDir))
 	}
-	defer func() { _ = inst.Stop(context.WithoutCancel(ctx), instance.Fast) }()
 	if err := smokeCheck(ctx, inst, cat); err != nil {
-		return err
+		_ = inst.Stop(context.WithoutCancel(ctx), instance.Fast)
+		return nil, err
 	}
 	if !u.down.IsZero() {
 		res.Downtime = time.Since(u.down)
 	}
+	return inst, nil
+}
+
+// handsOver says whether the new cluster is started for the application
+// before statistics are rebuilt: PostgreSQL before 18 starts without
+// optimizer statistics, and pg_upgrade's documentation recommends letting
+// the application in while vacuumdb --analyze-in-stages rebuilds them
+// (coarse ones first). 18 keeps statistics, so the quick
+// --missing-stats-only run happens before, on the private socket.
+func (u *upgrader) handsOver() bool {
+	return !u.o.NoAnalyze && !u.o.WaitAnalyze && u.o.New.Major < 18
+}
+
+// handOver stops the private server and starts the new cluster with its
+// own configuration (pg_ctl start), on the old cluster's port when the old
+// cluster ran, for the application to connect. It returns the running
+// server, or an error when it does not start (the caller falls back to the
+// private server).
+func (u *upgrader) handOver(ctx context.Context, private *instance.Instance, su string) (*instance.Instance, error) {
+	o := u.o
+	if u.oldPort > 0 && u.oldPort != 5432 {
+		conn, err := pgx.Connect(ctx, private.ConnString(su, "template1"))
+		if err != nil {
+			return nil, err
+		}
+		_, err = conn.Exec(ctx, fmt.Sprintf("ALTER SYSTEM SET port = %d", u.oldPort))
+		conn.Close(context.WithoutCancel(ctx))
+		if err != nil {
+			return nil, err
+		}
+	}
+	if err := private.Stop(context.WithoutCancel(ctx), instance.Fast); err != nil {
+		return nil, err
+	}
+	log := filepath.Join(o.NewDir, instance.LogFileName)
+	cmd := o.User.Command(ctx, o.New.Env, o.New.tool("pg_ctl"), "start", "-D", o.NewDir, "-w", "-t", "300", "-l", log)
+	cmd.Dir = u.work.Tmp
+	if out, err := cmd.CombinedOutput(); err != nil {
+		return nil, fmt.Errorf("pg_ctl start: %v: %s", err, strings.TrimSpace(string(out)))
+	}
+	inst, err := instance.Attach(o.NewDir)
+	if err != nil {
+		return nil, err
+	}
+	u.work.keepServer = true
+	return inst, nil
+}
+
+// finishNew rebuilds statistics on the new cluster (handed over to the
+// application first where handsOver says so) and stops it unless it was
+// handed over.
+func (u *upgrader) finishNew(ctx context.Context, inst *instance.Instance, cat *Catalog) error {
+	o, res := u.o, u.res
+	handed := false
+	if u.handsOver() {
+		hinst, err := u.handOver(ctx, inst, cat.Superuser)
+		if err == nil {
+			inst, handed = hinst, true
+			where := fmt.Sprintf("port %d", inst.Port)
+			if inst.SocketDir != "" {
+				where += ", socket directory " + inst.SocketDir
+			}
+			u.infof(PhaseStatistics, "the new cluster accepts connections (pid %d, %s); statistics are rebuilt while it serves", inst.Pid, where)
+		} else {
+			u.infof(PhaseStatistics, "cannot hand the new cluster over before statistics are rebuilt (%v); rebuilding them on the private socket", err)
+			res.Notes = append(res.Notes, fmt.Sprintf("the new cluster was not started for the application before statistics were rebuilt: %v", err))
+			if _, running, _ := pgdata.Running(o.NewDir); !running {
+				if inst, err = u.startNew(ctx, cat); err != nil {
+					return err
+				}
+			}
+		}
+	}
+	if handed {
+		res.AcceptsAfter = time.Since(u.t0)
+	}
 	if !o.NoAnalyze {
 		if err := u.phase(PhaseStatistics, &res.Phases, func() error { return u.statistics(ctx, inst, cat.Superuser) }); err != nil {
+			if !handed {
+				_ = inst.Stop(context.WithoutCancel(ctx), instance.Fast)
+			}
 			return err
 		}
+		res.StatisticsAfter = time.Since(u.t0)
 	} else {
 		res.Statistics = "skipped (--no-analyze): run " + strings.Join(statsArgs(o.New.Major, 1), " ") + " once the cluster runs"
 	}
-	if err := inst.Stop(context.WithoutCancel(ctx), instance.Fast); err != nil {
-		return err
+	if handed {
+		inst.Release()
+		res.Running = true
+		res.Notes = append(res.Notes,
+			fmt.Sprintf("the new cluster runs (pid %d, port %d), started with its own configuration; its log is %s; stop it with: %s -D %s stop",
+				inst.Pid, inst.Port, filepath.Join(o.NewDir, instance.LogFileName), o.New.tool("pg_ctl"), o.NewDir))
+	} else {
+		if err := inst.Stop(context.WithoutCancel(ctx), instance.Fast); err != nil {
+			return err
+		}
+		res.AcceptsAfter = time.Since(u.t0)
+		res.Notes = append(res.Notes, fmt.Sprintf("start the new cluster with: %s -D %s -l logfile start", o.New.tool("pg_ctl"), o.NewDir))
 	}
 	res.Notes = append(res.Notes,
-		fmt.Sprintf("start the new cluster with: %s -D %s -l logfile start", o.New.tool("pg_ctl"), o.NewDir),
 		"its postgresql.conf and pg_hba.conf are PostgreSQL "+strconv.Itoa(o.New.Major)+"'s defaults (local socket: trust; TCP: scram-sha-256); carry over your settings from "+o.OldDir)
 	switch res.Mode {
 	case Link:

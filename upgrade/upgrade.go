@@ -97,6 +97,11 @@ type Options struct {
 	Superuser string
 	// NoAnalyze skips the statistics step after the upgrade.
 	NoAnalyze bool
+	// WaitAnalyze rebuilds statistics on the private socket and stops the
+	// new cluster, as before: without it, a new cluster before PostgreSQL
+	// 18 is started for the application first and left running (see
+	// Result.AcceptsAfter).
+	WaitAnalyze bool
 	// User runs PostgreSQL (nil: the current user).
 	User *instance.OSUser
 	// OnEvent receives progress; nil for none. Called from one goroutine at a time.
@@ -164,6 +169,15 @@ type Result struct {
 	// start of the run when it was already stopped) until the new cluster
 	// was upgraded, started and checked, ready to accept connections.
 	Downtime time.Duration `json:"downtime_ns,omitempty"`
+	// AcceptsAfter is from the start of the run until the new cluster
+	// accepted the application's connections (started with its own
+	// configuration before statistics were rebuilt), or until the run
+	// ended (the user starts it); StatisticsAfter until statistics were
+	// rebuilt (0: skipped).
+	AcceptsAfter    time.Duration `json:"accepts_after_ns,omitempty"`
+	StatisticsAfter time.Duration `json:"statistics_after_ns,omitempty"`
+	// Running says pgfork left the new cluster running (handed over).
+	Running bool `json:"running,omitempty"`
 	// CatalogChanges are the changes to the old cluster's catalogs made
 	// between the online rehearsal and its stop; Rechecked says pg_upgrade
 	// --check then ran again before the real upgrade.
@@ -204,6 +218,8 @@ type upgrader struct {
 	t0   time.Time
 	// down is when the old cluster stopped serving.
 	down time.Time
+	// oldPort is the port the old cluster ran on (0: it did not run).
+	oldPort int
 }
 
 // hookBeforeStop, when set (by tests), runs after an online rehearsal

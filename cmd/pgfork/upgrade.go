@@ -32,6 +32,7 @@ type upgradeFlags struct {
 	superuser            string
 	oldBin, newBin       string
 	noAnalyze            bool
+	waitAnalyze          bool
 }
 
 func newUpgradeCmd() *cobra.Command {
@@ -73,8 +74,15 @@ pg_upgrade --check. pg_upgrade runs the same checks at the start of every run an
 changes nothing when one fails: pgfork explains its findings in plain words.
 
 After the upgrade pgfork starts the new cluster on a private socket, checks every
-database, rebuilds statistics (vacuumdb --analyze-in-stages; --missing-stats-only
-for 18+, which keeps statistics) and stops it. On failure pg_upgrade's logs are kept
+database and rebuilds statistics. PostgreSQL 18+ keeps statistics: vacuumdb
+--analyze-in-stages --missing-stats-only runs on the private socket and the new
+cluster is left stopped. Before 18, as pg_upgrade's documentation recommends,
+pgfork hands the new cluster over first: it starts it with its own configuration
+(on the old cluster's port when that ran) and leaves it running, and vacuumdb
+--analyze-in-stages rebuilds statistics while the application connects;
+--wait-analyze rebuilds them first and leaves it stopped. The summary shows the
+time until it accepted connections apart from the time until statistics were
+rebuilt. On failure pg_upgrade's logs are kept
 beside NEW_DATADIR and the error says where; the new cluster is built in a staging
 directory, so NEW_DATADIR never half-exists, and an interrupted run is cleaned up
 by the next one.`,
@@ -106,6 +114,7 @@ by the next one.`,
 	fl.StringVar(&f.oldBin, "old-bindir", "", "bin directory of the old PostgreSQL (default: found by OLD_DATADIR's version)")
 	fl.StringVar(&f.newBin, "new-bindir", "", "bin directory of the new PostgreSQL (default: found by --to)")
 	fl.BoolVar(&f.noAnalyze, "no-analyze", false, "do not rebuild optimizer statistics after the upgrade (run vacuumdb yourself)")
+	fl.BoolVar(&f.waitAnalyze, "wait-analyze", false, "before PostgreSQL 18: rebuild statistics before anyone may connect, and leave the new cluster stopped")
 	return cmd
 }
 
@@ -156,7 +165,8 @@ func runUpgrade(cmd *cobra.Command, args []string, f upgradeFlags) error {
 		OldDir: args[0], NewDir: args[1], Old: oldB, New: newB,
 		Mode: mode, Jobs: f.jobs, Rehearse: rh, CheckOnly: f.check,
 		StopOld: f.stopOld, Confirmed: f.yes, Superuser: f.superuser, NoAnalyze: f.noAnalyze,
-		User: user, OnEvent: ep.event,
+		WaitAnalyze: f.waitAnalyze,
+		User:        user, OnEvent: ep.event,
 	}
 	if !f.yes && term.IsTerminal(int(os.Stdin.Fd())) && !g.json {
 		opts.Confirm = func(warning string) bool { return confirm(os.Stdin, os.Stderr, warning) }
@@ -254,6 +264,10 @@ func printUpgradeSummary(w io.Writer, r *upgrade.Result) {
 	}
 	for _, c := range r.CatalogChanges {
 		fmt.Fprintf(w, "  changed:    %s (after the rehearsal; pg_upgrade --check ran again)\n", c)
+	}
+	if r.Running {
+		fmt.Fprintf(w, "  ready:      accepted connections after %s (pgfork started it), statistics rebuilt after %s\n",
+			r.AcceptsAfter.Round(10*time.Millisecond), r.StatisticsAfter.Round(10*time.Millisecond))
 	}
 	if r.Downtime > 0 {
 		fmt.Fprintf(w, "  downtime:   %s (old cluster stopped → new cluster upgraded, started and checked)\n", r.Downtime.Round(10*time.Millisecond))

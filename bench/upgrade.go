@@ -342,18 +342,6 @@ func (b *upgBench) dumpRestore(ctx context.Context, src string, dbs []string, pa
 	return time.Since(t0), nil
 }
 
-func (b *upgBench) measure(fn func() (time.Duration, error)) (Sample, error) {
-	var s Sample
-	for i := 0; i < b.runs; i++ {
-		d, err := fn()
-		if err != nil {
-			return s, err
-		}
-		s = append(s, d)
-	}
-	return s, nil
-}
-
 func (b *upgBench) scale(ctx context.Context, r *Report, scale int) (row, alone []string, err error) {
 	t0 := time.Now()
 	src, err := b.buildSource(ctx, fmt.Sprintf("src-%d", scale), func(inst *instance.Instance, sock string) error {

@@ -188,7 +188,7 @@ func (b *upgBench) manyDBs(ctx context.Context, r *Report, n int) error {
 	r.Notef("%d empty databases: source cluster of %s built in %s; -j %d everywhere; %d run(s) per contender, in turns; load average at the start %s",
 		n, units.Bytes(size), Dur(time.Since(t0)), jobs, b.runs, loadavg())
 
-	var handAlone, handInit, handFull, nrTotal, onTotal, onDown, onAccept Sample
+	var handAlone, handInit, handFull, nrTotal, onTotal, onDown Sample
 	var nrRuns, onRuns []*upgJSON
 	var loads []string
 	for i := 0; i < b.runs; i++ {
@@ -216,7 +216,7 @@ func (b *upgBench) manyDBs(ctx context.Context, r *Report, n int) error {
 		if j.Rehearsal == nil || !j.Rehearsal.Online {
 			return fmt.Errorf("pgfork --stop-old did not rehearse online")
 		}
-		onTotal, onDown, onAccept, onRuns = append(onTotal, el), append(onDown, j.Downtime), append(onAccept, j.AcceptsAfter), append(onRuns, j)
+		onTotal, onDown, onRuns = append(onTotal, el), append(onDown, j.Downtime), append(onRuns, j)
 		fmt.Printf("  %d dbs pgfork online: total %s, downtime %s\n", n, Dur(el), Dur(j.Downtime))
 	}
 	loads = append(loads, loadavg())

@@ -38,31 +38,37 @@ import (
 //
 //	PGFORK_BENCH_UPGRADE_JOBS   -j for pg_upgrade and pgfork (default 2)
 
+// ms is a duration in `pgfork --json`'s milliseconds.
+type ms float64
+
+// D returns it as a time.Duration.
+func (m ms) D() time.Duration { return time.Duration(float64(m) * float64(time.Millisecond)) }
+
 // upgJSON is the part of `pgfork upgrade --json` the bench reads.
 type upgJSON struct {
 	Phases []struct {
-		Name    string        `json:"name"`
-		Elapsed time.Duration `json:"elapsed_ns"`
+		Name    string `json:"name"`
+		Elapsed ms     `json:"elapsed_ms"`
 	} `json:"phases"`
 	Steps []struct {
-		Name    string        `json:"name"`
-		Elapsed time.Duration `json:"elapsed_ns"`
+		Name    string `json:"name"`
+		Elapsed ms     `json:"elapsed_ms"`
 	} `json:"steps"`
 	Rehearsal *struct {
-		Online  bool          `json:"online"`
-		Elapsed time.Duration `json:"elapsed_ns"`
+		Online  bool `json:"online"`
+		Elapsed ms   `json:"elapsed_ms"`
 	} `json:"rehearsal"`
-	Elapsed         time.Duration `json:"elapsed_ns"`
-	Downtime        time.Duration `json:"downtime_ns"`
-	AcceptsAfter    time.Duration `json:"accepts_after_ns"`
-	StatisticsAfter time.Duration `json:"statistics_after_ns"`
+	Elapsed         ms `json:"elapsed_ms"`
+	Downtime        ms `json:"downtime_ms"`
+	AcceptsAfter    ms `json:"accepts_after_ms"`
+	StatisticsAfter ms `json:"statistics_after_ms"`
 }
 
 func (j *upgJSON) phase(name string) time.Duration {
 	var d time.Duration
 	for _, p := range j.Phases {
 		if p.Name == name {
-			d += p.Elapsed
+			d += p.Elapsed.D()
 		}
 	}
 	return d
@@ -213,11 +219,11 @@ func (b *upgBench) manyDBs(ctx context.Context, r *Report, n int) error {
 		if err != nil {
 			return err
 		}
-		if j.Rehearsal == nil || !j.Rehearsal.Online {
-			return fmt.Errorf("pgfork --stop-old did not rehearse online")
+		if j.Rehearsal == nil || !j.Rehearsal.Online || j.Downtime <= 0 {
+			return fmt.Errorf("pgfork --stop-old did not rehearse online, or reported no downtime")
 		}
-		onTotal, onDown, onRuns = append(onTotal, el), append(onDown, j.Downtime), append(onRuns, j)
-		fmt.Printf("  %d dbs pgfork online: total %s, downtime %s\n", n, Dur(el), Dur(j.Downtime))
+		onTotal, onDown, onRuns = append(onTotal, el), append(onDown, j.Downtime.D()), append(onRuns, j)
+		fmt.Printf("  %d dbs pgfork online: total %s, downtime %s\n", n, Dur(el), Dur(j.Downtime.D()))
 	}
 	loads = append(loads, loadavg())
 	m := func(s Sample) time.Duration { return s.Median() }
@@ -268,7 +274,7 @@ func (b *upgBench) manyDBs(ctx context.Context, r *Report, n int) error {
 	sum := func(j *upgJSON) time.Duration {
 		var d time.Duration
 		for _, p := range j.Phases {
-			d += p.Elapsed
+			d += p.Elapsed.D()
 		}
 		return d
 	}
@@ -278,8 +284,8 @@ func (b *upgBench) manyDBs(ctx context.Context, r *Report, n int) error {
 	r.Table([]string{"phase", "by hand", "pgfork --no-rehearse --no-analyze", "pgfork default (online)"}, rows)
 	var steps [][]string
 	for _, s := range nr.Steps {
-		if s.Elapsed >= 500*time.Millisecond {
-			steps = append(steps, []string{s.Name, Dur(s.Elapsed)})
+		if s.Elapsed.D() >= 500*time.Millisecond {
+			steps = append(steps, []string{s.Name, Dur(s.Elapsed.D())})
 		}
 	}
 	if len(steps) > 0 {

@@ -256,10 +256,7 @@ func (u *upgrader) prepare(ctx context.Context) (*prepared, error) {
 	}
 
 	p.sizes = measureOld(o.OldDir, p.tss)
-	p.totalData = apparentSize(filepath.Join(o.OldDir, "base"))
-	for _, ts := range p.tss {
-		p.totalData += apparentSize(filepath.Join(ts.Location, ts.VersionDir))
-	}
+	p.totalData = p.sizes.userData
 	res.Bytes = p.totalData
 	if err := u.checkSpace(p, mode); err != nil {
 		return nil, err
@@ -640,7 +637,7 @@ func (u *upgrader) transfer(ctx context.Context, p *prepared, cat *Catalog) erro
 		}
 		mu.Lock()
 		defer mu.Unlock()
-		if !done && stopPoll == nil {
+		if !done && stopPoll == nil && u.o.OnEvent != nil {
 			stopPoll = u.pollBytes(step, newRoots, p.totalData)
 		} else if done && stopPoll != nil {
 			stopPoll()
@@ -669,16 +666,7 @@ func (u *upgrader) transfer(ctx context.Context, p *prepared, cat *Catalog) erro
 		return err
 	}
 	_ = u.afterPGUpgrade(out, nil, "")
-	shared, total := transferStats(res.Mode, newRoots)
-	switch res.Mode {
-	case Swap:
-		res.SharedBytes = total
-	case Copy:
-		res.CopiedBytes = total
-	default:
-		res.SharedBytes = shared
-		res.CopiedBytes = max(total-shared, 0)
-	}
+	res.SharedBytes, res.CopiedBytes = transferStats(res.Mode, newRoots, p.totalData)
 	if err := pathFree(o.NewDir); err != nil {
 		return err
 	}
@@ -701,17 +689,22 @@ func (u *upgrader) pollBytes(step string, roots []string, total int64) func() {
 	wg.Add(1)
 	go func() {
 		defer wg.Done()
-		tick := time.NewTicker(500 * time.Millisecond)
-		defer tick.Stop()
+		// Each poll walks the new files: with many databases that is
+		// hundreds of thousands of stats, which must not compete with
+		// pg_upgrade for the cores. Wait at least ten times as long as the
+		// last walk took, so that polling costs at most a tenth of a core.
+		wait := 500 * time.Millisecond
 		for {
 			select {
 			case <-done:
 				return
-			case <-tick.C:
+			case <-time.After(wait):
+				t := time.Now()
 				var n int64
 				for _, r := range roots {
 					n += apparentSize(r)
 				}
+				wait = max(500*time.Millisecond, 10*time.Since(t))
 				u.emit(Event{Phase: PhaseUpgrade, Step: step, Bytes: min(n, total), TotalBytes: total})
 			}
 		}

@@ -166,7 +166,10 @@ func runUpgrade(cmd *cobra.Command, args []string, f upgradeFlags) error {
 		Mode: mode, Jobs: f.jobs, Rehearse: rh, CheckOnly: f.check,
 		StopOld: f.stopOld, Confirmed: f.yes, Superuser: f.superuser, NoAnalyze: f.noAnalyze,
 		WaitAnalyze: f.waitAnalyze,
-		User:        user, OnEvent: ep.event,
+		User:        user,
+	}
+	if !g.quiet {
+		opts.OnEvent = ep.event // progress costs a walk of the new files now and then
 	}
 	if !f.yes && term.IsTerminal(int(os.Stdin.Fd())) && !g.json {
 		opts.Confirm = func(warning string) bool { return confirm(os.Stdin, os.Stderr, warning) }

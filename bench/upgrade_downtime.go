@@ -24,7 +24,9 @@ import (
 //
 //   - initdb + pg_upgrade --clone -j J by hand (the same mode pgfork's auto
 //     picks on XFS), timed alone and with what pg_upgrade says to do next
-//     (start, vacuumdb --all --analyze-in-stages [--missing-stats-only], stop);
+//     (start, vacuumdb --all --analyze-in-stages [--missing-stats-only], stop),
+//     with pg_upgrade's default sync and with --sync-method=syncfs (what
+//     pgfork uses with pg_upgrade 17+ on Linux);
 //   - pgfork upgrade --no-rehearse --no-analyze -j J on the stopped cluster
 //     (target: within 5% of initdb + pg_upgrade by hand), with its phases;
 //   - pgfork upgrade --stop-old -j J, its default, on the running cluster:
@@ -122,7 +124,7 @@ func (b *upgBench) pgforkRun(ctx context.Context, src string, online bool, jobs 
 
 // byHand: initdb + pg_upgrade --clone -j jobs (timed as "alone"), then
 // start, vacuumdb and stop ("full").
-func (b *upgBench) byHand(ctx context.Context, src string, jobs int) (alone, initdb, full time.Duration, err error) {
+func (b *upgBench) byHand(ctx context.Context, src string, jobs int, extra ...string) (alone, initdb, full time.Duration, err error) {
 	old, err := b.copyOf(ctx, src, "c-hand")
 	if err != nil {
 		return 0, 0, 0, err
@@ -136,7 +138,7 @@ func (b *upgBench) byHand(ctx context.Context, src string, jobs int) (alone, ini
 		return 0, 0, 0, err
 	}
 	initdb = time.Since(t0)
-	if err := b.run(ctx, b.new, dir, "pg_upgrade", "-b", b.old.BinDir, "-B", b.new.BinDir, "-d", old, "-D", nd, "--clone", "-j", strconv.Itoa(jobs)); err != nil {
+	if err := b.run(ctx, b.new, dir, "pg_upgrade", append([]string{"-b", b.old.BinDir, "-B", b.new.BinDir, "-d", old, "-D", nd, "--clone", "-j", strconv.Itoa(jobs)}, extra...)...); err != nil {
 		return 0, 0, 0, err
 	}
 	alone = time.Since(t0)
@@ -194,7 +196,7 @@ func (b *upgBench) manyDBs(ctx context.Context, r *Report, n int) error {
 	r.Notef("%d empty databases: source cluster of %s built in %s; -j %d everywhere; %d run(s) per contender, in turns; load average at the start %s",
 		n, units.Bytes(size), Dur(time.Since(t0)), jobs, b.runs, loadavg())
 
-	var handAlone, handInit, handFull, nrTotal, onTotal, onDown Sample
+	var handAlone, handInit, handFull, sfAlone, sfFull, nrTotal, onTotal, onDown Sample
 	var nrRuns, onRuns []*upgJSON
 	var loads []string
 	for i := 0; i < b.runs; i++ {
@@ -205,6 +207,16 @@ func (b *upgBench) manyDBs(ctx context.Context, r *Report, n int) error {
 		}
 		handAlone, handInit, handFull = append(handAlone, a), append(handInit, in), append(handFull, f)
 		fmt.Printf("  %d dbs by hand: initdb+pg_upgrade %s, full %s\n", n, Dur(a), Dur(f))
+
+		// pgfork syncs with syncfs where pg_upgrade can (17+ on Linux):
+		// the same by hand, so that the comparison is of the rest.
+		loads = append(loads, loadavg())
+		a, _, f, err = b.byHand(ctx, src, jobs, "--sync-method=syncfs")
+		if err != nil {
+			return fmt.Errorf("by hand with syncfs: %w", err)
+		}
+		sfAlone, sfFull = append(sfAlone, a), append(sfFull, f)
+		fmt.Printf("  %d dbs by hand --sync-method=syncfs: initdb+pg_upgrade %s, full %s\n", n, Dur(a), Dur(f))
 
 		loads = append(loads, loadavg())
 		el, j, err := b.pgforkRun(ctx, src, false, jobs, "--no-rehearse", "--no-analyze")
@@ -229,14 +241,19 @@ func (b *upgBench) manyDBs(ctx context.Context, r *Report, n int) error {
 	m := func(s Sample) time.Duration { return s.Median() }
 	pct := func(a, base time.Duration) string { return fmt.Sprintf("%+.1f%%", 100*(float64(a)/float64(base)-1)) }
 	r.Notef("Load average (1, 5, 15 min) before each contender and at the end: %s.", strings.Join(loads, " | "))
-	r.Table([]string{"databases", "by hand: initdb + pg_upgrade --clone", "by hand + start, vacuumdb, stop", "pgfork --no-rehearse --no-analyze", "vs by hand",
-		"pgfork default (online rehearsal): downtime", "vs by hand + vacuumdb", "its total (rehearsal while serving)"},
-		[][]string{{strconv.Itoa(n), Dur(m(handAlone)), Dur(m(handFull)), Dur(m(nrTotal)), pct(m(nrTotal), m(handAlone)),
-			Dur(m(onDown)), pct(m(onDown), m(handFull)), Dur(m(onTotal))}})
+	r.Table([]string{"databases", "by hand: initdb + pg_upgrade --clone", "by hand + start, vacuumdb, stop", "by hand, --sync-method=syncfs", "+ start, vacuumdb, stop",
+		"pgfork --no-rehearse --no-analyze", "vs by hand (syncfs)", "pgfork default (online rehearsal): downtime", "vs by hand (syncfs) + vacuumdb", "its total (rehearsal while serving)"},
+		[][]string{{strconv.Itoa(n), Dur(m(handAlone)), Dur(m(handFull)), Dur(m(sfAlone)), Dur(m(sfFull)), Dur(m(nrTotal)),
+			pct(m(nrTotal), m(handAlone)) + " (" + pct(m(nrTotal), m(sfAlone)) + ")",
+			Dur(m(onDown)), pct(m(onDown), m(handFull)) + " (" + pct(m(onDown), m(sfFull)) + ")", Dur(m(onTotal))}})
 	r.Target(float64(m(nrTotal)) <= 1.05*float64(m(handAlone)), "%d databases: pgfork --no-rehearse --no-analyze %s within 5%% of initdb + pg_upgrade --clone by hand %s (%s)",
 		n, Dur(m(nrTotal)), Dur(m(handAlone)), pct(m(nrTotal), m(handAlone)))
+	r.Target(float64(m(nrTotal)) <= 1.05*float64(m(sfAlone)), "%d databases: pgfork --no-rehearse --no-analyze %s within 5%% of the same by hand with pg_upgrade --sync-method=syncfs, as pgfork syncs, %s (%s)",
+		n, Dur(m(nrTotal)), Dur(m(sfAlone)), pct(m(nrTotal), m(sfAlone)))
 	r.Target(float64(m(onDown)) <= 1.10*float64(m(handFull)), "%d databases: pgfork default's downtime %s (online rehearsal before the stop) within 10%% of pg_upgrade --clone by hand with start and vacuumdb %s (%s)",
 		n, Dur(m(onDown)), Dur(m(handFull)), pct(m(onDown), m(handFull)))
+	r.Target(float64(m(onDown)) <= 1.10*float64(m(sfFull)), "%d databases: pgfork default's downtime %s within 10%% of the same by hand with --sync-method=syncfs %s (%s)",
+		n, Dur(m(onDown)), Dur(m(sfFull)), pct(m(onDown), m(sfFull)))
 
 	// Where pgfork's time goes (the median run of each).
 	mid := func(runs []*upgJSON, s Sample) *upgJSON {

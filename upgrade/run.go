@@ -251,8 +251,8 @@ func (u *upgrader) prepare(ctx context.Context) (*prepared, error) {
 			res.Control = p.ctl
 		}
 	}
-	if !p.online {
-		u.down = u.t0
+	if !p.online && u.down.IsZero() {
+		u.down = u.t0 // stopped already: the whole run is downtime
 	}
 
 	p.sizes = measureOld(o.OldDir, p.tss)
@@ -824,6 +824,9 @@ func (u *upgrader) finishNew(ctx context.Context, inst *instance.Instance, cat *
 		res.Notes = append(res.Notes,
 			fmt.Sprintf("the new cluster runs (pid %d, port %d), started with its own configuration; its log is %s; stop it with: %s -D %s stop",
 				inst.Pid, inst.Port, filepath.Join(o.NewDir, instance.LogFileName), o.New.tool("pg_ctl"), o.NewDir))
+		if u.oldPort > 0 && u.oldPort != 5432 {
+			res.Notes = append(res.Notes, fmt.Sprintf("its port is the old cluster's, %d, set in its postgresql.auto.conf (ALTER SYSTEM)", u.oldPort))
+		}
 	} else {
 		if err := inst.Stop(context.WithoutCancel(ctx), instance.Fast); err != nil {
 			return err

@@ -39,6 +39,7 @@ import (
 // the clock starts, so it is the whole by-hand time.
 //
 //	PGFORK_BENCH_UPGRADE_JOBS   -j for pg_upgrade and pgfork (default 2)
+//	PGFORK_BENCH_UPGRADE_ONLINE "0": only by hand and --no-rehearse (more runs in the time)
 
 // ms is a duration in `pgfork --json`'s milliseconds.
 type ms float64
@@ -174,6 +175,7 @@ func loadavg() string {
 // turns, b.runs times each.
 func (b *upgBench) manyDBs(ctx context.Context, r *Report, n int) error {
 	jobs := max(copyEnvInt("PGFORK_BENCH_UPGRADE_JOBS", 2), 1)
+	all := os.Getenv("PGFORK_BENCH_UPGRADE_ONLINE") != "0"
 	t0 := time.Now()
 	src, err := b.buildSource(ctx, "src-dbs", func(inst *instance.Instance, sock string) error {
 		conn, err := pgx.Connect(ctx, inst.ConnString("", "postgres"))
@@ -210,13 +212,15 @@ func (b *upgBench) manyDBs(ctx context.Context, r *Report, n int) error {
 
 		// pgfork syncs with syncfs where pg_upgrade can (17+ on Linux):
 		// the same by hand, so that the comparison is of the rest.
-		loads = append(loads, loadavg())
-		a, _, f, err = b.byHand(ctx, src, jobs, "--sync-method=syncfs")
-		if err != nil {
-			return fmt.Errorf("by hand with syncfs: %w", err)
+		if all {
+			loads = append(loads, loadavg())
+			a, _, f, err = b.byHand(ctx, src, jobs, "--sync-method=syncfs")
+			if err != nil {
+				return fmt.Errorf("by hand with syncfs: %w", err)
+			}
+			sfAlone, sfFull = append(sfAlone, a), append(sfFull, f)
+			fmt.Printf("  %d dbs by hand --sync-method=syncfs: initdb+pg_upgrade %s, full %s\n", n, Dur(a), Dur(f))
 		}
-		sfAlone, sfFull = append(sfAlone, a), append(sfFull, f)
-		fmt.Printf("  %d dbs by hand --sync-method=syncfs: initdb+pg_upgrade %s, full %s\n", n, Dur(a), Dur(f))
 
 		loads = append(loads, loadavg())
 		el, j, err := b.pgforkRun(ctx, src, false, jobs, "--no-rehearse", "--no-analyze")
@@ -226,6 +230,9 @@ func (b *upgBench) manyDBs(ctx context.Context, r *Report, n int) error {
 		nrTotal, nrRuns = append(nrTotal, el), append(nrRuns, j)
 		fmt.Printf("  %d dbs pgfork --no-rehearse --no-analyze %s\n", n, Dur(el))
 
+		if !all {
+			continue
+		}
 		loads = append(loads, loadavg())
 		el, j, err = b.pgforkRun(ctx, src, true, jobs)
 		if err != nil {
@@ -241,6 +248,18 @@ func (b *upgBench) manyDBs(ctx context.Context, r *Report, n int) error {
 	m := func(s Sample) time.Duration { return s.Median() }
 	pct := func(a, base time.Duration) string { return fmt.Sprintf("%+.1f%%", 100*(float64(a)/float64(base)-1)) }
 	r.Notef("Load average (1, 5, 15 min) before each contender and at the end: %s.", strings.Join(loads, " | "))
+	if !all {
+		var rows [][]string
+		for i := range handAlone {
+			rows = append(rows, []string{strconv.Itoa(i + 1), Dur(handAlone[i]), Dur(nrTotal[i]), pct(nrTotal[i], handAlone[i]),
+				Dur(nrRuns[i].phase("settings")), Dur(nrRuns[i].phase("upgrade")), Dur(nrRuns[i].phase("start"))})
+		}
+		rows = append(rows, []string{"median", Dur(m(handAlone)), Dur(m(nrTotal)), pct(m(nrTotal), m(handAlone)), "", "", ""})
+		r.Table([]string{"run", "by hand: initdb + pg_upgrade --clone", "pgfork --no-rehearse --no-analyze", "vs by hand", "its settings", "its upgrade", "its start + check"}, rows)
+		r.Target(float64(m(nrTotal)) <= 1.05*float64(m(handAlone)), "%d databases: pgfork --no-rehearse --no-analyze %s within 5%% of initdb + pg_upgrade --clone by hand %s (%s)",
+			n, Dur(m(nrTotal)), Dur(m(handAlone)), pct(m(nrTotal), m(handAlone)))
+		return nil
+	}
 	r.Table([]string{"databases", "by hand: initdb + pg_upgrade --clone", "by hand + start, vacuumdb, stop", "by hand, --sync-method=syncfs", "+ start, vacuumdb, stop",
 		"pgfork --no-rehearse --no-analyze", "vs by hand (syncfs)", "pgfork default (online rehearsal): downtime", "vs by hand (syncfs) + vacuumdb", "its total (rehearsal while serving)"},
 		[][]string{{strconv.Itoa(n), Dur(m(handAlone)), Dur(m(handFull)), Dur(m(sfAlone)), Dur(m(sfFull)), Dur(m(nrTotal)),

@@ -69,9 +69,10 @@ upgrade for real. When the old cluster runs (--stop-old), the rehearsal works on
 an online clone while it keeps serving, and pgfork stops it (fast shutdown) only
 once the rehearsal passed: the downtime is the real run alone. If its catalogs
 changed in between (a new database, extension, table), pgfork says so and runs
-pg_upgrade --check again first. A failed rehearsal leaves it running. --rehearse-only stops after the rehearsal; --check only runs
-pg_upgrade --check. pg_upgrade runs the same checks at the start of every run and
-changes nothing when one fails: pgfork explains its findings in plain words.
+pg_upgrade --check again first. A failed rehearsal leaves it running.
+--rehearse-only stops after the rehearsal; --check only runs pg_upgrade --check.
+pg_upgrade runs the same checks at the start of every run and changes nothing
+when one fails: pgfork explains its findings in plain words.
 
 After the upgrade pgfork starts the new cluster on a private socket, checks every
 database and rebuilds statistics. PostgreSQL 18+ keeps statistics: vacuumdb

@@ -12,8 +12,6 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/jackc/pgx/v5"
-
 	"github.com/pgfork/pgfork/clone"
 	"github.com/pgfork/pgfork/instance"
 	"github.com/pgfork/pgfork/internal/units"
@@ -344,18 +342,6 @@ func (b *upgBench) dumpRestore(ctx context.Context, src string, dbs []string, pa
 	return time.Since(t0), nil
 }
 
-func (b *upgBench) measure(fn func() (time.Duration, error)) (Sample, error) {
-	var s Sample
-	for i := 0; i < b.runs; i++ {
-		d, err := fn()
-		if err != nil {
-			return s, err
-		}
-		s = append(s, d)
-	}
-	return s, nil
-}
-
 func (b *upgBench) scale(ctx context.Context, r *Report, scale int) (row, alone []string, err error) {
 	t0 := time.Now()
 	src, err := b.buildSource(ctx, fmt.Sprintf("src-%d", scale), func(inst *instance.Instance, sock string) error {
@@ -450,59 +436,3 @@ func maxScaleEnv() int {
 }
 
 func dirBytes(dir string) (int64, error) { return dirSize(dir), nil }
-
-// manyDBs: a cluster of n small databases (one table of 100 rows each),
-// upgraded by pg_upgrade --link and --clone and by pgfork with and without
-// rehearsal. Dump/restore is left out: it is slowest here by far and would
-// make the run much longer (say so in the report).
-func (b *upgBench) manyDBs(ctx context.Context, r *Report, n int) error {
-	t0 := time.Now()
-	src, err := b.buildSource(ctx, "src-dbs", func(inst *instance.Instance, sock string) error {
-		conn, err := pgx.Connect(ctx, inst.ConnString("", "postgres"))
-		if err != nil {
-			return err
-		}
-		defer conn.Close(ctx)
-		if _, err := conn.Exec(ctx, "CREATE TABLE t(id int primary key, v text); INSERT INTO t SELECT g, md5(g::text) FROM generate_series(1, 100) g"); err != nil {
-			return err
-		}
-		for i := 0; i < n; i++ {
-			if _, err := conn.Exec(ctx, fmt.Sprintf("CREATE DATABASE db%04d TEMPLATE postgres STRATEGY FILE_COPY", i)); err != nil {
-				return err
-			}
-		}
-		return nil
-	})
-	if err != nil {
-		return err
-	}
-	defer os.RemoveAll(filepath.Dir(src))
-	size, _ := dirBytes(src)
-	r.Notef("%d databases: source cluster of %s built in %s", n, units.Bytes(size), Dur(time.Since(t0)))
-	res := map[string]Sample{}
-	for _, name := range []string{"link", "clone", "pgfork", "pgfork+r"} {
-		var fn func() (time.Duration, error)
-		switch name {
-		case "pgfork", "pgfork+r":
-			reh := name == "pgfork+r"
-			fn = func() (time.Duration, error) { return b.pgfork(ctx, src, reh) }
-		default:
-			mode := name
-			fn = func() (time.Duration, error) {
-				d, _, err := b.pgUpgrade(ctx, src, mode, true)
-				return d, err
-			}
-		}
-		s, err := b.measure(fn)
-		if err != nil {
-			return fmt.Errorf("%s: %w", name, err)
-		}
-		res[name] = s
-		fmt.Printf("  %d dbs %-9s %s\n", n, name, Dur(s.Median()))
-	}
-	m := func(k string) time.Duration { return res[k].Median() }
-	r.Table([]string{"databases", "pg_upgrade --link", "pg_upgrade --clone", "pgfork auto", "pgfork auto + rehearsal", "pgfork vs --link"},
-		[][]string{{strconv.Itoa(n), Dur(m("link")), Dur(m("clone")), Dur(m("pgfork")), Dur(m("pgfork+r")), fmt.Sprintf("%+.0f%%", 100*(float64(m("pgfork"))/float64(m("link"))-1))}})
-	r.Notef("Dump/restore is not measured for the many-databases cluster (it is by far the slowest and would double the run).")
-	return nil
-}

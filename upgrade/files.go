@@ -24,8 +24,8 @@ func devOf(path string) (uint64, error) {
 func freeBytes(path string) (int64, error) { return clone.FreeBytes(path) }
 
 // sizeOf returns the bytes allocated by the regular files under root
-// (following no symlinks) and how many of them there are.
-func sizeOf(root string) (bytes, files int64) {
+// (following no symlinks) and the sum of their sizes.
+func sizeOf(root string) (allocated, apparent int64) {
 	_ = filepath.WalkDir(root, func(p string, d fs.DirEntry, err error) error {
 		if err != nil || !d.Type().IsRegular() {
 			return nil
@@ -34,15 +34,15 @@ func sizeOf(root string) (bytes, files int64) {
 		if err != nil {
 			return nil
 		}
-		files++
+		apparent += fi.Size()
 		if st, ok := fi.Sys().(*syscall.Stat_t); ok {
-			bytes += st.Blocks * 512
+			allocated += st.Blocks * 512
 		} else {
-			bytes += fi.Size()
+			allocated += fi.Size()
 		}
 		return nil
 	})
-	return bytes, files
+	return allocated, apparent
 }
 
 // apparentSize returns the sum of the sizes of the regular files under root.

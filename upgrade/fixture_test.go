@@ -30,6 +30,37 @@ type builds struct{ old, new upgrade.Install }
 
 func findBuilds(t *testing.T) builds {
 	t.Helper()
+	all := allBuilds(t)
+	b := builds{old: all[0], new: all[len(all)-1]}
+	if b.old.Major == b.new.Major {
+		t.Skip("needs two different PostgreSQL majors")
+	}
+	return b
+}
+
+// findBuildsBefore18 returns the oldest build and the newest one older
+// than PostgreSQL 18 (which starts without optimizer statistics after
+// pg_upgrade).
+func findBuildsBefore18(t *testing.T) builds {
+	t.Helper()
+	all := allBuilds(t)
+	b := builds{old: all[0]}
+	for _, in := range all {
+		if in.Major > b.old.Major && in.Major < 18 {
+			b.new = in
+		}
+	}
+	if b.new.BinDir == "" {
+		if testenv.Require() {
+			t.Fatal("needs a PostgreSQL major between the oldest and 18 (e.g. 17)")
+		}
+		t.Skip("needs a PostgreSQL major between the oldest and 18 (e.g. 17)")
+	}
+	return b
+}
+
+func allBuilds(t *testing.T) []upgrade.Install {
+	t.Helper()
 	dirs := testenv.RequireMajors(t, 2)
 	var all []upgrade.Install
 	for _, d := range dirs {
@@ -45,11 +76,7 @@ func findBuilds(t *testing.T) builds {
 		all = append(all, upgrade.Install{BinDir: d, Version: v, Major: m, Env: in.Env()})
 	}
 	sort.Slice(all, func(i, j int) bool { return all[i].Major < all[j].Major })
-	b := builds{old: all[0], new: all[len(all)-1]}
-	if b.old.Major == b.new.Major {
-		t.Skip("needs two different PostgreSQL majors")
-	}
-	return b
+	return all
 }
 
 var (

@@ -7,7 +7,6 @@ import (
 	"path/filepath"
 	"sort"
 	"strings"
-	"syscall"
 
 	"github.com/pgfork/pgfork/clone"
 	"github.com/pgfork/pgfork/internal/errs"
@@ -131,8 +130,13 @@ type oldSizes struct {
 	dataBytes int64
 	tsBytes   map[string]int64 // tablespace location → bytes
 	dbs       int
+	// userData is the apparent size of the databases' files (base and the
+	// tablespaces): what pg_upgrade transfers, for progress and the result.
+	userData int64
 }
 
+// measureOld walks the old cluster once (each file is stat'ed once: with
+// thousands of databases there are hundreds of thousands).
 func measureOld(oldDir string, tss []Tablespace) oldSizes {
 	s := oldSizes{tsBytes: map[string]int64{}}
 	ents, _ := filepath.Glob(filepath.Join(oldDir, "*"))
@@ -140,14 +144,18 @@ func measureOld(oldDir string, tss []Tablespace) oldSizes {
 		if filepath.Base(p) == "pg_wal" {
 			continue
 		}
-		b, _ := sizeOf(p)
+		b, a := sizeOf(p)
 		s.dataBytes += b
+		if filepath.Base(p) == "base" {
+			s.userData += a
+		}
 	}
 	dbs, _ := filepath.Glob(filepath.Join(oldDir, "base", "*"))
 	s.dbs = len(dbs)
 	for _, ts := range tss {
-		b, _ := sizeOf(filepath.Join(ts.Location, ts.VersionDir))
+		b, a := sizeOf(filepath.Join(ts.Location, ts.VersionDir))
 		s.tsBytes[ts.Location] = b
+		s.userData += a
 	}
 	return s
 }
@@ -197,10 +205,21 @@ func checkSpace(needs []spaceNeed, mode Mode) error {
 	return nil
 }
 
-// transferStats measures how the new cluster's files relate to the old
-// one's: bytes shared with it (reflinked extents, or hard links) and bytes
-// that are its own.
-func transferStats(mode Mode, roots []string) (shared, total int64) {
+// transferStats says how the new cluster's files relate to the old one's:
+// bytes shared with it (reflinked extents, or hard links) and bytes copied.
+// pg_upgrade --clone, --link and --swap fail rather than fall back to a
+// copy, and --copy copies, so for those the answer is known without
+// looking at the files (a walk with one FIEMAP per file costs tens of
+// seconds with thousands of databases); copy_file_range shares blocks on
+// some filesystems only, so there the new files are examined.
+func transferStats(mode Mode, roots []string, userData int64) (shared, copied int64) {
+	switch mode {
+	case Clone, Link, Swap:
+		return userData, 0
+	case Copy:
+		return 0, userData
+	}
+	var total int64
 	for _, root := range roots {
 		_ = filepath.WalkDir(root, func(p string, d fs.DirEntry, err error) error {
 			if err != nil || !d.Type().IsRegular() {
@@ -211,20 +230,13 @@ func transferStats(mode Mode, roots []string) (shared, total int64) {
 				return nil
 			}
 			total += fi.Size()
-			switch mode {
-			case Link:
-				if st, ok := fi.Sys().(*syscall.Stat_t); ok && st.Nlink > 1 {
-					shared += fi.Size()
-				}
-			case Clone, CopyFileRange:
-				if fi.Size() > 0 && !strings.HasSuffix(p, "pg_control") {
-					if n, err := clone.SharedBytes(p); err == nil {
-						shared += min(n, fi.Size())
-					}
+			if fi.Size() > 0 && !strings.HasSuffix(p, "pg_control") {
+				if n, err := clone.SharedBytes(p); err == nil {
+					shared += min(n, fi.Size())
 				}
 			}
 			return nil
 		})
 	}
-	return shared, total
+	return shared, max(total-shared, 0)
 }

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"os"
 	"path/filepath"
+	"runtime"
 	"strings"
 	"testing"
 	"time"
@@ -150,5 +151,28 @@ func TestOldVersionRefusesPre10(t *testing.T) {
 	}
 	if _, err := oldVersion(filepath.Join(dir, "missing")); errs.KindOf(err) != errs.NotFound {
 		t.Errorf("missing dir: %v", err)
+	}
+}
+
+// TestPGUpgradeArgs: the real run syncs with syncfs where pg_upgrade can
+// (17+ on Linux), a rehearsal does not sync, and an online clone's
+// recovery settings reach the old server.
+func TestPGUpgradeArgs(t *testing.T) {
+	r := pgUpgradeRun{Old: Install{BinDir: "/o", Major: 15}, New: Install{BinDir: "/n", Major: 18}, OldDir: "/od", NewDir: "/nd", Mode: Clone,
+		OldSettings: map[string]string{"max_prepared_transactions": "5", "max_connections": "200"}}
+	a := strings.Join(r.args(), " ")
+	if runtime.GOOS == "linux" && !strings.Contains(a, "--sync-method=syncfs") {
+		t.Errorf("no syncfs: %s", a)
+	}
+	if !strings.Contains(a, "--old-options -c max_connections=200 --old-options -c max_prepared_transactions=5") {
+		t.Errorf("recovery settings missing or unsorted: %s", a)
+	}
+	r.NoSync = true
+	if a := strings.Join(r.args(), " "); strings.Contains(a, "sync-method") || !strings.Contains(a, "--no-sync") {
+		t.Errorf("rehearsal: %s", a)
+	}
+	r.NoSync, r.New.Major = false, 16
+	if a := strings.Join(r.args(), " "); strings.Contains(a, "sync-method") {
+		t.Errorf("pg_upgrade 16 has no --sync-method: %s", a)
 	}
 }

@@ -8,6 +8,8 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime"
+	"sort"
 	"strconv"
 	"strings"
 	"sync"
@@ -40,7 +42,10 @@ type pgUpgradeRun struct {
 	NoSync         bool
 	WorkDir        string // cwd: pg_upgrade's sockets and delete script go here
 	HBA            string // private pg_hba.conf for both servers ("" for none)
-	User           *instance.OSUser
+	// OldSettings are more settings for the old server (integers and
+	// plain words only: they are not quoted).
+	OldSettings map[string]string
+	User        *instance.OSUser
 	// OnStep is called when pg_upgrade starts a step (done false) and when
 	// it reports its result (done true, status "ok", "fatal", "warning"...).
 	OnStep func(step string, done bool, status string)
@@ -77,6 +82,14 @@ func (r pgUpgradeRun) args() []string {
 		opt := "-c hba_file=" + r.HBA
 		a = append(a, "--old-options", opt, "--new-options", opt)
 	}
+	keys := make([]string, 0, len(r.OldSettings))
+	for k := range r.OldSettings {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	for _, k := range keys {
+		a = append(a, "--old-options", "-c "+k+"="+r.OldSettings[k])
+	}
 	if r.Check {
 		a = append(a, "--check")
 	}
@@ -85,6 +98,12 @@ func (r pgUpgradeRun) args() []string {
 	}
 	if r.NoSync {
 		a = append(a, "--no-sync")
+	} else if r.New.Major >= 17 && runtime.GOOS == "linux" {
+		// One syncfs(2) per filesystem instead of an fsync per file: with
+		// thousands of databases (hundreds of thousands of files) the
+		// per-file sync was the largest step of the real run. Linux
+		// reports write-back errors through syncfs since 5.8.
+		a = append(a, "--sync-method=syncfs")
 	}
 	return a
 }

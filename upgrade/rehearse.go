@@ -13,6 +13,7 @@ import (
 	"github.com/pgfork/pgfork/internal/errs"
 	"github.com/pgfork/pgfork/pgbin"
 	"github.com/pgfork/pgfork/pgclone"
+	"github.com/pgfork/pgfork/pgdata"
 )
 
 // rehearse runs the whole upgrade on a clone of the old cluster: clone it
@@ -24,7 +25,7 @@ import (
 func (u *upgrader) rehearse(ctx context.Context, p *prepared) (*Catalog, error) {
 	o, w := u.o, u.work
 	t0 := time.Now()
-	rh := &Rehearsal{Mode: Link}
+	rh := &Rehearsal{Mode: Link, Online: p.online}
 	if p.fs.oldCanClone {
 		rh.Mode = Clone
 	}
@@ -46,13 +47,18 @@ func (u *upgrader) rehearse(ctx context.Context, p *prepared) (*Catalog, error) 
 		return nil, errs.Wrap(errs.OSKind(err), err, "cannot create the rehearsal directory beside the old data directory").WithPath(dir).
 			WithHint("the rehearsal needs to write beside the old data directory (on its filesystem); or pass --no-rehearse")
 	}
+	var err error
 	roots := []string{o.OldDir}
 	for _, ts := range p.tss {
 		roots = append(roots, filepath.Join(ts.Location, ts.VersionDir))
 	}
-	before, err := takeSnapshot(roots...)
-	if err != nil {
-		return nil, errs.FromOS(err, "", "cannot list the old cluster's files")
+	// A running old cluster writes its own files: only a stopped one can be
+	// verified unchanged afterwards.
+	var before snapshot
+	if !p.online {
+		if before, err = takeSnapshot(roots...); err != nil {
+			return nil, errs.FromOS(err, "", "cannot list the old cluster's files")
+		}
 	}
 	step := func(name string, fn func() error) error {
 		u.emit(Event{Phase: PhaseRehearsal, Step: name})
@@ -68,24 +74,36 @@ func (u *upgrader) rehearse(ctx context.Context, p *prepared) (*Catalog, error) 
 	}
 
 	oldClone, newClone := filepath.Join(dir, "old"), filepath.Join(dir, "new")
-	if err := step("clone the old cluster", func() error {
+	cloneStep := "clone the old cluster"
+	if p.online {
+		cloneStep = "clone the running old cluster online"
+	}
+	if err := step(cloneStep, func() error {
 		method := clone.Auto
 		if p.fs.oldCanClone {
 			method = clone.Clone
 		}
 		_, err := pgclone.Clone(ctx, pgclone.Options{
-			Src: o.OldDir, Dst: oldClone,
+			Src: o.OldDir, Dst: oldClone, Online: p.online, Label: "pgfork upgrade rehearsal",
 			Installation: pgbin.Installation{BinDir: o.Old.BinDir, Version: o.Old.Version, Major: o.Old.Major},
 			Method:       method, Jobs: o.Jobs, Sync: clone.SyncNone, User: o.User,
 		})
 		return err
 	}); err != nil {
+		if p.online {
+			return nil, errs.Wrap(errs.KindOf(err), err, "the rehearsal could not clone the running old cluster; it was not stopped").
+				WithHint("%s", errs.HintOf(err))
+		}
 		return nil, err
 	}
 	var cat *Catalog
 	if err := step("read settings", func() error {
 		var err error
-		cat, err = u.readSettings(ctx, oldClone, o.Old)
+		var extra map[string]string
+		if p.online {
+			extra = recoverySettings(p.ctl)
+		}
+		cat, err = u.readSettings(ctx, oldClone, o.Old, extra)
 		return err
 	}); err != nil {
 		return nil, err
@@ -112,6 +130,9 @@ func (u *upgrader) rehearse(ctx context.Context, p *prepared) (*Catalog, error) 
 	if err := step("pg_upgrade --"+string(rh.Mode), func() error {
 		r := u.pgUpgrade(oldClone, newClone, cwd, cat.Superuser, rh.Mode, PhaseRehearsal)
 		r.NoSync = true
+		if p.online {
+			r.OldSettings = recoverySettings(p.ctl)
+		}
 		out, err := r.run(ctx)
 		if err == nil {
 			u.res.Findings = append(u.res.Findings, warnings(out.Findings)...)
@@ -150,6 +171,12 @@ func (u *upgrader) rehearse(ctx context.Context, p *prepared) (*Catalog, error) 
 	}); err != nil {
 		return nil, errs.FromOS(err, dir, "cannot delete the rehearsal clone")
 	}
+	rh.Elapsed = time.Since(t0)
+	if p.online {
+		u.infof(PhaseRehearsal, "rehearsal passed in %s: %d databases upgraded on an online clone, started and checked, while the old cluster served",
+			rh.Elapsed.Round(10*time.Millisecond), len(cat.Relations))
+		return cat, nil
+	}
 	after, err := takeSnapshot(roots...)
 	if err != nil {
 		return nil, errs.FromOS(err, "", "cannot list the old cluster's files")
@@ -159,7 +186,6 @@ func (u *upgrader) rehearse(ctx context.Context, p *prepared) (*Catalog, error) 
 			WithHint("something else wrote to it (a server started on it?); the real upgrade was not started: check the old cluster")
 	}
 	rh.OriginalUnchanged = true
-	rh.Elapsed = time.Since(t0)
 	u.infof(PhaseRehearsal, "rehearsal passed in %s: %d databases upgraded on a clone, started and checked; the original was not written",
 		rh.Elapsed.Round(10*time.Millisecond), len(cat.Relations))
 	return cat, nil
@@ -187,4 +213,25 @@ func keepRehearsalLogs(newDir, newClone, output string) string {
 		_ = os.Rename(src, filepath.Join(dst, "pg_upgrade_output.d"))
 	}
 	return dst
+}
+
+// recoverySettings are the settings an online clone must start with to
+// replay the running cluster's WAL: recovery refuses values lower than the
+// source's (a prepared transaction needs a slot), and the source may have
+// them from its command line, which the clone does not copy. pg_control
+// records the values the source runs with.
+func recoverySettings(ctl *pgdata.ControlData) map[string]string {
+	out := map[string]string{}
+	for field, setting := range map[string]string{
+		"max_connections setting":      "max_connections",
+		"max_prepared_xacts setting":   "max_prepared_transactions",
+		"max_locks_per_xact setting":   "max_locks_per_transaction",
+		"max_worker_processes setting": "max_worker_processes",
+		"max_wal_senders setting":      "max_wal_senders",
+	} {
+		if v, ok := ctl.Fields[field]; ok && v != "" {
+			out[setting] = v
+		}
+	}
+	return out
 }

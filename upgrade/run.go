@@ -12,6 +12,8 @@ import (
 	"sync"
 	"time"
 
+	"github.com/jackc/pgx/v5"
+
 	"github.com/pgfork/pgfork/instance"
 	"github.com/pgfork/pgfork/internal/errs"
 	"github.com/pgfork/pgfork/internal/fsutil"
@@ -59,12 +61,18 @@ func oldTablespaces(oldDir string, major int) ([]Tablespace, error) {
 
 // prepared is what the prepare phase found.
 type prepared struct {
-	oldMajor  int
-	ctl       *pgdata.ControlData
-	tss       []Tablespace
-	fs        *fsInfo
-	sizes     oldSizes
-	rehearse  bool
+	oldMajor int
+	ctl      *pgdata.ControlData
+	tss      []Tablespace
+	fs       *fsInfo
+	sizes    oldSizes
+	rehearse bool
+	// online: the old cluster runs; the rehearsal works on an online
+	// clone and the old cluster is stopped after it.
+	online bool
+	// recheck: the catalogs changed after the rehearsal; pg_upgrade
+	// --check runs again before the real upgrade.
+	recheck   bool
 	totalData int64 // apparent bytes of user data to transfer (for progress)
 }
 
@@ -112,17 +120,31 @@ func (u *upgrader) run(ctx context.Context) (*Result, error) {
 		u.finish(ctx)
 		return res, nil
 	}
+	// The catalogs changed after the online rehearsal: what was rehearsed
+	// is not quite what is upgraded, so pg_upgrade --check runs first.
+	if p.recheck {
+		if err := u.phase(PhaseCheck, &res.Phases, func() error { return u.check(ctx, cat) }); err != nil {
+			return res, err
+		}
+		res.Rechecked = true
+	}
 
 	if err := u.phase(PhaseUpgrade, &res.Phases, func() error { return u.transfer(ctx, p, cat) }); err != nil {
 		return res, err
 	}
 	// The new cluster is in place; from here on a failure must not remove it.
-	if err := u.phase(PhaseStart, &res.Phases, func() error { return u.startAndFinish(ctx, p, cat) }); err != nil {
+	var inst *instance.Instance
+	if err := u.phase(PhaseStart, &res.Phases, func() error {
+		var err error
+		inst, err = u.startNew(ctx, cat)
+		return err
+	}); err != nil {
 		u.finish(ctx)
 		return res, err
 	}
+	err = u.finishNew(ctx, inst, cat)
 	u.finish(ctx)
-	return res, nil
+	return res, err
 }
 
 // finish removes the workspace of a run that needs nothing more from it.
@@ -166,8 +188,18 @@ func (u *upgrader) prepare(ctx context.Context) (*prepared, error) {
 	}
 	u.work = w
 
-	if err := u.stopOldIfRunning(ctx); err != nil {
+	pid, running, err := pgdata.Running(o.OldDir)
+	if err != nil {
 		return nil, err
+	}
+	if running {
+		if pf, err := instance.ReadPidFile(o.OldDir); err == nil {
+			u.oldPort = pf.Port
+		}
+	}
+	if running && !o.StopOld && o.Rehearse != RehearseOnly {
+		return nil, errs.New(errs.Busy, "the old cluster is running (postmaster pid %d)", pid).WithPath(o.OldDir).
+			WithHint("pass --stop-old to let pgfork rehearse on an online clone while it serves and then shut it down cleanly (fast), or stop it first (pg_ctl -D %s stop -m fast)", o.OldDir)
 	}
 	if p.ctl, err = pgdata.ReadControlData(ctx, o.Old.BinDir, o.OldDir, o.Old.Env); err != nil {
 		return nil, err
@@ -203,12 +235,28 @@ func (u *upgrader) prepare(ctx context.Context) (*prepared, error) {
 	if o.CheckOnly {
 		p.rehearse = false
 	}
+	if running {
+		if p.rehearse {
+			// The rehearsal runs on an online clone while the old cluster
+			// serves; it is stopped only once the rehearsal passed.
+			p.online = true
+			u.infof(PhasePrepare, "the old cluster runs (pid %d): the rehearsal works on an online clone while it serves; it is stopped only after the rehearsal passed", pid)
+		} else {
+			if err := u.stopOld(ctx, pid); err != nil {
+				return nil, err
+			}
+			if p.ctl, err = pgdata.ReadControlData(ctx, o.Old.BinDir, o.OldDir, o.Old.Env); err != nil {
+				return nil, err
+			}
+			res.Control = p.ctl
+		}
+	}
+	if !p.online && u.down.IsZero() {
+		u.down = u.t0 // stopped already: the whole run is downtime
+	}
 
 	p.sizes = measureOld(o.OldDir, p.tss)
-	p.totalData = apparentSize(filepath.Join(o.OldDir, "base"))
-	for _, ts := range p.tss {
-		p.totalData += apparentSize(filepath.Join(ts.Location, ts.VersionDir))
-	}
+	p.totalData = p.sizes.userData
 	res.Bytes = p.totalData
 	if err := u.checkSpace(p, mode); err != nil {
 		return nil, err
@@ -227,7 +275,7 @@ func (u *upgrader) prepare(ctx context.Context) (*prepared, error) {
 func (u *upgrader) catalog(ctx context.Context, p *prepared) (cat *Catalog, done bool, err error) {
 	o, res := u.o, u.res
 	if p.rehearse {
-		if !p.ctl.CleanShutdown() {
+		if !p.online && !p.ctl.CleanShutdown() {
 			if o.Rehearse == RehearseOnly {
 				return nil, false, errs.New(errs.Busy, "the old cluster was not shut down cleanly (%s); a rehearsal cannot clone it without writing to it", p.ctl.State).
 					WithPath(o.OldDir).WithHint("start it and stop it cleanly (pg_ctl -D %s start, then stop -m fast), then rehearse again", o.OldDir)
@@ -249,10 +297,15 @@ func (u *upgrader) catalog(ctx context.Context, p *prepared) (cat *Catalog, done
 			u.finish(ctx)
 			return cat, true, nil
 		}
+		if p.online {
+			if cat, err = u.stopAfterRehearsal(ctx, p, cat); err != nil {
+				return nil, false, err
+			}
+		}
 	} else {
 		if err := u.phase(PhaseSettings, &res.Phases, func() error {
 			var err error
-			cat, err = u.readSettings(ctx, o.OldDir, o.Old)
+			cat, err = u.readSettings(ctx, o.OldDir, o.Old, nil)
 			return err
 		}); err != nil {
 			return nil, false, err
@@ -301,28 +354,74 @@ func (u *upgrader) checkVersions(p *prepared) error {
 	return nil
 }
 
-// stopOldIfRunning stops a running old cluster cleanly when StopOld says
-// so, and refuses otherwise.
-func (u *upgrader) stopOldIfRunning(ctx context.Context) error {
+// stopOld shuts the running old cluster down cleanly (fast) and notes
+// when it stopped serving.
+func (u *upgrader) stopOld(ctx context.Context, pid int) error {
 	o := u.o
-	if pid, running, err := pgdata.Running(o.OldDir); err != nil {
-		return err
-	} else if running {
-		if !o.StopOld {
-			return errs.New(errs.Busy, "the old cluster is running (postmaster pid %d)", pid).WithPath(o.OldDir).
-				WithHint("stop it first (pg_ctl -D %s stop -m fast), or pass --stop-old to let pgfork shut it down cleanly", o.OldDir)
-		}
-		u.infof(PhasePrepare, "stopping the old cluster (pid %d) with a clean fast shutdown", pid)
-		inst, err := instance.Attach(o.OldDir)
-		if err == nil {
-			err = inst.Stop(ctx, instance.Fast)
-		}
-		if err != nil {
-			return errs.Wrap(errs.Busy, err, "cannot stop the old cluster").WithPath(o.OldDir).
-				WithHint("stop it yourself: pg_ctl -D %s stop -m fast", o.OldDir)
-		}
+	u.infof(PhasePrepare, "stopping the old cluster (pid %d) with a clean fast shutdown", pid)
+	u.down = time.Now()
+	inst, err := instance.Attach(o.OldDir)
+	if err == nil {
+		err = inst.Stop(ctx, instance.Fast)
+	}
+	if err != nil {
+		return errs.Wrap(errs.Busy, err, "cannot stop the old cluster").WithPath(o.OldDir).
+			WithHint("stop it yourself: pg_ctl -D %s stop -m fast", o.OldDir)
 	}
 	return nil
+}
+
+// stopAfterRehearsal stops the old cluster after an online rehearsal
+// passed, reads its catalogs again and compares them with the rehearsal's:
+// a change made in between (a new database, extension, table...) is
+// reported, and pg_upgrade --check then runs again before the real
+// upgrade. It returns the catalogs as they were at the stop.
+func (u *upgrader) stopAfterRehearsal(ctx context.Context, p *prepared, rehearsed *Catalog) (*Catalog, error) {
+	o, res := u.o, u.res
+	if hookBeforeStop != nil {
+		hookBeforeStop()
+	}
+	if err := u.phase(PhaseStopOld, &res.Phases, func() error {
+		pid, running, err := pgdata.Running(o.OldDir)
+		if err != nil {
+			return err
+		}
+		if running {
+			return u.stopOld(ctx, pid)
+		}
+		u.down = time.Now()
+		return nil
+	}); err != nil {
+		return nil, err
+	}
+	var err error
+	if p.ctl, err = pgdata.ReadControlData(ctx, o.Old.BinDir, o.OldDir, o.Old.Env); err != nil {
+		return nil, err
+	}
+	res.Control = p.ctl
+	if !p.ctl.CleanShutdown() {
+		if err := u.recoverOld(ctx); err != nil {
+			return nil, err
+		}
+	}
+	var cat *Catalog
+	if err := u.phase(PhaseSettings, &res.Phases, func() error {
+		cat, err = u.readSettings(ctx, o.OldDir, o.Old, nil)
+		return err
+	}); err != nil {
+		return nil, err
+	}
+	changes, reinit := catalogChanges(rehearsed, cat, 10)
+	if len(changes) == 0 {
+		return cat, nil
+	}
+	res.CatalogChanges, p.recheck = changes, true
+	u.infof(PhaseSettings, "the old cluster's catalogs changed after the rehearsal: %s; pg_upgrade --check runs again before the real upgrade",
+		strings.Join(changes, "; "))
+	if reinit {
+		_ = os.RemoveAll(u.work.Staging)
+	}
+	return cat, nil
 }
 
 // confirm asks before a mode after which the old cluster cannot start again.
@@ -398,13 +497,16 @@ func (u *upgrader) recoverOld(ctx context.Context) error {
 // catalogs and stops it cleanly. The catalogs are the only place encoding,
 // locale and the bootstrap superuser are kept; pg_upgrade starts the old
 // cluster the same way for its own checks.
-func (u *upgrader) readSettings(ctx context.Context, dataDir string, bin Install) (*Catalog, error) {
+func (u *upgrader) readSettings(ctx context.Context, dataDir string, bin Install, extra map[string]string) (*Catalog, error) {
 	hba, err := writeHBA(u.work.Tmp, u.o.User)
 	if err != nil {
 		return nil, err
 	}
 	cfg := serverCfg(bin, dataDir, u.work.Tmp, hba, "settings.log", u.o.User)
 	cfg.SocketDir = u.work.Tmp
+	for k, v := range extra {
+		cfg.Settings[k] = v
+	}
 	inst, err := instance.Start(ctx, cfg)
 	if err != nil {
 		return nil, err
@@ -459,7 +561,12 @@ func (u *upgrader) check(ctx context.Context, cat *Catalog) error {
 	r := u.pgUpgrade(u.o.OldDir, u.work.Staging, u.work.Tmp, cat.Superuser, u.res.Mode, PhaseCheck)
 	r.Check = true
 	out, err := r.run(ctx)
-	return u.afterPGUpgrade(out, err, "pg_upgrade --check found problems; nothing was changed")
+	what := "pg_upgrade --check found problems; nothing was changed"
+	if u.res.Rehearsal != nil && u.res.Rehearsal.Online {
+		what = "the catalogs changed after the rehearsal and pg_upgrade --check now finds problems; nothing was changed " +
+			"(the old cluster is stopped: start it again with " + u.o.Old.tool("pg_ctl") + " -D " + u.o.OldDir + " start)"
+	}
+	return u.afterPGUpgrade(out, err, what)
 }
 
 func (u *upgrader) pgUpgrade(oldDir, newDir, cwd, su string, mode Mode, phase string) pgUpgradeRun {
@@ -530,7 +637,7 @@ func (u *upgrader) transfer(ctx context.Context, p *prepared, cat *Catalog) erro
 		}
 		mu.Lock()
 		defer mu.Unlock()
-		if !done && stopPoll == nil {
+		if !done && stopPoll == nil && u.o.OnEvent != nil {
 			stopPoll = u.pollBytes(step, newRoots, p.totalData)
 		} else if done && stopPoll != nil {
 			stopPoll()
@@ -559,16 +666,7 @@ func (u *upgrader) transfer(ctx context.Context, p *prepared, cat *Catalog) erro
 		return err
 	}
 	_ = u.afterPGUpgrade(out, nil, "")
-	shared, total := transferStats(res.Mode, newRoots)
-	switch res.Mode {
-	case Swap:
-		res.SharedBytes = total
-	case Copy:
-		res.CopiedBytes = total
-	default:
-		res.SharedBytes = shared
-		res.CopiedBytes = max(total-shared, 0)
-	}
+	res.SharedBytes, res.CopiedBytes = transferStats(res.Mode, newRoots, p.totalData)
 	if err := pathFree(o.NewDir); err != nil {
 		return err
 	}
@@ -591,17 +689,22 @@ func (u *upgrader) pollBytes(step string, roots []string, total int64) func() {
 	wg.Add(1)
 	go func() {
 		defer wg.Done()
-		tick := time.NewTicker(500 * time.Millisecond)
-		defer tick.Stop()
+		// Each poll walks the new files: with many databases that is
+		// hundreds of thousands of stats, which must not compete with
+		// pg_upgrade for the cores. Wait at least ten times as long as the
+		// last walk took, so that polling costs at most a tenth of a core.
+		wait := 500 * time.Millisecond
 		for {
 			select {
 			case <-done:
 				return
-			case <-tick.C:
+			case <-time.After(wait):
+				t := time.Now()
 				var n int64
 				for _, r := range roots {
 					n += apparentSize(r)
 				}
+				wait = max(500*time.Millisecond, 10*time.Since(t))
 				u.emit(Event{Phase: PhaseUpgrade, Step: step, Bytes: min(n, total), TotalBytes: total})
 			}
 		}
@@ -609,34 +712,129 @@ func (u *upgrader) pollBytes(step string, roots []string, total int64) func() {
 	return func() { close(done); wg.Wait() }
 }
 
-// startAndFinish starts the new cluster privately, checks every database
-// against the old relation counts, rebuilds statistics and stops it.
-func (u *upgrader) startAndFinish(ctx context.Context, p *prepared, cat *Catalog) error {
+// startNew starts the new cluster privately and checks every database
+// against the old relation counts. It returns the running server.
+func (u *upgrader) startNew(ctx context.Context, cat *Catalog) (*instance.Instance, error) {
 	o, w, res := u.o, u.work, u.res
 	hba := filepath.Join(w.Tmp, "pgfork_hba.conf")
 	cfg := serverCfg(o.New, o.NewDir, w.Tmp, hba, "new-server.log", o.User)
 	cfg.SocketDir = w.Tmp
 	inst, err := instance.Start(ctx, cfg)
 	if err != nil {
-		return errs.Wrap(errs.KindOf(err), err, "the upgraded cluster does not start").WithPath(o.NewDir).
+		return nil, errs.Wrap(errs.KindOf(err), err, "the upgraded cluster does not start").WithPath(o.NewDir).
 			WithHint("its server log is %s", keepFile(cfg.LogFile, o.NewDir))
 	}
-	defer func() { _ = inst.Stop(context.WithoutCancel(ctx), instance.Fast) }()
 	if err := smokeCheck(ctx, inst, cat); err != nil {
-		return err
+		_ = inst.Stop(context.WithoutCancel(ctx), instance.Fast)
+		return nil, err
+	}
+	if !u.down.IsZero() {
+		res.Downtime = time.Since(u.down)
+	}
+	return inst, nil
+}
+
+// handsOver says whether the new cluster is started for the application
+// before statistics are rebuilt: PostgreSQL before 18 starts without
+// optimizer statistics, and pg_upgrade's documentation recommends letting
+// the application in while vacuumdb --analyze-in-stages rebuilds them
+// (coarse ones first). 18 keeps statistics, so the quick
+// --missing-stats-only run happens before, on the private socket.
+func (u *upgrader) handsOver() bool {
+	return !u.o.NoAnalyze && !u.o.WaitAnalyze && u.o.New.Major < 18
+}
+
+// handOver stops the private server and starts the new cluster with its
+// own configuration (pg_ctl start), on the old cluster's port when the old
+// cluster ran, for the application to connect. It returns the running
+// server, or an error when it does not start (the caller falls back to the
+// private server).
+func (u *upgrader) handOver(ctx context.Context, private *instance.Instance, su string) (*instance.Instance, error) {
+	o := u.o
+	if u.oldPort > 0 && u.oldPort != 5432 {
+		conn, err := pgx.Connect(ctx, private.ConnString(su, "template1"))
+		if err != nil {
+			return nil, err
+		}
+		_, err = conn.Exec(ctx, fmt.Sprintf("ALTER SYSTEM SET port = %d", u.oldPort))
+		conn.Close(context.WithoutCancel(ctx))
+		if err != nil {
+			return nil, err
+		}
+	}
+	if err := private.Stop(context.WithoutCancel(ctx), instance.Fast); err != nil {
+		return nil, err
+	}
+	log := filepath.Join(o.NewDir, instance.LogFileName)
+	cmd := o.User.Command(ctx, o.New.Env, o.New.tool("pg_ctl"), "start", "-D", o.NewDir, "-w", "-t", "300", "-l", log)
+	cmd.Dir = u.work.Tmp
+	if out, err := cmd.CombinedOutput(); err != nil {
+		return nil, fmt.Errorf("pg_ctl start: %v: %s", err, strings.TrimSpace(string(out)))
+	}
+	inst, err := instance.Attach(o.NewDir)
+	if err != nil {
+		return nil, err
+	}
+	u.work.keepServer = true
+	return inst, nil
+}
+
+// finishNew rebuilds statistics on the new cluster (handed over to the
+// application first where handsOver says so) and stops it unless it was
+// handed over.
+func (u *upgrader) finishNew(ctx context.Context, inst *instance.Instance, cat *Catalog) error {
+	o, res := u.o, u.res
+	handed := false
+	if u.handsOver() {
+		hinst, err := u.handOver(ctx, inst, cat.Superuser)
+		if err == nil {
+			inst, handed = hinst, true
+			where := fmt.Sprintf("port %d", inst.Port)
+			if inst.SocketDir != "" {
+				where += ", socket directory " + inst.SocketDir
+			}
+			u.infof(PhaseStatistics, "the new cluster accepts connections (pid %d, %s); statistics are rebuilt while it serves", inst.Pid, where)
+		} else {
+			u.infof(PhaseStatistics, "cannot hand the new cluster over before statistics are rebuilt (%v); rebuilding them on the private socket", err)
+			res.Notes = append(res.Notes, fmt.Sprintf("the new cluster was not started for the application before statistics were rebuilt: %v", err))
+			if _, running, _ := pgdata.Running(o.NewDir); !running {
+				if inst, err = u.startNew(ctx, cat); err != nil {
+					return err
+				}
+			}
+		}
+	}
+	if handed {
+		res.AcceptsAfter = time.Since(u.t0)
 	}
 	if !o.NoAnalyze {
 		if err := u.phase(PhaseStatistics, &res.Phases, func() error { return u.statistics(ctx, inst, cat.Superuser) }); err != nil {
+			if !handed {
+				_ = inst.Stop(context.WithoutCancel(ctx), instance.Fast)
+			}
 			return err
 		}
+		res.StatisticsAfter = time.Since(u.t0)
 	} else {
 		res.Statistics = "skipped (--no-analyze): run " + strings.Join(statsArgs(o.New.Major, 1), " ") + " once the cluster runs"
 	}
-	if err := inst.Stop(context.WithoutCancel(ctx), instance.Fast); err != nil {
-		return err
+	if handed {
+		inst.Release()
+		res.Running = true
+		res.Notes = append(res.Notes,
+			fmt.Sprintf("the new cluster runs (pid %d, port %d), started with its own configuration; its log is %s; stop it with: %s -D %s stop",
+				inst.Pid, inst.Port, filepath.Join(o.NewDir, instance.LogFileName), o.New.tool("pg_ctl"), o.NewDir))
+		if u.oldPort > 0 && u.oldPort != 5432 {
+			res.Notes = append(res.Notes, fmt.Sprintf("its port is the old cluster's, %d, set in its postgresql.auto.conf (ALTER SYSTEM)", u.oldPort))
+		}
+	} else {
+		if err := inst.Stop(context.WithoutCancel(ctx), instance.Fast); err != nil {
+			return err
+		}
+		res.AcceptsAfter = time.Since(u.t0)
+		res.Notes = append(res.Notes, fmt.Sprintf("start the new cluster with: %s -D %s -l logfile start", o.New.tool("pg_ctl"), o.NewDir))
 	}
 	res.Notes = append(res.Notes,
-		fmt.Sprintf("start the new cluster with: %s -D %s -l logfile start", o.New.tool("pg_ctl"), o.NewDir),
 		"its postgresql.conf and pg_hba.conf are PostgreSQL "+strconv.Itoa(o.New.Major)+"'s defaults (local socket: trust; TCP: scram-sha-256); carry over your settings from "+o.OldDir)
 	switch res.Mode {
 	case Link:

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"sort"
 	"strings"
 	"sync"
 	"time"
@@ -33,6 +34,13 @@ type Catalog struct {
 	// Relations counts user relations per database (not catalogs, not
 	// TOAST), for the smoke check after the upgrade.
 	Relations map[string]int64 `json:"relations"`
+	// Extensions lists each database's extensions ("name version, ..."),
+	// and Fingerprints hashes each database's user catalog (relations and
+	// their kinds, functions, types, extensions): what the upgrade
+	// compares to notice a catalog change between the rehearsal and the
+	// stop of the old cluster.
+	Extensions   map[string]string `json:"extensions,omitempty"`
+	Fingerprints map[string]string `json:"fingerprints,omitempty"`
 }
 
 // trustHBA is the pg_hba.conf pgfork starts clusters with while it works on
@@ -131,23 +139,60 @@ func readCatalog(ctx context.Context, inst *instance.Instance, roles []string) (
 	if err != nil {
 		return nil, errs.Wrap(errs.Internal, err, "cannot list databases")
 	}
-	counts, err := countRelations(ctx, inst, role, dbs)
+	infos, err := inspectDatabases(ctx, inst, role, dbs)
 	if err != nil {
 		return nil, err
 	}
-	c.Relations = counts
+	c.Extensions, c.Fingerprints = map[string]string{}, map[string]string{}
+	for db, in := range infos {
+		c.Relations[db], c.Extensions[db], c.Fingerprints[db] = in.relations, in.extensions, in.fingerprint
+	}
 	return c, nil
 }
 
-// userRelationsSQL counts the user's relations of a database.
-const userRelationsSQL = `SELECT count(*) FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
-WHERE n.nspname NOT IN ('pg_catalog', 'information_schema', 'pg_toast')
+// userSchemas restricts a query on namespace n to the user's schemas.
+const userSchemas = `n.nspname NOT IN ('pg_catalog', 'information_schema', 'pg_toast')
   AND n.nspname NOT LIKE 'pg_temp_%' AND n.nspname NOT LIKE 'pg_toast_temp_%'`
+
+// inspectSQL counts a database's user relations, lists its extensions and
+// hashes its user catalog, in one round trip.
+const inspectSQL = `SELECT
+ (SELECT count(*) FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace WHERE ` + userSchemas + `),
+ coalesce((SELECT string_agg(extname || ' ' || extversion, ', ' ORDER BY extname) FROM pg_extension), ''),
+ md5(concat_ws('|',
+  (SELECT string_agg(s, ',' ORDER BY s) FROM (SELECT format('%s.%s:%s', n.nspname, c.relname, c.relkind) s
+     FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace WHERE ` + userSchemas + `) r),
+  (SELECT string_agg(s, ',' ORDER BY s) FROM (SELECT p.oid::regprocedure::text s
+     FROM pg_proc p JOIN pg_namespace n ON n.oid = p.pronamespace WHERE ` + userSchemas + `) f),
+  (SELECT string_agg(s, ',' ORDER BY s) FROM (SELECT format('%s.%s', n.nspname, t.typname) s
+     FROM pg_type t JOIN pg_namespace n ON n.oid = t.typnamespace WHERE ` + userSchemas + `) t),
+  (SELECT string_agg(extname || ' ' || extversion, ',' ORDER BY extname) FROM pg_extension)))`
+
+// dbInfo is what inspectSQL returns for one database.
+type dbInfo struct {
+	relations   int64
+	extensions  string
+	fingerprint string
+}
 
 // countRelations connects to every database in dbs (a few at a time) and
 // counts its user relations.
 func countRelations(ctx context.Context, inst *instance.Instance, role string, dbs []string) (map[string]int64, error) {
-	out := make(map[string]int64, len(dbs))
+	infos, err := inspectDatabases(ctx, inst, role, dbs)
+	if err != nil {
+		return nil, err
+	}
+	out := make(map[string]int64, len(infos))
+	for db, in := range infos {
+		out[db] = in.relations
+	}
+	return out, nil
+}
+
+// inspectDatabases connects to every database in dbs (a few at a time) and
+// runs inspectSQL.
+func inspectDatabases(ctx context.Context, inst *instance.Instance, role string, dbs []string) (map[string]dbInfo, error) {
+	out := make(map[string]dbInfo, len(dbs))
 	var mu sync.Mutex
 	g, gctx := errgroup.WithContext(ctx)
 	g.SetLimit(4)
@@ -160,12 +205,12 @@ func countRelations(ctx context.Context, inst *instance.Instance, role string, d
 				return errs.Wrap(errs.Internal, err, "cannot connect to database %q", db)
 			}
 			defer conn.Close(context.Background())
-			var n int64
-			if err := conn.QueryRow(cctx, userRelationsSQL).Scan(&n); err != nil {
-				return errs.Wrap(errs.Internal, err, "cannot count relations in database %q", db)
+			var in dbInfo
+			if err := conn.QueryRow(cctx, inspectSQL).Scan(&in.relations, &in.extensions, &in.fingerprint); err != nil {
+				return errs.Wrap(errs.Internal, err, "cannot read the catalog of database %q", db)
 			}
 			mu.Lock()
-			out[db] = n
+			out[db] = in
 			mu.Unlock()
 			return nil
 		})
@@ -203,4 +248,53 @@ func initOptions(bin Install, dataDir string, u *instance.OSUser, ctl *pgdata.Co
 	// trust (pg_upgrade connects through it). pgfork says so in its summary.
 	o.Extra = append(o.Extra, "--auth-host=scram-sha-256")
 	return o
+}
+
+// catalogChanges lists, in plain words, how the catalogs in b differ from
+// those read earlier in a (at most max entries). reinit says the new
+// cluster must be initialized again (the bootstrap superuser, encoding or
+// locale differ).
+func catalogChanges(a, b *Catalog, max int) (changes []string, reinit bool) {
+	if a.Superuser != b.Superuser || a.Encoding != b.Encoding || a.Collate != b.Collate || a.Ctype != b.Ctype ||
+		a.LocaleProvider != b.LocaleProvider || a.ICULocale != b.ICULocale {
+		reinit = true
+		changes = append(changes, "the bootstrap superuser, encoding or locale changed")
+	}
+	var dbs []string
+	for db := range b.Relations {
+		dbs = append(dbs, db)
+	}
+	for db := range a.Relations {
+		if _, ok := b.Relations[db]; !ok {
+			dbs = append(dbs, db)
+		}
+	}
+	sort.Strings(dbs)
+	for _, db := range dbs {
+		_, inA := a.Relations[db]
+		_, inB := b.Relations[db]
+		switch {
+		case !inA:
+			changes = append(changes, fmt.Sprintf("database %q was created", db))
+		case !inB:
+			changes = append(changes, fmt.Sprintf("database %q was dropped", db))
+		case a.Extensions[db] != b.Extensions[db]:
+			changes = append(changes, fmt.Sprintf("the extensions of database %q changed (%s → %s)", db, orNone(a.Extensions[db]), orNone(b.Extensions[db])))
+		case a.Relations[db] != b.Relations[db]:
+			changes = append(changes, fmt.Sprintf("database %q has %d user relations, %d at the rehearsal", db, b.Relations[db], a.Relations[db]))
+		case a.Fingerprints[db] != b.Fingerprints[db]:
+			changes = append(changes, fmt.Sprintf("the schema of database %q changed (relations, functions or types)", db))
+		}
+	}
+	if len(changes) > max {
+		changes = append(changes[:max], fmt.Sprintf("... and %d more", len(changes)-max))
+	}
+	return changes, reinit
+}
+
+func orNone(s string) string {
+	if s == "" {
+		return "none"
+	}
+	return s
 }

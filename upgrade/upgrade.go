@@ -97,6 +97,11 @@ type Options struct {
 	Superuser string
 	// NoAnalyze skips the statistics step after the upgrade.
 	NoAnalyze bool
+	// WaitAnalyze rebuilds statistics on the private socket and stops the
+	// new cluster, as before: without it, a new cluster before PostgreSQL
+	// 18 is started for the application first and left running (see
+	// Result.AcceptsAfter).
+	WaitAnalyze bool
 	// User runs PostgreSQL (nil: the current user).
 	User *instance.OSUser
 	// OnEvent receives progress; nil for none. Called from one goroutine at a time.
@@ -120,6 +125,7 @@ type Event struct {
 const (
 	PhasePrepare    = "prepare"    // versions, state, mode, space
 	PhaseRehearsal  = "rehearsal"  // the whole upgrade on a clone
+	PhaseStopOld    = "stop-old"   // fast shutdown of the old cluster after an online rehearsal
 	PhaseSettings   = "settings"   // read the old cluster's settings
 	PhaseInitDB     = "initdb"     // create the matching new cluster
 	PhaseCheck      = "check"      // pg_upgrade --check
@@ -159,6 +165,24 @@ type Result struct {
 	Statistics string        `json:"statistics,omitempty"`
 	Phases     []PhaseTime   `json:"phases"`
 	Elapsed    time.Duration `json:"elapsed_ns"`
+	// Downtime is from the moment the old cluster stopped serving (the
+	// start of the run when it was already stopped) until the new cluster
+	// was upgraded, started and checked, ready to accept connections.
+	Downtime time.Duration `json:"downtime_ns,omitempty"`
+	// AcceptsAfter is from the start of the run until the new cluster
+	// accepted the application's connections (started with its own
+	// configuration before statistics were rebuilt), or until the run
+	// ended (the user starts it); StatisticsAfter until statistics were
+	// rebuilt (0: skipped).
+	AcceptsAfter    time.Duration `json:"accepts_after_ns,omitempty"`
+	StatisticsAfter time.Duration `json:"statistics_after_ns,omitempty"`
+	// Running says pgfork left the new cluster running (handed over).
+	Running bool `json:"running,omitempty"`
+	// CatalogChanges are the changes to the old cluster's catalogs made
+	// between the online rehearsal and its stop; Rechecked says pg_upgrade
+	// --check then ran again before the real upgrade.
+	CatalogChanges []string `json:"catalog_changes,omitempty"`
+	Rechecked      bool     `json:"rechecked,omitempty"`
 	// Notes are things the operator should know (configuration files, the
 	// old cluster's fate).
 	Notes []string `json:"notes,omitempty"`
@@ -177,8 +201,12 @@ type Rehearsal struct {
 	Elapsed time.Duration `json:"elapsed_ns"`
 	// Relations per database after the upgrade of the clone.
 	Relations map[string]int64 `json:"relations"`
+	// Online says the old cluster ran and served during the rehearsal,
+	// which worked on an online clone of it (pg_backup_start/stop).
+	Online bool `json:"online,omitempty"`
 	// OriginalUnchanged says the original was verified unchanged
-	// afterwards (every entry's type, size, mtime and link target).
+	// afterwards (every entry's type, size, mtime and link target); not
+	// checked after an online rehearsal, as the running server writes it.
 	OriginalUnchanged bool `json:"original_unchanged"`
 }
 
@@ -188,7 +216,15 @@ type upgrader struct {
 	res  *Result
 	work *workspace
 	t0   time.Time
+	// down is when the old cluster stopped serving.
+	down time.Time
+	// oldPort is the port the old cluster ran on (0: it did not run).
+	oldPort int
 }
+
+// hookBeforeStop, when set (by tests), runs after an online rehearsal
+// passed and before the old cluster is stopped.
+var hookBeforeStop func()
 
 func (u *upgrader) emit(e Event) {
 	if u.o.OnEvent != nil {

@@ -26,7 +26,11 @@ func runUpgrade(t *testing.T, o upgrade.Options) (*upgrade.Result, error) {
 	defer cancel()
 	o.User = pgtest.User(t)
 	var steps []string
+	prev := o.OnEvent
 	o.OnEvent = func(e upgrade.Event) {
+		if prev != nil {
+			prev(e)
+		}
 		if e.Message != "" {
 			t.Logf("%s: %s", e.Phase, e.Message)
 		}

@@ -25,6 +25,9 @@ type workspace struct {
 	Staging string
 	Tmp     string
 	state   wsState
+	// keepServer: the new cluster was handed over running; removing the
+	// workspace must not stop it.
+	keepServer bool
 }
 
 // wsState is the workspace's state file: enough for the next run to stop
@@ -194,8 +197,8 @@ func stopServer(ctx context.Context, dataDir, socketDir string) bool {
 
 // remove deletes the workspace after a finished (or failed and handled) run.
 func (w *workspace) remove(ctx context.Context) {
-	for _, d := range []string{w.Staging} {
-		stopServer(ctx, d, "")
+	if !w.keepServer {
+		stopServer(ctx, w.Staging, "")
 	}
 	stopServer(ctx, w.state.Old, w.Tmp)
 	_ = os.RemoveAll(w.Tmp)

@@ -28,6 +28,7 @@ type upgradeFlags struct {
 	superuser            string
 	oldBin, newBin       string
 	noAnalyze            bool
+	waitAnalyze          bool
 }
 
 func (cl *cli) newUpgradeCmd() *cobra.Command {
@@ -35,16 +36,16 @@ func (cl *cli) newUpgradeCmd() *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "upgrade OLD_DATADIR NEW_DATADIR --to MAJOR",
 		Short: "Upgrade a cluster to a newer major with pg_upgrade, rehearsed on a clone first",
-		Long: `Upgrade the (stopped) cluster in OLD_DATADIR to PostgreSQL MAJOR in NEW_DATADIR,
+		Long: `Upgrade the cluster in OLD_DATADIR to PostgreSQL MAJOR in NEW_DATADIR,
 which pgfork creates, with pg_upgrade in the fastest transfer mode the disks allow.
 
 pgfork finds the old and new binaries (the old by OLD_DATADIR's PG_VERSION; a
 missing major is installed with ` + "`pgfork pg install MAJOR`" + `), reads the old
 cluster's settings (pg_controldata, and encoding, locale and bootstrap superuser
 from its catalogs) and creates the new cluster to match them, data checksums
-included. It refuses, saying what to do, when the old cluster runs (--stop-old
-shuts it down cleanly), NEW_DATADIR exists, space is short for the mode, or the
-version pair is not supported.
+included. It refuses, saying what to do, when the old cluster runs without
+--stop-old, NEW_DATADIR exists, space is short for the mode, or the version pair
+is not supported.
 
 Modes (--mode):
   auto             clone when both directories are on one filesystem that clones
@@ -60,20 +61,32 @@ Rehearsal: by default, when the old cluster's filesystem can clone, pgfork first
 clones it (copy-on-write: seconds, little space), runs the whole upgrade on the
 clone, starts the result, connects to every database and counts its relations,
 then deletes the clone; the original is only read (verified). Only then does it
-upgrade for real. --rehearse-only stops after the rehearsal; --check only runs
-pg_upgrade --check. pg_upgrade runs the same checks at the start of every run and
-changes nothing when one fails: pgfork explains its findings in plain words.
+upgrade for real. When the old cluster runs (--stop-old), the rehearsal works on
+an online clone while it keeps serving, and pgfork stops it (fast shutdown) only
+once the rehearsal passed: the downtime is the real run alone. If its catalogs
+changed in between (a new database, extension, table), pgfork says so and runs
+pg_upgrade --check again first. A failed rehearsal leaves it running.
+--rehearse-only stops after the rehearsal; --check only runs pg_upgrade --check.
+pg_upgrade runs the same checks at the start of every run and changes nothing
+when one fails: pgfork explains its findings in plain words.
 
 After the upgrade pgfork starts the new cluster on a private socket, checks every
-database, rebuilds statistics (vacuumdb --analyze-in-stages; --missing-stats-only
-for 18+, which keeps statistics) and stops it. On failure pg_upgrade's logs are kept
+database and rebuilds statistics. PostgreSQL 18+ keeps statistics: vacuumdb
+--analyze-in-stages --missing-stats-only runs on the private socket and the new
+cluster is left stopped. Before 18, as pg_upgrade's documentation recommends,
+pgfork hands the new cluster over first: it starts it with its own configuration
+(on the old cluster's port when that ran) and leaves it running, and vacuumdb
+--analyze-in-stages rebuilds statistics while the application connects;
+--wait-analyze rebuilds them first and leaves it stopped. The summary shows the
+time until it accepted connections apart from the time until statistics were
+rebuilt. On failure pg_upgrade's logs are kept
 beside NEW_DATADIR and the error says where; the new cluster is built in a staging
 directory, so NEW_DATADIR never half-exists, and an interrupted run is cleaned up
 by the next one.`,
 		Example: `  # rehearse on a clone, then upgrade in the fastest safe mode
   pgfork upgrade /var/lib/postgresql/15/main /var/lib/postgresql/18/main --to 18
 
-  # the cluster still runs: shut it down cleanly first
+  # the cluster still runs: rehearse while it serves, then shut it down cleanly
   pgfork upgrade /srv/pg15 /srv/pg18 --to 18 --stop-old
 
   # only find out whether it would work (nothing is written to the old cluster)
@@ -92,12 +105,13 @@ by the next one.`,
 	fl.BoolVar(&f.noRehearse, "no-rehearse", false, "skip the rehearsal")
 	fl.BoolVar(&f.rehearseOnly, "rehearse-only", false, "rehearse on a clone and stop; the old cluster is not written")
 	fl.BoolVar(&f.check, "check", false, "only run pg_upgrade --check against a matching new cluster, then remove it")
-	fl.BoolVar(&f.stopOld, "stop-old", false, "shut a running old cluster down cleanly (fast) first")
+	fl.BoolVar(&f.stopOld, "stop-old", false, "shut a running old cluster down cleanly (fast), after the rehearsal on an online clone of it")
 	fl.BoolVarP(&f.yes, "yes", "y", false, "confirm that --mode link/swap make the old cluster unusable")
 	fl.StringVar(&f.superuser, "superuser", "", "the old cluster's bootstrap superuser (default: found by connecting as postgres or the data directory's owner)")
 	fl.StringVar(&f.oldBin, "old-bindir", "", "bin directory of the old PostgreSQL (default: found by OLD_DATADIR's version)")
 	fl.StringVar(&f.newBin, "new-bindir", "", "bin directory of the new PostgreSQL (default: found by --to)")
 	fl.BoolVar(&f.noAnalyze, "no-analyze", false, "do not rebuild optimizer statistics after the upgrade (run vacuumdb yourself)")
+	fl.BoolVar(&f.waitAnalyze, "wait-analyze", false, "before PostgreSQL 18: rebuild statistics before anyone may connect, and leave the new cluster stopped")
 	return cmd
 }
 
@@ -148,7 +162,11 @@ func (cl *cli) runUpgrade(cmd *cobra.Command, args []string, f upgradeFlags) err
 		OldDir: args[0], NewDir: args[1], Old: oldB, New: newB,
 		Mode: mode, Jobs: f.jobs, Rehearse: rh, CheckOnly: f.check,
 		StopOld: f.stopOld, Confirmed: f.yes, Superuser: f.superuser, NoAnalyze: f.noAnalyze,
-		User: user, OnEvent: ep.event,
+		WaitAnalyze: f.waitAnalyze,
+		User:        user,
+	}
+	if !g.quiet {
+		opts.OnEvent = ep.event // progress costs a walk of the new files now and then
 	}
 	if !f.yes && isTerminal(cl.stdin) && !cl.g.json {
 		opts.Confirm = func(warning string) bool { return confirm(cl.stdin, cl.stderr, warning) }
@@ -237,8 +255,23 @@ func printUpgradeSummary(w io.Writer, r *upgrade.Result) {
 			units.Bytes(r.Bytes), units.Bytes(r.SharedBytes), units.Bytes(r.CopiedBytes))
 	}
 	if r.Rehearsal != nil {
-		fmt.Fprintf(w, "  rehearsal:  %s on a %s clone, %d databases checked, original unchanged: %v\n",
-			r.Rehearsal.Elapsed.Round(10*time.Millisecond), r.Rehearsal.Mode, len(r.Rehearsal.Relations), r.Rehearsal.OriginalUnchanged)
+		if r.Rehearsal.Online {
+			fmt.Fprintf(w, "  rehearsal:  %s on an online %s clone while the old cluster served, %d databases checked\n",
+				r.Rehearsal.Elapsed.Round(10*time.Millisecond), r.Rehearsal.Mode, len(r.Rehearsal.Relations))
+		} else {
+			fmt.Fprintf(w, "  rehearsal:  %s on a %s clone, %d databases checked, original unchanged: %v\n",
+				r.Rehearsal.Elapsed.Round(10*time.Millisecond), r.Rehearsal.Mode, len(r.Rehearsal.Relations), r.Rehearsal.OriginalUnchanged)
+		}
+	}
+	for _, c := range r.CatalogChanges {
+		fmt.Fprintf(w, "  changed:    %s (after the rehearsal; pg_upgrade --check ran again)\n", c)
+	}
+	if r.Running {
+		fmt.Fprintf(w, "  ready:      accepted connections after %s (pgfork started it), statistics rebuilt after %s\n",
+			r.AcceptsAfter.Round(10*time.Millisecond), r.StatisticsAfter.Round(10*time.Millisecond))
+	}
+	if r.Downtime > 0 {
+		fmt.Fprintf(w, "  downtime:   %s (old cluster stopped → new cluster upgraded, started and checked)\n", r.Downtime.Round(10*time.Millisecond))
 	}
 	var ph []string
 	for _, p := range r.Phases {

@@ -1,0 +1,462 @@
+package upgrade_test
+
+import (
+	"bufio"
+	"context"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/pgfork/pgfork/instance"
+	"github.com/pgfork/pgfork/internal/errs"
+	"github.com/pgfork/pgfork/internal/pgtest"
+	"github.com/pgfork/pgfork/internal/testenv"
+	"github.com/pgfork/pgfork/pgdata"
+	"github.com/pgfork/pgfork/upgrade"
+)
+
+// startOld starts a copy of the fixture as the application's server and
+// opens the application's connection to it.
+func startOld(t *testing.T, b builds, old string, settings map[string]string) (*instance.Instance, *pgx.Conn) {
+	t.Helper()
+	ctx := context.Background()
+	inst, err := instance.Start(ctx, instance.Config{BinDir: b.old.BinDir, Env: b.old.Env, DataDir: old, User: pgtest.User(t),
+		LogFile: filepath.Join(t.TempDir(), "old.log"), Settings: settings})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if _, running, _ := pgdata.Running(old); running {
+			_ = inst.Stop(context.Background(), instance.Fast)
+		}
+	})
+	conn, err := pgx.Connect(ctx, inst.ConnString("", "shop"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { conn.Close(context.Background()) })
+	return inst, conn
+}
+
+// serves runs a write and a read on the application's connection.
+func serves(ctx context.Context, conn *pgx.Conn) error {
+	if _, err := conn.Exec(ctx, "INSERT INTO items(name) VALUES ('during the rehearsal')"); err != nil {
+		return err
+	}
+	var n int
+	return conn.QueryRow(ctx, "SELECT count(*) FROM items").Scan(&n)
+}
+
+// servedDuringRehearsal returns an OnEvent that uses the application's
+// connection while the rehearsal runs pg_upgrade on the clone, and a
+// function that reports whether it did so successfully.
+func servedDuringRehearsal(t *testing.T, conn *pgx.Conn) (func(upgrade.Event), func() bool) {
+	served := false
+	return func(e upgrade.Event) {
+			if e.Phase == upgrade.PhaseRehearsal && strings.HasPrefix(e.Step, "pg_upgrade --") && !e.Done && !served {
+				if err := serves(context.Background(), conn); err != nil {
+					t.Errorf("the old cluster did not serve during the rehearsal: %v", err)
+					return
+				}
+				served = true
+			}
+		}, func() bool {
+			return served
+		}
+}
+
+// TestOnlineRehearsal upgrades a running cluster: the rehearsal works on an
+// online clone while the application's connection keeps working, the old
+// cluster is stopped only afterwards, and unchanged catalogs need no
+// second check.
+func TestOnlineRehearsal(t *testing.T) {
+	b := findBuilds(t)
+	dir := testenv.XFSDir(t)
+	old := copyFixture(t, b, dir)
+	inst, conn := startOld(t, b, old, nil)
+	onEvent, served := servedDuringRehearsal(t, conn)
+	newDir := filepath.Join(dir, "new")
+
+	// --rehearse-only on a running cluster: online, and it keeps running.
+	res, err := runUpgrade(t, upgrade.Options{OldDir: old, NewDir: newDir, Old: b.old, New: b.new, Rehearse: upgrade.RehearseOnly, OnEvent: onEvent})
+	if err != nil {
+		t.Fatalf("rehearsal: %v (hint: %s)", err, errs.HintOf(err))
+	}
+	if res.Rehearsal == nil || !res.Rehearsal.Online || !res.RehearsalOnly || !served() {
+		t.Fatalf("online rehearsal: %+v, served %v", res.Rehearsal, served())
+	}
+	if pid, running, _ := pgdata.Running(old); !running || pid != inst.Pid {
+		t.Fatalf("--rehearse-only stopped the old cluster (running %v, pid %d, was %d)", running, pid, inst.Pid)
+	}
+	if err := serves(context.Background(), conn); err != nil {
+		t.Fatalf("the connection broke: %v", err)
+	}
+	if left, _ := filepath.Glob(filepath.Join(dir, ".*pgfork*")); len(left) > 0 {
+		t.Fatalf("the rehearsal left %v", left)
+	}
+
+	// The real run: rehearsal online, then the stop, then the upgrade.
+	onEvent, served = servedDuringRehearsal(t, conn)
+	var order []string
+	res, err = runUpgrade(t, upgrade.Options{OldDir: old, NewDir: newDir, Old: b.old, New: b.new, StopOld: true, Jobs: 2,
+		OnEvent: func(e upgrade.Event) {
+			onEvent(e)
+			if e.Step == "" && !e.Done && e.Message == "" {
+				order = append(order, e.Phase)
+			}
+		}})
+	if err != nil {
+		t.Fatalf("upgrade: %v (hint: %s)", err, errs.HintOf(err))
+	}
+	if !served() || res.Rehearsal == nil || !res.Rehearsal.Online {
+		t.Fatalf("the rehearsal was not online while the cluster served: %+v", res.Rehearsal)
+	}
+	want := []string{upgrade.PhasePrepare, upgrade.PhaseRehearsal, upgrade.PhaseStopOld, upgrade.PhaseSettings, upgrade.PhaseInitDB, upgrade.PhaseUpgrade}
+	if !slices.Equal(order[:min(len(order), len(want))], want) {
+		t.Errorf("phases %v, want %v first", order, want)
+	}
+	if len(res.CatalogChanges) > 0 || res.Rechecked {
+		t.Errorf("catalog changes reported where there were none: %v", res.CatalogChanges)
+	}
+	if res.Downtime <= 0 || res.Downtime >= res.Elapsed-res.Rehearsal.Elapsed {
+		t.Errorf("downtime %s, elapsed %s, rehearsal %s", res.Downtime, res.Elapsed, res.Rehearsal.Elapsed)
+	}
+	if _, running, _ := pgdata.Running(old); running {
+		t.Fatal("the old cluster still runs after the upgrade")
+	}
+	// The new cluster has everything the old one had at the stop,
+	// including the rows written during the rehearsals.
+	compareSums(t, startAndSum(t, b.old, old), startAndSum(t, b.new, newDir))
+}
+
+// TestOnlineRehearsalCatalogChange changes the catalogs after the online
+// rehearsal and before the stop (a new database, a new extension): the
+// upgrade says so, runs pg_upgrade --check again, and upgrades them.
+func TestOnlineRehearsalCatalogChange(t *testing.T) {
+	b := findBuilds(t)
+	dir := testenv.XFSDir(t)
+	old := copyFixture(t, b, dir)
+	inst, conn := startOld(t, b, old, nil)
+	newDir := filepath.Join(dir, "new")
+	ctx := context.Background()
+	hooked := false
+	defer upgrade.SetHookBeforeStop(func() {
+		hooked = true
+		for _, q := range []string{"CREATE EXTENSION pg_trgm", "CREATE TABLE late(id int)"} {
+			if _, err := conn.Exec(ctx, q); err != nil {
+				t.Errorf("%s: %v", q, err)
+			}
+		}
+		c, err := pgx.Connect(ctx, inst.ConnString("", "postgres"))
+		if err != nil {
+			t.Error(err)
+			return
+		}
+		defer c.Close(ctx)
+		if _, err := c.Exec(ctx, "CREATE DATABASE late"); err != nil {
+			t.Error(err)
+		}
+	})()
+	var checked bool
+	res, err := runUpgrade(t, upgrade.Options{OldDir: old, NewDir: newDir, Old: b.old, New: b.new, StopOld: true,
+		OnEvent: func(e upgrade.Event) { checked = checked || (e.Phase == upgrade.PhaseCheck && e.Step != "") }})
+	if err != nil {
+		t.Fatalf("upgrade: %v (hint: %s)", err, errs.HintOf(err))
+	}
+	if !hooked {
+		t.Fatal("the hook before the stop did not run")
+	}
+	all := strings.Join(res.CatalogChanges, "\n")
+	for _, w := range []string{`database "late" was created`, `extensions of database "shop" changed`, "pg_trgm"} {
+		if !strings.Contains(all, w) {
+			t.Errorf("catalog changes %q do not say %q", all, w)
+		}
+	}
+	if !res.Rechecked || !checked {
+		t.Errorf("pg_upgrade --check did not run again (rechecked %v, check steps seen %v)", res.Rechecked, checked)
+	}
+	sums := startAndSum(t, b.new, newDir)
+	if sums["shop/extensions"] != "hstore,pg_trgm,pgcrypto,plpgsql" {
+		t.Errorf("extensions after the upgrade: %q", sums["shop/extensions"])
+	}
+	if _, ok := sums["late/extensions"]; !ok {
+		t.Error("the database created before the stop is missing after the upgrade")
+	}
+}
+
+// TestOnlineRehearsalFailureLeavesOldRunning: a running cluster pg_upgrade
+// refuses (a prepared transaction) fails the online rehearsal, and the old
+// cluster keeps running, serving and unchanged.
+func TestOnlineRehearsalFailureLeavesOldRunning(t *testing.T) {
+	b := findBuilds(t)
+	dir := testenv.XFSDir(t)
+	old := copyFixture(t, b, dir)
+	inst, conn := startOld(t, b, old, map[string]string{"max_prepared_transactions": "5"})
+	ctx := context.Background()
+	for _, q := range []string{"BEGIN", "INSERT INTO items(name) VALUES ('pending')", "PREPARE TRANSACTION 'pending'"} {
+		if _, err := conn.Exec(ctx, q); err != nil {
+			t.Fatalf("%s: %v", q, err)
+		}
+	}
+	before, err := contentSums(ctx, inst)
+	if err != nil {
+		t.Fatal(err)
+	}
+	newDir := filepath.Join(dir, "new")
+	_, err = runUpgrade(t, upgrade.Options{OldDir: old, NewDir: newDir, Old: b.old, New: b.new, StopOld: true})
+	if errs.KindOf(err) != errs.Unsupported || !strings.Contains(err.Error(), "prepared transactions") || !strings.Contains(err.Error(), "not touched") {
+		t.Fatalf("upgrade of a cluster with a prepared transaction: %v (hint: %s)", err, errs.HintOf(err))
+	}
+	if pid, running, _ := pgdata.Running(old); !running || pid != inst.Pid {
+		t.Fatalf("a failed rehearsal stopped the old cluster (running %v, pid %d, was %d)", running, pid, inst.Pid)
+	}
+	if err := serves(ctx, conn); err != nil {
+		t.Fatalf("the application's connection broke: %v", err)
+	}
+	after, err := contentSums(ctx, inst)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, k := range []string{"shop/public.items", "shop/public.items_id_seq"} { // the connection wrote to them
+		before[k], after[k] = "", ""
+	}
+	compareSums(t, before, after)
+	if _, err := os.Stat(filepath.Join(old, "backup_label")); err == nil {
+		t.Error("a backup_label was left in the old cluster")
+	}
+	if _, err := os.Stat(newDir); !os.IsNotExist(err) {
+		t.Errorf("NEW_DATADIR exists after a failed rehearsal: %v", err)
+	}
+	if left, _ := filepath.Glob(filepath.Join(dir, ".*pgfork*")); len(left) > 0 {
+		t.Errorf("left %v", left)
+	}
+	logs, _ := filepath.Glob(newDir + ".pgfork-*")
+	for _, l := range logs {
+		_ = os.RemoveAll(l)
+	}
+}
+
+// runAndKill runs the pgfork binary with args and kills it (SIGKILL) when
+// its progress on stderr shows a line containing marker. It fails the test
+// when pgfork ended before.
+func runAndKill(t *testing.T, bin string, args []string, marker string) {
+	t.Helper()
+	cmd := exec.Command(bin, args...)
+	stderr, err := cmd.StderrPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	var lines []string
+	sent := false
+	sc := bufio.NewScanner(stderr)
+	for sc.Scan() {
+		lines = append(lines, sc.Text())
+		if !sent && strings.Contains(sc.Text(), marker) {
+			_ = cmd.Process.Signal(syscall.SIGKILL)
+			sent = true
+		}
+	}
+	_ = cmd.Wait()
+	if !sent {
+		t.Fatalf("pgfork finished before %q:\n%s", marker, strings.Join(lines, "\n"))
+	}
+}
+
+// stopLeftover stops a server a killed run's pg_upgrade left on dataDir.
+func stopLeftover(t *testing.T, dataDir string) {
+	t.Helper()
+	time.Sleep(time.Second)
+	if pf, err := instance.ReadPidFile(dataDir); err == nil {
+		t.Logf("a server (pid %d) was left running on %s; stopping it", pf.Pid, dataDir)
+		if inst, err := instance.Attach(dataDir); err == nil {
+			_ = inst.Stop(context.Background(), instance.Fast)
+		}
+	}
+}
+
+// TestKillDuringOnlineUpgrade kills pgfork (SIGKILL) during the online
+// rehearsal, then during the real pg_upgrade after the stop: after the
+// first the old cluster still runs and serves, after the second it starts
+// with its data, and the next run cleans up and succeeds.
+func TestKillDuringOnlineUpgrade(t *testing.T) {
+	b := findBuilds(t)
+	dir := testenv.XFSDir(t)
+	old := copyFixture(t, b, dir)
+	inst, conn := startOld(t, b, old, nil)
+	newDir := filepath.Join(dir, "new")
+	bin := filepath.Join(t.TempDir(), "pgfork")
+	if out, err := exec.Command("go", "build", "-o", bin, "../cmd/pgfork").CombinedOutput(); err != nil {
+		t.Fatalf("build: %v\n%s", err, out)
+	}
+	args := []string{"upgrade", old, newDir, "--to", strconv.Itoa(b.new.Major), "--stop-old",
+		"--old-bindir", b.old.BinDir, "--new-bindir", b.new.BinDir}
+	ctx := context.Background()
+
+	// 1. During the rehearsal's pg_upgrade on the online clone.
+	runAndKill(t, bin, args, "[rehearsal] Restoring global objects")
+	if pid, running, _ := pgdata.Running(old); !running || pid != inst.Pid {
+		t.Fatalf("killed during the rehearsal: the old cluster stopped (running %v, pid %d, was %d)", running, pid, inst.Pid)
+	}
+	if err := serves(ctx, conn); err != nil {
+		t.Fatalf("killed during the rehearsal: the application's connection broke: %v", err)
+	}
+	if _, err := os.Stat(newDir); !os.IsNotExist(err) {
+		t.Fatalf("a killed rehearsal left NEW_DATADIR: %v", err)
+	}
+
+	// 2. During the real pg_upgrade, after the stop.
+	runAndKill(t, bin, args, "[upgrade] Restoring global objects")
+	if _, running, _ := pgdata.Running(old); running {
+		stopLeftover(t, old)
+	}
+	if _, err := os.Stat(newDir); !os.IsNotExist(err) {
+		t.Fatalf("a killed upgrade left NEW_DATADIR: %v", err)
+	}
+	sums := startAndSum(t, b.old, old)
+	if left, _ := filepath.Glob(filepath.Join(dir, ".old.pgfork-rehearsal-*")); len(left) == 0 {
+		t.Log("no rehearsal clone was left (it had been deleted before the kill)")
+	}
+
+	// 3. The next run cleans up what both left and succeeds.
+	res, err := runUpgrade(t, upgrade.Options{OldDir: old, NewDir: newDir, Old: b.old, New: b.new})
+	if err != nil {
+		t.Fatalf("upgrade after the kills: %v (hint: %s)", err, errs.HintOf(err))
+	}
+	if len(res.CleanedUp) == 0 {
+		t.Error("the next run reported nothing cleaned up")
+	}
+	if left, _ := filepath.Glob(filepath.Join(dir, ".*pgfork*")); len(left) > 0 {
+		t.Errorf("left after the successful run: %v", left)
+	}
+	compareSums(t, sums, startAndSum(t, b.new, newDir))
+}
+
+// TestHandOverBeforeStatistics upgrades a running cluster to a major before
+// 18: the new cluster is started with its own configuration on the old
+// cluster's port and accepts connections while vacuumdb
+// --analyze-in-stages runs, and is left running; --wait-analyze keeps the
+// old behaviour (statistics first, the new cluster left stopped).
+func TestHandOverBeforeStatistics(t *testing.T) {
+	b := findBuildsBefore18(t)
+	dir := testenv.XFSDir(t)
+	old := copyFixture(t, b, dir)
+	ctx := context.Background()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	port := l.Addr().(*net.TCPAddr).Port
+	l.Close()
+	oldInst, err := instance.Start(ctx, instance.Config{BinDir: b.old.BinDir, Env: b.old.Env, DataDir: old, User: pgtest.User(t),
+		Port: port, LogFile: filepath.Join(t.TempDir(), "old.log")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if _, running, _ := pgdata.Running(old); running {
+			_ = oldInst.Stop(context.Background(), instance.Fast)
+		}
+	})
+	newDir := filepath.Join(dir, "new")
+	t.Cleanup(func() {
+		if inst, err := instance.Attach(newDir); err == nil {
+			_ = inst.Stop(context.Background(), instance.Fast)
+		}
+	})
+	var connected bool
+	res, err := runUpgrade(t, upgrade.Options{OldDir: old, NewDir: newDir, Old: b.old, New: b.new, StopOld: true,
+		OnEvent: func(e upgrade.Event) {
+			if e.Phase != upgrade.PhaseStatistics || e.Done || e.Message != "" || connected {
+				return
+			}
+			// vacuumdb is about to run: the application connects.
+			inst, err := instance.Attach(newDir)
+			if err != nil {
+				t.Errorf("no server runs on the new cluster when statistics start: %v", err)
+				return
+			}
+			defer inst.Release()
+			if inst.Port != port {
+				t.Errorf("the new cluster listens on port %d, the old one on %d", inst.Port, port)
+			}
+			inst.Host = "" // the local socket: TCP needs a password
+			conn, err := pgx.Connect(ctx, inst.ConnString("postgres", "shop"))
+			if err != nil {
+				t.Errorf("the application cannot connect before statistics are rebuilt: %v", err)
+				return
+			}
+			defer conn.Close(ctx)
+			var n int
+			if err := conn.QueryRow(ctx, "SELECT count(*) FROM items").Scan(&n); err != nil || n == 0 {
+				t.Errorf("query on the handed-over cluster: %d rows, %v", n, err)
+			}
+			connected = true
+		}})
+	if err != nil {
+		t.Fatalf("upgrade: %v (hint: %s)", err, errs.HintOf(err))
+	}
+	if !connected || !res.Running {
+		t.Fatalf("not handed over before statistics: connected %v, running %v", connected, res.Running)
+	}
+	if res.AcceptsAfter <= 0 || res.StatisticsAfter <= res.AcceptsAfter || res.Downtime <= 0 {
+		t.Errorf("accepts after %s, statistics after %s, downtime %s", res.AcceptsAfter, res.StatisticsAfter, res.Downtime)
+	}
+	if !strings.Contains(res.Statistics, "--analyze-in-stages") {
+		t.Errorf("statistics: %q", res.Statistics)
+	}
+	inst, err := instance.Attach(newDir)
+	if err != nil {
+		t.Fatalf("the new cluster is not left running: %v", err)
+	}
+	inst.Host = ""
+	conn, err := pgx.Connect(ctx, inst.ConnString("postgres", "shop"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var stats int
+	err = conn.QueryRow(ctx, "SELECT count(*) FROM pg_stats WHERE tablename = 'items'").Scan(&stats)
+	conn.Close(ctx)
+	if err != nil || stats == 0 {
+		t.Errorf("no statistics after the run: %d, %v", stats, err)
+	}
+	if err := inst.Stop(ctx, instance.Fast); err != nil {
+		t.Fatal(err)
+	}
+
+	// --wait-analyze: statistics first, the new cluster stopped. The first
+	// upgrade's cluster and tablespace directories go first.
+	if err := os.RemoveAll(newDir); err != nil {
+		t.Fatal(err)
+	}
+	for _, r := range tablespaceRoots(t, old)[1:] {
+		ds, _ := filepath.Glob(filepath.Join(r, "PG_"+strconv.Itoa(b.new.Major)+"_*"))
+		for _, d := range ds {
+			if err := os.RemoveAll(d); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	connected = true // the hook above must not run
+	res, err = runUpgrade(t, upgrade.Options{OldDir: old, NewDir: newDir, Old: b.old, New: b.new, WaitAnalyze: true, NoAnalyze: false})
+	if err != nil {
+		t.Fatalf("--wait-analyze: %v (hint: %s)", err, errs.HintOf(err))
+	}
+	if res.Running {
+		t.Error("--wait-analyze left the new cluster running")
+	}
+	if _, running, _ := pgdata.Running(newDir); running {
+		t.Error("--wait-analyze: a server runs on the new cluster")
+	}
+}

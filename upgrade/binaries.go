@@ -14,7 +14,7 @@ import (
 // A missing major is errs.NotFound with the command that installs it.
 func FindInstalls(opts pgbin.Options, oldDir string, to int, oldBin, newBin string) (old, new Install, err error) {
 	if to <= 0 {
-		return old, new, errs.New(errs.Usage, "the target major version is missing").WithHint("pass --to MAJOR, e.g. --to 18")
+		return old, new, errs.New(errs.Usage, "the target major version is missing").WithHint("name the major to upgrade to, e.g. 18").WithCLI("pass --to MAJOR, e.g. --to 18")
 	}
 	oldMajor, err := oldVersion(oldDir)
 	if err != nil {

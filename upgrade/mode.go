@@ -84,28 +84,32 @@ func chooseMode(want Mode, newMajor int, fi *fsInfo) (Mode, string, error) {
 			if !fi.sameFS {
 				why = "the old and new data directories are on different filesystems"
 			}
-			return "", "", errs.New(errs.Unsupported, "--mode clone is not possible here: %s", why).
-				WithHint("use --mode auto to get the fastest mode that works here (clone needs XFS with reflink, btrfs or ZFS ≥ 2.2, with both directories on it)")
+			return "", "", errs.New(errs.Unsupported, "the clone mode is not possible here: %s", why).
+				WithHint("let pgfork pick the fastest mode that works here (clone needs XFS with reflink, btrfs or ZFS ≥ 2.2, with both directories on it)").
+				WithCLI("use --mode auto")
 		}
 	case CopyFileRange:
 		if newMajor < 17 {
-			return "", "", errs.New(errs.Unsupported, "--mode copy-file-range needs pg_upgrade 17 or newer, not %d", newMajor).WithHint("use --mode auto or copy")
+			return "", "", errs.New(errs.Unsupported, "the copy-file-range mode needs pg_upgrade 17 or newer, not %d", newMajor).
+				WithHint("let pgfork pick the mode, or copy").WithCLI("use --mode auto or copy")
 		}
 		if !p.CopyFileRange {
-			return "", "", errs.New(errs.Unsupported, "copy_file_range does not work on this %s filesystem", fi.newFSType).WithHint("use --mode auto or copy")
+			return "", "", errs.New(errs.Unsupported, "copy_file_range does not work on this %s filesystem", fi.newFSType).
+				WithHint("let pgfork pick the mode, or copy").WithCLI("use --mode auto or copy")
 		}
 	case Link:
 		if !fi.sameFS {
-			return "", "", errs.New(errs.Unsupported, "--mode link needs both data directories on one filesystem").
-				WithHint("put NEW_DATADIR on the old cluster's filesystem, or use --mode auto")
+			return "", "", errs.New(errs.Unsupported, "the link mode needs both data directories on one filesystem").
+				WithHint("put the new data directory on the old cluster's filesystem, or let pgfork pick the mode").WithCLI("or use --mode auto")
 		}
 	case Swap:
 		if newMajor < 18 {
-			return "", "", errs.New(errs.Unsupported, "--mode swap needs pg_upgrade 18 or newer, not %d", newMajor).WithHint("use --mode link or auto")
+			return "", "", errs.New(errs.Unsupported, "the swap mode needs pg_upgrade 18 or newer, not %d", newMajor).
+				WithHint("use the link mode, or let pgfork pick the mode").WithCLI("use --mode link or auto")
 		}
 		if !fi.sameFS {
-			return "", "", errs.New(errs.Unsupported, "--mode swap needs both data directories on one filesystem").
-				WithHint("put NEW_DATADIR on the old cluster's filesystem, or use --mode auto")
+			return "", "", errs.New(errs.Unsupported, "the swap mode needs both data directories on one filesystem").
+				WithHint("put the new data directory on the old cluster's filesystem, or let pgfork pick the mode").WithCLI("or use --mode auto")
 		}
 	}
 	return want, "asked for", nil
@@ -196,7 +200,7 @@ func checkSpace(needs []spaceNeed, mode Mode) error {
 		if free < n.bytes {
 			hint := "free some space there"
 			if mode == Copy || mode == CopyFileRange {
-				hint += ", or put NEW_DATADIR on a filesystem that clones (XFS with reflink, btrfs) with the old cluster, or use --mode link"
+				hint += ", or put the new data directory on a filesystem that clones (XFS with reflink, btrfs) with the old cluster, or use the link mode"
 			}
 			return errs.New(errs.NoSpace, "not enough free space for %s: about %s needed, %s free",
 				n.what, units.Bytes(n.bytes), units.Bytes(free)).WithPath(n.path).WithHint("%s", hint)

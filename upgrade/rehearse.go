@@ -45,7 +45,7 @@ func (u *upgrader) rehearse(ctx context.Context, p *prepared) (*Catalog, error) 
 	}()
 	if err := os.Mkdir(dir, 0o755); err != nil {
 		return nil, errs.Wrap(errs.OSKind(err), err, "cannot create the rehearsal directory beside the old data directory").WithPath(dir).
-			WithHint("the rehearsal needs to write beside the old data directory (on its filesystem); or pass --no-rehearse")
+			WithHint("the rehearsal needs to write beside the old data directory (on its filesystem); or upgrade without a rehearsal").WithCLI("or pass --no-rehearse")
 	}
 	var err error
 	roots := []string{o.OldDir}

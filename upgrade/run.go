@@ -199,7 +199,8 @@ func (u *upgrader) prepare(ctx context.Context) (*prepared, error) {
 	}
 	if running && !o.StopOld && o.Rehearse != RehearseOnly {
 		return nil, errs.New(errs.Busy, "the old cluster is running (postmaster pid %d)", pid).WithPath(o.OldDir).
-			WithHint("pass --stop-old to let pgfork rehearse on an online clone while it serves and then shut it down cleanly (fast), or stop it first (pg_ctl -D %s stop -m fast)", o.OldDir)
+			WithHint("let pgfork rehearse on an online clone while it serves and then shut it down cleanly (fast), or stop it first (pg_ctl -D %s stop -m fast)", o.OldDir).
+			WithCLI("pass --stop-old to let pgfork stop it after an online rehearsal")
 	}
 	if p.ctl, err = pgdata.ReadControlData(ctx, o.Old.BinDir, o.OldDir, o.Old.Env); err != nil {
 		return nil, err
@@ -329,14 +330,14 @@ func (u *upgrader) checkVersions(p *prepared) error {
 	res.OldVersion, res.NewVersion = strconv.Itoa(p.oldMajor), strconv.Itoa(o.New.Major)
 	if o.New.Major <= p.oldMajor {
 		return errs.New(errs.Unsupported, "cannot upgrade PostgreSQL %d to %d: the target must be a newer major", p.oldMajor, o.New.Major).
-			WithPath(o.OldDir).WithHint("pass --to with a major newer than %d, e.g. --to 18", p.oldMajor)
+			WithPath(o.OldDir).WithHint("upgrade to a major newer than %d, e.g. 18", p.oldMajor).WithCLI("pass --to with a major newer than %d, e.g. --to 18", p.oldMajor)
 	}
 	if o.Old.BinDir == "" || o.New.BinDir == "" {
 		return errs.New(errs.Usage, "the PostgreSQL builds for the upgrade are missing").WithHint("see FindInstalls")
 	}
 	if o.Old.Major != 0 && o.Old.Major != p.oldMajor {
 		return errs.New(errs.Usage, "the old cluster is PostgreSQL %d but the old binaries in %s are %s", p.oldMajor, o.Old.BinDir, o.Old.Version).
-			WithHint("give the PostgreSQL %d binaries (--old-bindir), or leave it out to find them", p.oldMajor)
+			WithHint("give the PostgreSQL %d binaries, or leave them out to find them", p.oldMajor).WithCLI("--old-bindir names them")
 	}
 	if o.Old.Version != "" {
 		res.OldVersion = o.Old.Version
@@ -436,7 +437,7 @@ func (u *upgrader) confirm(mode Mode) error {
 		}
 		if o.Confirm == nil || !o.Confirm(warn) {
 			return errs.New(errs.Usage, "%s Not confirmed.", warn).
-				WithHint("pass --yes to confirm, or use --mode auto, which keeps the old cluster usable")
+				WithHint("confirm, or let pgfork pick a mode that keeps the old cluster usable").WithCLI("pass --yes to confirm, or use --mode auto")
 		}
 	}
 	return nil

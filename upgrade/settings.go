@@ -103,7 +103,7 @@ func connectAny(ctx context.Context, inst *instance.Instance, roles []string, db
 		last = err
 	}
 	return nil, "", dbclone.SQLError(ctx, last, "cannot connect to the old cluster as any of %s", strings.Join(roles, ", ")).
-		WithHint("name its bootstrap superuser with --superuser NAME")
+		WithHint("name its bootstrap superuser").WithCLI("pass --superuser NAME")
 }
 
 // readCatalog reads the settings and relation counts of a running cluster.

@@ -165,7 +165,7 @@ func (cl *cli) runUpgrade(cmd *cobra.Command, args []string, f upgradeFlags) err
 		WaitAnalyze: f.waitAnalyze,
 		User:        user,
 	}
-	if !g.quiet {
+	if !cl.g.quiet {
 		opts.OnEvent = ep.event // progress costs a walk of the new files now and then
 	}
 	if !f.yes && isTerminal(cl.stdin) && !cl.g.json {

@@ -94,7 +94,7 @@ var otherProgramsFlags = map[string]string{
 // flagRuleTODO lists directories whose messages still name pgfork's flags.
 // TODO(issue 27): the restore split and the upgrade work fix these; empty
 // this list when they are merged.
-var flagRuleTODO = []string{"upgrade/"}
+var flagRuleTODO = []string{}
 
 // pgforkFlags returns the flags of pgfork's that s names.
 func pgforkFlags(s string) []string {

@@ -201,7 +201,7 @@ func TestUpgradeRefuses(t *testing.T) {
 	}
 	defer func() { _ = inst.Stop(ctx, instance.Fast) }()
 	_, err = runUpgrade(t, opts())
-	if errs.KindOf(err) != errs.Busy || !strings.Contains(errs.HintOf(err), "--stop-old") {
+	if errs.KindOf(err) != errs.Busy || !strings.Contains(errs.CLIHintOf(err), "--stop-old") || !strings.Contains(errs.HintOf(err), "online clone") {
 		t.Fatalf("running old cluster: %v (hint %q)", err, errs.HintOf(err))
 	}
 	o = opts()

@@ -1,0 +1,412 @@
+package branches
+
+import (
+	"context"
+	"path/filepath"
+	"sort"
+	"strings"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/pgfork/pgfork/clone"
+	"github.com/pgfork/pgfork/cluster"
+	"github.com/pgfork/pgfork/instance"
+	"github.com/pgfork/pgfork/internal/errs"
+	"github.com/pgfork/pgfork/internal/fsutil"
+	"github.com/pgfork/pgfork/pgclone"
+)
+
+// CreateOptions say what a branch is made from (exactly one of Source,
+// Snapshot and From) and how it lives.
+type CreateOptions struct {
+	Name      string
+	Source    string
+	Snapshot  string
+	From      string // another branch
+	TTL       time.Duration
+	Protected bool
+}
+
+// testHook, when set (tests only), is called at named steps of a create:
+// "copied" once the branch's data directory is in place, "started" once
+// its server runs, both before the branch is recorded as complete.
+var testHook func(step string)
+
+func hook(step string) {
+	if testHook != nil {
+		testHook(step)
+	}
+}
+
+// Create makes a branch for the caller and starts it: a snapshot of the
+// source or branch asked for (or the named snapshot), copied by reflink,
+// started on its own TCP port with a role and password of its own. It is
+// recorded as creating first, so a crash at any step leaves nothing that
+// the next Open does not remove.
+func (m *Manager) Create(ctx context.Context, c Caller, o CreateOptions) (Branch, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.expire(ctx)
+	if err := validName("branch", o.Name); err != nil {
+		return Branch{}, err
+	}
+	n := 0
+	for _, x := range []string{o.Source, o.Snapshot, o.From} {
+		if x != "" {
+			n++
+		}
+	}
+	if n != 1 {
+		return Branch{}, errs.New(errs.Usage, "a branch is made from one source, one snapshot or one branch").
+			WithHint("name exactly one of them")
+	}
+	for _, b := range m.st.Branches {
+		if b.Name == o.Name {
+			return Branch{}, errs.New(errs.Exists, "a branch named %q already exists", o.Name).WithHint("choose another name")
+		}
+	}
+	owner := Owner(c.Token)
+	if m.o.MaxBranches > 0 && !m.admin(c) {
+		mine := 0
+		for _, b := range m.st.Branches {
+			if b.Owner == owner {
+				mine++
+			}
+		}
+		if mine >= m.o.MaxBranches {
+			return Branch{}, errs.New(errs.Permission, "quota reached: %d branches of %d", mine, m.o.MaxBranches).
+				WithHint("delete one of your branches first")
+		}
+	}
+	if err := m.checkSpace(); err != nil {
+		return Branch{}, err
+	}
+	var from string
+	switch {
+	case o.Source != "":
+		if _, ok := m.source(o.Source); !ok {
+			return Branch{}, errs.New(errs.NotFound, "no source named %q", o.Source).WithHint("list the sources serve was given")
+		}
+		from = "source:" + o.Source
+	case o.From != "":
+		if _, err := m.branch(c, o.From); err != nil {
+			return Branch{}, err
+		}
+		from = "branch:" + o.From
+	default:
+		if m.snapshot(o.Snapshot) == nil || m.snapshot(o.Snapshot).Origin {
+			return Branch{}, errs.New(errs.NotFound, "no snapshot named %q", o.Snapshot).WithHint("list the snapshots")
+		}
+		from = "snapshot:" + o.Snapshot
+	}
+	port, err := instance.FreePort(m.o.Host)
+	if err != nil {
+		return Branch{}, err
+	}
+	tag := fsutil.RandomTag()
+	b := &Branch{Name: o.Name, From: from, Owner: owner, Created: time.Now().UTC(), TTL: o.TTL, Protected: o.Protected,
+		Port: port, Host: m.o.Host, Role: "branch_" + strings.NewReplacer(".", "_", "-", "_").Replace(o.Name),
+		Password: instance.NewPassword(), State: stateCreating, Snapshot: o.Snapshot}
+	m.st.Branches = append(m.st.Branches, b)
+	if err := m.save(); err != nil {
+		m.st.Branches = m.st.Branches[:len(m.st.Branches)-1]
+		return Branch{}, err
+	}
+	fail := func(err error) (Branch, error) {
+		m.removeBranchFiles(context.WithoutCancel(ctx), b.Name)
+		m.forget(b.Name)
+		m.dropUnusedOrigins()
+		_ = m.save()
+		return Branch{}, err
+	}
+	if b.Snapshot == "" {
+		b.Snapshot = "origin-" + o.Name + "-" + tag
+		if err := m.makeSnapshot(ctx, c, b.Snapshot, strings.TrimPrefix(strings.TrimPrefix(from, "source:"), "branch:"),
+			strings.HasPrefix(from, "source:"), true); err != nil {
+			return fail(err)
+		}
+	}
+	if err := m.copyAndStart(ctx, b, false); err != nil {
+		return fail(err)
+	}
+	hook("started")
+	b.State = stateReady
+	if err := m.save(); err != nil {
+		return fail(err)
+	}
+	return *b, nil
+}
+
+func (m *Manager) forget(name string) {
+	var keep []*Branch
+	for _, x := range m.st.Branches {
+		if x.Name != name {
+			keep = append(keep, x)
+		}
+	}
+	m.st.Branches = keep
+}
+
+// copyAndStart copies the branch's snapshot into its data directory
+// (replacing what is there) and starts it.
+func (m *Manager) copyAndStart(ctx context.Context, b *Branch, replace bool) error {
+	if _, err := clone.Copy(ctx, m.snapDir(b.Snapshot), m.branchDir(b.Name), clone.Options{Sync: clone.SyncFS, Force: replace}); err != nil {
+		return err
+	}
+	hook("copied")
+	return m.start(ctx, b)
+}
+
+// start starts a branch's server on its port, TCP with scram only, and
+// gives its role its password.
+func (m *Manager) start(ctx context.Context, b *Branch) error {
+	data := m.branchDir(b.Name)
+	if err := instance.WritePasswordHBA(data, m.o.User); err != nil {
+		return err
+	}
+	inst := m.o.Installation
+	st, err := cluster.StartBranch(ctx, m.o.Layout, cluster.BranchOptions{Name: regName(b.Name), DataDir: data,
+		Kind: cluster.KindClone, Source: b.From, BinDir: inst.BinDir, Env: inst.Env(), PGVersion: inst.Version,
+		PGMajor: inst.Major, User: m.o.User, Port: b.Port, TCP: true, StartTimeout: 10 * time.Minute})
+	if err != nil {
+		return err
+	}
+	sock := &instance.Instance{DataDir: data, SocketDir: st.SocketDir, Port: st.Port}
+	conn, err := pgx.Connect(ctx, sock.ConnString(m.o.SuperUser, "postgres"))
+	if err != nil {
+		return errs.Wrap(errs.Internal, err, "cannot reach branch %q to create its role", b.Name)
+	}
+	defer conn.Close(context.WithoutCancel(ctx))
+	var exists bool
+	if err := conn.QueryRow(ctx, "SELECT EXISTS (SELECT FROM pg_roles WHERE rolname = $1)", b.Role).Scan(&exists); err != nil {
+		return errs.Wrap(errs.Internal, err, "cannot create the role of branch %q", b.Name)
+	}
+	if !exists {
+		if _, err := conn.Exec(ctx, "CREATE ROLE "+pgx.Identifier{b.Role}.Sanitize()+" LOGIN SUPERUSER"); err != nil {
+			return errs.Wrap(errs.Internal, err, "cannot create the role of branch %q", b.Name)
+		}
+	}
+	return sock.SetPassword(ctx, b.Role, b.Password)
+}
+
+// makeSnapshot makes the stopped data directory snap/name from a source
+// (by online clone or restore) or from a running branch (online clone).
+func (m *Manager) makeSnapshot(ctx context.Context, c Caller, name, from string, isSource, origin bool) error {
+	dst := m.snapDir(name)
+	_ = clone.CleanStale(dst)
+	var err error
+	if isSource {
+		s, _ := m.source(from)
+		switch s.Kind {
+		case SourceBackup:
+			if m.o.Restore == nil {
+				return errs.New(errs.Unsupported, "source %q is a backup chain but this server cannot restore", s.Name)
+			}
+			err = m.o.Restore(ctx, s.Chain, s.Upto, dst)
+		default:
+			_, err = pgclone.Clone(ctx, pgclone.Options{Src: s.DataDir, Dst: dst, Installation: m.o.Installation,
+				Online: true, ConnString: s.ConnString, Label: "pgfork branches " + name, Sync: clone.SyncFS, User: m.o.User})
+		}
+	} else {
+		e, gerr := cluster.Get(m.o.Layout, regName(from))
+		if gerr != nil {
+			return gerr
+		}
+		sock := &instance.Instance{SocketDir: e.SocketDir, Port: e.Port}
+		_, err = pgclone.Clone(ctx, pgclone.Options{Src: m.branchDir(from), Dst: dst, Installation: m.o.Installation,
+			Online: true, ConnString: sock.ConnString(m.o.SuperUser, "postgres"), Label: "pgfork branches " + name,
+			Sync: clone.SyncFS, User: m.o.User})
+	}
+	if err != nil {
+		_ = removeBelow(filepath.Join(m.dir, "snap"), name)
+		return err
+	}
+	kind := "branch:"
+	if isSource {
+		kind = "source:"
+	}
+	m.st.Snapshots = append(m.st.Snapshots, &Snapshot{Name: name, From: kind + from, Owner: Owner(c.Token),
+		Created: time.Now().UTC(), Origin: origin})
+	return m.save()
+}
+
+// SnapshotOptions name a snapshot and what it is taken of (one of Source
+// and Branch).
+type SnapshotOptions struct {
+	Name   string
+	Source string
+	Branch string
+	// Keep, when above 0, keeps only the newest Keep snapshots taken of
+	// the same source or branch (those no branch is made from).
+	Keep int
+}
+
+// CreateSnapshot takes a named, read-only snapshot of a source or of one
+// of the caller's branches.
+func (m *Manager) CreateSnapshot(ctx context.Context, c Caller, o SnapshotOptions) (Snapshot, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if err := validName("snapshot", o.Name); err != nil || strings.HasPrefix(o.Name, "origin-") {
+		return Snapshot{}, errs.New(errs.Usage, "bad snapshot name %q", o.Name).WithHint("use 1-40 letters, digits, '_', '.' or '-', not starting with origin-")
+	}
+	if m.snapshot(o.Name) != nil {
+		return Snapshot{}, errs.New(errs.Exists, "a snapshot named %q already exists", o.Name).WithHint("choose another name")
+	}
+	if (o.Source == "") == (o.Branch == "") {
+		return Snapshot{}, errs.New(errs.Usage, "a snapshot is of one source or one branch").WithHint("name exactly one")
+	}
+	if err := m.checkSpace(); err != nil {
+		return Snapshot{}, err
+	}
+	from, isSource := o.Branch, false
+	if o.Source != "" {
+		if _, ok := m.source(o.Source); !ok {
+			return Snapshot{}, errs.New(errs.NotFound, "no source named %q", o.Source)
+		}
+		from, isSource = o.Source, true
+	} else if _, err := m.branch(c, o.Branch); err != nil {
+		return Snapshot{}, err
+	}
+	if err := m.makeSnapshot(ctx, c, o.Name, from, isSource, false); err != nil {
+		return Snapshot{}, err
+	}
+	s := *m.snapshot(o.Name)
+	if o.Keep > 0 {
+		m.retain(s.From, o.Keep)
+	}
+	return s, m.save()
+}
+
+// retain removes the oldest unused named snapshots of from beyond keep.
+func (m *Manager) retain(from string, keep int) {
+	used := map[string]bool{}
+	for _, b := range m.st.Branches {
+		used[b.Snapshot] = true
+	}
+	var same []*Snapshot
+	for _, s := range m.st.Snapshots {
+		if !s.Origin && s.From == from {
+			same = append(same, s)
+		}
+	}
+	sort.Slice(same, func(i, j int) bool { return same[i].Created.After(same[j].Created) })
+	drop := map[string]bool{}
+	for i, s := range same {
+		if i >= keep && !used[s.Name] {
+			drop[s.Name] = true
+		}
+	}
+	var rest []*Snapshot
+	for _, s := range m.st.Snapshots {
+		if drop[s.Name] {
+			_ = removeBelow(filepath.Join(m.dir, "snap"), s.Name)
+			continue
+		}
+		rest = append(rest, s)
+	}
+	m.st.Snapshots = rest
+}
+
+// DeleteSnapshot removes a named snapshot no branch is made from (the
+// caller's, or any with an admin token).
+func (m *Manager) DeleteSnapshot(c Caller, name string) error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	s := m.snapshot(name)
+	if s == nil || s.Origin || (s.Owner != Owner(c.Token) && !m.admin(c)) {
+		return errs.New(errs.NotFound, "no snapshot named %q", name)
+	}
+	for _, b := range m.st.Branches {
+		if b.Snapshot == name {
+			return errs.New(errs.Busy, "branch %q is made from snapshot %q", b.Name, name).WithHint("delete the branch first")
+		}
+	}
+	var rest []*Snapshot
+	for _, x := range m.st.Snapshots {
+		if x.Name != name {
+			rest = append(rest, x)
+		}
+	}
+	m.st.Snapshots = rest
+	if err := m.save(); err != nil {
+		return err
+	}
+	if err := removeBelow(filepath.Join(m.dir, "snap"), name); err != nil {
+		return errs.FromOS(err, m.snapDir(name), "cannot remove the snapshot's files")
+	}
+	return nil
+}
+
+// Reset puts a branch back to the snapshot it was made from: its server
+// stopped, its data directory replaced by a new copy, started again on the
+// same port with the same role and password.
+func (m *Manager) Reset(ctx context.Context, c Caller, name string) (Branch, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	b, err := m.branch(c, name)
+	if err != nil {
+		return Branch{}, err
+	}
+	if err := cluster.Down(ctx, m.o.Layout, regName(b.Name), cluster.DownOptions{KeepData: true, Timeout: 30 * time.Second}); err != nil && !errs.IsNotFound(err) {
+		return Branch{}, err
+	}
+	if err := m.copyAndStart(ctx, b, true); err != nil {
+		return Branch{}, err
+	}
+	b.ResetAt = time.Now().UTC()
+	return *b, m.save()
+}
+
+// Protect sets or clears a branch's protect flag: a protected branch is
+// neither deleted nor expired.
+func (m *Manager) Protect(c Caller, name string, on bool) (Branch, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	b, err := m.branch(c, name)
+	if err != nil {
+		return Branch{}, err
+	}
+	b.Protected = on
+	return *b, m.save()
+}
+
+// Delete stops and removes a branch (refused while it is protected).
+func (m *Manager) Delete(ctx context.Context, c Caller, name string) error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	b, err := m.branch(c, name)
+	if err != nil {
+		return err
+	}
+	if b.Protected {
+		return errs.New(errs.Busy, "branch %q is protected", name).WithHint("unprotect it first")
+	}
+	return m.delete(ctx, b)
+}
+
+func (m *Manager) delete(ctx context.Context, b *Branch) error {
+	if err := cluster.Down(ctx, m.o.Layout, regName(b.Name), cluster.DownOptions{Timeout: 30 * time.Second}); err != nil && !errs.IsNotFound(err) {
+		return err
+	}
+	_ = removeBelow(filepath.Join(m.dir, "data"), b.Name)
+	m.forget(b.Name)
+	m.dropUnusedOrigins()
+	return m.save()
+}
+
+// Expire deletes the branches whose TTL ran out (protected ones stay).
+func (m *Manager) Expire(ctx context.Context) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.expire(ctx)
+}
+
+func (m *Manager) expire(ctx context.Context) {
+	now := time.Now()
+	for _, b := range append([]*Branch(nil), m.st.Branches...) {
+		if b.State == stateReady && !b.Protected && !b.Expires().IsZero() && now.After(b.Expires()) {
+			_ = m.delete(ctx, b)
+		}
+	}
+}

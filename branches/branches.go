@@ -120,9 +120,11 @@ type Branch struct {
 	// State is "creating" until the branch is complete; a branch found
 	// creating when the Manager opens is the leftover of a crash, removed.
 	State string `json:"state"`
-	// Size and Shared are filled by List (see Snapshot).
+	// Size and Shared are filled by List and Get (see Snapshot).
 	Size   int64 `json:"size_bytes"`
 	Shared int64 `json:"shared_bytes"`
+	// Conn is URL() in what the Manager returns (not stored).
+	Conn string `json:"url,omitempty"`
 }
 
 // URL is the branch's connection string.
@@ -414,9 +416,7 @@ func (m *Manager) List(c Caller) ListResult {
 		if b.Owner != Owner(c.Token) && !m.admin(c) {
 			continue
 		}
-		v := *b
-		v.Size, v.Shared = usage(m.branchDir(b.Name))
-		res.Branches = append(res.Branches, v)
+		res.Branches = append(res.Branches, m.view(b, true))
 	}
 	sort.Slice(res.Branches, func(i, j int) bool { return res.Branches[i].Name < res.Branches[j].Name })
 	return res
@@ -430,9 +430,18 @@ func (m *Manager) Get(c Caller, name string) (Branch, error) {
 	if err != nil {
 		return Branch{}, err
 	}
+	return m.view(b, true), nil
+}
+
+// view is what callers get of a branch: a copy with its URL and, when
+// sized, its disk use.
+func (m *Manager) view(b *Branch, sized bool) Branch {
 	v := *b
-	v.Size, v.Shared = usage(m.branchDir(b.Name))
-	return v, nil
+	v.Conn = b.URL()
+	if sized {
+		v.Size, v.Shared = usage(m.branchDir(b.Name))
+	}
+	return v
 }
 
 // usage is the disk a tree uses and how much of it is shared by reflink.

@@ -135,7 +135,7 @@ func (m *Manager) Create(ctx context.Context, c Caller, o CreateOptions) (Branch
 	if err := m.save(); err != nil {
 		return fail(err)
 	}
-	return *b, nil
+	return m.view(b, false), nil
 }
 
 func (m *Manager) forget(name string) {
@@ -355,7 +355,7 @@ func (m *Manager) Reset(ctx context.Context, c Caller, name string) (Branch, err
 		return Branch{}, err
 	}
 	b.ResetAt = time.Now().UTC()
-	return *b, m.save()
+	return m.view(b, false), m.save()
 }
 
 // Protect sets or clears a branch's protect flag: a protected branch is
@@ -368,7 +368,7 @@ func (m *Manager) Protect(c Caller, name string, on bool) (Branch, error) {
 		return Branch{}, err
 	}
 	b.Protected = on
-	return *b, m.save()
+	return m.view(b, false), m.save()
 }
 
 // Delete stops and removes a branch (refused while it is protected).

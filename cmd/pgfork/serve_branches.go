@@ -1,0 +1,72 @@
+package main
+
+import (
+	"strings"
+
+	"github.com/spf13/pflag"
+
+	"github.com/pgfork/pgfork/branches"
+	"github.com/pgfork/pgfork/internal/errs"
+	"github.com/pgfork/pgfork/internal/units"
+	"github.com/pgfork/pgfork/serve"
+)
+
+// branchFlags are serve's flags for branches (docs/branches.md).
+type branchFlags struct {
+	sources, tokens, admins []string
+	quota                   int
+	minFree                 string
+}
+
+func addBranchFlags(f *pflag.FlagSet) *branchFlags {
+	b := &branchFlags{}
+	f.StringArrayVar(&b.sources, "branch-source", nil, "serve branches of NAME=cluster:DATADIR (a running cluster, online clone) or NAME=backup:CHAINDIR[@BACKUP] (a chain made by pgfork backup); repeatable")
+	f.StringArrayVar(&b.tokens, "branch-token", nil, "a token that may create and see its own branches (repeatable; --token is an admin token)")
+	f.StringArrayVar(&b.admins, "branch-admin-token", nil, "a token that sees and changes every branch (repeatable)")
+	f.IntVar(&b.quota, "branch-quota", 0, "branches one token may have at once (0: no limit)")
+	f.StringVar(&b.minFree, "branch-min-free", "1GiB", "refuse to create branches and snapshots below this much free space")
+	return b
+}
+
+// options are the serve.BranchOptions the flags give (nil: no branches).
+func (b *branchFlags) options() (*serve.BranchOptions, error) {
+	if len(b.sources) == 0 {
+		if len(b.tokens)+len(b.admins) > 0 {
+			return nil, errs.New(errs.Usage, "branch tokens without a source").WithCLI("add --branch-source NAME=cluster:DATADIR")
+		}
+		return nil, nil
+	}
+	o := &serve.BranchOptions{Tokens: b.tokens, AdminTokens: b.admins, MaxBranches: b.quota}
+	if b.quota < 0 {
+		return nil, errs.New(errs.Usage, "bad --branch-quota %d", b.quota).WithHint("give 0 or more")
+	}
+	for _, tok := range append(append([]string(nil), b.tokens...), b.admins...) {
+		if len(tok) < 16 {
+			return nil, errs.New(errs.Usage, "a branch token is %d characters; it must have at least 16", len(tok)).
+				WithHint("generate one: openssl rand -hex 16")
+		}
+	}
+	n, err := units.ParseBytes(b.minFree)
+	if err != nil {
+		return nil, errs.Wrap(errs.Usage, err, "bad --branch-min-free %q", b.minFree)
+	}
+	o.MinFree = n
+	for _, s := range b.sources {
+		name, spec, ok := strings.Cut(s, "=")
+		kind, path, ok2 := strings.Cut(spec, ":")
+		if !ok || !ok2 || path == "" {
+			return nil, errs.New(errs.Usage, "bad --branch-source %q", s).WithCLI("NAME=cluster:DATADIR or NAME=backup:CHAINDIR[@BACKUP]")
+		}
+		src := branches.Source{Name: name, Kind: kind}
+		switch kind {
+		case branches.SourceCluster:
+			src.DataDir = path
+		case branches.SourceBackup:
+			src.Chain, src.Upto, _ = strings.Cut(path, "@")
+		default:
+			return nil, errs.New(errs.Usage, "bad --branch-source %q: unknown kind %q", s, kind).WithCLI("cluster:DATADIR or backup:CHAINDIR")
+		}
+		o.Sources = append(o.Sources, src)
+	}
+	return o, nil
+}

@@ -1,0 +1,81 @@
+package serve
+
+import (
+	"context"
+
+	"github.com/pgfork/pgfork/branches"
+	"github.com/pgfork/pgfork/instance"
+	"github.com/pgfork/pgfork/pgbackup"
+	"github.com/pgfork/pgfork/restore"
+	"github.com/pgfork/pgfork/server"
+)
+
+// BranchOptions turn on branches (docs/branches.md): the sources and
+// guards; the layout, PostgreSQL build and OS user are Run's.
+type BranchOptions struct {
+	Sources     []branches.Source
+	Tokens      []string // tokens that may use the branch routes (owners)
+	AdminTokens []string // tokens that see and change every branch
+	MaxBranches int
+	MinFree     int64
+}
+
+// openBranches opens the branches Manager for Run.
+func openBranches(ctx context.Context, o Options) (*branches.Manager, error) {
+	inst, user, err := o.FindPG()
+	if err != nil {
+		return nil, err
+	}
+	bo := o.Branches
+	return branches.Open(ctx, branches.Options{Layout: o.Layout, Sources: bo.Sources, Installation: inst, User: user,
+		Restore: restoreFunc(user), MaxBranches: bo.MaxBranches, MinFree: bo.MinFree,
+		AdminTokens: append(append([]string(nil), bo.AdminTokens...), o.Token)})
+}
+
+// restoreFunc rebuilds a chain directory for a backup source.
+func restoreFunc(user *instance.OSUser) branches.RestoreFunc {
+	return func(ctx context.Context, chain, upto, dst string) error {
+		dirs, err := pgbackup.Discover(chain, upto)
+		if err != nil {
+			return err
+		}
+		_, err = restore.Restore(ctx, dirs, dst, restore.Options{Owner: user.Owner()})
+		return err
+	}
+}
+
+// branchAPI is the server's view of a branches.Manager.
+type branchAPI struct{ m *branches.Manager }
+
+var _ server.Branches = branchAPI{}
+
+func caller(token string) branches.Caller { return branches.Caller{Token: token} }
+
+func (a branchAPI) List(token string) any { return a.m.List(caller(token)) }
+
+func (a branchAPI) Get(token, name string) (any, error) { return a.m.Get(caller(token), name) }
+
+func (a branchAPI) Create(ctx context.Context, token string, r server.BranchRequest) (any, error) {
+	return a.m.Create(ctx, caller(token), branches.CreateOptions{Name: r.Name, Source: r.Source, Snapshot: r.Snapshot,
+		From: r.From, TTL: r.TTL(), Protected: r.Protected})
+}
+
+func (a branchAPI) Reset(ctx context.Context, token, name string) (any, error) {
+	return a.m.Reset(ctx, caller(token), name)
+}
+
+func (a branchAPI) Protect(token, name string, on bool) (any, error) {
+	return a.m.Protect(caller(token), name, on)
+}
+
+func (a branchAPI) Delete(ctx context.Context, token, name string) error {
+	return a.m.Delete(ctx, caller(token), name)
+}
+
+func (a branchAPI) Snapshot(ctx context.Context, token string, r server.SnapshotRequest) (any, error) {
+	return a.m.CreateSnapshot(ctx, caller(token), branches.SnapshotOptions{Name: r.Name, Source: r.Source, Branch: r.Branch, Keep: r.Keep})
+}
+
+func (a branchAPI) DeleteSnapshot(token, name string) error {
+	return a.m.DeleteSnapshot(caller(token), name)
+}

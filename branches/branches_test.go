@@ -271,3 +271,37 @@ func TestCreateKilled(t *testing.T) {
 		ln.Close()
 	}
 }
+
+// TestExpiryAndFloor: a branch past its TTL is deleted by Expire unless
+// protected; below the free-space floor nothing is created (NoSpace) and
+// nothing is left behind.
+func TestExpiryAndFloor(t *testing.T) {
+	ctx := context.Background()
+	o := env(t)
+	m := open(t, o)
+	alice := Caller{Token: "alice"}
+	for _, c := range []CreateOptions{{Name: "short", Source: "prod", TTL: time.Second},
+		{Name: "kept", Source: "prod", TTL: time.Second, Protected: true}} {
+		if _, err := m.Create(ctx, alice, c); err != nil {
+			t.Fatal(err)
+		}
+	}
+	time.Sleep(1100 * time.Millisecond)
+	m.Expire(ctx)
+	l := m.List(alice).Branches
+	if len(l) != 1 || l[0].Name != "kept" {
+		t.Fatalf("after expiry: %+v, want only the protected branch", l)
+	}
+	if _, err := os.Stat(m.branchDir("short")); err == nil {
+		t.Error("the expired branch's data directory is left")
+	}
+
+	m.o.MinFree = 1 << 62
+	_, err := m.Create(ctx, alice, CreateOptions{Name: "big", Source: "prod"})
+	wantKind(t, "create below the floor", err, errs.NoSpace)
+	_, err = m.CreateSnapshot(ctx, alice, SnapshotOptions{Name: "s", Source: "prod"})
+	wantKind(t, "snapshot below the floor", err, errs.NoSpace)
+	if ents, _ := os.ReadDir(filepath.Join(m.dir, "data")); len(ents) != 1 {
+		t.Errorf("data/ has %d entries, want the one kept branch", len(ents))
+	}
+}

@@ -2,6 +2,7 @@ package serve
 
 import (
 	"context"
+	"time"
 
 	"github.com/pgfork/pgfork/branches"
 	"github.com/pgfork/pgfork/instance"
@@ -30,6 +31,21 @@ func openBranches(ctx context.Context, o Options) (*branches.Manager, error) {
 	return branches.Open(ctx, branches.Options{Layout: o.Layout, Sources: bo.Sources, Installation: inst, User: user,
 		Restore: restoreFunc(user), MaxBranches: bo.MaxBranches, MinFree: bo.MinFree,
 		AdminTokens: append(append([]string(nil), bo.AdminTokens...), o.Token)})
+}
+
+// expireBranches deletes branches whose TTL ran out, every 30 seconds,
+// until ctx ends.
+func expireBranches(ctx context.Context, m *branches.Manager) {
+	t := time.NewTicker(30 * time.Second)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+			m.Expire(ctx)
+		}
+	}
 }
 
 // restoreFunc rebuilds a chain directory for a backup source.

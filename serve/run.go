@@ -135,6 +135,9 @@ func Run(ctx context.Context, o Options) error {
 			return err
 		}
 		defer bm.Close()
+		ectx, stopExpiry := context.WithCancel(ctx)
+		defer stopExpiry()
+		go expireBranches(ectx, bm)
 		cfg.Branches, cfg.BranchTokens = branchAPI{bm}, append(append([]string(nil), o.Branches.Tokens...), o.Branches.AdminTokens...)
 	}
 	srv := server.New(cfg)

@@ -105,12 +105,14 @@ type Snapshot struct {
 
 // Branch is a started cluster handed out to an owner.
 type Branch struct {
-	Name      string        `json:"name"`
-	Snapshot  string        `json:"snapshot"` // the point reset goes back to
-	From      string        `json:"from"`     // what it was made from, for the tree view
-	Owner     string        `json:"owner"`
-	Created   time.Time     `json:"created"`
-	ResetAt   time.Time     `json:"reset_at,omitzero"`
+	Name     string    `json:"name"`
+	Snapshot string    `json:"snapshot"` // the point reset goes back to
+	From     string    `json:"from"`     // what it was made from, for the tree view
+	Owner    string    `json:"owner"`
+	Created  time.Time `json:"created"`
+	ResetAt  time.Time `json:"reset_at,omitzero"`
+	// Active is when a session was last seen on it (ExpireIdle).
+	Active    time.Time     `json:"active_at,omitzero"`
 	TTL       time.Duration `json:"ttl_ns,omitempty"`
 	Protected bool          `json:"protected"`
 	Port      int           `json:"port"`

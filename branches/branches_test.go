@@ -305,3 +305,44 @@ func TestExpiryAndFloor(t *testing.T) {
 		t.Errorf("data/ has %d entries, want the one kept branch", len(ents))
 	}
 }
+
+// TestIdleDeletion: a branch with a session open is kept however long it
+// lasts; once no session was seen for the idle time it is deleted, unless
+// protected.
+func TestIdleDeletion(t *testing.T) {
+	ctx := context.Background()
+	m := open(t, env(t))
+	me := Caller{Token: "me"}
+	busy, err := m.Create(ctx, me, CreateOptions{Name: "busy", Source: "prod"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []CreateOptions{{Name: "idle", Source: "prod"}, {Name: "guarded", Source: "prod", Protected: true}} {
+		if _, err := m.Create(ctx, me, c); err != nil {
+			t.Fatal(err)
+		}
+	}
+	conn, err := connect(ctx, busy.URL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(1100 * time.Millisecond)
+	m.ExpireIdle(ctx, time.Second)
+	var names []string
+	for _, b := range m.List(me).Branches {
+		names = append(names, b.Name)
+	}
+	if len(names) != 2 || names[0] != "busy" || names[1] != "guarded" {
+		t.Fatalf("after the idle time: %v, want busy (a session) and guarded (protected)", names)
+	}
+	conn.Close(ctx)
+	m.ExpireIdle(ctx, time.Second) // seen idle now, not yet for a second
+	if _, err := m.Get(me, "busy"); err != nil {
+		t.Fatalf("busy deleted as soon as its session ended: %v", err)
+	}
+	time.Sleep(1100 * time.Millisecond)
+	m.ExpireIdle(ctx, time.Second)
+	if _, err := m.Get(me, "busy"); !errs.IsNotFound(err) {
+		t.Errorf("busy kept a second after its last session: %v", err)
+	}
+}

@@ -410,3 +410,57 @@ func (m *Manager) expire(ctx context.Context) {
 		}
 	}
 }
+
+// ExpireIdle deletes the branches on which no client session was seen
+// for idle (protected ones stay): each call looks at every branch's
+// sessions (pg_stat_activity, over its private socket) and remembers when
+// it last saw one; a branch never seen busy counts from its creation or
+// last reset. serve calls it every 30 seconds.
+func (m *Manager) ExpireIdle(ctx context.Context, idle time.Duration) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	now := time.Now().UTC()
+	changed := false
+	for _, b := range append([]*Branch(nil), m.st.Branches...) {
+		if b.State != stateReady {
+			continue
+		}
+		if n, err := m.sessions(ctx, b); err == nil && n > 0 {
+			b.Active, changed = now, true
+			continue
+		} else if err != nil {
+			continue // not reachable now: not proven idle
+		}
+		last := b.Created
+		for _, t := range []time.Time{b.ResetAt, b.Active} {
+			if t.After(last) {
+				last = t
+			}
+		}
+		if !b.Protected && now.Sub(last) > idle {
+			_ = m.delete(ctx, b)
+		}
+	}
+	if changed {
+		_ = m.save()
+	}
+}
+
+// sessions counts the client sessions on a branch other than its own.
+func (m *Manager) sessions(ctx context.Context, b *Branch) (int, error) {
+	e, err := cluster.Get(m.o.Layout, regName(b.Name))
+	if err != nil {
+		return 0, err
+	}
+	sock := &instance.Instance{SocketDir: e.SocketDir, Port: e.Port}
+	cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	c, err := pgx.Connect(cctx, sock.ConnString(m.o.SuperUser, "postgres"))
+	if err != nil {
+		return 0, err
+	}
+	defer c.Close(context.WithoutCancel(ctx))
+	var n int
+	err = c.QueryRow(cctx, "SELECT count(*) FROM pg_stat_activity WHERE backend_type = 'client backend' AND pid <> pg_backend_pid()").Scan(&n)
+	return n, err
+}

@@ -19,6 +19,8 @@ type BranchOptions struct {
 	AdminTokens []string // tokens that see and change every branch
 	MaxBranches int
 	MinFree     int64
+	// Idle, when set, deletes branches with no session for this long.
+	Idle time.Duration
 }
 
 // openBranches opens the branches Manager for Run.
@@ -33,9 +35,9 @@ func openBranches(ctx context.Context, o Options) (*branches.Manager, error) {
 		AdminTokens: append(append([]string(nil), bo.AdminTokens...), o.Token)})
 }
 
-// expireBranches deletes branches whose TTL ran out, every 30 seconds,
-// until ctx ends.
-func expireBranches(ctx context.Context, m *branches.Manager) {
+// expireBranches deletes branches whose TTL ran out (and, with idle set,
+// those without a session for that long), every 30 seconds, until ctx ends.
+func expireBranches(ctx context.Context, m *branches.Manager, idle time.Duration) {
 	t := time.NewTicker(30 * time.Second)
 	defer t.Stop()
 	for {
@@ -44,6 +46,9 @@ func expireBranches(ctx context.Context, m *branches.Manager) {
 			return
 		case <-t.C:
 			m.Expire(ctx)
+			if idle > 0 {
+				m.ExpireIdle(ctx, idle)
+			}
 		}
 	}
 }

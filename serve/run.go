@@ -137,7 +137,7 @@ func Run(ctx context.Context, o Options) error {
 		defer bm.Close()
 		ectx, stopExpiry := context.WithCancel(ctx)
 		defer stopExpiry()
-		go expireBranches(ectx, bm)
+		go expireBranches(ectx, bm, o.Branches.Idle)
 		cfg.Branches, cfg.BranchTokens = branchAPI{bm}, append(append([]string(nil), o.Branches.Tokens...), o.Branches.AdminTokens...)
 	}
 	srv := server.New(cfg)

@@ -2,6 +2,7 @@ package main
 
 import (
 	"strings"
+	"time"
 
 	"github.com/spf13/pflag"
 
@@ -16,6 +17,7 @@ type branchFlags struct {
 	sources, tokens, admins []string
 	quota                   int
 	minFree                 string
+	idle                    time.Duration
 }
 
 func addBranchFlags(f *pflag.FlagSet) *branchFlags {
@@ -25,6 +27,7 @@ func addBranchFlags(f *pflag.FlagSet) *branchFlags {
 	f.StringArrayVar(&b.admins, "branch-admin-token", nil, "a token that sees and changes every branch (repeatable)")
 	f.IntVar(&b.quota, "branch-quota", 0, "branches one token may have at once (0: no limit)")
 	f.StringVar(&b.minFree, "branch-min-free", "1GiB", "refuse to create branches and snapshots below this much free space")
+	f.DurationVar(&b.idle, "branch-idle", 0, "delete a branch no session used for this long (checked every 30 s; 0: never)")
 	return b
 }
 
@@ -36,7 +39,7 @@ func (b *branchFlags) options() (*serve.BranchOptions, error) {
 		}
 		return nil, nil
 	}
-	o := &serve.BranchOptions{Tokens: b.tokens, AdminTokens: b.admins, MaxBranches: b.quota}
+	o := &serve.BranchOptions{Tokens: b.tokens, AdminTokens: b.admins, MaxBranches: b.quota, Idle: b.idle}
 	if b.quota < 0 {
 		return nil, errs.New(errs.Usage, "bad --branch-quota %d", b.quota).WithHint("give 0 or more")
 	}

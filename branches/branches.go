@@ -60,11 +60,19 @@ type Source struct {
 	// restored up to Upto (a backup's name; empty: the newest).
 	Chain string `json:"chain,omitempty"`
 	Upto  string `json:"upto,omitempty"`
+	// WALDir and one target make a SourceBackup's snapshots a
+	// point-in-time recovery: WAL replayed from the archive up to the
+	// target, promoted and shut down cleanly.
+	WALDir     string `json:"wal_dir,omitempty"`
+	TargetTime string `json:"target_time,omitempty"`
+	TargetLSN  string `json:"target_lsn,omitempty"`
+	TargetName string `json:"target_name,omitempty"`
 }
 
-// RestoreFunc rebuilds a backup chain (up to upto; empty: the newest) into
-// the data directory dst, which it creates; serve passes restore's.
-type RestoreFunc func(ctx context.Context, chain, upto, dst string) error
+// RestoreFunc rebuilds a SourceBackup (its chain up to Upto, empty: the
+// newest; recovered to its target when it has one) into the data
+// directory dst, which it creates, left stopped; serve passes restore's.
+type RestoreFunc func(ctx context.Context, s Source, dst string) error
 
 // Options configure a Manager.
 type Options struct {

@@ -203,7 +203,7 @@ func (m *Manager) makeSnapshot(ctx context.Context, c Caller, name, from string,
 			if m.o.Restore == nil {
 				return errs.New(errs.Unsupported, "source %q is a backup chain but this server cannot restore", s.Name)
 			}
-			err = m.o.Restore(ctx, s.Chain, s.Upto, dst)
+			err = m.o.Restore(ctx, s, dst)
 		default:
 			_, err = pgclone.Clone(ctx, pgclone.Options{Src: s.DataDir, Dst: dst, Installation: m.o.Installation,
 				Online: true, ConnString: s.ConnString, Label: "pgfork branches " + name, Sync: clone.SyncFS, User: m.o.User})

@@ -5,8 +5,12 @@ import (
 	"time"
 
 	"github.com/pgfork/pgfork/branches"
+	"github.com/pgfork/pgfork/cluster"
 	"github.com/pgfork/pgfork/instance"
+	"github.com/pgfork/pgfork/internal/fsutil"
+	"github.com/pgfork/pgfork/internal/statedir"
 	"github.com/pgfork/pgfork/pgbackup"
+	"github.com/pgfork/pgfork/pgbin"
 	"github.com/pgfork/pgfork/restore"
 	"github.com/pgfork/pgfork/server"
 )
@@ -31,7 +35,7 @@ func openBranches(ctx context.Context, o Options) (*branches.Manager, error) {
 	}
 	bo := o.Branches
 	return branches.Open(ctx, branches.Options{Layout: o.Layout, Sources: bo.Sources, Installation: inst, User: user,
-		Restore: restoreFunc(user), MaxBranches: bo.MaxBranches, MinFree: bo.MinFree,
+		Restore: restoreFunc(o.Layout, inst, user), MaxBranches: bo.MaxBranches, MinFree: bo.MinFree,
 		AdminTokens: append(append([]string(nil), bo.AdminTokens...), o.Token)})
 }
 
@@ -53,15 +57,28 @@ func expireBranches(ctx context.Context, m *branches.Manager, idle time.Duration
 	}
 }
 
-// restoreFunc rebuilds a chain directory for a backup source.
-func restoreFunc(user *instance.OSUser) branches.RestoreFunc {
-	return func(ctx context.Context, chain, upto, dst string) error {
-		dirs, err := pgbackup.Discover(chain, upto)
+// restoreFunc rebuilds a chain directory for a backup source. With a
+// recovery target it starts the result as a restore branch (WAL replayed
+// to the target, promoted), then shuts it down cleanly: the snapshot is
+// the database as it was at the target, and branches of it start at once.
+func restoreFunc(lay statedir.Layout, inst pgbin.Installation, user *instance.OSUser) branches.RestoreFunc {
+	return func(ctx context.Context, s branches.Source, dst string) error {
+		rec := restore.Recovery{WALDir: s.WALDir, TargetTime: s.TargetTime, TargetLSN: s.TargetLSN, TargetName: s.TargetName}
+		if !rec.Targeted() {
+			dirs, err := pgbackup.Discover(s.Chain, s.Upto)
+			if err != nil {
+				return err
+			}
+			_, err = restore.Restore(ctx, dirs, dst, restore.Options{Owner: user.Owner()})
+			return err
+		}
+		res, err := restore.Run(ctx, restore.RunOptions{Backups: []string{s.Chain}, Upto: s.Upto, Dst: dst, Start: true,
+			Layout: lay, User: user, PGBin: inst.BinDir, Name: "pitr-" + fsutil.RandomTag(), Recovery: rec})
 		if err != nil {
 			return err
 		}
-		_, err = restore.Restore(ctx, dirs, dst, restore.Options{Owner: user.Owner()})
-		return err
+		// A restore branch's data directory is kept by Down.
+		return cluster.Down(ctx, lay, res.Branch.Name, cluster.DownOptions{Timeout: time.Minute})
 	}
 }
 

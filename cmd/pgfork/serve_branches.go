@@ -22,7 +22,7 @@ type branchFlags struct {
 
 func addBranchFlags(f *pflag.FlagSet) *branchFlags {
 	b := &branchFlags{}
-	f.StringArrayVar(&b.sources, "branch-source", nil, "serve branches of NAME=cluster:DATADIR (a running cluster, online clone) or NAME=backup:CHAINDIR[@BACKUP] (a chain made by pgfork backup); repeatable")
+	f.StringArrayVar(&b.sources, "branch-source", nil, "serve branches of NAME=cluster:DATADIR (a running cluster, online clone) or NAME=backup:CHAINDIR[@BACKUP][,wal=DIR,target-time=T|target-lsn=L|target-name=N] (a chain made by pgfork backup, optionally recovered to a point in time); repeatable")
 	f.StringArrayVar(&b.tokens, "branch-token", nil, "a token that may create and see its own branches (repeatable; --token is an admin token)")
 	f.StringArrayVar(&b.admins, "branch-admin-token", nil, "a token that sees and changes every branch (repeatable)")
 	f.IntVar(&b.quota, "branch-quota", 0, "branches one token may have at once (0: no limit)")
@@ -65,7 +65,25 @@ func (b *branchFlags) options() (*serve.BranchOptions, error) {
 		case branches.SourceCluster:
 			src.DataDir = path
 		case branches.SourceBackup:
-			src.Chain, src.Upto, _ = strings.Cut(path, "@")
+			// CHAINDIR[@BACKUP][,wal=DIR][,target-time=T|,target-lsn=L|,target-name=N]
+			parts := strings.Split(path, ",")
+			src.Chain, src.Upto, _ = strings.Cut(parts[0], "@")
+			for _, kv := range parts[1:] {
+				k, v, _ := strings.Cut(kv, "=")
+				switch k {
+				case "wal":
+					src.WALDir = v
+				case "target-time":
+					src.TargetTime = v
+				case "target-lsn":
+					src.TargetLSN = v
+				case "target-name":
+					src.TargetName = v
+				default:
+					return nil, errs.New(errs.Usage, "bad --branch-source %q: unknown option %q", s, k).
+						WithCLI("options: ,wal=DIR and one of ,target-time=T ,target-lsn=L ,target-name=N")
+				}
+			}
 		default:
 			return nil, errs.New(errs.Usage, "bad --branch-source %q: unknown kind %q", s, kind).WithCLI("cluster:DATADIR or backup:CHAINDIR")
 		}

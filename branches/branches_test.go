@@ -8,6 +8,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"syscall"
 	"testing"
 	"time"
@@ -344,5 +345,39 @@ func TestIdleDeletion(t *testing.T) {
 	m.ExpireIdle(ctx, time.Second)
 	if _, err := m.Get(me, "busy"); !errs.IsNotFound(err) {
 		t.Errorf("busy kept a second after its last session: %v", err)
+	}
+}
+
+// TestSnapshotRetention: snapshots of a source kept to the newest N, but
+// never one a branch is made from; sizes show what is shared.
+func TestSnapshotRetention(t *testing.T) {
+	ctx := context.Background()
+	m := open(t, env(t))
+	me := Caller{Token: "me"}
+	take := func(name string) {
+		t.Helper()
+		if _, err := m.CreateSnapshot(ctx, me, SnapshotOptions{Name: name, Source: "prod", Keep: 2}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	take("s1")
+	if _, err := m.Create(ctx, me, CreateOptions{Name: "on-s1", Snapshot: "s1"}); err != nil {
+		t.Fatal(err)
+	}
+	take("s2")
+	take("s3")
+	take("s4")
+	var names []string
+	for _, s := range m.List(me).Snapshots {
+		names = append(names, s.Name)
+		if s.Size == 0 || s.Shared == 0 {
+			t.Errorf("snapshot %s: size %d, shared %d; want both (a reflink copy of the source)", s.Name, s.Size, s.Shared)
+		}
+	}
+	if strings.Join(names, ",") != "s1,s3,s4" {
+		t.Errorf("snapshots kept: %v, want s1 (a branch is made from it) and the newest two", names)
+	}
+	if _, err := os.Stat(m.snapDir("s2")); err == nil {
+		t.Error("the dropped snapshot's files are left")
 	}
 }

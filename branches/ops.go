@@ -464,3 +464,15 @@ func (m *Manager) sessions(ctx context.Context, b *Branch) (int, error) {
 	err = c.QueryRow(cctx, "SELECT count(*) FROM pg_stat_activity WHERE backend_type = 'client backend' AND pid <> pg_backend_pid()").Scan(&n)
 	return n, err
 }
+
+// ScheduledSnapshot takes a snapshot of source named SOURCE-YYYYMMDDTHHMMSSZ
+// as the admin, keeping the newest keep of that source's (0: all); serve
+// calls it on a schedule.
+func (m *Manager) ScheduledSnapshot(ctx context.Context, source string, keep int) (Snapshot, error) {
+	name := source + "-" + time.Now().UTC().Format("20060102T150405Z")
+	var admin Caller
+	if len(m.o.AdminTokens) > 0 {
+		admin.Token = m.o.AdminTokens[0]
+	}
+	return m.CreateSnapshot(ctx, admin, SnapshotOptions{Name: name, Source: source, Keep: keep})
+}

@@ -2,6 +2,7 @@ package serve
 
 import (
 	"context"
+	"log/slog"
 	"time"
 
 	"github.com/pgfork/pgfork/branches"
@@ -25,6 +26,35 @@ type BranchOptions struct {
 	MinFree     int64
 	// Idle, when set, deletes branches with no session for this long.
 	Idle time.Duration
+	// Schedules take snapshots of sources periodically.
+	Schedules []SnapshotSchedule
+}
+
+// SnapshotSchedule takes a snapshot of Source every Every, keeping the
+// newest Keep (0: all).
+type SnapshotSchedule struct {
+	Source string
+	Every  time.Duration
+	Keep   int
+}
+
+// snapshotOnSchedule runs one schedule until ctx ends; a failed snapshot
+// is logged and tried again at the next tick.
+func snapshotOnSchedule(ctx context.Context, m *branches.Manager, s SnapshotSchedule, log *slog.Logger) {
+	t := time.NewTicker(s.Every)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+			if snap, err := m.ScheduledSnapshot(ctx, s.Source, s.Keep); err != nil {
+				log.Warn("scheduled snapshot failed", "source", s.Source, "err", err)
+			} else {
+				log.Info("scheduled snapshot", "source", s.Source, "name", snap.Name)
+			}
+		}
+	}
 }
 
 // openBranches opens the branches Manager for Run.

@@ -138,6 +138,9 @@ func Run(ctx context.Context, o Options) error {
 		ectx, stopExpiry := context.WithCancel(ctx)
 		defer stopExpiry()
 		go expireBranches(ectx, bm, o.Branches.Idle)
+		for _, sch := range o.Branches.Schedules {
+			go snapshotOnSchedule(ectx, bm, sch, log)
+		}
 		cfg.Branches, cfg.BranchTokens = branchAPI{bm}, append(append([]string(nil), o.Branches.Tokens...), o.Branches.AdminTokens...)
 	}
 	srv := server.New(cfg)

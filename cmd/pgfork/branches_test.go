@@ -84,3 +84,23 @@ func TestBranchCLI(t *testing.T) {
 		t.Errorf("left after removing everything:\n%s", l)
 	}
 }
+
+// TestServeBranchFlagsRefused: bad branch flags stop serve before it
+// starts anything (exit 2, naming the flag).
+func TestServeBranchFlagsRefused(t *testing.T) {
+	for _, args := range [][]string{
+		{"--branch-source", "prod"},
+		{"--branch-source", "prod=ftp:/x"},
+		{"--branch-source", "prod=backup:/c,bogus=1"},
+		{"--branch-source", "prod=cluster:/d", "--branch-token", "short"},
+		{"--branch-token", "alice-0123456789abcdef"},
+		{"--branch-source", "prod=cluster:/d", "--branch-snapshot-every", "prod=10s"},
+		{"--branch-source", "prod=cluster:/d", "--branch-snapshot-every", "other=1h"},
+		{"--branch-source", "prod=cluster:/d", "--branch-snapshot-every", "prod=1h,keep=x"},
+	} {
+		r := runInProcess(t, append([]string{"serve", "--listen", "127.0.0.1:0"}, args...)...)
+		if r.code != 2 || !strings.Contains(r.stderr, "branch") {
+			t.Errorf("serve %v: exit %d, stderr %s; want 2 naming the branch flag", args, r.code, r.stderr)
+		}
+	}
+}

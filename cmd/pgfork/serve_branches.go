@@ -1,6 +1,7 @@
 package main
 
 import (
+	"strconv"
 	"strings"
 	"time"
 
@@ -18,6 +19,7 @@ type branchFlags struct {
 	quota                   int
 	minFree                 string
 	idle                    time.Duration
+	schedules               []string
 }
 
 func addBranchFlags(f *pflag.FlagSet) *branchFlags {
@@ -27,6 +29,7 @@ func addBranchFlags(f *pflag.FlagSet) *branchFlags {
 	f.StringArrayVar(&b.admins, "branch-admin-token", nil, "a token that sees and changes every branch (repeatable)")
 	f.IntVar(&b.quota, "branch-quota", 0, "branches one token may have at once (0: no limit)")
 	f.StringVar(&b.minFree, "branch-min-free", "1GiB", "refuse to create branches and snapshots below this much free space")
+	f.StringArrayVar(&b.schedules, "branch-snapshot-every", nil, "SOURCE=DURATION[,keep=N]: snapshot a source that often, keeping the newest N (repeatable)")
 	f.DurationVar(&b.idle, "branch-idle", 0, "delete a branch no session used for this long (checked every 30 s; 0: never)")
 	return b
 }
@@ -88,6 +91,28 @@ func (b *branchFlags) options() (*serve.BranchOptions, error) {
 			return nil, errs.New(errs.Usage, "bad --branch-source %q: unknown kind %q", s, kind).WithCLI("cluster:DATADIR or backup:CHAINDIR")
 		}
 		o.Sources = append(o.Sources, src)
+	}
+	for _, sc := range b.schedules {
+		name, spec, _ := strings.Cut(sc, "=")
+		every, keep, _ := strings.Cut(spec, ",")
+		d, err := time.ParseDuration(every)
+		sch := serve.SnapshotSchedule{Source: name, Every: d}
+		if keep != "" {
+			n, kerr := strconv.Atoi(strings.TrimPrefix(keep, "keep="))
+			if kerr != nil || n < 0 || !strings.HasPrefix(keep, "keep=") {
+				err = errs.New(errs.Usage, "bad keep")
+			}
+			sch.Keep = n
+		}
+		found := false
+		for _, s := range o.Sources {
+			found = found || s.Name == name
+		}
+		if err != nil || d < time.Minute || !found {
+			return nil, errs.New(errs.Usage, "bad --branch-snapshot-every %q", sc).
+				WithCLI("SOURCE=DURATION[,keep=N]: a declared source, at least 1m")
+		}
+		o.Schedules = append(o.Schedules, sch)
 	}
 	return o, nil
 }

@@ -172,8 +172,15 @@ type Manager struct {
 	o    Options
 	dir  string
 	lock *flock.Lock
-	mu   sync.Mutex
-	st   state
+	// mu guards st, pending and busy; the long steps (copies, starts)
+	// run without it, so that creates go in parallel and List answers
+	// while they run.
+	mu sync.Mutex
+	st state
+	// pending are snapshot names being built; busy are branches being
+	// reset (neither is in st yet / changeable now).
+	pending map[string]bool
+	busy    map[string]bool
 }
 
 // Dir is where a Manager keeps its files: <state>/branches.
@@ -219,7 +226,7 @@ func Open(ctx context.Context, o Options) (*Manager, error) {
 			return nil, errs.New(errs.Usage, "source %q: unknown kind %q", s.Name, s.Kind).WithHint("use cluster or backup")
 		}
 	}
-	m := &Manager{o: o, dir: Dir(o.Layout)}
+	m := &Manager{o: o, dir: Dir(o.Layout), pending: map[string]bool{}, busy: map[string]bool{}}
 	if err := o.Layout.Ensure(); err != nil {
 		return nil, errs.FromOS(err, o.Layout.Root, "cannot create the state directory")
 	}
@@ -394,6 +401,9 @@ func (m *Manager) snapshot(name string) *Snapshot {
 func (m *Manager) branch(c Caller, name string) (*Branch, error) {
 	for _, b := range m.st.Branches {
 		if b.Name == name && (b.Owner == Owner(c.Token) || m.admin(c)) {
+			if b.State != stateReady || m.busy[name] {
+				return nil, errs.New(errs.Busy, "branch %q is being created or reset", name).WithHint("try again in a moment")
+			}
 			return b, nil
 		}
 	}

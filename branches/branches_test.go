@@ -381,3 +381,47 @@ func TestSnapshotRetention(t *testing.T) {
 		t.Error("the dropped snapshot's files are left")
 	}
 }
+
+// TestParallelCreates: creates run in parallel (the long steps hold no
+// lock), List answers meanwhile, and each branch gets a port of its own.
+func TestParallelCreates(t *testing.T) {
+	ctx := context.Background()
+	m := open(t, env(t))
+	me := Caller{Token: "me"}
+	const n = 4
+	errc := make(chan error, n)
+	for i := 0; i < n; i++ {
+		go func() {
+			_, err := m.Create(ctx, me, CreateOptions{Name: "p" + strconv.Itoa(i), Source: "prod"})
+			errc <- err
+		}()
+	}
+	creating := false
+	for i := 0; i < n; {
+		select {
+		case err := <-errc:
+			if err != nil {
+				t.Error(err)
+			}
+			i++
+		default:
+			for _, b := range m.List(me).Branches {
+				creating = creating || b.State == stateCreating
+			}
+			time.Sleep(5 * time.Millisecond)
+		}
+	}
+	if !creating {
+		t.Error("List never showed a branch being created: it waited for the creates")
+	}
+	ports := map[int]bool{}
+	for _, b := range m.List(me).Branches {
+		ports[b.Port] = true
+		if got := pgtest.Query(t, b.URL(), "SELECT count(*) FROM seed"); got != "1" {
+			t.Errorf("%s: %s seed rows", b.Name, got)
+		}
+	}
+	if len(ports) != n {
+		t.Errorf("%d ports for %d branches", len(ports), n)
+	}
+}

@@ -45,11 +45,59 @@ func hook(step string) {
 // recorded as creating first, so a crash at any step leaves nothing that
 // the next Open does not remove.
 func (m *Manager) Create(ctx context.Context, c Caller, o CreateOptions) (Branch, error) {
+	b, origin, isSource, err := m.reserve(ctx, c, o)
+	if err != nil {
+		return Branch{}, err
+	}
+	fail := func(err error) (Branch, error) {
+		m.mu.Lock()
+		defer m.mu.Unlock()
+		m.removeBranchFiles(context.WithoutCancel(ctx), b.Name)
+		if origin != "" {
+			delete(m.pending, b.Snapshot)
+			_ = removeBelow(filepath.Join(m.dir, "snap"), b.Snapshot)
+		}
+		m.forget(b.Name)
+		m.dropUnusedOrigins()
+		_ = m.save()
+		return Branch{}, err
+	}
+	if origin != "" {
+		if err := m.buildSnapshot(ctx, b.Snapshot, origin, isSource); err != nil {
+			return fail(err)
+		}
+	}
+	if err := m.copyAndStart(ctx, b, false); err != nil {
+		return fail(err)
+	}
+	hook("started")
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if origin != "" {
+		delete(m.pending, b.Snapshot)
+		m.st.Snapshots = append(m.st.Snapshots, &Snapshot{Name: b.Snapshot, From: strings.SplitN(b.From, ":", 2)[0] + ":" + origin,
+			Owner: b.Owner, Created: time.Now().UTC(), Origin: true})
+	}
+	b.State = stateReady
+	if err := m.save(); err != nil {
+		m.mu.Unlock()
+		_, err = fail(err)
+		m.mu.Lock()
+		return Branch{}, err
+	}
+	return m.view(b, false), nil
+}
+
+// reserve checks a create and records the branch as creating (with the
+// name of the origin snapshot to make, if any: origin is then what it is
+// made of, a source when isSource, else a branch).
+func (m *Manager) reserve(ctx context.Context, c Caller, o CreateOptions) (b *Branch, origin string, isSource bool, err error) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	m.expire(ctx)
+	fail := func(err error) (*Branch, string, bool, error) { return nil, "", false, err }
 	if err := validName("branch", o.Name); err != nil {
-		return Branch{}, err
+		return fail(err)
 	}
 	n := 0
 	for _, x := range []string{o.Source, o.Snapshot, o.From} {
@@ -58,84 +106,74 @@ func (m *Manager) Create(ctx context.Context, c Caller, o CreateOptions) (Branch
 		}
 	}
 	if n != 1 {
-		return Branch{}, errs.New(errs.Usage, "a branch is made from one source, one snapshot or one branch").
-			WithHint("name exactly one of them")
+		return fail(errs.New(errs.Usage, "a branch is made from one source, one snapshot or one branch").
+			WithHint("name exactly one of them"))
 	}
-	for _, b := range m.st.Branches {
-		if b.Name == o.Name {
-			return Branch{}, errs.New(errs.Exists, "a branch named %q already exists", o.Name).WithHint("choose another name")
+	used := map[int]bool{}
+	for _, x := range m.st.Branches {
+		if x.Name == o.Name {
+			return fail(errs.New(errs.Exists, "a branch named %q already exists", o.Name).WithHint("choose another name"))
 		}
+		used[x.Port] = true
 	}
 	owner := Owner(c.Token)
 	if m.o.MaxBranches > 0 && !m.admin(c) {
 		mine := 0
-		for _, b := range m.st.Branches {
-			if b.Owner == owner {
+		for _, x := range m.st.Branches {
+			if x.Owner == owner {
 				mine++
 			}
 		}
 		if mine >= m.o.MaxBranches {
-			return Branch{}, errs.New(errs.Permission, "quota reached: %d branches of %d", mine, m.o.MaxBranches).
-				WithHint("delete one of your branches first")
+			return fail(errs.New(errs.Permission, "quota reached: %d branches of %d", mine, m.o.MaxBranches).
+				WithHint("delete one of your branches first"))
 		}
 	}
 	if err := m.checkSpace(); err != nil {
-		return Branch{}, err
+		return fail(err)
 	}
 	var from string
 	switch {
 	case o.Source != "":
 		if _, ok := m.source(o.Source); !ok {
-			return Branch{}, errs.New(errs.NotFound, "no source named %q", o.Source).WithHint("list the sources serve was given")
+			return fail(errs.New(errs.NotFound, "no source named %q", o.Source).WithHint("list the sources serve was given"))
 		}
-		from = "source:" + o.Source
+		from, origin, isSource = "source:"+o.Source, o.Source, true
 	case o.From != "":
 		if _, err := m.branch(c, o.From); err != nil {
-			return Branch{}, err
+			return fail(err)
 		}
-		from = "branch:" + o.From
+		from, origin = "branch:"+o.From, o.From
 	default:
 		if m.snapshot(o.Snapshot) == nil || m.snapshot(o.Snapshot).Origin {
-			return Branch{}, errs.New(errs.NotFound, "no snapshot named %q", o.Snapshot).WithHint("list the snapshots")
+			return fail(errs.New(errs.NotFound, "no snapshot named %q", o.Snapshot).WithHint("list the snapshots"))
 		}
 		from = "snapshot:" + o.Snapshot
 	}
-	port, err := instance.FreePort(m.o.Host)
-	if err != nil {
-		return Branch{}, err
-	}
-	tag := fsutil.RandomTag()
-	b := &Branch{Name: o.Name, From: from, Owner: owner, Created: time.Now().UTC(), TTL: o.TTL, Protected: o.Protected,
-		Port: port, Host: m.o.Host, Role: "branch_" + strings.NewReplacer(".", "_", "-", "_").Replace(o.Name),
-		Password: instance.NewPassword(), State: stateCreating, Snapshot: o.Snapshot}
-	m.st.Branches = append(m.st.Branches, b)
-	if err := m.save(); err != nil {
-		m.st.Branches = m.st.Branches[:len(m.st.Branches)-1]
-		return Branch{}, err
-	}
-	fail := func(err error) (Branch, error) {
-		m.removeBranchFiles(context.WithoutCancel(ctx), b.Name)
-		m.forget(b.Name)
-		m.dropUnusedOrigins()
-		_ = m.save()
-		return Branch{}, err
-	}
-	if b.Snapshot == "" {
-		b.Snapshot = "origin-" + o.Name + "-" + tag
-		if err := m.makeSnapshot(ctx, c, b.Snapshot, strings.TrimPrefix(strings.TrimPrefix(from, "source:"), "branch:"),
-			strings.HasPrefix(from, "source:"), true); err != nil {
+	// A port free now and not another branch's (a stopped one keeps its own).
+	port := 0
+	for i := 0; i < 20 && (port == 0 || used[port]); i++ {
+		if port, err = instance.FreePort(m.o.Host); err != nil {
 			return fail(err)
 		}
 	}
-	if err := m.copyAndStart(ctx, b, false); err != nil {
-		return fail(err)
+	if used[port] {
+		return fail(errs.New(errs.Busy, "no free port for branch %q", o.Name).WithHint("try again"))
 	}
-	hook("started")
-	b.State = stateReady
+	b = &Branch{Name: o.Name, From: from, Owner: owner, Created: time.Now().UTC(), TTL: o.TTL, Protected: o.Protected,
+		Port: port, Host: m.o.Host, Role: "branch_" + strings.NewReplacer(".", "_", "-", "_").Replace(o.Name),
+		Password: instance.NewPassword(), State: stateCreating, Snapshot: o.Snapshot}
+	if origin != "" {
+		b.Snapshot = "origin-" + o.Name + "-" + fsutil.RandomTag()
+		m.pending[b.Snapshot] = true
+	}
+	m.st.Branches = append(m.st.Branches, b)
 	if err := m.save(); err != nil {
+		m.st.Branches = m.st.Branches[:len(m.st.Branches)-1]
+		delete(m.pending, b.Snapshot)
 		return fail(err)
 	}
-	return m.view(b, false), nil
+	return b, origin, isSource, nil
 }
 
 func (m *Manager) forget(name string) {
@@ -190,9 +228,10 @@ func (m *Manager) start(ctx context.Context, b *Branch) error {
 	return sock.SetPassword(ctx, b.Role, b.Password)
 }
 
-// makeSnapshot makes the stopped data directory snap/name from a source
-// (by online clone or restore) or from a running branch (online clone).
-func (m *Manager) makeSnapshot(ctx context.Context, c Caller, name, from string, isSource, origin bool) error {
+// buildSnapshot makes the stopped data directory snap/name from a source
+// (by online clone or restore) or from a running branch (online clone); it
+// records nothing (the caller does, under the lock).
+func (m *Manager) buildSnapshot(ctx context.Context, name, from string, isSource bool) error {
 	dst := m.snapDir(name)
 	_ = clone.CleanStale(dst)
 	var err error
@@ -222,13 +261,7 @@ func (m *Manager) makeSnapshot(ctx context.Context, c Caller, name, from string,
 		_ = removeBelow(filepath.Join(m.dir, "snap"), name)
 		return err
 	}
-	kind := "branch:"
-	if isSource {
-		kind = "source:"
-	}
-	m.st.Snapshots = append(m.st.Snapshots, &Snapshot{Name: name, From: kind + from, Owner: Owner(c.Token),
-		Created: time.Now().UTC(), Origin: origin})
-	return m.save()
+	return nil
 }
 
 // SnapshotOptions name a snapshot and what it is taken of (one of Source
@@ -245,37 +278,56 @@ type SnapshotOptions struct {
 // CreateSnapshot takes a named, read-only snapshot of a source or of one
 // of the caller's branches.
 func (m *Manager) CreateSnapshot(ctx context.Context, c Caller, o SnapshotOptions) (Snapshot, error) {
+	from, isSource, err := m.reserveSnapshot(c, o)
+	if err != nil {
+		return Snapshot{}, err
+	}
+	err = m.buildSnapshot(ctx, o.Name, from, isSource)
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	if err := validName("snapshot", o.Name); err != nil || strings.HasPrefix(o.Name, "origin-") {
-		return Snapshot{}, errs.New(errs.Usage, "bad snapshot name %q", o.Name).WithHint("use 1-40 letters, digits, '_', '.' or '-', not starting with origin-")
-	}
-	if m.snapshot(o.Name) != nil {
-		return Snapshot{}, errs.New(errs.Exists, "a snapshot named %q already exists", o.Name).WithHint("choose another name")
-	}
-	if (o.Source == "") == (o.Branch == "") {
-		return Snapshot{}, errs.New(errs.Usage, "a snapshot is of one source or one branch").WithHint("name exactly one")
-	}
-	if err := m.checkSpace(); err != nil {
+	delete(m.pending, o.Name)
+	if err != nil {
 		return Snapshot{}, err
 	}
-	from, isSource := o.Branch, false
-	if o.Source != "" {
-		if _, ok := m.source(o.Source); !ok {
-			return Snapshot{}, errs.New(errs.NotFound, "no source named %q", o.Source)
-		}
-		from, isSource = o.Source, true
-	} else if _, err := m.branch(c, o.Branch); err != nil {
-		return Snapshot{}, err
+	kind := "branch:"
+	if isSource {
+		kind = "source:"
 	}
-	if err := m.makeSnapshot(ctx, c, o.Name, from, isSource, false); err != nil {
-		return Snapshot{}, err
-	}
-	s := *m.snapshot(o.Name)
+	s := &Snapshot{Name: o.Name, From: kind + from, Owner: Owner(c.Token), Created: time.Now().UTC()}
+	m.st.Snapshots = append(m.st.Snapshots, s)
 	if o.Keep > 0 {
 		m.retain(s.From, o.Keep)
 	}
-	return s, m.save()
+	return *s, m.save()
+}
+
+// reserveSnapshot checks a snapshot and claims its name.
+func (m *Manager) reserveSnapshot(c Caller, o SnapshotOptions) (from string, isSource bool, err error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if err := validName("snapshot", o.Name); err != nil || strings.HasPrefix(o.Name, "origin-") {
+		return "", false, errs.New(errs.Usage, "bad snapshot name %q", o.Name).WithHint("use 1-40 letters, digits, '_', '.' or '-', not starting with origin-")
+	}
+	if m.snapshot(o.Name) != nil || m.pending[o.Name] {
+		return "", false, errs.New(errs.Exists, "a snapshot named %q already exists", o.Name).WithHint("choose another name")
+	}
+	if (o.Source == "") == (o.Branch == "") {
+		return "", false, errs.New(errs.Usage, "a snapshot is of one source or one branch").WithHint("name exactly one")
+	}
+	if err := m.checkSpace(); err != nil {
+		return "", false, err
+	}
+	from, isSource = o.Branch, false
+	if o.Source != "" {
+		if _, ok := m.source(o.Source); !ok {
+			return "", false, errs.New(errs.NotFound, "no source named %q", o.Source)
+		}
+		from, isSource = o.Source, true
+	} else if _, err := m.branch(c, o.Branch); err != nil {
+		return "", false, err
+	}
+	m.pending[o.Name] = true
+	return from, isSource, nil
 }
 
 // retain removes the oldest unused named snapshots of from beyond keep.
@@ -348,10 +400,15 @@ func (m *Manager) Reset(ctx context.Context, c Caller, name string) (Branch, err
 	if err != nil {
 		return Branch{}, err
 	}
-	if err := cluster.Down(ctx, m.o.Layout, regName(b.Name), cluster.DownOptions{KeepData: true, Timeout: 30 * time.Second}); err != nil && !errs.IsNotFound(err) {
-		return Branch{}, err
+	m.busy[name] = true
+	m.mu.Unlock()
+	err = cluster.Down(ctx, m.o.Layout, regName(b.Name), cluster.DownOptions{KeepData: true, Timeout: 30 * time.Second})
+	if err == nil || errs.IsNotFound(err) {
+		err = m.copyAndStart(ctx, b, true)
 	}
-	if err := m.copyAndStart(ctx, b, true); err != nil {
+	m.mu.Lock()
+	delete(m.busy, name)
+	if err != nil {
 		return Branch{}, err
 	}
 	b.ResetAt = time.Now().UTC()
@@ -405,7 +462,7 @@ func (m *Manager) Expire(ctx context.Context) {
 func (m *Manager) expire(ctx context.Context) {
 	now := time.Now()
 	for _, b := range append([]*Branch(nil), m.st.Branches...) {
-		if b.State == stateReady && !b.Protected && !b.Expires().IsZero() && now.After(b.Expires()) {
+		if b.State == stateReady && !m.busy[b.Name] && !b.Protected && !b.Expires().IsZero() && now.After(b.Expires()) {
 			_ = m.delete(ctx, b)
 		}
 	}
@@ -422,7 +479,7 @@ func (m *Manager) ExpireIdle(ctx context.Context, idle time.Duration) {
 	now := time.Now().UTC()
 	changed := false
 	for _, b := range append([]*Branch(nil), m.st.Branches...) {
-		if b.State != stateReady {
+		if b.State != stateReady || m.busy[b.Name] {
 			continue
 		}
 		if n, err := m.sessions(ctx, b); err == nil && n > 0 {

@@ -24,7 +24,7 @@ type branchFlags struct {
 
 func addBranchFlags(f *pflag.FlagSet) *branchFlags {
 	b := &branchFlags{}
-	f.StringArrayVar(&b.sources, "branch-source", nil, "serve branches of NAME=cluster:DATADIR (a running cluster, online clone) or NAME=backup:CHAINDIR[@BACKUP][,wal=DIR,target-time=T|target-lsn=L|target-name=N] (a chain made by pgfork backup, optionally recovered to a point in time); repeatable")
+	f.StringArrayVar(&b.sources, "branch-source", nil, "serve branches of NAME=cluster:DATADIR (a running cluster) or NAME=backup:CHAINDIR[@BACKUP] (a chain of pgfork backup; add ,wal=DIR,target-name=N or target-time= or target-lsn= for a point in time); repeatable")
 	f.StringArrayVar(&b.tokens, "branch-token", nil, "a token that may create and see its own branches (repeatable; --token is an admin token)")
 	f.StringArrayVar(&b.admins, "branch-admin-token", nil, "a token that sees and changes every branch (repeatable)")
 	f.IntVar(&b.quota, "branch-quota", 0, "branches one token may have at once (0: no limit)")

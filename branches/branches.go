@@ -56,6 +56,8 @@ type Source struct {
 	// (empty: from its postmaster.pid, as user postgres).
 	DataDir    string `json:"data_dir,omitempty"`
 	ConnString string `json:"-"`
+	// PrimaryURL is a SourceStandby's primary (a role with REPLICATION).
+	PrimaryURL string `json:"-"`
 	// Chain is a SourceBackup's chain directory (made by `pgfork backup`),
 	// restored up to Upto (a backup's name; empty: the newest).
 	Chain string `json:"chain,omitempty"`
@@ -222,8 +224,8 @@ func Open(ctx context.Context, o Options) (*Manager, error) {
 		if err := cluster.ValidateName(s.Name); err != nil {
 			return nil, err
 		}
-		if s.Kind != SourceCluster && s.Kind != SourceBackup {
-			return nil, errs.New(errs.Usage, "source %q: unknown kind %q", s.Name, s.Kind).WithHint("use cluster or backup")
+		if s.Kind != SourceCluster && s.Kind != SourceBackup && s.Kind != SourceStandby {
+			return nil, errs.New(errs.Usage, "source %q: unknown kind %q", s.Name, s.Kind).WithHint("use cluster, backup or standby")
 		}
 	}
 	m := &Manager{o: o, dir: Dir(o.Layout), pending: map[string]bool{}, busy: map[string]bool{}}
@@ -258,6 +260,15 @@ func Open(ctx context.Context, o Options) (*Manager, error) {
 	if err := m.recover(ctx); err != nil {
 		l.Unlock()
 		return nil, err
+	}
+	for _, s := range o.Sources {
+		if s.Kind != SourceStandby {
+			continue
+		}
+		if err := m.ensureStandby(ctx, s); err != nil {
+			l.Unlock()
+			return nil, err
+		}
 	}
 	return m, nil
 }

@@ -425,3 +425,94 @@ func TestParallelCreates(t *testing.T) {
 		t.Errorf("%d ports for %d branches", len(ports), n)
 	}
 }
+
+// TestStandbySource: a standby of a primary, made and kept running by the
+// Manager, is branched without stopping it; rows committed on the primary
+// after a branch was made reach the standby (it keeps following) and the
+// next branch, not the first; after a restart of the Manager with the
+// standby stopped, it starts again and catches up.
+func TestStandbySource(t *testing.T) {
+	ctx := context.Background()
+	b := pgtest.Builds(t, 0)[0]
+	dir := testenv.XFSDir(t)
+	src := filepath.Join(dir, "primary")
+	pgtest.InitDB(t, src, pgtest.Server{BinDir: b.Bin})
+	// Backups on a standby need full-page writes on the primary (the
+	// test profile turns them off).
+	in := pgtest.Start(t, src, pgtest.Server{BinDir: b.Bin, Settings: map[string]string{"wal_level": "replica", "full_page_writes": "on"}})
+	purl := in.ConnString("", "")
+	pgtest.Exec(t, purl, "CREATE TABLE t (id int)", "INSERT INTO t VALUES (1)")
+	o := Options{Layout: statedir.Layout{Root: filepath.Join(dir, "state")}, Installation: b.Inst, User: b.User,
+		Sources: []Source{{Name: "replica", Kind: SourceStandby, PrimaryURL: purl}}, AdminTokens: []string{"admin"}}
+	m := open(t, o)
+	e, err := cluster.Get(o.Layout, standbyReg("replica"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	sby := (&instanceAt{e.SocketDir, e.Port}).url()
+	t.Cleanup(func() {
+		_ = cluster.Down(ctx, o.Layout, standbyReg("replica"), cluster.DownOptions{Timeout: 10 * time.Second})
+	})
+	if got := pgtest.Query(t, sby, "SELECT pg_is_in_recovery()::text"); got != "true" {
+		t.Fatalf("the standby is not in recovery: %s", got)
+	}
+	caughtUp := func(want string) {
+		t.Helper()
+		deadline := time.Now().Add(time.Minute)
+		for pgtest.Query(t, sby, "SELECT count(*) FROM t") != want {
+			if time.Now().After(deadline) {
+				t.Fatalf("the standby never reached %s rows", want)
+			}
+			time.Sleep(50 * time.Millisecond)
+		}
+	}
+	me := Caller{Token: "me"}
+	b1, err := m.Create(ctx, me, CreateOptions{Name: "b1", Source: "replica"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	pgtest.Exec(t, purl, "INSERT INTO t VALUES (2)")
+	caughtUp("2")
+	b2, err := m.Create(ctx, me, CreateOptions{Name: "b2", Source: "replica"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := pgtest.Query(t, b1.URL(), "SELECT count(*) FROM t"); got != "1" {
+		t.Errorf("b1 has %s rows, want 1 (made before the second row)", got)
+	}
+	if got := pgtest.Query(t, b2.URL(), "SELECT count(*) FROM t"); got != "2" {
+		t.Errorf("b2 has %s rows, want 2", got)
+	}
+	if got := pgtest.Query(t, b2.URL(), "SELECT pg_is_in_recovery()::text"); got != "false" {
+		t.Error("a branch of the standby is still a standby")
+	}
+	// Falls behind while stopped, catches up when started again.
+	m.StopAll(ctx)
+	m.Close()
+	if err := cluster.Down(ctx, o.Layout, standbyReg("replica"), cluster.DownOptions{KeepData: true, Timeout: 10 * time.Second}); err != nil {
+		t.Fatal(err)
+	}
+	pgtest.Exec(t, purl, "INSERT INTO t VALUES (3)")
+	m2, err := Open(ctx, o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(m2.Close)
+	e, _ = cluster.Get(o.Layout, standbyReg("replica"))
+	sby = (&instanceAt{e.SocketDir, e.Port}).url()
+	caughtUp("3")
+	for _, n := range []string{"b1", "b2"} {
+		if err := m2.Delete(ctx, me, n); err != nil {
+			t.Error(err)
+		}
+	}
+}
+
+type instanceAt struct {
+	socket string
+	port   int
+}
+
+func (i *instanceAt) url() string {
+	return "postgresql://postgres@/postgres?host=" + i.socket + "&port=" + strconv.Itoa(i.port)
+}

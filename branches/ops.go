@@ -243,6 +243,15 @@ func (m *Manager) buildSnapshot(ctx context.Context, name, from string, isSource
 				return errs.New(errs.Unsupported, "source %q is a backup chain but this server cannot restore", s.Name)
 			}
 			err = m.o.Restore(ctx, s, dst)
+		case SourceStandby:
+			e, gerr := cluster.Get(m.o.Layout, standbyReg(s.Name))
+			if gerr != nil {
+				return gerr
+			}
+			sock := &instance.Instance{SocketDir: e.SocketDir, Port: e.Port}
+			_, err = pgclone.Clone(ctx, pgclone.Options{Src: m.standbyDir(s.Name), Dst: dst, Installation: m.o.Installation,
+				Online: true, ConnString: sock.ConnString(m.o.SuperUser, "postgres"), Label: "pgfork branches " + name,
+				Sync: clone.SyncFS, User: m.o.User})
 		default:
 			_, err = pgclone.Clone(ctx, pgclone.Options{Src: s.DataDir, Dst: dst, Installation: m.o.Installation,
 				Online: true, ConnString: s.ConnString, Label: "pgfork branches " + name, Sync: clone.SyncFS, User: m.o.User})

@@ -24,7 +24,7 @@ type branchFlags struct {
 
 func addBranchFlags(f *pflag.FlagSet) *branchFlags {
 	b := &branchFlags{}
-	f.StringArrayVar(&b.sources, "branch-source", nil, "serve branches of NAME=cluster:DATADIR (a running cluster) or NAME=backup:CHAINDIR[@BACKUP] (a chain of pgfork backup; add ,wal=DIR,target-name=N or target-time= or target-lsn= for a point in time); repeatable")
+	f.StringArrayVar(&b.sources, "branch-source", nil, "serve branches of NAME=cluster:DATADIR (a running cluster), NAME=standby:PRIMARY_URL (a standby kept here) or NAME=backup:CHAINDIR[@BACKUP] (a chain of pgfork backup; add ,wal=DIR,target-name=N or target-time= or target-lsn= for a point in time); repeatable")
 	f.StringArrayVar(&b.tokens, "branch-token", nil, "a token that may create and see its own branches (repeatable; --token is an admin token)")
 	f.StringArrayVar(&b.admins, "branch-admin-token", nil, "a token that sees and changes every branch (repeatable)")
 	f.IntVar(&b.quota, "branch-quota", 0, "branches one token may have at once (0: no limit)")
@@ -67,6 +67,8 @@ func (b *branchFlags) options() (*serve.BranchOptions, error) {
 		switch kind {
 		case branches.SourceCluster:
 			src.DataDir = path
+		case branches.SourceStandby:
+			src.PrimaryURL = path
 		case branches.SourceBackup:
 			// CHAINDIR[@BACKUP][,wal=DIR][,target-time=T|,target-lsn=L|,target-name=N]
 			parts := strings.Split(path, ",")
@@ -88,7 +90,7 @@ func (b *branchFlags) options() (*serve.BranchOptions, error) {
 				}
 			}
 		default:
-			return nil, errs.New(errs.Usage, "bad --branch-source %q: unknown kind %q", s, kind).WithCLI("cluster:DATADIR or backup:CHAINDIR")
+			return nil, errs.New(errs.Usage, "bad --branch-source %q: unknown kind %q", s, kind).WithCLI("cluster:DATADIR, standby:URL or backup:CHAINDIR")
 		}
 		o.Sources = append(o.Sources, src)
 	}

@@ -22,6 +22,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -96,10 +97,9 @@ func runBranchesBench(ctx context.Context, r *Report) error {
 	}
 	defer m.Close()
 	me := branches.Caller{Token: "bench"}
-	seq := 0
+	var seq atomic.Int64
 	create := func() (time.Duration, string, error) {
-		seq++
-		name := "b" + strconv.Itoa(seq)
+		name := "b" + strconv.FormatInt(seq.Add(1), 10)
 		t := time.Now()
 		b, err := m.Create(ctx, me, branches.CreateOptions{Name: name, Source: "src"})
 		if err != nil {
@@ -226,7 +226,8 @@ func runBranchesBench(ctx context.Context, r *Report) error {
 	used := fsUsed(work) - before
 	r.Table([]string{"what", "disk used"}, [][]string{{"source", units.Bytes(srcSize)},
 		{"20 branches, each after updating 1% of pgbench_accounts (filesystem blocks used, df)", units.Bytes(used)}})
-	r.Target(used <= srcSize/4, "20 branches ≤ source + 25%%: %s for a source of %s", units.Bytes(used), units.Bytes(srcSize))
+	r.Target(used <= srcSize/4, "20 branches add ≤ 25%% of the source: they add %s (%.0f%%) to a source of %s (each branch's new WAL segments count too)",
+		units.Bytes(used), 100*float64(used)/float64(srcSize), units.Bytes(srcSize))
 	dropAll()
 	r.Table([]string{"reference (not measured here: needs ZFS and Docker)", "published figure"},
 		[][]string{{"DBLab Engine 4.0 thin clone, 1 TiB database", "≈ 10 s to a ready clone (DBLab's documentation)"}})

@@ -6,6 +6,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"time"
 
 	"github.com/pgfork/pgfork/clone"
@@ -51,6 +52,9 @@ func (m *Manager) ensureStandby(ctx context.Context, s Source) error {
 		cmd := exec.CommandContext(ctx, m.o.Installation.Tool("pg_basebackup"), "-d", s.PrimaryURL, "-D", tmp, "-Fp",
 			"-X", "stream", "-R", "-c", "fast")
 		cmd.Env = append(os.Environ(), m.o.Installation.Env()...)
+		// pg_basebackup dies with serve: a kill -9 must not leave it
+		// writing into a directory nobody will rename.
+		cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 		if out, err := cmd.CombinedOutput(); err != nil {
 			_ = removeBelow(filepath.Join(m.dir, "standby"), filepath.Base(tmp))
 			return errs.Wrap(errs.Internal, err, "pg_basebackup of source %q failed: %s", s.Name, strings.TrimSpace(string(out))).

@@ -48,6 +48,8 @@ install_packages() {
 	command -v systemd-analyze >/dev/null || need+=(systemd)
 	# the client suites: IntegreSQL's JavaScript client.
 	command -v npm >/dev/null || need+=(npm)
+	# the branches page's browser test (cmd/pgfork TestBranchPage).
+	command -v chromedriver >/dev/null || need+=(chromium chromium-driver)
 	[ ${#need[@]} -eq 0 ] && return 0
 	if ! is_root; then
 		log "missing packages ${need[*]} (run as root to install them)"

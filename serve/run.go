@@ -73,6 +73,9 @@ type Options struct {
 	OnInfo func(msg string)
 	// OnReady is called once the API listens.
 	OnReady func(Ready)
+	// Branches, when set, serves branches of its sources too
+	// (/api/v2/branches, the page on /ui; see serve/branches.go).
+	Branches *BranchOptions
 }
 
 // Ready is what Run tells OnReady once it listens.
@@ -124,7 +127,23 @@ func Run(ctx context.Context, o Options) error {
 			log.Warn("shutting down the backend", "err", err)
 		}
 	}()
-	srv := server.New(server.Config{Manager: b.Manager, Conn: b.Conn, Token: o.Token, AllowFrom: o.AllowFrom, Logger: log, Registry: reg, Metrics: metrics})
+	cfg := server.Config{Manager: b.Manager, Conn: b.Conn, Token: o.Token, AllowFrom: o.AllowFrom, Logger: log, Registry: reg, Metrics: metrics}
+	if o.Branches != nil {
+		// The branches keep running when serve stops: the next Run finds them.
+		bm, err := openBranches(ctx, o)
+		if err != nil {
+			return err
+		}
+		defer bm.Close()
+		ectx, stopExpiry := context.WithCancel(ctx)
+		defer stopExpiry()
+		go expireBranches(ectx, bm, o.Branches.Idle)
+		for _, sch := range o.Branches.Schedules {
+			go snapshotOnSchedule(ectx, bm, sch, log)
+		}
+		cfg.Branches, cfg.BranchTokens = branchAPI{bm}, append(append([]string(nil), o.Branches.Tokens...), o.Branches.AdminTokens...)
+	}
+	srv := server.New(cfg)
 	hopts := server.HTTPOptions{LongestWait: o.Manager.FinalizeTimeout + o.Manager.GetTimeout, MaxConns: o.MaxConns, Allowed: srv.AllowsIP}
 	hs := server.NewHTTPServer(srv, hopts)
 

@@ -48,6 +48,11 @@ type Config struct {
 	Logger    *slog.Logger // nil: discard
 	Registry  *prometheus.Registry
 	Metrics   *Metrics // from NewMetrics; nil: a fresh one on Registry
+	// Branches, when set, is served under /api/v2/{sources,snapshots,branches}
+	// and as a web page on /ui/ (branches.go); BranchTokens are the tokens
+	// that reach those routes (and only those) besides Token.
+	Branches     Branches
+	BranchTokens []string
 }
 
 // Server is the HTTP handler.
@@ -103,6 +108,9 @@ func New(cfg Config) *Server {
 	})
 	m.Handle("GET /metrics", promhttp.HandlerFor(cfg.Registry, promhttp.HandlerOpts{}))
 	m.HandleFunc("GET /healthz", s.healthz)
+	if cfg.Branches != nil {
+		s.branchRoutes()
+	}
 	return s
 }
 
@@ -131,7 +139,8 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		r.URL.Path = strings.TrimRight(r.URL.Path, "/")
 		r.URL.RawPath = ""
 	}
-	if s.cfg.Token != "" && r.URL.Path != "/healthz" && !tokenInPath && !s.bearer(r) {
+	if s.cfg.Token != "" && r.URL.Path != "/healthz" && !tokenInPath && !s.bearer(r) &&
+		!(s.cfg.Branches != nil && (pagePath(r.URL.Path) || branchPath(r.URL.Path) && s.branchToken(r))) {
 		w.Header().Set("Connection", "close")
 		if wait := s.failures.fail(remoteIP(r)); wait > 0 {
 			// Too many wrong tokens from this address: guessing is slowed

@@ -105,7 +105,7 @@ strategies, the backup API, pg_upgrade transfer modes).
 	// Flag descriptions wrap to helpWidth columns, so --help reads on an
 	// 80-100 column terminal (cobra's default never wraps them).
 	root.SetUsageTemplate(strings.ReplaceAll(root.UsageTemplate(), ".FlagUsages", fmt.Sprintf(".FlagUsagesWrapped %d", helpWidth)))
-	root.AddCommand(cl.newBackupCmd(), cl.newCloneCmd(), cl.newCopyCmd(), cl.newDBCmd(), cl.newDoctorCmd(),
+	root.AddCommand(cl.newBackupCmd(), cl.newBranchCmd(), cl.newCloneCmd(), cl.newCopyCmd(), cl.newDBCmd(), cl.newDoctorCmd(),
 		cl.newDownCmd(), cl.newLsCmd(), cl.newPGCmd(), cl.newRestoreCmd(), cl.newServeCmd(), cl.newTemplateCmd(),
 		cl.newUpCmd(), cl.newUpgradeCmd(), cl.newVolumeCmd())
 	cl.addVersion(root)

@@ -42,6 +42,7 @@ type serveOpts struct {
 	allowNets                        []*net.IPNet
 	testUserSet                      bool   // --test-user given (not from the environment)
 	volume                           string // --volume: "" or auto
+	branch                           *branchFlags
 }
 
 // env helpers: IntegreSQL's variables give defaults; flags override them.
@@ -269,6 +270,7 @@ Bad values exit 2 before anything starts.`,
 	f.IntVar(&o.maxConns, "max-conns", server.DefaultMaxConns, "open HTTP connections at most; more wait to be accepted (idle keep-alive connections close after 60 s)")
 	f.BoolVar(&o.leastPrivilege, "least-privilege", false, "managed mode: hand out a role that may create databases but is not a superuser (default: a superuser of the private cluster)")
 	f.BoolVarP(&o.verbose, "verbose", "v", false, "log every request")
+	o.branch = addBranchFlags(f)
 	return cmd
 }
 
@@ -306,8 +308,12 @@ func (cl *cli) runServe(ctx context.Context, o *serveOpts) error {
 	case o.managed:
 		why = "--managed"
 	}
+	bo, err := o.branch.options()
+	if err != nil {
+		return err
+	}
 	return serve.Run(ctx, serve.Options{
-		Layout: cl.layout(), Listen: o.listen, Socket: o.socket, Token: o.token, AllowFrom: o.allowNets, MaxConns: o.maxConns,
+		Branches: bo, Layout: cl.layout(), Listen: o.listen, Socket: o.socket, Token: o.token, AllowFrom: o.allowNets, MaxConns: o.maxConns,
 		Isolation: o.isolation, ExternalURL: o.pgURL, CanClone: o.canClone, Strategy: o.strategy,
 		Manager: pool.ManagerConfig{
 			Prefix: o.prefix, Initial: o.poolInit, Max: o.poolMax, Parallel: o.parallel,

@@ -12,7 +12,7 @@ var layers = map[string]int{
 	"clone": 0, "internal/secret": 0,
 	"dbclone": 1, "pgdata": 1, "instance": 1, "pgbin": 1,
 	"pool": 2, "pgclone": 2, "template": 2, "cluster": 2, "pgbackup": 2,
-	"pool/dbstore": 3, "pool/clusterstore": 3, "pool/storetest": 3, "server": 3, "server/managed": 3, "upgrade": 3, "up": 3, "restore": 3,
+	"pool/dbstore": 3, "pool/clusterstore": 3, "pool/storetest": 3, "server": 3, "server/managed": 3, "upgrade": 3, "up": 3, "restore": 3, "branches": 3,
 	"serve":      4,
 	"cmd/pgfork": 5, "bench": 5, "internal/archtest": 5,
 }

@@ -1,0 +1,537 @@
+// Package branches keeps the branches `pgfork serve` hands out to a team:
+// sources declared to serve (a running cluster, a backup chain), named
+// read-only snapshots of them (stopped data directories), and branches (a
+// started cluster each, made from a snapshot by a reflink copy, with its
+// own TCP port, role and password, owner, TTL and protect flag). Their
+// state is one file (state.json) so that they survive a restart of serve.
+//
+// Every branch comes from a snapshot: one made from a source or another
+// branch on the fly (an origin snapshot, removed with the last branch that
+// uses it) or a named one. Reset replaces a branch's data directory with a
+// new copy of that snapshot and starts it on the same port with the same
+// role and password.
+package branches
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"io/fs"
+	"net"
+	"net/url"
+	"os"
+	"path/filepath"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/pgfork/pgfork/clone"
+	"github.com/pgfork/pgfork/cluster"
+	"github.com/pgfork/pgfork/instance"
+	"github.com/pgfork/pgfork/internal/errs"
+	"github.com/pgfork/pgfork/internal/flock"
+	"github.com/pgfork/pgfork/internal/fsutil"
+	"github.com/pgfork/pgfork/internal/statedir"
+	"github.com/pgfork/pgfork/pgbin"
+)
+
+// Source kinds.
+const (
+	SourceCluster = "cluster" // a local running cluster: snapshots by online clone
+	SourceBackup  = "backup"  // a backup chain directory: snapshots by restore
+)
+
+// Source is what branches are made from, declared to serve.
+type Source struct {
+	Name string `json:"name"`
+	Kind string `json:"kind"`
+	// DataDir is a SourceCluster's data directory; ConnString reaches it
+	// (empty: from its postmaster.pid, as user postgres).
+	DataDir    string `json:"data_dir,omitempty"`
+	ConnString string `json:"-"`
+	// PrimaryURL is a SourceStandby's primary (a role with REPLICATION).
+	PrimaryURL string `json:"-"`
+	// Chain is a SourceBackup's chain directory (made by `pgfork backup`),
+	// restored up to Upto (a backup's name; empty: the newest).
+	Chain string `json:"chain,omitempty"`
+	Upto  string `json:"upto,omitempty"`
+	// WALDir and one target make a SourceBackup's snapshots a
+	// point-in-time recovery: WAL replayed from the archive up to the
+	// target, promoted and shut down cleanly.
+	WALDir     string `json:"wal_dir,omitempty"`
+	TargetTime string `json:"target_time,omitempty"`
+	TargetLSN  string `json:"target_lsn,omitempty"`
+	TargetName string `json:"target_name,omitempty"`
+}
+
+// RestoreFunc rebuilds a SourceBackup (its chain up to Upto, empty: the
+// newest; recovered to its target when it has one) into the data
+// directory dst, which it creates, left stopped; serve passes restore's.
+type RestoreFunc func(ctx context.Context, s Source, dst string) error
+
+// Options configure a Manager.
+type Options struct {
+	Layout  statedir.Layout
+	Sources []Source
+	// Installation runs the branches (the sources' major).
+	Installation pgbin.Installation
+	// User runs the servers when pgfork is root (nil: the current user).
+	User *instance.OSUser
+	// Host is where branches listen on TCP (default 127.0.0.1).
+	Host string
+	// Restore makes snapshots of SourceBackup sources.
+	Restore RestoreFunc
+	// MaxBranches is how many branches one owner may have (0: no limit).
+	MaxBranches int
+	// MinFree is the free space (bytes) below which nothing is created.
+	MinFree int64
+	// AdminTokens see and change every branch.
+	AdminTokens []string
+	// SuperUser is the sources' bootstrap superuser (default postgres).
+	SuperUser string
+}
+
+// Snapshot is a named, read-only, stopped data directory.
+type Snapshot struct {
+	Name    string    `json:"name"`
+	From    string    `json:"from"` // "source:NAME" or "branch:NAME"
+	Owner   string    `json:"owner"`
+	Created time.Time `json:"created"`
+	// Origin snapshots are made for one branch's creation and removed
+	// with the last branch made from them.
+	Origin bool `json:"origin,omitempty"`
+	// Size and Shared (filled by List): disk used, and how much of it is
+	// shared with other files by reflink.
+	Size   int64 `json:"size_bytes"`
+	Shared int64 `json:"shared_bytes"`
+}
+
+// Branch is a started cluster handed out to an owner.
+type Branch struct {
+	Name     string    `json:"name"`
+	Snapshot string    `json:"snapshot"` // the point reset goes back to
+	From     string    `json:"from"`     // what it was made from, for the tree view
+	Owner    string    `json:"owner"`
+	Created  time.Time `json:"created"`
+	ResetAt  time.Time `json:"reset_at,omitzero"`
+	// Active is when a session was last seen on it (ExpireIdle).
+	Active    time.Time     `json:"active_at,omitzero"`
+	TTL       time.Duration `json:"ttl_ns,omitempty"`
+	Protected bool          `json:"protected"`
+	Port      int           `json:"port"`
+	Host      string        `json:"host"`
+	Role      string        `json:"role"`
+	Password  string        `json:"password"`
+	// State is "creating" until the branch is complete; a branch found
+	// creating when the Manager opens is the leftover of a crash, removed.
+	State string `json:"state"`
+	// Size and Shared are filled by List and Get (see Snapshot).
+	Size   int64 `json:"size_bytes"`
+	Shared int64 `json:"shared_bytes"`
+	// Conn is URL() in what the Manager returns (not stored).
+	Conn string `json:"url,omitempty"`
+}
+
+// URL is the branch's connection string.
+func (b Branch) URL() string {
+	u := url.URL{Scheme: "postgresql", User: url.UserPassword(b.Role, b.Password),
+		Host: net.JoinHostPort(b.Host, strconv.Itoa(b.Port)), Path: "/postgres", RawQuery: "sslmode=disable"}
+	return u.String()
+}
+
+// Expires is when the branch's TTL runs out (zero: never).
+func (b Branch) Expires() time.Time {
+	if b.TTL <= 0 {
+		return time.Time{}
+	}
+	return b.Created.Add(b.TTL)
+}
+
+const (
+	stateCreating = "creating"
+	stateReady    = "ready"
+)
+
+type state struct {
+	Snapshots []*Snapshot `json:"snapshots"`
+	Branches  []*Branch   `json:"branches"`
+}
+
+// Caller is who asks: the token the request came with.
+type Caller struct {
+	Token string
+}
+
+// Manager owns the branches of one state directory.
+type Manager struct {
+	o    Options
+	dir  string
+	lock *flock.Lock
+	// mu guards st, pending and busy; the long steps (copies, starts)
+	// run without it, so that creates go in parallel and List answers
+	// while they run.
+	mu sync.Mutex
+	st state
+	// pending are snapshot names being built; busy are branches being
+	// reset (neither is in st yet / changeable now).
+	pending map[string]bool
+	busy    map[string]bool
+}
+
+// Dir is where a Manager keeps its files: <state>/branches.
+func Dir(lay statedir.Layout) string { return filepath.Join(lay.Root, "branches") }
+
+func (m *Manager) snapDir(name string) string   { return filepath.Join(m.dir, "snap", name) }
+func (m *Manager) branchDir(name string) string { return filepath.Join(m.dir, "data", name) }
+func (m *Manager) statePath() string            { return filepath.Join(m.dir, "state.json") }
+
+// regName is a branch's name in the cluster registry (`pgfork ls`).
+func regName(name string) string { return "branch." + name }
+
+// Owner is the identity recorded for a token: a hash, never the token.
+func Owner(token string) string {
+	h := sha256.Sum256([]byte("pgfork-branches\x00" + token))
+	return hex.EncodeToString(h[:8])
+}
+
+func (m *Manager) admin(c Caller) bool {
+	for _, t := range m.o.AdminTokens {
+		if t != "" && t == c.Token {
+			return true
+		}
+	}
+	return false
+}
+
+// Open takes the branches directory (one Manager at a time), removes what
+// a crash left half-built (branches still creating, stray directories),
+// and starts every branch whose server is not running, on its own port.
+func Open(ctx context.Context, o Options) (*Manager, error) {
+	if o.Host == "" {
+		o.Host = "127.0.0.1"
+	}
+	if o.SuperUser == "" {
+		o.SuperUser = "postgres"
+	}
+	for _, s := range o.Sources {
+		if err := cluster.ValidateName(s.Name); err != nil {
+			return nil, err
+		}
+		if s.Kind != SourceCluster && s.Kind != SourceBackup && s.Kind != SourceStandby {
+			return nil, errs.New(errs.Usage, "source %q: unknown kind %q", s.Name, s.Kind).WithHint("use cluster, backup or standby")
+		}
+	}
+	m := &Manager{o: o, dir: Dir(o.Layout), pending: map[string]bool{}, busy: map[string]bool{}}
+	if err := o.Layout.Ensure(); err != nil {
+		return nil, errs.FromOS(err, o.Layout.Root, "cannot create the state directory")
+	}
+	// Root's, not writable by others: a root process follows no path in
+	// it that another user can change. 0711: the server's user reaches
+	// its data directory below.
+	for _, d := range []string{m.dir, filepath.Join(m.dir, "snap"), filepath.Join(m.dir, "data")} {
+		if err := mkdirPrivate(d); err != nil {
+			return nil, err
+		}
+	}
+	l, err := flock.TryExclusive(filepath.Join(m.dir, "lock"))
+	if errors.Is(err, flock.ErrBusy) {
+		return nil, errs.New(errs.Busy, "another pgfork serve keeps the branches of %s", o.Layout.Root).WithPath(m.dir)
+	}
+	if err != nil {
+		return nil, errs.FromOS(err, m.dir, "cannot lock the branches")
+	}
+	m.lock = l
+	if b, err := os.ReadFile(m.statePath()); err == nil {
+		if err := json.Unmarshal(b, &m.st); err != nil {
+			l.Unlock()
+			return nil, errs.Wrap(errs.Internal, err, "bad branches state").WithPath(m.statePath())
+		}
+	} else if !errors.Is(err, fs.ErrNotExist) {
+		l.Unlock()
+		return nil, errs.FromOS(err, m.statePath(), "cannot read the branches state")
+	}
+	if err := m.recover(ctx); err != nil {
+		l.Unlock()
+		return nil, err
+	}
+	for _, s := range o.Sources {
+		if s.Kind != SourceStandby {
+			continue
+		}
+		if err := m.ensureStandby(ctx, s); err != nil {
+			l.Unlock()
+			return nil, err
+		}
+	}
+	return m, nil
+}
+
+func mkdirPrivate(d string) error {
+	if err := os.Mkdir(d, 0o711); err != nil && !errors.Is(err, fs.ErrExist) {
+		return errs.FromOS(err, d, "cannot create the branches directory")
+	}
+	fi, err := os.Lstat(d)
+	if err != nil {
+		return errs.FromOS(err, d, "cannot create the branches directory")
+	}
+	if !fi.IsDir() {
+		return errs.New(errs.Permission, "%s is not a directory", d).WithPath(d)
+	}
+	if st, ok := fi.Sys().(*syscall.Stat_t); ok && int(st.Uid) != os.Geteuid() {
+		return errs.New(errs.Permission, "%s belongs to another user", d).WithPath(d).WithHint("remove it or give it to the user running pgfork")
+	}
+	return os.Chmod(d, 0o711)
+}
+
+// recover drops half-built branches and snapshots, then starts the rest.
+func (m *Manager) recover(ctx context.Context) error {
+	var keep []*Branch
+	for _, b := range m.st.Branches {
+		if b.State != stateReady {
+			m.removeBranchFiles(ctx, b.Name)
+			continue
+		}
+		keep = append(keep, b)
+	}
+	m.st.Branches = keep
+	m.dropUnusedOrigins()
+	if err := m.save(); err != nil {
+		return err
+	}
+	m.sweep(ctx)
+	for _, b := range m.st.Branches {
+		if e, err := cluster.Get(m.o.Layout, regName(b.Name)); err == nil && e.State == cluster.Running {
+			continue
+		}
+		_ = cluster.Down(ctx, m.o.Layout, regName(b.Name), cluster.DownOptions{KeepData: true, Timeout: 10 * time.Second})
+		if err := m.start(ctx, b); err != nil {
+			return errs.Wrap(errs.KindOf(err), err, "branch %q did not start again", b.Name)
+		}
+	}
+	return nil
+}
+
+// sweep removes directories under snap/ and data/ that the state does not
+// name (a create or snapshot killed before it was recorded) and copy
+// staging left beside them.
+func (m *Manager) sweep(ctx context.Context) {
+	known := map[string]bool{}
+	for _, s := range m.st.Snapshots {
+		known["snap/"+s.Name] = true
+	}
+	for _, b := range m.st.Branches {
+		known["data/"+b.Name] = true
+	}
+	for _, sub := range []string{"snap", "data"} {
+		ents, _ := os.ReadDir(filepath.Join(m.dir, sub))
+		for _, e := range ents {
+			if known[sub+"/"+e.Name()] {
+				continue
+			}
+			if sub == "data" {
+				m.removeBranchFiles(ctx, e.Name())
+			}
+			_ = removeBelow(filepath.Join(m.dir, sub), e.Name())
+		}
+	}
+}
+
+// removeBelow removes name inside dir without following a symlink on the
+// way (os.Root).
+func removeBelow(dir, name string) error {
+	r, err := os.OpenRoot(dir)
+	if err != nil {
+		return err
+	}
+	defer r.Close()
+	return r.RemoveAll(name)
+}
+
+// removeBranchFiles stops a branch's server, forgets it in the registry and
+// removes its data directory.
+func (m *Manager) removeBranchFiles(ctx context.Context, name string) {
+	_ = cluster.Down(ctx, m.o.Layout, regName(name), cluster.DownOptions{KeepData: true, Timeout: 10 * time.Second})
+	_ = removeBelow(filepath.Join(m.dir, "data"), name)
+	_ = clone.CleanStale(m.branchDir(name))
+}
+
+func (m *Manager) save() error {
+	b, _ := json.MarshalIndent(m.st, "", "  ")
+	// 0600: it holds the branches' passwords.
+	if err := fsutil.WriteFileAtomic(m.statePath(), append(b, '\n'), 0o600); err != nil {
+		return errs.FromOS(err, m.statePath(), "cannot record the branches")
+	}
+	return nil
+}
+
+// Close releases the branches; their servers keep running (Open finds them).
+func (m *Manager) Close() {
+	if m.lock != nil {
+		m.lock.Unlock()
+		m.lock = nil
+	}
+}
+
+// StopAll stops every branch's server (they start again on Open).
+func (m *Manager) StopAll(ctx context.Context) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	for _, b := range m.st.Branches {
+		_ = cluster.Down(ctx, m.o.Layout, regName(b.Name), cluster.DownOptions{KeepData: true, Timeout: 30 * time.Second})
+	}
+}
+
+// Sources lists the declared sources.
+func (m *Manager) Sources() []Source { return append([]Source(nil), m.o.Sources...) }
+
+func (m *Manager) source(name string) (Source, bool) {
+	for _, s := range m.o.Sources {
+		if s.Name == name {
+			return s, true
+		}
+	}
+	return Source{}, false
+}
+
+func (m *Manager) snapshot(name string) *Snapshot {
+	for _, s := range m.st.Snapshots {
+		if s.Name == name {
+			return s
+		}
+	}
+	return nil
+}
+
+func (m *Manager) branch(c Caller, name string) (*Branch, error) {
+	for _, b := range m.st.Branches {
+		if b.Name == name && (b.Owner == Owner(c.Token) || m.admin(c)) {
+			if b.State != stateReady || m.busy[name] {
+				return nil, errs.New(errs.Busy, "branch %q is being created or reset", name).WithHint("try again in a moment")
+			}
+			return b, nil
+		}
+	}
+	// Another owner's branch is as absent as a missing one.
+	return nil, errs.New(errs.NotFound, "no branch named %q", name).WithHint("list the branches you can see")
+}
+
+// ListResult is what List returns.
+type ListResult struct {
+	Sources   []Source   `json:"sources"`
+	Snapshots []Snapshot `json:"snapshots"`
+	Branches  []Branch   `json:"branches"`
+}
+
+// List returns the sources, the named snapshots and the caller's branches
+// (every branch for an admin token), with their sizes.
+func (m *Manager) List(c Caller) ListResult {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	res := ListResult{Sources: m.Sources(), Snapshots: []Snapshot{}, Branches: []Branch{}}
+	for _, s := range m.st.Snapshots {
+		if s.Origin {
+			continue
+		}
+		v := *s
+		v.Size, v.Shared = usage(m.snapDir(s.Name))
+		res.Snapshots = append(res.Snapshots, v)
+	}
+	for _, b := range m.st.Branches {
+		if b.Owner != Owner(c.Token) && !m.admin(c) {
+			continue
+		}
+		res.Branches = append(res.Branches, m.view(b, true))
+	}
+	sort.Slice(res.Branches, func(i, j int) bool { return res.Branches[i].Name < res.Branches[j].Name })
+	return res
+}
+
+// Get returns one of the caller's branches.
+func (m *Manager) Get(c Caller, name string) (Branch, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	b, err := m.branch(c, name)
+	if err != nil {
+		return Branch{}, err
+	}
+	return m.view(b, true), nil
+}
+
+// view is what callers get of a branch: a copy with its URL and, when
+// sized, its disk use.
+func (m *Manager) view(b *Branch, sized bool) Branch {
+	v := *b
+	v.Conn = b.URL()
+	if sized {
+		v.Size, v.Shared = usage(m.branchDir(b.Name))
+	}
+	return v
+}
+
+// usage is the disk a tree uses and how much of it is shared by reflink.
+func usage(dir string) (size, shared int64) {
+	_ = filepath.WalkDir(dir, func(p string, d fs.DirEntry, err error) error {
+		if err != nil || !d.Type().IsRegular() {
+			return nil
+		}
+		if fi, err := d.Info(); err == nil {
+			if st, ok := fi.Sys().(*syscall.Stat_t); ok {
+				size += st.Blocks * 512
+			}
+		}
+		if n, err := clone.SharedBytes(p); err == nil {
+			shared += n
+		}
+		return nil
+	})
+	return size, shared
+}
+
+// checkSpace refuses to create below the free-space floor.
+func (m *Manager) checkSpace() error {
+	if m.o.MinFree <= 0 {
+		return nil
+	}
+	var st syscall.Statfs_t
+	if err := syscall.Statfs(m.dir, &st); err != nil {
+		return errs.FromOS(err, m.dir, "cannot see the free space")
+	}
+	if free := int64(st.Bavail) * int64(st.Bsize); free < m.o.MinFree {
+		return errs.New(errs.NoSpace, "only %d bytes free on the branches' volume, below the floor of %d", free, m.o.MinFree).
+			WithPath(m.dir).WithHint("delete branches or snapshots, or grow the volume")
+	}
+	return nil
+}
+
+func validName(kind, name string) error {
+	if err := cluster.ValidateName(name); err != nil || len(name) > 40 || strings.HasPrefix(name, ".") {
+		return errs.New(errs.Usage, "bad %s name %q", kind, name).WithHint("use 1-40 letters, digits, '_', '.' or '-', starting with a letter or digit")
+	}
+	return nil
+}
+
+func (m *Manager) dropUnusedOrigins() {
+	used := map[string]bool{}
+	for _, b := range m.st.Branches {
+		used[b.Snapshot] = true
+	}
+	var keep []*Snapshot
+	for _, s := range m.st.Snapshots {
+		if s.Origin && !used[s.Name] {
+			_ = removeBelow(filepath.Join(m.dir, "snap"), s.Name)
+			continue
+		}
+		keep = append(keep, s)
+	}
+	m.st.Snapshots = keep
+}
+
+// connect opens a connection (tests and health checks).
+func connect(ctx context.Context, url string) (*pgx.Conn, error) { return pgx.Connect(ctx, url) }

@@ -1,0 +1,544 @@
+package branches
+
+import (
+	"context"
+	"path/filepath"
+	"sort"
+	"strings"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/pgfork/pgfork/clone"
+	"github.com/pgfork/pgfork/cluster"
+	"github.com/pgfork/pgfork/instance"
+	"github.com/pgfork/pgfork/internal/errs"
+	"github.com/pgfork/pgfork/internal/fsutil"
+	"github.com/pgfork/pgfork/pgclone"
+)
+
+// CreateOptions say what a branch is made from (exactly one of Source,
+// Snapshot and From) and how it lives.
+type CreateOptions struct {
+	Name      string
+	Source    string
+	Snapshot  string
+	From      string // another branch
+	TTL       time.Duration
+	Protected bool
+}
+
+// testHook, when set (tests only), is called at named steps of a create:
+// "copied" once the branch's data directory is in place, "started" once
+// its server runs, both before the branch is recorded as complete.
+var testHook func(step string)
+
+func hook(step string) {
+	if testHook != nil {
+		testHook(step)
+	}
+}
+
+// Create makes a branch for the caller and starts it: a snapshot of the
+// source or branch asked for (or the named snapshot), copied by reflink,
+// started on its own TCP port with a role and password of its own. It is
+// recorded as creating first, so a crash at any step leaves nothing that
+// the next Open does not remove.
+func (m *Manager) Create(ctx context.Context, c Caller, o CreateOptions) (Branch, error) {
+	b, origin, isSource, err := m.reserve(ctx, c, o)
+	if err != nil {
+		return Branch{}, err
+	}
+	fail := func(err error) (Branch, error) {
+		m.mu.Lock()
+		defer m.mu.Unlock()
+		m.removeBranchFiles(context.WithoutCancel(ctx), b.Name)
+		if origin != "" {
+			delete(m.pending, b.Snapshot)
+			_ = removeBelow(filepath.Join(m.dir, "snap"), b.Snapshot)
+		}
+		m.forget(b.Name)
+		m.dropUnusedOrigins()
+		_ = m.save()
+		return Branch{}, err
+	}
+	if origin != "" {
+		if err := m.buildSnapshot(ctx, b.Snapshot, origin, isSource); err != nil {
+			return fail(err)
+		}
+	}
+	if err := m.copyAndStart(ctx, b, false); err != nil {
+		return fail(err)
+	}
+	hook("started")
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if origin != "" {
+		delete(m.pending, b.Snapshot)
+		m.st.Snapshots = append(m.st.Snapshots, &Snapshot{Name: b.Snapshot, From: strings.SplitN(b.From, ":", 2)[0] + ":" + origin,
+			Owner: b.Owner, Created: time.Now().UTC(), Origin: true})
+	}
+	b.State = stateReady
+	if err := m.save(); err != nil {
+		m.mu.Unlock()
+		_, err = fail(err)
+		m.mu.Lock()
+		return Branch{}, err
+	}
+	return m.view(b, false), nil
+}
+
+// reserve checks a create and records the branch as creating (with the
+// name of the origin snapshot to make, if any: origin is then what it is
+// made of, a source when isSource, else a branch).
+func (m *Manager) reserve(ctx context.Context, c Caller, o CreateOptions) (b *Branch, origin string, isSource bool, err error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.expire(ctx)
+	fail := func(err error) (*Branch, string, bool, error) { return nil, "", false, err }
+	if err := validName("branch", o.Name); err != nil {
+		return fail(err)
+	}
+	n := 0
+	for _, x := range []string{o.Source, o.Snapshot, o.From} {
+		if x != "" {
+			n++
+		}
+	}
+	if n != 1 {
+		return fail(errs.New(errs.Usage, "a branch is made from one source, one snapshot or one branch").
+			WithHint("name exactly one of them"))
+	}
+	used := map[int]bool{}
+	for _, x := range m.st.Branches {
+		if x.Name == o.Name {
+			return fail(errs.New(errs.Exists, "a branch named %q already exists", o.Name).WithHint("choose another name"))
+		}
+		used[x.Port] = true
+	}
+	owner := Owner(c.Token)
+	if m.o.MaxBranches > 0 && !m.admin(c) {
+		mine := 0
+		for _, x := range m.st.Branches {
+			if x.Owner == owner {
+				mine++
+			}
+		}
+		if mine >= m.o.MaxBranches {
+			return fail(errs.New(errs.Permission, "quota reached: %d branches of %d", mine, m.o.MaxBranches).
+				WithHint("delete one of your branches first"))
+		}
+	}
+	if err := m.checkSpace(); err != nil {
+		return fail(err)
+	}
+	var from string
+	switch {
+	case o.Source != "":
+		if _, ok := m.source(o.Source); !ok {
+			return fail(errs.New(errs.NotFound, "no source named %q", o.Source).WithHint("list the sources serve was given"))
+		}
+		from, origin, isSource = "source:"+o.Source, o.Source, true
+	case o.From != "":
+		if _, err := m.branch(c, o.From); err != nil {
+			return fail(err)
+		}
+		from, origin = "branch:"+o.From, o.From
+	default:
+		if m.snapshot(o.Snapshot) == nil || m.snapshot(o.Snapshot).Origin {
+			return fail(errs.New(errs.NotFound, "no snapshot named %q", o.Snapshot).WithHint("list the snapshots"))
+		}
+		from = "snapshot:" + o.Snapshot
+	}
+	// A port free now and not another branch's (a stopped one keeps its own).
+	port := 0
+	for i := 0; i < 20 && (port == 0 || used[port]); i++ {
+		if port, err = instance.FreePort(m.o.Host); err != nil {
+			return fail(err)
+		}
+	}
+	if used[port] {
+		return fail(errs.New(errs.Busy, "no free port for branch %q", o.Name).WithHint("try again"))
+	}
+	b = &Branch{Name: o.Name, From: from, Owner: owner, Created: time.Now().UTC(), TTL: o.TTL, Protected: o.Protected,
+		Port: port, Host: m.o.Host, Role: "branch_" + strings.NewReplacer(".", "_", "-", "_").Replace(o.Name),
+		Password: instance.NewPassword(), State: stateCreating, Snapshot: o.Snapshot}
+	if origin != "" {
+		b.Snapshot = "origin-" + o.Name + "-" + fsutil.RandomTag()
+		m.pending[b.Snapshot] = true
+	}
+	m.st.Branches = append(m.st.Branches, b)
+	if err := m.save(); err != nil {
+		m.st.Branches = m.st.Branches[:len(m.st.Branches)-1]
+		delete(m.pending, b.Snapshot)
+		return fail(err)
+	}
+	return b, origin, isSource, nil
+}
+
+func (m *Manager) forget(name string) {
+	var keep []*Branch
+	for _, x := range m.st.Branches {
+		if x.Name != name {
+			keep = append(keep, x)
+		}
+	}
+	m.st.Branches = keep
+}
+
+// copyAndStart copies the branch's snapshot into its data directory
+// (replacing what is there) and starts it.
+func (m *Manager) copyAndStart(ctx context.Context, b *Branch, replace bool) error {
+	if _, err := clone.Copy(ctx, m.snapDir(b.Snapshot), m.branchDir(b.Name), clone.Options{Sync: clone.SyncFS, Force: replace}); err != nil {
+		return err
+	}
+	hook("copied")
+	return m.start(ctx, b)
+}
+
+// start starts a branch's server on its port, TCP with scram only, and
+// gives its role its password.
+func (m *Manager) start(ctx context.Context, b *Branch) error {
+	data := m.branchDir(b.Name)
+	if err := instance.WritePasswordHBA(data, m.o.User); err != nil {
+		return err
+	}
+	inst := m.o.Installation
+	st, err := cluster.StartBranch(ctx, m.o.Layout, cluster.BranchOptions{Name: regName(b.Name), DataDir: data,
+		Kind: cluster.KindClone, Source: b.From, BinDir: inst.BinDir, Env: inst.Env(), PGVersion: inst.Version,
+		PGMajor: inst.Major, User: m.o.User, Port: b.Port, TCP: true, StartTimeout: 10 * time.Minute})
+	if err != nil {
+		return err
+	}
+	sock := &instance.Instance{DataDir: data, SocketDir: st.SocketDir, Port: st.Port}
+	conn, err := pgx.Connect(ctx, sock.ConnString(m.o.SuperUser, "postgres"))
+	if err != nil {
+		return errs.Wrap(errs.Internal, err, "cannot reach branch %q to create its role", b.Name)
+	}
+	defer conn.Close(context.WithoutCancel(ctx))
+	var exists bool
+	if err := conn.QueryRow(ctx, "SELECT EXISTS (SELECT FROM pg_roles WHERE rolname = $1)", b.Role).Scan(&exists); err != nil {
+		return errs.Wrap(errs.Internal, err, "cannot create the role of branch %q", b.Name)
+	}
+	if !exists {
+		if _, err := conn.Exec(ctx, "CREATE ROLE "+pgx.Identifier{b.Role}.Sanitize()+" LOGIN SUPERUSER"); err != nil {
+			return errs.Wrap(errs.Internal, err, "cannot create the role of branch %q", b.Name)
+		}
+	}
+	return sock.SetPassword(ctx, b.Role, b.Password)
+}
+
+// buildSnapshot makes the stopped data directory snap/name from a source
+// (by online clone or restore) or from a running branch (online clone); it
+// records nothing (the caller does, under the lock).
+func (m *Manager) buildSnapshot(ctx context.Context, name, from string, isSource bool) error {
+	dst := m.snapDir(name)
+	_ = clone.CleanStale(dst)
+	var err error
+	if isSource {
+		s, _ := m.source(from)
+		switch s.Kind {
+		case SourceBackup:
+			if m.o.Restore == nil {
+				return errs.New(errs.Unsupported, "source %q is a backup chain but this server cannot restore", s.Name)
+			}
+			err = m.o.Restore(ctx, s, dst)
+		case SourceStandby:
+			e, gerr := cluster.Get(m.o.Layout, standbyReg(s.Name))
+			if gerr != nil {
+				return gerr
+			}
+			sock := &instance.Instance{SocketDir: e.SocketDir, Port: e.Port}
+			_, err = pgclone.Clone(ctx, pgclone.Options{Src: m.standbyDir(s.Name), Dst: dst, Installation: m.o.Installation,
+				Online: true, ConnString: sock.ConnString(m.o.SuperUser, "postgres"), Label: "pgfork branches " + name,
+				Sync: clone.SyncFS, User: m.o.User})
+		default:
+			_, err = pgclone.Clone(ctx, pgclone.Options{Src: s.DataDir, Dst: dst, Installation: m.o.Installation,
+				Online: true, ConnString: s.ConnString, Label: "pgfork branches " + name, Sync: clone.SyncFS, User: m.o.User})
+		}
+	} else {
+		e, gerr := cluster.Get(m.o.Layout, regName(from))
+		if gerr != nil {
+			return gerr
+		}
+		sock := &instance.Instance{SocketDir: e.SocketDir, Port: e.Port}
+		_, err = pgclone.Clone(ctx, pgclone.Options{Src: m.branchDir(from), Dst: dst, Installation: m.o.Installation,
+			Online: true, ConnString: sock.ConnString(m.o.SuperUser, "postgres"), Label: "pgfork branches " + name,
+			Sync: clone.SyncFS, User: m.o.User})
+	}
+	if err != nil {
+		_ = removeBelow(filepath.Join(m.dir, "snap"), name)
+		return err
+	}
+	return nil
+}
+
+// SnapshotOptions name a snapshot and what it is taken of (one of Source
+// and Branch).
+type SnapshotOptions struct {
+	Name   string
+	Source string
+	Branch string
+	// Keep, when above 0, keeps only the newest Keep snapshots taken of
+	// the same source or branch (those no branch is made from).
+	Keep int
+}
+
+// CreateSnapshot takes a named, read-only snapshot of a source or of one
+// of the caller's branches.
+func (m *Manager) CreateSnapshot(ctx context.Context, c Caller, o SnapshotOptions) (Snapshot, error) {
+	from, isSource, err := m.reserveSnapshot(c, o)
+	if err != nil {
+		return Snapshot{}, err
+	}
+	err = m.buildSnapshot(ctx, o.Name, from, isSource)
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	delete(m.pending, o.Name)
+	if err != nil {
+		return Snapshot{}, err
+	}
+	kind := "branch:"
+	if isSource {
+		kind = "source:"
+	}
+	s := &Snapshot{Name: o.Name, From: kind + from, Owner: Owner(c.Token), Created: time.Now().UTC()}
+	m.st.Snapshots = append(m.st.Snapshots, s)
+	if o.Keep > 0 {
+		m.retain(s.From, o.Keep)
+	}
+	return *s, m.save()
+}
+
+// reserveSnapshot checks a snapshot and claims its name.
+func (m *Manager) reserveSnapshot(c Caller, o SnapshotOptions) (from string, isSource bool, err error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if err := validName("snapshot", o.Name); err != nil || strings.HasPrefix(o.Name, "origin-") {
+		return "", false, errs.New(errs.Usage, "bad snapshot name %q", o.Name).WithHint("use 1-40 letters, digits, '_', '.' or '-', not starting with origin-")
+	}
+	if m.snapshot(o.Name) != nil || m.pending[o.Name] {
+		return "", false, errs.New(errs.Exists, "a snapshot named %q already exists", o.Name).WithHint("choose another name")
+	}
+	if (o.Source == "") == (o.Branch == "") {
+		return "", false, errs.New(errs.Usage, "a snapshot is of one source or one branch").WithHint("name exactly one")
+	}
+	if err := m.checkSpace(); err != nil {
+		return "", false, err
+	}
+	from, isSource = o.Branch, false
+	if o.Source != "" {
+		if _, ok := m.source(o.Source); !ok {
+			return "", false, errs.New(errs.NotFound, "no source named %q", o.Source)
+		}
+		from, isSource = o.Source, true
+	} else if _, err := m.branch(c, o.Branch); err != nil {
+		return "", false, err
+	}
+	m.pending[o.Name] = true
+	return from, isSource, nil
+}
+
+// retain removes the oldest unused named snapshots of from beyond keep.
+func (m *Manager) retain(from string, keep int) {
+	used := map[string]bool{}
+	for _, b := range m.st.Branches {
+		used[b.Snapshot] = true
+	}
+	var same []*Snapshot
+	for _, s := range m.st.Snapshots {
+		if !s.Origin && s.From == from {
+			same = append(same, s)
+		}
+	}
+	sort.Slice(same, func(i, j int) bool { return same[i].Created.After(same[j].Created) })
+	drop := map[string]bool{}
+	for i, s := range same {
+		if i >= keep && !used[s.Name] {
+			drop[s.Name] = true
+		}
+	}
+	var rest []*Snapshot
+	for _, s := range m.st.Snapshots {
+		if drop[s.Name] {
+			_ = removeBelow(filepath.Join(m.dir, "snap"), s.Name)
+			continue
+		}
+		rest = append(rest, s)
+	}
+	m.st.Snapshots = rest
+}
+
+// DeleteSnapshot removes a named snapshot no branch is made from (the
+// caller's, or any with an admin token).
+func (m *Manager) DeleteSnapshot(c Caller, name string) error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	s := m.snapshot(name)
+	if s == nil || s.Origin || (s.Owner != Owner(c.Token) && !m.admin(c)) {
+		return errs.New(errs.NotFound, "no snapshot named %q", name)
+	}
+	for _, b := range m.st.Branches {
+		if b.Snapshot == name {
+			return errs.New(errs.Busy, "branch %q is made from snapshot %q", b.Name, name).WithHint("delete the branch first")
+		}
+	}
+	var rest []*Snapshot
+	for _, x := range m.st.Snapshots {
+		if x.Name != name {
+			rest = append(rest, x)
+		}
+	}
+	m.st.Snapshots = rest
+	if err := m.save(); err != nil {
+		return err
+	}
+	if err := removeBelow(filepath.Join(m.dir, "snap"), name); err != nil {
+		return errs.FromOS(err, m.snapDir(name), "cannot remove the snapshot's files")
+	}
+	return nil
+}
+
+// Reset puts a branch back to the snapshot it was made from: its server
+// stopped, its data directory replaced by a new copy, started again on the
+// same port with the same role and password.
+func (m *Manager) Reset(ctx context.Context, c Caller, name string) (Branch, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	b, err := m.branch(c, name)
+	if err != nil {
+		return Branch{}, err
+	}
+	m.busy[name] = true
+	m.mu.Unlock()
+	err = cluster.Down(ctx, m.o.Layout, regName(b.Name), cluster.DownOptions{KeepData: true, Timeout: 30 * time.Second})
+	if err == nil || errs.IsNotFound(err) {
+		err = m.copyAndStart(ctx, b, true)
+	}
+	m.mu.Lock()
+	delete(m.busy, name)
+	if err != nil {
+		return Branch{}, err
+	}
+	b.ResetAt = time.Now().UTC()
+	return m.view(b, false), m.save()
+}
+
+// Protect sets or clears a branch's protect flag: a protected branch is
+// neither deleted nor expired.
+func (m *Manager) Protect(c Caller, name string, on bool) (Branch, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	b, err := m.branch(c, name)
+	if err != nil {
+		return Branch{}, err
+	}
+	b.Protected = on
+	return m.view(b, false), m.save()
+}
+
+// Delete stops and removes a branch (refused while it is protected).
+func (m *Manager) Delete(ctx context.Context, c Caller, name string) error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	b, err := m.branch(c, name)
+	if err != nil {
+		return err
+	}
+	if b.Protected {
+		return errs.New(errs.Busy, "branch %q is protected", name).WithHint("unprotect it first")
+	}
+	return m.delete(ctx, b)
+}
+
+func (m *Manager) delete(ctx context.Context, b *Branch) error {
+	if err := cluster.Down(ctx, m.o.Layout, regName(b.Name), cluster.DownOptions{Timeout: 30 * time.Second}); err != nil && !errs.IsNotFound(err) {
+		return err
+	}
+	_ = removeBelow(filepath.Join(m.dir, "data"), b.Name)
+	m.forget(b.Name)
+	m.dropUnusedOrigins()
+	return m.save()
+}
+
+// Expire deletes the branches whose TTL ran out (protected ones stay).
+func (m *Manager) Expire(ctx context.Context) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.expire(ctx)
+}
+
+func (m *Manager) expire(ctx context.Context) {
+	now := time.Now()
+	for _, b := range append([]*Branch(nil), m.st.Branches...) {
+		if b.State == stateReady && !m.busy[b.Name] && !b.Protected && !b.Expires().IsZero() && now.After(b.Expires()) {
+			_ = m.delete(ctx, b)
+		}
+	}
+}
+
+// ExpireIdle deletes the branches on which no client session was seen
+// for idle (protected ones stay): each call looks at every branch's
+// sessions (pg_stat_activity, over its private socket) and remembers when
+// it last saw one; a branch never seen busy counts from its creation or
+// last reset. serve calls it every 30 seconds.
+func (m *Manager) ExpireIdle(ctx context.Context, idle time.Duration) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	now := time.Now().UTC()
+	changed := false
+	for _, b := range append([]*Branch(nil), m.st.Branches...) {
+		if b.State != stateReady || m.busy[b.Name] {
+			continue
+		}
+		if n, err := m.sessions(ctx, b); err == nil && n > 0 {
+			b.Active, changed = now, true
+			continue
+		} else if err != nil {
+			continue // not reachable now: not proven idle
+		}
+		last := b.Created
+		for _, t := range []time.Time{b.ResetAt, b.Active} {
+			if t.After(last) {
+				last = t
+			}
+		}
+		if !b.Protected && now.Sub(last) > idle {
+			_ = m.delete(ctx, b)
+		}
+	}
+	if changed {
+		_ = m.save()
+	}
+}
+
+// sessions counts the client sessions on a branch other than its own.
+func (m *Manager) sessions(ctx context.Context, b *Branch) (int, error) {
+	e, err := cluster.Get(m.o.Layout, regName(b.Name))
+	if err != nil {
+		return 0, err
+	}
+	sock := &instance.Instance{SocketDir: e.SocketDir, Port: e.Port}
+	cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	c, err := pgx.Connect(cctx, sock.ConnString(m.o.SuperUser, "postgres"))
+	if err != nil {
+		return 0, err
+	}
+	defer c.Close(context.WithoutCancel(ctx))
+	var n int
+	err = c.QueryRow(cctx, "SELECT count(*) FROM pg_stat_activity WHERE backend_type = 'client backend' AND pid <> pg_backend_pid()").Scan(&n)
+	return n, err
+}
+
+// ScheduledSnapshot takes a snapshot of source named SOURCE-YYYYMMDDTHHMMSSZ
+// as the admin, keeping the newest keep of that source's (0: all); serve
+// calls it on a schedule.
+func (m *Manager) ScheduledSnapshot(ctx context.Context, source string, keep int) (Snapshot, error) {
+	name := source + "-" + time.Now().UTC().Format("20060102T150405Z")
+	var admin Caller
+	if len(m.o.AdminTokens) > 0 {
+		admin.Token = m.o.AdminTokens[0]
+	}
+	return m.CreateSnapshot(ctx, admin, SnapshotOptions{Name: name, Source: source, Keep: keep})
+}

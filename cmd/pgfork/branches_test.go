@@ -1,0 +1,106 @@
+package main
+
+import (
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/pgfork/pgfork/internal/pgtest"
+	"github.com/pgfork/pgfork/internal/testenv"
+)
+
+// TestBranchCLI walks docs/branches.md against a real `pgfork serve` with a
+// running source: create a branch with the CLI, connect, break it, reset
+// it (same URL, changes gone), snapshot it, branch the snapshot, delete;
+// another token sees and deletes nothing of it; protect and the quota
+// refuse with their exit codes; the page is served without a token, the
+// API not.
+func TestBranchCLI(t *testing.T) {
+	bin := pgforkBinary(t)
+	pgBin := testenv.PGBinDirs(t)[0]
+	dir := testenv.XFSDir(t)
+	src := filepath.Join(dir, "src")
+	pgtest.InitDB(t, src, pgtest.Server{BinDir: pgBin})
+	in := pgtest.Start(t, src, pgtest.Server{BinDir: pgBin})
+	pgtest.Exec(t, in.ConnString("", ""), "CREATE TABLE seed (id int)", "INSERT INTO seed VALUES (1)")
+
+	s := startServe(t, bin, filepath.Join(dir, "home"), pgBin, nil, "--token", "root-secret-0123456789", "--branch-token", "alice-0123456789abcdef",
+		"--branch-token", "bob-0123456789abcdefgh", "--branch-source", "prod=cluster:"+src, "--branch-quota", "2", "--branch-min-free", "1MiB")
+	as := func(tok string, args ...string) cliResult {
+		t.Helper()
+		return runInProcess(t, append([]string{"branch"}, append(args, "--server", s.base, "--token", tok)...)...)
+	}
+	ok := func(r cliResult) string {
+		t.Helper()
+		if r.code != 0 {
+			t.Fatalf("exit %d: %s", r.code, r.stderr)
+		}
+		return strings.TrimSpace(r.stdout)
+	}
+
+	url := ok(as("alice-0123456789abcdef", "create", "dev", "--source", "prod"))
+	if !strings.Contains(url, "127.0.0.1") || strings.Contains(url, "postgres:") {
+		t.Fatalf("connection string %q: want TCP loopback and a role of its own", url)
+	}
+	pgtest.Exec(t, url, "DROP TABLE seed")
+	if got := ok(as("alice-0123456789abcdef", "reset", "dev")); got != url {
+		t.Errorf("reset moved the branch to %q from %q", got, url)
+	}
+	if got := pgtest.Query(t, url, "SELECT count(*) FROM seed"); got != "1" {
+		t.Errorf("after reset seed has %s rows", got)
+	}
+	pgtest.Exec(t, url, "INSERT INTO seed VALUES (2)")
+	ok(as("alice-0123456789abcdef", "snapshot", "dev", "before-migration"))
+	url2 := ok(as("alice-0123456789abcdef", "create", "dev2", "--snapshot", "before-migration"))
+	if got := pgtest.Query(t, url2, "SELECT count(*) FROM seed"); got != "2" {
+		t.Errorf("branch of the snapshot has %s rows", got)
+	}
+	if r := as("alice-0123456789abcdef", "create", "dev3", "--source", "prod"); r.code != 8 {
+		t.Errorf("a third branch over a quota of 2: exit %d (%s), want 8", r.code, r.stderr)
+	}
+	if l := ok(as("bob-0123456789abcdefgh", "ls")); strings.Contains(l, "dev") && strings.Contains(l, "branch ") {
+		t.Errorf("bob lists alice's branches:\n%s", l)
+	}
+	if r := as("bob-0123456789abcdefgh", "rm", "dev"); r.code != 3 {
+		t.Errorf("bob removing alice's branch: exit %d, want 3 (not found)", r.code)
+	}
+	if l := ok(as("root-secret-0123456789", "ls")); !strings.Contains(l, "dev2") {
+		t.Errorf("the admin token does not list alice's branches:\n%s", l)
+	}
+	ok(as("alice-0123456789abcdef", "protect", "dev"))
+	if r := as("alice-0123456789abcdef", "rm", "dev"); r.code != 6 {
+		t.Errorf("removing a protected branch: exit %d, want 6", r.code)
+	}
+	ok(as("alice-0123456789abcdef", "protect", "dev", "--off"))
+	if code, _ := s.call(t, "GET", "/ui", ""); code != 200 {
+		t.Errorf("GET /ui: %d", code)
+	}
+	if code, _ := s.call(t, "GET", "/api/v2/branches", ""); code != 401 {
+		t.Errorf("GET /api/v2/branches without a token: %d, want 401", code)
+	}
+	ok(as("alice-0123456789abcdef", "rm", "dev", "dev2"))
+	ok(as("alice-0123456789abcdef", "rm", "--snapshot", "before-migration"))
+	if l := ok(as("alice-0123456789abcdef", "ls")); strings.Contains(l, "dev") || strings.Contains(l, "before-migration") {
+		t.Errorf("left after removing everything:\n%s", l)
+	}
+}
+
+// TestServeBranchFlagsRefused: bad branch flags stop serve before it
+// starts anything (exit 2, naming the flag).
+func TestServeBranchFlagsRefused(t *testing.T) {
+	for _, args := range [][]string{
+		{"--branch-source", "prod"},
+		{"--branch-source", "prod=ftp:/x"},
+		{"--branch-source", "prod=backup:/c,bogus=1"},
+		{"--branch-source", "prod=cluster:/d", "--branch-token", "short"},
+		{"--branch-token", "alice-0123456789abcdef"},
+		{"--branch-source", "prod=cluster:/d", "--branch-snapshot-every", "prod=10s"},
+		{"--branch-source", "prod=cluster:/d", "--branch-snapshot-every", "other=1h"},
+		{"--branch-source", "prod=cluster:/d", "--branch-snapshot-every", "prod=1h,keep=x"},
+	} {
+		r := runInProcess(t, append([]string{"serve", "--listen", "127.0.0.1:0"}, args...)...)
+		if r.code != 2 || !strings.Contains(r.stderr, "branch") {
+			t.Errorf("serve %v: exit %d, stderr %s; want 2 naming the branch flag", args, r.code, r.stderr)
+		}
+	}
+}

@@ -1,0 +1,120 @@
+package main
+
+import (
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/spf13/pflag"
+
+	"github.com/pgfork/pgfork/branches"
+	"github.com/pgfork/pgfork/internal/errs"
+	"github.com/pgfork/pgfork/internal/units"
+	"github.com/pgfork/pgfork/serve"
+)
+
+// branchFlags are serve's flags for branches (docs/branches.md).
+type branchFlags struct {
+	sources, tokens, admins []string
+	quota                   int
+	minFree                 string
+	idle                    time.Duration
+	schedules               []string
+}
+
+func addBranchFlags(f *pflag.FlagSet) *branchFlags {
+	b := &branchFlags{}
+	f.StringArrayVar(&b.sources, "branch-source", nil, "serve branches of NAME=cluster:DATADIR (a running cluster), NAME=standby:PRIMARY_URL (a standby kept here) or NAME=backup:CHAINDIR[@BACKUP] (a chain of pgfork backup; add ,wal=DIR,target-name=N or target-time= or target-lsn= for a point in time); repeatable")
+	f.StringArrayVar(&b.tokens, "branch-token", nil, "a token that may create and see its own branches (repeatable; --token is an admin token)")
+	f.StringArrayVar(&b.admins, "branch-admin-token", nil, "a token that sees and changes every branch (repeatable)")
+	f.IntVar(&b.quota, "branch-quota", 0, "branches one token may have at once (0: no limit)")
+	f.StringVar(&b.minFree, "branch-min-free", "1GiB", "refuse to create branches and snapshots below this much free space")
+	f.StringArrayVar(&b.schedules, "branch-snapshot-every", nil, "SOURCE=DURATION[,keep=N]: snapshot a source that often, keeping the newest N (repeatable)")
+	f.DurationVar(&b.idle, "branch-idle", 0, "delete a branch no session used for this long (checked every 30 s; 0: never)")
+	return b
+}
+
+// options are the serve.BranchOptions the flags give (nil: no branches).
+func (b *branchFlags) options() (*serve.BranchOptions, error) {
+	if len(b.sources) == 0 {
+		if len(b.tokens)+len(b.admins) > 0 {
+			return nil, errs.New(errs.Usage, "branch tokens without a source").WithCLI("add --branch-source NAME=cluster:DATADIR")
+		}
+		return nil, nil
+	}
+	o := &serve.BranchOptions{Tokens: b.tokens, AdminTokens: b.admins, MaxBranches: b.quota, Idle: b.idle}
+	if b.quota < 0 {
+		return nil, errs.New(errs.Usage, "bad --branch-quota %d", b.quota).WithHint("give 0 or more")
+	}
+	for _, tok := range append(append([]string(nil), b.tokens...), b.admins...) {
+		if len(tok) < 16 {
+			return nil, errs.New(errs.Usage, "a branch token is %d characters; it must have at least 16", len(tok)).
+				WithHint("generate one: openssl rand -hex 16")
+		}
+	}
+	n, err := units.ParseBytes(b.minFree)
+	if err != nil {
+		return nil, errs.Wrap(errs.Usage, err, "bad --branch-min-free %q", b.minFree)
+	}
+	o.MinFree = n
+	for _, s := range b.sources {
+		name, spec, ok := strings.Cut(s, "=")
+		kind, path, ok2 := strings.Cut(spec, ":")
+		if !ok || !ok2 || path == "" {
+			return nil, errs.New(errs.Usage, "bad --branch-source %q", s).WithCLI("NAME=cluster:DATADIR or NAME=backup:CHAINDIR[@BACKUP]")
+		}
+		src := branches.Source{Name: name, Kind: kind}
+		switch kind {
+		case branches.SourceCluster:
+			src.DataDir = path
+		case branches.SourceStandby:
+			src.PrimaryURL = path
+		case branches.SourceBackup:
+			// CHAINDIR[@BACKUP][,wal=DIR][,target-time=T|,target-lsn=L|,target-name=N]
+			parts := strings.Split(path, ",")
+			src.Chain, src.Upto, _ = strings.Cut(parts[0], "@")
+			for _, kv := range parts[1:] {
+				k, v, _ := strings.Cut(kv, "=")
+				switch k {
+				case "wal":
+					src.WALDir = v
+				case "target-time":
+					src.TargetTime = v
+				case "target-lsn":
+					src.TargetLSN = v
+				case "target-name":
+					src.TargetName = v
+				default:
+					return nil, errs.New(errs.Usage, "bad --branch-source %q: unknown option %q", s, k).
+						WithCLI("options: ,wal=DIR and one of ,target-time=T ,target-lsn=L ,target-name=N")
+				}
+			}
+		default:
+			return nil, errs.New(errs.Usage, "bad --branch-source %q: unknown kind %q", s, kind).WithCLI("cluster:DATADIR, standby:URL or backup:CHAINDIR")
+		}
+		o.Sources = append(o.Sources, src)
+	}
+	for _, sc := range b.schedules {
+		name, spec, _ := strings.Cut(sc, "=")
+		every, keep, _ := strings.Cut(spec, ",")
+		d, err := time.ParseDuration(every)
+		sch := serve.SnapshotSchedule{Source: name, Every: d}
+		if keep != "" {
+			n, kerr := strconv.Atoi(strings.TrimPrefix(keep, "keep="))
+			if kerr != nil || n < 0 || !strings.HasPrefix(keep, "keep=") {
+				err = errs.New(errs.Usage, "bad keep")
+			}
+			sch.Keep = n
+		}
+		found := false
+		for _, s := range o.Sources {
+			found = found || s.Name == name
+		}
+		if err != nil || d < time.Minute || !found {
+			return nil, errs.New(errs.Usage, "bad --branch-snapshot-every %q", sc).
+				WithCLI("SOURCE=DURATION[,keep=N]: a declared source, at least 1m")
+		}
+		o.Schedules = append(o.Schedules, sch)
+	}
+	return o, nil
+}

@@ -1,0 +1,115 @@
+package serve
+
+import (
+	"context"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/pgfork/pgfork/branches"
+	"github.com/pgfork/pgfork/cluster"
+	"github.com/pgfork/pgfork/internal/pgtest"
+	"github.com/pgfork/pgfork/internal/statedir"
+	"github.com/pgfork/pgfork/internal/testenv"
+	"github.com/pgfork/pgfork/pgbackup"
+	"github.com/pgfork/pgfork/pgbin"
+)
+
+// TestBranchesBackupSource: a backup chain declared as a source is
+// restored (restoreFunc, what serve passes) into a snapshot and branched:
+// the branch has the rows of the backup, not those written after it, and
+// its reset keeps them.
+func TestBranchesBackupSource(t *testing.T) {
+	ctx := context.Background()
+	b := pgtest.Builds(t, 0)[0]
+	dir := testenv.XFSDir(t)
+	src := filepath.Join(dir, "src")
+	pgtest.InitDB(t, src, pgtest.Server{BinDir: b.Bin})
+	in := pgtest.Start(t, src, pgtest.Server{BinDir: b.Bin})
+	pgtest.Exec(t, in.ConnString("", ""), "CREATE TABLE t (id int)", "INSERT INTO t VALUES (1)")
+	chain := filepath.Join(dir, "chain")
+	if _, err := pgbackup.Take(ctx, pgbackup.TakeOptions{Dir: chain, ConnString: in.ConnString("", ""),
+		PGBin: pgbin.Options{Explicit: b.Bin, StateDir: t.TempDir()}}); err != nil {
+		t.Fatal(err)
+	}
+	pgtest.Exec(t, in.ConnString("", ""), "INSERT INTO t VALUES (2)")
+
+	m, err := branches.Open(ctx, branches.Options{Layout: statedir.Layout{Root: filepath.Join(dir, "state")},
+		Installation: b.Inst, User: b.User, Restore: restoreFunc(statedir.Layout{Root: filepath.Join(dir, "state")}, b.Inst, b.User),
+		Sources: []branches.Source{{Name: "nightly", Kind: branches.SourceBackup, Chain: chain}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer m.Close()
+	me := branches.Caller{Token: "me"}
+	br, err := m.Create(ctx, me, branches.CreateOptions{Name: "restored", Source: "nightly"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = m.Delete(ctx, me, "restored") }()
+	if got := pgtest.Query(t, br.URL(), "SELECT string_agg(id::text, ',') FROM t"); got != "1" {
+		t.Errorf("branch of the backup has rows %q, want 1", got)
+	}
+	pgtest.Exec(t, br.URL(), "TRUNCATE t")
+	if _, err := m.Reset(ctx, me, "restored"); err != nil {
+		t.Fatal(err)
+	}
+	if got := pgtest.Query(t, br.URL(), "SELECT count(*) FROM t"); got != "1" {
+		t.Errorf("after reset the branch has %s rows, want 1", got)
+	}
+}
+
+// TestBranchesBackupSourcePITR: a backup source with a WAL archive and a
+// restore point as target: its snapshot is recovered to the restore point
+// (rows committed before it, not after) and branches of it start promoted.
+func TestBranchesBackupSourcePITR(t *testing.T) {
+	ctx := context.Background()
+	b := pgtest.Builds(t, 0)[0]
+	dir := testenv.XFSDir(t)
+	arch := filepath.Join(dir, "archive")
+	if err := b.User.MkdirOwned(arch, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	src := filepath.Join(dir, "src")
+	pgtest.InitDB(t, src, pgtest.Server{BinDir: b.Bin})
+	in := pgtest.Start(t, src, pgtest.Server{BinDir: b.Bin, Settings: map[string]string{"archive_mode": "on",
+		"archive_command": "cp %p " + arch + "/%f", "wal_level": "replica"}})
+	url := in.ConnString("", "")
+	pgtest.Exec(t, url, "CREATE TABLE t (id int)", "INSERT INTO t VALUES (1)")
+	chain := filepath.Join(dir, "chain")
+	if _, err := pgbackup.Take(ctx, pgbackup.TakeOptions{Dir: chain, ConnString: url,
+		PGBin: pgbin.Options{Explicit: b.Bin, StateDir: t.TempDir()}}); err != nil {
+		t.Fatal(err)
+	}
+	pgtest.Exec(t, url, "INSERT INTO t VALUES (2)", "SELECT pg_create_restore_point('before')", "INSERT INTO t VALUES (3)")
+	seg := pgtest.Query(t, url, "SELECT pg_walfile_name(pg_switch_wal())")
+	deadline := time.Now().Add(time.Minute)
+	for pgtest.Query(t, url, "SELECT coalesce(last_archived_wal, '') FROM pg_stat_archiver") < seg {
+		if time.Now().After(deadline) {
+			t.Fatalf("WAL segment %s was not archived", seg)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	lay := statedir.Layout{Root: filepath.Join(dir, "state")}
+	m, err := branches.Open(ctx, branches.Options{Layout: lay, Installation: b.Inst, User: b.User, Restore: restoreFunc(lay, b.Inst, b.User),
+		Sources: []branches.Source{{Name: "pitr", Kind: branches.SourceBackup, Chain: chain, WALDir: arch, TargetName: "before"}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer m.Close()
+	me := branches.Caller{Token: "me"}
+	br, err := m.Create(ctx, me, branches.CreateOptions{Name: "at-before", Source: "pitr"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = m.Delete(ctx, me, "at-before") }()
+	if got := pgtest.Query(t, br.URL(), "SELECT string_agg(id::text, ',' ORDER BY id) FROM t"); got != "1,2" {
+		t.Errorf("branch at the restore point has rows %q, want 1,2", got)
+	}
+	if got := pgtest.Query(t, br.URL(), "SELECT pg_is_in_recovery()::text"); got != "false" {
+		t.Error("the branch is still in recovery")
+	}
+	if l, _ := cluster.List(lay); len(l) != 1 {
+		t.Errorf("registry: %+v, want only the branch (the recovery server stopped and forgotten)", l)
+	}
+}

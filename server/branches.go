@@ -1,0 +1,193 @@
+package server
+
+import (
+	"context"
+	"crypto/subtle"
+	_ "embed"
+	"encoding/json"
+	"net/http"
+	"strings"
+	"time"
+
+	"github.com/pgfork/pgfork/internal/errs"
+)
+
+// Branches is what the /api/v2/sources, /snapshots and /branches routes
+// serve (serve hands over the branches package's Manager through an
+// adapter). token is the caller's bearer token: it owns what it creates
+// and sees only that, unless it is an admin token. Values returned are
+// encoded as JSON as they are.
+type Branches interface {
+	List(token string) any
+	Get(token, name string) (any, error)
+	Create(ctx context.Context, token string, req BranchRequest) (any, error)
+	Reset(ctx context.Context, token, name string) (any, error)
+	Protect(token, name string, on bool) (any, error)
+	Delete(ctx context.Context, token, name string) error
+	Snapshot(ctx context.Context, token string, req SnapshotRequest) (any, error)
+	DeleteSnapshot(token, name string) error
+}
+
+//go:embed branches.html
+var branchesPage []byte
+
+// BranchRequest is the body of POST /api/v2/branches: a name and exactly
+// one of source, snapshot and from (another branch).
+type BranchRequest struct {
+	Name       string `json:"name"`
+	Source     string `json:"source,omitempty"`
+	Snapshot   string `json:"snapshot,omitempty"`
+	From       string `json:"from,omitempty"`
+	TTLSeconds int64  `json:"ttl_seconds,omitempty"`
+	Protected  bool   `json:"protected,omitempty"`
+}
+
+// TTL is the request's time to live (0: none).
+func (r BranchRequest) TTL() time.Duration { return time.Duration(r.TTLSeconds) * time.Second }
+
+// SnapshotRequest is the body of POST /api/v2/snapshots (and of
+// POST /api/v2/branches/{name}/snapshot, which sets Branch).
+type SnapshotRequest struct {
+	Name   string `json:"name"`
+	Source string `json:"source,omitempty"`
+	Branch string `json:"branch,omitempty"`
+	Keep   int    `json:"keep,omitempty"`
+}
+
+// branchPaths are the routes the branch tokens (Config.BranchTokens) reach.
+func branchPath(p string) bool {
+	for _, pre := range []string{"/api/v2/sources", "/api/v2/snapshots", "/api/v2/branches"} {
+		if p == pre || strings.HasPrefix(p, pre+"/") {
+			return true
+		}
+	}
+	return false
+}
+
+// pagePath is the web page: static, no data in it (its script asks the
+// API with the token the user types), so it needs no token itself.
+func pagePath(p string) bool { return p == "/ui" }
+
+// branchToken says whether r carries one of the branch tokens.
+func (s *Server) branchToken(r *http.Request) bool {
+	t := bearerOf(r)
+	if t == "" {
+		return false
+	}
+	ok := false
+	for _, bt := range s.cfg.BranchTokens {
+		if subtle.ConstantTimeCompare([]byte(t), []byte(bt)) == 1 {
+			ok = true
+		}
+	}
+	return ok
+}
+
+func bearerOf(r *http.Request) string {
+	const prefix = "Bearer "
+	h := r.Header.Get("Authorization")
+	if !strings.HasPrefix(h, prefix) {
+		return ""
+	}
+	return h[len(prefix):]
+}
+
+func (s *Server) branchRoutes() {
+	m, b := s.mux, s.cfg.Branches
+	m.HandleFunc("GET /api/v2/sources", func(w http.ResponseWriter, r *http.Request) {
+		writeJSON(w, http.StatusOK, b.List(bearerOf(r)))
+	})
+	m.HandleFunc("GET /api/v2/branches", func(w http.ResponseWriter, r *http.Request) {
+		writeJSON(w, http.StatusOK, b.List(bearerOf(r)))
+	})
+	m.HandleFunc("GET /api/v2/snapshots", func(w http.ResponseWriter, r *http.Request) {
+		writeJSON(w, http.StatusOK, b.List(bearerOf(r)))
+	})
+	m.HandleFunc("POST /api/v2/branches", func(w http.ResponseWriter, r *http.Request) {
+		var req BranchRequest
+		if !s.decode(w, r, &req) {
+			return
+		}
+		s.answer(w, r, http.StatusCreated)(b.Create(r.Context(), bearerOf(r), req))
+	})
+	m.HandleFunc("GET /api/v2/branches/{name}", func(w http.ResponseWriter, r *http.Request) {
+		s.answer(w, r, http.StatusOK)(b.Get(bearerOf(r), r.PathValue("name")))
+	})
+	m.HandleFunc("POST /api/v2/branches/{name}/reset", func(w http.ResponseWriter, r *http.Request) {
+		s.answer(w, r, http.StatusOK)(b.Reset(r.Context(), bearerOf(r), r.PathValue("name")))
+	})
+	m.HandleFunc("POST /api/v2/branches/{name}/protect", func(w http.ResponseWriter, r *http.Request) {
+		s.answer(w, r, http.StatusOK)(b.Protect(bearerOf(r), r.PathValue("name"), true))
+	})
+	m.HandleFunc("DELETE /api/v2/branches/{name}/protect", func(w http.ResponseWriter, r *http.Request) {
+		s.answer(w, r, http.StatusOK)(b.Protect(bearerOf(r), r.PathValue("name"), false))
+	})
+	m.HandleFunc("POST /api/v2/branches/{name}/snapshot", func(w http.ResponseWriter, r *http.Request) {
+		var req SnapshotRequest
+		if !s.decode(w, r, &req) {
+			return
+		}
+		req.Source, req.Branch = "", r.PathValue("name")
+		s.answer(w, r, http.StatusCreated)(b.Snapshot(r.Context(), bearerOf(r), req))
+	})
+	m.HandleFunc("DELETE /api/v2/branches/{name}", func(w http.ResponseWriter, r *http.Request) {
+		if err := b.Delete(r.Context(), bearerOf(r), r.PathValue("name")); err != nil {
+			s.failBranch(w, r, err)
+			return
+		}
+		w.WriteHeader(http.StatusNoContent)
+	})
+	m.HandleFunc("POST /api/v2/snapshots", func(w http.ResponseWriter, r *http.Request) {
+		var req SnapshotRequest
+		if !s.decode(w, r, &req) {
+			return
+		}
+		s.answer(w, r, http.StatusCreated)(b.Snapshot(r.Context(), bearerOf(r), req))
+	})
+	m.HandleFunc("DELETE /api/v2/snapshots/{name}", func(w http.ResponseWriter, r *http.Request) {
+		if err := b.DeleteSnapshot(bearerOf(r), r.PathValue("name")); err != nil {
+			s.failBranch(w, r, err)
+			return
+		}
+		w.WriteHeader(http.StatusNoContent)
+	})
+	m.HandleFunc("GET /ui", func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "text/html; charset=utf-8")
+		w.Header().Set("Content-Security-Policy", "default-src 'self'; script-src 'self' 'unsafe-inline'; style-src 'unsafe-inline'")
+		_, _ = w.Write(branchesPage)
+	})
+}
+
+// decode reads a JSON body of at most 64 KiB into v, answering 400 when
+// it is not one.
+func (s *Server) decode(w http.ResponseWriter, r *http.Request, v any) bool {
+	dec := json.NewDecoder(http.MaxBytesReader(w, r.Body, 64<<10))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(v); err != nil {
+		s.failBranch(w, r, errs.Wrap(errs.Usage, err, "bad request body"))
+		return false
+	}
+	return true
+}
+
+// failBranch answers a branch route's error: StatusOf, except that a
+// refusal of the caller (a quota, errs.Permission) is 403, not a fault of
+// the server's.
+func (s *Server) failBranch(w http.ResponseWriter, r *http.Request, err error) {
+	if errs.KindOf(err) == errs.Permission {
+		writeError(w, http.StatusForbidden, err.Error()+" (hint: "+errs.HintOf(err)+")")
+		return
+	}
+	s.fail(v2, w, r, err)
+}
+
+// answer writes a result or the error.
+func (s *Server) answer(w http.ResponseWriter, r *http.Request, code int) func(any, error) {
+	return func(v any, err error) {
+		if err != nil {
+			s.failBranch(w, r, err)
+			return
+		}
+		writeJSON(w, code, v)
+	}
+}

@@ -6,13 +6,13 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
-	"syscall"
 	"time"
 
 	"github.com/pgfork/pgfork/clone"
 	"github.com/pgfork/pgfork/cluster"
 	"github.com/pgfork/pgfork/internal/errs"
 	"github.com/pgfork/pgfork/internal/fsutil"
+	"github.com/pgfork/pgfork/internal/proc"
 )
 
 // SourceStandby is a physical standby of a remote primary that the Manager
@@ -54,7 +54,7 @@ func (m *Manager) ensureStandby(ctx context.Context, s Source) error {
 		cmd.Env = append(os.Environ(), m.o.Installation.Env()...)
 		// pg_basebackup dies with serve: a kill -9 must not leave it
 		// writing into a directory nobody will rename.
-		cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+		proc.DieWithParent(cmd)
 		if out, err := cmd.CombinedOutput(); err != nil {
 			_ = removeBelow(filepath.Join(m.dir, "standby"), filepath.Base(tmp))
 			return errs.Wrap(errs.Internal, err, "pg_basebackup of source %q failed: %s", s.Name, strings.TrimSpace(string(out))).

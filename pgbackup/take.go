@@ -15,6 +15,7 @@ import (
 
 	"github.com/pgfork/pgfork/internal/errs"
 	"github.com/pgfork/pgfork/internal/flock"
+	"github.com/pgfork/pgfork/internal/proc"
 	"github.com/pgfork/pgfork/pgbin"
 )
 
@@ -136,7 +137,7 @@ func Take(ctx context.Context, o TakeOptions) (*Backup, error) {
 	cmd.Env = append(os.Environ(), inst.Env()...)
 	// pg_basebackup dies with us (F5): a kill -9 of pgfork must not leave
 	// it writing into a directory nobody will rename.
-	cmd.SysProcAttr = dieWithParent()
+	proc.DieWithParent(cmd)
 	var out bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &out
 	err = cmd.Start()

@@ -18,6 +18,7 @@ import (
 
 	"github.com/pgfork/pgfork/instance"
 	"github.com/pgfork/pgfork/internal/errs"
+	"github.com/pgfork/pgfork/internal/proc"
 )
 
 // Install is one PostgreSQL build used by an upgrade.
@@ -139,10 +140,7 @@ func (r pgUpgradeRun) run(ctx context.Context) (*pgUpgradeResult, error) {
 	cmd.Dir = r.WorkDir
 	// Die with pgfork, even on kill -9; servers pg_upgrade started are
 	// stopped by the cleanup of the next run.
-	if cmd.SysProcAttr == nil {
-		cmd.SysProcAttr = &syscall.SysProcAttr{}
-	}
-	dieWithParent(cmd.SysProcAttr)
+	proc.DieWithParent(cmd)
 	cmd.Cancel = func() error { return cmd.Process.Signal(syscall.SIGINT) }
 	cmd.WaitDelay = 30 * time.Second
 	pr, pw := io.Pipe()

@@ -212,20 +212,20 @@ func (cl *cli) volumeErrHint(err error) error {
 
 // addVolumeFlag adds --volume to up and serve.
 func (cl *cli) addVolumeFlag(f *pflag.FlagSet, v *string) {
-	f.StringVar(v, "volume", cl.getenv("PGFORK_VOLUME"), `"auto": keep pgfork's state on the recorded reflink volume (re-attached if needed), or create one when root and none exists and the disk cannot clone (env PGFORK_VOLUME)`)
+	f.StringVar(v, "volume", cl.getenv("PGFORK_VOLUME"), `"auto": keep pgfork's state on the recorded reflink volume (re-attached if needed), or create one when root and none exists and the disk cannot clone; "none": create none (env PGFORK_VOLUME, as scripts/ci-setup.sh reads it)`)
 }
 
-// useVolume applies --volume: "" does nothing (a recorded volume is used
-// anyway); "auto" attaches the recorded volume or, as root, creates one
+// useVolume applies --volume: "" and "none" do nothing (a recorded volume
+// is used anyway); "auto" attaches the recorded volume or, as root, creates one
 // where the state directory cannot clone. Without root and without a
 // volume it goes on without one, saying so.
 func (cl *cli) useVolume(ctx context.Context, mode string) error {
 	switch mode {
-	case "":
+	case "", "none":
 		return nil
 	case "auto":
 	default:
-		return errs.New(errs.Usage, "bad --volume %q", mode).WithHint(`use --volume auto`)
+		return errs.New(errs.Usage, "bad --volume %q", mode).WithHint(`use --volume auto or none`)
 	}
 	base := cl.baseStateDir()
 	if _, err := volume.Load(base); err == nil {

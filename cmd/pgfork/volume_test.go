@@ -3,7 +3,9 @@
 package main
 
 import (
+	"context"
 	"encoding/json"
+	"io"
 	"os"
 	"os/exec"
 	"os/user"
@@ -16,6 +18,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/pgfork/pgfork/clone"
+	"github.com/pgfork/pgfork/internal/errs"
 	"github.com/pgfork/pgfork/internal/testenv"
 	"github.com/pgfork/pgfork/volume"
 )
@@ -400,5 +403,19 @@ func TestVolumeRefusesTooBig(t *testing.T) {
 	}
 	if ents, _ := os.ReadDir(home); len(ents) != 0 {
 		t.Errorf("refused create left %d entries in %s", len(ents), home)
+	}
+}
+
+// TestVolumeFlagValues: --volume (and PGFORK_VOLUME, which
+// scripts/ci-setup.sh documents as "auto or none") takes none as "make no
+// volume"; anything else but auto is a usage error naming both.
+func TestVolumeFlagValues(t *testing.T) {
+	cl := newCLI(streams{stdout: io.Discard, stderr: io.Discard, lookupEnv: os.LookupEnv})
+	if err := cl.useVolume(context.Background(), "none"); err != nil {
+		t.Errorf("--volume none: %v", err)
+	}
+	err := cl.useVolume(context.Background(), "bogus")
+	if errs.KindOf(err) != errs.Usage || !strings.Contains(errs.HintOf(err), "auto or none") {
+		t.Errorf("--volume bogus: %v (hint %q), want a usage error naming auto and none", err, errs.HintOf(err))
 	}
 }

@@ -197,15 +197,10 @@ func djManage(ctx context.Context, py, proj string, env []string, args ...string
 	cmd := exec.CommandContext(ctx, py, append([]string{"manage.py", "test", "--noinput", "--timing"}, args...)...)
 	cmd.Dir = proj
 	cmd.Env = append(append(os.Environ(), "PYTHONDONTWRITEBYTECODE=1"), env...)
-	t0 := time.Now()
-	b, err := cmd.CombinedOutput()
-	r := djRun{wall: time.Since(t0)}
-	out := string(b)
-	if err != nil || !strings.Contains(out, "\nOK") {
-		if len(out) > 3000 {
-			out = out[len(out)-3000:]
-		}
-		return r, fmt.Errorf("manage.py test %s: %v:\n%s", strings.Join(args, " "), err, out)
+	wall, out, err := runSuite(cmd, "\nOK")
+	r := djRun{wall: wall}
+	if err != nil {
+		return r, err
 	}
 	for _, m := range djTook.FindAllStringSubmatch(out, -1) {
 		switch {
@@ -230,16 +225,8 @@ func djPytest(ctx context.Context, py, proj string, env []string, args ...string
 	cmd := exec.CommandContext(ctx, py, all...)
 	cmd.Dir = proj
 	cmd.Env = append(append(os.Environ(), "PYTHONDONTWRITEBYTECODE=1"), env...)
-	t0 := time.Now()
-	b, err := cmd.CombinedOutput()
-	took := time.Since(t0)
-	if out := string(b); err != nil || !strings.Contains(out, "400 passed") {
-		if len(out) > 3000 {
-			out = out[len(out)-3000:]
-		}
-		return took, fmt.Errorf("pytest %s: %v:\n%s", strings.Join(args, " "), err, out)
-	}
-	return took, nil
+	took, _, err := runSuite(cmd, "400 passed")
+	return took, err
 }
 
 func runDjangoBench(ctx context.Context, r *Report) error {
@@ -261,21 +248,16 @@ func runDjangoBench(ctx context.Context, r *Report) error {
 		return err
 	}
 	version, _ := exec.CommandContext(ctx, py, "-c", "import django; print(django.get_version())").Output()
-	tmp, err := os.MkdirTemp("", "pgfork-bench-django-")
+	tmp, bin, err := clientWorkspace("pgfork-bench-django-")
 	if err != nil {
 		return err
 	}
 	defer os.RemoveAll(tmp)
-	_ = os.Chmod(tmp, 0o755)
-	bin := filepath.Join(tmp, "pgfork")
-	if out, err := goBuild(context.Background(), bin); err != nil {
-		return fmt.Errorf("go build: %v: %s", err, out)
-	}
 	proj := filepath.Join(tmp, "project")
 	if err := djProject(proj); err != nil {
 		return err
 	}
-	_, pg, stopPG, err := jsBenchPG(ctx, os.TempDir())
+	_, pg, stopPG, err := benchPG18(ctx, os.TempDir())
 	if err != nil {
 		return err
 	}

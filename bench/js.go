@@ -1,7 +1,6 @@
 package main
 
 import (
-	"bufio"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -263,8 +262,8 @@ export default defineConfig({ test: { globalSetup: ["./setup.mjs"], include: ["*
 	return os.Symlink(clientsJS, filepath.Join(nm, "pgfork"))
 }
 
-// jsBenchPG starts a PostgreSQL 18 in a new directory under base.
-func jsBenchPG(ctx context.Context, base string) (*instance.Instance, pgServer, func(), error) {
+// benchPG18 starts a PostgreSQL 18 in a new directory under base.
+func benchPG18(ctx context.Context, base string) (*instance.Instance, pgServer, func(), error) {
 	pgInst, err := findPG(18)
 	if err != nil {
 		return nil, pgServer{}, nil, err
@@ -304,33 +303,11 @@ func jsBenchRun(ctx context.Context, proj, clientsJS, c string, env []string, fi
 	out := filepath.Join(proj, fmt.Sprintf("acquire-%s-%d.txt", c, time.Now().UnixNano()))
 	cmd := exec.CommandContext(ctx, filepath.Join(clientsJS, "node_modules", ".bin", "vitest"), append([]string{"run", "--root", filepath.Join(proj, c)}, filter...)...)
 	cmd.Env = append(append(os.Environ(), "NO_COLOR=1", "PGB_DIR="+proj, "PGB_OUT="+out), env...)
-	t0 := time.Now()
-	b, err := cmd.CombinedOutput()
-	took := time.Since(t0)
+	took, _, err := runSuite(cmd, "passed")
 	if err != nil {
-		tail := string(b)
-		if len(tail) > 3000 {
-			tail = tail[len(tail)-3000:]
-		}
-		return 0, nil, nil, fmt.Errorf("vitest (%s): %v:\n%s", c, err, tail)
+		return 0, nil, nil, fmt.Errorf("vitest (%s): %w", c, err)
 	}
-	var s, h Sample
-	if f, err := os.Open(out); err == nil {
-		sc := bufio.NewScanner(f)
-		for sc.Scan() {
-			f := strings.Fields(sc.Text())
-			if len(f) != 2 {
-				continue
-			}
-			ms, err1 := strconv.ParseFloat(f[0], 64)
-			ho, err2 := strconv.ParseFloat(f[1], 64)
-			if err1 == nil && err2 == nil {
-				s = append(s, time.Duration(ms*float64(time.Millisecond)))
-				h = append(h, time.Duration(ho*float64(time.Millisecond)))
-			}
-		}
-		f.Close()
-	}
+	s, h := readTimings(out)
 	return took, s, h, nil
 }
 
@@ -360,16 +337,11 @@ func runJSBench(ctx context.Context, r *Report) error {
 	if out, err := exec.CommandContext(ctx, "npm", "run", "--silent", "--prefix", clientsJS, "build").CombinedOutput(); err != nil {
 		return fmt.Errorf("building clients/js: %v: %s", err, out)
 	}
-	tmp, err := os.MkdirTemp("", "pgfork-bench-js-")
+	tmp, bin, err := clientWorkspace("pgfork-bench-js-")
 	if err != nil {
 		return err
 	}
 	defer os.RemoveAll(tmp)
-	_ = os.Chmod(tmp, 0o755)
-	bin := filepath.Join(tmp, "pgfork")
-	if out, err := goBuild(context.Background(), bin); err != nil {
-		return fmt.Errorf("go build: %v: %s", err, out)
-	}
 	proj := filepath.Join(tmp, "suite")
 	if err := jsBenchProject(proj, clientsJS, seedMB, tests); err != nil {
 		return err
@@ -380,7 +352,7 @@ func runJSBench(ctx context.Context, r *Report) error {
 		"process start to exit. (c) PGlite (@electric-sql/pglite %s, a dev dependency locked in clients/js): a WASM PostgreSQL in each worker, not the server these tests deploy to.",
 		seedMB, tests, files, "4", jsPGliteVersion(clientsJS))
 
-	_, pg, stopPG, err := jsBenchPG(ctx, os.TempDir())
+	_, pg, stopPG, err := benchPG18(ctx, os.TempDir())
 	if err != nil {
 		return err
 	}
@@ -454,12 +426,17 @@ func runJSBench(ctx context.Context, r *Report) error {
 	// (e): the same on a PostgreSQL on the XFS reflink mount, if any.
 	if xfs := os.Getenv("PGFORK_TEST_XFS"); xfs != "" {
 		if _, err := os.Stat(xfs); err == nil {
-			_, pgx2, stop2, err := jsBenchPG(ctx, xfs)
+			_, pgx2, stop2, err := benchPG18(ctx, xfs)
 			if err != nil {
 				r.Notef("(e) not measured: %v", err)
 			} else {
 				defer stop2()
-				srv2, err := startServe(bin, stateDir, port+1, append([]string{"--pg-url", pgx2.url, "--can-clone"}, serveArgs...)...)
+				// A state directory of its own: serve locks its directory.
+				stateDir2 := filepath.Join(tmp, "state-xfs")
+				if err := os.MkdirAll(stateDir2, 0o755); err != nil {
+					return err
+				}
+				srv2, err := startServe(bin, stateDir2, port+1, append([]string{"--pg-url", pgx2.url, "--can-clone"}, serveArgs...)...)
 				if err != nil {
 					return err
 				}

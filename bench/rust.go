@@ -1,7 +1,6 @@
 package main
 
 import (
-	"bufio"
 	"context"
 	"fmt"
 	"os"
@@ -181,29 +180,9 @@ func rustBenchRun(ctx context.Context, proj, test string, env []string, filter .
 	b, err := rustCargo(ctx, proj, env, append([]string{"test", "--test", test}, filter...)...)
 	took := time.Since(t0)
 	if err != nil || !strings.Contains(string(b), "test result: ok.") {
-		tail := string(b)
-		if len(tail) > 3000 {
-			tail = tail[len(tail)-3000:]
-		}
-		return 0, nil, nil, fmt.Errorf("cargo test --test %s: %v:\n%s", test, err, tail)
+		return 0, nil, nil, fmt.Errorf("cargo test --test %s: %v:\n%s", test, err, b[max(0, len(b)-3000):])
 	}
-	var s, h Sample
-	if f, err := os.Open(out); err == nil {
-		sc := bufio.NewScanner(f)
-		for sc.Scan() {
-			fl := strings.Fields(sc.Text())
-			if len(fl) != 2 {
-				continue
-			}
-			ms, err1 := strconv.ParseFloat(fl[0], 64)
-			ho, err2 := strconv.ParseFloat(fl[1], 64)
-			if err1 == nil && err2 == nil {
-				s = append(s, time.Duration(ms*float64(time.Millisecond)))
-				h = append(h, time.Duration(ho*float64(time.Millisecond)))
-			}
-		}
-		f.Close()
-	}
+	s, h := readTimings(out)
 	return took, s, h, nil
 }
 
@@ -225,16 +204,11 @@ func runRustBench(ctx context.Context, r *Report) error {
 		return err
 	}
 	clientsRust := filepath.Join(wd, "clients", "rust")
-	tmp, err := os.MkdirTemp("", "pgfork-bench-rust-")
+	tmp, bin, err := clientWorkspace("pgfork-bench-rust-")
 	if err != nil {
 		return err
 	}
 	defer os.RemoveAll(tmp)
-	_ = os.Chmod(tmp, 0o755)
-	bin := filepath.Join(tmp, "pgfork")
-	if out, err := goBuild(context.Background(), bin); err != nil {
-		return fmt.Errorf("go build: %v: %s", err, out)
-	}
 	proj := filepath.Join(tmp, "suite")
 	if err := rustBenchProject(proj, clientsRust, tests); err != nil {
 		return err
@@ -274,7 +248,7 @@ func runRustBench(ctx context.Context, r *Report) error {
 		"rebuilding one contender's test binary after touching its file: %s.",
 		tests, runtime.NumCPU(), strings.TrimSpace(string(cargoV)), buildKind, Dur(build), strings.Join(rebuilds, ", "))
 
-	_, pg, stopPG, err := jsBenchPG(ctx, os.TempDir())
+	_, pg, stopPG, err := benchPG18(ctx, os.TempDir())
 	if err != nil {
 		return err
 	}
@@ -358,7 +332,7 @@ func runRustBench(ctx context.Context, r *Report) error {
 
 	if xfs := os.Getenv("PGFORK_TEST_XFS"); xfs != "" {
 		if _, err := os.Stat(xfs); err == nil {
-			_, pg2, stop2, err := jsBenchPG(ctx, xfs)
+			_, pg2, stop2, err := benchPG18(ctx, xfs)
 			if err != nil {
 				r.Notef("(d) not measured: %v", err)
 			} else {

@@ -8,9 +8,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io/fs"
 	"net/url"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"strings"
 )
 
@@ -53,4 +55,22 @@ func password(connString string) string {
 	}
 	pw, _ := u.User.Password()
 	return pw
+}
+
+// DirFS returns the migration directory dir, its symbolic links resolved, for
+// the template hash; tool names the migrator in the error.
+func DirFS(tool, dir string) (fs.FS, error) {
+	root, err := filepath.EvalSymlinks(dir)
+	if err != nil {
+		return nil, fmt.Errorf("%s migrations: %w", tool, err)
+	}
+	return os.DirFS(root), nil
+}
+
+// Command returns command, or the program def alone when command is empty.
+func Command(command []string, def string) []string {
+	if len(command) == 0 {
+		return []string{def}
+	}
+	return command
 }

@@ -13,9 +13,7 @@ package atlasmigrator
 
 import (
 	"context"
-	"fmt"
 	"io/fs"
-	"os"
 	"path/filepath"
 
 	"github.com/pgfork/pgfork/clients/go/internal/clirun"
@@ -37,11 +35,7 @@ func New(dir string) *Migrator { return &Migrator{Dir: dir} }
 
 // Files returns the migration directory, for the template hash.
 func (m *Migrator) Files() (fs.FS, error) {
-	root, err := filepath.EvalSymlinks(m.Dir)
-	if err != nil {
-		return nil, fmt.Errorf("atlas migrations: %w", err)
-	}
-	return os.DirFS(root), nil
+	return clirun.DirFS("atlas", m.Dir)
 }
 
 // Key names atlas and its revisions schema.
@@ -53,10 +47,7 @@ func (m *Migrator) Migrate(ctx context.Context, connString string) error {
 	if err != nil {
 		return err
 	}
-	command := m.Command
-	if len(command) == 0 {
-		command = []string{"atlas"}
-	}
+	command := clirun.Command(m.Command, "atlas")
 	args := []string{"migrate", "apply", "--url", connString, "--dir", "file://" + filepath.ToSlash(dir)}
 	if m.RevisionsSchema != "" {
 		args = append(args, "--revisions-schema", m.RevisionsSchema)

@@ -13,9 +13,7 @@ package dbmatemigrator
 
 import (
 	"context"
-	"fmt"
 	"io/fs"
-	"os"
 	"path/filepath"
 
 	"github.com/pgfork/pgfork/clients/go/internal/clirun"
@@ -37,11 +35,7 @@ func New(dir string) *Migrator { return &Migrator{Dir: dir} }
 
 // Files returns the migration directory, for the template hash.
 func (m *Migrator) Files() (fs.FS, error) {
-	root, err := filepath.EvalSymlinks(m.Dir)
-	if err != nil {
-		return nil, fmt.Errorf("dbmate migrations: %w", err)
-	}
-	return os.DirFS(root), nil
+	return clirun.DirFS("dbmate", m.Dir)
 }
 
 // Key names dbmate and its migrations table.
@@ -54,10 +48,7 @@ func (m *Migrator) Migrate(ctx context.Context, connString string) error {
 	if err != nil {
 		return err
 	}
-	command := m.Command
-	if len(command) == 0 {
-		command = []string{"dbmate"}
-	}
+	command := clirun.Command(m.Command, "dbmate")
 	// The URL goes in the environment (dbmate reads DATABASE_URL), not on
 	// the command line where other local users could read its password.
 	args := []string{"--migrations-dir", dir, "--no-dump-schema"}

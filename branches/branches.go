@@ -90,6 +90,10 @@ type Options struct {
 	Restore RestoreFunc
 	// MaxBranches is how many branches one owner may have (0: no limit).
 	MaxBranches int
+	// MaxOwnBytes is how much disk one owner's branches may use of their
+	// own (not shared by reflink with their snapshot; 0: no limit):
+	// creating a branch is refused once they use that much.
+	MaxOwnBytes int64
 	// MinFree is the free space (bytes) below which nothing is created.
 	MinFree int64
 	// AdminTokens see and change every branch.
@@ -427,6 +431,18 @@ type ListResult struct {
 	Sources   []Source   `json:"sources"`
 	Snapshots []Snapshot `json:"snapshots"`
 	Branches  []Branch   `json:"branches"`
+	// Usage is, per owner listed (the caller; every owner for an admin
+	// token), what its branches use against the quotas.
+	Usage []Usage `json:"usage"`
+}
+
+// Usage is what one owner's branches use, and the quotas (0: none).
+type Usage struct {
+	Owner       string `json:"owner"`
+	Branches    int    `json:"branches"`
+	OwnBytes    int64  `json:"own_bytes"`
+	MaxBranches int    `json:"max_branches"`
+	MaxOwnBytes int64  `json:"max_own_bytes"`
 }
 
 // List returns the sources, the named snapshots and the caller's branches
@@ -450,7 +466,37 @@ func (m *Manager) List(c Caller) ListResult {
 		res.Branches = append(res.Branches, m.view(b, true))
 	}
 	sort.Slice(res.Branches, func(i, j int) bool { return res.Branches[i].Name < res.Branches[j].Name })
+	use := map[string]*Usage{}
+	get := func(owner string) *Usage {
+		if use[owner] == nil {
+			use[owner] = &Usage{Owner: owner, MaxBranches: m.o.MaxBranches, MaxOwnBytes: m.o.MaxOwnBytes}
+		}
+		return use[owner]
+	}
+	get(Owner(c.Token))
+	for _, b := range res.Branches {
+		u := get(b.Owner)
+		u.Branches++
+		u.OwnBytes += b.Size - b.Shared
+	}
+	for _, u := range use {
+		res.Usage = append(res.Usage, *u)
+	}
+	sort.Slice(res.Usage, func(i, j int) bool { return res.Usage[i].Owner < res.Usage[j].Owner })
 	return res
+}
+
+// ownBytes is the disk owner's branches use of their own (not shared by
+// reflink), what MaxOwnBytes bounds.
+func (m *Manager) ownBytes(owner string) int64 {
+	var n int64
+	for _, b := range m.st.Branches {
+		if b.Owner == owner {
+			size, shared := usage(m.branchDir(b.Name))
+			n += size - shared
+		}
+	}
+	return n
 }
 
 // Get returns one of the caller's branches.

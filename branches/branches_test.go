@@ -516,3 +516,49 @@ type instanceAt struct {
 func (i *instanceAt) url() string {
 	return "postgresql://postgres@/postgres?host=" + i.socket + "&port=" + strconv.Itoa(i.port)
 }
+
+// TestDiskQuota: a token's branches' own bytes (not shared with their
+// snapshot) count against its disk quota: once one of two branches wrote
+// more than the room left, its next create is refused (Permission, as
+// the branch-count quota) and leaves nothing; another token still
+// creates; the listing shows each owner's use.
+func TestDiskQuota(t *testing.T) {
+	ctx := context.Background()
+	m := open(t, env(t))
+	alice, bob := Caller{Token: "alice"}, Caller{Token: "bob"}
+	var a1 Branch
+	for _, n := range []string{"a1", "a2"} {
+		b, err := m.Create(ctx, alice, CreateOptions{Name: n, Source: "prod"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if n == "a1" {
+			a1 = b
+		}
+	}
+	u := m.List(alice).Usage
+	if len(u) != 1 || u[0].Owner != Owner("alice") || u[0].Branches != 2 {
+		t.Fatalf("alice's usage: %+v", u)
+	}
+	// Room for 32 MiB more than the two fresh branches use.
+	m.o.MaxOwnBytes = u[0].OwnBytes + 32<<20
+	pgtest.Exec(t, a1.URL(), "CREATE TABLE big AS SELECT g, repeat('x', 200) AS pad FROM generate_series(1, 300000) g", "CHECKPOINT")
+	u = m.List(alice).Usage
+	if u[0].OwnBytes < m.o.MaxOwnBytes || u[0].MaxOwnBytes != m.o.MaxOwnBytes {
+		t.Fatalf("after writing ~70 MiB alice's usage is %+v, want over the quota %d", u, m.o.MaxOwnBytes)
+	}
+	_, err := m.Create(ctx, alice, CreateOptions{Name: "a3", Source: "prod"})
+	wantKind(t, "a create over the disk quota", err, errs.Permission)
+	if err != nil && !strings.Contains(err.Error(), "disk quota") {
+		t.Errorf("refusal %q does not say it is the disk quota", err)
+	}
+	if _, err := os.Stat(m.branchDir("a3")); err == nil {
+		t.Error("the refused branch left a data directory")
+	}
+	if _, err := m.Create(ctx, bob, CreateOptions{Name: "b1", Source: "prod"}); err != nil {
+		t.Errorf("bob is refused by alice's disk use: %v", err)
+	}
+	if u := m.List(Caller{Token: "admin"}).Usage; len(u) != 3 {
+		t.Errorf("the admin's listing has usage %+v, want admin, alice and bob", u)
+	}
+}

@@ -14,6 +14,7 @@ import (
 	"github.com/pgfork/pgfork/instance"
 	"github.com/pgfork/pgfork/internal/errs"
 	"github.com/pgfork/pgfork/internal/fsutil"
+	"github.com/pgfork/pgfork/internal/units"
 	"github.com/pgfork/pgfork/pgclone"
 )
 
@@ -127,6 +128,12 @@ func (m *Manager) reserve(ctx context.Context, c Caller, o CreateOptions) (b *Br
 		if mine >= m.o.MaxBranches {
 			return fail(errs.New(errs.Permission, "quota reached: %d branches of %d", mine, m.o.MaxBranches).
 				WithHint("delete one of your branches first"))
+		}
+	}
+	if m.o.MaxOwnBytes > 0 && !m.admin(c) {
+		if own := m.ownBytes(owner); own >= m.o.MaxOwnBytes {
+			return fail(errs.New(errs.Permission, "disk quota reached: your branches use %s of their own, the quota is %s",
+				units.Bytes(own), units.Bytes(m.o.MaxOwnBytes)).WithHint("delete or reset one of your branches first"))
 		}
 	}
 	if err := m.checkSpace(); err != nil {

@@ -23,6 +23,8 @@ type BranchOptions struct {
 	Tokens      []string // tokens that may use the branch routes (owners)
 	AdminTokens []string // tokens that see and change every branch
 	MaxBranches int
+	// MaxOwnBytes bounds the disk one token's branches use of their own.
+	MaxOwnBytes int64
 	MinFree     int64
 	// Idle, when set, deletes branches with no session for this long.
 	Idle time.Duration
@@ -65,7 +67,7 @@ func openBranches(ctx context.Context, o Options) (*branches.Manager, error) {
 	}
 	bo := o.Branches
 	return branches.Open(ctx, branches.Options{Layout: o.Layout, Sources: bo.Sources, Installation: inst, User: user,
-		Restore: restoreFunc(o.Layout, inst, user), MaxBranches: bo.MaxBranches, MinFree: bo.MinFree,
+		Restore: restoreFunc(o.Layout, inst, user), MaxBranches: bo.MaxBranches, MaxOwnBytes: bo.MaxOwnBytes, MinFree: bo.MinFree,
 		AdminTokens: append(append([]string(nil), bo.AdminTokens...), o.Token)})
 }
 

@@ -8,6 +8,7 @@ import (
 	"io"
 	"net/http"
 	"net/url"
+	"strconv"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -156,6 +157,13 @@ See docs/branches.md.`,
 					Shared  int64     `json:"shared_bytes"`
 				} `json:"snapshots"`
 				Branches []apiBranch `json:"branches"`
+				Usage    []struct {
+					Owner       string `json:"owner"`
+					Branches    int    `json:"branches"`
+					OwnBytes    int64  `json:"own_bytes"`
+					MaxBranches int    `json:"max_branches"`
+					MaxOwnBytes int64  `json:"max_own_bytes"`
+				} `json:"usage"`
 			}
 			if err := c.call(cmd.Context(), "GET", "/api/v2/branches", nil, &l); err != nil {
 				return err
@@ -180,7 +188,25 @@ See docs/branches.md.`,
 				fmt.Fprintf(w, "branch\t%s\t%s\t%s\t%s\t%s\t%s\n", name, b.From, units.Bytes(b.Size-b.Shared), units.Bytes(b.Shared),
 					time.Since(b.Created).Round(time.Second), b.URL)
 			}
-			return w.Flush()
+			if err := w.Flush(); err != nil {
+				return err
+			}
+			// Each owner's use against the quotas (0: none).
+			limit := func(s string, max int64) string {
+				if max > 0 {
+					return s + " of " + strconv.FormatInt(max, 10)
+				}
+				return s
+			}
+			for _, u := range l.Usage {
+				quota := ""
+				if u.MaxOwnBytes > 0 {
+					quota = " of " + units.Bytes(u.MaxOwnBytes)
+				}
+				fmt.Fprintf(cl.stdout, "owner %s: %s branches, %s of their own%s\n", u.Owner,
+					limit(strconv.Itoa(u.Branches), int64(u.MaxBranches)), units.Bytes(u.OwnBytes), quota)
+			}
+			return nil
 		},
 	}
 	reset := &cobra.Command{

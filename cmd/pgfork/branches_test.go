@@ -64,8 +64,8 @@ func TestBranchCLI(t *testing.T) {
 	if r := as("bob-0123456789abcdefgh", "rm", "dev"); r.code != 3 {
 		t.Errorf("bob removing alice's branch: exit %d, want 3 (not found)", r.code)
 	}
-	if l := ok(as("root-secret-0123456789", "ls")); !strings.Contains(l, "dev2") {
-		t.Errorf("the admin token does not list alice's branches:\n%s", l)
+	if l := ok(as("root-secret-0123456789", "ls")); !strings.Contains(l, "dev2") || !strings.Contains(l, "2 of 2 branches") {
+		t.Errorf("the admin token does not list alice's branches and her use of the quota:\n%s", l)
 	}
 	ok(as("alice-0123456789abcdef", "protect", "dev"))
 	if r := as("alice-0123456789abcdef", "rm", "dev"); r.code != 6 {
@@ -97,6 +97,7 @@ func TestServeBranchFlagsRefused(t *testing.T) {
 		{"--branch-source", "prod=cluster:/d", "--branch-snapshot-every", "prod=10s"},
 		{"--branch-source", "prod=cluster:/d", "--branch-snapshot-every", "other=1h"},
 		{"--branch-source", "prod=cluster:/d", "--branch-snapshot-every", "prod=1h,keep=x"},
+		{"--branch-source", "prod=cluster:/d", "--branch-disk-quota", "lots"},
 	} {
 		r := runInProcess(t, append([]string{"serve", "--listen", "127.0.0.1:0"}, args...)...)
 		if r.code != 2 || !strings.Contains(r.stderr, "branch") {

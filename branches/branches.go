@@ -69,6 +69,8 @@ type Source struct {
 	TargetTime string `json:"target_time,omitempty"`
 	TargetLSN  string `json:"target_lsn,omitempty"`
 	TargetName string `json:"target_name,omitempty"`
+	// Lag is a SourceStandby's replication lag, measured by List.
+	Lag *Lag `json:"lag,omitempty"`
 }
 
 // RestoreFunc rebuilds a SourceBackup (its chain up to Upto, empty: the
@@ -445,12 +447,14 @@ type Usage struct {
 	MaxOwnBytes int64  `json:"max_own_bytes"`
 }
 
-// List returns the sources, the named snapshots and the caller's branches
-// (every branch for an admin token), with their sizes.
+// List returns the sources (a standby's with its lag), the named snapshots
+// and the caller's branches (every branch for an admin token), with their
+// sizes.
 func (m *Manager) List(c Caller) ListResult {
+	srcs := m.sourcesWithLag(context.Background())
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	res := ListResult{Sources: m.Sources(), Snapshots: []Snapshot{}, Branches: []Branch{}}
+	res := ListResult{Sources: srcs, Snapshots: []Snapshot{}, Branches: []Branch{}}
 	for _, s := range m.st.Snapshots {
 		if s.Origin {
 			continue

@@ -13,6 +13,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+
 	"github.com/pgfork/pgfork/cluster"
 	"github.com/pgfork/pgfork/internal/errs"
 	"github.com/pgfork/pgfork/internal/pgtest"
@@ -486,13 +488,57 @@ func TestStandbySource(t *testing.T) {
 	if got := pgtest.Query(t, b2.URL(), "SELECT pg_is_in_recovery()::text"); got != "false" {
 		t.Error("a branch of the standby is still a standby")
 	}
+	// Its lag: behind while its replay is paused (bytes, and seconds
+	// since the last transaction it replayed), back to 0 once resumed.
+	lagOf := func() Lag {
+		t.Helper()
+		l := m.List(me).Sources
+		if len(l) != 1 || l[0].Lag == nil {
+			t.Fatalf("sources listed without the standby's lag: %+v", l)
+		}
+		if l[0].Lag.Error != "" {
+			t.Fatalf("lag unknown: %s", l[0].Lag.Error)
+		}
+		return *l[0].Lag
+	}
+	pgtest.Exec(t, sby, "SELECT pg_wal_replay_pause()")
+	pgtest.Exec(t, purl, "INSERT INTO t VALUES (3)")
+	time.Sleep(1100 * time.Millisecond)
+	if l := lagOf(); l.Bytes <= 0 || l.Seconds == nil || *l.Seconds < 1 {
+		t.Errorf("lag while the standby's replay is paused: %+v (seconds %v), want bytes > 0 and ≥ 1 s", l, ptr(l.Seconds))
+	}
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(m.Collector())
+	mfs, err := reg.Gather()
+	var got []string
+	for _, mf := range mfs {
+		for _, x := range mf.GetMetric() {
+			if x.GetGauge().GetValue() > 0 {
+				got = append(got, mf.GetName())
+			}
+		}
+	}
+	if err != nil || strings.Join(got, ",") != "pgfork_branch_source_lag_bytes,pgfork_branch_source_lag_seconds" {
+		t.Errorf("lag metrics above 0: %v (%v), want bytes and seconds of the one standby", got, err)
+	}
+	pgtest.Exec(t, sby, "SELECT pg_wal_replay_resume()")
+	caughtUp("3")
+	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(100 * time.Millisecond) {
+		l := lagOf()
+		if l.Bytes == 0 && l.Seconds != nil && *l.Seconds == 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the standby caught up but its lag stays %+v", l)
+		}
+	}
 	// Falls behind while stopped, catches up when started again.
 	m.StopAll(ctx)
 	m.Close()
 	if err := cluster.Down(ctx, o.Layout, standbyReg("replica"), cluster.DownOptions{KeepData: true, Timeout: 10 * time.Second}); err != nil {
 		t.Fatal(err)
 	}
-	pgtest.Exec(t, purl, "INSERT INTO t VALUES (3)")
+	pgtest.Exec(t, purl, "INSERT INTO t VALUES (4)")
 	m2, err := Open(ctx, o)
 	if err != nil {
 		t.Fatal(err)
@@ -500,12 +546,19 @@ func TestStandbySource(t *testing.T) {
 	t.Cleanup(m2.Close)
 	e, _ = cluster.Get(o.Layout, standbyReg("replica"))
 	sby = (&instanceAt{e.SocketDir, e.Port}).url()
-	caughtUp("3")
+	caughtUp("4")
 	for _, n := range []string{"b1", "b2"} {
 		if err := m2.Delete(ctx, me, n); err != nil {
 			t.Error(err)
 		}
 	}
+}
+
+func ptr(f *float64) any {
+	if f == nil {
+		return nil
+	}
+	return *f
 }
 
 type instanceAt struct {

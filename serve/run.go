@@ -135,6 +135,7 @@ func Run(ctx context.Context, o Options) error {
 			return err
 		}
 		defer bm.Close()
+		reg.MustRegister(bm.Collector())
 		ectx, stopExpiry := context.WithCancel(ctx)
 		defer stopExpiry()
 		go expireBranches(ectx, bm, o.Branches.Idle)

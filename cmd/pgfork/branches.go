@@ -174,7 +174,7 @@ See docs/branches.md.`,
 			w := tabwriter.NewWriter(cl.stdout, 0, 4, 2, ' ', 0)
 			fmt.Fprintln(w, "KIND\tNAME\tFROM\tOWN\tSHARED\tAGE\tURL")
 			for _, s := range l.Sources {
-				fmt.Fprintf(w, "source\t%v\t%v\t\t\t\t\n", s["name"], s["kind"])
+				fmt.Fprintf(w, "source\t%v\t%v\t\t\t\t%s\n", s["name"], s["kind"], lagText(s["lag"]))
 			}
 			for _, s := range l.Snapshots {
 				fmt.Fprintf(w, "snapshot\t%s\t%s\t%s\t%s\t%s\t\n", s.Name, s.From, units.Bytes(s.Size-s.Shared), units.Bytes(s.Shared),
@@ -270,4 +270,22 @@ See docs/branches.md.`,
 	rm.Flags().BoolVar(&isSnap, "snapshot", false, "the names are snapshots")
 	cmd.AddCommand(create, ls, reset, snapshot, protectCmd, rm)
 	return cmd
+}
+
+// lagText shows a standby source's lag as the API answers it (empty for
+// other sources).
+func lagText(v any) string {
+	l, ok := v.(map[string]any)
+	if !ok {
+		return ""
+	}
+	if e, _ := l["error"].(string); e != "" {
+		return "lag unknown: " + e
+	}
+	b, _ := l["bytes"].(float64)
+	s := "lag " + units.Bytes(int64(b))
+	if sec, ok := l["seconds"].(float64); ok {
+		s += fmt.Sprintf(", %.1f s", sec)
+	}
+	return s
 }

@@ -100,6 +100,11 @@ type Options struct {
 	MinFree int64
 	// AdminTokens see and change every branch.
 	AdminTokens []string
+	// LeaveStopped makes Open start no branch: those whose server is not
+	// running are listed stopped until Start (serve's --branch-restart
+	// stopped, which also stops them all when serve exits). Otherwise Open
+	// starts every branch not running that Stop did not stop.
+	LeaveStopped bool
 	// SuperUser is the sources' bootstrap superuser (default postgres).
 	SuperUser string
 }
@@ -137,7 +142,12 @@ type Branch struct {
 	Password  string        `json:"password"`
 	// State is "creating" until the branch is complete; a branch found
 	// creating when the Manager opens is the leftover of a crash, removed.
+	// What callers get says "stopped" for a complete branch whose server
+	// is not running, "ready" while it runs.
 	State string `json:"state"`
+	// Stopped is set by Stop (cleared by Start and Reset): Open does not
+	// start the branch again.
+	Stopped bool `json:"stopped,omitempty"`
 	// Size and Shared are filled by List and Get (see Snapshot).
 	Size   int64 `json:"size_bytes"`
 	Shared int64 `json:"shared_bytes"`
@@ -163,6 +173,7 @@ func (b Branch) Expires() time.Time {
 const (
 	stateCreating = "creating"
 	stateReady    = "ready"
+	stateStopped  = "stopped" // in views only: ready, its server not running
 )
 
 type state struct {
@@ -313,10 +324,13 @@ func (m *Manager) recover(ctx context.Context) error {
 	}
 	m.sweep(ctx)
 	for _, b := range m.st.Branches {
-		if e, err := cluster.Get(m.o.Layout, regName(b.Name)); err == nil && e.State == cluster.Running {
+		if m.running(b) {
 			continue
 		}
 		_ = cluster.Down(ctx, m.o.Layout, regName(b.Name), cluster.DownOptions{KeepData: true, Timeout: 10 * time.Second})
+		if b.Stopped || m.o.LeaveStopped {
+			continue
+		}
 		if err := m.start(ctx, b); err != nil {
 			return errs.Wrap(errs.KindOf(err), err, "branch %q did not start again", b.Name)
 		}
@@ -385,7 +399,8 @@ func (m *Manager) Close() {
 	}
 }
 
-// StopAll stops every branch's server (they start again on Open).
+// StopAll stops every branch's server (Open starts them again unless
+// Options.LeaveStopped).
 func (m *Manager) StopAll(ctx context.Context) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
@@ -519,10 +534,18 @@ func (m *Manager) Get(c Caller, name string) (Branch, error) {
 func (m *Manager) view(b *Branch, sized bool) Branch {
 	v := *b
 	v.Conn = b.URL()
+	if v.State == stateReady && !m.busy[b.Name] && !m.running(b) {
+		v.State = stateStopped
+	}
 	if sized {
 		v.Size, v.Shared = usage(m.branchDir(b.Name))
 	}
 	return v
+}
+
+// running says whether a branch's server runs.
+func (m *Manager) running(b *Branch) bool {
+	return cluster.StateOf(m.o.Layout, regName(b.Name)) == cluster.Running
 }
 
 // usage is the disk a tree uses and how much of it is shared by reflink.

@@ -615,3 +615,71 @@ func TestDiskQuota(t *testing.T) {
 		t.Errorf("the admin's listing has usage %+v, want admin, alice and bob", u)
 	}
 }
+
+// TestLeaveStopped: with LeaveStopped, branches stopped with serve come
+// back listed stopped (not started) after a restart; Start runs one on its
+// port with its data and password; Stop stops it again, and a branch so
+// stopped stays stopped across a restart without LeaveStopped too; a
+// stopped branch cannot be snapshotted.
+func TestLeaveStopped(t *testing.T) {
+	ctx := context.Background()
+	o := env(t)
+	o.LeaveStopped = true
+	m := open(t, o)
+	me := Caller{Token: "me"}
+	b, err := m.Create(ctx, me, CreateOptions{Name: "kept", Source: "prod"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	pgtest.Exec(t, b.URL(), "INSERT INTO seed VALUES (2)")
+	reopen := func(leave bool) {
+		t.Helper()
+		m.StopAll(ctx)
+		m.Close()
+		o.LeaveStopped = leave
+		var err error
+		if m, err = Open(ctx, o); err != nil {
+			t.Fatal(err)
+		}
+	}
+	stateOf := func() string {
+		t.Helper()
+		g, err := m.Get(me, "kept")
+		if err != nil {
+			t.Fatal(err)
+		}
+		return g.State
+	}
+	reopen(true)
+	t.Cleanup(func() { _ = m.Delete(ctx, me, "kept"); m.Close() })
+	if st := stateOf(); st != "stopped" {
+		t.Errorf("after a restart with LeaveStopped the branch is %q, want stopped", st)
+	}
+	if err := tryQuery(b.URL()); err == nil {
+		t.Error("the branch left stopped accepts connections")
+	}
+	_, err = m.CreateSnapshot(ctx, me, SnapshotOptions{Name: "s", Branch: "kept"})
+	wantKind(t, "a snapshot of a stopped branch", err, errs.Busy)
+	if _, err := m.Start(ctx, me, "kept"); err != nil {
+		t.Fatal(err)
+	}
+	if got := pgtest.Query(t, b.URL(), "SELECT count(*) FROM seed"); got != "2" || stateOf() != "ready" {
+		t.Errorf("started: %s rows, state %s; want 2 rows and ready", got, stateOf())
+	}
+	if _, err := m.Stop(ctx, me, "kept"); err != nil {
+		t.Fatal(err)
+	}
+	if err := tryQuery(b.URL()); err == nil || stateOf() != "stopped" {
+		t.Errorf("after Stop the branch is %s and answers (%v)", stateOf(), err)
+	}
+	reopen(false)
+	if st := stateOf(); st != "stopped" {
+		t.Errorf("a branch stopped by Stop is %q after a restart that starts branches", st)
+	}
+	if _, err := m.Start(ctx, me, "kept"); err != nil {
+		t.Fatal(err)
+	}
+	if got := pgtest.Query(t, b.URL(), "SELECT count(*) FROM seed"); got != "2" {
+		t.Errorf("started again: %s rows", got)
+	}
+}

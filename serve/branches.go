@@ -26,6 +26,10 @@ type BranchOptions struct {
 	// MaxOwnBytes bounds the disk one token's branches use of their own.
 	MaxOwnBytes int64
 	MinFree     int64
+	// LeaveStopped: serve stops every branch when it exits and starts
+	// none when it starts (each is started on demand); otherwise branches
+	// keep running across a restart and those found stopped are started.
+	LeaveStopped bool
 	// Idle, when set, deletes branches with no session for this long.
 	Idle time.Duration
 	// Schedules take snapshots of sources periodically.
@@ -67,7 +71,7 @@ func openBranches(ctx context.Context, o Options) (*branches.Manager, error) {
 	}
 	bo := o.Branches
 	return branches.Open(ctx, branches.Options{Layout: o.Layout, Sources: bo.Sources, Installation: inst, User: user,
-		Restore: restoreFunc(o.Layout, inst, user), MaxBranches: bo.MaxBranches, MaxOwnBytes: bo.MaxOwnBytes, MinFree: bo.MinFree,
+		Restore: restoreFunc(o.Layout, inst, user), MaxBranches: bo.MaxBranches, MaxOwnBytes: bo.MaxOwnBytes, MinFree: bo.MinFree, LeaveStopped: bo.LeaveStopped,
 		AdminTokens: append(append([]string(nil), bo.AdminTokens...), o.Token)})
 }
 
@@ -132,6 +136,14 @@ func (a branchAPI) Create(ctx context.Context, token string, r server.BranchRequ
 
 func (a branchAPI) Reset(ctx context.Context, token, name string) (any, error) {
 	return a.m.Reset(ctx, caller(token), name)
+}
+
+func (a branchAPI) Start(ctx context.Context, token, name string) (any, error) {
+	return a.m.Start(ctx, caller(token), name)
+}
+
+func (a branchAPI) Stop(ctx context.Context, token, name string) (any, error) {
+	return a.m.Stop(ctx, caller(token), name)
 }
 
 func (a branchAPI) Protect(token, name string, on bool) (any, error) {

@@ -93,6 +93,7 @@ type apiBranch struct {
 	Owner     string    `json:"owner"`
 	Created   time.Time `json:"created"`
 	Protected bool      `json:"protected"`
+	State     string    `json:"state"`
 	Size      int64     `json:"size_bytes"`
 	Shared    int64     `json:"shared_bytes"`
 	URL       string    `json:"url"`
@@ -185,6 +186,9 @@ See docs/branches.md.`,
 				if b.Protected {
 					name += " (protected)"
 				}
+				if b.State != "ready" {
+					name += " (" + b.State + ")"
+				}
 				fmt.Fprintf(w, "branch\t%s\t%s\t%s\t%s\t%s\t%s\n", name, b.From, units.Bytes(b.Size-b.Shared), units.Bytes(b.Shared),
 					time.Since(b.Created).Round(time.Second), b.URL)
 			}
@@ -219,6 +223,20 @@ See docs/branches.md.`,
 			return show(b)
 		},
 	}
+	onOff := func(verb, short string) *cobra.Command {
+		return &cobra.Command{
+			Use: verb + " NAME", Short: short, Args: cobra.ExactArgs(1),
+			RunE: func(cmd *cobra.Command, args []string) error {
+				var b apiBranch
+				if err := c.call(cmd.Context(), "POST", "/api/v2/branches/"+esc(args[0])+"/"+verb, nil, &b); err != nil {
+					return err
+				}
+				return show(b)
+			},
+		}
+	}
+	start := onOff("start", "Start a stopped branch (same port and password)")
+	stop := onOff("stop", "Stop a branch's server, keeping its data (it stays stopped until started)")
 	var keep int
 	snapshot := &cobra.Command{
 		Use: "snapshot BRANCH NAME", Short: "Take a named read-only snapshot of a branch", Args: cobra.ExactArgs(2),
@@ -268,7 +286,7 @@ See docs/branches.md.`,
 		},
 	}
 	rm.Flags().BoolVar(&isSnap, "snapshot", false, "the names are snapshots")
-	cmd.AddCommand(create, ls, reset, snapshot, protectCmd, rm)
+	cmd.AddCommand(create, ls, reset, start, stop, snapshot, protectCmd, rm)
 	return cmd
 }
 

@@ -76,7 +76,18 @@ type Source struct {
 // RestoreFunc rebuilds a SourceBackup (its chain up to Upto, empty: the
 // newest; recovered to its target when it has one) into the data
 // directory dst, which it creates, left stopped; serve passes restore's.
+// A server it runs meanwhile (a recovery to the target) is registered
+// under a TempServerName, so that the next Open stops one a crash left
+// running.
 type RestoreFunc func(ctx context.Context, s Source, dst string) error
+
+// tempPrefix begins the registry names of temporary servers (TempServerName).
+const tempPrefix = "branches.tmp-"
+
+// TempServerName is a fresh registry name for a temporary server a
+// RestoreFunc runs: Open stops and forgets every one it finds (the
+// leftover of a crash mid-way) and removes its data directory.
+func TempServerName() string { return tempPrefix + fsutil.RandomTag() }
 
 // Options configure a Manager.
 type Options struct {
@@ -307,8 +318,16 @@ func mkdirPrivate(d string) error {
 	return os.Chmod(d, 0o711)
 }
 
-// recover drops half-built branches and snapshots, then starts the rest.
+// recover drops half-built branches and snapshots (with the temporary
+// servers that were making them), then starts the rest.
 func (m *Manager) recover(ctx context.Context) error {
+	if l, err := cluster.List(m.o.Layout); err == nil {
+		for _, e := range l {
+			if strings.HasPrefix(e.Name, tempPrefix) {
+				_ = cluster.Down(ctx, m.o.Layout, e.Name, cluster.DownOptions{DeleteData: true, Timeout: 10 * time.Second})
+			}
+		}
+	}
 	var keep []*Branch
 	for _, b := range m.st.Branches {
 		if b.State != stateReady {

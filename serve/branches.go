@@ -8,7 +8,6 @@ import (
 	"github.com/pgfork/pgfork/branches"
 	"github.com/pgfork/pgfork/cluster"
 	"github.com/pgfork/pgfork/instance"
-	"github.com/pgfork/pgfork/internal/fsutil"
 	"github.com/pgfork/pgfork/internal/statedir"
 	"github.com/pgfork/pgfork/pgbackup"
 	"github.com/pgfork/pgfork/pgbin"
@@ -93,6 +92,10 @@ func expireBranches(ctx context.Context, m *branches.Manager, idle time.Duration
 	}
 }
 
+// testHookRecovered, when set (tests only), runs once a point-in-time
+// snapshot's recovery server is up, before it is stopped.
+var testHookRecovered func()
+
 // restoreFunc rebuilds a chain directory for a backup source. With a
 // recovery target it starts the result as a restore branch (WAL replayed
 // to the target, promoted), then shuts it down cleanly: the snapshot is
@@ -109,9 +112,12 @@ func restoreFunc(lay statedir.Layout, inst pgbin.Installation, user *instance.OS
 			return err
 		}
 		res, err := restore.Run(ctx, restore.RunOptions{Backups: []string{s.Chain}, Upto: s.Upto, Dst: dst, Start: true,
-			Layout: lay, User: user, PGBin: inst.BinDir, Name: "pitr-" + fsutil.RandomTag(), Recovery: rec})
+			Layout: lay, User: user, PGBin: inst.BinDir, Name: branches.TempServerName(), Recovery: rec})
 		if err != nil {
 			return err
+		}
+		if testHookRecovered != nil {
+			testHookRecovered()
 		}
 		// A restore branch's data directory is kept by Down.
 		return cluster.Down(ctx, lay, res.Branch.Name, cluster.DownOptions{Timeout: time.Minute})

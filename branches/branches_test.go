@@ -672,6 +672,10 @@ func TestLeaveStopped(t *testing.T) {
 	if err := tryQuery(b.URL()); err == nil || stateOf() != "stopped" {
 		t.Errorf("after Stop the branch is %s and answers (%v)", stateOf(), err)
 	}
+	m.ExpireIdle(ctx, time.Nanosecond)
+	if _, err := m.Get(me, "kept"); err != nil {
+		t.Fatalf("a stopped branch was deleted as idle: %v", err)
+	}
 	reopen(false)
 	if st := stateOf(); st != "stopped" {
 		t.Errorf("a branch stopped by Stop is %q after a restart that starts branches", st)

@@ -69,12 +69,25 @@ type Source struct {
 	TargetTime string `json:"target_time,omitempty"`
 	TargetLSN  string `json:"target_lsn,omitempty"`
 	TargetName string `json:"target_name,omitempty"`
+	// Lag is a SourceStandby's replication lag, measured by List.
+	Lag *Lag `json:"lag,omitempty"`
 }
 
 // RestoreFunc rebuilds a SourceBackup (its chain up to Upto, empty: the
 // newest; recovered to its target when it has one) into the data
 // directory dst, which it creates, left stopped; serve passes restore's.
+// A server it runs meanwhile (a recovery to the target) is registered
+// under a TempServerName, so that the next Open stops one a crash left
+// running.
 type RestoreFunc func(ctx context.Context, s Source, dst string) error
+
+// tempPrefix begins the registry names of temporary servers (TempServerName).
+const tempPrefix = "branches.tmp-"
+
+// TempServerName is a fresh registry name for a temporary server a
+// RestoreFunc runs: Open stops and forgets every one it finds (the
+// leftover of a crash mid-way) and removes its data directory.
+func TempServerName() string { return tempPrefix + fsutil.RandomTag() }
 
 // Options configure a Manager.
 type Options struct {
@@ -90,10 +103,19 @@ type Options struct {
 	Restore RestoreFunc
 	// MaxBranches is how many branches one owner may have (0: no limit).
 	MaxBranches int
+	// MaxOwnBytes is how much disk one owner's branches may use of their
+	// own (not shared by reflink with their snapshot; 0: no limit):
+	// creating a branch is refused once they use that much.
+	MaxOwnBytes int64
 	// MinFree is the free space (bytes) below which nothing is created.
 	MinFree int64
 	// AdminTokens see and change every branch.
 	AdminTokens []string
+	// LeaveStopped makes Open start no branch: those whose server is not
+	// running are listed stopped until Start (serve's --branch-restart
+	// stopped, which also stops them all when serve exits). Otherwise Open
+	// starts every branch not running that Stop did not stop.
+	LeaveStopped bool
 	// SuperUser is the sources' bootstrap superuser (default postgres).
 	SuperUser string
 }
@@ -131,7 +153,12 @@ type Branch struct {
 	Password  string        `json:"password"`
 	// State is "creating" until the branch is complete; a branch found
 	// creating when the Manager opens is the leftover of a crash, removed.
+	// What callers get says "stopped" for a complete branch whose server
+	// is not running, "ready" while it runs.
 	State string `json:"state"`
+	// Stopped is set by Stop (cleared by Start and Reset): Open does not
+	// start the branch again.
+	Stopped bool `json:"stopped,omitempty"`
 	// Size and Shared are filled by List and Get (see Snapshot).
 	Size   int64 `json:"size_bytes"`
 	Shared int64 `json:"shared_bytes"`
@@ -157,6 +184,7 @@ func (b Branch) Expires() time.Time {
 const (
 	stateCreating = "creating"
 	stateReady    = "ready"
+	stateStopped  = "stopped" // in views only: ready, its server not running
 )
 
 type state struct {
@@ -290,8 +318,16 @@ func mkdirPrivate(d string) error {
 	return os.Chmod(d, 0o711)
 }
 
-// recover drops half-built branches and snapshots, then starts the rest.
+// recover drops half-built branches and snapshots (with the temporary
+// servers that were making them), then starts the rest.
 func (m *Manager) recover(ctx context.Context) error {
+	if l, err := cluster.List(m.o.Layout); err == nil {
+		for _, e := range l {
+			if strings.HasPrefix(e.Name, tempPrefix) {
+				_ = cluster.Down(ctx, m.o.Layout, e.Name, cluster.DownOptions{DeleteData: true, Timeout: 10 * time.Second})
+			}
+		}
+	}
 	var keep []*Branch
 	for _, b := range m.st.Branches {
 		if b.State != stateReady {
@@ -307,10 +343,13 @@ func (m *Manager) recover(ctx context.Context) error {
 	}
 	m.sweep(ctx)
 	for _, b := range m.st.Branches {
-		if e, err := cluster.Get(m.o.Layout, regName(b.Name)); err == nil && e.State == cluster.Running {
+		if m.running(b) {
 			continue
 		}
 		_ = cluster.Down(ctx, m.o.Layout, regName(b.Name), cluster.DownOptions{KeepData: true, Timeout: 10 * time.Second})
+		if b.Stopped || m.o.LeaveStopped {
+			continue
+		}
 		if err := m.start(ctx, b); err != nil {
 			return errs.Wrap(errs.KindOf(err), err, "branch %q did not start again", b.Name)
 		}
@@ -379,7 +418,8 @@ func (m *Manager) Close() {
 	}
 }
 
-// StopAll stops every branch's server (they start again on Open).
+// StopAll stops every branch's server (Open starts them again unless
+// Options.LeaveStopped).
 func (m *Manager) StopAll(ctx context.Context) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
@@ -427,14 +467,28 @@ type ListResult struct {
 	Sources   []Source   `json:"sources"`
 	Snapshots []Snapshot `json:"snapshots"`
 	Branches  []Branch   `json:"branches"`
+	// Usage is, per owner listed (the caller; every owner for an admin
+	// token), what its branches use against the quotas.
+	Usage []Usage `json:"usage"`
 }
 
-// List returns the sources, the named snapshots and the caller's branches
-// (every branch for an admin token), with their sizes.
+// Usage is what one owner's branches use, and the quotas (0: none).
+type Usage struct {
+	Owner       string `json:"owner"`
+	Branches    int    `json:"branches"`
+	OwnBytes    int64  `json:"own_bytes"`
+	MaxBranches int    `json:"max_branches"`
+	MaxOwnBytes int64  `json:"max_own_bytes"`
+}
+
+// List returns the sources (a standby's with its lag), the named snapshots
+// and the caller's branches (every branch for an admin token), with their
+// sizes.
 func (m *Manager) List(c Caller) ListResult {
+	srcs := m.sourcesWithLag(context.Background())
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	res := ListResult{Sources: m.Sources(), Snapshots: []Snapshot{}, Branches: []Branch{}}
+	res := ListResult{Sources: srcs, Snapshots: []Snapshot{}, Branches: []Branch{}}
 	for _, s := range m.st.Snapshots {
 		if s.Origin {
 			continue
@@ -450,7 +504,37 @@ func (m *Manager) List(c Caller) ListResult {
 		res.Branches = append(res.Branches, m.view(b, true))
 	}
 	sort.Slice(res.Branches, func(i, j int) bool { return res.Branches[i].Name < res.Branches[j].Name })
+	use := map[string]*Usage{}
+	get := func(owner string) *Usage {
+		if use[owner] == nil {
+			use[owner] = &Usage{Owner: owner, MaxBranches: m.o.MaxBranches, MaxOwnBytes: m.o.MaxOwnBytes}
+		}
+		return use[owner]
+	}
+	get(Owner(c.Token))
+	for _, b := range res.Branches {
+		u := get(b.Owner)
+		u.Branches++
+		u.OwnBytes += b.Size - b.Shared
+	}
+	for _, u := range use {
+		res.Usage = append(res.Usage, *u)
+	}
+	sort.Slice(res.Usage, func(i, j int) bool { return res.Usage[i].Owner < res.Usage[j].Owner })
 	return res
+}
+
+// ownBytes is the disk owner's branches use of their own (not shared by
+// reflink), what MaxOwnBytes bounds.
+func (m *Manager) ownBytes(owner string) int64 {
+	var n int64
+	for _, b := range m.st.Branches {
+		if b.Owner == owner {
+			size, shared := usage(m.branchDir(b.Name))
+			n += size - shared
+		}
+	}
+	return n
 }
 
 // Get returns one of the caller's branches.
@@ -469,10 +553,18 @@ func (m *Manager) Get(c Caller, name string) (Branch, error) {
 func (m *Manager) view(b *Branch, sized bool) Branch {
 	v := *b
 	v.Conn = b.URL()
+	if v.State == stateReady && !m.busy[b.Name] && !m.running(b) {
+		v.State = stateStopped
+	}
 	if sized {
 		v.Size, v.Shared = usage(m.branchDir(b.Name))
 	}
 	return v
+}
+
+// running says whether a branch's server runs.
+func (m *Manager) running(b *Branch) bool {
+	return cluster.StateOf(m.o.Layout, regName(b.Name)) == cluster.Running
 }
 
 // usage is the disk a tree uses and how much of it is shared by reflink.

@@ -13,6 +13,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+
 	"github.com/pgfork/pgfork/cluster"
 	"github.com/pgfork/pgfork/internal/errs"
 	"github.com/pgfork/pgfork/internal/pgtest"
@@ -486,13 +488,57 @@ func TestStandbySource(t *testing.T) {
 	if got := pgtest.Query(t, b2.URL(), "SELECT pg_is_in_recovery()::text"); got != "false" {
 		t.Error("a branch of the standby is still a standby")
 	}
+	// Its lag: behind while its replay is paused (bytes, and seconds
+	// since the last transaction it replayed), back to 0 once resumed.
+	lagOf := func() Lag {
+		t.Helper()
+		l := m.List(me).Sources
+		if len(l) != 1 || l[0].Lag == nil {
+			t.Fatalf("sources listed without the standby's lag: %+v", l)
+		}
+		if l[0].Lag.Error != "" {
+			t.Fatalf("lag unknown: %s", l[0].Lag.Error)
+		}
+		return *l[0].Lag
+	}
+	pgtest.Exec(t, sby, "SELECT pg_wal_replay_pause()")
+	pgtest.Exec(t, purl, "INSERT INTO t VALUES (3)")
+	time.Sleep(1100 * time.Millisecond)
+	if l := lagOf(); l.Bytes <= 0 || l.Seconds == nil || *l.Seconds < 1 {
+		t.Errorf("lag while the standby's replay is paused: %+v (seconds %v), want bytes > 0 and ≥ 1 s", l, ptr(l.Seconds))
+	}
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(m.Collector())
+	mfs, err := reg.Gather()
+	var got []string
+	for _, mf := range mfs {
+		for _, x := range mf.GetMetric() {
+			if x.GetGauge().GetValue() > 0 {
+				got = append(got, mf.GetName())
+			}
+		}
+	}
+	if err != nil || strings.Join(got, ",") != "pgfork_branch_source_lag_bytes,pgfork_branch_source_lag_seconds" {
+		t.Errorf("lag metrics above 0: %v (%v), want bytes and seconds of the one standby", got, err)
+	}
+	pgtest.Exec(t, sby, "SELECT pg_wal_replay_resume()")
+	caughtUp("3")
+	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(100 * time.Millisecond) {
+		l := lagOf()
+		if l.Bytes == 0 && l.Seconds != nil && *l.Seconds == 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the standby caught up but its lag stays %+v", l)
+		}
+	}
 	// Falls behind while stopped, catches up when started again.
 	m.StopAll(ctx)
 	m.Close()
 	if err := cluster.Down(ctx, o.Layout, standbyReg("replica"), cluster.DownOptions{KeepData: true, Timeout: 10 * time.Second}); err != nil {
 		t.Fatal(err)
 	}
-	pgtest.Exec(t, purl, "INSERT INTO t VALUES (3)")
+	pgtest.Exec(t, purl, "INSERT INTO t VALUES (4)")
 	m2, err := Open(ctx, o)
 	if err != nil {
 		t.Fatal(err)
@@ -500,12 +546,19 @@ func TestStandbySource(t *testing.T) {
 	t.Cleanup(m2.Close)
 	e, _ = cluster.Get(o.Layout, standbyReg("replica"))
 	sby = (&instanceAt{e.SocketDir, e.Port}).url()
-	caughtUp("3")
+	caughtUp("4")
 	for _, n := range []string{"b1", "b2"} {
 		if err := m2.Delete(ctx, me, n); err != nil {
 			t.Error(err)
 		}
 	}
+}
+
+func ptr(f *float64) any {
+	if f == nil {
+		return nil
+	}
+	return *f
 }
 
 type instanceAt struct {
@@ -515,4 +568,122 @@ type instanceAt struct {
 
 func (i *instanceAt) url() string {
 	return "postgresql://postgres@/postgres?host=" + i.socket + "&port=" + strconv.Itoa(i.port)
+}
+
+// TestDiskQuota: a token's branches' own bytes (not shared with their
+// snapshot) count against its disk quota: once one of two branches wrote
+// more than the room left, its next create is refused (Permission, as
+// the branch-count quota) and leaves nothing; another token still
+// creates; the listing shows each owner's use.
+func TestDiskQuota(t *testing.T) {
+	ctx := context.Background()
+	m := open(t, env(t))
+	alice, bob := Caller{Token: "alice"}, Caller{Token: "bob"}
+	var a1 Branch
+	for _, n := range []string{"a1", "a2"} {
+		b, err := m.Create(ctx, alice, CreateOptions{Name: n, Source: "prod"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if n == "a1" {
+			a1 = b
+		}
+	}
+	u := m.List(alice).Usage
+	if len(u) != 1 || u[0].Owner != Owner("alice") || u[0].Branches != 2 {
+		t.Fatalf("alice's usage: %+v", u)
+	}
+	// Room for 32 MiB more than the two fresh branches use.
+	m.o.MaxOwnBytes = u[0].OwnBytes + 32<<20
+	pgtest.Exec(t, a1.URL(), "CREATE TABLE big AS SELECT g, repeat('x', 200) AS pad FROM generate_series(1, 300000) g", "CHECKPOINT")
+	u = m.List(alice).Usage
+	if u[0].OwnBytes < m.o.MaxOwnBytes || u[0].MaxOwnBytes != m.o.MaxOwnBytes {
+		t.Fatalf("after writing ~70 MiB alice's usage is %+v, want over the quota %d", u, m.o.MaxOwnBytes)
+	}
+	_, err := m.Create(ctx, alice, CreateOptions{Name: "a3", Source: "prod"})
+	wantKind(t, "a create over the disk quota", err, errs.Permission)
+	if err != nil && !strings.Contains(err.Error(), "disk quota") {
+		t.Errorf("refusal %q does not say it is the disk quota", err)
+	}
+	if _, err := os.Stat(m.branchDir("a3")); err == nil {
+		t.Error("the refused branch left a data directory")
+	}
+	if _, err := m.Create(ctx, bob, CreateOptions{Name: "b1", Source: "prod"}); err != nil {
+		t.Errorf("bob is refused by alice's disk use: %v", err)
+	}
+	if u := m.List(Caller{Token: "admin"}).Usage; len(u) != 3 {
+		t.Errorf("the admin's listing has usage %+v, want admin, alice and bob", u)
+	}
+}
+
+// TestLeaveStopped: with LeaveStopped, branches stopped with serve come
+// back listed stopped (not started) after a restart; Start runs one on its
+// port with its data and password; Stop stops it again, and a branch so
+// stopped stays stopped across a restart without LeaveStopped too; a
+// stopped branch cannot be snapshotted.
+func TestLeaveStopped(t *testing.T) {
+	ctx := context.Background()
+	o := env(t)
+	o.LeaveStopped = true
+	m := open(t, o)
+	me := Caller{Token: "me"}
+	b, err := m.Create(ctx, me, CreateOptions{Name: "kept", Source: "prod"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	pgtest.Exec(t, b.URL(), "INSERT INTO seed VALUES (2)")
+	reopen := func(leave bool) {
+		t.Helper()
+		m.StopAll(ctx)
+		m.Close()
+		o.LeaveStopped = leave
+		var err error
+		if m, err = Open(ctx, o); err != nil {
+			t.Fatal(err)
+		}
+	}
+	stateOf := func() string {
+		t.Helper()
+		g, err := m.Get(me, "kept")
+		if err != nil {
+			t.Fatal(err)
+		}
+		return g.State
+	}
+	reopen(true)
+	t.Cleanup(func() { _ = m.Delete(ctx, me, "kept"); m.Close() })
+	if st := stateOf(); st != "stopped" {
+		t.Errorf("after a restart with LeaveStopped the branch is %q, want stopped", st)
+	}
+	if err := tryQuery(b.URL()); err == nil {
+		t.Error("the branch left stopped accepts connections")
+	}
+	_, err = m.CreateSnapshot(ctx, me, SnapshotOptions{Name: "s", Branch: "kept"})
+	wantKind(t, "a snapshot of a stopped branch", err, errs.Busy)
+	if _, err := m.Start(ctx, me, "kept"); err != nil {
+		t.Fatal(err)
+	}
+	if got := pgtest.Query(t, b.URL(), "SELECT count(*) FROM seed"); got != "2" || stateOf() != "ready" {
+		t.Errorf("started: %s rows, state %s; want 2 rows and ready", got, stateOf())
+	}
+	if _, err := m.Stop(ctx, me, "kept"); err != nil {
+		t.Fatal(err)
+	}
+	if err := tryQuery(b.URL()); err == nil || stateOf() != "stopped" {
+		t.Errorf("after Stop the branch is %s and answers (%v)", stateOf(), err)
+	}
+	m.ExpireIdle(ctx, time.Nanosecond)
+	if _, err := m.Get(me, "kept"); err != nil {
+		t.Fatalf("a stopped branch was deleted as idle: %v", err)
+	}
+	reopen(false)
+	if st := stateOf(); st != "stopped" {
+		t.Errorf("a branch stopped by Stop is %q after a restart that starts branches", st)
+	}
+	if _, err := m.Start(ctx, me, "kept"); err != nil {
+		t.Fatal(err)
+	}
+	if got := pgtest.Query(t, b.URL(), "SELECT count(*) FROM seed"); got != "2" {
+		t.Errorf("started again: %s rows", got)
+	}
 }

@@ -14,6 +14,7 @@ import (
 	"github.com/pgfork/pgfork/instance"
 	"github.com/pgfork/pgfork/internal/errs"
 	"github.com/pgfork/pgfork/internal/fsutil"
+	"github.com/pgfork/pgfork/internal/units"
 	"github.com/pgfork/pgfork/pgclone"
 )
 
@@ -129,6 +130,12 @@ func (m *Manager) reserve(ctx context.Context, c Caller, o CreateOptions) (b *Br
 				WithHint("delete one of your branches first"))
 		}
 	}
+	if m.o.MaxOwnBytes > 0 && !m.admin(c) {
+		if own := m.ownBytes(owner); own >= m.o.MaxOwnBytes {
+			return fail(errs.New(errs.Permission, "disk quota reached: your branches use %s of their own, the quota is %s",
+				units.Bytes(own), units.Bytes(m.o.MaxOwnBytes)).WithHint("delete or reset one of your branches first"))
+		}
+	}
 	if err := m.checkSpace(); err != nil {
 		return fail(err)
 	}
@@ -140,7 +147,7 @@ func (m *Manager) reserve(ctx context.Context, c Caller, o CreateOptions) (b *Br
 		}
 		from, origin, isSource = "source:"+o.Source, o.Source, true
 	case o.From != "":
-		if _, err := m.branch(c, o.From); err != nil {
+		if _, err := m.runningBranch(c, o.From); err != nil {
 			return fail(err)
 		}
 		from, origin = "branch:"+o.From, o.From
@@ -332,7 +339,7 @@ func (m *Manager) reserveSnapshot(c Caller, o SnapshotOptions) (from string, isS
 			return "", false, errs.New(errs.NotFound, "no source named %q", o.Source)
 		}
 		from, isSource = o.Source, true
-	} else if _, err := m.branch(c, o.Branch); err != nil {
+	} else if _, err := m.runningBranch(c, o.Branch); err != nil {
 		return "", false, err
 	}
 	m.pending[o.Name] = true
@@ -420,7 +427,61 @@ func (m *Manager) Reset(ctx context.Context, c Caller, name string) (Branch, err
 	if err != nil {
 		return Branch{}, err
 	}
-	b.ResetAt = time.Now().UTC()
+	b.ResetAt, b.Stopped = time.Now().UTC(), false
+	return m.view(b, false), m.save()
+}
+
+// runningBranch is branch, refused (Busy) when its server is stopped: an
+// online clone of it needs it running.
+func (m *Manager) runningBranch(c Caller, name string) (*Branch, error) {
+	b, err := m.branch(c, name)
+	if err == nil && !m.running(b) {
+		return nil, errs.New(errs.Busy, "branch %q is stopped", name).WithHint("start it first")
+	}
+	return b, err
+}
+
+// Start starts a stopped branch on its port (with its role and password);
+// a running one is left as it is.
+func (m *Manager) Start(ctx context.Context, c Caller, name string) (Branch, error) {
+	return m.switchOn(ctx, c, name, true)
+}
+
+// Stop stops a branch's server, keeping its data: it stays stopped,
+// across restarts of serve too, until Start or Reset.
+func (m *Manager) Stop(ctx context.Context, c Caller, name string) (Branch, error) {
+	return m.switchOn(ctx, c, name, false)
+}
+
+func (m *Manager) switchOn(ctx context.Context, c Caller, name string, on bool) (Branch, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	b, err := m.branch(c, name)
+	if err != nil {
+		return Branch{}, err
+	}
+	if m.running(b) == on {
+		if b.Stopped == !on {
+			return m.view(b, false), nil
+		}
+	} else {
+		m.busy[name] = true
+		m.mu.Unlock()
+		// The record of a server that is gone goes before a start.
+		err = cluster.Down(ctx, m.o.Layout, regName(name), cluster.DownOptions{KeepData: true, Timeout: 30 * time.Second})
+		if errs.IsNotFound(err) {
+			err = nil
+		}
+		if err == nil && on {
+			err = m.start(ctx, b)
+		}
+		m.mu.Lock()
+		delete(m.busy, name)
+		if err != nil {
+			return Branch{}, err
+		}
+	}
+	b.Stopped = !on
 	return m.view(b, false), m.save()
 }
 

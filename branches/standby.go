@@ -8,8 +8,11 @@ import (
 	"strings"
 	"time"
 
+	"github.com/jackc/pgx/v5"
+
 	"github.com/pgfork/pgfork/clone"
 	"github.com/pgfork/pgfork/cluster"
+	"github.com/pgfork/pgfork/instance"
 	"github.com/pgfork/pgfork/internal/errs"
 	"github.com/pgfork/pgfork/internal/fsutil"
 	"github.com/pgfork/pgfork/internal/proc"
@@ -79,4 +82,94 @@ func (m *Manager) ensureStandby(ctx context.Context, s Source) error {
 		Kind: kindStandby, Source: "standby of " + s.Name, BinDir: inst.BinDir, Env: inst.Env(), PGVersion: inst.Version,
 		PGMajor: inst.Major, User: m.o.User, StartTimeout: 10 * time.Minute})
 	return err
+}
+
+// Lag is how far a standby source is behind its primary: the WAL its
+// primary wrote that it has not replayed yet, and for how long (the age of
+// the last transaction it replayed while it is behind; 0 once caught up).
+type Lag struct {
+	Bytes int64 `json:"bytes"`
+	// Seconds is null while behind if no transaction was replayed since
+	// the standby started (nothing to date the lag by).
+	Seconds *float64 `json:"seconds"`
+	// Error says why the lag is unknown (the standby or the primary
+	// cannot be reached); Bytes and Seconds are then meaningless.
+	Error string `json:"error,omitempty"`
+}
+
+// StandbyLag measures how far the standby source name is behind: its
+// replay position against the primary's current WAL position (asked of the
+// primary; when the primary cannot be reached, the newest position the
+// primary reported to the standby's WAL receiver).
+func (m *Manager) StandbyLag(ctx context.Context, name string) (Lag, error) {
+	s, ok := m.source(name)
+	if !ok || s.Kind != SourceStandby {
+		return Lag{}, errs.New(errs.NotFound, "no standby source named %q", name)
+	}
+	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	e, err := cluster.Get(m.o.Layout, standbyReg(name))
+	if err != nil {
+		return Lag{}, err
+	}
+	sock := &instance.Instance{SocketDir: e.SocketDir, Port: e.Port}
+	sc, err := pgx.Connect(ctx, sock.ConnString(m.o.SuperUser, "postgres"))
+	if err != nil {
+		return Lag{}, errs.Wrap(errs.Internal, err, "cannot reach the standby of source %q", name)
+	}
+	defer sc.Close(context.WithoutCancel(ctx))
+	var replay, reported *string
+	var age *float64
+	if err := sc.QueryRow(ctx, `SELECT pg_last_wal_replay_lsn()::text,
+		extract(epoch FROM now() - pg_last_xact_replay_timestamp())::float8,
+		(SELECT latest_end_lsn::text FROM pg_stat_wal_receiver)`).Scan(&replay, &age, &reported); err != nil {
+		return Lag{}, errs.Wrap(errs.Internal, err, "cannot read the standby's replay position (source %q)", name)
+	}
+	if replay == nil {
+		return Lag{}, errs.New(errs.Internal, "the standby of source %q has replayed nothing yet", name)
+	}
+	var primary string
+	if pc, err := pgx.Connect(ctx, s.PrimaryURL); err == nil {
+		err = pc.QueryRow(ctx, "SELECT pg_current_wal_lsn()::text").Scan(&primary)
+		pc.Close(context.WithoutCancel(ctx))
+		if err != nil {
+			primary = ""
+		}
+	}
+	if primary == "" {
+		if reported == nil {
+			return Lag{}, errs.New(errs.Internal, "neither the primary of source %q nor its standby's WAL receiver tells its position", name).
+				WithHint("check that the primary is up and reachable")
+		}
+		primary = *reported
+	}
+	var lag Lag
+	if err := sc.QueryRow(ctx, "SELECT greatest(pg_wal_lsn_diff($1::pg_lsn, $2::pg_lsn), 0)::bigint", primary, *replay).Scan(&lag.Bytes); err != nil {
+		return Lag{}, errs.Wrap(errs.Internal, err, "cannot compare WAL positions %s and %s", primary, *replay)
+	}
+	zero := 0.0
+	switch {
+	case lag.Bytes == 0:
+		lag.Seconds = &zero
+	case age != nil:
+		a := max(*age, 0)
+		lag.Seconds = &a
+	}
+	return lag, nil
+}
+
+// sourcesWithLag is Sources with each standby's lag measured.
+func (m *Manager) sourcesWithLag(ctx context.Context) []Source {
+	srcs := m.Sources()
+	for i, s := range srcs {
+		if s.Kind != SourceStandby {
+			continue
+		}
+		lag, err := m.StandbyLag(ctx, s.Name)
+		if err != nil {
+			lag = Lag{Error: err.Error()}
+		}
+		srcs[i].Lag = &lag
+	}
+	return srcs
 }

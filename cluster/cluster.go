@@ -370,6 +370,19 @@ func Get(lay statedir.Layout, name string) (Entry, error) {
 	return entry(lay, name), nil
 }
 
+// StateOf is the State Get reports for cluster name, without sizing its
+// data directory (Dead when there is no such cluster).
+func StateOf(lay statedir.Layout, name string) State {
+	if ValidateName(name) != nil {
+		return Dead
+	}
+	info, err := readInfo(Dir(lay, name))
+	if err != nil {
+		return entry(lay, name).State
+	}
+	return state(info, info.DataDir)
+}
+
 // DefaultStopTimeout is how long Down waits for a fast shutdown before it
 // shuts the server down immediately.
 const DefaultStopTimeout = 10 * time.Second

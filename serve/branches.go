@@ -8,7 +8,6 @@ import (
 	"github.com/pgfork/pgfork/branches"
 	"github.com/pgfork/pgfork/cluster"
 	"github.com/pgfork/pgfork/instance"
-	"github.com/pgfork/pgfork/internal/fsutil"
 	"github.com/pgfork/pgfork/internal/statedir"
 	"github.com/pgfork/pgfork/pgbackup"
 	"github.com/pgfork/pgfork/pgbin"
@@ -23,7 +22,13 @@ type BranchOptions struct {
 	Tokens      []string // tokens that may use the branch routes (owners)
 	AdminTokens []string // tokens that see and change every branch
 	MaxBranches int
+	// MaxOwnBytes bounds the disk one token's branches use of their own.
+	MaxOwnBytes int64
 	MinFree     int64
+	// LeaveStopped: serve stops every branch when it exits and starts
+	// none when it starts (each is started on demand); otherwise branches
+	// keep running across a restart and those found stopped are started.
+	LeaveStopped bool
 	// Idle, when set, deletes branches with no session for this long.
 	Idle time.Duration
 	// Schedules take snapshots of sources periodically.
@@ -65,7 +70,7 @@ func openBranches(ctx context.Context, o Options) (*branches.Manager, error) {
 	}
 	bo := o.Branches
 	return branches.Open(ctx, branches.Options{Layout: o.Layout, Sources: bo.Sources, Installation: inst, User: user,
-		Restore: restoreFunc(o.Layout, inst, user), MaxBranches: bo.MaxBranches, MinFree: bo.MinFree,
+		Restore: restoreFunc(o.Layout, inst, user), MaxBranches: bo.MaxBranches, MaxOwnBytes: bo.MaxOwnBytes, MinFree: bo.MinFree, LeaveStopped: bo.LeaveStopped,
 		AdminTokens: append(append([]string(nil), bo.AdminTokens...), o.Token)})
 }
 
@@ -87,6 +92,10 @@ func expireBranches(ctx context.Context, m *branches.Manager, idle time.Duration
 	}
 }
 
+// testHookRecovered, when set (tests only), runs once a point-in-time
+// snapshot's recovery server is up, before it is stopped.
+var testHookRecovered func()
+
 // restoreFunc rebuilds a chain directory for a backup source. With a
 // recovery target it starts the result as a restore branch (WAL replayed
 // to the target, promoted), then shuts it down cleanly: the snapshot is
@@ -103,9 +112,12 @@ func restoreFunc(lay statedir.Layout, inst pgbin.Installation, user *instance.OS
 			return err
 		}
 		res, err := restore.Run(ctx, restore.RunOptions{Backups: []string{s.Chain}, Upto: s.Upto, Dst: dst, Start: true,
-			Layout: lay, User: user, PGBin: inst.BinDir, Name: "pitr-" + fsutil.RandomTag(), Recovery: rec})
+			Layout: lay, User: user, PGBin: inst.BinDir, Name: branches.TempServerName(), Recovery: rec})
 		if err != nil {
 			return err
+		}
+		if testHookRecovered != nil {
+			testHookRecovered()
 		}
 		// A restore branch's data directory is kept by Down.
 		return cluster.Down(ctx, lay, res.Branch.Name, cluster.DownOptions{Timeout: time.Minute})
@@ -130,6 +142,14 @@ func (a branchAPI) Create(ctx context.Context, token string, r server.BranchRequ
 
 func (a branchAPI) Reset(ctx context.Context, token, name string) (any, error) {
 	return a.m.Reset(ctx, caller(token), name)
+}
+
+func (a branchAPI) Start(ctx context.Context, token, name string) (any, error) {
+	return a.m.Start(ctx, caller(token), name)
+}
+
+func (a branchAPI) Stop(ctx context.Context, token, name string) (any, error) {
+	return a.m.Stop(ctx, caller(token), name)
 }
 
 func (a branchAPI) Protect(token, name string, on bool) (any, error) {

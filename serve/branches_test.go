@@ -2,7 +2,12 @@ package serve
 
 import (
 	"context"
+	"encoding/json"
+	"os"
+	"os/exec"
 	"path/filepath"
+	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -66,30 +71,7 @@ func TestBranchesBackupSourcePITR(t *testing.T) {
 	ctx := context.Background()
 	b := pgtest.Builds(t, 0)[0]
 	dir := testenv.XFSDir(t)
-	arch := filepath.Join(dir, "archive")
-	if err := b.User.MkdirOwned(arch, 0o755); err != nil {
-		t.Fatal(err)
-	}
-	src := filepath.Join(dir, "src")
-	pgtest.InitDB(t, src, pgtest.Server{BinDir: b.Bin})
-	in := pgtest.Start(t, src, pgtest.Server{BinDir: b.Bin, Settings: map[string]string{"archive_mode": "on",
-		"archive_command": "cp %p " + arch + "/%f", "wal_level": "replica"}})
-	url := in.ConnString("", "")
-	pgtest.Exec(t, url, "CREATE TABLE t (id int)", "INSERT INTO t VALUES (1)")
-	chain := filepath.Join(dir, "chain")
-	if _, err := pgbackup.Take(ctx, pgbackup.TakeOptions{Dir: chain, ConnString: url,
-		PGBin: pgbin.Options{Explicit: b.Bin, StateDir: t.TempDir()}}); err != nil {
-		t.Fatal(err)
-	}
-	pgtest.Exec(t, url, "INSERT INTO t VALUES (2)", "SELECT pg_create_restore_point('before')", "INSERT INTO t VALUES (3)")
-	seg := pgtest.Query(t, url, "SELECT pg_walfile_name(pg_switch_wal())")
-	deadline := time.Now().Add(time.Minute)
-	for pgtest.Query(t, url, "SELECT coalesce(last_archived_wal, '') FROM pg_stat_archiver") < seg {
-		if time.Now().After(deadline) {
-			t.Fatalf("WAL segment %s was not archived", seg)
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
+	chain, arch := pitrChain(t, b, dir)
 	lay := statedir.Layout{Root: filepath.Join(dir, "state")}
 	m, err := branches.Open(ctx, branches.Options{Layout: lay, Installation: b.Inst, User: b.User, Restore: restoreFunc(lay, b.Inst, b.User),
 		Sources: []branches.Source{{Name: "pitr", Kind: branches.SourceBackup, Chain: chain, WALDir: arch, TargetName: "before"}}})
@@ -111,5 +93,114 @@ func TestBranchesBackupSourcePITR(t *testing.T) {
 	}
 	if l, _ := cluster.List(lay); len(l) != 1 {
 		t.Errorf("registry: %+v, want only the branch (the recovery server stopped and forgotten)", l)
+	}
+}
+
+// pitrChain is a backup chain of a server (rows 1, 2, then a restore point
+// "before", then 3) and the WAL archive that reaches past the restore point.
+func pitrChain(t *testing.T, b pgtest.Build, dir string) (chain, arch string) {
+	t.Helper()
+	ctx := context.Background()
+	arch = filepath.Join(dir, "archive")
+	if err := b.User.MkdirOwned(arch, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	src := filepath.Join(dir, "src")
+	pgtest.InitDB(t, src, pgtest.Server{BinDir: b.Bin})
+	in := pgtest.Start(t, src, pgtest.Server{BinDir: b.Bin, Settings: map[string]string{"archive_mode": "on",
+		"archive_command": "cp %p " + arch + "/%f", "wal_level": "replica"}})
+	url := in.ConnString("", "")
+	pgtest.Exec(t, url, "CREATE TABLE t (id int)", "INSERT INTO t VALUES (1)")
+	chain = filepath.Join(dir, "chain")
+	if _, err := pgbackup.Take(ctx, pgbackup.TakeOptions{Dir: chain, ConnString: url,
+		PGBin: pgbin.Options{Explicit: b.Bin, StateDir: t.TempDir()}}); err != nil {
+		t.Fatal(err)
+	}
+	pgtest.Exec(t, url, "INSERT INTO t VALUES (2)", "SELECT pg_create_restore_point('before')", "INSERT INTO t VALUES (3)")
+	seg := pgtest.Query(t, url, "SELECT pg_walfile_name(pg_switch_wal())")
+	deadline := time.Now().Add(time.Minute)
+	for pgtest.Query(t, url, "SELECT coalesce(last_archived_wal, '') FROM pg_stat_archiver") < seg {
+		if time.Now().After(deadline) {
+			t.Fatalf("WAL segment %s was not archived", seg)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	return chain, arch
+}
+
+// TestBranchesPITRKilled: serve killed with SIGKILL while a point-in-time
+// snapshot's recovery server runs (a hook at that step); the next Open
+// stops that server, forgets it and removes its directory: no postmaster
+// and no directory left.
+func TestBranchesPITRKilled(t *testing.T) {
+	type child struct{ Root, Chain, Arch string }
+	b := pgtest.Builds(t, 0)[0]
+	opts := func(c child) branches.Options {
+		lay := statedir.Layout{Root: c.Root}
+		return branches.Options{Layout: lay, Installation: b.Inst, User: b.User, Restore: restoreFunc(lay, b.Inst, b.User),
+			Sources: []branches.Source{{Name: "pitr", Kind: branches.SourceBackup, Chain: c.Chain, WALDir: c.Arch, TargetName: "before"}}}
+	}
+	if env := os.Getenv("PGFORK_PITR_CHILD"); env != "" {
+		var c child
+		if err := json.Unmarshal([]byte(env), &c); err != nil {
+			t.Fatal(err)
+		}
+		m, err := branches.Open(context.Background(), opts(c))
+		if err != nil {
+			t.Fatal(err)
+		}
+		testHookRecovered = func() { _ = syscall.Kill(os.Getpid(), syscall.SIGKILL) }
+		_, err = m.Create(context.Background(), branches.Caller{Token: "me"}, branches.CreateOptions{Name: "k", Source: "pitr"})
+		t.Fatalf("create returned (%v) instead of being killed", err)
+	}
+	dir := testenv.XFSDir(t)
+	c := child{Root: filepath.Join(dir, "state")}
+	c.Chain, c.Arch = pitrChain(t, b, dir)
+	raw, _ := json.Marshal(c)
+	cmd := exec.Command(os.Args[0], "-test.run=^TestBranchesPITRKilled$", "-test.count=1")
+	cmd.Env = append(os.Environ(), "PGFORK_PITR_CHILD="+string(raw))
+	out, err := cmd.CombinedOutput()
+	if ee, ok := err.(*exec.ExitError); !ok || ee.Sys().(syscall.WaitStatus).Signal() != syscall.SIGKILL {
+		t.Fatalf("the child was not killed (%v):\n%s", err, out)
+	}
+	lay := statedir.Layout{Root: c.Root}
+	l, _ := cluster.List(lay)
+	var pid int
+	var data, name string
+	for _, e := range l {
+		if strings.HasPrefix(e.Name, "branches.tmp-") && e.State == cluster.Running {
+			pid, data, name = e.Pid, e.DataDir, e.Name
+		}
+	}
+	if pid == 0 {
+		t.Fatalf("no recovery server running after the kill (the hook ran too early?): %+v", l)
+	}
+	// If Open failed to: Down checks it is still the server recorded.
+	t.Cleanup(func() {
+		_ = cluster.Down(context.Background(), lay, name, cluster.DownOptions{DeleteData: true, Timeout: 10 * time.Second})
+	})
+
+	m, err := branches.Open(context.Background(), opts(c))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer m.Close()
+	deadline := time.Now().Add(10 * time.Second)
+	for syscall.Kill(pid, 0) == nil {
+		if time.Now().After(deadline) {
+			t.Fatalf("the recovery server (pid %d) still runs after Open", pid)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	if l, _ := cluster.List(lay); len(l) != 0 {
+		t.Errorf("the registry keeps %+v", l)
+	}
+	if _, err := os.Stat(data); err == nil {
+		t.Errorf("the recovery server's directory %s is left", data)
+	}
+	for _, sub := range []string{"snap", "data"} {
+		if ents, _ := os.ReadDir(filepath.Join(branches.Dir(lay), sub)); len(ents) != 0 {
+			t.Errorf("%s/ keeps %v", sub, ents)
+		}
 	}
 }

@@ -135,6 +135,15 @@ func Run(ctx context.Context, o Options) error {
 			return err
 		}
 		defer bm.Close()
+		if o.Branches.LeaveStopped {
+			// Runs before Close, after the HTTP server is shut down.
+			defer func() {
+				sctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+				defer cancel()
+				bm.StopAll(sctx)
+			}()
+		}
+		reg.MustRegister(bm.Collector())
 		ectx, stopExpiry := context.WithCancel(ctx)
 		defer stopExpiry()
 		go expireBranches(ectx, bm, o.Branches.Idle)

@@ -22,6 +22,8 @@ type Branches interface {
 	Get(token, name string) (any, error)
 	Create(ctx context.Context, token string, req BranchRequest) (any, error)
 	Reset(ctx context.Context, token, name string) (any, error)
+	Start(ctx context.Context, token, name string) (any, error)
+	Stop(ctx context.Context, token, name string) (any, error)
 	Protect(token, name string, on bool) (any, error)
 	Delete(ctx context.Context, token, name string) error
 	Snapshot(ctx context.Context, token string, req SnapshotRequest) (any, error)
@@ -115,6 +117,12 @@ func (s *Server) branchRoutes() {
 	})
 	m.HandleFunc("POST /api/v2/branches/{name}/reset", func(w http.ResponseWriter, r *http.Request) {
 		s.answer(w, r, http.StatusOK)(b.Reset(r.Context(), bearerOf(r), r.PathValue("name")))
+	})
+	m.HandleFunc("POST /api/v2/branches/{name}/start", func(w http.ResponseWriter, r *http.Request) {
+		s.answer(w, r, http.StatusOK)(b.Start(r.Context(), bearerOf(r), r.PathValue("name")))
+	})
+	m.HandleFunc("POST /api/v2/branches/{name}/stop", func(w http.ResponseWriter, r *http.Request) {
+		s.answer(w, r, http.StatusOK)(b.Stop(r.Context(), bearerOf(r), r.PathValue("name")))
 	})
 	m.HandleFunc("POST /api/v2/branches/{name}/protect", func(w http.ResponseWriter, r *http.Request) {
 		s.answer(w, r, http.StatusOK)(b.Protect(bearerOf(r), r.PathValue("name"), true))

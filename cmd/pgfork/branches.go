@@ -8,6 +8,7 @@ import (
 	"io"
 	"net/http"
 	"net/url"
+	"strconv"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -92,6 +93,7 @@ type apiBranch struct {
 	Owner     string    `json:"owner"`
 	Created   time.Time `json:"created"`
 	Protected bool      `json:"protected"`
+	State     string    `json:"state"`
 	Size      int64     `json:"size_bytes"`
 	Shared    int64     `json:"shared_bytes"`
 	URL       string    `json:"url"`
@@ -156,6 +158,13 @@ See docs/branches.md.`,
 					Shared  int64     `json:"shared_bytes"`
 				} `json:"snapshots"`
 				Branches []apiBranch `json:"branches"`
+				Usage    []struct {
+					Owner       string `json:"owner"`
+					Branches    int    `json:"branches"`
+					OwnBytes    int64  `json:"own_bytes"`
+					MaxBranches int    `json:"max_branches"`
+					MaxOwnBytes int64  `json:"max_own_bytes"`
+				} `json:"usage"`
 			}
 			if err := c.call(cmd.Context(), "GET", "/api/v2/branches", nil, &l); err != nil {
 				return err
@@ -166,7 +175,7 @@ See docs/branches.md.`,
 			w := tabwriter.NewWriter(cl.stdout, 0, 4, 2, ' ', 0)
 			fmt.Fprintln(w, "KIND\tNAME\tFROM\tOWN\tSHARED\tAGE\tURL")
 			for _, s := range l.Sources {
-				fmt.Fprintf(w, "source\t%v\t%v\t\t\t\t\n", s["name"], s["kind"])
+				fmt.Fprintf(w, "source\t%v\t%v\t\t\t\t%s\n", s["name"], s["kind"], lagText(s["lag"]))
 			}
 			for _, s := range l.Snapshots {
 				fmt.Fprintf(w, "snapshot\t%s\t%s\t%s\t%s\t%s\t\n", s.Name, s.From, units.Bytes(s.Size-s.Shared), units.Bytes(s.Shared),
@@ -177,10 +186,31 @@ See docs/branches.md.`,
 				if b.Protected {
 					name += " (protected)"
 				}
+				if b.State != "ready" {
+					name += " (" + b.State + ")"
+				}
 				fmt.Fprintf(w, "branch\t%s\t%s\t%s\t%s\t%s\t%s\n", name, b.From, units.Bytes(b.Size-b.Shared), units.Bytes(b.Shared),
 					time.Since(b.Created).Round(time.Second), b.URL)
 			}
-			return w.Flush()
+			if err := w.Flush(); err != nil {
+				return err
+			}
+			// Each owner's use against the quotas (0: none).
+			limit := func(s string, max int64) string {
+				if max > 0 {
+					return s + " of " + strconv.FormatInt(max, 10)
+				}
+				return s
+			}
+			for _, u := range l.Usage {
+				quota := ""
+				if u.MaxOwnBytes > 0 {
+					quota = " of " + units.Bytes(u.MaxOwnBytes)
+				}
+				fmt.Fprintf(cl.stdout, "owner %s: %s branches, %s of their own%s\n", u.Owner,
+					limit(strconv.Itoa(u.Branches), int64(u.MaxBranches)), units.Bytes(u.OwnBytes), quota)
+			}
+			return nil
 		},
 	}
 	reset := &cobra.Command{
@@ -193,6 +223,20 @@ See docs/branches.md.`,
 			return show(b)
 		},
 	}
+	onOff := func(verb, short string) *cobra.Command {
+		return &cobra.Command{
+			Use: verb + " NAME", Short: short, Args: cobra.ExactArgs(1),
+			RunE: func(cmd *cobra.Command, args []string) error {
+				var b apiBranch
+				if err := c.call(cmd.Context(), "POST", "/api/v2/branches/"+esc(args[0])+"/"+verb, nil, &b); err != nil {
+					return err
+				}
+				return show(b)
+			},
+		}
+	}
+	start := onOff("start", "Start a stopped branch (same port and password)")
+	stop := onOff("stop", "Stop a branch's server, keeping its data (it stays stopped until started)")
 	var keep int
 	snapshot := &cobra.Command{
 		Use: "snapshot BRANCH NAME", Short: "Take a named read-only snapshot of a branch", Args: cobra.ExactArgs(2),
@@ -242,6 +286,24 @@ See docs/branches.md.`,
 		},
 	}
 	rm.Flags().BoolVar(&isSnap, "snapshot", false, "the names are snapshots")
-	cmd.AddCommand(create, ls, reset, snapshot, protectCmd, rm)
+	cmd.AddCommand(create, ls, reset, start, stop, snapshot, protectCmd, rm)
 	return cmd
+}
+
+// lagText shows a standby source's lag as the API answers it (empty for
+// other sources).
+func lagText(v any) string {
+	l, ok := v.(map[string]any)
+	if !ok {
+		return ""
+	}
+	if e, _ := l["error"].(string); e != "" {
+		return "lag unknown: " + e
+	}
+	b, _ := l["bytes"].(float64)
+	s := "lag " + units.Bytes(int64(b))
+	if sec, ok := l["seconds"].(float64); ok {
+		s += fmt.Sprintf(", %.1f s", sec)
+	}
+	return s
 }

@@ -1,9 +1,14 @@
 package main
 
 import (
+	"context"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
 
 	"github.com/pgfork/pgfork/internal/pgtest"
 	"github.com/pgfork/pgfork/internal/testenv"
@@ -64,8 +69,8 @@ func TestBranchCLI(t *testing.T) {
 	if r := as("bob-0123456789abcdefgh", "rm", "dev"); r.code != 3 {
 		t.Errorf("bob removing alice's branch: exit %d, want 3 (not found)", r.code)
 	}
-	if l := ok(as("root-secret-0123456789", "ls")); !strings.Contains(l, "dev2") {
-		t.Errorf("the admin token does not list alice's branches:\n%s", l)
+	if l := ok(as("root-secret-0123456789", "ls")); !strings.Contains(l, "dev2") || !strings.Contains(l, "2 of 2 branches") {
+		t.Errorf("the admin token does not list alice's branches and her use of the quota:\n%s", l)
 	}
 	ok(as("alice-0123456789abcdef", "protect", "dev"))
 	if r := as("alice-0123456789abcdef", "rm", "dev"); r.code != 6 {
@@ -97,10 +102,76 @@ func TestServeBranchFlagsRefused(t *testing.T) {
 		{"--branch-source", "prod=cluster:/d", "--branch-snapshot-every", "prod=10s"},
 		{"--branch-source", "prod=cluster:/d", "--branch-snapshot-every", "other=1h"},
 		{"--branch-source", "prod=cluster:/d", "--branch-snapshot-every", "prod=1h,keep=x"},
+		{"--branch-source", "prod=cluster:/d", "--branch-disk-quota", "lots"},
+		{"--branch-source", "prod=cluster:/d", "--branch-restart", "later"},
 	} {
 		r := runInProcess(t, append([]string{"serve", "--listen", "127.0.0.1:0"}, args...)...)
 		if r.code != 2 || !strings.Contains(r.stderr, "branch") {
 			t.Errorf("serve %v: exit %d, stderr %s; want 2 naming the branch flag", args, r.code, r.stderr)
 		}
 	}
+}
+
+// TestBranchRestartStopped: with --branch-restart stopped, serve stops its
+// branches when it exits and a restart leaves them stopped (listed so);
+// `pgfork branch start` runs one again on its URL with its data, `stop`
+// stops it.
+func TestBranchRestartStopped(t *testing.T) {
+	bin := pgforkBinary(t)
+	pgBin := testenv.PGBinDirs(t)[0]
+	dir := testenv.XFSDir(t)
+	src := filepath.Join(dir, "src")
+	pgtest.InitDB(t, src, pgtest.Server{BinDir: pgBin})
+	in := pgtest.Start(t, src, pgtest.Server{BinDir: pgBin})
+	pgtest.Exec(t, in.ConnString("", ""), "CREATE TABLE seed (id int)")
+	const tok = "alice-0123456789abcdef"
+	args := []string{"--branch-token", tok, "--branch-source", "prod=cluster:" + src, "--branch-min-free", "1MiB", "--branch-restart", "stopped"}
+	s := startServe(t, bin, filepath.Join(dir, "home"), pgBin, nil, args...)
+	as := func(args ...string) cliResult {
+		t.Helper()
+		return runInProcess(t, append([]string{"branch"}, append(args, "--server", s.base, "--token", tok)...)...)
+	}
+	ok := func(r cliResult) string {
+		t.Helper()
+		if r.code != 0 {
+			t.Fatalf("exit %d: %s", r.code, r.stderr)
+		}
+		return strings.TrimSpace(r.stdout)
+	}
+	url := ok(as("create", "kept", "--source", "prod"))
+	pgtest.Exec(t, url, "INSERT INTO seed VALUES (7)")
+
+	_ = s.cmd.Process.Signal(syscall.SIGTERM)
+	<-s.done
+	if err := pingURL(url); err == nil {
+		t.Error("the branch still runs after serve exited with --branch-restart stopped")
+	}
+	s = startServe(t, bin, filepath.Join(dir, "home"), pgBin, nil, args...)
+	if l := ok(as("ls")); !strings.Contains(l, "kept (stopped)") {
+		t.Errorf("after the restart the branch is not listed stopped:\n%s", l)
+	}
+	if err := pingURL(url); err == nil {
+		t.Error("the branch was started by the restart")
+	}
+	if got := ok(as("start", "kept")); got != url {
+		t.Errorf("start moved the branch to %q from %q", got, url)
+	}
+	if got := pgtest.Query(t, url, "SELECT string_agg(id::text, ',') FROM seed"); got != "7" {
+		t.Errorf("the started branch has rows %q, want 7", got)
+	}
+	ok(as("stop", "kept"))
+	if err := pingURL(url); err == nil {
+		t.Error("the branch answers after stop")
+	}
+	ok(as("rm", "kept"))
+}
+
+func pingURL(url string) error {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	c, err := pgx.Connect(ctx, url)
+	if err != nil {
+		return err
+	}
+	return c.Close(ctx)
 }

@@ -182,6 +182,16 @@ func TestBranchPage(t *testing.T) {
 		}
 		time.Sleep(200 * time.Millisecond)
 	}
+	d.do("POST", "/element/"+d.find("#branches tbody button:nth-of-type(3)")+"/click", nil) // Stop
+	d.waitFor("the branch stopped", func(s string) bool { return strings.Contains(s, "web1 (stopped)") })
+	if pingURL(url) == nil {
+		t.Error("the branch stopped on the page still answers")
+	}
+	d.do("POST", "/element/"+d.find("#branches tbody button:nth-of-type(3)")+"/click", nil) // Start
+	d.waitFor("the branch started", func(s string) bool { return strings.Contains(s, "web1") && !strings.Contains(s, "(stopped)") })
+	if err := pingURL(url); err != nil {
+		t.Errorf("the branch started on the page does not answer: %v", err)
+	}
 	d.do("POST", "/element/"+d.find("#branches tbody button:nth-of-type(2)")+"/click", nil) // Delete
 	d.waitFor("no branch", func(s string) bool { return !strings.Contains(s, "branch_web1") })
 	if got := runInProcess(t, "branch", "ls", "--json", "--server", s.base, "--token", token); strings.Contains(got.stdout, "web1") {

@@ -18,6 +18,8 @@ type branchFlags struct {
 	sources, tokens, admins []string
 	quota                   int
 	minFree                 string
+	diskQuota               string
+	restart                 string
 	idle                    time.Duration
 	schedules               []string
 }
@@ -28,6 +30,8 @@ func addBranchFlags(f *pflag.FlagSet) *branchFlags {
 	f.StringArrayVar(&b.tokens, "branch-token", nil, "a token that may create and see its own branches (repeatable; --token is an admin token)")
 	f.StringArrayVar(&b.admins, "branch-admin-token", nil, "a token that sees and changes every branch (repeatable)")
 	f.IntVar(&b.quota, "branch-quota", 0, "branches one token may have at once (0: no limit)")
+	f.StringVar(&b.diskQuota, "branch-disk-quota", "0", "disk one token's branches may use of their own (not shared with their source); past it, its creates are refused (0: no limit)")
+	f.StringVar(&b.restart, "branch-restart", "start", "what serve does with branches when it restarts: start (they keep running when serve exits; those found stopped are started) or stopped (stopped when serve exits, left stopped until `pgfork branch start`)")
 	f.StringVar(&b.minFree, "branch-min-free", "1GiB", "refuse to create branches and snapshots below this much free space")
 	f.StringArrayVar(&b.schedules, "branch-snapshot-every", nil, "SOURCE=DURATION[,keep=N]: snapshot a source that often, keeping the newest N (repeatable)")
 	f.DurationVar(&b.idle, "branch-idle", 0, "delete a branch no session used for this long (checked every 30 s; 0: never)")
@@ -57,6 +61,18 @@ func (b *branchFlags) options() (*serve.BranchOptions, error) {
 		return nil, errs.Wrap(errs.Usage, err, "bad --branch-min-free %q", b.minFree)
 	}
 	o.MinFree = n
+	switch b.restart {
+	case "start":
+	case "stopped":
+		o.LeaveStopped = true
+	default:
+		return nil, errs.New(errs.Usage, "bad --branch-restart %q", b.restart).WithHint("use start or stopped")
+	}
+	if b.diskQuota != "0" {
+		if o.MaxOwnBytes, err = units.ParseBytes(b.diskQuota); err != nil {
+			return nil, errs.Wrap(errs.Usage, err, "bad --branch-disk-quota %q", b.diskQuota).WithHint("give a size such as 20GiB, or 0 for no limit")
+		}
+	}
 	for _, s := range b.sources {
 		name, spec, ok := strings.Cut(s, "=")
 		kind, path, ok2 := strings.Cut(spec, ":")

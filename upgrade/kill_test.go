@@ -7,6 +7,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -104,32 +105,93 @@ func leftServers(old, tmp string, roots ...string) map[string]int {
 	return out
 }
 
+// killed is what a killed run left.
+type killed struct {
+	tmp        string         // its temporary directory
+	rehearsals []string       // its rehearsal clones
+	servers    map[string]int // servers it left running, by data directory
+}
+
+// inspect reads what the run killed at at left in dir: its state file, its
+// rehearsal clones and the servers left running on them, on its staging
+// directory, on old (listening in its temporary directory) and, with
+// placed, on newDir.
+func inspect(t *testing.T, dir, old, newDir string, placed bool) killed {
+	t.Helper()
+	ws := filepath.Join(dir, ".new.pgfork-upgrade")
+	raw, err := os.ReadFile(filepath.Join(ws, "state.json"))
+	if err != nil {
+		t.Fatalf("the killed run left no state: %v", err)
+	}
+	var st struct{ Tmp string }
+	if err := json.Unmarshal(raw, &st); err != nil || st.Tmp == "" {
+		t.Fatalf("state %s: %v", raw, err)
+	}
+	k := killed{tmp: st.Tmp}
+	k.rehearsals, _ = filepath.Glob(filepath.Join(dir, ".old.pgfork-rehearsal-*"))
+	k.servers = leftServers(old, st.Tmp, append(k.rehearsals, ws)...)
+	if placed {
+		if pf, err := instance.ReadPidFile(newDir); err == nil && syscall.Kill(pf.Pid, 0) == nil {
+			k.servers[newDir] = pf.Pid
+		}
+	}
+	return k
+}
+
+// gone checks that the next run removed what the killed run left.
+func (k killed) gone(t *testing.T) {
+	t.Helper()
+	for d, pid := range k.servers {
+		if syscall.Kill(pid, 0) == nil {
+			t.Errorf("the server the killed run left on %s (pid %d) still runs", d, pid)
+		}
+	}
+	for _, p := range append(k.rehearsals, k.tmp) {
+		if _, err := os.Lstat(p); err == nil {
+			t.Errorf("the killed run's %s is left", p)
+		}
+	}
+}
+
+// killPoint is one kill of TestKillDuringUpgrade.
+type killPoint struct {
+	at string
+	// running: the old cluster still runs (serving) after the kill.
+	running bool
+	// servers: the kill left servers running, which the next run stops.
+	servers  bool
+	rehearse upgrade.Rehearse
+}
+
+func (p killPoint) name() string {
+	return strings.NewReplacer("/", "_", " ", "_", ":", "_").Replace(p.at)
+}
+
 // TestKillDuringUpgrade kills pgfork (SIGKILL) in each phase of an upgrade
 // of a running cluster (the default: online rehearsal, stop, real run),
 // one subtest per phase, and checks after each kill: before the stop the
-// old cluster still runs, serves and is in no backup; NEW_DATADIR does not
-// exist until the upgraded cluster was moved into place whole; the next
-// run stops the servers the killed one left, removes its workspace,
-// rehearsal clone and temporary directory, and completes (or, once the
-// upgraded cluster was in place, says so and how to finish); the old
-// cluster then starts with the same contents as the new one.
+// old cluster still runs, serves and is in no backup, after it it starts
+// with the same contents each time; NEW_DATADIR does not exist; the next
+// run stops the servers the killed one left and removes its rehearsal
+// clone and temporary directory. To keep it short the kills follow each
+// other on one cluster, each run being the next run of the one before,
+// and after the stop the real run's phases are killed in runs without a
+// rehearsal; the last run completes, and the new cluster has the old one's
+// contents.
 func TestKillDuringUpgrade(t *testing.T) {
 	if raw := os.Getenv(killChildEnv); raw != "" {
 		killChild(t, raw)
 		return
 	}
 	b := findBuilds(t)
-	fixture(t, b)
-	for _, tc := range []struct {
-		at string
-		// running: the old cluster still runs (serving) after the kill.
-		running bool
-		// placed: the upgraded cluster was in NEW_DATADIR at the kill.
-		placed bool
-		// servers: the kill left servers running, which the next run stops.
-		servers  bool
-		rehearse upgrade.Rehearse
-	}{
+	dir := testenv.XFSDir(t)
+	old := copyFixture(t, b, dir)
+	newDir := filepath.Join(dir, "new")
+	inst, conn := startOld(t, b, old, nil)
+	ctx := context.Background()
+	var prev *killed
+	var oldSums map[string]string
+	for _, p := range []killPoint{
 		{at: upgrade.PhaseRehearsal, running: true},
 		{at: "rehearsal/hook:clone copying", running: true},
 		{at: "rehearsal/hook:settings server started", running: true, servers: true},
@@ -139,49 +201,25 @@ func TestKillDuringUpgrade(t *testing.T) {
 		{at: "rehearsal/delete the clone", running: true},
 		{at: upgrade.PhaseStopOld, running: true},
 		{at: upgrade.PhaseSettings},
-		{at: "settings/hook:settings server started", servers: true},
-		{at: upgrade.PhaseInitDB},
-		{at: "upgrade/Restoring global objects", servers: true},
-		{at: "upgrade/Cloning user relation files", servers: true},
-		{at: "upgrade/hook:placed", placed: true, rehearse: upgrade.RehearseOff},
-		{at: upgrade.PhaseStart, placed: true, rehearse: upgrade.RehearseOff},
-		{at: upgrade.PhaseStatistics, placed: true, servers: true, rehearse: upgrade.RehearseOff},
+		{at: "settings/hook:settings server started", servers: true, rehearse: upgrade.RehearseOff},
+		{at: upgrade.PhaseInitDB, rehearse: upgrade.RehearseOff},
+		{at: "upgrade/Restoring global objects", servers: true, rehearse: upgrade.RehearseOff},
+		{at: "upgrade/Cloning user relation files", rehearse: upgrade.RehearseOff},
 	} {
-		t.Run(strings.NewReplacer("/", "_", " ", "_", ":", "_").Replace(tc.at), func(t *testing.T) {
-			ctx := context.Background()
-			dir := testenv.XFSDir(t)
-			old := copyFixture(t, b, dir)
-			newDir := filepath.Join(dir, "new")
-			inst, conn := startOld(t, b, old, nil)
-			t.Cleanup(func() {
-				if in, err := instance.Attach(newDir); err == nil {
-					_ = in.Stop(context.Background(), instance.Fast)
-				}
-			})
-			killAt(t, killRun{Old: old, New: newDir, At: tc.at, Rehearse: tc.rehearse})
-
-			ws := filepath.Join(dir, ".new.pgfork-upgrade")
-			raw, err := os.ReadFile(filepath.Join(ws, "state.json"))
-			if err != nil {
-				t.Fatalf("the killed run left no state: %v", err)
+		t.Run(p.name(), func(t *testing.T) {
+			killAt(t, killRun{Old: old, New: newDir, At: p.at, Rehearse: p.rehearse})
+			k := inspect(t, dir, old, newDir, false)
+			if prev != nil {
+				prev.gone(t)
 			}
-			var st struct{ Tmp, Rehearsal string }
-			if err := json.Unmarshal(raw, &st); err != nil || st.Tmp == "" {
-				t.Fatalf("state %s: %v", raw, err)
+			prev = &k
+			if p.servers != (len(k.servers) > 0) {
+				t.Errorf("servers left by the kill: %v, want some: %v", k.servers, p.servers)
 			}
-			rehearsals, _ := filepath.Glob(filepath.Join(dir, ".old.pgfork-rehearsal-*"))
-			servers := leftServers(old, st.Tmp, append(rehearsals, ws)...)
-			if tc.placed {
-				for k, v := range leftServers(old, st.Tmp, dir) {
-					if k == newDir {
-						servers[k] = v
-					}
-				}
+			if _, err := os.Stat(newDir); err == nil {
+				t.Fatal("the killed run left NEW_DATADIR")
 			}
-			if tc.servers != (len(servers) > 0) {
-				t.Errorf("servers left by the kill: %v, want some: %v", servers, tc.servers)
-			}
-			if tc.running {
+			if p.running {
 				if pid, running, _ := pgdata.Running(old); !running || pid != inst.Pid {
 					t.Fatalf("the old cluster stopped (running %v, pid %d, was %d)", running, pid, inst.Pid)
 				}
@@ -191,43 +229,101 @@ func TestKillDuringUpgrade(t *testing.T) {
 				if _, err := os.Stat(filepath.Join(old, "backup_label")); err == nil {
 					t.Error("a backup_label was left in the old cluster")
 				}
-			} else if _, running, _ := pgdata.Running(old); running && servers[old] == 0 {
-				t.Error("the old cluster runs after a kill past the stop")
+				return
 			}
-			if _, err := os.Stat(newDir); tc.placed != (err == nil) {
-				t.Fatalf("NEW_DATADIR after the kill: %v, want it to exist: %v", err, tc.placed)
-			}
-
-			// The next run cleans up and completes.
-			res, err := runUpgrade(t, upgrade.Options{OldDir: old, NewDir: newDir, Old: b.old, New: b.new, StopOld: true,
-				Rehearse: upgrade.RehearseOff, NoAnalyze: true})
-			if tc.placed {
-				if errs.KindOf(err) != errs.Exists || !strings.Contains(err.Error(), "interrupted upgrade") || !strings.Contains(errs.HintOf(err), "start") {
-					t.Fatalf("the next run after the new cluster was in place: %v (hint: %s)", err, errs.HintOf(err))
+			if _, running, _ := pgdata.Running(old); running {
+				if k.servers[old] == 0 {
+					t.Error("the old cluster runs after a kill past the stop, not privately for the killed run")
 				}
-			} else if err != nil {
+				return
+			}
+			// Stopped: it starts, and with the contents it had at the stop.
+			sums := startAndSum(t, b.old, old)
+			if oldSums == nil {
+				oldSums = sums
+			}
+			compareSums(t, oldSums, sums)
+		})
+	}
+	t.Run("next run completes", func(t *testing.T) {
+		res, err := runUpgrade(t, upgrade.Options{OldDir: old, NewDir: newDir, Old: b.old, New: b.new, StopOld: true,
+			Rehearse: upgrade.RehearseOff, NoAnalyze: true})
+		if err != nil {
+			t.Fatalf("the next run: %v (hint: %s)", err, errs.HintOf(err))
+		}
+		if len(res.CleanedUp) == 0 {
+			t.Error("the next run reported nothing cleaned up")
+		}
+		if prev != nil {
+			prev.gone(t)
+		}
+		if left, _ := filepath.Glob(filepath.Join(dir, ".*pgfork*")); len(left) > 0 {
+			t.Errorf("left after the next run: %v", left)
+		}
+		sums := startAndSum(t, b.new, newDir)
+		if oldSums != nil {
+			compareSums(t, oldSums, sums)
+		}
+		compareSums(t, startAndSum(t, b.old, old), sums)
+	})
+}
+
+// TestKillAfterPlaced kills pgfork once the upgraded cluster was moved
+// into NEW_DATADIR: right after the rename (before it was recorded), at
+// the start of the new cluster, and while statistics are rebuilt on it.
+// The new cluster is complete each time; the next run stops the server the
+// killed one had started on it, removes the workspace, keeps the new
+// cluster's tablespace directories and refuses NEW_DATADIR saying how to
+// finish.
+func TestKillAfterPlaced(t *testing.T) {
+	b := findBuilds(t)
+	dir := testenv.XFSDir(t)
+	old := copyFixture(t, b, dir)
+	newDir := filepath.Join(dir, "new")
+	oldSums := startAndSum(t, b.old, old)
+	t.Cleanup(func() {
+		if in, err := instance.Attach(newDir); err == nil {
+			_ = in.Stop(context.Background(), instance.Fast)
+		}
+	})
+	for _, p := range []killPoint{
+		{at: "upgrade/hook:placed"},
+		{at: upgrade.PhaseStart},
+		{at: upgrade.PhaseStatistics, servers: true},
+	} {
+		t.Run(p.name(), func(t *testing.T) {
+			killAt(t, killRun{Old: old, New: newDir, At: p.at, Rehearse: upgrade.RehearseOff})
+			k := inspect(t, dir, old, newDir, true)
+			if p.servers != (len(k.servers) > 0) {
+				t.Errorf("servers left by the kill: %v, want some: %v", k.servers, p.servers)
+			}
+			if _, err := os.Stat(filepath.Join(newDir, "PG_VERSION")); err != nil {
+				t.Fatalf("the upgraded cluster is not in NEW_DATADIR: %v", err)
+			}
+			tsDirs, _ := filepath.Glob(filepath.Join(tablespaceRoots(t, old)[1], "PG_"+strconv.Itoa(b.new.Major)+"_*"))
+			res, err := runUpgrade(t, upgrade.Options{OldDir: old, NewDir: newDir, Old: b.old, New: b.new, Rehearse: upgrade.RehearseOff, NoAnalyze: true})
+			if errs.KindOf(err) != errs.Exists || !strings.Contains(err.Error(), "interrupted upgrade") || !strings.Contains(errs.HintOf(err), "start") {
 				t.Fatalf("the next run: %v (hint: %s)", err, errs.HintOf(err))
 			}
 			if res == nil || len(res.CleanedUp) == 0 {
 				t.Errorf("the next run reported nothing cleaned up: %+v", res)
 			}
-			for d, pid := range servers {
-				if syscall.Kill(pid, 0) == nil {
-					t.Errorf("the server the killed run left on %s (pid %d) still runs", d, pid)
-				}
-			}
-			for _, p := range append(rehearsals, st.Tmp, ws) {
-				if _, err := os.Lstat(p); err == nil {
-					t.Errorf("the killed run's %s is left", p)
-				}
-			}
+			k.gone(t)
 			if left, _ := filepath.Glob(filepath.Join(dir, ".*pgfork*")); len(left) > 0 {
 				t.Errorf("left after the next run: %v", left)
 			}
-			if _, running, _ := pgdata.Running(old); running {
-				t.Fatal("the old cluster runs after the upgrade")
+			if len(tsDirs) != 1 {
+				t.Fatalf("the new cluster's tablespace directories: %v", tsDirs)
 			}
-			compareSums(t, startAndSum(t, b.old, old), startAndSum(t, b.new, newDir))
+			compareSums(t, oldSums, startAndSum(t, b.new, newDir))
+			compareSums(t, oldSums, startAndSum(t, b.old, old))
+			// As the hint says, to upgrade again: remove the new cluster
+			// and its tablespace directories.
+			for _, d := range append(tsDirs, newDir) {
+				if err := os.RemoveAll(d); err != nil {
+					t.Fatal(err)
+				}
+			}
 		})
 	}
 }

@@ -138,6 +138,26 @@ func inspect(t *testing.T, dir, old, newDir string, placed bool) killed {
 	return k
 }
 
+// stopLeft stops, once the test ends, what servers the killed runs left
+// still running (when the test failed); it returns the function that adds
+// a killed run.
+func stopLeft(t *testing.T) func(killed) {
+	var all []killed
+	t.Cleanup(func() {
+		for _, k := range all {
+			for d, pid := range k.servers {
+				if syscall.Kill(pid, 0) != nil {
+					continue
+				}
+				if in, err := instance.Attach(d); err == nil {
+					_ = in.Stop(context.Background(), instance.Fast)
+				}
+			}
+		}
+	})
+	return func(k killed) { all = append(all, k) }
+}
+
 // gone checks that the next run removed what the killed run left.
 func (k killed) gone(t *testing.T) {
 	t.Helper()
@@ -189,6 +209,7 @@ func TestKillDuringUpgrade(t *testing.T) {
 	newDir := filepath.Join(dir, "new")
 	inst, conn := startOld(t, b, old, nil)
 	ctx := context.Background()
+	left := stopLeft(t)
 	var prev *killed
 	var oldSums map[string]string
 	for _, p := range []killPoint{
@@ -209,6 +230,7 @@ func TestKillDuringUpgrade(t *testing.T) {
 		t.Run(p.name(), func(t *testing.T) {
 			killAt(t, killRun{Old: old, New: newDir, At: p.at, Rehearse: p.rehearse})
 			k := inspect(t, dir, old, newDir, false)
+			left(k)
 			if prev != nil {
 				prev.gone(t)
 			}
@@ -281,6 +303,7 @@ func TestKillAfterPlaced(t *testing.T) {
 	old := copyFixture(t, b, dir)
 	newDir := filepath.Join(dir, "new")
 	oldSums := startAndSum(t, b.old, old)
+	left := stopLeft(t)
 	t.Cleanup(func() {
 		if in, err := instance.Attach(newDir); err == nil {
 			_ = in.Stop(context.Background(), instance.Fast)
@@ -294,6 +317,7 @@ func TestKillAfterPlaced(t *testing.T) {
 		t.Run(p.name(), func(t *testing.T) {
 			killAt(t, killRun{Old: old, New: newDir, At: p.at, Rehearse: upgrade.RehearseOff})
 			k := inspect(t, dir, old, newDir, true)
+			left(k)
 			if p.servers != (len(k.servers) > 0) {
 				t.Errorf("servers left by the kill: %v, want some: %v", k.servers, p.servers)
 			}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -12,6 +13,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/jackc/pgx/v5"
 
 	"github.com/pgfork/pgfork/instance"
 	"github.com/pgfork/pgfork/internal/errs"
@@ -36,6 +39,9 @@ type killRun struct {
 	// started"; see upgrade's testHook).
 	At       string
 	Rehearse upgrade.Rehearse
+	// Before18: upgrade to the newest major before 18 (which hands the
+	// new cluster over before statistics).
+	Before18 bool
 }
 
 // killChild runs the upgrade of k and dies at k.At. It never returns.
@@ -45,6 +51,9 @@ func killChild(t *testing.T, raw string) {
 		t.Fatal(err)
 	}
 	b := findBuilds(t)
+	if k.Before18 {
+		b = findBuildsBefore18(t)
+	}
 	die := func(at string) {
 		if at == k.At || (strings.Count(k.At, "/") == 1 && !strings.Contains(k.At, "/hook:") && strings.HasPrefix(at, k.At)) {
 			_ = syscall.Kill(os.Getpid(), syscall.SIGKILL)
@@ -349,5 +358,76 @@ func TestKillAfterPlaced(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// TestKillAfterHandOver upgrades a running cluster to a major before 18 and
+// kills pgfork while statistics are rebuilt on the new cluster, which was
+// handed over to the application (started with its own configuration on
+// the old cluster's port): the next run removes the workspace but leaves
+// that server running, and refuses NEW_DATADIR saying how to finish.
+func TestKillAfterHandOver(t *testing.T) {
+	b := findBuildsBefore18(t)
+	dir := testenv.XFSDir(t)
+	old := copyFixture(t, b, dir)
+	newDir := filepath.Join(dir, "new")
+	ctx := context.Background()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	port := l.Addr().(*net.TCPAddr).Port
+	l.Close()
+	oldInst, err := instance.Start(ctx, instance.Config{BinDir: b.old.BinDir, Env: b.old.Env, DataDir: old, User: pgtest.User(t),
+		Port: port, LogFile: filepath.Join(t.TempDir(), "old.log")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if _, running, _ := pgdata.Running(old); running {
+			_ = oldInst.Stop(context.Background(), instance.Fast)
+		}
+		if in, err := instance.Attach(newDir); err == nil {
+			_ = in.Stop(context.Background(), instance.Fast)
+		}
+	})
+	killAt(t, killRun{Old: old, New: newDir, At: upgrade.PhaseStatistics, Rehearse: upgrade.RehearseOff, Before18: true})
+	k := inspect(t, dir, old, newDir, true)
+	pid := k.servers[newDir]
+	if pid == 0 {
+		t.Fatal("no server runs on the new cluster after a kill during statistics")
+	}
+	in, err := instance.Attach(newDir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if in.Port != port {
+		t.Fatalf("the new cluster was not handed over: it listens on port %d, the old one did on %d", in.Port, port)
+	}
+	res, err := runUpgrade(t, upgrade.Options{OldDir: old, NewDir: newDir, Old: b.old, New: b.new, Rehearse: upgrade.RehearseOff})
+	if errs.KindOf(err) != errs.Exists || !strings.Contains(err.Error(), "interrupted upgrade") || !strings.Contains(errs.HintOf(err), "vacuumdb") {
+		t.Fatalf("the next run: %v (hint: %s)", err, errs.HintOf(err))
+	}
+	if res == nil || len(res.CleanedUp) == 0 {
+		t.Errorf("the next run reported nothing cleaned up: %+v", res)
+	}
+	if left, _ := filepath.Glob(filepath.Join(dir, ".*pgfork*")); len(left) > 0 {
+		t.Errorf("left after the next run: %v", left)
+	}
+	if _, err := os.Lstat(k.tmp); err == nil {
+		t.Errorf("the killed run's %s is left", k.tmp)
+	}
+	if syscall.Kill(pid, 0) != nil {
+		t.Fatal("the next run stopped the new cluster handed over to the application")
+	}
+	in.Host = "" // the local socket: TCP needs a password
+	conn, err := pgx.Connect(ctx, in.ConnString("postgres", "shop"))
+	if err != nil {
+		t.Fatalf("the application cannot connect to the handed-over cluster: %v", err)
+	}
+	defer conn.Close(ctx)
+	var n int
+	if err := conn.QueryRow(ctx, "SELECT count(*) FROM items").Scan(&n); err != nil || n == 0 {
+		t.Errorf("query on the handed-over cluster: %d rows, %v", n, err)
 	}
 }

@@ -42,6 +42,9 @@ type killRun struct {
 	// Before18: upgrade to the newest major before 18 (which hands the
 	// new cluster over before statistics).
 	Before18 bool
+	// ChangeCatalog creates a database after the online rehearsal, before
+	// the stop, so that pg_upgrade --check runs again.
+	ChangeCatalog bool
 }
 
 // killChild runs the upgrade of k and dies at k.At. It never returns.
@@ -60,6 +63,13 @@ func killChild(t *testing.T, raw string) {
 			select {}
 		}
 	}
+	if k.ChangeCatalog {
+		defer upgrade.SetHookBeforeStop(func() {
+			if err := createDatabase(k.Old, "late"); err != nil {
+				t.Errorf("change the catalogs before the stop: %v", err)
+			}
+		})()
+	}
 	var phase string
 	defer upgrade.SetTestHook(func(step string) { die(phase + "/hook:" + step) })()
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
@@ -76,6 +86,23 @@ func killChild(t *testing.T, raw string) {
 			}
 		}})
 	t.Fatalf("the upgrade ended (%v, hint: %s) before %s", err, errs.HintOf(err), k.At)
+}
+
+// createDatabase creates database db in the cluster running on dataDir.
+func createDatabase(dataDir, db string) error {
+	in, err := instance.Attach(dataDir)
+	if err != nil {
+		return err
+	}
+	defer in.Release()
+	ctx := context.Background()
+	c, err := pgx.Connect(ctx, in.ConnString("", "postgres"))
+	if err != nil {
+		return err
+	}
+	defer c.Close(ctx)
+	_, err = c.Exec(ctx, "CREATE DATABASE "+pgx.Identifier{db}.Sanitize())
+	return err
 }
 
 // killAt runs the upgrade of k in a process of its own, which kills itself
@@ -188,8 +215,9 @@ type killPoint struct {
 	// running: the old cluster still runs (serving) after the kill.
 	running bool
 	// servers: the kill left servers running, which the next run stops.
-	servers  bool
-	rehearse upgrade.Rehearse
+	servers       bool
+	rehearse      upgrade.Rehearse
+	changeCatalog bool
 }
 
 func (p killPoint) name() string {
@@ -231,13 +259,23 @@ func TestKillDuringUpgrade(t *testing.T) {
 		{at: "rehearsal/delete the clone", running: true},
 		{at: upgrade.PhaseStopOld, running: true},
 		{at: upgrade.PhaseSettings},
+		// The catalogs change after the rehearsal (a new database):
+		// pg_upgrade --check runs again, with the old cluster started
+		// privately. The old cluster is started again for it.
+		{at: "check/Checking database user is the install user", servers: true, changeCatalog: true},
 		{at: "settings/hook:settings server started", servers: true, rehearse: upgrade.RehearseOff},
 		{at: upgrade.PhaseInitDB, rehearse: upgrade.RehearseOff},
 		{at: "upgrade/Restoring global objects", servers: true, rehearse: upgrade.RehearseOff},
 		{at: "upgrade/Cloning user relation files", rehearse: upgrade.RehearseOff},
 	} {
 		t.Run(p.name(), func(t *testing.T) {
-			killAt(t, killRun{Old: old, New: newDir, At: p.at, Rehearse: p.rehearse})
+			if _, running, _ := pgdata.Running(old); p.changeCatalog && !running {
+				inst, conn = startOld(t, b, old, nil)
+			}
+			killAt(t, killRun{Old: old, New: newDir, At: p.at, Rehearse: p.rehearse, ChangeCatalog: p.changeCatalog})
+			if p.changeCatalog {
+				oldSums = nil // it has a new database
+			}
 			k := inspect(t, dir, old, newDir, false)
 			left(k)
 			if prev != nil {

@@ -174,7 +174,7 @@ func (u *upgrader) prepare(ctx context.Context) (*prepared, error) {
 	o, res := u.o, u.res
 	p := &prepared{}
 	var err error
-	if err := u.cleanPlaced(ctx); err != nil {
+	if err := u.refusePlaced(ctx); err != nil {
 		return nil, err
 	}
 	if err := u.checkVersions(p); err != nil {
@@ -358,11 +358,11 @@ func (u *upgrader) checkVersions(p *prepared) error {
 	return nil
 }
 
-// cleanPlaced refuses NEW_DATADIR when an interrupted run had already
+// refusePlaced refuses NEW_DATADIR when an interrupted run had already
 // moved the upgraded cluster there, after removing that run's workspace
-// (see cleanPlaced): the upgrade is complete, what remains is to start the
+// (cleanPlaced): the upgrade is complete, what remains is to start the
 // new cluster and rebuild statistics.
-func (u *upgrader) cleanPlaced(ctx context.Context) error {
+func (u *upgrader) refusePlaced(ctx context.Context) error {
 	o, res := u.o, u.res
 	cleaned, placed, err := cleanPlaced(ctx, o.NewDir)
 	res.CleanedUp = cleaned

@@ -45,6 +45,7 @@ type killRun struct {
 	// ChangeCatalog creates a database after the online rehearsal, before
 	// the stop, so that pg_upgrade --check runs again.
 	ChangeCatalog bool
+	Mode          upgrade.Mode
 }
 
 // killChild runs the upgrade of k and dies at k.At. It never returns.
@@ -75,7 +76,7 @@ func killChild(t *testing.T, raw string) {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
 	_, err := upgrade.Run(ctx, upgrade.Options{OldDir: k.Old, NewDir: k.New, Old: b.old, New: b.new, StopOld: true, Rehearse: k.Rehearse,
-		Jobs: 2, User: pgtest.User(t), OnEvent: func(e upgrade.Event) {
+		Mode: k.Mode, Confirmed: true, Jobs: 2, User: pgtest.User(t), OnEvent: func(e upgrade.Event) {
 			switch {
 			case e.Message != "" || e.Done:
 			case e.Step == "":
@@ -468,4 +469,45 @@ func TestKillAfterHandOver(t *testing.T) {
 	if err := conn.QueryRow(ctx, "SELECT count(*) FROM items").Scan(&n); err != nil || n == 0 {
 		t.Errorf("query on the handed-over cluster: %d rows, %v", n, err)
 	}
+}
+
+// TestKillDuringLinkTransfer kills a --mode link run while pg_upgrade links
+// the files, after it disabled the old cluster (pg_control.old) and before
+// the new cluster ever started: the next run cleans up and says how to get
+// the old cluster back; renamed back, it starts with its data, and the run
+// after completes.
+func TestKillDuringLinkTransfer(t *testing.T) {
+	b := findBuilds(t)
+	dir := testenv.XFSDir(t)
+	old := copyFixture(t, b, dir)
+	_, sums := fixture(t, b)
+	newDir := filepath.Join(dir, "new")
+	left := stopLeft(t)
+	killAt(t, killRun{Old: old, New: newDir, At: "upgrade/Linking user relation files", Rehearse: upgrade.RehearseOff, Mode: upgrade.Link})
+	k := inspect(t, dir, old, newDir, false)
+	left(k)
+	if _, err := os.Stat(newDir); err == nil {
+		t.Fatal("the killed run left NEW_DATADIR")
+	}
+	ctl := filepath.Join(old, "global", "pg_control")
+	o := upgrade.Options{OldDir: old, NewDir: newDir, Old: b.old, New: b.new, Rehearse: upgrade.RehearseOff, Mode: upgrade.Link, Confirmed: true, NoAnalyze: true}
+	res, err := runUpgrade(t, o)
+	if errs.KindOf(err) != errs.Busy || !strings.Contains(err.Error(), "pg_control.old") || !strings.Contains(errs.HintOf(err), "rename "+ctl+".old") {
+		t.Fatalf("the next run: %v (hint: %s)", err, errs.HintOf(err))
+	}
+	if res == nil || len(res.CleanedUp) == 0 {
+		t.Errorf("the next run reported nothing cleaned up: %+v", res)
+	}
+	k.gone(t)
+	if left, _ := filepath.Glob(filepath.Join(dir, ".*pgfork*")); len(left) > 0 {
+		t.Errorf("left after the next run: %v", left)
+	}
+	if err := os.Rename(ctl+".old", ctl); err != nil {
+		t.Fatal(err)
+	}
+	compareSums(t, sums, startAndSum(t, b.old, old))
+	if _, err := runUpgrade(t, o); err != nil {
+		t.Fatalf("the run after the rename: %v (hint: %s)", err, errs.HintOf(err))
+	}
+	compareSums(t, sums, startAndSum(t, b.new, newDir))
 }

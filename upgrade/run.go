@@ -190,6 +190,9 @@ func (u *upgrader) prepare(ctx context.Context) (*prepared, error) {
 		return nil, err
 	}
 	u.work = w
+	if err := linkDisabled(o.OldDir); err != nil {
+		return nil, err
+	}
 
 	pid, running, err := pgdata.Running(o.OldDir)
 	if err != nil {

@@ -511,3 +511,44 @@ func TestKillDuringLinkTransfer(t *testing.T) {
 	}
 	compareSums(t, sums, startAndSum(t, b.new, newDir))
 }
+
+// TestKillDuringOfflineRehearsal kills pgfork while pg_upgrade runs on the
+// rehearsal's clone of a stopped old cluster (servers of pg_upgrade run on
+// the clone, whose files share blocks with the original): the original is
+// unchanged byte for byte, and the next run stops those servers, removes
+// the clone and completes.
+func TestKillDuringOfflineRehearsal(t *testing.T) {
+	b := findBuilds(t)
+	dir := testenv.XFSDir(t)
+	old := copyFixture(t, b, dir)
+	_, sums := fixture(t, b)
+	newDir := filepath.Join(dir, "new")
+	roots := tablespaceRoots(t, old)
+	before := treeSums(t, roots...)
+	left := stopLeft(t)
+	killAt(t, killRun{Old: old, New: newDir, At: "rehearsal/Restoring global objects"})
+	k := inspect(t, dir, old, newDir, false)
+	left(k)
+	if len(k.servers) == 0 || len(k.rehearsals) == 0 {
+		t.Errorf("the kill left no servers (%v) or no rehearsal clone (%v): it came too early", k.servers, k.rehearsals)
+	}
+	if d := diffSums(before, treeSums(t, roots...)); len(d) > 0 {
+		t.Fatalf("the killed rehearsal changed the original: %v", d)
+	}
+	if _, err := os.Stat(newDir); err == nil {
+		t.Fatal("the killed run left NEW_DATADIR")
+	}
+	res, err := runUpgrade(t, upgrade.Options{OldDir: old, NewDir: newDir, Old: b.old, New: b.new, Rehearse: upgrade.RehearseOff, NoAnalyze: true})
+	if err != nil {
+		t.Fatalf("the next run: %v (hint: %s)", err, errs.HintOf(err))
+	}
+	if len(res.CleanedUp) == 0 {
+		t.Error("the next run reported nothing cleaned up")
+	}
+	k.gone(t)
+	if left, _ := filepath.Glob(filepath.Join(dir, ".*pgfork*")); len(left) > 0 {
+		t.Errorf("left after the next run: %v", left)
+	}
+	compareSums(t, sums, startAndSum(t, b.new, newDir))
+	compareSums(t, sums, startAndSum(t, b.old, old))
+}

@@ -216,7 +216,10 @@ type killPoint struct {
 	// running: the old cluster still runs (serving) after the kill.
 	running bool
 	// servers: the kill left servers running, which the next run stops.
-	servers       bool
+	servers bool
+	// anyServers: pg_upgrade, which runs on while pgfork reads its
+	// output, may have started a server after the step or not.
+	anyServers    bool
 	rehearse      upgrade.Rehearse
 	changeCatalog bool
 }
@@ -267,7 +270,9 @@ func TestKillDuringUpgrade(t *testing.T) {
 		{at: "settings/hook:settings server started", servers: true, rehearse: upgrade.RehearseOff},
 		{at: upgrade.PhaseInitDB, rehearse: upgrade.RehearseOff},
 		{at: "upgrade/Restoring global objects", servers: true, rehearse: upgrade.RehearseOff},
-		{at: "upgrade/Cloning user relation files", rehearse: upgrade.RehearseOff},
+		// The files are cloned in milliseconds: pg_upgrade may have started
+		// the new cluster for its last steps when pgfork dies.
+		{at: "upgrade/Cloning user relation files", anyServers: true, rehearse: upgrade.RehearseOff},
 	} {
 		t.Run(p.name(), func(t *testing.T) {
 			if _, running, _ := pgdata.Running(old); p.changeCatalog && !running {
@@ -283,7 +288,7 @@ func TestKillDuringUpgrade(t *testing.T) {
 				prev.gone(t)
 			}
 			prev = &k
-			if p.servers != (len(k.servers) > 0) {
+			if !p.anyServers && p.servers != (len(k.servers) > 0) {
 				t.Errorf("servers left by the kill: %v, want some: %v", k.servers, p.servers)
 			}
 			if _, err := os.Stat(newDir); err == nil {

@@ -45,7 +45,8 @@ type killRun struct {
 	// ChangeCatalog creates a database after the online rehearsal, before
 	// the stop, so that pg_upgrade --check runs again.
 	ChangeCatalog bool
-	Mode          upgrade.Mode
+	// Mode is the transfer mode ("": auto).
+	Mode upgrade.Mode
 }
 
 // killChild runs the upgrade of k and dies at k.At. It never returns.

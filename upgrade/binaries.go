@@ -2,6 +2,9 @@ package upgrade
 
 import (
 	"errors"
+	"io/fs"
+	"os"
+	"path/filepath"
 
 	"github.com/pgfork/pgfork/internal/errs"
 	"github.com/pgfork/pgfork/pgbin"
@@ -52,4 +55,20 @@ func oldVersion(dataDir string) (int, error) {
 			WithHint("run pg_upgrade of the new major directly (it upgrades from 9.2 on), or move the data with pg_dump and pg_restore")
 	}
 	return v, err
+}
+
+// linkDisabled refuses an old cluster that pg_upgrade --link disabled
+// (global/pg_control renamed pg_control.old, just before it links the
+// files), as a link-mode run killed during its transfer leaves it, with
+// how to get it back instead of "not a data directory".
+func linkDisabled(dataDir string) error {
+	ctl := filepath.Join(dataDir, "global", "pg_control")
+	if _, err := os.Lstat(ctl); !errors.Is(err, fs.ErrNotExist) {
+		return nil
+	}
+	if _, err := os.Lstat(ctl + ".old"); err != nil {
+		return nil
+	}
+	return errs.New(errs.Busy, "the old cluster was disabled by pg_upgrade --link (global/pg_control is renamed pg_control.old): an earlier link-mode upgrade was interrupted during its transfer").WithPath(dataDir).
+		WithHint("if the new cluster never started (pg_upgrade starts it only at the very end, after linking), the old one is intact: rename %s back to pg_control and run again; if it did start, do not use the old cluster: restore it from backup", ctl+".old")
 }

@@ -6,3 +6,10 @@ func SetHookBeforeStop(f func()) func() {
 	hookBeforeStop = f
 	return func() { hookBeforeStop = nil }
 }
+
+// SetTestHook sets the function called at the named steps of a run (see
+// testHook); it returns a function that unsets it.
+func SetTestHook(f func(step string)) func() {
+	testHook = f
+	return func() { testHook = nil }
+}

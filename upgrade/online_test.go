@@ -1,18 +1,14 @@
 package upgrade_test
 
 import (
-	"bufio"
 	"context"
 	"net"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
-	"syscall"
 	"testing"
-	"time"
 
 	"github.com/jackc/pgx/v5"
 
@@ -243,104 +239,6 @@ func TestOnlineRehearsalFailureLeavesOldRunning(t *testing.T) {
 	for _, l := range logs {
 		_ = os.RemoveAll(l)
 	}
-}
-
-// runAndKill runs the pgfork binary with args and kills it (SIGKILL) when
-// its progress on stderr shows a line containing marker. It fails the test
-// when pgfork ended before.
-func runAndKill(t *testing.T, bin string, args []string, marker string) {
-	t.Helper()
-	cmd := exec.Command(bin, args...)
-	stderr, err := cmd.StderrPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	var lines []string
-	sent := false
-	sc := bufio.NewScanner(stderr)
-	for sc.Scan() {
-		lines = append(lines, sc.Text())
-		if !sent && strings.Contains(sc.Text(), marker) {
-			_ = cmd.Process.Signal(syscall.SIGKILL)
-			sent = true
-		}
-	}
-	_ = cmd.Wait()
-	if !sent {
-		t.Fatalf("pgfork finished before %q:\n%s", marker, strings.Join(lines, "\n"))
-	}
-}
-
-// stopLeftover stops a server a killed run's pg_upgrade left on dataDir.
-func stopLeftover(t *testing.T, dataDir string) {
-	t.Helper()
-	time.Sleep(time.Second)
-	if pf, err := instance.ReadPidFile(dataDir); err == nil {
-		t.Logf("a server (pid %d) was left running on %s; stopping it", pf.Pid, dataDir)
-		if inst, err := instance.Attach(dataDir); err == nil {
-			_ = inst.Stop(context.Background(), instance.Fast)
-		}
-	}
-}
-
-// TestKillDuringOnlineUpgrade kills pgfork (SIGKILL) during the online
-// rehearsal, then during the real pg_upgrade after the stop: after the
-// first the old cluster still runs and serves, after the second it starts
-// with its data, and the next run cleans up and succeeds.
-func TestKillDuringOnlineUpgrade(t *testing.T) {
-	b := findBuilds(t)
-	dir := testenv.XFSDir(t)
-	old := copyFixture(t, b, dir)
-	inst, conn := startOld(t, b, old, nil)
-	newDir := filepath.Join(dir, "new")
-	bin := filepath.Join(t.TempDir(), "pgfork")
-	if out, err := exec.Command("go", "build", "-o", bin, "../cmd/pgfork").CombinedOutput(); err != nil {
-		t.Fatalf("build: %v\n%s", err, out)
-	}
-	args := []string{"upgrade", old, newDir, "--to", strconv.Itoa(b.new.Major), "--stop-old",
-		"--old-bindir", b.old.BinDir, "--new-bindir", b.new.BinDir}
-	ctx := context.Background()
-
-	// 1. During the rehearsal's pg_upgrade on the online clone.
-	runAndKill(t, bin, args, "[rehearsal] Restoring global objects")
-	if pid, running, _ := pgdata.Running(old); !running || pid != inst.Pid {
-		t.Fatalf("killed during the rehearsal: the old cluster stopped (running %v, pid %d, was %d)", running, pid, inst.Pid)
-	}
-	if err := serves(ctx, conn); err != nil {
-		t.Fatalf("killed during the rehearsal: the application's connection broke: %v", err)
-	}
-	if _, err := os.Stat(newDir); !os.IsNotExist(err) {
-		t.Fatalf("a killed rehearsal left NEW_DATADIR: %v", err)
-	}
-
-	// 2. During the real pg_upgrade, after the stop.
-	runAndKill(t, bin, args, "[upgrade] Restoring global objects")
-	if _, running, _ := pgdata.Running(old); running {
-		stopLeftover(t, old)
-	}
-	if _, err := os.Stat(newDir); !os.IsNotExist(err) {
-		t.Fatalf("a killed upgrade left NEW_DATADIR: %v", err)
-	}
-	sums := startAndSum(t, b.old, old)
-	if left, _ := filepath.Glob(filepath.Join(dir, ".old.pgfork-rehearsal-*")); len(left) == 0 {
-		t.Log("no rehearsal clone was left (it had been deleted before the kill)")
-	}
-
-	// 3. The next run cleans up what both left and succeeds.
-	res, err := runUpgrade(t, upgrade.Options{OldDir: old, NewDir: newDir, Old: b.old, New: b.new})
-	if err != nil {
-		t.Fatalf("upgrade after the kills: %v (hint: %s)", err, errs.HintOf(err))
-	}
-	if len(res.CleanedUp) == 0 {
-		t.Error("the next run reported nothing cleaned up")
-	}
-	if left, _ := filepath.Glob(filepath.Join(dir, ".*pgfork*")); len(left) > 0 {
-		t.Errorf("left after the successful run: %v", left)
-	}
-	compareSums(t, sums, startAndSum(t, b.new, newDir))
 }
 
 // TestHandOverBeforeStatistics upgrades a running cluster to a major before

@@ -87,6 +87,7 @@ func (u *upgrader) rehearse(ctx context.Context, p *prepared) (*Catalog, error) 
 			Src: o.OldDir, Dst: oldClone, Online: p.online, Label: "pgfork upgrade rehearsal",
 			Installation: pgbin.Installation{BinDir: o.Old.BinDir, Version: o.Old.Version, Major: o.Old.Major},
 			Method:       method, Jobs: o.Jobs, Sync: clone.SyncNone, User: o.User,
+			OnProgress: cloneHook(),
 		})
 		return err
 	}); err != nil {
@@ -157,6 +158,7 @@ func (u *upgrader) rehearse(ctx context.Context, p *prepared) (*Catalog, error) 
 				WithHint("its server log: %s", keepFile(cfg.LogFile, o.NewDir))
 		}
 		defer func() { _ = inst.Stop(context.WithoutCancel(ctx), instance.Fast) }()
+		hook("rehearsal server started")
 		if err := smokeCheck(ctx, inst, cat); err != nil {
 			return errs.Wrap(errs.Internal, err, "the rehearsal's smoke check failed; the real upgrade was not started")
 		}
@@ -189,6 +191,15 @@ func (u *upgrader) rehearse(ctx context.Context, p *prepared) (*Catalog, error) 
 	u.infof(PhaseRehearsal, "rehearsal passed in %s: %d databases upgraded on a clone, started and checked; the original was not written",
 		rh.Elapsed.Round(10*time.Millisecond), len(cat.Relations))
 	return cat, nil
+}
+
+// cloneHook reports the rehearsal clone's progress to testHook (tests
+// only): it runs while the files are copied.
+func cloneHook() func(pgclone.Progress) {
+	if testHook == nil {
+		return nil
+	}
+	return func(pgclone.Progress) { hook("clone copying") }
 }
 
 func warnings(fs []Finding) []Finding {

@@ -174,6 +174,9 @@ func (u *upgrader) prepare(ctx context.Context) (*prepared, error) {
 	o, res := u.o, u.res
 	p := &prepared{}
 	var err error
+	if err := u.refusePlaced(ctx); err != nil {
+		return nil, err
+	}
 	if err := u.checkVersions(p); err != nil {
 		return nil, err
 	}
@@ -187,6 +190,9 @@ func (u *upgrader) prepare(ctx context.Context) (*prepared, error) {
 		return nil, err
 	}
 	u.work = w
+	if err := linkDisabled(o.OldDir); err != nil {
+		return nil, err
+	}
 
 	pid, running, err := pgdata.Running(o.OldDir)
 	if err != nil {
@@ -355,6 +361,25 @@ func (u *upgrader) checkVersions(p *prepared) error {
 	return nil
 }
 
+// refusePlaced refuses NEW_DATADIR when an interrupted run had already
+// moved the upgraded cluster there, after removing that run's workspace
+// (cleanPlaced): the upgrade is complete, what remains is to start the
+// new cluster and rebuild statistics.
+func (u *upgrader) refusePlaced(ctx context.Context) error {
+	o, res := u.o, u.res
+	cleaned, placed, err := cleanPlaced(ctx, o.NewDir)
+	res.CleanedUp = cleaned
+	for _, c := range cleaned {
+		u.infof(PhasePrepare, "cleaned up an interrupted upgrade: %s", c)
+	}
+	if !placed || err != nil {
+		return err
+	}
+	return errs.New(errs.Exists, "an interrupted upgrade had already moved the upgraded cluster into the new data directory").WithPath(o.NewDir).
+		WithHint("pg_upgrade had completed: start it (%s -D %s -l logfile start), check it and rebuild statistics (%s); or remove it, and its PG_%d_* directories in the tablespaces, to upgrade again",
+			o.New.tool("pg_ctl"), o.NewDir, strings.Join(statsArgs(o.New.Major, 1), " "), o.New.Major)
+}
+
 // stopOld shuts the running old cluster down cleanly (fast) and notes
 // when it stopped serving.
 func (u *upgrader) stopOld(ctx context.Context, pid int) error {
@@ -512,6 +537,7 @@ func (u *upgrader) readSettings(ctx context.Context, dataDir string, bin Install
 	if err != nil {
 		return nil, err
 	}
+	hook("settings server started")
 	cat, rerr := readCatalog(ctx, inst, superuserCandidates(u.o.Superuser, dataDir))
 	if err := inst.Stop(context.WithoutCancel(ctx), instance.Fast); err != nil && rerr == nil {
 		rerr = err
@@ -675,8 +701,9 @@ func (u *upgrader) transfer(ctx context.Context, p *prepared, cat *Catalog) erro
 		return errs.Wrap(errs.OSKind(err), err, "cannot move the upgraded cluster into place").WithPath(o.NewDir).
 			WithHint("the upgraded cluster is in %s; move it yourself", w.Staging)
 	}
+	hook("placed")
 	// The tablespace directories now belong to the new cluster.
-	w.state.TablespaceDirs, w.state.Transferring = nil, false
+	w.state.TablespaceDirs, w.state.Transferring, w.state.Placed = nil, false, true
 	w.Staging = o.NewDir
 	_ = w.save()
 	return nil

@@ -226,6 +226,18 @@ type upgrader struct {
 // passed and before the old cluster is stopped.
 var hookBeforeStop func()
 
+// testHook, when set (tests only), is called at the named steps where no
+// progress event marks the state a test must kill pgfork in: a server
+// running, a file being moved into place.
+var testHook func(step string)
+
+// hook calls testHook.
+func hook(step string) {
+	if testHook != nil {
+		testHook(step)
+	}
+}
+
 func (u *upgrader) emit(e Event) {
 	if u.o.OnEvent != nil {
 		u.o.OnEvent(e)

@@ -1,13 +1,10 @@
 package upgrade_test
 
 import (
-	"bufio"
 	"context"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
@@ -216,77 +213,6 @@ func TestUpgradeRefuses(t *testing.T) {
 	if _, err := os.Stat(newDir); !os.IsNotExist(err) {
 		t.Errorf("--check left the new data directory: %v", err)
 	}
-}
-
-// TestKillDuringCopyUpgrade kills pgfork (SIGKILL) while pg_upgrade runs in
-// copy mode: the old cluster must still start with its data intact, and the
-// next run must clean up and succeed.
-func TestKillDuringCopyUpgrade(t *testing.T) {
-	b := findBuilds(t)
-	dir := testenv.Dir(t)
-	_, sums := fixture(t, b)
-	old := copyFixture(t, b, dir)
-	newDir := filepath.Join(dir, "new")
-
-	bin := filepath.Join(t.TempDir(), "pgfork")
-	if out, err := exec.Command("go", "build", "-o", bin, "../cmd/pgfork").CombinedOutput(); err != nil {
-		t.Fatalf("build: %v\n%s", err, out)
-	}
-	args := []string{"upgrade", old, newDir, "--to", b.new.Version[:2], "--mode", "copy", "--no-rehearse",
-		"--old-bindir", b.old.BinDir, "--new-bindir", b.new.BinDir}
-	cmd := exec.Command(bin, args...)
-	stderr, err := cmd.StderrPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	killed := make(chan string, 1)
-	go func() {
-		sc := bufio.NewScanner(stderr)
-		sent := false
-		for sc.Scan() {
-			line := sc.Text()
-			// Kill once pg_upgrade is past its checks and works on the new cluster.
-			if !sent && strings.Contains(line, "Restoring global objects in the new cluster") {
-				_ = cmd.Process.Signal(syscall.SIGKILL)
-				sent = true
-				killed <- line
-			}
-		}
-		if !sent {
-			killed <- ""
-		}
-	}()
-	line := <-killed
-	_ = cmd.Wait()
-	if line == "" {
-		t.Fatal("pgfork finished before it could be killed")
-	}
-	if _, err := os.Stat(newDir); !os.IsNotExist(err) {
-		t.Fatalf("a killed upgrade left NEW_DATADIR: %v", err)
-	}
-	// Servers pg_upgrade had started die with it or are stopped below; the
-	// old cluster then starts with its data.
-	time.Sleep(time.Second)
-	if pf, err := instance.ReadPidFile(old); err == nil {
-		t.Logf("a server (pid %d) was left running on the old cluster; stopping it", pf.Pid)
-		if inst, err := instance.Attach(old); err == nil {
-			_ = inst.Stop(context.Background(), instance.Fast)
-		}
-	}
-	compareSums(t, sums, startAndSum(t, b.old, old))
-
-	// The next run cleans up and succeeds.
-	res, err := runUpgrade(t, upgrade.Options{OldDir: old, NewDir: newDir, Old: b.old, New: b.new, Mode: upgrade.Copy, Rehearse: upgrade.RehearseOff})
-	if err != nil {
-		t.Fatalf("upgrade after the kill: %v (hint: %s)", err, errs.HintOf(err))
-	}
-	if len(res.CleanedUp) == 0 {
-		t.Error("the next run reported nothing cleaned up")
-	}
-	compareSums(t, sums, startAndSum(t, b.new, newDir))
 }
 
 // TestFindingsInPlainWords leaves a prepared transaction in the old

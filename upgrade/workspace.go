@@ -40,10 +40,13 @@ type wsState struct {
 	Rehearsal string `json:"rehearsal,omitempty"`
 	// TablespaceDirs are the new major's directories pg_upgrade creates
 	// inside the old cluster's tablespace locations.
-	TablespaceDirs []string  `json:"tablespace_dirs,omitempty"`
-	Mode           Mode      `json:"mode,omitempty"`
-	Transferring   bool      `json:"transferring,omitempty"`
-	Started        time.Time `json:"started"`
+	TablespaceDirs []string `json:"tablespace_dirs,omitempty"`
+	Mode           Mode     `json:"mode,omitempty"`
+	Transferring   bool     `json:"transferring,omitempty"`
+	// Placed: the upgraded cluster was moved into New; it and the
+	// tablespace directories pg_upgrade made belong to it now.
+	Placed  bool      `json:"placed,omitempty"`
+	Started time.Time `json:"started"`
 }
 
 func wsDir(newDir string) string {
@@ -133,7 +136,8 @@ func cleanStale(ctx context.Context, newDir string) ([]string, error) {
 		return nil, errs.New(errs.Busy, "another pgfork upgrade (pid %d) is working on this new data directory", st.Pid).WithPath(newDir).
 			WithHint("wait for it to finish, or stop it (Ctrl-C) and run again")
 	}
-	if st.Mode == Swap && st.Transferring {
+	placed := st.placedIn(dir)
+	if st.Mode == Swap && st.Transferring && !placed {
 		return nil, errs.New(errs.Internal, "an earlier swap-mode upgrade was interrupted while it moved the old cluster's files").WithPath(dir).
 			WithHint("the old cluster's files may be in %s; do not delete it: restore from backup, or inspect it with pg_upgrade's logs", filepath.Join(dir, "new"))
 	}
@@ -150,7 +154,17 @@ func cleanStale(ctx context.Context, newDir string) ([]string, error) {
 	if st.Old != "" && st.Tmp != "" && stopServer(ctx, st.Old, st.Tmp) {
 		cleaned = append(cleaned, "stopped the old cluster, which the interrupted upgrade had started")
 	}
-	rm := append([]string(nil), st.TablespaceDirs...)
+	var rm []string
+	if placed {
+		// The upgraded cluster is in place: only a server pgfork started
+		// on it privately (its socket in the run's temporary directory)
+		// is stopped; its tablespace directories are kept.
+		if st.Tmp != "" && stopServer(ctx, st.New, st.Tmp) {
+			cleaned = append(cleaned, "stopped the upgraded cluster, which the interrupted upgrade had started privately")
+		}
+	} else {
+		rm = append(rm, st.TablespaceDirs...)
+	}
 	if st.Rehearsal != "" {
 		rm = append(rm, st.Rehearsal)
 	}
@@ -173,6 +187,34 @@ func cleanStale(ctx context.Context, newDir string) ([]string, error) {
 		return cleaned, errs.Wrap(errs.Internal, err, "cannot remove what an interrupted upgrade left").WithHint("remove these paths by hand")
 	}
 	return cleaned, nil
+}
+
+// placedIn says whether the run whose workspace is dir had moved the
+// upgraded cluster into New: it recorded so, or it was killed between the
+// rename and the record (the staging directory is gone, New exists).
+func (st *wsState) placedIn(dir string) bool {
+	if st.Placed {
+		return true
+	}
+	if !st.Transferring || st.New == "" {
+		return false
+	}
+	_, serr := os.Lstat(filepath.Join(dir, "new"))
+	_, nerr := os.Lstat(filepath.Join(st.New, "PG_VERSION"))
+	return errors.Is(serr, fs.ErrNotExist) && nerr == nil
+}
+
+// cleanPlaced cleans the workspace of an interrupted run on newDir that
+// had moved the upgraded cluster into newDir (see placedIn), before
+// newDir is refused because it exists. placed says whether it found one.
+func cleanPlaced(ctx context.Context, newDir string) (cleaned []string, placed bool, err error) {
+	dir := wsDir(newDir)
+	st, err := readState(dir)
+	if err != nil || st.New != newDir || !st.placedIn(dir) {
+		return nil, false, nil
+	}
+	cleaned, err = cleanStale(ctx, newDir)
+	return cleaned, true, err
 }
 
 // stopServer stops a server running on dataDir, if any (and, when

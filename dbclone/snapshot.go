@@ -14,6 +14,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/pgfork/pgfork/internal/errs"
+	"github.com/pgfork/pgfork/internal/shell"
 )
 
 // A snapshot of database D named N is a database pgfork_snap_<h> (h: a hash
@@ -97,7 +98,7 @@ func Snapshot(ctx context.Context, conn *pgx.Conn, db, name string, opts CreateO
 		return nil, nil, err
 	} else if len(ex) > 0 {
 		return nil, nil, errs.New(errs.Exists, "database %q already has a snapshot named %q", db, name).
-			WithHint("choose another name, or remove that snapshot").WithCLI("remove it with: pgfork db rm-snapshot --db %s %s", shellQuote(db), shellQuote(name))
+			WithHint("choose another name, or remove that snapshot").WithCLI("remove it with: pgfork db rm-snapshot --db %s %s", shell.Quote(db), shell.Quote(name))
 	}
 	// The metadata is written with the strategy, in the transaction that
 	// renames the finished copy into place (see finishWork): a snapshot
@@ -118,15 +119,6 @@ func Snapshot(ctx context.Context, conn *pgx.Conn, db, name string, opts CreateO
 	}
 	info.Strategy = res.Strategy
 	return info, res, nil
-}
-
-func shellQuote(s string) string {
-	if s != "" && strings.IndexFunc(s, func(r rune) bool {
-		return !(r == '_' || r == '-' || r == '.' || r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9')
-	}) < 0 {
-		return s
-	}
-	return "'" + strings.ReplaceAll(s, "'", `'\''`) + "'"
 }
 
 // Snapshots lists the snapshots of database db (all databases when db is
@@ -202,10 +194,10 @@ func FindSnapshot(ctx context.Context, conn *pgx.Conn, db, name string) (*Snapsh
 	if len(list) == 0 {
 		if name != "" {
 			return nil, errs.New(errs.NotFound, "database %q has no snapshot named %q", db, name).
-				WithCLI("list them with: pgfork db snapshots %s", shellQuote(db))
+				WithCLI("list them with: pgfork db snapshots %s", shell.Quote(db))
 		}
 		return nil, errs.New(errs.NotFound, "database %q has no snapshots", db).
-			WithCLI("take one with: pgfork db snapshot %s", shellQuote(db))
+			WithCLI("take one with: pgfork db snapshot %s", shell.Quote(db))
 	}
 	s := list[len(list)-1]
 	return &s, nil

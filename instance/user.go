@@ -71,6 +71,15 @@ func MinimalEnv(env []string) []string {
 	return append(out, env...)
 }
 
+// NameOrEmpty returns u's login name, or "" when u is nil (pgfork runs
+// tools as itself).
+func (u *OSUser) NameOrEmpty() string {
+	if u == nil {
+		return ""
+	}
+	return u.Name
+}
+
 // Command returns an exec.Cmd that runs as u (or as the current user when u
 // is nil), with MinimalEnv(env) as its environment and a working directory
 // the user can enter.

@@ -69,6 +69,6 @@ func linkDisabled(dataDir string) error {
 	if _, err := os.Lstat(ctl + ".old"); err != nil {
 		return nil
 	}
-	return errs.New(errs.Busy, "the old cluster was disabled by pg_upgrade --link (global/pg_control is renamed pg_control.old): an earlier link-mode upgrade was interrupted during its transfer").WithPath(dataDir).
+	return errs.New(errs.Busy, "the old cluster was disabled by a link-mode pg_upgrade (global/pg_control is renamed pg_control.old): an earlier link-mode upgrade was interrupted during its transfer").WithPath(dataDir).
 		WithHint("if the new cluster never started (pg_upgrade starts it only at the very end, after linking), the old one is intact: rename %s back to pg_control and run again; if it did start, do not use the old cluster: restore it from backup", ctl+".old")
 }

@@ -16,6 +16,7 @@ import (
 	"github.com/pgfork/pgfork/cluster"
 	"github.com/pgfork/pgfork/instance"
 	"github.com/pgfork/pgfork/internal/errs"
+	"github.com/pgfork/pgfork/internal/shell"
 	"github.com/pgfork/pgfork/internal/units"
 	"github.com/pgfork/pgfork/pgbin"
 	"github.com/pgfork/pgfork/pgclone"
@@ -216,46 +217,19 @@ func (cl *cli) cloneInstallation(src string) (pgbin.Installation, error) {
 	return in, nil
 }
 
-// cloneStartCommand is the exact command that starts the clone.
 // cloneStartCommand is the command that starts the clone, working as
 // printed: as root it runs pg_ctl as the clone's owner (runuser), and the
 // server log goes inside the data directory (the clone's owner can write
 // there; next to it, in a root-owned directory, it could not).
 func cloneStartCommand(inst pgbin.Installation, user *instance.OSUser, dst string) string {
-	c := fmt.Sprintf("%s -D %s -l %s start", cloneShellQuote(inst.Tool("pg_ctl")), cloneShellQuote(dst),
-		cloneShellQuote(filepath.Join(dst, instance.LogFileName)))
-	return cloneAsOwner(inst, user, c)
+	c := fmt.Sprintf("%s -D %s -l %s start", shell.Quote(inst.Tool("pg_ctl")), shell.Quote(dst),
+		shell.Quote(filepath.Join(dst, instance.LogFileName)))
+	return shell.AsUser(user.NameOrEmpty(), inst.Env(), c)
 }
 
 // cloneStopCommand is the command that stops the clone, working as printed.
 func cloneStopCommand(inst pgbin.Installation, user *instance.OSUser, dst string) string {
-	return cloneAsOwner(inst, user, fmt.Sprintf("%s -D %s stop", cloneShellQuote(inst.Tool("pg_ctl")), cloneShellQuote(dst)))
-}
-
-// cloneAsOwner prefixes a pg_ctl command with the installation's
-// environment and, as root, runuser to the clone's owner.
-func cloneAsOwner(inst pgbin.Installation, user *instance.OSUser, c string) string {
-	if env := inst.Env(); len(env) > 0 {
-		var q []string
-		for _, e := range env {
-			q = append(q, cloneShellQuote(e))
-		}
-		c = "env " + strings.Join(q, " ") + " " + c
-	}
-	if user != nil {
-		c = "runuser -u " + cloneShellQuote(user.Name) + " -- " + c
-	}
-	return c
-}
-
-func cloneShellQuote(s string) string {
-	if s != "" && strings.IndexFunc(s, func(r rune) bool {
-		return !(r == '/' || r == '.' || r == '-' || r == '_' || r == '=' || r == ':' || r == ',' || r == '+' ||
-			(r >= 'a' && r <= 'z') || (r >= 'A' && r <= 'Z') || (r >= '0' && r <= '9'))
-	}) < 0 {
-		return s
-	}
-	return "'" + strings.ReplaceAll(s, "'", `'\''`) + "'"
+	return shell.AsUser(user.NameOrEmpty(), inst.Env(), fmt.Sprintf("%s -D %s stop", shell.Quote(inst.Tool("pg_ctl")), shell.Quote(dst)))
 }
 
 func printCloneSummary(w io.Writer, o cloneOutput) {

@@ -12,6 +12,7 @@ import (
 	"github.com/pgfork/pgfork/cluster"
 	"github.com/pgfork/pgfork/instance"
 	"github.com/pgfork/pgfork/internal/errs"
+	"github.com/pgfork/pgfork/internal/shell"
 	"github.com/pgfork/pgfork/internal/units"
 	"github.com/pgfork/pgfork/restore"
 )
@@ -178,10 +179,8 @@ func (cl *cli) runRestore(cmd *cobra.Command, args []string, fl restoreFlags) er
 	}
 	b := res.Branch
 	fmt.Fprintf(w, "branch %s started (pid %d): %s\n", b.Name, b.Pid, b.URL)
-	psql := cloneShellQuote(res.Installation.Tool("psql")) + " " + cloneShellQuote(b.URL)
-	if user != nil { // as root: connect as the cluster's OS user (peer authentication works too)
-		psql = "runuser -u " + cloneShellQuote(user.Name) + " -- " + psql
-	}
+	// As root: connect as the cluster's OS user (peer authentication works too).
+	psql := shell.AsUser(user.NameOrEmpty(), nil, shell.Quote(res.Installation.Tool("psql"))+" "+shell.Quote(b.URL))
 	fmt.Fprintf(w, "  connect   %s\n", psql)
 	fmt.Fprintf(w, "  stop      pgfork down %s   (the data directory %s is kept; --delete-data removes it)\n", b.Name, b.DataDir)
 	fmt.Fprintf(w, "  log       %s\n", b.LogFile)

@@ -8,7 +8,7 @@ import (
 
 // layers mirrors the table in docs/ARCHITECTURE.md.
 var layers = map[string]int{
-	"internal/errs": -1, "volume": 1, "internal/units": -1, "internal/statedir": -1, "internal/flock": -1, "internal/testenv": -1, "internal/proc": -1, "internal/fsutil": -1, "internal/pgversion": -1, "internal/safefs": -1, "internal/pgtest": 2,
+	"internal/errs": -1, "volume": 1, "internal/units": -1, "internal/statedir": -1, "internal/flock": -1, "internal/testenv": -1, "internal/proc": -1, "internal/shell": -1, "internal/fsutil": -1, "internal/pgversion": -1, "internal/safefs": -1, "internal/pgtest": 2,
 	"clone": 0, "internal/secret": 0,
 	"dbclone": 1, "pgdata": 1, "instance": 1, "pgbin": 1,
 	"pool": 2, "pgclone": 2, "template": 2, "cluster": 2, "pgbackup": 2,
@@ -17,13 +17,21 @@ var layers = map[string]int{
 	"cmd/pgfork": 5, "bench": 5, "internal/archtest": 5,
 }
 
-func TestImportsPointDown(t *testing.T) {
-	const mod = "github.com/pgfork/pgfork/"
-	out, err := exec.Command("go", "list", "-f", `{{.ImportPath}} {{join .Imports " "}}`, mod+"...").Output()
+// packageImports lists the module's packages, each line the import path
+// and then its imports (go.mod ignores the Go code npm installs under
+// clients/js/node_modules).
+func packageImports(t *testing.T) []string {
+	t.Helper()
+	out, err := exec.Command("go", "list", "-f", `{{.ImportPath}} {{join .Imports " "}}`, "github.com/pgfork/pgfork/...").Output()
 	if err != nil {
 		t.Fatalf("go list: %v", err)
 	}
-	for _, line := range strings.Split(strings.TrimSpace(string(out)), "\n") {
+	return strings.Split(strings.TrimSpace(string(out)), "\n")
+}
+
+func TestImportsPointDown(t *testing.T) {
+	const mod = "github.com/pgfork/pgfork/"
+	for _, line := range packageImports(t) {
 		f := strings.Fields(line)
 		pkg := strings.TrimPrefix(f[0], mod)
 		lp, ok := layers[pkg]

@@ -5,7 +5,6 @@ import (
 	"go/parser"
 	"go/token"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"regexp"
 	"slices"
@@ -195,12 +194,8 @@ func TestArchitectureDocDependencies(t *testing.T) {
 		}
 		documented[m[1]] = deps
 	}
-	out, err := exec.Command("go", "list", "-f", `{{.ImportPath}} {{join .Imports " "}}`, module+"...").Output()
-	if err != nil {
-		t.Fatalf("go list: %v", err)
-	}
 	short := func(p string) string { return strings.TrimPrefix(strings.TrimPrefix(p, module), "internal/") }
-	for _, line := range strings.Split(strings.TrimSpace(string(out)), "\n") {
+	for _, line := range packageImports(t) {
 		f := strings.Fields(line)
 		pkg := strings.TrimPrefix(f[0], module)
 		if pkg == "bench" || pkg == "cmd/pgfork" || pkg == "internal/archtest" {

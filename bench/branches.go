@@ -128,7 +128,7 @@ func (bb *branchesBench) runSize(ctx context.Context, r *Report, scale int) (err
 		return err
 	}
 	in, err := instance.Start(ctx, instance.Config{BinDir: pg.BinDir, Env: pg.Env(), DataDir: prim, User: user, Profile: instance.Durable,
-		Settings: map[string]string{"max_wal_senders": "20", "max_wal_size": "4GB", "wal_keep_size": "2GB"}})
+		Settings: map[string]string{"max_wal_size": "4GB", "wal_keep_size": "2GB"}})
 	if err != nil {
 		return err
 	}
@@ -184,10 +184,10 @@ func (bb *branchesBench) runSize(ctx context.Context, r *Report, scale int) (err
 
 	me := branches.Caller{Token: "bench"}
 	var seq atomic.Int64
-	create := func() (time.Duration, branches.Branch, error) {
-		name := "b" + strconv.FormatInt(seq.Add(1), 10)
+	create := func(o branches.CreateOptions) (time.Duration, branches.Branch, error) {
+		o.Name = "b" + strconv.FormatInt(seq.Add(1), 10)
 		t := time.Now()
-		b, err := m.Create(ctx, me, branches.CreateOptions{Name: name, Source: "src"})
+		b, err := m.Create(ctx, me, o)
 		if err != nil {
 			return 0, b, err
 		}
@@ -196,15 +196,20 @@ func (bb *branchesBench) runSize(ctx context.Context, r *Report, scale int) (err
 		}
 		return time.Since(t), b, nil
 	}
-	dropAll := func() {
+	dropBranches := func() {
 		for _, b := range m.List(me).Branches {
 			_ = m.Delete(ctx, me, b.Name)
 		}
+	}
+	dropSnapshots := func(keep string) {
 		for _, s := range m.List(me).Snapshots {
-			_ = m.DeleteSnapshot(me, s.Name)
+			if s.Name != keep {
+				_ = m.DeleteSnapshot(me, s.Name)
+			}
 		}
 	}
-	defer dropAll()
+	defer func() { dropBranches(); dropSnapshots("") }()
+	fromSource := branches.CreateOptions{Source: "src"}
 
 	// Baseline: pg_basebackup of the same standby, start, first query.
 	var base Sample
@@ -231,68 +236,192 @@ func (bb *branchesBench) runSize(ctx context.Context, r *Report, scale int) (err
 		_ = os.RemoveAll(dst)
 	}
 
-	// Create: 1, 5, 10 at once; the 10 stay for the lag measurement.
-	rows := [][]string{{"pg_basebackup of the standby + start + first query (baseline)", "1", Dur(base.Median()), Dur(base.Median()), Dur(base.Median()), "1.0x"}}
-	var one time.Duration
-	var worst time.Duration
+	// Create: 1, 5, 10 at once, straight from the source (each branch its
+	// own online clone of the standby, recovered by the branch), then from
+	// one snapshot of a branch of the source (recovery paid once, when
+	// that branch was made: DBLab's way of preparing a snapshot). The 10
+	// from the source stay for the lag measurement.
+	rows := [][]string{{"pg_basebackup of the standby + start + first query (baseline)", "1", Dur(base.Median()), Dur(base.Median()), Dur(base.Median()), "1.0x", "-"}}
 	var ten []branches.Branch
-	for _, n := range []int{1, 5, 10} {
-		var mu sync.Mutex
-		var s Sample
-		var made []branches.Branch
-		var wg sync.WaitGroup
-		var firstErr error
-		t := time.Now()
-		for i := 0; i < n; i++ {
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				d, b, err := create()
-				mu.Lock()
-				defer mu.Unlock()
-				if err != nil && firstErr == nil {
-					firstErr = err
+	type createRun struct {
+		one, worst time.Duration
+		replay     []int64
+	}
+	createRound := func(what string, o branches.CreateOptions, keep bool) (createRun, error) {
+		var cr createRun
+		for _, n := range []int{1, 5, 10} {
+			var mu sync.Mutex
+			var s Sample
+			var made []branches.Branch
+			var wg sync.WaitGroup
+			var firstErr error
+			t := time.Now()
+			for i := 0; i < n; i++ {
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					d, b, err := create(o)
+					mu.Lock()
+					defer mu.Unlock()
+					if err != nil && firstErr == nil {
+						firstErr = err
+					}
+					s = append(s, d)
+					made = append(made, b)
+				}()
+			}
+			wg.Wait()
+			wall := time.Since(t)
+			if firstErr != nil {
+				return cr, firstErr
+			}
+			if n == 1 {
+				cr.one = s.Median()
+			}
+			cr.worst = max(cr.worst, s.Quantile(1))
+			var rep []int64
+			for _, b := range made {
+				rep = append(rep, replayed(filepath.Join(branches.Dir(lay), "data", b.Name)))
+			}
+			cr.replay = append(cr.replay, rep...)
+			rows = append(rows, []string{what, strconv.Itoa(n), Dur(s.Median()), Dur(s.Quantile(1)), Dur(wall), Ratio(base.Median(), s.Median()), units.Bytes(medianInt(rep))})
+			if n == 10 && keep {
+				ten = made
+			} else {
+				dropBranches()
+			}
+		}
+		return cr, nil
+	}
+	src1, err := createRound("branch create + first query, from the source", fromSource, true)
+	if err != nil {
+		return err
+	}
+	// The 10 from the source: the standby's lag while they run pgbench.
+	if err := bb.lag(ctx, r, purl, ten); err != nil {
+		return err
+	}
+	dropBranches()
+	t0 = time.Now()
+	_, b0, err := create(fromSource)
+	if err != nil {
+		return err
+	}
+	if _, err := m.CreateSnapshot(ctx, me, branches.SnapshotOptions{Name: "base", Branch: b0.Name}); err != nil {
+		return err
+	}
+	prep := time.Since(t0)
+	dropBranches()
+	fromSnap := branches.CreateOptions{Snapshot: "base"}
+	snap1, err := createRound("branch create + first query, from a snapshot of a branch of the source", fromSnap, false)
+	if err != nil {
+		return err
+	}
+	r.Table([]string{"what", "at once", "median per branch", "slowest", "wall", "vs baseline (median)", "WAL each branch replayed at start (median)"}, rows)
+	r.Notef("The snapshot \"base\" (a branch of the source, recovered and checkpointed once, then snapshotted: DBLab's way of preparing a snapshot) was made in %s, before its rows.", Dur(prep))
+	for _, x := range []struct {
+		what string
+		c    createRun
+	}{{"from the source", src1}, {"from a snapshot", snap1}} {
+		r.Target(x.c.worst <= 2*time.Second, "every branch %s to first query ≤ 2 s (1, 5 and 10 at once) at %s: slowest %s, one alone %s",
+			x.what, units.Bytes(srcSize), Dur(x.c.worst), Dur(x.c.one))
+		r.Target(base.Median() >= 10*x.c.one, "≥ 10x pg_basebackup + start, %s, at %s: %s (%s against %s)", x.what, units.Bytes(srcSize), Ratio(base.Median(), x.c.one), Dur(x.c.one), Dur(base.Median()))
+	}
+
+	// Reset and snapshot.
+	var rows2 [][]string
+	var resets []time.Duration
+	var snapOfBranch time.Duration
+	for _, x := range []struct {
+		what string
+		o    branches.CreateOptions
+	}{{"from the source", fromSource}, {"from the snapshot", fromSnap}} {
+		_, b, err := create(x.o)
+		if err != nil {
+			return err
+		}
+		var rs, ss Sample
+		for i := 0; i < 3; i++ {
+			t := time.Now()
+			if _, err := m.Reset(ctx, me, b.Name); err != nil {
+				return err
+			}
+			rs = append(rs, time.Since(t))
+			if x.o.Source != "" {
+				t = time.Now()
+				if _, err := m.CreateSnapshot(ctx, me, branches.SnapshotOptions{Name: "s" + strconv.Itoa(i), Branch: b.Name}); err != nil {
+					return err
 				}
-				s = append(s, d)
-				made = append(made, b)
-			}()
+				ss = append(ss, time.Since(t))
+			}
 		}
-		wg.Wait()
-		wall := time.Since(t)
-		if firstErr != nil {
-			return firstErr
-		}
-		if n == 1 {
-			one = s.Median()
-		}
-		worst = max(worst, s.Quantile(1))
-		rows = append(rows, []string{"branch create + first query", strconv.Itoa(n), Dur(s.Median()), Dur(s.Quantile(1)), Dur(wall), Ratio(base.Median(), s.Median())})
-		if n == 10 {
-			ten = made
-		} else {
-			dropAll()
+		resets = append(resets, rs.Median())
+		rows2 = append(rows2, []string{"reset of a branch made " + x.what + " (stop, new copy of its snapshot, start, same port)", Dur(rs.Median()), Dur(rs.Quantile(1))})
+		if len(ss) > 0 {
+			rows2 = append(rows2, []string{"snapshot of a running branch", Dur(ss.Median()), Dur(ss.Quantile(1))})
+			snapOfBranch = ss.Median()
 		}
 	}
-	r.Table([]string{"what", "at once", "median per branch", "slowest", "wall", "vs baseline (median)"}, rows)
-	r.Target(worst <= 2*time.Second, "every branch to first query ≤ 2 s (1, 5 and 10 at once) at %s: slowest %s, one alone %s",
-		units.Bytes(srcSize), Dur(worst), Dur(one))
-	r.Target(base.Median() >= 10*one, "≥ 10x pg_basebackup + start at %s: %s (%s against %s)", units.Bytes(srcSize), Ratio(base.Median(), one), Dur(one), Dur(base.Median()))
+	var sss Sample
+	for i := 0; i < 3; i++ {
+		t := time.Now()
+		if _, err := m.CreateSnapshot(ctx, me, branches.SnapshotOptions{Name: "src" + strconv.Itoa(i), Source: "src"}); err != nil {
+			return err
+		}
+		sss = append(sss, time.Since(t))
+	}
+	rows2 = append(rows2, []string{"snapshot of the standby source (online clone, the standby keeps running)", Dur(sss.Median()), Dur(sss.Quantile(1))})
+	r.Table([]string{"what", "median of 3", "slowest"}, rows2)
+	r.Target(resets[0] <= time.Second, "reset ≤ 1 s, branch made from the source, at %s: %s", units.Bytes(srcSize), Dur(resets[0]))
+	r.Target(resets[1] <= time.Second, "reset ≤ 1 s, branch made from a snapshot, at %s: %s", units.Bytes(srcSize), Dur(resets[1]))
+	r.Target(snapOfBranch <= time.Second, "snapshot of a branch ≤ 1 s at %s: %s", units.Bytes(srcSize), Dur(snapOfBranch))
+	r.Target(sss.Median() <= time.Second, "snapshot of the source ≤ 1 s at %s: %s", units.Bytes(srcSize), Dur(sss.Median()))
+	dropBranches()
+	dropSnapshots("base")
 
-	// Standby lag: 10 branches idle, then the same 10 running pgbench.
+	// Disk of 20 branches, each writing 1% of pgbench_accounts' pages.
+	var drows [][]string
+	var targets []func()
+	for _, x := range []struct {
+		what string
+		o    branches.CreateOptions
+	}{{"from the snapshot", fromSnap}, {"from the source", fromSource}} {
+		row, target, err := bb.disk(ctx, r, m, me, create, x.o, lay, srcSize, scale, x.what)
+		if err != nil {
+			return err
+		}
+		drows = append(drows, row)
+		targets = append(targets, target)
+		dropBranches()
+	}
+	r.Table([]string{"disk (unique blocks under the branches' directory, FIEMAP)", "bytes", "of the source", "of it: branches' pg_wal", "branches' other files", "median WAL replayed at start", "median buffers written by the end-of-recovery checkpoint"},
+		append([][]string{{"source (the standby's data directory)", units.Bytes(srcSize), "100%", "", "", "", ""}}, drows...))
+	for _, t := range targets {
+		t()
+	}
+	var commits1 int64
+	_ = queryOne(ctx, purl, "SELECT xact_commit FROM pg_stat_database WHERE datname = 'postgres'", &commits1)
+	r.Notef("The primary's load ran %s at %.0f commits per second (asked for %d tps). Load average now: %s.",
+		Dur(time.Since(loadStart)), float64(commits1-commits0)/time.Since(loadStart).Seconds(), bb.tps, loadAvg())
+	return nil
+}
+
+// lag samples the standby's lag with the 10 branches idle, then with each
+// running pgbench.
+func (bb *branchesBench) lag(ctx context.Context, r *Report, purl string, ten []branches.Branch) error {
 	lagWin := 20 * time.Second
 	idle, err := sampleLag(ctx, purl, lagWin, nil)
 	if err != nil {
 		return err
 	}
-	var benchOut [][]byte
+	benchOut := make([][]byte, len(ten))
 	busy, err := sampleLag(ctx, purl, lagWin, func(runCtx context.Context) func() {
 		var wg sync.WaitGroup
-		benchOut = make([][]byte, len(ten))
 		for i, b := range ten {
 			wg.Add(1)
 			go func() {
 				defer wg.Done()
-				benchOut[i], _ = exec.CommandContext(runCtx, pg.Tool("pgbench"), "-n", "-c", "1", "-T", strconv.Itoa(int(lagWin/time.Second)), b.URL()).CombinedOutput()
+				benchOut[i], _ = exec.CommandContext(runCtx, bb.pg.Tool("pgbench"), "-n", "-c", "1", "-T", strconv.Itoa(int(lagWin/time.Second)), b.URL()).CombinedOutput()
 			}()
 		}
 		return wg.Wait
@@ -313,68 +442,36 @@ func (bb *branchesBench) runSize(ctx context.Context, r *Report, scale int) (err
 		busy.row(fmt.Sprintf("10 branches each running pgbench (1 client, %.0f tps in all)", branchTPS)),
 	})
 	r.Notef("Lag is the primary's pg_stat_replication for the standby: bytes = pg_current_wal_lsn() − replay_lsn, seconds = replay_lag. No target in the issue; the standby keeps following while branches run.")
-	dropAll()
-
-	// Reset and snapshot.
-	_, b, err := create()
-	if err != nil {
-		return err
-	}
-	var rs, ss, sss Sample
-	for i := 0; i < 3; i++ {
-		t := time.Now()
-		if _, err := m.Reset(ctx, me, b.Name); err != nil {
-			return err
-		}
-		rs = append(rs, time.Since(t))
-		t = time.Now()
-		if _, err := m.CreateSnapshot(ctx, me, branches.SnapshotOptions{Name: "s" + strconv.Itoa(i), Branch: b.Name}); err != nil {
-			return err
-		}
-		ss = append(ss, time.Since(t))
-		t = time.Now()
-		if _, err := m.CreateSnapshot(ctx, me, branches.SnapshotOptions{Name: "src" + strconv.Itoa(i), Source: "src"}); err != nil {
-			return err
-		}
-		sss = append(sss, time.Since(t))
-	}
-	r.Table([]string{"what", "median of 3", "slowest"}, [][]string{
-		{"reset of a branch (stop, new copy of its snapshot, start, same port)", Dur(rs.Median()), Dur(rs.Quantile(1))},
-		{"snapshot of a running branch", Dur(ss.Median()), Dur(ss.Quantile(1))},
-		{"snapshot of the standby source (online clone, standby keeps running)", Dur(sss.Median()), Dur(sss.Quantile(1))},
-	})
-	r.Target(rs.Median() <= time.Second, "reset ≤ 1 s at %s: %s", units.Bytes(srcSize), Dur(rs.Median()))
-	r.Target(max(ss.Median(), sss.Median()) <= time.Second, "snapshot ≤ 1 s at %s: %s of a branch, %s of the source", units.Bytes(srcSize), Dur(ss.Median()), Dur(sss.Median()))
-	dropAll()
-
-	// Disk of 20 branches, each writing 1% of pgbench_accounts' pages.
-	if err := bb.disk(ctx, r, m, me, create, work, lay, sdir, srcSize, scale); err != nil {
-		return err
-	}
-	var commits1 int64
-	_ = queryOne(ctx, purl, "SELECT xact_commit FROM pg_stat_database WHERE datname = 'postgres'", &commits1)
-	r.Notef("The primary's load ran %s at %.0f commits per second (asked for %d tps). Load average now: %s.",
-		Dur(time.Since(loadStart)), float64(commits1-commits0)/time.Since(loadStart).Seconds(), bb.tps, loadAvg())
 	return nil
 }
 
 // disk creates 20 branches, has each update a contiguous 1% of
 // pgbench_accounts and checkpoint (so its pages are on disk, not only in
-// its WAL and shared buffers), and reports the filesystem's blocks used
-// and where they went.
+// its WAL and shared buffers), and returns the rows of what they added:
+// the unique blocks under the branches' directory (standby, snapshots,
+// branches; other users of the volume do not count), and where they went.
+// It stops early, and says so, when the volume runs short.
 func (bb *branchesBench) disk(ctx context.Context, r *Report, m *branches.Manager, me branches.Caller,
-	create func() (time.Duration, branches.Branch, error), work string, lay statedir.Layout, sdir string, srcSize int64, scale int) error {
+	create func(branches.CreateOptions) (time.Duration, branches.Branch, error), o branches.CreateOptions,
+	lay statedir.Layout, srcSize int64, scale int, what string) (row []string, target func(), err error) {
+	dir := branches.Dir(lay)
 	_ = exec.Command("sync").Run()
-	before := fsUsed(work)
-	standbyBefore := ownBytes(sdir)
+	before := uniqueBytes(dir)
+	var names []string
+	made := 0
 	for i := 0; i < 20; i++ {
-		_, b, err := create()
-		if err != nil {
-			return err
+		if free := fsFree(dir); free < 4<<30 {
+			r.Notef("Disk, %s: stopped after %d branches: only %s left on the volume.", what, made, units.Bytes(free))
+			break
 		}
+		_, b, err := create(o)
+		if err != nil {
+			return nil, nil, err
+		}
+		names = append(names, b.Name)
 		c, err := pgx.Connect(ctx, b.URL())
 		if err != nil {
-			return err
+			return nil, nil, err
 		}
 		n := 100000 * scale / 100
 		_, err = c.Exec(ctx, "UPDATE pgbench_accounts SET abalance = abalance + 1 WHERE aid > $1 AND aid <= $2", i*n, (i+1)*n)
@@ -383,36 +480,80 @@ func (bb *branchesBench) disk(ctx context.Context, r *Report, m *branches.Manage
 		}
 		c.Close(ctx)
 		if err != nil {
-			return err
+			return nil, nil, err
 		}
+		made++
 	}
 	_ = exec.Command("sync").Run()
-	used := fsUsed(work) - before
-	dir := branches.Dir(lay)
-	var walOwn, dataOwn, snapOwn int64
-	for _, b := range m.List(me).Branches {
-		bd := filepath.Join(dir, "data", b.Name)
+	used := uniqueBytes(dir) - before
+	var walOwn, dataOwn int64
+	var rep, bufs []int64
+	for _, n := range names {
+		bd := filepath.Join(dir, "data", n)
 		w := ownBytes(filepath.Join(bd, "pg_wal"))
 		walOwn += w
 		dataOwn += ownBytes(bd) - w
+		rep = append(rep, replayed(bd))
+		bufs = append(bufs, endOfRecoveryBuffers(bd))
 	}
-	snaps, _ := os.ReadDir(filepath.Join(dir, "snap"))
-	for _, s := range snaps {
-		snapOwn += ownBytes(filepath.Join(dir, "snap", s.Name()))
+	label := fmt.Sprintf("**%d branches %s, each after updating 1%% of pgbench_accounts and a CHECKPOINT**", made, what)
+	target = func() {
+		r.Target(made == 20 && used <= srcSize/4, "20 branches %s add ≤ 25%% of the source: %d branches add %s (%s) to a source of %s",
+			what, made, units.Bytes(used), pct(used, srcSize), units.Bytes(srcSize))
 	}
-	standbyGrew := ownBytes(sdir) - standbyBefore
-	rest := used - walOwn - dataOwn - snapOwn - standbyGrew
-	r.Table([]string{"disk (filesystem blocks, df and FIEMAP)", "bytes", "of the source"}, [][]string{
-		{"source (the standby's data directory)", units.Bytes(srcSize), "100%"},
-		{"**20 branches, each after updating 1% of pgbench_accounts and a CHECKPOINT (df delta)**", units.Bytes(used), pct(used, srcSize)},
-		{"… of it: the branches' pg_wal, blocks of their own", units.Bytes(walOwn), pct(walOwn, srcSize)},
-		{"… of it: the branches' other files, blocks of their own", units.Bytes(dataOwn), pct(dataOwn, srcSize)},
-		{"… of it: their origin snapshots, blocks of their own", units.Bytes(snapOwn), pct(snapOwn, srcSize)},
-		{"… of it: the standby's own blocks grown (pages the load rewrote while snapshots keep the old ones)", units.Bytes(standbyGrew), pct(standbyGrew, srcSize)},
-		{"… rest: blocks shared among snapshots and branches but no longer by the standby, metadata", units.Bytes(rest), pct(rest, srcSize)},
-	})
-	r.Target(used <= srcSize/4, "20 branches add ≤ 25%% of the source: they add %s (%s) to a source of %s", units.Bytes(used), pct(used, srcSize), units.Bytes(srcSize))
-	return nil
+	return []string{label, units.Bytes(used), pct(used, srcSize), units.Bytes(walOwn), units.Bytes(dataOwn),
+		units.Bytes(medianInt(rep)), strconv.FormatInt(medianInt(bufs), 10)}, target, nil
+}
+
+func medianInt(v []int64) int64 {
+	if len(v) == 0 {
+		return 0
+	}
+	s := append([]int64(nil), v...)
+	sort.Slice(s, func(i, j int) bool { return s[i] < s[j] })
+	return s[len(s)/2]
+}
+
+var (
+	redoStartRe = regexp.MustCompile(`redo starts at ([0-9A-F]+)/([0-9A-F]+)`)
+	redoDoneRe  = regexp.MustCompile(`redo done at ([0-9A-F]+)/([0-9A-F]+)`)
+	endCkptRe   = regexp.MustCompile(`(?s)checkpoint starting: end-of-recovery.*?checkpoint complete: wrote ([0-9]+) buffers`)
+)
+
+// replayed is how much WAL a branch replayed at its first start, from its
+// server log (0 when it replayed none).
+func replayed(dataDir string) int64 {
+	b, _ := os.ReadFile(filepath.Join(dataDir, instance.LogFileName))
+	s, d := redoStartRe.FindSubmatch(b), redoDoneRe.FindSubmatch(b)
+	if s == nil || d == nil {
+		return 0
+	}
+	lsn := func(hi, lo []byte) int64 {
+		h, _ := strconv.ParseInt(string(hi), 16, 64)
+		l, _ := strconv.ParseInt(string(lo), 16, 64)
+		return h<<32 | l
+	}
+	return max(lsn(d[1], d[2])-lsn(s[1], s[2]), 0)
+}
+
+// endOfRecoveryBuffers is how many buffers a branch's end-of-recovery
+// checkpoint wrote, from its server log.
+func endOfRecoveryBuffers(dataDir string) int64 {
+	b, _ := os.ReadFile(filepath.Join(dataDir, instance.LogFileName))
+	m := endCkptRe.FindSubmatch(b)
+	if m == nil {
+		return 0
+	}
+	n, _ := strconv.ParseInt(string(m[1]), 10, 64)
+	return n
+}
+
+func fsFree(dir string) int64 {
+	var st syscall.Statfs_t
+	if syscall.Statfs(dir, &st) != nil {
+		return 0
+	}
+	return int64(st.Bavail) * int64(st.Bsize)
 }
 
 func pct(x, of int64) string {
@@ -529,12 +670,4 @@ func dirBlocks(dir string) int64 {
 		return nil
 	})
 	return n
-}
-
-func fsUsed(dir string) int64 {
-	var st syscall.Statfs_t
-	if syscall.Statfs(dir, &st) != nil {
-		return 0
-	}
-	return int64(st.Blocks-st.Bfree) * int64(st.Bsize)
 }

@@ -101,9 +101,9 @@ func runBranchesBench(ctx context.Context, r *Report) error {
 		}
 	}
 	r.Table([]string{"reference (not measured here: needs ZFS or LVM and Docker)", "published figure"}, [][]string{
-		{"DBLab Engine thin clone of a 1 TiB database", "≈ 10 s (\"cloning a 1 TiB PostgreSQL database takes ~10 seconds\", DBLab Engine README, github.com/postgres-ai/database-lab-engine)"},
-		{"DBLab Engine thin clone of a 10 TiB database", "< 2 s (\"cloning a 10 TiB PostgreSQL database can take less than 2 seconds\", DBLab Engine v3 README, pkg.go.dev/gitlab.com/postgres-ai/database-lab/v3)"},
-		{"DBLab thin clone time vs size", "\"does not depend on the database size\" (postgres.ai/docs/questions-and-answers)"},
+		{"DBLab Engine thin clone of a 1 TiB database (ZFS)", "about 10 s (DBLab Engine README, github.com/postgres-ai/database-lab-engine)"},
+		{"DBLab Engine thin clone of a 10 TiB database (ZFS)", "under 2 s (Database Lab v3 README, pkg.go.dev/gitlab.com/postgres-ai/database-lab/v3)"},
+		{"DBLab thin clone time against database size", "independent of size (postgres.ai/docs/questions-and-answers)"},
 	})
 	r.Notef("Load average at end: %s.", loadAvg())
 	return nil
@@ -380,13 +380,17 @@ func (bb *branchesBench) runSize(ctx context.Context, r *Report, scale int) (err
 	dropSnapshots("base")
 
 	// Disk of 20 branches, each writing 1% of pgbench_accounts' pages.
-	var drows [][]string
+	ctl, err := bb.diskDefaults(ctx, work, lay, srcSize)
+	if err != nil {
+		return err
+	}
+	drows := [][]string{ctl}
 	var targets []func()
 	for _, x := range []struct {
 		what string
 		o    branches.CreateOptions
 	}{{"from the snapshot", fromSnap}, {"from the source", fromSource}} {
-		row, target, err := bb.disk(ctx, r, m, me, create, x.o, lay, srcSize, scale, x.what)
+		row, target, err := bb.disk(ctx, r, m, me, create, x.o, lay, srcSize, x.what)
 		if err != nil {
 			return err
 		}
@@ -394,6 +398,7 @@ func (bb *branchesBench) runSize(ctx context.Context, r *Report, scale int) (err
 		targets = append(targets, target)
 		dropBranches()
 	}
+	r.Notef("Disk: each branch updates one row in each of 1%% of pgbench_accounts' pages (a TID scan), then a CHECKPOINT, so its pages are on disk. Bytes are the physical blocks under the branches' directories (standby, snapshots, branches), each counted once however many files share it (the union of FIEMAP extents), after minus before: other users of the volume do not count, the standby's pages rewritten by the load while snapshots keep the old ones do.")
 	r.Table([]string{"disk (unique blocks under the branches' directory, FIEMAP)", "bytes", "of the source", "of it: branches' pg_wal", "branches' other files", "median WAL replayed at start", "median buffers written by the end-of-recovery checkpoint"},
 		append([][]string{{"source (the standby's data directory)", units.Bytes(srcSize), "100%", "", "", "", ""}}, drows...))
 	for _, t := range targets {
@@ -453,7 +458,7 @@ func (bb *branchesBench) lag(ctx context.Context, r *Report, purl string, ten []
 // It stops early, and says so, when the volume runs short.
 func (bb *branchesBench) disk(ctx context.Context, r *Report, m *branches.Manager, me branches.Caller,
 	create func(branches.CreateOptions) (time.Duration, branches.Branch, error), o branches.CreateOptions,
-	lay statedir.Layout, srcSize int64, scale int, what string) (row []string, target func(), err error) {
+	lay statedir.Layout, srcSize int64, what string) (row []string, target func(), err error) {
 	dir := branches.Dir(lay)
 	_ = exec.Command("sync").Run()
 	before := uniqueBytes(dir)
@@ -469,17 +474,7 @@ func (bb *branchesBench) disk(ctx context.Context, r *Report, m *branches.Manage
 			return nil, nil, err
 		}
 		names = append(names, b.Name)
-		c, err := pgx.Connect(ctx, b.URL())
-		if err != nil {
-			return nil, nil, err
-		}
-		n := 100000 * scale / 100
-		_, err = c.Exec(ctx, "UPDATE pgbench_accounts SET abalance = abalance + 1 WHERE aid > $1 AND aid <= $2", i*n, (i+1)*n)
-		if err == nil {
-			_, err = c.Exec(ctx, "CHECKPOINT")
-		}
-		c.Close(ctx)
-		if err != nil {
+		if err := writePages(ctx, b.URL(), i); err != nil {
 			return nil, nil, err
 		}
 		made++
@@ -496,13 +491,83 @@ func (bb *branchesBench) disk(ctx context.Context, r *Report, m *branches.Manage
 		rep = append(rep, replayed(bd))
 		bufs = append(bufs, endOfRecoveryBuffers(bd))
 	}
-	label := fmt.Sprintf("**%d branches %s, each after updating 1%% of pgbench_accounts and a CHECKPOINT**", made, what)
+	label := fmt.Sprintf("**%d branches %s**", made, what)
 	target = func() {
 		r.Target(made == 20 && used <= srcSize/4, "20 branches %s add ≤ 25%% of the source: %d branches add %s (%s) to a source of %s",
 			what, made, units.Bytes(used), pct(used, srcSize), units.Bytes(srcSize))
 	}
 	return []string{label, units.Bytes(used), pct(used, srcSize), units.Bytes(walOwn), units.Bytes(dataOwn),
 		units.Bytes(medianInt(rep)), strconv.FormatInt(medianInt(bufs), 10)}, target, nil
+}
+
+// writePages updates one row in each of 1% of pgbench_accounts' pages
+// (the i-th 1%) and checkpoints, so that the branch has written 1% of the
+// table's pages and they are on disk, not only in its WAL and buffers.
+func writePages(ctx context.Context, url string, i int) error {
+	c, err := pgx.Connect(ctx, url)
+	if err != nil {
+		return err
+	}
+	defer c.Close(ctx)
+	var pages int64
+	if err := c.QueryRow(ctx, "SELECT relpages FROM pg_class WHERE relname = 'pgbench_accounts'").Scan(&pages); err != nil {
+		return err
+	}
+	n := max(pages/100, 1)
+	if _, err := c.Exec(ctx, `UPDATE pgbench_accounts SET abalance = abalance + 1
+		WHERE ctid = ANY (ARRAY(SELECT format('(%s,1)', p)::tid FROM generate_series($1::bigint, $2::bigint) p))`, int64(i)*n, int64(i+1)*n-1); err != nil {
+		return err
+	}
+	_, err = c.Exec(ctx, "CHECKPOINT")
+	return err
+}
+
+// diskDefaults is the control of the disk measurement: 20 copies of the
+// snapshot "base" started as branches by cluster.StartBranch (what the
+// Manager calls) with PostgreSQL's default WAL settings instead of the
+// Manager's branch settings, each writing 1% of the pages like the others.
+func (bb *branchesBench) diskDefaults(ctx context.Context, work string, lay statedir.Layout, srcSize int64) ([]string, error) {
+	dir := filepath.Join(work, "control")
+	if err := os.Mkdir(dir, 0o755); err != nil {
+		return nil, err
+	}
+	clay := statedir.Layout{Root: filepath.Join(work, "control-state")}
+	defer os.RemoveAll(dir)
+	var names []string
+	defer func() {
+		for _, n := range names {
+			_ = cluster.Down(context.Background(), clay, n, cluster.DownOptions{Timeout: 30 * time.Second})
+		}
+	}()
+	_ = exec.Command("sync").Run()
+	before := uniqueBytes(branches.Dir(lay), dir)
+	var walOwn, dataOwn int64
+	for i := 0; i < 20; i++ {
+		d := filepath.Join(dir, "c"+strconv.Itoa(i))
+		if _, err := clone.Copy(ctx, filepath.Join(branches.Dir(lay), "snap", "base"), d, clone.Options{Sync: clone.SyncFS}); err != nil {
+			return nil, err
+		}
+		st, err := cluster.StartBranch(ctx, clay, cluster.BranchOptions{Name: "c" + strconv.Itoa(i), DataDir: d, Kind: cluster.KindClone,
+			Source: "bench", BinDir: bb.pg.BinDir, Env: bb.pg.Env(), PGVersion: bb.pg.Version, PGMajor: bb.pg.Major, User: bb.user,
+			Settings: map[string]string{"wal_init_zero": "on", "wal_compression": "off"}})
+		if err != nil {
+			return nil, err
+		}
+		names = append(names, st.Name)
+		if err := writePages(ctx, st.URL, i); err != nil {
+			return nil, err
+		}
+	}
+	_ = exec.Command("sync").Run()
+	used := uniqueBytes(branches.Dir(lay), dir) - before
+	for _, n := range names {
+		d := filepath.Join(dir, n)
+		w := ownBytes(filepath.Join(d, "pg_wal"))
+		walOwn += w
+		dataOwn += ownBytes(d) - w
+	}
+	return []string{"20 copies of the snapshot started with PostgreSQL's default WAL settings (wal_init_zero on, wal_compression off): the control", units.Bytes(used), pct(used, srcSize),
+		units.Bytes(walOwn), units.Bytes(dataOwn), "", ""}, nil
 }
 
 func medianInt(v []int64) int64 {

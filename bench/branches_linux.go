@@ -10,11 +10,11 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// uniqueBytes is the disk the regular files under dir use, each physical
+// uniqueBytes is the disk the regular files under dirs use, each physical
 // block counted once however many files share it by reflink (the union of
 // their FIEMAP extents): what the tree costs the volume, whoever else
 // writes on it.
-func uniqueBytes(dir string) int64 {
+func uniqueBytes(dirs ...string) int64 {
 	type span struct{ a, b uint64 }
 	var spans []span
 	var unknown int64
@@ -36,7 +36,7 @@ func uniqueBytes(dir string) int64 {
 		Flags, MappedExtents, ExtentCount, _ uint32
 		Extents                              [batch]extent
 	}
-	_ = filepath.WalkDir(dir, func(p string, d fs.DirEntry, err error) error {
+	walk := func(p string, d fs.DirEntry, err error) error {
 		if err != nil || !d.Type().IsRegular() {
 			return nil
 		}
@@ -68,7 +68,10 @@ func uniqueBytes(dir string) int64 {
 				}
 			}
 		}
-	})
+	}
+	for _, dir := range dirs {
+		_ = filepath.WalkDir(dir, walk)
+	}
 	sort.Slice(spans, func(i, j int) bool { return spans[i].a < spans[j].a })
 	var total uint64
 	var end uint64

@@ -398,7 +398,7 @@ func (bb *branchesBench) runSize(ctx context.Context, r *Report, scale int) (err
 		targets = append(targets, target)
 		dropBranches()
 	}
-	r.Notef("Disk: each branch updates one row in each of 1%% of pgbench_accounts' pages (a TID scan), then a CHECKPOINT, so its pages are on disk. Bytes are the physical blocks under the branches' directories (standby, snapshots, branches), each counted once however many files share it (the union of FIEMAP extents), after minus before: other users of the volume do not count, the standby's pages rewritten by the load while snapshots keep the old ones do.")
+	r.Notef("Disk: each branch updates one row in each of 1%% of pgbench_accounts' pages (a TID scan), then a CHECKPOINT, so its pages are on disk. Bytes are the physical blocks under the branches' directories (standby, snapshots, branches), each counted once however many files share it (the union of FIEMAP extents), after minus before: other users of the volume do not count, the standby's pages rewritten by the load while snapshots keep the old ones do. The pg_wal and other-files columns are each branch's stat blocks not in shared extents, summed: they include XFS's speculative copy-on-write preallocation (cowextsize), which XFS gives back minutes later, so they can add up to more than the first column.")
 	r.Table([]string{"disk (unique blocks under the branches' directory, FIEMAP)", "bytes", "of the source", "of it: branches' pg_wal", "branches' other files", "median WAL replayed at start", "median buffers written by the end-of-recovery checkpoint"},
 		append([][]string{{"source (the standby's data directory)", units.Bytes(srcSize), "100%", "", "", "", ""}}, drows...))
 	for _, t := range targets {

@@ -380,11 +380,13 @@ func (bb *branchesBench) runSize(ctx context.Context, r *Report, scale int) (err
 	dropSnapshots("base")
 
 	// Disk of 20 branches, each writing 1% of pgbench_accounts' pages.
-	ctl, err := bb.diskDefaults(ctx, work, lay, srcSize)
+	_ = exec.Command("sync").Run()
+	baseCost := uniqueBytes(branches.Dir(lay)) - uniqueBytes(sdir)
+	ctl, where, err := bb.diskDefaults(ctx, work, lay, srcSize)
 	if err != nil {
 		return err
 	}
-	drows := [][]string{ctl}
+	drows := [][]string{{"the snapshot \"base\" itself, before the rows below (the pages its recovery wrote, the standby's pages it keeps)", units.Bytes(baseCost), pct(baseCost, srcSize), "", "", "", ""}, ctl}
 	var targets []func()
 	for _, x := range []struct {
 		what string
@@ -398,9 +400,10 @@ func (bb *branchesBench) runSize(ctx context.Context, r *Report, scale int) (err
 		targets = append(targets, target)
 		dropBranches()
 	}
-	r.Notef("Disk: each branch updates one row in each of 1%% of pgbench_accounts' pages (a TID scan), then a CHECKPOINT, so its pages are on disk. Bytes are the physical blocks under the branches' directories (standby, snapshots, branches), each counted once however many files share it (the union of FIEMAP extents), after minus before: other users of the volume do not count, the standby's pages rewritten by the load while snapshots keep the old ones do. The pg_wal and other-files columns are each branch's stat blocks not in shared extents, summed: they include XFS's speculative copy-on-write preallocation (cowextsize), which XFS gives back minutes later, so they can add up to more than the first column.")
+	r.Notef("Disk: each branch updates one row in each of 1%% of pgbench_accounts' pages (a TID scan), then a CHECKPOINT, so its pages are on disk. Bytes are what the branches and their snapshots cost the volume: the physical blocks under the branches' directory (standby, snapshots, branches), each counted once however many files share it (the union of FIEMAP extents), minus the standby's own, after minus before. Other users of the volume do not count, nor does the standby's own WAL growing; the standby's old pages and WAL that snapshots keep after the load rewrote them do. The pg_wal and other-files columns are each branch's stat blocks not in shared extents, summed: they include XFS's speculative copy-on-write preallocation (cowextsize), which XFS gives back minutes later, so they can add up to more than the first column.")
 	r.Table([]string{"disk (unique blocks under the branches' directory, FIEMAP)", "bytes", "of the source", "of it: branches' pg_wal", "branches' other files", "median WAL replayed at start", "median buffers written by the end-of-recovery checkpoint"},
 		append([][]string{{"source (the standby's data directory)", units.Bytes(srcSize), "100%", "", "", "", ""}}, drows...))
+	r.Notef("%s", where)
 	for _, t := range targets {
 		t()
 	}
@@ -461,7 +464,8 @@ func (bb *branchesBench) disk(ctx context.Context, r *Report, m *branches.Manage
 	lay statedir.Layout, srcSize int64, what string) (row []string, target func(), err error) {
 	dir := branches.Dir(lay)
 	_ = exec.Command("sync").Run()
-	before := uniqueBytes(dir)
+	sdir := filepath.Join(dir, "standby", "src")
+	before := uniqueBytes(dir) - uniqueBytes(sdir)
 	var names []string
 	made := 0
 	for i := 0; i < 20; i++ {
@@ -480,7 +484,7 @@ func (bb *branchesBench) disk(ctx context.Context, r *Report, m *branches.Manage
 		made++
 	}
 	_ = exec.Command("sync").Run()
-	used := uniqueBytes(dir) - before
+	used := uniqueBytes(dir) - uniqueBytes(sdir) - before
 	var walOwn, dataOwn int64
 	var rep, bufs []int64
 	for _, n := range names {
@@ -526,10 +530,10 @@ func writePages(ctx context.Context, url string, i int) error {
 // snapshot "base" started as branches by cluster.StartBranch (what the
 // Manager calls) with PostgreSQL's default WAL settings instead of the
 // Manager's branch settings, each writing 1% of the pages like the others.
-func (bb *branchesBench) diskDefaults(ctx context.Context, work string, lay statedir.Layout, srcSize int64) ([]string, error) {
+func (bb *branchesBench) diskDefaults(ctx context.Context, work string, lay statedir.Layout, srcSize int64) ([]string, string, error) {
 	dir := filepath.Join(work, "control")
 	if err := os.Mkdir(dir, 0o755); err != nil {
-		return nil, err
+		return nil, "", err
 	}
 	clay := statedir.Layout{Root: filepath.Join(work, "control-state")}
 	defer os.RemoveAll(dir)
@@ -540,34 +544,42 @@ func (bb *branchesBench) diskDefaults(ctx context.Context, work string, lay stat
 		}
 	}()
 	_ = exec.Command("sync").Run()
-	before := uniqueBytes(branches.Dir(lay), dir)
+	sdir := filepath.Join(branches.Dir(lay), "standby", "src")
+	before := uniqueBytes(branches.Dir(lay), dir) - uniqueBytes(sdir)
 	var walOwn, dataOwn int64
+	var copyT, startT Sample
 	for i := 0; i < 20; i++ {
 		d := filepath.Join(dir, "c"+strconv.Itoa(i))
+		t := time.Now()
 		if _, err := clone.Copy(ctx, filepath.Join(branches.Dir(lay), "snap", "base"), d, clone.Options{Sync: clone.SyncFS}); err != nil {
-			return nil, err
+			return nil, "", err
 		}
+		copyT = append(copyT, time.Since(t))
+		t = time.Now()
 		st, err := cluster.StartBranch(ctx, clay, cluster.BranchOptions{Name: "c" + strconv.Itoa(i), DataDir: d, Kind: cluster.KindClone,
 			Source: "bench", BinDir: bb.pg.BinDir, Env: bb.pg.Env(), PGVersion: bb.pg.Version, PGMajor: bb.pg.Major, User: bb.user,
 			Settings: map[string]string{"wal_init_zero": "on", "wal_compression": "off"}})
 		if err != nil {
-			return nil, err
+			return nil, "", err
 		}
+		startT = append(startT, time.Since(t))
 		names = append(names, st.Name)
 		if err := writePages(ctx, st.URL, i); err != nil {
-			return nil, err
+			return nil, "", err
 		}
 	}
 	_ = exec.Command("sync").Run()
-	used := uniqueBytes(branches.Dir(lay), dir) - before
+	used := uniqueBytes(branches.Dir(lay), dir) - uniqueBytes(sdir) - before
 	for _, n := range names {
 		d := filepath.Join(dir, n)
 		w := ownBytes(filepath.Join(d, "pg_wal"))
 		walOwn += w
 		dataOwn += ownBytes(d) - w
 	}
+	note := fmt.Sprintf("Where a branch's start goes (the control's 20, one at a time): the reflink copy of the snapshot (clone.Copy, then syncfs) takes %s (median), the server's start %s.",
+		Dur(copyT.Median()), Dur(startT.Median()))
 	return []string{"20 copies of the snapshot started with PostgreSQL's default WAL settings (wal_init_zero on, wal_compression off): the control", units.Bytes(used), pct(used, srcSize),
-		units.Bytes(walOwn), units.Bytes(dataOwn), "", ""}, nil
+		units.Bytes(walOwn), units.Bytes(dataOwn), "", ""}, note, nil
 }
 
 func medianInt(v []int64) int64 {

@@ -2,6 +2,7 @@ package branches
 
 import (
 	"context"
+	"os"
 	"path/filepath"
 	"sort"
 	"strings"
@@ -246,7 +247,10 @@ func (m *Manager) start(ctx context.Context, b *Branch) error {
 
 // buildSnapshot makes the stopped data directory snap/name from a source
 // (by online clone or restore) or from a running branch (online clone); it
-// records nothing (the caller does, under the lock).
+// records nothing (the caller does, under the lock). Every snapshot ends
+// cleanly shut down: an online clone is recovered once (prepare), so that
+// the branches made of it, and each reset of them, start without replaying
+// WAL; a backup source's restore already ends so.
 func (m *Manager) buildSnapshot(ctx context.Context, name, from string, isSource bool) error {
 	dst := m.snapDir(name)
 	_ = clone.CleanStale(dst)
@@ -265,12 +269,9 @@ func (m *Manager) buildSnapshot(ctx context.Context, name, from string, isSource
 				return gerr
 			}
 			sock := &instance.Instance{SocketDir: e.SocketDir, Port: e.Port}
-			_, err = pgclone.Clone(ctx, pgclone.Options{Src: m.standbyDir(s.Name), Dst: dst, Installation: m.o.Installation,
-				Online: true, ConnString: sock.ConnString(m.o.SuperUser, "postgres"), Label: "pgfork branches " + name,
-				Sync: clone.SyncFS, User: m.o.User})
+			err = m.onlineClone(ctx, name, m.standbyDir(s.Name), sock.ConnString(m.o.SuperUser, "postgres"), true)
 		default:
-			_, err = pgclone.Clone(ctx, pgclone.Options{Src: s.DataDir, Dst: dst, Installation: m.o.Installation,
-				Online: true, ConnString: s.ConnString, Label: "pgfork branches " + name, Sync: clone.SyncFS, User: m.o.User})
+			err = m.onlineClone(ctx, name, s.DataDir, s.ConnString, false)
 		}
 	} else {
 		e, gerr := cluster.Get(m.o.Layout, regName(from))
@@ -278,13 +279,59 @@ func (m *Manager) buildSnapshot(ctx context.Context, name, from string, isSource
 			return gerr
 		}
 		sock := &instance.Instance{SocketDir: e.SocketDir, Port: e.Port}
-		_, err = pgclone.Clone(ctx, pgclone.Options{Src: m.branchDir(from), Dst: dst, Installation: m.o.Installation,
-			Online: true, ConnString: sock.ConnString(m.o.SuperUser, "postgres"), Label: "pgfork branches " + name,
-			Sync: clone.SyncFS, User: m.o.User})
+		err = m.onlineClone(ctx, name, m.branchDir(from), sock.ConnString(m.o.SuperUser, "postgres"), false)
 	}
 	if err != nil {
 		_ = removeBelow(filepath.Join(m.dir, "snap"), name)
 		return err
+	}
+	return nil
+}
+
+// onlineClone clones the running server of data directory src (reached by
+// conn) into snap/name and prepares the copy. On a standby, a CHECKPOINT
+// first makes a restartpoint, so that the copy has less WAL to replay.
+func (m *Manager) onlineClone(ctx context.Context, name, src, conn string, standby bool) error {
+	if standby {
+		if c, err := pgx.Connect(ctx, conn); err == nil {
+			_, _ = c.Exec(ctx, "CHECKPOINT")
+			c.Close(context.WithoutCancel(ctx))
+		}
+	}
+	dst := m.snapDir(name)
+	if _, err := pgclone.Clone(ctx, pgclone.Options{Src: src, Dst: dst, Installation: m.o.Installation, Online: true,
+		ConnString: conn, Label: "pgfork branches " + name, Sync: clone.SyncFS, User: m.o.User}); err != nil {
+		return err
+	}
+	return m.prepare(ctx, dst)
+}
+
+// testHookPrepared, when set (tests only), runs while a snapshot's
+// recovery server is up, before it is shut down.
+var testHookPrepared func()
+
+// prepare recovers an online clone once and shuts it down cleanly: it is
+// started privately (no TCP, its own socket directory, registered under a
+// TempServerName so that the next Open stops one a crash left running),
+// replays the WAL of its backup to consistency and ends recovery, then is
+// stopped by a fast shutdown. Its server log is removed: a branch's log
+// begins with its own start.
+func (m *Manager) prepare(ctx context.Context, dst string) error {
+	inst := m.o.Installation
+	tmp := TempServerName()
+	if _, err := cluster.StartBranch(ctx, m.o.Layout, cluster.BranchOptions{Name: tmp, DataDir: dst, Kind: cluster.KindClone,
+		Source: "snapshot being prepared", BinDir: inst.BinDir, Env: inst.Env(), PGVersion: inst.Version, PGMajor: inst.Major,
+		User: m.o.User, StartTimeout: 10 * time.Minute}); err != nil {
+		return err
+	}
+	if testHookPrepared != nil {
+		testHookPrepared()
+	}
+	if err := cluster.Down(context.WithoutCancel(ctx), m.o.Layout, tmp, cluster.DownOptions{KeepData: true, Timeout: time.Minute}); err != nil {
+		return err
+	}
+	if err := os.Remove(filepath.Join(dst, instance.LogFileName)); err != nil && !os.IsNotExist(err) {
+		return errs.FromOS(err, dst, "cannot remove the server log of a prepared snapshot")
 	}
 	return nil
 }

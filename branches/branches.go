@@ -118,6 +118,12 @@ type Options struct {
 	LeaveStopped bool
 	// SuperUser is the sources' bootstrap superuser (default postgres).
 	SuperUser string
+	// SourceMaxAge, when above 0, lets a branch created from a source
+	// share the snapshot another branch of that source was made from, if
+	// that snapshot began at most this long ago (creates from one source
+	// meanwhile wait for the one snapshot being made rather than each
+	// making its own). 0: every create from a source takes its own.
+	SourceMaxAge time.Duration
 }
 
 // Snapshot is a named, read-only, stopped data directory.
@@ -211,6 +217,9 @@ type Manager struct {
 	// reset (neither is in st yet / changeable now).
 	pending map[string]bool
 	busy    map[string]bool
+	// building holds one lock per source while a shared origin snapshot
+	// of it is made (Options.SourceMaxAge).
+	building map[string]*sync.Mutex
 }
 
 // Dir is where a Manager keeps its files: <state>/branches.
@@ -256,7 +265,7 @@ func Open(ctx context.Context, o Options) (*Manager, error) {
 			return nil, errs.New(errs.Usage, "source %q: unknown kind %q", s.Name, s.Kind).WithHint("use cluster, backup or standby")
 		}
 	}
-	m := &Manager{o: o, dir: Dir(o.Layout), pending: map[string]bool{}, busy: map[string]bool{}}
+	m := &Manager{o: o, dir: Dir(o.Layout), pending: map[string]bool{}, busy: map[string]bool{}, building: map[string]*sync.Mutex{}}
 	if err := o.Layout.Ensure(); err != nil {
 		return nil, errs.FromOS(err, o.Layout.Root, "cannot create the state directory")
 	}

@@ -6,6 +6,7 @@ import (
 	"path/filepath"
 	"sort"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -64,6 +65,15 @@ func (m *Manager) Create(ctx context.Context, c Caller, o CreateOptions) (Branch
 		_ = m.save()
 		return Branch{}, err
 	}
+	if origin != "" && isSource && m.o.SourceMaxAge > 0 {
+		// Recorded (and shared) by sharedOrigin: no longer this create's
+		// own to remove on failure.
+		src := origin
+		origin = ""
+		if err := m.sharedOrigin(ctx, b, src); err != nil {
+			return fail(err)
+		}
+	}
 	if origin != "" {
 		if err := m.buildSnapshot(ctx, b.Snapshot, origin, isSource); err != nil {
 			return fail(err)
@@ -88,6 +98,50 @@ func (m *Manager) Create(ctx context.Context, c Caller, o CreateOptions) (Branch
 		return Branch{}, err
 	}
 	return m.view(b, false), nil
+}
+
+// sharedOrigin points branch b (reserved, from source) at the newest
+// origin snapshot of source begun at most SourceMaxAge ago, or makes one
+// (under b.Snapshot's reserved name) and records it at once, so that the
+// creates from that source waiting meanwhile share it. One snapshot of a
+// source is made at a time; it goes with the last branch using it.
+func (m *Manager) sharedOrigin(ctx context.Context, b *Branch, source string) error {
+	m.mu.Lock()
+	lock := m.building[source]
+	if lock == nil {
+		lock = &sync.Mutex{}
+		m.building[source] = lock
+	}
+	m.mu.Unlock()
+	lock.Lock()
+	defer lock.Unlock()
+	m.mu.Lock()
+	own := b.Snapshot
+	var fresh *Snapshot
+	for _, s := range m.st.Snapshots {
+		if s.Origin && s.From == "source:"+source && time.Since(s.Created) <= m.o.SourceMaxAge &&
+			(fresh == nil || s.Created.After(fresh.Created)) {
+			fresh = s
+		}
+	}
+	if fresh != nil {
+		delete(m.pending, own)
+		b.Snapshot = fresh.Name
+		err := m.save()
+		m.mu.Unlock()
+		return err
+	}
+	m.mu.Unlock()
+	begun := time.Now().UTC()
+	err := m.buildSnapshot(ctx, own, source, true)
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	delete(m.pending, own)
+	if err != nil {
+		return err
+	}
+	m.st.Snapshots = append(m.st.Snapshots, &Snapshot{Name: own, From: "source:" + source, Owner: b.Owner, Created: begun, Origin: true})
+	return m.save()
 }
 
 // reserve checks a create and records the branch as creating (with the

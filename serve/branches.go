@@ -29,6 +29,8 @@ type BranchOptions struct {
 	// none when it starts (each is started on demand); otherwise branches
 	// keep running across a restart and those found stopped are started.
 	LeaveStopped bool
+	// SourceMaxAge is branches.Options.SourceMaxAge.
+	SourceMaxAge time.Duration
 	// Idle, when set, deletes branches with no session for this long.
 	Idle time.Duration
 	// Schedules take snapshots of sources periodically.
@@ -71,7 +73,7 @@ func openBranches(ctx context.Context, o Options) (*branches.Manager, error) {
 	bo := o.Branches
 	return branches.Open(ctx, branches.Options{Layout: o.Layout, Sources: bo.Sources, Installation: inst, User: user,
 		Restore: restoreFunc(o.Layout, inst, user), MaxBranches: bo.MaxBranches, MaxOwnBytes: bo.MaxOwnBytes, MinFree: bo.MinFree, LeaveStopped: bo.LeaveStopped,
-		AdminTokens: append(append([]string(nil), bo.AdminTokens...), o.Token)})
+		SourceMaxAge: bo.SourceMaxAge, AdminTokens: append(append([]string(nil), bo.AdminTokens...), o.Token)})
 }
 
 // expireBranches deletes branches whose TTL ran out (and, with idle set,

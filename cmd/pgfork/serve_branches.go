@@ -21,6 +21,7 @@ type branchFlags struct {
 	diskQuota               string
 	restart                 string
 	idle                    time.Duration
+	sourceMaxAge            time.Duration
 	schedules               []string
 }
 
@@ -35,6 +36,7 @@ func addBranchFlags(f *pflag.FlagSet) *branchFlags {
 	f.StringVar(&b.minFree, "branch-min-free", "1GiB", "refuse to create branches and snapshots below this much free space")
 	f.StringArrayVar(&b.schedules, "branch-snapshot-every", nil, "SOURCE=DURATION[,keep=N]: snapshot a source that often, keeping the newest N (repeatable)")
 	f.DurationVar(&b.idle, "branch-idle", 0, "delete a branch no session used for this long (checked every 30 s; 0: never)")
+	f.DurationVar(&b.sourceMaxAge, "branch-source-max-age", time.Minute, "a branch created from a source shares the snapshot of that source another branch was made from at most this long ago, instead of taking its own (0: each takes its own, as of its create)")
 	return b
 }
 
@@ -46,7 +48,10 @@ func (b *branchFlags) options() (*serve.BranchOptions, error) {
 		}
 		return nil, nil
 	}
-	o := &serve.BranchOptions{Tokens: b.tokens, AdminTokens: b.admins, MaxBranches: b.quota, Idle: b.idle}
+	o := &serve.BranchOptions{Tokens: b.tokens, AdminTokens: b.admins, MaxBranches: b.quota, Idle: b.idle, SourceMaxAge: b.sourceMaxAge}
+	if b.sourceMaxAge < 0 {
+		return nil, errs.New(errs.Usage, "bad --branch-source-max-age %s", b.sourceMaxAge).WithHint("give 0 or more")
+	}
 	if b.quota < 0 {
 		return nil, errs.New(errs.Usage, "bad --branch-quota %d", b.quota).WithHint("give 0 or more")
 	}

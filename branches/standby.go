@@ -16,6 +16,7 @@ import (
 	"github.com/pgfork/pgfork/internal/errs"
 	"github.com/pgfork/pgfork/internal/fsutil"
 	"github.com/pgfork/pgfork/internal/proc"
+	"github.com/pgfork/pgfork/pgdata"
 )
 
 // SourceStandby is a physical standby of a remote primary that the Manager
@@ -63,6 +64,10 @@ func (m *Manager) ensureStandby(ctx context.Context, s Source) error {
 			return errs.Wrap(errs.Internal, err, "pg_basebackup of source %q failed: %s", s.Name, strings.TrimSpace(string(out))).
 				WithHint("check the primary's URL, its REPLICATION role and pg_hba.conf")
 		}
+		if err := carryPrimarySettings(ctx, s.PrimaryURL, tmp); err != nil {
+			_ = removeBelow(filepath.Join(m.dir, "standby"), filepath.Base(tmp))
+			return errs.Wrap(errs.KindOf(err), err, "cannot give the standby of source %q its primary's settings", s.Name)
+		}
 		if o := m.o.User.Owner(); o != nil {
 			if err := clone.ChownTree(tmp, o.UID, o.GID); err != nil {
 				_ = removeBelow(filepath.Join(m.dir, "standby"), filepath.Base(tmp))
@@ -82,6 +87,58 @@ func (m *Manager) ensureStandby(ctx context.Context, s Source) error {
 		Kind: kindStandby, Source: "standby of " + s.Name, BinDir: inst.BinDir, Env: inst.Env(), PGVersion: inst.Version,
 		PGMajor: inst.Major, User: m.o.User, StartTimeout: 10 * time.Minute})
 	return err
+}
+
+// hotStandbySettings are the settings a hot standby refuses to start with
+// below its primary's (PostgreSQL's "insufficient parameter settings").
+var hotStandbySettings = []string{"max_connections", "max_worker_processes", "max_wal_senders",
+	"max_prepared_transactions", "max_locks_per_transaction"}
+
+// carryPrimarySettings reads the primary's hotStandbySettings (over a
+// normal connection of its URL) and appends them to the base backup's
+// postgresql.auto.conf in dir: a primary started with, say,
+// -c max_wal_senders=20 (not in its configuration files, which the base
+// backup copies) would otherwise leave a standby that does not start.
+func carryPrimarySettings(ctx context.Context, primaryURL, dir string) error {
+	cfg, err := pgx.ParseConfig(primaryURL)
+	if err != nil {
+		return errs.Wrap(errs.Usage, err, "bad primary URL")
+	}
+	delete(cfg.RuntimeParams, "replication")
+	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	c, err := pgx.ConnectConfig(ctx, cfg)
+	if err != nil {
+		return errs.Wrap(errs.Internal, err, "cannot connect to the primary to read its settings").
+			WithHint("the primary's URL must also allow a normal connection (pg_hba.conf), not only replication")
+	}
+	defer c.Close(context.WithoutCancel(ctx))
+	var b strings.Builder
+	b.WriteString("\n# pgfork: the primary's values, which a hot standby needs at least\n")
+	for _, name := range hotStandbySettings {
+		var v string
+		if err := c.QueryRow(ctx, "SELECT setting FROM pg_settings WHERE name = $1", name).Scan(&v); err != nil {
+			return errs.Wrap(errs.Internal, err, "cannot read the primary's %s", name)
+		}
+		b.WriteString(name + " = " + pgdata.QuoteConf(v) + "\n")
+	}
+	r, err := os.OpenRoot(dir)
+	if err != nil {
+		return errs.FromOS(err, dir, "cannot open the standby's directory")
+	}
+	defer r.Close()
+	f, err := r.OpenFile("postgresql.auto.conf", os.O_WRONLY|os.O_APPEND|os.O_CREATE, 0o600)
+	if err != nil {
+		return errs.FromOS(err, filepath.Join(dir, "postgresql.auto.conf"), "cannot write the standby's settings")
+	}
+	if _, err := f.WriteString(b.String()); err != nil {
+		f.Close()
+		return errs.FromOS(err, filepath.Join(dir, "postgresql.auto.conf"), "cannot write the standby's settings")
+	}
+	if err := f.Close(); err != nil {
+		return errs.FromOS(err, filepath.Join(dir, "postgresql.auto.conf"), "cannot write the standby's settings")
+	}
+	return nil
 }
 
 // Lag is how far a standby source is behind its primary: the WAL its

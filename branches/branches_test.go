@@ -210,9 +210,18 @@ func tryQuery(url string) error {
 // the branch's server but not recorded it complete; the next Open stops
 // that server and removes the branch, its data directory, its origin
 // snapshot and its registry entry, and its port is free again.
-func TestCreateKilled(t *testing.T) {
+func TestCreateKilled(t *testing.T) { killedCreate(t, "started") }
+
+// TestCreateKilledPreparing: the same, killed while the server recovering
+// the branch's origin snapshot (prepare) runs: the next Open stops that
+// server too.
+func TestCreateKilledPreparing(t *testing.T) { killedCreate(t, "preparing") }
+
+// killedCreate kills a child test process at a create's step and checks
+// that the next Open leaves nothing of it.
+func killedCreate(t *testing.T, step string) {
 	if os.Getenv("PGFORK_BRANCHES_CHILD") != "" {
-		var c struct{ Root, Src string }
+		var c struct{ Root, Src, Step string }
 		if err := json.Unmarshal([]byte(os.Getenv("PGFORK_BRANCHES_CHILD")), &c); err != nil {
 			t.Fatal(err)
 		}
@@ -224,7 +233,7 @@ func TestCreateKilled(t *testing.T) {
 			t.Fatal(err)
 		}
 		testHook = func(step string) {
-			if step == "started" {
+			if step == c.Step {
 				_ = syscall.Kill(os.Getpid(), syscall.SIGKILL)
 			}
 		}
@@ -232,11 +241,11 @@ func TestCreateKilled(t *testing.T) {
 		t.Fatalf("create returned (%v) instead of being killed", err)
 	}
 	o := env(t)
-	b, err := json.Marshal(struct{ Root, Src string }{o.Layout.Root, o.Sources[0].DataDir})
+	b, err := json.Marshal(struct{ Root, Src, Step string }{o.Layout.Root, o.Sources[0].DataDir, step})
 	if err != nil {
 		t.Fatal(err)
 	}
-	cmd := exec.Command(os.Args[0], "-test.run=^TestCreateKilled$", "-test.count=1")
+	cmd := exec.Command(os.Args[0], "-test.run=^"+t.Name()+"$", "-test.count=1")
 	cmd.Env = append(os.Environ(), "PGFORK_BRANCHES_CHILD="+string(b))
 	out, err := cmd.CombinedOutput()
 	if ee, ok := err.(*exec.ExitError); !ok || ee.Sys().(syscall.WaitStatus).Signal() != syscall.SIGKILL {

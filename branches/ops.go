@@ -32,8 +32,9 @@ type CreateOptions struct {
 }
 
 // testHook, when set (tests only), is called at named steps of a create:
-// "copied" once the branch's data directory is in place, "started" once
-// its server runs, both before the branch is recorded as complete.
+// "preparing" while a snapshot's recovery server runs, "copied" once the
+// branch's data directory is in place, "started" once its server runs, all
+// before the branch is recorded as complete.
 var testHook func(step string)
 
 func hook(step string) {
@@ -360,10 +361,6 @@ func (m *Manager) onlineClone(ctx context.Context, name, src, conn string, stand
 	return m.prepare(ctx, dst)
 }
 
-// testHookPrepared, when set (tests only), runs while a snapshot's
-// recovery server is up, before it is shut down.
-var testHookPrepared func()
-
 // prepare recovers an online clone once and shuts it down cleanly: it is
 // started privately (no TCP, its own socket directory, registered under a
 // TempServerName so that the next Open stops one a crash left running),
@@ -378,9 +375,7 @@ func (m *Manager) prepare(ctx context.Context, dst string) error {
 		User: m.o.User, StartTimeout: 10 * time.Minute}); err != nil {
 		return err
 	}
-	if testHookPrepared != nil {
-		testHookPrepared()
-	}
+	hook("preparing")
 	if err := cluster.Down(context.WithoutCancel(ctx), m.o.Layout, tmp, cluster.DownOptions{KeepData: true, Timeout: time.Minute}); err != nil {
 		return err
 	}

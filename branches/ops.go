@@ -372,7 +372,7 @@ func (m *Manager) prepare(ctx context.Context, dst string) error {
 	tmp := TempServerName()
 	if _, err := cluster.StartBranch(ctx, m.o.Layout, cluster.BranchOptions{Name: tmp, DataDir: dst, Kind: cluster.KindClone,
 		Source: "snapshot being prepared", BinDir: inst.BinDir, Env: inst.Env(), PGVersion: inst.Version, PGMajor: inst.Major,
-		User: m.o.User, StartTimeout: 10 * time.Minute}); err != nil {
+		User: m.o.User, Settings: branchSettings, StartTimeout: 10 * time.Minute}); err != nil {
 		return err
 	}
 	hook("preparing")

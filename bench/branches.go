@@ -143,7 +143,9 @@ func (bb *branchesBench) runSize(ctx context.Context, r *Report, scale int) (err
 	// The standby pgfork keeps: made by branches.Open.
 	lay := statedir.Layout{Root: filepath.Join(work, "state")}
 	t0 = time.Now()
-	m, err := branches.Open(ctx, branches.Options{Layout: lay, Installation: pg, User: user,
+	// As pgfork serve runs them: creates from the source share a snapshot
+	// made at most DefaultSourceMaxAge ago.
+	m, err := branches.Open(ctx, branches.Options{Layout: lay, Installation: pg, User: user, SourceMaxAge: branches.DefaultSourceMaxAge,
 		Sources: []branches.Source{{Name: "src", Kind: branches.SourceStandby, PrimaryURL: purl}}})
 	if err != nil {
 		return err

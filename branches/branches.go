@@ -126,6 +126,10 @@ type Options struct {
 	SourceMaxAge time.Duration
 }
 
+// DefaultSourceMaxAge is the SourceMaxAge pgfork serve uses unless told
+// otherwise: a branch "from the source" shows it as of at most a minute ago.
+const DefaultSourceMaxAge = time.Minute
+
 // Snapshot is a named, read-only, stopped data directory.
 type Snapshot struct {
 	Name    string    `json:"name"`

@@ -36,7 +36,7 @@ func addBranchFlags(f *pflag.FlagSet) *branchFlags {
 	f.StringVar(&b.minFree, "branch-min-free", "1GiB", "refuse to create branches and snapshots below this much free space")
 	f.StringArrayVar(&b.schedules, "branch-snapshot-every", nil, "SOURCE=DURATION[,keep=N]: snapshot a source that often, keeping the newest N (repeatable)")
 	f.DurationVar(&b.idle, "branch-idle", 0, "delete a branch no session used for this long (checked every 30 s; 0: never)")
-	f.DurationVar(&b.sourceMaxAge, "branch-source-max-age", time.Minute, "a branch created from a source shares the snapshot of that source another branch was made from at most this long ago, instead of taking its own (0: each takes its own, as of its create)")
+	f.DurationVar(&b.sourceMaxAge, "branch-source-max-age", branches.DefaultSourceMaxAge, "a branch created from a source shares the snapshot of that source another branch was made from at most this long ago, instead of taking its own (0: each takes its own, as of its create)")
 	return b
 }
 

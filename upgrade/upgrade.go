@@ -226,6 +226,10 @@ type upgrader struct {
 // passed and before the old cluster is stopped.
 var hookBeforeStop func()
 
+// hookAfterTransfer, when set (by tests), runs after pg_upgrade moved the
+// new cluster into place and before it is started and checked.
+var hookAfterTransfer func()
+
 func (u *upgrader) emit(e Event) {
 	if u.o.OnEvent != nil {
 		u.o.OnEvent(e)

@@ -104,7 +104,7 @@ func (u *upgrader) rehearse(ctx context.Context, p *prepared) (*Catalog, error) 
 		if p.online {
 			extra = recoverySettings(p.ctl)
 		}
-		cat, err = u.readSettings(ctx, oldClone, o.Old, extra)
+		cat, err = u.readSettings(ctx, oldClone, o.Old, extra, true)
 		return err
 	}); err != nil {
 		return nil, err
@@ -159,7 +159,7 @@ func (u *upgrader) rehearse(ctx context.Context, p *prepared) (*Catalog, error) 
 		}
 		defer func() { _ = inst.Stop(context.WithoutCancel(ctx), instance.Fast) }()
 		hook("rehearsal server started")
-		if err := smokeCheck(ctx, inst, cat); err != nil {
+		if err := smokeCheck(ctx, inst, cat, nil); err != nil {
 			return errs.Wrap(errs.Internal, err, "the rehearsal's smoke check failed; the real upgrade was not started")
 		}
 		rh.Relations = cat.Relations

@@ -31,9 +31,18 @@ type Catalog struct {
 	Ctype          string `json:"ctype"`
 	LocaleProvider string `json:"locale_provider"`
 	ICULocale      string `json:"icu_locale,omitempty"`
+	// Major is the cluster's PostgreSQL major.
+	Major int `json:"major"`
+	// Databases maps each database that accepts connections to its OID
+	// (pg_upgrade keeps database OIDs from PostgreSQL 15 on).
+	Databases map[string]uint32 `json:"databases"`
 	// Relations counts user relations per database (not catalogs, not
-	// TOAST), for the smoke check after the upgrade.
-	Relations map[string]int64 `json:"relations"`
+	// TOAST), for the smoke check after the upgrade. It is read with one
+	// connection per database, so only where it is needed (perDatabase):
+	// for the rehearsal, the comparison after it, and upgrades from or to
+	// a PostgreSQL before 15; elsewhere it is nil and the smoke check
+	// compares the relations' files on disk instead (see smokeCheck).
+	Relations map[string]int64 `json:"relations,omitempty"`
 	// Extensions lists each database's extensions ("name version, ..."),
 	// and Fingerprints hashes each database's user catalog (relations and
 	// their kinds, functions, types, extensions): what the upgrade
@@ -106,48 +115,66 @@ func connectAny(ctx context.Context, inst *instance.Instance, roles []string, db
 		WithHint("name its bootstrap superuser").WithCLI("pass --superuser NAME")
 }
 
-// readCatalog reads the settings and relation counts of a running cluster.
-func readCatalog(ctx context.Context, inst *instance.Instance, roles []string) (*Catalog, error) {
+// readCatalog reads the settings and databases of a running cluster, and
+// with perDB each database's relation count, extensions and fingerprint
+// (one connection per database).
+func readCatalog(ctx context.Context, inst *instance.Instance, roles []string, perDB bool) (*Catalog, error) {
 	conn, role, err := connectAny(ctx, inst, roles, "template1")
 	if err != nil {
 		return nil, err
 	}
 	defer conn.Close(context.Background())
-	c := &Catalog{Relations: map[string]int64{}}
+	c := &Catalog{Databases: map[string]uint32{}}
 	if err := conn.QueryRow(ctx, `SELECT rolname FROM pg_authid WHERE oid = 10`).Scan(&c.Superuser); err != nil {
 		return nil, errs.Wrap(errs.Internal, err, "cannot read the bootstrap superuser")
 	}
-	var major int
-	if err := conn.QueryRow(ctx, `SELECT current_setting('server_version_num')::int / 10000`).Scan(&major); err != nil {
+	if err := conn.QueryRow(ctx, `SELECT current_setting('server_version_num')::int / 10000`).Scan(&c.Major); err != nil {
 		return nil, errs.Wrap(errs.Internal, err, "cannot read the server version")
 	}
 	q := `SELECT pg_encoding_to_char(encoding), datcollate, datctype, 'c', '' FROM pg_database WHERE datname = 'template0'`
 	switch {
-	case major >= 17:
+	case c.Major >= 17:
 		q = `SELECT pg_encoding_to_char(encoding), datcollate, datctype, datlocprovider::text, coalesce(datlocale, '') FROM pg_database WHERE datname = 'template0'`
-	case major >= 15:
+	case c.Major >= 15:
 		q = `SELECT pg_encoding_to_char(encoding), datcollate, datctype, datlocprovider::text, coalesce(daticulocale, '') FROM pg_database WHERE datname = 'template0'`
 	}
 	if err := conn.QueryRow(ctx, q).Scan(&c.Encoding, &c.Collate, &c.Ctype, &c.LocaleProvider, &c.ICULocale); err != nil {
 		return nil, errs.Wrap(errs.Internal, err, "cannot read template0's encoding and locale")
 	}
-	rows, err := conn.Query(ctx, `SELECT datname FROM pg_database WHERE datallowconn ORDER BY datname`)
-	if err != nil {
-		return nil, errs.Wrap(errs.Internal, err, "cannot list databases")
+	if c.Databases, err = listDatabases(ctx, conn); err != nil {
+		return nil, err
 	}
-	dbs, err := pgx.CollectRows(rows, pgx.RowTo[string])
-	if err != nil {
-		return nil, errs.Wrap(errs.Internal, err, "cannot list databases")
+	if !perDB {
+		return c, nil
+	}
+	dbs := make([]string, 0, len(c.Databases))
+	for db := range c.Databases {
+		dbs = append(dbs, db)
 	}
 	infos, err := inspectDatabases(ctx, inst, role, dbs)
 	if err != nil {
 		return nil, err
 	}
-	c.Extensions, c.Fingerprints = map[string]string{}, map[string]string{}
+	c.Relations, c.Extensions, c.Fingerprints = map[string]int64{}, map[string]string{}, map[string]string{}
 	for db, in := range infos {
 		c.Relations[db], c.Extensions[db], c.Fingerprints[db] = in.relations, in.extensions, in.fingerprint
 	}
 	return c, nil
+}
+
+// listDatabases maps the databases that accept connections to their OIDs.
+func listDatabases(ctx context.Context, conn *pgx.Conn) (map[string]uint32, error) {
+	rows, err := conn.Query(ctx, `SELECT datname, oid FROM pg_database WHERE datallowconn`)
+	if err != nil {
+		return nil, errs.Wrap(errs.Internal, err, "cannot list databases")
+	}
+	out := map[string]uint32{}
+	var name string
+	var oid uint32
+	if _, err := pgx.ForEachRow(rows, []any{&name, &oid}, func() error { out[name] = oid; return nil }); err != nil {
+		return nil, errs.Wrap(errs.Internal, err, "cannot list databases")
+	}
+	return out, nil
 }
 
 // userSchemas restricts a query on namespace n to the user's schemas.
@@ -175,27 +202,37 @@ type dbInfo struct {
 	fingerprint string
 }
 
-// countRelations connects to every database in dbs (a few at a time) and
-// counts its user relations.
-func countRelations(ctx context.Context, inst *instance.Instance, role string, dbs []string) (map[string]int64, error) {
-	infos, err := inspectDatabases(ctx, inst, role, dbs)
-	if err != nil {
-		return nil, err
-	}
-	out := make(map[string]int64, len(infos))
-	for db, in := range infos {
-		out[db] = in.relations
-	}
-	return out, nil
-}
-
 // inspectDatabases connects to every database in dbs (a few at a time) and
 // runs inspectSQL.
 func inspectDatabases(ctx context.Context, inst *instance.Instance, role string, dbs []string) (map[string]dbInfo, error) {
 	out := make(map[string]dbInfo, len(dbs))
 	var mu sync.Mutex
+	err := eachDatabase(ctx, inst, role, dbs, func(ctx context.Context, conn *pgx.Conn, db string) error {
+		var in dbInfo
+		if err := conn.QueryRow(ctx, inspectSQL).Scan(&in.relations, &in.extensions, &in.fingerprint); err != nil {
+			return errs.Wrap(errs.Internal, err, "cannot read the catalog of database %q", db)
+		}
+		mu.Lock()
+		out[db] = in
+		mu.Unlock()
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+// dbConns is how many databases eachDatabase works on at a time: each
+// new connection is a backend start that builds its relation cache, work
+// for the server's cores, so a few more than two at a time only queue.
+const dbConns = 4
+
+// eachDatabase connects to every database in dbs as role, dbConns at a
+// time, and runs fn on each connection.
+func eachDatabase(ctx context.Context, inst *instance.Instance, role string, dbs []string, fn func(context.Context, *pgx.Conn, string) error) error {
 	g, gctx := errgroup.WithContext(ctx)
-	g.SetLimit(4)
+	g.SetLimit(dbConns)
 	for _, db := range dbs {
 		g.Go(func() error {
 			cctx, cancel := context.WithTimeout(gctx, time.Minute)
@@ -205,20 +242,10 @@ func inspectDatabases(ctx context.Context, inst *instance.Instance, role string,
 				return errs.Wrap(errs.Internal, err, "cannot connect to database %q", db)
 			}
 			defer conn.Close(context.Background())
-			var in dbInfo
-			if err := conn.QueryRow(cctx, inspectSQL).Scan(&in.relations, &in.extensions, &in.fingerprint); err != nil {
-				return errs.Wrap(errs.Internal, err, "cannot read the catalog of database %q", db)
-			}
-			mu.Lock()
-			out[db] = in
-			mu.Unlock()
-			return nil
+			return fn(cctx, conn, db)
 		})
 	}
-	if err := g.Wait(); err != nil {
-		return nil, err
-	}
-	return out, nil
+	return g.Wait()
 }
 
 // initOptions returns the initdb options that make a new cluster match the

@@ -223,7 +223,7 @@ type Manager struct {
 	busy    map[string]bool
 	// building holds one lock per source while a shared origin snapshot
 	// of it is made (Options.SourceMaxAge).
-	building map[string]*sync.Mutex
+	building map[string]chan struct{}
 }
 
 // Dir is where a Manager keeps its files: <state>/branches.
@@ -269,7 +269,7 @@ func Open(ctx context.Context, o Options) (*Manager, error) {
 			return nil, errs.New(errs.Usage, "source %q: unknown kind %q", s.Name, s.Kind).WithHint("use cluster, backup or standby")
 		}
 	}
-	m := &Manager{o: o, dir: Dir(o.Layout), pending: map[string]bool{}, busy: map[string]bool{}, building: map[string]*sync.Mutex{}}
+	m := &Manager{o: o, dir: Dir(o.Layout), pending: map[string]bool{}, busy: map[string]bool{}, building: map[string]chan struct{}{}}
 	if err := o.Layout.Ensure(); err != nil {
 		return nil, errs.FromOS(err, o.Layout.Root, "cannot create the state directory")
 	}

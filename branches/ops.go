@@ -6,7 +6,6 @@ import (
 	"path/filepath"
 	"sort"
 	"strings"
-	"sync"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -108,16 +107,24 @@ func (m *Manager) Create(ctx context.Context, c Caller, o CreateOptions) (Branch
 // source is made at a time; it goes with the last branch using it.
 func (m *Manager) sharedOrigin(ctx context.Context, b *Branch, source string) error {
 	m.mu.Lock()
-	lock := m.building[source]
-	if lock == nil {
-		lock = &sync.Mutex{}
-		m.building[source] = lock
+	own := b.Snapshot
+	turn := m.building[source]
+	if turn == nil {
+		turn = make(chan struct{}, 1)
+		m.building[source] = turn
 	}
 	m.mu.Unlock()
-	lock.Lock()
-	defer lock.Unlock()
+	select {
+	case turn <- struct{}{}:
+	case <-ctx.Done():
+		// The request went away while another create makes the snapshot.
+		m.mu.Lock()
+		delete(m.pending, own)
+		m.mu.Unlock()
+		return errs.Wrap(errs.Interrupted, ctx.Err(), "gave up waiting for the snapshot of source %q another create is making", source)
+	}
+	defer func() { <-turn }()
 	m.mu.Lock()
-	own := b.Snapshot
 	var fresh *Snapshot
 	for _, s := range m.st.Snapshots {
 		if s.Origin && s.From == "source:"+source && time.Since(s.Created) <= m.o.SourceMaxAge &&

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/pgfork/pgfork/cluster"
+	"github.com/pgfork/pgfork/internal/errs"
 	"github.com/pgfork/pgfork/internal/pgtest"
 	"github.com/pgfork/pgfork/internal/statedir"
 	"github.com/pgfork/pgfork/internal/testenv"
@@ -131,6 +132,26 @@ func TestPreparedSnapshots(t *testing.T) {
 	}
 	if _, err := os.Stat(m.snapDir(shared)); !os.IsNotExist(err) {
 		t.Errorf("the shared snapshot outlived its last branch: %v", err)
+	}
+
+	// A create waiting for the snapshot another create makes gives up
+	// when its request is cancelled, and leaves nothing behind.
+	m.mu.Lock()
+	turn := m.building["prod"]
+	m.mu.Unlock()
+	turn <- struct{}{} // another create's turn, held
+	wctx, cancel := context.WithTimeout(ctx, 300*time.Millisecond)
+	t0 := time.Now()
+	_, err = m.Create(wctx, me, CreateOptions{Name: "w1", Source: "prod"})
+	cancel()
+	<-turn
+	if errs.KindOf(err) != errs.Interrupted || time.Since(t0) > 10*time.Second {
+		t.Errorf("a cancelled create waiting for the shared snapshot: %v after %s, want Interrupted at once", err, time.Since(t0))
+	}
+	for _, b := range m.List(Caller{Token: "admin"}).Branches {
+		if b.Name == "w1" {
+			t.Errorf("the cancelled create left branch w1 (%s)", b.State)
+		}
 	}
 }
 

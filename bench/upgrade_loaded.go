@@ -154,6 +154,7 @@ type loadedRun struct {
 	total               time.Duration
 	before, during      string // pgbench before the contender, during the rehearsal
 	j                   *upgJSON
+	hand                map[string]time.Duration // by hand: its steps as pgfork's phases
 	duringTPS, beforeTP float64
 }
 
@@ -232,14 +233,17 @@ func (b *upgBench) loaded(ctx context.Context, r *Report, scale int) error {
 			if err := inst.Stop(ctx, instance.Fast); err != nil {
 				return err
 			}
-			l.wait()
+			ph := map[string]time.Duration{"stop-old": time.Since(t0)}
+			t1 := time.Now()
 			nd, err := b.initNew(ctx, dir)
 			if err != nil {
 				return err
 			}
+			ph["initdb"], t1 = time.Since(t1), time.Now()
 			if err := b.run(ctx, b.new, dir, "pg_upgrade", "-b", b.old.BinDir, "-B", b.new.BinDir, "-d", old, "-D", nd, "--"+mode, "-j", strconv.Itoa(jobs)); err != nil {
 				return err
 			}
+			ph["upgrade"], t1 = time.Since(t1), time.Now()
 			ni, err := instance.Start(ctx, instance.Config{BinDir: b.new.BinDir, Env: b.new.Env(), DataDir: nd, User: b.user, LogFile: filepath.Join(dir, "new.log")})
 			if err != nil {
 				return err
@@ -255,7 +259,7 @@ func (b *upgBench) loaded(ctx context.Context, r *Report, scale int) error {
 			if err != nil {
 				return err
 			}
-			run.down = time.Since(t0)
+			run.down, ph["start"], t1 = time.Since(t0), time.Since(t1), time.Now()
 			args := []string{"--all", "--analyze-in-stages", "-h", ni.SocketDir, "-p", strconv.Itoa(ni.Port), "-U", "postgres", "-j", strconv.Itoa(jobs)}
 			if b.new.Major >= 18 {
 				args = append(args, "--missing-stats-only")
@@ -263,7 +267,8 @@ func (b *upgBench) loaded(ctx context.Context, r *Report, scale int) error {
 			if err := b.run(ctx, b.new, dir, "vacuumdb", args...); err != nil {
 				return err
 			}
-			run.downStats = time.Since(t0)
+			run.downStats, ph["statistics"] = time.Since(t0), time.Since(t1)
+			run.hand = ph
 			run.total = run.downStats
 			return nil
 		}
@@ -306,7 +311,6 @@ func (b *upgBench) loaded(ctx context.Context, r *Report, scale int) error {
 		if err := inst.Stop(ctx, instance.Fast); err != nil {
 			return err
 		}
-		l.wait()
 		stop := time.Since(t0)
 		_, j, err := b.pgforkExec(ctx, old, jobs, "--no-rehearse")
 		if err != nil {
@@ -339,6 +343,13 @@ func (b *upgBench) loaded(ctx context.Context, r *Report, scale int) error {
 		r.Notef("The price of rehearsing online: pgbench ran %s before pgfork started and %s during its rehearsal (%+.0f%% tps).", def.before, def.during, 100*(def.duringTPS/def.beforeTP-1))
 	}
 	r.Notef("pgfork's phases (the rehearsal runs while pgbench runs; the default's downtime starts at stop-old; --no-rehearse's adds the bench's stop of the old cluster, %s):", Dur(nr.down-nr.j.Downtime.D()))
-	b.phaseTable(r, map[string]string{}, []string{"pgfork --no-rehearse", "pgfork default (online)"}, []*upgJSON{nr.j, def.j}, []time.Duration{nr.total - (nr.down - nr.j.Downtime.D()), def.total})
+	handPh := map[string]string{"total": Dur(hc.down) + " / " + Dur(hc.downStats)}
+	for k, d := range hc.hand {
+		handPh[k] = Dur(d)
+	}
+	handPh["start"] += " (start + first query)"
+	handPh["statistics"] += " (vacuumdb)"
+	r.Notef("By hand --clone's steps are in the phase they match: stop, initdb, pg_upgrade, start and a first query, vacuumdb.")
+	b.phaseTable(r, handPh, []string{"pgfork --no-rehearse", "pgfork default (online)"}, []*upgJSON{nr.j, def.j}, []time.Duration{nr.total - (nr.down - nr.j.Downtime.D()), def.total})
 	return nil
 }

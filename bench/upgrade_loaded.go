@@ -27,7 +27,8 @@ import (
 //   - by hand: stop (fast), initdb, pg_upgrade --clone -j J, start, a first
 //     query (downtime), then vacuumdb --all --analyze-in-stages as
 //     pg_upgrade says (--missing-stats-only on 18+);
-//   - the same with pg_upgrade --link;
+//   - the same with --sync-method=syncfs (as pgfork syncs), and with
+//     pg_upgrade --link;
 //   - pgfork upgrade --stop-old -j J, its default: an online rehearsal while
 //     pgbench runs, then the real run; downtime is pgfork's own (from the
 //     stop to the new cluster started and checked), total includes the
@@ -43,6 +44,7 @@ import (
 //
 //	PGFORK_BENCH_UPGRADE_LOADED_SCALE   pgbench scale (700 ≈ 10.5 GB; default 0: skipped)
 //	PGFORK_BENCH_UPGRADE_LOADED_CLIENTS pgbench -c (default 2)
+//	PGFORK_BENCH_UPGRADE_LOADED_RUNS    runs of each contender, in turns (default 1)
 //	PGFORK_BENCH_UPGRADE_LOADED_RATE    pgbench -R, transactions per second (default 100; 0: unthrottled)
 
 // pgbenchLoad is pgbench running against an old cluster.
@@ -163,6 +165,7 @@ func (b *upgBench) loaded(ctx context.Context, r *Report, scale int) error {
 	jobs := max(copyEnvInt("PGFORK_BENCH_UPGRADE_JOBS", 2), 1)
 	clients := max(copyEnvInt("PGFORK_BENCH_UPGRADE_LOADED_CLIENTS", 2), 1)
 	rate := copyEnvInt("PGFORK_BENCH_UPGRADE_LOADED_RATE", 100)
+	nruns := max(copyEnvInt("PGFORK_BENCH_UPGRADE_LOADED_RUNS", 1), 1)
 	const warm = 20 * time.Second
 
 	// The fixture and its copies' changes must fit: about 15.5 MB a scale
@@ -190,8 +193,8 @@ func (b *upgBench) loaded(ctx context.Context, r *Report, scale int) error {
 		mode = fmt.Sprintf("-R %d (throttled)", rate)
 	}
 	r.Notef("Under load: pgbench scale %d, a source cluster of %s generated once in %s (pgbench -i -I dtGvp: server-side generation, vacuum, primary keys; not part of any time below). "+
-		"Each contender gets a reflink copy, started untimed, with pgbench -n -c %d -j %d %s -P 1 against it for %s before the contender starts and until the old cluster stops; -j %d for pg_upgrade and pgfork; one run each.",
-		scale, units.Bytes(size), Dur(gen), clients, clients, mode, warm, jobs)
+		"Each contender gets a reflink copy, started untimed, with pgbench -n -c %d -j %d %s -P 1 against it for %s before the contender starts and until the old cluster stops; -j %d for pg_upgrade and pgfork; %d run(s) each, in turns (medians; the phases are of the run of median downtime).",
+		scale, units.Bytes(size), Dur(gen), clients, clients, mode, warm, jobs, nruns)
 
 	contender := func(name string, fn func(old string, inst *instance.Instance, l *pgbenchLoad, run *loadedRun) error) (*loadedRun, error) {
 		old, err := b.copyOf(ctx, src, "c-loaded")
@@ -226,7 +229,7 @@ func (b *upgBench) loaded(ctx context.Context, r *Report, scale int) error {
 		return run, nil
 	}
 	// by hand: stop, initdb, pg_upgrade --mode, start, first query; vacuumdb.
-	hand := func(mode string) func(string, *instance.Instance, *pgbenchLoad, *loadedRun) error {
+	hand := func(mode string, extra ...string) func(string, *instance.Instance, *pgbenchLoad, *loadedRun) error {
 		return func(old string, inst *instance.Instance, l *pgbenchLoad, run *loadedRun) error {
 			dir := filepath.Dir(old)
 			t0 := time.Now()
@@ -240,7 +243,7 @@ func (b *upgBench) loaded(ctx context.Context, r *Report, scale int) error {
 				return err
 			}
 			ph["initdb"], t1 = time.Since(t1), time.Now()
-			if err := b.run(ctx, b.new, dir, "pg_upgrade", "-b", b.old.BinDir, "-B", b.new.BinDir, "-d", old, "-D", nd, "--"+mode, "-j", strconv.Itoa(jobs)); err != nil {
+			if err := b.run(ctx, b.new, dir, "pg_upgrade", append([]string{"-b", b.old.BinDir, "-B", b.new.BinDir, "-d", old, "-D", nd, "--" + mode, "-j", strconv.Itoa(jobs)}, extra...)...); err != nil {
 				return err
 			}
 			ph["upgrade"], t1 = time.Since(t1), time.Now()
@@ -273,16 +276,19 @@ func (b *upgBench) loaded(ctx context.Context, r *Report, scale int) error {
 			return nil
 		}
 	}
-	var runs []*loadedRun
+	type entry struct {
+		name string
+		fn   func(string, *instance.Instance, *pgbenchLoad, *loadedRun) error
+	}
+	var list []entry
 	add := func(name string, fn func(string, *instance.Instance, *pgbenchLoad, *loadedRun) error) error {
-		run, err := contender(name, fn)
-		if err != nil {
-			return err
-		}
-		runs = append(runs, run)
+		list = append(list, entry{name, fn})
 		return nil
 	}
 	if err := add("by hand: pg_upgrade --clone", hand("clone")); err != nil {
+		return err
+	}
+	if err := add("by hand: pg_upgrade --clone --sync-method=syncfs (as pgfork syncs)", hand("clone", "--sync-method=syncfs")); err != nil {
 		return err
 	}
 	if err := add("by hand: pg_upgrade --link", hand("link")); err != nil {
@@ -321,6 +327,39 @@ func (b *upgBench) loaded(ctx context.Context, r *Report, scale int) error {
 	}); err != nil {
 		return err
 	}
+	// In turns, so that no contender gets the quieter minutes.
+	all := make([][]*loadedRun, len(list))
+	for i := 0; i < nruns; i++ {
+		for k, e := range list {
+			run, err := contender(e.name, e.fn)
+			if err != nil {
+				return err
+			}
+			all[k] = append(all[k], run)
+		}
+	}
+	// Each contender's row: the run of median downtime, with the medians
+	// of the three times.
+	var runs []*loadedRun
+	for _, rs := range all {
+		var down, ds, tot Sample
+		for _, x := range rs {
+			down, ds, tot = append(down, x.down), append(ds, x.downStats), append(tot, x.total)
+		}
+		med := *rs[0]
+		var loads, downs []string
+		for _, x := range rs {
+			if x.down == down.Median() {
+				med = *x
+			}
+			loads, downs = append(loads, x.load), append(downs, Dur(x.down))
+		}
+		med.down, med.downStats, med.total, med.load = down.Median(), ds.Median(), tot.Median(), strings.Join(loads, " \\| ")
+		if len(rs) > 1 {
+			med.name += " (downtimes: " + strings.Join(downs, ", ") + ")"
+		}
+		runs = append(runs, &med)
+	}
 	r.Notef("Load average (1, 5, 15 min) before each contender is in the table; at the end %s.", loadavg())
 	pct := func(a, base time.Duration) string { return fmt.Sprintf("%+.1f%%", 100*(float64(a)/float64(base)-1)) }
 	var rows [][]string
@@ -333,11 +372,13 @@ func (b *upgBench) loaded(ctx context.Context, r *Report, scale int) error {
 	}
 	r.Table([]string{"contender", "load before", "pgbench before (mean tps, latency, seconds)", "pgbench during the rehearsal", "downtime: stop → new cluster answers", "vs by hand --clone",
 		"downtime to statistics (+ vacuumdb / statistics phase)", "vs by hand --clone", "total (pgfork default: with the rehearsal)"}, rows)
-	hc, hl, def, nr := runs[0], runs[1], runs[2], runs[3]
+	hc, hs, hl, def, nr := runs[0], runs[1], runs[2], runs[3], runs[4]
 	r.Target(float64(def.down) <= 1.10*float64(hc.down), "scale %d under load: pgfork default's downtime %s within 10%% of by hand --clone %s (%s)", scale, Dur(def.down), Dur(hc.down), pct(def.down, hc.down))
 	r.Target(float64(def.downStats) <= 1.10*float64(hc.downStats), "scale %d under load: pgfork default's downtime to statistics %s within 10%% of by hand --clone + vacuumdb %s (%s)", scale, Dur(def.downStats), Dur(hc.downStats), pct(def.downStats, hc.downStats))
 	r.Target(float64(nr.down) <= 1.05*float64(hc.down), "scale %d under load: pgfork --no-rehearse downtime %s within 5%% of by hand --clone %s (%s)", scale, Dur(nr.down), Dur(hc.down), pct(nr.down, hc.down))
 	r.Target(float64(nr.downStats) <= 1.05*float64(hc.downStats), "scale %d under load: pgfork --no-rehearse downtime to statistics %s within 5%% of by hand --clone + vacuumdb %s (%s)", scale, Dur(nr.downStats), Dur(hc.downStats), pct(nr.downStats, hc.downStats))
+	r.Target(float64(def.down) <= 1.10*float64(hs.down), "scale %d under load: pgfork default's downtime %s within 10%% of by hand --clone --sync-method=syncfs %s (%s)", scale, Dur(def.down), Dur(hs.down), pct(def.down, hs.down))
+	r.Target(float64(nr.down) <= 1.05*float64(hs.down), "scale %d under load: pgfork --no-rehearse downtime %s within 5%% of by hand --clone --sync-method=syncfs %s (%s)", scale, Dur(nr.down), Dur(hs.down), pct(nr.down, hs.down))
 	r.Notef("For reference, by hand --link: downtime %s, to statistics %s (pgfork picks clone on XFS, so --clone is the same-mode baseline).", Dur(hl.down), Dur(hl.downStats))
 	if def.beforeTP > 0 {
 		r.Notef("The price of rehearsing online: pgbench ran %s before pgfork started and %s during its rehearsal (%+.0f%% tps).", def.before, def.during, 100*(def.duringTPS/def.beforeTP-1))

@@ -185,7 +185,13 @@ func (b *upgBench) loaded(ctx context.Context, r *Report, scale int) error {
 	if err != nil {
 		return err
 	}
-	defer os.RemoveAll(filepath.Dir(src))
+	defer func() {
+		_ = os.RemoveAll(filepath.Dir(src))
+		// Give the shared loop image its blocks back.
+		if out, err := exec.CommandContext(context.WithoutCancel(ctx), "fstrim", b.work).CombinedOutput(); err != nil {
+			fmt.Printf("  fstrim %s: %v %s\n", b.work, err, out)
+		}
+	}()
 	gen := time.Since(t0)
 	size, _ := dirBytes(src)
 	mode := "unthrottled"

@@ -157,6 +157,7 @@ type loadedRun struct {
 	before, during      string // pgbench before the contender, during the rehearsal
 	j                   *upgJSON
 	hand                map[string]time.Duration // by hand: its steps as pgfork's phases
+	rep                 *loadedRun               // in a row of medians: the run of median downtime
 	duringTPS, beforeTP float64
 }
 
@@ -353,10 +354,12 @@ func (b *upgBench) loaded(ctx context.Context, r *Report, scale int) error {
 			down, ds, tot = append(down, x.down), append(ds, x.downStats), append(tot, x.total)
 		}
 		med := *rs[0]
+		med.rep = rs[0]
 		var loads, downs []string
 		for _, x := range rs {
 			if x.down == down.Median() {
 				med = *x
+				med.rep = x
 			}
 			loads, downs = append(loads, x.load), append(downs, Dur(x.down))
 		}
@@ -389,6 +392,8 @@ func (b *upgBench) loaded(ctx context.Context, r *Report, scale int) error {
 	if def.beforeTP > 0 {
 		r.Notef("The price of rehearsing online: pgbench ran %s before pgfork started and %s during its rehearsal (%+.0f%% tps).", def.before, def.during, 100*(def.duringTPS/def.beforeTP-1))
 	}
+	// The phases are of each contender's run of median downtime, with its own times.
+	hc, nr, def = hc.rep, nr.rep, def.rep
 	r.Notef("pgfork's phases (the rehearsal runs while pgbench runs; the default's downtime starts at stop-old; --no-rehearse's adds the bench's stop of the old cluster, %s):", Dur(nr.down-nr.j.Downtime.D()))
 	handPh := map[string]string{"total": Dur(hc.down) + " / " + Dur(hc.downStats)}
 	for k, d := range hc.hand {

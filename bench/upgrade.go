@@ -35,6 +35,8 @@ import (
 //	PGFORK_BENCH_UPGRADE_SCALES  pgbench scales (default 10,50,100)
 //	PGFORK_BENCH_UPGRADE_RUNS    runs of the slow contenders: dump/restore, --copy (default 1: long on 2 cores)
 //	PGFORK_BENCH_UPGRADE_FAST_RUNS runs of --link, --clone and pgfork (default 3)
+//	PGFORK_BENCH_UPGRADE_LOADED_SCALE pgbench scale of the cluster upgraded under load (700 ≈ 10.5 GB;
+//	                             default 0: skipped; see upgrade_loaded.go)
 //	PGFORK_BENCH_UPGRADE_DBS     databases in the many-databases cluster (default 1000; 0 skips it)
 //	PGFORK_BENCH_UPGRADE_DIR     working directory on XFS (default $PGFORK_TEST_XFS or /mnt/pgfork-test/xfs)
 //	PGFORK_BENCH_UPGRADE_EXT4    working directory for dump/restore and --copy, which need no
@@ -122,6 +124,11 @@ func runUpgradeBench(ctx context.Context, r *Report) error {
 		r.Table(header, rows)
 		r.Notef("pg_upgrade by itself (without initdb, start and vacuumdb):")
 		r.Table([]string{"scale", "--copy", "--link", "--clone"}, alone)
+	}
+	if ls := copyEnvInt("PGFORK_BENCH_UPGRADE_LOADED_SCALE", 0); ls > 0 {
+		if err := b.loaded(ctx, r, ls); err != nil {
+			return fmt.Errorf("scale %d under load: %w", ls, err)
+		}
 	}
 	if ndbs > 0 {
 		if err := b.manyDBs(ctx, r, ndbs); err != nil {

@@ -87,9 +87,7 @@ func (b *upgBench) pgforkRun(ctx context.Context, src string, online bool, jobs 
 	}
 	dir := filepath.Dir(old)
 	defer os.RemoveAll(dir)
-	args := []string{"upgrade", old, filepath.Join(dir, "new"), "--to", strconv.Itoa(b.new.Major), "-j", strconv.Itoa(jobs),
-		"--old-bindir", b.old.BinDir, "--new-bindir", b.new.BinDir, "-q", "--json"}
-	args = append(args, extra...)
+	var args []string
 	if online {
 		inst, err := instance.Start(ctx, instance.Config{BinDir: b.old.BinDir, Env: b.old.Env(), DataDir: old, User: b.user, LogFile: filepath.Join(dir, "old.log")})
 		if err != nil {
@@ -104,6 +102,16 @@ func (b *upgBench) pgforkRun(ctx context.Context, src string, online bool, jobs 
 		args = append(args, "--stop-old")
 	}
 	syscall.Sync()
+	return b.pgforkExec(ctx, old, jobs, append(args, extra...)...)
+}
+
+// pgforkExec runs `pgfork upgrade old dir/new -j jobs --json` with extra
+// flags, times it, reads its JSON and stops the new cluster if it runs.
+func (b *upgBench) pgforkExec(ctx context.Context, old string, jobs int, extra ...string) (time.Duration, *upgJSON, error) {
+	dir := filepath.Dir(old)
+	args := []string{"upgrade", old, filepath.Join(dir, "new"), "--to", strconv.Itoa(b.new.Major), "-j", strconv.Itoa(jobs),
+		"--old-bindir", b.old.BinDir, "--new-bindir", b.new.BinDir, "-q", "--json"}
+	args = append(args, extra...)
 	t0 := time.Now()
 	cmd := exec.CommandContext(ctx, b.bin, args...)
 	var out, errb bytes.Buffer
@@ -292,39 +300,13 @@ func (b *upgBench) manyDBs(ctx context.Context, r *Report, n int) error {
 		return runs[0]
 	}
 	nr, on := mid(nrRuns, nrTotal), mid(onRuns, onTotal)
-	var rows [][]string
-	names := []string{"prepare", "rehearsal", "stop-old", "settings", "initdb", "check", "upgrade", "start", "statistics"}
-	for _, ph := range names {
-		row := []string{ph, "", "", ""}
-		switch ph {
-		case "initdb":
-			row[1] = Dur(m(handInit))
-		case "upgrade":
-			row[1] = Dur(m(handAlone) - m(handInit))
-		case "start", "statistics":
-			if ph == "start" {
-				row[1] = "(start + vacuumdb + stop: " + Dur(m(handFull)-m(handAlone)) + ")"
-			}
-		}
-		if d := nr.phase(ph); d > 0 {
-			row[2] = Dur(d)
-		}
-		if d := on.phase(ph); d > 0 {
-			row[3] = Dur(d)
-		}
-		rows = append(rows, row)
-	}
-	sum := func(j *upgJSON) time.Duration {
-		var d time.Duration
-		for _, p := range j.Phases {
-			d += p.Elapsed.D()
-		}
-		return d
-	}
-	rows = append(rows, []string{"outside phases (process start, JSON, exit)", "", Dur(m(nrTotal) - sum(nr)), Dur(m(onTotal) - sum(on))})
-	rows = append(rows, []string{"total", Dur(m(handAlone)) + " / " + Dur(m(handFull)), Dur(m(nrTotal)), Dur(m(onTotal))})
 	r.Notef("Phases (median run); by hand has initdb and pg_upgrade only, then start, vacuumdb and stop. pgfork's online rehearsal runs while the old cluster serves; its downtime starts at stop-old.")
-	r.Table([]string{"phase", "by hand", "pgfork --no-rehearse --no-analyze", "pgfork default (online)"}, rows)
+	b.phaseTable(r, map[string]string{
+		"initdb":  Dur(m(handInit)),
+		"upgrade": Dur(m(handAlone) - m(handInit)),
+		"start":   "(start + vacuumdb + stop: " + Dur(m(handFull)-m(handAlone)) + ")",
+		"total":   Dur(m(handAlone)) + " / " + Dur(m(handFull)),
+	}, []string{"pgfork --no-rehearse --no-analyze", "pgfork default (online)"}, []*upgJSON{nr, on}, []time.Duration{m(nrTotal), m(onTotal)})
 	var steps [][]string
 	for _, s := range nr.Steps {
 		if s.Elapsed.D() >= 500*time.Millisecond {
@@ -336,4 +318,36 @@ func (b *upgBench) manyDBs(ctx context.Context, r *Report, n int) error {
 		r.Table([]string{"pg_upgrade step", "time"}, steps)
 	}
 	return nil
+}
+
+// upgPhases are pgfork upgrade's phases in the order they run.
+var upgPhases = []string{"prepare", "rehearsal", "stop-old", "settings", "initdb", "check", "upgrade", "start", "statistics"}
+
+// phaseTable prints where the time of pgfork runs went, phase by phase,
+// beside a by-hand column (hand: by phase name, and "total"); totals are
+// the runs' wall-clock times, whose remainder is shown as outside phases.
+func (b *upgBench) phaseTable(r *Report, hand map[string]string, cols []string, runs []*upgJSON, totals []time.Duration) {
+	var rows [][]string
+	for _, ph := range upgPhases {
+		row := []string{ph, hand[ph]}
+		for _, j := range runs {
+			c := ""
+			if d := j.phase(ph); d > 0 {
+				c = Dur(d)
+			}
+			row = append(row, c)
+		}
+		rows = append(rows, row)
+	}
+	out := []string{"outside phases (process start, JSON, exit)", ""}
+	tot := []string{"total", hand["total"]}
+	for i, j := range runs {
+		var d time.Duration
+		for _, p := range j.Phases {
+			d += p.Elapsed.D()
+		}
+		out = append(out, Dur(totals[i]-d))
+		tot = append(tot, Dur(totals[i]))
+	}
+	r.Table(append([]string{"phase", "by hand"}, cols...), append(rows, out, tot))
 }

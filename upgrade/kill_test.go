@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -417,21 +416,9 @@ func TestKillAfterHandOver(t *testing.T) {
 	old := copyFixture(t, b, dir)
 	newDir := filepath.Join(dir, "new")
 	ctx := context.Background()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	port := l.Addr().(*net.TCPAddr).Port
-	l.Close()
-	oldInst, err := instance.Start(ctx, instance.Config{BinDir: b.old.BinDir, Env: b.old.Env, DataDir: old, User: pgtest.User(t),
-		Port: port, LogFile: filepath.Join(t.TempDir(), "old.log")})
-	if err != nil {
-		t.Fatal(err)
-	}
+	oldInst, _ := startOld(t, b, old, nil)
+	port := oldInst.Port
 	t.Cleanup(func() {
-		if _, running, _ := pgdata.Running(old); running {
-			_ = oldInst.Stop(context.Background(), instance.Fast)
-		}
 		if in, err := instance.Attach(newDir); err == nil {
 			_ = in.Stop(context.Background(), instance.Fast)
 		}

@@ -2,7 +2,6 @@ package upgrade_test
 
 import (
 	"context"
-	"net"
 	"os"
 	"path/filepath"
 	"slices"
@@ -20,13 +19,18 @@ import (
 	"github.com/pgfork/pgfork/upgrade"
 )
 
-// startOld starts a copy of the fixture as the application's server and
-// opens the application's connection to it.
+// startOld starts a copy of the fixture as the application's server, on a
+// TCP port free now (a new cluster handed over takes that port), and opens
+// the application's connection to it.
 func startOld(t *testing.T, b builds, old string, settings map[string]string) (*instance.Instance, *pgx.Conn) {
 	t.Helper()
 	ctx := context.Background()
+	port, err := instance.FreePort("127.0.0.1")
+	if err != nil {
+		t.Fatal(err)
+	}
 	inst, err := instance.Start(ctx, instance.Config{BinDir: b.old.BinDir, Env: b.old.Env, DataDir: old, User: pgtest.User(t),
-		LogFile: filepath.Join(t.TempDir(), "old.log"), Settings: settings})
+		Port: port, LogFile: filepath.Join(t.TempDir(), "old.log"), Settings: settings})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -251,22 +255,8 @@ func TestHandOverBeforeStatistics(t *testing.T) {
 	dir := testenv.XFSDir(t)
 	old := copyFixture(t, b, dir)
 	ctx := context.Background()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	port := l.Addr().(*net.TCPAddr).Port
-	l.Close()
-	oldInst, err := instance.Start(ctx, instance.Config{BinDir: b.old.BinDir, Env: b.old.Env, DataDir: old, User: pgtest.User(t),
-		Port: port, LogFile: filepath.Join(t.TempDir(), "old.log")})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		if _, running, _ := pgdata.Running(old); running {
-			_ = oldInst.Stop(context.Background(), instance.Fast)
-		}
-	})
+	oldInst, _ := startOld(t, b, old, nil)
+	port := oldInst.Port
 	newDir := filepath.Join(dir, "new")
 	t.Cleanup(func() {
 		if inst, err := instance.Attach(newDir); err == nil {

@@ -33,15 +33,9 @@ func TestBranchCLI(t *testing.T) {
 		"--branch-token", "bob-0123456789abcdefgh", "--branch-source", "prod=cluster:"+src, "--branch-quota", "2", "--branch-min-free", "1MiB")
 	as := func(tok string, args ...string) cliResult {
 		t.Helper()
-		return runInProcess(t, append([]string{"branch"}, append(args, "--server", s.base, "--token", tok)...)...)
+		return branchCLI(t, s.base, tok, args...)
 	}
-	ok := func(r cliResult) string {
-		t.Helper()
-		if r.code != 0 {
-			t.Fatalf("exit %d: %s", r.code, r.stderr)
-		}
-		return strings.TrimSpace(r.stdout)
-	}
+	ok := func(r cliResult) string { t.Helper(); return r.ok(t) }
 
 	url := ok(as("alice-0123456789abcdef", "create", "dev", "--source", "prod"))
 	if !strings.Contains(url, "127.0.0.1") || strings.Contains(url, "postgres:") {
@@ -129,15 +123,9 @@ func TestBranchRestartStopped(t *testing.T) {
 	s := startServe(t, bin, filepath.Join(dir, "home"), pgBin, nil, args...)
 	as := func(args ...string) cliResult {
 		t.Helper()
-		return runInProcess(t, append([]string{"branch"}, append(args, "--server", s.base, "--token", tok)...)...)
+		return branchCLI(t, s.base, tok, args...)
 	}
-	ok := func(r cliResult) string {
-		t.Helper()
-		if r.code != 0 {
-			t.Fatalf("exit %d: %s", r.code, r.stderr)
-		}
-		return strings.TrimSpace(r.stdout)
-	}
+	ok := func(r cliResult) string { t.Helper(); return r.ok(t) }
 	url := ok(as("create", "kept", "--source", "prod"))
 	pgtest.Exec(t, url, "INSERT INTO seed VALUES (7)")
 
@@ -174,4 +162,21 @@ func pingURL(url string) error {
 		return err
 	}
 	return c.Close(ctx)
+}
+
+// branchCLI runs `pgfork branch ARGS` in-process against the serve at base
+// with token tok.
+func branchCLI(t *testing.T, base, tok string, args ...string) cliResult {
+	t.Helper()
+	return runInProcess(t, append([]string{"branch"}, append(args, "--server", base, "--token", tok)...)...)
+}
+
+// ok fails the test unless the command exited 0, and returns its output
+// trimmed.
+func (r cliResult) ok(t *testing.T) string {
+	t.Helper()
+	if r.code != 0 {
+		t.Fatalf("exit %d: %s", r.code, r.stderr)
+	}
+	return strings.TrimSpace(r.stdout)
 }

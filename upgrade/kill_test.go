@@ -326,14 +326,9 @@ func TestKillDuringUpgrade(t *testing.T) {
 		if err != nil {
 			t.Fatalf("the next run: %v (hint: %s)", err, errs.HintOf(err))
 		}
-		if len(res.CleanedUp) == 0 {
-			t.Error("the next run reported nothing cleaned up")
-		}
+		wantCleaned(t, res, dir)
 		if prev != nil {
 			prev.gone(t)
-		}
-		if left, _ := filepath.Glob(filepath.Join(dir, ".*pgfork*")); len(left) > 0 {
-			t.Errorf("left after the next run: %v", left)
 		}
 		sums := startAndSum(t, b.new, newDir)
 		if oldSums != nil {
@@ -382,13 +377,8 @@ func TestKillAfterPlaced(t *testing.T) {
 			if errs.KindOf(err) != errs.Exists || !strings.Contains(err.Error(), "interrupted upgrade") || !strings.Contains(errs.HintOf(err), "start") {
 				t.Fatalf("the next run: %v (hint: %s)", err, errs.HintOf(err))
 			}
-			if res == nil || len(res.CleanedUp) == 0 {
-				t.Errorf("the next run reported nothing cleaned up: %+v", res)
-			}
+			wantCleaned(t, res, dir)
 			k.gone(t)
-			if left, _ := filepath.Glob(filepath.Join(dir, ".*pgfork*")); len(left) > 0 {
-				t.Errorf("left after the next run: %v", left)
-			}
 			if len(tsDirs) != 1 {
 				t.Fatalf("the new cluster's tablespace directories: %v", tsDirs)
 			}
@@ -440,12 +430,7 @@ func TestKillAfterHandOver(t *testing.T) {
 	if errs.KindOf(err) != errs.Exists || !strings.Contains(err.Error(), "interrupted upgrade") || !strings.Contains(errs.HintOf(err), "vacuumdb") {
 		t.Fatalf("the next run: %v (hint: %s)", err, errs.HintOf(err))
 	}
-	if res == nil || len(res.CleanedUp) == 0 {
-		t.Errorf("the next run reported nothing cleaned up: %+v", res)
-	}
-	if left, _ := filepath.Glob(filepath.Join(dir, ".*pgfork*")); len(left) > 0 {
-		t.Errorf("left after the next run: %v", left)
-	}
+	wantCleaned(t, res, dir)
 	if _, err := os.Lstat(k.tmp); err == nil {
 		t.Errorf("the killed run's %s is left", k.tmp)
 	}
@@ -488,13 +473,8 @@ func TestKillDuringLinkTransfer(t *testing.T) {
 	if errs.KindOf(err) != errs.Busy || !strings.Contains(err.Error(), "pg_control.old") || !strings.Contains(errs.HintOf(err), "rename "+ctl+".old") {
 		t.Fatalf("the next run: %v (hint: %s)", err, errs.HintOf(err))
 	}
-	if res == nil || len(res.CleanedUp) == 0 {
-		t.Errorf("the next run reported nothing cleaned up: %+v", res)
-	}
+	wantCleaned(t, res, dir)
 	k.gone(t)
-	if left, _ := filepath.Glob(filepath.Join(dir, ".*pgfork*")); len(left) > 0 {
-		t.Errorf("left after the next run: %v", left)
-	}
 	if err := os.Rename(ctl+".old", ctl); err != nil {
 		t.Fatal(err)
 	}
@@ -535,13 +515,20 @@ func TestKillDuringOfflineRehearsal(t *testing.T) {
 	if err != nil {
 		t.Fatalf("the next run: %v (hint: %s)", err, errs.HintOf(err))
 	}
-	if len(res.CleanedUp) == 0 {
-		t.Error("the next run reported nothing cleaned up")
-	}
+	wantCleaned(t, res, dir)
 	k.gone(t)
+	compareSums(t, sums, startAndSum(t, b.new, newDir))
+	compareSums(t, sums, startAndSum(t, b.old, old))
+}
+
+// wantCleaned fails the test unless the next run (its result res) reports
+// what it cleaned up and left nothing of pgfork's in dir.
+func wantCleaned(t *testing.T, res *upgrade.Result, dir string) {
+	t.Helper()
+	if res == nil || len(res.CleanedUp) == 0 {
+		t.Errorf("the next run reported nothing cleaned up: %+v", res)
+	}
 	if left, _ := filepath.Glob(filepath.Join(dir, ".*pgfork*")); len(left) > 0 {
 		t.Errorf("left after the next run: %v", left)
 	}
-	compareSums(t, sums, startAndSum(t, b.new, newDir))
-	compareSums(t, sums, startAndSum(t, b.old, old))
 }

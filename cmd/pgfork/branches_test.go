@@ -21,13 +21,7 @@ import (
 // refuse with their exit codes; the page is served without a token, the
 // API not.
 func TestBranchCLI(t *testing.T) {
-	bin := pgforkBinary(t)
-	pgBin := testenv.PGBinDirs(t)[0]
-	dir := testenv.XFSDir(t)
-	src := filepath.Join(dir, "src")
-	pgtest.InitDB(t, src, pgtest.Server{BinDir: pgBin})
-	in := pgtest.Start(t, src, pgtest.Server{BinDir: pgBin})
-	pgtest.Exec(t, in.ConnString("", ""), "CREATE TABLE seed (id int)", "INSERT INTO seed VALUES (1)")
+	bin, pgBin, dir, src := branchSource(t, "INSERT INTO seed VALUES (1)")
 
 	s := startServe(t, bin, filepath.Join(dir, "home"), pgBin, nil, "--token", "root-secret-0123456789", "--branch-token", "alice-0123456789abcdef",
 		"--branch-token", "bob-0123456789abcdefgh", "--branch-source", "prod=cluster:"+src, "--branch-quota", "2", "--branch-min-free", "1MiB")
@@ -111,13 +105,7 @@ func TestServeBranchFlagsRefused(t *testing.T) {
 // `pgfork branch start` runs one again on its URL with its data, `stop`
 // stops it.
 func TestBranchRestartStopped(t *testing.T) {
-	bin := pgforkBinary(t)
-	pgBin := testenv.PGBinDirs(t)[0]
-	dir := testenv.XFSDir(t)
-	src := filepath.Join(dir, "src")
-	pgtest.InitDB(t, src, pgtest.Server{BinDir: pgBin})
-	in := pgtest.Start(t, src, pgtest.Server{BinDir: pgBin})
-	pgtest.Exec(t, in.ConnString("", ""), "CREATE TABLE seed (id int)")
+	bin, pgBin, dir, src := branchSource(t)
 	const tok = "alice-0123456789abcdef"
 	args := []string{"--branch-token", tok, "--branch-source", "prod=cluster:" + src, "--branch-min-free", "1MiB", "--branch-restart", "stopped"}
 	s := startServe(t, bin, filepath.Join(dir, "home"), pgBin, nil, args...)
@@ -179,4 +167,17 @@ func (r cliResult) ok(t *testing.T) string {
 		t.Fatalf("exit %d: %s", r.code, r.stderr)
 	}
 	return strings.TrimSpace(r.stdout)
+}
+
+// branchSource makes what the branch tests serve from: a running cluster
+// in src (on the XFS test volume, in dir) with a table seed, filled by the
+// statements given; bin runs pgfork and pgBin is the cluster's PostgreSQL.
+func branchSource(t *testing.T, fill ...string) (bin, pgBin, dir, src string) {
+	t.Helper()
+	bin, pgBin, dir = pgforkBinary(t), testenv.PGBinDirs(t)[0], testenv.XFSDir(t)
+	src = filepath.Join(dir, "src")
+	pgtest.InitDB(t, src, pgtest.Server{BinDir: pgBin})
+	in := pgtest.Start(t, src, pgtest.Server{BinDir: pgBin})
+	pgtest.Exec(t, in.ConnString("", ""), append([]string{"CREATE TABLE seed (id int)"}, fill...)...)
+	return bin, pgBin, dir, src
 }

@@ -69,3 +69,6 @@ func SameFile(a, b string) bool {
 
 // Background does nothing here: the process keeps its priority.
 func Background() error { return nil }
+
+// LowerTree does nothing here: the child keeps its priority.
+func LowerTree(pid int) error { return nil }

@@ -73,6 +73,12 @@ type Config struct {
 	// StartTimeout bounds the wait for readiness (recovery may take long);
 	// default 5 minutes.
 	StartTimeout time.Duration
+	// Background runs the server at background priority (nice 19, the
+	// lowest best-effort I/O priority; proc.LowerTree), so that a server
+	// doing side work (an upgrade's rehearsal on a clone) leaves the CPU
+	// and the disk to the servers that serve. Best effort: a failure to
+	// lower it does not stop the start.
+	Background bool
 }
 
 // Instance is a running (or attached) server.
@@ -218,6 +224,12 @@ func (inst *Instance) launch(ctx context.Context, cfg Config, port int) error {
 	go func() { _ = cmd.Wait(); close(done) }()
 	inst.Pid, inst.Port, inst.done, inst.child = cmd.Process.Pid, port, done, cmd.Process
 	inst.StartTime = proc.StartTime(inst.Pid)
+	if cfg.Background {
+		// Before the postmaster starts its first process (it reads its
+		// configuration and sets up shared memory first), so that they
+		// inherit it; once more when ready for any it started meanwhile.
+		_ = proc.LowerTree(inst.Pid)
+	}
 
 	deadline := time.NewTimer(cfg.StartTimeout)
 	defer deadline.Stop()
@@ -243,6 +255,9 @@ func (inst *Instance) launch(ctx context.Context, cfg Config, port int) error {
 				cfg.StartTimeout, tail(readFrom(cfg.LogFile, logStart), 15)).WithPath(cfg.DataDir)
 		case <-tick.C:
 			if pf, err := ReadPidFile(cfg.DataDir); err == nil && pf.Pid == inst.Pid && pf.Status == "ready" {
+				if cfg.Background {
+					_ = proc.LowerTree(inst.Pid)
+				}
 				return nil
 			}
 		}

@@ -74,6 +74,55 @@ func servedDuringRehearsal(t *testing.T, conn *pgx.Conn) (func(upgrade.Event), f
 		}
 }
 
+// processesUnder returns the nice value of every process whose command
+// line contains part (a path, say) and of the processes they started.
+func processesUnder(t *testing.T, part string) map[int]int {
+	t.Helper()
+	out := map[int]int{}
+	var add func(pid string)
+	add = func(pid string) {
+		stat, err := os.ReadFile(filepath.Join("/proc", pid, "stat"))
+		if err != nil {
+			return
+		}
+		f := strings.Fields(string(stat[strings.LastIndexByte(string(stat), ')')+2:]))
+		n, err1 := strconv.Atoi(pid)
+		nice, err2 := strconv.Atoi(f[16]) // stat's field 19
+		if err1 != nil || err2 != nil {
+			return
+		}
+		out[n] = nice
+		kids, _ := os.ReadFile(filepath.Join("/proc", pid, "task", pid, "children"))
+		for _, k := range strings.Fields(string(kids)) {
+			add(k)
+		}
+	}
+	ents, err := os.ReadDir("/proc")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, e := range ents {
+		if cmdline, err := os.ReadFile(filepath.Join("/proc", e.Name(), "cmdline")); err == nil && strings.Contains(string(cmdline), part) {
+			add(e.Name())
+		}
+	}
+	return out
+}
+
+// ownNice is the test process's nice value.
+func ownNice(t *testing.T) int {
+	t.Helper()
+	stat, err := os.ReadFile("/proc/self/stat")
+	if err != nil {
+		t.Fatal(err)
+	}
+	n, err := strconv.Atoi(strings.Fields(string(stat[strings.LastIndexByte(string(stat), ')')+2:]))[16])
+	if err != nil {
+		t.Fatal(err)
+	}
+	return n
+}
+
 // TestOnlineRehearsal upgrades a running cluster: the rehearsal works on an
 // online clone while the application's connection keeps working, the old
 // cluster is stopped only afterwards, and unchanged catalogs need no
@@ -87,9 +136,40 @@ func TestOnlineRehearsal(t *testing.T) {
 	newDir := filepath.Join(dir, "new")
 
 	// --rehearse-only on a running cluster: online, and it keeps running.
-	res, err := runUpgrade(t, upgrade.Options{OldDir: old, NewDir: newDir, Old: b.old, New: b.new, Rehearse: upgrade.RehearseOnly, OnEvent: onEvent})
+	// Its servers and pg_upgrade run at background priority, leaving the
+	// machine to the old cluster that serves.
+	lowered := map[string]bool{}
+	look := func(when string) {
+		procs := processesUnder(t, ".pgfork-rehearsal-")
+		if len(procs) < 2 {
+			t.Errorf("%s: processes of the online rehearsal: %v, want a program and what it started", when, procs)
+		}
+		for pid, nice := range procs {
+			if nice != 19 {
+				t.Errorf("%s: process %d of the online rehearsal runs at nice %d, want 19", when, pid, nice)
+			}
+		}
+		lowered[when] = len(procs) > 0
+	}
+	defer upgrade.SetTestHook(func(step string) {
+		if step == "settings server started" || step == "rehearsal server started" {
+			look(step)
+		}
+	})()
+	res, err := runUpgrade(t, upgrade.Options{OldDir: old, NewDir: newDir, Old: b.old, New: b.new, Rehearse: upgrade.RehearseOnly,
+		OnEvent: func(e upgrade.Event) {
+			onEvent(e)
+			if e.Phase == upgrade.PhaseRehearsal && strings.HasPrefix(e.Step, "Restoring database schemas") && !e.Done {
+				look("pg_upgrade")
+			}
+		}})
 	if err != nil {
 		t.Fatalf("rehearsal: %v (hint: %s)", err, errs.HintOf(err))
+	}
+	for _, when := range []string{"settings server started", "pg_upgrade", "rehearsal server started"} {
+		if !lowered[when] {
+			t.Errorf("no process of the rehearsal found at %q", when)
+		}
 	}
 	if res.Rehearsal == nil || !res.Rehearsal.Online || !res.RehearsalOnly || !served() {
 		t.Fatalf("online rehearsal: %+v, served %v", res.Rehearsal, served())
@@ -104,7 +184,22 @@ func TestOnlineRehearsal(t *testing.T) {
 		t.Fatalf("the rehearsal left %v", left)
 	}
 
-	// The real run: rehearsal online, then the stop, then the upgrade.
+	// The real run: rehearsal online, then the stop, then the upgrade, at
+	// the priority pgfork runs at: it is downtime.
+	normal := ownNice(t)
+	realChecked := false
+	defer upgrade.SetTestHook(func(step string) {
+		if step != "settings server started" || len(processesUnder(t, ".pgfork-rehearsal-")) > 0 {
+			return
+		}
+		procs := processesUnder(t, "\x00"+old+"\x00")
+		for pid, nice := range procs {
+			if nice != normal {
+				t.Errorf("process %d of the real run runs at nice %d, want %d", pid, nice, normal)
+			}
+		}
+		realChecked = len(procs) > 0
+	})()
 	onEvent, served = servedDuringRehearsal(t, conn)
 	var order []string
 	res, err = runUpgrade(t, upgrade.Options{OldDir: old, NewDir: newDir, Old: b.old, New: b.new, StopOld: true, Jobs: 2,
@@ -119,6 +214,9 @@ func TestOnlineRehearsal(t *testing.T) {
 	}
 	if !served() || res.Rehearsal == nil || !res.Rehearsal.Online {
 		t.Fatalf("the rehearsal was not online while the cluster served: %+v", res.Rehearsal)
+	}
+	if !realChecked {
+		t.Error("the real run's settings server was not found")
 	}
 	want := []string{upgrade.PhasePrepare, upgrade.PhaseRehearsal, upgrade.PhaseStopOld, upgrade.PhaseSettings, upgrade.PhaseInitDB, upgrade.PhaseUpgrade}
 	if !slices.Equal(order[:min(len(order), len(want))], want) {

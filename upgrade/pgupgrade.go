@@ -47,6 +47,11 @@ type pgUpgradeRun struct {
 	// plain words only: they are not quoted).
 	OldSettings map[string]string
 	User        *instance.OSUser
+	// Background runs pg_upgrade, and so the servers, pg_dump and
+	// pg_restore it starts, at background priority (proc.LowerTree): the
+	// online rehearsal, which shares the machine with the old cluster
+	// serving its application.
+	Background bool
 	// OnStep is called when pg_upgrade starts a step (done false) and when
 	// it reports its result (done true, status "ok", "fatal", "warning"...).
 	OnStep func(step string, done bool, status string)
@@ -164,6 +169,11 @@ func (r pgUpgradeRun) run(ctx context.Context) (*pgUpgradeResult, error) {
 		pw.Close()
 		wg.Wait()
 		return nil, errs.Wrap(errs.Internal, err, "cannot run pg_upgrade").WithPath(r.New.tool("pg_upgrade"))
+	}
+	if r.Background {
+		// pg_upgrade has just started: it checks its options and binaries
+		// before it starts a server, which then inherits the priority.
+		_ = proc.LowerTree(cmd.Process.Pid)
 	}
 	err := cmd.Wait()
 	pw.Close()

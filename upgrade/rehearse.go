@@ -104,7 +104,7 @@ func (u *upgrader) rehearse(ctx context.Context, p *prepared) (*Catalog, error) 
 		if p.online {
 			extra = recoverySettings(p.ctl)
 		}
-		cat, err = u.readSettings(ctx, oldClone, o.Old, extra, true)
+		cat, err = u.readSettings(ctx, oldClone, o.Old, extra, true, p.online)
 		return err
 	}); err != nil {
 		return nil, err
@@ -133,6 +133,7 @@ func (u *upgrader) rehearse(ctx context.Context, p *prepared) (*Catalog, error) 
 		r.NoSync = true
 		if p.online {
 			r.OldSettings = recoverySettings(p.ctl)
+			r.Background = true
 		}
 		out, err := r.run(ctx)
 		if err == nil {
@@ -152,6 +153,7 @@ func (u *upgrader) rehearse(ctx context.Context, p *prepared) (*Catalog, error) 
 	if err := step("start and smoke check", func() error {
 		cfg := serverCfg(o.New, newClone, w.Tmp, filepath.Join(w.Tmp, "pgfork_hba.conf"), "rehearsal-server.log", o.User)
 		cfg.SocketDir = cwd
+		cfg.Background = p.online
 		inst, err := instance.Start(ctx, cfg)
 		if err != nil {
 			return errs.Wrap(errs.KindOf(err), err, "the rehearsal's upgraded cluster does not start; the real upgrade was not started").

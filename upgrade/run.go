@@ -313,7 +313,7 @@ func (u *upgrader) catalog(ctx context.Context, p *prepared) (cat *Catalog, done
 	} else {
 		if err := u.phase(PhaseSettings, &res.Phases, func() error {
 			var err error
-			cat, err = u.readSettings(ctx, o.OldDir, o.Old, nil, !filesKept(p.oldMajor, o.New.Major))
+			cat, err = u.readSettings(ctx, o.OldDir, o.Old, nil, !filesKept(p.oldMajor, o.New.Major), false)
 			return err
 		}); err != nil {
 			return nil, false, err
@@ -433,7 +433,7 @@ func (u *upgrader) stopAfterRehearsal(ctx context.Context, p *prepared, rehearse
 	}
 	var cat *Catalog
 	if err := u.phase(PhaseSettings, &res.Phases, func() error {
-		cat, err = u.readSettings(ctx, o.OldDir, o.Old, nil, true)
+		cat, err = u.readSettings(ctx, o.OldDir, o.Old, nil, true, false)
 		return err
 	}); err != nil {
 		return nil, err
@@ -525,13 +525,14 @@ func (u *upgrader) recoverOld(ctx context.Context) error {
 // stops it cleanly. The catalogs are the only place encoding, locale and the
 // bootstrap superuser are kept; pg_upgrade starts the old cluster the same
 // way for its own checks.
-func (u *upgrader) readSettings(ctx context.Context, dataDir string, bin Install, extra map[string]string, perDB bool) (*Catalog, error) {
+func (u *upgrader) readSettings(ctx context.Context, dataDir string, bin Install, extra map[string]string, perDB, background bool) (*Catalog, error) {
 	hba, err := writeHBA(u.work.Tmp, u.o.User)
 	if err != nil {
 		return nil, err
 	}
 	cfg := serverCfg(bin, dataDir, u.work.Tmp, hba, "settings.log", u.o.User)
 	cfg.SocketDir = u.work.Tmp
+	cfg.Background = background
 	for k, v := range extra {
 		cfg.Settings[k] = v
 	}

@@ -161,7 +161,7 @@ func (u *upgrader) rehearse(ctx context.Context, p *prepared) (*Catalog, error) 
 		}
 		defer func() { _ = inst.Stop(context.WithoutCancel(ctx), instance.Fast) }()
 		hook("rehearsal server started")
-		if err := smokeCheck(ctx, inst, cat, nil); err != nil {
+		if err := smokeCheck(ctx, inst, cat, nil, nil); err != nil {
 			return errs.Wrap(errs.Internal, err, "the rehearsal's smoke check failed; the real upgrade was not started")
 		}
 		rh.Relations = cat.Relations

@@ -755,7 +755,7 @@ func (u *upgrader) startNew(ctx context.Context, cat *Catalog) (*instance.Instan
 		return nil, errs.Wrap(errs.KindOf(err), err, "the upgraded cluster does not start").WithPath(o.NewDir).
 			WithHint("its server log is %s", keepFile(cfg.LogFile, o.NewDir))
 	}
-	if err := smokeCheck(ctx, inst, cat, u.filesOnDisk(cat)); err != nil {
+	if err := smokeCheck(ctx, inst, cat, u.filesOnDisk(cat), func(m string) { u.infof(PhaseStart, "%s", m) }); err != nil {
 		_ = inst.Stop(context.WithoutCancel(ctx), instance.Fast)
 		return nil, err
 	}

@@ -1,6 +1,7 @@
 package upgrade_test
 
 import (
+	"context"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -8,6 +9,9 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/jackc/pgx/v5"
+
+	"github.com/pgfork/pgfork/instance"
 	"github.com/pgfork/pgfork/internal/errs"
 	"github.com/pgfork/pgfork/internal/testenv"
 	"github.com/pgfork/pgfork/upgrade"
@@ -80,5 +84,73 @@ func TestNoRehearseComparesFilesOnDisk(t *testing.T) {
 		Mode: upgrade.Copy, Rehearse: upgrade.RehearseOff, NoAnalyze: true, Confirmed: true, Jobs: 2})
 	if err == nil || !strings.Contains(err.Error(), "smoke check") || !strings.Contains(err.Error(), "no counterpart "+victim) {
 		t.Fatalf("a relation without its old file passed the smoke check: %v", err)
+	}
+}
+
+// TestSmokeCheckConnectsWhereThereAreFiles: without tablespaces, the smoke
+// check connects only to the databases with user relation files (an empty
+// database is checked by its name and OID: with a thousand of them the
+// connections were most of pgfork's own time), and still finds a relation
+// of a database it connects to whose old file is gone.
+func TestSmokeCheckConnectsWhereThereAreFiles(t *testing.T) {
+	b := findBuilds(t)
+	if b.old.Major < 15 {
+		t.Skip("pg_upgrade keeps relfilenodes from PostgreSQL 15 on")
+	}
+	dir := testenv.Dir(t)
+	old := copyFixture(t, b, dir)
+	inst, conn := startOld(t, b, old, nil)
+	ctx := context.Background()
+	if _, err := conn.Exec(ctx, "ALTER TABLE archive SET TABLESPACE pg_default"); err != nil {
+		t.Fatal(err)
+	}
+	admin, err := pgx.Connect(ctx, inst.ConnString("", "postgres"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, q := range []string{"DROP TABLESPACE ts1", "CREATE DATABASE e0", "CREATE DATABASE e1", "CREATE DATABASE e2"} {
+		if _, err := admin.Exec(ctx, q); err != nil {
+			t.Fatalf("%s: %v", q, err)
+		}
+	}
+	admin.Close(ctx)
+	conn.Close(ctx)
+	if err := inst.Stop(ctx, instance.Fast); err != nil {
+		t.Fatal(err)
+	}
+	victim := ""
+	files, _ := filepath.Glob(filepath.Join(old, "base", "*", "*"))
+	for _, f := range files {
+		if n, err := strconv.Atoi(filepath.Base(f)); err == nil && n >= 16384 {
+			victim = f
+			break
+		}
+	}
+	if victim == "" {
+		t.Fatal("no user relation file in base/")
+	}
+	defer upgrade.SetTestHook(func(step string) {
+		if step == "transferred" {
+			if err := os.Rename(victim, victim+".moved"); err != nil {
+				t.Error(err)
+			}
+		}
+	})()
+	var said string
+	_, err = runUpgrade(t, upgrade.Options{OldDir: old, NewDir: filepath.Join(dir, "new"), Old: b.old, New: b.new,
+		Mode: upgrade.Copy, Rehearse: upgrade.RehearseOff, NoAnalyze: true, Confirmed: true, Jobs: 2,
+		OnEvent: func(e upgrade.Event) {
+			if strings.HasPrefix(e.Message, "smoke check:") {
+				said = e.Message
+			}
+		}})
+	if err == nil || !strings.Contains(err.Error(), "no counterpart "+victim) {
+		t.Fatalf("a relation without its old file passed the smoke check: %v", err)
+	}
+	// template1 and e0..e2 have no user relation files; postgres, shop
+	// and crm have tables.
+	m := regexp.MustCompile(`^smoke check: (\d+) databases without user relation files .*; (\d+) checked through a connection$`).FindStringSubmatch(said)
+	if m == nil || m[1] != "4" || m[2] != "3" {
+		t.Fatalf("the smoke check said %q, want 4 databases by name and OID (template1, e0, e1, e2) and 3 through a connection", said)
 	}
 }

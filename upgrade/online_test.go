@@ -442,6 +442,10 @@ func TestHandOverBeforeStatistics(t *testing.T) {
 	if res.Running {
 		t.Error("--wait-analyze left the new cluster running")
 	}
+	// Nobody is connected before the hand-over: the last stage alone.
+	if !strings.Contains(res.Statistics, "--analyze-only") || strings.Contains(res.Statistics, "--analyze-in-stages") {
+		t.Errorf("--wait-analyze statistics: %q, want vacuumdb --analyze-only", res.Statistics)
+	}
 	if _, running, _ := pgdata.Running(newDir); running {
 		t.Error("--wait-analyze: a server runs on the new cluster")
 	}

@@ -72,12 +72,12 @@ when one fails: pgfork explains its findings in plain words.
 
 After the upgrade pgfork starts the new cluster on a private socket, checks every
 database and rebuilds statistics. PostgreSQL 18+ keeps statistics: vacuumdb
---analyze-in-stages --missing-stats-only runs on the private socket and the new
+--analyze-only --missing-stats-only runs on the private socket and the new
 cluster is left stopped. Before 18, as pg_upgrade's documentation recommends,
 pgfork hands the new cluster over first: it starts it with its own configuration
 (on the old cluster's port when that ran) and leaves it running, and vacuumdb
 --analyze-in-stages rebuilds statistics while the application connects;
---wait-analyze rebuilds them first and leaves it stopped. The summary shows the
+--wait-analyze rebuilds them first (--analyze-only) and leaves it stopped. The summary shows the
 time until it accepted connections apart from the time until statistics were
 rebuilt. On failure pg_upgrade's logs are kept
 beside NEW_DATADIR and the error says where; the new cluster is built in a staging

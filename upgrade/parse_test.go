@@ -140,6 +140,30 @@ func TestCheckSpace(t *testing.T) {
 	}
 }
 
+// TestSpaceNeedsRehearsalApart: the rehearsal's clone is deleted before
+// the real run writes, so its need is checked apart from the new
+// cluster's, not added to it on the same filesystem (3,000 empty databases
+// on XFS were refused: 70.6 GiB "needed" for two catalog copies that never
+// exist at once, 47.5 GiB free).
+func TestSpaceNeedsRehearsalApart(t *testing.T) {
+	dir := t.TempDir()
+	u := &upgrader{o: Options{OldDir: filepath.Join(dir, "old"), NewDir: filepath.Join(dir, "new")}}
+	p := &prepared{rehearse: true, fs: &fsInfo{oldCanClone: true}, sizes: oldSizes{dbs: 3000, dataBytes: 20 << 30}}
+	run, rehearsal := u.spaceNeeds(p, Clone)
+	if len(run) != 1 || run[0].bytes != catalogAllowance(3000) || len(rehearsal) != 1 || rehearsal[0].bytes != catalogAllowance(3000) {
+		t.Fatalf("clone mode: run %+v, rehearsal %+v; want the catalog allowance each", run, rehearsal)
+	}
+	// Without cloning the rehearsal copies the old cluster.
+	p.fs.oldCanClone = false
+	if _, rehearsal = u.spaceNeeds(p, Clone); rehearsal[0].bytes != catalogAllowance(3000)+20<<30 {
+		t.Errorf("a copied rehearsal needs %d, want the allowance and the old cluster", rehearsal[0].bytes)
+	}
+	p.rehearse = false
+	if _, rehearsal = u.spaceNeeds(p, Clone); len(rehearsal) != 0 {
+		t.Errorf("no rehearsal, needs %+v", rehearsal)
+	}
+}
+
 func TestOldVersionRefusesPre10(t *testing.T) {
 	dir := t.TempDir()
 	if err := os.WriteFile(filepath.Join(dir, "PG_VERSION"), []byte("9.6\n"), 0o644); err != nil {

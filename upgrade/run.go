@@ -470,25 +470,37 @@ func (u *upgrader) confirm(mode Mode) error {
 }
 
 func (u *upgrader) checkSpace(p *prepared, mode Mode) error {
+	run, rehearsal := u.spaceNeeds(p, mode)
+	if err := checkSpace(rehearsal, mode); err != nil {
+		return err
+	}
+	return checkSpace(run, mode)
+}
+
+// spaceNeeds returns the free space the real run needs and, apart, what
+// the rehearsal needs: the rehearsal's clone and its new cluster are
+// deleted before the real run writes (only the fresh initdb it copies for
+// the real run stays, inside the allowance), so on one filesystem the
+// larger of the two is needed, not their sum.
+func (u *upgrader) spaceNeeds(p *prepared, mode Mode) (run, rehearsal []spaceNeed) {
 	o := u.o
 	allowance := catalogAllowance(p.sizes.dbs)
 	newParent := filepath.Dir(o.NewDir)
 	dNew, _ := devOf(newParent)
-	var needs []spaceNeed
 	dataNeed := allowance
 	if mode == Copy || mode == CopyFileRange {
 		dataNeed += p.sizes.dataBytes
 	}
 	if !o.CheckOnly && o.Rehearse != RehearseOnly {
-		needs = append(needs, spaceNeed{dev: dNew, path: newParent, bytes: dataNeed, what: fmt.Sprintf("the new cluster (--mode %s)", mode)})
+		run = append(run, spaceNeed{dev: dNew, path: newParent, bytes: dataNeed, what: fmt.Sprintf("the new cluster (--mode %s)", mode)})
 		if mode == Copy || mode == CopyFileRange {
 			for _, ts := range p.tss {
 				d, _ := devOf(ts.Location)
-				needs = append(needs, spaceNeed{dev: d, path: ts.Location, bytes: p.sizes.tsBytes[ts.Location], what: "tablespace " + ts.OID})
+				run = append(run, spaceNeed{dev: d, path: ts.Location, bytes: p.sizes.tsBytes[ts.Location], what: "tablespace " + ts.OID})
 			}
 		}
 	} else {
-		needs = append(needs, spaceNeed{dev: dNew, path: newParent, bytes: allowance, what: "a trial new cluster"})
+		run = append(run, spaceNeed{dev: dNew, path: newParent, bytes: allowance, what: "a trial new cluster"})
 	}
 	if p.rehearse {
 		oldParent := filepath.Dir(o.OldDir)
@@ -497,9 +509,9 @@ func (u *upgrader) checkSpace(p *prepared, mode Mode) error {
 		if !p.fs.oldCanClone {
 			n += p.sizes.total()
 		}
-		needs = append(needs, spaceNeed{dev: d, path: oldParent, bytes: n, what: "the rehearsal clone"})
+		rehearsal = append(rehearsal, spaceNeed{dev: d, path: oldParent, bytes: n, what: "the rehearsal clone"})
 	}
-	return checkSpace(needs, mode)
+	return run, rehearsal
 }
 
 // recoverOld starts and stops the old cluster once so that it is shut

@@ -77,9 +77,9 @@ cluster is left stopped. Before 18, as pg_upgrade's documentation recommends,
 pgfork hands the new cluster over first: it starts it with its own configuration
 (on the old cluster's port when that ran) and leaves it running, and vacuumdb
 --analyze-in-stages rebuilds statistics while the application connects;
---wait-analyze rebuilds them first (--analyze-only) and leaves it stopped. The summary shows the
-time until it accepted connections apart from the time until statistics were
-rebuilt. On failure pg_upgrade's logs are kept
+--wait-analyze rebuilds them first (--analyze-only) and leaves it stopped. The
+summary shows the time until it accepted connections apart from the time until
+statistics were rebuilt. On failure pg_upgrade's logs are kept
 beside NEW_DATADIR and the error says where; the new cluster is built in a staging
 directory, so NEW_DATADIR never half-exists, and an interrupted run is cleaned up
 by the next one.`,

@@ -20,6 +20,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"sort"
 	"strings"
 	"sync"
@@ -165,6 +166,9 @@ type entry struct {
 	// finds it in use after all.
 	reclaiming bool
 	release    string
+	// warm: given back as it was (unlock), not made afresh; warm ready
+	// databases queue after the fresh ones, so Acquire hands them out first.
+	warm bool
 }
 
 type result struct {
@@ -185,7 +189,7 @@ type Pool struct {
 
 	mu        sync.Mutex
 	dbs       map[int]*entry
-	ready     []int // ready ids, longest ready first; Acquire takes the last
+	ready     []int // ready ids: fresh ones (longest ready first), then warm ones; Acquire takes the last
 	waiters   []*waiter
 	closed    bool
 	evicted   bool // emptied by the global limit; refills on the next Acquire
@@ -265,10 +269,11 @@ func (p *Pool) Acquire(ctx context.Context) (DB, error) {
 	}
 	p.evicted = false
 	if n := len(p.ready); n > 0 {
-		// The most recently ready first: a database just given back by
-		// unlock is the next one handed out (as IntegreSQL's clients
-		// expect, and its pages are still in cache), and the longest
-		// ready stay at the front, where shrink drops them.
+		// The last first: a database just given back by unlock is the
+		// next one handed out, even if fresh ones became ready since (as
+		// IntegreSQL's clients expect, and its pages are still in cache);
+		// then the most recently made, and the longest ready stay at the
+		// front, where shrink drops them.
 		id := p.ready[n-1]
 		p.ready = p.ready[:n-1]
 		db := p.handOut(p.dbs[id])
@@ -303,7 +308,7 @@ func (p *Pool) Acquire(ctx context.Context) (DB, error) {
 	if r.err == nil {
 		if e := p.dbs[r.db.ID]; e != nil && e.state == InUse {
 			p.inUse.Add(-1)
-			p.becomeReady(e)
+			p.becomeReady(e, true)
 		}
 	}
 	p.observeWait(start, false)
@@ -356,9 +361,10 @@ func (p *Pool) handOut(e *entry) DB {
 	return DB{ID: e.id, Name: e.name, Generation: e.gen}
 }
 
-// becomeReady gives e to the first waiter or queues it as ready. Called
-// with p.mu held.
-func (p *Pool) becomeReady(e *entry) {
+// becomeReady gives e to the first waiter or queues it as ready: a warm one
+// (given back as it was) at the end, a fresh one before the warm ones.
+// Called with p.mu held.
+func (p *Pool) becomeReady(e *entry, warm bool) {
 	if len(p.waiters) > 0 {
 		w := p.waiters[0]
 		p.waiters = p.waiters[1:]
@@ -368,7 +374,12 @@ func (p *Pool) becomeReady(e *entry) {
 	}
 	e.state = Ready
 	e.since = time.Now()
-	p.ready = append(p.ready, e.id)
+	e.warm = warm
+	at := len(p.ready)
+	for !warm && at > 0 && p.dbs[p.ready[at-1]].warm {
+		at--
+	}
+	p.ready = slices.Insert(p.ready, at, e.id)
 	if len(p.ready) > p.cfg.Initial {
 		p.scheduleShrink(p.cfg.IdleTimeout)
 	}
@@ -447,7 +458,7 @@ func (p *Pool) Unlock(id int) error {
 		return nil
 	}
 	p.inUse.Add(-1)
-	p.becomeReady(e)
+	p.becomeReady(e, true)
 	return nil
 }
 
@@ -588,7 +599,7 @@ func (p *Pool) reclaim(e *entry) {
 			switch e.release {
 			case "unlock":
 				p.inUse.Add(-1)
-				p.becomeReady(e)
+				p.becomeReady(e, true)
 			case "recreate":
 				p.inUse.Add(-1)
 				e.state, e.since = Dirty, time.Now()
@@ -738,7 +749,7 @@ func (p *Pool) spawn(e *entry, dropFirst string) {
 		if e.state == Recreating {
 			e.gen++
 		}
-		p.becomeReady(e)
+		p.becomeReady(e, false)
 		p.fill()
 	}()
 }

@@ -190,6 +190,36 @@ func TestPoolUnlockedComesBackFirst(t *testing.T) {
 	}
 }
 
+// TestPoolUnlockedBeforeFresh: a database given back by unlock goes out
+// before databases whose creation finished after the unlock (the CI run
+// where TestClientReturnTestDatabase got the fresh database 0 back instead
+// of the unlocked 1).
+func TestPoolUnlockedBeforeFresh(t *testing.T) {
+	s := startPG(t)
+	p := newPool(t, s, pool.Config{Initial: 3, Max: 3})
+
+	// The first acquire waits for the first creation; the others are
+	// still on their way when it is given back.
+	a := acquire(t, p, 30*time.Second)
+	if err := p.Unlock(a.ID); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, func() bool { return p.Stats().ByState[pool.Ready] == 3 })
+	b := acquire(t, p, 30*time.Second)
+	if b.ID != a.ID {
+		t.Fatalf("unlocked database %d was given back, but the fresh %d was handed out first", a.ID, b.ID)
+	}
+	// Then the fresh ones, and the pool still hands out each once.
+	seen := map[int]bool{b.ID: true}
+	for range 2 {
+		c := acquire(t, p, 30*time.Second)
+		if seen[c.ID] {
+			t.Fatalf("database %d handed out twice", c.ID)
+		}
+		seen[c.ID] = true
+	}
+}
+
 func TestPoolTimeoutSaysWhy(t *testing.T) {
 	s := startPG(t)
 	p := newPool(t, s, pool.Config{Initial: 1, Max: 1})

@@ -34,9 +34,10 @@ import (
 //     and only the real run is downtime (target: downtime within 10% of the
 //     by-hand run with start and statistics).
 //
-// Downtime is from the old cluster's stop to a new cluster that is
-// upgraded, started and checked: by hand the old cluster is stopped before
-// the clock starts, so it is the whole by-hand time.
+// Downtime is from the old cluster's stop until the application can
+// connect to the new cluster: by hand after initdb, pg_upgrade and the start
+// (the old cluster is stopped before the clock starts); for pgfork's default
+// at the hand-over, statistics being rebuilt while it serves, as by hand.
 //
 //	PGFORK_BENCH_UPGRADE_JOBS   -j for pg_upgrade and pgfork (default 2)
 //	PGFORK_BENCH_UPGRADE_ONLINE "0": only by hand and --no-rehearse (more runs in the time)
@@ -134,10 +135,10 @@ func (b *upgBench) pgforkExec(ctx context.Context, old string, jobs int, extra .
 
 // byHand: initdb + pg_upgrade --clone -j jobs (timed as "alone"), then
 // start, vacuumdb and stop ("full").
-func (b *upgBench) byHand(ctx context.Context, src string, jobs int, extra ...string) (alone, initdb, full time.Duration, err error) {
+func (b *upgBench) byHand(ctx context.Context, src string, jobs int, extra ...string) (alone, initdb, up, full time.Duration, err error) {
 	old, err := b.copyOf(ctx, src, "c-hand")
 	if err != nil {
-		return 0, 0, 0, err
+		return 0, 0, 0, 0, err
 	}
 	dir := filepath.Dir(old)
 	defer os.RemoveAll(dir)
@@ -145,17 +146,18 @@ func (b *upgBench) byHand(ctx context.Context, src string, jobs int, extra ...st
 	t0 := time.Now()
 	nd, err := b.initNew(ctx, dir)
 	if err != nil {
-		return 0, 0, 0, err
+		return 0, 0, 0, 0, err
 	}
 	initdb = time.Since(t0)
 	if err := b.run(ctx, b.new, dir, "pg_upgrade", append([]string{"-b", b.old.BinDir, "-B", b.new.BinDir, "-d", old, "-D", nd, "--clone", "-j", strconv.Itoa(jobs)}, extra...)...); err != nil {
-		return 0, 0, 0, err
+		return 0, 0, 0, 0, err
 	}
 	alone = time.Since(t0)
 	inst, err := instance.Start(ctx, instance.Config{BinDir: b.new.BinDir, Env: b.new.Env(), DataDir: nd, User: b.user, LogFile: filepath.Join(dir, "new.log")})
 	if err != nil {
-		return 0, 0, 0, err
+		return 0, 0, 0, 0, err
 	}
+	up = time.Since(t0) // the application may connect from here
 	args := []string{"--all", "--analyze-in-stages", "-h", inst.SocketDir, "-p", strconv.Itoa(inst.Port), "-U", "postgres", "-j", strconv.Itoa(jobs)}
 	if b.new.Major >= 18 {
 		args = append(args, "--missing-stats-only")
@@ -164,7 +166,7 @@ func (b *upgBench) byHand(ctx context.Context, src string, jobs int, extra ...st
 	if serr := inst.Stop(ctx, instance.Fast); err == nil {
 		err = serr
 	}
-	return alone, initdb, time.Since(t0), err
+	return alone, initdb, up, time.Since(t0), err
 }
 
 // loadavg returns /proc/loadavg's first three fields.
@@ -213,27 +215,27 @@ func (b *upgBench) manyDBs(ctx context.Context, r *Report, n int) error {
 	r.Notef("%d empty databases: source cluster of %s built in %s; -j %d everywhere; %d run(s) per contender, in turns; load average at the start %s",
 		n, units.Bytes(size), Dur(time.Since(t0)), jobs, b.runs, loadavg())
 
-	var handAlone, handInit, handFull, sfAlone, sfFull, nrTotal, onTotal, onDown Sample
+	var handAlone, handInit, handUp, handFull, sfAlone, sfUp, sfFull, nrTotal, onTotal, onDown Sample
 	var nrRuns, onRuns []*upgJSON
 	var loads []string
 	for i := 0; i < b.runs; i++ {
 		loads = append(loads, loadavg())
-		a, in, f, err := b.byHand(ctx, src, jobs, handExtra...)
+		a, in, u, f, err := b.byHand(ctx, src, jobs, handExtra...)
 		if err != nil {
 			return fmt.Errorf("by hand: %w", err)
 		}
-		handAlone, handInit, handFull = append(handAlone, a), append(handInit, in), append(handFull, f)
+		handAlone, handInit, handUp, handFull = append(handAlone, a), append(handInit, in), append(handUp, u), append(handFull, f)
 		fmt.Printf("  %d dbs by hand: initdb+pg_upgrade %s, full %s\n", n, Dur(a), Dur(f))
 
 		// pgfork syncs with syncfs where pg_upgrade can (17+ on Linux):
 		// the same by hand, so that the comparison is of the rest.
 		if all {
 			loads = append(loads, loadavg())
-			a, _, f, err = b.byHand(ctx, src, jobs, "--sync-method=syncfs")
+			a, _, u, f, err = b.byHand(ctx, src, jobs, "--sync-method=syncfs")
 			if err != nil {
 				return fmt.Errorf("by hand with syncfs: %w", err)
 			}
-			sfAlone, sfFull = append(sfAlone, a), append(sfFull, f)
+			sfAlone, sfUp, sfFull = append(sfAlone, a), append(sfUp, u), append(sfFull, f)
 			fmt.Printf("  %d dbs by hand --sync-method=syncfs: initdb+pg_upgrade %s, full %s\n", n, Dur(a), Dur(f))
 		}
 
@@ -275,19 +277,30 @@ func (b *upgBench) manyDBs(ctx context.Context, r *Report, n int) error {
 			n, Dur(m(nrTotal)), handName, Dur(m(handAlone)), pct(m(nrTotal), m(handAlone)))
 		return nil
 	}
-	r.Table([]string{"databases", "by hand: initdb + pg_upgrade --clone", "by hand + start, vacuumdb, stop", "by hand, --sync-method=syncfs", "+ start, vacuumdb, stop",
-		"pgfork --no-rehearse --no-analyze", "vs by hand (syncfs)", "pgfork default (online rehearsal): downtime", "vs by hand (syncfs) + vacuumdb", "its total (rehearsal while serving)"},
-		[][]string{{strconv.Itoa(n), Dur(m(handAlone)), Dur(m(handFull)), Dur(m(sfAlone)), Dur(m(sfFull)), Dur(m(nrTotal)),
+	r.Table([]string{"databases", "by hand: initdb + pg_upgrade --clone", "+ start (accepts)", "+ vacuumdb, stop", "by hand, --sync-method=syncfs", "+ start (accepts)", "+ vacuumdb, stop",
+		"pgfork --no-rehearse --no-analyze", "vs by hand (syncfs)", "pgfork default (online rehearsal): downtime until it accepts", "vs by hand (syncfs) until it accepts", "its total (rehearsal while serving, statistics after)"},
+		[][]string{{strconv.Itoa(n), Dur(m(handAlone)), Dur(m(handUp)), Dur(m(handFull)), Dur(m(sfAlone)), Dur(m(sfUp)), Dur(m(sfFull)), Dur(m(nrTotal)),
 			pct(m(nrTotal), m(handAlone)) + " (" + pct(m(nrTotal), m(sfAlone)) + ")",
-			Dur(m(onDown)), pct(m(onDown), m(handFull)) + " (" + pct(m(onDown), m(sfFull)) + ")", Dur(m(onTotal))}})
+			Dur(m(onDown)), pct(m(onDown), m(handUp)) + " (" + pct(m(onDown), m(sfUp)) + ")", Dur(m(onTotal))}})
 	r.Target(float64(m(nrTotal)) <= 1.05*float64(m(handAlone)), "%d databases: pgfork --no-rehearse --no-analyze %s within 5%% of initdb + pg_upgrade --clone by hand %s (%s)",
 		n, Dur(m(nrTotal)), Dur(m(handAlone)), pct(m(nrTotal), m(handAlone)))
 	r.Target(float64(m(nrTotal)) <= 1.05*float64(m(sfAlone)), "%d databases: pgfork --no-rehearse --no-analyze %s within 5%% of the same by hand with pg_upgrade --sync-method=syncfs, as pgfork syncs, %s (%s)",
 		n, Dur(m(nrTotal)), Dur(m(sfAlone)), pct(m(nrTotal), m(sfAlone)))
-	r.Target(float64(m(onDown)) <= 1.10*float64(m(handFull)), "%d databases: pgfork default's downtime %s (online rehearsal before the stop) within 10%% of pg_upgrade --clone by hand with start and vacuumdb %s (%s)",
-		n, Dur(m(onDown)), Dur(m(handFull)), pct(m(onDown), m(handFull)))
-	r.Target(float64(m(onDown)) <= 1.10*float64(m(sfFull)), "%d databases: pgfork default's downtime %s within 10%% of the same by hand with --sync-method=syncfs %s (%s)",
-		n, Dur(m(onDown)), Dur(m(sfFull)), pct(m(onDown), m(sfFull)))
+	// Downtime ends when the application can connect: by hand after
+	// initdb, pg_upgrade and the start (vacuumdb runs while it serves), for
+	// pgfork at the hand-over (statistics follow while it serves).
+	r.Target(float64(m(onDown)) <= 1.10*float64(m(handUp)), "%d databases: pgfork default's downtime %s (online rehearsal before the stop; stop → the application can connect) within 10%% of initdb + pg_upgrade --clone + start by hand %s (%s)",
+		n, Dur(m(onDown)), Dur(m(handUp)), pct(m(onDown), m(handUp)))
+	r.Target(float64(m(onDown)) <= 1.10*float64(m(sfUp)), "%d databases: pgfork default's downtime %s within 10%% of the same by hand with --sync-method=syncfs %s (%s)",
+		n, Dur(m(onDown)), Dur(m(sfUp)), pct(m(onDown), m(sfUp)))
+	if len(onRuns) > 0 {
+		var stats Sample
+		for _, j := range onRuns {
+			stats = append(stats, j.phase("statistics"))
+		}
+		r.Notef("%d databases: pgfork default rebuilt statistics while the new cluster served (median %s), as by hand vacuumdb runs after the start (by hand with syncfs: start, vacuumdb and stop %s).",
+			n, Dur(m(stats)), Dur(m(sfFull)-m(sfAlone)))
+	}
 
 	// Where pgfork's time goes (the median run of each).
 	mid := func(runs []*upgJSON, s Sample) *upgJSON {

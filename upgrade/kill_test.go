@@ -41,6 +41,9 @@ type killRun struct {
 	// Before18: upgrade to the newest major before 18 (which hands the
 	// new cluster over before statistics).
 	Before18 bool
+	// WaitAnalyze: statistics on the private socket, the new cluster not
+	// handed over.
+	WaitAnalyze bool
 	// ChangeCatalog creates a database after the online rehearsal, before
 	// the stop, so that pg_upgrade --check runs again.
 	ChangeCatalog bool
@@ -76,7 +79,7 @@ func killChild(t *testing.T, raw string) {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
 	_, err := upgrade.Run(ctx, upgrade.Options{OldDir: k.Old, NewDir: k.New, Old: b.old, New: b.new, StopOld: true, Rehearse: k.Rehearse,
-		Mode: k.Mode, Confirmed: true, Jobs: 2, User: pgtest.User(t), OnEvent: func(e upgrade.Event) {
+		Mode: k.Mode, Confirmed: true, Jobs: 2, WaitAnalyze: k.WaitAnalyze, User: pgtest.User(t), OnEvent: func(e upgrade.Event) {
 			switch {
 			case e.Message != "" || e.Done:
 			case e.Step == "":
@@ -340,7 +343,8 @@ func TestKillDuringUpgrade(t *testing.T) {
 
 // TestKillAfterPlaced kills pgfork once the upgraded cluster was moved
 // into NEW_DATADIR: right after the rename (before it was recorded), at
-// the start of the new cluster, and while statistics are rebuilt on it.
+// the start of the new cluster, and while statistics are rebuilt on it
+// privately (--wait-analyze; TestKillAfterHandOver kills after a hand-over).
 // The new cluster is complete each time; the next run stops the server the
 // killed one had started on it, removes the workspace, keeps the new
 // cluster's tablespace directories and refuses NEW_DATADIR saying how to
@@ -363,7 +367,7 @@ func TestKillAfterPlaced(t *testing.T) {
 		{at: upgrade.PhaseStatistics, servers: true},
 	} {
 		t.Run(p.name(), func(t *testing.T) {
-			killAt(t, killRun{Old: old, New: newDir, At: p.at, Rehearse: upgrade.RehearseOff})
+			killAt(t, killRun{Old: old, New: newDir, At: p.at, Rehearse: upgrade.RehearseOff, WaitAnalyze: true})
 			k := inspect(t, dir, old, newDir, true)
 			left(k)
 			if p.servers != (len(k.servers) > 0) {

@@ -8,6 +8,7 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 
@@ -291,6 +292,44 @@ func TestOnlineRehearsalCatalogChange(t *testing.T) {
 	}
 }
 
+// TestInterruptAfterRehearsalLeavesOldRunning interrupts the run while the
+// online rehearsal deletes its clone (a step that does not watch the
+// context): the old cluster keeps running and serving, and the error says
+// so (it was once stopped with the cancelled context, fast escalated to
+// immediate).
+func TestInterruptAfterRehearsalLeavesOldRunning(t *testing.T) {
+	b := findBuilds(t)
+	dir := testenv.XFSDir(t)
+	old := copyFixture(t, b, dir)
+	inst, conn := startOld(t, b, old, nil)
+	newDir := filepath.Join(dir, "new")
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	cancelled := false
+	_, err := upgrade.Run(ctx, upgrade.Options{OldDir: old, NewDir: newDir, Old: b.old, New: b.new, StopOld: true,
+		User: pgtest.User(t), OnEvent: func(e upgrade.Event) {
+			if e.Phase == upgrade.PhaseRehearsal && e.Step == "delete the clone" && !e.Done {
+				cancel() // as SIGINT does
+				cancelled = true
+			}
+		}})
+	if !cancelled {
+		t.Fatalf("the rehearsal never deleted its clone (%v)", err)
+	}
+	if errs.KindOf(err) != errs.Interrupted || !strings.Contains(errs.HintOf(err), "still runs") {
+		t.Fatalf("interrupted after the rehearsal: %v (hint: %s)", err, errs.HintOf(err))
+	}
+	if pid, running, _ := pgdata.Running(old); !running || pid != inst.Pid {
+		t.Fatalf("an interrupt before the stop stopped the old cluster (running %v, pid %d, was %d)", running, pid, inst.Pid)
+	}
+	if err := serves(context.Background(), conn); err != nil {
+		t.Fatalf("the application's connection broke: %v", err)
+	}
+	if _, err := os.Stat(newDir); !os.IsNotExist(err) {
+		t.Errorf("NEW_DATADIR exists after an interrupted run: %v", err)
+	}
+}
+
 // TestOnlineRehearsalFailureLeavesOldRunning: a running cluster pg_upgrade
 // refuses (a prepared transaction) fails the online rehearsal, and the old
 // cluster keeps running, serving and unchanged.
@@ -344,12 +383,17 @@ func TestOnlineRehearsalFailureLeavesOldRunning(t *testing.T) {
 }
 
 // TestHandOverBeforeStatistics upgrades a running cluster to a major before
-// 18: the new cluster is started with its own configuration on the old
+// 18 (no statistics after pg_upgrade) and to the newest (18 and later keep
+// most): the new cluster is started with its own configuration on the old
 // cluster's port and accepts connections while vacuumdb
 // --analyze-in-stages runs, and is left running; --wait-analyze keeps the
 // old behaviour (statistics first, the new cluster left stopped).
 func TestHandOverBeforeStatistics(t *testing.T) {
-	b := findBuildsBefore18(t)
+	t.Run("before 18", func(t *testing.T) { handOverBeforeStatistics(t, findBuildsBefore18(t)) })
+	t.Run("newest", func(t *testing.T) { handOverBeforeStatistics(t, findBuilds(t)) })
+}
+
+func handOverBeforeStatistics(t *testing.T, b builds) {
 	dir := testenv.XFSDir(t)
 	old := copyFixture(t, b, dir)
 	ctx := context.Background()
@@ -362,7 +406,7 @@ func TestHandOverBeforeStatistics(t *testing.T) {
 		}
 	})
 	var connected bool
-	res, err := runUpgrade(t, upgrade.Options{OldDir: old, NewDir: newDir, Old: b.old, New: b.new, StopOld: true,
+	res, err := runServing(t, upgrade.Options{OldDir: old, NewDir: newDir, Old: b.old, New: b.new, StopOld: true,
 		OnEvent: func(e upgrade.Event) {
 			if e.Phase != upgrade.PhaseStatistics || e.Done || e.Message != "" || connected {
 				return

@@ -98,9 +98,8 @@ type Options struct {
 	// NoAnalyze skips the statistics step after the upgrade.
 	NoAnalyze bool
 	// WaitAnalyze rebuilds statistics on the private socket and stops the
-	// new cluster, as before: without it, a new cluster before PostgreSQL
-	// 18 is started for the application first and left running (see
-	// Result.AcceptsAfter).
+	// new cluster: without it, the new cluster is started for the
+	// application first and left running (see Result.AcceptsAfter).
 	WaitAnalyze bool
 	// User runs PostgreSQL (nil: the current user).
 	User *instance.OSUser
@@ -167,7 +166,9 @@ type Result struct {
 	Elapsed    time.Duration `json:"elapsed_ns"`
 	// Downtime is from the moment the old cluster stopped serving (the
 	// start of the run when it was already stopped) until the new cluster
-	// was upgraded, started and checked, ready to accept connections.
+	// accepted the application's connections (handed over), or was
+	// upgraded, checked, given statistics unless skipped and stopped, for
+	// the user to start.
 	Downtime time.Duration `json:"downtime_ns,omitempty"`
 	// AcceptsAfter is from the start of the run until the new cluster
 	// accepted the application's connections (started with its own

@@ -17,7 +17,10 @@ import (
 	"github.com/pgfork/pgfork/upgrade"
 )
 
-func runUpgrade(t *testing.T, o upgrade.Options) (*upgrade.Result, error) {
+// runServing runs an upgrade as the user pgfork's tests run PostgreSQL as,
+// logs its messages and checks that pg_upgrade's steps were reported; a
+// new cluster it handed over is left running.
+func runServing(t *testing.T, o upgrade.Options) (*upgrade.Result, error) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
@@ -38,6 +41,24 @@ func runUpgrade(t *testing.T, o upgrade.Options) (*upgrade.Result, error) {
 	res, err := upgrade.Run(ctx, o)
 	if err == nil && len(steps) == 0 {
 		t.Error("no pg_upgrade steps were reported as progress")
+	}
+	return res, err
+}
+
+// runUpgrade runs an upgrade as runServing does and, where it handed the
+// new cluster over (left it running for the application), stops it as its
+// user would before looking at its files.
+func runUpgrade(t *testing.T, o upgrade.Options) (*upgrade.Result, error) {
+	t.Helper()
+	res, err := runServing(t, o)
+	if err == nil && res.Running {
+		inst, aerr := instance.Attach(o.NewDir)
+		if aerr != nil {
+			t.Fatalf("the run says it left the new cluster running, but: %v", aerr)
+		}
+		if serr := inst.Stop(context.Background(), instance.Fast); serr != nil {
+			t.Fatalf("stop the handed-over new cluster: %v", serr)
+		}
 	}
 	return res, err
 }

@@ -70,14 +70,13 @@ pg_upgrade --check again first. A failed rehearsal leaves it running.
 pg_upgrade runs the same checks at the start of every run and changes nothing
 when one fails: pgfork explains its findings in plain words.
 
-After the upgrade pgfork starts the new cluster on a private socket, checks every
-database and rebuilds statistics. PostgreSQL 18+ keeps statistics: vacuumdb
---analyze-only --missing-stats-only runs on the private socket and the new
-cluster is left stopped. Before 18, as pg_upgrade's documentation recommends,
-pgfork hands the new cluster over first: it starts it with its own configuration
-(on the old cluster's port when that ran) and leaves it running, and vacuumdb
---analyze-in-stages rebuilds statistics while the application connects;
---wait-analyze rebuilds them first (--analyze-only) and leaves it stopped. The
+After the upgrade pgfork starts the new cluster on a private socket and checks
+every database. Then, as pg_upgrade's documentation recommends, it hands the new
+cluster over: it starts it with its own configuration (on the old cluster's port
+when that ran) and leaves it running, and vacuumdb --analyze-in-stages rebuilds
+statistics while the application connects (PostgreSQL 18+ keeps most statistics:
+--missing-stats-only gathers the rest). --wait-analyze rebuilds them first
+(--analyze-only) and leaves the new cluster stopped, as --no-analyze does. The
 summary shows the time until it accepted connections apart from the time until
 statistics were rebuilt. On failure pg_upgrade's logs are kept
 beside NEW_DATADIR and the error says where; the new cluster is built in a staging
@@ -115,7 +114,7 @@ by the next one.`,
 	fl.StringVar(&f.oldBin, "old-bindir", "", "bin directory of the old PostgreSQL (default: found by OLD_DATADIR's version)")
 	fl.StringVar(&f.newBin, "new-bindir", "", "bin directory of the new PostgreSQL (default: found by --to)")
 	fl.BoolVar(&f.noAnalyze, "no-analyze", false, "do not rebuild optimizer statistics after the upgrade (run vacuumdb yourself)")
-	fl.BoolVar(&f.waitAnalyze, "wait-analyze", false, "before PostgreSQL 18: rebuild statistics before anyone may connect, and leave the new cluster stopped")
+	fl.BoolVar(&f.waitAnalyze, "wait-analyze", false, "rebuild statistics before anyone may connect, and leave the new cluster stopped")
 	return cmd
 }
 
@@ -275,7 +274,11 @@ func printUpgradeSummary(w io.Writer, r *upgrade.Result) {
 			r.AcceptsAfter.Round(10*time.Millisecond), r.StatisticsAfter.Round(10*time.Millisecond))
 	}
 	if r.Downtime > 0 {
-		fmt.Fprintf(w, "  downtime:   %s (old cluster stopped → new cluster upgraded, started and checked)\n", r.Downtime.Round(10*time.Millisecond))
+		until := "new cluster upgraded, checked and stopped, ready to start"
+		if r.Running {
+			until = "new cluster accepts connections"
+		}
+		fmt.Fprintf(w, "  downtime:   %s (old cluster stopped → %s)\n", r.Downtime.Round(10*time.Millisecond), until)
 	}
 	var ph []string
 	for _, p := range r.Phases {

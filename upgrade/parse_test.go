@@ -200,3 +200,67 @@ func TestPGUpgradeArgs(t *testing.T) {
 		t.Errorf("pg_upgrade 16 has no --sync-method: %s", a)
 	}
 }
+
+// TestKnownSince: after an online rehearsal a database is taken as the
+// rehearsal read it only when its OID is the same and no file in base/OID
+// was written since the clone began (less a second), and read again
+// otherwise.
+func TestKnownSince(t *testing.T) {
+	data := t.TempDir()
+	start := time.Now()
+	before := start.Add(-time.Hour)
+	mkdb := func(oid string, files ...string) {
+		d := filepath.Join(data, "base", oid)
+		if err := os.MkdirAll(d, 0o700); err != nil {
+			t.Fatal(err)
+		}
+		for _, f := range files {
+			p := filepath.Join(d, f)
+			if err := os.WriteFile(p, []byte("x"), 0o600); err != nil {
+				t.Fatal(err)
+			}
+			if err := os.Chtimes(p, before, before); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	mkdb("16384", "1259", "2608")
+	mkdb("16385", "1259", "2608")
+	mkdb("16386", "1259")
+	cat := &Catalog{
+		Databases:    map[string]uint32{"idle": 16384, "written": 16385, "recreated": 16386, "elsewhere": 16390},
+		Relations:    map[string]int64{"idle": 3, "written": 1, "recreated": 0, "elsewhere": 0},
+		Extensions:   map[string]string{"idle": "plpgsql 1.0"},
+		Fingerprints: map[string]string{"idle": "abc"},
+	}
+	// Written after the clone began: by the stop's checkpoint, say.
+	if err := os.WriteFile(filepath.Join(data, "base", "16385", "2608"), []byte("y"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	known := knownSince(data, cat, start)
+	if in, ok := known("idle", 16384); !ok || in.relations != 3 || in.extensions != "plpgsql 1.0" || in.fingerprint != "abc" {
+		t.Errorf("an idle database is not taken as the rehearsal read it: %+v, %v", in, ok)
+	}
+	for _, c := range []struct {
+		db  string
+		oid uint32
+	}{
+		{"written", 16385},   // a file written since
+		{"recreated", 16387}, // another OID: dropped and created again
+		{"elsewhere", 16390}, // no base/OID: its own default tablespace
+		{"new", 16386},       // not in the rehearsal's catalogs
+	} {
+		if _, ok := known(c.db, c.oid); ok {
+			t.Errorf("database %s (OID %d) is taken as the rehearsal read it", c.db, c.oid)
+		}
+	}
+	// A file written within the second before the clone began counts as
+	// written since (file times lag the clock).
+	p := filepath.Join(data, "base", "16384", "1259")
+	if err := os.Chtimes(p, start.Add(-500*time.Millisecond), start.Add(-500*time.Millisecond)); err != nil {
+		t.Fatal(err)
+	}
+	if _, ok := known("idle", 16384); ok {
+		t.Error("a file written half a second before the clone began is not counted")
+	}
+}

@@ -78,6 +78,7 @@ func (u *upgrader) rehearse(ctx context.Context, p *prepared) (*Catalog, error) 
 	if p.online {
 		cloneStep = "clone the running old cluster online"
 	}
+	p.cloneStart = time.Now()
 	if err := step(cloneStep, func() error {
 		method := clone.Auto
 		if p.fs.oldCanClone {
@@ -104,7 +105,7 @@ func (u *upgrader) rehearse(ctx context.Context, p *prepared) (*Catalog, error) 
 		if p.online {
 			extra = recoverySettings(p.ctl)
 		}
-		cat, err = u.readSettings(ctx, oldClone, o.Old, extra, true, p.online)
+		cat, err = u.readSettings(ctx, oldClone, o.Old, extra, perDatabase{all: true}, p.online)
 		return err
 	}); err != nil {
 		return nil, err

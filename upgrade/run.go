@@ -70,6 +70,8 @@ type prepared struct {
 	// online: the old cluster runs; the rehearsal works on an online
 	// clone and the old cluster is stopped after it.
 	online bool
+	// cloneStart is when the rehearsal began to clone the old cluster.
+	cloneStart time.Time
 	// recheck: the catalogs changed after the rehearsal; pg_upgrade
 	// --check runs again before the real upgrade.
 	recheck   bool
@@ -313,7 +315,7 @@ func (u *upgrader) catalog(ctx context.Context, p *prepared) (cat *Catalog, done
 	} else {
 		if err := u.phase(PhaseSettings, &res.Phases, func() error {
 			var err error
-			cat, err = u.readSettings(ctx, o.OldDir, o.Old, nil, !filesKept(p.oldMajor, o.New.Major), false)
+			cat, err = u.readSettings(ctx, o.OldDir, o.Old, nil, perDatabase{all: !filesKept(p.oldMajor, o.New.Major)}, false)
 			return err
 		}); err != nil {
 			return nil, false, err
@@ -439,7 +441,7 @@ func (u *upgrader) stopAfterRehearsal(ctx context.Context, p *prepared, rehearse
 	}
 	var cat *Catalog
 	if err := u.phase(PhaseSettings, &res.Phases, func() error {
-		cat, err = u.readSettings(ctx, o.OldDir, o.Old, nil, true, false)
+		cat, err = u.readSettings(ctx, o.OldDir, o.Old, nil, perDatabase{all: true, known: knownSince(o.OldDir, rehearsed, p.cloneStart)}, false)
 		return err
 	}); err != nil {
 		return nil, err
@@ -539,11 +541,11 @@ func (u *upgrader) recoverOld(ctx context.Context) error {
 
 // readSettings starts a cluster privately (socket only, in pgfork's temp
 // directory, with a private trust pg_hba.conf, archiving off), reads its
-// catalogs (with perDB, every database's too: see Catalog.Relations) and
+// catalogs (as per says, every database's too: see Catalog.Relations) and
 // stops it cleanly. The catalogs are the only place encoding, locale and the
 // bootstrap superuser are kept; pg_upgrade starts the old cluster the same
 // way for its own checks.
-func (u *upgrader) readSettings(ctx context.Context, dataDir string, bin Install, extra map[string]string, perDB, background bool) (*Catalog, error) {
+func (u *upgrader) readSettings(ctx context.Context, dataDir string, bin Install, extra map[string]string, per perDatabase, background bool) (*Catalog, error) {
 	hba, err := writeHBA(u.work.Tmp, u.o.User)
 	if err != nil {
 		return nil, err
@@ -559,12 +561,16 @@ func (u *upgrader) readSettings(ctx context.Context, dataDir string, bin Install
 		return nil, err
 	}
 	hook("settings server started")
-	cat, rerr := readCatalog(ctx, inst, superuserCandidates(u.o.Superuser, dataDir), perDB)
+	cat, known, rerr := readCatalog(ctx, inst, superuserCandidates(u.o.Superuser, dataDir), per)
 	if err := inst.Stop(context.WithoutCancel(ctx), instance.Fast); err != nil && rerr == nil {
 		rerr = err
 	}
 	if rerr != nil {
 		return nil, rerr
+	}
+	if known > 0 {
+		u.infof(PhaseSettings, "%d of %d databases unchanged on disk since the rehearsal's clone: taken as the rehearsal read them, not connected to",
+			known, len(cat.Databases))
 	}
 	u.infof(PhaseSettings, "old cluster: superuser %s, encoding %s, locale %s, data checksums %s, block size %d, WAL segments %s",
 		cat.Superuser, cat.Encoding, cat.Collate, onOff(u.res.Control.ChecksumsEnabled()), u.res.Control.BlockSize, units.Bytes(u.res.Control.WALSegmentSize))

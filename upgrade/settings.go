@@ -3,9 +3,11 @@ package upgrade
 import (
 	"context"
 	"fmt"
+	"maps"
 	"os"
 	"path/filepath"
 	"sort"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -115,21 +117,32 @@ func connectAny(ctx context.Context, inst *instance.Instance, roles []string, db
 		WithHint("name its bootstrap superuser").WithCLI("pass --superuser NAME")
 }
 
+// perDatabase says which databases readCatalog reads one by one (relation
+// count, extensions, fingerprint: one connection each).
+type perDatabase struct {
+	// all: every database that accepts connections; otherwise none.
+	all bool
+	// known returns, without a connection, what is known of a database
+	// (see knownSince); nil: nothing is.
+	known func(db string, oid uint32) (dbInfo, bool)
+}
+
 // readCatalog reads the settings and databases of a running cluster, and
-// with perDB each database's relation count, extensions and fingerprint
-// (one connection per database).
-func readCatalog(ctx context.Context, inst *instance.Instance, roles []string, perDB bool) (*Catalog, error) {
+// with per.all each database's relation count, extensions and fingerprint
+// (one connection per database, except those per.known knows); known
+// counts those.
+func readCatalog(ctx context.Context, inst *instance.Instance, roles []string, per perDatabase) (c *Catalog, known int, err error) {
 	conn, role, err := connectAny(ctx, inst, roles, "template1")
 	if err != nil {
-		return nil, err
+		return nil, 0, err
 	}
 	defer conn.Close(context.Background())
-	c := &Catalog{Databases: map[string]uint32{}}
+	c = &Catalog{Databases: map[string]uint32{}}
 	if err := conn.QueryRow(ctx, `SELECT rolname FROM pg_authid WHERE oid = 10`).Scan(&c.Superuser); err != nil {
-		return nil, errs.Wrap(errs.Internal, err, "cannot read the bootstrap superuser")
+		return nil, 0, errs.Wrap(errs.Internal, err, "cannot read the bootstrap superuser")
 	}
 	if err := conn.QueryRow(ctx, `SELECT current_setting('server_version_num')::int / 10000`).Scan(&c.Major); err != nil {
-		return nil, errs.Wrap(errs.Internal, err, "cannot read the server version")
+		return nil, 0, errs.Wrap(errs.Internal, err, "cannot read the server version")
 	}
 	q := `SELECT pg_encoding_to_char(encoding), datcollate, datctype, 'c', '' FROM pg_database WHERE datname = 'template0'`
 	switch {
@@ -139,27 +152,75 @@ func readCatalog(ctx context.Context, inst *instance.Instance, roles []string, p
 		q = `SELECT pg_encoding_to_char(encoding), datcollate, datctype, datlocprovider::text, coalesce(daticulocale, '') FROM pg_database WHERE datname = 'template0'`
 	}
 	if err := conn.QueryRow(ctx, q).Scan(&c.Encoding, &c.Collate, &c.Ctype, &c.LocaleProvider, &c.ICULocale); err != nil {
-		return nil, errs.Wrap(errs.Internal, err, "cannot read template0's encoding and locale")
+		return nil, 0, errs.Wrap(errs.Internal, err, "cannot read template0's encoding and locale")
 	}
 	if c.Databases, err = listDatabases(ctx, conn); err != nil {
-		return nil, err
+		return nil, 0, err
 	}
-	if !perDB {
-		return c, nil
+	if !per.all {
+		return c, 0, nil
 	}
+	infos := make(map[string]dbInfo, len(c.Databases))
 	dbs := make([]string, 0, len(c.Databases))
-	for db := range c.Databases {
+	for db, oid := range c.Databases {
+		if per.known != nil {
+			if in, ok := per.known(db, oid); ok {
+				infos[db] = in
+				continue
+			}
+		}
 		dbs = append(dbs, db)
 	}
-	infos, err := inspectDatabases(ctx, inst, role, dbs)
+	known = len(infos)
+	read, err := inspectDatabases(ctx, inst, role, dbs)
 	if err != nil {
-		return nil, err
+		return nil, 0, err
 	}
+	maps.Copy(infos, read)
 	c.Relations, c.Extensions, c.Fingerprints = map[string]int64{}, map[string]string{}, map[string]string{}
 	for db, in := range infos {
 		c.Relations[db], c.Extensions[db], c.Fingerprints[db] = in.relations, in.extensions, in.fingerprint
 	}
-	return c, nil
+	return c, known, nil
+}
+
+// knownSince returns a perDatabase.known that takes a database of the
+// cluster in dataDir as cat (read on the rehearsal's clone of it, taken
+// from since on) saw it when it has the same OID and no file in its
+// directory base/OID was written after since. Whatever changed it after the
+// clone was taken was written by the stop's shutdown checkpoint at the
+// latest, so its catalog files would show it. File times lag the clock by
+// a tick: a second of margin only reads more databases again. A database
+// whose directory is elsewhere (its own default tablespace), or cannot be
+// read, is read again.
+func knownSince(dataDir string, cat *Catalog, since time.Time) func(string, uint32) (dbInfo, bool) {
+	since = since.Add(-time.Second)
+	return func(db string, oid uint32) (dbInfo, bool) {
+		if was, ok := cat.Databases[db]; !ok || was != oid {
+			return dbInfo{}, false
+		}
+		rel, ok := cat.Relations[db]
+		if !ok || !unwrittenSince(filepath.Join(dataDir, "base", strconv.FormatUint(uint64(oid), 10)), since) {
+			return dbInfo{}, false
+		}
+		return dbInfo{relations: rel, extensions: cat.Extensions[db], fingerprint: cat.Fingerprints[db]}, true
+	}
+}
+
+// unwrittenSince says whether dir holds only regular files, none of them
+// modified after t.
+func unwrittenSince(dir string, t time.Time) bool {
+	es, err := os.ReadDir(dir)
+	if err != nil || len(es) == 0 {
+		return false
+	}
+	for _, e := range es {
+		fi, err := e.Info()
+		if err != nil || !fi.Mode().IsRegular() || fi.ModTime().After(t) {
+			return false
+		}
+	}
+	return true
 }
 
 // listDatabases maps the databases that accept connections to their OIDs.

@@ -32,7 +32,7 @@ import (
 //   - pgfork upgrade --stop-old -j J, its default, on the running cluster:
 //     the rehearsal works on an online clone while the old cluster serves,
 //     and only the real run is downtime (target: downtime within 10% of the
-//     by-hand run with start and statistics).
+//     by-hand run up to its start; statistics are reported apart).
 //
 // Downtime is from the old cluster's stop until the application can
 // connect to the new cluster: by hand after initdb, pg_upgrade and the start

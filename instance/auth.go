@@ -9,6 +9,7 @@ import (
 	"encoding/base64"
 	"encoding/hex"
 	"path/filepath"
+	"strconv"
 
 	"github.com/jackc/pgx/v5"
 
@@ -54,7 +55,7 @@ func (inst *Instance) SetPassword(ctx context.Context, role, password string) er
 		return errs.Wrap(errs.Internal, err, "cannot connect to set the password").WithPath(inst.DataDir)
 	}
 	defer c.Close(context.Background())
-	v := scramVerifier(password)
+	v := ScramVerifier(password)
 	if _, err := c.Exec(ctx, "ALTER ROLE "+pgx.Identifier{role}.Sanitize()+" PASSWORD '"+v+"'"); err != nil {
 		return errs.Wrap(errs.Internal, err, "cannot set the password of role %s", role).WithPath(inst.DataDir)
 	}
@@ -62,11 +63,44 @@ func (inst *Instance) SetPassword(ctx context.Context, role, password string) er
 	return nil
 }
 
-// scramVerifier returns PostgreSQL's stored form of a SCRAM-SHA-256
-// password (RFC 5802/7677, as pg_authid keeps it). password must be ASCII
-// (SASLprep leaves it unchanged).
-func scramVerifier(password string) string {
-	const iter = 4096
+// GeneratedPasswordIterations is the SCRAM-SHA-256 iteration count of the
+// verifiers pgfork stores for the passwords it generates itself
+// (NewPassword, secret.Password: 128 random bits, 32 hex digits). The
+// iteration count slows the guessing of a password from a stolen verifier;
+// a 128-bit random password cannot be guessed at any count, while every
+// count costs each connecting client that many HMAC rounds of CPU (4096,
+// PostgreSQL's default, take 0.2-0.3 s in a debug build of a Rust client:
+// issue 33). Any other password gets DefaultIterations.
+const GeneratedPasswordIterations = 1
+
+// DefaultIterations is PostgreSQL's default scram_iterations, used for
+// passwords pgfork did not generate.
+const DefaultIterations = 4096
+
+// IsGenerated says whether password has the form of one pgfork generates
+// (32 lowercase hex digits: 128 bits).
+func IsGenerated(password string) bool {
+	if len(password) != 32 {
+		return false
+	}
+	for _, c := range password {
+		if (c < '0' || c > '9') && (c < 'a' || c > 'f') {
+			return false
+		}
+	}
+	return true
+}
+
+// ScramVerifier returns PostgreSQL's stored form of a SCRAM-SHA-256
+// password (RFC 5802/7677, as pg_authid keeps it): GeneratedPasswordIterations
+// for a password IsGenerated, else DefaultIterations. Sent as the PASSWORD
+// of CREATE/ALTER ROLE, the password itself never reaches the server (nor
+// its log). password must be ASCII (SASLprep leaves it unchanged).
+func ScramVerifier(password string) string {
+	iter := DefaultIterations
+	if IsGenerated(password) {
+		iter = GeneratedPasswordIterations
+	}
 	var salt [16]byte
 	_, _ = rand.Read(salt[:])
 	salted, _ := pbkdf2.Key(sha256.New, password, salt[:], iter, 32)
@@ -79,5 +113,5 @@ func scramVerifier(password string) string {
 	stored := sha256.Sum256(clientKey)
 	serverKey := mac(salted, "Server Key")
 	b64 := base64.StdEncoding.EncodeToString
-	return "SCRAM-SHA-256$4096:" + b64(salt[:]) + "$" + b64(stored[:]) + ":" + b64(serverKey)
+	return "SCRAM-SHA-256$" + strconv.Itoa(iter) + ":" + b64(salt[:]) + "$" + b64(stored[:]) + ":" + b64(serverKey)
 }

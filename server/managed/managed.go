@@ -189,8 +189,10 @@ func EnsureRole(ctx context.Context, adminURL, role, pw string, superuser bool) 
 	if superuser {
 		attrs = " LOGIN SUPERUSER"
 	}
-	// The password is random hex from us, but quote it as a literal anyway.
-	lit := "'" + strings.ReplaceAll(pw, "'", "''") + "'"
+	// Only the SCRAM verifier is sent (the password reaches no server log);
+	// a password pgfork generated gets a verifier that costs the clients no
+	// noticeable CPU (instance.GeneratedPasswordIterations).
+	lit := "'" + strings.ReplaceAll(instance.ScramVerifier(pw), "'", "''") + "'"
 	sql := verb + " ROLE " + pgx.Identifier{role}.Sanitize() + attrs + " PASSWORD " + lit
 	if _, err := c.Exec(ctx, sql); err != nil {
 		return errs.Wrap(errs.Internal, err, "cannot %s role %s", strings.ToLower(verb), role)

@@ -2,7 +2,12 @@ package managed_test
 
 import (
 	"context"
+	"fmt"
+	"net"
+	"net/url"
 	"path/filepath"
+	"strconv"
+	"strings"
 	"testing"
 
 	"github.com/jackc/pgx/v5"
@@ -77,4 +82,52 @@ func startManaged(t *testing.T, dir string) *managed.Server {
 		t.Fatal(err)
 	}
 	return m
+}
+
+// TestCheapVerifierForGeneratedPasswords: the role handed out with the
+// password pgfork generated is stored with a SCRAM verifier of
+// instance.GeneratedPasswordIterations (a client connecting spends no
+// noticeable CPU: issue 33), connects over TCP with it and not with another
+// password; a password the user chose keeps PostgreSQL's 4096 iterations.
+func TestCheapVerifierForGeneratedPasswords(t *testing.T) {
+	ctx := context.Background()
+	m := startManaged(t, filepath.Join(testenv.Dir(t), "serve"))
+	defer func() { _ = m.Stop(ctx) }()
+	verifier := func(role string) string {
+		t.Helper()
+		c, err := pgx.Connect(ctx, m.AdminURL)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer c.Close(ctx)
+		var v string
+		if err := c.QueryRow(ctx, "SELECT rolpassword FROM pg_authid WHERE rolname = $1", role).Scan(&v); err != nil {
+			t.Fatal(err)
+		}
+		return v
+	}
+	if v, want := verifier(managed.DefaultRole), fmt.Sprintf("SCRAM-SHA-256$%d:", instance.GeneratedPasswordIterations); !strings.HasPrefix(v, want) {
+		t.Fatalf("verifier of the generated password %.20q…, want %q…", v, want)
+	}
+	tcp := func(pw string) error {
+		u := url.URL{Scheme: "postgresql", User: url.UserPassword(m.Conn.Username, pw),
+			Host: net.JoinHostPort(m.Conn.Host, strconv.Itoa(m.Conn.Port)), Path: "/postgres", RawQuery: "sslmode=disable"}
+		c, err := pgx.Connect(ctx, u.String())
+		if err == nil {
+			c.Close(ctx)
+		}
+		return err
+	}
+	if err := tcp(m.Conn.Password); err != nil {
+		t.Fatalf("TCP with the generated password: %v", err)
+	}
+	if err := tcp(instance.NewPassword()); err == nil {
+		t.Fatal("TCP with another password was let in")
+	}
+	if err := managed.EnsureRole(ctx, m.AdminURL, "chosen", "my own pass phrase", false); err != nil {
+		t.Fatal(err)
+	}
+	if v := verifier("chosen"); !strings.HasPrefix(v, "SCRAM-SHA-256$4096:") {
+		t.Fatalf("verifier of a chosen password %.20q…, want 4096 iterations", v)
+	}
 }

@@ -113,7 +113,7 @@ type ManagedOptions struct {
 	Manager pool.ManagerConfig // Owner is set from the client role
 	DB      DBOptions
 	// Layout is pgfork's state directory: the server lives in its
-	// "serve" folder, kept across restarts.
+	// "serve" folder, one per major (managed.Dir), kept across restarts.
 	Layout statedir.Layout
 	PG     pgbin.Installation
 	User   *instance.OSUser // OS user PostgreSQL runs as (nil: current user)
@@ -135,7 +135,14 @@ func NewManaged(ctx context.Context, o ManagedOptions) (*Backend, error) {
 	if err := lay.Ensure(); err != nil {
 		return nil, errs.FromOS(err, lay.Root, "cannot create the state directory")
 	}
-	dir := filepath.Join(lay.Root, "serve")
+	base := filepath.Join(lay.Root, "serve")
+	if err := os.MkdirAll(base, 0o755); err != nil {
+		return nil, errs.FromOS(err, base, "cannot create %s", base)
+	}
+	if err := managed.MoveLegacy(ctx, base); err != nil {
+		return nil, err
+	}
+	dir := managed.Dir(base, o.PG.Major)
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return nil, errs.FromOS(err, dir, "cannot create %s", dir)
 	}

@@ -2,6 +2,7 @@ package serve_test
 
 import (
 	"context"
+	"os"
 	"path/filepath"
 	"testing"
 	"time"
@@ -12,8 +13,10 @@ import (
 	"github.com/pgfork/pgfork/internal/statedir"
 	"github.com/pgfork/pgfork/internal/testenv"
 	"github.com/pgfork/pgfork/pgbin"
+	"github.com/pgfork/pgfork/pgdata"
 	"github.com/pgfork/pgfork/pool"
 	"github.com/pgfork/pgfork/serve"
+	"github.com/pgfork/pgfork/server/managed"
 )
 
 func managedOptions(t *testing.T, root string) serve.ManagedOptions {
@@ -38,10 +41,10 @@ func running(data string) bool {
 // `pgfork serve` leaves it running.
 func TestManagedClosedOnEveryPath(t *testing.T) {
 	root := testenv.Dir(t)
-	data := filepath.Join(root, "serve", "pgdata")
 	ctx := context.Background()
 
 	o := managedOptions(t, root)
+	data := filepath.Join(managed.Dir(filepath.Join(root, "serve"), o.PG.Major), "pgdata")
 	b, err := serve.NewManaged(ctx, o)
 	if err != nil {
 		t.Fatal(err)
@@ -95,5 +98,74 @@ func TestExternalUnreachable(t *testing.T) {
 	}
 	if _, err := serve.ParseConn("postgres://[bad"); errs.KindOf(err) != errs.Usage {
 		t.Fatalf("ParseConn of a bad URL: %v, want a usage error", err)
+	}
+}
+
+// TestManagedEveryMajor: one state directory serves any major (issue 33):
+// the managed cluster of the layout before per-major directories
+// (serve/pgdata) is moved to its major's directory with its templates, a
+// second major starts a cluster of its own beside it (it used to start the
+// first major's data directory and fail on its settings), and the first
+// major finds its template again.
+func TestManagedEveryMajor(t *testing.T) {
+	dirs := testenv.RequireMajors(t, 2)
+	root := testenv.Dir(t)
+	ctx := context.Background()
+	open := func(bin string) (*serve.Backend, serve.ManagedOptions) {
+		t.Helper()
+		o := managedOptions(t, root)
+		pg, err := pgbin.Find(pgbin.Options{Explicit: bin}, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		o.PG = pg
+		b, err := serve.NewManaged(ctx, o)
+		if err != nil {
+			t.Fatalf("NewManaged(%s): %v", pg, err)
+		}
+		return b, o
+	}
+	closeB := func(b *serve.Backend) {
+		t.Helper()
+		cctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
+		defer cancel()
+		if err := b.Close(cctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	first, o1 := open(dirs[0])
+	if _, err := first.Manager.InitializeTemplate(ctx, "kept"); err != nil {
+		t.Fatal(err)
+	}
+	if err := first.Manager.FinalizeTemplate(ctx, "kept"); err != nil {
+		t.Fatal(err)
+	}
+	closeB(first)
+	// Back to the old layout: serve/pgdata and serve/password.
+	base := filepath.Join(root, "serve")
+	own := managed.Dir(base, o1.PG.Major)
+	for _, n := range []string{"pgdata", "password"} {
+		if err := os.Rename(filepath.Join(own, n), filepath.Join(base, n)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := os.Remove(own); err != nil {
+		t.Fatal(err)
+	}
+	second, o2 := open(dirs[len(dirs)-1])
+	if o2.PG.Major == o1.PG.Major {
+		t.Fatalf("PGFORK_TEST_PG_BINS gives one major (%d) twice", o1.PG.Major)
+	}
+	if _, err := os.Stat(filepath.Join(base, "pgdata")); err == nil {
+		t.Error("the old layout's serve/pgdata is still there")
+	}
+	if v, err := pgdata.Version(filepath.Join(managed.Dir(base, o2.PG.Major), "pgdata")); err != nil || v != o2.PG.Major {
+		t.Errorf("the second major's cluster: version %d (%v), want %d", v, err, o2.PG.Major)
+	}
+	closeB(second)
+	again, _ := open(dirs[0])
+	defer closeB(again)
+	if _, err := again.Manager.GetTestDatabase(ctx, "kept"); err != nil {
+		t.Fatalf("the first major's template after the move and the other major: %v", err)
 	}
 }

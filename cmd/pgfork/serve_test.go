@@ -131,7 +131,7 @@ func TestServeCrashRecovery(t *testing.T) {
 	if code, body := s.call(t, "GET", "/api/v1/templates/crash1/tests", ""); code != 200 {
 		t.Fatalf("get: %d %s", code, body)
 	}
-	data := filepath.Join(home, "serve", "pgdata")
+	data := managedData(t, home)
 	pf, err := instance.ReadPidFile(data)
 	if err != nil {
 		t.Fatal(err)
@@ -166,7 +166,7 @@ func TestServeLeftoverStranger(t *testing.T) {
 	home := testenv.Dir(t)
 	pgBin := testenv.PGBinDirs(t)[0]
 	s := startServe(t, bin, home, pgBin, nil)
-	data := filepath.Join(home, "serve", "pgdata")
+	data := managedData(t, home)
 	pf, err := instance.ReadPidFile(data)
 	if err != nil {
 		t.Fatal(err)
@@ -269,7 +269,7 @@ func TestServeRefusesBadInput(t *testing.T) {
 		if r.code != 2 || !strings.Contains(r.stderr, c.want) {
 			t.Errorf("%v %v: exit %d, want 2 naming %s\n%s", c.env, c.args, r.code, c.want, r.stderr)
 		}
-		if _, err := os.Stat(filepath.Join(home, "serve", "pgdata")); err == nil {
+		if hasManaged(home) {
 			t.Errorf("%v %v: a cluster was created before the input was checked", c.env, c.args)
 		}
 	}
@@ -297,7 +297,7 @@ func TestServeExternalFromPGEnv(t *testing.T) {
 	if code, body := s.call(t, "POST", "/api/v1/templates", `{"hash":"ext"}`); code != 200 || !strings.Contains(body, fmt.Sprintf(`"port":%d`, ext.Conn.Port)) {
 		t.Fatalf("initialize: %d %s", code, body)
 	}
-	if _, err := os.Stat(filepath.Join(home, "serve", "pgdata")); err == nil {
+	if hasManaged(home) {
 		t.Error("a managed cluster was created although PGHOST… name a server")
 	}
 	if !strings.Contains(s.stderr.String(), "PGHOST, PGPORT, PGUSER, PGPASSWORD set") {
@@ -310,7 +310,7 @@ func TestServeExternalFromPGEnv(t *testing.T) {
 	if r.code == 0 || !strings.Contains(r.stderr, "external PostgreSQL") {
 		t.Errorf("INTEGRESQL_PGUSER without a reachable server: exit %d\n%s", r.code, r.stderr)
 	}
-	if _, err := os.Stat(filepath.Join(home2, "serve", "pgdata")); err == nil {
+	if hasManaged(home2) {
 		t.Error("a managed cluster was started although INTEGRESQL_PGUSER was set")
 	}
 }
@@ -332,4 +332,21 @@ func TestServeOneStateDir(t *testing.T) {
 	if code, body := s.call(t, "GET", "/healthz", ""); code != 200 {
 		t.Fatalf("the first serve after the second tried: healthz %d %s", code, body)
 	}
+}
+
+// hasManaged says whether serve made a managed cluster in the state
+// directory home (one per major: serve/<major>/pgdata).
+func hasManaged(home string) bool {
+	m, _ := filepath.Glob(filepath.Join(home, "serve", "*", "pgdata"))
+	return len(m) > 0
+}
+
+// managedData is the data directory of the one managed cluster in home.
+func managedData(t *testing.T, home string) string {
+	t.Helper()
+	m, _ := filepath.Glob(filepath.Join(home, "serve", "*", "pgdata"))
+	if len(m) != 1 {
+		t.Fatalf("managed clusters in %s: %v, want one", home, m)
+	}
+	return m[0]
 }

@@ -18,6 +18,7 @@ import (
 	"github.com/pgfork/pgfork/internal/errs"
 	"github.com/pgfork/pgfork/internal/proc"
 	"github.com/pgfork/pgfork/internal/secret"
+	"github.com/pgfork/pgfork/pgdata"
 	"github.com/pgfork/pgfork/pool"
 )
 
@@ -113,6 +114,65 @@ func Start(ctx context.Context, o Options) (*Server, error) {
 		return nil, err
 	}
 	return m, nil
+}
+
+// Dir is where the managed server of a PostgreSQL major lives below base
+// (<state>/serve): base/<major>, holding pgdata/ and the client role's
+// password. Each major has its own cluster, so one state directory serves
+// any major: `serve --pg 15` after `serve --pg 18` starts 15's own cluster
+// (a data directory of another major cannot be started, and an upgrade of a
+// cache of test templates is not worth its time).
+func Dir(base string, major int) string { return filepath.Join(base, strconv.Itoa(major)) }
+
+// MoveLegacy moves the managed server of the layout before Dir (base/pgdata
+// and base/password, one major for the whole state directory) to Dir(base,
+// its major), stopping a server a killed serve left running on it first
+// (recoverLeftover's rules). It does nothing when there is none, or when
+// that major's directory exists already.
+func MoveLegacy(ctx context.Context, base string) error {
+	// A move a crash cut short after its first rename is finished.
+	if ents, err := os.ReadDir(base); err == nil {
+		for _, e := range ents {
+			if n, ok := strings.CutSuffix(e.Name(), ".moving"); ok && e.IsDir() {
+				if _, err := os.Lstat(filepath.Join(base, n)); os.IsNotExist(err) {
+					if _, err := os.Stat(filepath.Join(base, e.Name(), "pgdata", "PG_VERSION")); err == nil {
+						_ = os.Rename(filepath.Join(base, e.Name()), filepath.Join(base, n))
+					}
+				}
+			}
+		}
+	}
+	old := filepath.Join(base, "pgdata")
+	major, err := pgdata.Version(old)
+	if err != nil {
+		return nil // no legacy cluster (or not one to move)
+	}
+	dst := Dir(base, major)
+	if _, err := os.Lstat(dst); err == nil {
+		return nil
+	}
+	if err := recoverLeftover(ctx, old); err != nil {
+		return err
+	}
+	if _, err := os.Stat(filepath.Join(old, "postmaster.pid")); err == nil {
+		return errs.New(errs.Busy, "a server still runs on %s", old).WithPath(old).
+			WithHint("stop it, then start pgfork serve again")
+	}
+	tmp := dst + ".moving"
+	_ = os.RemoveAll(tmp)
+	if err := os.Mkdir(tmp, 0o755); err != nil {
+		return errs.FromOS(err, tmp, "cannot move the managed server to its major's directory")
+	}
+	if err := os.Rename(old, filepath.Join(tmp, "pgdata")); err != nil {
+		return errs.FromOS(err, old, "cannot move the managed server to its major's directory")
+	}
+	if err := os.Rename(filepath.Join(base, "password"), filepath.Join(tmp, "password")); err != nil && !os.IsNotExist(err) {
+		return errs.FromOS(err, base, "cannot move the managed server's password")
+	}
+	if err := os.Rename(tmp, dst); err != nil {
+		return errs.FromOS(err, dst, "cannot move the managed server to its major's directory")
+	}
+	return nil
 }
 
 // recoverLeftover stops the postmaster a killed `pgfork serve` left running

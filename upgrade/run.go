@@ -131,7 +131,12 @@ func (u *upgrader) run(ctx context.Context) (*Result, error) {
 		res.Rechecked = true
 	}
 
-	if err := u.phase(PhaseUpgrade, &res.Phases, func() error { return u.transfer(ctx, p, cat) }); err != nil {
+	// From the transfer on, an interrupt stops the run only while the old
+	// cluster can still be started again (see committed); past that the
+	// run goes on until the new cluster serves.
+	gctx, release := u.commitGuard(ctx)
+	defer release()
+	if err := u.phase(PhaseUpgrade, &res.Phases, func() error { return u.transfer(gctx, p, cat) }); err != nil {
 		return res, err
 	}
 	hook("transferred")
@@ -139,13 +144,13 @@ func (u *upgrader) run(ctx context.Context) (*Result, error) {
 	var inst *instance.Instance
 	if err := u.phase(PhaseStart, &res.Phases, func() error {
 		var err error
-		inst, err = u.startNew(ctx, cat)
+		inst, err = u.startNew(gctx, cat)
 		return err
 	}); err != nil {
 		u.finish(ctx)
 		return res, err
 	}
-	err = u.finishNew(ctx, inst, cat)
+	err = u.finishNew(ctx, gctx, inst, cat)
 	u.finish(ctx)
 	return res, err
 }
@@ -864,6 +869,7 @@ func (u *upgrader) handOver(ctx context.Context, private *instance.Instance, su 
 	log := filepath.Join(o.NewDir, instance.LogFileName)
 	cmd := o.User.Command(ctx, o.New.Env, o.New.tool("pg_ctl"), "start", "-D", o.NewDir, "-w", "-t", "300", "-l", log)
 	cmd.Dir = u.work.Tmp
+	setpgid(cmd) // not stopped half-way by the terminal's Ctrl-C
 	if out, err := cmd.CombinedOutput(); err != nil {
 		return nil, fmt.Errorf("pg_ctl start: %v: %s", err, strings.TrimSpace(string(out)))
 	}
@@ -878,11 +884,14 @@ func (u *upgrader) handOver(ctx context.Context, private *instance.Instance, su 
 // finishNew rebuilds statistics on the new cluster (handed over to the
 // application first where handsOver says so) and stops it unless it was
 // handed over.
-func (u *upgrader) finishNew(ctx context.Context, inst *instance.Instance, cat *Catalog) error {
+//
+// gctx is ctx until the old cluster is past the point of no return (see
+// commitGuard): the hand-over runs on it, statistics on ctx.
+func (u *upgrader) finishNew(ctx, gctx context.Context, inst *instance.Instance, cat *Catalog) error {
 	o, res := u.o, u.res
 	handed := false
 	if u.handsOver() {
-		hinst, err := u.handOver(ctx, inst, cat.Superuser)
+		hinst, err := u.handOver(gctx, inst, cat.Superuser)
 		if err == nil {
 			inst, handed = hinst, true
 			where := fmt.Sprintf("port %d", inst.Port)
@@ -894,7 +903,7 @@ func (u *upgrader) finishNew(ctx context.Context, inst *instance.Instance, cat *
 			u.infof(PhaseStatistics, "cannot hand the new cluster over before statistics are rebuilt (%v); rebuilding them on the private socket", err)
 			res.Notes = append(res.Notes, fmt.Sprintf("the new cluster was not started for the application before statistics were rebuilt: %v", err))
 			if _, running, _ := pgdata.Running(o.NewDir); !running {
-				if inst, err = u.startNew(ctx, cat); err != nil {
+				if inst, err = u.startNew(gctx, cat); err != nil {
 					return err
 				}
 			}

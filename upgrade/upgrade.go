@@ -289,6 +289,9 @@ func Run(ctx context.Context, o Options) (*Result, error) {
 	}
 	u := &upgrader{o: o, t0: time.Now(), res: &Result{OldDir: o.OldDir, NewDir: o.NewDir, Mode: o.Mode}}
 	res, err := u.run(ctx)
+	if err != nil && ctx.Err() != nil {
+		err = u.afterInterrupt(err)
+	}
 	if res != nil {
 		res.Elapsed = time.Since(u.t0)
 	}

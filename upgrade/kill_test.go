@@ -692,3 +692,50 @@ func TestInterruptAfterStop(t *testing.T) {
 		})
 	}
 }
+
+// TestKillDuringPGUpgradeThenManualStart kills pgfork (kill -9) while
+// pg_upgrade runs with the old cluster started in binary-upgrade mode on
+// the run's private socket: that server outlives pgfork (a manual start of
+// the old cluster fails). The next run stops it and says so, and the old
+// cluster then starts by hand, as it ran, and serves.
+func TestKillDuringPGUpgradeThenManualStart(t *testing.T) {
+	b := findBuilds(t)
+	dir := testenv.XFSDir(t)
+	old := copyFixture(t, b, dir)
+	newDir := filepath.Join(dir, "new")
+	oldInst, _ := startOld(t, b, old, nil)
+	port := oldInst.Port
+	left := stopLeft(t)
+	killAt(t, killRun{Old: old, New: newDir, At: "upgrade/Restoring global objects", Rehearse: upgrade.RehearseOff})
+	k := inspect(t, dir, old, newDir, false)
+	left(k)
+	if k.servers[old] == 0 {
+		t.Fatalf("no server of pg_upgrade runs on the old cluster after the kill: %v", k.servers)
+	}
+	pgCtl := func() ([]byte, error) {
+		cmd := pgtest.User(t).Command(context.Background(), b.old.Env, filepath.Join(b.old.BinDir, "pg_ctl"), "start", "-w", "-D", old,
+			"-l", filepath.Join(old, instance.LogFileName), "-o", fmt.Sprintf("-p %d -k %s", port, oldInst.SocketDir))
+		return cmd.CombinedOutput()
+	}
+	if out, err := pgCtl(); err == nil {
+		t.Fatalf("the old cluster started by hand beside pg_upgrade's server: %s", out)
+	}
+	res, err := runUpgrade(t, upgrade.Options{OldDir: old, NewDir: newDir, Old: b.old, New: b.new, CheckOnly: true})
+	if err != nil {
+		t.Fatalf("the next run: %v (hint: %s)", err, errs.HintOf(err))
+	}
+	wantCleaned(t, res, dir)
+	k.gone(t)
+	if all := strings.Join(res.CleanedUp, "\n"); !strings.Contains(all, fmt.Sprintf("pid %d", k.servers[old])) || !strings.Contains(all, "can be started again") {
+		t.Errorf("the next run does not say it stopped pg_upgrade's server: %s", all)
+	}
+	if out, err := pgCtl(); err != nil {
+		t.Fatalf("the old cluster does not start by hand after the next run: %v: %s", err, out)
+	}
+	t.Cleanup(func() {
+		if in, err := instance.Attach(old); err == nil {
+			_ = in.Stop(context.Background(), instance.Fast)
+		}
+	})
+	answers(t, old, port)
+}

@@ -332,6 +332,11 @@ func (u *upgrader) carry(ctx context.Context, conn *pgx.Conn, c *oldConfig) ([]s
 			if v == "" || filepath.IsAbs(v) {
 				continue
 			}
+			if !filepath.IsLocal(v) {
+				// Outside the old data directory: named where it is.
+				set[n] = filepath.Join(o.OldDir, v)
+				continue
+			}
 			cmd := o.User.Command(ctx, nil, "cp", "-pR", "--parents", "--", v, o.NewDir+"/")
 			cmd.Dir = o.OldDir
 			if out, err := cmd.CombinedOutput(); err != nil {

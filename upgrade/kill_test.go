@@ -706,7 +706,8 @@ func TestKillDuringPGUpgradeThenManualStart(t *testing.T) {
 	oldInst, _ := startOld(t, b, old, nil)
 	port := oldInst.Port
 	left := stopLeft(t)
-	killAt(t, killRun{Old: old, New: newDir, At: "upgrade/Restoring global objects", Rehearse: upgrade.RehearseOff})
+	// pg_upgrade dumps the old cluster's schemas from its binary-upgrade server.
+	killAt(t, killRun{Old: old, New: newDir, At: "upgrade/Creating dump of database schemas", Rehearse: upgrade.RehearseOff})
 	k := inspect(t, dir, old, newDir, false)
 	left(k)
 	if k.servers[old] == 0 {

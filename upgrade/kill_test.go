@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -535,4 +536,207 @@ func wantCleaned(t *testing.T, res *upgrade.Result, dir string) {
 	if left, _ := filepath.Glob(filepath.Join(dir, ".*pgfork*")); len(left) > 0 {
 		t.Errorf("left after the next run: %v", left)
 	}
+}
+
+// interruptAt runs the upgrade of o and cancels its context, as SIGINT or
+// SIGTERM does in pgfork upgrade, at the point named as killRun.At names
+// it (a phase starting, a step of it, or "phase/hook:step").
+func interruptAt(t *testing.T, o upgrade.Options, at string) (*upgrade.Result, error) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	hit := false
+	fire := func(point string) {
+		if !hit && (point == at || (strings.Count(at, "/") == 1 && !strings.Contains(at, "/hook:") && strings.HasPrefix(point, at))) {
+			hit = true
+			cancel()
+		}
+	}
+	var phase string
+	defer upgrade.SetTestHook(func(step string) { fire(phase + "/hook:" + step) })()
+	o.User = pgtest.User(t)
+	o.OnEvent = func(e upgrade.Event) {
+		switch {
+		case e.Message != "":
+			t.Logf("%s: %s", e.Phase, e.Message)
+		case e.Done:
+		case e.Step == "":
+			phase = e.Phase
+			fire(e.Phase)
+		default:
+			fire(e.Phase + "/" + e.Step)
+		}
+	}
+	res, err := upgrade.Run(ctx, o)
+	if !hit {
+		t.Fatalf("the run never reached %s: %v", at, err)
+	}
+	return res, err
+}
+
+// answers connects to the server running on dataDir and reads the
+// fixture's table: the application's server is up.
+func answers(t *testing.T, dataDir string, port int) {
+	t.Helper()
+	in, err := instance.Attach(dataDir)
+	if err != nil {
+		t.Fatalf("no server runs on %s: %v", dataDir, err)
+	}
+	defer in.Release()
+	if in.Port != port {
+		t.Errorf("the server on %s listens on port %d, the application's is %d", dataDir, in.Port, port)
+	}
+	in.Host = ""
+	ctx := context.Background()
+	conn, err := pgx.Connect(ctx, in.ConnString("postgres", "shop"))
+	if err != nil {
+		t.Fatalf("the application cannot connect to %s: %v", dataDir, err)
+	}
+	defer conn.Close(ctx)
+	var n int
+	if err := conn.QueryRow(ctx, "SELECT count(*) FROM items").Scan(&n); err != nil || n == 0 {
+		t.Errorf("query on %s: %d rows, %v", dataDir, n, err)
+	}
+}
+
+// TestInterruptAfterStop interrupts (SIGINT/SIGTERM: the context
+// cancelled) an upgrade of a running cluster at each phase after the old
+// cluster was stopped. While the old cluster is intact the run starts it
+// again, as it ran (its port, its command line), and says so; once the new
+// cluster serves (after the hand-over), or once --mode link made the old
+// one unusable (the run then finishes the hand-over first), it says the new
+// cluster serves. Each time a server answers on the application's port.
+// (An interrupt after the stop once left nothing serving, with no word.)
+func TestInterruptAfterStop(t *testing.T) {
+	b := findBuilds(t)
+	dir := testenv.XFSDir(t)
+	old := copyFixture(t, b, dir)
+	newDir := filepath.Join(dir, "new")
+	oldInst, _ := startOld(t, b, old, nil)
+	port := oldInst.Port
+	for _, d := range []string{old, newDir} {
+		t.Cleanup(func() {
+			if in, err := instance.Attach(d); err == nil {
+				_ = in.Stop(context.Background(), instance.Fast)
+			}
+		})
+	}
+	removeNew := func(t *testing.T) {
+		t.Helper()
+		if in, err := instance.Attach(newDir); err == nil {
+			if err := in.Stop(context.Background(), instance.Fast); err != nil {
+				t.Fatal(err)
+			}
+		}
+		ds, _ := filepath.Glob(filepath.Join(tablespaceRoots(t, old)[1], "PG_"+strconv.Itoa(b.new.Major)+"_*"))
+		for _, d := range append(ds, newDir) {
+			if err := os.RemoveAll(d); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	for _, p := range []struct {
+		at   string
+		mode upgrade.Mode
+		// newServes: the new cluster serves after the interrupt.
+		newServes bool
+	}{
+		{at: upgrade.PhaseSettings},
+		{at: "settings/hook:settings server started"},
+		{at: upgrade.PhaseInitDB},
+		{at: "upgrade/Restoring global objects"},
+		{at: upgrade.PhaseStart},
+		{at: upgrade.PhaseStatistics, newServes: true},
+		// --mode link: pg_upgrade disabled the old cluster before it
+		// links; the run finishes the hand-over.
+		{at: "upgrade/Linking user relation files", mode: upgrade.Link, newServes: true},
+	} {
+		t.Run(killPoint{at: p.at}.name()+"_"+string(p.mode), func(t *testing.T) {
+			if _, running, _ := pgdata.Running(old); !running {
+				t.Fatal("the old cluster does not run before the interrupted run")
+			}
+			_, err := interruptAt(t, upgrade.Options{OldDir: old, NewDir: newDir, Old: b.old, New: b.new, StopOld: true,
+				Rehearse: upgrade.RehearseOff, Mode: p.mode, Confirmed: true}, p.at)
+			if errs.KindOf(err) != errs.Interrupted {
+				t.Fatalf("interrupted run: %v (hint: %s), want an interrupt (exit 130)", err, errs.HintOf(err))
+			}
+			if p.newServes {
+				if want := fmt.Sprintf("the new cluster serves on port %d", port); !strings.Contains(err.Error(), want) {
+					t.Errorf("interrupted run: %v, want %q", err, want)
+				}
+				answers(t, newDir, port)
+				if _, running, _ := pgdata.Running(old); running {
+					t.Error("the old cluster runs too")
+				}
+				removeNew(t)
+				if p.mode != upgrade.Link {
+					// Clone mode: the old cluster is intact, for the next point.
+					cmd := pgtest.User(t).Command(context.Background(), b.old.Env, filepath.Join(b.old.BinDir, "pg_ctl"), "start", "-w", "-D", old,
+						"-l", filepath.Join(old, instance.LogFileName), "-o", fmt.Sprintf("-p %d -k %s", port, oldInst.SocketDir))
+					if out, err := cmd.CombinedOutput(); err != nil {
+						t.Fatalf("start the old cluster again: %v: %s", err, out)
+					}
+				}
+				return
+			}
+			if want := fmt.Sprintf("the old cluster is running again on port %d", port); !strings.Contains(err.Error(), want) {
+				t.Errorf("interrupted run: %v, want %q", err, want)
+			}
+			answers(t, old, port)
+			if _, serr := os.Stat(newDir); serr == nil {
+				if p.at != upgrade.PhaseStart || !strings.Contains(errs.HintOf(err), newDir) {
+					t.Errorf("NEW_DATADIR left (hint: %s)", errs.HintOf(err))
+				}
+				removeNew(t)
+			}
+		})
+	}
+}
+
+// TestKillDuringPGUpgradeThenManualStart kills pgfork (kill -9) while
+// pg_upgrade runs with the old cluster started in binary-upgrade mode on
+// the run's private socket: that server outlives pgfork (a manual start of
+// the old cluster fails). The next run stops it and says so, and the old
+// cluster then starts by hand, as it ran, and serves.
+func TestKillDuringPGUpgradeThenManualStart(t *testing.T) {
+	b := findBuilds(t)
+	dir := testenv.XFSDir(t)
+	old := copyFixture(t, b, dir)
+	newDir := filepath.Join(dir, "new")
+	oldInst, _ := startOld(t, b, old, nil)
+	port := oldInst.Port
+	left := stopLeft(t)
+	// pg_upgrade dumps the old cluster's schemas from its binary-upgrade server.
+	killAt(t, killRun{Old: old, New: newDir, At: "upgrade/Creating dump of database schemas", Rehearse: upgrade.RehearseOff})
+	k := inspect(t, dir, old, newDir, false)
+	left(k)
+	if k.servers[old] == 0 {
+		t.Fatalf("no server of pg_upgrade runs on the old cluster after the kill: %v", k.servers)
+	}
+	pgCtl := func() ([]byte, error) {
+		cmd := pgtest.User(t).Command(context.Background(), b.old.Env, filepath.Join(b.old.BinDir, "pg_ctl"), "start", "-w", "-D", old,
+			"-l", filepath.Join(old, instance.LogFileName), "-o", fmt.Sprintf("-p %d -k %s", port, oldInst.SocketDir))
+		return cmd.CombinedOutput()
+	}
+	if out, err := pgCtl(); err == nil {
+		t.Fatalf("the old cluster started by hand beside pg_upgrade's server: %s", out)
+	}
+	res, err := runUpgrade(t, upgrade.Options{OldDir: old, NewDir: newDir, Old: b.old, New: b.new, CheckOnly: true})
+	if err != nil {
+		t.Fatalf("the next run: %v (hint: %s)", err, errs.HintOf(err))
+	}
+	wantCleaned(t, res, dir)
+	k.gone(t)
+	if all := strings.Join(res.CleanedUp, "\n"); !strings.Contains(all, fmt.Sprintf("pid %d", k.servers[old])) || !strings.Contains(all, "can be started again") {
+		t.Errorf("the next run does not say it stopped pg_upgrade's server: %s", all)
+	}
+	if out, err := pgCtl(); err != nil {
+		t.Fatalf("the old cluster does not start by hand after the next run: %v: %s", err, out)
+	}
+	t.Cleanup(func() {
+		if in, err := instance.Attach(old); err == nil {
+			_ = in.Stop(context.Background(), instance.Fast)
+		}
+	})
+	answers(t, old, port)
 }

@@ -2,11 +2,14 @@ package upgrade_test
 
 import (
 	"context"
+	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -492,5 +495,160 @@ func handOverBeforeStatistics(t *testing.T, b builds) {
 	}
 	if _, running, _ := pgdata.Running(newDir); running {
 		t.Error("--wait-analyze: a server runs on the new cluster")
+	}
+}
+
+// startOldPgCtl starts the copy of the fixture in old as an administrator
+// would, with pg_ctl and the socket directory on its command line
+// (pg_ctl -o '-k DIR -p PORT': only postmaster.opts and the running server
+// know it), and with hba as its pg_hba.conf. dirMode is the socket
+// directory's mode (0755: others may reach the socket; 01777: as /tmp). It
+// returns the port and the socket directory.
+func startOldPgCtl(t *testing.T, b builds, old, hba string, dirMode os.FileMode) (int, string) {
+	t.Helper()
+	u := pgtest.User(t)
+	if err := instance.WriteFileAs(filepath.Join(old, "pg_hba.conf"), u, []byte(hba)); err != nil {
+		t.Fatal(err)
+	}
+	sock, err := os.MkdirTemp("/tmp", "pgfork-app-sock-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = os.RemoveAll(sock) })
+	if err := u.MkdirOwned(sock, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chmod(sock, dirMode); err != nil {
+		t.Fatal(err)
+	}
+	port, err := instance.FreePort("127.0.0.1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	logf := filepath.Join(sock, "old.log")
+	cmd := u.Command(context.Background(), b.old.Env, filepath.Join(b.old.BinDir, "pg_ctl"), "start", "-w", "-D", old, "-l", logf,
+		"-o", fmt.Sprintf("-k %s -p %d", sock, port))
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("pg_ctl start: %v: %s", err, out)
+	}
+	t.Cleanup(func() {
+		if in, err := instance.Attach(old); err == nil {
+			_ = in.Stop(context.Background(), instance.Fast)
+		}
+	})
+	return port, sock
+}
+
+// psqlAs runs psql as the OS user uid (the test runs as root) on the
+// server at socket directory sock and port, as database role postgres.
+func psqlAs(b upgrade.Install, uid int, sock string, port int) ([]byte, error) {
+	cmd := exec.Command(filepath.Join(b.BinDir, "psql"), "-X", "-w", "-At", "-h", sock, "-p", strconv.Itoa(port), "-U", "postgres", "-d", "shop",
+		"-c", "SELECT current_user")
+	cmd.Env = append(instance.MinimalEnv(b.Env), "HOME=/", "PGCONNECT_TIMEOUT=10")
+	cmd.Dir = "/"
+	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: uint32(uid), Gid: uint32(uid)}}
+	return cmd.CombinedOutput()
+}
+
+// peerHBA allows local connections by peer only (and TCP by password).
+const peerHBA = "local all all peer\nhost all all 127.0.0.1/32 scram-sha-256\n"
+
+// TestHandOverCarriesAuthentication upgrades (--stop-old) a cluster started
+// with pg_ctl -o '-k DIR' whose pg_hba.conf allows local connections by
+// peer only: the new cluster handed over answers on DIR and the old port,
+// its pg_hba.conf is the old one's (no trust line), the cluster's OS user
+// gets in and the OS user nobody, as postgres, does not. (It was handed
+// over with initdb's local trust, in /tmp: nobody got in as postgres.)
+func TestHandOverCarriesAuthentication(t *testing.T) {
+	b := findBuilds(t)
+	dir := testenv.XFSDir(t)
+	old := copyFixture(t, b, dir)
+	port, sock := startOldPgCtl(t, b, old, peerHBA, 0o755)
+	newDir := filepath.Join(dir, "new")
+	t.Cleanup(func() {
+		if inst, err := instance.Attach(newDir); err == nil {
+			_ = inst.Stop(context.Background(), instance.Fast)
+		}
+	})
+	if out, err := psqlAs(b.old, pgtest.User(t).UID, sock, port); err != nil {
+		t.Fatalf("the old cluster does not let its own user in: %v: %s", err, out)
+	}
+	res, err := runServing(t, upgrade.Options{OldDir: old, NewDir: newDir, Old: b.old, New: b.new, StopOld: true})
+	if err != nil {
+		t.Fatalf("upgrade: %v (hint: %s)", err, errs.HintOf(err))
+	}
+	if !res.Running {
+		t.Fatalf("not handed over: %v", res.Notes)
+	}
+	inst, err := instance.Attach(newDir)
+	if err != nil {
+		t.Fatalf("the new cluster is not left running: %v", err)
+	}
+	defer inst.Release()
+	if inst.Port != port || filepath.Clean(inst.SocketDir) != sock {
+		t.Errorf("the new cluster answers on port %d, socket directory %s; the old one did on %d, %s", inst.Port, inst.SocketDir, port, sock)
+	}
+	hba, err := os.ReadFile(filepath.Join(newDir, "pg_hba.conf"))
+	if err != nil || string(hba) != peerHBA {
+		t.Errorf("the new cluster's pg_hba.conf is not the old one's: %q, %v", hba, err)
+	}
+	if out, err := psqlAs(b.new, pgtest.User(t).UID, sock, port); err != nil || strings.TrimSpace(string(out)) != "postgres" {
+		t.Errorf("the cluster's OS user cannot connect to the new cluster through %s: %v: %s", sock, err, out)
+	}
+	// nobody, as postgres, on the socket the old cluster had and on the
+	// one the new cluster names in its postmaster.pid (initdb's /tmp,
+	// with trust, before the fix).
+	for _, d := range []string{sock, inst.SocketDir} {
+		if out, err := psqlAs(b.new, 65534, d, port); err == nil || !strings.Contains(string(out), "Peer authentication failed") {
+			t.Errorf("the OS user nobody connected to the new cluster through %s as postgres (or failed otherwise): %v: %s", d, err, out)
+		}
+	}
+}
+
+// TestHandOverNeverServesTrust: a running cluster whose pg_hba.conf trusts
+// local connections on a socket directory everyone can enter (/tmp-like)
+// is not upgraded with a hand-over: the run stops before the old cluster
+// is stopped, says why, and the old cluster keeps serving; a stopped one
+// is upgraded but its new cluster not started (the summary says why).
+func TestHandOverNeverServesTrust(t *testing.T) {
+	b := findBuilds(t)
+	dir := testenv.XFSDir(t)
+	old := copyFixture(t, b, dir)
+	port, sock := startOldPgCtl(t, b, old, "local all all trust\n", 0o1777)
+	newDir := filepath.Join(dir, "new")
+	t.Cleanup(func() {
+		if inst, err := instance.Attach(newDir); err == nil {
+			_ = inst.Stop(context.Background(), instance.Fast)
+		}
+	})
+	_, err := runServing(t, upgrade.Options{OldDir: old, NewDir: newDir, Old: b.old, New: b.new, StopOld: true})
+	if errs.KindOf(err) != errs.Permission || !strings.Contains(err.Error(), "trust") || !strings.Contains(err.Error(), sock) {
+		t.Fatalf("upgrade of a cluster trusting local connections in %s: %v (hint: %s)", sock, err, errs.HintOf(err))
+	}
+	if _, running, _ := pgdata.Running(old); !running {
+		t.Fatal("the old cluster was stopped")
+	}
+	if _, err := os.Stat(newDir); err == nil {
+		t.Error("NEW_DATADIR was created")
+	}
+	if out, err := psqlAs(b.old, pgtest.User(t).UID, sock, port); err != nil {
+		t.Fatalf("the old cluster does not serve: %v: %s", err, out)
+	}
+
+	// Stopped: upgraded, not started.
+	if in, err := instance.Attach(old); err == nil {
+		if err := in.Stop(context.Background(), instance.Fast); err != nil {
+			t.Fatal(err)
+		}
+	}
+	res, err := runServing(t, upgrade.Options{OldDir: old, NewDir: newDir, Old: b.old, New: b.new, Rehearse: upgrade.RehearseOff})
+	if err != nil {
+		t.Fatalf("upgrade of the stopped cluster: %v (hint: %s)", err, errs.HintOf(err))
+	}
+	if _, running, _ := pgdata.Running(newDir); running || res.Running {
+		t.Fatal("the new cluster was started with local trust on a socket directory open to everyone")
+	}
+	if notes := strings.Join(res.Notes, "\n"); !strings.Contains(notes, "open to other users") {
+		t.Errorf("the summary does not say why the new cluster was not started: %s", notes)
 	}
 }

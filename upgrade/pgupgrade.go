@@ -146,6 +146,10 @@ func (r pgUpgradeRun) run(ctx context.Context) (*pgUpgradeResult, error) {
 	// Die with pgfork, even on kill -9; servers pg_upgrade started are
 	// stopped by the cleanup of the next run.
 	proc.DieWithParent(cmd)
+	// A process group of its own: the terminal's Ctrl-C reaches pgfork
+	// alone, which decides whether to stop pg_upgrade (cmd.Cancel) or,
+	// once the old cluster is past the point of no return, to let it end.
+	setpgid(cmd)
 	cmd.Cancel = func() error { return cmd.Process.Signal(syscall.SIGINT) }
 	cmd.WaitDelay = 30 * time.Second
 	pr, pw := io.Pipe()

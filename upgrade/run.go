@@ -131,7 +131,12 @@ func (u *upgrader) run(ctx context.Context) (*Result, error) {
 		res.Rechecked = true
 	}
 
-	if err := u.phase(PhaseUpgrade, &res.Phases, func() error { return u.transfer(ctx, p, cat) }); err != nil {
+	// From the transfer on, an interrupt stops the run only while the old
+	// cluster can still be started again (see committed); past that the
+	// run goes on until the new cluster serves.
+	gctx, release := u.commitGuard(ctx)
+	defer release()
+	if err := u.phase(PhaseUpgrade, &res.Phases, func() error { return u.transfer(gctx, p, cat) }); err != nil {
 		return res, err
 	}
 	hook("transferred")
@@ -139,13 +144,13 @@ func (u *upgrader) run(ctx context.Context) (*Result, error) {
 	var inst *instance.Instance
 	if err := u.phase(PhaseStart, &res.Phases, func() error {
 		var err error
-		inst, err = u.startNew(ctx, cat)
+		inst, err = u.startNew(gctx, cat)
 		return err
 	}); err != nil {
 		u.finish(ctx)
 		return res, err
 	}
-	err = u.finishNew(ctx, inst, cat)
+	err = u.finishNew(ctx, gctx, inst, cat)
 	u.finish(ctx)
 	return res, err
 }
@@ -215,6 +220,9 @@ func (u *upgrader) prepare(ctx context.Context) (*prepared, error) {
 		return nil, err
 	}
 	res.Control = p.ctl
+	if err := u.readOld(ctx, running); err != nil {
+		return nil, err
+	}
 	if p.tss, err = oldTablespaces(o.OldDir, p.oldMajor); err != nil {
 		return nil, err
 	}
@@ -381,6 +389,41 @@ func (u *upgrader) refusePlaced(ctx context.Context) error {
 	return errs.New(errs.Exists, "an interrupted upgrade had already moved the upgraded cluster into the new data directory").WithPath(o.NewDir).
 		WithHint("pg_upgrade had completed: start it (%s -D %s -l logfile start), check it and rebuild statistics (%s); or remove it, and its PG_%d_* directories in the tablespaces, to upgrade again",
 			o.New.tool("pg_ctl"), o.NewDir, strings.Join(statsArgs(o.New.Major, 1, true), " "), o.New.Major)
+}
+
+// readOld reads, before anything is stopped, what the hand-over carries
+// from the old cluster (its authentication, port, socket directories,
+// listen addresses, SSL: see carry) and, when it runs, its command line to
+// start it again after an interrupt. A running cluster whose configuration
+// cannot be read or carried safely fails the run here, while it still
+// serves; for a stopped one the new cluster is then not handed over.
+func (u *upgrader) readOld(ctx context.Context, running bool) error {
+	o := u.o
+	if running {
+		if b, err := os.ReadFile(filepath.Join(o.OldDir, "postmaster.opts")); err == nil {
+			// As pg_ctl restart does: the options follow the program's
+			// path, each in double quotes.
+			if _, opts, ok := strings.Cut(strings.TrimSpace(string(b)), ` "`); ok {
+				u.oldOpts = `"` + opts
+			}
+		}
+	}
+	if !u.handsOver() || o.CheckOnly || o.Rehearse == RehearseOnly {
+		return nil
+	}
+	c, err := u.readOldConfig(ctx, running)
+	if err == nil {
+		_, err = u.checkTrust(ctx, c)
+	}
+	if err != nil {
+		if running {
+			return err
+		}
+		u.oldCfgErr = err
+		return nil
+	}
+	u.oldCfg = c
+	return nil
 }
 
 // stopOld shuts the running old cluster down cleanly (fast) and notes
@@ -804,23 +847,29 @@ func (u *upgrader) handsOver() bool {
 // private server).
 func (u *upgrader) handOver(ctx context.Context, private *instance.Instance, su string) (*instance.Instance, error) {
 	o := u.o
-	if u.oldPort > 0 && u.oldPort != 5432 {
-		conn, err := pgx.Connect(ctx, private.ConnString(su, "template1"))
-		if err != nil {
-			return nil, err
+	if u.oldCfg == nil {
+		if u.oldCfgErr != nil {
+			return nil, u.oldCfgErr
 		}
-		_, err = conn.Exec(ctx, fmt.Sprintf("ALTER SYSTEM SET port = %d", u.oldPort))
-		conn.Close(context.WithoutCancel(ctx))
-		if err != nil {
-			return nil, err
-		}
+		return nil, errs.New(errs.Internal, "the old cluster's configuration was not read")
 	}
+	conn, err := pgx.Connect(ctx, private.ConnString(su, "template1"))
+	if err != nil {
+		return nil, err
+	}
+	carried, err := u.carry(ctx, conn, u.oldCfg)
+	conn.Close(context.WithoutCancel(ctx))
+	if err != nil {
+		return nil, err
+	}
+	u.res.Notes = append(u.res.Notes, "carried from the old cluster: "+strings.Join(carried, "; "))
 	if err := private.Stop(context.WithoutCancel(ctx), instance.Fast); err != nil {
 		return nil, err
 	}
 	log := filepath.Join(o.NewDir, instance.LogFileName)
 	cmd := o.User.Command(ctx, o.New.Env, o.New.tool("pg_ctl"), "start", "-D", o.NewDir, "-w", "-t", "300", "-l", log)
 	cmd.Dir = u.work.Tmp
+	setpgid(cmd) // not stopped half-way by the terminal's Ctrl-C
 	if out, err := cmd.CombinedOutput(); err != nil {
 		return nil, fmt.Errorf("pg_ctl start: %v: %s", err, strings.TrimSpace(string(out)))
 	}
@@ -828,18 +877,21 @@ func (u *upgrader) handOver(ctx context.Context, private *instance.Instance, su 
 	if err != nil {
 		return nil, err
 	}
-	u.work.keepServer = true
+	u.work.keepServer, u.handed = true, true
 	return inst, nil
 }
 
 // finishNew rebuilds statistics on the new cluster (handed over to the
 // application first where handsOver says so) and stops it unless it was
 // handed over.
-func (u *upgrader) finishNew(ctx context.Context, inst *instance.Instance, cat *Catalog) error {
+//
+// gctx is ctx until the old cluster is past the point of no return (see
+// commitGuard): the hand-over runs on it, statistics on ctx.
+func (u *upgrader) finishNew(ctx, gctx context.Context, inst *instance.Instance, cat *Catalog) error {
 	o, res := u.o, u.res
 	handed := false
 	if u.handsOver() {
-		hinst, err := u.handOver(ctx, inst, cat.Superuser)
+		hinst, err := u.handOver(gctx, inst, cat.Superuser)
 		if err == nil {
 			inst, handed = hinst, true
 			where := fmt.Sprintf("port %d", inst.Port)
@@ -851,7 +903,7 @@ func (u *upgrader) finishNew(ctx context.Context, inst *instance.Instance, cat *
 			u.infof(PhaseStatistics, "cannot hand the new cluster over before statistics are rebuilt (%v); rebuilding them on the private socket", err)
 			res.Notes = append(res.Notes, fmt.Sprintf("the new cluster was not started for the application before statistics were rebuilt: %v", err))
 			if _, running, _ := pgdata.Running(o.NewDir); !running {
-				if inst, err = u.startNew(ctx, cat); err != nil {
+				if inst, err = u.startNew(gctx, cat); err != nil {
 					return err
 				}
 			}
@@ -877,9 +929,6 @@ func (u *upgrader) finishNew(ctx context.Context, inst *instance.Instance, cat *
 		res.Notes = append(res.Notes,
 			fmt.Sprintf("the new cluster runs (pid %d, port %d), started with its own configuration; its log is %s; stop it with: %s -D %s stop",
 				inst.Pid, inst.Port, filepath.Join(o.NewDir, instance.LogFileName), o.New.tool("pg_ctl"), o.NewDir))
-		if u.oldPort > 0 && u.oldPort != 5432 {
-			res.Notes = append(res.Notes, fmt.Sprintf("its port is the old cluster's, %d, set in its postgresql.auto.conf (ALTER SYSTEM)", u.oldPort))
-		}
 	} else {
 		if err := inst.Stop(context.WithoutCancel(ctx), instance.Fast); err != nil {
 			return err
@@ -887,8 +936,13 @@ func (u *upgrader) finishNew(ctx context.Context, inst *instance.Instance, cat *
 		u.accepts()
 		res.Notes = append(res.Notes, fmt.Sprintf("start the new cluster with: %s -D %s -l logfile start", o.New.tool("pg_ctl"), o.NewDir))
 	}
-	res.Notes = append(res.Notes,
-		"its postgresql.conf and pg_hba.conf are PostgreSQL "+strconv.Itoa(o.New.Major)+"'s defaults (local socket: trust; TCP: scram-sha-256); carry over your settings from "+o.OldDir)
+	if handed {
+		res.Notes = append(res.Notes,
+			"its authentication (pg_hba.conf, pg_ident.conf), port, socket directories, listen addresses and SSL settings are the old cluster's; carry over your other settings from "+o.OldDir)
+	} else {
+		res.Notes = append(res.Notes,
+			"its postgresql.conf and pg_hba.conf are PostgreSQL "+strconv.Itoa(o.New.Major)+"'s defaults (local socket: trust, in the build's default socket directory; TCP: scram-sha-256): carry over your pg_hba.conf and settings from "+o.OldDir+" before you start it")
+	}
 	switch res.Mode {
 	case Link:
 		res.Notes = append(res.Notes, "the old cluster shares its data files with the new one: never start it again")

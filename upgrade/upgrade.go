@@ -221,6 +221,16 @@ type upgrader struct {
 	down time.Time
 	// oldPort is the port the old cluster ran on (0: it did not run).
 	oldPort int
+	// oldCfg is what a hand-over carries from the old cluster (see
+	// carry); oldCfgErr why it cannot be read, for a stopped one (the
+	// new cluster is then not handed over).
+	oldCfg    *oldConfig
+	oldCfgErr error
+	// oldOpts are the running old server's command-line options
+	// (postmaster.opts), to start it again as it ran after an interrupt.
+	oldOpts string
+	// handed: the new cluster was started for the application.
+	handed bool
 }
 
 // hookBeforeStop, when set (by tests), runs after an online rehearsal
@@ -279,6 +289,9 @@ func Run(ctx context.Context, o Options) (*Result, error) {
 	}
 	u := &upgrader{o: o, t0: time.Now(), res: &Result{OldDir: o.OldDir, NewDir: o.NewDir, Mode: o.Mode}}
 	res, err := u.run(ctx)
+	if err != nil && ctx.Err() != nil {
+		err = u.afterInterrupt(err)
+	}
 	if res != nil {
 		res.Elapsed = time.Since(u.t0)
 	}

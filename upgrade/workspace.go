@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io/fs"
 	"os"
 	"path/filepath"
@@ -151,8 +152,12 @@ func cleanStale(ctx context.Context, newDir string) ([]string, error) {
 			cleaned = append(cleaned, "stopped the server left running on "+d)
 		}
 	}
-	if st.Old != "" && st.Tmp != "" && stopServer(ctx, st.Old, st.Tmp) {
-		cleaned = append(cleaned, "stopped the old cluster, which the interrupted upgrade had started")
+	if st.Old != "" && st.Tmp != "" {
+		pf, _ := instance.ReadPidFile(st.Old)
+		if stopServer(ctx, st.Old, st.Tmp) {
+			cleaned = append(cleaned, fmt.Sprintf("stopped the old cluster's private server (pid %d: pg_upgrade's binary-upgrade server, or pgfork's), "+
+				"which the interrupted upgrade had started on its socket %s; the old cluster can be started again", pf.Pid, st.Tmp))
+		}
 	}
 	var rm []string
 	if placed {

@@ -72,8 +72,10 @@ when one fails: pgfork explains its findings in plain words.
 
 After the upgrade pgfork starts the new cluster on a private socket and checks
 every database. Then, as pg_upgrade's documentation recommends, it hands the new
-cluster over: it starts it with its own configuration (on the old cluster's port
-when that ran) and leaves it running, and vacuumdb --analyze-in-stages rebuilds
+cluster over: it starts it with the old cluster's authentication (pg_hba.conf,
+pg_ident.conf), port, socket directories, listen addresses and SSL settings (read
+from the running server, its command line included; never initdb's local trust)
+and leaves it running, and vacuumdb --analyze-in-stages rebuilds
 statistics while the application connects (PostgreSQL 18+ keeps most statistics:
 --missing-stats-only gathers the rest). --wait-analyze rebuilds them first
 (--analyze-only) and leaves the new cluster stopped, as --no-analyze does. The
@@ -81,7 +83,9 @@ summary shows the time until it accepted connections apart from the time until
 statistics were rebuilt. On failure pg_upgrade's logs are kept
 beside NEW_DATADIR and the error says where; the new cluster is built in a staging
 directory, so NEW_DATADIR never half-exists, and an interrupted run is cleaned up
-by the next one.`,
+by the next one. Ctrl-C after the old cluster was stopped starts it again while it
+is intact, or (--mode link/swap past pg_upgrade's transfer) finishes the hand-over
+first; either way the message says which cluster serves.`,
 		Example: `  # rehearse on a clone, then upgrade in the fastest safe mode
   pgfork upgrade /var/lib/postgresql/15/main /var/lib/postgresql/18/main --to 18
 

@@ -1,0 +1,84 @@
+package pgdata
+
+import (
+	"strings"
+
+	"github.com/pgfork/pgfork/internal/errs"
+)
+
+// ConnParam is one keyword=value pair of a libpq connection string.
+type ConnParam struct {
+	Key, Value string
+}
+
+// ParseConninfo splits a libpq keyword/value connection string (what
+// primary_conninfo holds: `user=repl password='a b' host=h`) into its
+// pairs, in order. Values are bare or in single quotes, where \' and \\
+// stand for ' and \ (libpq's rules).
+func ParseConninfo(s string) ([]ConnParam, error) {
+	var out []ConnParam
+	i := 0
+	space := func() {
+		for i < len(s) && strings.IndexByte(" \t\n\r\f\v", s[i]) >= 0 {
+			i++
+		}
+	}
+	for {
+		space()
+		if i >= len(s) {
+			return out, nil
+		}
+		start := i
+		for i < len(s) && s[i] != '=' && strings.IndexByte(" \t\n\r\f\v", s[i]) < 0 {
+			i++
+		}
+		key := s[start:i]
+		space()
+		if i >= len(s) || s[i] != '=' || key == "" {
+			return nil, errs.New(errs.Usage, "bad connection string: missing \"=\" after %q", key)
+		}
+		i++
+		space()
+		var v strings.Builder
+		if i < len(s) && s[i] == '\'' {
+			i++
+			closed := false
+			for i < len(s) {
+				c := s[i]
+				i++
+				if c == '\\' && i < len(s) {
+					v.WriteByte(s[i])
+					i++
+					continue
+				}
+				if c == '\'' {
+					closed = true
+					break
+				}
+				v.WriteByte(c)
+			}
+			if !closed {
+				return nil, errs.New(errs.Usage, "bad connection string: unterminated quoted value of %q", key)
+			}
+		} else {
+			for i < len(s) && strings.IndexByte(" \t\n\r\f\v", s[i]) < 0 {
+				if s[i] == '\\' && i+1 < len(s) {
+					i++
+				}
+				v.WriteByte(s[i])
+				i++
+			}
+		}
+		out = append(out, ConnParam{Key: key, Value: v.String()})
+	}
+}
+
+// FormatConninfo writes pairs as a libpq keyword/value connection string,
+// every value quoted (ParseConninfo reads it back).
+func FormatConninfo(ps []ConnParam) string {
+	parts := make([]string, 0, len(ps))
+	for _, p := range ps {
+		parts = append(parts, p.Key+"='"+strings.ReplaceAll(strings.ReplaceAll(p.Value, `\`, `\\`), "'", `\'`)+"'")
+	}
+	return strings.Join(parts, " ")
+}

@@ -82,3 +82,49 @@ func FormatConninfo(ps []ConnParam) string {
 	}
 	return strings.Join(parts, " ")
 }
+
+// WithoutPassword rewrites every primary_conninfo line of a configuration
+// file's text (what pg_basebackup -R writes into postgresql.auto.conf)
+// without its password and, when passfile is set, naming passfile
+// instead: the standby reads its password from a file outside its data
+// directory, and no copy of the data directory carries it. It returns the
+// password it removed (the last one), if any.
+func WithoutPassword(text, passfile string) (out, password string, err error) {
+	lines := strings.SplitAfter(text, "\n")
+	for i, l := range lines {
+		name, value, ok := parseConfLine(l)
+		if !ok || name != "primary_conninfo" {
+			continue
+		}
+		ps, err := ParseConninfo(value)
+		if err != nil {
+			return "", "", errs.Wrap(errs.Internal, err, "cannot read primary_conninfo")
+		}
+		kept := ps[:0:0]
+		for _, p := range ps {
+			switch p.Key {
+			case "password":
+				password = p.Value
+			case "passfile":
+			default:
+				kept = append(kept, p)
+			}
+		}
+		if passfile != "" {
+			kept = append(kept, ConnParam{Key: "passfile", Value: passfile})
+		}
+		nl := ""
+		if strings.HasSuffix(l, "\n") {
+			nl = "\n"
+		}
+		lines[i] = "primary_conninfo = " + QuoteConf(FormatConninfo(kept)) + nl
+	}
+	return strings.Join(lines, ""), password, nil
+}
+
+// PassfileLine is a line of a libpq password file that gives password to
+// every connection that reads the file (`*:*:*:*:password`, with : and \
+// escaped).
+func PassfileLine(password string) string {
+	return "*:*:*:*:" + strings.ReplaceAll(strings.ReplaceAll(password, `\`, `\\`), ":", `\:`) + "\n"
+}

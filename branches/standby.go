@@ -2,6 +2,7 @@ package branches
 
 import (
 	"context"
+	"fmt"
 	neturl "net/url"
 	"os"
 	"path/filepath"
@@ -354,21 +355,42 @@ func readPrimary(ctx context.Context, primaryURL string) (settings string, table
 
 // Lag is how far a standby source is behind its primary: the WAL its
 // primary wrote that it has not replayed yet, and for how long (the age of
-// the last transaction it replayed while it is behind; 0 once caught up).
+// the last transaction it replayed while it is behind; 0 once caught up),
+// and whether it streams from its primary.
 type Lag struct {
 	Bytes int64 `json:"bytes"`
 	// Seconds is null while behind if no transaction was replayed since
 	// the standby started (nothing to date the lag by).
 	Seconds *float64 `json:"seconds"`
+	// Streaming is true while the standby's WAL receiver streams from its
+	// primary. A standby that does not for longer than a short grace
+	// period has Error set: its branches stay at the last WAL it got.
+	Streaming bool `json:"streaming"`
 	// Error says why the lag is unknown (the standby or the primary
-	// cannot be reached); Bytes and Seconds are then meaningless.
+	// cannot be reached; Bytes and Seconds are then meaningless), or that
+	// the standby is not streaming (Bytes and Seconds then say how far
+	// behind it is, as far as it can be told).
 	Error string `json:"error,omitempty"`
+	// measured is true when Bytes and Seconds hold a measure.
+	measured bool
 }
+
+// NotStreaming begins the Error of a standby's Lag when it does not
+// stream from its primary.
+const NotStreaming = "not streaming"
+
+// notStreamingGrace is how long a standby may go without streaming (a
+// WAL receiver that restarts, a primary that restarts) before it is
+// reported as not streaming.
+var notStreamingGrace = 15 * time.Second
 
 // StandbyLag measures how far the standby source name is behind: its
 // replay position against the primary's current WAL position (asked of the
 // primary; when the primary cannot be reached, the newest position the
-// primary reported to the standby's WAL receiver).
+// primary reported to the standby's WAL receiver). A standby whose WAL
+// receiver has not been streaming for notStreamingGrace (since it started,
+// or since it was last seen streaming) gets an Error saying so, with the
+// last error of its server log.
 func (m *Manager) StandbyLag(ctx context.Context, name string) (Lag, error) {
 	s, ok := m.source(name)
 	if !ok || s.Kind != SourceStandby {
@@ -386,14 +408,37 @@ func (m *Manager) StandbyLag(ctx context.Context, name string) (Lag, error) {
 		return Lag{}, errs.Wrap(errs.Internal, err, "cannot reach the standby of source %q", name)
 	}
 	defer sc.Close(context.WithoutCancel(ctx))
-	var replay, reported *string
+	var replay, reported, status *string
 	var age *float64
+	var uptime float64
 	if err := sc.QueryRow(ctx, `SELECT pg_last_wal_replay_lsn()::text,
 		extract(epoch FROM now() - pg_last_xact_replay_timestamp())::float8,
-		(SELECT latest_end_lsn::text FROM pg_stat_wal_receiver)`).Scan(&replay, &age, &reported); err != nil {
+		(SELECT latest_end_lsn::text FROM pg_stat_wal_receiver),
+		(SELECT status FROM pg_stat_wal_receiver),
+		extract(epoch FROM now() - pg_postmaster_start_time())::float8`).Scan(&replay, &age, &reported, &status, &uptime); err != nil {
 		return Lag{}, errs.Wrap(errs.Internal, err, "cannot read the standby's replay position (source %q)", name)
 	}
+	lag := Lag{Streaming: status != nil && *status == "streaming"}
+	now := time.Now()
+	if lag.Streaming {
+		m.streamSeen.Store(name, now)
+	} else {
+		since := now.Add(-time.Duration(uptime * float64(time.Second)))
+		if v, ok := m.streamSeen.Load(name); ok && v.(time.Time).After(since) {
+			since = v.(time.Time)
+		}
+		if d := now.Sub(since); d > notStreamingGrace {
+			lag.Error = fmt.Sprintf(NotStreaming+" from its primary for %s: branches of the source stay at the WAL it last received",
+				d.Round(time.Second))
+			if why := lastLogError(m.standbyDir(name)); why != "" {
+				lag.Error += "; its server log says: " + why
+			}
+		}
+	}
 	if replay == nil {
+		if lag.Error != "" {
+			return lag, nil
+		}
 		return Lag{}, errs.New(errs.Internal, "the standby of source %q has replayed nothing yet", name)
 	}
 	var primary string
@@ -406,15 +451,18 @@ func (m *Manager) StandbyLag(ctx context.Context, name string) (Lag, error) {
 	}
 	if primary == "" {
 		if reported == nil {
+			if lag.Error != "" {
+				return lag, nil
+			}
 			return Lag{}, errs.New(errs.Internal, "neither the primary of source %q nor its standby's WAL receiver tells its position", name).
 				WithHint("check that the primary is up and reachable")
 		}
 		primary = *reported
 	}
-	var lag Lag
 	if err := sc.QueryRow(ctx, "SELECT greatest(pg_wal_lsn_diff($1::pg_lsn, $2::pg_lsn), 0)::bigint", primary, *replay).Scan(&lag.Bytes); err != nil {
 		return Lag{}, errs.Wrap(errs.Internal, err, "cannot compare WAL positions %s and %s", primary, *replay)
 	}
+	lag.measured = true
 	zero := 0.0
 	switch {
 	case lag.Bytes == 0:
@@ -424,6 +472,45 @@ func (m *Manager) StandbyLag(ctx context.Context, name string) (Lag, error) {
 		lag.Seconds = &a
 	}
 	return lag, nil
+}
+
+// lastLogError returns the last FATAL or ERROR line of the server log in
+// dataDir (its last 64 KiB, read without following a symlink), shortened.
+func lastLogError(dataDir string) string {
+	d, err := safefs.OpenDir(dataDir)
+	if err != nil {
+		return ""
+	}
+	defer d.Close()
+	f, err := d.OpenRegular(instance.LogFileName)
+	if err != nil {
+		return ""
+	}
+	defer f.Close()
+	fi, err := f.Stat()
+	if err != nil {
+		return ""
+	}
+	const tail = 64 << 10
+	off := max(fi.Size()-tail, 0)
+	b := make([]byte, fi.Size()-off)
+	n, _ := f.ReadAt(b, off)
+	lines := strings.Split(string(b[:n]), "\n")
+	for i := len(lines) - 1; i >= 0; i-- {
+		l := lines[i]
+		if j := strings.Index(l, "FATAL:"); j >= 0 {
+			l = l[j:]
+		} else if j := strings.Index(l, "ERROR:"); j >= 0 {
+			l = l[j:]
+		} else {
+			continue
+		}
+		if len(l) > 300 {
+			l = l[:300] + "…"
+		}
+		return strings.TrimSpace(l)
+	}
+	return ""
 }
 
 // sourcesWithLag is Sources with each standby's lag measured.

@@ -157,7 +157,7 @@ func (m *Manager) baseBackup(ctx context.Context, s Source, url, passfile string
 		return fail(err)
 	}
 	for _, ts := range tss {
-		if !ts.InPlace && !fsutil.Within(m.standbyTablespaces(s.Name), ts.Target) {
+		if !ts.InPlace && !fsutil.Within(ts.Target, m.standbyTablespaces(s.Name)) {
 			return fail(errs.New(errs.Busy, "tablespace %s of source %q was created during its base backup, at %s", ts.OID, s.Name, ts.Target).
 				WithHint("start again: the next base backup maps it into the standby's directory"))
 		}

@@ -180,7 +180,8 @@ func splitPassword(conn string) (string, string, error) {
 	if strings.HasPrefix(conn, "postgres://") || strings.HasPrefix(conn, "postgresql://") {
 		u, err := neturl.Parse(conn)
 		if err != nil {
-			return "", "", err
+			// url.Parse's error quotes the URL, password and all.
+			return "", "", errs.New(errs.Usage, "not a valid URL")
 		}
 		var password string
 		if u.User != nil {

@@ -86,7 +86,7 @@ func FormatConninfo(ps []ConnParam) string {
 // WithoutPassword rewrites every primary_conninfo line of a configuration
 // file's text (what pg_basebackup -R writes into postgresql.auto.conf)
 // without its password and, when passfile is set, naming passfile
-// instead: the standby reads its password from a file outside its data
+// instead of any passfile it named: the standby reads its password from a file outside its data
 // directory, and no copy of the data directory carries it. It returns the
 // password it removed (the last one), if any.
 func WithoutPassword(text, passfile string) (out, password string, err error) {
@@ -106,6 +106,9 @@ func WithoutPassword(text, passfile string) (out, password string, err error) {
 			case "password":
 				password = p.Value
 			case "passfile":
+				if passfile == "" {
+					kept = append(kept, p)
+				}
 			default:
 				kept = append(kept, p)
 			}

@@ -100,3 +100,28 @@ func TestParseConninfo(t *testing.T) {
 		t.Error("a keyword without a value was accepted")
 	}
 }
+
+// TestWithoutPassword: primary_conninfo loses its password and names the
+// passfile; other lines stay; without a passfile, one the conninfo named
+// stays.
+func TestWithoutPassword(t *testing.T) {
+	in := "# x\n" + `primary_conninfo = 'user=repl password=''p\\\\w:d'' host=h passfile=''/old'''` + "\nport = 5\n"
+	out, pw, err := WithoutPassword(in, "/state/s.pgpass")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if pw != `p\w:d` {
+		t.Errorf("password %q", pw)
+	}
+	want := "# x\nprimary_conninfo = 'user=''repl'' host=''h'' passfile=''/state/s.pgpass'''\nport = 5\n"
+	if out != want {
+		t.Errorf("got\n%s\nwant\n%s", out, want)
+	}
+	out, _, _ = WithoutPassword("primary_conninfo = 'user=repl passfile=/mine'", "")
+	if out != "primary_conninfo = 'user=''repl'' passfile=''/mine'''" {
+		t.Errorf("without a passfile of pgfork's: %s", out)
+	}
+	if got := PassfileLine(`a:b\c`); got != "*:*:*:*:a\\:b\\\\c\n" {
+		t.Errorf("PassfileLine: %q", got)
+	}
+}

@@ -224,6 +224,9 @@ type Manager struct {
 	// building holds one lock per source while a shared origin snapshot
 	// of it is made (Options.SourceMaxAge).
 	building map[string]chan struct{}
+	// streamSeen holds, per standby source, when its WAL receiver was
+	// last seen streaming (StandbyLag).
+	streamSeen sync.Map
 }
 
 // Dir is where a Manager keeps its files: <state>/branches.

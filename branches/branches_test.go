@@ -527,8 +527,8 @@ func TestStandbySource(t *testing.T) {
 			}
 		}
 	}
-	if err != nil || strings.Join(got, ",") != "pgfork_branch_source_lag_bytes,pgfork_branch_source_lag_seconds" {
-		t.Errorf("lag metrics above 0: %v (%v), want bytes and seconds of the one standby", got, err)
+	if err != nil || strings.Join(got, ",") != "pgfork_branch_source_lag_bytes,pgfork_branch_source_lag_seconds,pgfork_branch_source_streaming" {
+		t.Errorf("lag metrics above 0: %v (%v), want bytes, seconds and streaming of the one standby", got, err)
 	}
 	pgtest.Exec(t, sby, "SELECT pg_wal_replay_resume()")
 	caughtUp("3")

@@ -17,7 +17,6 @@ package pgbin
 import (
 	"bytes"
 	"context"
-	"debug/elf"
 	"errors"
 	"fmt"
 	"os"
@@ -66,16 +65,19 @@ func (i Installation) Tool(name string) string { return filepath.Join(i.BinDir, 
 
 // Env returns extra environment entries ("KEY=value") needed to run the
 // installation's programs, or nil when none are needed. A build that keeps
-// its shared libraries in ../lib without an rpath/runpath pointing there
-// (so the dynamic linker would not find them) gets LD_LIBRARY_PATH. The
-// builds `pgfork pg install` fetches carry RUNPATH $ORIGIN/../lib and need
-// nothing; Debian's packages link against system libraries.
+// its own libpq in ../lib (a build of `pgfork pg install`, a build from
+// source) gets LD_LIBRARY_PATH naming that directory first, whatever its
+// programs' rpath or runpath say: the builds `pgfork pg install` fetches
+// carry RUNPATH $ORIGIN/../lib on their programs but /opt/postgresql/lib
+// (where they were built) on their libraries, so without it the server's
+// walreceiver (libpqwalreceiver.so) loaded the system's libpq, of another
+// major, and a standby never streamed (issue 32, F7). LD_LIBRARY_PATH is
+// searched before every RUNPATH, so each shared object of the build finds
+// the build's own libraries. Debian's packages link against the system's
+// libpq (none in their lib directory) and need nothing.
 func (i Installation) Env() []string {
 	lib := filepath.Join(filepath.Dir(i.BinDir), "lib")
 	if _, err := os.Stat(filepath.Join(lib, "libpq.so.5")); err != nil {
-		return nil
-	}
-	if hasRunpath(i.Tool("postgres")) {
 		return nil
 	}
 	v := lib
@@ -88,20 +90,6 @@ func (i Installation) Env() []string {
 // String describes the installation for messages.
 func (i Installation) String() string {
 	return fmt.Sprintf("PostgreSQL %s in %s (%s)", i.Version, i.BinDir, i.Source)
-}
-
-func hasRunpath(bin string) bool {
-	f, err := elf.Open(bin)
-	if err != nil {
-		return false
-	}
-	defer f.Close()
-	for _, tag := range []elf.DynTag{elf.DT_RUNPATH, elf.DT_RPATH} {
-		if v, err := f.DynString(tag); err == nil && len(v) > 0 {
-			return true
-		}
-	}
-	return false
 }
 
 // Options says where to look besides the standard places.

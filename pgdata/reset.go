@@ -5,10 +5,12 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"sort"
 	"strings"
 	"syscall"
 
 	"github.com/pgfork/pgfork/internal/errs"
+	"github.com/pgfork/pgfork/internal/safefs"
 )
 
 // ResetOptions shape ResetForClone.
@@ -21,7 +23,14 @@ type ResetOptions struct {
 const AutoConfMarker = "# pgfork clone: settings of the source that a clone must not inherit"
 
 // ResetForClone makes a COPIED data directory safe to run as a cluster of
-// its own. It appends overrides to postgresql.auto.conf, which the server
+// its own. It first removes the lines that set primary_conninfo,
+// primary_slot_name, restore_command, archive_command,
+// archive_cleanup_command and recovery_end_command from
+// postgresql.auto.conf, postgresql.conf and every file they include that
+// lies in the data directory (conf.d): a standby's primary_conninfo may
+// hold its primary's replication password (pg_basebackup -R writes it
+// there), and a clone must carry no credential of its source's primary.
+// Then it appends overrides to postgresql.auto.conf, which the server
 // reads after postgresql.conf and everything it includes, so they win over
 // any setting there (only -c options on the server's command line win over
 // them): the port when opts.Port is set, and archive_mode, archive_command,
@@ -80,6 +89,10 @@ func ResetForClone(dataDir string, opts ResetOptions) error {
 		_ = os.Chown(slots, int(owner.Uid), int(owner.Gid))
 	}
 
+	if err := stripSettings(dataDir, cloneStripped); err != nil {
+		return err
+	}
+
 	var b strings.Builder
 	b.WriteString("\n" + AutoConfMarker + "\n")
 	if opts.Port != 0 {
@@ -111,6 +124,133 @@ func appendOwned(p, text string, uid, gid int) error {
 	}
 	if err != nil {
 		return errs.FromOS(err, p, "cannot write postgresql.auto.conf")
+	}
+	return nil
+}
+
+// cloneStripped are the settings ResetForClone removes from a clone's
+// configuration files: those that name the source's primary or archive
+// (and may carry their credentials).
+var cloneStripped = map[string]bool{"primary_conninfo": true, "primary_slot_name": true, "restore_command": true,
+	"archive_command": true, "archive_cleanup_command": true, "recovery_end_command": true}
+
+// stripSettings removes the lines setting any of names from the data
+// directory's postgresql.auto.conf and postgresql.conf and from the files
+// they include (include, include_if_exists, include_dir) that lie in the
+// data directory. Files are read without following symlinks (a link or a
+// file outside the data directory is left alone: it is not part of the
+// copy) and rewritten in place by a new file renamed over the old one,
+// with its owner and mode.
+func stripSettings(dataDir string, names map[string]bool) error {
+	d, err := safefs.OpenDir(dataDir)
+	if err != nil {
+		return errs.FromOS(err, dataDir, "cannot open the data directory")
+	}
+	defer d.Close()
+	seen := map[string]bool{}
+	var walk func(rel string, depth int) error
+	walk = func(rel string, depth int) error {
+		if seen[rel] || depth > 10 {
+			return nil
+		}
+		seen[rel] = true
+		b, err := d.ReadFile(rel, 16<<20)
+		if errors.Is(err, os.ErrNotExist) || errors.Is(err, safefs.ErrSymlink) || errors.Is(err, safefs.ErrNotRegular) {
+			return nil
+		}
+		if err != nil {
+			return errs.FromOS(err, filepath.Join(dataDir, rel), "cannot read a configuration file of the clone")
+		}
+		lines := strings.SplitAfter(string(b), "\n")
+		kept := lines[:0:0]
+		var includes []string
+		for _, l := range lines {
+			name, value, ok := parseConfLine(l)
+			switch {
+			case ok && names[name]:
+				continue
+			case ok && (name == "include" || name == "include_if_exists"):
+				includes = append(includes, value)
+			case ok && name == "include_dir":
+				dir := resolveInclude(filepath.Join(dataDir, rel), value)
+				if r, ok := relBelow(dataDir, dir); ok {
+					if f, err := d.Open(r); err == nil {
+						ents, _ := f.ReadDir(-1)
+						f.Close()
+						sort.Slice(ents, func(i, j int) bool { return ents[i].Name() < ents[j].Name() })
+						for _, e := range ents {
+							if n := e.Name(); !strings.HasPrefix(n, ".") && strings.HasSuffix(n, ".conf") && e.Type().IsRegular() {
+								includes = append(includes, filepath.Join(dir, n))
+							}
+						}
+					}
+				}
+			}
+			kept = append(kept, l)
+		}
+		if len(kept) != len(lines) {
+			if err := rewriteFile(filepath.Join(dataDir, rel), strings.Join(kept, "")); err != nil {
+				return err
+			}
+		}
+		for _, inc := range includes {
+			if r, ok := relBelow(dataDir, resolveInclude(filepath.Join(dataDir, rel), inc)); ok {
+				if err := walk(r, depth+1); err != nil {
+					return err
+				}
+			}
+		}
+		return nil
+	}
+	for _, f := range []string{"postgresql.conf", "postgresql.auto.conf"} {
+		if err := walk(f, 0); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// relBelow returns p relative to dir when p lies below it.
+func relBelow(dir, p string) (string, bool) {
+	r, err := filepath.Rel(dir, p)
+	if err != nil || r == "." || r == ".." || strings.HasPrefix(r, "../") {
+		return "", false
+	}
+	return r, true
+}
+
+// rewriteFile replaces the regular file p with text: a new file in the
+// same directory, with p's owner and mode, synced and renamed over it.
+func rewriteFile(p, text string) error {
+	fi, err := os.Lstat(p)
+	if err != nil {
+		return errs.FromOS(err, p, "cannot rewrite a configuration file of the clone")
+	}
+	f, err := os.CreateTemp(filepath.Dir(p), ".pgfork-"+filepath.Base(p)+"-*")
+	if err != nil {
+		return errs.FromOS(err, p, "cannot rewrite a configuration file of the clone")
+	}
+	tmp := f.Name()
+	st := fi.Sys().(*syscall.Stat_t)
+	_, err = f.WriteString(text)
+	if err == nil {
+		err = f.Chmod(fi.Mode().Perm())
+	}
+	if err == nil && os.Geteuid() == 0 {
+		err = f.Chown(int(st.Uid), int(st.Gid))
+	}
+	if err == nil {
+		err = f.Sync()
+	}
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err == nil {
+		err = os.Rename(tmp, p)
+	}
+	if err != nil {
+		_ = os.Remove(tmp)
+		return errs.FromOS(err, p, "cannot rewrite a configuration file of the clone")
 	}
 	return nil
 }

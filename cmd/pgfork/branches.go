@@ -15,6 +15,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/pgfork/pgfork/branches"
 	"github.com/pgfork/pgfork/internal/errs"
 	"github.com/pgfork/pgfork/internal/units"
 )
@@ -297,13 +298,15 @@ func lagText(v any) string {
 	if !ok {
 		return ""
 	}
-	if e, _ := l["error"].(string); e != "" {
-		return "lag unknown: " + e
-	}
 	b, _ := l["bytes"].(float64)
 	s := "lag " + units.Bytes(int64(b))
 	if sec, ok := l["seconds"].(float64); ok {
 		s += fmt.Sprintf(", %.1f s", sec)
+	}
+	if e, _ := l["error"].(string); strings.HasPrefix(e, branches.NotStreaming) {
+		return "ERROR: " + e + " (" + s + ")"
+	} else if e != "" {
+		return "lag unknown: " + e
 	}
 	return s
 }

@@ -224,6 +224,13 @@ type Manager struct {
 	// building holds one lock per source while a shared origin snapshot
 	// of it is made (Options.SourceMaxAge).
 	building map[string]chan struct{}
+	// sizeMu guards snapExtents, the snapshots' extents (sizing.go).
+	sizeMu      sync.Mutex
+	snapExtents map[string]spans
+	// portMu guards held, the listeners that keep the ports of branches
+	// whose server is not running (ports.go).
+	portMu sync.Mutex
+	held   map[string]net.Listener
 }
 
 // Dir is where a Manager keeps its files: <state>/branches.
@@ -497,24 +504,37 @@ type Usage struct {
 // List returns the sources (a standby's with its lag), the named snapshots
 // and the caller's branches (every branch for an admin token), with their
 // sizes.
+//
+// The sizes are measured after the lock is released (sizing.go).
 func (m *Manager) List(c Caller) ListResult {
 	srcs := m.sourcesWithLag(context.Background())
 	m.mu.Lock()
-	defer m.mu.Unlock()
 	res := ListResult{Sources: srcs, Snapshots: []Snapshot{}, Branches: []Branch{}}
+	live := map[string]bool{}
 	for _, s := range m.st.Snapshots {
+		live[snapKey(s)] = true
 		if s.Origin {
 			continue
 		}
-		v := *s
-		v.Size, v.Shared = usage(m.snapDir(s.Name))
-		res.Snapshots = append(res.Snapshots, v)
+		res.Snapshots = append(res.Snapshots, *s)
 	}
+	jobs := map[string]sizeJob{}
 	for _, b := range m.st.Branches {
 		if b.Owner != Owner(c.Token) && !m.admin(c) {
 			continue
 		}
-		res.Branches = append(res.Branches, m.view(b, true))
+		res.Branches = append(res.Branches, m.view(b))
+		jobs[b.Name] = m.job(b)
+	}
+	m.mu.Unlock()
+	m.forgetExtents(live)
+	for i := range res.Snapshots {
+		s := &res.Snapshots[i]
+		s.Size, s.Shared = m.snapshotUsage(s.Name)
+	}
+	for i := range res.Branches {
+		b := &res.Branches[i]
+		b.Size, b.Shared = m.branchUsage(jobs[b.Name])
 	}
 	sort.Slice(res.Branches, func(i, j int) bool { return res.Branches[i].Name < res.Branches[j].Name })
 	use := map[string]*Usage{}
@@ -537,40 +557,28 @@ func (m *Manager) List(c Caller) ListResult {
 	return res
 }
 
-// ownBytes is the disk owner's branches use of their own (not shared by
-// reflink), what MaxOwnBytes bounds.
-func (m *Manager) ownBytes(owner string) int64 {
-	var n int64
-	for _, b := range m.st.Branches {
-		if b.Owner == owner {
-			size, shared := usage(m.branchDir(b.Name))
-			n += size - shared
-		}
-	}
-	return n
-}
-
-// Get returns one of the caller's branches.
+// Get returns one of the caller's branches, sized after the lock is
+// released.
 func (m *Manager) Get(c Caller, name string) (Branch, error) {
 	m.mu.Lock()
-	defer m.mu.Unlock()
 	b, err := m.branch(c, name)
 	if err != nil {
+		m.mu.Unlock()
 		return Branch{}, err
 	}
-	return m.view(b, true), nil
+	v, j := m.view(b), m.job(b)
+	m.mu.Unlock()
+	v.Size, v.Shared = m.branchUsage(j)
+	return v, nil
 }
 
-// view is what callers get of a branch: a copy with its URL and, when
-// sized, its disk use.
-func (m *Manager) view(b *Branch, sized bool) Branch {
+// view is what callers get of a branch: a copy with its URL (List and
+// Get add its disk use, measured without the lock).
+func (m *Manager) view(b *Branch) Branch {
 	v := *b
 	v.Conn = b.URL()
 	if v.State == stateReady && !m.busy[b.Name] && !m.running(b) {
 		v.State = stateStopped
-	}
-	if sized {
-		v.Size, v.Shared = usage(m.branchDir(b.Name))
 	}
 	return v
 }
@@ -578,25 +586,6 @@ func (m *Manager) view(b *Branch, sized bool) Branch {
 // running says whether a branch's server runs.
 func (m *Manager) running(b *Branch) bool {
 	return cluster.StateOf(m.o.Layout, regName(b.Name)) == cluster.Running
-}
-
-// usage is the disk a tree uses and how much of it is shared by reflink.
-func usage(dir string) (size, shared int64) {
-	_ = filepath.WalkDir(dir, func(p string, d fs.DirEntry, err error) error {
-		if err != nil || !d.Type().IsRegular() {
-			return nil
-		}
-		if fi, err := d.Info(); err == nil {
-			if st, ok := fi.Sys().(*syscall.Stat_t); ok {
-				size += st.Blocks * 512
-			}
-		}
-		if n, err := clone.SharedBytes(p); err == nil {
-			shared += n
-		}
-		return nil
-	})
-	return size, shared
 }
 
 // checkSpace refuses to create below the free-space floor.

@@ -48,7 +48,7 @@ func hook(step string) {
 // recorded as creating first, so a crash at any step leaves nothing that
 // the next Open does not remove.
 func (m *Manager) Create(ctx context.Context, c Caller, o CreateOptions) (Branch, error) {
-	b, origin, isSource, err := m.reserve(ctx, c, o)
+	b, origin, isSource, err := m.reserve(ctx, c, o, m.ownUse(c))
 	if err != nil {
 		return Branch{}, err
 	}
@@ -97,7 +97,7 @@ func (m *Manager) Create(ctx context.Context, c Caller, o CreateOptions) (Branch
 		m.mu.Lock()
 		return Branch{}, err
 	}
-	return m.view(b, false), nil
+	return m.view(b), nil
 }
 
 // sharedOrigin points branch b (reserved, from source) at the newest
@@ -155,7 +155,10 @@ func (m *Manager) sharedOrigin(ctx context.Context, b *Branch, source string) er
 // reserve checks a create and records the branch as creating (with the
 // name of the origin snapshot to make, if any: origin is then what it is
 // made of, a source when isSource, else a branch).
-func (m *Manager) reserve(ctx context.Context, c Caller, o CreateOptions) (b *Branch, origin string, isSource bool, err error) {
+//
+// own is what the caller's branches use of their own (ownUse, measured
+// before: never under the lock).
+func (m *Manager) reserve(ctx context.Context, c Caller, o CreateOptions, own int64) (b *Branch, origin string, isSource bool, err error) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	m.expire(ctx)
@@ -194,7 +197,7 @@ func (m *Manager) reserve(ctx context.Context, c Caller, o CreateOptions) (b *Br
 		}
 	}
 	if m.o.MaxOwnBytes > 0 && !m.admin(c) {
-		if own := m.ownBytes(owner); own >= m.o.MaxOwnBytes {
+		if own >= m.o.MaxOwnBytes {
 			return fail(errs.New(errs.Permission, "disk quota reached: your branches use %s of their own, the quota is %s",
 				units.Bytes(own), units.Bytes(m.o.MaxOwnBytes)).WithHint("delete or reset one of your branches first"))
 		}
@@ -540,7 +543,7 @@ func (m *Manager) Reset(ctx context.Context, c Caller, name string) (Branch, err
 		return Branch{}, err
 	}
 	b.ResetAt, b.Stopped = time.Now().UTC(), false
-	return m.view(b, false), m.save()
+	return m.view(b), m.save()
 }
 
 // runningBranch is branch, refused (Busy) when its server is stopped: an
@@ -574,7 +577,7 @@ func (m *Manager) switchOn(ctx context.Context, c Caller, name string, on bool) 
 	}
 	if m.running(b) == on {
 		if b.Stopped == !on {
-			return m.view(b, false), nil
+			return m.view(b), nil
 		}
 	} else {
 		m.busy[name] = true
@@ -594,7 +597,7 @@ func (m *Manager) switchOn(ctx context.Context, c Caller, name string, on bool) 
 		}
 	}
 	b.Stopped = !on
-	return m.view(b, false), m.save()
+	return m.view(b), m.save()
 }
 
 // Protect sets or clears a branch's protect flag: a protected branch is
@@ -607,7 +610,7 @@ func (m *Manager) Protect(c Caller, name string, on bool) (Branch, error) {
 		return Branch{}, err
 	}
 	b.Protected = on
-	return m.view(b, false), m.save()
+	return m.view(b), m.save()
 }
 
 // Delete stops and removes a branch (refused while it is protected).

@@ -39,6 +39,7 @@ import (
 	"github.com/pgfork/pgfork/internal/flock"
 	"github.com/pgfork/pgfork/internal/fsutil"
 	"github.com/pgfork/pgfork/internal/proc"
+	"github.com/pgfork/pgfork/internal/safefs"
 	"github.com/pgfork/pgfork/internal/statedir"
 )
 
@@ -627,25 +628,29 @@ func trashPid(name string) int {
 
 // diskUsage returns the blocks allocated under dir and how many of those
 // bytes are shared with other files (FIEMAP), following dir itself when it
-// is a branch's symlink but no link below it.
+// is a branch's symlink but no link below it. The tree belongs to the
+// server's OS user and may change meanwhile: every file is opened relative
+// to its directory, never following a link and never blocking on a FIFO
+// (safefs.Walk), so that `pgfork ls` neither hangs nor measures what a
+// planted link points to (issue 32, F20).
 func diskUsage(dir string) (size, shared int64) {
 	if t, err := filepath.EvalSymlinks(dir); err == nil {
 		dir = t
 	}
-	_ = filepath.WalkDir(dir, func(p string, d fs.DirEntry, err error) error {
-		if err != nil {
-			return nil
+	d, err := safefs.OpenDir(dir)
+	if err != nil {
+		return 0, 0
+	}
+	defer d.Close()
+	_ = d.Walk(func(_ string, f *os.File, fi os.FileInfo) error {
+		if st, ok := fi.Sys().(*syscall.Stat_t); ok {
+			size += st.Blocks * 512
+		} else {
+			size += fi.Size()
 		}
-		if fi, err := d.Info(); err == nil {
-			if st, ok := fi.Sys().(*syscall.Stat_t); ok {
-				size += st.Blocks * 512
-			} else {
-				size += fi.Size()
-			}
-			if d.Type().IsRegular() {
-				if n, err := clone.SharedBytes(p); err == nil {
-					shared += n
-				}
+		if fi.Mode().IsRegular() {
+			if n, err := clone.SharedBytesOf(f); err == nil {
+				shared += n
 			}
 		}
 		return nil

@@ -368,6 +368,7 @@ func (m *Manager) recover(ctx context.Context) error {
 		}
 		_ = cluster.Down(ctx, m.o.Layout, regName(b.Name), cluster.DownOptions{KeepData: true, Timeout: 10 * time.Second})
 		if b.Stopped || m.o.LeaveStopped {
+			_ = m.keepStoppedPort(b) // taken: its start says by whom
 			continue
 		}
 		if err := m.start(ctx, b); err != nil {
@@ -430,8 +431,10 @@ func (m *Manager) save() error {
 	return nil
 }
 
-// Close releases the branches; their servers keep running (Open finds them).
+// Close releases the branches; their servers keep running (Open finds
+// them). The ports of stopped branches are no longer held.
 func (m *Manager) Close() {
+	m.releaseAll()
 	if m.lock != nil {
 		m.lock.Unlock()
 		m.lock = nil

@@ -223,15 +223,10 @@ func (m *Manager) reserve(ctx context.Context, c Caller, o CreateOptions, own in
 		}
 		from = "snapshot:" + o.Snapshot
 	}
-	// A port free now and not another branch's (a stopped one keeps its own).
-	port := 0
-	for i := 0; i < 20 && (port == 0 || used[port]); i++ {
-		if port, err = instance.FreePort(m.o.Host); err != nil {
-			return fail(err)
-		}
-	}
-	if used[port] {
-		return fail(errs.New(errs.Busy, "no free port for branch %q", o.Name).WithHint("try again"))
+	// A port free now and not another branch's, held from now on (ports.go).
+	port, err := m.choosePort(o.Name, m.o.Host, used)
+	if err != nil {
+		return fail(err)
 	}
 	b = &Branch{Name: o.Name, From: from, Owner: owner, Created: time.Now().UTC(), TTL: o.TTL, Protected: o.Protected,
 		Port: port, Host: m.o.Host, Role: "branch_" + strings.NewReplacer(".", "_", "-", "_").Replace(o.Name),
@@ -244,12 +239,14 @@ func (m *Manager) reserve(ctx context.Context, c Caller, o CreateOptions, own in
 	if err := m.save(); err != nil {
 		m.st.Branches = m.st.Branches[:len(m.st.Branches)-1]
 		delete(m.pending, b.Snapshot)
+		m.releasePort(b.Name)
 		return fail(err)
 	}
 	return b, origin, isSource, nil
 }
 
 func (m *Manager) forget(name string) {
+	m.releasePort(name)
 	var keep []*Branch
 	for _, x := range m.st.Branches {
 		if x.Name != name {
@@ -286,7 +283,7 @@ func (m *Manager) start(ctx context.Context, b *Branch) error {
 		return err
 	}
 	inst := m.o.Installation
-	st, err := cluster.StartBranch(ctx, m.o.Layout, cluster.BranchOptions{Name: regName(b.Name), DataDir: data,
+	st, err := m.startOnPort(ctx, b, cluster.BranchOptions{Name: regName(b.Name), DataDir: data,
 		Kind: cluster.KindClone, Source: b.From, BinDir: inst.BinDir, Env: inst.Env(), PGVersion: inst.Version,
 		PGMajor: inst.Major, User: m.o.User, Port: b.Port, TCP: true, Settings: branchSettings, StartTimeout: 10 * time.Minute})
 	if err != nil {
@@ -535,6 +532,7 @@ func (m *Manager) Reset(ctx context.Context, c Caller, name string) (Branch, err
 	m.mu.Unlock()
 	err = cluster.Down(ctx, m.o.Layout, regName(b.Name), cluster.DownOptions{KeepData: true, Timeout: 30 * time.Second})
 	if err == nil || errs.IsNotFound(err) {
+		_ = m.keepStoppedPort(b) // taken meanwhile: the start says by whom
 		err = m.copyAndStart(ctx, b, true)
 	}
 	m.mu.Lock()
@@ -569,6 +567,9 @@ func (m *Manager) Stop(ctx context.Context, c Caller, name string) (Branch, erro
 }
 
 func (m *Manager) switchOn(ctx context.Context, c Caller, name string, on bool) (Branch, error) {
+	// held: the port of a stopped branch, taken by another process at
+	// once; the stop is done, the error says who has the port.
+	var held error
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	b, err := m.branch(c, name)
@@ -589,6 +590,8 @@ func (m *Manager) switchOn(ctx context.Context, c Caller, name string, on bool) 
 		}
 		if err == nil && on {
 			err = m.start(ctx, b)
+		} else if err == nil {
+			held = m.keepStoppedPort(b)
 		}
 		m.mu.Lock()
 		delete(m.busy, name)
@@ -597,7 +600,10 @@ func (m *Manager) switchOn(ctx context.Context, c Caller, name string, on bool) 
 		}
 	}
 	b.Stopped = !on
-	return m.view(b), m.save()
+	if err := m.save(); err != nil {
+		return Branch{}, err
+	}
+	return m.view(b), held
 }
 
 // Protect sets or clears a branch's protect flag: a protected branch is

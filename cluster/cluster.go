@@ -114,6 +114,7 @@ type Entry struct {
 	State State `json:"state"`
 	// Size is the disk space its data directory uses (blocks allocated;
 	// blocks shared with the template or source by reflink count in full).
+	// List fills Size and Shared; Get and StateOf do not (0).
 	Size int64 `json:"size_bytes"`
 	// Shared is how much of Size is in extents shared with another file
 	// (its template, backups or source, by reflink): Size - Shared is
@@ -337,13 +338,16 @@ func List(lay statedir.Layout) ([]Entry, error) {
 		if !e.IsDir() || strings.HasPrefix(e.Name(), ".") {
 			continue
 		}
-		out = append(out, entry(lay, e.Name()))
+		out = append(out, entry(lay, e.Name(), true))
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].Name < out[j].Name })
 	return out, nil
 }
 
-func entry(lay statedir.Layout, name string) Entry {
+// entry reads cluster name's record; sized: with its disk use (a walk of
+// its data directory, which only List does: Get and StateOf serve callers
+// that hold locks, such as serve's branches, every 30 seconds).
+func entry(lay statedir.Layout, name string, sized bool) Entry {
 	dir := Dir(lay, name)
 	info, err := readInfo(dir)
 	if err != nil {
@@ -356,11 +360,14 @@ func entry(lay statedir.Layout, name string) Entry {
 		return Entry{Info: Info{Name: name, DataDir: filepath.Join(dir, dataSubdir)}, State: st}
 	}
 	e := Entry{Info: info, State: state(info, info.DataDir)}
-	e.Size, e.Shared = diskUsage(info.DataDir)
+	if sized {
+		e.Size, e.Shared = diskUsage(info.DataDir)
+	}
 	return e
 }
 
-// Get returns the cluster called name, or errs.NotFound.
+// Get returns the cluster called name, or errs.NotFound, without its size
+// (List measures it).
 func Get(lay statedir.Layout, name string) (Entry, error) {
 	if err := ValidateName(name); err != nil {
 		return Entry{}, err
@@ -368,7 +375,7 @@ func Get(lay statedir.Layout, name string) (Entry, error) {
 	if _, err := os.Stat(Dir(lay, name)); err != nil {
 		return Entry{}, errs.New(errs.NotFound, "no cluster named %q", name).WithCLI("see `pgfork ls`")
 	}
-	return entry(lay, name), nil
+	return entry(lay, name, false), nil
 }
 
 // StateOf is the State Get reports for cluster name, without sizing its
@@ -379,7 +386,7 @@ func StateOf(lay statedir.Layout, name string) State {
 	}
 	info, err := readInfo(Dir(lay, name))
 	if err != nil {
-		return entry(lay, name).State
+		return entry(lay, name, false).State
 	}
 	return state(info, info.DataDir)
 }

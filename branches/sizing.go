@@ -119,12 +119,13 @@ func (m *Manager) walkFiles(rels []string, fn func(f *os.File, fi os.FileInfo)) 
 }
 
 // branchTrees is what a branch's files are: its data directory and the
-// targets of its tablespace links (pg_tblspc/OID) that are in the
-// branches directory (where copies put them: a branch's role, not a
-// superuser, cannot make a tablespace elsewhere; a link elsewhere is not
-// followed), all relative to the branches directory.
-func (m *Manager) branchTrees(name string) []string {
+// targets of its tablespace links (pg_tblspc/OID) where copies put a
+// branch's tablespaces (beside its data directory, or its snapshot's: a
+// branch's role, not a superuser, cannot make a tablespace elsewhere; a
+// link elsewhere is not followed), all relative to the branches directory.
+func (m *Manager) branchTrees(name, snap string) []string {
 	rels := []string{"data/" + name}
+	places := []string{filepath.Join(m.dir, "data", name+".tblspc"), filepath.Join(m.dir, "snap", snap+".tblspc")}
 	root, err := safefs.OpenDir(m.dir)
 	if err != nil {
 		return rels
@@ -144,8 +145,12 @@ func (m *Manager) branchTrees(name string) []string {
 		if err != nil || !filepath.IsAbs(t) {
 			continue
 		}
-		if rel, err := filepath.Rel(m.dir, filepath.Clean(t)); err == nil && fsutil.Within(filepath.Clean(t), m.dir) && rel != "." {
-			rels = append(rels, filepath.ToSlash(rel))
+		t = filepath.Clean(t)
+		for _, p := range places {
+			if rel, err := filepath.Rel(m.dir, t); err == nil && fsutil.Within(t, p) && t != p {
+				rels = append(rels, filepath.ToSlash(rel))
+				break
+			}
 		}
 	}
 	return rels
@@ -231,7 +236,7 @@ func (m *Manager) forgetExtents(live map[string]bool) {
 // of it is shared with its snapshot: size-shared is its own. Called
 // without the Manager's lock.
 func (m *Manager) branchUsage(j sizeJob) (size, shared int64) {
-	own, loose := m.extentsOf(m.branchTrees(j.name))
+	own, loose := m.extentsOf(m.branchTrees(j.name, j.snap))
 	shared = own.common(m.snapshotExtents(j.snap, j.snapKey))
 	return own.bytes() + loose, shared
 }

@@ -283,7 +283,7 @@ func Open(ctx context.Context, o Options) (*Manager, error) {
 	// Root's, not writable by others: a root process follows no path in
 	// it that another user can change. 0711: the server's user reaches
 	// its data directory below.
-	for _, d := range []string{m.dir, filepath.Join(m.dir, "snap"), filepath.Join(m.dir, "data")} {
+	for _, d := range []string{m.dir, filepath.Join(m.dir, "snap"), filepath.Join(m.dir, "data"), filepath.Join(m.dir, "tblspc")} {
 		if err := mkdirPrivate(d); err != nil {
 			return nil, err
 		}
@@ -378,9 +378,9 @@ func (m *Manager) recover(ctx context.Context) error {
 	return nil
 }
 
-// sweep removes directories under snap/ and data/ that the state does not
-// name (a create or snapshot killed before it was recorded) and copy
-// staging left beside them.
+// sweep removes directories under snap/, data/ and tblspc/ that the state
+// does not name (a create or snapshot killed before it was recorded) and
+// copy staging left beside them.
 func (m *Manager) sweep(ctx context.Context) {
 	known := map[string]bool{}
 	for _, s := range m.st.Snapshots {
@@ -388,8 +388,9 @@ func (m *Manager) sweep(ctx context.Context) {
 	}
 	for _, b := range m.st.Branches {
 		known["data/"+b.Name] = true
+		known["tblspc/"+b.Name] = true
 	}
-	for _, sub := range []string{"snap", "data"} {
+	for _, sub := range []string{"snap", "data", "tblspc"} {
 		ents, _ := os.ReadDir(filepath.Join(m.dir, sub))
 		for _, e := range ents {
 			if known[sub+"/"+e.Name()] {
@@ -419,6 +420,7 @@ func removeBelow(dir, name string) error {
 func (m *Manager) removeBranchFiles(ctx context.Context, name string) {
 	_ = cluster.Down(ctx, m.o.Layout, regName(name), cluster.DownOptions{KeepData: true, Timeout: 10 * time.Second})
 	_ = removeBelow(filepath.Join(m.dir, "data"), name)
+	_ = removeBelow(filepath.Join(m.dir, "tblspc"), name)
 	_ = clone.CleanStale(m.branchDir(name))
 }
 

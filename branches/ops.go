@@ -262,6 +262,9 @@ func (m *Manager) copyAndStart(ctx context.Context, b *Branch, replace bool) err
 	if _, err := clone.Copy(ctx, m.snapDir(b.Snapshot), m.branchDir(b.Name), clone.Options{Sync: clone.SyncFS, Force: replace}); err != nil {
 		return err
 	}
+	if err := m.copyTablespaces(ctx, b); err != nil {
+		return err
+	}
 	hook("copied")
 	return m.start(ctx, b)
 }
@@ -638,6 +641,7 @@ func (m *Manager) delete(ctx context.Context, b *Branch) error {
 		return err
 	}
 	_ = removeBelow(filepath.Join(m.dir, "data"), b.Name)
+	_ = removeBelow(filepath.Join(m.dir, "tblspc"), b.Name)
 	m.forget(b.Name)
 	m.dropUnusedOrigins()
 	return m.save()

@@ -120,12 +120,12 @@ func (m *Manager) walkFiles(rels []string, fn func(f *os.File, fi os.FileInfo)) 
 
 // branchTrees is what a branch's files are: its data directory and the
 // targets of its tablespace links (pg_tblspc/OID) where copies put a
-// branch's tablespaces (beside its data directory, or its snapshot's: a
+// branch's tablespaces (tblspc/NAME, tablespaces.go; or its snapshot's: a
 // branch's role, not a superuser, cannot make a tablespace elsewhere; a
 // link elsewhere is not followed), all relative to the branches directory.
 func (m *Manager) branchTrees(name, snap string) []string {
 	rels := []string{"data/" + name}
-	places := []string{filepath.Join(m.dir, "data", name+".tblspc"), filepath.Join(m.dir, "snap", snap+".tblspc")}
+	places := []string{m.tblspcDir(name), filepath.Join(m.dir, "snap", snap+".tblspc")}
 	root, err := safefs.OpenDir(m.dir)
 	if err != nil {
 		return rels

@@ -261,3 +261,96 @@ func TestOwnBytesCountSelfClones(t *testing.T) {
 		}
 	})
 }
+
+// TestBranchTablespaces: a source's tablespace is a branch's own. Two
+// branches of one named snapshot each get a copy of its tablespaces
+// (before, both linked to the snapshot's: one saw the other's rows and
+// wrote into the snapshot); what a branch writes there counts as its own
+// bytes; a reset brings the tablespace back; a restart of serve keeps the
+// copies of live branches; a delete removes them.
+func TestBranchTablespaces(t *testing.T) {
+	ctx := context.Background()
+	o := env(t)
+	ts := filepath.Join(testenv.XFSDir(t), "ts")
+	if err := os.Mkdir(ts, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if o.User != nil {
+		if err := os.Chown(ts, o.User.UID, o.User.GID); err != nil {
+			t.Fatal(err)
+		}
+	}
+	pgtest.Exec(t, o.Sources[0].ConnString, "CREATE TABLESPACE ts LOCATION '"+ts+"'",
+		"CREATE TABLE tst (x int) TABLESPACE ts", "INSERT INTO tst VALUES (1)")
+	o.MaxOwnBytes = 1 << 50
+	m := open(t, o)
+	me := Caller{Token: "me"}
+	if _, err := m.CreateSnapshot(ctx, me, SnapshotOptions{Name: "s", Source: "prod"}); err != nil {
+		t.Fatal(err)
+	}
+	var br [2]Branch
+	for i, n := range []string{"a", "b"} {
+		var err error
+		if br[i], err = m.Create(ctx, me, CreateOptions{Name: n, Snapshot: "s"}); err != nil {
+			t.Fatal(err)
+		}
+		ents, err := os.ReadDir(filepath.Join(m.branchDir(n), "pg_tblspc"))
+		if err != nil || len(ents) != 1 {
+			t.Fatalf("branch %s's pg_tblspc: %v %v", n, ents, err)
+		}
+		l, err := os.Readlink(filepath.Join(m.branchDir(n), "pg_tblspc", ents[0].Name()))
+		if err != nil || !strings.HasPrefix(l, m.tblspcDir(n)+"/") {
+			t.Errorf("branch %s's tablespace link points to %q (%v), want under %s", n, l, err, m.tblspcDir(n))
+		}
+	}
+	ownA := func() int64 {
+		t.Helper()
+		for _, b := range m.List(me).Branches {
+			if b.Name == "a" {
+				return b.Size - b.Shared
+			}
+		}
+		t.Fatal("a not listed")
+		return 0
+	}
+	before := ownA()
+	pgtest.Exec(t, br[0].URL(), "INSERT INTO tst SELECT g FROM generate_series(2, 1000000) g", "CHECKPOINT")
+	if got := pgtest.Query(t, br[1].URL(), "SELECT count(*) FROM tst"); got != "1" {
+		t.Errorf("branch b sees %s rows of the tablespace's table after a wrote into it, want 1", got)
+	}
+	c, err := m.Create(ctx, me, CreateOptions{Name: "c", Snapshot: "s"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := pgtest.Query(t, c.URL(), "SELECT count(*) FROM tst"); got != "1" {
+		t.Errorf("a new branch of the snapshot sees %s rows, want 1: a branch wrote into the snapshot", got)
+	}
+	if after := ownA(); after-before < 30<<20 {
+		t.Errorf("after writing ~35 MiB into its tablespace branch a owns %d bytes, was %d", after, before)
+	}
+	if _, err := m.Reset(ctx, me, "a"); err != nil {
+		t.Fatal(err)
+	}
+	if got := pgtest.Query(t, br[0].URL(), "SELECT count(*) FROM tst"); got != "1" {
+		t.Errorf("after a reset a sees %s rows, want 1", got)
+	}
+	m.Close()
+	if m, err = Open(ctx, o); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		for _, n := range []string{"a", "b", "c"} {
+			_ = m.Delete(ctx, me, n)
+		}
+		m.Close()
+	})
+	if got := pgtest.Query(t, br[1].URL(), "SELECT count(*) FROM tst"); got != "1" {
+		t.Errorf("after a restart of serve b sees %s rows", got)
+	}
+	if err := m.Delete(ctx, me, "b"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Lstat(m.tblspcDir("b")); err == nil {
+		t.Error("a deleted branch's tablespaces are left behind")
+	}
+}

@@ -227,6 +227,13 @@ type Manager struct {
 	// streamSeen holds, per standby source, when its WAL receiver was
 	// last seen streaming (StandbyLag).
 	streamSeen sync.Map
+	// sizeMu guards snapExtents, the snapshots' extents (sizing.go).
+	sizeMu      sync.Mutex
+	snapExtents map[string]spans
+	// portMu guards held, the listeners that keep the ports of branches
+	// whose server is not running (ports.go).
+	portMu sync.Mutex
+	held   map[string]net.Listener
 }
 
 // Dir is where a Manager keeps its files: <state>/branches.
@@ -279,7 +286,7 @@ func Open(ctx context.Context, o Options) (*Manager, error) {
 	// Root's, not writable by others: a root process follows no path in
 	// it that another user can change. 0711: the server's user reaches
 	// its data directory below.
-	for _, d := range []string{m.dir, filepath.Join(m.dir, "snap"), filepath.Join(m.dir, "data")} {
+	for _, d := range []string{m.dir, filepath.Join(m.dir, "snap"), filepath.Join(m.dir, "data"), filepath.Join(m.dir, "tblspc")} {
 		if err := mkdirPrivate(d); err != nil {
 			return nil, err
 		}
@@ -364,6 +371,7 @@ func (m *Manager) recover(ctx context.Context) error {
 		}
 		_ = cluster.Down(ctx, m.o.Layout, regName(b.Name), cluster.DownOptions{KeepData: true, Timeout: 10 * time.Second})
 		if b.Stopped || m.o.LeaveStopped {
+			_ = m.keepStoppedPort(b) // taken: its start says by whom
 			continue
 		}
 		if err := m.start(ctx, b); err != nil {
@@ -373,9 +381,9 @@ func (m *Manager) recover(ctx context.Context) error {
 	return nil
 }
 
-// sweep removes directories under snap/ and data/ that the state does not
-// name (a create or snapshot killed before it was recorded) and copy
-// staging left beside them.
+// sweep removes directories under snap/, data/ and tblspc/ that the state
+// does not name (a create or snapshot killed before it was recorded) and
+// copy staging left beside them.
 func (m *Manager) sweep(ctx context.Context) {
 	known := map[string]bool{}
 	for _, s := range m.st.Snapshots {
@@ -383,8 +391,9 @@ func (m *Manager) sweep(ctx context.Context) {
 	}
 	for _, b := range m.st.Branches {
 		known["data/"+b.Name] = true
+		known["tblspc/"+b.Name] = true
 	}
-	for _, sub := range []string{"snap", "data"} {
+	for _, sub := range []string{"snap", "data", "tblspc"} {
 		ents, _ := os.ReadDir(filepath.Join(m.dir, sub))
 		for _, e := range ents {
 			if known[sub+"/"+e.Name()] {
@@ -414,6 +423,7 @@ func removeBelow(dir, name string) error {
 func (m *Manager) removeBranchFiles(ctx context.Context, name string) {
 	_ = cluster.Down(ctx, m.o.Layout, regName(name), cluster.DownOptions{KeepData: true, Timeout: 10 * time.Second})
 	_ = removeBelow(filepath.Join(m.dir, "data"), name)
+	_ = removeBelow(filepath.Join(m.dir, "tblspc"), name)
 	_ = clone.CleanStale(m.branchDir(name))
 }
 
@@ -426,8 +436,10 @@ func (m *Manager) save() error {
 	return nil
 }
 
-// Close releases the branches; their servers keep running (Open finds them).
+// Close releases the branches; their servers keep running (Open finds
+// them). The ports of stopped branches are no longer held.
 func (m *Manager) Close() {
+	m.releaseAll()
 	if m.lock != nil {
 		m.lock.Unlock()
 		m.lock = nil
@@ -500,24 +512,37 @@ type Usage struct {
 // List returns the sources (a standby's with its lag), the named snapshots
 // and the caller's branches (every branch for an admin token), with their
 // sizes.
+//
+// The sizes are measured after the lock is released (sizing.go).
 func (m *Manager) List(c Caller) ListResult {
 	srcs := m.sourcesWithLag(context.Background())
 	m.mu.Lock()
-	defer m.mu.Unlock()
 	res := ListResult{Sources: srcs, Snapshots: []Snapshot{}, Branches: []Branch{}}
+	live := map[string]bool{}
 	for _, s := range m.st.Snapshots {
+		live[snapKey(s)] = true
 		if s.Origin {
 			continue
 		}
-		v := *s
-		v.Size, v.Shared = usage(m.snapDir(s.Name))
-		res.Snapshots = append(res.Snapshots, v)
+		res.Snapshots = append(res.Snapshots, *s)
 	}
+	jobs := map[string]sizeJob{}
 	for _, b := range m.st.Branches {
 		if b.Owner != Owner(c.Token) && !m.admin(c) {
 			continue
 		}
-		res.Branches = append(res.Branches, m.view(b, true))
+		res.Branches = append(res.Branches, m.view(b))
+		jobs[b.Name] = m.job(b)
+	}
+	m.mu.Unlock()
+	m.forgetExtents(live)
+	for i := range res.Snapshots {
+		s := &res.Snapshots[i]
+		s.Size, s.Shared = m.snapshotUsage(s.Name)
+	}
+	for i := range res.Branches {
+		b := &res.Branches[i]
+		b.Size, b.Shared = m.branchUsage(jobs[b.Name])
 	}
 	sort.Slice(res.Branches, func(i, j int) bool { return res.Branches[i].Name < res.Branches[j].Name })
 	use := map[string]*Usage{}
@@ -540,40 +565,28 @@ func (m *Manager) List(c Caller) ListResult {
 	return res
 }
 
-// ownBytes is the disk owner's branches use of their own (not shared by
-// reflink), what MaxOwnBytes bounds.
-func (m *Manager) ownBytes(owner string) int64 {
-	var n int64
-	for _, b := range m.st.Branches {
-		if b.Owner == owner {
-			size, shared := usage(m.branchDir(b.Name))
-			n += size - shared
-		}
-	}
-	return n
-}
-
-// Get returns one of the caller's branches.
+// Get returns one of the caller's branches, sized after the lock is
+// released.
 func (m *Manager) Get(c Caller, name string) (Branch, error) {
 	m.mu.Lock()
-	defer m.mu.Unlock()
 	b, err := m.branch(c, name)
 	if err != nil {
+		m.mu.Unlock()
 		return Branch{}, err
 	}
-	return m.view(b, true), nil
+	v, j := m.view(b), m.job(b)
+	m.mu.Unlock()
+	v.Size, v.Shared = m.branchUsage(j)
+	return v, nil
 }
 
-// view is what callers get of a branch: a copy with its URL and, when
-// sized, its disk use.
-func (m *Manager) view(b *Branch, sized bool) Branch {
+// view is what callers get of a branch: a copy with its URL (List and
+// Get add its disk use, measured without the lock).
+func (m *Manager) view(b *Branch) Branch {
 	v := *b
 	v.Conn = b.URL()
 	if v.State == stateReady && !m.busy[b.Name] && !m.running(b) {
 		v.State = stateStopped
-	}
-	if sized {
-		v.Size, v.Shared = usage(m.branchDir(b.Name))
 	}
 	return v
 }
@@ -581,25 +594,6 @@ func (m *Manager) view(b *Branch, sized bool) Branch {
 // running says whether a branch's server runs.
 func (m *Manager) running(b *Branch) bool {
 	return cluster.StateOf(m.o.Layout, regName(b.Name)) == cluster.Running
-}
-
-// usage is the disk a tree uses and how much of it is shared by reflink.
-func usage(dir string) (size, shared int64) {
-	_ = filepath.WalkDir(dir, func(p string, d fs.DirEntry, err error) error {
-		if err != nil || !d.Type().IsRegular() {
-			return nil
-		}
-		if fi, err := d.Info(); err == nil {
-			if st, ok := fi.Sys().(*syscall.Stat_t); ok {
-				size += st.Blocks * 512
-			}
-		}
-		if n, err := clone.SharedBytes(p); err == nil {
-			shared += n
-		}
-		return nil
-	})
-	return size, shared
 }
 
 // checkSpace refuses to create below the free-space floor.

@@ -48,7 +48,7 @@ func hook(step string) {
 // recorded as creating first, so a crash at any step leaves nothing that
 // the next Open does not remove.
 func (m *Manager) Create(ctx context.Context, c Caller, o CreateOptions) (Branch, error) {
-	b, origin, isSource, err := m.reserve(ctx, c, o)
+	b, origin, isSource, err := m.reserve(ctx, c, o, m.ownUse(c))
 	if err != nil {
 		return Branch{}, err
 	}
@@ -97,7 +97,7 @@ func (m *Manager) Create(ctx context.Context, c Caller, o CreateOptions) (Branch
 		m.mu.Lock()
 		return Branch{}, err
 	}
-	return m.view(b, false), nil
+	return m.view(b), nil
 }
 
 // sharedOrigin points branch b (reserved, from source) at the newest
@@ -155,7 +155,10 @@ func (m *Manager) sharedOrigin(ctx context.Context, b *Branch, source string) er
 // reserve checks a create and records the branch as creating (with the
 // name of the origin snapshot to make, if any: origin is then what it is
 // made of, a source when isSource, else a branch).
-func (m *Manager) reserve(ctx context.Context, c Caller, o CreateOptions) (b *Branch, origin string, isSource bool, err error) {
+//
+// own is what the caller's branches use of their own (ownUse, measured
+// before: never under the lock).
+func (m *Manager) reserve(ctx context.Context, c Caller, o CreateOptions, own int64) (b *Branch, origin string, isSource bool, err error) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	m.expire(ctx)
@@ -194,7 +197,7 @@ func (m *Manager) reserve(ctx context.Context, c Caller, o CreateOptions) (b *Br
 		}
 	}
 	if m.o.MaxOwnBytes > 0 && !m.admin(c) {
-		if own := m.ownBytes(owner); own >= m.o.MaxOwnBytes {
+		if own >= m.o.MaxOwnBytes {
 			return fail(errs.New(errs.Permission, "disk quota reached: your branches use %s of their own, the quota is %s",
 				units.Bytes(own), units.Bytes(m.o.MaxOwnBytes)).WithHint("delete or reset one of your branches first"))
 		}
@@ -220,15 +223,10 @@ func (m *Manager) reserve(ctx context.Context, c Caller, o CreateOptions) (b *Br
 		}
 		from = "snapshot:" + o.Snapshot
 	}
-	// A port free now and not another branch's (a stopped one keeps its own).
-	port := 0
-	for i := 0; i < 20 && (port == 0 || used[port]); i++ {
-		if port, err = instance.FreePort(m.o.Host); err != nil {
-			return fail(err)
-		}
-	}
-	if used[port] {
-		return fail(errs.New(errs.Busy, "no free port for branch %q", o.Name).WithHint("try again"))
+	// A port free now and not another branch's, held from now on (ports.go).
+	port, err := m.choosePort(o.Name, m.o.Host, used)
+	if err != nil {
+		return fail(err)
 	}
 	b = &Branch{Name: o.Name, From: from, Owner: owner, Created: time.Now().UTC(), TTL: o.TTL, Protected: o.Protected,
 		Port: port, Host: m.o.Host, Role: "branch_" + strings.NewReplacer(".", "_", "-", "_").Replace(o.Name),
@@ -241,12 +239,14 @@ func (m *Manager) reserve(ctx context.Context, c Caller, o CreateOptions) (b *Br
 	if err := m.save(); err != nil {
 		m.st.Branches = m.st.Branches[:len(m.st.Branches)-1]
 		delete(m.pending, b.Snapshot)
+		m.releasePort(b.Name)
 		return fail(err)
 	}
 	return b, origin, isSource, nil
 }
 
 func (m *Manager) forget(name string) {
+	m.releasePort(name)
 	var keep []*Branch
 	for _, x := range m.st.Branches {
 		if x.Name != name {
@@ -260,6 +260,9 @@ func (m *Manager) forget(name string) {
 // (replacing what is there) and starts it.
 func (m *Manager) copyAndStart(ctx context.Context, b *Branch, replace bool) error {
 	if _, err := clone.Copy(ctx, m.snapDir(b.Snapshot), m.branchDir(b.Name), clone.Options{Sync: clone.SyncFS, Force: replace}); err != nil {
+		return err
+	}
+	if err := m.copyTablespaces(ctx, b); err != nil {
 		return err
 	}
 	hook("copied")
@@ -283,7 +286,7 @@ func (m *Manager) start(ctx context.Context, b *Branch) error {
 		return err
 	}
 	inst := m.o.Installation
-	st, err := cluster.StartBranch(ctx, m.o.Layout, cluster.BranchOptions{Name: regName(b.Name), DataDir: data,
+	st, err := m.startOnPort(ctx, b, cluster.BranchOptions{Name: regName(b.Name), DataDir: data,
 		Kind: cluster.KindClone, Source: b.From, BinDir: inst.BinDir, Env: inst.Env(), PGVersion: inst.Version,
 		PGMajor: inst.Major, User: m.o.User, Port: b.Port, TCP: true, Settings: branchSettings, StartTimeout: 10 * time.Minute})
 	if err != nil {
@@ -532,6 +535,7 @@ func (m *Manager) Reset(ctx context.Context, c Caller, name string) (Branch, err
 	m.mu.Unlock()
 	err = cluster.Down(ctx, m.o.Layout, regName(b.Name), cluster.DownOptions{KeepData: true, Timeout: 30 * time.Second})
 	if err == nil || errs.IsNotFound(err) {
+		_ = m.keepStoppedPort(b) // taken meanwhile: the start says by whom
 		err = m.copyAndStart(ctx, b, true)
 	}
 	m.mu.Lock()
@@ -540,7 +544,7 @@ func (m *Manager) Reset(ctx context.Context, c Caller, name string) (Branch, err
 		return Branch{}, err
 	}
 	b.ResetAt, b.Stopped = time.Now().UTC(), false
-	return m.view(b, false), m.save()
+	return m.view(b), m.save()
 }
 
 // runningBranch is branch, refused (Busy) when its server is stopped: an
@@ -566,6 +570,9 @@ func (m *Manager) Stop(ctx context.Context, c Caller, name string) (Branch, erro
 }
 
 func (m *Manager) switchOn(ctx context.Context, c Caller, name string, on bool) (Branch, error) {
+	// held: the port of a stopped branch, taken by another process at
+	// once; the stop is done, the error says who has the port.
+	var held error
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	b, err := m.branch(c, name)
@@ -574,7 +581,7 @@ func (m *Manager) switchOn(ctx context.Context, c Caller, name string, on bool) 
 	}
 	if m.running(b) == on {
 		if b.Stopped == !on {
-			return m.view(b, false), nil
+			return m.view(b), nil
 		}
 	} else {
 		m.busy[name] = true
@@ -586,6 +593,8 @@ func (m *Manager) switchOn(ctx context.Context, c Caller, name string, on bool) 
 		}
 		if err == nil && on {
 			err = m.start(ctx, b)
+		} else if err == nil {
+			held = m.keepStoppedPort(b)
 		}
 		m.mu.Lock()
 		delete(m.busy, name)
@@ -594,7 +603,10 @@ func (m *Manager) switchOn(ctx context.Context, c Caller, name string, on bool) 
 		}
 	}
 	b.Stopped = !on
-	return m.view(b, false), m.save()
+	if err := m.save(); err != nil {
+		return Branch{}, err
+	}
+	return m.view(b), held
 }
 
 // Protect sets or clears a branch's protect flag: a protected branch is
@@ -607,7 +619,7 @@ func (m *Manager) Protect(c Caller, name string, on bool) (Branch, error) {
 		return Branch{}, err
 	}
 	b.Protected = on
-	return m.view(b, false), m.save()
+	return m.view(b), m.save()
 }
 
 // Delete stops and removes a branch (refused while it is protected).
@@ -629,6 +641,7 @@ func (m *Manager) delete(ctx context.Context, b *Branch) error {
 		return err
 	}
 	_ = removeBelow(filepath.Join(m.dir, "data"), b.Name)
+	_ = removeBelow(filepath.Join(m.dir, "tblspc"), b.Name)
 	m.forget(b.Name)
 	m.dropUnusedOrigins()
 	return m.save()

@@ -106,3 +106,17 @@ type Summary struct {
 	Vanished    int64            `json:"vanished,omitempty"` // entries that disappeared mid-copy (TolerateVanished)
 	Elapsed     time.Duration    `json:"elapsed_ns"`
 }
+
+// Extent is one range of a file's data on disk (FIEMAP on Linux).
+type Extent struct {
+	// Logical is the offset in the file, Physical on the device, both in
+	// bytes, as Length.
+	Logical, Physical, Length uint64
+	// Shared: the filesystem says another file (or another range) uses
+	// these blocks too (a reflink).
+	Shared bool
+	// Placed: Physical is a plain range of blocks of this extent's own
+	// (not delayed allocation, inline or packed data): ranges that are
+	// Placed may be compared between files.
+	Placed bool
+}

@@ -323,17 +323,56 @@ type fiemapBuf struct {
 // SharedBytes returns how many bytes of the file at path are in extents the
 // filesystem marks as shared with another file (FIEMAP_EXTENT_SHARED): the
 // bytes a reflink clone saved. It is 0 on filesystems that cannot share.
+// It follows no symbolic link at path's end, never blocks on a FIFO and
+// refuses anything but a regular file.
 func SharedBytes(path string) (int64, error) {
-	f, err := os.Open(path)
+	fd, err := unix.Open(path, unix.O_RDONLY|unix.O_NOFOLLOW|unix.O_NONBLOCK|unix.O_CLOEXEC, 0)
 	if err != nil {
-		return 0, err
+		return 0, &os.PathError{Op: "open", Path: path, Err: err}
 	}
+	f := os.NewFile(uintptr(fd), path)
 	defer f.Close()
-	return sharedBytesFd(int(f.Fd()))
+	return SharedBytesOf(f)
+}
+
+// SharedBytesOf is SharedBytes of an open file (0 for anything but a
+// regular file).
+func SharedBytesOf(f *os.File) (int64, error) {
+	var shared int64
+	_, err := Extents(f, func(x Extent) {
+		if x.Shared {
+			shared += int64(x.Length)
+		}
+	})
+	return shared, err
 }
 
 func sharedBytesFd(fd int) (int64, error) {
 	var shared int64
+	_, err := extentsFd(fd, func(x Extent) {
+		if x.Shared {
+			shared += int64(x.Length)
+		}
+	})
+	return shared, err
+}
+
+// FIEMAP extent flags meaning the physical range is not a plain one of its
+// own: not known yet (delayed allocation), encoded, packed with others'.
+const fiemapExtentNotPlain = 0x2 | 0x4 | 0x8 | 0x80 | 0x100 | 0x200 | 0x400
+
+// Extents calls fn with each extent of the regular file f (FIEMAP), in
+// file order. ok is false (and fn never called) where the filesystem
+// cannot map its files, or f is not a regular file.
+func Extents(f *os.File, fn func(Extent)) (ok bool, err error) {
+	fi, err := f.Stat()
+	if err != nil || !fi.Mode().IsRegular() {
+		return false, err
+	}
+	return extentsFd(int(f.Fd()), fn)
+}
+
+func extentsFd(fd int, fn func(Extent)) (bool, error) {
 	var b fiemapBuf
 	start := uint64(0)
 	for {
@@ -341,21 +380,20 @@ func sharedBytesFd(fd int) (int64, error) {
 		_, _, e := unix.Syscall(unix.SYS_IOCTL, uintptr(fd), fsIocFiemap, uintptr(unsafe.Pointer(&b)))
 		if e != 0 {
 			if e == unix.EOPNOTSUPP || e == unix.ENOTTY {
-				return 0, nil
+				return false, nil
 			}
-			return 0, os.NewSyscallError("ioctl FIEMAP", e)
+			return false, os.NewSyscallError("ioctl FIEMAP", e)
 		}
 		n := int(b.hdr.MappedExtents)
 		if n == 0 {
-			return shared, nil
+			return true, nil
 		}
 		for i := 0; i < n; i++ {
 			x := b.extents[i]
-			if x.Flags&fiemapExtentShared != 0 {
-				shared += int64(x.Length)
-			}
+			fn(Extent{Logical: x.Logical, Physical: x.Physical, Length: x.Length,
+				Shared: x.Flags&fiemapExtentShared != 0, Placed: x.Flags&fiemapExtentNotPlain == 0})
 			if x.Flags&fiemapExtentLast != 0 {
-				return shared, nil
+				return true, nil
 			}
 			start = x.Logical + x.Length
 		}

@@ -105,6 +105,12 @@ func SharedBytes(path string) (int64, error) {
 
 func sharedBytesFd(int) (int64, error) { return 0, nil }
 
+// SharedBytesOf returns 0: this platform has no way to ask.
+func SharedBytesOf(*os.File) (int64, error) { return 0, nil }
+
+// Extents reports ok false: this platform cannot map files.
+func Extents(*os.File, func(Extent)) (ok bool, err error) { return false, nil }
+
 func probeCopyRange(context.Context, *os.File, *os.File, int64) error { return errNotHere }
 
 func openFile(path string, flag int, perm os.FileMode) (*os.File, error) {

@@ -39,6 +39,7 @@ import (
 	"github.com/pgfork/pgfork/internal/flock"
 	"github.com/pgfork/pgfork/internal/fsutil"
 	"github.com/pgfork/pgfork/internal/proc"
+	"github.com/pgfork/pgfork/internal/safefs"
 	"github.com/pgfork/pgfork/internal/statedir"
 )
 
@@ -113,6 +114,7 @@ type Entry struct {
 	State State `json:"state"`
 	// Size is the disk space its data directory uses (blocks allocated;
 	// blocks shared with the template or source by reflink count in full).
+	// List fills Size and Shared; Get and StateOf do not (0).
 	Size int64 `json:"size_bytes"`
 	// Shared is how much of Size is in extents shared with another file
 	// (its template, backups or source, by reflink): Size - Shared is
@@ -336,13 +338,16 @@ func List(lay statedir.Layout) ([]Entry, error) {
 		if !e.IsDir() || strings.HasPrefix(e.Name(), ".") {
 			continue
 		}
-		out = append(out, entry(lay, e.Name()))
+		out = append(out, entry(lay, e.Name(), true))
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].Name < out[j].Name })
 	return out, nil
 }
 
-func entry(lay statedir.Layout, name string) Entry {
+// entry reads cluster name's record; sized: with its disk use (a walk of
+// its data directory, which only List does: Get and StateOf serve callers
+// that hold locks, such as serve's branches, every 30 seconds).
+func entry(lay statedir.Layout, name string, sized bool) Entry {
 	dir := Dir(lay, name)
 	info, err := readInfo(dir)
 	if err != nil {
@@ -355,11 +360,14 @@ func entry(lay statedir.Layout, name string) Entry {
 		return Entry{Info: Info{Name: name, DataDir: filepath.Join(dir, dataSubdir)}, State: st}
 	}
 	e := Entry{Info: info, State: state(info, info.DataDir)}
-	e.Size, e.Shared = diskUsage(info.DataDir)
+	if sized {
+		e.Size, e.Shared = diskUsage(info.DataDir)
+	}
 	return e
 }
 
-// Get returns the cluster called name, or errs.NotFound.
+// Get returns the cluster called name, or errs.NotFound, without its size
+// (List measures it).
 func Get(lay statedir.Layout, name string) (Entry, error) {
 	if err := ValidateName(name); err != nil {
 		return Entry{}, err
@@ -367,7 +375,7 @@ func Get(lay statedir.Layout, name string) (Entry, error) {
 	if _, err := os.Stat(Dir(lay, name)); err != nil {
 		return Entry{}, errs.New(errs.NotFound, "no cluster named %q", name).WithCLI("see `pgfork ls`")
 	}
-	return entry(lay, name), nil
+	return entry(lay, name, false), nil
 }
 
 // StateOf is the State Get reports for cluster name, without sizing its
@@ -378,7 +386,7 @@ func StateOf(lay statedir.Layout, name string) State {
 	}
 	info, err := readInfo(Dir(lay, name))
 	if err != nil {
-		return entry(lay, name).State
+		return entry(lay, name, false).State
 	}
 	return state(info, info.DataDir)
 }
@@ -627,25 +635,29 @@ func trashPid(name string) int {
 
 // diskUsage returns the blocks allocated under dir and how many of those
 // bytes are shared with other files (FIEMAP), following dir itself when it
-// is a branch's symlink but no link below it.
+// is a branch's symlink but no link below it. The tree belongs to the
+// server's OS user and may change meanwhile: every file is opened relative
+// to its directory, never following a link and never blocking on a FIFO
+// (safefs.Walk), so that `pgfork ls` neither hangs nor measures what a
+// planted link points to (issue 32, F20).
 func diskUsage(dir string) (size, shared int64) {
 	if t, err := filepath.EvalSymlinks(dir); err == nil {
 		dir = t
 	}
-	_ = filepath.WalkDir(dir, func(p string, d fs.DirEntry, err error) error {
-		if err != nil {
-			return nil
+	d, err := safefs.OpenDir(dir)
+	if err != nil {
+		return 0, 0
+	}
+	defer d.Close()
+	_ = d.Walk(func(_ string, f *os.File, fi os.FileInfo) error {
+		if st, ok := fi.Sys().(*syscall.Stat_t); ok {
+			size += st.Blocks * 512
+		} else {
+			size += fi.Size()
 		}
-		if fi, err := d.Info(); err == nil {
-			if st, ok := fi.Sys().(*syscall.Stat_t); ok {
-				size += st.Blocks * 512
-			} else {
-				size += fi.Size()
-			}
-			if d.Type().IsRegular() {
-				if n, err := clone.SharedBytes(p); err == nil {
-					shared += n
-				}
+		if fi.Mode().IsRegular() {
+			if n, err := clone.SharedBytesOf(f); err == nil {
+				shared += n
 			}
 		}
 		return nil

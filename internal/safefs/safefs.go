@@ -174,3 +174,89 @@ func TypeName(m os.FileMode) string {
 	}
 	return "a special file"
 }
+
+// Sub opens the directory rel below d as a Dir of its own, refusing a
+// symlink anywhere in rel (ErrSymlink) and anything but a directory.
+func (d *Dir) Sub(rel string) (*Dir, error) {
+	f, err := d.Open(rel)
+	if err != nil {
+		return nil, err
+	}
+	fi, err := f.Stat()
+	if err != nil {
+		f.Close()
+		return nil, err
+	}
+	if !fi.IsDir() {
+		f.Close()
+		return nil, &os.PathError{Op: "open", Path: d.join(rel), Err: fmt.Errorf("not a directory (%s)", TypeName(fi.Mode()))}
+	}
+	return &Dir{f: f, path: d.join(rel)}, nil
+}
+
+// maxWalkDepth bounds how deep Walk goes (and so how many directories it
+// holds open at once): a data directory is a few levels deep.
+const maxWalkDepth = 32
+
+// Walk calls fn for every directory and regular file below d (not d
+// itself), depth first, for measuring a tree another user can change while
+// it is walked: each entry is opened relative to its parent directory's
+// descriptor, never following a symbolic link and never blocking (a FIFO
+// swapped in is opened non-blocking and seen for what it is), and fn gets
+// it open with its Stat of the open descriptor, so that what it measures
+// is what was opened, not what a path names later. Symbolic links, FIFOs,
+// devices and sockets are skipped, as are entries that vanish or change
+// kind meanwhile and directories deeper than 32 levels. f is closed after
+// fn returns; an error from fn stops the walk and is returned.
+func (d *Dir) Walk(fn func(rel string, f *os.File, fi os.FileInfo) error) error {
+	return d.walk("", 0, fn)
+}
+
+func (d *Dir) walk(prefix string, depth int, fn func(rel string, f *os.File, fi os.FileInfo) error) error {
+	if depth >= maxWalkDepth {
+		return nil
+	}
+	for {
+		ents, err := d.f.ReadDir(256)
+		for _, e := range ents {
+			t := e.Type()
+			if !t.IsDir() && !t.IsRegular() {
+				continue // a symlink, FIFO, device or socket: not opened at all
+			}
+			if err := d.walkEntry(prefix, e.Name(), depth, fn); err != nil {
+				return err
+			}
+		}
+		if err != nil || len(ents) == 0 {
+			return nil // the end, or a directory that went away
+		}
+	}
+}
+
+func (d *Dir) walkEntry(prefix, name string, depth int, fn func(rel string, f *os.File, fi os.FileInfo) error) error {
+	f, err := d.Open(name)
+	if err != nil {
+		return nil
+	}
+	fi, err := f.Stat()
+	if err != nil {
+		f.Close()
+		return nil
+	}
+	rel := prefix + name
+	switch {
+	case fi.Mode().IsRegular():
+		err = fn(rel, f, fi)
+		f.Close()
+		return err
+	case fi.IsDir():
+		sub := &Dir{f: f, path: d.join(name)}
+		defer sub.Close()
+		if err := fn(rel, f, fi); err != nil {
+			return err
+		}
+		return sub.walk(rel+"/", depth+1, fn)
+	}
+	f.Close() // swapped for a FIFO, device or socket meanwhile
+	return nil
+}

@@ -75,3 +75,58 @@ func TestOpenRefusesSymlinksAnywhere(t *testing.T) {
 		t.Errorf("ReadFile = %q, %v", b, err)
 	}
 }
+
+// TestWalkSkipsLinksAndFIFOs: Walk sees the regular files and directories
+// below the root, never what a symlink (to a file or a directory) points
+// to, never blocks on a FIFO, and Sub refuses a symlinked directory.
+func TestWalkSkipsLinksAndFIFOs(t *testing.T) {
+	base := t.TempDir()
+	root := filepath.Join(base, "data")
+	outside := filepath.Join(base, "outside")
+	for _, d := range []string{filepath.Join(root, "base", "1"), outside} {
+		if err := os.MkdirAll(d, 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	must := func(err error) {
+		t.Helper()
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	must(os.WriteFile(filepath.Join(root, "base", "1", "2227"), []byte("mine"), 0o600))
+	must(os.WriteFile(filepath.Join(outside, "secret"), []byte("secret"), 0o600))
+	must(os.Symlink(filepath.Join(outside, "secret"), filepath.Join(root, "base", "1", "2228")))
+	must(os.Symlink(outside, filepath.Join(root, "linked-dir")))
+	must(syscall.Mkfifo(filepath.Join(root, "base", "fifo"), 0o600))
+
+	d, err := OpenDir(root)
+	must(err)
+	defer d.Close()
+	var seen []string
+	done := make(chan error, 1)
+	go func() {
+		done <- d.Walk(func(rel string, f *os.File, fi os.FileInfo) error {
+			seen = append(seen, rel)
+			return nil
+		})
+	}()
+	select {
+	case err := <-done:
+		must(err)
+	case <-time.After(10 * time.Second):
+		t.Fatal("Walk blocked")
+	}
+	want := map[string]bool{"base": true, "base/1": true, "base/1/2227": true}
+	if len(seen) != len(want) {
+		t.Errorf("walked %v, want the entries of %v", seen, want)
+	}
+	for _, s := range seen {
+		if !want[s] {
+			t.Errorf("walked %q", s)
+		}
+	}
+	if _, err := d.Sub("linked-dir"); !errors.Is(err, ErrSymlink) {
+		t.Errorf("Sub of a symlinked directory: %v, want ErrSymlink", err)
+	}
+}

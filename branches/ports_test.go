@@ -1,0 +1,118 @@
+package branches
+
+import (
+	"context"
+	"net"
+	"os"
+	"strconv"
+	"strings"
+	"testing"
+
+	"github.com/pgfork/pgfork/internal/errs"
+	"github.com/pgfork/pgfork/internal/pgtest"
+)
+
+// bindable says whether this process can listen on a branch's host:port
+// (as another local user could, to pose as the branch).
+func bindable(b Branch) bool {
+	l, err := net.Listen("tcp", net.JoinHostPort(b.Host, strconv.Itoa(b.Port)))
+	if err != nil {
+		return false
+	}
+	l.Close()
+	return true
+}
+
+// TestStoppedBranchKeepsPort: the port of a branch whose server is not
+// running cannot be taken by another process (which could ask the
+// branch's clients for their password in clear text): while a create
+// copies, after Stop, during a reset's copy, and when serve opens with
+// branches left stopped; a client gets an error saying the branch is not
+// running. Start runs it on the same port. A port another process took
+// anyway makes the start fail naming the port and the process.
+func TestStoppedBranchKeepsPort(t *testing.T) {
+	ctx := context.Background()
+	o := env(t)
+	m := open(t, o)
+	me := Caller{Token: "me"}
+	var during []string
+	testHook = func(step string) {
+		if step != "copied" {
+			return
+		}
+		m.mu.Lock()
+		var b Branch
+		for _, x := range m.st.Branches {
+			if x.Name == "p" {
+				b = *x
+			}
+		}
+		m.mu.Unlock()
+		if bindable(b) {
+			during = append(during, step)
+		}
+	}
+	t.Cleanup(func() { testHook = nil })
+	b, err := m.Create(ctx, me, CreateOptions{Name: "p", Source: "prod"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(during) > 0 {
+		t.Error("the port of a branch being created was free before its server started")
+	}
+
+	if _, err := m.Stop(ctx, me, "p"); err != nil {
+		t.Fatal(err)
+	}
+	if bindable(b) {
+		t.Fatalf("port %d of a stopped branch is free for the taking", b.Port)
+	}
+	if err := tryQuery(b.URL()); err == nil || !strings.Contains(err.Error(), "not running") {
+		t.Errorf("a client of the stopped branch got %v, want an error saying it is not running", err)
+	}
+	if _, err := m.Start(ctx, me, "p"); err != nil {
+		t.Fatal(err)
+	}
+	if got := pgtest.Query(t, b.URL(), "SELECT count(*) FROM seed"); got != "1" {
+		t.Errorf("started on its port: %s rows", got)
+	}
+
+	during = nil
+	if _, err := m.Reset(ctx, me, "p"); err != nil {
+		t.Fatal(err)
+	}
+	if len(during) > 0 {
+		t.Error("the port was free during the reset's copy")
+	}
+
+	// Left stopped by a restart of serve.
+	m.StopAll(ctx)
+	m.Close()
+	o.LeaveStopped = true
+	if m, err = Open(ctx, o); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = m.Delete(ctx, me, "p"); m.Close() })
+	if bindable(b) {
+		t.Errorf("port %d of a branch left stopped at Open is free for the taking", b.Port)
+	}
+
+	// Taken anyway (here by this process, between a release and a start).
+	m.releasePort("p")
+	l, err := net.Listen("tcp", net.JoinHostPort(b.Host, strconv.Itoa(b.Port)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = m.Start(ctx, me, "p")
+	wantKind(t, "a start on a port another process holds", err, errs.Busy)
+	if err != nil && (!strings.Contains(err.Error(), strconv.Itoa(b.Port)) || !strings.Contains(err.Error(), "pid "+strconv.Itoa(os.Getpid()))) {
+		t.Errorf("the refusal %q does not name the port and the process holding it", err)
+	}
+	l.Close()
+	if _, err := m.Start(ctx, me, "p"); err != nil {
+		t.Fatal(err)
+	}
+	if got := pgtest.Query(t, b.URL(), "SELECT count(*) FROM seed"); got != "1" {
+		t.Errorf("started on its port after the other process let it go: %s rows", got)
+	}
+}

@@ -194,7 +194,10 @@ It listens on 127.0.0.1:5000, or, when INTEGRESQL_ADDRESS or INTEGRESQL_PORT
 is set, on IntegreSQL's default (all addresses). Beyond loopback it needs one
 of: --token (clients send "Authorization: Bearer TOKEN" or use the base URL
 http://HOST:PORT/TOKEN/api), --allow-from CIDR,... or, on a private container
-network only, --insecure-open.
+network only, --insecure-open. Against DNS rebinding, a request without a
+token must name serve in Host as localhost, an IP address or a name of
+--allowed-host (else 421), and another site's page may not change anything
+(a POST, PUT or DELETE with a foreign Origin is 403).
 
 IntegreSQL's environment variables give defaults (see docs/server.md):
 INTEGRESQL_ADDRESS, INTEGRESQL_PORT, INTEGRESQL_PGHOST/PGPORT/PGUSER/
@@ -210,7 +213,7 @@ Bad values exit 2 before anything starts.`,
   # An existing server, as IntegreSQL's README configures it, open to a
   # container network (clients: INTEGRESQL_CLIENT_BASE_URL=http://pgfork:5000/api)
   PGHOST=db PGUSER=postgres PGPASSWORD=secret INTEGRESQL_PORT=5000 \
-      pgfork serve --allow-from 172.16.0.0/12
+      pgfork serve --allow-from 172.16.0.0/12 --allowed-host pgfork
 
   # Share on the network with a token (clients: http://HOST:5000/$TOKEN/api)
   pgfork serve --listen 0.0.0.0:5000 --token "$TOKEN"

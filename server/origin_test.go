@@ -1,9 +1,12 @@
 package server_test
 
 import (
+	"context"
 	"io"
+	"net"
 	"net/http"
 	"net/http/httptest"
+	"path/filepath"
 	"strings"
 	"testing"
 
@@ -61,6 +64,25 @@ func TestDNSRebinding(t *testing.T) {
 		if code == 421 && !strings.Contains(body, "--allowed-host") {
 			t.Errorf("421 without the way out: %s", body)
 		}
+	}
+	// No browser reaches the Unix socket: its clients may name anything.
+	sock := filepath.Join(t.TempDir(), "api.sock")
+	ul, err := server.ListenUnix(sock)
+	if err != nil {
+		t.Fatal(err)
+	}
+	us := &http.Server{Handler: server.New(server.Config{Manager: e.mgr})}
+	go func() { _ = us.Serve(ul) }()
+	defer us.Close()
+	uc := &http.Client{Transport: &http.Transport{DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
+		return (&net.Dialer{}).DialContext(ctx, "unix", sock)
+	}}}
+	ureq, _ := http.NewRequest("GET", "http://x/api/v2/templates", nil)
+	ureq.Host = "%2Frun%2Fpgfork%2Fapi.sock"
+	if res, err := uc.Do(ureq); err != nil || res.StatusCode != 200 {
+		t.Errorf("over the Unix socket with Host %q: %v %v, want 200", ureq.Host, res, err)
+	} else {
+		res.Body.Close()
 	}
 	if code, _, _ := call(t, e.srv.URL, "GET", "/healthz", "evil.example", ""); code != 200 {
 		t.Errorf("/healthz with a foreign Host: %d, want 200 (health checks name any host)", code)

@@ -167,7 +167,9 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		// same anonymous owner, whatever bearer it sends.
 		r.Header.Del("Authorization")
 	}
-	if !withToken && !open && !s.hostAllowed(r.Host) {
+	// No browser reaches the Unix socket, and its clients name anything
+	// in Host (requests-unixsocket: the socket's path, escaped).
+	if !withToken && !open && !unixClient(r) && !s.hostAllowed(r.Host) {
 		w.Header().Set("Connection", "close")
 		writeError(w, http.StatusMisdirectedRequest, "this server does not answer to host "+strconv.Quote(hostOnly(r.Host))+
 			" without a token (protection against DNS rebinding): use localhost or an IP address, allow the name with --allowed-host "+
@@ -257,12 +259,18 @@ func (s *Server) allowed(r *http.Request) bool {
 	if len(s.cfg.AllowFrom) == 0 {
 		return true
 	}
+	if unixClient(r) {
+		return true
+	}
 	host, _, err := net.SplitHostPort(r.RemoteAddr)
 	if err != nil {
-		return r.RemoteAddr == "" || r.RemoteAddr == "@" // Unix socket
+		return false
 	}
 	return s.AllowsIP(net.ParseIP(host))
 }
+
+// unixClient reports whether r came over the Unix socket (--socket).
+func unixClient(r *http.Request) bool { return r.RemoteAddr == "" || r.RemoteAddr == "@" }
 
 // AllowsIP reports whether requests from ip are allowed (loopback always;
 // with --allow-from, the networks it names; without, every address). The

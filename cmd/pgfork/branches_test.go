@@ -289,4 +289,20 @@ func TestServeBranchTokensAlone(t *testing.T) {
 	<-s.done
 	s = startServe(t, bin, home, pgBin, nil, append(args, "--allow-from", "10.0.0.0/8")...)
 	refused(s, "--allow-from")
+
+	// No branch token at all (a developer's loopback serve): every caller
+	// is the same anonymous owner, whatever bearer it makes up, so the
+	// quota holds across them.
+	_ = s.cmd.Process.Signal(syscall.SIGTERM)
+	<-s.done
+	s = startServe(t, bin, home, pgBin, nil, "--branch-source", "prod=cluster:"+src, "--branch-min-free", "1MiB", "--branch-quota", "1")
+	if code, _, body := branchAPI(t, s.base, "POST", "/api/v2/branches", "made-up-one-0123456789", `{"name":"anon1","source":"prod"}`); code != 201 {
+		t.Fatalf("an anonymous create: %d %s", code, body)
+	}
+	if code, _, body := branchAPI(t, s.base, "POST", "/api/v2/branches", "made-up-two-0123456789", `{"name":"anon2","source":"prod"}`); code != 403 {
+		t.Errorf("a second made-up bearer over a quota of 1: %d %s, want 403 (the same anonymous owner)", code, body)
+	}
+	if code, _, body := branchAPI(t, s.base, "DELETE", "/api/v2/branches/anon1", "", ""); code != 204 {
+		t.Errorf("no bearer deleting the anonymous branch: %d %s, want 204", code, body)
+	}
 }

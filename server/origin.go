@@ -19,7 +19,9 @@ import (
 //   - Cross-site requests: a page anywhere can POST to http://127.0.0.1:5000
 //     (no preflight for a text/plain body). Browsers name the page's origin
 //     in Origin: a state-changing request whose Origin is not the server's
-//     own is refused with 403, token or not.
+//     own is refused with 403, token or not; so is any request a browser
+//     marks Sec-Fetch-Site: cross-site (a GET hands out a database), but
+//     for the page, /healthz and the OpenAPI document.
 //
 // And no page may frame serve's (clickjacking, F14): every answer says so.
 
@@ -70,6 +72,13 @@ func stateChanging(method string) bool {
 		return false
 	}
 	return true
+}
+
+// crossSite reports whether a browser says that another site's page sent r
+// (Sec-Fetch-Site, sent by every current browser with every request; no
+// other client sends it).
+func crossSite(r *http.Request) bool {
+	return strings.EqualFold(r.Header.Get("Sec-Fetch-Site"), "cross-site")
 }
 
 // sameOrigin reports whether r's Origin header, if any, is the server's

@@ -111,6 +111,22 @@ func TestDNSRebinding(t *testing.T) {
 		}
 	}
 
+	for _, c := range []struct {
+		path, site string
+		want       int
+	}{
+		{"/api/v1/templates/rebind/tests", "cross-site", 403}, // a GET hands out a database
+		{"/api/v2/templates", "cross-site", 403},
+		{"/healthz", "cross-site", 200},
+		{"/api/openapi.json", "cross-site", 200},
+		{"/api/v2/templates", "same-origin", 200},
+		{"/api/v2/templates", "none", 200}, // typed into the address bar
+	} {
+		if code, _, body := call(t, e.srv.URL, "GET", c.path, "", "", "Sec-Fetch-Site", c.site); code != c.want {
+			t.Errorf("GET %s with Sec-Fetch-Site %s: %d %s, want %d", c.path, c.site, code, body, c.want)
+		}
+	}
+
 	// With a token, Host is not checked (a rebinding page does not know
 	// the token), Origin still is; --allowed-host admits a service name.
 	tok := httptest.NewServer(server.New(server.Config{Manager: e.mgr, Token: "0123456789abcdef0123", AllowedHosts: []string{"pgfork"}}))

@@ -176,6 +176,13 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			hostOnly(r.Host)+" (env PGFORK_ALLOWED_HOSTS), or send the token")
 		return
 	}
+	if crossSite(r) && !(open || path == "/api/openapi.json") {
+		// A GET hands out a test database too: another site's page may
+		// not send even that (browsers name it in Sec-Fetch-Site).
+		w.Header().Set("Connection", "close")
+		writeError(w, http.StatusForbidden, "cross-site request refused: a page of another site may not use this server")
+		return
+	}
 	if stateChanging(r.Method) && !s.sameOrigin(r) {
 		w.Header().Set("Connection", "close")
 		writeError(w, http.StatusForbidden, "cross-origin request refused: Origin "+strconv.Quote(r.Header.Get("Origin"))+

@@ -487,6 +487,11 @@ ok "compose pgfork: serve uses the postgres service (${cenv[*]/PGFORK_TOKEN=*/PG
 saved_access=("${ACCESS_CURL[@]}") ACCESS_CURL=()
 integresql_flow external cli
 ACCESS_CURL=("${saved_access[@]}")
+# ... by its service name (PGFORK_ALLOWED_HOSTS); another name in Host, as a
+# DNS-rebinding page in a browser would send, is refused (421).
+code=$(cli curl -s -m 10 -o /dev/null -w '%{http_code}' -H 'Host: rebound.example:5000' "$API_BASE/api/v2/templates") || true
+[[ $code == 421 ]] || die "compose pgfork: a request naming another host answered $code, want 421"
+ok "compose pgfork: a request without a token naming another host than pgfork is refused (421)"
 container_stop
 SRV_PID=$PG_PID_SAVED
 kill -INT "$(main_pid)"

@@ -1,6 +1,7 @@
 package instance
 
 import (
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -43,7 +44,7 @@ func openFor(path string, u *OSUser, trunc bool) (*os.File, error) {
 	var err error
 	if u != nil && os.Geteuid() == 0 {
 		f, err = openAs(path, u.UID, u.GID, trunc)
-		if err != nil && errs.OSKind(err) == errs.Permission {
+		if err != nil && deniedByOS(err) {
 			// The user may not write there: a directory of root's (a test
 			// run's directory, a workspace). Root opens the log itself only
 			// where no other user can change the path (trustedDir), and
@@ -57,6 +58,14 @@ func openFor(path string, u *OSUser, trunc bool) (*os.File, error) {
 		return nil, errs.FromOS(err, path, "cannot open %s for writing", filepath.Base(path))
 	}
 	return f, nil
+}
+
+// deniedByOS reports whether open(2) itself refused the user (EACCES,
+// EPERM): only then may root try in its stead. pgfork's own refusals (the
+// name is a symlink, not a regular file) are the answer as they are: before,
+// a planted symlink was blamed on the directory (issue 32, F11).
+func deniedByOS(err error) bool {
+	return errs.KindOf(err) == errs.Internal && (errors.Is(err, syscall.EACCES) || errors.Is(err, syscall.EPERM))
 }
 
 // openTrusted opens path as root when its directory, and every directory

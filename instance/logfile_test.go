@@ -4,11 +4,13 @@ import (
 	"context"
 	"os"
 	"path/filepath"
+	"strings"
 	"syscall"
 	"testing"
 	"time"
 
 	"github.com/pgfork/pgfork/instance"
+	"github.com/pgfork/pgfork/internal/errs"
 	"github.com/pgfork/pgfork/internal/pgtest"
 	"github.com/pgfork/pgfork/internal/testenv"
 )
@@ -142,6 +144,13 @@ func TestStartRefusesPlantedLog(t *testing.T) {
 	if err == nil {
 		_ = inst.Stop(context.Background(), instance.Fast)
 		t.Fatal("Start used a server log planted as a symlink to a root file")
+	}
+	// The refusal says what it is (issue 32, F11): before, it blamed the
+	// directory ("postgres cannot write the server log's directory").
+	msg := err.Error() + " " + errs.HintOf(err)
+	if !strings.Contains(msg, "symbolic link") || !strings.Contains(msg, instance.LogFileName) || !strings.Contains(msg, "remove") ||
+		strings.Contains(msg, "cannot write the server log's directory") {
+		t.Errorf("Start's refusal of a planted log link: %q; want it to name the link and say to remove it", msg)
 	}
 	checkUntouched(t, secret)
 }

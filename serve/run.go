@@ -40,6 +40,10 @@ type Options struct {
 	// AllowFrom, when set, admits clients from these networks only
 	// (loopback always).
 	AllowFrom []*net.IPNet
+	// AllowedHosts are host names clients reach the server by, admitted
+	// in Host without a token (server.Config.AllowedHosts); the listen
+	// address's host, when a name, is added.
+	AllowedHosts []string
 	// MaxConns bounds open HTTP connections.
 	MaxConns int
 
@@ -127,7 +131,11 @@ func Run(ctx context.Context, o Options) error {
 			log.Warn("shutting down the backend", "err", err)
 		}
 	}()
-	cfg := server.Config{Manager: b.Manager, Conn: b.Conn, Token: o.Token, AllowFrom: o.AllowFrom, Logger: log, Registry: reg, Metrics: metrics}
+	cfg := server.Config{Manager: b.Manager, Conn: b.Conn, Token: o.Token, AllowFrom: o.AllowFrom, AllowedHosts: o.AllowedHosts,
+		Logger: log, Registry: reg, Metrics: metrics}
+	if h, _, err := net.SplitHostPort(o.Listen); err == nil && h != "" && net.ParseIP(h) == nil {
+		cfg.AllowedHosts = append(cfg.AllowedHosts[:len(cfg.AllowedHosts):len(cfg.AllowedHosts)], h)
+	}
 	if o.Branches != nil {
 		// The branches keep running when serve stops: the next Run finds them.
 		bm, err := openBranches(ctx, o)

@@ -48,7 +48,9 @@ func TestNetworkAccess(t *testing.T) {
 	}
 
 	_, n10, _ := net.ParseCIDR("10.0.0.0/8")
-	s := server.New(server.Config{Manager: e.mgr, AllowFrom: []*net.IPNet{n10}})
+	// httptest.NewRequest names example.com in Host: allowed here, as a
+	// compose service name would be (--allowed-host).
+	s := server.New(server.Config{Manager: e.mgr, AllowFrom: []*net.IPNet{n10}, AllowedHosts: []string{"example.com"}})
 	for addr, want := range map[string]int{
 		"10.1.2.3:4000":    200,
 		"127.0.0.1:4000":   200,

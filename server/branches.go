@@ -5,6 +5,8 @@ import (
 	"crypto/subtle"
 	_ "embed"
 	"encoding/json"
+	"errors"
+	"fmt"
 	"net/http"
 	"strings"
 	"time"
@@ -47,6 +49,19 @@ type BranchRequest struct {
 // TTL is the request's time to live (0: none).
 func (r BranchRequest) TTL() time.Duration { return time.Duration(r.TTLSeconds) * time.Second }
 
+// MaxTTLSeconds is the longest ttl_seconds a branch may be given: ten
+// years. (Before, a value whose nanoseconds overflow wrapped around to a
+// branch that never expires, as did a negative one: issue 32, F12.)
+const MaxTTLSeconds = 10 * 365 * 24 * 3600
+
+// validate refuses numbers out of range, naming the field and the range.
+func (r BranchRequest) validate() error {
+	if r.TTLSeconds < 0 || r.TTLSeconds > MaxTTLSeconds {
+		return badField("ttl_seconds", r.TTLSeconds)
+	}
+	return nil
+}
+
 // SnapshotRequest is the body of POST /api/v2/snapshots (and of
 // POST /api/v2/branches/{name}/snapshot, which sets Branch).
 type SnapshotRequest struct {
@@ -55,6 +70,17 @@ type SnapshotRequest struct {
 	Branch string `json:"branch,omitempty"`
 	Keep   int    `json:"keep,omitempty"`
 }
+
+// validate refuses numbers out of range, naming the field and the range.
+func (r SnapshotRequest) validate() error {
+	if r.Keep < 0 {
+		return badField("keep", r.Keep)
+	}
+	return nil
+}
+
+// validator is a request body with range checks.
+type validator interface{ validate() error }
 
 // branchPaths are the routes the branch tokens (Config.BranchTokens) reach.
 func branchPath(p string) bool {
@@ -88,7 +114,7 @@ func (s *Server) branchToken(r *http.Request) bool {
 func bearerOf(r *http.Request) string {
 	const prefix = "Bearer "
 	h := r.Header.Get("Authorization")
-	if !strings.HasPrefix(h, prefix) {
+	if len(h) <= len(prefix) || !strings.EqualFold(h[:len(prefix)], prefix) {
 		return ""
 	}
 	return h[len(prefix):]
@@ -161,7 +187,10 @@ func (s *Server) branchRoutes() {
 	})
 	m.HandleFunc("GET /ui", func(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Content-Type", "text/html; charset=utf-8")
-		w.Header().Set("Content-Security-Policy", "default-src 'self'; script-src 'self' 'unsafe-inline'; style-src 'unsafe-inline'")
+		// frame-ancestors: no other site's page may frame this one and
+		// trick a click on Delete (issue 32, F14; X-Frame-Options: DENY
+		// comes with every answer).
+		w.Header().Set("Content-Security-Policy", "default-src 'self'; script-src 'self' 'unsafe-inline'; style-src 'unsafe-inline'; frame-ancestors 'none'")
 		_, _ = w.Write(branchesPage)
 	})
 }
@@ -172,18 +201,49 @@ func (s *Server) decode(w http.ResponseWriter, r *http.Request, v any) bool {
 	dec := json.NewDecoder(http.MaxBytesReader(w, r.Body, 64<<10))
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(v); err != nil {
-		s.failBranch(w, r, errs.Wrap(errs.Usage, err, "bad request body"))
+		var te *json.UnmarshalTypeError
+		if errors.As(err, &te) && fieldRanges[te.Field] != "" {
+			err = badField(te.Field, strings.TrimPrefix(te.Value, "number "))
+		} else {
+			err = errs.Wrap(errs.Usage, err, "bad request body")
+		}
+		s.failBranch(w, r, err)
 		return false
+	}
+	if vv, ok := v.(validator); ok {
+		if err := vv.validate(); err != nil {
+			s.failBranch(w, r, err)
+			return false
+		}
 	}
 	return true
 }
 
+// fieldRanges are the numbers of the branch API's bodies and what they take.
+var fieldRanges = map[string]string{
+	"ttl_seconds": fmt.Sprintf("0 (never expires) to %d (ten years)", MaxTTLSeconds),
+	"keep":        "0 (keep every snapshot) or more",
+}
+
+// badField is the 400 of a body field out of range.
+func badField(field string, v any) error {
+	return errs.New(errs.Usage, "%s %v is out of range", field, v).WithHint("give a whole number of %s", fieldRanges[field])
+}
+
 // failBranch answers a branch route's error: StatusOf, except that a
 // refusal of the caller (a quota, errs.Permission) is 403, not a fault of
-// the server's.
+// the server's, and a name taken is 409 Conflict (IntegreSQL's 423 stays
+// on the template routes). Names are shared by every token: the answer is
+// the same whether the caller or another token holds the name, and says
+// nothing of its owner (issue 32, F12).
 func (s *Server) failBranch(w http.ResponseWriter, r *http.Request, err error) {
-	if errs.KindOf(err) == errs.Permission {
+	switch errs.KindOf(err) {
+	case errs.Permission:
 		writeError(w, http.StatusForbidden, err.Error()+" (hint: "+errs.HintOf(err)+")")
+		return
+	case errs.Exists:
+		s.metrics.errors.WithLabelValues(r.Pattern, http.StatusText(http.StatusConflict)).Inc()
+		writeError(w, http.StatusConflict, err.Error()+" (hint: names are shared by every token; choose another name)")
 		return
 	}
 	s.fail(v2, w, r, err)

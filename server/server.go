@@ -53,6 +53,12 @@ type Config struct {
 	// that reach those routes (and only those) besides Token.
 	Branches     Branches
 	BranchTokens []string
+	// AllowedHosts are the host names (no port) a request admitted without
+	// a token may name in its Host header besides loopback names and IP
+	// addresses ("*": any), and whose pages may send state-changing
+	// requests (Origin): the names clients reach the server by, such as a
+	// compose service name. Against DNS rebinding (origin.go).
+	AllowedHosts []string
 }
 
 // Server is the HTTP handler.
@@ -121,6 +127,7 @@ func (s *Server) with(v api, h func(api, http.ResponseWriter, *http.Request)) ht
 
 // ServeHTTP checks access and routes the request.
 func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	securityHeaders(w.Header())
 	if !s.allowed(r) {
 		// Close the connection: a rejected client must not hold one of
 		// the server's connection slots with keep-alive (issue 19, F12).
@@ -139,19 +146,47 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		r.URL.Path = strings.TrimRight(r.URL.Path, "/")
 		r.URL.RawPath = ""
 	}
-	if s.cfg.Token != "" && r.URL.Path != "/healthz" && !tokenInPath && !s.bearer(r) &&
-		!(s.cfg.Branches != nil && (pagePath(r.URL.Path) || branchPath(r.URL.Path) && s.branchToken(r))) {
+	path := r.URL.Path
+	// /healthz and the page (static: its script asks the API with the
+	// token the user types) need no token.
+	open := path == "/healthz" || s.cfg.Branches != nil && pagePath(path)
+	branchRoute := s.cfg.Branches != nil && branchPath(path)
+	admin := s.cfg.Token != "" && (tokenInPath || s.bearer(r))
+	withToken := admin || branchRoute && s.branchToken(r)
+	// Branch tokens are checked on their own, with or without --token: a
+	// branch route then needs one of them (or the admin token); before,
+	// without --token any bearer, or none, was let in, each made-up one a
+	// new owner with a fresh quota (issue 32, F5).
+	needToken := !open && (s.cfg.Token != "" || branchRoute && len(s.cfg.BranchTokens) > 0)
+	if needToken && !withToken {
+		s.refuseToken(w, r)
+		return
+	}
+	if !withToken && branchRoute {
+		// No token is configured for the branch routes: every caller is the
+		// same anonymous owner, whatever bearer it sends.
+		r.Header.Del("Authorization")
+	}
+	// No browser reaches the Unix socket, and its clients name anything
+	// in Host (requests-unixsocket: the socket's path, escaped).
+	if !withToken && !open && !unixClient(r) && !s.hostAllowed(r.Host) {
 		w.Header().Set("Connection", "close")
-		if wait := s.failures.fail(remoteIP(r)); wait > 0 {
-			// Too many wrong tokens from this address: guessing is slowed
-			// down to a handful a minute (issue 19, F13); the right token
-			// is still let through.
-			w.Header().Set("Retry-After", strconv.Itoa(int(wait.Seconds())+1))
-			writeError(w, http.StatusTooManyRequests, "too many requests with a wrong token from this address; wait and send the right token")
-			return
-		}
-		w.Header().Set("WWW-Authenticate", `Bearer realm="pgfork"`)
-		writeError(w, http.StatusUnauthorized, "missing or wrong token: send 'Authorization: Bearer <token>' or use http://HOST:PORT/<token>/api as the base URL")
+		writeError(w, http.StatusMisdirectedRequest, "this server does not answer to host "+strconv.Quote(hostOnly(r.Host))+
+			" without a token (protection against DNS rebinding): use localhost or an IP address, allow the name with --allowed-host "+
+			hostOnly(r.Host)+" (env PGFORK_ALLOWED_HOSTS), or send the token")
+		return
+	}
+	if crossSite(r) && !(open || path == "/api/openapi.json") {
+		// A GET hands out a test database too: another site's page may
+		// not send even that (browsers name it in Sec-Fetch-Site).
+		w.Header().Set("Connection", "close")
+		writeError(w, http.StatusForbidden, "cross-site request refused: a page of another site may not use this server")
+		return
+	}
+	if stateChanging(r.Method) && !s.sameOrigin(r) {
+		w.Header().Set("Connection", "close")
+		writeError(w, http.StatusForbidden, "cross-origin request refused: Origin "+strconv.Quote(r.Header.Get("Origin"))+
+			" is not this server's (a page of another site may not change it); allow a name the server is reached by with --allowed-host (env PGFORK_ALLOWED_HOSTS)")
 		return
 	}
 	start := time.Now()
@@ -162,6 +197,26 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		s.mux.ServeHTTP(rw, r)
 	}
 	s.log.Debug("request", "method", r.Method, "path", r.URL.Path, "status", rw.status, "elapsed", time.Since(start))
+}
+
+// refuseToken answers a request without a token it needs: 401, or 429
+// once an address has sent too many wrong ones.
+func (s *Server) refuseToken(w http.ResponseWriter, r *http.Request) {
+	w.Header().Set("Connection", "close")
+	if wait := s.failures.fail(remoteIP(r)); wait > 0 {
+		// Too many wrong tokens from this address: guessing is slowed
+		// down to a handful a minute (issue 19, F13); the right token
+		// is still let through.
+		w.Header().Set("Retry-After", strconv.Itoa(int(wait.Seconds())+1))
+		writeError(w, http.StatusTooManyRequests, "too many requests with a wrong token from this address; wait and send the right token")
+		return
+	}
+	w.Header().Set("WWW-Authenticate", `Bearer realm="pgfork"`)
+	if s.cfg.Token == "" {
+		writeError(w, http.StatusUnauthorized, "missing or wrong token: the branch routes need 'Authorization: Bearer <token>' with a --branch-token of this server")
+		return
+	}
+	writeError(w, http.StatusUnauthorized, "missing or wrong token: send 'Authorization: Bearer <token>' or use http://HOST:PORT/<token>/api as the base URL")
 }
 
 // noRoute answers a request no route takes: 405 with Allow when the path
@@ -211,12 +266,18 @@ func (s *Server) allowed(r *http.Request) bool {
 	if len(s.cfg.AllowFrom) == 0 {
 		return true
 	}
+	if unixClient(r) {
+		return true
+	}
 	host, _, err := net.SplitHostPort(r.RemoteAddr)
 	if err != nil {
-		return r.RemoteAddr == "" || r.RemoteAddr == "@" // Unix socket
+		return false
 	}
 	return s.AllowsIP(net.ParseIP(host))
 }
+
+// unixClient reports whether r came over the Unix socket (--socket).
+func unixClient(r *http.Request) bool { return r.RemoteAddr == "" || r.RemoteAddr == "@" }
 
 // AllowsIP reports whether requests from ip are allowed (loopback always;
 // with --allow-from, the networks it names; without, every address). The

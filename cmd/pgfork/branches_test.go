@@ -2,6 +2,8 @@ package main
 
 import (
 	"context"
+	"io"
+	"net/http"
 	"path/filepath"
 	"strings"
 	"syscall"
@@ -180,4 +182,127 @@ func branchSource(t *testing.T, fill ...string) (bin, pgBin, dir, src string) {
 	in := pgtest.Start(t, src, pgtest.Server{BinDir: pgBin})
 	pgtest.Exec(t, in.ConnString("", ""), append([]string{"CREATE TABLE seed (id int)"}, fill...)...)
 	return bin, pgBin, dir, src
+}
+
+// branchAPI sends method path with body to the serve at base, with the
+// bearer tok (none if empty) and extra headers (name, value pairs).
+func branchAPI(t *testing.T, base, method, path, tok, body string, hdr ...string) (int, http.Header, string) {
+	t.Helper()
+	req, err := http.NewRequest(method, base+path, strings.NewReader(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if tok != "" {
+		req.Header.Set("Authorization", "Bearer "+tok)
+	}
+	for i := 0; i+1 < len(hdr); i += 2 {
+		if hdr[i] == "Host" {
+			req.Host = hdr[i+1]
+		} else {
+			req.Header.Set(hdr[i], hdr[i+1])
+		}
+	}
+	res, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatalf("%s %s: %v", method, path, err)
+	}
+	defer res.Body.Close()
+	b, _ := io.ReadAll(res.Body)
+	return res.StatusCode, res.Header, string(b)
+}
+
+// TestServeBranchTokensAlone (issue 32): a real serve with --branch-token
+// and no --token.
+//   - F5: before, it checked nothing: no header or a made-up bearer was let
+//     in, each made-up bearer a new owner with a fresh quota. Now a branch
+//     route needs one of the branch tokens, on loopback and with
+//     --allow-from alike.
+//   - F12: a name taken is 409, the same answer whether the caller or
+//     another token holds it (was 423 here, 404 elsewhere: the owner's
+//     branch was revealed); ttl_seconds negative or overflowing (was:
+//     never expires) and keep negative are 400 naming the field and range.
+//   - F13/F14 against the real thing: another site's Origin is refused, a
+//     foreign Host without a token too, and the page may not be framed.
+func TestServeBranchTokensAlone(t *testing.T) {
+	bin, pgBin, dir, src := branchSource(t)
+	const alice, bob, madeUp = "alice-0123456789abcdef", "bob-0123456789abcdefgh", "made-up-0123456789abcdef"
+	args := []string{"--branch-token", alice, "--branch-token", bob, "--branch-source", "prod=cluster:" + src,
+		"--branch-min-free", "1MiB", "--branch-quota", "1"}
+	home := filepath.Join(dir, "home")
+	refused := func(s *serveProc, how string) {
+		t.Helper()
+		for _, tok := range []string{"", madeUp} {
+			for _, c := range []struct{ method, path, body string }{
+				{"GET", "/api/v2/branches", ""},
+				{"GET", "/api/v2/sources", ""},
+				{"POST", "/api/v2/branches", `{"name":"sneak","source":"prod"}`},
+				{"DELETE", "/api/v2/branches/dev", ""},
+			} {
+				if code, _, body := branchAPI(t, s.base, c.method, c.path, tok, c.body); code != 401 {
+					t.Errorf("%s: %s %s with bearer %q: %d %s, want 401", how, c.method, c.path, tok, code, body)
+				}
+			}
+		}
+		if code, _, body := branchAPI(t, s.base, "GET", "/api/v2/branches", bob, ""); code != 200 {
+			t.Errorf("%s: bob's token: %d %s, want 200", how, code, body)
+		}
+	}
+
+	s := startServe(t, bin, home, pgBin, nil, args...)
+	refused(s, "loopback")
+	if code, _, body := branchAPI(t, s.base, "POST", "/api/v2/branches", alice, `{"name":"dev","source":"prod"}`); code != 201 {
+		t.Fatalf("alice creates dev: %d %s", code, body)
+	}
+	_, _, mine := branchAPI(t, s.base, "POST", "/api/v2/branches", alice, `{"name":"dev","source":"prod"}`)
+	code, _, theirs := branchAPI(t, s.base, "POST", "/api/v2/branches", bob, `{"name":"dev","source":"prod"}`)
+	if code != 409 || mine != theirs || strings.Contains(theirs, "alice") {
+		t.Errorf("a taken name: bob gets %d %s, alice %s; want 409, the same answer, no owner", code, theirs, mine)
+	}
+	if r := branchCLI(t, s.base, bob, "create", "dev", "--source", "prod"); r.code != 4 || !strings.Contains(r.stderr, "already exists") {
+		t.Errorf("the CLI creating a taken name: exit %d (%s), want 4", r.code, r.stderr)
+	}
+	for _, c := range []struct{ path, body, field, rng string }{
+		{"/api/v2/branches", `{"name":"t1","source":"prod","ttl_seconds":-1}`, "ttl_seconds", "315360000"},
+		{"/api/v2/branches", `{"name":"t1","source":"prod","ttl_seconds":9223372036854775807}`, "ttl_seconds", "315360000"},
+		{"/api/v2/branches", `{"name":"t1","source":"prod","ttl_seconds":1e30}`, "ttl_seconds", "315360000"},
+		{"/api/v2/snapshots", `{"name":"s1","source":"prod","keep":-1}`, "keep", "or more"},
+	} {
+		if code, _, body := branchAPI(t, s.base, "POST", c.path, bob, c.body); code != 400 || !strings.Contains(body, c.field) || !strings.Contains(body, c.rng) {
+			t.Errorf("POST %s %s: %d %s; want 400 naming %s and its range", c.path, c.body, code, body, c.field)
+		}
+	}
+	if code, _, body := branchAPI(t, s.base, "DELETE", "/api/v2/branches/dev", alice, "", "Origin", "http://evil.example"); code != 403 {
+		t.Errorf("DELETE from another site's page: %d %s, want 403", code, body)
+	}
+	if code, _, body := branchAPI(t, s.base, "GET", "/api/v2/templates", "", "", "Host", "evil.example:5000"); code != 421 {
+		t.Errorf("the open v1/v2 template API under a foreign Host: %d %s, want 421", code, body)
+	}
+	code, h, _ := branchAPI(t, s.base, "GET", "/ui", "", "")
+	if code != 200 || h.Get("X-Frame-Options") != "DENY" || !strings.Contains(h.Get("Content-Security-Policy"), "frame-ancestors 'none'") {
+		t.Errorf("GET /ui: %d, X-Frame-Options %q, CSP %q: want 200 and no framing", code, h.Get("X-Frame-Options"), h.Get("Content-Security-Policy"))
+	}
+	if code, _, body := branchAPI(t, s.base, "DELETE", "/api/v2/branches/dev", alice, "", "Origin", s.base); code != 204 {
+		t.Errorf("alice deletes dev from the server's own page: %d %s", code, body)
+	}
+
+	_ = s.cmd.Process.Signal(syscall.SIGTERM)
+	<-s.done
+	s = startServe(t, bin, home, pgBin, nil, append(args, "--allow-from", "10.0.0.0/8")...)
+	refused(s, "--allow-from")
+
+	// No branch token at all (a developer's loopback serve): every caller
+	// is the same anonymous owner, whatever bearer it makes up, so the
+	// quota holds across them.
+	_ = s.cmd.Process.Signal(syscall.SIGTERM)
+	<-s.done
+	s = startServe(t, bin, home, pgBin, nil, "--branch-source", "prod=cluster:"+src, "--branch-min-free", "1MiB", "--branch-quota", "1")
+	if code, _, body := branchAPI(t, s.base, "POST", "/api/v2/branches", "made-up-one-0123456789", `{"name":"anon1","source":"prod"}`); code != 201 {
+		t.Fatalf("an anonymous create: %d %s", code, body)
+	}
+	if code, _, body := branchAPI(t, s.base, "POST", "/api/v2/branches", "made-up-two-0123456789", `{"name":"anon2","source":"prod"}`); code != 403 {
+		t.Errorf("a second made-up bearer over a quota of 1: %d %s, want 403 (the same anonymous owner)", code, body)
+	}
+	if code, _, body := branchAPI(t, s.base, "DELETE", "/api/v2/branches/anon1", "", ""); code != 204 {
+		t.Errorf("no bearer deleting the anonymous branch: %d %s, want 204", code, body)
+	}
 }

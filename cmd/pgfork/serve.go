@@ -37,7 +37,8 @@ type serveOpts struct {
 	verbose, canClone                bool
 	leastPrivilege, managed          bool
 	insecureOpen                     bool
-	allowFrom                        string
+	allowFrom, allowedHosts          string
+	allowedHostList                  []string
 	pgEnv                            []string // the PG* variables that chose the external server
 	allowNets                        []*net.IPNet
 	testUserSet                      bool   // --test-user given (not from the environment)
@@ -193,7 +194,10 @@ It listens on 127.0.0.1:5000, or, when INTEGRESQL_ADDRESS or INTEGRESQL_PORT
 is set, on IntegreSQL's default (all addresses). Beyond loopback it needs one
 of: --token (clients send "Authorization: Bearer TOKEN" or use the base URL
 http://HOST:PORT/TOKEN/api), --allow-from CIDR,... or, on a private container
-network only, --insecure-open.
+network only, --insecure-open. Against DNS rebinding, a request without a
+token must name serve in Host as localhost, an IP address or a name of
+--allowed-host (else 421), and another site's page may not change anything
+(a POST, PUT or DELETE with a foreign Origin is 403).
 
 IntegreSQL's environment variables give defaults (see docs/server.md):
 INTEGRESQL_ADDRESS, INTEGRESQL_PORT, INTEGRESQL_PGHOST/PGPORT/PGUSER/
@@ -209,7 +213,7 @@ Bad values exit 2 before anything starts.`,
   # An existing server, as IntegreSQL's README configures it, open to a
   # container network (clients: INTEGRESQL_CLIENT_BASE_URL=http://pgfork:5000/api)
   PGHOST=db PGUSER=postgres PGPASSWORD=secret INTEGRESQL_PORT=5000 \
-      pgfork serve --allow-from 172.16.0.0/12
+      pgfork serve --allow-from 172.16.0.0/12 --allowed-host pgfork
 
   # Share on the network with a token (clients: http://HOST:5000/$TOKEN/api)
   pgfork serve --listen 0.0.0.0:5000 --token "$TOKEN"
@@ -249,6 +253,7 @@ Bad values exit 2 before anything starts.`,
 	f.StringVar(&o.pgURL, "pg-url", cl.getenv("PGFORK_PG_URL"), "use this PostgreSQL server (a superuser or CREATEDB role) instead of a managed one (env PGFORK_PG_URL; else INTEGRESQL_PG* and PG* name one, as for IntegreSQL)")
 	f.BoolVar(&o.managed, "managed", false, "run the managed PostgreSQL even when INTEGRESQL_PG*/PG* variables are set")
 	f.StringVar(&o.allowFrom, "allow-from", cl.getenv("PGFORK_ALLOW_FROM"), "admit HTTP clients from these networks only (CIDR,...; loopback always; env PGFORK_ALLOW_FROM); enough to listen beyond loopback without a token")
+	f.StringVar(&o.allowedHosts, "allowed-host", cl.getenv("PGFORK_ALLOWED_HOSTS"), "host names clients reach serve by (NAME,...; e.g. a compose service name; env PGFORK_ALLOWED_HOSTS): a request without a token must name localhost, an IP address or one of these in Host, against DNS rebinding (* allows any)")
 	f.BoolVar(&o.insecureOpen, "insecure-open", cl.envBool("PGFORK_INSECURE_OPEN"), "listen beyond loopback with no token and no allow-list: anyone who reaches the port controls its databases; only for a private container network (env PGFORK_INSECURE_OPEN)")
 	f.BoolVar(&o.canClone, "can-clone", false, "with --pg-url: the server's data directory is on a reflink filesystem (XFS, btrfs, ZFS 2.2+), so the advisor may pick clone (PostgreSQL 18, file_copy_method=clone)")
 	f.StringVar(&o.token, "token", cl.getenv("PGFORK_TOKEN"), "require this token: 'Authorization: Bearer TOKEN', or the base URL http://HOST:PORT/TOKEN/api that IntegreSQL's clients accept (env PGFORK_TOKEN)")
@@ -313,7 +318,7 @@ func (cl *cli) runServe(ctx context.Context, o *serveOpts) error {
 		return err
 	}
 	return serve.Run(ctx, serve.Options{
-		Branches: bo, Layout: cl.layout(), Listen: o.listen, Socket: o.socket, Token: o.token, AllowFrom: o.allowNets, MaxConns: o.maxConns,
+		Branches: bo, Layout: cl.layout(), Listen: o.listen, Socket: o.socket, Token: o.token, AllowFrom: o.allowNets, AllowedHosts: o.allowedHostList, MaxConns: o.maxConns,
 		Isolation: o.isolation, ExternalURL: o.pgURL, CanClone: o.canClone, Strategy: o.strategy,
 		Manager: pool.ManagerConfig{
 			Prefix: o.prefix, Initial: o.poolInit, Max: o.poolMax, Parallel: o.parallel,
@@ -394,6 +399,9 @@ func (o *serveOpts) validate() error {
 		return err
 	}
 	o.allowNets = nets
+	if o.allowedHostList, err = parseHosts(o.allowedHosts); err != nil {
+		return err
+	}
 	if !server.IsLoopback(o.listen) && o.token == "" && len(nets) == 0 && !o.insecureOpen {
 		addr := o.listen
 		if host == "" {
@@ -403,6 +411,24 @@ func (o *serveOpts) validate() error {
 			WithHint("anyone who reaches it could create and drop databases: pass --token (clients use http://HOST:PORT/TOKEN/api), --allow-from CIDR (e.g. 172.16.0.0/12), or, on a private container network only, --insecure-open; or listen on 127.0.0.1")
 	}
 	return nil
+}
+
+// parseHosts parses --allowed-host: comma-separated host names (no port,
+// no scheme), or * for any.
+func parseHosts(list string) ([]string, error) {
+	var hosts []string
+	for _, h := range strings.Split(list, ",") {
+		h = strings.TrimSpace(h)
+		if h == "" {
+			continue
+		}
+		if h != "*" && strings.ContainsAny(h, ":/@ []") {
+			return nil, errs.New(errs.Usage, "bad --allowed-host %q", h).
+				WithHint("give host names only, no scheme or port: e.g. --allowed-host pgfork,ci.example.com (env PGFORK_ALLOWED_HOSTS)")
+		}
+		hosts = append(hosts, h)
+	}
+	return hosts, nil
 }
 
 // parseCIDRs parses a comma-separated list of networks (a bare address is

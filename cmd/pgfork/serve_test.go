@@ -255,6 +255,9 @@ func TestServeRefusesBadInput(t *testing.T) {
 		{nil, []string{"--listen", "0.0.0.0:0", "--token", "x"}, "at least 16"},
 		{nil, []string{"--token", " "}, "at least 16"},
 		{nil, []string{"--token", "abcdefghijklmn/op"}, "base URL"},
+		// issue 32, F13: host names only, no scheme or port.
+		{nil, []string{"--allowed-host", "http://pgfork:5000"}, "--allowed-host"},
+		{[]string{"PGFORK_ALLOWED_HOSTS=pgfork:5000"}, nil, "--allowed-host"},
 	} {
 		home := testenv.Dir(t)
 		p := &pgfk{t: t, bin: bin, home: home, pgBin: pgBin, extraEnv: c.env}

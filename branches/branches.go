@@ -495,7 +495,8 @@ type Usage struct {
 }
 
 // List returns the sources (a standby's with its lag), the named snapshots
-// and the caller's branches (every branch for an admin token), with their
+// the caller sees (visible: of a source, or of its own branches) and the
+// caller's branches (every branch for an admin token), with their
 // sizes.
 func (m *Manager) List(c Caller) ListResult {
 	srcs := m.sourcesWithLag(context.Background())
@@ -503,7 +504,7 @@ func (m *Manager) List(c Caller) ListResult {
 	defer m.mu.Unlock()
 	res := ListResult{Sources: srcs, Snapshots: []Snapshot{}, Branches: []Branch{}}
 	for _, s := range m.st.Snapshots {
-		if s.Origin {
+		if !m.visible(c, s) {
 			continue
 		}
 		v := *s

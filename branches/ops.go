@@ -339,7 +339,10 @@ type pgRole struct {
 //     pg_write_server_files and, before 16, of no role with CREATEROLE):
 //     it runs DDL on the application's tables as their owners do;
 //   - of no other predefined or unsafe role (a branch made before branch
-//     roles stopped being superusers may have granted it one).
+//     roles stopped being superusers may have granted it one);
+//   - in conn's database (the one its URL names), CREATE on the database
+//     and on schema public (PostgreSQL 15 gives schema public to the
+//     database's owner alone).
 //
 // Every other role loses its password, so that no credential of the
 // source (its hashes are readable with pg_read_all_data, an md5 one is as
@@ -465,6 +468,21 @@ func (m *Manager) setUpRole(ctx context.Context, conn *pgx.Conn, role string) (e
 	}
 	if len(grant) > 0 {
 		if _, err := tx.Exec(ctx, "GRANT "+strings.Join(grant, ", ")+" TO "+me); err != nil {
+			return err
+		}
+	}
+	// In the database its URL names (conn's), it creates schemas, and
+	// tables in schema public, as that database's owner would.
+	var db string
+	var public bool
+	if err := tx.QueryRow(ctx, "SELECT current_database(), EXISTS (SELECT FROM pg_namespace WHERE nspname = 'public')").Scan(&db, &public); err != nil {
+		return err
+	}
+	if _, err := tx.Exec(ctx, "GRANT CREATE ON DATABASE "+pgx.Identifier{db}.Sanitize()+" TO "+me); err != nil {
+		return err
+	}
+	if public {
+		if _, err := tx.Exec(ctx, "GRANT USAGE, CREATE ON SCHEMA public TO "+me); err != nil {
 			return err
 		}
 	}

@@ -132,7 +132,7 @@ func TestBranchRoleIsNoSuperuser(t *testing.T) {
 		}
 		for role, want := range map[string]bool{"pg_read_all_data": true, "pg_write_all_data": true, "app_owner": true, "app": true,
 			"migrator": major >= 16, "ops": false, "via_ops": false, "boss": false, "pg_execute_server_program": false,
-			"pg_read_server_files": false, "pg_write_server_files": false, "postgres": false} {
+			"pg_read_server_files": false, "pg_write_server_files": false, "postgres": false, "pg_checkpoint": true} {
 			if got := member(role); got != want {
 				t.Errorf("the branch's role is a member of %s: %v, want %v", role, got, want)
 			}
@@ -175,7 +175,7 @@ func TestBranchRoleIsNoSuperuser(t *testing.T) {
 			"ALTER TABLE accounts ADD COLUMN note text", "CREATE INDEX ON accounts (balance)",
 			"ALTER TABLE accounts RENAME COLUMN note TO remark",
 			"CREATE TABLE mine (x int)", "INSERT INTO mine VALUES (1)", "CREATE SCHEMA work", "CREATE TABLE work.t (x int)",
-			"CREATE DATABASE scratch")
+			"CREATE DATABASE scratch", "CHECKPOINT")
 		if got := pgtest.Query(t, url, "SELECT count(*)::text FROM seed"); got != "1" {
 			t.Errorf("seed in the branch has %s rows, want 1", got)
 		}

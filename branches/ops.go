@@ -308,9 +308,11 @@ func (m *Manager) start(ctx context.Context, b *Branch) error {
 // them, nor of a role that is.
 var serverFileRoles = map[string]bool{"pg_execute_server_program": true, "pg_read_server_files": true, "pg_write_server_files": true}
 
-// dataRoles are the predefined roles every branch role is a member of: it
-// reads and writes every table, whoever owns it.
-var dataRoles = []string{"pg_read_all_data", "pg_write_all_data"}
+// grantedRoles are the predefined roles every branch role is a member of:
+// it reads and writes every table, whoever owns it, sees every session's
+// statistics, cancels and ends other sessions, checkpoints (all of it
+// inside its own server).
+var grantedRoles = []string{"pg_read_all_data", "pg_write_all_data", "pg_read_all_stats", "pg_signal_backend", "pg_checkpoint"}
 
 // firstNormalOid is PostgreSQL's FirstNormalObjectId: roles below it are
 // predefined (pg_*) or the bootstrap superuser.
@@ -332,7 +334,8 @@ type pgRole struct {
 //     CREATEDB, BYPASSRLS (row security is the source's, not a barrier
 //     inside a copy), CREATEROLE only on PostgreSQL 16 and later (before,
 //     CREATEROLE grants any role, pg_execute_server_program too);
-//   - a member of pg_read_all_data and pg_write_all_data, and of every
+//   - a member of pg_read_all_data and pg_write_all_data (and of the
+//     other grantedRoles), and of every
 //     role of the source that cannot reach superuser power (is no
 //     superuser and is a member, at any depth, of no superuser, no
 //     pg_execute_server_program, pg_read_server_files or
@@ -437,11 +440,11 @@ func (m *Manager) setUpRole(ctx context.Context, conn *pgx.Conn, role string) (e
 		}
 		return false
 	}
-	isData := func(r *pgRole) bool { return slices.Contains(dataRoles, r.name) }
+	isGranted := func(r *pgRole) bool { return slices.Contains(grantedRoles, r.name) }
 	predefined := func(r *pgRole) bool { return r.oid < firstNormalOid || strings.HasPrefix(r.name, "pg_") }
 	for g, grantors := range self.memberOf {
 		r := byOid[g]
-		if r == nil || isData(r) || (!predefined(r) && !unsafe(r)) {
+		if r == nil || isGranted(r) || (!predefined(r) && !unsafe(r)) {
 			continue
 		}
 		if major < 16 {
@@ -462,7 +465,7 @@ func (m *Manager) setUpRole(ctx context.Context, conn *pgx.Conn, role string) (e
 		if r == self || self.memberOf[r.oid] != nil {
 			continue
 		}
-		if isData(r) || (!predefined(r) && !unsafe(r) && !up(r)[self.oid]) {
+		if isGranted(r) || (!predefined(r) && !unsafe(r) && !up(r)[self.oid]) {
 			grant = append(grant, pgx.Identifier{r.name}.Sanitize())
 		}
 	}

@@ -320,9 +320,10 @@ const firstNormalOid = 16384
 
 // pgRole is one row of pg_authid, with its direct memberships.
 type pgRole struct {
-	oid                     uint32
-	name                    string
-	super, createRole, pass bool
+	oid                                                  uint32
+	name                                                 string
+	super, createRole, pass, login, replication, inherit bool
+	createDB, bypassRLS                                  bool
 	// memberOf are the roles it is a direct member of (granted by grantors).
 	memberOf map[uint32][]uint32
 }
@@ -371,39 +372,45 @@ func (m *Manager) setUpRole(ctx context.Context, conn *pgx.Conn, role string) (e
 			_ = tx.Rollback(context.WithoutCancel(ctx))
 		}
 	}()
+	// Only what is not so already is changed: a branch started again
+	// writes nothing.
 	me := pgx.Identifier{role}.Sanitize()
-	var exists bool
-	if err := tx.QueryRow(ctx, "SELECT EXISTS (SELECT FROM pg_authid WHERE rolname = $1)", role).Scan(&exists); err != nil {
-		return err
-	}
-	if !exists {
-		if _, err := tx.Exec(ctx, "CREATE ROLE "+me); err != nil {
-			return err
-		}
-	}
-	createRole := "NOCREATEROLE"
-	if major >= 16 {
-		createRole = "CREATEROLE"
-	}
-	if _, err := tx.Exec(ctx, "ALTER ROLE "+me+" LOGIN NOSUPERUSER NOREPLICATION INHERIT CREATEDB BYPASSRLS "+createRole); err != nil {
-		return err
+	createRole := major >= 16
+	attrs := "LOGIN NOSUPERUSER NOREPLICATION INHERIT CREATEDB BYPASSRLS NOCREATEROLE"
+	if createRole {
+		attrs = strings.Replace(attrs, "NOCREATEROLE", "CREATEROLE", 1)
 	}
 	roles, err := readRoles(ctx, tx)
 	if err != nil {
 		return err
 	}
+	if !slices.ContainsFunc(roles, func(r *pgRole) bool { return r.name == role }) {
+		if _, err := tx.Exec(ctx, "CREATE ROLE "+me+" "+attrs); err != nil {
+			return err
+		}
+		if roles, err = readRoles(ctx, tx); err != nil {
+			return err
+		}
+	}
 	var self *pgRole
 	for _, r := range roles {
+		var q string
 		switch {
 		case r.name == role:
 			self = r
-		case strings.HasPrefix(r.name, "branch_") && r.name != m.o.SuperUser && r.oid >= firstNormalOid:
-			if _, err := tx.Exec(ctx, "ALTER ROLE "+pgx.Identifier{r.name}.Sanitize()+" NOLOGIN NOSUPERUSER NOREPLICATION PASSWORD NULL"); err != nil {
-				return err
+			if !r.login || r.super || r.replication || !r.inherit || !r.createDB || !r.bypassRLS || r.createRole != createRole {
+				q = attrs
 			}
-			r.super = false
+		case strings.HasPrefix(r.name, "branch_") && r.name != m.o.SuperUser && r.oid >= firstNormalOid:
+			if r.login || r.super || r.replication || r.pass {
+				q = "NOLOGIN NOSUPERUSER NOREPLICATION PASSWORD NULL"
+				r.super = false
+			}
 		case r.pass:
-			if _, err := tx.Exec(ctx, "ALTER ROLE "+pgx.Identifier{r.name}.Sanitize()+" PASSWORD NULL"); err != nil {
+			q = "PASSWORD NULL"
+		}
+		if q != "" {
+			if _, err := tx.Exec(ctx, "ALTER ROLE "+pgx.Identifier{r.name}.Sanitize()+" "+q); err != nil {
 				return err
 			}
 		}
@@ -477,14 +484,19 @@ func (m *Manager) setUpRole(ctx context.Context, conn *pgx.Conn, role string) (e
 	// In the database its URL names (conn's), it creates schemas, and
 	// tables in schema public, as that database's owner would.
 	var db string
-	var public bool
-	if err := tx.QueryRow(ctx, "SELECT current_database(), EXISTS (SELECT FROM pg_namespace WHERE nspname = 'public')").Scan(&db, &public); err != nil {
+	var onDB, onPublic bool
+	if err := tx.QueryRow(ctx, `SELECT current_database(), has_database_privilege($1, current_database(), 'CREATE'),
+		COALESCE((SELECT has_schema_privilege($1, oid, 'USAGE') AND has_schema_privilege($1, oid, 'CREATE')
+			FROM pg_namespace WHERE nspname = 'public'), true)`, role).
+		Scan(&db, &onDB, &onPublic); err != nil {
 		return err
 	}
-	if _, err := tx.Exec(ctx, "GRANT CREATE ON DATABASE "+pgx.Identifier{db}.Sanitize()+" TO "+me); err != nil {
-		return err
+	if !onDB {
+		if _, err := tx.Exec(ctx, "GRANT CREATE ON DATABASE "+pgx.Identifier{db}.Sanitize()+" TO "+me); err != nil {
+			return err
+		}
 	}
-	if public {
+	if !onPublic {
 		if _, err := tx.Exec(ctx, "GRANT USAGE, CREATE ON SCHEMA public TO "+me); err != nil {
 			return err
 		}
@@ -496,9 +508,11 @@ func (m *Manager) setUpRole(ctx context.Context, conn *pgx.Conn, role string) (e
 func readRoles(ctx context.Context, tx pgx.Tx) ([]*pgRole, error) {
 	var roles []*pgRole
 	byOid := map[uint32]*pgRole{}
-	rows, _ := tx.Query(ctx, "SELECT oid, rolname, rolsuper, rolcreaterole, rolpassword IS NOT NULL FROM pg_authid ORDER BY rolname")
+	rows, _ := tx.Query(ctx, `SELECT oid, rolname, rolsuper, rolcreaterole, rolpassword IS NOT NULL, rolcanlogin, rolreplication,
+		rolinherit, rolcreatedb, rolbypassrls FROM pg_authid ORDER BY rolname`)
 	var r pgRole
-	if _, err := pgx.ForEachRow(rows, []any{&r.oid, &r.name, &r.super, &r.createRole, &r.pass}, func() error {
+	if _, err := pgx.ForEachRow(rows, []any{&r.oid, &r.name, &r.super, &r.createRole, &r.pass, &r.login, &r.replication,
+		&r.inherit, &r.createDB, &r.bypassRLS}, func() error {
 		x := r
 		x.memberOf = map[uint32][]uint32{}
 		roles = append(roles, &x)

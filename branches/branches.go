@@ -510,7 +510,8 @@ type Usage struct {
 }
 
 // List returns the sources (a standby's with its lag), the named snapshots
-// and the caller's branches (every branch for an admin token), with their
+// the caller sees (visible: of a source, or of its own branches) and the
+// caller's branches (every branch for an admin token), with their
 // sizes.
 //
 // The sizes are measured after the lock is released (sizing.go).
@@ -521,7 +522,7 @@ func (m *Manager) List(c Caller) ListResult {
 	live := map[string]bool{}
 	for _, s := range m.st.Snapshots {
 		live[snapKey(s)] = true
-		if s.Origin {
+		if !m.visible(c, s) {
 			continue
 		}
 		res.Snapshots = append(res.Snapshots, *s)

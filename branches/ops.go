@@ -4,6 +4,7 @@ import (
 	"context"
 	"os"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strings"
 	"time"
@@ -218,7 +219,7 @@ func (m *Manager) reserve(ctx context.Context, c Caller, o CreateOptions, own in
 		}
 		from, origin = "branch:"+o.From, o.From
 	default:
-		if m.snapshot(o.Snapshot) == nil || m.snapshot(o.Snapshot).Origin {
+		if s := m.snapshot(o.Snapshot); s == nil || !m.visible(c, s) {
 			return fail(errs.New(errs.NotFound, "no snapshot named %q", o.Snapshot).WithHint("list the snapshots"))
 		}
 		from = "snapshot:" + o.Snapshot
@@ -278,8 +279,8 @@ func (m *Manager) copyAndStart(ctx context.Context, b *Branch, replace bool) err
 // checkpoint are compressed. Durability is unchanged.
 var branchSettings = map[string]string{"wal_init_zero": "off", "wal_compression": "on"}
 
-// start starts a branch's server on its port, TCP with scram only, and
-// gives its role its password.
+// start starts a branch's server on its port, TCP with scram only, sets
+// up its role (setUpRole) and gives it its password.
 func (m *Manager) start(ctx context.Context, b *Branch) error {
 	data := m.branchDir(b.Name)
 	if err := instance.WritePasswordHBA(data, m.o.User); err != nil {
@@ -298,16 +299,240 @@ func (m *Manager) start(ctx context.Context, b *Branch) error {
 		return errs.Wrap(errs.Internal, err, "cannot reach branch %q to create its role", b.Name)
 	}
 	defer conn.Close(context.WithoutCancel(ctx))
-	var exists bool
-	if err := conn.QueryRow(ctx, "SELECT EXISTS (SELECT FROM pg_roles WHERE rolname = $1)", b.Role).Scan(&exists); err != nil {
-		return errs.Wrap(errs.Internal, err, "cannot create the role of branch %q", b.Name)
-	}
-	if !exists {
-		if _, err := conn.Exec(ctx, "CREATE ROLE "+pgx.Identifier{b.Role}.Sanitize()+" LOGIN SUPERUSER"); err != nil {
-			return errs.Wrap(errs.Internal, err, "cannot create the role of branch %q", b.Name)
-		}
+	if err := m.setUpRole(ctx, conn, b.Role); err != nil {
+		return errs.Wrap(errs.Internal, err, "cannot set up the role of branch %q", b.Name).
+			WithHint("see the branch's server log; a role of the source may conflict with the branch's")
 	}
 	return sock.SetPassword(ctx, b.Role, b.Password)
+}
+
+// serverFileRoles are the predefined roles that reach the host as the
+// server's OS user (programs, files): no branch role is ever a member of
+// them, nor of a role that is.
+var serverFileRoles = map[string]bool{"pg_execute_server_program": true, "pg_read_server_files": true, "pg_write_server_files": true}
+
+// grantedRoles are the predefined roles every branch role is a member of:
+// it reads and writes every table, whoever owns it, sees every session's
+// statistics, cancels and ends other sessions, checkpoints (all of it
+// inside its own server).
+var grantedRoles = []string{"pg_read_all_data", "pg_write_all_data", "pg_read_all_stats", "pg_signal_backend", "pg_checkpoint"}
+
+// firstNormalOid is PostgreSQL's FirstNormalObjectId: roles below it are
+// predefined (pg_*) or the bootstrap superuser.
+const firstNormalOid = 16384
+
+// pgRole is one row of pg_authid, with its direct memberships.
+type pgRole struct {
+	oid                                                  uint32
+	name                                                 string
+	super, createRole, pass, login, replication, inherit bool
+	createDB, bypassRLS                                  bool
+	// memberOf are the roles it is a direct member of (granted by grantors).
+	memberOf map[uint32][]uint32
+}
+
+// setUpRole makes role a branch's role, over conn (the bootstrap
+// superuser on the branch's private socket), on every start:
+//
+//   - a role that logs in and is no superuser: NOSUPERUSER NOREPLICATION,
+//     CREATEDB, BYPASSRLS (row security is the source's, not a barrier
+//     inside a copy), CREATEROLE only on PostgreSQL 16 and later (before,
+//     CREATEROLE grants any role, pg_execute_server_program too);
+//   - a member of pg_read_all_data and pg_write_all_data (and of the
+//     other grantedRoles), and of every
+//     role of the source that cannot reach superuser power (is no
+//     superuser and is a member, at any depth, of no superuser, no
+//     pg_execute_server_program, pg_read_server_files or
+//     pg_write_server_files and, before 16, of no role with CREATEROLE):
+//     it runs DDL on the application's tables as their owners do;
+//   - of no other predefined or unsafe role (a branch made before branch
+//     roles stopped being superusers may have granted it one);
+//   - in conn's database (the one its URL names), CREATE on the database
+//     and on schema public (PostgreSQL 15 gives schema public to the
+//     database's owner alone).
+//
+// Every other role loses its password, so that no credential of the
+// source (its hashes are readable with pg_read_all_data, an md5 one is as
+// good as the password) nor of another branch's owner works here; every
+// other role named branch_* (the role of the branch a snapshot was taken
+// of) is also made NOLOGIN and no superuser: the role of a branch made
+// from another owner's snapshot is that owner's no more. Their objects
+// stay usable through the membership above.
+func (m *Manager) setUpRole(ctx context.Context, conn *pgx.Conn, role string) (err error) {
+	if _, err := conn.Exec(ctx, "SET search_path = pg_catalog, pg_temp"); err != nil {
+		return err
+	}
+	var major int
+	if err := conn.QueryRow(ctx, "SELECT current_setting('server_version_num')::int / 10000").Scan(&major); err != nil {
+		return err
+	}
+	tx, err := conn.Begin(ctx)
+	if err != nil {
+		return err
+	}
+	defer func() {
+		if err != nil {
+			_ = tx.Rollback(context.WithoutCancel(ctx))
+		}
+	}()
+	// Only what is not so already is changed: a branch started again
+	// writes nothing.
+	me := pgx.Identifier{role}.Sanitize()
+	createRole := major >= 16
+	attrs := "LOGIN NOSUPERUSER NOREPLICATION INHERIT CREATEDB BYPASSRLS NOCREATEROLE"
+	if createRole {
+		attrs = strings.Replace(attrs, "NOCREATEROLE", "CREATEROLE", 1)
+	}
+	roles, err := readRoles(ctx, tx)
+	if err != nil {
+		return err
+	}
+	if !slices.ContainsFunc(roles, func(r *pgRole) bool { return r.name == role }) {
+		if _, err := tx.Exec(ctx, "CREATE ROLE "+me+" "+attrs); err != nil {
+			return err
+		}
+		if roles, err = readRoles(ctx, tx); err != nil {
+			return err
+		}
+	}
+	var self *pgRole
+	for _, r := range roles {
+		var q string
+		switch {
+		case r.name == role:
+			self = r
+			if !r.login || r.super || r.replication || !r.inherit || !r.createDB || !r.bypassRLS || r.createRole != createRole {
+				q = attrs
+			}
+		case strings.HasPrefix(r.name, "branch_") && r.name != m.o.SuperUser && r.oid >= firstNormalOid:
+			if r.login || r.super || r.replication || r.pass {
+				q = "NOLOGIN NOSUPERUSER NOREPLICATION PASSWORD NULL"
+				r.super = false
+			}
+		case r.pass:
+			q = "PASSWORD NULL"
+		}
+		if q != "" {
+			if _, err := tx.Exec(ctx, "ALTER ROLE "+pgx.Identifier{r.name}.Sanitize()+" "+q); err != nil {
+				return err
+			}
+		}
+	}
+	if self == nil {
+		return errs.New(errs.Internal, "role %s is missing right after its creation", role)
+	}
+	byOid := map[uint32]*pgRole{}
+	for _, r := range roles {
+		byOid[r.oid] = r
+	}
+	// up is every role r is a member of, at any depth, and r itself.
+	up := func(r *pgRole) map[uint32]bool {
+		seen := map[uint32]bool{r.oid: true}
+		todo := []*pgRole{r}
+		for len(todo) > 0 {
+			x := todo[len(todo)-1]
+			todo = todo[:len(todo)-1]
+			for g := range x.memberOf {
+				if !seen[g] && byOid[g] != nil {
+					seen[g] = true
+					todo = append(todo, byOid[g])
+				}
+			}
+		}
+		return seen
+	}
+	unsafe := func(r *pgRole) bool {
+		for o := range up(r) {
+			x := byOid[o]
+			if x.super || serverFileRoles[x.name] || (major < 16 && x.createRole) {
+				return true
+			}
+		}
+		return false
+	}
+	isGranted := func(r *pgRole) bool { return slices.Contains(grantedRoles, r.name) }
+	predefined := func(r *pgRole) bool { return r.oid < firstNormalOid || strings.HasPrefix(r.name, "pg_") }
+	for g, grantors := range self.memberOf {
+		r := byOid[g]
+		if r == nil || isGranted(r) || (!predefined(r) && !unsafe(r)) {
+			continue
+		}
+		if major < 16 {
+			grantors = []uint32{0}
+		}
+		for _, by := range grantors {
+			q := "REVOKE " + pgx.Identifier{r.name}.Sanitize() + " FROM " + me
+			if by != 0 && byOid[by] != nil {
+				q += " GRANTED BY " + pgx.Identifier{byOid[by].name}.Sanitize() + " CASCADE"
+			}
+			if _, err := tx.Exec(ctx, q); err != nil {
+				return err
+			}
+		}
+	}
+	var grant []string
+	for _, r := range roles {
+		if r == self || self.memberOf[r.oid] != nil {
+			continue
+		}
+		if isGranted(r) || (!predefined(r) && !unsafe(r) && !up(r)[self.oid]) {
+			grant = append(grant, pgx.Identifier{r.name}.Sanitize())
+		}
+	}
+	if len(grant) > 0 {
+		if _, err := tx.Exec(ctx, "GRANT "+strings.Join(grant, ", ")+" TO "+me); err != nil {
+			return err
+		}
+	}
+	// In the database its URL names (conn's), it creates schemas, and
+	// tables in schema public, as that database's owner would.
+	var db string
+	var onDB, onPublic bool
+	if err := tx.QueryRow(ctx, `SELECT current_database(), has_database_privilege($1, current_database(), 'CREATE'),
+		COALESCE((SELECT has_schema_privilege($1, oid, 'USAGE') AND has_schema_privilege($1, oid, 'CREATE')
+			FROM pg_namespace WHERE nspname = 'public'), true)`, role).
+		Scan(&db, &onDB, &onPublic); err != nil {
+		return err
+	}
+	if !onDB {
+		if _, err := tx.Exec(ctx, "GRANT CREATE ON DATABASE "+pgx.Identifier{db}.Sanitize()+" TO "+me); err != nil {
+			return err
+		}
+	}
+	if !onPublic {
+		if _, err := tx.Exec(ctx, "GRANT USAGE, CREATE ON SCHEMA public TO "+me); err != nil {
+			return err
+		}
+	}
+	return tx.Commit(ctx)
+}
+
+// readRoles reads every role and its direct memberships.
+func readRoles(ctx context.Context, tx pgx.Tx) ([]*pgRole, error) {
+	var roles []*pgRole
+	byOid := map[uint32]*pgRole{}
+	rows, _ := tx.Query(ctx, `SELECT oid, rolname, rolsuper, rolcreaterole, rolpassword IS NOT NULL, rolcanlogin, rolreplication,
+		rolinherit, rolcreatedb, rolbypassrls FROM pg_authid ORDER BY rolname`)
+	var r pgRole
+	if _, err := pgx.ForEachRow(rows, []any{&r.oid, &r.name, &r.super, &r.createRole, &r.pass, &r.login, &r.replication,
+		&r.inherit, &r.createDB, &r.bypassRLS}, func() error {
+		x := r
+		x.memberOf = map[uint32][]uint32{}
+		roles = append(roles, &x)
+		byOid[x.oid] = &x
+		return nil
+	}); err != nil {
+		return nil, err
+	}
+	var role, member, grantor uint32
+	rows, _ = tx.Query(ctx, "SELECT roleid, member, grantor FROM pg_auth_members")
+	_, err := pgx.ForEachRow(rows, []any{&role, &member, &grantor}, func() error {
+		if x := byOid[member]; x != nil {
+			x.memberOf[role] = append(x.memberOf[role], grantor)
+		}
+		return nil
+	})
+	return roles, err
 }
 
 // buildSnapshot makes the stopped data directory snap/name from a source
@@ -401,8 +626,9 @@ type SnapshotOptions struct {
 	Name   string
 	Source string
 	Branch string
-	// Keep, when above 0, keeps only the newest Keep snapshots taken of
-	// the same source or branch (those no branch is made from).
+	// Keep, when above 0, keeps only the newest Keep snapshots the caller
+	// took of the same source or branch (removing the caller's older ones
+	// that no branch is made from; other owners' are left alone).
 	Keep int
 }
 
@@ -427,7 +653,7 @@ func (m *Manager) CreateSnapshot(ctx context.Context, c Caller, o SnapshotOption
 	s := &Snapshot{Name: o.Name, From: kind + from, Owner: Owner(c.Token), Created: time.Now().UTC()}
 	m.st.Snapshots = append(m.st.Snapshots, s)
 	if o.Keep > 0 {
-		m.retain(s.From, o.Keep)
+		m.retain(s.From, s.Owner, o.Keep)
 	}
 	return *s, m.save()
 }
@@ -461,15 +687,26 @@ func (m *Manager) reserveSnapshot(c Caller, o SnapshotOptions) (from string, isS
 	return from, isSource, nil
 }
 
-// retain removes the oldest unused named snapshots of from beyond keep.
-func (m *Manager) retain(from string, keep int) {
+// visible says whether caller c sees named snapshot s, may branch it and
+// may name it: a snapshot of a source is every token's to see and branch;
+// a snapshot of a branch is its owner's (and the admin tokens') alone,
+// since it holds what that owner wrote in their branch. Origin snapshots
+// are nobody's to name.
+func (m *Manager) visible(c Caller, s *Snapshot) bool {
+	return !s.Origin && (strings.HasPrefix(s.From, "source:") || s.Owner == Owner(c.Token) || m.admin(c))
+}
+
+// retain removes the oldest unused named snapshots of from taken by owner
+// beyond keep: other owners' snapshots (the admin's scheduled ones too)
+// neither count nor go.
+func (m *Manager) retain(from, owner string, keep int) {
 	used := map[string]bool{}
 	for _, b := range m.st.Branches {
 		used[b.Snapshot] = true
 	}
 	var same []*Snapshot
 	for _, s := range m.st.Snapshots {
-		if !s.Origin && s.From == from {
+		if !s.Origin && s.From == from && s.Owner == owner {
 			same = append(same, s)
 		}
 	}
@@ -497,7 +734,7 @@ func (m *Manager) DeleteSnapshot(c Caller, name string) error {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	s := m.snapshot(name)
-	if s == nil || s.Origin || (s.Owner != Owner(c.Token) && !m.admin(c)) {
+	if s == nil || !m.visible(c, s) || (s.Owner != Owner(c.Token) && !m.admin(c)) {
 		return errs.New(errs.NotFound, "no snapshot named %q", name)
 	}
 	for _, b := range m.st.Branches {
@@ -718,7 +955,8 @@ func (m *Manager) sessions(ctx context.Context, b *Branch) (int, error) {
 }
 
 // ScheduledSnapshot takes a snapshot of source named SOURCE-YYYYMMDDTHHMMSSZ
-// as the admin, keeping the newest keep of that source's (0: all); serve
+// as the admin, keeping the newest keep of the admin's snapshots of that
+// source (0: all; other tokens' snapshots are not touched); serve
 // calls it on a schedule.
 func (m *Manager) ScheduledSnapshot(ctx context.Context, source string, keep int) (Snapshot, error) {
 	name := source + "-" + time.Now().UTC().Format("20060102T150405Z")

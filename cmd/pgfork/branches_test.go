@@ -173,14 +173,17 @@ func (r cliResult) ok(t *testing.T) string {
 
 // branchSource makes what the branch tests serve from: a running cluster
 // in src (on the XFS test volume, in dir) with a table seed, filled by the
-// statements given; bin runs pgfork and pgBin is the cluster's PostgreSQL.
+// statements given and owned by an application role (a branch's role, no
+// superuser, changes it as its owner); bin runs pgfork and pgBin is the
+// cluster's PostgreSQL.
 func branchSource(t *testing.T, fill ...string) (bin, pgBin, dir, src string) {
 	t.Helper()
 	bin, pgBin, dir = pgforkBinary(t), testenv.PGBinDirs(t)[0], testenv.XFSDir(t)
 	src = filepath.Join(dir, "src")
 	pgtest.InitDB(t, src, pgtest.Server{BinDir: pgBin})
 	in := pgtest.Start(t, src, pgtest.Server{BinDir: pgBin})
-	pgtest.Exec(t, in.ConnString("", ""), append([]string{"CREATE TABLE seed (id int)"}, fill...)...)
+	pgtest.Exec(t, in.ConnString("", ""), append(append([]string{"CREATE TABLE seed (id int)"}, fill...),
+		"CREATE ROLE app NOLOGIN", "ALTER TABLE seed OWNER TO app")...)
 	return bin, pgBin, dir, src
 }
 

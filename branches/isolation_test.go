@@ -1,0 +1,341 @@
+package branches
+
+import (
+	"context"
+	"errors"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/pgfork/pgfork/cluster"
+	"github.com/pgfork/pgfork/instance"
+	"github.com/pgfork/pgfork/internal/errs"
+	"github.com/pgfork/pgfork/internal/pgtest"
+	"github.com/pgfork/pgfork/internal/statedir"
+	"github.com/pgfork/pgfork/internal/testenv"
+)
+
+// sourceRoles are the roles and tables of the application in the source of
+// the isolation tests: app_owner owns accounts, app logs in with a
+// password; ops reaches the host (pg_execute_server_program), via_ops
+// through ops, boss is a superuser, migrator has CREATEROLE (as good as a
+// superuser before PostgreSQL 16). seed belongs to the bootstrap superuser.
+var sourceRoles = []string{
+	"CREATE ROLE app_owner NOLOGIN",
+	"CREATE ROLE app LOGIN PASSWORD 'app-secret' IN ROLE app_owner",
+	"CREATE ROLE ops NOLOGIN IN ROLE pg_execute_server_program",
+	"CREATE ROLE via_ops NOLOGIN IN ROLE ops",
+	"CREATE ROLE boss NOLOGIN SUPERUSER",
+	"CREATE ROLE migrator NOLOGIN CREATEROLE",
+	"CREATE TABLE accounts (id int PRIMARY KEY, balance int)",
+	"INSERT INTO accounts VALUES (1, 100)",
+	"ALTER TABLE accounts OWNER TO app_owner",
+}
+
+// isolationEnv is env on build b, the source holding sourceRoles; it
+// returns the source's server too.
+func isolationEnv(t *testing.T, b pgtest.Build) (Options, *instance.Instance) {
+	t.Helper()
+	dir := testenv.XFSDir(t)
+	src := filepath.Join(dir, "src")
+	pgtest.InitDB(t, src, b.Server())
+	in := pgtest.Start(t, src, b.Server())
+	pgtest.Exec(t, in.ConnString("", ""), append([]string{"CREATE TABLE seed (id int)", "INSERT INTO seed VALUES (1)"}, sourceRoles...)...)
+	return Options{Layout: statedir.Layout{Root: filepath.Join(dir, "state")}, Installation: b.Inst, User: b.User,
+		Sources:     []Source{{Name: "prod", Kind: SourceCluster, DataDir: src, ConnString: in.ConnString("", "")}},
+		AdminTokens: []string{"admin"}}, in
+}
+
+// sqlErr runs one statement on a new connection to url and returns its
+// error (nil when it ran).
+func sqlErr(url, sql string) error {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	c, err := pgx.Connect(ctx, url)
+	if err != nil {
+		return err
+	}
+	defer c.Close(ctx)
+	_, err = c.Exec(ctx, sql)
+	return err
+}
+
+// sqlState is the SQLSTATE of a server's error ("" for another error).
+func sqlState(err error) string {
+	var pe *pgconn.PgError
+	if errors.As(err, &pe) {
+		return pe.Code
+	}
+	return ""
+}
+
+// refused wants sql, run as the branch's role, refused for want of
+// privilege (SQLSTATE 42501).
+func refused(t *testing.T, url, sql string) {
+	t.Helper()
+	if err := sqlErr(url, sql); sqlState(err) != "42501" {
+		t.Errorf("the branch's role ran %s: %v; want permission denied (42501)", sql, err)
+	}
+}
+
+// superSocket is the bootstrap superuser's URL on a branch's private
+// socket (what pgfork itself uses).
+func superSocket(t *testing.T, m *Manager, branch string) string {
+	t.Helper()
+	e, err := cluster.Get(m.o.Layout, regName(branch))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return (&instance.Instance{SocketDir: e.SocketDir, Port: e.Port}).ConnString("", "")
+}
+
+// TestBranchRoleIsNoSuperuser: as a branch token holder would, connected
+// with the branch's URL (its own role), nothing reaches the host, the
+// source or another branch: COPY ... FROM PROGRAM (psql on the source's
+// socket, on Bob's branch's socket), pg_read_file, lo_import, ALTER
+// SYSTEM, SET ROLE to a superuser, granting oneself a role that reaches
+// the host are refused, and the source's password hashes are gone. The
+// role still does what work on a copy of the application needs: reads and
+// writes every table (the superuser's too), ALTERs the application
+// owner's table, creates tables, schemas and databases. A role given
+// superuser and pg_execute_server_program (as a branch made before branch
+// roles stopped being superusers) loses them at the branch's next start.
+// The source is unchanged. On every build: CREATEROLE differs before 16.
+func TestBranchRoleIsNoSuperuser(t *testing.T) {
+	pgtest.ForEachBuild(t, 0, func(t *testing.T, bld pgtest.Build) {
+		ctx := context.Background()
+		o, src := isolationEnv(t, bld)
+		m := open(t, o)
+		alice, bob := Caller{Token: "alice"}, Caller{Token: "bob"}
+		a1, err := m.Create(ctx, alice, CreateOptions{Name: "a1", Source: "prod"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		b1, err := m.Create(ctx, bob, CreateOptions{Name: "b1", Source: "prod"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		url := a1.URL()
+		if got := pgtest.Query(t, url, "SELECT rolsuper::text || rolreplication::text FROM pg_roles WHERE rolname = current_user"); got != "falsefalse" {
+			t.Fatalf("the branch's role: rolsuper, rolreplication = %s, want false, false", got)
+		}
+		major, _ := strconv.Atoi(pgtest.Query(t, url, "SELECT (current_setting('server_version_num')::int / 10000)::text"))
+		member := func(role string) bool {
+			t.Helper()
+			return pgtest.Query(t, url, "SELECT pg_has_role(current_user, '"+role+"', 'MEMBER')::text") == "true"
+		}
+		for role, want := range map[string]bool{"pg_read_all_data": true, "pg_write_all_data": true, "app_owner": true, "app": true,
+			"migrator": major >= 16, "ops": false, "via_ops": false, "boss": false, "pg_execute_server_program": false,
+			"pg_read_server_files": false, "pg_write_server_files": false, "postgres": false, "pg_checkpoint": true} {
+			if got := member(role); got != want {
+				t.Errorf("the branch's role is a member of %s: %v, want %v", role, got, want)
+			}
+		}
+
+		// What the token holder must not do.
+		psql := filepath.Join(bld.Bin, "psql")
+		be, _ := cluster.Get(m.o.Layout, regName("b1"))
+		pgtest.Exec(t, url, "CREATE TABLE pwn (line text)")
+		refused(t, url, "COPY pwn FROM PROGRAM '"+psql+" -h "+src.SocketDir+" -p "+strconv.Itoa(src.Port)+
+			" -U postgres -d postgres -Atc \"INSERT INTO seed VALUES (666)\"'")
+		refused(t, url, "COPY pwn FROM PROGRAM '"+psql+" -h "+be.SocketDir+" -p "+strconv.Itoa(be.Port)+
+			" -U postgres -d postgres -Atc \"ALTER ROLE "+b1.Role+" PASSWORD ''stolen''\"'")
+		refused(t, url, "COPY pwn TO '/tmp/pgfork-pwn'")
+		refused(t, url, "SELECT pg_read_file('postgresql.auto.conf')")
+		refused(t, url, "SELECT pg_read_file('/etc/passwd')")
+		refused(t, url, "SELECT lo_import('/etc/passwd')")
+		refused(t, url, "ALTER SYSTEM SET work_mem = '1MB'")
+		refused(t, url, "SET ROLE postgres")
+		refused(t, url, "SET ROLE boss")
+		refused(t, url, "SET ROLE ops")
+		refused(t, url, "GRANT pg_execute_server_program TO current_user")
+		refused(t, url, "CREATE ROLE evil SUPERUSER")
+		refused(t, url, "ALTER ROLE current_user SUPERUSER")
+		if err := sqlErr(url, "ALTER ROLE migrator CREATEROLE"); err == nil {
+			t.Error("the branch's role altered another role")
+		}
+		// The source's password hashes are not in the branch (pg_read_all_data reads pg_authid).
+		if got := pgtest.Query(t, url, "SELECT count(*)::text FROM pg_authid WHERE rolpassword IS NOT NULL AND rolname <> current_user"); got != "0" {
+			t.Errorf("%s roles other than the branch's keep a password hash in the branch", got)
+		}
+		if got := pgtest.Query(t, b1.URL(), "SELECT current_user"); got != b1.Role {
+			t.Errorf("bob's branch answers as %s", got)
+		}
+
+		// What work on the copy needs.
+		pgtest.Exec(t, url,
+			"INSERT INTO seed VALUES (2)", "UPDATE seed SET id = 3 WHERE id = 2", "DELETE FROM seed WHERE id = 3",
+			"INSERT INTO accounts VALUES (2, 5)", "UPDATE accounts SET balance = 0 WHERE id = 1", "DELETE FROM accounts WHERE id = 2",
+			"ALTER TABLE accounts ADD COLUMN note text", "CREATE INDEX ON accounts (balance)",
+			"ALTER TABLE accounts RENAME COLUMN note TO remark",
+			"CREATE TABLE mine (x int)", "INSERT INTO mine VALUES (1)", "CREATE SCHEMA work", "CREATE TABLE work.t (x int)",
+			"CREATE DATABASE scratch", "CHECKPOINT")
+		if got := pgtest.Query(t, url, "SELECT count(*)::text FROM seed"); got != "1" {
+			t.Errorf("seed in the branch has %s rows, want 1", got)
+		}
+		scratch := strings.Replace(url, "/postgres?", "/scratch?", 1)
+		pgtest.Exec(t, scratch, "CREATE TABLE s (x int)", "INSERT INTO s VALUES (1)")
+		if major >= 16 {
+			pgtest.Exec(t, url, "CREATE ROLE reader NOLOGIN", "GRANT SELECT ON mine TO reader")
+		}
+
+		// A branch role left superuser with a role that reaches the host
+		// (self-granted; on 16+ also granted by another superuser than the bootstrap
+		// superuser) is no more at the next start.
+		pgtest.Exec(t, superSocket(t, m, "a1"), "ALTER ROLE "+a1.Role+" SUPERUSER")
+		pgtest.Exec(t, url, "GRANT pg_execute_server_program TO current_user", "GRANT boss TO current_user")
+		if major >= 16 {
+			pgtest.Exec(t, url, "GRANT pg_read_server_files TO boss WITH ADMIN OPTION", "GRANT pg_read_server_files TO current_user GRANTED BY boss")
+		}
+		if _, err := m.Stop(ctx, alice, "a1"); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := m.Start(ctx, alice, "a1"); err != nil {
+			t.Fatal(err)
+		}
+		if got := pgtest.Query(t, url, "SELECT rolsuper::text FROM pg_roles WHERE rolname = current_user"); got != "false" {
+			t.Error("the branch's role is still a superuser after a start")
+		}
+		for _, role := range []string{"pg_execute_server_program", "pg_read_server_files", "boss"} {
+			if member(role) {
+				t.Errorf("after a start the branch's role is still a member of %s", role)
+			}
+		}
+		refused(t, url, "SELECT pg_read_file('postgresql.auto.conf')")
+		if got := pgtest.Query(t, url, "SELECT count(*)::text FROM mine"); got != "1" {
+			t.Errorf("after a start mine has %s rows", got)
+		}
+
+		// The source saw none of it.
+		s := src.ConnString("", "")
+		if got := pgtest.Query(t, s, "SELECT count(*)::text FROM seed"); got != "1" {
+			t.Errorf("the source's seed has %s rows, want 1", got)
+		}
+		if got := pgtest.Query(t, s, "SELECT string_agg(balance::text, ',') FROM accounts"); got != "100" {
+			t.Errorf("the source's accounts: %s, want 100", got)
+		}
+		if got := pgtest.Query(t, s, "SELECT count(*)::text FROM pg_attribute WHERE attrelid = 'accounts'::regclass AND attname = 'remark'"); got != "0" {
+			t.Error("the source's accounts got the branch's column")
+		}
+		if got := pgtest.Query(t, s, "SELECT (rolpassword IS NOT NULL)::text FROM pg_authid WHERE rolname = 'app'"); got != "true" {
+			t.Error("the source's role app lost its password")
+		}
+	})
+}
+
+// TestBranchSnapshotIsTheOwners: a snapshot of Alice's branch is hers
+// (and the admin's): Bob does not list it, cannot branch it nor delete it
+// (404 as for a missing one); the admin can branch it, and in that branch
+// Alice's role (carried by the snapshot) does not log in with her
+// password while the admin's branch role does, and reaches the table
+// Alice's role made there (it is a member of her role, now NOLOGIN).
+// Snapshots of a source stay every token's to see and branch.
+func TestBranchSnapshotIsTheOwners(t *testing.T) {
+	ctx := context.Background()
+	o, _ := isolationEnv(t, pgtest.Builds(t, 0)[0])
+	m := open(t, o)
+	alice, bob, admin := Caller{Token: "alice"}, Caller{Token: "bob"}, Caller{Token: "admin"}
+	a1, err := m.Create(ctx, alice, CreateOptions{Name: "a1", Source: "prod"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	pgtest.Exec(t, a1.URL(), "CREATE TABLE alice_t (x int)", "INSERT INTO alice_t VALUES (1)")
+	if _, err := m.CreateSnapshot(ctx, alice, SnapshotOptions{Name: "alice-s", Branch: "a1"}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := m.CreateSnapshot(ctx, alice, SnapshotOptions{Name: "prod-s", Source: "prod"}); err != nil {
+		t.Fatal(err)
+	}
+	names := func(c Caller) string {
+		var n []string
+		for _, s := range m.List(c).Snapshots {
+			n = append(n, s.Name)
+		}
+		slices.Sort(n)
+		return strings.Join(n, ",")
+	}
+	if got := names(bob); got != "prod-s" {
+		t.Errorf("bob lists snapshots %q, want only the source's prod-s", got)
+	}
+	for _, c := range []Caller{alice, admin} {
+		if got := names(c); got != "alice-s,prod-s" {
+			t.Errorf("%s lists snapshots %q, want alice-s,prod-s", c.Token, got)
+		}
+	}
+	_, err = m.Create(ctx, bob, CreateOptions{Name: "b1", Snapshot: "alice-s"})
+	wantKind(t, "bob branches alice's branch snapshot", err, errs.NotFound)
+	if err != nil && !strings.Contains(err.Error(), "no snapshot named") {
+		t.Errorf("bob branching alice's branch snapshot: %v, want no snapshot named", err)
+	}
+	wantKind(t, "bob deletes alice's branch snapshot", m.DeleteSnapshot(bob, "alice-s"), errs.NotFound)
+	wantKind(t, "bob deletes alice's source snapshot", m.DeleteSnapshot(bob, "prod-s"), errs.NotFound)
+	b1, err := m.Create(ctx, bob, CreateOptions{Name: "b1", Snapshot: "prod-s"})
+	if err != nil {
+		t.Fatalf("bob branches alice's snapshot of the source: %v", err)
+	}
+	if got := pgtest.Query(t, b1.URL(), "SELECT count(*)::text FROM seed"); got != "1" {
+		t.Errorf("bob's branch of prod-s: seed has %s rows", got)
+	}
+
+	adm, err := m.Create(ctx, admin, CreateOptions{Name: "adm", Snapshot: "alice-s"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	stolen := a1
+	stolen.Port = adm.Port
+	if err := tryQuery(stolen.URL()); err == nil {
+		t.Error("alice's role and password log in to the admin's branch of her snapshot")
+	} else if st := sqlState(err); st != "28P01" && st != "28000" {
+		t.Errorf("alice logging in to the admin's branch: %v, want an authentication failure", err)
+	}
+	if got := pgtest.Query(t, adm.URL(), "SELECT count(*)::text FROM alice_t"); got != "1" {
+		t.Errorf("the admin's branch: alice_t has %s rows, want 1", got)
+	}
+	pgtest.Exec(t, adm.URL(), "ALTER TABLE alice_t ADD COLUMN y int")
+	if got := pgtest.Query(t, adm.URL(), "SELECT rolcanlogin::text FROM pg_roles WHERE rolname = '"+a1.Role+"'"); got != "false" {
+		t.Errorf("alice's role in the admin's branch: rolcanlogin %s", got)
+	}
+	if got := pgtest.Query(t, a1.URL(), "SELECT current_user"); got != a1.Role {
+		t.Errorf("alice's own branch answers as %s", got)
+	}
+}
+
+// TestRetainPerOwner: `snapshot --keep N` counts and removes only the
+// caller's own snapshots of that source: Bob's keep leaves Alice's and
+// the admin's scheduled ones alone, Alice's leaves Bob's.
+func TestRetainPerOwner(t *testing.T) {
+	ctx := context.Background()
+	m := open(t, env(t))
+	alice, bob := Caller{Token: "alice"}, Caller{Token: "bob"}
+	take := func(c Caller, name string, keep int) {
+		t.Helper()
+		if _, err := m.CreateSnapshot(ctx, c, SnapshotOptions{Name: name, Source: "prod", Keep: keep}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	take(alice, "a-1", 0)
+	take(alice, "a-2", 0)
+	sched, err := m.ScheduledSnapshot(ctx, "prod", 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	take(bob, "b-1", 1)
+	take(bob, "b-2", 1)
+	take(alice, "a-3", 2)
+	var got []string
+	for _, s := range m.List(Caller{Token: "admin"}).Snapshots {
+		got = append(got, s.Name)
+	}
+	slices.Sort(got)
+	want := []string{"a-2", "a-3", "b-2", sched.Name}
+	slices.Sort(want)
+	if !slices.Equal(got, want) {
+		t.Errorf("snapshots kept: %v, want %v (each owner's newest)", got, want)
+	}
+}

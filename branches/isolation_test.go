@@ -339,3 +339,64 @@ func TestRetainPerOwner(t *testing.T) {
 		t.Errorf("snapshots kept: %v, want %v (each owner's newest)", got, want)
 	}
 }
+
+// TestBranchHoldsNoOtherSystemsCredentials: the credentials of other
+// systems that the source keeps in its catalogs — a logical
+// subscription's connection string, a user mapping's password, in any
+// database — are gone from a branch, as its role (which reads every
+// catalog through pg_read_all_data) looks for them; the subscription no
+// longer exists there (it would take changes from the publisher's slot),
+// no logical replication worker runs; the source keeps both.
+func TestBranchHoldsNoOtherSystemsCredentials(t *testing.T) {
+	ctx := context.Background()
+	o, src := isolationEnv(t, pgtest.Builds(t, 0)[0])
+	pgtest.Exec(t, src.ConnString("", ""), "CREATE DATABASE appdb")
+	for _, db := range []string{"postgres", "appdb"} {
+		pgtest.Exec(t, src.ConnString("", db),
+			"CREATE FOREIGN DATA WRAPPER other_fdw",
+			"CREATE SERVER other FOREIGN DATA WRAPPER other_fdw OPTIONS (host 'billing.internal')",
+			"CREATE USER MAPPING FOR PUBLIC SERVER other OPTIONS (user 'billing', password 'UMSECRET-"+db+"')",
+			"CREATE USER MAPPING FOR app SERVER other OPTIONS (user 'app', password 'UMSECRET2-"+db+"')")
+	}
+	pgtest.Exec(t, src.ConnString("", "appdb"), "CREATE SUBSCRIPTION upstream CONNECTION 'host=127.0.0.1 port=1 user=repl password=SUBSECRET dbname=x' "+
+		"PUBLICATION p WITH (connect = false)")
+	m := open(t, o)
+	b, err := m.Create(ctx, Caller{Token: "alice"}, CreateOptions{Name: "a1", Source: "prod"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	leaks := func(url string) string {
+		t.Helper()
+		return pgtest.Query(t, url, `SELECT (SELECT count(*) FROM pg_subscription)::text || ',' ||
+			(SELECT count(*) FROM pg_user_mapping WHERE array_to_string(umoptions, ',') LIKE '%SECRET%')::text`)
+	}
+	appURL := func(u string) string { return strings.Replace(u, "/postgres?", "/appdb?", 1) }
+	if !strings.Contains(b.URL(), "/postgres?") {
+		t.Fatalf("branch URL %s does not name database postgres", b.URL())
+	}
+	for _, u := range []string{b.URL(), appURL(b.URL())} {
+		if got := leaks(u); got != "0,0" {
+			t.Errorf("as the branch's role on %s: subscriptions, user mappings with a password = %s, want 0,0", u, got)
+		}
+	}
+	if got := pgtest.Query(t, b.URL(), "SHOW max_logical_replication_workers"); got != "0" {
+		t.Errorf("max_logical_replication_workers = %s in a branch, want 0", got)
+	}
+	// The user mappings stay (without their password), and the source keeps everything.
+	if got := pgtest.Query(t, appURL(b.URL()), "SELECT count(*)::text FROM pg_user_mapping"); got != "2" {
+		t.Errorf("user mappings in the branch's appdb: %s, want 2 (without passwords)", got)
+	}
+	for _, db := range []string{"postgres", "appdb"} {
+		want := "1,2"
+		if got := leaks(src.ConnString("", db)); got != want {
+			t.Errorf("the source's %s: subscriptions, user mappings with a password = %s, want %s", db, got, want)
+		}
+	}
+	// A reset (a new copy of the snapshot) is scrubbed again.
+	if _, err := m.Reset(ctx, Caller{Token: "alice"}, "a1"); err != nil {
+		t.Fatal(err)
+	}
+	if got := leaks(appURL(b.URL())); got != "0,0" {
+		t.Errorf("after a reset: subscriptions, user mappings with a password = %s, want 0,0", got)
+	}
+}

@@ -276,8 +276,12 @@ func (m *Manager) copyAndStart(ctx context.Context, b *Branch, replace bool) err
 // WAL segment is not first filled with 16 MB of zeros, so it costs only
 // the blocks written (PostgreSQL's advice for copy-on-write filesystems);
 // wal_compression on, the full-page images a branch writes after its first
-// checkpoint are compressed. Durability is unchanged.
-var branchSettings = map[string]string{"wal_init_zero": "off", "wal_compression": "on"}
+// checkpoint are compressed. Durability is unchanged. And no logical
+// replication worker: a subscription of the source that ran in a branch
+// would connect to its publisher with the source's credentials and take
+// changes from its slot away from the source's own subscriber
+// (scrubCredentials drops the subscriptions).
+var branchSettings = map[string]string{"wal_init_zero": "off", "wal_compression": "on", "max_logical_replication_workers": "0"}
 
 // start starts a branch's server on its port, TCP with scram only, sets
 // up its role (setUpRole) and gives it its password.
@@ -302,6 +306,10 @@ func (m *Manager) start(ctx context.Context, b *Branch) error {
 	if err := m.setUpRole(ctx, conn, b.Role); err != nil {
 		return errs.Wrap(errs.Internal, err, "cannot set up the role of branch %q", b.Name).
 			WithHint("see the branch's server log; a role of the source may conflict with the branch's")
+	}
+	if err := m.scrubCredentials(ctx, sock, data); err != nil {
+		return errs.Wrap(errs.Internal, err, "cannot remove the source's subscriptions and user mapping passwords from branch %q", b.Name).
+			WithHint("see the branch's server log")
 	}
 	return sock.SetPassword(ctx, b.Role, b.Password)
 }

@@ -139,6 +139,10 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if s.cfg.Token != "" {
 		if rest, ok := s.stripPathToken(r.URL.Path); ok {
 			r.URL.Path, r.URL.RawPath, tokenInPath = rest, "", true
+			// The branch routes know their caller by its bearer: the admin
+			// token in the path is that caller (it used to act as the
+			// anonymous owner there).
+			r.Header.Set("Authorization", "Bearer "+s.cfg.Token)
 		}
 	}
 	// IntegreSQL's router adds trailing slashes; accept both forms.

@@ -253,7 +253,7 @@ See docs/branches.md.`,
 			return nil
 		},
 	}
-	snapshot.Flags().IntVar(&keep, "keep", 0, "keep only the newest N snapshots of this branch (0: all)")
+	snapshot.Flags().IntVar(&keep, "keep", 0, "keep only your newest N snapshots of this branch (0: all; other tokens' are never removed)")
 	var off bool
 	protectCmd := &cobra.Command{
 		Use: "protect NAME", Short: "Protect a branch from deletion (--off to allow it again)", Args: cobra.ExactArgs(1),

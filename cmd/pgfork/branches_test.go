@@ -290,8 +290,21 @@ func TestServeBranchTokensAlone(t *testing.T) {
 
 	_ = s.cmd.Process.Signal(syscall.SIGTERM)
 	<-s.done
-	s = startServe(t, bin, home, pgBin, nil, append(args, "--allow-from", "10.0.0.0/8")...)
+	const admin = "admin-0123456789abcdefgh"
+	s = startServe(t, bin, home, pgBin, nil, append(args, "--allow-from", "10.0.0.0/8", "--token", admin)...)
 	refused(s, "--allow-from")
+	// The admin token carried in the path (as IntegreSQL clients do) is the
+	// admin on the branch routes too: it sees and deletes alice's branch
+	// (it used to act as an anonymous owner there, seeing nothing).
+	if code, _, body := branchAPI(t, s.base, "POST", "/api/v2/branches", alice, `{"name":"seen","source":"prod"}`); code != 201 {
+		t.Fatalf("alice creates seen: %d %s", code, body)
+	}
+	if code, _, body := branchAPI(t, s.base, "GET", "/"+admin+"/api/v2/branches", "", ""); code != 200 || !strings.Contains(body, `"seen"`) {
+		t.Errorf("the admin token in the path lists branches: %d %s, want 200 with alice's branch", code, body)
+	}
+	if code, _, body := branchAPI(t, s.base, "DELETE", "/"+admin+"/api/v2/branches/seen", "", ""); code != 204 {
+		t.Errorf("the admin token in the path deletes alice's branch: %d %s, want 204", code, body)
+	}
 
 	// No branch token at all (a developer's loopback serve): every caller
 	// is the same anonymous owner, whatever bearer it makes up, so the

@@ -518,6 +518,13 @@ type Usage struct {
 func (m *Manager) List(c Caller) ListResult {
 	srcs := m.sourcesWithLag(context.Background())
 	m.mu.Lock()
+	if !m.admin(c) {
+		// Where a source lives on the host is the admin's business: a
+		// branch token is trusted with its branches, not the host's paths.
+		for i := range srcs {
+			srcs[i].DataDir, srcs[i].Chain, srcs[i].WALDir = "", "", ""
+		}
+	}
 	res := ListResult{Sources: srcs, Snapshots: []Snapshot{}, Branches: []Branch{}}
 	live := map[string]bool{}
 	for _, s := range m.st.Snapshots {

@@ -302,6 +302,13 @@ func TestServeBranchTokensAlone(t *testing.T) {
 	if code, _, body := branchAPI(t, s.base, "GET", "/"+admin+"/api/v2/branches", "", ""); code != 200 || !strings.Contains(body, `"seen"`) {
 		t.Errorf("the admin token in the path lists branches: %d %s, want 200 with alice's branch", code, body)
 	}
+	// Where the source lives is the admin's to see, not a branch token's.
+	if _, _, body := branchAPI(t, s.base, "GET", "/api/v2/sources", alice, ""); strings.Contains(body, src) {
+		t.Errorf("a branch token sees the source's data directory: %s", body)
+	}
+	if _, _, body := branchAPI(t, s.base, "GET", "/api/v2/sources", admin, ""); !strings.Contains(body, src) {
+		t.Errorf("the admin does not see the source's data directory: %s", body)
+	}
 	if code, _, body := branchAPI(t, s.base, "DELETE", "/"+admin+"/api/v2/branches/seen", "", ""); code != 204 {
 		t.Errorf("the admin token in the path deletes alice's branch: %d %s, want 204", code, body)
 	}

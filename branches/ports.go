@@ -71,7 +71,7 @@ func (m *Manager) choosePort(name, host string, used map[int]bool) (int, error) 
 	for range 20 {
 		l, err := net.Listen("tcp", net.JoinHostPort(host, "0"))
 		if err != nil {
-			return 0, errs.Wrap(errs.Internal, err, "cannot find a free TCP port on %s", host).WithHint("check --branch-host")
+			return 0, errs.Wrap(errs.Internal, err, "cannot find a free TCP port on %s", host).WithHint("check the address branches listen on").WithCLI("check --branch-host")
 		}
 		port := l.Addr().(*net.TCPAddr).Port
 		if used[port] {

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# Sets pgfork up on a CI runner in one step: gets pgfork, gets PostgreSQL,
-# creates a reflink volume (as root, where the disk cannot clone), starts
+# Sets pgfork up on a CI runner in one step: gets pgfork, creates a reflink
+# volume (as root, where the disk cannot clone), gets PostgreSQL, starts
 # `pgfork serve` in the background, waits for /healthz and exports what
 # clients read for later steps. Used by .github/actions/setup-pgfork, the
 # GitLab template ci/gitlab/pgfork.gitlab-ci.yml, and clients/test.sh (so
@@ -62,7 +62,35 @@ else
 fi
 sd=(--state-dir "$state")
 
-# 2. PostgreSQL: the runner's, else pgfork pg install.
+# 2. The volume (root only; nothing to do where the disk clones already),
+# before PostgreSQL: a volume moves pgfork's state, so what is installed
+# next goes onto it. (One made after an install carries the install over;
+# one is refused, exit 6, while pgfork runs anything from the state.)
+t=$(now)
+volume=()
+if [ "${PGFORK_VOLUME:-auto}" = auto ]; then
+	if [ "$(id -u)" = 0 ]; then
+		vlog=$(mktemp)
+		if "$bin" "${sd[@]}" --quiet volume create >/dev/null 2>"$vlog"; then
+			volume=(--volume auto)
+		else
+			rc=$?
+			if [ "$rc" = 4 ] && grep -q 'can already clone' "$vlog"; then
+				say "the state directory's disk clones already: no volume needed"
+			else
+				cat "$vlog" >&2
+				say "volume create failed (exit $rc): going on without a volume"
+			fi
+		fi
+		rm -f "$vlog"
+	else
+		volume=(--volume auto)
+		say "not root and no passwordless sudo: no volume (copies are real copies; see docs/ci.md)"
+	fi
+fi
+took "creating the volume" "$t"
+
+# 3. PostgreSQL: the runner's, else pgfork pg install (onto the volume).
 t=$(now)
 pgargs=()
 [ -z "${PGFORK_PG:-}" ] || pgargs=(--pg "$PGFORK_PG")
@@ -72,19 +100,6 @@ if ! "$bin" "${sd[@]}" pg ls --json 2>/dev/null | grep -q "\"major\": ${PGFORK_P
 	"$bin" "${sd[@]}" pg install "$major" >&2 || die "pgfork pg install $major failed"
 fi
 took "getting PostgreSQL" "$t"
-
-# 3. The volume (root only; nothing to do where the disk clones already).
-t=$(now)
-volume=()
-if [ "${PGFORK_VOLUME:-auto}" = auto ]; then
-	volume=(--volume auto)
-	if [ "$(id -u)" = 0 ]; then
-		"$bin" "${sd[@]}" --quiet volume create >&2 || say "volume create failed (exit $?): going on without a volume"
-	else
-		say "not root and no passwordless sudo: no volume (copies are real copies; see docs/ci.md)"
-	fi
-fi
-took "creating the volume" "$t"
 
 # 4. pgfork serve in the background, detached from this step.
 t=$(now)

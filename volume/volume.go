@@ -20,6 +20,7 @@ package volume
 import (
 	"encoding/json"
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"time"
@@ -72,6 +73,14 @@ type Options struct {
 	Size int64 // 0: DefaultSize
 	// FS forces "xfs" or "btrfs"; empty: xfs when mkfs.xfs is found, else btrfs.
 	FS string
+	// Progress, when set, is told what is carried over onto the volume.
+	Progress func(msg string)
+}
+
+func (o Options) say(format string, args ...any) {
+	if o.Progress != nil {
+		o.Progress(fmt.Sprintf(format, args...))
+	}
 }
 
 func recordPath(base string) string { return filepath.Join(base, statedir.VolumeRecord) }

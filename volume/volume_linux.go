@@ -62,6 +62,12 @@ func SafeBase(base string) (string, error) {
 // Create makes, attaches and records a volume for base, or re-attaches the
 // one recorded there. It refuses when the base directory's filesystem can
 // already clone (nothing to gain) unless force.
+//
+// The volume moves pgfork's state: Create refuses (errs.Busy, naming them)
+// while anything pgfork runs from base — clusters, a pgfork serve, its
+// branches, a `pgfork pg install` — and carries the managed PostgreSQL
+// builds and the cached templates over onto the volume (copied before the
+// volume is recorded, removed from base after), so nothing is left behind.
 func Create(ctx context.Context, base string, o Options, force bool) (*Record, error) {
 	if os.Geteuid() != 0 {
 		return nil, NeedRoot("sudo pgfork volume create")
@@ -71,7 +77,11 @@ func Create(ctx context.Context, base string, o Options, force bool) (*Record, e
 		return nil, err
 	}
 	if _, err := os.Lstat(recordPath(base)); err == nil {
-		return Attach(ctx, base)
+		r, err := Attach(ctx, base)
+		if err == nil {
+			dropCarried(ctx, base, r.State, o.say) // a crash after the record, before the removal
+		}
+		return r, err
 	}
 	if !force {
 		p, err := clone.Probe(ctx, base, base)
@@ -83,6 +93,11 @@ func Create(ctx context.Context, base string, o Options, force bool) (*Record, e
 				WithCLI("pass --force to make one anyway")
 		}
 	}
+	release, err := checkIdle(base)
+	if err != nil {
+		return nil, err
+	}
+	defer release()
 	fsType := o.FS
 	if fsType == "" {
 		fsType = "xfs"
@@ -168,11 +183,17 @@ func Create(ctx context.Context, base string, o Options, force bool) (*Record, e
 		_ = unix.Unlinkat(bd, ImageName, 0)
 		return nil, err
 	}
+	if err := carry(ctx, base, r.State, o.say); err != nil {
+		_ = r.detach()
+		_ = unix.Unlinkat(bd, ImageName, 0)
+		return nil, err
+	}
 	if err := save(r); err != nil {
 		_ = r.detach()
 		_ = unix.Unlinkat(bd, ImageName, 0)
 		return nil, err
 	}
+	dropCarried(ctx, base, r.State, o.say)
 	return r, nil
 }
 

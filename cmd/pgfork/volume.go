@@ -29,6 +29,13 @@ where mkfs.xfs is missing), attaches it to a loop device and mounts it; from
 then on every pgfork command keeps its state, templates, clusters and the
 managed server's data on it, without flags, and copies become clones.
 
+Creating the volume moves the state: it is refused (exit 6) while anything
+pgfork runs from the state directory (clusters, pgfork serve, its branches,
+a pgfork pg install), naming them: stop pgfork serve and run
+'pgfork down --all' first. The PostgreSQL builds of 'pgfork pg install' and
+the cached templates are carried over onto the volume; serve's own databases
+(a cache of test databases) are not.
+
 The volume is recorded in the state directory (volume.json). After a reboot
 any pgfork command run as root re-attaches it, as does 'pgfork volume attach';
 'pgfork volume create' prints an /etc/fstab line that does it at boot.
@@ -64,7 +71,7 @@ func (cl *cli) newVolumeCreateCmd() *cobra.Command {
 			if err != nil {
 				return err
 			}
-			r, err := volume.Create(cmd.Context(), cl.baseStateDir(), volume.Options{Size: n, FS: fsType}, force)
+			r, err := volume.Create(cmd.Context(), cl.baseStateDir(), volume.Options{Size: n, FS: fsType, Progress: cl.info}, force)
 			if err != nil {
 				return err
 			}
@@ -210,6 +217,9 @@ func (cl *cli) volumeErrHint(err error) error {
 		WithCLI("%s", r.GrowHint())
 }
 
+// info is infof for a message as it is (volume.Options.Progress).
+func (cl *cli) info(msg string) { cl.infof("%s", msg) }
+
 // addVolumeFlag adds --volume to up and serve.
 func (cl *cli) addVolumeFlag(f *pflag.FlagSet, v *string) {
 	f.StringVar(v, "volume", cl.getenv("PGFORK_VOLUME"), `"auto": keep pgfork's state on the recorded reflink volume (re-attached if needed), or create one when root and none exists and the disk cannot clone; "none": create none (env PGFORK_VOLUME, as scripts/ci-setup.sh reads it)`)
@@ -217,8 +227,10 @@ func (cl *cli) addVolumeFlag(f *pflag.FlagSet, v *string) {
 
 // useVolume applies --volume: "" and "none" do nothing (a recorded volume
 // is used anyway); "auto" attaches the recorded volume or, as root, creates one
-// where the state directory cannot clone. Without root and without a
-// volume it goes on without one, saying so.
+// where the state directory cannot clone (refused, exit 6, while pgfork
+// runs anything from the state directory; installs and templates are
+// carried over: volume.Create). Without root and without a volume it goes
+// on without one, saying so.
 func (cl *cli) useVolume(ctx context.Context, mode string) error {
 	switch mode {
 	case "", "none":
@@ -239,7 +251,7 @@ func (cl *cli) useVolume(ctx context.Context, mode string) error {
 		cl.infof("--volume auto: no volume recorded for %s and not root; going on without one (create it: %s)", base, asRoot("pgfork volume create"))
 		return nil
 	}
-	r, err := volume.Create(ctx, base, volume.Options{}, false)
+	r, err := volume.Create(ctx, base, volume.Options{Progress: cl.info}, false)
 	if errors.Is(err, volume.ErrCanClone) {
 		return nil // the state directory clones already
 	}

@@ -19,7 +19,9 @@ import (
 
 	"github.com/pgfork/pgfork/clone"
 	"github.com/pgfork/pgfork/internal/errs"
+	"github.com/pgfork/pgfork/internal/flock"
 	"github.com/pgfork/pgfork/internal/testenv"
+	"github.com/pgfork/pgfork/up"
 	"github.com/pgfork/pgfork/volume"
 )
 
@@ -417,5 +419,140 @@ func TestVolumeFlagValues(t *testing.T) {
 	err := cl.useVolume(context.Background(), "bogus")
 	if errs.KindOf(err) != errs.Usage || !strings.Contains(errs.HintOf(err), "auto or none") {
 		t.Errorf("--volume bogus: %v (hint %q), want a usage error naming auto and none", err, errs.HintOf(err))
+	}
+}
+
+// managedBuild returns the bin directory of a build that `pgfork pg
+// install` made for the tests (<cache>/installs/<version>/bin), or skips.
+func managedBuild(t *testing.T) string {
+	t.Helper()
+	for _, d := range testenv.PGBinDirs(t) {
+		if filepath.Base(filepath.Dir(filepath.Dir(d))) == "installs" {
+			return d
+		}
+	}
+	if testenv.Require() {
+		t.Fatal("no build of `pgfork pg install` among the test builds but PGFORK_TEST_REQUIRE=1")
+	}
+	t.Skip("no build of `pgfork pg install` among the test builds")
+	return ""
+}
+
+// TestVolumeAutoRefusesWhileRunning (issue 32, F18): while a cluster of
+// `pgfork up` runs, or a pgfork serve holds the state directory, `up
+// --volume auto` and `volume create` refuse with exit 6, naming what runs
+// and `pgfork down --all`, and move nothing: the cluster is still listed
+// and can be brought down. Once nothing runs, the volume is made and the
+// PostgreSQL build installed before (by `pgfork pg install`) and the
+// template are carried over onto it: found there, gone from the old place.
+func TestVolumeAutoRefusesWhileRunning(t *testing.T) {
+	p := newTestPgfk(t)
+	home := volumeHome(t, p)
+	if pr, err := clone.Probe(t.Context(), home, home); err != nil || pr.Clone {
+		t.Skipf("the run directory can clone already (%v)", err)
+	}
+	build := managedBuild(t)
+	version := filepath.Base(filepath.Dir(build))
+	major, _, _ := strings.Cut(version, ".")
+	// As `pgfork pg install MAJOR` left it in this state directory.
+	if err := os.MkdirAll(filepath.Join(home, "installs"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if out, err := exec.Command("cp", "-a", filepath.Dir(build), filepath.Join(home, "installs", version)).CombinedOutput(); err != nil {
+		t.Fatalf("cp: %v %s", err, out)
+	}
+	inHome := func(args ...string) cliResult { // no --pg-bin: pgfork finds its own builds
+		t.Helper()
+		return runInProcessEnv(t, nil, append([]string{"--state-dir", home}, args...)...)
+	}
+	a := p.up("--name", "a", "--spares", "0")
+
+	for _, args := range [][]string{{"up", "--volume", "auto", "--name", "b", "--spares", "0"}, {"volume", "create", "--size", "600M"}} {
+		r := p.run(args...)
+		if r.code != 6 {
+			t.Fatalf("%v with cluster a running: exit %d, want 6 (busy)\n%s", args, r.code, r.stderr)
+		}
+		t.Logf("%v refused: %s", args, r.stderr)
+		for _, want := range []string{"cluster a (running)", "pgfork down --all"} {
+			if !strings.Contains(r.stderr, want) {
+				t.Errorf("%v: the refusal does not say %q:\n%s", args, want, r.stderr)
+			}
+		}
+	}
+	if _, err := os.Lstat(filepath.Join(home, "volume.json")); !os.IsNotExist(err) {
+		t.Fatalf("a refused create recorded a volume (%v)", err)
+	}
+	if mounted(t, filepath.Join(home, "volume")) {
+		t.Fatal("a refused create left a volume mounted")
+	}
+	if es := p.ls(); len(es) != 1 || es[0].Name != "a" || es[0].State != "running" {
+		t.Fatalf("after the refusals ls shows %+v, want cluster a running", es)
+	}
+	if r := p.run("down", "a"); r.code != 0 {
+		t.Fatalf("down a after the refusals: exit %d\n%s", r.code, r.stderr)
+	}
+	if pidAlive(a.Pid) {
+		t.Errorf("cluster a's server (pid %d) still runs after down", a.Pid)
+	}
+
+	// A pgfork serve holding the state directory (its lock) is named too.
+	l, err := flock.TryExclusive(filepath.Join(home, "locks", "serve.lock"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(home, "locks", "serve.owner"), []byte("pid 4242, listening on 127.0.0.1:5999\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	r := p.run("up", "--volume", "auto", "--name", "b", "--spares", "0")
+	l.Unlock()
+	if r.code != 6 || !strings.Contains(r.stderr, "pgfork serve (pid 4242, listening on 127.0.0.1:5999)") || !strings.Contains(r.stderr, "stop pgfork serve") {
+		t.Fatalf("up --volume auto with a serve on the state: exit %d, want 6 naming the serve\n%s", r.code, r.stderr)
+	}
+	if _, err := os.Lstat(filepath.Join(home, "volume.json")); !os.IsNotExist(err) {
+		t.Fatalf("a refused create recorded a volume (%v)", err)
+	}
+
+	// Nothing runs: the volume is made, the build and the template go with the state.
+	r = p.run("up", "--volume", "auto", "--name", "b", "--spares", "0", "--json")
+	var b up.Result
+	if r.code != 0 || json.Unmarshal([]byte(r.stdout), &b) != nil {
+		t.Fatalf("up --volume auto once nothing runs: exit %d\n%s%s", r.code, r.stdout, r.stderr)
+	}
+	t.Logf("up --volume auto: %s", r.stderr)
+	if !strings.Contains(r.stderr, "carrying PostgreSQL "+version+" over") {
+		t.Errorf("up --volume auto does not say it carries PostgreSQL %s over:\n%s", version, r.stderr)
+	}
+	rec, err := volume.Load(home)
+	if err != nil {
+		t.Fatalf("no volume after up --volume auto: %v", err)
+	}
+	if !strings.HasPrefix(b.DataDir, rec.State+"/") {
+		t.Errorf("cluster b %s is not on the volume %s", b.DataDir, rec.State)
+	}
+	if b.TemplateKey != a.TemplateKey || b.Built {
+		t.Errorf("cluster b rebuilt its template (key %s, built %v): template %s was not carried over", b.TemplateKey, b.Built, a.TemplateKey)
+	}
+	for _, gone := range []string{filepath.Join(home, "installs", version), filepath.Join(home, "templates", a.TemplateKey)} {
+		if _, err := os.Lstat(gone); !os.IsNotExist(err) {
+			t.Errorf("%s is still in the old state directory (%v)", gone, err)
+		}
+	}
+	ls := inHome("pg", "ls", "--json")
+	var builds []struct {
+		Version string `json:"version"`
+		Bin     string `json:"bin_dir"`
+	}
+	if err := json.Unmarshal([]byte(ls.stdout), &builds); err != nil {
+		t.Fatalf("pg ls --json: %v\n%s%s", err, ls.stdout, ls.stderr)
+	}
+	found := false
+	for _, bd := range builds {
+		found = found || bd.Version == version && bd.Bin == filepath.Join(rec.State, "installs", version, "bin")
+	}
+	if !found {
+		t.Errorf("pg ls does not show PostgreSQL %s on the volume:\n%s", version, ls.stdout)
+	}
+	if r := inHome("--pg", major, "up", "--name", "c", "--spares", "0"); r.code != 0 {
+		t.Errorf("up --pg %s with the carried-over build: exit %d\n%s", major, r.code, r.stderr)
 	}
 }

@@ -22,6 +22,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
@@ -80,13 +81,17 @@ func New(baseURL string, opts ...Option) (*Client, error) {
 	}
 	u, err := url.Parse(baseURL)
 	if err != nil {
-		return nil, fmt.Errorf("pgfork client: invalid base URL %q: %w", baseURL, err)
+		var ue *url.Error
+		if errors.As(err, &ue) {
+			err = ue.Err // it names the whole URL
+		}
+		return nil, fmt.Errorf("pgfork client: invalid base URL %q: %w", MaskBaseURL(baseURL), err)
 	}
 	if u.Scheme != "http" && u.Scheme != "https" {
-		return nil, fmt.Errorf("pgfork client: base URL %q: scheme must be http or https", baseURL)
+		return nil, fmt.Errorf("pgfork client: base URL %q: scheme must be http or https", MaskBaseURL(baseURL))
 	}
 	if u.Host == "" {
-		return nil, fmt.Errorf("pgfork client: base URL %q has no host", baseURL)
+		return nil, fmt.Errorf("pgfork client: base URL %q has no host", MaskBaseURL(baseURL))
 	}
 	p := strings.TrimRight(u.Path, "/")
 	api := apiV2
@@ -106,6 +111,52 @@ func New(baseURL string, opts ...Option) (*Client, error) {
 
 // BaseURL returns the server's base URL, without the /api/v… prefix.
 func (c *Client) BaseURL() string { return c.base.String() }
+
+// MaskedBaseURL is BaseURL as errors show it: a token or password in it
+// replaced by *** (MaskBaseURL).
+func (c *Client) MaskedBaseURL() string { return MaskBaseURL(c.base.String()) }
+
+// String describes the client for logs and %v: the base URL masked, never
+// the token.
+func (c *Client) String() string {
+	tok := ""
+	if c.token != "" {
+		tok = ", token ***"
+	}
+	return fmt.Sprintf("pgfork client for %s (API %s%s)", c.MaskedBaseURL(), c.api, tok)
+}
+
+// GoString is String for %#v.
+func (c *Client) GoString() string { return c.String() }
+
+// MaskBaseURL returns rawURL as errors and logs show a base URL: what can
+// carry a secret replaced by *** (a userinfo; the path, as pgfork serve
+// takes its token as the first path segment, http://host:5000/TOKEN; a
+// query, a fragment). Scheme, host and port stay, to say where.
+func MaskBaseURL(rawURL string) string {
+	u, err := url.Parse(rawURL)
+	if err != nil || u.Scheme == "" {
+		if scheme, _, ok := strings.Cut(rawURL, "://"); ok && scheme != "" && !strings.ContainsAny(scheme, " /@:?#") {
+			return scheme + "://***"
+		}
+		return "***"
+	}
+	m := u.Scheme + "://"
+	if u.User != nil {
+		m += "***@"
+	}
+	m += u.Host
+	if strings.Trim(u.Path, "/") != "" || strings.Trim(u.Opaque, "/") != "" {
+		m += "/***"
+	}
+	if u.RawQuery != "" || u.ForceQuery {
+		m += "?***"
+	}
+	if u.Fragment != "" {
+		m += "#***"
+	}
+	return m
+}
 
 // APIVersion is 2, or 1 for a client made WithAPIV1 or with a base URL
 // ending in /api/v1.
@@ -297,7 +348,11 @@ func (c *Client) do(ctx context.Context, op, method, path string, in, out any) (
 	start := time.Now()
 	resp, err := c.http.Do(req)
 	if err != nil {
-		return response{}, &UnreachableError{URL: c.base.String(), Op: op, Err: err}
+		var ue *url.Error
+		if errors.As(err, &ue) { // it names the whole URL
+			err = &url.Error{Op: ue.Op, URL: strings.TrimRight(c.MaskedBaseURL(), "/") + path, Err: ue.Err}
+		}
+		return response{}, &UnreachableError{URL: c.MaskedBaseURL(), Op: op, Err: err}
 	}
 	defer resp.Body.Close()
 	b, err := io.ReadAll(io.LimitReader(resp.Body, 1<<20))

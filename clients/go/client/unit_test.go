@@ -1,10 +1,14 @@
 package client
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
+	"net"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 )
 
@@ -187,5 +191,57 @@ func TestTemplateHashVector(t *testing.T) {
 	}
 	if _, err := TemplateHash(filepath.Join(dir, "missing"), ""); err == nil {
 		t.Error("missing dir: no error")
+	}
+}
+
+// TestBaseURLSecretsMasked (issue 32, F9): a token in the base URL's path
+// (pgfork serve takes http://HOST:PORT/TOKEN/api) or userinfo, or given as
+// the token, never shows in an error or when the client is printed; where
+// the server is still does. No server needed: nothing listens on the port.
+func TestBaseURLSecretsMasked(t *testing.T) {
+	const secret = "s3cr3tT0KEN9f2c"
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	at := l.Addr().String()
+	l.Close()
+	check := func(what, text string) {
+		t.Helper()
+		if strings.Contains(text, secret) {
+			t.Errorf("%s shows the secret: %s", what, text)
+		}
+		if !strings.Contains(text, at) {
+			t.Errorf("%s does not say where the server is (%s): %s", what, at, text)
+		}
+	}
+	for _, u := range []string{"http://" + at + "/" + secret + "/api", "http://" + at + "/" + secret, "http://u:" + secret + "@" + at + "/api/v2"} {
+		c, err := New(u, WithToken(secret))
+		if err != nil {
+			t.Fatalf("New(%s): %v", u, err)
+		}
+		check("the printed client", fmt.Sprintf("%v %+v %#v %s", c, c, c, c))
+		_, err = c.InitializeTemplate(context.Background(), "x")
+		var ue *UnreachableError
+		if !errors.As(err, &ue) {
+			t.Fatalf("InitializeTemplate with no server: %v, want an UnreachableError", err)
+		}
+		check("the unreachable error", fmt.Sprintf("%v / %+v", err, err))
+	}
+	for _, bad := range []string{"ftp://h/" + secret, "http://h/" + secret + "%zz", "http://u:" + secret + "@/"} {
+		if _, err := New(bad); err == nil || strings.Contains(err.Error(), secret) {
+			t.Errorf("New(%q): %v: want an error without the secret", bad, err)
+		}
+	}
+	for in, want := range map[string]string{
+		"http://h:5000/" + secret:                      "http://h:5000/***",
+		"https://u:" + secret + "@h/x?token=" + secret: "https://***@h/***?***",
+		"http://h:5000":                                "http://h:5000",
+		"http://h:5000/":                               "http://h:5000",
+		"nonsense " + secret:                           "***",
+	} {
+		if got := MaskBaseURL(in); got != want {
+			t.Errorf("MaskBaseURL(%q) = %q, want %q", in, got, want)
+		}
 	}
 }

@@ -275,7 +275,7 @@ func acquire(ctx context.Context, opts Options) (client.TestDatabase, *client.Cl
 		var unreachable *client.UnreachableError
 		if errors.As(s.err, &unreachable) {
 			s.err = fmt.Errorf("no pgfork server answers at %s (%s): start one with `pgfork serve` "+
-				"(or IntegreSQL), or point PGFORK_URL at a running one: %w", serverURL, from, s.err)
+				"(or IntegreSQL), or point PGFORK_URL at a running one: %w", client.MaskBaseURL(serverURL), from, s.err)
 		}
 	})
 	if s.err != nil {

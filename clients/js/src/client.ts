@@ -123,6 +123,25 @@ export function maskPassword(url: string): string {
   return url.replace(/^(postgres(?:ql)?:\/\/[^:@/]*):[^@/]*@/, "$1:***@");
 }
 
+/**
+ * url as errors and inspection show a base URL: what can carry a secret
+ * replaced by `***` (a userinfo; the path, as `pgfork serve` takes its token
+ * as the first path segment, http://host:5000/TOKEN; a query, a fragment).
+ * Scheme, host and port stay, to say where.
+ */
+export function maskBaseUrl(url: string): string {
+  let u: URL;
+  try {
+    u = new URL(url);
+  } catch {
+    const i = url.indexOf("://");
+    return i > 0 && /^[a-z][a-z0-9+.-]*$/i.test(url.slice(0, i)) ? `${url.slice(0, i)}://***` : "***";
+  }
+  const auth = u.username || u.password ? "***@" : "";
+  const path = u.pathname.replace(/^\/+|\/+$/g, "") ? "/***" : "";
+  return `${u.protocol}//${auth}${u.host}${path}${u.search ? "?***" : ""}${u.hash ? "#***" : ""}`;
+}
+
 function configFrom(raw: unknown): DatabaseConfig {
   const d = (raw ?? {}) as Record<string, unknown>;
   const extra = (d.additionalParams ?? {}) as Record<string, unknown>;
@@ -189,10 +208,10 @@ export class Client {
     try {
       u = new URL(baseUrl || DEFAULT_URL);
     } catch {
-      throw new PgforkError(`pgfork: base URL ${JSON.stringify(baseUrl)} must be http(s)://host[:port]`);
+      throw new PgforkError(`pgfork: base URL ${JSON.stringify(maskBaseUrl(baseUrl))} must be http(s)://host[:port]`);
     }
     if (u.protocol !== "http:" && u.protocol !== "https:") {
-      throw new PgforkError(`pgfork: base URL ${JSON.stringify(baseUrl)} must be http(s)://host[:port]`);
+      throw new PgforkError(`pgfork: base URL ${JSON.stringify(maskBaseUrl(baseUrl))} must be http(s)://host[:port]`);
     }
     if (opts.apiVersion !== undefined && opts.apiVersion !== 1 && opts.apiVersion !== 2) {
       throw new PgforkError(`pgfork: apiVersion ${String(opts.apiVersion)}: want 1 (IntegreSQL's API) or 2 (pgfork's)`);
@@ -210,6 +229,16 @@ export class Client {
     this.backoffMs = opts.backoffMs ?? 250;
     this.onRetry = opts.onRetry;
     this.fetchFn = opts.fetch ?? globalThis.fetch;
+  }
+
+  /** baseUrl as errors show it: a token or password in it replaced by `***` (maskBaseUrl). */
+  get maskedBaseUrl(): string {
+    return maskBaseUrl(this.baseUrl);
+  }
+
+  /** What console.log and util.inspect show: the base URL masked, never the token. */
+  [Symbol.for("nodejs.util.inspect.custom")](): string {
+    return `Client { baseUrl: ${JSON.stringify(this.maskedBaseUrl)}, apiVersion: ${this.apiVersion}, token: ${this.token ? '"***"' : "undefined"} }`;
   }
 
   private get api(): string {
@@ -245,11 +274,13 @@ export class Client {
           throw new RequestAborted(`${op}: aborted (${String((opts.signal.reason as Error | undefined)?.message ?? opts.signal.reason)})`, { cause: e });
         }
         if (timeout.aborted) {
-          throw new RequestAborted(`${op}: no answer from ${this.baseUrl} within ${opts.timeoutMs ?? this.timeoutMs} ms`, { cause: e });
+          throw new RequestAborted(`${op}: no answer from ${this.maskedBaseUrl} within ${opts.timeoutMs ?? this.timeoutMs} ms`, { cause: e });
         }
-        const why = e instanceof Error ? ((e.cause as Error | undefined)?.message ?? e.message) : String(e);
+        const why = (e instanceof Error ? ((e.cause as Error | undefined)?.message ?? e.message) : String(e))
+          .split(this.baseUrl)
+          .join(this.maskedBaseUrl);
         throw new ServerUnreachable(
-          `${op}: no answer from ${this.baseUrl + path} (is \`pgfork serve\` running? start it with \`pgfork serve\` or set PGFORK_URL): ${why}`,
+          `${op}: no answer from ${this.maskedBaseUrl + path} (is \`pgfork serve\` running? start it with \`pgfork serve\` or set PGFORK_URL): ${why}`,
           { cause: e },
         );
       }
@@ -314,7 +345,7 @@ export class Client {
       // pgfork serve never answers 404 here: this server has no /api/v2.
       if (this.versionFixed) {
         throw new ApiVersionUnsupported(
-          `initializeTemplate: ${this.baseUrl} has no /api/v2 (404: ${e.serverMessage}); it is not pgfork serve ` +
+          `initializeTemplate: ${this.maskedBaseUrl} has no /api/v2 (404: ${e.serverMessage}); it is not pgfork serve ` +
             `(IntegreSQL?): use apiVersion 1 or a base URL ending in /api/v1`,
           { cause: e },
         );
@@ -326,7 +357,7 @@ export class Client {
         if (e1 instanceof ApiError && e1.status === 404) {
           this.apiVersion = 2;
           throw new ApiVersionUnsupported(
-            `initializeTemplate: ${this.baseUrl} has neither /api/v2 nor /api/v1 (404 on both): is it pgfork serve or IntegreSQL? ` +
+            `initializeTemplate: ${this.maskedBaseUrl} has neither /api/v2 nor /api/v1 (404 on both): is it pgfork serve or IntegreSQL? ` +
               `A base URL with the token as its first path segment needs it: http://host:port/TOKEN/api`,
             { cause: e1 },
           );

@@ -4,6 +4,7 @@ export {
   DEFAULT_URL,
   conninfo,
   databaseUrl,
+  maskBaseUrl,
   maskPassword,
   type CallOptions,
   type ClientOptions,

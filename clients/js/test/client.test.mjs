@@ -3,6 +3,8 @@
 import { test } from "node:test";
 import assert from "node:assert/strict";
 import http from "node:http";
+import { randomBytes } from "node:crypto";
+import util from "node:util";
 import pg from "pg";
 import {
   ApiError,
@@ -20,6 +22,7 @@ import {
   Unauthorized,
   clientFromEnv,
   databaseUrl,
+  maskBaseUrl,
   maskPassword,
 } from "pgfork";
 import { liveClient, server, uniqueHash } from "./helpers.mjs";
@@ -205,4 +208,38 @@ test("URLs: databaseUrl encodes, maskPassword hides the password", () => {
   assert.equal(url, "postgres://u%40x:p%3Aw%2F%40d@127.0.0.1:5432/db?sslmode=disable");
   assert.equal(maskPassword(url), "postgres://u%40x:***@127.0.0.1:5432/db?sslmode=disable");
   assert.ok(!maskPassword(url).includes("p%3Aw"));
+});
+
+test("a token or password in the base URL never shows in errors or util.inspect (no server needed)", async (t) => {
+  const secret = `s3cr3t${randomBytes(8).toString("hex")}`;
+  const where = new URL(await freePortUrl()).host;
+  const check = (text) => {
+    assert.ok(!text.includes(secret), `the secret shows: ${text}`);
+    assert.ok(text.includes(where), `the server's address is gone: ${text}`);
+  };
+  for (const url of [`http://${where}/${secret}/api`, `http://${where}/${secret}`, `http://u:${secret}@${where}/api/v2`]) {
+    const c = new Client(url, { token: secret, retries: 0 });
+    check(util.inspect(c));
+    await assert.rejects(c.initializeTemplate("x"), (e) => {
+      assert.ok(e instanceof ServerUnreachable, String(e));
+      check(e.message);
+      return true;
+    });
+  }
+  const held = [];
+  const { srv, url } = await listen((req, res) => held.push(res)); // never answers
+  t.after(() => {
+    for (const r of held) r.destroy();
+    srv.close();
+  });
+  const slow = new Client(`${url}/${secret}/api`, { timeoutMs: 200, retries: 0 });
+  await assert.rejects(slow.getTestDatabase("x"), (e) => {
+    assert.ok(e instanceof RequestAborted, String(e));
+    assert.ok(!e.message.includes(secret) && e.message.includes(new URL(url).host), e.message);
+    return true;
+  });
+  assert.throws(() => new Client(`ftp://h/${secret}`), (e) => e instanceof PgforkError && !e.message.includes(secret));
+  assert.equal(maskBaseUrl(`http://h:5000/${secret}`), "http://h:5000/***");
+  assert.equal(maskBaseUrl(`https://u:${secret}@h/x?token=${secret}`), "https://***@h/***?***");
+  assert.equal(maskBaseUrl("http://h:5000"), "http://h:5000");
 });

@@ -174,3 +174,22 @@ def test_unreachable() -> None:
     assert not c.reachable(timeout=1)
     with pytest.raises(pgfork.ServerUnreachable):
         c.initialize_template("x")
+
+
+def test_secrets_in_the_base_url_are_masked() -> None:
+    """A token in the base URL's path (pgfork serve takes http://HOST:PORT/TOKEN/api) or a userinfo is
+    never shown by repr or an error, as passwords are not; where the server is still is. No server needed."""
+    secret = "s3cr3t" + secrets.token_hex(8)
+    for url in (f"http://127.0.0.1:1/{secret}/api", f"http://127.0.0.1:1/{secret}",
+                f"http://u:{secret}@127.0.0.1:1/api/v2", f"http://{secret}@127.0.0.1:1"):
+        c = Client(url, timeout=2)
+        assert secret not in repr(c) and "127.0.0.1:1" in repr(c), repr(c)
+        with pytest.raises(pgfork.ServerUnreachable) as exc:
+            c.initialize_template("x")
+        assert secret not in str(exc.value) and "127.0.0.1:1" in str(exc.value), str(exc.value)
+    with pytest.raises(ValueError) as bad:
+        Client(f"ftp://h/{secret}")
+    assert secret not in str(bad.value)
+    assert pgfork.mask_base_url(f"http://h:5000/{secret}") == "http://h:5000/***"
+    assert pgfork.mask_base_url(f"https://u:{secret}@h/x?token={secret}") == "https://***@h/***?***"
+    assert pgfork.mask_base_url("http://h:5000") == "http://h:5000"

@@ -18,6 +18,7 @@ from .client import (
     TestDatabaseInUse,
     TestDatabaseNotFound,
     Unauthorized,
+    mask_base_url,
 )
 from .hashing import template_hash
 from .migrate import Migrator, SQLFiles, run_sql_files
@@ -42,6 +43,7 @@ __all__ = [
     "TestDatabaseInUse",
     "TestDatabaseNotFound",
     "Unauthorized",
+    "mask_base_url",
     "run_sql_files",
     "template_hash",
 ]

@@ -20,6 +20,22 @@ from typing import Any, Dict, Mapping, Optional, Tuple, Type
 DEFAULT_URL = "http://127.0.0.1:5000"
 
 
+def mask_base_url(url: str) -> str:
+    """url as errors and reprs show a base URL: what can carry a secret
+    replaced by ``***`` — a userinfo (``user:password@``), the path (pgfork
+    serve takes its token as the first path segment: ``http://host:5000/TOKEN``),
+    a query and a fragment. Scheme, host and port stay, to say where."""
+    try:
+        u = urllib.parse.urlsplit(url)
+        netloc = u.netloc
+    except ValueError:
+        return "***"
+    if "@" in netloc:
+        netloc = "***@" + netloc.rsplit("@", 1)[1]
+    path = "/***" if u.path.strip("/") else ""
+    return urllib.parse.urlunsplit((u.scheme, netloc, path, "***" if u.query else "", "***" if u.fragment else ""))
+
+
 class PgforkError(Exception):
     """Base of every error this client raises."""
 
@@ -208,7 +224,7 @@ class Client:
                  api_version: Optional[int] = None) -> None:
         u = urllib.parse.urlsplit(base_url or DEFAULT_URL)
         if u.scheme not in ("http", "https") or not u.netloc:
-            raise ValueError(f"pgfork: base URL {base_url!r} must be http(s)://host[:port]")
+            raise ValueError(f"pgfork: base URL {mask_base_url(base_url or '')!r} must be http(s)://host[:port]")
         if api_version not in (None, 1, 2):
             raise ValueError(f"pgfork: api_version={api_version!r}: want 1 (IntegreSQL's API) or 2 (pgfork's)")
         path = u.path.rstrip("/")
@@ -224,7 +240,22 @@ class Client:
         self.timeout = timeout
 
     def __repr__(self) -> str:
-        return f"pgfork.Client({self.base_url!r})"
+        return f"pgfork.Client({self.masked_base_url!r})"
+
+    def _mask(self, text: str) -> str:
+        """text with the base URL, and its userinfo and path wherever they appear, masked."""
+        text = text.replace(self.base_url, self.masked_base_url)
+        u = urllib.parse.urlsplit(self.base_url)
+        if "@" in u.netloc:
+            text = text.replace(u.netloc.rsplit("@", 1)[0] + "@", "***@")
+        if u.path.strip("/"):
+            text = text.replace(u.path, "/***")
+        return text
+
+    @property
+    def masked_base_url(self) -> str:
+        """base_url as errors show it: a token or password in it replaced by ``***`` (mask_base_url)."""
+        return mask_base_url(self.base_url)
 
     def _request(self, op: str, method: str, path: str, body: Optional[Mapping[str, Any]] = None,
                  want: int = 200, timeout: Optional[float] = None) -> Any:
@@ -241,7 +272,9 @@ class Client:
         except urllib.error.HTTPError as e:
             status, raw = e.code, e.read()
         except (urllib.error.URLError, OSError) as e:
-            raise ServerUnreachable(f"{op}: no answer from {self.base_url} (is `pgfork serve` running?): {e}") from e
+            why = self._mask(str(e))
+            where = self.masked_base_url
+            raise ServerUnreachable(f"{op}: no answer from {where} (is `pgfork serve` running?): {why}") from e
         if status != want:
             message = raw.decode("utf-8", "replace").strip()
             try:

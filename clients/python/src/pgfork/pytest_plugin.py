@@ -337,7 +337,7 @@ def pgfork_client(pytestconfig: pytest.Config) -> Client:
     run_dir = Path(os.environ.get(RUN_DIR_ENV) or tempfile.mkdtemp(prefix="pgfork-pytest-"))
     extra = shlex.split(_setting(pytestconfig, "pgfork_serve_args", "PGFORK_SERVE_ARGS"))
     if not ensure_server(client, run_dir, extra_args=extra):
-        msg = (f"no pgfork server answers at {client.base_url} and no `pgfork` binary is on PATH to start one; "
+        msg = (f"no pgfork server answers at {client.masked_base_url} and no `pgfork` binary is on PATH to start one; "
                "run `pgfork serve` or set --pgfork-url / PGFORK_URL / pgfork_url")
         if url:
             pytest.fail(msg, pytrace=False)

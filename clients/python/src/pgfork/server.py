@@ -69,7 +69,8 @@ def ensure_server(client: Client, run_dir: Path, binary: Optional[str] = None,
             time.sleep(0.1)
         tail = log_path.read_text(errors="replace")[-2000:]
         stop_server(run_dir)
-        raise PgforkError(f"`{' '.join(args)}` did not come up at {client.base_url}; its output:\n{tail}")
+        shown = " ".join("***" if client.token and a == client.token else a for a in args)
+        raise PgforkError(f"`{shown}` did not come up at {client.masked_base_url}; its output:\n{tail}")
 
 
 def _alive(pid: int) -> bool:

@@ -156,6 +156,41 @@ pub fn mask_password(url: &str) -> String {
     url.to_string()
 }
 
+/// `url` as errors and `Debug` show a base URL: what can carry a secret
+/// replaced by `***` (a userinfo; the path, as `pgfork serve` takes its token
+/// as the first path segment, `http://host:5000/TOKEN`; a query, a fragment).
+/// Scheme, host and port stay, to say where.
+pub fn mask_base_url(url: &str) -> String {
+    let Ok(u) = reqwest::Url::parse(url) else {
+        return match url.split_once("://") {
+            Some((scheme, _))
+                if !scheme.is_empty() && scheme.chars().all(|c| c.is_ascii_alphanumeric() || "+.-".contains(c)) =>
+            {
+                format!("{scheme}://***")
+            }
+            _ => "***".to_string(),
+        };
+    };
+    let auth = if u.username().is_empty() && u.password().is_none() {
+        ""
+    } else {
+        "***@"
+    };
+    let port = u.port().map(|p| format!(":{p}")).unwrap_or_default();
+    let path = if u.path().trim_matches('/').is_empty() {
+        ""
+    } else {
+        "/***"
+    };
+    let query = if u.query().is_some() { "?***" } else { "" };
+    let fragment = if u.fragment().is_some() { "#***" } else { "" };
+    format!(
+        "{}://{auth}{}{port}{path}{query}{fragment}",
+        u.scheme(),
+        u.host_str().unwrap_or_default()
+    )
+}
+
 /// The answer to initialize_template: the empty template database to migrate.
 #[derive(Debug, Clone)]
 pub struct TemplateDatabase {
@@ -192,8 +227,8 @@ impl TestDatabase {
     }
 }
 
-/// Options of a [`Client`].
-#[derive(Debug, Clone)]
+/// Options of a [`Client`]. `Debug` never shows the token.
+#[derive(Clone)]
 pub struct ClientOptions {
     /// Bearer token (`pgfork serve --token`).
     pub token: Option<String>,
@@ -205,6 +240,18 @@ pub struct ClientOptions {
     pub retries: u32,
     /// First backoff (default 250 ms), doubled per retry; a Retry-After header wins.
     pub backoff: Duration,
+}
+
+impl std::fmt::Debug for ClientOptions {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ClientOptions")
+            .field("token", &self.token.as_ref().map(|_| "***"))
+            .field("api_version", &self.api_version)
+            .field("timeout", &self.timeout)
+            .field("retries", &self.retries)
+            .field("backoff", &self.backoff)
+            .finish()
+    }
 }
 
 impl Default for ClientOptions {
@@ -223,7 +270,9 @@ impl Default for ClientOptions {
 ///
 /// Its connections belong to the tokio runtime that opened them: make a
 /// client per runtime (a `#[tokio::test]` has its own runtime).
-#[derive(Debug, Clone)]
+///
+/// `Debug` shows the base URL masked ([`mask_base_url`]) and never the token.
+#[derive(Clone)]
 pub struct Client {
     base_url: String,
     token: Option<String>,
@@ -233,6 +282,19 @@ pub struct Client {
     timeout: Duration,
     retries: u32,
     backoff: Duration,
+}
+
+impl std::fmt::Debug for Client {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Client")
+            .field("base_url", &self.masked_base_url())
+            .field("token", &self.token.as_ref().map(|_| "***"))
+            .field("api_version", &self.api_version())
+            .field("timeout", &self.timeout)
+            .field("retries", &self.retries)
+            .field("backoff", &self.backoff)
+            .finish_non_exhaustive()
+    }
 }
 
 enum Want {
@@ -245,7 +307,12 @@ impl Client {
     /// a trailing `/api`, `/api/v2` is ignored, `/api/v1` selects IntegreSQL's API).
     pub fn new(base_url: &str, opts: ClientOptions) -> Result<Client> {
         let raw = if base_url.is_empty() { DEFAULT_URL } else { base_url };
-        let bad = || Error::Config(format!("pgfork: base URL {raw:?} must be http(s)://host[:port][/path]"));
+        let bad = || {
+            Error::Config(format!(
+                "pgfork: base URL {:?} must be http(s)://host[:port][/path]",
+                mask_base_url(raw)
+            ))
+        };
         let u = reqwest::Url::parse(raw).map_err(|_| bad())?;
         if !matches!(u.scheme(), "http" | "https") || u.host_str().is_none() {
             return Err(bad());
@@ -313,6 +380,12 @@ impl Client {
         &self.base_url
     }
 
+    /// [`Client::base_url`] as errors show it: a token or password in it
+    /// replaced by `***` ([`mask_base_url`]).
+    pub fn masked_base_url(&self) -> String {
+        mask_base_url(&self.base_url)
+    }
+
     /// The API version in use: 2, or 1 (asked for, or fallen back to on a server without v2).
     pub fn api_version(&self) -> u8 {
         self.api.load(Ordering::Relaxed)
@@ -362,8 +435,22 @@ impl Client {
             .await;
             let (status, retry_after, text) = match sent {
                 Ok(r) => r,
-                Err(e) if e.is_timeout() => return Err(Error::Timeout { op, url, timeout }),
-                Err(source) => return Err(Error::ServerUnreachable { op, url, source }),
+                // The URL tried, as errors show it: reqwest's own error
+                // names it in full, so it goes without it.
+                Err(e) if e.is_timeout() => {
+                    return Err(Error::Timeout {
+                        op,
+                        url: format!("{}{path}", self.masked_base_url()),
+                        timeout,
+                    });
+                }
+                Err(source) => {
+                    return Err(Error::ServerUnreachable {
+                        op,
+                        url: format!("{}{path}", self.masked_base_url()),
+                        source: source.without_url(),
+                    });
+                }
             };
             let ok = match want {
                 Want::Json => status == 200,
@@ -437,7 +524,7 @@ impl Client {
                     return Err(Error::ApiVersionUnsupported(format!(
                         "{op}: {} has no /api/v2 (404: {message}); it is not pgfork serve (IntegreSQL?): \
                          use API version 1 or a base URL ending in /api/v1",
-                        self.base_url
+                        self.masked_base_url()
                     )));
                 }
                 self.api.store(1, Ordering::Relaxed);
@@ -458,7 +545,7 @@ impl Client {
                             "{op}: {} has neither /api/v2 nor /api/v1 (404 on both): is it pgfork serve or \
                              IntegreSQL? A base URL with the token as its first path segment needs it: \
                              http://host:port/TOKEN/api",
-                            self.base_url
+                            self.masked_base_url()
                         )));
                     }
                     other => other?,
@@ -637,6 +724,58 @@ mod tests {
             cfg("/run/pg", "").url(),
             "postgres://u@/db%20x?host=%2Frun%2Fpg&port=5432&sslmode=disable"
         );
+    }
+
+    /// A token in the base URL's path (pgfork serve takes
+    /// `http://HOST:PORT/TOKEN/api`) or userinfo, or given as the token,
+    /// never shows in an error or a `Debug`; where the server is still does.
+    /// No server needed: nothing listens on the port.
+    #[tokio::test]
+    async fn base_url_secrets_never_show() {
+        let secret = "s3cr3tT0KEN9f2c";
+        let port = std::net::TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap()
+            .port();
+        let at = format!("127.0.0.1:{port}");
+        let check = |text: &str| {
+            assert!(!text.contains(secret), "the secret shows: {text}");
+            assert!(text.contains(&at), "the server's address is gone: {text}");
+        };
+        for url in [
+            format!("http://{at}/{secret}/api"),
+            format!("http://{at}/{secret}"),
+            format!("http://u:{secret}@{at}/api/v2"),
+        ] {
+            let opts = ClientOptions {
+                token: Some(secret.into()),
+                retries: 0,
+                ..Default::default()
+            };
+            assert!(!format!("{opts:?}").contains(secret));
+            let c = Client::new(&url, opts).unwrap();
+            check(&format!("{c:?}"));
+            let e = c.initialize_template("x").await.unwrap_err();
+            assert!(matches!(e, Error::ServerUnreachable { .. }), "{e:?}");
+            check(&format!("{e} / {e:?}"));
+        }
+        let e = Client::new(&format!("ftp://h/{secret}"), ClientOptions::default()).unwrap_err();
+        assert!(!format!("{e} / {e:?}").contains(secret), "{e}");
+        let env = crate::env::EnvSettings {
+            url: format!("http://{at}/{secret}"),
+            from: "PGFORK_URL",
+            token: Some(secret.into()),
+            api_version: None,
+        };
+        check(&format!("{env:?}"));
+        assert_eq!(mask_base_url(&format!("http://h:5000/{secret}")), "http://h:5000/***");
+        assert_eq!(
+            mask_base_url(&format!("https://u:{secret}@h/x?token={secret}")),
+            "https://***@h/***?***"
+        );
+        assert_eq!(mask_base_url("http://h:5000"), "http://h:5000");
+        assert_eq!(mask_base_url(&format!("nonsense {secret}")), "***");
     }
 
     #[test]

@@ -2,8 +2,9 @@
 
 use crate::client::DEFAULT_URL;
 
-/// Settings read from the environment.
-#[derive(Debug, Clone, PartialEq, Eq)]
+/// Settings read from the environment. `Debug` shows the URL masked
+/// ([`crate::mask_base_url`]) and never the token.
+#[derive(Clone, PartialEq, Eq)]
 pub struct EnvSettings {
     /// `$PGFORK_URL`, else `$INTEGRESQL_CLIENT_BASE_URL`, else [`DEFAULT_URL`].
     pub url: String,
@@ -14,6 +15,17 @@ pub struct EnvSettings {
     /// `Some(1)` when the URL came from `$INTEGRESQL_CLIENT_BASE_URL` (the
     /// server may be IntegreSQL) and does not end in /api/v2.
     pub api_version: Option<u8>,
+}
+
+impl std::fmt::Debug for EnvSettings {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("EnvSettings")
+            .field("url", &crate::client::mask_base_url(&self.url))
+            .field("from", &self.from)
+            .field("token", &self.token.as_ref().map(|_| "***"))
+            .field("api_version", &self.api_version)
+            .finish()
+    }
 }
 
 impl EnvSettings {

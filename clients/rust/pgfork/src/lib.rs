@@ -9,7 +9,9 @@ mod error;
 mod hash;
 mod template;
 
-pub use client::{Client, ClientOptions, DEFAULT_URL, DatabaseConfig, TemplateDatabase, TestDatabase, mask_password};
+pub use client::{
+    Client, ClientOptions, DEFAULT_URL, DatabaseConfig, TemplateDatabase, TestDatabase, mask_base_url, mask_password,
+};
 pub use env::EnvSettings;
 pub use error::{ApiErrorKind, Error, Result};
 pub use hash::template_hash;

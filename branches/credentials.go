@@ -32,7 +32,7 @@ const scrubbedMark = "pgfork-credentials-scrubbed"
 //
 // sock reaches the branch's server over its private socket as the
 // bootstrap superuser; db is the database it is connected to.
-func (m *Manager) scrubCredentials(ctx context.Context, sock *instance.Instance, data string) error {
+func (m *Manager) scrubCredentials(ctx context.Context, sock *instance.Instance, data, role string) error {
 	if _, err := os.Lstat(filepath.Join(data, scrubbedMark)); err == nil {
 		return nil
 	}
@@ -50,18 +50,19 @@ func (m *Manager) scrubCredentials(ctx context.Context, sock *instance.Instance,
 		return err
 	}
 	for _, db := range dbs {
-		if err := m.scrubDatabase(ctx, sock.ConnString(m.o.SuperUser, db)); err != nil {
+		if err := m.scrubDatabase(ctx, sock.ConnString(m.o.SuperUser, db), role); err != nil {
 			return errs.Wrap(errs.KindOf(err), err, "database %q", db)
 		}
 	}
-	if err := instance.WriteFileAs(filepath.Join(data, scrubbedMark), m.o.User, []byte("subscriptions and user mapping passwords removed by pgfork\n")); err != nil && !errors.Is(err, fs.ErrExist) {
+	if err := instance.WriteFileAs(filepath.Join(data, scrubbedMark), m.o.User, []byte("subscriptions and user mapping passwords removed, superusers' objects given to the branch's role by pgfork\n")); err != nil && !errors.Is(err, fs.ErrExist) {
 		return err
 	}
 	return nil
 }
 
-// scrubDatabase is scrubCredentials in one database (url).
-func (m *Manager) scrubDatabase(ctx context.Context, url string) error {
+// scrubDatabase is scrubCredentials in one database (url), and
+// takeOverSuperusersObjects there for role.
+func (m *Manager) scrubDatabase(ctx context.Context, url, role string) error {
 	c, err := pgx.Connect(ctx, url)
 	if err != nil {
 		return err
@@ -112,6 +113,79 @@ func (m *Manager) scrubDatabase(ctx context.Context, url string) error {
 		}
 		if _, err := c.Exec(ctx, "ALTER USER MAPPING FOR "+user+" SERVER "+pgx.Identifier{x.server}.Sanitize()+
 			" OPTIONS (DROP password)"); err != nil {
+			return err
+		}
+	}
+	return takeOverSuperusersObjects(ctx, c, role)
+}
+
+// superusersObjects lists, as ALTER statements giving them to the role $1,
+// the application's objects a superuser owns in the current database:
+// tables, views, materialized views, foreign tables, sequences of their
+// own (those of a column follow their table), schemas, functions and
+// procedures, and enum, domain and range types; never a system object
+// (oid below FirstNormalObjectId, pg_catalog, information_schema) nor a
+// member of an extension.
+const superusersObjects = `
+WITH su AS (SELECT oid FROM pg_roles WHERE rolsuper),
+ext AS (SELECT classid, objid FROM pg_depend WHERE deptype = 'e')
+SELECT format('ALTER %s %s OWNER TO %I', kind, obj, $1::text) FROM (
+  SELECT CASE c.relkind WHEN 'S' THEN 'SEQUENCE' WHEN 'v' THEN 'VIEW' WHEN 'm' THEN 'MATERIALIZED VIEW'
+    WHEN 'f' THEN 'FOREIGN TABLE' ELSE 'TABLE' END AS kind, c.oid::regclass::text AS obj, 1 AS ord
+  FROM pg_class c
+  WHERE c.relowner IN (SELECT oid FROM su) AND c.oid >= 16384 AND c.relkind IN ('r', 'p', 'v', 'm', 'S', 'f')
+    AND c.relnamespace NOT IN ('pg_catalog'::regnamespace, 'information_schema'::regnamespace)
+    AND (c.relkind <> 'S' OR NOT EXISTS (SELECT FROM pg_depend d WHERE d.classid = 'pg_class'::regclass
+      AND d.objid = c.oid AND d.deptype IN ('a', 'i')))
+    AND NOT EXISTS (SELECT FROM ext WHERE classid = 'pg_class'::regclass AND objid = c.oid)
+  UNION ALL
+  SELECT 'SCHEMA', quote_ident(n.nspname), 0 FROM pg_namespace n
+  WHERE n.nspowner IN (SELECT oid FROM su) AND n.oid >= 16384
+    AND NOT EXISTS (SELECT FROM ext WHERE classid = 'pg_namespace'::regclass AND objid = n.oid)
+  UNION ALL
+  SELECT 'ROUTINE', p.oid::regprocedure::text, 2 FROM pg_proc p
+  WHERE p.proowner IN (SELECT oid FROM su) AND p.oid >= 16384
+    AND NOT EXISTS (SELECT FROM ext WHERE classid = 'pg_proc'::regclass AND objid = p.oid)
+  UNION ALL
+  SELECT 'TYPE', t.oid::regtype::text, 2 FROM pg_type t
+  WHERE t.typowner IN (SELECT oid FROM su) AND t.oid >= 16384 AND t.typtype IN ('e', 'd', 'r')
+    AND NOT EXISTS (SELECT FROM ext WHERE classid = 'pg_type'::regclass AND objid = t.oid)
+) x ORDER BY ord, obj`
+
+// takeOverSuperusersObjects gives role (the branch's) the application's
+// objects a superuser of the source owns (superusersObjects): a branch's
+// role is no superuser, and without them it could not ALTER, TRUNCATE or
+// DROP the tables of an application whose migrations ran as postgres (the
+// usual small setup). Giving an object away never adds power: a
+// SECURITY DEFINER function of postgres runs as the branch's role from
+// then on. An object whose owner cannot change (PostgreSQL refuses it)
+// stays the superuser's, readable and writable through pg_read_all_data
+// and pg_write_all_data.
+func takeOverSuperusersObjects(ctx context.Context, c *pgx.Conn, role string) error {
+	rows, err := c.Query(ctx, superusersObjects, role)
+	if err != nil {
+		return err
+	}
+	stmts, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
+		return err
+	}
+	for _, q := range stmts {
+		_, _ = c.Exec(ctx, q) // see above: what cannot change stays as it was
+	}
+	// As in its URL's database (setUpRole), it creates schemas, and objects
+	// in schema public (PostgreSQL 15 gives public to the database's owner).
+	var db string
+	var public bool
+	if err := c.QueryRow(ctx, "SELECT current_database(), EXISTS (SELECT FROM pg_namespace WHERE nspname = 'public')").Scan(&db, &public); err != nil {
+		return err
+	}
+	me := pgx.Identifier{role}.Sanitize()
+	if _, err := c.Exec(ctx, "GRANT CREATE ON DATABASE "+pgx.Identifier{db}.Sanitize()+" TO "+me); err != nil {
+		return err
+	}
+	if public {
+		if _, err := c.Exec(ctx, "GRANT CREATE ON SCHEMA public TO "+me); err != nil {
 			return err
 		}
 	}

@@ -346,7 +346,8 @@ func TestRetainPerOwner(t *testing.T) {
 // database — are gone from a branch, as its role (which reads every
 // catalog through pg_read_all_data) looks for them; the subscription no
 // longer exists there (it would take changes from the publisher's slot),
-// no logical replication worker runs; the source keeps both.
+// no logical replication worker runs; the source keeps both. And the
+// application's objects a superuser owns are the branch role's there.
 func TestBranchHoldsNoOtherSystemsCredentials(t *testing.T) {
 	ctx := context.Background()
 	o, src := isolationEnv(t, pgtest.Builds(t, 0)[0])
@@ -358,6 +359,10 @@ func TestBranchHoldsNoOtherSystemsCredentials(t *testing.T) {
 			"CREATE USER MAPPING FOR PUBLIC SERVER other OPTIONS (user 'billing', password 'UMSECRET-"+db+"')",
 			"CREATE USER MAPPING FOR app SERVER other OPTIONS (user 'app', password 'UMSECRET2-"+db+"')")
 	}
+	pgtest.Exec(t, src.ConnString("", "appdb"),
+		"CREATE TABLE orders (id serial PRIMARY KEY, note text)", "INSERT INTO orders (note) VALUES ('x')",
+		"CREATE SCHEMA billing", "CREATE TABLE billing.invoices (id bigint GENERATED ALWAYS AS IDENTITY, total int)",
+		"CREATE TYPE mood AS ENUM ('ok')", "CREATE FUNCTION answer() RETURNS int LANGUAGE sql AS 'SELECT 42'")
 	pgtest.Exec(t, src.ConnString("", "appdb"), "CREATE SUBSCRIPTION upstream CONNECTION 'host=127.0.0.1 port=1 user=repl password=SUBSECRET dbname=x' "+
 		"PUBLICATION p WITH (connect = false)")
 	m := open(t, o)
@@ -391,6 +396,17 @@ func TestBranchHoldsNoOtherSystemsCredentials(t *testing.T) {
 		if got := leaks(src.ConnString("", db)); got != want {
 			t.Errorf("the source's %s: subscriptions, user mappings with a password = %s, want %s", db, got, want)
 		}
+	}
+	// The application's objects a superuser owns (migrations run as
+	// postgres) are the branch role's: it alters, truncates and replaces
+	// them, in every database; the source keeps its owners.
+	pgtest.Exec(t, b.URL(), "TRUNCATE seed", "ALTER TABLE seed ADD COLUMN note text")
+	pgtest.Exec(t, appURL(b.URL()), "TRUNCATE orders", "ALTER TABLE orders ADD COLUMN due date", "INSERT INTO orders (note) VALUES ('y')",
+		"ALTER TABLE billing.invoices ADD COLUMN paid bool", "INSERT INTO billing.invoices (total) VALUES (1)",
+		"ALTER TYPE mood ADD VALUE 'great'", "CREATE OR REPLACE FUNCTION answer() RETURNS int LANGUAGE sql AS 'SELECT 43'",
+		"CREATE TABLE billing.refunds (id int)")
+	if got := pgtest.Query(t, src.ConnString("", "appdb"), "SELECT pg_get_userbyid(relowner)::text FROM pg_class WHERE relname = 'orders'"); got != "postgres" {
+		t.Errorf("the source's orders table belongs to %s now, want postgres", got)
 	}
 	// A reset (a new copy of the snapshot) is scrubbed again.
 	if _, err := m.Reset(ctx, Caller{Token: "alice"}, "a1"); err != nil {

@@ -307,7 +307,7 @@ func (m *Manager) start(ctx context.Context, b *Branch) error {
 		return errs.Wrap(errs.Internal, err, "cannot set up the role of branch %q", b.Name).
 			WithHint("see the branch's server log; a role of the source may conflict with the branch's")
 	}
-	if err := m.scrubCredentials(ctx, sock, data); err != nil {
+	if err := m.scrubCredentials(ctx, sock, data, b.Role); err != nil {
 		return errs.Wrap(errs.Internal, err, "cannot remove the source's subscriptions and user mapping passwords from branch %q", b.Name).
 			WithHint("see the branch's server log")
 	}

@@ -53,16 +53,17 @@ func BenchmarkCreateRate(b *testing.B) {
 			s.mustExec(b, "postgres", "CHECKPOINT")
 			for _, c := range []int{2, 4} {
 				const n = 16
-				var bare, bareBoth, create, recreate []float64
+				var bare, bareBoth, direct, create, recreate []float64
 				for range b.N * rounds {
 					bc, bb := bareRate(b, s, c, n)
 					bare, bareBoth = append(bare, bc), append(bareBoth, bb)
+					direct = append(direct, storeRate(b, s, major == "18", c, n))
 					cr, rr := poolRates(b, s, major == "18", c, n)
 					create, recreate = append(create, cr), append(recreate, rr)
 				}
-				mb, mbb, mc, mr := median(bare), median(bareBoth), median(create), median(recreate)
-				b.Logf("PostgreSQL %s, %d MB template, concurrency %d, %d rounds of %d: bare CREATE %.1f db/s %v, CREATE+DROP %.1f db/s %v; pool create %.1f db/s (%.2fx bare CREATE) %v; pool recreate %.1f db/s (%.2fx bare CREATE+DROP, %.2fx bare CREATE) %v",
-					major, mbOf(b, s), c, rounds, n, mb, round1(bare), mbb, round1(bareBoth), mc, mc/mb, round1(create), mr, mr/mbb, mr/mb, round1(recreate))
+				mb, mbb, md, mc, mr := median(bare), median(bareBoth), median(direct), median(create), median(recreate)
+				b.Logf("PostgreSQL %s, %d MB template, concurrency %d, %d rounds of %d: bare CREATE %.1f db/s %v, CREATE+DROP %.1f db/s %v; store.Create %.1f db/s (%.2fx) %v; pool create %.1f db/s (%.2fx bare CREATE) %v; pool recreate %.1f db/s (%.2fx bare CREATE+DROP, %.2fx bare CREATE) %v",
+					major, mbOf(b, s), c, rounds, n, mb, round1(bare), mbb, round1(bareBoth), md, md/mb, round1(direct), mc, mc/mb, round1(create), mr, mr/mbb, mr/mb, round1(recreate))
 				b.ReportMetric(mb, fmt.Sprintf("bare-db/s-c%d", c))
 				b.ReportMetric(mbb, fmt.Sprintf("bare-create+drop-db/s-c%d", c))
 				b.ReportMetric(mc, fmt.Sprintf("create-db/s-c%d", c))
@@ -165,6 +166,56 @@ func bareRate(t testing.TB, s *pg, c, n int) (create, both float64) {
 	cr := run("CREATE DATABASE bare_%d TEMPLATE tpl STRATEGY FILE_COPY")
 	dr := run("DROP DATABASE bare_%d")
 	return float64(n) / cr.Seconds(), float64(n) / (cr + dr).Seconds()
+}
+
+// storeRate: c goroutines make n databases in all with serve's store
+// (creator and tracking) without a pool, then drop them (not timed);
+// databases per second.
+func storeRate(t testing.TB, s *pg, canClone bool, c, n int) float64 {
+	t.Helper()
+	ctx := context.Background()
+	admin, err := dbstore.OpenAdmin(ctx, s.url("postgres"), int32(2*c+8))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer admin.Close()
+	cr := &dbstore.SQLCreator{Admin: admin, Strategy: dbstore.StrategyAuto, CanClone: canClone}
+	if err := cr.Probe(ctx); err != nil {
+		t.Fatal(err)
+	}
+	store := dbstore.New(admin, cr)
+	if _, _, err := store.Recover(ctx, "bs", "bs_test_", true); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := store.Create(ctx, "bs_test_warm", "tpl", ""); err != nil { // the advisor's first look
+		t.Fatal(err)
+	}
+	var next atomic.Int64
+	var wg sync.WaitGroup
+	errc := make(chan error, c)
+	start := time.Now()
+	for range c {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for k := next.Add(1); k <= int64(n); k = next.Add(1) {
+				if _, err := store.Create(ctx, fmt.Sprintf("bs_test_%d", k), "tpl", ""); err != nil {
+					errc <- err
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	took := time.Since(start)
+	close(errc)
+	for err := range errc {
+		t.Fatal(err)
+	}
+	if _, _, err := store.Recover(ctx, "bs", "bs_test_", true); err != nil { // drops them
+		t.Fatal(err)
+	}
+	return float64(n) / took.Seconds()
 }
 
 // poolRates: a pool of n databases through serve's store fills from

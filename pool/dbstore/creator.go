@@ -62,6 +62,16 @@ type choice struct {
 // size and the dirty buffers, which change as tests write).
 const Readvise = 30 * time.Second
 
+// SharesBlocks reports whether the server's copies share blocks with the
+// template (PostgreSQL 18+ and a data directory that reflinks, so the
+// advisor can clone): a ready copy then costs almost no disk. It needs
+// Probe.
+func (c *SQLCreator) SharesBlocks() bool {
+	return c.target != nil && c.target.Version >= 18 && c.target.CanClone &&
+		(c.Strategy == "" || c.Strategy == StrategyAuto || c.Strategy == StrategyClone) &&
+		(c.target.FileCopyMethod == "clone" || c.target.FileCopyMethodContext == "user")
+}
+
 // Probe inspects the server once for the advisor.
 func (c *SQLCreator) Probe(ctx context.Context) error {
 	conn, err := c.Admin.Acquire(ctx)

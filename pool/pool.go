@@ -813,14 +813,20 @@ func (p *Pool) failed(e *entry, err error) {
 }
 
 // retire renames database name away and drops it in the background, when
-// the creator can rename (Retirer); it reports whether it did. Called
-// without p.mu.
+// the creator can rename (Retirer) and fewer than Max used copies wait for
+// their drop; it reports whether it did. Called without p.mu.
 func (p *Pool) retire(name string) (bool, error) {
 	r, ok := p.creator.(Retirer)
 	if !ok {
 		return false, nil
 	}
 	p.mu.Lock()
+	if len(p.trash) >= p.cfg.Max {
+		// Drops do not keep up (a long run of recreations): this one drops
+		// first, so the used copies never exceed the pool's own size.
+		p.mu.Unlock()
+		return false, nil
+	}
 	p.trashSeq++
 	trash := p.cfg.Name(-p.trashSeq)
 	p.mu.Unlock()
@@ -846,7 +852,8 @@ func (p *Pool) retire(name string) (bool, error) {
 // time, when no creation is on the way: a DROP DATABASE costs the server
 // about what a CREATE does (BenchmarkCreateRate: bare CREATE and DROP at
 // 14–25 db/s against CREATE alone at 20–37 under load), so while tests
-// wait for databases the drops wait, unless more than Max pile up.
+// wait for databases the drops wait, unless half of Max pile up (at Max a
+// recreation drops before it creates: see retire).
 func (p *Pool) dropper() {
 	defer p.wg.Done()
 	p.mu.Lock()
@@ -856,7 +863,7 @@ func (p *Pool) dropper() {
 			p.dropping = false
 			return // Close drops what is left
 		}
-		if p.pending > 0 && len(p.trashQ) <= p.cfg.Max {
+		if p.pending > 0 && len(p.trashQ) < max(p.cfg.Max/2, 1) {
 			p.wake.Wait()
 			continue
 		}
@@ -1017,7 +1024,7 @@ type Stats struct {
 	Target int
 	Misses int
 	// Dropping counts used copies renamed away by recreations and not yet
-	// dropped (outside Total and Max).
+	// dropped (outside Total; at most Max).
 	Dropping int
 }
 

@@ -605,7 +605,7 @@ func TestParallelAcquisitions(t *testing.T) {
 	for deadline := time.Now().Add(60 * time.Second); ; time.Sleep(20 * time.Millisecond) {
 		ts, _ = e.mgr.Stats()
 		st := ts[0].Pool.ByState
-		if st[pool.Creating]+st[pool.Dirty]+st[pool.Recreating] == 0 {
+		if st[pool.Creating]+st[pool.Dirty]+st[pool.Recreating] == 0 && ts[0].Pool.Dropping == 0 {
 			break
 		}
 		if time.Now().After(deadline) {

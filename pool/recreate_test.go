@@ -120,3 +120,37 @@ func TestPoolCreatesOverLeftover(t *testing.T) {
 	}
 	s.mustExec(t, db.Name, "SELECT count(*) FROM items")
 }
+
+// TestPoolUsedCopiesBounded: under a long run of recreations the used
+// copies waiting for their drop never exceed Max, and once the run ends
+// they are all dropped.
+func TestPoolUsedCopiesBounded(t *testing.T) {
+	s := startPG(t)
+	const size = 2
+	p := newPool(t, s, pool.Config{Initial: size, Max: size, Parallel: 2, IdleTimeout: -1})
+	stop := make(chan struct{})
+	worst := 0
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for {
+			select {
+			case <-stop:
+				return
+			case <-time.After(time.Millisecond):
+			}
+			worst = max(worst, p.Stats().Dropping)
+		}
+	}()
+	_, took := runSuite(t, p, 2, 8)
+	close(stop)
+	<-done
+	t.Logf("16 recreations in %s; at most %d used copies waited for their drop", took.Round(time.Millisecond), worst)
+	if worst > size {
+		t.Errorf("%d used copies waited for their drop, more than Max %d", worst, size)
+	}
+	waitFor(t, func() bool { st := p.Stats(); return st.Dropping == 0 && st.ByState[pool.Ready] == size })
+	if got := s.databases(t, "t_"); len(got) != size {
+		t.Fatalf("databases after the run: %v", got)
+	}
+}

@@ -395,9 +395,9 @@ func volFloorSuite(ctx context.Context, p *serveProc) (volRun, error) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			for next.Add(1) <= int64(volTests) {
+			for i := next.Add(1); i <= int64(volTests); i = next.Add(1) {
 				t0 := time.Now()
-				if err := quickTest(ctx, d.url()); err != nil {
+				if err := quickTestTable(ctx, d.url(), fmt.Sprintf("t%d", i)); err != nil {
 					ferr.Store(err)
 					return
 				}

@@ -222,16 +222,18 @@ type Pool struct {
 	reclaimedFIFO []int
 
 	// trash holds the names of used copies renamed away by a recreation
-	// and not yet dropped (Retirer), trashQ those waiting for the dropper
-	// (one goroutine while there are some: dropping); trashSeq numbers them
-	// (cfg.Name of -trashSeq). pending counts creations started and not
-	// finished; drops wait for none (see dropper), on wake.
-	trash    map[string]bool
-	trashQ   []string
-	trashSeq int
-	dropping bool
-	pending  int
-	wake     *sync.Cond
+	// and not yet dropped (Retirer), trashQ those waiting for a dropper
+	// (droppers goroutines, at most Parallel, while there are some;
+	// dropsActive of them drop now); trashSeq numbers them (cfg.Name of
+	// -trashSeq). pending counts creations started and not finished; drops
+	// wait for none (see dropper), on wake.
+	trash       map[string]bool
+	trashQ      []string
+	trashSeq    int
+	droppers    int
+	dropsActive int
+	pending     int
+	wake        *sync.Cond
 
 	inUse    atomic.Int64
 	nwaiters atomic.Int64
@@ -839,8 +841,8 @@ func (p *Pool) retire(name string) (bool, error) {
 	p.mu.Lock()
 	p.trash[trash] = true
 	p.trashQ = append(p.trashQ, trash)
-	if !p.dropping && !p.closed {
-		p.dropping = true
+	if p.droppers < p.cfg.Parallel && !p.closed {
+		p.droppers++
 		p.wg.Add(1)
 		go p.dropper()
 	}
@@ -848,30 +850,34 @@ func (p *Pool) retire(name string) (bool, error) {
 	return true, nil
 }
 
-// dropper drops the used copies that recreations renamed away, one at a
-// time, when no creation is on the way: a DROP DATABASE costs the server
-// about what a CREATE does (BenchmarkCreateRate: bare CREATE and DROP at
-// 14–25 db/s against CREATE alone at 20–37 under load), so while tests
-// wait for databases the drops wait, unless half of Max pile up (at Max a
-// recreation drops before it creates: see retire).
+// dropper drops the used copies that recreations renamed away, Parallel
+// at a time when no creation is on the way: a DROP DATABASE costs the
+// server about what a CREATE does (BenchmarkCreateRate: bare CREATE and
+// DROP at 14–25 db/s against CREATE alone at 20–37 under load), so while
+// tests wait for databases the drops wait, unless half of Max pile up;
+// then one at a time (at Max a recreation drops before it creates: see
+// retire).
 func (p *Pool) dropper() {
 	defer p.wg.Done()
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	for {
 		if p.closed || len(p.trashQ) == 0 {
-			p.dropping = false
+			p.droppers--
 			return // Close drops what is left
 		}
-		if p.pending > 0 && len(p.trashQ) < max(p.cfg.Max/2, 1) {
+		if p.pending > 0 && (len(p.trashQ) < max(p.cfg.Max/2, 1) || p.dropsActive > 0) {
 			p.wake.Wait()
 			continue
 		}
 		name := p.trashQ[0]
 		p.trashQ = p.trashQ[1:]
+		p.dropsActive++
 		p.mu.Unlock()
 		err := p.retry(func() error { return p.creator.Drop(p.ctx, name) })
 		p.mu.Lock()
+		p.dropsActive--
+		p.wake.Broadcast() // another dropper may go now
 		if err == nil {
 			delete(p.trash, name)
 		} else if p.ctx.Err() == nil {

@@ -266,13 +266,18 @@ func waitPool(ctx context.Context, admin *pgx.Conn, prefix, hash string, n int, 
 const bigSetup = "CREATE TABLE big AS SELECT g AS id, repeat(md5(g::text), 6) AS v FROM generate_series(1, 620000) g; CREATE INDEX ON big(id)"
 
 // quickTest is one short test: a few statements on its database.
-func quickTest(ctx context.Context, url string) error {
+func quickTest(ctx context.Context, url string) error { return quickTestTable(ctx, url, "t") }
+
+// quickTestTable is quickTest creating its table under another name, so
+// that tests can share a database (the floor contenders).
+func quickTestTable(ctx context.Context, url, table string) error {
 	conn, err := pgx.Connect(ctx, url)
 	if err != nil {
 		return err
 	}
 	defer conn.Close(ctx)
-	_, err = conn.Exec(ctx, "CREATE TABLE t(id int primary key, v text); INSERT INTO t SELECT g, 'x' FROM generate_series(1, 100) g; UPDATE big SET v = 'y' WHERE id < 50")
+	t := pgx.Identifier{table}.Sanitize()
+	_, err = conn.Exec(ctx, "CREATE TABLE "+t+"(id int primary key, v text); INSERT INTO "+t+" SELECT g, 'x' FROM generate_series(1, 100) g; UPDATE big SET v = 'y' WHERE id < 50")
 	return err
 }
 

@@ -8,6 +8,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"sort"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -31,11 +32,26 @@ func init() {
 // volSetup makes the ~180 MB template (the serve scenario's table, more rows).
 const volSetup = "CREATE TABLE big AS SELECT g AS id, repeat(md5(g::text), 6) AS v FROM generate_series(1, 740000) g; CREATE INDEX ON big(id)"
 
-const (
-	volWorkers = 4
-	volTests   = 400 // pgfork serve, both placements
-	volHand    = 100 // the hand-written pattern: scaled down, extrapolated to volTests
+const volWorkers = 4
+
+var (
+	volTests = 400 // pgfork serve, both placements
+	volHand  = 100 // the hand-written pattern: scaled down, extrapolated to volTests
+	// volBare is how many databases the bare CREATE DATABASE rate is taken
+	// over, volWorkers sessions at once.
+	volBare = 40
 )
+
+// PGFORK_BENCH_VOLUME_TESTS scales the scenario down (a trial run): that
+// many tests, a quarter of them by hand, as many bare creations.
+func init() {
+	if n, err := strconv.Atoi(os.Getenv("PGFORK_BENCH_VOLUME_TESTS")); err == nil && n >= volWorkers {
+		volTests, volHand, volBare = n, max(n/4, volWorkers), max(min(n, 40), volWorkers)
+	}
+}
+
+// volHash is the suite's template hash.
+const volHash = "volsuite"
 
 // volRun is one contender's suite.
 type volRun struct {
@@ -114,9 +130,16 @@ func volumeBenchMajor(ctx context.Context, r *Report, bin, tmp, pgBin string, ma
 	if err := os.Mkdir(extHome, 0o755); err != nil {
 		return nil, err
 	}
-	var hand volRun
+	var hand, extFloor volRun
+	var extBare float64
 	ext, err := volServeSuite(ctx, bin, extHome, port, pgBin, nil, func(p *serveProc, d benchDB) error {
 		var err error
+		if extFloor, err = volFloorSuite(ctx, p); err != nil {
+			return fmt.Errorf("floor: %w", err)
+		}
+		if extBare, err = volBareRate(ctx, d); err != nil {
+			return fmt.Errorf("bare CREATE DATABASE: %w", err)
+		}
 		hand, err = volHandSuite(ctx, d)
 		return err
 	})
@@ -130,6 +153,8 @@ func volumeBenchMajor(ctx context.Context, r *Report, bin, tmp, pgBin string, ma
 	}
 	var created time.Duration
 	var used int64
+	var volFloor volRun
+	var volBareDBs float64
 	defer func() { _ = exec.Command(bin, "--state-dir", volHome, "volume", "rm").Run() }()
 	vol, err := volServeSuite(ctx, bin, volHome, port+100, pgBin, func() error {
 		t0 := time.Now()
@@ -139,7 +164,14 @@ func volumeBenchMajor(ctx context.Context, r *Report, bin, tmp, pgBin string, ma
 			return fmt.Errorf("volume create: %v: %s", err, out)
 		}
 		return nil
-	}, func(p *serveProc, _ benchDB) error {
+	}, func(p *serveProc, d benchDB) error {
+		var err error
+		if volFloor, err = volFloorSuite(ctx, p); err != nil {
+			return fmt.Errorf("floor: %w", err)
+		}
+		if volBareDBs, err = volBareRate(ctx, d); err != nil {
+			return fmt.Errorf("bare CREATE DATABASE: %w", err)
+		}
 		var s syscall.Statfs_t
 		if err := syscall.Statfs(filepath.Join(volHome, "volume"), &s); err != nil {
 			return err
@@ -153,11 +185,26 @@ func volumeBenchMajor(ctx context.Context, r *Report, bin, tmp, pgBin string, ma
 	r.Notef("PostgreSQL %d: volume created in %s; space used on it after the suite: %.0f MiB (XFS log and metadata included).",
 		major, Dur(created), float64(used)/(1<<20))
 	hTotal := hand.suiteTotal()
-	r.Table([]string{fmt.Sprintf("PG %d: how the tests get their databases", major), "suite total (400 tests)", "tests run", "DBs/s", "per test p50", "per test p99", "vs by hand"}, [][]string{
+	r.Table([]string{fmt.Sprintf("PG %d: how the tests get their databases", major), fmt.Sprintf("suite total (%d tests)", volTests), "tests run", "DBs/s", "per test p50", "per test p99", "vs by hand"}, [][]string{
 		{"by hand: CREATE DATABASE … TEMPLATE (default strategy) + DROP, on ext4", Dur(hTotal) + " (extrapolated)", fmt.Sprint(hand.tests), fmt.Sprintf("%.1f", hand.rate()), Dur(hand.perTest.Median()), Dur(hand.perTest.Quantile(0.99)), "1.0x"},
 		{"pgfork serve, state on ext4", Dur(ext.total), fmt.Sprint(ext.tests), fmt.Sprintf("%.1f", ext.rate()), Dur(ext.perTest.Median()), Dur(ext.perTest.Quantile(0.99)), Ratio(hTotal, ext.total)},
 		{"pgfork serve, state on the volume (creation included)", Dur(vol.total), fmt.Sprint(vol.tests), fmt.Sprintf("%.1f", vol.rate()), Dur(vol.perTest.Median()), Dur(vol.perTest.Quantile(0.99)), Ratio(hTotal, vol.total)},
 	})
+	// Against the floor (issue 33): the same suite on the same serve, each
+	// worker reusing one database (no isolation); the suites alone, setup
+	// excluded, and pgfork's fresh databases per second next to the bare
+	// CREATE DATABASE … STRATEGY FILE_COPY rate on the same cluster.
+	floorRatio := func(run, floor volRun) string {
+		return fmt.Sprintf("%.2fx", run.suite.Seconds()/floor.suite.Seconds())
+	}
+	r.Table([]string{fmt.Sprintf("PG %d: against the floor", major), "suite (tests only)", "vs floor", "per test p50", "per test p99", "fresh DBs/s", "bare CREATE DBs/s", "vs bare"}, [][]string{
+		{"floor: each worker reuses one database, state on ext4", Dur(extFloor.suite), "1.00x", Dur(extFloor.perTest.Median()), Dur(extFloor.perTest.Quantile(0.99)), "-", fmt.Sprintf("%.1f", extBare), "-"},
+		{"pgfork serve, state on ext4", Dur(ext.suite), floorRatio(ext, extFloor), Dur(ext.perTest.Median()), Dur(ext.perTest.Quantile(0.99)), fmt.Sprintf("%.1f", ext.rate()), fmt.Sprintf("%.1f", extBare), fmt.Sprintf("%.2fx", ext.rate()/extBare)},
+		{"floor: each worker reuses one database, state on the volume", Dur(volFloor.suite), "1.00x", Dur(volFloor.perTest.Median()), Dur(volFloor.perTest.Quantile(0.99)), "-", fmt.Sprintf("%.1f", volBareDBs), "-"},
+		{"pgfork serve, state on the volume", Dur(vol.suite), floorRatio(vol, volFloor), Dur(vol.perTest.Median()), Dur(vol.perTest.Quantile(0.99)), fmt.Sprintf("%.1f", vol.rate()), fmt.Sprintf("%.1f", volBareDBs), fmt.Sprintf("%.2fx", vol.rate()/volBareDBs)},
+	})
+	r.Notef("PG %d: per test for the floor is the test alone; for pgfork get + give back. Bare rate: %d sessions running CREATE DATABASE … STRATEGY FILE_COPY "+
+		"from a copy of the template on the same cluster (the server's file_copy_method; drops not timed), %d databases.", major, volWorkers, volBare)
 	var missed []string
 	target := func(met bool, format string, args ...any) {
 		r.Target(met, format, args...)
@@ -169,6 +216,15 @@ func volumeBenchMajor(ctx context.Context, r *Report, bin, tmp, pgBin string, ma
 	target(float64(ext.total) >= 5*float64(vol.total), "PG %d: suite on the volume ≥ 5x faster than pgfork serve on ext4 (%.1fx)", major, float64(ext.total)/float64(vol.total))
 	target(vol.perTest.Median() <= 30*time.Millisecond && vol.perTest.Quantile(0.99) <= 100*time.Millisecond,
 		"PG %d: per-test overhead (get + give back) on the volume, pool drained: p50 ≤ 30 ms (%s), p99 ≤ 100 ms (%s)", major, Dur(vol.perTest.Median()), Dur(vol.perTest.Quantile(0.99)))
+	floorMax := 3 // issue 33: 3x on 18, 4x on 15 (full copies before 18)
+	if major < 18 {
+		floorMax = 4
+	}
+	target(vol.suite <= time.Duration(floorMax)*volFloor.suite, "PG %d: suite on the volume, first run on a fresh serve, ≤ %dx its floor (%s)", major, floorMax, floorRatio(vol, volFloor))
+	if major >= 18 {
+		target(vol.rate() >= 0.7*volBareDBs, "PG %d: fresh databases per second on the volume ≥ 0.7x the bare CREATE DATABASE rate at %d sessions (%.1f vs %.1f/s, %.2fx)",
+			major, volWorkers, vol.rate(), volBareDBs, vol.rate()/volBareDBs)
+	}
 	target(vol.rate() >= 20*hand.rate(), "PG %d: fresh databases per second on the volume ≥ 20x by hand (%.1f vs %.2f/s, %.1fx)", major, vol.rate(), hand.rate(), vol.rate()/hand.rate())
 	return missed, nil
 }
@@ -189,7 +245,7 @@ func volServeSuite(ctx context.Context, bin, home string, port int, pgBin string
 		return volRun{}, err
 	}
 	defer func() { _ = p.stop() }()
-	const hash = "volsuite"
+	const hash = volHash
 	if err := p.template(ctx, hash, volSetup); err != nil {
 		return volRun{}, err
 	}
@@ -205,7 +261,7 @@ func volServeSuite(ctx context.Context, bin, home string, port int, pgBin string
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			for next.Add(1) <= volTests {
+			for next.Add(1) <= int64(volTests) {
 				g0 := time.Now()
 				var d benchDB
 				if err := p.call("GET", "/api/v1/templates/"+hash+"/tests", "", &d); err != nil {
@@ -280,7 +336,7 @@ func volHandSuite(ctx context.Context, d benchDB) (volRun, error) {
 				return
 			}
 			defer c.Close(ctx)
-			for i := next.Add(1); i <= volHand; i = next.Add(1) {
+			for i := next.Add(1); i <= int64(volHand); i = next.Add(1) {
 				name := fmt.Sprintf("bench_hand_%d", i)
 				c0 := time.Now()
 				if _, err := c.Exec(ctx, "CREATE DATABASE "+name+" TEMPLATE bench_hand_src"); err != nil {
@@ -314,4 +370,103 @@ func volHandSuite(ctx context.Context, d benchDB) (volRun, error) {
 	sort.Slice(run.perTest, func(i, j int) bool { return run.perTest[i] < run.perTest[j] })
 	_, _ = admin.Exec(ctx, "DROP DATABASE bench_hand_src")
 	return run, nil
+}
+
+// volFloorSuite is the suite's floor on serve p: the same volTests tests on
+// volWorkers workers, each worker taking one database once and running all
+// its tests in it (no isolation), giving it back at the end. Per test: the
+// test alone.
+func volFloorSuite(ctx context.Context, p *serveProc) (volRun, error) {
+	var (
+		next atomic.Int64
+		mu   sync.Mutex
+		per  Sample
+		wg   sync.WaitGroup
+		ferr atomic.Value
+	)
+	dbs := make([]benchDB, volWorkers)
+	for i := range dbs {
+		if err := p.call("GET", "/api/v1/templates/"+volHash+"/tests", "", &dbs[i]); err != nil {
+			return volRun{}, err
+		}
+	}
+	s0 := time.Now()
+	for _, d := range dbs {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := next.Add(1); i <= int64(volTests); i = next.Add(1) {
+				t0 := time.Now()
+				if err := quickTestTable(ctx, d.url(), fmt.Sprintf("t%d", i)); err != nil {
+					ferr.Store(err)
+					return
+				}
+				mu.Lock()
+				per = append(per, time.Since(t0))
+				mu.Unlock()
+			}
+		}()
+	}
+	wg.Wait()
+	run := volRun{suite: time.Since(s0), tests: volTests, perTest: per}
+	run.total = run.suite
+	for _, d := range dbs {
+		_ = p.call("POST", fmt.Sprintf("/api/v1/templates/%s/tests/%d/recreate", volHash, d.ID), "", nil)
+	}
+	if e, ok := ferr.Load().(error); ok {
+		return volRun{}, e
+	}
+	sort.Slice(run.perTest, func(i, j int) bool { return run.perTest[i] < run.perTest[j] })
+	return run, nil
+}
+
+// volBareRate is the bare creation rate of the cluster d lives on:
+// volWorkers sessions running CREATE DATABASE … STRATEGY FILE_COPY from a
+// copy of d (the server's file_copy_method: clone on 18 on a reflink
+// filesystem), volBare databases in all; databases per second, the drops
+// after them not timed.
+func volBareRate(ctx context.Context, d benchDB) (float64, error) {
+	admin, err := pgx.Connect(ctx, d.url())
+	if err != nil {
+		return 0, err
+	}
+	defer admin.Close(ctx)
+	src := pgx.Identifier{d.Database.Config.Database}.Sanitize()
+	if _, err := admin.Exec(ctx, "CREATE DATABASE bench_bare_src TEMPLATE "+src); err != nil {
+		return 0, err
+	}
+	defer func() { _, _ = admin.Exec(context.WithoutCancel(ctx), "DROP DATABASE IF EXISTS bench_bare_src") }()
+	var (
+		next atomic.Int64
+		wg   sync.WaitGroup
+		ferr atomic.Value
+	)
+	s0 := time.Now()
+	for range volWorkers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			c, err := pgx.Connect(ctx, d.url())
+			if err != nil {
+				ferr.Store(err)
+				return
+			}
+			defer c.Close(ctx)
+			for i := next.Add(1); i <= int64(volBare); i = next.Add(1) {
+				if _, err := c.Exec(ctx, fmt.Sprintf("CREATE DATABASE bench_bare_%d TEMPLATE bench_bare_src STRATEGY FILE_COPY", i)); err != nil {
+					ferr.Store(err)
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	took := time.Since(s0)
+	for i := 1; i <= volBare; i++ {
+		_, _ = admin.Exec(ctx, fmt.Sprintf("DROP DATABASE IF EXISTS bench_bare_%d", i))
+	}
+	if e, ok := ferr.Load().(error); ok {
+		return 0, e
+	}
+	return float64(volBare) / took.Seconds(), nil
 }

@@ -478,3 +478,33 @@ func Drop(ctx context.Context, conn *pgx.Conn, name string, force bool) error {
 	}
 	return nil
 }
+
+// CreateDirect runs one CREATE DATABASE name TEMPLATE template [OWNER
+// owner] with strategy s (not Auto) on conn, as Create's copy step does:
+// no checks, no work-in-progress name, no wait for sessions on the
+// template, no advisor. It is for callers that own name and chose s
+// already (a pool of test databases, whose names nobody else takes and
+// whose leftovers it drops at start); Create gives the better errors.
+// Errors are classified by SQLError: sessions on the template are
+// errs.Busy, an existing name errs.Exists.
+func CreateDirect(ctx context.Context, conn *pgx.Conn, name, template, owner string, s Strategy, t *Target) error {
+	names := []string{name, template}
+	if owner != "" {
+		names = append(names, owner)
+	}
+	for _, n := range names {
+		if err := ValidateName(n); err != nil {
+			return err
+		}
+	}
+	if s == Auto || s == "" {
+		return errs.New(errs.Usage, "CreateDirect needs a strategy, not auto")
+	}
+	if err := supported(s, t); err != nil {
+		return err
+	}
+	if err := execCreate(ctx, conn, name, template, s, CreateOptions{Owner: owner}, t); err != nil {
+		return sqlErr(ctx, err, "cannot create database %q from %q", name, template)
+	}
+	return nil
+}

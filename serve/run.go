@@ -58,6 +58,10 @@ type Options struct {
 	Strategy string
 	// Manager configures the pools (Observer is set by Run: its metrics).
 	Manager pool.ManagerConfig
+	// PoolGiven, when set, says which of Manager's pool sizes the user
+	// chose: in database isolation the others are picked from the
+	// server's filesystem and the cores (pool.DefaultSizes). Nil: as given.
+	PoolGiven *pool.Given
 	// Role and Password: the role clients get (defaults per mode);
 	// RoleGiven says the caller chose Role explicitly (not an inherited
 	// environment default). LeastPrivilege: a CREATEDB role, not a
@@ -131,6 +135,9 @@ func Run(ctx context.Context, o Options) error {
 			log.Warn("shutting down the backend", "err", err)
 		}
 	}()
+	if b.Sized != "" {
+		o.OnInfo(b.Sized)
+	}
 	cfg := server.Config{Manager: b.Manager, Conn: b.Conn, Token: o.Token, AllowFrom: o.AllowFrom, AllowedHosts: o.AllowedHosts,
 		Logger: log, Registry: reg, Metrics: metrics}
 	if h, _, err := net.SplitHostPort(o.Listen); err == nil && h != "" && net.ParseIP(h) == nil {
@@ -202,7 +209,7 @@ func Run(ctx context.Context, o Options) error {
 // openBackend opens the Backend of o's mode: a cluster per test, the
 // managed PostgreSQL (no external server named), or the external server.
 func openBackend(ctx context.Context, o Options, log *slog.Logger) (*Backend, error) {
-	db := DBOptions{Strategy: o.Strategy, MaxConns: int32(2*o.Manager.Parallel + 8)}
+	db := DBOptions{Strategy: o.Strategy, MaxConns: int32(2*o.Manager.Parallel + 8), Given: o.PoolGiven}
 	switch {
 	case o.Isolation == IsolationCluster:
 		pg, user, err := o.FindPG()

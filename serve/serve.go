@@ -10,8 +10,10 @@ package serve
 
 import (
 	"context"
+	"fmt"
 	"os"
 	"path/filepath"
+	"runtime"
 	"sync"
 	"time"
 
@@ -38,6 +40,9 @@ type Backend struct {
 	// Owner is the role that owns test databases (the superuser handed out
 	// in cluster isolation).
 	Owner string
+	// Sized says how the pools were sized from the filesystem and the
+	// cores, when they were (DBOptions.Given); "" otherwise.
+	Sized string
 
 	once    sync.Once
 	err     error
@@ -89,6 +94,10 @@ type DBOptions struct {
 	Strategy string
 	// MaxConns bounds the admin connection pool (0: pgx's default).
 	MaxConns int32
+	// Given, when set, says which pool sizes of the Manager the user chose;
+	// the others come from pool.DefaultSizes for whether the server's
+	// copies share blocks and the cores. Nil: the Manager's as they are.
+	Given *pool.Given
 }
 
 // openDB opens the admin pool of adminURL and the manager over
@@ -103,6 +112,16 @@ func (b *Backend) openDB(ctx context.Context, cfg pool.ManagerConfig, adminURL s
 	creator := &dbstore.SQLCreator{Admin: admin, Strategy: o.Strategy, CanClone: canClone}
 	if err := creator.Probe(ctx); err != nil {
 		return err
+	}
+	if o.Given != nil {
+		clone := creator.SharesBlocks()
+		cfg = pool.DefaultSizes(clone, runtime.NumCPU()).Apply(cfg, *o.Given)
+		kind := "full copies"
+		if clone {
+			kind = "clones (reflink, file_copy_method=clone)"
+		}
+		b.Sized = fmt.Sprintf("pools: %d ready, at most %d, %d created at once (test databases are %s; %d cores)",
+			cfg.Initial, cfg.Max, cfg.Parallel, kind, runtime.NumCPU())
 	}
 	cfg.Owner = b.Conn.Username
 	return b.open(ctx, cfg, dbstore.New(admin, creator))

@@ -2,8 +2,11 @@ package serve_test
 
 import (
 	"context"
+	"fmt"
 	"os"
 	"path/filepath"
+	"runtime"
+	"strings"
 	"testing"
 	"time"
 
@@ -167,5 +170,47 @@ func TestManagedEveryMajor(t *testing.T) {
 	defer closeB(again)
 	if _, err := again.Manager.GetTestDatabase(ctx, "kept"); err != nil {
 		t.Fatalf("the first major's template after the move and the other major: %v", err)
+	}
+}
+
+// TestManagedSizesPoolsFromFilesystem (issue 33): with the state on a
+// reflink filesystem and PostgreSQL 18 (test databases are clones) the
+// pools not sized by the user get the clone defaults; a size the user
+// gave stays.
+func TestManagedSizesPoolsFromFilesystem(t *testing.T) {
+	dirs := testenv.RequireMajors(t, 2)
+	root := filepath.Join(testenv.XFSDir(t), "state")
+	ctx := context.Background()
+	o := managedOptions(t, root)
+	pg, err := pgbin.Find(pgbin.Options{Explicit: dirs[len(dirs)-1]}, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if pg.Major < 18 {
+		t.Skipf("the last PostgreSQL of the test environment is %d: no clone", pg.Major)
+	}
+	o.PG = pg
+	o.Manager.Max, o.Manager.Initial, o.Manager.Parallel = 8, 2, 2
+	o.DB.Given = &pool.Given{Parallel: true}
+	o.Manager.Parallel = 1
+	b, err := serve.NewManaged(ctx, o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Close(ctx)
+	t.Log(b.Sized)
+	want := pool.DefaultSizes(true, runtime.NumCPU())
+	if !strings.Contains(b.Sized, "clones") || !strings.Contains(b.Sized, fmt.Sprintf("at most %d, 1 created at once", want.Max)) {
+		t.Fatalf("sized %q, want clone defaults %+v with the given parallel 1", b.Sized, want)
+	}
+	if _, err := b.Manager.InitializeTemplate(ctx, "sized"); err != nil {
+		t.Fatal(err)
+	}
+	if err := b.Manager.FinalizeTemplate(ctx, "sized"); err != nil {
+		t.Fatal(err)
+	}
+	ts, _ := b.Manager.Stats()
+	if len(ts) != 1 || ts[0].Pool.Max != want.Max {
+		t.Fatalf("pool stats %+v, want max %d", ts, want.Max)
 	}
 }

@@ -41,8 +41,9 @@ type serveOpts struct {
 	allowedHostList                  []string
 	pgEnv                            []string // the PG* variables that chose the external server
 	allowNets                        []*net.IPNet
-	testUserSet                      bool   // --test-user given (not from the environment)
-	volume                           string // --volume: "" or auto
+	testUserSet                      bool       // --test-user given (not from the environment)
+	volume                           string     // --volume: "" or auto
+	given                            pool.Given // pool sizes set by a flag or IntegreSQL's variables
 	branch                           *branchFlags
 }
 
@@ -199,6 +200,15 @@ token must name serve in Host as localhost, an IP address or a name of
 --allowed-host (else 421), and another site's page may not change anything
 (a POST, PUT or DELETE with a foreign Origin is 403).
 
+Pool sizes, unless given by a flag or IntegreSQL's variable: when test
+databases are clones (PostgreSQL 18, file_copy_method=clone on a reflink
+filesystem: a ready database costs almost no disk) each pool keeps 4 per
+core ready and grows to 16 per core; when they are full copies (PostgreSQL
+15-17, or no reflink) 1 and 4 per core; creations run 1 per core at once
+in both (a creation is CPU and checkpoint bound: on 2 cores 4 at once made
+no more databases per second than 2). With --isolation cluster: 1 and 4 per
+core. The log says what was picked; docs/server.md has the measurements.
+
 IntegreSQL's environment variables give defaults (see docs/server.md):
 INTEGRESQL_ADDRESS, INTEGRESQL_PORT, INTEGRESQL_PGHOST/PGPORT/PGUSER/
 PGPASSWORD/PGDATABASE, INTEGRESQL_TEST_PGUSER/TEST_PGPASSWORD,
@@ -226,6 +236,12 @@ Bad values exit 2 before anything starts.`,
 		Args: usageArgs(cobra.NoArgs),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			o.testUserSet = cmd.Flags().Changed("test-user")
+			fl := cmd.Flags()
+			o.given = pool.Given{
+				Initial:  fl.Changed("pool-init") || cl.getenv("INTEGRESQL_TEST_INITIAL_POOL_SIZE") != "",
+				Max:      fl.Changed("pool-max") || cl.getenv("INTEGRESQL_TEST_MAX_POOL_SIZE") != "",
+				Parallel: fl.Changed("parallel") || cl.getenv("INTEGRESQL_POOL_MAX_PARALLEL_TASKS") != "",
+			}
 			if len(cl.envErrs) > 0 {
 				return cl.envErrs[0]
 			}
@@ -258,10 +274,16 @@ Bad values exit 2 before anything starts.`,
 	f.BoolVar(&o.canClone, "can-clone", false, "with --pg-url: the server's data directory is on a reflink filesystem (XFS, btrfs, ZFS 2.2+), so the advisor may pick clone (PostgreSQL 18, file_copy_method=clone)")
 	f.StringVar(&o.token, "token", cl.getenv("PGFORK_TOKEN"), "require this token: 'Authorization: Bearer TOKEN', or the base URL http://HOST:PORT/TOKEN/api that IntegreSQL's clients accept (env PGFORK_TOKEN)")
 	f.StringVar(&o.socket, "socket", "", "also listen on this Unix socket (mode 0600)")
-	f.IntVar(&o.poolInit, "pool-init", cl.envInt("INTEGRESQL_TEST_INITIAL_POOL_SIZE", n), "databases each pool keeps ready (env INTEGRESQL_TEST_INITIAL_POOL_SIZE)")
-	f.IntVar(&o.poolMax, "pool-max", cl.envInt("INTEGRESQL_TEST_MAX_POOL_SIZE", 4*n), "databases per pool at most (env INTEGRESQL_TEST_MAX_POOL_SIZE)")
+	f.IntVar(&o.poolInit, "pool-init", cl.envInt("INTEGRESQL_TEST_INITIAL_POOL_SIZE", n), "databases each pool keeps ready (env INTEGRESQL_TEST_INITIAL_POOL_SIZE; auto: 4 per core when test databases are clones, else 1 per core)")
+	f.IntVar(&o.poolMax, "pool-max", cl.envInt("INTEGRESQL_TEST_MAX_POOL_SIZE", 4*n), "databases per pool at most (env INTEGRESQL_TEST_MAX_POOL_SIZE; auto: 16 per core when test databases are clones, else 4 per core)")
 	f.IntVar(&o.maxDatabases, "max-databases", cl.envInt("PGFORK_MAX_DATABASES", 0), "test databases across all pools at most; idle pools are evicted LRU first (0: no limit)")
-	f.IntVar(&o.parallel, "parallel", cl.envInt("INTEGRESQL_POOL_MAX_PARALLEL_TASKS", n), "concurrent creations per pool (env INTEGRESQL_POOL_MAX_PARALLEL_TASKS)")
+	f.IntVar(&o.parallel, "parallel", cl.envInt("INTEGRESQL_POOL_MAX_PARALLEL_TASKS", n), "concurrent creations per pool (env INTEGRESQL_POOL_MAX_PARALLEL_TASKS; auto: 1 per core)")
+	for _, d := range []struct{ flag, env string }{{"pool-init", "INTEGRESQL_TEST_INITIAL_POOL_SIZE"},
+		{"pool-max", "INTEGRESQL_TEST_MAX_POOL_SIZE"}, {"parallel", "INTEGRESQL_POOL_MAX_PARALLEL_TASKS"}} {
+		if cl.getenv(d.env) == "" {
+			f.Lookup(d.flag).DefValue = "auto"
+		}
+	}
 	f.StringVar(&o.isolation, "isolation", "database", "database (a database per test) or cluster (a whole server per test, superuser; clusters under <state-dir>/serve-clusters)")
 	f.StringVar(&o.strategy, "strategy", "auto", "CREATE DATABASE strategy: auto (the advisor picks), default (no STRATEGY clause, as IntegreSQL), wal_log, file_copy, clone")
 	f.StringVar(&o.prefix, "db-prefix", cl.envStr("INTEGRESQL_DB_PREFIX", "pgfork"), "database name prefix (env INTEGRESQL_DB_PREFIX)")
@@ -320,6 +342,7 @@ func (cl *cli) runServe(ctx context.Context, o *serveOpts) error {
 	return serve.Run(ctx, serve.Options{
 		Branches: bo, Layout: cl.layout(), Listen: o.listen, Socket: o.socket, Token: o.token, AllowFrom: o.allowNets, AllowedHosts: o.allowedHostList, MaxConns: o.maxConns,
 		Isolation: o.isolation, ExternalURL: o.pgURL, CanClone: o.canClone, Strategy: o.strategy,
+		PoolGiven: o.poolGiven(),
 		Manager: pool.ManagerConfig{
 			Prefix: o.prefix, Initial: o.poolInit, Max: o.poolMax, Parallel: o.parallel,
 			MaxDatabases: o.maxDatabases, MinLifetime: o.minLifetime, IdleTimeout: o.poolIdle, FinalizeTimeout: o.finalizeTimeout,
@@ -354,12 +377,30 @@ const (
 
 // validate checks every option before anything starts (exit 2 on bad
 // input, no PostgreSQL started).
+// poolGiven is what serve.Options.PoolGiven gets: in database isolation
+// the pool sizes not given are picked from the server's filesystem and
+// the cores once it is known (pool.DefaultSizes); cluster isolation keeps
+// the per-core defaults.
+func (o *serveOpts) poolGiven() *pool.Given {
+	if o.isolation == serve.IsolationCluster {
+		return nil
+	}
+	g := o.given
+	return &g
+}
+
+// sizesFixed says --pool-init and --pool-max are both final here (neither
+// is picked later, which keeps --pool-init ≤ --pool-max).
+func (o *serveOpts) sizesFixed() bool {
+	return o.poolGiven() == nil || o.given.Initial && o.given.Max
+}
+
 func (o *serveOpts) validate() error {
 	bad := func(format string, args ...any) *errs.Error { return errs.New(errs.Usage, format, args...) }
 	switch {
 	case o.poolMax < 1 || o.poolMax > maxPoolSize:
 		return bad("--pool-max %d is out of range", o.poolMax).WithHint("use 1 to %d (env INTEGRESQL_TEST_MAX_POOL_SIZE)", maxPoolSize)
-	case o.poolInit < 0 || o.poolInit > o.poolMax:
+	case o.poolInit < 0 || o.poolInit > o.poolMax && o.sizesFixed():
 		return bad("--pool-init %d must be between 0 and --pool-max (%d)", o.poolInit, o.poolMax).WithHint("lower --pool-init (env INTEGRESQL_TEST_INITIAL_POOL_SIZE) or raise --pool-max")
 	case o.parallel < 1 || o.parallel > maxParallel:
 		return bad("--parallel %d is out of range", o.parallel).WithHint("use 1 to %d (env INTEGRESQL_POOL_MAX_PARALLEL_TASKS)", maxParallel)

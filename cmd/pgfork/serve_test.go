@@ -237,6 +237,10 @@ func TestServeRefusesBadInput(t *testing.T) {
 		{[]string{"INTEGRESQL_TEST_INITIAL_POOL_SIZE=many"}, nil, "INTEGRESQL_TEST_INITIAL_POOL_SIZE"},
 		{[]string{"INTEGRESQL_TEST_DB_GET_TIMEOUT_MS=-5"}, nil, "INTEGRESQL_TEST_DB_GET_TIMEOUT_MS"},
 		{nil, []string{"--pool-init", "5", "--pool-max", "2"}, "--pool-init"},
+		// cluster isolation keeps the per-core defaults: an initial size
+		// above them is refused there (database isolation raises the
+		// default maximum to it, issue 33)
+		{nil, []string{"--isolation", "cluster", "--pool-init", "500"}, "--pool-init"},
 		{nil, []string{"--pool-max", "0"}, "--pool-max"},
 		{nil, []string{"--pool-max", "100000000"}, "--pool-max"},
 		{nil, []string{"--parallel", "0"}, "--parallel"},

@@ -2,6 +2,8 @@ package dbstore
 
 import (
 	"context"
+	"sync"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -42,6 +44,32 @@ type SQLCreator struct {
 	// learn is what auto's advisor learned from this creator's creations
 	// (in memory, for the life of the server).
 	learn dbclone.Learning
+
+	// chosen is the strategy last used for each template, with when the
+	// advisor chose it: creations within Readvise of that reuse it with a
+	// single CREATE DATABASE (see Create).
+	mu     sync.Mutex
+	chosen map[string]choice
+}
+
+type choice struct {
+	strategy dbclone.Strategy
+	at       time.Time
+}
+
+// Readvise is how long a SQLCreator reuses the strategy the advisor chose
+// for a template before it asks again (the advisor reads the template's
+// size and the dirty buffers, which change as tests write).
+const Readvise = 30 * time.Second
+
+// SharesBlocks reports whether the server's copies share blocks with the
+// template (PostgreSQL 18+ and a data directory that reflinks, so the
+// advisor can clone): a ready copy then costs almost no disk. It needs
+// Probe.
+func (c *SQLCreator) SharesBlocks() bool {
+	return c.target != nil && c.target.Version >= 18 && c.target.CanClone &&
+		(c.Strategy == "" || c.Strategy == StrategyAuto || c.Strategy == StrategyClone) &&
+		(c.target.FileCopyMethod == "clone" || c.target.FileCopyMethodContext == "user")
 }
 
 // Probe inspects the server once for the advisor.
@@ -77,6 +105,22 @@ func (c *SQLCreator) Create(ctx context.Context, name, template, owner string) (
 		return string(st), errs.Wrap(errs.Internal, err, "cannot connect to the server")
 	}
 	defer conn.Release()
+	// The fast path, measured by pool's BenchmarkCreateRate (issue 33):
+	// dbclone.Create makes about ten round trips (checks, the advisor's
+	// size and dirty-buffer query, the sweep of abandoned work, an
+	// advisory lock, the wait for sessions on the template, the copy
+	// under a work name and its rename); a pool owns its names, drops
+	// their leftovers when it starts and never cancels a creation, so
+	// once a strategy is known for the template one CREATE DATABASE
+	// does. Anything but sessions on the template or an existing name
+	// goes through Create, which explains it.
+	if s, ok := c.cached(template, st); ok {
+		err := dbclone.CreateDirect(ctx, conn.Conn(), name, template, owner, s, c.target)
+		if err == nil || errs.IsBusy(err) || errs.IsExists(err) || ctx.Err() != nil {
+			return string(s), err
+		}
+		c.forget(template)
+	}
 	opts := dbclone.CreateOptions{Strategy: st, Owner: owner, Target: c.target}
 	if st == dbclone.Auto {
 		opts.Learning = &c.learn
@@ -85,7 +129,39 @@ func (c *SQLCreator) Create(ctx context.Context, name, template, owner string) (
 	if err != nil {
 		return string(st), err
 	}
+	c.remember(template, res.Strategy)
 	return string(res.Strategy), nil
+}
+
+// cached returns the strategy for a single CREATE DATABASE from template:
+// a forced one, or the advisor's choice made within Readvise. It needs
+// the server inspected (Probe).
+func (c *SQLCreator) cached(template string, st dbclone.Strategy) (dbclone.Strategy, bool) {
+	if c.target == nil {
+		return "", false
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	ch, ok := c.chosen[template]
+	if !ok || st != dbclone.Auto && ch.strategy != st || st == dbclone.Auto && time.Since(ch.at) > Readvise {
+		return "", false
+	}
+	return ch.strategy, true
+}
+
+func (c *SQLCreator) remember(template string, s dbclone.Strategy) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.chosen == nil {
+		c.chosen = map[string]choice{}
+	}
+	c.chosen[template] = choice{strategy: s, at: time.Now()}
+}
+
+func (c *SQLCreator) forget(template string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	delete(c.chosen, template)
 }
 
 // Drop runs DROP DATABASE IF EXISTS name. While sessions are connected it
@@ -93,6 +169,15 @@ func (c *SQLCreator) Create(ctx context.Context, name, template, owner string) (
 func (c *SQLCreator) Drop(ctx context.Context, name string) error {
 	if _, err := c.Admin.Exec(ctx, "DROP DATABASE IF EXISTS "+pgx.Identifier{name}.Sanitize()); err != nil {
 		return classify(err, "cannot drop database %s", name)
+	}
+	return nil
+}
+
+// Rename implements pool.Retirer: ALTER DATABASE from RENAME TO to. While
+// sessions are connected to from it returns an errs.Busy error.
+func (c *SQLCreator) Rename(ctx context.Context, from, to string) error {
+	if _, err := c.Admin.Exec(ctx, "ALTER DATABASE "+pgx.Identifier{from}.Sanitize()+" RENAME TO "+pgx.Identifier{to}.Sanitize()); err != nil {
+		return classify(err, "cannot rename database %s", from)
 	}
 	return nil
 }

@@ -47,6 +47,16 @@ func (s *adminStore) Sessions(ctx context.Context, names []string) (map[string]i
 	return sc.Sessions(ctx, names)
 }
 
+// Rename forwards to the creator's pool.Retirer, so that pools of database
+// isolation recreate by renaming the used copy away.
+func (s *adminStore) Rename(ctx context.Context, from, to string) error {
+	r, ok := s.Creator.(pool.Retirer)
+	if !ok {
+		return errs.New(errs.Unsupported, "the creator cannot rename databases")
+	}
+	return r.Rename(ctx, from, to)
+}
+
 func (s *adminStore) Recover(ctx context.Context, prefix, testPrefix string, persist bool) ([]pool.Record, int, error) {
 	var leftovers []string
 	rows, err := s.admin.Query(ctx, "SELECT datname FROM pg_database WHERE starts_with(datname, $1)", testPrefix)

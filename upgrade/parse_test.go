@@ -76,7 +76,7 @@ func TestParseSteps(t *testing.T) {
 	if len(done) != 1 || done[0] != "Analyzing all rows in the new cluster=ok" {
 		t.Errorf("done: %v", done)
 	}
-	if len(started) != 1 || started[0] != "Copying user relation files" {
+	if len(started) != 2 || started[0] != "Analyzing all rows in the new cluster" || started[1] != "Copying user relation files" {
 		t.Errorf("started: %v", started)
 	}
 	if out.Len() == 0 {

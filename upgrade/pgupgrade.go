@@ -202,7 +202,8 @@ func (r pgUpgradeRun) run(ctx context.Context) (*pgUpgradeResult, error) {
 // turns its findings into the error the user sees.
 var errPGUpgrade = errors.New("pg_upgrade failed")
 
-// parseSteps copies r into out and calls step for each step start and end.
+// parseSteps copies r into out and calls step for each step start and end
+// (a start before every end, also when both came in one read).
 func parseSteps(r io.Reader, out *bytes.Buffer, step func(name string, done bool, status string, el time.Duration)) {
 	buf := make([]byte, 32<<10)
 	var line []byte
@@ -222,7 +223,11 @@ func parseSteps(r io.Reader, out *bytes.Buffer, step func(name string, done bool
 			chunk = chunk[i+1:]
 			if name, status, ok := stepLine(string(line)); ok {
 				if started != name {
+					// A step whose start and end came in one read (a fast
+					// one) starts too: every step is seen starting before it
+					// ends (an interrupt test waited for a start it never saw).
 					t0 = time.Now()
+					step(name, false, "", 0)
 				}
 				step(name, true, status, time.Since(t0))
 			}

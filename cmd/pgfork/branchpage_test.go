@@ -68,6 +68,28 @@ func (d *webDriver) find(css string) string {
 	return ""
 }
 
+// click clicks the element of a CSS selector in the page itself (find and
+// click in one script): the page re-renders its tables when an answer comes
+// back, so an element found by one webdriver call could be stale by the
+// next ("stale element reference"). It waits for the element to exist.
+func (d *webDriver) click(css string) {
+	d.t.Helper()
+	deadline := time.Now().Add(d.timeout)
+	for {
+		var ok bool
+		_ = json.Unmarshal(d.do("POST", "/execute/sync", map[string]any{
+			"script": "const e = document.querySelector(arguments[0]); if (!e) return false; e.click(); return true;",
+			"args":   []any{css}}), &ok)
+		if ok {
+			return
+		}
+		if time.Now().After(deadline) {
+			d.t.Fatalf("no element %s to click", css)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
 // text is the text of the page's body.
 func (d *webDriver) text() string {
 	var s string
@@ -159,13 +181,13 @@ func TestBranchPage(t *testing.T) {
 
 	d.do("POST", "/url", map[string]string{"url": s.base + "/ui"})
 	d.do("POST", "/element/"+d.find("#token")+"/value", map[string]string{"text": token})
-	d.do("POST", "/element/"+d.find("#load")+"/click", nil)
+	d.click("#load")
 	d.waitFor("the source", func(s string) bool {
 		return strings.Contains(s, "prod\tcluster") || strings.Contains(s, "prod cluster")
 	})
 
 	d.do("POST", "/element/"+d.find("#bname")+"/value", map[string]string{"text": "web1"})
-	d.do("POST", "/element/"+d.find("#create")+"/click", nil)
+	d.click("#create")
 	d.waitFor("the new branch", func(s string) bool { return strings.Contains(s, "postgresql://branch_web1:") })
 	var url string
 	for _, f := range strings.Fields(d.text()) {
@@ -174,7 +196,7 @@ func TestBranchPage(t *testing.T) {
 		}
 	}
 	pgtest.Exec(t, url, "CREATE TABLE made_here (x int)")
-	d.do("POST", "/element/"+d.find("#branches tbody button")+"/click", nil) // Reset
+	d.click("#branches tbody button") // Reset
 	deadline := time.Now().Add(time.Minute)
 	for !tableGone(url, "made_here") {
 		if time.Now().After(deadline) {
@@ -182,17 +204,17 @@ func TestBranchPage(t *testing.T) {
 		}
 		time.Sleep(200 * time.Millisecond)
 	}
-	d.do("POST", "/element/"+d.find("#branches tbody button:nth-of-type(3)")+"/click", nil) // Stop
+	d.click("#branches tbody button:nth-of-type(3)") // Stop
 	d.waitFor("the branch stopped", func(s string) bool { return strings.Contains(s, "web1 (stopped)") })
 	if pingURL(url) == nil {
 		t.Error("the branch stopped on the page still answers")
 	}
-	d.do("POST", "/element/"+d.find("#branches tbody button:nth-of-type(3)")+"/click", nil) // Start
+	d.click("#branches tbody button:nth-of-type(3)") // Start
 	d.waitFor("the branch started", func(s string) bool { return strings.Contains(s, "web1") && !strings.Contains(s, "(stopped)") })
 	if err := pingURL(url); err != nil {
 		t.Errorf("the branch started on the page does not answer: %v", err)
 	}
-	d.do("POST", "/element/"+d.find("#branches tbody button:nth-of-type(2)")+"/click", nil) // Delete
+	d.click("#branches tbody button:nth-of-type(2)") // Delete
 	d.waitFor("no branch", func(s string) bool { return !strings.Contains(s, "branch_web1") })
 	if got := runInProcess(t, "branch", "ls", "--json", "--server", s.base, "--token", token); strings.Contains(got.stdout, "web1") {
 		t.Errorf("the branch deleted on the page is still listed:\n%s", got.stdout)

@@ -70,8 +70,10 @@ func (inst *Instance) SetPassword(ctx context.Context, role, password string) er
 // a 128-bit random password cannot be guessed at any count, while every
 // count costs each connecting client that many HMAC rounds of CPU (4096,
 // PostgreSQL's default, take 0.2-0.3 s in a debug build of a Rust client:
-// issue 33). Any other password gets DefaultIterations.
-const GeneratedPasswordIterations = 1
+// issue 33), but lib/pq (dbmate, many Go tools) refuses a count below
+// 4096 (RFC 7677's minimum): so 4096 until clients can be told apart.
+// Any other password gets DefaultIterations.
+const GeneratedPasswordIterations = 4096
 
 // DefaultIterations is PostgreSQL's default scram_iterations, used for
 // passwords pgfork did not generate.

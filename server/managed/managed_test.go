@@ -84,12 +84,12 @@ func startManaged(t *testing.T, dir string) *managed.Server {
 	return m
 }
 
-// TestCheapVerifierForGeneratedPasswords: the role handed out with the
-// password pgfork generated is stored with a SCRAM verifier of
+// TestVerifierForGeneratedPasswords: the role handed out with the
+// password pgfork generated is stored as a SCRAM verifier of
 // instance.GeneratedPasswordIterations (a client connecting spends no
 // noticeable CPU: issue 33), connects over TCP with it and not with another
 // password; a password the user chose keeps PostgreSQL's 4096 iterations.
-func TestCheapVerifierForGeneratedPasswords(t *testing.T) {
+func TestVerifierForGeneratedPasswords(t *testing.T) {
 	ctx := context.Background()
 	m := startManaged(t, filepath.Join(testenv.Dir(t), "serve"))
 	defer func() { _ = m.Stop(ctx) }()

@@ -14,7 +14,7 @@ here=$(cd "$(dirname "$0")" && pwd)
 log() { printf '== clients/rust/test.sh: %s\n' "$*" >&2; }
 
 command -v cargo >/dev/null || {
-	log "cargo not found: install Rust (stable >= 1.88, with clippy and rustfmt) and put cargo on PATH"
+	log "cargo not found: install Rust (stable >= 1.89, with clippy and rustfmt) and put cargo on PATH"
 	exit 1
 }
 for sub in clippy fmt; do

@@ -194,3 +194,46 @@ def test_failed_migration_discards_the_template_and_the_next_run_rebuilds(server
     fixed = run(["manage.py", "test", "shop.tests.WidgetTests"], cwd=proj)
     assert fixed.returncode == 0, both(fixed)
     assert f"pgfork: built template {h[0]} for alias 'default'" in fixed.stderr, fixed.stderr
+
+
+OWN_RUNNER = EXAMPLE.parent / "django_own_runner"
+
+
+@pytest.mark.parametrize("runner", ["ProjectRunner", "MixedRunner", "OneLinerRunner"])
+def test_a_project_with_its_own_runner(server: Client, runner: str) -> None:
+    # ProjectRunner subclasses pgfork.django.Runner (the README's first way),
+    # MixedRunner mixes PgforkRunnerMixin into another runner; OneLinerRunner is
+    # TEST_RUNNER = "pgfork.django.Runner", which drops the project's runner:
+    # its tests that rely on it fail (the finding that made the README show
+    # subclassing first).
+    p = run(["manage.py", "test", "-v", "2"], cwd=OWN_RUNNER, env={"OWN_RUNNER": runner})
+    assert "pgfork: alias(es) 'default' -> pgfork_test_" in p.stderr, both(p)
+    assert "test_database_from_pgfork (accounts.tests.RunnerTests.test_database_from_pgfork) ... ok" in p.stderr
+    if runner == "OneLinerRunner":
+        assert p.returncode != 0, both(p)
+        assert "FAIL: test_fast_password_hasher" in p.stderr and "FAIL: test_the_projects_runner_ran" in p.stderr
+    else:
+        assert p.returncode == 0, both(p)
+        assert re.search(r"Ran 4 tests", p.stderr) and "\nOK" in p.stderr
+
+
+def test_keepdb_reuses_the_template_and_gives_the_databases_back(server: Client) -> None:
+    # --keepdb: what Django keeps to save time is the migrated schema, which
+    # pgfork keeps as the template for every run anyway. The run's databases
+    # are given back: kept ones would fill the pool, and the server may hand
+    # one out again once nothing uses it, so no later run could count on it.
+    key = f"own-runner/keepdb/{uuid.uuid4().hex}"
+    first = run(["manage.py", "test", "--keepdb"], cwd=OWN_RUNNER, env={"OWN_EXTRA_KEY": key})
+    assert first.returncode == 0, both(first)
+    h = re.findall(r"pgfork: built template ([0-9a-f]{32}) for alias 'default'", first.stderr)
+    assert h, first.stderr
+    assert "pgfork: --keepdb: the template (the migrated schema) is kept and reused by the next run; " \
+           "the test databases are given back" in first.stderr
+    assert "keeping" not in first.stderr
+    second = run(["manage.py", "test", "--keepdb"], cwd=OWN_RUNNER, env={"OWN_EXTRA_KEY": key})
+    assert second.returncode == 0, both(second)
+    assert f"pgfork: using template {h[0]} for alias 'default' (migrated before)" in second.stderr
+    first_db = re.findall(r"-> (pgfork_test_\S+)", first.stderr)
+    assert first_db
+    tpl = [t for t in server.list_templates()["templates"] if t["templateHash"] == h[0]]
+    assert tpl and not tpl[0]["databases"].get("in_use"), tpl  # nothing kept in the pool

@@ -28,26 +28,24 @@ the kept database's URL in full).
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shlex
-import shutil
-import tempfile
+import sys
 import urllib.parse
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Dict, Generator, Iterator, List, Optional, Set
 
 import pytest
 
-from .client import DEFAULT_URL, Client, DatabaseConfig, TemplateAlreadyInitialized, TemplateDiscarded, TestDatabase
+from .client import DEFAULT_URL, Client, DatabaseConfig, PgforkError, TemplateAlreadyInitialized, TemplateDiscarded, TestDatabase
 from .hashing import StrPath, template_hash
 from .migrate import Migrator, SQLFiles, psycopg_module
-from .server import ensure_server, stop_server
+from .server import server_for_run
 
 if TYPE_CHECKING:
     import psycopg
 
-RUN_DIR_ENV = "PGFORK_PYTEST_RUN_DIR"  # shared by the controller and its xdist workers
-_owned_run_dir = pytest.StashKey[str]()
 _dbs_key = pytest.StashKey[List["PgforkDatabase"]]()
 
 Migrate = Callable[[str], None]
@@ -279,22 +277,6 @@ def pytest_configure(config: pytest.Config) -> None:
                                        "recreating it")
     _bool_setting(config, "pgfork_autocommit", True)  # a bad value is a usage error at once
     _migrator_name(config)
-    # The controller (or a run without xdist) owns a run directory that its
-    # workers inherit through the environment; a server the plugin starts is
-    # recorded there and stopped in pytest_unconfigure.
-    if not hasattr(config, "workerinput") and RUN_DIR_ENV not in os.environ:
-        d = tempfile.mkdtemp(prefix="pgfork-pytest-")
-        os.environ[RUN_DIR_ENV] = d
-        config.stash[_owned_run_dir] = d
-
-
-def pytest_unconfigure(config: pytest.Config) -> None:
-    d = config.stash.get(_owned_run_dir, None)
-    if d:
-        stop_server(Path(d))
-        shutil.rmtree(d, ignore_errors=True)
-        if os.environ.get(RUN_DIR_ENV) == d:
-            del os.environ[RUN_DIR_ENV]
 
 
 @pytest.hookimpl(hookwrapper=True)
@@ -322,27 +304,37 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) ->
                            for k, v in report.sections]
 
 
+def _progress(config: pytest.Config) -> Callable[[str], None]:
+    """Writes a line to the terminal past pytest's capture (the wait for a
+    server that installs PostgreSQL should not look like a hang)."""
+    capman = config.pluginmanager.getplugin("capturemanager")
+
+    def write(line: str) -> None:
+        with capman.global_and_fixture_disabled() if capman else contextlib.nullcontext():
+            sys.stderr.write(line + "\n")
+            sys.stderr.flush()
+
+    return write
+
+
 @pytest.fixture(scope="session")
 def pgfork_client(pytestconfig: pytest.Config) -> Client:
-    """A client for the configured server, started in the background if none
-    answers and a `pgfork` binary is on PATH."""
+    """A client for the configured server. When none answers, a `pgfork
+    serve` is started for the run (shared by xdist workers, stopped when the
+    run's processes exit; see pgfork.server)."""
     url = _setting(pytestconfig, "pgfork_url", "PGFORK_URL")
     api_version = None
     if not url:
         url = os.environ.get("INTEGRESQL_CLIENT_BASE_URL", "")
         if url and not url.rstrip("/").endswith("/api/v2"):
             api_version = 1  # IntegreSQL's clients' variable: the server may be IntegreSQL itself
-    client = Client(url or DEFAULT_URL, token=_setting(pytestconfig, "pgfork_token", "PGFORK_TOKEN") or None,
-                    api_version=api_version)
-    run_dir = Path(os.environ.get(RUN_DIR_ENV) or tempfile.mkdtemp(prefix="pgfork-pytest-"))
+    token = _setting(pytestconfig, "pgfork_token", "PGFORK_TOKEN") or None
     extra = shlex.split(_setting(pytestconfig, "pgfork_serve_args", "PGFORK_SERVE_ARGS"))
-    if not ensure_server(client, run_dir, extra_args=extra):
-        msg = (f"no pgfork server answers at {client.masked_base_url} and no `pgfork` binary is on PATH to start one; "
-               "run `pgfork serve` or set --pgfork-url / PGFORK_URL / pgfork_url")
-        if url:
-            pytest.fail(msg, pytrace=False)
-        pytest.skip(msg)
-    return client
+    try:
+        s = server_for_run(url, token, extra_args=extra, progress=_progress(pytestconfig))
+    except PgforkError as e:
+        pytest.fail(f"pgfork: {e}", pytrace=False)
+    return Client(s.url, token=s.token, api_version=api_version)
 
 
 @pytest.fixture(scope="session")

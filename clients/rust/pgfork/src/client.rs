@@ -364,9 +364,11 @@ impl Client {
 
     /// A client for the server the environment names: `$PGFORK_URL`, else
     /// `$INTEGRESQL_CLIENT_BASE_URL` (then API v1 unless it ends in /api/v2),
-    /// else [`DEFAULT_URL`]; the token from `$PGFORK_TOKEN`.
+    /// else [`DEFAULT_URL`]; the token from `$PGFORK_TOKEN`. When neither
+    /// variable is set and nothing answers at [`DEFAULT_URL`], a `pgfork serve`
+    /// started for the test run, shared by its processes (see the README).
     pub fn from_env() -> Result<Client> {
-        let s = crate::env::EnvSettings::read();
+        let s = crate::autostart::env_settings()?;
         let opts = ClientOptions {
             token: s.token,
             api_version: s.api_version,

@@ -47,6 +47,11 @@ pub enum Error {
     /// so every test waiting for it fails with this too.
     #[error("{0}")]
     MigrationFailed(String),
+    /// No server is configured, none answers at the default URL, and
+    /// starting `pgfork serve` for the test run failed (no binary, or it did
+    /// not come up: the message has its output).
+    #[error("{0}")]
+    ServeStart(String),
     /// A bad argument or setting (base URL, migrations directory, …).
     #[error("{0}")]
     Config(String),

@@ -3,6 +3,7 @@
 //! run. See clients/rust/README.md.
 #![warn(missing_docs)]
 
+mod autostart;
 mod client;
 mod env;
 mod error;

@@ -19,7 +19,7 @@ from django.apps import apps
 from django.conf import settings
 from django.db import connections
 
-from ..client import DEFAULT_URL, Client, DatabaseConfig, TemplateAlreadyInitialized, TemplateNotFound, TestDatabase
+from ..client import Client, DatabaseConfig, TemplateAlreadyInitialized, TemplateNotFound, TestDatabase
 from ..hashing import template_hash
 
 #: Key in a connection's settings dict under which the runner records the
@@ -57,7 +57,9 @@ def options() -> Dict[str, Any]:
 
 def make_client(url: str = "", token: str = "") -> Client:
     """A client for the server named by url/token, else the environment
-    ($PGFORK_URL, $PGFORK_TOKEN), else settings.PGFORK, else the default."""
+    ($PGFORK_URL, $PGFORK_TOKEN), else settings.PGFORK; with none, the one
+    answering at the default URL, else a `pgfork serve` started for the run
+    (pgfork.server.server_for_run)."""
     opts = options()
     api_version = None
     url = url or os.environ.get("PGFORK_URL") or opts["URL"]
@@ -66,7 +68,10 @@ def make_client(url: str = "", token: str = "") -> Client:
         if not url.rstrip("/").endswith("/api/v2"):
             api_version = 1
     token = token or os.environ.get("PGFORK_TOKEN") or opts["TOKEN"]
-    return Client(url or DEFAULT_URL, token=token or None, api_version=api_version)
+    from ..server import server_for_run
+
+    s = server_for_run(url, token or None, progress=log)
+    return Client(s.url, token=s.token, api_version=api_version)
 
 
 def masked_url(config: DatabaseConfig) -> str:

@@ -50,33 +50,31 @@ class PgforkParallelTestSuite(ParallelTestSuite):
     init_worker = _pgfork_init_worker
 
 
-class Runner(DiscoverRunner):
-    """DiscoverRunner with the test databases from `pgfork serve`:
+class PgforkRunnerMixin:
+    """The test databases of a Django test runner from `pgfork serve`, mixed
+    into a runner of your own (one that derives from DiscoverRunner, maybe
+    through another package's runner)::
 
-    - one pgfork template per distinct test database, keyed by the migration
-      files of every installed app, the models' state, the settings that
-      shape the schema and ``settings.PGFORK["EXTRA_KEY"]``; built with
-      `migrate` by the first run that needs it, reused by later runs and
-      other checkouts; a changed migration or model is a new template;
-    - the run's databases (and, with --parallel N, one per worker) come from
-      the pool, in milliseconds, instead of CREATE DATABASE and clones;
-    - TransactionTestCase tests get a fresh database each instead of a
-      flush (``settings.PGFORK["FRESH_TRANSACTION_DB"]``, default "auto");
-    - after a passing run the databases are given back to be recreated;
-      with --keepdb, or after a failing run (``KEEP_ON_FAILURE``), they are
-      kept and their URLs printed with the password masked.
+        class ProjectRunner(PgforkRunnerMixin, XMLTestRunner):
+            ...
 
-    Settings: ``PGFORK = {"URL", "TOKEN", "EXTRA_KEY", "FRESH_TRANSACTION_DB",
-    "FRESH_MIN_TABLES", "KEEP_ON_FAILURE"}``; $PGFORK_URL and $PGFORK_TOKEN
-    win over URL and TOKEN.
+    It must come before the runner in the bases. It overrides
+    ``setup_databases``, ``run_suite`` and ``teardown_databases`` (calling
+    ``super().run_suite``) and sets ``parallel_test_suite``; override those
+    in your class only to call ``super()``. :class:`Runner` is this mixin on
+    DiscoverRunner.
     """
 
     parallel_test_suite = PgforkParallelTestSuite
 
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
-        super().__init__(*args, **kwargs)
-        self._pgfork: Optional[_core.Session] = None
-        self._pgfork_result: Any = None
+    _pgfork: Optional[_core.Session] = None
+    _pgfork_result: Any = None
+    # DiscoverRunner's, for the type checker.
+    verbosity: int
+    parallel: int
+    keepdb: bool
+    debug_sql: bool
+    time_keeper: Any
 
     def setup_databases(self, **kwargs: Any) -> List[Any]:
         session = _core.Session(verbosity=self.verbosity)
@@ -97,7 +95,7 @@ class Runner(DiscoverRunner):
         return []
 
     def run_suite(self, suite: Any, **kwargs: Any) -> Any:
-        self._pgfork_result = super().run_suite(suite, **kwargs)
+        self._pgfork_result = super().run_suite(suite, **kwargs)  # type: ignore[misc]
         return self._pgfork_result
 
     def teardown_databases(self, old_config: Any, **kwargs: Any) -> None:
@@ -110,10 +108,41 @@ class Runner(DiscoverRunner):
             connections[alias].settings_dict.pop(_WORKERS, None)
         result = self._pgfork_result
         failed = result is None or not result.wasSuccessful()
-        if self.keepdb:
-            session.teardown(keep=True, reason="--keepdb")
-        elif failed and session.opts["KEEP_ON_FAILURE"]:
+        if failed and session.opts["KEEP_ON_FAILURE"]:
             session.teardown(keep=True, reason="the run failed")
         else:
+            if self.keepdb and self.verbosity >= 1:
+                # Keeping them would fill the pool, and the server may hand a
+                # database out again once nothing uses it: a later run could
+                # not rely on finding it as this one left it.
+                _core.log("pgfork: --keepdb: the template (the migrated schema) is kept and reused by the next run; "
+                          "the test databases are given back")
             session.teardown(keep=False, reason="")
 
+class Runner(PgforkRunnerMixin, DiscoverRunner):
+    """DiscoverRunner with the test databases from `pgfork serve`:
+
+    - one pgfork template per distinct test database, keyed by the migration
+      files of every installed app, the models' state, the settings that
+      shape the schema and ``settings.PGFORK["EXTRA_KEY"]``; built with
+      `migrate` by the first run that needs it, reused by later runs and
+      other checkouts; a changed migration or model is a new template;
+    - the run's databases (and, with --parallel N, one per worker) come from
+      the pool, in milliseconds, instead of CREATE DATABASE and clones;
+    - TransactionTestCase tests get a fresh database each instead of a
+      flush (``settings.PGFORK["FRESH_TRANSACTION_DB"]``, default "auto");
+    - after a passing run the databases are given back to be recreated;
+      after a failing run (``KEEP_ON_FAILURE``) they are kept and their URLs
+      printed with the password masked. ``--keepdb`` keeps what Django's
+      keeps to save time, the migrated schema: the template, which every run
+      reuses anyway; the run's databases are given back as without it.
+
+    Settings: ``PGFORK = {"URL", "TOKEN", "EXTRA_KEY", "FRESH_TRANSACTION_DB",
+    "FRESH_MIN_TABLES", "KEEP_ON_FAILURE"}``; $PGFORK_URL and $PGFORK_TOKEN
+    win over URL and TOKEN; with none, a `pgfork serve` is started for the
+    run (pgfork.server).
+
+    A project with a runner of its own subclasses this one (or, when its
+    runner derives from another package's, mixes in
+    :class:`PgforkRunnerMixin`).
+    """

@@ -1,0 +1,503 @@
+//! Starting `pgfork serve` for a test run when no server is configured and
+//! none answers at the default URL, once for all the run's test processes.
+//!
+//! `cargo test` runs one process per test binary, one after another, and has
+//! no global teardown. So the processes share one server through files in the
+//! state directory (`$PGFORK_STATE_DIR`, else `<target dir>/pgfork`):
+//!
+//! - `lease`: every process takes a shared `flock` on it before anything else
+//!   and holds it until it exits; the server is started with `--lease` on it
+//!   and stops once no process has held it for a second (the run is over, or
+//!   was killed);
+//! - `start.lock`: taken exclusively while a process looks for a running
+//!   server or starts one, so only one process starts it;
+//! - `serve.json`: the started server's URL and token (0600), for the next
+//!   processes; `serve.out` and `serve.log`: its stdout and stderr.
+//!
+//! The server keeps its state (managed PostgreSQL, templates) in the same
+//! directory, so the next run reuses the templates.
+
+use std::fs::{File, OpenOptions};
+use std::io::{Read, Seek, SeekFrom, Write};
+use std::net::{SocketAddr, TcpStream, ToSocketAddrs};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::OnceLock;
+use std::time::{Duration, Instant};
+
+use serde::{Deserialize, Serialize};
+
+use crate::client::DEFAULT_URL;
+use crate::env::EnvSettings;
+use crate::error::{Error, Result};
+
+/// `EnvSettings::from` of a server started (or joined) by this module.
+pub(crate) const FROM_STARTED: &str = "pgfork serve started for this test run";
+
+/// How long a started server may take to answer: its first start may
+/// install PostgreSQL and runs initdb.
+const START_TIMEOUT: Duration = Duration::from_secs(600);
+
+/// How long to retry while a server that is stopping still holds the state
+/// directory.
+const BUSY_RETRY: Duration = Duration::from_secs(10);
+
+/// The settings of the environment; when it names no server and none
+/// answers at [`DEFAULT_URL`], those of a `pgfork serve` started for this
+/// test run (or one another process of the run started). Once per process.
+pub(crate) fn env_settings() -> Result<EnvSettings> {
+    let env = EnvSettings::read();
+    if env.from != "default" {
+        return Ok(env);
+    }
+    static STARTED: OnceLock<std::result::Result<Option<Record>, String>> = OnceLock::new();
+    match STARTED.get_or_init(|| start_or_join().map_err(|e| e.to_string())) {
+        Ok(None) => Ok(env),
+        Ok(Some(r)) => Ok(EnvSettings {
+            url: r.url.clone(),
+            from: FROM_STARTED,
+            token: Some(r.token.clone()),
+            api_version: None,
+        }),
+        Err(msg) => Err(Error::ServeStart(msg.clone())),
+    }
+}
+
+/// What `serve.json` records.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+struct Record {
+    url: String,
+    token: String,
+    pid: u32,
+}
+
+/// None: a server answers at the default URL. Else the run's server,
+/// started now if no process of the run started one.
+fn start_or_join() -> Result<Option<Record>> {
+    if healthy(DEFAULT_URL) {
+        return Ok(None);
+    }
+    let dir = state_dir();
+    std::fs::create_dir_all(&dir)
+        .map_err(|e| Error::ServeStart(format!("pgfork: cannot create the state directory {}: {e}", dir.display())))?;
+    hold_lease(&dir)?;
+    let lock_path = dir.join("start.lock");
+    let lock = open_rw(&lock_path)?;
+    lock.lock()
+        .map_err(|e| Error::ServeStart(format!("pgfork: cannot lock {}: {e}", lock_path.display())))?;
+    let record_path = dir.join("serve.json");
+    if let Some(r) = read_record(&record_path)
+        && healthy(&r.url)
+    {
+        return Ok(Some(r));
+    }
+    let bin = find_binary()?;
+    let r = start(&bin, &dir)?;
+    write_record(&record_path, &r)?;
+    drop(lock);
+    Ok(Some(r))
+}
+
+/// The state directory: `$PGFORK_STATE_DIR`, else `pgfork` in the cargo
+/// target directory the test binary was built in (the ancestor of the
+/// executable holding cargo's `CACHEDIR.TAG`), else one in the temp directory.
+pub(crate) fn state_dir() -> PathBuf {
+    if let Some(d) = std::env::var_os("PGFORK_STATE_DIR").filter(|d| !d.is_empty()) {
+        return PathBuf::from(d);
+    }
+    if let Ok(exe) = std::env::current_exe() {
+        for dir in exe.ancestors().skip(1) {
+            if dir.join("CACHEDIR.TAG").is_file() {
+                return dir.join("pgfork");
+            }
+        }
+    }
+    std::env::temp_dir().join("pgfork-rust-tests")
+}
+
+fn open_rw(path: &Path) -> Result<File> {
+    let mut o = OpenOptions::new();
+    o.read(true).write(true).create(true).truncate(false);
+    o.open(path)
+        .map_err(|e| Error::ServeStart(format!("pgfork: cannot open {}: {e}", path.display())))
+}
+
+/// Takes a shared lock on `dir/lease`, held until the process exits.
+fn hold_lease(dir: &Path) -> Result<()> {
+    static LEASE: OnceLock<File> = OnceLock::new();
+    let path = dir.join("lease");
+    let f = open_rw(&path)?;
+    f.lock_shared()
+        .map_err(|e| Error::ServeStart(format!("pgfork: cannot lock {}: {e}", path.display())))?;
+    // Never dropped: the lock goes when the process does.
+    let _ = LEASE.set(f);
+    Ok(())
+}
+
+fn read_record(path: &Path) -> Option<Record> {
+    serde_json::from_slice(&std::fs::read(path).ok()?).ok()
+}
+
+/// Writes the record beside its place and renames it there (readers never
+/// see half of it), readable by this user only: it holds the token.
+fn write_record(path: &Path, r: &Record) -> Result<()> {
+    let tmp = path.with_extension(format!("json.tmp-{}", std::process::id()));
+    let err = |e: std::io::Error| Error::ServeStart(format!("pgfork: cannot write {}: {e}", path.display()));
+    let mut o = OpenOptions::new();
+    o.write(true).create(true).truncate(true);
+    #[cfg(unix)]
+    std::os::unix::fs::OpenOptionsExt::mode(&mut o, 0o600);
+    let mut f = o.open(&tmp).map_err(err)?;
+    let written = f
+        .write_all(&serde_json::to_vec(r).expect("a record serializes"))
+        .and_then(|_| std::fs::rename(&tmp, path));
+    if let Err(e) = written {
+        let _ = std::fs::remove_file(&tmp);
+        return Err(err(e));
+    }
+    Ok(())
+}
+
+/// `$PGFORK_BIN`, else `pgfork` on PATH.
+fn find_binary() -> Result<PathBuf> {
+    if let Some(b) = std::env::var_os("PGFORK_BIN").filter(|b| !b.is_empty()) {
+        let p = PathBuf::from(&b);
+        if !p.is_file() {
+            return Err(Error::ServeStart(format!(
+                "pgfork: PGFORK_BIN={} is not a file: point it at the pgfork binary, or unset it to use pgfork on PATH",
+                p.display()
+            )));
+        }
+        return Ok(p);
+    }
+    if let Some(path) = std::env::var_os("PATH") {
+        for dir in std::env::split_paths(&path) {
+            let p = dir.join("pgfork");
+            if is_executable(&p) {
+                return Ok(p);
+            }
+        }
+    }
+    Err(Error::ServeStart(no_binary_message()))
+}
+
+fn is_executable(p: &Path) -> bool {
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::PermissionsExt;
+        p.metadata()
+            .is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
+    }
+    #[cfg(not(unix))]
+    {
+        p.is_file()
+    }
+}
+
+/// The error when there is no server and no binary to start one: how cargo
+/// users get the binary.
+pub(crate) fn no_binary_message() -> String {
+    let os = match std::env::consts::OS {
+        "macos" => "darwin",
+        other => other,
+    };
+    let arch = match std::env::consts::ARCH {
+        "x86_64" => "amd64",
+        "aarch64" => "arm64",
+        other => other,
+    };
+    format!(
+        "pgfork: no pgfork server answers at {DEFAULT_URL} and no pgfork binary was found to start one \
+         (PGFORK_BIN is unset and there is no pgfork on PATH). Get the release tarball \
+         pgfork-<version>-{os}-{arch}.tar.gz (https://github.com/pgfork/pgfork/releases), and put its \
+         pgfork on PATH or set PGFORK_BIN to it; or set PGFORK_URL (and PGFORK_TOKEN) to a running server"
+    )
+}
+
+/// 32 hex digits from the system's random source.
+fn random_token() -> Result<String> {
+    let mut b = [0u8; 16];
+    File::open("/dev/urandom")
+        .and_then(|mut f| f.read_exact(&mut b))
+        .map_err(|e| Error::ServeStart(format!("pgfork: cannot read /dev/urandom for a token: {e}")))?;
+    Ok(b.iter().map(|x| format!("{x:02x}")).collect())
+}
+
+fn to_stderr(line: &str) {
+    // Not eprintln!: the test harness captures that; this is for the person
+    // waiting on `cargo test`.
+    let _ = writeln!(std::io::stderr().lock(), "{line}");
+}
+
+/// Starts `bin serve` on a free loopback port with a new token and waits
+/// until it answers. Retried while a server that is stopping still holds
+/// the state directory.
+fn start(bin: &Path, dir: &Path) -> Result<Record> {
+    let t0 = Instant::now();
+    to_stderr(&format!(
+        "pgfork: starting {} serve for this test run (state in {}; it stops when the run's last test process exits)",
+        bin.display(),
+        dir.display()
+    ));
+    loop {
+        match start_once(bin, dir) {
+            Err(Busy(_)) if t0.elapsed() < BUSY_RETRY => std::thread::sleep(Duration::from_millis(200)),
+            Err(Busy(msg)) | Err(Failed(msg)) => return Err(Error::ServeStart(msg)),
+            Ok(r) => {
+                to_stderr(&format!(
+                    "pgfork: pgfork serve answers at {} ({:.1} s)",
+                    r.url,
+                    t0.elapsed().as_secs_f64()
+                ));
+                return Ok(r);
+            }
+        }
+    }
+}
+
+enum StartError {
+    /// Another server (stopping) holds the state directory.
+    Busy(String),
+    Failed(String),
+}
+use StartError::{Busy, Failed};
+
+fn start_once(bin: &Path, dir: &Path) -> std::result::Result<Record, StartError> {
+    let out_path = dir.join("serve.out");
+    let log_path = dir.join("serve.log");
+    let failed = |what: &str, e: std::io::Error| Failed(format!("pgfork: {what}: {e}"));
+    let out = File::create(&out_path).map_err(|e| failed(&format!("cannot create {}", out_path.display()), e))?;
+    let log = File::create(&log_path).map_err(|e| failed(&format!("cannot create {}", log_path.display()), e))?;
+    let token = random_token().map_err(|e| Failed(e.to_string()))?;
+    let lease = dir.join("lease");
+    let mut cmd = Command::new(bin);
+    cmd.arg("serve")
+        .arg("--lease")
+        .arg(&lease)
+        .args(["--listen", "127.0.0.1:0", "--json", "--state-dir"])
+        .arg(dir)
+        // The token through the environment, not the command line (ps shows that).
+        .env("PGFORK_TOKEN", &token)
+        .stdin(Stdio::null())
+        // Files, not pipes: the server outlives this process, and a Go
+        // program writing to a closed pipe on stdout or stderr dies of SIGPIPE.
+        .stdout(out)
+        .stderr(log);
+    #[cfg(unix)]
+    // A process group of its own: Ctrl-C on one `cargo test` must not stop
+    // a server another run in the same target directory shares.
+    std::os::unix::process::CommandExt::process_group(&mut cmd, 0);
+    let shown = format!(
+        "{} serve --lease {} --listen 127.0.0.1:0 --json --state-dir {}",
+        bin.display(),
+        lease.display(),
+        dir.display()
+    );
+    let mut child = cmd
+        .spawn()
+        .map_err(|e| failed(&format!("cannot run `{shown}`"), e))?;
+    let r = wait_until_answering(&mut child, &shown, &token, &out_path, &log_path);
+    if r.is_err() {
+        let _ = child.kill();
+        let _ = child.wait();
+    }
+    r
+}
+
+/// Waits for the server's JSON line and its /healthz, relaying its lines
+/// about installing PostgreSQL to stderr meanwhile.
+fn wait_until_answering(
+    child: &mut Child,
+    shown: &str,
+    token: &str,
+    out_path: &Path,
+    log_path: &Path,
+) -> std::result::Result<Record, StartError> {
+    let deadline = Instant::now() + START_TIMEOUT;
+    let mut log_seen = 0u64;
+    let mut url: Option<String> = None;
+    loop {
+        relay_progress(log_path, &mut log_seen);
+        if url.is_none() {
+            url = listen_url(out_path);
+        }
+        if let Some(u) = &url
+            && healthy(u)
+        {
+            return Ok(Record {
+                url: u.clone(),
+                token: token.to_string(),
+                pid: child.id(),
+            });
+        }
+        if let Ok(Some(status)) = child.try_wait() {
+            relay_progress(log_path, &mut log_seen);
+            let tail = tail(log_path);
+            let msg = format!("pgfork: `{shown}` exited ({status}) before it answered:\n{tail}");
+            return Err(if tail.contains("already uses the state directory") {
+                Busy(msg)
+            } else {
+                Failed(msg)
+            });
+        }
+        if Instant::now() > deadline {
+            return Err(Failed(format!(
+                "pgfork: `{shown}` did not answer within {START_TIMEOUT:?}:\n{}",
+                tail(log_path)
+            )));
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+/// The URL of the address in the first line serve printed with --json.
+fn listen_url(out_path: &Path) -> Option<String> {
+    #[derive(Deserialize)]
+    struct Line {
+        listen: String,
+    }
+    let text = std::fs::read_to_string(out_path).ok()?;
+    let (first, _) = text.split_once('\n')?;
+    let l: Line = serde_json::from_str(first).ok()?;
+    Some(format!("http://{}", l.listen))
+}
+
+/// Writes the server's new log lines about installing PostgreSQL to stderr.
+fn relay_progress(log_path: &Path, seen: &mut u64) {
+    let Ok(mut f) = File::open(log_path) else { return };
+    if f.seek(SeekFrom::Start(*seen)).is_err() {
+        return;
+    }
+    let mut buf = String::new();
+    if f.read_to_string(&mut buf).is_err() {
+        return;
+    }
+    // Only whole lines; a partial one is read again next time.
+    let Some(end) = buf.rfind('\n') else { return };
+    for line in buf[..end].lines() {
+        let l = line.to_lowercase();
+        if l.contains("install") || l.contains("download") {
+            to_stderr(&format!("pgfork serve: {}", line.trim_end()));
+        }
+    }
+    *seen += end as u64 + 1;
+}
+
+/// The last 2,000 bytes of the server's log.
+fn tail(log_path: &Path) -> String {
+    let text = std::fs::read_to_string(log_path).unwrap_or_default();
+    let mut start = text.len().saturating_sub(2000);
+    while !text.is_char_boundary(start) {
+        start += 1;
+    }
+    text[start..].trim().to_string()
+}
+
+/// Whether `GET /healthz` at `base_url` (http://host:port) answers 200
+/// within a second. Blocking, with no runtime: it runs before any test's.
+pub(crate) fn healthy(base_url: &str) -> bool {
+    let Ok(u) = reqwest::Url::parse(base_url) else {
+        return false;
+    };
+    let (Some(host), Some(port)) = (u.host_str(), u.port_or_known_default()) else {
+        return false;
+    };
+    if u.scheme() != "http" {
+        return false;
+    }
+    let host = host.trim_start_matches('[').trim_end_matches(']');
+    let Some(addr): Option<SocketAddr> = (host, port).to_socket_addrs().ok().and_then(|mut a| a.next()) else {
+        return false;
+    };
+    let timeout = Duration::from_secs(1);
+    let Ok(mut s) = TcpStream::connect_timeout(&addr, timeout) else {
+        return false;
+    };
+    let _ = s.set_read_timeout(Some(timeout));
+    let _ = s.set_write_timeout(Some(timeout));
+    let path = format!("{}/healthz", u.path().trim_end_matches('/'));
+    let req = format!("GET {path} HTTP/1.0\r\nHost: {host}:{port}\r\nConnection: close\r\n\r\n");
+    if s.write_all(req.as_bytes()).is_err() {
+        return false;
+    }
+    let mut head = [0u8; 16];
+    let mut n = 0;
+    while n < head.len() {
+        match s.read(&mut head[n..]) {
+            Ok(0) | Err(_) => break,
+            Ok(k) => n += k,
+        }
+    }
+    let status = String::from_utf8_lossy(&head[..n]);
+    status.starts_with("HTTP/1.") && status.get(9..12) == Some("200")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn no_binary_message_names_the_tarball_and_both_ways() {
+        let m = no_binary_message();
+        assert!(m.contains("pgfork-<version>-"), "{m}");
+        assert!(m.contains(".tar.gz") && m.contains("PGFORK_BIN") && m.contains("PATH"), "{m}");
+        assert!(!m.contains("macos") && !m.contains("x86_64"), "{m}");
+    }
+
+    #[test]
+    fn nothing_listening_is_not_healthy() {
+        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let addr = l.local_addr().unwrap();
+        drop(l);
+        assert!(!healthy(&format!("http://{addr}")));
+        assert!(!healthy("not a url"));
+    }
+
+    #[test]
+    fn healthy_wants_a_200_from_healthz() {
+        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let addr = l.local_addr().unwrap();
+        let t = std::thread::spawn(move || {
+            let mut seen = Vec::new();
+            for answer in ["HTTP/1.1 200 OK\r\n\r\nok", "HTTP/1.1 404 Not Found\r\n\r\n"] {
+                let (mut s, _) = l.accept().unwrap();
+                let mut buf = [0u8; 512];
+                let n = s.read(&mut buf).unwrap();
+                seen.push(String::from_utf8_lossy(&buf[..n]).lines().next().unwrap_or("").to_string());
+                s.write_all(answer.as_bytes()).unwrap();
+            }
+            seen
+        });
+        assert!(healthy(&format!("http://{addr}")));
+        assert!(!healthy(&format!("http://{addr}/")));
+        assert_eq!(t.join().unwrap(), ["GET /healthz HTTP/1.0", "GET /healthz HTTP/1.0"]);
+    }
+
+    #[test]
+    fn progress_lines_about_installing_only_whole_lines() {
+        let dir = std::env::temp_dir().join(format!("pgfork-relay-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let log = dir.join("serve.log");
+        std::fs::write(&log, "starting\ninstalling PostgreSQL 18.1 (12 MiB)\npartial").unwrap();
+        let mut seen = 0;
+        relay_progress(&log, &mut seen);
+        assert_eq!(seen, "starting\ninstalling PostgreSQL 18.1 (12 MiB)\n".len() as u64);
+        let mut f = OpenOptions::new().append(true).open(&log).unwrap();
+        f.write_all(b" line\n").unwrap();
+        relay_progress(&log, &mut seen);
+        assert_eq!(seen, std::fs::metadata(&log).unwrap().len());
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn listen_url_from_the_first_json_line() {
+        let dir = std::env::temp_dir().join(format!("pgfork-listen-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let out = dir.join("serve.out");
+        std::fs::write(&out, "{\"listen\": \"127.0.0.1:4").unwrap();
+        assert_eq!(listen_url(&out), None);
+        std::fs::write(&out, "{\"listen\": \"127.0.0.1:41234\", \"socket\": \"\"}\n").unwrap();
+        assert_eq!(listen_url(&out).as_deref(), Some("http://127.0.0.1:41234"));
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+}

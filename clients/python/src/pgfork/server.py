@@ -240,12 +240,19 @@ def _start_once(exe: str, state: Path, listen: str, token: str, extra_args: Sequ
 
 
 def _listen_url(out_path: Path) -> str:
-    """http://ADDRESS from the first line serve printed with --json."""
+    """http://ADDRESS from the JSON serve printed with --json (one line, or
+    one indented object)."""
     try:
-        first, nl, _ = out_path.read_text().partition("\n")
-        return f"http://{json.loads(first)['listen']}" if nl else ""
-    except (OSError, ValueError, KeyError, TypeError):
+        text = out_path.read_text()
+    except OSError:
         return ""
+    first = text.partition("\n")[0]
+    for candidate in (first, text):
+        try:
+            return f"http://{json.loads(candidate)['listen']}"
+        except (ValueError, KeyError, TypeError):
+            pass
+    return ""
 
 
 def _relay(log_path: Path, seen: int, progress: Progress) -> int:

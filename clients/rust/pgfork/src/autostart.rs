@@ -78,8 +78,12 @@ fn start_or_join() -> Result<Option<Record>> {
         return Ok(None);
     }
     let dir = state_dir();
-    std::fs::create_dir_all(&dir)
-        .map_err(|e| Error::ServeStart(format!("pgfork: cannot create the state directory {}: {e}", dir.display())))?;
+    std::fs::create_dir_all(&dir).map_err(|e| {
+        Error::ServeStart(format!(
+            "pgfork: cannot create the state directory {}: {e}",
+            dir.display()
+        ))
+    })?;
     hold_lease(&dir)?;
     let lock_path = dir.join("start.lock");
     let lock = open_rw(&lock_path)?;
@@ -293,9 +297,7 @@ fn start_once(bin: &Path, dir: &Path) -> std::result::Result<Record, StartError>
         lease.display(),
         dir.display()
     );
-    let mut child = cmd
-        .spawn()
-        .map_err(|e| failed(&format!("cannot run `{shown}`"), e))?;
+    let mut child = cmd.spawn().map_err(|e| failed(&format!("cannot run `{shown}`"), e))?;
     let r = wait_until_answering(&mut child, &shown, &token, &out_path, &log_path);
     if r.is_err() {
         let _ = child.kill();
@@ -350,15 +352,18 @@ fn wait_until_answering(
     }
 }
 
-/// The URL of the address in the first line serve printed with --json.
+/// The URL of the address serve printed with --json (one line, or one
+/// indented object).
 fn listen_url(out_path: &Path) -> Option<String> {
     #[derive(Deserialize)]
     struct Line {
         listen: String,
     }
     let text = std::fs::read_to_string(out_path).ok()?;
-    let (first, _) = text.split_once('\n')?;
-    let l: Line = serde_json::from_str(first).ok()?;
+    let first = text.split_once('\n').map(|(f, _)| f)?;
+    let l: Line = serde_json::from_str(first)
+        .or_else(|_| serde_json::from_str(&text))
+        .ok()?;
     Some(format!("http://{}", l.listen))
 }
 
@@ -440,7 +445,10 @@ mod tests {
     fn no_binary_message_names_the_tarball_and_both_ways() {
         let m = no_binary_message();
         assert!(m.contains("pgfork-<version>-"), "{m}");
-        assert!(m.contains(".tar.gz") && m.contains("PGFORK_BIN") && m.contains("PATH"), "{m}");
+        assert!(
+            m.contains(".tar.gz") && m.contains("PGFORK_BIN") && m.contains("PATH"),
+            "{m}"
+        );
         assert!(!m.contains("macos") && !m.contains("x86_64"), "{m}");
     }
 
@@ -463,7 +471,13 @@ mod tests {
                 let (mut s, _) = l.accept().unwrap();
                 let mut buf = [0u8; 512];
                 let n = s.read(&mut buf).unwrap();
-                seen.push(String::from_utf8_lossy(&buf[..n]).lines().next().unwrap_or("").to_string());
+                seen.push(
+                    String::from_utf8_lossy(&buf[..n])
+                        .lines()
+                        .next()
+                        .unwrap_or("")
+                        .to_string(),
+                );
                 s.write_all(answer.as_bytes()).unwrap();
             }
             seen
@@ -498,6 +512,8 @@ mod tests {
         assert_eq!(listen_url(&out), None);
         std::fs::write(&out, "{\"listen\": \"127.0.0.1:41234\", \"socket\": \"\"}\n").unwrap();
         assert_eq!(listen_url(&out).as_deref(), Some("http://127.0.0.1:41234"));
+        std::fs::write(&out, "{\n  \"listen\": \"127.0.0.1:41235\"\n}\n").unwrap();
+        assert_eq!(listen_url(&out).as_deref(), Some("http://127.0.0.1:41235"));
         std::fs::remove_dir_all(&dir).unwrap();
     }
 }

@@ -17,7 +17,10 @@ const CHILD: &str = "PGFORK_AUTOSTART_CHILD";
 #[test]
 fn child() {
     let Ok(key) = std::env::var(CHILD) else { return };
-    let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
     rt.block_on(async {
         let client = Client::from_env().unwrap();
         let hash = template_hash(None, &key).unwrap();
@@ -83,7 +86,9 @@ fn record(state: &Path) -> Record {
 fn alive(pid: u32) -> bool {
     // Not our child: a zombie nobody reaps (PID 1 in a container may not) is gone too.
     match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
-        Ok(s) => s.rsplit_once(')').is_some_and(|(_, rest)| !rest.trim_start().starts_with('Z')),
+        Ok(s) => s
+            .rsplit_once(')')
+            .is_some_and(|(_, rest)| !rest.trim_start().starts_with('Z')),
         Err(_) => false,
     }
 }
@@ -92,7 +97,10 @@ fn alive(pid: u32) -> bool {
 fn gone_within(pid: u32, limit: Duration) -> f64 {
     let t0 = Instant::now();
     while alive(pid) {
-        assert!(t0.elapsed() < limit, "pgfork serve (pid {pid}) still runs {limit:?} after the run's processes exited");
+        assert!(
+            t0.elapsed() < limit,
+            "pgfork serve (pid {pid}) still runs {limit:?} after the run's processes exited"
+        );
         std::thread::sleep(Duration::from_millis(50));
     }
     t0.elapsed().as_secs_f64()
@@ -112,11 +120,15 @@ fn one_server_per_run_stopped_after_it() {
     let bin = binary();
     let help = Command::new(&bin).args(["serve", "--help"]).output().unwrap();
     if !String::from_utf8_lossy(&help.stdout).contains("--lease") {
-        say("test one_server_per_run_stopped_after_it: KNOWN SKIP: this pgfork serve has no --lease yet (helper servelife adds it)");
+        say(
+            "test one_server_per_run_stopped_after_it: KNOWN SKIP: this pgfork serve has no --lease yet (helper servelife adds it)",
+        );
         return;
     }
     if std::net::TcpStream::connect("127.0.0.1:5000").is_ok() {
-        say("test one_server_per_run_stopped_after_it: KNOWN SKIP: something listens on 127.0.0.1:5000, which the crate would use");
+        say(
+            "test one_server_per_run_stopped_after_it: KNOWN SKIP: something listens on 127.0.0.1:5000, which the crate would use",
+        );
         return;
     }
     // Under the target dir, not a private temp dir: as root the managed
@@ -130,8 +142,16 @@ fn one_server_per_run_stopped_after_it() {
 
     // A run: two test binaries at once (cargo runs them one after another;
     // at once is the harder case), one server.
-    let a = child_cmd(&state, &bin, &key).stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().unwrap();
-    let b = child_cmd(&state, &bin, &key).stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().unwrap();
+    let a = child_cmd(&state, &bin, &key)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let b = child_cmd(&state, &bin, &key)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
     let (oa, ob) = (a.wait_with_output().unwrap(), b.wait_with_output().unwrap());
     let ((ua, ba), (ub, bb)) = (parsed(&oa), parsed(&ob));
     assert_eq!(ua, ub, "the two processes used different servers");
@@ -151,12 +171,19 @@ fn one_server_per_run_stopped_after_it() {
 
     // The next run, killed while a test holds its database: the server goes
     // too. It found the template of the first run's server.
-    let mut c = child_cmd(&state, &bin, &key).env("HANG", "1").stdout(Stdio::piped()).spawn().unwrap();
+    let mut c = child_cmd(&state, &bin, &key)
+        .env("HANG", "1")
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
     let mut out = c.stdout.take().unwrap();
     let mut seen = String::new();
     let t0 = Instant::now();
     while !seen.contains("CHILD ready built=") || !seen.ends_with('\n') {
-        assert!(t0.elapsed() < Duration::from_secs(120), "the second run did not get a database");
+        assert!(
+            t0.elapsed() < Duration::from_secs(120),
+            "the second run did not get a database"
+        );
         let mut buf = [0u8; 256];
         let n = std::io::Read::read(&mut out, &mut buf).unwrap();
         assert!(n > 0, "the second run ended early: {seen}");
@@ -166,7 +193,10 @@ fn one_server_per_run_stopped_after_it() {
     assert_ne!(second.pid, rec.pid, "the second run found the first run's server");
     c.kill().unwrap();
     c.wait().unwrap();
-    assert!(seen.contains("CHILD ready built=false"), "the second run built the template again: {seen}");
+    assert!(
+        seen.contains("CHILD ready built=false"),
+        "the second run built the template again: {seen}"
+    );
     say(&format!(
         "autostart: serve exited {:.2} s after the test process was killed",
         gone_within(second.pid, Duration::from_secs(5))

@@ -7,7 +7,9 @@
 # proc macros. Installs nothing outside the repository except crates into
 # CARGO_HOME (target/ is clients/rust/target). Needs PGFORK_URL (and
 # PGFORK_TOKEN, INTEGRESQL_CLIENT_BASE_URL) naming the server, as
-# clients/test.sh exports them; any failure exits non-zero.
+# clients/test.sh exports them; pgfork/tests/autostart.rs also starts servers of
+# its own (no PGFORK_URL, as a new user's run) with $PGFORK_BIN (clients/test.sh
+# exports it) or pgfork on PATH. Any failure exits non-zero.
 set -euo pipefail
 
 here=$(cd "$(dirname "$0")" && pwd)

@@ -67,7 +67,7 @@ fn parsed(o: &Output) -> (String, bool) {
     assert!(o.status.success(), "child failed: {}\n{out}\n{err}", o.status);
     let line = out
         .lines()
-        .find_map(|l| l.strip_prefix("CHILD url="))
+        .find_map(|l| l.split_once("CHILD url=").map(|(_, rest)| rest))
         .unwrap_or_else(|| panic!("no CHILD line in:\n{out}\n{err}"));
     let (url, built) = line.split_once(" built=").unwrap();
     (url.to_string(), built == "true")

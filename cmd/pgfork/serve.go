@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
 
 	"github.com/pgfork/pgfork/instance"
 	"github.com/pgfork/pgfork/internal/errs"
@@ -45,6 +46,7 @@ type serveOpts struct {
 	volume                           string     // --volume: "" or auto
 	given                            pool.Given // pool sizes set by a flag or IntegreSQL's variables
 	branch                           *branchFlags
+	copies                           string // --copies (managed mode)
 }
 
 // env helpers: IntegreSQL's variables give defaults; flags override them.
@@ -298,7 +300,29 @@ Bad values exit 2 before anything starts.`,
 	f.BoolVar(&o.leastPrivilege, "least-privilege", false, "managed mode: hand out a role that may create databases but is not a superuser (default: a superuser of the private cluster)")
 	f.BoolVarP(&o.verbose, "verbose", "v", false, "log every request")
 	o.branch = addBranchFlags(f)
+	addCopiesFlag(f, o)
 	return cmd
+}
+
+// addCopiesFlag adds --copies: how the managed mode makes test copies
+// (serve.ChooseCopies; docs/server.md, "Cloned clusters").
+func addCopiesFlag(f *pflag.FlagSet, o *serveOpts) {
+	f.StringVar(&o.copies, "copies", serve.CopiesAuto, "managed mode: databases (a database per test in the managed server), clusters (a reflink copy of the template's cluster per test, same role) or auto (clusters on PostgreSQL 15-17 when the state directory reflinks)")
+}
+
+// validateCopies checks --copies: one of its values, and only for the
+// managed mode's database isolation.
+func (o *serveOpts) validateCopies() error {
+	switch o.copies {
+	case serve.CopiesAuto, serve.CopiesDatabases, serve.CopiesClusters:
+	default:
+		return errs.New(errs.Usage, "bad --copies %q", o.copies).WithHint("use auto, databases or clusters")
+	}
+	if o.copies != serve.CopiesAuto && (o.pgURL != "" || o.isolation == serve.IsolationCluster) {
+		return errs.New(errs.Usage, "--copies is for the managed server (no --pg-url, --isolation database)").
+			WithHint("drop --copies, or --pg-url/--isolation cluster")
+	}
+	return nil
 }
 
 func (cl *cli) runServe(ctx context.Context, o *serveOpts) error {
@@ -314,6 +338,9 @@ func (cl *cli) runServe(ctx context.Context, o *serveOpts) error {
 	}
 	if !dbstore.ValidStrategy(o.strategy) {
 		return errs.New(errs.Usage, "bad --strategy %q", o.strategy).WithHint("use auto, default, wal_log, file_copy or clone")
+	}
+	if err := o.validateCopies(); err != nil {
+		return err
 	}
 	if err := o.validate(); err != nil {
 		return err
@@ -341,7 +368,7 @@ func (cl *cli) runServe(ctx context.Context, o *serveOpts) error {
 	}
 	return serve.Run(ctx, serve.Options{
 		Branches: bo, Layout: cl.layout(), Listen: o.listen, Socket: o.socket, Token: o.token, AllowFrom: o.allowNets, AllowedHosts: o.allowedHostList, MaxConns: o.maxConns,
-		Isolation: o.isolation, ExternalURL: o.pgURL, CanClone: o.canClone, Strategy: o.strategy,
+		Isolation: o.isolation, ExternalURL: o.pgURL, CanClone: o.canClone, Strategy: o.strategy, Copies: o.copies,
 		PoolGiven: o.poolGiven(),
 		Manager: pool.ManagerConfig{
 			Prefix: o.prefix, Initial: o.poolInit, Max: o.poolMax, Parallel: o.parallel,
@@ -353,7 +380,9 @@ func (cl *cli) runServe(ctx context.Context, o *serveOpts) error {
 		Log:    slog.New(slog.NewTextHandler(cl.stderr, &slog.HandlerOptions{Level: level})),
 		OnInfo: func(msg string) { cl.infof("%s", msg) },
 		OnReady: func(r serve.Ready) {
-			if r.Isolation == serve.IsolationCluster {
+			if r.Copies == serve.CopiesClusters {
+				cl.infof("pgfork serve: http://%s/api (a cloned PostgreSQL cluster per test on %s, role %s)", r.Listen, r.Conn.Host, r.Owner)
+			} else if r.Isolation == serve.IsolationCluster {
 				cl.infof("pgfork serve: http://%s/api (a PostgreSQL cluster per test on %s, superuser %s)", r.Listen, r.Conn.Host, r.Owner)
 			} else {
 				cl.infof("pgfork serve: http://%s/api (PostgreSQL on %s:%d, test databases owned by %s)", r.Listen, r.Conn.Host, r.Conn.Port, r.Owner)

@@ -89,7 +89,7 @@ func newManagedClusters(ctx context.Context, o ManagedOptions, dir string, share
 			o.PG.String(), how, store))
 	}
 	st, err := clusterstore.New(clusterstore.Options{Dir: store, Layout: o.Layout, PG: o.PG, User: o.User,
-		Role: role, Password: pw, LeastPrivilege: o.LeastPrivilege, Settings: clusterSettings, Warm: true})
+		Role: role, Password: pw, LeastPrivilege: o.LeastPrivilege, Settings: clusterSettings, Lean: true, Warm: true})
 	if err != nil {
 		return nil, err
 	}

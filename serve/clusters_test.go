@@ -44,8 +44,11 @@ func TestChooseCopies(t *testing.T) {
 	}
 }
 
-func connectAs(ctx context.Context, t *testing.T, c pool.ConnInfo, ep pool.Endpoint) *pgx.Conn {
+func connectAs(ctx context.Context, t testing.TB, c pool.ConnInfo, ep pool.Endpoint) *pgx.Conn {
 	t.Helper()
+	if ep.Port == 0 {
+		ep.Host, ep.Port = c.Host, c.Port
+	}
 	q := url.Values{"host": {ep.Host}, "port": {strconv.Itoa(ep.Port)}, "user": {c.Username}, "password": {c.Password}, "dbname": {ep.Database}}
 	conn, err := pgx.Connect(ctx, "postgres:///?"+q.Encode())
 	if err != nil {

@@ -52,6 +52,11 @@ type Options struct {
 	// Settings are extra server settings of every cluster (over the test
 	// profile and DefaultSettings).
 	Settings map[string]string
+	// Lean leaves the template cluster with template1 and the template's
+	// database only (postgres and template0 dropped once it is created):
+	// a test cluster is then about 700 files to copy and remove instead of
+	// about 1,300, each copy cheaper by about as much.
+	Lean bool
 	// Warm connects to the test database once a test cluster has started,
 	// before it is handed out: the first connection of a fresh server
 	// builds the catalog caches (pg_internal.init), and the test does not
@@ -196,7 +201,11 @@ func (s *Store) CreateTemplate(ctx context.Context, name, owner, root string) er
 }
 
 func (s *Store) setupTemplate(ctx context.Context, inst *instance.Instance, name, owner, root string) error {
-	c, err := pgx.Connect(ctx, superuserURL(inst, "postgres"))
+	admin := "postgres"
+	if s.o.Lean {
+		admin = "template1"
+	}
+	c, err := pgx.Connect(ctx, superuserURL(inst, admin))
 	if err != nil {
 		return errs.Wrap(errs.Internal, err, "cannot connect to the template cluster %s", name)
 	}
@@ -215,6 +224,20 @@ func (s *Store) setupTemplate(ctx context.Context, inst *instance.Instance, name
 	}
 	if _, err := c.Exec(ctx, dbclone.CreateDatabaseSQL(name, root, owner)); err != nil {
 		return errs.Wrap(errs.Internal, err, "cannot create database %s in the template cluster", name)
+	}
+	if s.o.Lean {
+		for _, db := range []string{"postgres", "template0"} {
+			if db == name {
+				continue
+			}
+			id := pgx.Identifier{db}.Sanitize()
+			if _, err := c.Exec(ctx, "ALTER DATABASE "+id+" IS_TEMPLATE false"); err != nil {
+				return errs.Wrap(errs.Internal, err, "cannot drop database %s in the template cluster", db)
+			}
+			if _, err := c.Exec(ctx, "DROP DATABASE "+id); err != nil {
+				return errs.Wrap(errs.Internal, err, "cannot drop database %s in the template cluster", db)
+			}
+		}
 	}
 	return nil
 }

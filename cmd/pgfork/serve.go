@@ -185,6 +185,13 @@ cluster (--least-privilege: a CREATEDB owner role); its bootstrap superuser
 postgres is never handed out or altered. With an external server,
 --can-clone says its data directory reflinks, so the advisor may clone.
 
+On PostgreSQL 15-17, where CREATE DATABASE copies the template in full, and
+with the state directory on a reflink filesystem, the managed mode gives each
+test a reflink copy of its template's cluster instead (--copies auto): its
+own server on a free port of 127.0.0.1, the same role and password, the
+template's database in it. --copies databases keeps databases in the managed
+server; --copies clusters forces clusters (docs/server.md, "Cloned clusters").
+
 --isolation cluster gives each test a whole PostgreSQL server instead of a
 database, for tests that need a superuser or server settings: the template is
 migrated in a cluster of its own, shut down on finalize, and every test

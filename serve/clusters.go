@@ -62,7 +62,8 @@ var clusterSettings = map[string]string{"shared_buffers": "16MB"}
 // managed server's (a superuser of its cluster, or a CREATEDB role with
 // LeastPrivilege) and nothing else: each cluster holds the template's
 // database, that role and the bootstrap superuser, reached over the private
-// socket only. The managed server itself is not started.
+// socket only. The database in each test cluster bears the test's name,
+// as in one server. The managed server itself is not started.
 func newManagedClusters(ctx context.Context, o ManagedOptions, dir string, shares bool) (*Backend, error) {
 	role, pw := o.Role, o.Password
 	if role == "" {
@@ -89,7 +90,7 @@ func newManagedClusters(ctx context.Context, o ManagedOptions, dir string, share
 			o.PG.String(), how, store))
 	}
 	st, err := clusterstore.New(clusterstore.Options{Dir: store, Layout: o.Layout, PG: o.PG, User: o.User,
-		Role: role, Password: pw, LeastPrivilege: o.LeastPrivilege, Settings: clusterSettings, Lean: true, Warm: true})
+		Role: role, Password: pw, LeastPrivilege: o.LeastPrivilege, Settings: clusterSettings, Lean: true, OwnName: true, Warm: true})
 	if err != nil {
 		return nil, err
 	}

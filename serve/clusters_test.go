@@ -137,6 +137,9 @@ func testManagedClusters(t *testing.T, root string, least bool) {
 			t.Fatalf("test database %+v: want a cluster of its own", db.Endpoint)
 		}
 		ports = append(ports, db.Endpoint.Port)
+		if db.Endpoint.Database != b.Manager.TestName(hash, db.ID) {
+			t.Errorf("test database named %q, want the test's name %q", db.Endpoint.Database, b.Manager.TestName(hash, db.ID))
+		}
 		c := connectAs(ctx, t, b.Conn, db.Endpoint)
 		var n int
 		if err := c.QueryRow(ctx, "SELECT count(*) FROM items").Scan(&n); err != nil || n != 20000 {

@@ -57,6 +57,10 @@ type Options struct {
 	// a test cluster is then about 700 files to copy and remove instead of
 	// about 1,300, each copy cheaper by about as much.
 	Lean bool
+	// OwnName renames the template's database in each test cluster to the
+	// test copy's name (as the copies of databases in one server are
+	// named); otherwise clients get the template's database name.
+	OwnName bool
 	// Warm connects to the test database once a test cluster has started,
 	// before it is handed out: the first connection of a fresh server
 	// builds the catalog caches (pg_internal.init), and the test does not
@@ -321,8 +325,8 @@ func (s *Store) Create(ctx context.Context, name, tmpl, _ string) (string, error
 		_ = os.RemoveAll(dir)
 		return "cluster", err
 	}
-	if s.o.Warm {
-		if err := warm(ctx, inst, tmpl); err != nil {
+	if s.o.Warm || s.o.OwnName {
+		if err := s.prepare(ctx, inst, tmpl, name); err != nil {
 			_ = inst.Stop(context.WithoutCancel(ctx), instance.Immediate)
 			_ = os.RemoveAll(dir)
 			return "cluster", err
@@ -334,9 +338,27 @@ func (s *Store) Create(ctx context.Context, name, tmpl, _ string) (string, error
 	return "cluster", nil
 }
 
-// warm connects to database db of a test cluster just started, once: the
-// catalog caches a first connection builds are then there for the test's.
-func warm(ctx context.Context, inst *instance.Instance, db string) error {
+// prepare readies test cluster name just started from template tmpl:
+// with OwnName its database is renamed to name, with Warm it is connected
+// to once (the catalog caches a first connection builds are then there
+// for the test's).
+func (s *Store) prepare(ctx context.Context, inst *instance.Instance, tmpl, name string) error {
+	db := tmpl
+	if s.o.OwnName {
+		c, err := pgx.Connect(ctx, superuserURL(inst, "template1"))
+		if err != nil {
+			return errs.Wrap(errs.Internal, err, "cannot connect to the test cluster on port %d", inst.Port)
+		}
+		_, err = c.Exec(ctx, "ALTER DATABASE "+pgx.Identifier{tmpl}.Sanitize()+" RENAME TO "+pgx.Identifier{name}.Sanitize())
+		_ = c.Close(ctx)
+		if err != nil {
+			return errs.Wrap(errs.Internal, err, "cannot rename database %s to %s in its test cluster", tmpl, name)
+		}
+		db = name
+	}
+	if !s.o.Warm {
+		return nil
+	}
 	c, err := pgx.Connect(ctx, superuserURL(inst, db))
 	if err != nil {
 		return errs.Wrap(errs.Internal, err, "cannot connect to the test cluster on port %d", inst.Port)
@@ -365,7 +387,7 @@ func (s *Store) Endpoint(name string) pool.Endpoint {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	db := name
-	if t, ok := s.source[name]; ok {
+	if t, ok := s.source[name]; ok && !s.o.OwnName {
 		db = t
 	}
 	if inst := s.running[name]; inst != nil {

@@ -29,7 +29,9 @@ import (
 // plus the give-back (Manager calls, no HTTP). Reported: the floor (each
 // worker reuses one database), the first run right after the template's
 // finalize, and a second run on the same serve, as multiples of the floor,
-// with the waits' p50 and p99. Run:
+// with the waits' p50 and p99. PGFORK_BENCH_COPIES picks one way,
+// PGFORK_BENCH_POOL_MAX and PGFORK_BENCH_PARALLEL give pool sizes (as
+// --pool-max and --parallel would). Run:
 //
 //	go test -run '^$' -bench ManagedCopies -benchtime 1x ./serve/
 func BenchmarkManagedCopies(b *testing.B) {
@@ -47,6 +49,12 @@ func BenchmarkManagedCopies(b *testing.B) {
 			o.Copies = mode
 			o.Manager = pool.ManagerConfig{Prefix: "pfbn"}
 			o.DB.Given = &pool.Given{}
+			if n := envInt("PGFORK_BENCH_POOL_MAX", 0); n > 0 {
+				o.Manager.Max, o.DB.Given.Max = n, true
+			}
+			if n := envInt("PGFORK_BENCH_PARALLEL", 0); n > 0 {
+				o.Manager.Parallel, o.DB.Given.Parallel = n, true
+			}
 			be, err := serve.NewManaged(ctx, o)
 			if err != nil {
 				b.Fatal(err)

@@ -119,6 +119,13 @@ func testManagedClusters(t *testing.T, root string, least bool) {
 	if super == least {
 		t.Errorf("the clients' role: superuser %v with least privilege %v", super, least)
 	}
+	var roles string
+	if err := c.QueryRow(ctx, `SELECT string_agg(rolname, ',' ORDER BY rolname) FROM pg_roles WHERE rolname NOT LIKE 'pg\_%'`).Scan(&roles); err != nil {
+		t.Fatal(err)
+	}
+	if roles != "pgfork,postgres" {
+		t.Errorf("roles of the template's cluster: %s, want the clients' and the bootstrap superuser only", roles)
+	}
 	var file string
 	if err := c.QueryRow(ctx, "SELECT pg_relation_filepath('items')").Scan(&file); err != nil {
 		t.Fatal(err)

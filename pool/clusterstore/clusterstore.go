@@ -50,7 +50,7 @@ type Options struct {
 	// and owns the template database (serve --least-privilege).
 	LeastPrivilege bool
 	// Settings are extra server settings of every cluster (over the test
-	// profile and DefaultSettings).
+	// profile and defaultSettings).
 	Settings map[string]string
 	// Lean leaves the template cluster with template1 and the template's
 	// database only (postgres and template0 dropped once it is created):
@@ -68,10 +68,10 @@ type Options struct {
 	Warm bool
 }
 
-// DefaultSettings are the server settings of every cluster the store
+// defaultSettings are the server settings of every cluster the store
 // starts, under Options.Settings: password authentication on TCP and a
 // small shared memory (many of them run at once, each serving one test).
-var DefaultSettings = map[string]string{"max_connections": "100", "password_encryption": "scram-sha-256", "shared_buffers": "32MB"}
+var defaultSettings = map[string]string{"max_connections": "100", "password_encryption": "scram-sha-256", "shared_buffers": "32MB"}
 
 // Store is the pool.Store of cluster isolation: every template is a
 // database in a cluster of its own, running while the client migrates it
@@ -141,7 +141,7 @@ func (s *Store) copyOptions() clone.Options {
 
 func (s *Store) start(ctx context.Context, data string) (*instance.Instance, error) {
 	settings := map[string]string{}
-	for k, v := range DefaultSettings {
+	for k, v := range defaultSettings {
 		settings[k] = v
 	}
 	for k, v := range s.o.Settings {

@@ -49,9 +49,9 @@ func ChooseCopies(copies string, major int, sharesBlocks bool) (bool, error) {
 }
 
 // clusterSettings are the settings of the managed mode's cloned clusters
-// over the store's own (shared_buffers=32MB, max_connections=100): each serves one test, and a pool of
-// them runs at once, so shared memory is small (measured: 13 MB PSS per
-// idle PostgreSQL 15 cluster).
+// over the store's own (shared_buffers=32MB, max_connections=100): each
+// serves one test, and a pool of them runs at once, so shared memory is
+// small (measured: 13 MB PSS per idle PostgreSQL 15 cluster).
 var clusterSettings = map[string]string{"shared_buffers": "16MB"}
 
 // ClusterSizes are the pool defaults of cloned clusters on cpus cores

@@ -56,22 +56,24 @@ var clusterSettings = map[string]string{"shared_buffers": "16MB"}
 
 // ClusterSizes are the pool defaults of cloned clusters on cpus cores
 // (reflink: sharesBlocks; else pool.DefaultSizes' full copies): 4 ready
-// per core, up to 48 per core, 2 made at once per core. A ready cluster
+// per core, up to 48 per core, 3 made at once per core. A ready cluster
 // costs no disk, ~13 MB of memory while it waits (a pool grows to the
 // demand it sees and drops what it grew after --pool-idle), and a
 // creation is half waiting on a server to start. Measured with
 // BenchmarkManagedCopies (80 writing tests on 4 workers, 187 MB template,
 // PostgreSQL 15 on the XFS image, 2 cores under load 26-51): with at most
 // 32 ready and 2 at once, first run 10.4x the floor and the second 7.2x
-// (wait p50 2.1 s: 48 tests waited for a creation); with these sizes
-// (96 and 4 at once on 2 cores), 5.3x and 1.39x (wait p50 0.1 ms, p99
-// 0.3 ms), where databases in the managed server ran 17.7x and 12.5x.
+// (wait p50 2.1 s: 48 tests waited for a creation); at most 96 and 4 at
+// once, 5.3x and 1.39x (first run 40.0 s, wait p50 0.1 ms, p99 0.3 ms),
+// where databases in the managed server ran 17.7x and 12.5x; at most 96
+// and 6 at once (these sizes on 2 cores), first run 35.6 s (3.65x) and
+// 1.15x.
 func ClusterSizes(sharesBlocks bool, cpus int) pool.Sizes {
 	cpus = max(cpus, 1)
 	if !sharesBlocks {
 		return pool.DefaultSizes(false, cpus)
 	}
-	return pool.Sizes{Initial: 4 * cpus, Max: 48 * cpus, Parallel: 2 * cpus}
+	return pool.Sizes{Initial: 4 * cpus, Max: 48 * cpus, Parallel: 3 * cpus}
 }
 
 // newManagedClusters serves the managed mode with a cloned cluster per

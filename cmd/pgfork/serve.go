@@ -216,7 +216,8 @@ core ready and grows to 16 per core; when they are full copies (PostgreSQL
 15-17, or no reflink) 1 and 4 per core; creations run 1 per core at once
 in both (a creation is CPU and checkpoint bound: on 2 cores 4 at once made
 no more databases per second than 2). With --isolation cluster: 1 and 4 per
-core; cloned clusters (--copies): 4 and 48 per core, 3 per core at once. The log says what was picked; docs/server.md has the measurements.
+core; cloned clusters (--copies): 4 and 48 per core, 3 per core at once.
+The log says what was picked; docs/server.md has the measurements.
 
 IntegreSQL's environment variables give defaults (see docs/server.md):
 INTEGRESQL_ADDRESS, INTEGRESQL_PORT, INTEGRESQL_PGHOST/PGPORT/PGUSER/

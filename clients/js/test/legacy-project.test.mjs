@@ -9,8 +9,6 @@ import { readFileSync } from "node:fs";
 import { createRequire } from "node:module";
 import { dirname, join } from "node:path";
 import { fileURLToPath } from "node:url";
-import { templateHash } from "pgfork";
-import { liveClient } from "./helpers.mjs";
 
 const here = dirname(fileURLToPath(import.meta.url));
 const root = join(here, "..");
@@ -44,21 +42,5 @@ test('"moduleResolution": "node" type-checks pgfork/jest, /jest-environment, /vi
   assert.equal(r.code, 0, r.out);
 });
 
-test("jest with pgfork/jest-environment: each test's store (opened in beforeEach) gets its own database, migrated by node-pg-migrate 6; a failing test's is kept (URL printed, password masked), the others given back", async () => {
-  const client = liveClient();
-  const dir = join(project, "migrations");
-  const hash = templateHash(dir, "");
-  const inUse = async () => (await client.listTemplates()).templates.find((t) => t.templateHash === hash)?.databases?.in_use ?? 0;
-  const before = await inUse();
-  const r = await run(bin("jest"), ["--config", "jest.config.js"], { FIXTURE_FAIL: "1" });
-  assert.notEqual(r.code, 0, r.out);
-  assert.match(r.out, /Tests: +1 failed, 3 passed, 4 total/, r.out);
-  const failed = /FAILED-DB (\S+)/.exec(r.out)?.[1];
-  assert.ok(failed, r.out);
-  const line = r.out.split("\n").find((l) => l.includes(`keeping test database ${failed}`));
-  assert.ok(line, r.out);
-  assert.match(line, /postgres:\/\/\w+:\*\*\*@/);
-  assert.equal((await inUse()) - before, 1, "only the failed test's database is kept");
-  assert.ok(!r.out.includes(`keeping test database ${/PASSED-DB (\S+)/.exec(r.out)?.[1]}`), r.out);
-  await client.discardTemplate(hash);
-});
+// Its jest suite (pgfork/jest-environment, a failing test's database kept) runs in
+// test/serve.test.mjs, with no server configured: the glue starts one.

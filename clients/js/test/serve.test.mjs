@@ -2,7 +2,7 @@
 // package, then PGFORK_BIN, then PATH, else an error naming the install
 // command), and, with no server configured, jest's global setup and a
 // `node --test` run each starting one server for the run that is gone after it.
-import { test } from "node:test";
+import { after, test } from "node:test";
 import assert from "node:assert/strict";
 import { execFile } from "node:child_process";
 import { chmodSync, existsSync, mkdirSync, mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSync } from "node:fs";
@@ -114,26 +114,42 @@ async function assertNothingAtDefaultUrl() {
   assert.ok(!answer, "something answers at http://127.0.0.1:5000 (the default URL): the glue would use it instead of starting a server; stop it");
 }
 
-test("no server configured: jest's global setup starts pgfork serve for the run, workers use it, it is gone after the run", async (t) => {
+// One state directory for both runs below, as a project keeps it: the second
+// run finds the PostgreSQL the first one initialized.
+let shared;
+function stateDir() {
+  shared ??= mkdtempSync(join(base, "pgfork-js-"));
+  return shared;
+}
+after(() => shared && rmSync(shared, { recursive: true, force: true }));
+
+test("no server configured: jest's global setup starts pgfork serve for the run; pgfork/jest-environment gives each test's store (opened in beforeEach) its database, migrated by node-pg-migrate 6, and keeps a failing test's; nothing is left after the run", async (t) => {
   await assertNothingAtDefaultUrl();
-  const state = scratch(t);
+  const state = stateDir();
   const project = join(here, "legacy-project");
-  const env = noServerEnv(state);
-  const first = await run(join(root, "node_modules", ".bin", "jest"), ["--config", "jest.config.js"], { cwd: project, env });
-  assert.equal(first.code, 0, first.out);
-  assert.match(first.out, /Tests: +3 passed, 3 total/, first.out);
+  const env = { ...noServerEnv(state), FIXTURE_FAIL: "1" };
+  const r = await run(join(root, "node_modules", ".bin", "jest"), ["--config", "jest.config.js"], { cwd: project, env });
+  assert.notEqual(r.code, 0, r.out);
+  assert.match(r.out, /Tests: +1 failed, 3 passed, 4 total/, r.out);
+  const failed = /FAILED-DB (\S+)/.exec(r.out)?.[1];
+  assert.ok(failed, r.out);
+  const line = r.out.split("\n").find((l) => l.includes(`keeping test database ${failed}`));
+  assert.ok(line, r.out);
+  assert.match(line, /postgres:\/\/\w+:\*\*\*@/);
+  const passed = /PASSED-DB (\S+)/.exec(r.out)?.[1];
+  assert.ok(passed && !r.out.includes(`keeping test database ${passed}`), r.out);
   assert.deepEqual(await noneLeft(state), [], "a process of the started server outlived the run");
   const record = JSON.parse(readFileSync(join(state, "js-serve.json"), "utf8"));
   assert.match(record.url, /^http:\/\/127\.0\.0\.1:\d+$/);
   assert.ok(record.token.length >= 16);
   // The state directory persists (its templates and PostgreSQL) for the next run.
   assert.ok(existsSync(join(state, "templates")), readdirSync(state).join(" "));
-  t.diagnostic(`jest with a server it started: ${first.ms} ms`);
+  t.diagnostic(`jest with a server it started: ${r.ms} ms`);
 });
 
-test("no server configured: a `node --test` run of two files starts one pgfork serve for both, gone after the run", async (t) => {
+test("no server configured: a `node --test` run of two files starts one pgfork serve for both, gone after the run", async () => {
   await assertNothingAtDefaultUrl();
-  const state = scratch(t);
+  const state = stateDir();
   const dir = join(here, "fixtures", "node-test-serve");
   const env = { ...noServerEnv(state), PGFORK_JS_MIGRATIONS: join(root, "examples", "migrations") };
   const r = await run(process.execPath, ["--test", "--test-concurrency=2", join(dir, "a.test.mjs"), join(dir, "b.test.mjs")], { cwd: root, env });

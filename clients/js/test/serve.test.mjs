@@ -4,7 +4,7 @@
 // `node --test` run each starting one server for the run that is gone after it.
 import { after, test } from "node:test";
 import assert from "node:assert/strict";
-import { execFile } from "node:child_process";
+import { execFile, spawn } from "node:child_process";
 import { chmodSync, existsSync, mkdirSync, mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { dirname, join } from "node:path";
@@ -48,6 +48,21 @@ test("findPgfork: the platform package first, then PGFORK_BIN, then PATH; else t
   writeFileSync(join(pkg, "package.json"), JSON.stringify({ name: platformPackage(), version: "0.0.0" }));
   const packaged = fakeBinary(join(pkg, "bin", "pgfork"));
   assert.equal(findPgfork({ env: { PATH: join(d, "path"), PGFORK_BIN: fromEnv }, dir: project }), packaged);
+});
+
+test("bin/pgfork.js runs the binary with the arguments and exit status; without one it names the install command", async (t) => {
+  const d = scratch(t);
+  const fake = join(d, "pgfork");
+  writeFileSync(fake, '#!/bin/sh\necho "args: $*"\nexit 3\n');
+  chmodSync(fake, 0o755);
+  const shim = join(root, "bin", "pgfork.js");
+  const env = { PATH: process.env.PATH, PGFORK_BIN: fake };
+  const r = await run(process.execPath, [shim, "serve", "--help"], { env });
+  assert.equal(r.code, 3, r.out);
+  assert.equal(r.out, "args: serve --help\n");
+  const none = await run(process.execPath, [shim, "version"], { env: { PATH: process.env.PATH } });
+  assert.equal(none.code, 127, none.out);
+  assert.match(none.out, /no pgfork binary .*npm install --save-dev pgfork/);
 });
 
 test("serveStateDir: <project>/node_modules/.cache/pgfork, PGFORK_STATE_DIR wins", (t) => {
@@ -160,4 +175,22 @@ test("no server configured: a `node --test` run of two files starts one pgfork s
   assert.equal(urls[0], urls[1], "both files must share one server");
   assert.match(urls[0], /^http:\/\/127\.0\.0\.1:\d+$/);
   assert.deepEqual(await noneLeft(state), [], "a process of the started server outlived the run");
+});
+
+test("no server configured: a run killed with SIGKILL leaves no server behind", async () => {
+  await assertNothingAtDefaultUrl();
+  const state = stateDir();
+  const script = `import("pgfork").then(async ({ ensureServe }) => { const s = await ensureServe(); console.log("STARTED " + s.url); setInterval(() => {}, 1000); })`;
+  const child = spawn(process.execPath, ["-e", script], { cwd: root, env: noServerEnv(state), stdio: ["ignore", "pipe", "pipe"] });
+  let out = "";
+  child.stdout.on("data", (b) => (out += b));
+  child.stderr.on("data", (b) => (out += b));
+  const exited = new Promise((r) => child.on("exit", r));
+  const deadline = Date.now() + 120_000;
+  while (!out.includes("STARTED") && child.exitCode === null && Date.now() < deadline) await new Promise((r) => setTimeout(r, 50));
+  assert.match(out, /STARTED http:\/\/127\.0\.0\.1:\d+/, out);
+  assert.notDeepEqual(processesUsing(state), [], "the server runs while the run does");
+  child.kill("SIGKILL");
+  await exited;
+  assert.deepEqual(await noneLeft(state, 10_000), [], "a process of the started server outlived the killed run");
 });

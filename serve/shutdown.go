@@ -24,13 +24,11 @@ const (
 	// ~20-30 ms each. What is left when the budget is spent is dropped by
 	// the next start (as after a crash), before it serves.
 	dropBudget = 800 * time.Millisecond
-	// dropWorkers is how many copies are dropped at once.
-	dropWorkers = 8
 )
 
 // closingDrops is the creator of the modes with databases in one server: a
 // dbstore.SQLCreator whose Drop, once the backend closes (start), queues
-// the copy for workers that drop several at once (WITH (FORCE): a client
+// the copy for workers that drop dbstore.DropWorkers at once (WITH (FORCE): a client
 // still connected does not hold the shutdown up) and returns at once. The
 // pools decide what is dropped (kept databases are not); this only makes
 // the drops of their Close concurrent, so that it fits in dropBudget.
@@ -83,7 +81,7 @@ func (d *closingDrops) start(ctx context.Context) {
 	d.qmu.Lock()
 	d.queue = q
 	d.qmu.Unlock()
-	for range dropWorkers {
+	for range dbstore.DropWorkers {
 		d.wg.Add(1)
 		go func() {
 			defer d.wg.Done()

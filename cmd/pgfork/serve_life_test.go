@@ -45,7 +45,7 @@ func TestServeStopsPromptly(t *testing.T) {
 	bin := pgforkBinary(t)
 	home := testenv.Dir(t)
 	pgBin := testenv.PGBinDirs(t)[0]
-	const ready = 12
+	const ready = 6
 	s := startServe(t, bin, home, pgBin, nil, "--pool-init", strconv.Itoa(ready), "--pool-max", "32")
 	for _, c := range []struct{ method, path, body string }{
 		{"POST", "/api/v1/templates", `{"hash":"stop1"}`},

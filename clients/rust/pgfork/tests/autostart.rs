@@ -131,9 +131,9 @@ fn one_server_per_run_stopped_after_it() {
         );
         return;
     }
-    // Under the target dir, not a private temp dir: as root the managed
-    // PostgreSQL runs as an unprivileged user that must reach it.
-    let state = Path::new(env!("CARGO_TARGET_TMPDIR")).join(format!("autostart-{}", std::process::id()));
+    // Not in the checkout (it may sit in a private home): as root the managed
+    // PostgreSQL runs as an unprivileged user that must reach its state.
+    let state = std::env::temp_dir().join(format!("pgfork-autostart-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&state);
     std::fs::create_dir_all(&state).unwrap();
     #[cfg(unix)]

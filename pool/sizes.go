@@ -38,7 +38,7 @@ type Given struct {
 
 // Apply sets the sizes of cfg not given to d's, keeping Initial ≤ Max:
 // a given Max bounds a default Initial, a given Initial raises a default
-// Max.
+// Max. Without a given Initial, pools learn their demand (LearnDemand).
 func (d Sizes) Apply(cfg ManagerConfig, given Given) ManagerConfig {
 	if !given.Parallel {
 		cfg.Parallel = d.Parallel
@@ -49,6 +49,9 @@ func (d Sizes) Apply(cfg ManagerConfig, given Given) ManagerConfig {
 	if !given.Initial {
 		cfg.Initial = min(d.Initial, cfg.Max)
 	}
+	// A pool learns how many databases its template's runs take and keeps
+	// that many ready, unless the user chose how many (their number wins).
+	cfg.LearnDemand = !given.Initial
 	return cfg
 }
 

@@ -63,6 +63,9 @@ type ManagerConfig struct {
 	// template is ready and after every run (Config.Learn). Set by
 	// Sizes.Apply unless the user gave Initial.
 	LearnDemand bool
+	// RunGap: hand-outs further apart than this are two runs (0:
+	// DefaultRunGap).
+	RunGap time.Duration
 	// KeptMax bounds the databases kept for inspection per template
 	// (Keep), outside Max (0: DefaultKeptMax).
 	KeptMax int
@@ -85,7 +88,8 @@ type template struct {
 	hash       string
 	db         string
 	state      TemplateState
-	demand     int // from the template's record
+	demand     int    // from the template's record
+	kept       []Kept // kept before the restart, for its pool
 	finalizing bool
 	finalized  chan struct{} // closed when finalized or discarded
 	pool       *Pool
@@ -148,6 +152,10 @@ func (m *Manager) Open(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	kept, err := m.kept(ctx)
+	if err != nil {
+		return err
+	}
 	for _, r := range recs {
 		exists, err := m.store.TemplateExists(ctx, r.Name)
 		if err != nil {
@@ -160,41 +168,46 @@ func (m *Manager) Open(ctx context.Context) error {
 			_ = m.forget(ctx, r.Hash)
 			continue
 		}
-		t := &template{hash: r.Hash, db: r.Name, state: TemplateFinalized, demand: r.Demand, finalized: make(chan struct{})}
+		t := &template{hash: r.Hash, db: r.Name, state: TemplateFinalized, demand: r.Demand, finalized: make(chan struct{}),
+			kept: kept[r.Hash]}
+		delete(kept, r.Hash)
 		close(t.finalized)
 		m.mu.Lock()
 		m.templates[r.Hash] = t
 		m.mu.Unlock()
 		t.pool = m.newPool(t)
+		t.kept = nil
 	}
-	return m.adoptKept(ctx)
-}
-
-// adoptKept gives the pools the databases kept before the restart (a
-// KeptStore's); those of templates gone are dropped.
-func (m *Manager) adoptKept(ctx context.Context) error {
-	ks, ok := m.store.(KeptStore)
-	if !ok || m.cfg.NoPersist {
-		return nil
-	}
-	kept, err := ks.Kept(ctx, m.cfg.Prefix)
-	if err != nil {
-		return err
-	}
-	sort.Slice(kept, func(i, j int) bool { return kept[i].At.Before(kept[j].At) })
-	for _, k := range kept {
-		m.mu.Lock()
-		t := m.templates[k.Hash]
-		m.mu.Unlock()
-		if t == nil || t.pool == nil || k.Name != m.TestName(k.Hash, k.ID) {
+	// Kept databases of templates gone go too.
+	for _, ks := range kept {
+		for _, k := range ks {
 			if err := m.store.Drop(ctx, k.Name); err != nil {
 				return err
 			}
-			continue
 		}
-		t.pool.Adopt(k.ID, k.Name, k.At)
 	}
 	return nil
+}
+
+// kept returns the databases kept before the restart (a KeptStore's) by
+// template, oldest first.
+func (m *Manager) kept(ctx context.Context) (map[string][]Kept, error) {
+	ks, ok := m.store.(KeptStore)
+	if !ok || m.cfg.NoPersist {
+		return nil, nil
+	}
+	list, err := ks.Kept(ctx, m.cfg.Prefix)
+	if err != nil {
+		return nil, err
+	}
+	sort.SliceStable(list, func(i, j int) bool { return list[i].At.Before(list[j].At) })
+	by := map[string][]Kept{}
+	for _, k := range list {
+		if k.Name == m.TestName(k.Hash, k.ID) {
+			by[k.Hash] = append(by[k.Hash], k)
+		}
+	}
+	return by, nil
 }
 
 func (m *Manager) save(ctx context.Context, hash, db, state string, demand int) error {
@@ -246,9 +259,9 @@ func (m *Manager) newPool(t *template) *Pool {
 		Name:    func(id int) string { return m.TestName(hash, id) },
 		Initial: m.cfg.Initial, Max: m.cfg.Max, Parallel: m.cfg.Parallel,
 		MinLifetime: m.cfg.MinLifetime, IdleTimeout: m.cfg.IdleTimeout, Limiter: m, Observer: m.cfg.Observer,
-		Demand: t.demand, Learn: m.cfg.LearnDemand,
+		Demand: t.demand, Learn: m.cfg.LearnDemand, RunGap: m.cfg.RunGap,
 		OnDemand: func(n int) { m.saveDemand(t, n) },
-		KeptMax:  m.cfg.KeptMax, PersistKept: persistKept && !m.cfg.NoPersist,
+		KeptMax:  m.cfg.KeptMax, PersistKept: persistKept && !m.cfg.NoPersist, Kept: t.kept,
 		OnKeptDropped: func(name string, keptFor time.Duration, err error) {
 			if err != nil {
 				m.cfg.Log.Warn("more kept databases than allowed: cannot drop the oldest", "template", hash, "database", name, "max", m.cfg.KeptMax, "err", err)

@@ -181,6 +181,9 @@ type Config struct {
 	// PersistKept leaves kept databases in place when the pool closes
 	// with drop (the store keeps them across a restart).
 	PersistKept bool
+	// Kept are the databases kept before a restart (Kept.Hash unused):
+	// the pool starts with them kept, their ids taken.
+	Kept []Kept
 }
 
 // DefaultRunGap is Config.RunGap's default: hand-outs further apart than
@@ -277,9 +280,10 @@ type Pool struct {
 	keptOrder []int
 	// demand is the most fresh databases a run took; run counts the
 	// current run's, runActive says a run-end check is scheduled.
-	demand    int
-	run       int
-	runActive bool
+	demand      int
+	run         int
+	runActive   bool
+	lastHandOut time.Time
 
 	inUse    atomic.Int64
 	nwaiters atomic.Int64
@@ -326,6 +330,11 @@ func New(cfg Config, creator Creator) *Pool {
 	p.wake = sync.NewCond(&p.mu)
 	p.lastUsed.Store(time.Now().UnixNano())
 	p.mu.Lock()
+	for _, k := range cfg.Kept {
+		if p.kept[k.ID] == nil {
+			p.keepLocked(&entry{id: k.ID, name: k.Name, state: InUse, since: k.At}, k.At)
+		}
+	}
 	p.fill()
 	p.mu.Unlock()
 	return p
@@ -453,6 +462,7 @@ func (p *Pool) handOut(e *entry) DB {
 	if !e.warm {
 		p.run++
 	}
+	p.lastHandOut = time.Now()
 	e.state = InUse
 	e.since = time.Now()
 	e.idleSince = time.Time{}
@@ -495,14 +505,18 @@ func (p *Pool) startRun() {
 	time.AfterFunc(p.cfg.RunGap, p.endRun)
 }
 
-// endRun ends the run once RunGap passed without a hand-out (else checks
-// again then): a run that took more fresh databases than any before raises
+// endRun ends the run once RunGap passed without a request or a hand-out
+// and nobody waits (else checks again then): a run that took more fresh databases than any before raises
 // the demand, and with Learn the pool fills up to it at once, so that the
 // next run finds them ready.
 func (p *Pool) endRun() {
 	p.mu.Lock()
-	if idle := time.Since(p.LastUsed()); idle < p.cfg.RunGap && !p.closed {
-		time.AfterFunc(p.cfg.RunGap-idle, p.endRun)
+	last := p.LastUsed()
+	if p.lastHandOut.After(last) {
+		last = p.lastHandOut
+	}
+	if idle := time.Since(last); (idle < p.cfg.RunGap || len(p.waiters) > 0) && !p.closed {
+		time.AfterFunc(max(p.cfg.RunGap-idle, p.cfg.RunGap/4), p.endRun)
 		p.mu.Unlock()
 		return
 	}

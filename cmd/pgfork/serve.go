@@ -33,6 +33,7 @@ type serveOpts struct {
 	finalizeTimeout, getTimeout      time.Duration
 	minLifetime                      time.Duration
 	poolIdle                         time.Duration
+	keptMax                          int
 	testUser, testPassword, rootTmpl string
 	verbose, canClone                bool
 	leastPrivilege, managed          bool
@@ -291,6 +292,7 @@ Bad values exit 2 before anything starts.`,
 	f.DurationVar(&o.getTimeout, "get-timeout", cl.envMS("INTEGRESQL_TEST_DB_GET_TIMEOUT_MS", time.Minute), "how long a test request waits for a ready database")
 	f.DurationVar(&o.minLifetime, "min-lifetime", cl.envMS("INTEGRESQL_TEST_DB_MINIMAL_LIFETIME_MS", 250*time.Millisecond), "when a pool is full, reclaim databases held longer than this with no session (0: never)")
 	f.DurationVar(&o.poolIdle, "pool-idle", pool.DefaultIdleTimeout, "a pool grows toward demand up to --pool-max; after this long without requests it drops the ready databases beyond --pool-init (negative: never)")
+	f.IntVar(&o.keptMax, "kept-max", cl.envInt("PGFORK_KEPT_MAX", pool.DefaultKeptMax), "databases of failed tests kept for inspection per template, outside --pool-max; beyond it the oldest is dropped (env PGFORK_KEPT_MAX)")
 	f.StringVar(&o.testUser, "test-user", cl.getenv("INTEGRESQL_TEST_PGUSER"), "role owning test databases (managed default: pgfork; env INTEGRESQL_TEST_PGUSER)")
 	f.StringVar(&o.testPassword, "test-password", cl.getenv("INTEGRESQL_TEST_PGPASSWORD"), "its password (env INTEGRESQL_TEST_PGPASSWORD)")
 	f.StringVar(&o.rootTmpl, "root-template", cl.envStr("INTEGRESQL_ROOT_TEMPLATE", "template0"), "database new templates are created from (env INTEGRESQL_ROOT_TEMPLATE)")
@@ -339,6 +341,7 @@ func (cl *cli) runServe(ctx context.Context, o *serveOpts) error {
 	if err != nil {
 		return err
 	}
+	log := slog.New(slog.NewTextHandler(cl.stderr, &slog.HandlerOptions{Level: level}))
 	return serve.Run(ctx, serve.Options{
 		Branches: bo, Layout: cl.layout(), Listen: o.listen, Socket: o.socket, Token: o.token, AllowFrom: o.allowNets, AllowedHosts: o.allowedHostList, MaxConns: o.maxConns,
 		Isolation: o.isolation, ExternalURL: o.pgURL, CanClone: o.canClone, Strategy: o.strategy,
@@ -346,11 +349,11 @@ func (cl *cli) runServe(ctx context.Context, o *serveOpts) error {
 		Manager: pool.ManagerConfig{
 			Prefix: o.prefix, Initial: o.poolInit, Max: o.poolMax, Parallel: o.parallel,
 			MaxDatabases: o.maxDatabases, MinLifetime: o.minLifetime, IdleTimeout: o.poolIdle, FinalizeTimeout: o.finalizeTimeout,
-			GetTimeout: o.getTimeout, RootTemplate: o.rootTmpl,
+			GetTimeout: o.getTimeout, RootTemplate: o.rootTmpl, KeptMax: o.keptMax, Log: log,
 		},
 		Role: o.testUser, Password: o.testPassword, RoleGiven: o.testUserSet, LeastPrivilege: o.leastPrivilege,
 		FindPG: cl.pgAndUser, Why: why,
-		Log:    slog.New(slog.NewTextHandler(cl.stderr, &slog.HandlerOptions{Level: level})),
+		Log:    log,
 		OnInfo: func(msg string) { cl.infof("%s", msg) },
 		OnReady: func(r serve.Ready) {
 			if r.Isolation == serve.IsolationCluster {
@@ -406,6 +409,8 @@ func (o *serveOpts) validate() error {
 		return bad("--parallel %d is out of range", o.parallel).WithHint("use 1 to %d (env INTEGRESQL_POOL_MAX_PARALLEL_TASKS)", maxParallel)
 	case o.maxDatabases < 0 || o.maxDatabases > maxDatabases:
 		return bad("--max-databases %d is out of range", o.maxDatabases).WithHint("use 0 (no limit) to %d", maxDatabases)
+	case o.keptMax < 1 || o.keptMax > maxPoolSize:
+		return bad("--kept-max %d is out of range", o.keptMax).WithHint("use 1 to %d (env PGFORK_KEPT_MAX)", maxPoolSize)
 	case o.maxConns < 1 || o.maxConns > maxConnsCap:
 		return bad("--max-conns %d is out of range", o.maxConns).WithHint("use 1 to %d", maxConnsCap)
 	}

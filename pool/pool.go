@@ -330,10 +330,15 @@ func New(cfg Config, creator Creator) *Pool {
 	p.wake = sync.NewCond(&p.mu)
 	p.lastUsed.Store(time.Now().UnixNano())
 	p.mu.Lock()
+	// Every kept id is taken before the first creation picks one.
 	for _, k := range cfg.Kept {
 		if p.kept[k.ID] == nil {
-			p.keepLocked(&entry{id: k.ID, name: k.Name, state: InUse, since: k.At}, k.At)
+			p.kept[k.ID] = &entry{id: k.ID, name: k.Name, state: InUse, since: k.At, keptAt: k.At}
+			p.keptOrder = append(p.keptOrder, k.ID)
 		}
+	}
+	for len(p.keptOrder) > p.cfg.KeptMax {
+		p.dropKept(p.kept[p.keptOrder[0]], true)
 	}
 	p.fill()
 	p.mu.Unlock()

@@ -284,6 +284,9 @@ type Pool struct {
 	run         int
 	runActive   bool
 	lastHandOut time.Time
+	// deferred are databases given back for recreation during a run
+	// whose rest the ready ones cover (Recreate): recreated when it ends.
+	deferred []*entry
 
 	inUse    atomic.Int64
 	nwaiters atomic.Int64
@@ -386,6 +389,7 @@ func (p *Pool) Acquire(ctx context.Context) (DB, error) {
 		id := p.ready[n-1]
 		p.ready = p.ready[:n-1]
 		db := p.handOut(p.dbs[id])
+		p.resumeDeferred(false)
 		p.fill()
 		p.mu.Unlock()
 		p.observeWait(start, true)
@@ -397,6 +401,7 @@ func (p *Pool) Acquire(ctx context.Context) (DB, error) {
 	w := &waiter{ch: make(chan result, 1)}
 	p.waiters = append(p.waiters, w)
 	p.nwaiters.Add(1)
+	p.resumeDeferred(true)
 	p.fill()
 	p.mu.Unlock()
 
@@ -528,6 +533,7 @@ func (p *Pool) endRun() {
 	p.runActive = false
 	n := p.run
 	p.run = 0
+	p.resumeDeferred(true)
 	grew := n > p.demand
 	if grew {
 		p.demand = n
@@ -647,8 +653,38 @@ func (p *Pool) Recreate(id int) error {
 	p.inUse.Add(-1)
 	e.state = Dirty
 	e.since = time.Now()
+	if p.coveredLocked() {
+		// The ready ones cover the rest of the run: recreate when it ends,
+		// not while its tests want the cores.
+		p.deferred = append(p.deferred, e)
+		return nil
+	}
 	p.spawn(e, e.name)
 	return nil
+}
+
+// coveredLocked reports whether the ready databases cover what the run
+// under way is expected to take still (its demand learned from earlier
+// runs, less what it took), with Parallel to spare: recreations can wait
+// for its end. Called with p.mu held.
+func (p *Pool) coveredLocked() bool {
+	return p.cfg.Learn && p.runActive && len(p.ready) >= p.demand-p.run+p.cfg.Parallel
+}
+
+// resumeDeferred starts the recreations deferred while the ready databases
+// covered the run: all of them (the run ended, or the pool closes), or
+// while they no longer cover it. Called with p.mu held.
+func (p *Pool) resumeDeferred(all bool) {
+	if p.closed {
+		return // Close drops them
+	}
+	for len(p.deferred) > 0 && (all || !p.coveredLocked()) {
+		e := p.deferred[0]
+		p.deferred = p.deferred[1:]
+		if p.dbs[e.id] == e && e.state == Dirty {
+			p.spawn(e, e.name)
+		}
+	}
 }
 
 // Keep takes database id, in use, out of the pool for inspection (its
@@ -1230,6 +1266,7 @@ func (p *Pool) Close(ctx context.Context, drop bool) error {
 		}
 	}
 	p.kept, p.keptOrder = map[int]*entry{}, nil
+	p.deferred = nil
 	p.trash = map[string]bool{}
 	p.trashQ = nil
 	n := len(p.dbs)

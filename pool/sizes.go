@@ -25,7 +25,7 @@ type Sizes struct {
 func DefaultSizes(clone bool, cpus int) Sizes {
 	cpus = max(cpus, 1)
 	if clone {
-		return Sizes{Initial: 4 * cpus, Max: 16 * cpus, Parallel: cpus}
+		return Sizes{Initial: 4 * cpus, Max: 64 * cpus, Parallel: cpus}
 	}
 	return Sizes{Initial: cpus, Max: 4 * cpus, Parallel: cpus}
 }

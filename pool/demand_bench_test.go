@@ -72,7 +72,8 @@ func BenchmarkSecondRun(b *testing.B) {
 					pollUntil(b, func() bool {
 						ts, _ := m.Stats()
 						st := ts[0].Pool
-						return st.ByState[pool.Creating]+st.ByState[pool.Dirty]+st.ByState[pool.Recreating] == 0 && st.ByState[pool.Ready] >= st.Base
+						return st.ByState[pool.Creating]+st.ByState[pool.Dirty]+st.ByState[pool.Recreating] == 0 && st.ByState[pool.Ready] >= st.Base &&
+							st.Dropping == 0
 					})
 				}
 				settle(m)

@@ -685,6 +685,7 @@ func (p *Pool) resumeDeferred(all bool) {
 			p.spawn(e, e.name)
 		}
 	}
+	p.wake.Broadcast() // drops waiting for the run's end may go
 }
 
 // Keep takes database id, in use, out of the pool for inspection (its
@@ -1113,7 +1114,8 @@ func (p *Pool) retire(name string) (bool, error) {
 }
 
 // dropper drops the used copies that recreations renamed away, Parallel
-// at a time when no creation is on the way: a DROP DATABASE costs the
+// at a time when no creation is on the way and no run covered by the ready
+// databases goes on (coveredLocked): a DROP DATABASE costs the
 // server about what a CREATE does (BenchmarkCreateRate: bare CREATE and
 // DROP at 14–25 db/s against CREATE alone at 20–37 under load), so while
 // tests wait for databases the drops wait, unless half of Max pile up;
@@ -1128,7 +1130,7 @@ func (p *Pool) dropper() {
 			p.droppers--
 			return // Close drops what is left
 		}
-		if p.pending > 0 && (len(p.trashQ) < max(p.cfg.Max/2, 1) || p.dropsActive > 0) {
+		if p.pending > 0 && (len(p.trashQ) < max(p.cfg.Max/2, 1) || p.dropsActive > 0) || p.coveredLocked() {
 			p.wake.Wait()
 			continue
 		}

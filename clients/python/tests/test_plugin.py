@@ -67,6 +67,9 @@ def test_failed_test_keeps_database(pytester: pytest.Pytester, pgfork_client: Cl
     # Give the kept database back ourselves, by its hand-out token.
     m = re.search(r"template (\w+), id (\d+), hand-out ([0-9a-f]{16,})", lines[0])
     assert m, lines[0]
+    # The server was told: it counts the database as kept, outside the pool.
+    tpl = [t for t in pgfork_client.list_templates()["templates"] if t["templateHash"] == m.group(1)]
+    assert tpl and tpl[0]["kept"] >= 1, tpl
     kept = TestDatabase(m.group(1), int(m.group(2)), DatabaseConfig("", 0, "", "", ""), token=m.group(3))
     pgfork_client.recreate(kept)
     with pytest.raises(TestDatabaseNotFound):

@@ -54,6 +54,8 @@ type Options struct {
 	ExternalURL string
 	// CanClone says the external server's data directory shares blocks.
 	CanClone bool
+	// Copies is how the managed mode makes test copies (Copies*; "": auto).
+	Copies string
 	// Strategy is how test databases are created (dbstore.Strategy*).
 	Strategy string
 	// Manager configures the pools (Observer is set by Run: its metrics).
@@ -97,6 +99,9 @@ type Ready struct {
 	// Owner is the role that owns test databases (the superuser handed
 	// out in cluster isolation).
 	Owner string
+	// Copies is CopiesClusters when the managed mode gives each test a
+	// cloned cluster (Conn's port is then 0: each test gets its own).
+	Copies string
 }
 
 // Run serves the pools of o until ctx is done or the HTTP server fails:
@@ -190,7 +195,7 @@ func Run(ctx context.Context, o Options) error {
 		go func() { errc <- hs.Serve(hopts.Listen(sl)) }()
 	}
 	if o.OnReady != nil {
-		o.OnReady(Ready{Listen: ln.Addr(), Socket: o.Socket, Isolation: o.Isolation, Conn: b.Conn, Owner: b.Owner})
+		o.OnReady(Ready{Listen: ln.Addr(), Socket: o.Socket, Isolation: o.Isolation, Conn: b.Conn, Owner: b.Owner, Copies: b.Copies})
 	}
 	select {
 	case <-ctx.Done():
@@ -232,7 +237,7 @@ func openBackend(ctx context.Context, o Options, log *slog.Logger) (*Backend, er
 			return nil, err
 		}
 		return NewManaged(ctx, ManagedOptions{Manager: o.Manager, DB: db, Layout: o.Layout, PG: pg, User: user,
-			Role: o.Role, Password: o.Password, LeastPrivilege: o.LeastPrivilege, OnInfo: o.OnInfo})
+			Role: o.Role, Password: o.Password, LeastPrivilege: o.LeastPrivilege, Copies: o.Copies, OnInfo: o.OnInfo})
 	default:
 		conn, err := ParseConn(o.ExternalURL)
 		if err != nil {

@@ -43,6 +43,9 @@ type Backend struct {
 	// Sized says how the pools were sized from the filesystem and the
 	// cores, when they were (DBOptions.Given); "" otherwise.
 	Sized string
+	// Copies is CopiesClusters when the managed mode gives each test a
+	// cloned cluster of its own (ManagedOptions.Copies), else "".
+	Copies string
 
 	once    sync.Once
 	err     error
@@ -141,6 +144,11 @@ type ManagedOptions struct {
 	// a non-superuser that may create databases.
 	Role, Password string
 	LeastPrivilege bool
+	// Copies is how test copies are made: CopiesDatabases (databases in
+	// the managed server), CopiesClusters (a reflink copy of the template's
+	// cluster per test) or CopiesAuto/"" (clusters on PostgreSQL 15-17 when
+	// the state directory reflinks, see ChooseCopies).
+	Copies string
 	// OnInfo is told what is started; nil: silent.
 	OnInfo func(msg string)
 }
@@ -148,7 +156,8 @@ type ManagedOptions struct {
 // NewManaged starts (creating on first use) pgfork's own PostgreSQL under
 // Layout's serve folder — with file_copy_method=clone on PostgreSQL 18 when
 // the folder's filesystem shares blocks — and serves databases in it.
-// Close stops the server.
+// Close stops the server. With o.Copies choosing clusters (ChooseCopies),
+// it serves cloned clusters instead (newManagedClusters).
 func NewManaged(ctx context.Context, o ManagedOptions) (*Backend, error) {
 	lay := o.Layout
 	if err := lay.Ensure(); err != nil {
@@ -165,12 +174,20 @@ func NewManaged(ctx context.Context, o ManagedOptions) (*Backend, error) {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return nil, errs.FromOS(err, dir, "cannot create %s", dir)
 	}
-	useClone := false
-	if o.PG.Major >= 18 {
+	shares := false
+	if o.PG.Major >= 18 || o.Copies != CopiesDatabases {
 		if pr, err := clone.Probe(ctx, dir, dir); err == nil && pr.SharesBlocks {
-			useClone = true
+			shares = true
 		}
 	}
+	clusters, err := ChooseCopies(o.Copies, o.PG.Major, shares)
+	if err != nil {
+		return nil, err
+	}
+	if clusters {
+		return newManagedClusters(ctx, o, dir, shares)
+	}
+	useClone := shares && o.PG.Major >= 18
 	if o.OnInfo != nil {
 		o.OnInfo("starting " + o.PG.String() + map[bool]string{true: " with file_copy_method=clone", false: ""}[useClone])
 	}

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
 
 	"github.com/pgfork/pgfork/instance"
 	"github.com/pgfork/pgfork/internal/errs"
@@ -46,6 +47,7 @@ type serveOpts struct {
 	volume                           string     // --volume: "" or auto
 	given                            pool.Given // pool sizes set by a flag or IntegreSQL's variables
 	branch                           *branchFlags
+	copies                           string // --copies (managed mode)
 }
 
 // env helpers: IntegreSQL's variables give defaults; flags override them.
@@ -184,6 +186,13 @@ cluster (--least-privilege: a CREATEDB owner role); its bootstrap superuser
 postgres is never handed out or altered. With an external server,
 --can-clone says its data directory reflinks, so the advisor may clone.
 
+On PostgreSQL 15-17, where CREATE DATABASE copies the template in full, and
+with the state directory on a reflink filesystem, the managed mode gives each
+test a reflink copy of its template's cluster instead (--copies auto): its
+own server on a free port of 127.0.0.1, the same role and password, the
+template's database in it. --copies databases keeps databases in the managed
+server; --copies clusters forces clusters (docs/server.md, "Cloned clusters").
+
 --isolation cluster gives each test a whole PostgreSQL server instead of a
 database, for tests that need a superuser or server settings: the template is
 migrated in a cluster of its own, shut down on finalize, and every test
@@ -208,10 +217,11 @@ core ready and grows to 64 per core; when they are full copies (PostgreSQL
 15-17, or no reflink) 1 and 4 per core; creations run 1 per core at once
 in both (a creation is CPU and checkpoint bound: on 2 cores 4 at once made
 no more databases per second than 2). With --isolation cluster: 1 and 4 per
-core. Unless --pool-init is given, each pool learns how many fresh databases
-a run of its template takes (kept across restarts) and keeps that many
-ready, within --pool-max, filled as soon as the template is ready and after
-each run. The log says what was picked; docs/server.md has the measurements.
+core; cloned clusters (--copies): 4 and 48 per core, 3 per core at once.
+Unless --pool-init is given, each pool learns how many fresh databases a
+run of its template takes (kept across restarts) and keeps that many ready,
+within --pool-max, filled as soon as the template is ready and after each
+run. The log says what was picked; docs/server.md has the measurements.
 
 Databases of failed tests that clients keep (POST .../keep) count neither
 against --pool-max nor --max-databases; --kept-max caps them per template
@@ -308,7 +318,29 @@ Bad values exit 2 before anything starts.`,
 	f.BoolVar(&o.leastPrivilege, "least-privilege", false, "managed mode: hand out a role that may create databases but is not a superuser (default: a superuser of the private cluster)")
 	f.BoolVarP(&o.verbose, "verbose", "v", false, "log every request")
 	o.branch = addBranchFlags(f)
+	addCopiesFlag(f, o)
 	return cmd
+}
+
+// addCopiesFlag adds --copies: how the managed mode makes test copies
+// (serve.ChooseCopies; docs/server.md, "Cloned clusters").
+func addCopiesFlag(f *pflag.FlagSet, o *serveOpts) {
+	f.StringVar(&o.copies, "copies", serve.CopiesAuto, "managed mode: databases (a database per test in the managed server), clusters (a reflink copy of the template's cluster per test, same role) or auto (clusters on PostgreSQL 15-17 when the state directory reflinks)")
+}
+
+// validateCopies checks --copies: one of its values, and only for the
+// managed mode's database isolation.
+func (o *serveOpts) validateCopies() error {
+	switch o.copies {
+	case serve.CopiesAuto, serve.CopiesDatabases, serve.CopiesClusters:
+	default:
+		return errs.New(errs.Usage, "bad --copies %q", o.copies).WithHint("use auto, databases or clusters")
+	}
+	if o.copies != serve.CopiesAuto && (o.pgURL != "" || o.isolation == serve.IsolationCluster) {
+		return errs.New(errs.Usage, "--copies is for the managed server (no --pg-url, --isolation database)").
+			WithHint("drop --copies, or --pg-url/--isolation cluster")
+	}
+	return nil
 }
 
 func (cl *cli) runServe(ctx context.Context, o *serveOpts) error {
@@ -324,6 +356,9 @@ func (cl *cli) runServe(ctx context.Context, o *serveOpts) error {
 	}
 	if !dbstore.ValidStrategy(o.strategy) {
 		return errs.New(errs.Usage, "bad --strategy %q", o.strategy).WithHint("use auto, default, wal_log, file_copy or clone")
+	}
+	if err := o.validateCopies(); err != nil {
+		return err
 	}
 	if err := o.validate(); err != nil {
 		return err
@@ -352,7 +387,7 @@ func (cl *cli) runServe(ctx context.Context, o *serveOpts) error {
 	log := slog.New(slog.NewTextHandler(cl.stderr, &slog.HandlerOptions{Level: level}))
 	return serve.Run(ctx, serve.Options{
 		Branches: bo, Layout: cl.layout(), Listen: o.listen, Socket: o.socket, Token: o.token, AllowFrom: o.allowNets, AllowedHosts: o.allowedHostList, MaxConns: o.maxConns,
-		Isolation: o.isolation, ExternalURL: o.pgURL, CanClone: o.canClone, Strategy: o.strategy,
+		Isolation: o.isolation, ExternalURL: o.pgURL, CanClone: o.canClone, Strategy: o.strategy, Copies: o.copies,
 		PoolGiven: o.poolGiven(),
 		Manager: pool.ManagerConfig{
 			Prefix: o.prefix, Initial: o.poolInit, Max: o.poolMax, Parallel: o.parallel,
@@ -364,7 +399,9 @@ func (cl *cli) runServe(ctx context.Context, o *serveOpts) error {
 		Log:    log,
 		OnInfo: func(msg string) { cl.infof("%s", msg) },
 		OnReady: func(r serve.Ready) {
-			if r.Isolation == serve.IsolationCluster {
+			if r.Copies == serve.CopiesClusters {
+				cl.infof("pgfork serve: http://%s/api (a cloned PostgreSQL cluster per test on %s, role %s)", r.Listen, r.Conn.Host, r.Owner)
+			} else if r.Isolation == serve.IsolationCluster {
 				cl.infof("pgfork serve: http://%s/api (a PostgreSQL cluster per test on %s, superuser %s)", r.Listen, r.Conn.Host, r.Owner)
 			} else {
 				cl.infof("pgfork serve: http://%s/api (PostgreSQL on %s:%d, test databases owned by %s)", r.Listen, r.Conn.Host, r.Conn.Port, r.Owner)

@@ -597,6 +597,7 @@ impl Client {
             .await?
             .unwrap_or(Value::Null);
         let (template_hash, config) = parse_body(Some(&v), hash);
+        warn_kept(&v);
         let num = |x: Option<&Value>| {
             x.and_then(|n| n.as_i64().or_else(|| n.as_str()?.parse().ok()))
                 .unwrap_or(0)
@@ -696,6 +697,15 @@ fn parse_body(v: Option<&Value>, hash: &str) -> (String, DatabaseConfig) {
         .and_then(|c| DatabaseConfig::deserialize(c).ok())
         .unwrap_or_default();
     (h, config)
+}
+
+/// Prints, once per process, the server's line (a hand-out's `warning`)
+/// saying that databases of failed tests kept for inspection pile up.
+fn warn_kept(v: &Value) {
+    static WARNED: std::sync::Once = std::sync::Once::new();
+    if let Some(w) = v.get("warning").and_then(Value::as_str).filter(|w| !w.is_empty()) {
+        WARNED.call_once(|| eprintln!("{w}"));
+    }
 }
 
 #[cfg(test)]

@@ -414,7 +414,7 @@ func runJSBench(ctx context.Context, r *Report) error {
 	}
 	// The overhead with a warm pool: one file's tests (fewer than the pool's
 	// ready databases) after the pool has refilled.
-	ready, err := jsBenchWaitReady(ctx, srv, jsBenchFilesPerTest, 5*time.Minute)
+	ready, err := srv.waitReady(ctx, jsBenchFilesPerTest, 5*time.Minute)
 	if err != nil {
 		return err
 	}
@@ -499,37 +499,6 @@ func runJSBench(ctx context.Context, r *Report) error {
 		r.Target(p50 <= 5*time.Millisecond && p99 <= 50*time.Millisecond, "the same with connecting db.client (pg, SCRAM over TCP; the first test of each worker also loads pg): p50 %s (≤ 5 ms), p99 %s (≤ 50 ms)", Dur(p50), Dur(p99))
 	}
 	return nil
-}
-
-// jsBenchWaitReady waits until the server's only template has at least n
-// ready databases and returns how many it has.
-func jsBenchWaitReady(ctx context.Context, srv *serveProc, n int, limit time.Duration) (int, error) {
-	deadline := time.Now().Add(limit)
-	for {
-		var list struct {
-			Templates []struct {
-				Databases map[string]int `json:"databases"`
-			} `json:"templates"`
-		}
-		if err := srv.call("GET", "/api/v2/templates", "", &list); err != nil {
-			return 0, err
-		}
-		ready := 0
-		for _, t := range list.Templates {
-			ready = max(ready, t.Databases["ready"])
-		}
-		if ready >= n {
-			return ready, nil
-		}
-		if time.Now().After(deadline) {
-			return ready, fmt.Errorf("the pool did not refill to %d ready databases within %s (%d ready)", n, limit, ready)
-		}
-		select {
-		case <-ctx.Done():
-			return 0, ctx.Err()
-		case <-time.After(500 * time.Millisecond):
-		}
-	}
 }
 
 // jsPGliteVersion is the installed @electric-sql/pglite's version.

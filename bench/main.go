@@ -19,6 +19,7 @@
 // with each worker reusing one database) scale down for a quick smoke run:
 //
 //	PGFORK_BENCH_VOLUME_TESTS=40      volume: tests per suite (default 400)
+//	PGFORK_BENCH_VOLUME_ROWS=20000    volume: template rows (default 740000, ~180 MB)
 //	PGFORK_BENCH_JS_TESTS=30          js: tests (default 300, files of 15)
 //	PGFORK_BENCH_JS_SEED_MB=5         js: seed size (default 50)
 //	PGFORK_BENCH_RUST_TESTS=20        rust: tests per contender (default 200)

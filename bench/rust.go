@@ -311,7 +311,7 @@ func runRustBench(ctx context.Context, r *Report) error {
 	if err := run("(b) CREATE DATABASE … TEMPLATE + DROP per test", "b", env); err != nil {
 		return err
 	}
-	if _, err := jsBenchWaitReady(ctx, srv, 16, 5*time.Minute); err != nil {
+	if _, err := srv.waitReady(ctx, 16, 5*time.Minute); err != nil {
 		return err
 	}
 	if err := run(cWarm, "c", env); err != nil {
@@ -321,7 +321,7 @@ func runRustBench(ctx context.Context, r *Report) error {
 		return err
 	}
 	// Per-test overhead when the pool keeps up: 10 tests (t000…t009) from a full pool.
-	ready, err := jsBenchWaitReady(ctx, srv, 16, 5*time.Minute)
+	ready, err := srv.waitReady(ctx, 16, 5*time.Minute)
 	if err != nil {
 		return err
 	}
@@ -351,7 +351,7 @@ func runRustBench(ctx context.Context, r *Report) error {
 				if err := run("(d) #[pgfork::test] on XFS reflink (clone), cold", "c", env2); err != nil {
 					return err
 				}
-				if _, err := jsBenchWaitReady(ctx, srv2, 16, 5*time.Minute); err != nil {
+				if _, err := srv2.waitReady(ctx, 16, 5*time.Minute); err != nil {
 					return err
 				}
 				if err := run("(d) #[pgfork::test] on XFS reflink (clone), warm", "c", env2); err != nil {

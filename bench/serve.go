@@ -153,6 +153,87 @@ func (p *serveProc) call(method, path string, body string, out any) error {
 	return nil
 }
 
+// poolStat is one template's pool as GET /api/v2/templates lists it.
+type poolStat struct {
+	Hash      string         `json:"templateHash"`
+	Databases map[string]int `json:"databases"` // by state: creating, ready, in_use, dirty, recreating
+}
+
+// pools lists the server's templates and their pools.
+func (p *serveProc) pools() ([]poolStat, error) {
+	var list struct {
+		Templates []poolStat `json:"templates"`
+	}
+	err := p.call("GET", "/api/v2/templates", "", &list)
+	return list.Templates, err
+}
+
+// onlyHash is the hash of the server's only template (a client suite's,
+// whose hash the client computes).
+func (p *serveProc) onlyHash() (string, error) {
+	ts, err := p.pools()
+	if err != nil {
+		return "", err
+	}
+	if len(ts) != 1 {
+		return "", fmt.Errorf("%s has %d templates, want 1", p.name, len(ts))
+	}
+	return ts[0].Hash, nil
+}
+
+// waitReady waits until a template of the server has at least n ready
+// databases and returns how many it has.
+func (p *serveProc) waitReady(ctx context.Context, n int, limit time.Duration) (int, error) {
+	ready := 0
+	err := p.poll(ctx, limit, func(ts []poolStat) bool {
+		ready = 0
+		for _, t := range ts {
+			ready = max(ready, t.Databases["ready"])
+		}
+		return ready >= n
+	})
+	if err != nil {
+		return ready, fmt.Errorf("the pool did not refill to %d ready databases: %w (%d ready)", n, err, ready)
+	}
+	return ready, nil
+}
+
+// settle waits until no database of the server is being made or given back
+// (none creating, dirty or recreating): the pause between two runs of a
+// suite, after which the pool is as full as the server fills it.
+func (p *serveProc) settle(ctx context.Context, limit time.Duration) error {
+	return p.poll(ctx, limit, func(ts []poolStat) bool {
+		for _, t := range ts {
+			if t.Databases["creating"]+t.Databases["dirty"]+t.Databases["recreating"] > 0 {
+				return false
+			}
+		}
+		return true
+	})
+}
+
+// poll lists the pools every 200 ms until done says so, for at most limit.
+func (p *serveProc) poll(ctx context.Context, limit time.Duration, done func([]poolStat) bool) error {
+	deadline := time.Now().Add(limit)
+	for {
+		ts, err := p.pools()
+		if err != nil {
+			return err
+		}
+		if done(ts) {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("not within %s", limit)
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(200 * time.Millisecond):
+		}
+	}
+}
+
 // template initializes hash, runs setup against it and finalizes it.
 func (p *serveProc) template(ctx context.Context, hash, setup string) error {
 	var t benchDB

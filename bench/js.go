@@ -177,6 +177,25 @@ afterAll(async () => { await db.close(); });
 });
 `, k)
 		}
+	case "f":
+		b.WriteString(`import { test } from "vitest";
+import pg from "pg";
+import { record, work } from "./common.mjs";
+// The floor: each vitest worker reuses one database taken once (no isolation);
+// a test connects to it as (d)'s fixture does to its own.
+const urls = process.env.PGB_FLOOR_URLS.split(" ");
+const url = urls[(Number(process.env.VITEST_POOL_ID ?? "1") - 1) % urls.length];
+async function floor(fn) {
+  const t0 = performance.now();
+  const c = new pg.Client({ connectionString: url });
+  await c.connect();
+  record(performance.now() - t0);
+  try { await fn(c); } finally { await c.end(); }
+}
+`)
+		for k := 0; k < tests; k++ {
+			fmt.Fprintf(&b, "test(\"t%d\", async () => { await floor(work); });\n", k)
+		}
 	default: // d, e: this package
 		b.WriteString(`import { test } from "pgfork/vitest";
 import { record, work } from "./common.mjs";
@@ -190,7 +209,7 @@ import { record, work } from "./common.mjs";
 
 func jsBenchSetup(c string) string {
 	switch c {
-	case "a", "c":
+	case "a", "c", "f":
 		return "export default async function () {}\n"
 	case "b":
 		return `import { admin, dbUrl, migrate } from "./common.mjs";
@@ -226,7 +245,7 @@ func jsBenchProject(dir, clientsJS string, seedMB, tests int) error {
 		return err
 	}
 	files := (tests + jsBenchFilesPerTest - 1) / jsBenchFilesPerTest
-	for _, c := range []string{"a", "b", "c", "d"} {
+	for _, c := range []string{"a", "b", "c", "d", "f"} {
 		if err := write(c+"/common.mjs", jsBenchCommon); err != nil {
 			return err
 		}
@@ -397,13 +416,48 @@ func runJSBench(ctx context.Context, r *Report) error {
 		res = append(res, result{name, took, s, h})
 		return nil
 	}
-	if err := run("(d) pgfork, cold: builds the template", "d", append(adminEnv, dEnv...)); err != nil {
+	const (
+		dCold   = "(d) pgfork, cold: builds the template"
+		dSecond = "(d) pgfork, second run on the same serve (template built)"
+		fFloor  = "(f) floor: each worker reuses one database (no isolation)"
+		eSecond = "(e) pgfork on XFS reflink (clone), second run on the same serve"
+		eFloor  = "(f) floor on XFS reflink: each worker reuses one database"
+	)
+	// secondAndFloor runs (d)'s suite again on serve p once its pool has
+	// settled (a second run), then the floor on the same serve, and takes the
+	// bare CREATE DATABASE rate of its cluster.
+	secondAndFloor := func(p *serveProc, second, floor string, env []string) (float64, error) {
+		if err := p.settle(ctx, 5*time.Minute); err != nil {
+			return 0, fmt.Errorf("before %s: %w", second, err)
+		}
+		if err := run(second, "d", env); err != nil {
+			return 0, err
+		}
+		if err := p.settle(ctx, 5*time.Minute); err != nil {
+			return 0, fmt.Errorf("before %s: %w", floor, err)
+		}
+		dbs, giveBack, err := p.takeDatabases(4)
+		if err != nil {
+			return 0, err
+		}
+		err = run(floor, "f", append(env, "PGB_FLOOR_URLS="+floorURLs(dbs)))
+		giveBack()
+		if err != nil {
+			return 0, err
+		}
+		if err := p.settle(ctx, 5*time.Minute); err != nil {
+			return 0, err
+		}
+		return p.bareRate(ctx, 4, min(tests, 40))
+	}
+	if err := run(dCold, "d", append(adminEnv, dEnv...)); err != nil {
 		return err
 	}
 	if err := run("(b) CREATE DATABASE … TEMPLATE + DROP per test", "b", adminEnv); err != nil {
 		return err
 	}
-	if err := run("(d) pgfork, warm: template built, pool ready", "d", append(adminEnv, dEnv...)); err != nil {
+	bare, err := secondAndFloor(srv, dSecond, fFloor, append(adminEnv, dEnv...))
+	if err != nil {
 		return err
 	}
 	if err := run("(a) migrations + seed per test file", "a", adminEnv); err != nil {
@@ -414,16 +468,22 @@ func runJSBench(ctx context.Context, r *Report) error {
 	}
 	// The overhead with a warm pool: one file's tests (fewer than the pool's
 	// ready databases) after the pool has refilled.
-	ready, err := srv.waitReady(ctx, jsBenchFilesPerTest, 5*time.Minute)
+	ready, err := srv.waitReady(ctx, min(jsBenchFilesPerTest, tests), 5*time.Minute)
 	if err != nil {
 		return err
 	}
-	if err := run(fmt.Sprintf("(d) pgfork, one file (%d tests) from a full pool (%d ready)", jsBenchFilesPerTest, ready), "d", append(adminEnv, dEnv...), "f00.test.mjs"); err != nil {
+	if err := run(fmt.Sprintf("(d) pgfork, one file (%d tests) from a full pool (%d ready)", min(jsBenchFilesPerTest, tests), ready), "d", append(adminEnv, dEnv...), "f00.test.mjs"); err != nil {
 		return err
 	}
-	warmPoolName := res[len(res)-1].name
+	warmPool := res[len(res)-1]
+	// Issue 34: the same file with nothing started by hand, twice.
+	zFirst, zSecond, zLeft, zNot := zeroSetup(ctx, bin, tmp, func(env []string) (time.Duration, error) {
+		took, _, _, err := jsBenchRun(ctx, proj, clientsJS, "d", append(env, "PGB_KEY="+key+"-zero"), "f00.test.mjs")
+		return took, err
+	})
 
 	// (e): the same on a PostgreSQL on the XFS reflink mount, if any.
+	var eBare float64
 	if xfs := os.Getenv("PGFORK_TEST_XFS"); xfs != "" {
 		if _, err := os.Stat(xfs); err == nil {
 			_, pgx2, stop2, err := benchPG18(ctx, xfs)
@@ -445,7 +505,7 @@ func runJSBench(ctx context.Context, r *Report) error {
 				if err := run("(e) pgfork on XFS reflink (clone), cold", "d", eEnv); err != nil {
 					return err
 				}
-				if err := run("(e) pgfork on XFS reflink (clone), warm", "d", eEnv); err != nil {
+				if eBare, err = secondAndFloor(srv2, eSecond, eFloor, eEnv); err != nil {
 					return err
 				}
 				r.Notef("(e): a second PostgreSQL %s with its data on the XFS reflink mount %s; pgfork serve --can-clone (file_copy_method=clone).", version, xfs)
@@ -455,44 +515,50 @@ func runJSBench(ctx context.Context, r *Report) error {
 		r.Notef("(e) not measured: no reflink volume (PGFORK_TEST_XFS unset).")
 	}
 
-	var a, b, dWarm, dCold time.Duration
+	byName := map[string]result{}
+	var a, b time.Duration
 	for _, x := range res {
+		byName[x.name] = x
 		switch {
 		case strings.HasPrefix(x.name, "(a)"):
 			a = x.took
 		case strings.HasPrefix(x.name, "(b)"):
 			b = x.took
-		case x.name == "(d) pgfork, warm: template built, pool ready":
-			dWarm = x.took
-		case x.name == "(d) pgfork, cold: builds the template":
-			dCold = x.took
 		}
 	}
 	var rows [][]string
-	var warmAcq, warmHand Sample
 	for _, x := range res {
-		q := func(s Sample, f float64) string {
-			if len(s) == 0 {
-				return "—"
-			}
-			return Dur(s.Quantile(f))
-		}
-		if x.name == warmPoolName {
-			warmAcq, warmHand = x.acquire, x.handOut
-		}
 		ra, rb := Ratio(a, x.took), Ratio(b, x.took)
-		if x.name == warmPoolName { // 15 tests, not the suite: no ratio
+		if x.name == warmPool.name { // one file, not the suite: no ratio
 			ra, rb = "—", "—"
 		}
-		rows = append(rows, []string{x.name, Dur(x.took), ra, rb, q(x.acquire, 0.5), q(x.acquire, 0.99), q(x.handOut, 0.5), q(x.handOut, 0.99)})
+		rows = append(rows, []string{x.name, Dur(x.took), ra, rb, x.acquire.Cell(0.5), x.acquire.Cell(0.99), x.handOut.Cell(0.5), x.handOut.Cell(0.99)})
 	}
 	r.Notef("Whole suite (%d tests, 4 vitest workers), one run each, pgfork serve with --pool-init 16 --pool-max 16 --parallel 2; per-test overhead: the time a test waited for its database "+
-		"(pgfork: hand-out + connect, db.acquireMs; (b): CREATE DATABASE … TEMPLATE + connect), and of that the hand-out alone (pgfork: GET …/tests, db.handOutMs; (b): the same as the whole). "+
-		"Every test writes, so every database is recreated from the template after its test (in the background, 2 at a time): a suite longer than the pool drains it and waits for creations.", tests)
+		"(pgfork: hand-out + connect, db.acquireMs; (b): CREATE DATABASE … TEMPLATE + connect; (f): connect), and of that the hand-out alone (pgfork: GET …/tests, db.handOutMs; (b), (f): the same as the whole). "+
+		"Every test writes, so every database is recreated from the template after its test (in the background, 2 at a time): a suite longer than the pool drains it and waits for creations. "+
+		"A second run starts once the pool has settled after the run before it (nothing creating or recreating); the floor (f) then takes 4 databases from the same serve, "+
+		"one per vitest worker (VITEST_POOL_ID), and each test connects to its worker's (no isolation).", tests)
 	r.Table([]string{"contender", "suite", "vs (a)", "vs (b)", "wait p50", "wait p99", "hand-out p50", "hand-out p99"}, rows)
-	r.Target(dWarm > 0 && float64(a)/float64(dWarm) >= 10, "(d) warm ≥ 10x (a): %s vs %s = %s (cold, template build included: %s)", Dur(dWarm), Dur(a), Ratio(a, dWarm), Ratio(a, dCold))
-	r.Target(dWarm > 0 && float64(b)/float64(dWarm) >= 3, "(d) warm ≥ 3x (b): %s vs %s = %s (cold: %s)", Dur(dWarm), Dur(b), Ratio(b, dWarm), Ratio(b, dCold))
-	if len(warmAcq) > 0 {
+	floorRows := func(floor, cold, second string, bare float64, where string) {
+		f, c, s := byName[floor], byName[cold], byName[second]
+		fresh := func(x result) FloorRow {
+			return FloorRow{Name: x.name, Suite: x.took, Wait: x.acquire, Rate: float64(tests) / x.took.Seconds()}
+		}
+		r.FloorTable("against the floor, "+where, bare, FloorRow{Name: f.name, Suite: f.took, Wait: f.acquire}, fresh(c), fresh(s))
+		r.FloorTarget("pgfork's second run, "+where+",", s.took, f.took, 1.5)
+	}
+	r.Notef("Against the floor (issue 33): whole `vitest run` wall times; fresh DBs/s: the suite's tests over its wall time (each test takes one fresh database); "+
+		"bare: 4 sessions running CREATE DATABASE … STRATEGY FILE_COPY from a copy of the template on the same cluster, %d databases.", min(tests, 40))
+	floorRows(fFloor, dCold, dSecond, bare, "ext4")
+	if _, ok := byName[eFloor]; ok {
+		floorRows(eFloor, "(e) pgfork on XFS reflink (clone), cold", eSecond, eBare, "XFS reflink")
+	}
+	r.ZeroSetupTarget("JS (vitest, one file)", zFirst, zSecond, warmPool.took, zLeft, zNot)
+	dWarm := byName[dSecond].took
+	r.Notef("Against the peers (kept from issue 21; issue 33 replaced its targets \"(d) ≥ 10x (a)\" and \"≥ 3x (b)\" by the floor's): (d)'s second run is %s (a) and %s (b); cold, template build included: %s and %s.",
+		Ratio(a, dWarm), Ratio(b, dWarm), Ratio(a, byName[dCold].took), Ratio(b, byName[dCold].took))
+	if warmAcq, warmHand := warmPool.acquire, warmPool.handOut; len(warmAcq) > 0 {
 		p50, p99 := warmAcq.Quantile(0.5), warmAcq.Quantile(0.99)
 		h50, h99 := warmHand.Quantile(0.5), warmHand.Quantile(0.99)
 		r.Target(h50 <= 5*time.Millisecond && h99 <= 50*time.Millisecond, "per-test overhead of (d) with a warm pool (one file's tests, the pool full), the hand-out: p50 %s (≤ 5 ms), p99 %s (≤ 50 ms) over %d tests", Dur(h50), Dur(h99), len(warmHand))

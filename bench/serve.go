@@ -895,3 +895,48 @@ func learnRun(ctx context.Context, bin, tmp string, pg pgServer, admin *pgx.Conn
 	res.within = e20 > 0 && float64(e20) <= 2*float64(later.Median()) && float64(later.Median()) <= 2*float64(e20)
 	return res, nil
 }
+
+// takeDatabases takes n databases of the server's only template (a floor
+// contender's: each worker reuses one, no isolation) and returns them and a
+// function that gives them back.
+func (p *serveProc) takeDatabases(n int) ([]benchDB, func(), error) {
+	hash, err := p.onlyHash()
+	if err != nil {
+		return nil, nil, err
+	}
+	var dbs []benchDB
+	giveBack := func() {
+		for _, d := range dbs {
+			_ = p.call("POST", fmt.Sprintf("/api/v1/templates/%s/tests/%d/recreate", hash, d.ID), "", nil)
+		}
+	}
+	for range n {
+		var d benchDB
+		if err := p.call("GET", "/api/v1/templates/"+hash+"/tests", "", &d); err != nil {
+			giveBack()
+			return nil, nil, err
+		}
+		dbs = append(dbs, d)
+	}
+	return dbs, giveBack, nil
+}
+
+// floorURLs is the floor's databases as one space-separated list (PGB_FLOOR_URLS).
+func floorURLs(dbs []benchDB) string {
+	var urls []string
+	for _, d := range dbs {
+		urls = append(urls, d.url())
+	}
+	return strings.Join(urls, " ")
+}
+
+// bareRate is bareCreateRate on the server's cluster, from a database of
+// its only template: sessions sessions, n databases.
+func (p *serveProc) bareRate(ctx context.Context, sessions, n int) (float64, error) {
+	dbs, giveBack, err := p.takeDatabases(1)
+	if err != nil {
+		return 0, err
+	}
+	defer giveBack()
+	return bareCreateRate(ctx, dbs[0], sessions, n)
+}

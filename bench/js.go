@@ -24,7 +24,12 @@ import (
 // clients/js (pgfork/vitest's db fixture) with pgfork serve on the same
 // server (ext4); (e) the same on a PostgreSQL 18 on the XFS reflink mount
 // (file_copy_method=clone), when there is one; and (c) PGlite, a fresh
-// instance per file with the migrations and seed, each test rolled back.
+// instance per file with the migrations and seed, each test rolled back;
+// and (f) the floor (issue 33): the same tests, each vitest worker reusing
+// one database taken once from the same serve (no isolation). (d) and (e)
+// run twice on their serve; the second run is measured against the floor.
+// Issue 34's zero-setup second run (the glue starting pgfork serve itself)
+// is measured when the glue does so.
 //
 // Scale: PGFORK_BENCH_JS_SEED_MB (default 50) and PGFORK_BENCH_JS_TESTS
 // (default 300, in files of 15 tests).

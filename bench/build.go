@@ -209,3 +209,53 @@ func (r *Report) ZeroSetupTarget(what string, first, second, base time.Duration,
 	r.Target(setup <= time.Second, "%s, second run's setup with zero setup (auto-started serve reusing the template) ≤ 1 s: %s "+
 		"(second run %s less the same against a running serve %s; the first run, building the template: %s)", what, Dur(setup), Dur(second), Dur(base), Dur(first))
 }
+
+// suiteRun is one run of a client suite (js, rust): its wall time and the
+// per-test waits its tests recorded.
+type suiteRun struct {
+	name    string
+	took    time.Duration
+	acquire Sample // the wait for a database (hand-out + connect)
+	handOut Sample // of that, the hand-out alone
+}
+
+// secondAndFloor runs a client suite's second run on serve p once its pool
+// has settled (second), then its floor on the same serve (floor, given the
+// URLs of workers databases taken once, PGB_FLOOR_URLS), and returns the
+// bare CREATE DATABASE rate of p's cluster at workers sessions over bareN
+// databases.
+func secondAndFloor(ctx context.Context, p *serveProc, workers, bareN int, second func() error, floor func(urls string) error) (float64, error) {
+	if err := p.settle(ctx, 5*time.Minute); err != nil {
+		return 0, fmt.Errorf("before the second run: %w", err)
+	}
+	if err := second(); err != nil {
+		return 0, err
+	}
+	if err := p.settle(ctx, 5*time.Minute); err != nil {
+		return 0, fmt.Errorf("before the floor: %w", err)
+	}
+	dbs, giveBack, err := p.takeDatabases(workers)
+	if err != nil {
+		return 0, err
+	}
+	err = floor(floorURLs(dbs))
+	giveBack()
+	if err != nil {
+		return 0, err
+	}
+	if err := p.settle(ctx, 5*time.Minute); err != nil {
+		return 0, err
+	}
+	return p.bareRate(ctx, workers, bareN)
+}
+
+// floorRows adds a client suite's table against its floor (floor, cold
+// and second runs of tests tests on one serve) and the target for the
+// second run.
+func (r *Report) floorRows(what, where string, tests int, bare float64, floor, cold, second suiteRun) {
+	fresh := func(x suiteRun) FloorRow {
+		return FloorRow{Name: x.name, Suite: x.took, Wait: x.acquire, Rate: float64(tests) / x.took.Seconds()}
+	}
+	r.FloorTable("against the floor, "+where, bare, FloorRow{Name: floor.name, Suite: floor.took, Wait: floor.acquire}, fresh(cold), fresh(second))
+	r.FloorTarget(what+"'s second run, "+where+",", second.took, floor.took, 1.5)
+}

@@ -405,20 +405,14 @@ func runJSBench(ctx context.Context, r *Report) error {
 	adminEnv := []string{"PGB_ADMIN_URL=" + pg.url}
 	dEnv := []string{"PGFORK_URL=" + srv.base, "PGB_KEY=" + key, "PGFORK_TOKEN="}
 
-	type result struct {
-		name    string
-		took    time.Duration
-		acquire Sample
-		handOut Sample
-	}
-	var res []result
+	var res []suiteRun
 	run := func(name, c string, env []string, filter ...string) error {
 		took, s, h, err := jsBenchRun(ctx, proj, clientsJS, c, env, filter...)
 		if err != nil {
 			return err
 		}
 		fmt.Printf("  %s: %s\n", name, Dur(took))
-		res = append(res, result{name, took, s, h})
+		res = append(res, suiteRun{name, took, s, h})
 		return nil
 	}
 	const (
@@ -428,32 +422,9 @@ func runJSBench(ctx context.Context, r *Report) error {
 		eSecond = "(e) pgfork on XFS reflink (clone), second run on the same serve"
 		eFloor  = "(f) floor on XFS reflink: each worker reuses one database"
 	)
-	// secondAndFloor runs (d)'s suite again on serve p once its pool has
-	// settled (a second run), then the floor on the same serve, and takes the
-	// bare CREATE DATABASE rate of its cluster.
-	secondAndFloor := func(p *serveProc, second, floor string, env []string) (float64, error) {
-		if err := p.settle(ctx, 5*time.Minute); err != nil {
-			return 0, fmt.Errorf("before %s: %w", second, err)
-		}
-		if err := run(second, "d", env); err != nil {
-			return 0, err
-		}
-		if err := p.settle(ctx, 5*time.Minute); err != nil {
-			return 0, fmt.Errorf("before %s: %w", floor, err)
-		}
-		dbs, giveBack, err := p.takeDatabases(4)
-		if err != nil {
-			return 0, err
-		}
-		err = run(floor, "f", append(env, "PGB_FLOOR_URLS="+floorURLs(dbs)))
-		giveBack()
-		if err != nil {
-			return 0, err
-		}
-		if err := p.settle(ctx, 5*time.Minute); err != nil {
-			return 0, err
-		}
-		return p.bareRate(ctx, 4, min(tests, 40))
+	secondRunAndFloor := func(p *serveProc, second, floor string, env []string) (float64, error) {
+		return secondAndFloor(ctx, p, 4, min(tests, 40), func() error { return run(second, "d", env) },
+			func(urls string) error { return run(floor, "f", append(env, "PGB_FLOOR_URLS="+urls)) })
 	}
 	if err := run(dCold, "d", append(adminEnv, dEnv...)); err != nil {
 		return err
@@ -461,7 +432,7 @@ func runJSBench(ctx context.Context, r *Report) error {
 	if err := run("(b) CREATE DATABASE … TEMPLATE + DROP per test", "b", adminEnv); err != nil {
 		return err
 	}
-	bare, err := secondAndFloor(srv, dSecond, fFloor, append(adminEnv, dEnv...))
+	bare, err := secondRunAndFloor(srv, dSecond, fFloor, append(adminEnv, dEnv...))
 	if err != nil {
 		return err
 	}
@@ -510,7 +481,7 @@ func runJSBench(ctx context.Context, r *Report) error {
 				if err := run("(e) pgfork on XFS reflink (clone), cold", "d", eEnv); err != nil {
 					return err
 				}
-				if eBare, err = secondAndFloor(srv2, eSecond, eFloor, eEnv); err != nil {
+				if eBare, err = secondRunAndFloor(srv2, eSecond, eFloor, eEnv); err != nil {
 					return err
 				}
 				r.Notef("(e): a second PostgreSQL %s with its data on the XFS reflink mount %s; pgfork serve --can-clone (file_copy_method=clone).", version, xfs)
@@ -520,7 +491,7 @@ func runJSBench(ctx context.Context, r *Report) error {
 		r.Notef("(e) not measured: no reflink volume (PGFORK_TEST_XFS unset).")
 	}
 
-	byName := map[string]result{}
+	byName := map[string]suiteRun{}
 	var a, b time.Duration
 	for _, x := range res {
 		byName[x.name] = x
@@ -545,19 +516,11 @@ func runJSBench(ctx context.Context, r *Report) error {
 		"A second run starts once the pool has settled after the run before it (nothing creating or recreating); the floor (f) then takes 4 databases from the same serve, "+
 		"one per vitest worker (VITEST_POOL_ID), and each test connects to its worker's (no isolation).", tests)
 	r.Table([]string{"contender", "suite", "vs (a)", "vs (b)", "wait p50", "wait p99", "hand-out p50", "hand-out p99"}, rows)
-	floorRows := func(floor, cold, second string, bare float64, where string) {
-		f, c, s := byName[floor], byName[cold], byName[second]
-		fresh := func(x result) FloorRow {
-			return FloorRow{Name: x.name, Suite: x.took, Wait: x.acquire, Rate: float64(tests) / x.took.Seconds()}
-		}
-		r.FloorTable("against the floor, "+where, bare, FloorRow{Name: f.name, Suite: f.took, Wait: f.acquire}, fresh(c), fresh(s))
-		r.FloorTarget("pgfork's second run, "+where+",", s.took, f.took, 1.5)
-	}
 	r.Notef("Against the floor (issue 33): whole `vitest run` wall times; fresh DBs/s: the suite's tests over its wall time (each test takes one fresh database); "+
 		"bare: 4 sessions running CREATE DATABASE … STRATEGY FILE_COPY from a copy of the template on the same cluster, %d databases.", min(tests, 40))
-	floorRows(fFloor, dCold, dSecond, bare, "ext4")
+	r.floorRows("pgfork", "ext4", tests, bare, byName[fFloor], byName[dCold], byName[dSecond])
 	if _, ok := byName[eFloor]; ok {
-		floorRows(eFloor, "(e) pgfork on XFS reflink (clone), cold", eSecond, eBare, "XFS reflink")
+		r.floorRows("pgfork", "XFS reflink", tests, eBare, byName[eFloor], byName["(e) pgfork on XFS reflink (clone), cold"], byName[eSecond])
 	}
 	r.ZeroSetupTarget("JS (vitest, one file)", zFirst, zSecond, warmPool.took, zLeft, zNot)
 	dWarm := byName[dSecond].took

@@ -322,20 +322,14 @@ func runRustBench(ctx context.Context, r *Report) error {
 	}
 	env := append(append(target, pgEnv(pg)...), "PGFORK_URL="+srv.base, "PGFORK_TOKEN=")
 
-	type result struct {
-		name    string
-		took    time.Duration
-		acquire Sample
-		handOut Sample
-	}
-	var res []result
+	var res []suiteRun
 	run := func(name, test string, env []string, filter ...string) error {
 		took, s, h, err := rustBenchRun(ctx, proj, test, env, filter...)
 		if err != nil {
 			return err
 		}
 		fmt.Printf("  %s: %s\n", name, Dur(took))
-		res = append(res, result{name, took, s, h})
+		res = append(res, suiteRun{name, took, s, h})
 		return nil
 	}
 	const (
@@ -347,32 +341,9 @@ func runRustBench(ctx context.Context, r *Report) error {
 		dFloor  = "(f) floor on XFS reflink: each test thread reuses one database"
 	)
 	threads := runtime.NumCPU() // cargo test's default test threads
-	// secondAndFloor runs (c) again on serve p once its pool has settled (a
-	// second run), then the floor on the same serve, and takes the bare
-	// CREATE DATABASE rate of its cluster.
-	secondAndFloor := func(p *serveProc, second, floor string, env []string) (float64, error) {
-		if err := p.settle(ctx, 5*time.Minute); err != nil {
-			return 0, fmt.Errorf("before %s: %w", second, err)
-		}
-		if err := run(second, "c", env); err != nil {
-			return 0, err
-		}
-		if err := p.settle(ctx, 5*time.Minute); err != nil {
-			return 0, fmt.Errorf("before %s: %w", floor, err)
-		}
-		dbs, giveBack, err := p.takeDatabases(threads)
-		if err != nil {
-			return 0, err
-		}
-		err = run(floor, "f", append(env, "PGB_FLOOR_URLS="+floorURLs(dbs)))
-		giveBack()
-		if err != nil {
-			return 0, err
-		}
-		if err := p.settle(ctx, 5*time.Minute); err != nil {
-			return 0, err
-		}
-		return p.bareRate(ctx, threads, min(tests, 40))
+	secondRunAndFloor := func(p *serveProc, second, floor string, env []string) (float64, error) {
+		return secondAndFloor(ctx, p, threads, min(tests, 40), func() error { return run(second, "c", env) },
+			func(urls string) error { return run(floor, "f", append(env, "PGB_FLOOR_URLS="+urls)) })
 	}
 	if err := run(cCold, "c", env); err != nil {
 		return err
@@ -380,7 +351,7 @@ func runRustBench(ctx context.Context, r *Report) error {
 	if err := run("(b) CREATE DATABASE … TEMPLATE + DROP per test", "b", env); err != nil {
 		return err
 	}
-	bare, err := secondAndFloor(srv, cSecond, fFloor, env)
+	bare, err := secondRunAndFloor(srv, cSecond, fFloor, env)
 	if err != nil {
 		return err
 	}
@@ -424,7 +395,7 @@ func runRustBench(ctx context.Context, r *Report) error {
 				if err := run(dCold, "c", env2); err != nil {
 					return err
 				}
-				if dBare, err = secondAndFloor(srv2, dSecond, dFloor, env2); err != nil {
+				if dBare, err = secondRunAndFloor(srv2, dSecond, dFloor, env2); err != nil {
 					return err
 				}
 				r.Notef("(d): a second PostgreSQL %s with its data on the XFS reflink mount %s; pgfork serve --can-clone (file_copy_method=clone).", version, xfs)
@@ -434,7 +405,7 @@ func runRustBench(ctx context.Context, r *Report) error {
 		r.Notef("(d) not measured: no reflink volume (PGFORK_TEST_XFS unset).")
 	}
 
-	byName := map[string]result{}
+	byName := map[string]suiteRun{}
 	var a, b time.Duration
 	for _, x := range res {
 		byName[x.name] = x
@@ -460,19 +431,11 @@ func runRustBench(ctx context.Context, r *Report) error {
 		"is the overhead when the pool keeps up. A second run starts once the pool has settled after the run before it (nothing creating or recreating); "+
 		"the floor (f) then takes %d databases from the same serve, one per test thread, and each test opens its PgPool on a free one (no isolation).", tests, threads)
 	r.Table([]string{"contender", "suite", "vs (a)", "vs (b)", "wait p50", "wait p99", "hand-out p50", "hand-out p99"}, rows)
-	floorRows := func(floor, cold, second string, bare float64, where string) {
-		f, c, s := byName[floor], byName[cold], byName[second]
-		fresh := func(x result) FloorRow {
-			return FloorRow{Name: x.name, Suite: x.took, Wait: x.acquire, Rate: float64(tests) / x.took.Seconds()}
-		}
-		r.FloorTable("against the floor, "+where, bare, FloorRow{Name: f.name, Suite: f.took, Wait: f.acquire}, fresh(c), fresh(s))
-		r.FloorTarget("#[pgfork::test]'s second run, "+where+",", s.took, f.took, 1.5)
-	}
 	r.Notef("Against the floor (issue 33): whole `cargo test` wall times; fresh DBs/s: the suite's tests over its wall time (each test takes one fresh database); "+
 		"bare: %d sessions (the test threads) running CREATE DATABASE … STRATEGY FILE_COPY from a copy of the template on the same cluster, %d databases.", threads, min(tests, 40))
-	floorRows(fFloor, cCold, cSecond, bare, "ext4")
+	r.floorRows("#[pgfork::test]", "ext4", tests, bare, byName[fFloor], byName[cCold], byName[cSecond])
 	if _, ok := byName[dFloor]; ok {
-		floorRows(dFloor, dCold, dSecond, dBare, "XFS reflink")
+		r.floorRows("#[pgfork::test]", "XFS reflink", tests, dBare, byName[dFloor], byName[dCold], byName[dSecond])
 	}
 	second, full := byName[cSecond], byName[fullPool]
 	if len(second.acquire) > 0 {

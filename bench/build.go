@@ -250,12 +250,16 @@ func secondAndFloor(ctx context.Context, p *serveProc, workers, bareN int, secon
 }
 
 // floorRows adds a client suite's table against its floor (floor, cold
-// and second runs of tests tests on one serve) and the target for the
-// second run.
-func (r *Report) floorRows(what, where string, tests int, bare float64, floor, cold, second suiteRun) {
+// and second runs of tests tests on one serve; the peers that ran on the
+// same cluster after them) and the target for the second run.
+func (r *Report) floorRows(what, where string, tests int, bare float64, floor, cold, second suiteRun, peers ...suiteRun) {
 	fresh := func(x suiteRun) FloorRow {
 		return FloorRow{Name: x.name, Suite: x.took, Wait: x.acquire, Rate: float64(tests) / x.took.Seconds()}
 	}
-	r.FloorTable("against the floor, "+where, bare, FloorRow{Name: floor.name, Suite: floor.took, Wait: floor.acquire}, fresh(cold), fresh(second))
+	rows := []FloorRow{fresh(cold), fresh(second)}
+	for _, p := range peers {
+		rows = append(rows, FloorRow{Name: p.name, Suite: p.took, Wait: p.acquire})
+	}
+	r.FloorTable("against the floor, "+where, bare, FloorRow{Name: floor.name, Suite: floor.took, Wait: floor.acquire}, rows...)
 	r.FloorTarget(what+"'s second run, "+where+",", second.took, floor.took, 1.5)
 }

@@ -493,13 +493,18 @@ func runJSBench(ctx context.Context, r *Report) error {
 
 	byName := map[string]suiteRun{}
 	var a, b time.Duration
+	var peers []suiteRun // (a), (b) and (c) PGlite, whole suites
 	for _, x := range res {
 		byName[x.name] = x
 		switch {
 		case strings.HasPrefix(x.name, "(a)"):
 			a = x.took
+			peers = append(peers, x)
 		case strings.HasPrefix(x.name, "(b)"):
 			b = x.took
+			peers = append(peers, x)
+		case strings.HasPrefix(x.name, "(c) PGlite"):
+			peers = append(peers, x)
 		}
 	}
 	var rows [][]string
@@ -518,7 +523,7 @@ func runJSBench(ctx context.Context, r *Report) error {
 	r.Table([]string{"contender", "suite", "vs (a)", "vs (b)", "wait p50", "wait p99", "hand-out p50", "hand-out p99"}, rows)
 	r.Notef("Against the floor (issue 33): whole `vitest run` wall times; fresh DBs/s: the suite's tests over its wall time (each test takes one fresh database); "+
 		"bare: 4 sessions running CREATE DATABASE … STRATEGY FILE_COPY from a copy of the template on the same cluster, %d databases.", min(tests, 40))
-	r.floorRows("pgfork", "ext4", tests, bare, byName[fFloor], byName[dCold], byName[dSecond])
+	r.floorRows("pgfork", "ext4", tests, bare, byName[fFloor], byName[dCold], byName[dSecond], peers...)
 	if _, ok := byName[eFloor]; ok {
 		r.floorRows("pgfork", "XFS reflink", tests, eBare, byName[eFloor], byName["(e) pgfork on XFS reflink (clone), cold"], byName[eSecond])
 	}

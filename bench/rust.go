@@ -407,13 +407,16 @@ func runRustBench(ctx context.Context, r *Report) error {
 
 	byName := map[string]suiteRun{}
 	var a, b time.Duration
+	var peers []suiteRun // (a) and (b)
 	for _, x := range res {
 		byName[x.name] = x
 		switch {
 		case strings.HasPrefix(x.name, "(a)"):
 			a = x.took
+			peers = append(peers, x)
 		case strings.HasPrefix(x.name, "(b)"):
 			b = x.took
+			peers = append(peers, x)
 		}
 	}
 	var rows [][]string
@@ -433,7 +436,7 @@ func runRustBench(ctx context.Context, r *Report) error {
 	r.Table([]string{"contender", "suite", "vs (a)", "vs (b)", "wait p50", "wait p99", "hand-out p50", "hand-out p99"}, rows)
 	r.Notef("Against the floor (issue 33): whole `cargo test` wall times; fresh DBs/s: the suite's tests over its wall time (each test takes one fresh database); "+
 		"bare: %d sessions (the test threads) running CREATE DATABASE … STRATEGY FILE_COPY from a copy of the template on the same cluster, %d databases.", threads, min(tests, 40))
-	r.floorRows("#[pgfork::test]", "ext4", tests, bare, byName[fFloor], byName[cCold], byName[cSecond])
+	r.floorRows("#[pgfork::test]", "ext4", tests, bare, byName[fFloor], byName[cCold], byName[cSecond], peers...)
 	if _, ok := byName[dFloor]; ok {
 		r.floorRows("#[pgfork::test]", "XFS reflink", tests, dBare, byName[dFloor], byName[dCold], byName[dSecond])
 	}

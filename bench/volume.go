@@ -221,7 +221,8 @@ func volumeBenchMajor(ctx context.Context, r *Report, bin, tmp, pgBin string, ma
 		return FloorRow{Name: name, Suite: v.suite, Wait: v.perTest, Rate: v.rate()}
 	}
 	r.FloorTable(fmt.Sprintf("PG %d, state on ext4", major), extBare, floorRow(extFloor, "ext4"),
-		runRow(ext, "pgfork serve, first run on a fresh serve"), runRow(ext2, "pgfork serve, second run on the same serve"))
+		runRow(ext, "pgfork serve, first run on a fresh serve"), runRow(ext2, "pgfork serve, second run on the same serve"),
+		FloorRow{Name: "by hand: CREATE DATABASE … TEMPLATE + DROP (extrapolated)", Suite: hTotal, Wait: hand.perTest, Rate: hand.rate()})
 	r.FloorTable(fmt.Sprintf("PG %d, state on the volume", major), volBareDBs, floorRow(volFloor, "the volume"),
 		runRow(vol, "pgfork serve, first run on a fresh serve"), runRow(vol2, "pgfork serve, second run on the same serve"))
 	r.Notef("PG %d: suite = the tests alone (serve start and template build excluded); wait per test: for the floor the test alone, for pgfork get + give back "+

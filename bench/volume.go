@@ -215,7 +215,7 @@ func volumeBenchMajor(ctx context.Context, r *Report, bin, tmp, pgBin string, ma
 	// excluded, and pgfork's fresh databases per second next to the bare
 	// CREATE DATABASE … STRATEGY FILE_COPY rate on the same cluster.
 	floorRow := func(f volRun, where string) FloorRow {
-		return FloorRow{Name: "floor: each worker reuses one database, state on " + where, Suite: f.suite, Wait: f.perTest}
+		return FloorRow{Name: "floor: each worker reuses one database, state on " + where, Suite: f.suite} // waits for no database
 	}
 	runRow := func(v volRun, name string) FloorRow {
 		return FloorRow{Name: name, Suite: v.suite, Wait: v.perTest, Rate: v.rate()}
@@ -225,8 +225,8 @@ func volumeBenchMajor(ctx context.Context, r *Report, bin, tmp, pgBin string, ma
 		FloorRow{Name: "by hand: CREATE DATABASE … TEMPLATE + DROP (extrapolated)", Suite: hTotal, Wait: hand.perTest, Rate: hand.rate()})
 	r.FloorTable(fmt.Sprintf("PG %d, state on the volume", major), volBareDBs, floorRow(volFloor, "the volume"),
 		runRow(vol, "pgfork serve, first run on a fresh serve"), runRow(vol2, "pgfork serve, second run on the same serve"))
-	r.Notef("PG %d: suite = the tests alone (serve start and template build excluded); wait per test: for the floor the test alone, for pgfork get + give back "+
-		"(GET …/tests and POST …/recreate). The second run starts once the pool has settled after the first (nothing creating or recreating): the pause between two runs. "+
+	r.Notef("PG %d: suite = the tests alone (serve start and template build excluded); wait per test: for pgfork get + give back "+
+		"(GET …/tests and POST …/recreate), by hand CREATE DATABASE + DROP DATABASE; the floor waits for no database. The second run starts once the pool has settled after the first (nothing creating or recreating): the pause between two runs. "+
 		"Bare rate: %d sessions running CREATE DATABASE … STRATEGY FILE_COPY from a copy of the template on the same cluster (the server's file_copy_method; drops not timed), %d databases.",
 		major, volWorkers, volBare)
 	var missed []string

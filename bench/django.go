@@ -35,6 +35,7 @@ import (
 // pytest-django, pytest-xdist), else a venv under the user cache directory,
 // made with pip from clients/python[test].
 // Scale: PGFORK_BENCH_DJANGO_REPS (default 3) runs per mode;
+// PGFORK_BENCH_DJANGO_CLASSES (default 40) classes of 10 tests;
 // PGFORK_BENCH_DJANGO_PYTEST=0 skips the pytest-django part.
 func init() {
 	register(Scenario{Name: "django", Issue: "Django test runner: templates, pool databases per worker, fresh TransactionTestCase databases (issue 23)", Run: runDjangoBench})
@@ -44,9 +45,21 @@ const (
 	djApps       = 12
 	djModels     = 80
 	djMigrations = 150
-	djTestCases  = 30 // classes of 10 tests
-	djTxCases    = 10 // classes of 10 tests
 )
+
+var (
+	djTestCases = 30 // classes of 10 tests
+	djTxCases   = 10 // classes of 10 tests
+)
+
+// PGFORK_BENCH_DJANGO_CLASSES scales the suite down (a trial run): that
+// many classes of 10 tests, a quarter of them TransactionTestCase.
+func init() {
+	if n, err := strconv.Atoi(os.Getenv("PGFORK_BENCH_DJANGO_CLASSES")); err == nil && n >= 2 {
+		djTxCases = max(n/4, 1)
+		djTestCases = n - djTxCases
+	}
+}
 
 // djTestHeader starts each app's tests.py. With BENCH_FLOOR=1 the suite runs
 // as its floor (issue 33): the database made once and kept (--keepdb), a
@@ -259,7 +272,7 @@ func djPytest(ctx context.Context, py, proj string, env []string, args ...string
 	cmd := exec.CommandContext(ctx, py, all...)
 	cmd.Dir = proj
 	cmd.Env = append(append(os.Environ(), "PYTHONDONTWRITEBYTECODE=1"), env...)
-	took, _, err := runSuite(cmd, "400 passed")
+	took, _, err := runSuite(cmd, fmt.Sprintf("%d passed", (djTestCases+djTxCases)*10))
 	return took, err
 }
 
@@ -270,8 +283,8 @@ func runDjangoBench(ctx context.Context, r *Report) error {
 	if v, err := strconv.Atoi(os.Getenv("PGFORK_BENCH_DJANGO_REPS")); err == nil && v > 0 {
 		reps = v
 	}
-	if reps != 3 {
-		r.Notef("SCALED DOWN for time: %d runs per mode (default 3).", reps)
+	if reps != 3 || djTestCases+djTxCases != 40 {
+		r.Notef("SCALED DOWN for time: %d runs per mode (default 3), %d test classes (default 40): a trial, not the report.", reps, djTestCases+djTxCases)
 	}
 	wd, err := os.Getwd()
 	if err != nil {
@@ -522,7 +535,7 @@ func djPytestBench(ctx context.Context, r *Report, py, proj string, reps int, st
 			m.samples = append(m.samples, took)
 		}
 	}
-	r.Notef("pytest-django (the same 400 tests as unittest classes, `pytest -q --ds benchproject.settings -o python_files=tests.py`), median wall of %d runs; "+
+	r.Notef("pytest-django (the same tests as unittest classes, `pytest -q --ds benchproject.settings -o python_files=tests.py`), median wall of %d runs; "+
 		"stock -n 4 creates and migrates one database per worker, the plugin takes them from the pool.", reps)
 	var rows [][]string
 	slower := []string{}

@@ -25,6 +25,7 @@
 //	PGFORK_BENCH_RUST_TESTS=20        rust: tests per contender (default 200)
 //	PGFORK_BENCH_RUST_TARGET=DIR      rust: a cargo target directory kept between runs
 //	PGFORK_BENCH_DJANGO_REPS=1        django: runs per mode (default 3)
+//	PGFORK_BENCH_DJANGO_CLASSES=4     django: classes of 10 tests (default 40, a quarter TransactionTestCase)
 //	PGFORK_BENCH_DJANGO_PYTEST=0      django: skip the pytest-django part
 //	PGFORK_BENCH_PYTHON=PY            django: a Python with clients/python[test] installed
 //

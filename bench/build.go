@@ -157,10 +157,10 @@ func autoStartReason(out string) string {
 	lines := strings.Split(strings.TrimSpace(out), "\n")
 	for _, l := range lines {
 		if strings.Contains(l, "pgfork") && (strings.Contains(l, "serve") || strings.Contains(l, "answer")) {
-			return strings.TrimSpace(l)
+			return strings.TrimRight(strings.TrimSpace(l), ":")
 		}
 	}
-	return strings.TrimSpace(lines[len(lines)-1])
+	return strings.TrimRight(strings.TrimSpace(lines[len(lines)-1]), ":")
 }
 
 // serversOf returns the pids of processes whose command line names dir

@@ -151,11 +151,12 @@ func zeroSetup(ctx context.Context, bin, tmp string, run func(env []string) (tim
 	return first, second, left, ""
 }
 
-// autoStartReason is the line of a failed run's output that says why (the
-// client's message), else its last line.
+// autoStartReason is the last line of a failed run's output that says why
+// (the client's message), else its last line.
 func autoStartReason(out string) string {
 	lines := strings.Split(strings.TrimSpace(out), "\n")
-	for _, l := range lines {
+	for i := len(lines) - 1; i >= 0; i-- { // the last: a traceback's message, not its source lines
+		l := lines[i]
 		if strings.Contains(l, "pgfork") && (strings.Contains(l, "serve") || strings.Contains(l, "answer")) {
 			return strings.TrimRight(strings.TrimSpace(l), ":")
 		}

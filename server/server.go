@@ -59,6 +59,9 @@ type Config struct {
 	// requests (Origin): the names clients reach the server by, such as a
 	// compose service name. Against DNS rebinding (origin.go).
 	AllowedHosts []string
+	// SocketDir is the managed server's private Unix socket directory,
+	// given to clients that ask for it (SocketParam); empty: none.
+	SocketDir string
 }
 
 // Server is the HTTP handler.
@@ -324,6 +327,9 @@ type dbConfig struct {
 	Password         string            `json:"password"`
 	Database         string            `json:"database"`
 	AdditionalParams map[string]string `json:"additionalParams,omitempty"`
+	// SocketDir is the managed server's Unix socket directory, only for a
+	// client that asked for it (withSocket).
+	SocketDir string `json:"socketDir,omitempty"`
 }
 
 type database struct {
@@ -476,7 +482,7 @@ func (s *Server) getTest(v api, w http.ResponseWriter, r *http.Request) {
 		s.fail(v, w, r, err)
 		return
 	}
-	d := s.database(h, db.Endpoint)
+	d := s.withSocket(r, s.database(h, db.Endpoint), db.Endpoint.Port != 0)
 	if v == v2 {
 		// The native API hands out an unguessable id: only the holder can
 		// give the database back, and an id from an earlier hand-out of

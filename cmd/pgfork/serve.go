@@ -183,6 +183,14 @@ cluster (--least-privilege: a CREATEDB owner role); its bootstrap superuser
 postgres is never handed out or altered. With an external server,
 --can-clone says its data directory reflinks, so the advisor may clone.
 
+What a test waits for is its hand-out (milliseconds from a ready pool) and
+its connections. A TCP login to the managed server is SCRAM, whose 4096
+rounds take a debug build of a Rust client 0.2-0.3 s of CPU per connection;
+a client on this host running as PostgreSQL's OS user or as root may ask
+for the server's private Unix socket instead (?socket=1 on a hand-out:
+trust, reachable by those two users only), as the Rust client does
+(docs/server.md, "Connecting fast").
+
 --isolation cluster gives each test a whole PostgreSQL server instead of a
 database, for tests that need a superuser or server settings: the template is
 migrated in a cluster of its own, shut down on finalize, and every test

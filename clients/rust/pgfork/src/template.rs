@@ -168,11 +168,20 @@ impl TestDb {
     }
 
     /// postgres:// URL with the password: for tokio-postgres, diesel, sqlx, psql….
+    /// On the server's Unix socket when this process can reach it
+    /// ([`DatabaseConfig::local_url`](crate::DatabaseConfig::local_url): no SCRAM
+    /// to compute), else over TCP.
     pub fn url(&self) -> String {
+        self.db.config.local_url()
+    }
+
+    /// The TCP URL (with the password): works from anywhere that reaches
+    /// the server, as another OS user too.
+    pub fn tcp_url(&self) -> String {
         self.db.url()
     }
 
-    /// The URL with the password replaced by `***`.
+    /// The TCP URL with the password replaced by `***`.
     pub fn safe_url(&self) -> String {
         mask_password(&self.db.url())
     }
@@ -214,7 +223,7 @@ impl TestDb {
             self.db.template_hash,
             self.db.id,
             self.db.token.as_deref().unwrap_or("-"),
-            if show { self.url() } else { self.safe_url() }
+            if show { self.tcp_url() } else { self.safe_url() }
         )
     }
 }

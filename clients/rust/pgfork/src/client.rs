@@ -143,9 +143,17 @@ impl DatabaseConfig {
         if !std::fs::metadata(sock).is_ok_and(|m| m.file_type().is_socket()) {
             return None;
         }
-        let mut c = self.clone();
-        c.host = self.socket_dir.clone();
-        Some(c.url())
+        // The user in the query, not as userinfo: sqlx (the url crate) refuses
+        // a userinfo with an empty host. No password: the socket trusts.
+        let mut q = self.params();
+        q.insert("host".into(), self.socket_dir.clone());
+        q.insert("port".into(), self.port.to_string());
+        q.insert("user".into(), self.username.clone());
+        let query: Vec<String> = q
+            .iter()
+            .map(|(k, v)| format!("{}={}", utf8_percent_encode(k, QUERY), utf8_percent_encode(v, QUERY)))
+            .collect();
+        Some(format!("postgres:///{}?{}", enc(&self.database), query.join("&")))
     }
 
     #[cfg(not(unix))]
@@ -768,10 +776,11 @@ mod tests {
         assert_eq!(c.socket_url(), None, "a file is not a socket");
         std::fs::remove_file(dir.join(".s.PGSQL.5432")).unwrap();
         let _l = std::os::unix::net::UnixListener::bind(dir.join(".s.PGSQL.5432")).unwrap();
-        let mut want = c.clone();
-        want.host = c.socket_dir.clone();
-        assert_eq!(c.socket_url(), Some(want.url()));
-        assert!(want.url().contains("host=%2F"), "{}", want.url());
+        let enc_dir = utf8_percent_encode(&c.socket_dir, QUERY).to_string();
+        assert_eq!(
+            c.socket_url().unwrap(),
+            format!("postgres:///db%20x?host={enc_dir}&port=5432&sslmode=disable&user=u")
+        );
         c.port = 5433;
         assert_eq!(c.socket_url(), None, "another port's socket");
         std::fs::remove_dir_all(&dir).unwrap();

@@ -167,10 +167,10 @@ impl TestDb {
         }
     }
 
-    /// postgres:// URL with the password: for tokio-postgres, diesel, sqlx, psql….
-    /// On the server's Unix socket when this process can reach it
-    /// ([`DatabaseConfig::local_url`](crate::DatabaseConfig::local_url): no SCRAM
-    /// to compute), else over TCP.
+    /// postgres:// URL for tokio-postgres, diesel, sqlx, psql…: on the server's
+    /// Unix socket when this process can reach it (no password needed, no SCRAM
+    /// to compute: [`DatabaseConfig::local_url`](crate::DatabaseConfig::local_url)),
+    /// else over TCP with the password.
     pub fn url(&self) -> String {
         self.db.config.local_url()
     }

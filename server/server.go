@@ -428,7 +428,7 @@ func (s *Server) initialize(v api, w http.ResponseWriter, r *http.Request) {
 		s.fail(v, w, r, err)
 		return
 	}
-	writeJSON(w, http.StatusOK, templateResponse{TemplateHash: t.Hash, Database: s.database(t.Hash, t.Endpoint)})
+	writeJSON(w, http.StatusOK, templateResponse{TemplateHash: t.Hash, Database: s.withSocket(r, s.database(t.Hash, t.Endpoint), t.Endpoint.Port != 0)})
 }
 
 const badHash = "invalid hash: use 1-1024 bytes of printable UTF-8 (no control characters)"

@@ -4,8 +4,8 @@ import (
 	"net/http"
 )
 
-// SocketParam is the query parameter of a hand-out request
-// (`GET …/templates/{hash}/tests?socket=1`) by which a client asks for the
+// SocketParam is the query parameter of a hand-out or initialize request
+// (`GET …/templates/{hash}/tests?socket=1`, `POST …/templates?socket=1`) by which a client asks for the
 // managed server's Unix socket directory besides the TCP address: a client
 // on the same host that can reach that directory (it runs as the
 // PostgreSQL OS user or as root: the directory is mode 0700 and the

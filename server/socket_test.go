@@ -25,14 +25,20 @@ func TestSocketOnRequest(t *testing.T) {
 	withSock := httptest.NewServer(server.New(server.Config{Manager: e.mgr, Conn: e.managed.Conn, SocketDir: sock}))
 	t.Cleanup(withSock.Close)
 	const h = "50c4e7d1a2b3c4d5e6f708192a3b4c5d"
-	r := e.expect(t, "POST", "/api/v1/templates", map[string]string{"hash": h}, 200)
+	// Initialize asked too: the migrating client may connect there as well.
 	var tpl struct {
 		Database struct {
-			Config config `json:"config"`
+			Config struct {
+				config
+				SocketDir string `json:"socketDir"`
+			} `json:"config"`
 		} `json:"database"`
 	}
-	r.json(t, &tpl)
-	if err := execAs(t, tpl.Database.Config, "CREATE TABLE t(id int)"); err != nil {
+	(&env{srv: withSock}).expect(t, "POST", "/api/v2/templates?socket=1", map[string]string{"hash": h}, 200).json(t, &tpl)
+	if tpl.Database.Config.SocketDir != sock {
+		t.Errorf("initialize with ?socket=1: socketDir %q, want %s", tpl.Database.Config.SocketDir, sock)
+	}
+	if err := execAs(t, tpl.Database.Config.config, "CREATE TABLE t(id int)"); err != nil {
 		t.Fatal(err)
 	}
 	e.expect(t, "PUT", "/api/v1/templates/"+h, nil, 204)

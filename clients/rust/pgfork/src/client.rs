@@ -558,7 +558,8 @@ impl Client {
     pub async fn initialize_template(&self, hash: &str) -> Result<TemplateDatabase> {
         let body = serde_json::json!({ "hash": hash });
         let op = "initialize_template";
-        let path = format!("{}/templates", self.api_prefix());
+        // socket=1: the managed server's Unix socket directory too (DatabaseConfig::local_url).
+        let path = format!("{}/templates?socket=1", self.api_prefix());
         let r = self
             .request(op, reqwest::Method::POST, &path, Some(&body), Want::Json, None)
             .await;

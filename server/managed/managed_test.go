@@ -133,19 +133,19 @@ func TestVerifierForGeneratedPasswords(t *testing.T) {
 	if v := verifier("chosen"); !strings.HasPrefix(v, "SCRAM-SHA-256$4096:") {
 		t.Fatalf("verifier of a chosen password %.20q…, want 4096 iterations", v)
 	}
+	t.Run("SocketTrustsOnlyTheServersUser", func(t *testing.T) { socketTrustsOnlyTheServersUser(t, m) })
 }
 
-// TestSocketTrustsOnlyTheServersUser: the managed server's Unix socket,
+// socketTrustsOnlyTheServersUser (a subtest of
+// TestVerifierForGeneratedPasswords, on its server): the managed server's Unix socket,
 // where clients on this host connect without a password (serve hands its
 // directory out on request: issue 33), is reached only by the server's OS
 // user and root. Its directory is the user's and 0700; the handed-out role
 // connects there without a password; the OS user nobody, asking for that
 // role or for the bootstrap superuser, is refused by the kernel before
 // PostgreSQL sees it (as root only: another user is needed).
-func TestSocketTrustsOnlyTheServersUser(t *testing.T) {
+func socketTrustsOnlyTheServersUser(t *testing.T, m *managed.Server) {
 	ctx := context.Background()
-	m := startManaged(t, filepath.Join(testenv.Dir(t), "serve"))
-	defer func() { _ = m.Stop(ctx) }()
 	sock := m.Inst.SocketDir
 	fi, err := os.Stat(sock)
 	if err != nil {

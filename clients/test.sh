@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Tests pgfork's clients (Go, Python, JS, Rust) against a real `pgfork serve`:
+# Tests pgfork's clients (Go, Python, JS, Rust, Java) against a real `pgfork serve`:
 # builds pgfork, starts it on a free loopback port with a token and its own
 # state dir (so its own managed PostgreSQL), runs the Go client's tests (with
 # the goose and golang-migrate adapters' module) and the Python client's
@@ -170,6 +170,9 @@ check_skips "$work/js-test.log" JS
 log "Rust client tests (clients/rust/test.sh)"
 "$root/clients/rust/test.sh" | tee "$work/rust-test.log"
 check_skips "$work/rust-test.log" Rust
+
+log "Java client tests (clients/java/test.sh)"
+PGFORK_BIN="$bin" "$root/clients/java/test.sh" 2>&1 | tee "$work/java-test.log"
 
 # IntegreSQL's own clients (Go from the Go module proxy, JavaScript from npm)
 # against pgfork serve, managed and external (PGHOST… only); servers of its own.

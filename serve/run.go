@@ -54,6 +54,8 @@ type Options struct {
 	ExternalURL string
 	// CanClone says the external server's data directory shares blocks.
 	CanClone bool
+	// Copies is how the managed mode makes test copies (Copies*; "": auto).
+	Copies string
 	// Strategy is how test databases are created (dbstore.Strategy*).
 	Strategy string
 	// Manager configures the pools (Observer is set by Run: its metrics).
@@ -84,6 +86,9 @@ type Options struct {
 	// Branches, when set, serves branches of its sources too
 	// (/api/v2/branches, the page on /ui; see serve/branches.go).
 	Branches *BranchOptions
+	// Lifetime, when set, ends Run (cleanly, as when ctx is done) once the
+	// process that started serve exits or its lease is let go.
+	Lifetime Lifetime
 }
 
 // Ready is what Run tells OnReady once it listens.
@@ -97,13 +102,18 @@ type Ready struct {
 	// Owner is the role that owns test databases (the superuser handed
 	// out in cluster isolation).
 	Owner string
+	// Copies is CopiesClusters when the managed mode gives each test a
+	// cloned cluster (Conn's port is then 0: each test gets its own).
+	Copies string
 }
 
 // Run serves the pools of o until ctx is done or the HTTP server fails:
 // it takes the state directory (LockState), opens the mode's Backend,
 // listens on o.Listen (and o.Socket), serves, then shuts the HTTP server
 // down and closes the Backend (dropping test copies, stopping what it
-// runs) on every exit path.
+// runs) on every exit path. Once ctx is done both happen at once and
+// within about 2 s (shutdown.go): the HTTP server gives requests in
+// progress httpGrace, then closes every connection.
 func Run(ctx context.Context, o Options) error {
 	log := o.Log
 	if log == nil {
@@ -112,6 +122,19 @@ func Run(ctx context.Context, o Options) error {
 	if o.OnInfo == nil {
 		o.OnInfo = func(string) {}
 	}
+	ctx, stopLife := o.Lifetime.watch(ctx, o.OnInfo)
+	defer stopLife()
+	err := run(ctx, o, log)
+	if err != nil && lifetimeOver(ctx) {
+		// Ended while starting: what it started is released, nothing failed.
+		log.Info("stopped while starting", "err", err)
+		return nil
+	}
+	return err
+}
+
+// run is Run once the lifetime is watched.
+func run(ctx context.Context, o Options, log *slog.Logger) error {
 	reg := prometheus.NewRegistry()
 	metrics := server.NewMetrics(reg)
 	o.Manager.Observer = metrics
@@ -128,13 +151,15 @@ func Run(ctx context.Context, o Options) error {
 	}
 	// Every exit path from here drops the test copies and stops what the
 	// backend runs (after the HTTP server's shutdown below).
-	defer func() {
+	b.onInfo = o.OnInfo
+	closeBackend := func() {
 		sctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 		defer cancel()
 		if err := b.Close(sctx); err != nil {
 			log.Warn("shutting down the backend", "err", err)
 		}
-	}()
+	}
+	defer closeBackend()
 	if b.Sized != "" {
 		o.OnInfo(b.Sized)
 	}
@@ -190,7 +215,7 @@ func Run(ctx context.Context, o Options) error {
 		go func() { errc <- hs.Serve(hopts.Listen(sl)) }()
 	}
 	if o.OnReady != nil {
-		o.OnReady(Ready{Listen: ln.Addr(), Socket: o.Socket, Isolation: o.Isolation, Conn: b.Conn, Owner: b.Owner})
+		o.OnReady(Ready{Listen: ln.Addr(), Socket: o.Socket, Isolation: o.Isolation, Conn: b.Conn, Owner: b.Owner, Copies: b.Copies})
 	}
 	select {
 	case <-ctx.Done():
@@ -200,9 +225,13 @@ func Run(ctx context.Context, o Options) error {
 			return errs.Wrap(errs.Internal, err, "HTTP server failed")
 		}
 	}
-	sctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	_ = hs.Shutdown(sctx)
+	// The pools close while the HTTP server winds down: requests waiting
+	// for a database are answered 503 at once, and nothing waits for an
+	// idle connection (shutdown.go).
+	closed := make(chan struct{})
+	go func() { defer close(closed); closeBackend() }()
+	shutdownHTTP(hs)
+	<-closed
 	return nil
 }
 
@@ -232,7 +261,7 @@ func openBackend(ctx context.Context, o Options, log *slog.Logger) (*Backend, er
 			return nil, err
 		}
 		return NewManaged(ctx, ManagedOptions{Manager: o.Manager, DB: db, Layout: o.Layout, PG: pg, User: user,
-			Role: o.Role, Password: o.Password, LeastPrivilege: o.LeastPrivilege, OnInfo: o.OnInfo})
+			Role: o.Role, Password: o.Password, LeastPrivilege: o.LeastPrivilege, Copies: o.Copies, OnInfo: o.OnInfo})
 	default:
 		conn, err := ParseConn(o.ExternalURL)
 		if err != nil {

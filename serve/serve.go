@@ -47,20 +47,30 @@ type Backend struct {
 	// Sized says how the pools were sized from the filesystem and the
 	// cores, when they were (DBOptions.Given); "" otherwise.
 	Sized string
+	// Copies is CopiesClusters when the managed mode gives each test a
+	// cloned cluster of its own (ManagedOptions.Copies), else "".
+	Copies string
 
 	once    sync.Once
 	err     error
 	closers []func(context.Context) error // run last first
+	// drops, in the modes with databases in one server, drops the pools'
+	// copies several at once when Close closes the manager (shutdown.go).
+	drops *closingDrops
+	// onInfo is told what Close left undone; nil: silent.
+	onInfo func(string)
 }
 
 // Close drops the test copies and closes the manager, then releases what
 // the mode runs (the admin pool, then the managed server, given a minute
-// of its own to stop). It is safe to call more than once; the first
+// of its own to stop). In the modes with databases in one server the
+// copies are dropped several at once for at most dropBudget; the next
+// start drops what is left. It is safe to call more than once; the first
 // error is returned.
 func (b *Backend) Close(ctx context.Context) error {
 	b.once.Do(func() {
 		if b.Manager != nil {
-			b.err = b.Manager.Close(ctx)
+			b.err = b.closeManager(ctx)
 		}
 		for i := len(b.closers) - 1; i >= 0; i-- {
 			if err := b.closers[i](ctx); err != nil && b.err == nil {
@@ -69,6 +79,26 @@ func (b *Backend) Close(ctx context.Context) error {
 		}
 	})
 	return b.err
+}
+
+// closeManager closes the manager, its pools' copies dropped several at
+// once for at most dropBudget when the mode allows (b.drops).
+func (b *Backend) closeManager(ctx context.Context) error {
+	if b.drops == nil {
+		return b.Manager.Close(ctx)
+	}
+	dctx, cancel := context.WithTimeout(ctx, dropBudget)
+	defer cancel()
+	b.drops.start(dctx)
+	err := b.Manager.Close(ctx)
+	summary, derr := b.drops.wait()
+	if summary != "" && b.onInfo != nil {
+		b.onInfo(summary)
+	}
+	if err == nil {
+		err = derr
+	}
+	return err
 }
 
 // open opens the manager over store; on failure everything the backend
@@ -114,6 +144,7 @@ func (b *Backend) openDB(ctx context.Context, cfg pool.ManagerConfig, adminURL s
 	}
 	b.closers = append(b.closers, func(context.Context) error { admin.Close(); return nil })
 	creator := &dbstore.SQLCreator{Admin: admin, Strategy: o.Strategy, CanClone: canClone}
+	b.drops = &closingDrops{SQLCreator: creator}
 	if err := creator.Probe(ctx); err != nil {
 		return err
 	}
@@ -128,7 +159,7 @@ func (b *Backend) openDB(ctx context.Context, cfg pool.ManagerConfig, adminURL s
 			cfg.Initial, cfg.Max, cfg.Parallel, kind, runtime.NumCPU())
 	}
 	cfg.Owner = b.Conn.Username
-	return b.open(ctx, cfg, dbstore.New(admin, creator))
+	return b.open(ctx, cfg, dbstore.New(admin, b.drops))
 }
 
 // ManagedOptions shape NewManaged.
@@ -145,6 +176,11 @@ type ManagedOptions struct {
 	// a non-superuser that may create databases.
 	Role, Password string
 	LeastPrivilege bool
+	// Copies is how test copies are made: CopiesDatabases (databases in
+	// the managed server), CopiesClusters (a reflink copy of the template's
+	// cluster per test) or CopiesAuto/"" (clusters on PostgreSQL 15-17 when
+	// the state directory reflinks, see ChooseCopies).
+	Copies string
 	// OnInfo is told what is started; nil: silent.
 	OnInfo func(msg string)
 }
@@ -152,7 +188,8 @@ type ManagedOptions struct {
 // NewManaged starts (creating on first use) pgfork's own PostgreSQL under
 // Layout's serve folder — with file_copy_method=clone on PostgreSQL 18 when
 // the folder's filesystem shares blocks — and serves databases in it.
-// Close stops the server.
+// Close stops the server. With o.Copies choosing clusters (ChooseCopies),
+// it serves cloned clusters instead (newManagedClusters).
 func NewManaged(ctx context.Context, o ManagedOptions) (*Backend, error) {
 	lay := o.Layout
 	if err := lay.Ensure(); err != nil {
@@ -169,12 +206,20 @@ func NewManaged(ctx context.Context, o ManagedOptions) (*Backend, error) {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return nil, errs.FromOS(err, dir, "cannot create %s", dir)
 	}
-	useClone := false
-	if o.PG.Major >= 18 {
+	shares := false
+	if o.PG.Major >= 18 || o.Copies != CopiesDatabases {
 		if pr, err := clone.Probe(ctx, dir, dir); err == nil && pr.SharesBlocks {
-			useClone = true
+			shares = true
 		}
 	}
+	clusters, err := ChooseCopies(o.Copies, o.PG.Major, shares)
+	if err != nil {
+		return nil, err
+	}
+	if clusters {
+		return newManagedClusters(ctx, o, dir, shares)
+	}
+	useClone := shares && o.PG.Major >= 18
 	if o.OnInfo != nil {
 		o.OnInfo("starting " + o.PG.String() + map[bool]string{true: " with file_copy_method=clone", false: ""}[useClone])
 	}
@@ -187,9 +232,11 @@ func NewManaged(ctx context.Context, o ManagedOptions) (*Backend, error) {
 	b.closers = append(b.closers, func(context.Context) error {
 		sctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 		defer cancel()
+		start := time.Now()
 		err := m.Stop(sctx)
 		if err == nil && o.OnInfo != nil {
-			o.OnInfo("PostgreSQL stopped")
+			// Its shutdown checkpoint is most of a slow stop on a busy disk.
+			o.OnInfo(fmt.Sprintf("PostgreSQL stopped in %.2f s", time.Since(start).Seconds()))
 		}
 		return err
 	})

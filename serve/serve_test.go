@@ -22,7 +22,7 @@ import (
 	"github.com/pgfork/pgfork/server/managed"
 )
 
-func managedOptions(t *testing.T, root string) serve.ManagedOptions {
+func managedOptions(t testing.TB, root string) serve.ManagedOptions {
 	t.Helper()
 	pg, err := pgbin.Find(pgbin.Options{Explicit: testenv.PGBinDirs(t)[0]}, 0)
 	if err != nil {

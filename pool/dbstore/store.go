@@ -72,10 +72,8 @@ func (s *adminStore) Recover(ctx context.Context, prefix, testPrefix string, per
 		leftovers = append(leftovers, n)
 	}
 	rows.Close()
-	for _, n := range leftovers {
-		if err := dropForce(ctx, s.admin, n); err != nil {
-			return nil, 0, err
-		}
+	if err := dropAll(ctx, s.admin, leftovers); err != nil {
+		return nil, 0, err
 	}
 	if !persist {
 		return nil, 0, nil

@@ -50,10 +50,8 @@ func (s *adminStore) Sweep(ctx context.Context, renamedOnly bool) error {
 	if err := rows.Err(); err != nil {
 		return errs.Wrap(errs.Internal, err, "cannot list test databases")
 	}
-	for _, n := range names {
-		if err := dropForce(ctx, s.admin, n); err != nil {
-			return err
-		}
+	if err := dropAll(ctx, s.admin, names); err != nil {
+		return err
 	}
 	if _, err := s.admin.Exec(ctx, `DELETE FROM `+trackTable+` t WHERE prefix = $1
 		AND NOT EXISTS (SELECT 1 FROM pg_database d WHERE d.oid = t.oid)`, s.prefix); err != nil {

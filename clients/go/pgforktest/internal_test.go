@@ -111,7 +111,7 @@ func TestFailingMigrationDiscardsTemplate(t *testing.T) {
 }
 
 // TestStartServe: the server Main starts answers, hands out databases, and
-// is gone, with its state directory, after stop.
+// is gone promptly, with its state directory, after stop.
 func TestStartServe(t *testing.T) {
 	bin := os.Getenv("PGFORK_BIN")
 	if bin == "" {
@@ -136,8 +136,14 @@ func TestStartServe(t *testing.T) {
 		}
 	})
 	state := s.state
+	start := time.Now()
 	s.stop()
 	stopped = true
+	// The server a test run started must go when the run ends (issue 34: it
+	// took 20-40 s).
+	if took := time.Since(start); took > 5*time.Second {
+		t.Errorf("the started server took %s to stop, want about 2 s", took)
+	}
 	c, _ := client.New(s.url)
 	ctx, cancel := context.WithTimeout(t.Context(), 2*time.Second)
 	defer cancel()

@@ -1,10 +1,12 @@
 package pgforktest
 
 import (
+	"bufio"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
-	"net"
+	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -28,7 +30,8 @@ var ServeStartTimeout = 3 * time.Minute
 //
 // The server (found as $PGFORK_BIN, else `pgfork` on PATH) listens on a free
 // loopback port with a state directory of its own, runs its own PostgreSQL,
-// and is stopped, its state removed, when the tests end; PGFORK_URL names it
+// and is stopped, its state removed, when the tests end (it stops by itself
+// if the test binary is killed: --exit-with-parent); PGFORK_URL names it
 // meanwhile. Each test binary (package) starts its own. With PGFORK_URL or
 // INTEGRESQL_CLIENT_BASE_URL set, or a server answering at the default URL,
 // or no binary, Main just runs the tests (which then fail with a message if
@@ -69,15 +72,12 @@ type serve struct {
 	exited <-chan error // cmd's exit
 }
 
-// startServe starts bin serve on a free loopback port with a fresh state
-// directory and waits until it answers /healthz.
+// startServe starts bin serve on a free loopback port (--listen
+// 127.0.0.1:0: serve picks it, no race for it) with a fresh state
+// directory, tied to this process (--exit-with-parent: it goes when the
+// tests do, also when they are killed), and waits for the line serve
+// prints on stdout once it answers (--json: {"listen": "127.0.0.1:PORT"}).
 func startServe(ctx context.Context, bin string) (*serve, error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return nil, err
-	}
-	addr := l.Addr().String()
-	l.Close()
 	state, err := os.MkdirTemp("", "pgforktest-serve-")
 	if err != nil {
 		return nil, err
@@ -93,53 +93,61 @@ func startServe(ctx context.Context, bin string) (*serve, error) {
 		return nil, err
 	}
 	defer log.Close()
-	cmd := exec.Command(bin, "serve", "--listen", addr, "--state-dir", filepath.Join(state, "state"))
-	cmd.Stdout, cmd.Stderr = log, log
+	cmd := exec.Command(bin, "--json", "serve", "--listen", "127.0.0.1:0", "--exit-with-parent",
+		"--state-dir", filepath.Join(state, "state"))
+	cmd.Stderr = log
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		os.RemoveAll(state)
+		return nil, err
+	}
 	if err := cmd.Start(); err != nil {
 		os.RemoveAll(state)
 		return nil, fmt.Errorf("starting %s serve: %w", bin, err)
 	}
-	s := &serve{url: "http://" + addr, cmd: cmd, state: state}
+	s := &serve{cmd: cmd, state: state}
+	lines := make(chan string, 1)
+	go func() {
+		r := bufio.NewReader(stdout)
+		line, _ := r.ReadString('\n')
+		lines <- line
+		_, _ = io.Copy(io.Discard, r)
+	}()
 	exited := make(chan error, 1)
 	go func() { exited <- cmd.Wait() }()
-	c, err := client.New(s.url)
-	if err != nil {
+	failed := func(format string, args ...any) (*serve, error) {
+		out, _ := os.ReadFile(log.Name())
 		s.stopWith(exited)
-		return nil, err
+		return nil, fmt.Errorf(format+": %s", append(args, strings.TrimSpace(string(out)))...)
 	}
-	deadline := time.Now().Add(ServeStartTimeout)
-	for {
-		hctx, cancel := context.WithTimeout(ctx, time.Second)
-		herr := c.Healthy(hctx)
-		cancel()
-		if herr == nil {
-			s.exited = exited
-			return s, nil
-		}
-		select {
-		case werr := <-exited:
-			out, _ := os.ReadFile(log.Name())
-			os.RemoveAll(state)
-			return nil, fmt.Errorf("`%s serve` exited before it answered (%v): %s", bin, werr, strings.TrimSpace(string(out)))
-		case <-time.After(100 * time.Millisecond):
-		}
-		if time.Now().After(deadline) {
-			out, _ := os.ReadFile(log.Name())
-			s.stopWith(exited)
-			return nil, fmt.Errorf("`%s serve` did not answer at %s within %v: %s", bin, s.url, ServeStartTimeout, strings.TrimSpace(string(out)))
-		}
+	var line string
+	select {
+	case line = <-lines:
+	case <-time.After(ServeStartTimeout):
+		return failed("`%s serve` did not answer within %v", bin, ServeStartTimeout)
+	case <-ctx.Done():
+		return failed("waiting for `%s serve`: %v", bin, ctx.Err())
 	}
+	var ready struct {
+		Listen string `json:"listen"`
+	}
+	if err := json.Unmarshal([]byte(line), &ready); err != nil || ready.Listen == "" {
+		return failed("`%s serve` exited before it answered (it printed %q)", bin, strings.TrimSpace(line))
+	}
+	s.url = "http://" + ready.Listen
+	s.exited = exited
+	return s, nil
 }
 
-// stop stops the server (SIGTERM, then SIGKILL after a minute) and removes
-// its state directory.
+// stop stops the server (SIGTERM: it exits within about 2 s; SIGKILL after
+// 30 s) and removes its state directory.
 func (s *serve) stop() { s.stopWith(s.exited) }
 
 func (s *serve) stopWith(exited <-chan error) {
 	_ = s.cmd.Process.Signal(syscall.SIGTERM)
 	select {
 	case <-exited:
-	case <-time.After(time.Minute):
+	case <-time.After(30 * time.Second):
 		_ = s.cmd.Process.Kill()
 		<-exited
 	}

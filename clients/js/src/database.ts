@@ -74,6 +74,67 @@ export class PgforkDatabase {
 }
 
 /**
+ * The environment variables that point libpq-style tools and most ORMs at
+ * db: PGHOST, PGPORT, PGUSER, PGPASSWORD, PGDATABASE, PGSSLMODE (when the
+ * server sets one) and, when urlVar is given, urlVar (e.g. DATABASE_URL) = db.url.
+ */
+export function databaseEnv(db: PgforkDatabase, urlVar?: string): Record<string, string> {
+  const c = db.config;
+  const vars: Record<string, string> = {
+    PGHOST: c.host,
+    PGPORT: String(c.port),
+    PGUSER: c.username,
+    PGPASSWORD: c.password,
+    PGDATABASE: c.database,
+    PGSSLMODE: c.additionalParams.sslmode ?? "disable",
+  };
+  if (urlVar) vars[urlVar] = db.url;
+  return vars;
+}
+
+/** Sets vars in env; returns a function that puts back what env held before. */
+export function setEnv(env: NodeJS.ProcessEnv, vars: Record<string, string>): () => void {
+  const before = Object.keys(vars).map((k) => [k, env[k]] as const);
+  Object.assign(env, vars);
+  return () => {
+    for (const [k, v] of before) {
+      if (v === undefined) Reflect.deleteProperty(env, k);
+      else env[k] = v;
+    }
+  };
+}
+
+/** A database of template hash for one test, not connected (db.open() connects db.client). */
+export async function acquireDatabase(client: Client, hash: string): Promise<PgforkDatabase> {
+  const t0 = performance.now();
+  const db = new PgforkDatabase(await getDatabase(client, hash));
+  db.handOutMs = db.acquireMs = performance.now() - t0;
+  return db;
+}
+
+/**
+ * Ends db's test: closes its clients, then gives it back to be recreated
+ * (unlocked when readonly) after a passing test; after a failing one keeps it
+ * and logs its URL (password masked; PGFORK_SHOW_PASSWORD=1 shows it).
+ */
+export async function releaseDatabase(
+  client: Client,
+  db: PgforkDatabase,
+  failed: boolean,
+  opts: { readonly?: boolean; log?: (line: string) => void } = {},
+): Promise<void> {
+  await db.close();
+  if (failed) {
+    db.kept = true;
+    (opts.log ?? ((l: string) => process.stderr.write(l + "\n")))(db.keptMessage());
+  } else if (opts.readonly) {
+    await client.unlock(db.testDatabase);
+  } else {
+    await client.recreate(db.testDatabase);
+  }
+}
+
+/**
  * Gets a database of template hash, opens db.client (if pg is installed),
  * runs fn, and gives the database back to be recreated when fn succeeds; when
  * it throws, keeps the database and prints its URL (password masked; set
@@ -86,8 +147,7 @@ export async function runWithDatabase<T>(
   opts: { readonly?: boolean; log?: (line: string) => void } = {},
 ): Promise<T> {
   const t0 = performance.now();
-  const db = new PgforkDatabase(await getDatabase(client, hash));
-  db.handOutMs = performance.now() - t0;
+  const db = await acquireDatabase(client, hash);
   let failed = true;
   try {
     await db.open();
@@ -96,14 +156,6 @@ export async function runWithDatabase<T>(
     failed = false;
     return r;
   } finally {
-    await db.close();
-    if (failed) {
-      db.kept = true;
-      (opts.log ?? ((l: string) => process.stderr.write(l + "\n")))(db.keptMessage());
-    } else if (opts.readonly) {
-      await client.unlock(db.testDatabase);
-    } else {
-      await client.recreate(db.testDatabase);
-    }
+    await releaseDatabase(client, db, failed, opts);
   }
 }

@@ -1,12 +1,15 @@
 import { type PgforkDatabase, runWithDatabase } from "./database.js";
+import { stopServe } from "./serve.js";
 import { buildShared } from "./setup.js";
 import { ENV_SHARED, type SharedTemplate, sharedClient } from "./shared.js";
 import type { TemplateOptions } from "./template.js";
 
 /**
  * A jest globalSetup that builds the template once for all workers:
- * `module.exports = globalSetup({ migrations: … })`. The workers find it in
- * the environment; a failed build makes every withDatabase test fail with its message.
+ * `module.exports = globalSetup({ migrations: … })`. With no server
+ * configured and none answering it first starts `pgfork serve` for the run
+ * (see ensureServe). The workers find both in the environment; a failed
+ * build makes every test using a database fail with its message.
  */
 export function globalSetup(opts: TemplateOptions): () => Promise<void> {
   return async () => {
@@ -14,10 +17,11 @@ export function globalSetup(opts: TemplateOptions): () => Promise<void> {
   };
 }
 
-/** The jest globalTeardown: forgets the template of this run's environment. */
+/** The jest globalTeardown: stops the server globalSetup started (if it did) and forgets the template. */
 export function globalTeardown(): () => Promise<void> {
   return async () => {
     Reflect.deleteProperty(process.env, ENV_SHARED);
+    await stopServe();
   };
 }
 

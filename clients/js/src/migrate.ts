@@ -113,20 +113,13 @@ export function nodePgMigrateMigrator(opts: NodePgMigrateOptions): Migrate {
 /** Drizzle: drizzle-orm's node-postgres migrator over migrationsFolder (needs drizzle-orm and pg). */
 export function drizzleMigrator(opts: { migrationsFolder: string; migrationsTable?: string; migrationsSchema?: string }): Migrate {
   return async (url) => {
-    const { drizzle } = await loadPeer<{ drizzle: (c: { connection: string }) => { $client: { end(): Promise<void> } } }>(
-      "drizzle-orm/node-postgres",
-      "the Drizzle adapter",
-    );
+    // drizzle(client): the one form every drizzle-orm since 0.30 takes (drizzle({ connection }) came later).
+    const { drizzle } = await loadPeer<{ drizzle: (c: unknown) => unknown }>("drizzle-orm/node-postgres", "the Drizzle adapter");
     const { migrate } = await loadPeer<{ migrate: (db: unknown, c: Record<string, unknown>) => Promise<void> }>(
       "drizzle-orm/node-postgres/migrator",
       "the Drizzle adapter",
     );
-    const db = drizzle({ connection: url });
-    try {
-      await migrate(db, { ...opts });
-    } finally {
-      await db.$client.end();
-    }
+    await withPg(url, (c) => migrate(drizzle(c), { ...opts }));
   };
 }
 

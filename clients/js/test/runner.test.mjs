@@ -150,3 +150,23 @@ test("vitest: a broken migration fails every test with its message, without wait
   assert.match(r.out, /relation "nowhere" does not exist/);
   assert.ok(Date.now() - t0 < 14_000);
 });
+
+const vitestEnvFixture = join(here, "fixtures", "vitest-env");
+
+test("vitest useDatabaseEnv: each test's database in the environment before the file's beforeEach; a failing test's kept, the others given back", async () => {
+  const client = liveClient();
+  const key = uniqueKey("vitest-env");
+  const r = await run(vitestBin, ["run", "--root", vitestEnvFixture], {
+    env: { ...process.env, NO_COLOR: "1", PGFORK_JS_MIGRATIONS: good, PGFORK_JS_KEY: key, PGFORK_JS_FAIL: "1" },
+  });
+  assert.notEqual(r.code, 0, r.out);
+  assert.match(r.out, /1 failed \| 2 passed/, r.out);
+  const failedDb = /FAILED-DB (\S+)/.exec(r.out)?.[1];
+  assert.ok(failedDb, r.out);
+  assert.ok(r.out.split("\n").some((l) => l.includes(`keeping test database ${failedDb}`) && l.includes(":***@")), r.out);
+  const passedDb = /PASSED-DB (\S+)/.exec(r.out)?.[1];
+  assert.ok(passedDb && !r.out.includes(`keeping test database ${passedDb}`), r.out);
+  const hash = templateHash(good, key);
+  assert.equal(await inUse(client, hash), 1, "only the failed test's database is kept");
+  await client.discardTemplate(hash);
+});

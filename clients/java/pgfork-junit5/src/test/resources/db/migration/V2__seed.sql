@@ -1,0 +1,1 @@
+INSERT INTO books (title) VALUES ('The Seed');

@@ -1,0 +1,1 @@
+CREATE TABLE books (id bigserial PRIMARY KEY, title text NOT NULL);

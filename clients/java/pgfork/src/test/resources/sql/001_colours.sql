@@ -1,0 +1,2 @@
+CREATE TABLE colours (name text PRIMARY KEY);
+INSERT INTO colours VALUES ('blue'), ('red');

@@ -1,0 +1,333 @@
+import { type ChildProcess, spawn, spawnSync } from "node:child_process";
+import { randomBytes } from "node:crypto";
+import { accessSync, chmodSync, constants, existsSync, mkdirSync, readFileSync, realpathSync, rmSync, statSync, writeFileSync } from "node:fs";
+import { createRequire } from "node:module";
+import { delimiter, dirname, join, resolve } from "node:path";
+import { Client, DEFAULT_URL } from "./client.js";
+import { envSettings } from "./env.js";
+import { PgforkError } from "./errors.js";
+
+/** The one command that installs pgfork (with its binary) into a JavaScript project. */
+export const INSTALL_HINT = "npm install --save-dev pgfork";
+
+/** How long a started `pgfork serve` may take to answer (its first start may install PostgreSQL and initdb). */
+export const SERVE_START_TIMEOUT_MS = 180_000;
+
+/** The npm package carrying the binary for this platform: `@pgfork/<process.platform>-<process.arch>`. */
+export function platformPackage(platform: string = process.platform, arch: string = process.arch): string {
+  return `@pgfork/${platform}-${arch}`;
+}
+
+function executable(p: string): boolean {
+  try {
+    accessSync(p, constants.X_OK);
+    return statSync(p).isFile();
+  } catch {
+    return false;
+  }
+}
+
+/**
+ * bin/pgfork of the installed platform package, resolved as pgfork itself
+ * resolves it (from the pgfork package the project has, so also under pnpm),
+ * else from dir; undefined when it is not installed.
+ */
+export function packagedBinary(dir: string = process.cwd()): string | undefined {
+  const pkg = `${platformPackage()}/package.json`;
+  const fromDir = createRequire(join(resolve(dir), "package.json"));
+  const tries: (() => string)[] = [() => createRequire(fromDir.resolve("pgfork/package.json")).resolve(pkg), () => fromDir.resolve(pkg)];
+  for (const t of tries) {
+    try {
+      const p = join(dirname(t()), "bin", "pgfork");
+      if (executable(p)) return p;
+    } catch {
+      // not installed there
+    }
+  }
+  return undefined;
+}
+
+/** True if p is this package's own bin/pgfork.js shim (as npm links it into node_modules/.bin). */
+function isShim(p: string): boolean {
+  try {
+    return /[\\/]bin[\\/]pgfork\.js$/.test(realpathSync(p));
+  } catch {
+    return false;
+  }
+}
+
+/**
+ * The pgfork binary: the installed platform package (@pgfork/<platform>)
+ * first, then $PGFORK_BIN, then `pgfork` on PATH (unless path is false;
+ * this package's own shim is skipped there). Throws a PgforkError naming
+ * the install command when there is none.
+ */
+export function findPgfork(opts: { env?: NodeJS.ProcessEnv; dir?: string; path?: boolean } = {}): string {
+  const env = opts.env ?? process.env;
+  const packaged = packagedBinary(opts.dir);
+  if (packaged) return packaged;
+  if (env.PGFORK_BIN) {
+    if (!executable(env.PGFORK_BIN)) {
+      throw new PgforkError(`pgfork: PGFORK_BIN=${env.PGFORK_BIN} is not an executable file: point it at a pgfork binary, or unset it and ${INSTALL_HINT}`);
+    }
+    return env.PGFORK_BIN;
+  }
+  if (opts.path !== false) {
+    for (const d of (env.PATH ?? "").split(delimiter)) {
+      const p = join(d || ".", "pgfork");
+      if (executable(p) && !isShim(p)) return p;
+    }
+  }
+  throw new PgforkError(
+    `pgfork: no pgfork binary (no package ${platformPackage()} installed, no PGFORK_BIN${opts.path === false ? "" : ", no pgfork on PATH"}): ` +
+      `${INSTALL_HINT} (it brings the binary for this platform), or set PGFORK_URL to a running pgfork serve`,
+  );
+}
+
+/** The nearest directory from dir up that has a package.json (the project), else dir. */
+export function projectDir(dir: string = process.cwd()): string {
+  for (let d = resolve(dir); ; d = dirname(d)) {
+    if (existsSync(join(d, "package.json"))) return d;
+    if (dirname(d) === d) return resolve(dir);
+  }
+}
+
+/**
+ * The state directory of a `pgfork serve` the glue starts: $PGFORK_STATE_DIR,
+ * else <project>/node_modules/.cache/pgfork. It persists, so the next run
+ * finds its templates (and PostgreSQL) there.
+ */
+export function serveStateDir(env: NodeJS.ProcessEnv = process.env, dir?: string): string {
+  return resolve(env.PGFORK_STATE_DIR || join(projectDir(dir), "node_modules", ".cache", "pgfork"));
+}
+
+/** What the glue records about the server it started (js-serve.json in the state directory). */
+interface ServeRecord {
+  /** The test run's main process: the server stops when it exits. */
+  runner: number;
+  /** The watchdog process that started the server and stops it. */
+  watchdog: number;
+  url: string;
+  token: string;
+}
+
+/** A `pgfork serve` this package started. */
+export interface StartedServe {
+  url: string;
+  token: string;
+  stateDir: string;
+  /** The watchdog's pid: SIGTERM to it stops the server. */
+  watchdog: number;
+  /** True if this process started it (and so stops it). */
+  owner: boolean;
+}
+
+// Runs in its own process group between the test run and serve: it stops
+// serve (SIGTERM) when the run's main process is gone, even when that one was
+// killed, and exits with serve. serve's --exit-with-parent, when it has it,
+// also stops serve if the watchdog itself is killed.
+const WATCHDOG = `
+const { spawn } = require("node:child_process");
+const fs = require("node:fs");
+const [runner, bin, outFile, logFile, ...args] = process.argv.slice(1);
+const child = spawn(bin, args, { stdio: ["ignore", fs.openSync(outFile, "w"), fs.openSync(logFile, "w")] });
+child.on("error", (e) => { fs.appendFileSync(logFile, "cannot run " + bin + ": " + e.message + "\\n"); process.exit(127); });
+child.on("exit", (code, sig) => process.exit(code ?? (sig ? 128 : 1)));
+let stopping = false;
+const stop = () => { if (!stopping) { stopping = true; child.kill("SIGTERM"); } };
+process.on("SIGTERM", stop);
+process.on("SIGINT", stop);
+process.on("SIGHUP", stop);
+setInterval(() => { try { process.kill(Number(runner), 0); } catch { stop(); } }, 200);
+`;
+
+const sleep = (ms: number): Promise<void> => new Promise((r) => setTimeout(r, ms));
+
+function alive(pid: number): boolean {
+  try {
+    process.kill(pid, 0);
+    return true;
+  } catch (e) {
+    return (e as NodeJS.ErrnoException).code === "EPERM";
+  }
+}
+
+/** The listen address in serve's --json output (one line, or a whole object), or undefined while incomplete. */
+export function listenFromJson(out: string): string | undefined {
+  const first = out.split("\n", 1)[0] ?? "";
+  for (const text of [first, out]) {
+    try {
+      const v = JSON.parse(text) as { listen?: unknown };
+      if (typeof v.listen === "string") return v.listen;
+    } catch {
+      // not (yet) a whole JSON object
+    }
+  }
+  return undefined;
+}
+
+function readText(p: string): string {
+  try {
+    return readFileSync(p, "utf8");
+  } catch {
+    return "";
+  }
+}
+
+/** Runs fn holding the lock directory lock (mkdir is atomic); a lock whose holder died is taken over. */
+async function withLock<T>(lock: string, timeoutMs: number, fn: () => Promise<T>): Promise<T> {
+  const deadline = Date.now() + timeoutMs;
+  for (;;) {
+    try {
+      mkdirSync(lock);
+      writeFileSync(join(lock, "pid"), String(process.pid));
+      break;
+    } catch (e) {
+      if ((e as NodeJS.ErrnoException).code !== "EEXIST") throw e;
+      const holder = Number(readText(join(lock, "pid")));
+      if (holder && !alive(holder)) {
+        rmSync(lock, { recursive: true, force: true });
+        continue;
+      }
+      if (Date.now() > deadline) throw new PgforkError(`pgfork: ${lock} is held by process ${holder || "?"} for more than ${timeoutMs / 1000} s: remove it if that process is gone`);
+      await sleep(50);
+    }
+  }
+  try {
+    return await fn();
+  } finally {
+    rmSync(lock, { recursive: true, force: true });
+  }
+}
+
+function supportsExitWithParent(bin: string): boolean {
+  const r = spawnSync(bin, ["serve", "--help"], { encoding: "utf8", timeout: 10_000 });
+  return `${r.stdout}${r.stderr}`.includes("--exit-with-parent");
+}
+
+const STATE = Symbol.for("pgfork.startedServe");
+type Global = typeof globalThis & { [STATE]?: { serve: StartedServe; child: ChildProcess } };
+
+/**
+ * Starts `pgfork serve` on a free loopback port with a random token and the
+ * state directory stateDir, through a watchdog that stops it when process
+ * runner exits; resolves once it answers.
+ */
+async function startServe(bin: string, stateDir: string, runner: number): Promise<{ serve: StartedServe; child: ChildProcess }> {
+  const token = randomBytes(18).toString("base64url");
+  const out = join(stateDir, "js-serve.out");
+  const log = join(stateDir, "js-serve.log");
+  const args = ["serve", "--listen", "127.0.0.1:0", "--json", "--state-dir", stateDir, "--token", token];
+  if (supportsExitWithParent(bin)) args.push("--exit-with-parent");
+  rmSync(out, { force: true });
+  const child = spawn(process.execPath, ["-e", WATCHDOG, String(runner), bin, out, log, ...args], { detached: true, stdio: "ignore" });
+  child.unref();
+  let exited: string | undefined;
+  child.on("exit", (code, sig) => (exited = sig ?? `exit ${code}`));
+  const shown = `${bin} ${args.join(" ").replace(token, "***")}`;
+  const deadline = Date.now() + SERVE_START_TIMEOUT_MS;
+  for (;;) {
+    const listen = listenFromJson(readText(out));
+    if (listen) {
+      const url = `http://${listen}`;
+      if (await new Client(url, { token }).healthy(5000)) {
+        return { serve: { url, token, stateDir, watchdog: child.pid ?? 0, owner: runner === process.pid }, child };
+      }
+    }
+    if (exited !== undefined) {
+      throw new PgforkError(`pgfork: \`${shown}\` exited (${exited}) before it answered; its output (${log}):\n${readText(log).slice(-2000).trimEnd()}`);
+    }
+    if (Date.now() > deadline) {
+      if (child.pid) stopPid(child.pid);
+      throw new PgforkError(`pgfork: \`${shown}\` did not answer within ${SERVE_START_TIMEOUT_MS / 1000} s; its output (${log}):\n${readText(log).slice(-2000).trimEnd()}`);
+    }
+    await sleep(50);
+  }
+}
+
+function stopPid(pid: number): void {
+  try {
+    process.kill(pid, "SIGTERM");
+  } catch {
+    // gone already
+  }
+}
+
+/**
+ * Makes sure a server answers for this test run. Does nothing when
+ * PGFORK_URL or INTEGRESQL_CLIENT_BASE_URL is set or a server answers at the
+ * default URL, as the Go and Python clients. Otherwise starts `pgfork serve`
+ * (found by findPgfork) once per run: runner is the run's main process
+ * (default this one), and the processes of one run share the server through
+ * a lock and a record in the state directory (serveStateDir). The server
+ * stops when runner exits (or stopServe is called). Sets PGFORK_URL and
+ * PGFORK_TOKEN in process.env, which worker processes inherit.
+ */
+export async function ensureServe(opts: { runner?: number; env?: NodeJS.ProcessEnv } = {}): Promise<StartedServe | undefined> {
+  const env = opts.env ?? process.env;
+  if (envSettings(env).from !== "default") return undefined;
+  if (await new Client(DEFAULT_URL).healthy(1000)) return undefined;
+  const g = globalThis as Global;
+  if (g[STATE]) {
+    // Started here before (stopped since?): reuse it while it answers.
+    const s = g[STATE].serve;
+    if (await new Client(s.url, { token: s.token }).healthy(2000)) return exportServe(s, env);
+  }
+  const bin = findPgfork({ env });
+  const runner = opts.runner ?? process.pid;
+  const dir = serveStateDir(env);
+  mkdirSync(dir, { recursive: true });
+  // The managed PostgreSQL runs as an unprivileged user when we are root.
+  if (process.getuid?.() === 0) chmodSync(dir, 0o755);
+  const recordFile = join(dir, "js-serve.json");
+  const started = await withLock(join(dir, "js-serve.lock"), SERVE_START_TIMEOUT_MS + 10_000, async () => {
+    try {
+      const r = JSON.parse(readText(recordFile)) as ServeRecord;
+      if (r.runner === runner && alive(r.watchdog) && (await new Client(r.url, { token: r.token }).healthy(2000))) {
+        return { serve: { url: r.url, token: r.token, stateDir: dir, watchdog: r.watchdog, owner: false }, child: undefined };
+      }
+    } catch {
+      // no record (or a broken one): start a server
+    }
+    const s = await startServe(bin, dir, runner);
+    const record: ServeRecord = { runner, watchdog: s.serve.watchdog, url: s.serve.url, token: s.serve.token };
+    writeFileSync(recordFile, JSON.stringify(record) + "\n", { mode: 0o600 });
+    return s;
+  });
+  if (started.child && started.serve.owner) {
+    g[STATE] = { serve: started.serve, child: started.child };
+    // Also when the run ends without its teardown (the watchdog would notice, a little later).
+    process.once("exit", () => stopPid(started.serve.watchdog));
+  }
+  return exportServe(started.serve, env);
+}
+
+function exportServe(s: StartedServe, env: NodeJS.ProcessEnv): StartedServe {
+  env.PGFORK_URL = s.url;
+  env.PGFORK_TOKEN = s.token;
+  return s;
+}
+
+/**
+ * Stops the server ensureServe started in this process, if any, and waits
+ * (up to timeoutMs) until it has exited; forgets PGFORK_URL/PGFORK_TOKEN it set.
+ */
+export async function stopServe(timeoutMs = 30_000, env: NodeJS.ProcessEnv = process.env): Promise<void> {
+  const g = globalThis as Global;
+  const st = g[STATE];
+  if (!st) return;
+  Reflect.deleteProperty(g, STATE);
+  if (env.PGFORK_URL === st.serve.url) {
+    Reflect.deleteProperty(env, "PGFORK_URL");
+    Reflect.deleteProperty(env, "PGFORK_TOKEN");
+  }
+  const pid = st.serve.watchdog;
+  if (!alive(pid)) return;
+  const gone = new Promise<void>((r) => st.child.once("exit", () => r()));
+  stopPid(pid);
+  const deadline = Date.now() + timeoutMs;
+  while (alive(pid) && Date.now() < deadline) await Promise.race([gone, sleep(50)]);
+  if (alive(pid)) {
+    throw new PgforkError(`pgfork: the pgfork serve started for the tests (watchdog pid ${pid}) did not stop within ${timeoutMs / 1000} s of SIGTERM; see ${join(st.serve.stateDir, "js-serve.log")}`);
+  }
+}

@@ -1,0 +1,1 @@
+module.exports = require("pgfork/jest").globalTeardown();

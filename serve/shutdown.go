@@ -1,0 +1,127 @@
+package serve
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"sync"
+	"time"
+
+	"github.com/pgfork/pgfork/pool/dbstore"
+)
+
+// How `pgfork serve` spends the 2 s it has to exit after SIGTERM or SIGINT
+// (docs/server.md, "Stopping and crashes"); the test glue of every client
+// stops the server it started when the run ends (issue 34).
+const (
+	// httpGrace is how long requests in progress may finish before every
+	// HTTP connection is closed. Requests waiting for a database are
+	// answered 503 by then: the pools close at the same time.
+	httpGrace = 500 * time.Millisecond
+	// dropBudget is how long the test copies are dropped for. A DROP
+	// DATABASE takes 60-100 ms (the server's checkpoint and file removal),
+	// so one by one a pool of 32 took 3 s and more; several at once take
+	// ~20-30 ms each. What is left when the budget is spent is dropped by
+	// the next start (as after a crash), before it serves.
+	dropBudget = 800 * time.Millisecond
+)
+
+// closingDrops is the creator of the modes with databases in one server: a
+// dbstore.SQLCreator whose Drop, once the backend closes (start), queues
+// the copy for workers that drop dbstore.DropWorkers at once (WITH (FORCE): a client
+// still connected does not hold the shutdown up) and returns at once. The
+// pools decide what is dropped (kept databases are not); this only makes
+// the drops of their Close concurrent, so that it fits in dropBudget.
+type closingDrops struct {
+	*dbstore.SQLCreator
+
+	qmu    sync.RWMutex
+	queue  chan string // nil until start
+	closed bool        // by wait
+	wg     sync.WaitGroup
+
+	mu      sync.Mutex
+	dropped int
+	left    int
+	err     error
+}
+
+// Drop drops name now, or queues it once the backend closes.
+func (d *closingDrops) Drop(ctx context.Context, name string) error {
+	d.qmu.RLock()
+	defer d.qmu.RUnlock()
+	switch {
+	case d.closed:
+		d.count(context.Canceled, false) // the next start drops it
+		return nil
+	case d.queue == nil:
+		return d.SQLCreator.Drop(ctx, name)
+	}
+	d.queue <- name
+	return nil
+}
+
+func (d *closingDrops) count(err error, report bool) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if err == nil {
+		d.dropped++
+		return
+	}
+	d.left++
+	if report && d.err == nil {
+		d.err = err
+	}
+}
+
+// start switches Drop to queueing: workers drop what is queued until ctx
+// ends, then count the rest as left.
+func (d *closingDrops) start(ctx context.Context) {
+	q := make(chan string)
+	d.qmu.Lock()
+	d.queue = q
+	d.qmu.Unlock()
+	for range dbstore.DropWorkers {
+		d.wg.Add(1)
+		go func() {
+			defer d.wg.Done()
+			for name := range q {
+				err := ctx.Err()
+				if err == nil {
+					err = d.DropForce(ctx, name)
+				}
+				d.count(err, ctx.Err() == nil)
+			}
+		}()
+	}
+}
+
+// wait closes the queue (the pools have handed over everything) and waits
+// for the workers; it says what was left for the next start to drop.
+func (d *closingDrops) wait() (summary string, err error) {
+	d.qmu.Lock()
+	q := d.queue
+	d.closed = true
+	d.qmu.Unlock()
+	if q != nil {
+		close(q)
+		d.wg.Wait()
+	}
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.left > 0 {
+		return fmt.Sprintf("dropped %d test databases; %d left for the next start to drop", d.dropped, d.left), d.err
+	}
+	return "", d.err
+}
+
+// shutdownHTTP lets requests in progress finish for httpGrace, then
+// closes every connection still open (idle keep-alive ones, ones that
+// have sent nothing yet, long waits).
+func shutdownHTTP(hs *http.Server) {
+	ctx, cancel := context.WithTimeout(context.Background(), httpGrace)
+	defer cancel()
+	if err := hs.Shutdown(ctx); err != nil {
+		_ = hs.Close()
+	}
+}

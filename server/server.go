@@ -60,6 +60,9 @@ type Config struct {
 	// requests (Origin): the names clients reach the server by, such as a
 	// compose service name. Against DNS rebinding (origin.go).
 	AllowedHosts []string
+	// SocketDir is the managed server's private Unix socket directory,
+	// given to clients that ask for it (SocketParam); empty: none.
+	SocketDir string
 }
 
 // Server is the HTTP handler.
@@ -326,6 +329,9 @@ type dbConfig struct {
 	Password         string            `json:"password"`
 	Database         string            `json:"database"`
 	AdditionalParams map[string]string `json:"additionalParams,omitempty"`
+	// SocketDir is the managed server's Unix socket directory, only for a
+	// client that asked for it (withSocket).
+	SocketDir string `json:"socketDir,omitempty"`
 }
 
 type database struct {
@@ -444,7 +450,7 @@ func (s *Server) initialize(v api, w http.ResponseWriter, r *http.Request) {
 		s.fail(v, w, r, err)
 		return
 	}
-	writeJSON(w, http.StatusOK, templateResponse{TemplateHash: t.Hash, Database: s.database(t.Hash, t.Endpoint)})
+	writeJSON(w, http.StatusOK, templateResponse{TemplateHash: t.Hash, Database: s.withSocket(r, s.database(t.Hash, t.Endpoint), t.Endpoint.Port != 0)})
 }
 
 const badHash = "invalid hash: use 1-1024 bytes of printable UTF-8 (no control characters)"
@@ -498,7 +504,7 @@ func (s *Server) getTest(v api, w http.ResponseWriter, r *http.Request) {
 		s.fail(v, w, r, err)
 		return
 	}
-	d := s.database(h, db.Endpoint)
+	d := s.withSocket(r, s.database(h, db.Endpoint), db.Endpoint.Port != 0)
 	if v == v2 {
 		// The native API hands out an unguessable id: only the holder can
 		// give the database back, and an id from an earlier hand-out of

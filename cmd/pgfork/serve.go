@@ -196,6 +196,15 @@ own server on a free port of 127.0.0.1, the same role and password, the
 template's database in it. --copies databases keeps databases in the managed
 server; --copies clusters forces clusters (docs/server.md, "Cloned clusters").
 
+What a test waits for is its hand-out (milliseconds from a ready pool) and
+its connections. A TCP login to the managed server is SCRAM, whose 4096
+rounds take a debug build of a Rust client 0.2-0.3 s of CPU per connection;
+a client on this host running as PostgreSQL's OS user or as root may ask
+for the server's private Unix socket instead (?socket=1 on a hand-out:
+trust, reachable by those two users only; databases in the managed server,
+not cloned clusters), as the Rust client does (docs/server.md, "Connecting
+fast").
+
 --isolation cluster gives each test a whole PostgreSQL server instead of a
 database, for tests that need a superuser or server settings: the template is
 migrated in a cluster of its own, shut down on finalize, and every test

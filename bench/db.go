@@ -248,6 +248,12 @@ func findPG(major int) (pgbin.Installation, error) {
 	if i2, err2 := pgbin.Find(pgbin.Options{StateDir: home}, major); err2 == nil {
 		return i2, nil
 	}
+	// The test environment's builds (scripts/test-env.sh env).
+	for _, dir := range filepath.SplitList(os.Getenv("PGFORK_TEST_PG_BINS")) {
+		if i2, err2 := pgbin.Find(pgbin.Options{Explicit: dir}, major); err2 == nil {
+			return i2, nil
+		}
+	}
 	return inst, err
 }
 

@@ -21,7 +21,12 @@ import (
 // the same server (first run building the template, second run, --parallel
 // 4), and the TransactionTestCase part alone (flush vs a fresh database per
 // test). Times are Django's own --timing records ("Total database setup",
-// "Cloning 'default'") and "Ran N tests in X s".
+// "Cloning 'default'") and "Ran N tests in X s". The floor (issue 33): the
+// stock runner on a database made once and kept (--keepdb; --parallel 4
+// --keepdb: one per worker), TransactionTestCase not flushed (no
+// isolation); pgfork's second runs are measured against it. Issue 34's
+// zero-setup second run (the runner starting pgfork serve itself) is
+// measured when the runner does so.
 //
 // The same suite runs with pytest-django (stock: --create-db, --reuse-db,
 // -n 4; and with -p pgfork.django.pytest_plugin), compared by wall time.
@@ -29,7 +34,9 @@ import (
 // Python: $PGFORK_BENCH_PYTHON (with pgfork[test] installed: Django,
 // pytest-django, pytest-xdist), else a venv under the user cache directory,
 // made with pip from clients/python[test].
-// Scale: PGFORK_BENCH_DJANGO_REPS (default 3) runs per mode.
+// Scale: PGFORK_BENCH_DJANGO_REPS (default 3) runs per mode;
+// PGFORK_BENCH_DJANGO_CLASSES (default 40) classes of 10 tests;
+// PGFORK_BENCH_DJANGO_PYTEST=0 skips the pytest-django part.
 func init() {
 	register(Scenario{Name: "django", Issue: "Django test runner: templates, pool databases per worker, fresh TransactionTestCase databases (issue 23)", Run: runDjangoBench})
 }
@@ -38,9 +45,47 @@ const (
 	djApps       = 12
 	djModels     = 80
 	djMigrations = 150
-	djTestCases  = 30 // classes of 10 tests
-	djTxCases    = 10 // classes of 10 tests
 )
+
+var (
+	djTestCases = 30 // classes of 10 tests
+	djTxCases   = 10 // classes of 10 tests
+)
+
+// PGFORK_BENCH_DJANGO_CLASSES scales the suite down (a trial run): that
+// many classes of 10 tests, a quarter of them TransactionTestCase.
+func init() {
+	if n, err := strconv.Atoi(os.Getenv("PGFORK_BENCH_DJANGO_CLASSES")); err == nil && n >= 2 {
+		djTxCases = max(n/4, 1)
+		djTestCases = n - djTxCases
+	}
+}
+
+// djTestHeader starts each app's tests.py. With BENCH_FLOOR=1 the suite runs
+// as its floor (issue 33): the database made once and kept (--keepdb), a
+// TransactionTestCase not flushed after its test (no isolation: rows stay,
+// so a test checks its row is there rather than alone).
+const djTestHeader = `import os
+
+from django.test import TestCase, TransactionTestCase, tag
+
+from app%02d.models import M01
+
+FLOOR = os.environ.get("BENCH_FLOOR") == "1"
+
+if FLOOR:
+    class TransactionTestCase(TransactionTestCase):
+        def _fixture_teardown(self):
+            pass
+
+
+def check(test):
+    n = M01.objects.count()
+    if FLOOR:
+        test.assertGreaterEqual(n, 1)
+    else:
+        test.assertEqual(n, 1)
+`
 
 // djProject writes the generated project under dir.
 func djProject(dir string) error {
@@ -58,6 +103,8 @@ INSTALLED_APPS = ["django.contrib.contenttypes", "django.contrib.auth", ` + stri
 DATABASES = {"default": {"ENGINE": "django.db.backends.postgresql", "NAME": "bench",
     "HOST": os.environ["BENCH_PGHOST"], "PORT": os.environ["BENCH_PGPORT"],
     "USER": os.environ["BENCH_PGUSER"], "PASSWORD": os.environ["BENCH_PGPASSWORD"]}}
+if os.environ.get("BENCH_FLOOR") == "1":  # the floor's kept database: its rows stay
+    DATABASES["default"]["TEST"] = {"NAME": "test_bench_floor"}
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 TEST_RUNNER = os.environ.get("BENCH_RUNNER", "django.test.runner.DiscoverRunner")
 PGFORK = {"EXTRA_KEY": os.environ.get("BENCH_EXTRA_KEY", "")}
@@ -118,7 +165,7 @@ PGFORK = {"EXTRA_KEY": os.environ.get("BENCH_EXTRA_KEY", "")}
 		b := tests[a]
 		if b == nil {
 			b = &strings.Builder{}
-			fmt.Fprintf(b, "from django.test import TestCase, TransactionTestCase, tag\n\nfrom app%02d.models import M01\n", a)
+			fmt.Fprintf(b, djTestHeader, a)
 			tests[a] = b
 		}
 		base, deco := "TestCase", ""
@@ -127,7 +174,7 @@ PGFORK = {"EXTRA_KEY": os.environ.get("BENCH_EXTRA_KEY", "")}
 		}
 		fmt.Fprintf(b, "\n%s\nclass C%02d(%s):\n", deco, c, base)
 		for t := 0; t < 10; t++ {
-			fmt.Fprintf(b, "    def test_%02d(self):\n        M01.objects.create(name=\"t%d\", score=%d)\n        self.assertEqual(M01.objects.count(), 1)\n\n", t, t, t)
+			fmt.Fprintf(b, "    def test_%02d(self):\n        M01.objects.create(name=\"t%d\", score=%d)\n        check(self)\n\n", t, t, t)
 		}
 	}
 	for a, b := range tests {
@@ -225,7 +272,7 @@ func djPytest(ctx context.Context, py, proj string, env []string, args ...string
 	cmd := exec.CommandContext(ctx, py, all...)
 	cmd.Dir = proj
 	cmd.Env = append(append(os.Environ(), "PYTHONDONTWRITEBYTECODE=1"), env...)
-	took, _, err := runSuite(cmd, "400 passed")
+	took, _, err := runSuite(cmd, fmt.Sprintf("%d passed", (djTestCases+djTxCases)*10))
 	return took, err
 }
 
@@ -236,8 +283,8 @@ func runDjangoBench(ctx context.Context, r *Report) error {
 	if v, err := strconv.Atoi(os.Getenv("PGFORK_BENCH_DJANGO_REPS")); err == nil && v > 0 {
 		reps = v
 	}
-	if reps != 3 {
-		r.Notef("SCALED DOWN for time: %d runs per mode (default 3).", reps)
+	if reps != 3 || djTestCases+djTxCases != 40 {
+		r.Notef("SCALED DOWN for time: %d runs per mode (default 3), %d test classes (default 40): a trial, not the report.", reps, djTestCases+djTxCases)
 	}
 	wd, err := os.Getwd()
 	if err != nil {
@@ -347,6 +394,35 @@ func runDjangoBench(ctx context.Context, r *Report) error {
 		return err
 	}
 
+	// The floor (issue 33): the stock runner on a database made once and
+	// kept, TransactionTestCase not flushed (BENCH_FLOOR=1).
+	floorEnv := append(append([]string{}, stock...), "BENCH_FLOOR=1")
+	floorSerial, err := measure("floor: Django --keepdb, no flush (one database made once)", reps, func() error {
+		_, err := djManage(ctx, py, proj, floorEnv, "--keepdb")
+		return err
+	}, same(floorEnv), "--keepdb")
+	if err != nil {
+		return err
+	}
+	floorPar, err := measure("floor: Django --parallel 4 --keepdb, no flush (each worker reuses one database)", reps, func() error {
+		_, err := djManage(ctx, py, proj, floorEnv, "--parallel", "4", "--keepdb")
+		return err
+	}, same(floorEnv), "--parallel", "4", "--keepdb")
+	if err != nil {
+		return err
+	}
+	bare, err := bareCreateRate(ctx, pg.db("test_bench_floor"), 4, 40)
+	if err != nil {
+		return fmt.Errorf("bare CREATE DATABASE: %w", err)
+	}
+	// Issue 34: one app's tests with nothing started by hand, twice; the
+	// setup is Django's own record.
+	zFirst, zSecond, zLeft, zNot := zeroSetup(ctx, bin, tmp, func(env []string) (time.Duration, error) {
+		zenv := append(append(append([]string{}, dbEnv...), "BENCH_RUNNER=pgfork.django.Runner", "BENCH_EXTRA_KEY="+key+"-zero"), env...)
+		res, err := djManage(ctx, py, proj, zenv, "app01")
+		return res.setup, err
+	})
+
 	med := func(m *mode, f func(djRun) time.Duration) time.Duration {
 		var s Sample
 		for _, x := range m.runs {
@@ -390,6 +466,17 @@ func runDjangoBench(ctx context.Context, r *Report) error {
 	r.Notef("Side by side (ratio: how many times faster pgfork is).")
 	r.Table([]string{"mode", "Django wall", "pgfork wall", "wall ratio", "Django setup", "pgfork setup", "setup ratio"}, rows)
 
+	fresh := func(m *mode) FloorRow {
+		return FloorRow{Name: m.name, Suite: med(m, wall), Rate: float64(djTxCases*10) / med(m, testsT).Seconds()}
+	}
+	r.Notef("Against the floor (issue 33): median wall times; fresh DBs/s: pgfork's %d TransactionTestCase tests (each takes a fresh database) over the tests' time "+
+		"(\"Ran … in\"); bare: 4 sessions running CREATE DATABASE … STRATEGY FILE_COPY from the floor's database on the same cluster, 40 databases.", djTxCases*10)
+	r.FloorTable("against the floor, one process", bare, FloorRow{Name: floorSerial.name, Suite: med(floorSerial, wall)}, fresh(pgFirst), fresh(pgSecond))
+	r.FloorTarget("pgfork.django.Runner's second run (template reused)", med(pgSecond, wall), med(floorSerial, wall), 1.5)
+	r.FloorTable("against the floor, --parallel 4", bare, FloorRow{Name: floorPar.name, Suite: med(floorPar, wall)}, fresh(pgPar))
+	r.FloorTarget("pgfork.django.Runner --parallel 4 (template reused, a second run)", med(pgPar, wall), med(floorPar, wall), 1.5)
+	r.ZeroSetupTarget("Django (manage.py test app01)", zFirst, zSecond, 0, zLeft, zNot)
+
 	second := med(pgSecond, setup)
 	r.Target(second <= time.Second, "a second run's database setup ≤ 1 s: pgfork %s (Django's first run migrates for %s; --keepdb %s).",
 		Dur(second), Dur(med(stockFirst, setup)), Dur(med(stockKeep, setup)))
@@ -407,6 +494,10 @@ func runDjangoBench(ctx context.Context, r *Report) error {
 		}
 	}
 	r.Target(len(slower) == 0, "the whole suite never slower than stock in any mode (by median wall time)%s.", map[bool]string{true: "", false: ": slower in " + strings.Join(slower, ", ")}[len(slower) == 0])
+	if os.Getenv("PGFORK_BENCH_DJANGO_PYTEST") == "0" {
+		r.Notef("pytest-django part not measured (PGFORK_BENCH_DJANGO_PYTEST=0).")
+		return nil
+	}
 	return djPytestBench(ctx, r, py, proj, reps, stock, pgforkEnv, key)
 }
 
@@ -444,7 +535,7 @@ func djPytestBench(ctx context.Context, r *Report, py, proj string, reps int, st
 			m.samples = append(m.samples, took)
 		}
 	}
-	r.Notef("pytest-django (the same 400 tests as unittest classes, `pytest -q --ds benchproject.settings -o python_files=tests.py`), median wall of %d runs; "+
+	r.Notef("pytest-django (the same tests as unittest classes, `pytest -q --ds benchproject.settings -o python_files=tests.py`), median wall of %d runs; "+
 		"stock -n 4 creates and migrates one database per worker, the plugin takes them from the pool.", reps)
 	var rows [][]string
 	slower := []string{}

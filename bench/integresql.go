@@ -56,6 +56,14 @@ type pgServer struct {
 	url      string // superuser URL to database postgres
 }
 
+// db is database name on the server, as its superuser.
+func (p pgServer) db(name string) benchDB {
+	var d benchDB
+	c := &d.Database.Config
+	c.Host, c.Port, c.Username, c.Password, c.Database = p.host, p.port, p.user, p.password, name
+	return d
+}
+
 // startIntegreSQL runs IntegreSQL on 127.0.0.1:port against pg with the
 // given pool sizes, configured by its environment variables only (a
 // minimal environment, nothing inherited). Its per-request logger is off,

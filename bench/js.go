@@ -24,7 +24,12 @@ import (
 // clients/js (pgfork/vitest's db fixture) with pgfork serve on the same
 // server (ext4); (e) the same on a PostgreSQL 18 on the XFS reflink mount
 // (file_copy_method=clone), when there is one; and (c) PGlite, a fresh
-// instance per file with the migrations and seed, each test rolled back.
+// instance per file with the migrations and seed, each test rolled back;
+// and (f) the floor (issue 33): the same tests, each vitest worker reusing
+// one database taken once from the same serve (no isolation). (d) and (e)
+// run twice on their serve; the second run is measured against the floor.
+// Issue 34's zero-setup second run (the glue starting pgfork serve itself)
+// is measured when the glue does so.
 //
 // Scale: PGFORK_BENCH_JS_SEED_MB (default 50) and PGFORK_BENCH_JS_TESTS
 // (default 300, in files of 15 tests).
@@ -177,6 +182,25 @@ afterAll(async () => { await db.close(); });
 });
 `, k)
 		}
+	case "f":
+		b.WriteString(`import { test } from "vitest";
+import pg from "pg";
+import { record, work } from "./common.mjs";
+// The floor: each vitest worker reuses one database taken once (no isolation);
+// a test connects to it as (d)'s fixture does to its own.
+const urls = process.env.PGB_FLOOR_URLS.split(" ");
+const url = urls[(Number(process.env.VITEST_POOL_ID ?? "1") - 1) % urls.length];
+async function floor(fn) {
+  const t0 = performance.now();
+  const c = new pg.Client({ connectionString: url });
+  await c.connect();
+  record(performance.now() - t0);
+  try { await fn(c); } finally { await c.end(); }
+}
+`)
+		for k := 0; k < tests; k++ {
+			fmt.Fprintf(&b, "test(\"t%d\", async () => { await floor(work); });\n", k)
+		}
 	default: // d, e: this package
 		b.WriteString(`import { test } from "pgfork/vitest";
 import { record, work } from "./common.mjs";
@@ -190,7 +214,7 @@ import { record, work } from "./common.mjs";
 
 func jsBenchSetup(c string) string {
 	switch c {
-	case "a", "c":
+	case "a", "c", "f":
 		return "export default async function () {}\n"
 	case "b":
 		return `import { admin, dbUrl, migrate } from "./common.mjs";
@@ -226,7 +250,7 @@ func jsBenchProject(dir, clientsJS string, seedMB, tests int) error {
 		return err
 	}
 	files := (tests + jsBenchFilesPerTest - 1) / jsBenchFilesPerTest
-	for _, c := range []string{"a", "b", "c", "d"} {
+	for _, c := range []string{"a", "b", "c", "d", "f"} {
 		if err := write(c+"/common.mjs", jsBenchCommon); err != nil {
 			return err
 		}
@@ -381,29 +405,35 @@ func runJSBench(ctx context.Context, r *Report) error {
 	adminEnv := []string{"PGB_ADMIN_URL=" + pg.url}
 	dEnv := []string{"PGFORK_URL=" + srv.base, "PGB_KEY=" + key, "PGFORK_TOKEN="}
 
-	type result struct {
-		name    string
-		took    time.Duration
-		acquire Sample
-		handOut Sample
-	}
-	var res []result
+	var res []suiteRun
 	run := func(name, c string, env []string, filter ...string) error {
 		took, s, h, err := jsBenchRun(ctx, proj, clientsJS, c, env, filter...)
 		if err != nil {
 			return err
 		}
 		fmt.Printf("  %s: %s\n", name, Dur(took))
-		res = append(res, result{name, took, s, h})
+		res = append(res, suiteRun{name, took, s, h})
 		return nil
 	}
-	if err := run("(d) pgfork, cold: builds the template", "d", append(adminEnv, dEnv...)); err != nil {
+	const (
+		dCold   = "(d) pgfork, cold: builds the template"
+		dSecond = "(d) pgfork, second run on the same serve (template built)"
+		fFloor  = "(f) floor: each worker reuses one database (no isolation)"
+		eSecond = "(e) pgfork on XFS reflink (clone), second run on the same serve"
+		eFloor  = "(f) floor on XFS reflink: each worker reuses one database"
+	)
+	secondRunAndFloor := func(p *serveProc, second, floor string, env []string) (float64, error) {
+		return secondAndFloor(ctx, p, 4, min(tests, 40), func() error { return run(second, "d", env) },
+			func(urls string) error { return run(floor, "f", append(env, "PGB_FLOOR_URLS="+urls)) })
+	}
+	if err := run(dCold, "d", append(adminEnv, dEnv...)); err != nil {
 		return err
 	}
 	if err := run("(b) CREATE DATABASE … TEMPLATE + DROP per test", "b", adminEnv); err != nil {
 		return err
 	}
-	if err := run("(d) pgfork, warm: template built, pool ready", "d", append(adminEnv, dEnv...)); err != nil {
+	bare, err := secondRunAndFloor(srv, dSecond, fFloor, append(adminEnv, dEnv...))
+	if err != nil {
 		return err
 	}
 	if err := run("(a) migrations + seed per test file", "a", adminEnv); err != nil {
@@ -414,16 +444,22 @@ func runJSBench(ctx context.Context, r *Report) error {
 	}
 	// The overhead with a warm pool: one file's tests (fewer than the pool's
 	// ready databases) after the pool has refilled.
-	ready, err := jsBenchWaitReady(ctx, srv, jsBenchFilesPerTest, 5*time.Minute)
+	ready, err := srv.waitReady(ctx, min(jsBenchFilesPerTest, tests), 5*time.Minute)
 	if err != nil {
 		return err
 	}
-	if err := run(fmt.Sprintf("(d) pgfork, one file (%d tests) from a full pool (%d ready)", jsBenchFilesPerTest, ready), "d", append(adminEnv, dEnv...), "f00.test.mjs"); err != nil {
+	if err := run(fmt.Sprintf("(d) pgfork, one file (%d tests) from a full pool (%d ready)", min(jsBenchFilesPerTest, tests), ready), "d", append(adminEnv, dEnv...), "f00.test.mjs"); err != nil {
 		return err
 	}
-	warmPoolName := res[len(res)-1].name
+	warmPool := res[len(res)-1]
+	// Issue 34: the same file with nothing started by hand, twice.
+	zFirst, zSecond, zLeft, zNot := zeroSetup(ctx, bin, tmp, func(env []string) (time.Duration, error) {
+		took, _, _, err := jsBenchRun(ctx, proj, clientsJS, "d", append(env, "PGB_KEY="+key+"-zero"), "f00.test.mjs")
+		return took, err
+	})
 
 	// (e): the same on a PostgreSQL on the XFS reflink mount, if any.
+	var eBare float64
 	if xfs := os.Getenv("PGFORK_TEST_XFS"); xfs != "" {
 		if _, err := os.Stat(xfs); err == nil {
 			_, pgx2, stop2, err := benchPG18(ctx, xfs)
@@ -445,7 +481,7 @@ func runJSBench(ctx context.Context, r *Report) error {
 				if err := run("(e) pgfork on XFS reflink (clone), cold", "d", eEnv); err != nil {
 					return err
 				}
-				if err := run("(e) pgfork on XFS reflink (clone), warm", "d", eEnv); err != nil {
+				if eBare, err = secondRunAndFloor(srv2, eSecond, eFloor, eEnv); err != nil {
 					return err
 				}
 				r.Notef("(e): a second PostgreSQL %s with its data on the XFS reflink mount %s; pgfork serve --can-clone (file_copy_method=clone).", version, xfs)
@@ -455,81 +491,53 @@ func runJSBench(ctx context.Context, r *Report) error {
 		r.Notef("(e) not measured: no reflink volume (PGFORK_TEST_XFS unset).")
 	}
 
-	var a, b, dWarm, dCold time.Duration
+	byName := map[string]suiteRun{}
+	var a, b time.Duration
+	var peers []suiteRun // (a), (b) and (c) PGlite, whole suites
 	for _, x := range res {
+		byName[x.name] = x
 		switch {
 		case strings.HasPrefix(x.name, "(a)"):
 			a = x.took
+			peers = append(peers, x)
 		case strings.HasPrefix(x.name, "(b)"):
 			b = x.took
-		case x.name == "(d) pgfork, warm: template built, pool ready":
-			dWarm = x.took
-		case x.name == "(d) pgfork, cold: builds the template":
-			dCold = x.took
+			peers = append(peers, x)
+		case strings.HasPrefix(x.name, "(c) PGlite"):
+			peers = append(peers, x)
 		}
 	}
 	var rows [][]string
-	var warmAcq, warmHand Sample
 	for _, x := range res {
-		q := func(s Sample, f float64) string {
-			if len(s) == 0 {
-				return "—"
-			}
-			return Dur(s.Quantile(f))
-		}
-		if x.name == warmPoolName {
-			warmAcq, warmHand = x.acquire, x.handOut
-		}
 		ra, rb := Ratio(a, x.took), Ratio(b, x.took)
-		if x.name == warmPoolName { // 15 tests, not the suite: no ratio
+		if x.name == warmPool.name { // one file, not the suite: no ratio
 			ra, rb = "—", "—"
 		}
-		rows = append(rows, []string{x.name, Dur(x.took), ra, rb, q(x.acquire, 0.5), q(x.acquire, 0.99), q(x.handOut, 0.5), q(x.handOut, 0.99)})
+		rows = append(rows, []string{x.name, Dur(x.took), ra, rb, x.acquire.Cell(0.5), x.acquire.Cell(0.99), x.handOut.Cell(0.5), x.handOut.Cell(0.99)})
 	}
 	r.Notef("Whole suite (%d tests, 4 vitest workers), one run each, pgfork serve with --pool-init 16 --pool-max 16 --parallel 2; per-test overhead: the time a test waited for its database "+
-		"(pgfork: hand-out + connect, db.acquireMs; (b): CREATE DATABASE … TEMPLATE + connect), and of that the hand-out alone (pgfork: GET …/tests, db.handOutMs; (b): the same as the whole). "+
-		"Every test writes, so every database is recreated from the template after its test (in the background, 2 at a time): a suite longer than the pool drains it and waits for creations.", tests)
+		"(pgfork: hand-out + connect, db.acquireMs; (b): CREATE DATABASE … TEMPLATE + connect; (f): connect), and of that the hand-out alone (pgfork: GET …/tests, db.handOutMs; (b), (f): the same as the whole). "+
+		"Every test writes, so every database is recreated from the template after its test (in the background, 2 at a time): a suite longer than the pool drains it and waits for creations. "+
+		"A second run starts once the pool has settled after the run before it (nothing creating or recreating); the floor (f) then takes 4 databases from the same serve, "+
+		"one per vitest worker (VITEST_POOL_ID), and each test connects to its worker's (no isolation).", tests)
 	r.Table([]string{"contender", "suite", "vs (a)", "vs (b)", "wait p50", "wait p99", "hand-out p50", "hand-out p99"}, rows)
-	r.Target(dWarm > 0 && float64(a)/float64(dWarm) >= 10, "(d) warm ≥ 10x (a): %s vs %s = %s (cold, template build included: %s)", Dur(dWarm), Dur(a), Ratio(a, dWarm), Ratio(a, dCold))
-	r.Target(dWarm > 0 && float64(b)/float64(dWarm) >= 3, "(d) warm ≥ 3x (b): %s vs %s = %s (cold: %s)", Dur(dWarm), Dur(b), Ratio(b, dWarm), Ratio(b, dCold))
-	if len(warmAcq) > 0 {
+	r.Notef("Against the floor (issue 33): whole `vitest run` wall times; fresh DBs/s: the suite's tests over its wall time (each test takes one fresh database); "+
+		"bare: 4 sessions running CREATE DATABASE … STRATEGY FILE_COPY from a copy of the template on the same cluster, %d databases.", min(tests, 40))
+	r.floorRows("pgfork", "ext4", tests, bare, byName[fFloor], byName[dCold], byName[dSecond], peers...)
+	if _, ok := byName[eFloor]; ok {
+		r.floorRows("pgfork", "XFS reflink", tests, eBare, byName[eFloor], byName["(e) pgfork on XFS reflink (clone), cold"], byName[eSecond])
+	}
+	r.ZeroSetupTarget("JS (vitest, one file)", zFirst, zSecond, warmPool.took, zLeft, zNot)
+	dWarm := byName[dSecond].took
+	r.Notef("Against the peers (kept from issue 21; issue 33 replaced its targets \"(d) ≥ 10x (a)\" and \"≥ 3x (b)\" by the floor's): (d)'s second run is %s (a) and %s (b); cold, template build included: %s and %s.",
+		Ratio(a, dWarm), Ratio(b, dWarm), Ratio(a, byName[dCold].took), Ratio(b, byName[dCold].took))
+	if warmAcq, warmHand := warmPool.acquire, warmPool.handOut; len(warmAcq) > 0 {
 		p50, p99 := warmAcq.Quantile(0.5), warmAcq.Quantile(0.99)
 		h50, h99 := warmHand.Quantile(0.5), warmHand.Quantile(0.99)
 		r.Target(h50 <= 5*time.Millisecond && h99 <= 50*time.Millisecond, "per-test overhead of (d) with a warm pool (one file's tests, the pool full), the hand-out: p50 %s (≤ 5 ms), p99 %s (≤ 50 ms) over %d tests", Dur(h50), Dur(h99), len(warmHand))
 		r.Target(p50 <= 5*time.Millisecond && p99 <= 50*time.Millisecond, "the same with connecting db.client (pg, SCRAM over TCP; the first test of each worker also loads pg): p50 %s (≤ 5 ms), p99 %s (≤ 50 ms)", Dur(p50), Dur(p99))
 	}
 	return nil
-}
-
-// jsBenchWaitReady waits until the server's only template has at least n
-// ready databases and returns how many it has.
-func jsBenchWaitReady(ctx context.Context, srv *serveProc, n int, limit time.Duration) (int, error) {
-	deadline := time.Now().Add(limit)
-	for {
-		var list struct {
-			Templates []struct {
-				Databases map[string]int `json:"databases"`
-			} `json:"templates"`
-		}
-		if err := srv.call("GET", "/api/v2/templates", "", &list); err != nil {
-			return 0, err
-		}
-		ready := 0
-		for _, t := range list.Templates {
-			ready = max(ready, t.Databases["ready"])
-		}
-		if ready >= n {
-			return ready, nil
-		}
-		if time.Now().After(deadline) {
-			return ready, fmt.Errorf("the pool did not refill to %d ready databases within %s (%d ready)", n, limit, ready)
-		}
-		select {
-		case <-ctx.Done():
-			return 0, ctx.Err()
-		case <-time.After(500 * time.Millisecond):
-		}
-	}
 }
 
 // jsPGliteVersion is the installed @electric-sql/pglite's version.

@@ -138,3 +138,60 @@ func Ratio(base, x time.Duration) string {
 	}
 	return fmt.Sprintf("%.1fx", float64(base)/float64(x))
 }
+
+// Cell formats the q-quantile for a table; "—" for an empty sample (not
+// recorded).
+func (s Sample) Cell(q float64) string {
+	if len(s) == 0 {
+		return "—"
+	}
+	return Dur(s.Quantile(q))
+}
+
+// Times formats x as a multiple of base ("2.35x"; "n/a" without a base).
+func Times(x, base time.Duration) string {
+	if base <= 0 {
+		return "n/a"
+	}
+	return fmt.Sprintf("%.2fx", float64(x)/float64(base))
+}
+
+// FloorRow is one contender of a suite measured against its floor (issue
+// 33): the same suite on the same workers, each worker reusing one database
+// made once (no isolation).
+type FloorRow struct {
+	Name  string
+	Suite time.Duration // what the section compares (it says what)
+	Wait  Sample        // per-test wait for a database; empty: none
+	Rate  float64       // fresh databases per second; 0: none made
+}
+
+// FloorTable adds the table every suite section shares: each contender as a
+// multiple of the floor (the first row), its per-test wait p50/p99, and its
+// fresh databases per second next to bare, the bare CREATE DATABASE …
+// STRATEGY FILE_COPY rate on the same cluster (0: not measured).
+func (r *Report) FloorTable(title string, bare float64, floor FloorRow, rows ...FloorRow) {
+	cell := func(f float64) string {
+		if f <= 0 {
+			return "—"
+		}
+		return fmt.Sprintf("%.1f", f)
+	}
+	var out [][]string
+	for _, x := range append([]FloorRow{floor}, rows...) {
+		vsBare := "—"
+		if x.Rate > 0 && bare > 0 {
+			vsBare = fmt.Sprintf("%.2fx", x.Rate/bare)
+		}
+		out = append(out, []string{x.Name, Dur(x.Suite), Times(x.Suite, floor.Suite), x.Wait.Cell(0.5), x.Wait.Cell(0.99), cell(x.Rate), cell(bare), vsBare})
+	}
+	r.Table([]string{title, "suite", "vs floor", "wait p50", "wait p99", "fresh DBs/s", "bare CREATE DATABASE/s", "vs bare"}, out)
+}
+
+// FloorTarget records issue 33's target for a second run on the same
+// serve: at most limit times its floor.
+func (r *Report) FloorTarget(what string, run, floor time.Duration, limit float64) bool {
+	met := floor > 0 && run > 0 && float64(run) <= limit*float64(floor)
+	r.Target(met, "%s ≤ %.1fx its floor: %s vs %s = %s", what, limit, Dur(run), Dur(floor), Times(run, floor))
+	return met
+}

@@ -21,8 +21,13 @@ import (
 // into it); (b) the hand-written template pattern (a template migrated once,
 // CREATE DATABASE … TEMPLATE + DROP per test); (c) #[pgfork::test]
 // (clients/rust) against pgfork serve on the same server (ext4); (d) the same
-// on a PostgreSQL 18 on the XFS reflink mount, when there is one. The build
-// of the suite (all three test binaries) is timed apart.
+// on a PostgreSQL 18 on the XFS reflink mount, when there is one; and (f)
+// their floor (issue 33): the same tests, each test thread reusing one
+// database taken once from the same serve (no isolation). (c) and (d) run
+// twice on their serve; the second run is measured against the floor.
+// Issue 34's zero-setup second run (the crate starting pgfork serve itself)
+// is measured when the crate does so. The build of the suite (all four test
+// binaries) is timed apart.
 //
 // Scale: PGFORK_BENCH_RUST_TESTS (default 200). PGFORK_BENCH_RUST_TARGET: a
 // cargo target directory kept between runs (default: a fresh one).
@@ -86,9 +91,37 @@ async fn with_db() {
 }
 `
 
+// (f), the floor: each test thread reuses one database taken once (no
+// isolation); a test opens a PgPool on it as #[pgfork::test] does on its own.
+const rustBenchF = `mod common;
+
+use std::sync::{LazyLock, Mutex};
+use std::time::Instant;
+
+use sqlx::postgres::PgPoolOptions;
+
+static FREE: LazyLock<Mutex<Vec<String>>> =
+    LazyLock::new(|| Mutex::new(std::env::var("PGB_FLOOR_URLS").unwrap().split(' ').map(String::from).collect()));
+
+async fn floor() {
+    let url = FREE.lock().unwrap().pop().expect("more tests at once than floor databases");
+    let t0 = Instant::now();
+    let pool = PgPoolOptions::new().max_connections(5).connect(&url).await.unwrap();
+    common::record(t0.elapsed());
+    common::work(&mut pool.acquire().await.unwrap()).await;
+    pool.close().await;
+    FREE.lock().unwrap().push(url);
+}
+`
+
 func rustBenchTests(c string, tests int) string {
 	var b strings.Builder
 	switch c {
+	case "f":
+		b.WriteString(rustBenchF)
+		for k := 0; k < tests; k++ {
+			fmt.Fprintf(&b, "\n#[tokio::test]\nasync fn t%03d() {\n    floor().await;\n}\n", k)
+		}
 	case "a":
 		b.WriteString("mod common;\n\n")
 		for k := 0; k < tests; k++ {
@@ -143,6 +176,7 @@ debug = 0
 		"tests/a.rs":          rustBenchTests("a", tests),
 		"tests/b.rs":          rustBenchTests("b", tests),
 		"tests/c.rs":          rustBenchTests("c", tests),
+		"tests/f.rs":          rustBenchTests("f", tests),
 	}
 	for name, content := range files {
 		if err := write(name, content); err != nil {
@@ -244,7 +278,7 @@ func runRustBench(ctx context.Context, r *Report) error {
 	cargoV, _ := exec.Command("cargo", "--version").Output()
 	r.Notef("Suite: 40 generated migrations (60 tables with two indexes each and foreign keys, 5 functions; the js scenario's), %d tests per contender in one test binary each, "+
 		"run by `cargo test --test X` with the default test threads (%d here); each test runs a short transaction (INSERT, UPDATE, SELECT) on its own database through a PgPool "+
-		"((b): a PgConnection). %s, sqlx 0.8, debug profile. Building the suite (three test binaries, every dependency, %s) took %s, not counted below; "+
+		"((b): a PgConnection). %s, sqlx 0.8, debug profile. Building the suite (four test binaries, every dependency, %s) took %s, not counted below; "+
 		"rebuilding one contender's test binary after touching its file: %s.",
 		tests, runtime.NumCPU(), strings.TrimSpace(string(cargoV)), buildKind, Dur(build), strings.Join(rebuilds, ", "))
 
@@ -288,48 +322,58 @@ func runRustBench(ctx context.Context, r *Report) error {
 	}
 	env := append(append(target, pgEnv(pg)...), "PGFORK_URL="+srv.base, "PGFORK_TOKEN=")
 
-	type result struct {
-		name    string
-		took    time.Duration
-		acquire Sample
-		handOut Sample
-	}
-	var res []result
+	var res []suiteRun
 	run := func(name, test string, env []string, filter ...string) error {
 		took, s, h, err := rustBenchRun(ctx, proj, test, env, filter...)
 		if err != nil {
 			return err
 		}
 		fmt.Printf("  %s: %s\n", name, Dur(took))
-		res = append(res, result{name, took, s, h})
+		res = append(res, suiteRun{name, took, s, h})
 		return nil
 	}
-	const cCold, cWarm = "(c) #[pgfork::test], cold: builds the template", "(c) #[pgfork::test], warm: template built"
+	const (
+		cCold   = "(c) #[pgfork::test], cold: builds the template"
+		cSecond = "(c) #[pgfork::test], second run on the same serve (template built)"
+		fFloor  = "(f) floor: each test thread reuses one database (no isolation)"
+		dCold   = "(d) #[pgfork::test] on XFS reflink (clone), cold"
+		dSecond = "(d) #[pgfork::test] on XFS reflink (clone), second run on the same serve"
+		dFloor  = "(f) floor on XFS reflink: each test thread reuses one database"
+	)
+	threads := runtime.NumCPU() // cargo test's default test threads
+	secondRunAndFloor := func(p *serveProc, second, floor string, env []string) (float64, error) {
+		return secondAndFloor(ctx, p, threads, min(tests, 40), func() error { return run(second, "c", env) },
+			func(urls string) error { return run(floor, "f", append(env, "PGB_FLOOR_URLS="+urls)) })
+	}
 	if err := run(cCold, "c", env); err != nil {
 		return err
 	}
 	if err := run("(b) CREATE DATABASE … TEMPLATE + DROP per test", "b", env); err != nil {
 		return err
 	}
-	if _, err := jsBenchWaitReady(ctx, srv, 16, 5*time.Minute); err != nil {
-		return err
-	}
-	if err := run(cWarm, "c", env); err != nil {
+	bare, err := secondRunAndFloor(srv, cSecond, fFloor, env)
+	if err != nil {
 		return err
 	}
 	if err := run("(a) #[sqlx::test]: migrations per test", "a", env); err != nil {
 		return err
 	}
 	// Per-test overhead when the pool keeps up: 10 tests (t000…t009) from a full pool.
-	ready, err := jsBenchWaitReady(ctx, srv, 16, 5*time.Minute)
+	ready, err := srv.waitReady(ctx, min(16, tests), 5*time.Minute)
 	if err != nil {
 		return err
 	}
-	fullPool := fmt.Sprintf("(c) #[pgfork::test], 10 tests from a full pool (%d ready)", ready)
+	fullPool := fmt.Sprintf("(c) #[pgfork::test], %d tests from a full pool (%d ready)", min(10, tests), ready)
 	if err := run(fullPool, "c", env, "t00"); err != nil {
 		return err
 	}
+	// Issue 34: the same tests with nothing started by hand, twice.
+	zFirst, zSecond, zLeft, zNot := zeroSetup(ctx, bin, tmp, func(zenv []string) (time.Duration, error) {
+		took, _, _, err := rustBenchRun(ctx, proj, "c", append(append(append([]string{}, target...), pgEnv(pg)...), zenv...), "t00")
+		return took, err
+	})
 
+	var dBare float64
 	if xfs := os.Getenv("PGFORK_TEST_XFS"); xfs != "" {
 		if _, err := os.Stat(xfs); err == nil {
 			_, pg2, stop2, err := benchPG18(ctx, xfs)
@@ -347,14 +391,11 @@ func runRustBench(ctx context.Context, r *Report) error {
 					return err
 				}
 				defer func() { _ = srv2.stop() }()
-				env2 := append(append(target, pgEnv(pg2)...), "PGFORK_URL="+srv2.base, "PGFORK_TOKEN=")
-				if err := run("(d) #[pgfork::test] on XFS reflink (clone), cold", "c", env2); err != nil {
+				env2 := append(append(append([]string{}, target...), pgEnv(pg2)...), "PGFORK_URL="+srv2.base, "PGFORK_TOKEN=")
+				if err := run(dCold, "c", env2); err != nil {
 					return err
 				}
-				if _, err := jsBenchWaitReady(ctx, srv2, 16, 5*time.Minute); err != nil {
-					return err
-				}
-				if err := run("(d) #[pgfork::test] on XFS reflink (clone), warm", "c", env2); err != nil {
+				if dBare, err = secondRunAndFloor(srv2, dSecond, dFloor, env2); err != nil {
 					return err
 				}
 				r.Notef("(d): a second PostgreSQL %s with its data on the XFS reflink mount %s; pgfork serve --can-clone (file_copy_method=clone).", version, xfs)
@@ -364,48 +405,55 @@ func runRustBench(ctx context.Context, r *Report) error {
 		r.Notef("(d) not measured: no reflink volume (PGFORK_TEST_XFS unset).")
 	}
 
-	var a, b, warm, cold time.Duration
-	var warmAcq, warmHand Sample
+	byName := map[string]suiteRun{}
+	var a, b time.Duration
+	var peers []suiteRun // (a) and (b)
 	for _, x := range res {
+		byName[x.name] = x
 		switch {
 		case strings.HasPrefix(x.name, "(a)"):
 			a = x.took
+			peers = append(peers, x)
 		case strings.HasPrefix(x.name, "(b)"):
 			b = x.took
-		case x.name == cWarm:
-			warm = x.took
-		case x.name == fullPool:
-			warmAcq, warmHand = x.acquire, x.handOut
-		case x.name == cCold:
-			cold = x.took
+			peers = append(peers, x)
 		}
 	}
 	var rows [][]string
 	for _, x := range res {
-		q := func(s Sample, f float64) string {
-			if len(s) == 0 {
-				return "—"
-			}
-			return Dur(s.Quantile(f))
-		}
 		ra, rb := Ratio(a, x.took), Ratio(b, x.took)
 		if x.name == fullPool { // 10 tests, not the suite: no ratio
 			ra, rb = "—", "—"
 		}
-		rows = append(rows, []string{x.name, Dur(x.took), ra, rb, q(x.acquire, 0.5), q(x.acquire, 0.99), q(x.handOut, 0.5), q(x.handOut, 0.99)})
+		rows = append(rows, []string{x.name, Dur(x.took), ra, rb, x.acquire.Cell(0.5), x.acquire.Cell(0.99), x.handOut.Cell(0.5), x.handOut.Cell(0.99)})
 	}
 	r.Notef("Whole `cargo test --test X` run (%d tests; the binary is built already, cargo's check included), one run each, pgfork serve with --pool-init 16 --pool-max 16 --parallel 2. "+
-		"Per-test wait: (c)/(d) from PGFORK_TIMINGS: template (cached in the process after the first test), hand-out and connecting the PgPool; of that the template and hand-out alone; "+
-		"(b) CREATE DATABASE … TEMPLATE + connect (both columns). (a) has no hook: its suite time only. Every test writes, so every pgfork database is recreated after its test "+
+		"Per-test wait: (c)/(d) from PGFORK_TIMINGS: template (cached in the process after the first test), hand-out and connecting the PgPool (its first connection); of that the template and hand-out alone; "+
+		"(b) CREATE DATABASE … TEMPLATE + connect (both columns); (f) connecting the PgPool (both columns). (a) has no hook: its suite time only. Every test writes, so every pgfork database is recreated after its test "+
 		"(in the background, 2 at a time): a suite longer than the pool drains it and waits for creations; the full-pool row (10 tests, the pool refilled first) "+
-		"is the overhead when the pool keeps up.", tests)
+		"is the overhead when the pool keeps up. A second run starts once the pool has settled after the run before it (nothing creating or recreating); "+
+		"the floor (f) then takes %d databases from the same serve, one per test thread, and each test opens its PgPool on a free one (no isolation).", tests, threads)
 	r.Table([]string{"contender", "suite", "vs (a)", "vs (b)", "wait p50", "wait p99", "hand-out p50", "hand-out p99"}, rows)
-	r.Target(warm > 0 && float64(a)/float64(warm) >= 10, "(c) warm ≥ 10x (a) #[sqlx::test]: %s vs %s = %s (cold, template build included: %s)", Dur(warm), Dur(a), Ratio(a, warm), Ratio(a, cold))
-	r.Target(warm > 0 && float64(b)/float64(warm) >= 3, "(c) warm ≥ 3x (b) CREATE DATABASE … TEMPLATE: %s vs %s = %s (cold: %s)", Dur(warm), Dur(b), Ratio(b, warm), Ratio(b, cold))
-	if len(warmHand) > 0 {
-		h50, a50 := warmHand.Quantile(0.5), warmAcq.Quantile(0.5)
+	r.Notef("Against the floor (issue 33): whole `cargo test` wall times; fresh DBs/s: the suite's tests over its wall time (each test takes one fresh database); "+
+		"bare: %d sessions (the test threads) running CREATE DATABASE … STRATEGY FILE_COPY from a copy of the template on the same cluster, %d databases.", threads, min(tests, 40))
+	r.floorRows("#[pgfork::test]", "ext4", tests, bare, byName[fFloor], byName[cCold], byName[cSecond], peers...)
+	if _, ok := byName[dFloor]; ok {
+		r.floorRows("#[pgfork::test]", "XFS reflink", tests, dBare, byName[dFloor], byName[dCold], byName[dSecond])
+	}
+	second, full := byName[cSecond], byName[fullPool]
+	if len(second.acquire) > 0 {
+		p50 := second.acquire.Quantile(0.5)
+		r.Target(p50 <= 20*time.Millisecond, "#[pgfork::test] from a debug build, hand-out plus the first connection (template cached, hand-out, PgPool's first connection), second run: p50 %s (≤ 20 ms), p99 %s; "+
+			"from a full pool: p50 %s, p99 %s; the floor's first connection alone: p50 %s", Dur(p50), second.acquire.Cell(0.99), full.acquire.Cell(0.5), full.acquire.Cell(0.99), byName[fFloor].acquire.Cell(0.5))
+	}
+	r.ZeroSetupTarget(fmt.Sprintf("Rust (cargo test, %d tests)", min(10, tests)), zFirst, zSecond, full.took, zLeft, zNot)
+	warm, cold := second.took, byName[cCold].took
+	r.Notef("Against the peers (kept from issue 22; issue 33 replaced its targets \"(c) ≥ 10x (a)\" and \"≥ 3x (b)\" by the floor's): (c)'s second run is %s (a) #[sqlx::test] and %s (b); cold, template build included: %s and %s.",
+		Ratio(a, warm), Ratio(b, warm), Ratio(a, cold), Ratio(b, cold))
+	if len(full.handOut) > 0 {
+		h50, a50 := full.handOut.Quantile(0.5), full.acquire.Quantile(0.5)
 		r.Target(h50 <= 5*time.Millisecond, "per-test overhead of (c) from a full pool, template + hand-out: p50 %s (≤ 5 ms), p99 %s over %d tests; with connecting the PgPool: p50 %s, p99 %s",
-			Dur(h50), Dur(warmHand.Quantile(0.99)), len(warmHand), Dur(a50), Dur(warmAcq.Quantile(0.99)))
+			Dur(h50), full.handOut.Cell(0.99), len(full.handOut), Dur(a50), full.acquire.Cell(0.99))
 	}
 	return nil
 }

@@ -153,6 +153,94 @@ func (p *serveProc) call(method, path string, body string, out any) error {
 	return nil
 }
 
+// poolStat is one template's pool as GET /api/v2/templates lists it.
+type poolStat struct {
+	Hash      string         `json:"templateHash"`
+	Databases map[string]int `json:"databases"` // by state: creating, ready, in_use, dirty, recreating
+}
+
+// pools lists the server's templates and their pools.
+func (p *serveProc) pools() ([]poolStat, error) {
+	var list struct {
+		Templates []poolStat `json:"templates"`
+	}
+	err := p.call("GET", "/api/v2/templates", "", &list)
+	return list.Templates, err
+}
+
+// onlyHash is the hash of the server's only template (a client suite's,
+// whose hash the client computes).
+func (p *serveProc) onlyHash() (string, error) {
+	ts, err := p.pools()
+	if err != nil {
+		return "", err
+	}
+	if len(ts) != 1 {
+		return "", fmt.Errorf("%s has %d templates, want 1", p.name, len(ts))
+	}
+	return ts[0].Hash, nil
+}
+
+// waitReady waits until a template of the server has at least n ready
+// databases and returns how many it has.
+func (p *serveProc) waitReady(ctx context.Context, n int, limit time.Duration) (int, error) {
+	ready := 0
+	err := p.poll(ctx, limit, func(ts []poolStat) bool {
+		ready = 0
+		for _, t := range ts {
+			ready = max(ready, t.Databases["ready"])
+		}
+		return ready >= n
+	})
+	if err != nil {
+		return ready, fmt.Errorf("the pool did not refill to %d ready databases: %w (%d ready)", n, err, ready)
+	}
+	return ready, nil
+}
+
+// settle waits until no database of the server is being made or given back
+// (none creating, dirty or recreating): the pause between two runs of a
+// suite, after which the pool is as full as the server fills it. A pool
+// still busy after limit is said on stdout and waited for no longer; the
+// error is the API's or ctx's.
+func (p *serveProc) settle(ctx context.Context, limit time.Duration) error {
+	busy := 0
+	err := p.poll(ctx, limit, func(ts []poolStat) bool {
+		busy = 0
+		for _, t := range ts {
+			busy += t.Databases["creating"] + t.Databases["dirty"] + t.Databases["recreating"]
+		}
+		return busy == 0
+	})
+	if err != nil && ctx.Err() == nil && busy > 0 {
+		fmt.Printf("  (the pool had %d databases on the way after %s; going on)\n", busy, limit)
+		return nil
+	}
+	return err
+}
+
+// poll lists the pools every 200 ms until done says so, for at most limit.
+func (p *serveProc) poll(ctx context.Context, limit time.Duration, done func([]poolStat) bool) error {
+	deadline := time.Now().Add(limit)
+	for {
+		ts, err := p.pools()
+		if err != nil {
+			return err
+		}
+		if done(ts) {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("not within %s", limit)
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(200 * time.Millisecond):
+		}
+	}
+}
+
 // template initializes hash, runs setup against it and finalizes it.
 func (p *serveProc) template(ctx context.Context, hash, setup string) error {
 	var t benchDB
@@ -813,4 +901,49 @@ func learnRun(ctx context.Context, bin, tmp string, pg pgServer, admin *pgx.Conn
 	}
 	res.within = e20 > 0 && float64(e20) <= 2*float64(later.Median()) && float64(later.Median()) <= 2*float64(e20)
 	return res, nil
+}
+
+// takeDatabases takes n databases of the server's only template (a floor
+// contender's: each worker reuses one, no isolation) and returns them and a
+// function that gives them back.
+func (p *serveProc) takeDatabases(n int) ([]benchDB, func(), error) {
+	hash, err := p.onlyHash()
+	if err != nil {
+		return nil, nil, err
+	}
+	var dbs []benchDB
+	giveBack := func() {
+		for _, d := range dbs {
+			_ = p.call("POST", fmt.Sprintf("/api/v1/templates/%s/tests/%d/recreate", hash, d.ID), "", nil)
+		}
+	}
+	for range n {
+		var d benchDB
+		if err := p.call("GET", "/api/v1/templates/"+hash+"/tests", "", &d); err != nil {
+			giveBack()
+			return nil, nil, err
+		}
+		dbs = append(dbs, d)
+	}
+	return dbs, giveBack, nil
+}
+
+// floorURLs is the floor's databases as one space-separated list (PGB_FLOOR_URLS).
+func floorURLs(dbs []benchDB) string {
+	var urls []string
+	for _, d := range dbs {
+		urls = append(urls, d.url())
+	}
+	return strings.Join(urls, " ")
+}
+
+// bareRate is bareCreateRate on the server's cluster, from a database of
+// its only template: sessions sessions, n databases.
+func (p *serveProc) bareRate(ctx context.Context, sessions, n int) (float64, error) {
+	dbs, giveBack, err := p.takeDatabases(1)
+	if err != nil {
+		return 0, err
+	}
+	defer giveBack()
+	return bareCreateRate(ctx, dbs[0], sessions, n)
 }

@@ -71,7 +71,10 @@ func (inst *Instance) SetPassword(ctx context.Context, role, password string) er
 // count costs each connecting client that many HMAC rounds of CPU (4096,
 // PostgreSQL's default, take 0.2-0.3 s in a debug build of a Rust client:
 // issue 33), but lib/pq (dbmate, many Go tools) refuses a count below
-// 4096 (RFC 7677's minimum): so 4096 until clients can be told apart.
+// 4096 (RFC 7677's minimum): so 4096, and a client on the same host
+// skips SCRAM altogether on the managed server's private socket, whose
+// directory `pgfork serve` names on request (docs/server.md, "Connecting
+// fast").
 // Any other password gets DefaultIterations.
 const GeneratedPasswordIterations = 4096
 

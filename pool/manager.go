@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
+	"log/slog"
 	"sort"
 	"strconv"
 	"sync"
@@ -55,6 +57,21 @@ type ManagerConfig struct {
 	Observer     Observer
 	// NoPersist keeps template state in memory only.
 	NoPersist bool
+	// LearnDemand: each pool keeps as many databases ready as the biggest
+	// run of its template took (recorded with the template's state, so it
+	// holds across restarts), within Max, and fills to that as soon as the
+	// template is ready and after every run (Config.Learn). Set by
+	// Sizes.Apply unless the user gave Initial.
+	LearnDemand bool
+	// RunGap: hand-outs further apart than this are two runs (0:
+	// DefaultRunGap).
+	RunGap time.Duration
+	// KeptMax bounds the databases kept for inspection per template
+	// (Keep), outside Max (0: DefaultKeptMax).
+	KeptMax int
+	// Log receives what the manager does on its own that a user may want
+	// to know (kept databases dropped beyond KeptMax); nil: discarded.
+	Log *slog.Logger
 }
 
 // TemplateState is the state of a template.
@@ -71,6 +88,8 @@ type template struct {
 	hash       string
 	db         string
 	state      TemplateState
+	demand     int    // from the template's record
+	kept       []Kept // kept before the restart, for its pool
 	finalizing bool
 	finalized  chan struct{} // closed when finalized or discarded
 	pool       *Pool
@@ -113,6 +132,12 @@ func NewManager(cfg ManagerConfig, store Store) (*Manager, error) {
 	if cfg.GetTimeout <= 0 {
 		cfg.GetTimeout = time.Minute
 	}
+	if cfg.KeptMax <= 0 {
+		cfg.KeptMax = DefaultKeptMax
+	}
+	if cfg.Log == nil {
+		cfg.Log = slog.New(slog.NewTextHandler(io.Discard, nil))
+	}
 	return &Manager{cfg: cfg, store: store,
 		templates: map[string]*template{}, discarded: map[string]bool{}}, nil
 }
@@ -124,6 +149,10 @@ func NewManager(cfg ManagerConfig, store Store) (*Manager, error) {
 // per template, with their names, as IntegreSQL's.
 func (m *Manager) Open(ctx context.Context) error {
 	recs, _, err := m.store.Recover(ctx, m.cfg.Prefix, m.cfg.Prefix+"_test_", !m.cfg.NoPersist)
+	if err != nil {
+		return err
+	}
+	kept, err := m.kept(ctx)
 	if err != nil {
 		return err
 	}
@@ -139,21 +168,69 @@ func (m *Manager) Open(ctx context.Context) error {
 			_ = m.forget(ctx, r.Hash)
 			continue
 		}
-		t := &template{hash: r.Hash, db: r.Name, state: TemplateFinalized, finalized: make(chan struct{})}
+		t := &template{hash: r.Hash, db: r.Name, state: TemplateFinalized, demand: r.Demand, finalized: make(chan struct{}),
+			kept: kept[r.Hash]}
+		delete(kept, r.Hash)
 		close(t.finalized)
 		m.mu.Lock()
 		m.templates[r.Hash] = t
 		m.mu.Unlock()
 		t.pool = m.newPool(t)
+		t.kept = nil
+	}
+	// Kept databases of templates gone go too.
+	for _, ks := range kept {
+		for _, k := range ks {
+			if err := m.store.Drop(ctx, k.Name); err != nil {
+				return err
+			}
+		}
 	}
 	return nil
 }
 
-func (m *Manager) save(ctx context.Context, hash, db, state string) error {
+// kept returns the databases kept before the restart (a KeptStore's) by
+// template, oldest first.
+func (m *Manager) kept(ctx context.Context) (map[string][]Kept, error) {
+	ks, ok := m.store.(KeptStore)
+	if !ok || m.cfg.NoPersist {
+		return nil, nil
+	}
+	list, err := ks.Kept(ctx, m.cfg.Prefix)
+	if err != nil {
+		return nil, err
+	}
+	sort.SliceStable(list, func(i, j int) bool { return list[i].At.Before(list[j].At) })
+	by := map[string][]Kept{}
+	for _, k := range list {
+		if k.Name == m.TestName(k.Hash, k.ID) {
+			by[k.Hash] = append(by[k.Hash], k)
+		}
+	}
+	return by, nil
+}
+
+func (m *Manager) save(ctx context.Context, hash, db, state string, demand int) error {
 	if m.cfg.NoPersist {
 		return nil
 	}
-	return m.store.Save(ctx, m.cfg.Prefix, Record{Hash: hash, Name: db, State: state})
+	return m.store.Save(ctx, m.cfg.Prefix, Record{Hash: hash, Name: db, State: state, Demand: demand})
+}
+
+// saveDemand records a bigger run of template t, for the next start.
+func (m *Manager) saveDemand(t *template, demand int) {
+	m.mu.Lock()
+	if t.state != TemplateFinalized || m.templates[t.hash] != t || m.closed || demand <= t.demand {
+		m.mu.Unlock()
+		return
+	}
+	t.demand = demand
+	m.mu.Unlock()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if err := m.save(ctx, t.hash, t.db, "finalized", demand); err != nil {
+		m.cfg.Log.Warn("cannot record the demand of a template's pool", "template", t.hash, "demand", demand, "err", err)
+	}
 }
 
 func (m *Manager) forget(ctx context.Context, hash string) error {
@@ -176,11 +253,23 @@ func (m *Manager) TestName(hash string, id int) string {
 
 func (m *Manager) newPool(t *template) *Pool {
 	hash := t.hash
+	_, persistKept := m.store.(KeptStore)
 	return New(Config{
 		Hash: hash, Template: t.db, Owner: m.cfg.Owner,
 		Name:    func(id int) string { return m.TestName(hash, id) },
 		Initial: m.cfg.Initial, Max: m.cfg.Max, Parallel: m.cfg.Parallel,
 		MinLifetime: m.cfg.MinLifetime, IdleTimeout: m.cfg.IdleTimeout, Limiter: m, Observer: m.cfg.Observer,
+		Demand: t.demand, Learn: m.cfg.LearnDemand, RunGap: m.cfg.RunGap,
+		OnDemand: func(n int) { m.saveDemand(t, n) },
+		KeptMax:  m.cfg.KeptMax, PersistKept: persistKept && !m.cfg.NoPersist, Kept: t.kept,
+		OnKeptDropped: func(name string, keptFor time.Duration, err error) {
+			if err != nil {
+				m.cfg.Log.Warn("more kept databases than allowed: cannot drop the oldest", "template", hash, "database", name, "max", m.cfg.KeptMax, "err", err)
+				return
+			}
+			m.cfg.Log.Info("more kept databases than allowed: dropped the oldest", "template", hash, "database", name,
+				"kept_for", keptFor.Round(time.Second), "max", m.cfg.KeptMax)
+		},
 	}, m.store)
 }
 
@@ -221,7 +310,7 @@ func (m *Manager) InitializeTemplate(ctx context.Context, hash string) (Template
 		close(t.finalized)
 		return Template{}, err
 	}
-	if err := m.save(ctx, hash, t.db, "initializing"); err != nil {
+	if err := m.save(ctx, hash, t.db, "initializing", 0); err != nil {
 		return fail(err)
 	}
 	if err := m.store.CreateTemplate(ctx, t.db, m.cfg.Owner, m.cfg.RootTemplate); err != nil {
@@ -263,7 +352,7 @@ func (m *Manager) FinalizeTemplate(ctx context.Context, hash string) error {
 	m.mu.Unlock()
 	err = m.store.FinalizeTemplate(ctx, t.db)
 	if err == nil {
-		err = m.save(ctx, hash, t.db, "finalized")
+		err = m.save(ctx, hash, t.db, "finalized", 0)
 	}
 	if err != nil {
 		m.mu.Lock()
@@ -316,6 +405,7 @@ func (m *Manager) DiscardTemplate(ctx context.Context, hash string) error {
 func (m *Manager) dropTemplate(ctx context.Context, t *template, p *Pool) error {
 	var first error
 	if p != nil {
+		p.dropKeptOnClose()
 		first = p.Close(ctx, true)
 	}
 	if err := m.store.DropTemplate(ctx, t.db); err != nil && first == nil {
@@ -358,6 +448,9 @@ type TestDatabase struct {
 	Hash string
 	DB
 	Endpoint Endpoint // where the client reaches it
+	// Kept is how many databases of the template are kept for inspection
+	// (Keep) and KeptMax how many may be, when this one was handed out.
+	Kept, KeptMax int
 }
 
 // GetTestDatabase waits (up to FinalizeTimeout) for the template to be
@@ -405,7 +498,8 @@ func (m *Manager) GetTestDatabase(ctx context.Context, hash string) (TestDatabas
 		}
 		return TestDatabase{}, err
 	}
-	return TestDatabase{Hash: hash, DB: db, Endpoint: m.store.Endpoint(db.Name)}, nil
+	st := p.Stats()
+	return TestDatabase{Hash: hash, DB: db, Endpoint: m.store.Endpoint(db.Name), Kept: st.Kept, KeptMax: st.KeptMax}, nil
 }
 
 func (m *Manager) poolOf(hash string) (*Pool, error) {
@@ -432,6 +526,24 @@ func (m *Manager) Unlock(ctx context.Context, hash string, id int) error {
 		return err
 	}
 	return p.Unlock(id)
+}
+
+// Keep keeps test database id, in use, for inspection (its test failed):
+// outside the pool's Max, under its own cap (KeptMax per template, the
+// oldest dropped beyond it), and with a KeptStore across restarts. Giving
+// it back later (Unlock or Recreate) drops it.
+func (m *Manager) Keep(ctx context.Context, hash string, id int) error {
+	p, err := m.poolOf(hash)
+	if err != nil {
+		return err
+	}
+	if err := p.Keep(id); err != nil {
+		return err
+	}
+	if ks, ok := m.store.(KeptStore); ok && !m.cfg.NoPersist {
+		return ks.SaveKept(ctx, m.cfg.Prefix, Kept{Hash: hash, ID: id, Name: m.TestName(hash, id), At: time.Now()})
+	}
+	return nil
 }
 
 // Recreate gives test database id back to be recreated in the background.

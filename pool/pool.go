@@ -156,7 +156,43 @@ type Config struct {
 	// NextID, when set, hands out ids; nil: the smallest id free in the
 	// pool, so ids and names are reused as IntegreSQL reuses them.
 	NextID func() int
+
+	// Demand is the most fresh databases one run of this template took
+	// (the pool's Demand from an earlier start: Stats().Demand). With
+	// Learn the pool keeps max(Initial, min(Demand, Max)) ready or on the
+	// way, filling to it at once and after every run, and raises Demand
+	// when a run takes more (OnDemand is told). Without Learn it only
+	// counts (the user fixed Initial).
+	Demand int
+	Learn  bool
+	// RunGap ends a run: a run is hand-outs each less than RunGap after
+	// the one before (default DefaultRunGap).
+	RunGap time.Duration
+	// OnDemand, when set, is called (without the pool's lock, from its own
+	// goroutine) when a run took more fresh databases than any before.
+	OnDemand func(demand int)
+	// KeptMax bounds the databases kept for inspection (Keep), which are
+	// outside Max: beyond it the oldest kept is dropped and OnKeptDropped
+	// told. 0: DefaultKeptMax.
+	KeptMax int
+	// OnKeptDropped, when set, is called after a kept database was dropped
+	// to make room for a newer one (err: the drop failed).
+	OnKeptDropped func(name string, keptFor time.Duration, err error)
+	// PersistKept leaves kept databases in place when the pool closes
+	// with drop (the store keeps them across a restart).
+	PersistKept bool
+	// Kept are the databases kept before a restart (Kept.Hash unused):
+	// the pool starts with them kept, their ids taken.
+	Kept []Kept
 }
+
+// DefaultRunGap is Config.RunGap's default: hand-outs further apart than
+// this are two runs. A suite whose tests take longer gives the pool that
+// long to recreate each database, so it needs nothing ready ahead.
+const DefaultRunGap = 2 * time.Second
+
+// DefaultKeptMax is Config.KeptMax's default: kept databases per template.
+const DefaultKeptMax = 10
 
 // DB is a database handed out by Acquire.
 type DB struct {
@@ -183,6 +219,9 @@ type entry struct {
 	// warm: given back as it was (unlock), not made afresh; warm ready
 	// databases queue after the fresh ones, so Acquire hands them out first.
 	warm bool
+	// keptAt: when its holder kept it (Keep); it is then in Pool.kept,
+	// outside dbs.
+	keptAt time.Time
 }
 
 type result struct {
@@ -235,6 +274,20 @@ type Pool struct {
 	pending     int
 	wake        *sync.Cond
 
+	// kept holds the databases their holders kept for inspection (Keep),
+	// outside dbs and Max; keptOrder their ids, oldest first.
+	kept      map[int]*entry
+	keptOrder []int
+	// demand is the most fresh databases a run took; run counts the
+	// current run's, runActive says a run-end check is scheduled.
+	demand      int
+	run         int
+	runActive   bool
+	lastHandOut time.Time
+	// deferred are databases given back for recreation during a run
+	// whose rest the ready ones cover (Recreate): recreated when it ends.
+	deferred []*entry
+
 	inUse    atomic.Int64
 	nwaiters atomic.Int64
 	lastUsed atomic.Int64 // unix nanos of the last Acquire
@@ -265,16 +318,44 @@ func New(cfg Config, creator Creator) *Pool {
 	if cfg.RetryMax <= 0 {
 		cfg.RetryMax = 2 * time.Second
 	}
+	if cfg.RunGap <= 0 {
+		cfg.RunGap = DefaultRunGap
+	}
+	if cfg.KeptMax <= 0 {
+		cfg.KeptMax = DefaultKeptMax
+	}
 	ctx, cancel := context.WithCancel(context.Background())
 	p := &Pool{cfg: cfg, creator: creator, ctx: ctx, cancel: cancel,
 		sem: make(chan struct{}, cfg.Parallel), trash: map[string]bool{},
-		dbs: map[int]*entry{}, reclaimed: map[int]time.Duration{}, target: cfg.Initial}
+		dbs: map[int]*entry{}, reclaimed: map[int]time.Duration{}, kept: map[int]*entry{},
+		demand: max(cfg.Demand, 0)}
+	p.target = p.base()
 	p.wake = sync.NewCond(&p.mu)
 	p.lastUsed.Store(time.Now().UnixNano())
 	p.mu.Lock()
+	// Every kept id is taken before the first creation picks one.
+	for _, k := range cfg.Kept {
+		if p.kept[k.ID] == nil {
+			p.kept[k.ID] = &entry{id: k.ID, name: k.Name, state: InUse, since: k.At, keptAt: k.At}
+			p.keptOrder = append(p.keptOrder, k.ID)
+		}
+	}
+	for len(p.keptOrder) > p.cfg.KeptMax {
+		p.dropKept(p.kept[p.keptOrder[0]], true)
+	}
 	p.fill()
 	p.mu.Unlock()
 	return p
+}
+
+// base is how many databases the pool keeps ready or on the way when
+// idle: Initial, or with Learn the most a run took, within Max. Called
+// with p.mu held.
+func (p *Pool) base() int {
+	if !p.cfg.Learn {
+		return p.cfg.Initial
+	}
+	return max(p.cfg.Initial, min(p.demand, p.cfg.Max))
 }
 
 // Hash returns the template hash of the pool.
@@ -298,6 +379,7 @@ func (p *Pool) Acquire(ctx context.Context) (DB, error) {
 		return DB{}, errs.Wrap(errs.Busy, ErrClosed, "template %s", p.cfg.Hash)
 	}
 	p.evicted = false
+	p.startRun()
 	if n := len(p.ready); n > 0 {
 		// The last first: a database just given back by unlock is the
 		// next one handed out, even if fresh ones became ready since (as
@@ -307,6 +389,7 @@ func (p *Pool) Acquire(ctx context.Context) (DB, error) {
 		id := p.ready[n-1]
 		p.ready = p.ready[:n-1]
 		db := p.handOut(p.dbs[id])
+		p.resumeDeferred(false)
 		p.fill()
 		p.mu.Unlock()
 		p.observeWait(start, true)
@@ -318,6 +401,7 @@ func (p *Pool) Acquire(ctx context.Context) (DB, error) {
 	w := &waiter{ch: make(chan result, 1)}
 	p.waiters = append(p.waiters, w)
 	p.nwaiters.Add(1)
+	p.resumeDeferred(true)
 	p.fill()
 	p.mu.Unlock()
 
@@ -382,8 +466,13 @@ func (p *Pool) removeWaiter(w *waiter) bool {
 	return false
 }
 
-// handOut marks e in use and returns it. Called with p.mu held.
+// handOut marks e in use and returns it; a fresh one counts toward the
+// run's demand. Called with p.mu held.
 func (p *Pool) handOut(e *entry) DB {
+	if !e.warm {
+		p.run++
+	}
+	p.lastHandOut = time.Now()
 	e.state = InUse
 	e.since = time.Now()
 	e.idleSince = time.Time{}
@@ -399,6 +488,7 @@ func (p *Pool) becomeReady(e *entry, warm bool) {
 		w := p.waiters[0]
 		p.waiters = p.waiters[1:]
 		p.nwaiters.Add(-1)
+		e.warm = warm
 		w.ch <- result{db: p.handOut(e)}
 		return
 	}
@@ -410,8 +500,50 @@ func (p *Pool) becomeReady(e *entry, warm bool) {
 		at--
 	}
 	p.ready = slices.Insert(p.ready, at, e.id)
-	if len(p.ready) > p.cfg.Initial {
+	if len(p.ready) > p.base() {
 		p.scheduleShrink(p.cfg.IdleTimeout)
+	}
+}
+
+// startRun notes a hand-out: the first after a pause starts a run, whose
+// end is checked RunGap later. Called with p.mu held.
+func (p *Pool) startRun() {
+	if p.runActive {
+		return
+	}
+	p.runActive = true
+	time.AfterFunc(p.cfg.RunGap, p.endRun)
+}
+
+// endRun ends the run once RunGap passed without a request or a hand-out
+// and nobody waits (else checks again then): a run that took more fresh databases than any before raises
+// the demand, and with Learn the pool fills up to it at once, so that the
+// next run finds them ready.
+func (p *Pool) endRun() {
+	p.mu.Lock()
+	last := p.LastUsed()
+	if p.lastHandOut.After(last) {
+		last = p.lastHandOut
+	}
+	if idle := time.Since(last); (idle < p.cfg.RunGap || len(p.waiters) > 0) && !p.closed {
+		time.AfterFunc(max(p.cfg.RunGap-idle, p.cfg.RunGap/4), p.endRun)
+		p.mu.Unlock()
+		return
+	}
+	p.runActive = false
+	n := p.run
+	p.run = 0
+	p.resumeDeferred(true)
+	grew := n > p.demand
+	if grew {
+		p.demand = n
+		p.target = max(p.target, p.base())
+		p.fill()
+	}
+	closed := p.closed
+	p.mu.Unlock()
+	if grew && !closed && p.cfg.OnDemand != nil {
+		p.cfg.OnDemand(n)
 	}
 }
 
@@ -435,7 +567,8 @@ func (p *Pool) scheduleShrink(d time.Duration) {
 func (p *Pool) shrink() {
 	p.mu.Lock()
 	p.shrinkAt = time.Time{}
-	if p.closed || len(p.ready) <= p.cfg.Initial && p.target <= p.cfg.Initial {
+	base := p.base()
+	if p.closed || len(p.ready) <= base && p.target <= base {
 		p.mu.Unlock()
 		return
 	}
@@ -444,9 +577,9 @@ func (p *Pool) shrink() {
 		p.mu.Unlock()
 		return
 	}
-	p.target = p.cfg.Initial
+	p.target = base
 	var names []string
-	for len(p.ready) > p.cfg.Initial {
+	for len(p.ready) > base {
 		e := p.dbs[p.ready[0]] // the longest ready
 		if age := time.Since(e.since); age < p.cfg.IdleTimeout {
 			p.scheduleShrink(p.cfg.IdleTimeout - age) // just made: give it its time
@@ -476,6 +609,10 @@ func (p *Pool) shrink() {
 func (p *Pool) Unlock(id int) error {
 	p.mu.Lock()
 	defer p.mu.Unlock()
+	if k := p.kept[id]; k != nil {
+		p.dropKept(k, false) // what a failed test left: never handed out again
+		return nil
+	}
 	e := p.dbs[id]
 	if e == nil {
 		return p.notFound(id)
@@ -498,6 +635,10 @@ func (p *Pool) Unlock(id int) error {
 func (p *Pool) Recreate(id int) error {
 	p.mu.Lock()
 	defer p.mu.Unlock()
+	if k := p.kept[id]; k != nil {
+		p.dropKept(k, false)
+		return nil
+	}
 	e := p.dbs[id]
 	if e == nil {
 		return p.notFound(id)
@@ -512,8 +653,128 @@ func (p *Pool) Recreate(id int) error {
 	p.inUse.Add(-1)
 	e.state = Dirty
 	e.since = time.Now()
+	if p.coveredLocked() {
+		// The ready ones cover the rest of the run: recreate when it ends,
+		// not while its tests want the cores.
+		p.deferred = append(p.deferred, e)
+		return nil
+	}
 	p.spawn(e, e.name)
 	return nil
+}
+
+// coveredLocked reports whether the ready databases cover what the run
+// under way is expected to take still (its demand learned from earlier
+// runs, less what it took), with Parallel to spare: recreations can wait
+// for its end. Called with p.mu held.
+func (p *Pool) coveredLocked() bool {
+	return p.cfg.Learn && p.runActive && len(p.ready) >= p.demand-p.run+p.cfg.Parallel
+}
+
+// resumeDeferred starts the recreations deferred while the ready databases
+// covered the run: all of them (the run ended, or the pool closes), or
+// while they no longer cover it. Called with p.mu held.
+func (p *Pool) resumeDeferred(all bool) {
+	if p.closed {
+		return // Close drops them
+	}
+	for len(p.deferred) > 0 && (all || !p.coveredLocked()) {
+		e := p.deferred[0]
+		p.deferred = p.deferred[1:]
+		if p.dbs[e.id] == e && e.state == Dirty {
+			p.spawn(e, e.name)
+		}
+	}
+	p.wake.Broadcast() // drops waiting for the run's end may go
+}
+
+// Keep takes database id, in use, out of the pool for inspection (its
+// test failed): it stays as it is under its name, outside Max, until it is
+// given back (Unlock or Recreate drop it) or more than KeptMax newer ones
+// are kept (the oldest is dropped). The pool makes another database in its
+// place.
+func (p *Pool) Keep(id int) error {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.kept[id] != nil {
+		return nil
+	}
+	e := p.dbs[id]
+	if e == nil {
+		return p.notFound(id)
+	}
+	if e.state != InUse {
+		return errs.Wrap(errs.NotFound, ErrTestNotFound, "template %s, id %d: only a database handed out and not given back can be kept", p.cfg.Hash, id)
+	}
+	if e.reclaiming {
+		e.release = "keep"
+		return nil
+	}
+	p.keepLocked(e, time.Now())
+	return nil
+}
+
+// keepLocked moves e from the pool to the kept databases, dropping the
+// oldest beyond KeptMax, and refills. Called with p.mu held.
+func (p *Pool) keepLocked(e *entry, at time.Time) {
+	if p.dbs[e.id] == e {
+		delete(p.dbs, e.id)
+		p.inUse.Add(-1)
+		if p.cfg.Limiter != nil {
+			p.cfg.Limiter.Release(1)
+		}
+	}
+	e.keptAt = at
+	p.kept[e.id] = e
+	p.keptOrder = append(p.keptOrder, e.id)
+	for len(p.keptOrder) > p.cfg.KeptMax {
+		p.dropKept(p.kept[p.keptOrder[0]], true)
+	}
+	p.fill()
+}
+
+// Adopt brings back a database kept before a restart: kept, as Keep
+// leaves it, since at.
+func (p *Pool) Adopt(id int, name string, at time.Time) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.closed || p.dbs[id] != nil || p.kept[id] != nil {
+		return
+	}
+	p.keepLocked(&entry{id: id, name: name, state: InUse, since: at}, at)
+}
+
+// dropKept forgets kept database e and drops it in the background;
+// evicted: to make room (OnKeptDropped is told). Called with p.mu held.
+func (p *Pool) dropKept(e *entry, evicted bool) {
+	if p.closed {
+		return // Close drops it (or leaves it for the next start)
+	}
+	delete(p.kept, e.id)
+	p.keptOrder = slices.DeleteFunc(p.keptOrder, func(id int) bool { return id == e.id })
+	p.wg.Add(1)
+	go func() {
+		defer p.wg.Done()
+		// Someone may be looking at it: wait a while for their session
+		// to end, not forever.
+		ctx, cancel := context.WithTimeout(context.WithoutCancel(p.ctx), time.Minute)
+		defer cancel()
+		var err error
+		for backoff := p.cfg.RetryMin; ; backoff = min(backoff*2, p.cfg.RetryMax) {
+			if err = p.creator.Drop(ctx, e.name); err == nil || !errs.IsBusy(err) {
+				break
+			}
+			select {
+			case <-time.After(backoff):
+				continue
+			case <-ctx.Done():
+			}
+			break
+		}
+		if evicted && p.cfg.OnKeptDropped != nil {
+			p.cfg.OnKeptDropped(e.name, time.Since(e.keptAt), err)
+		}
+	}()
 }
 
 // notFound is the error for an id the pool does not hold: reclaimed ones
@@ -627,6 +888,8 @@ func (p *Pool) reclaim(e *entry) {
 			}
 			e.idleSince = time.Time{}
 			switch e.release {
+			case "keep":
+				p.keepLocked(e, time.Now())
 			case "unlock":
 				p.inUse.Add(-1)
 				p.becomeReady(e, true)
@@ -738,7 +1001,7 @@ func (p *Pool) newEntry() *entry {
 // Called with p.mu held.
 func (p *Pool) freeID() int {
 	for id := 0; ; id++ {
-		if _, used := p.dbs[id]; !used {
+		if _, used := p.dbs[id]; !used && p.kept[id] == nil {
 			return id
 		}
 	}
@@ -851,7 +1114,8 @@ func (p *Pool) retire(name string) (bool, error) {
 }
 
 // dropper drops the used copies that recreations renamed away, Parallel
-// at a time when no creation is on the way: a DROP DATABASE costs the
+// at a time when no creation is on the way and no run covered by the ready
+// databases goes on (coveredLocked): a DROP DATABASE costs the
 // server about what a CREATE does (BenchmarkCreateRate: bare CREATE and
 // DROP at 14–25 db/s against CREATE alone at 20–37 under load), so while
 // tests wait for databases the drops wait, unless half of Max pile up;
@@ -866,7 +1130,7 @@ func (p *Pool) dropper() {
 			p.droppers--
 			return // Close drops what is left
 		}
-		if p.pending > 0 && (len(p.trashQ) < max(p.cfg.Max/2, 1) || p.dropsActive > 0) {
+		if p.pending > 0 && (len(p.trashQ) < max(p.cfg.Max/2, 1) || p.dropsActive > 0) || p.coveredLocked() {
 			p.wake.Wait()
 			continue
 		}
@@ -950,7 +1214,7 @@ func (p *Pool) Evict(ctx context.Context) int {
 		return 0
 	}
 	p.evicted = true
-	p.target = p.cfg.Initial
+	p.target = p.base()
 	var names []string
 	for _, id := range p.ready {
 		names = append(names, p.dbs[id].name)
@@ -998,6 +1262,13 @@ func (p *Pool) Close(ctx context.Context, drop bool) error {
 	for name := range p.trash {
 		names = append(names, name)
 	}
+	if !p.cfg.PersistKept {
+		for _, e := range p.kept {
+			names = append(names, e.name)
+		}
+	}
+	p.kept, p.keptOrder = map[int]*entry{}, nil
+	p.deferred = nil
 	p.trash = map[string]bool{}
 	p.trashQ = nil
 	n := len(p.dbs)
@@ -1018,6 +1289,14 @@ func (p *Pool) Close(ctx context.Context, drop bool) error {
 	return first
 }
 
+// dropKeptOnClose makes Close drop the kept databases too (their template
+// goes: discard, reset).
+func (p *Pool) dropKeptOnClose() {
+	p.mu.Lock()
+	p.cfg.PersistKept = false
+	p.mu.Unlock()
+}
+
 // Stats are the pool's counts by state.
 type Stats struct {
 	ByState map[State]int
@@ -1032,6 +1311,13 @@ type Stats struct {
 	// Dropping counts used copies renamed away by recreations and not yet
 	// dropped (outside Total; at most Max).
 	Dropping int
+	// Kept counts databases kept for inspection (outside Total and Max;
+	// at most KeptMax).
+	Kept, KeptMax int
+	// Demand is the most fresh databases one run took; Base what the pool
+	// keeps ready or on the way when idle (Initial, or with Learn Demand
+	// within Max).
+	Demand, Base int
 }
 
 // Stats returns the pool's current counts.
@@ -1039,7 +1325,7 @@ func (p *Pool) Stats() Stats {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	return Stats{ByState: p.countsLocked(), Waiters: len(p.waiters), Total: len(p.dbs), Max: p.cfg.Max, Target: p.target, Misses: p.misses,
-		Dropping: len(p.trash)}
+		Dropping: len(p.trash), Kept: len(p.kept), KeptMax: p.cfg.KeptMax, Demand: p.demand, Base: p.base()}
 }
 
 func (p *Pool) countsLocked() map[State]int {

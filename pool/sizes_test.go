@@ -10,7 +10,7 @@ import (
 // scale with the cores, and sizes given by the user win, keeping
 // Initial ≤ Max (issue 33).
 func TestDefaultSizes(t *testing.T) {
-	if got := pool.DefaultSizes(true, 2); got != (pool.Sizes{Initial: 8, Max: 32, Parallel: 2}) {
+	if got := pool.DefaultSizes(true, 2); got != (pool.Sizes{Initial: 8, Max: 128, Parallel: 2}) {
 		t.Errorf("clone, 2 cores: %+v", got)
 	}
 	if got := pool.DefaultSizes(false, 2); got != (pool.Sizes{Initial: 2, Max: 8, Parallel: 2}) {
@@ -27,15 +27,19 @@ func TestDefaultSizes(t *testing.T) {
 		given pool.Given
 		want  [3]int
 	}{
-		{"nothing given", base, pool.Given{}, [3]int{8, 32, 2}},
+		{"nothing given", base, pool.Given{}, [3]int{8, 128, 2}},
 		{"all given", pool.ManagerConfig{Initial: 1, Max: 3, Parallel: 5}, pool.Given{Initial: true, Max: true, Parallel: true}, [3]int{1, 3, 5}},
 		{"a small max bounds the default initial", pool.ManagerConfig{Max: 4}, pool.Given{Max: true}, [3]int{4, 4, 2}},
-		{"a big initial raises the default max", pool.ManagerConfig{Initial: 50}, pool.Given{Initial: true}, [3]int{50, 50, 2}},
-		{"initial 0 given", pool.ManagerConfig{Initial: 0}, pool.Given{Initial: true}, [3]int{0, 32, 2}},
+		{"a big initial raises the default max", pool.ManagerConfig{Initial: 200}, pool.Given{Initial: true}, [3]int{200, 200, 2}},
+		{"initial 0 given", pool.ManagerConfig{Initial: 0}, pool.Given{Initial: true}, [3]int{0, 128, 2}},
 	} {
 		got := d.Apply(c.cfg, c.given)
 		if [3]int{got.Initial, got.Max, got.Parallel} != c.want {
 			t.Errorf("%s: %d/%d/%d, want %v", c.name, got.Initial, got.Max, got.Parallel, c.want)
+		}
+		// The pool learns its demand unless the user chose Initial.
+		if got.LearnDemand == c.given.Initial {
+			t.Errorf("%s: LearnDemand %v with Initial given %v", c.name, got.LearnDemand, c.given.Initial)
 		}
 	}
 }

@@ -1,6 +1,9 @@
 package pool
 
-import "context"
+import (
+	"context"
+	"time"
+)
 
 // Store is where templates live and where test copies are made: databases
 // inside one server (database isolation, package pool/dbstore) or whole
@@ -38,9 +41,28 @@ type Store interface {
 	Close(ctx context.Context) error
 }
 
-// Record is a template's persisted state.
+// Record is a template's persisted state; Demand is the most fresh
+// databases one run of it took (its pool fills to that at start).
 type Record struct {
 	Hash, Name, State string
+	Demand            int
+}
+
+// KeptStore is a Store that keeps the databases clients kept for
+// inspection (Manager.Keep) across a restart: Recover leaves the copies
+// recorded by SaveKept in place, and Kept lists them (those gone are
+// forgotten).
+type KeptStore interface {
+	SaveKept(ctx context.Context, prefix string, k Kept) error
+	Kept(ctx context.Context, prefix string) ([]Kept, error)
+}
+
+// Kept is a test copy a client kept: its template, id and name, since when.
+type Kept struct {
+	Hash string
+	ID   int
+	Name string
+	At   time.Time
 }
 
 // Endpoint is where a client reaches a database: Host and Port empty when

@@ -164,7 +164,7 @@ func run(ctx context.Context, o Options, log *slog.Logger) error {
 		o.OnInfo(b.Sized)
 	}
 	cfg := server.Config{Manager: b.Manager, Conn: b.Conn, Token: o.Token, AllowFrom: o.AllowFrom, AllowedHosts: o.AllowedHosts,
-		Logger: log, Registry: reg, Metrics: metrics}
+		Logger: log, Registry: reg, Metrics: metrics, SocketDir: b.SocketDir}
 	if h, _, err := net.SplitHostPort(o.Listen); err == nil && h != "" && net.ParseIP(h) == nil {
 		cfg.AllowedHosts = append(cfg.AllowedHosts[:len(cfg.AllowedHosts):len(cfg.AllowedHosts)], h)
 	}

@@ -40,6 +40,10 @@ type Backend struct {
 	// Owner is the role that owns test databases (the superuser handed out
 	// in cluster isolation).
 	Owner string
+	// SocketDir is the managed server's private Unix socket directory,
+	// given to clients on this host that ask for it (server.SocketParam);
+	// empty in the other modes.
+	SocketDir string
 	// Sized says how the pools were sized from the filesystem and the
 	// cores, when they were (DBOptions.Given); "" otherwise.
 	Sized string
@@ -224,7 +228,7 @@ func NewManaged(ctx context.Context, o ManagedOptions) (*Backend, error) {
 	if err != nil {
 		return nil, err
 	}
-	b := &Backend{Conn: m.Conn, Owner: m.Conn.Username}
+	b := &Backend{Conn: m.Conn, Owner: m.Conn.Username, SocketDir: m.Inst.SocketDir}
 	b.closers = append(b.closers, func(context.Context) error {
 		sctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 		defer cancel()

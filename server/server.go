@@ -11,6 +11,7 @@ import (
 	_ "embed"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"log/slog"
 	"mime"
@@ -59,6 +60,9 @@ type Config struct {
 	// requests (Origin): the names clients reach the server by, such as a
 	// compose service name. Against DNS rebinding (origin.go).
 	AllowedHosts []string
+	// SocketDir is the managed server's private Unix socket directory,
+	// given to clients that ask for it (SocketParam); empty: none.
+	SocketDir string
 }
 
 // Server is the HTTP handler.
@@ -104,6 +108,7 @@ func New(cfg Config) *Server {
 		m.HandleFunc("GET "+p+"/templates/{hash}/tests", s.with(v, s.getTest))
 		m.HandleFunc("POST "+p+"/templates/{hash}/tests/{id}/unlock", s.with(v, s.unlock))
 		m.HandleFunc("POST "+p+"/templates/{hash}/tests/{id}/recreate", s.with(v, s.recreate))
+		m.HandleFunc("POST "+p+"/templates/{hash}/tests/{id}/keep", s.with(v, s.keep))
 		m.HandleFunc("DELETE "+p+"/admin/templates", s.with(v, s.resetAll))
 	}
 	m.HandleFunc("DELETE /api/v1/templates/{hash}/tests/{id}", s.with(v1, s.unlock)) // deprecated alias
@@ -324,6 +329,9 @@ type dbConfig struct {
 	Password         string            `json:"password"`
 	Database         string            `json:"database"`
 	AdditionalParams map[string]string `json:"additionalParams,omitempty"`
+	// SocketDir is the managed server's Unix socket directory, only for a
+	// client that asked for it (withSocket).
+	SocketDir string `json:"socketDir,omitempty"`
 }
 
 type database struct {
@@ -340,6 +348,25 @@ type testResponse struct {
 	TemplateHash string   `json:"templateHash"`
 	ID           int      `json:"id"`
 	Database     database `json:"database"`
+	keptInfo
+}
+
+// keptInfo is what a hand-out says of the template's kept databases
+// (POST …/keep): how many, and a line for the test output once they pile
+// up (more than half the cap), so that a client can print it.
+type keptInfo struct {
+	Kept    int    `json:"kept,omitempty"`
+	Warning string `json:"warning,omitempty"`
+}
+
+// keptInfoOf describes db's template's kept databases.
+func keptInfoOf(db pool.TestDatabase) keptInfo {
+	k := keptInfo{Kept: db.Kept}
+	if db.Kept > db.KeptMax/2 {
+		k.Warning = fmt.Sprintf("pgfork: %d databases of failed tests are kept for inspection (template %s; at most %d, the oldest is dropped beyond that): "+
+			"give them back when done (POST …/recreate), or restart serve with --kept-max", db.Kept, db.Hash, db.KeptMax)
+	}
+	return k
 }
 
 // testResponseV2 is the native API's hand-out: id is unguessable, number
@@ -349,6 +376,7 @@ type testResponseV2 struct {
 	ID           string   `json:"id"`
 	Number       int      `json:"number"`
 	Database     database `json:"database"`
+	keptInfo
 }
 
 // database is the config a client gets: the server's connection info,
@@ -422,7 +450,7 @@ func (s *Server) initialize(v api, w http.ResponseWriter, r *http.Request) {
 		s.fail(v, w, r, err)
 		return
 	}
-	writeJSON(w, http.StatusOK, templateResponse{TemplateHash: t.Hash, Database: s.database(t.Hash, t.Endpoint)})
+	writeJSON(w, http.StatusOK, templateResponse{TemplateHash: t.Hash, Database: s.withSocket(r, s.database(t.Hash, t.Endpoint), t.Endpoint.Port != 0)})
 }
 
 const badHash = "invalid hash: use 1-1024 bytes of printable UTF-8 (no control characters)"
@@ -476,16 +504,16 @@ func (s *Server) getTest(v api, w http.ResponseWriter, r *http.Request) {
 		s.fail(v, w, r, err)
 		return
 	}
-	d := s.database(h, db.Endpoint)
+	d := s.withSocket(r, s.database(h, db.Endpoint), db.Endpoint.Port != 0)
 	if v == v2 {
 		// The native API hands out an unguessable id: only the holder can
 		// give the database back, and an id from an earlier hand-out of
 		// the same database (or an earlier run) is a 404.
-		writeJSON(w, http.StatusOK, testResponseV2{TemplateHash: h, ID: s.handouts.add(h, db.ID), Number: db.ID, Database: d})
+		writeJSON(w, http.StatusOK, testResponseV2{TemplateHash: h, ID: s.handouts.add(h, db.ID), Number: db.ID, Database: d, keptInfo: keptInfoOf(db)})
 		return
 	}
 	s.handouts.end(h, db.ID) // a v1 hand-out ends any v2 id of this database
-	writeJSON(w, http.StatusOK, testResponse{TemplateHash: h, ID: db.ID, Database: d})
+	writeJSON(w, http.StatusOK, testResponse{TemplateHash: h, ID: db.ID, Database: d, keptInfo: keptInfoOf(db)})
 }
 
 func (s *Server) unlock(v api, w http.ResponseWriter, r *http.Request) {
@@ -494,6 +522,32 @@ func (s *Server) unlock(v api, w http.ResponseWriter, r *http.Request) {
 
 func (s *Server) recreate(v api, w http.ResponseWriter, r *http.Request) {
 	s.giveBack(v, w, r, s.cfg.Manager.Recreate)
+}
+
+// keep keeps a test database for inspection (its test failed): it no
+// longer counts against the pool's maximum, has a cap of its own, and
+// stays across a restart. Its hand-out id still gives it back (recreate
+// or unlock then drop it).
+func (s *Server) keep(v api, w http.ResponseWriter, r *http.Request) {
+	h, ok := hashParam(w, r)
+	if !ok {
+		return
+	}
+	var id int
+	if v == v2 {
+		if id, ok = s.handouts.take(h, r.PathValue("id")); !ok {
+			writeError(w, http.StatusNotFound, "no test database of template "+h+" is handed out under this id (given back already, or handed out before a restart)")
+			return
+		}
+	} else if id, ok = pool.ParseID(r.PathValue("id")); !ok {
+		writeError(w, http.StatusBadRequest, "invalid test database ID")
+		return
+	}
+	if err := s.cfg.Manager.Keep(r.Context(), h, id); err != nil {
+		s.fail(v, w, r, err)
+		return
+	}
+	w.WriteHeader(http.StatusNoContent)
 }
 
 // giveBack handles the routes that return a test database (unlock,
@@ -542,6 +596,10 @@ func (s *Server) listTemplates(w http.ResponseWriter, r *http.Request) {
 		Waiters int            `json:"waiters"`
 		Total   int            `json:"total"`
 		Max     int            `json:"max"`
+		Kept    int            `json:"kept"`
+		KeptMax int            `json:"keptMax"`
+		Demand  int            `json:"demand"`
+		Base    int            `json:"base"`
 	}
 	out := struct {
 		Templates []poolJSON `json:"templates"`
@@ -549,7 +607,8 @@ func (s *Server) listTemplates(w http.ResponseWriter, r *http.Request) {
 	}{Templates: []poolJSON{}, Databases: total}
 	for _, t := range ts {
 		pj := poolJSON{Hash: t.Hash, State: templateStateName(t.State), ByState: map[string]int{},
-			Waiters: t.Pool.Waiters, Total: t.Pool.Total, Max: t.Pool.Max}
+			Waiters: t.Pool.Waiters, Total: t.Pool.Total, Max: t.Pool.Max, Kept: t.Pool.Kept, KeptMax: t.Pool.KeptMax,
+			Demand: t.Pool.Demand, Base: t.Pool.Base}
 		for _, st := range pool.States {
 			pj.ByState[st.String()] = t.Pool.ByState[st]
 		}

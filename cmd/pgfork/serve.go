@@ -35,6 +35,7 @@ type serveOpts struct {
 	finalizeTimeout, getTimeout      time.Duration
 	minLifetime                      time.Duration
 	poolIdle                         time.Duration
+	keptMax                          int
 	testUser, testPassword, rootTmpl string
 	verbose, canClone                bool
 	leastPrivilege, managed          bool
@@ -195,6 +196,15 @@ own server on a free port of 127.0.0.1, the same role and password, the
 template's database in it. --copies databases keeps databases in the managed
 server; --copies clusters forces clusters (docs/server.md, "Cloned clusters").
 
+What a test waits for is its hand-out (milliseconds from a ready pool) and
+its connections. A TCP login to the managed server is SCRAM, whose 4096
+rounds take a debug build of a Rust client 0.2-0.3 s of CPU per connection;
+a client on this host running as PostgreSQL's OS user or as root may ask
+for the server's private Unix socket instead (?socket=1 on a hand-out:
+trust, reachable by those two users only; databases in the managed server,
+not cloned clusters), as the Rust client does (docs/server.md, "Connecting
+fast").
+
 --isolation cluster gives each test a whole PostgreSQL server instead of a
 database, for tests that need a superuser or server settings: the template is
 migrated in a cluster of its own, shut down on finalize, and every test
@@ -215,12 +225,20 @@ token must name serve in Host as localhost, an IP address or a name of
 Pool sizes, unless given by a flag or IntegreSQL's variable: when test
 databases are clones (PostgreSQL 18, file_copy_method=clone on a reflink
 filesystem: a ready database costs almost no disk) each pool keeps 4 per
-core ready and grows to 16 per core; when they are full copies (PostgreSQL
+core ready and grows to 64 per core; when they are full copies (PostgreSQL
 15-17, or no reflink) 1 and 4 per core; creations run 1 per core at once
 in both (a creation is CPU and checkpoint bound: on 2 cores 4 at once made
 no more databases per second than 2). With --isolation cluster: 1 and 4 per
 core; cloned clusters (--copies): 4 and 48 per core, 3 per core at once.
-The log says what was picked; docs/server.md has the measurements.
+Unless --pool-init is given, each pool learns how many fresh databases a
+run of its template takes (kept across restarts) and keeps that many ready,
+within --pool-max, filled as soon as the template is ready and after each
+run. The log says what was picked; docs/server.md has the measurements.
+
+Databases of failed tests that clients keep (POST .../keep) count neither
+against --pool-max nor --max-databases; --kept-max caps them per template
+(the oldest dropped beyond it). They stay across a restart, and the managed
+PostgreSQL takes the port of its last start again when it is free.
 
 IntegreSQL's environment variables give defaults (see docs/server.md):
 INTEGRESQL_ADDRESS, INTEGRESQL_PORT, INTEGRESQL_PGHOST/PGPORT/PGUSER/
@@ -300,7 +318,7 @@ run one until it exits).`,
 	f.StringVar(&o.token, "token", cl.getenv("PGFORK_TOKEN"), "require this token: 'Authorization: Bearer TOKEN', or the base URL http://HOST:PORT/TOKEN/api that IntegreSQL's clients accept (env PGFORK_TOKEN)")
 	f.StringVar(&o.socket, "socket", "", "also listen on this Unix socket (mode 0600)")
 	f.IntVar(&o.poolInit, "pool-init", cl.envInt("INTEGRESQL_TEST_INITIAL_POOL_SIZE", n), "databases each pool keeps ready (env INTEGRESQL_TEST_INITIAL_POOL_SIZE; auto: 4 per core when test databases are clones, else 1 per core)")
-	f.IntVar(&o.poolMax, "pool-max", cl.envInt("INTEGRESQL_TEST_MAX_POOL_SIZE", 4*n), "databases per pool at most (env INTEGRESQL_TEST_MAX_POOL_SIZE; auto: 16 per core when test databases are clones, else 4 per core)")
+	f.IntVar(&o.poolMax, "pool-max", cl.envInt("INTEGRESQL_TEST_MAX_POOL_SIZE", 4*n), "databases per pool at most (env INTEGRESQL_TEST_MAX_POOL_SIZE; auto: 64 per core when test databases are clones, else 4 per core)")
 	f.IntVar(&o.maxDatabases, "max-databases", cl.envInt("PGFORK_MAX_DATABASES", 0), "test databases across all pools at most; idle pools are evicted LRU first (0: no limit)")
 	f.IntVar(&o.parallel, "parallel", cl.envInt("INTEGRESQL_POOL_MAX_PARALLEL_TASKS", n), "concurrent creations per pool (env INTEGRESQL_POOL_MAX_PARALLEL_TASKS; auto: 1 per core)")
 	for _, d := range []struct{ flag, env string }{{"pool-init", "INTEGRESQL_TEST_INITIAL_POOL_SIZE"},
@@ -316,6 +334,7 @@ run one until it exits).`,
 	f.DurationVar(&o.getTimeout, "get-timeout", cl.envMS("INTEGRESQL_TEST_DB_GET_TIMEOUT_MS", time.Minute), "how long a test request waits for a ready database")
 	f.DurationVar(&o.minLifetime, "min-lifetime", cl.envMS("INTEGRESQL_TEST_DB_MINIMAL_LIFETIME_MS", 250*time.Millisecond), "when a pool is full, reclaim databases held longer than this with no session (0: never)")
 	f.DurationVar(&o.poolIdle, "pool-idle", pool.DefaultIdleTimeout, "a pool grows toward demand up to --pool-max; after this long without requests it drops the ready databases beyond --pool-init (negative: never)")
+	f.IntVar(&o.keptMax, "kept-max", cl.envInt("PGFORK_KEPT_MAX", pool.DefaultKeptMax), "databases of failed tests kept for inspection per template, outside --pool-max; beyond it the oldest is dropped (env PGFORK_KEPT_MAX)")
 	f.StringVar(&o.testUser, "test-user", cl.getenv("INTEGRESQL_TEST_PGUSER"), "role owning test databases (managed default: pgfork; env INTEGRESQL_TEST_PGUSER)")
 	f.StringVar(&o.testPassword, "test-password", cl.getenv("INTEGRESQL_TEST_PGPASSWORD"), "its password (env INTEGRESQL_TEST_PGPASSWORD)")
 	f.StringVar(&o.rootTmpl, "root-template", cl.envStr("INTEGRESQL_ROOT_TEMPLATE", "template0"), "database new templates are created from (env INTEGRESQL_ROOT_TEMPLATE)")
@@ -394,6 +413,7 @@ func (cl *cli) runServe(ctx context.Context, o *serveOpts) error {
 	if err != nil {
 		return err
 	}
+	log := slog.New(slog.NewTextHandler(cl.stderr, &slog.HandlerOptions{Level: level}))
 	return serve.Run(ctx, serve.Options{
 		Branches: bo, Layout: cl.layout(), Listen: o.listen, Socket: o.socket, Token: o.token, AllowFrom: o.allowNets, AllowedHosts: o.allowedHostList, MaxConns: o.maxConns,
 		Isolation: o.isolation, ExternalURL: o.pgURL, CanClone: o.canClone, Strategy: o.strategy, Copies: o.copies,
@@ -401,12 +421,12 @@ func (cl *cli) runServe(ctx context.Context, o *serveOpts) error {
 		Manager: pool.ManagerConfig{
 			Prefix: o.prefix, Initial: o.poolInit, Max: o.poolMax, Parallel: o.parallel,
 			MaxDatabases: o.maxDatabases, MinLifetime: o.minLifetime, IdleTimeout: o.poolIdle, FinalizeTimeout: o.finalizeTimeout,
-			GetTimeout: o.getTimeout, RootTemplate: o.rootTmpl,
+			GetTimeout: o.getTimeout, RootTemplate: o.rootTmpl, KeptMax: o.keptMax, Log: log,
 		},
 		Role: o.testUser, Password: o.testPassword, RoleGiven: o.testUserSet, LeastPrivilege: o.leastPrivilege,
 		FindPG: func() (pgbin.Installation, *instance.OSUser, error) { return cl.servePG(ctx) }, Why: why,
 		Lifetime: serve.Lifetime{ExitWithParent: o.exitWithParent, Lease: o.lease},
-		Log:      slog.New(slog.NewTextHandler(cl.stderr, &slog.HandlerOptions{Level: level})),
+		Log:      log,
 		OnInfo:   func(msg string) { cl.infof("%s", msg) },
 		OnReady: func(r serve.Ready) {
 			if r.Copies == serve.CopiesClusters {
@@ -465,6 +485,8 @@ func (o *serveOpts) validate() error {
 		return bad("--parallel %d is out of range", o.parallel).WithHint("use 1 to %d (env INTEGRESQL_POOL_MAX_PARALLEL_TASKS)", maxParallel)
 	case o.maxDatabases < 0 || o.maxDatabases > maxDatabases:
 		return bad("--max-databases %d is out of range", o.maxDatabases).WithHint("use 0 (no limit) to %d", maxDatabases)
+	case o.keptMax < 1 || o.keptMax > maxPoolSize:
+		return bad("--kept-max %d is out of range", o.keptMax).WithHint("use 1 to %d (env PGFORK_KEPT_MAX)", maxPoolSize)
 	case o.maxConns < 1 || o.maxConns > maxConnsCap:
 		return bad("--max-conns %d is out of range", o.maxConns).WithHint("use 1 to %d", maxConnsCap)
 	}

@@ -58,8 +58,15 @@ func (s *adminStore) Rename(ctx context.Context, from, to string) error {
 }
 
 func (s *adminStore) Recover(ctx context.Context, prefix, testPrefix string, persist bool) ([]pool.Record, int, error) {
+	kept := []uint32{}
+	if persist {
+		var err error
+		if kept, err = s.keptOids(ctx, prefix); err != nil {
+			return nil, 0, err
+		}
+	}
 	var leftovers []string
-	rows, err := s.admin.Query(ctx, "SELECT datname FROM pg_database WHERE starts_with(datname, $1)", testPrefix)
+	rows, err := s.admin.Query(ctx, "SELECT datname FROM pg_database WHERE starts_with(datname, $1) AND oid <> ALL($2::oid[])", testPrefix, kept)
 	if err != nil {
 		return nil, 0, errs.Wrap(errs.Internal, err, "cannot list databases")
 	}
@@ -78,13 +85,14 @@ func (s *adminStore) Recover(ctx context.Context, prefix, testPrefix string, per
 	if !persist {
 		return nil, 0, nil
 	}
-	if err := s.initTracking(ctx, prefix); err != nil {
+	if err := s.initTracking(ctx, prefix, kept); err != nil {
 		return nil, 0, err
 	}
 	if _, err := s.admin.Exec(ctx, `CREATE TABLE IF NOT EXISTS `+stateTable+` (
 		prefix text NOT NULL, hash text NOT NULL, database text NOT NULL,
 		state text NOT NULL, updated timestamptz NOT NULL DEFAULT now(),
-		PRIMARY KEY (prefix, hash))`); err != nil {
+		PRIMARY KEY (prefix, hash));
+		ALTER TABLE `+stateTable+` ADD COLUMN IF NOT EXISTS demand int NOT NULL DEFAULT 0`); err != nil {
 		return nil, 0, errs.Wrap(errs.Internal, err, "cannot create the state table %s", stateTable)
 	}
 	if _, err := s.admin.Exec(ctx, `CREATE TABLE IF NOT EXISTS `+epochTable+` (
@@ -97,13 +105,13 @@ func (s *adminStore) Recover(ctx context.Context, prefix, testPrefix string, per
 		return nil, 0, errs.Wrap(errs.Internal, err, "cannot count server starts")
 	}
 	var recs []pool.Record
-	rows, err = s.admin.Query(ctx, `SELECT hash, database, state FROM `+stateTable+` WHERE prefix = $1`, prefix)
+	rows, err = s.admin.Query(ctx, `SELECT hash, database, state, demand FROM `+stateTable+` WHERE prefix = $1`, prefix)
 	if err != nil {
 		return nil, 0, errs.Wrap(errs.Internal, err, "cannot read template state")
 	}
 	for rows.Next() {
 		var r pool.Record
-		if err := rows.Scan(&r.Hash, &r.Name, &r.State); err != nil {
+		if err := rows.Scan(&r.Hash, &r.Name, &r.State, &r.Demand); err != nil {
 			rows.Close()
 			return nil, 0, err
 		}
@@ -114,9 +122,9 @@ func (s *adminStore) Recover(ctx context.Context, prefix, testPrefix string, per
 }
 
 func (s *adminStore) Save(ctx context.Context, prefix string, r pool.Record) error {
-	_, err := s.admin.Exec(ctx, `INSERT INTO `+stateTable+` (prefix, hash, database, state) VALUES ($1, $2, $3, $4)
-		ON CONFLICT (prefix, hash) DO UPDATE SET database = excluded.database, state = excluded.state, updated = now()`,
-		prefix, r.Hash, r.Name, r.State)
+	_, err := s.admin.Exec(ctx, `INSERT INTO `+stateTable+` (prefix, hash, database, state, demand) VALUES ($1, $2, $3, $4, $5)
+		ON CONFLICT (prefix, hash) DO UPDATE SET database = excluded.database, state = excluded.state, demand = excluded.demand, updated = now()`,
+		prefix, r.Hash, r.Name, r.State, r.Demand)
 	if err != nil {
 		return errs.Wrap(errs.Internal, err, "cannot save template state")
 	}

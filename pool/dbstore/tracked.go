@@ -3,7 +3,10 @@ package dbstore
 import (
 	"context"
 
+	"github.com/jackc/pgx/v5"
+
 	"github.com/pgfork/pgfork/internal/errs"
+	"github.com/pgfork/pgfork/pool"
 )
 
 // trackTable records the test databases made by a server by oid, which a
@@ -29,11 +32,19 @@ func (s *adminStore) Create(ctx context.Context, name, template, owner string) (
 // <prefix>_test_…: the others belong to live pools), and forgets the
 // records of those gone.
 func (s *adminStore) Sweep(ctx context.Context, renamedOnly bool) error {
+	return s.sweep(ctx, renamedOnly, nil)
+}
+
+// sweep is Sweep leaving the databases of oids alone (kept ones, at start).
+func (s *adminStore) sweep(ctx context.Context, renamedOnly bool, except []uint32) error {
 	if s.prefix == "" {
 		return nil
 	}
+	if except == nil {
+		except = []uint32{}
+	}
 	rows, err := s.admin.Query(ctx, `SELECT d.datname FROM `+trackTable+` t JOIN pg_database d ON d.oid = t.oid
-		WHERE t.prefix = $1 AND NOT ($2 AND starts_with(d.datname, $3))`, s.prefix, renamedOnly, s.prefix+"_test_")
+		WHERE t.prefix = $1 AND NOT ($2 AND starts_with(d.datname, $3)) AND d.oid <> ALL($4::oid[])`, s.prefix, renamedOnly, s.prefix+"_test_", except)
 	if err != nil {
 		return errs.Wrap(errs.Internal, err, "cannot list test databases")
 	}
@@ -60,12 +71,73 @@ func (s *adminStore) Sweep(ctx context.Context, renamedOnly bool) error {
 	return nil
 }
 
-// initTracking creates the table and sweeps what an earlier run left.
-func (s *adminStore) initTracking(ctx context.Context, prefix string) error {
+// initTracking creates the table and sweeps what an earlier run left,
+// but the kept databases (oids).
+func (s *adminStore) initTracking(ctx context.Context, prefix string, kept []uint32) error {
 	if _, err := s.admin.Exec(ctx, `CREATE TABLE IF NOT EXISTS `+trackTable+` (
 		prefix text NOT NULL, oid oid NOT NULL, PRIMARY KEY (prefix, oid))`); err != nil {
 		return errs.Wrap(errs.Internal, err, "cannot create the table %s", trackTable)
 	}
 	s.prefix = prefix
-	return s.Sweep(ctx, false)
+	return s.sweep(ctx, false, kept)
+}
+
+// keptTable records the test databases clients kept for inspection, by
+// oid, so that a restart leaves them (and their pools count them).
+const keptTable = "pgfork_serve_kept"
+
+// keptOids creates the kept table, forgets the kept databases gone and
+// returns the oids of those left.
+func (s *adminStore) keptOids(ctx context.Context, prefix string) ([]uint32, error) {
+	if _, err := s.admin.Exec(ctx, `CREATE TABLE IF NOT EXISTS `+keptTable+` (
+		prefix text NOT NULL, oid oid NOT NULL, hash text NOT NULL, id int NOT NULL,
+		database text NOT NULL, kept timestamptz NOT NULL DEFAULT now(), PRIMARY KEY (prefix, oid))`); err != nil {
+		return nil, errs.Wrap(errs.Internal, err, "cannot create the table %s", keptTable)
+	}
+	// Gone, or renamed by a client: no longer kept (a renamed one is the
+	// client's to drop; Sweep drops it with the others).
+	if _, err := s.admin.Exec(ctx, `DELETE FROM `+keptTable+` k WHERE prefix = $1 AND NOT EXISTS
+		(SELECT 1 FROM pg_database d WHERE d.oid = k.oid AND d.datname = k.database)`, prefix); err != nil {
+		return nil, errs.Wrap(errs.Internal, err, "cannot forget kept databases gone")
+	}
+	rows, err := s.admin.Query(ctx, `SELECT oid FROM `+keptTable+` WHERE prefix = $1`, prefix)
+	if err != nil {
+		return nil, errs.Wrap(errs.Internal, err, "cannot list kept databases")
+	}
+	oids, err := pgx.CollectRows(rows, pgx.RowTo[uint32])
+	if err != nil {
+		return nil, errs.Wrap(errs.Internal, err, "cannot list kept databases")
+	}
+	return oids, nil
+}
+
+// SaveKept records test database k.Name as kept (pool.KeptStore).
+func (s *adminStore) SaveKept(ctx context.Context, prefix string, k pool.Kept) error {
+	if _, err := s.admin.Exec(ctx, `INSERT INTO `+keptTable+` (prefix, oid, hash, id, database, kept)
+		SELECT $1, oid, $2, $3, datname, $5 FROM pg_database WHERE datname = $4 ON CONFLICT DO NOTHING`,
+		prefix, k.Hash, k.ID, k.Name, k.At); err != nil {
+		return errs.Wrap(errs.Internal, err, "cannot record kept database %s", k.Name)
+	}
+	return nil
+}
+
+// Kept lists the kept databases that still exist under their names
+// (pool.KeptStore), oldest first.
+func (s *adminStore) Kept(ctx context.Context, prefix string) ([]pool.Kept, error) {
+	rows, err := s.admin.Query(ctx, `SELECT k.hash, k.id, k.database, k.kept FROM `+keptTable+` k
+		JOIN pg_database d ON d.oid = k.oid AND d.datname = k.database WHERE k.prefix = $1 ORDER BY k.kept`, prefix)
+	if err != nil {
+		return nil, errs.Wrap(errs.Internal, err, "cannot list kept databases")
+	}
+	var out []pool.Kept
+	for rows.Next() {
+		var k pool.Kept
+		if err := rows.Scan(&k.Hash, &k.ID, &k.Name, &k.At); err != nil {
+			rows.Close()
+			return nil, errs.Wrap(errs.Internal, err, "cannot list kept databases")
+		}
+		out = append(out, k)
+	}
+	rows.Close()
+	return out, rows.Err()
 }

@@ -54,8 +54,9 @@ type Server struct {
 }
 
 // Start creates the cluster on first use (initdb; host connections
-// need a password), starts it on a free TCP port on 127.0.0.1 with the test
-// profile, and makes sure the client role exists with its password.
+// need a password), starts it on 127.0.0.1 with the test profile (on the
+// port of its last start when that is free, else on a free one), and
+// makes sure the client role exists with its password.
 func Start(ctx context.Context, o Options) (*Server, error) {
 	if o.Role == "" {
 		o.Role = DefaultRole
@@ -100,11 +101,19 @@ func Start(ctx context.Context, o Options) (*Server, error) {
 	for k, v := range o.Settings {
 		settings[k] = v
 	}
-	inst, err := instance.Start(ctx, instance.Config{BinDir: o.BinDir, Env: o.Env, DataDir: data, User: o.User,
-		TCP: true, Profile: instance.Test, Settings: settings})
+	// The port of the last start when it is free (printed URLs stay
+	// right across a restart); else, or if it is taken meanwhile, a free one.
+	cfg := instance.Config{BinDir: o.BinDir, Env: o.Env, DataDir: data, User: o.User,
+		TCP: true, Profile: instance.Test, Settings: settings, Port: previousPort(o.Dir)}
+	inst, err := instance.Start(ctx, cfg)
+	if err != nil && cfg.Port != 0 && ctx.Err() == nil {
+		cfg.Port = 0
+		inst, err = instance.Start(ctx, cfg)
+	}
 	if err != nil {
 		return nil, err
 	}
+	rememberPort(o.Dir, inst.Port)
 	// The superuser goes over the private socket (trust); TCP needs passwords.
 	q := url.Values{"host": {inst.SocketDir}, "port": {strconv.Itoa(inst.Port)}, "user": {"postgres"}}
 	m := &Server{Inst: inst, AdminURL: "postgres:///postgres?" + instance.EncodeQuery(q),

@@ -5,9 +5,12 @@ import (
 	"fmt"
 	"net"
 	"net/url"
+	"os"
+	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 
 	"github.com/jackc/pgx/v5"
@@ -129,5 +132,52 @@ func TestVerifierForGeneratedPasswords(t *testing.T) {
 	}
 	if v := verifier("chosen"); !strings.HasPrefix(v, "SCRAM-SHA-256$4096:") {
 		t.Fatalf("verifier of a chosen password %.20q…, want 4096 iterations", v)
+	}
+	t.Run("SocketTrustsOnlyTheServersUser", func(t *testing.T) { socketTrustsOnlyTheServersUser(t, m) })
+}
+
+// socketTrustsOnlyTheServersUser (a subtest of
+// TestVerifierForGeneratedPasswords, on its server): the managed server's Unix socket,
+// where clients on this host connect without a password (serve hands its
+// directory out on request: issue 33), is reached only by the server's OS
+// user and root. Its directory is the user's and 0700; the handed-out role
+// connects there without a password; the OS user nobody, asking for that
+// role or for the bootstrap superuser, is refused by the kernel before
+// PostgreSQL sees it (as root only: another user is needed).
+func socketTrustsOnlyTheServersUser(t *testing.T, m *managed.Server) {
+	ctx := context.Background()
+	sock := m.Inst.SocketDir
+	fi, err := os.Stat(sock)
+	if err != nil {
+		t.Fatal(err)
+	}
+	st := fi.Sys().(*syscall.Stat_t)
+	uid := os.Geteuid() // the server's user: ours, or the run-as user as root
+	if u := pgtest.User(t); u != nil {
+		uid = u.UID
+	}
+	if fi.Mode().Perm() != 0o700 || int(st.Uid) != uid {
+		t.Fatalf("socket directory %s: mode %v, owner %d; want 0700 and the server's user %d", sock, fi.Mode().Perm(), st.Uid, uid)
+	}
+	q := url.Values{"host": {sock}, "port": {strconv.Itoa(m.Inst.Port)}, "user": {m.Conn.Username}}
+	c, err := pgx.Connect(ctx, "postgres:///postgres?"+q.Encode())
+	if err != nil {
+		t.Fatalf("the handed-out role on the socket without a password: %v", err)
+	}
+	c.Close(ctx)
+	if os.Geteuid() != 0 {
+		t.Log("not root: the OS user nobody cannot be tried")
+		return
+	}
+	for _, role := range []string{m.Conn.Username, managed.BootstrapRole} {
+		cmd := exec.Command(filepath.Join(testenv.PGBinDirs(t)[0], "psql"), "-X", "-w", "-At", "-h", sock, "-p", strconv.Itoa(m.Inst.Port),
+			"-U", role, "-d", "postgres", "-c", "SELECT current_user")
+		cmd.Env = []string{"PATH=/usr/bin:/bin", "HOME=/", "PGCONNECT_TIMEOUT=10"}
+		cmd.Dir = "/"
+		cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: 65534, Gid: 65534}}
+		out, err := cmd.CombinedOutput()
+		if err == nil || !strings.Contains(string(out), "Permission denied") {
+			t.Errorf("the OS user nobody on the socket as %s: %v: %s (want Permission denied)", role, err, out)
+		}
 	}
 }

@@ -246,6 +246,15 @@ func (c *Client) Recreate(ctx context.Context, db TestDatabase) error {
 	return c.handOutOp(ctx, "Recreate", db, "/recreate")
 }
 
+// Keep keeps db as it is for inspection (its test failed): pgfork serve
+// no longer counts it against the pool's maximum, keeps it across a
+// restart, and drops the oldest kept beyond its --kept-max. Giving it back
+// later (Recreate, Unlock) drops it. It names the hand-out as Unlock does;
+// IntegreSQL has no such call (an error: the database stays handed out).
+func (c *Client) Keep(ctx context.Context, db TestDatabase) error {
+	return c.handOutOp(ctx, "Keep", db, "/keep")
+}
+
 func (c *Client) handOutOp(ctx context.Context, op string, db TestDatabase, suffix string) error {
 	if c.api == apiV1 || db.Token == "" {
 		return c.testOp(ctx, op, http.MethodPost, db.TemplateHash, db.ID, suffix)

@@ -41,6 +41,11 @@ type TestDatabase struct {
 	// back exactly this hand-out with it. Empty on v1.
 	Token    string   `json:"token,omitempty"`
 	Database Database `json:"database"`
+	// Kept is how many databases of the template the server keeps for
+	// inspection (Keep: their tests failed); Warning, when set, is a line
+	// for the test output saying they pile up (pgfork serve only).
+	Kept    int    `json:"kept,omitempty"`
+	Warning string `json:"warning,omitempty"`
 }
 
 // UnmarshalJSON reads both answers: v1's {"id": 3} and v2's
@@ -52,11 +57,13 @@ func (t *TestDatabase) UnmarshalJSON(b []byte) error {
 		Number       *int            `json:"number"`
 		Token        string          `json:"token"`
 		Database     Database        `json:"database"`
+		Kept         int             `json:"kept"`
+		Warning      string          `json:"warning"`
 	}
 	if err := json.Unmarshal(b, &raw); err != nil {
 		return err
 	}
-	*t = TestDatabase{TemplateHash: raw.TemplateHash, Token: raw.Token, Database: raw.Database}
+	*t = TestDatabase{TemplateHash: raw.TemplateHash, Token: raw.Token, Database: raw.Database, Kept: raw.Kept, Warning: raw.Warning}
 	var token string
 	switch {
 	case len(raw.ID) == 0:
@@ -92,6 +99,8 @@ type TemplateInfo struct {
 	Waiters   int            `json:"waiters"`
 	Total     int            `json:"total"`
 	Max       int            `json:"max"`
+	// Kept counts the databases kept for inspection (Keep), outside Max.
+	Kept int `json:"kept"`
 }
 
 // Config returns the connection details of the template database.

@@ -105,10 +105,16 @@ func New(t testing.TB, opts Options) string {
 		t.Fatalf("pgforktest: %v", err)
 	}
 	url := db.Config().URL()
+	printKeptWarning(db)
 	t.Cleanup(func() {
 		if t.Failed() {
 			t.Logf("pgforktest: test failed: keeping test database %s (template %s, id %d, hand-out %s) for inspection: %s",
 				db.Config().Database, db.TemplateHash, db.ID, handOut(db), url)
+			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+			defer cancel()
+			// Out of the pool's count (IntegreSQL has no keep: there the
+			// database just stays handed out).
+			_ = c.Keep(ctx, db)
 			return
 		}
 		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
@@ -124,6 +130,17 @@ func New(t testing.TB, opts Options) string {
 		}
 	})
 	return url
+}
+
+var keptWarned sync.Once
+
+// printKeptWarning prints, once per test binary, the server's line saying
+// that databases of failed tests pile up (on stderr: the test output shows
+// it whether or not the test fails).
+func printKeptWarning(db client.TestDatabase) {
+	if db.Warning != "" {
+		keptWarned.Do(func() { fmt.Fprintln(os.Stderr, db.Warning) })
+	}
 }
 
 // DB is New opened as a *sql.DB (pgx's database/sql driver, "pgx"), closed

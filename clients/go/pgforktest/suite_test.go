@@ -73,7 +73,8 @@ func (f *fakeFailed) Logf(format string, args ...any) {
 }
 
 // TestFailedTestKeepsDatabase checks that a failed test's database is not
-// given back and that its URL is logged.
+// given back, that its URL is logged, and that the server keeps it outside
+// the pool's count (POST …/keep).
 func TestFailedTestKeepsDatabase(t *testing.T) {
 	opts := sharedsuite.Options()
 	f := &fakeFailed{TB: t}
@@ -120,6 +121,16 @@ func TestFailedTestKeepsDatabase(t *testing.T) {
 	c, err := client.New(os.Getenv("PGFORK_URL"), client.WithToken(os.Getenv("PGFORK_TOKEN")))
 	if err != nil {
 		t.Fatal(err)
+	}
+	// The server was told: it counts the database as kept, outside the pool.
+	l, err := c.ListTemplates(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, ti := range l.Templates {
+		if ti.TemplateHash == hash && ti.Kept < 1 {
+			t.Fatalf("the server does not count the failed test's database as kept: %+v", ti)
+		}
 	}
 	kept := client.TestDatabase{TemplateHash: hash, ID: id, Token: m[2]}
 	if err := c.Recreate(t.Context(), kept); err != nil {

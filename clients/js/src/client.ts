@@ -391,6 +391,7 @@ export class Client {
     >;
     const { templateHash, config } = parseBody(body, hash);
     const url = databaseUrl(config);
+    warnKept(body);
     if (typeof body.id === "string") {
       return { templateHash, id: Number(body.number), token: body.id, config, url };
     }
@@ -441,5 +442,18 @@ export class Client {
   /** Forgets every template and test database on the server. */
   async resetAllTracking(opts: CallOptions = {}): Promise<void> {
     await this.request("resetAllTracking", "DELETE", `${this.api}/admin/templates`, { ...opts, want: 204 });
+  }
+}
+
+let keptWarned = false;
+
+/**
+ * Prints, once per process, the server's line (a hand-out's `warning`)
+ * saying that databases of failed tests kept for inspection pile up.
+ */
+function warnKept(body: Record<string, unknown>): void {
+  if (!keptWarned && typeof body.warning === "string" && body.warning !== "") {
+    keptWarned = true;
+    process.stderr.write(body.warning + "\n");
   }
 }

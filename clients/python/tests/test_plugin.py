@@ -76,10 +76,34 @@ def test_failed_test_keeps_database(pytester: pytest.Pytester, pgfork_client: Cl
     # Give the kept database back ourselves, by its hand-out token.
     m = re.search(r"template (\w+), id (\d+), hand-out ([0-9a-f]{16,})", lines[0])
     assert m, lines[0]
+    # The server was told: it counts the database as kept, outside the pool.
+    tpl = [t for t in pgfork_client.list_templates()["templates"] if t["templateHash"] == m.group(1)]
+    assert tpl and tpl[0]["kept"] >= 1, tpl
     kept = TestDatabase(m.group(1), int(m.group(2)), DatabaseConfig("", 0, "", "", ""), token=m.group(3))
     pgfork_client.recreate(kept)
     with pytest.raises(TestDatabaseNotFound):
         pgfork_client.recreate(kept)
+
+
+def test_kept_databases_pile_up_one_line(pytester: pytest.Pytester, pgfork_client: Client) -> None:
+    """Databases of failed tests are kept outside the pool; once more than
+    half the server's cap (10) pile up, the run says so in one line; a
+    passing run of another template says nothing."""
+    key = f"pile-{secrets.token_hex(8)}"
+    pytester.makeini(f"[pytest]\npgfork_extra_key = {key}\n")
+    pytester.makepyfile("\n".join(f"def test_fails_{i}(pgfork_db):\n    assert False\n" for i in range(6)))
+    result = pytester.runpytest_subprocess("-p", "no:cacheprovider")
+    result.assert_outcomes(failed=6)
+    assert "databases of failed tests are kept" not in result.stdout.str()
+    pytester.makepyfile("def test_passes(pgfork_db):\n    pass\n")
+    result = pytester.runpytest_subprocess("-p", "no:cacheprovider")
+    result.assert_outcomes(passed=1, warnings=1)
+    lines = [ln for ln in result.outlines if "6 databases of failed tests are kept" in ln]
+    assert len(lines) == 1, result.stdout.str()
+    pytester.makeini(f"[pytest]\npgfork_extra_key = {key}-clean\n")
+    result = pytester.runpytest_subprocess("-p", "no:cacheprovider")
+    result.assert_outcomes(passed=1)
+    assert "databases of failed tests" not in result.stdout.str()
 
 
 def test_failing_migration_fails_clearly(pytester: pytest.Pytester, pgfork_client: Client) -> None:

@@ -96,7 +96,7 @@ class PoolFull(ApiError):
     """507 (v2): insufficient storage, the server's disk is full."""
 
 
-_TEST_OPS = {"unlock", "recreate", "unlock_test_database", "recreate_test_database", "return_test_database"}
+_TEST_OPS = {"unlock", "recreate", "keep", "unlock_test_database", "recreate_test_database", "return_test_database"}
 
 
 def _error_class(op: str, status: int, message: str) -> Type[ApiError]:
@@ -195,7 +195,10 @@ class TemplateDatabase:
 @dataclass(frozen=True)
 class TestDatabase:
     """A test database handed out by get_test_database: ``id`` is the small
-    number in its name; ``token`` the v2 hand-out id (None on v1)."""
+    number in its name; ``token`` the v2 hand-out id (None on v1). ``kept``
+    counts the template's databases kept for inspection (keep) and
+    ``warning``, when set, is a line for the test output saying they pile up
+    (pgfork serve only)."""
 
     __test__ = False
 
@@ -203,6 +206,8 @@ class TestDatabase:
     id: int
     config: DatabaseConfig
     token: Optional[str] = None
+    kept: int = 0
+    warning: Optional[str] = None
 
 
 def _database(body: Mapping[str, Any], hash: str) -> Tuple[str, DatabaseConfig]:
@@ -328,9 +333,10 @@ class Client:
         ServiceUnavailable (with the reason) if none was ready in time."""
         body = self._request("get_test_database", "GET", f"{self._api}/templates/{self._h(hash)}/tests")
         h, cfg = _database(body, hash)
+        kept, warning = int(body.get("kept") or 0), body.get("warning") or None
         if isinstance(body.get("id"), str):  # v2: the hand-out token, with the small id as number
-            return TestDatabase(h, int(body["number"]), cfg, token=body["id"])
-        return TestDatabase(h, int(body["id"]), cfg)
+            return TestDatabase(h, int(body["number"]), cfg, token=body["id"], kept=kept, warning=warning)
+        return TestDatabase(h, int(body["id"]), cfg, kept=kept, warning=warning)
 
     def unlock(self, db: TestDatabase) -> None:
         """Give db back unchanged (only after a test that did not write). On
@@ -341,6 +347,14 @@ class Client:
     def recreate(self, db: TestDatabase) -> None:
         """Give db back to be recreated from the template; by its token as unlock."""
         self._hand_out_op("recreate", db)
+
+    def keep(self, db: TestDatabase) -> None:
+        """Keep db as it is for inspection (its test failed): pgfork serve no
+        longer counts it against the pool's maximum, keeps it across a
+        restart and drops the oldest kept beyond its --kept-max; giving it
+        back later (recreate, unlock) drops it. By its token as unlock.
+        IntegreSQL has no such call (an ApiError)."""
+        self._hand_out_op("keep", db)
 
     def _hand_out_op(self, op: str, db: TestDatabase) -> None:
         if self.api_version == 1 or not db.token:

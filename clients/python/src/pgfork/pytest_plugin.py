@@ -33,12 +33,14 @@ import os
 import shlex
 import sys
 import urllib.parse
+import warnings
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Dict, Generator, Iterator, List, Optional, Set
 
 import pytest
 
-from .client import DEFAULT_URL, Client, DatabaseConfig, PgforkError, TemplateAlreadyInitialized, TemplateDiscarded, TestDatabase
+from .client import (DEFAULT_URL, ApiError, Client, DatabaseConfig, PgforkError, TemplateAlreadyInitialized,
+                     TemplateDiscarded, TestDatabase)
 from .hashing import StrPath, template_hash
 from .migrate import Migrator, SQLFiles, psycopg_module
 from .server import server_for_run
@@ -182,6 +184,7 @@ class Templates:
             td = self.client.get_test_database(template.hash)
         except TemplateDiscarded as e:
             pytest.fail(f"pgfork: {e} (another worker's migrations probably failed)", pytrace=False)
+        _warn_kept(td)
         db = PgforkDatabase(td, autocommit=autocommit)
         request.node.stash.setdefault(_dbs_key, []).append(db)
         try:
@@ -193,6 +196,23 @@ class Templates:
                     self.client.unlock(td)
                 else:
                     self.client.recreate(td)
+            else:
+                try:  # out of the pool's count; IntegreSQL has no keep
+                    self.client.keep(td)
+                except ApiError:
+                    pass
+
+
+_kept_warned = False
+
+
+def _warn_kept(td: TestDatabase) -> None:
+    """Show the server's line saying that databases of failed tests pile up,
+    once per process (in pytest's warnings summary)."""
+    global _kept_warned
+    if td.warning and not _kept_warned:
+        _kept_warned = True
+        warnings.warn(td.warning, UserWarning, stacklevel=2)
 
 
 _OPTIONS = [

@@ -167,12 +167,21 @@ impl TestDb {
         }
     }
 
-    /// postgres:// URL with the password: for tokio-postgres, diesel, sqlx, psql….
+    /// postgres:// URL for tokio-postgres, diesel, sqlx, psql…: on the server's
+    /// Unix socket when this process can reach it (no password needed, no SCRAM
+    /// to compute: [`DatabaseConfig::local_url`](crate::DatabaseConfig::local_url)),
+    /// else over TCP with the password.
     pub fn url(&self) -> String {
+        self.db.config.local_url()
+    }
+
+    /// The TCP URL (with the password): works from anywhere that reaches
+    /// the server, as another OS user too.
+    pub fn tcp_url(&self) -> String {
         self.db.url()
     }
 
-    /// The URL with the password replaced by `***`.
+    /// The TCP URL with the password replaced by `***`.
     pub fn safe_url(&self) -> String {
         mask_password(&self.db.url())
     }
@@ -214,7 +223,7 @@ impl TestDb {
             self.db.template_hash,
             self.db.id,
             self.db.token.as_deref().unwrap_or("-"),
-            if show { self.url() } else { self.safe_url() }
+            if show { self.tcp_url() } else { self.safe_url() }
         )
     }
 }

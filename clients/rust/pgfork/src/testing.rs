@@ -216,7 +216,7 @@ pub fn connect_options(url: &str) -> Result<PgConnectOptions> {
 }
 
 async fn migrate(tpl: TemplateDatabase, migrator: Option<&Migrator>, fixtures: &[TestFixture]) -> Result<(), String> {
-    let url = tpl.url();
+    let url = tpl.config.local_url();
     let opts = connect_options(&url)
         .map_err(|e| e.to_string())?
         .disable_statement_logging();

@@ -69,6 +69,42 @@ async fn v2_template_lifecycle() {
     );
 }
 
+/// The managed server clients/test.sh runs names its Unix socket on request,
+/// and this process (on its host, as its user or root) connects there: no
+/// SCRAM to compute (issue 33). `TestDb::url` is that URL, the TCP one stays.
+#[cfg(feature = "sqlx")]
+#[tokio::test]
+async fn local_client_connects_on_the_socket() {
+    use sqlx::Connection;
+    let c = live();
+    let h = unique("socket");
+    c.initialize_template(&h).await.unwrap();
+    c.finalize_template(&h).await.unwrap();
+    let db = c.get_test_database(&h).await.unwrap();
+    assert!(
+        db.config.socket_dir.starts_with('/'),
+        "no socket directory handed out: {db:?}"
+    );
+    let on = |url: String| async move {
+        let mut conn = sqlx::PgConnection::connect(&url).await.unwrap();
+        let (unix, user): (bool, String) = sqlx::query_as("SELECT inet_server_addr() IS NULL, current_user::text")
+            .fetch_one(&mut conn)
+            .await
+            .unwrap();
+        conn.close().await.unwrap();
+        (unix, user)
+    };
+    let local = db.config.local_url();
+    if std::env::var_os("PGFORK_NO_SOCKET").is_some_and(|v| v == "1") {
+        assert_eq!(local, db.url());
+    } else {
+        assert_eq!(on(local).await, (true, db.config.username.clone()));
+    }
+    assert_eq!(on(db.url()).await, (false, db.config.username.clone()));
+    c.recreate(&db).await.unwrap();
+    c.discard_template(&h).await.unwrap();
+}
+
 #[tokio::test]
 async fn v1_api_integer_ids() {
     let env = pgfork::EnvSettings::read();

@@ -19,7 +19,7 @@ from django.apps import apps
 from django.conf import settings
 from django.db import connections
 
-from ..client import Client, DatabaseConfig, TemplateAlreadyInitialized, TemplateNotFound, TestDatabase
+from ..client import Client, PgforkError, DatabaseConfig, TemplateAlreadyInitialized, TemplateNotFound, TestDatabase
 from ..hashing import template_hash
 
 #: Key in a connection's settings dict under which the runner records the
@@ -235,6 +235,10 @@ class Held:
         if keep:
             log(f"pgfork: {reason}: keeping {self.what} for alias(es) {', '.join(repr(a) for a in self.aliases)}: "
                 f"{masked_url(self.db.config)}")
+            try:  # out of the pool's count, so kept databases do not fill it; IntegreSQL has no keep
+                self.client.keep(self.db)
+            except PgforkError:
+                pass
             return
         try:
             self.client.recreate(self.db)

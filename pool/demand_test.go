@@ -1,0 +1,204 @@
+package pool_test
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/pgfork/pgfork/pool"
+	"github.com/pgfork/pgfork/pool/dbstore"
+)
+
+// openManager opens a Manager over a dbstore on s (a start of serve).
+func openManager(t *testing.T, s *pg, cfg pool.ManagerConfig) *pool.Manager {
+	t.Helper()
+	cr := &dbstore.SQLCreator{Admin: s.admin}
+	if err := cr.Probe(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	m, err := pool.NewManager(cfg, dbstore.New(s.admin, cr))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := m.Open(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	return m
+}
+
+// readyTemplate initializes, migrates and finalizes template hash.
+func readyTemplate(t *testing.T, s *pg, m *pool.Manager, hash string) {
+	t.Helper()
+	ctx := context.Background()
+	tpl, err := m.InitializeTemplate(ctx, hash)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.mustExec(t, tpl.Database, "CREATE TABLE items(id int); INSERT INTO items VALUES (1)")
+	if err := m.FinalizeTemplate(ctx, hash); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func poolStats(t *testing.T, m *pool.Manager, hash string) pool.Stats {
+	t.Helper()
+	ts, _ := m.Stats()
+	for _, x := range ts {
+		if x.Hash == hash {
+			return x.Pool
+		}
+	}
+	t.Fatalf("no template %s", hash)
+	return pool.Stats{}
+}
+
+// managerSuite runs n tests on workers workers: each takes a database,
+// and gives it back for recreation.
+func managerSuite(t *testing.T, m *pool.Manager, hash string, workers, n int) {
+	t.Helper()
+	jobs := make(chan int, n)
+	for i := range n {
+		jobs <- i
+	}
+	close(jobs)
+	errc := make(chan error, workers)
+	for range workers {
+		go func() {
+			for range jobs {
+				db, err := m.GetTestDatabase(context.Background(), hash)
+				if err == nil {
+					err = m.Recreate(context.Background(), hash, db.ID)
+				}
+				if err != nil {
+					errc <- err
+					return
+				}
+			}
+			errc <- nil
+		}()
+	}
+	for range workers {
+		if err := <-errc; err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// TestManagerDemandAcrossRestart: a pool learns how many fresh databases
+// a run of its template took, fills up to that as soon as the run ends,
+// and after a restart of serve fills up to it at once, before any test
+// asks: the second run finds them ready.
+func TestManagerDemandAcrossRestart(t *testing.T) {
+	s := startPG(t)
+	ctx := context.Background()
+	const hash, n = "dem", 9
+	cfg := pool.ManagerConfig{Prefix: "pfd", Initial: 1, Max: 12, Parallel: 2, LearnDemand: true,
+		RunGap: 300 * time.Millisecond, GetTimeout: 30 * time.Second}
+	m := openManager(t, s, cfg)
+	readyTemplate(t, s, m, hash)
+	managerSuite(t, m, hash, 3, n)
+	waitFor(t, func() bool { st := poolStats(t, m, hash); return st.Demand == n && st.ByState[pool.Ready] == n })
+	if err := m.Close(ctx); err != nil {
+		t.Fatal(err)
+	}
+
+	m2 := openManager(t, s, cfg)
+	t.Cleanup(func() { _ = m2.Close(context.Background()) })
+	waitFor(t, func() bool { return poolStats(t, m2, hash).ByState[pool.Ready] == n })
+	if st := poolStats(t, m2, hash); st.Demand != n || st.Base != n {
+		t.Fatalf("after a restart: %+v, want demand and base %d", st, n)
+	}
+	// The user's Initial wins: no learning, the pool keeps Initial.
+	cfg.LearnDemand = false
+	if err := m2.Close(ctx); err != nil {
+		t.Fatal(err)
+	}
+	m3 := openManager(t, s, cfg)
+	t.Cleanup(func() { _ = m3.Close(context.Background()) })
+	waitFor(t, func() bool { return poolStats(t, m3, hash).ByState[pool.Ready] == 1 })
+	time.Sleep(300 * time.Millisecond)
+	if st := poolStats(t, m3, hash); st.Total != 1 || st.Base != 1 {
+		t.Fatalf("with Initial given: %+v, want 1 database", st)
+	}
+}
+
+// TestManagerKeptOutsideMax: databases kept for inspection leave the
+// pool's count (hand-outs go on at Max), have a cap of their own (the
+// oldest dropped beyond it), are counted in hand-outs and stay across a
+// restart, their ids not reused.
+func TestManagerKeptOutsideMax(t *testing.T) {
+	s := startPG(t)
+	ctx := context.Background()
+	const hash = "kpt"
+	cfg := pool.ManagerConfig{Prefix: "pfk", Initial: 1, Max: 2, Parallel: 2, KeptMax: 3, GetTimeout: 5 * time.Second}
+	m := openManager(t, s, cfg)
+	readyTemplate(t, s, m, hash)
+	var kept []pool.TestDatabase
+	for range 4 {
+		db, err := m.GetTestDatabase(ctx, hash)
+		if err != nil {
+			t.Fatalf("hand-out with %d kept at Max %d: %v", len(kept), cfg.Max, err)
+		}
+		s.mustExec(t, db.Name, "INSERT INTO items VALUES (42)")
+		if err := m.Keep(ctx, hash, db.ID); err != nil {
+			t.Fatal(err)
+		}
+		kept = append(kept, db)
+	}
+	// The oldest went beyond KeptMax 3.
+	waitFor(t, func() bool { return !s.databases(t, "pfk_test_")[kept[0].Name] })
+	for _, k := range kept[1:] {
+		s.mustExec(t, k.Name, "SELECT 1 FROM items WHERE id = 42")
+	}
+	db, err := m.GetTestDatabase(ctx, hash)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if db.Kept != 3 || db.KeptMax != 3 {
+		t.Fatalf("hand-out says %d kept of %d; want 3 of 3", db.Kept, db.KeptMax)
+	}
+	if st := poolStats(t, m, hash); st.Total > cfg.Max || st.Kept != 3 {
+		t.Fatalf("stats %+v: want at most %d in the pool, 3 kept", st, cfg.Max)
+	}
+	if err := m.Close(ctx); err != nil {
+		t.Fatal(err)
+	}
+
+	m2 := openManager(t, s, cfg)
+	t.Cleanup(func() { _ = m2.Close(context.Background()) })
+	if st := poolStats(t, m2, hash); st.Kept != 3 {
+		t.Fatalf("after a restart %d kept, want 3 (%v)", st.Kept, s.databases(t, "pfk_"))
+	}
+	for _, k := range kept[1:] {
+		s.mustExec(t, k.Name, "SELECT 1 FROM items WHERE id = 42")
+	}
+	names := map[string]bool{}
+	for _, k := range kept[1:] {
+		names[k.Name] = true
+	}
+	for range 2 {
+		db, err := m2.GetTestDatabase(ctx, hash)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if names[db.Name] {
+			t.Fatalf("kept database %s handed out again", db.Name)
+		}
+	}
+	// Given back, a kept database is dropped.
+	if err := m2.Recreate(ctx, hash, kept[1].ID); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, func() bool { return !s.databases(t, "pfk_test_")[kept[1].Name] })
+	// Discarding the template drops what is kept.
+	if err := m2.DiscardTemplate(ctx, hash); err != nil {
+		t.Fatal(err)
+	}
+	if left := s.databases(t, "pfk_test_"); len(left) != 0 {
+		t.Fatalf("left after discard: %v", left)
+	}
+	if _, err := m2.GetTestDatabase(ctx, hash); !errors.Is(err, pool.ErrTemplateDiscarded) {
+		t.Fatal(err)
+	}
+}

@@ -1,0 +1,27 @@
+package server
+
+import (
+	"net/http"
+)
+
+// SocketParam is the query parameter of a hand-out or initialize request
+// (`GET …/templates/{hash}/tests?socket=1`, `POST …/templates?socket=1`) by which a client asks for the
+// managed server's Unix socket directory besides the TCP address: a client
+// on the same host that can reach that directory (it runs as the
+// PostgreSQL OS user or as root: the directory is mode 0700 and the
+// user's) connects there without a password, so without SCRAM's key
+// derivation, which costs a debug build 0.2-0.3 s of CPU per connection
+// (issue 33; docs/SECURITY.md, "Against other local users").
+const SocketParam = "socket"
+
+// withSocket adds Config.SocketDir to d's config (socketDir) when the
+// request asks for it with SocketParam and d is a database of the shared
+// server (not a cluster of its own). Nothing changes for a client that
+// does not ask: IntegreSQL's answer stays exactly its own.
+func (s *Server) withSocket(r *http.Request, d database, own bool) database {
+	if s.cfg.SocketDir == "" || own || r.URL.Query().Get(SocketParam) != "1" {
+		return d
+	}
+	d.Config.SocketDir = s.cfg.SocketDir
+	return d
+}

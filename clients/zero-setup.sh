@@ -253,8 +253,9 @@ py_venv() {
 		{ cat "$work/pip.log" >&2; die "pip install failed"; }
 	"${clean_env[@]}" "$work/venv/bin/pgfork" --version >&2 || die "the wheel's pgfork command does not run"
 	# The pure fallback wheel: its command names how to get the binary.
-	"${clean_env[@]}" python3 -m venv "$work/venv-any"
-	"${clean_env[@]}" "$work/venv-any/bin/pip" install --quiet "$dist/python/pgfork-$version-py3-none-any.whl" >>"$work/pip.log" 2>&1 ||
+	"${clean_env[@]}" python3 -m venv --without-pip "$work/venv-any"
+	"${clean_env[@]}" "$work/venv/bin/pip" --python "$work/venv-any/bin/python" install --quiet \
+		"$dist/python/pgfork-$version-py3-none-any.whl" >>"$work/pip.log" 2>&1 ||
 		{ cat "$work/pip.log" >&2; die "pip install of the fallback wheel failed"; }
 	local out rc=0
 	out=$("${clean_env[@]}" "$work/venv-any/bin/pgfork" --version 2>&1) || rc=$?

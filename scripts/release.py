@@ -115,8 +115,15 @@ def npm_pack(stage: Path, dest_dir: Path, ignore_scripts: bool) -> Path:
     args = ["npm", "pack", "--json", "--pack-destination", str(dest_dir), "--loglevel=error"]
     if ignore_scripts:
         args.append("--ignore-scripts")
-    out = subprocess.run(args, cwd=stage, check=True, capture_output=True, text=True).stdout
-    name = json.loads(out[out.index("["):])[0]["filename"]
+    p = subprocess.run(args, cwd=stage, capture_output=True, text=True)
+    if p.returncode != 0:
+        sys.stderr.write(p.stdout + p.stderr)
+        raise SystemExit(f"release: npm pack in {stage} failed (exit {p.returncode}; its output above)")
+    # The JSON array starts on a line of its own, after any lifecycle script's output.
+    m = re.search(r"^\[\s*$", p.stdout, re.M)
+    if m is None:
+        raise SystemExit(f"release: npm pack printed no JSON: {p.stdout[-500:]}")
+    name = json.loads(p.stdout[m.start():])[0]["filename"]
     return dest_dir / name
 
 

@@ -25,7 +25,7 @@ help: ## list targets
 build: ## build bin/pgfork (static, with version, commit and build date)
 	CGO_ENABLED=0 $(GO) build -trimpath -ldflags '$(LDFLAGS)' -o $(BIN) ./cmd/pgfork
 
-release: ## build $(PLATFORMS) (version: the VERSION file) into dist/: tarballs, npm packages, wheels, SHA256SUMS
+release: ## tarballs, npm packages and wheels for PLATFORMS into DIST (dist/), SHA256SUMS; version: the VERSION file
 	@rm -rf $(DIST) build/release && mkdir -p build/release
 	@set -e; for p in $(PLATFORMS); do \
 		os=$${p%/*}; arch=$${p#*/}; out=build/release/pgfork-$$os-$$arch; \

@@ -286,6 +286,7 @@ def main() -> int:
     ap.add_argument("--dist", required=True, type=Path, help="output directory (must be empty or absent)")
     ap.add_argument("--skip-js", action="store_true", help="no npm packages (no node/npm here)")
     a = ap.parse_args()
+    a.dist, a.bin_dir = a.dist.resolve(), a.bin_dir.resolve()  # npm pack runs elsewhere
 
     if not VERSION_RE.match(a.version):
         log(f"version {a.version!r} is not a release version such as 1.2.3 (npm and pip need one): fix VERSION")

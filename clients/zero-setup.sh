@@ -81,7 +81,7 @@ esac
 
 # --- the release, for this platform only ---------------------------------------
 if [ -n "${PGFORK_DIST:-}" ]; then
-	dist=$PGFORK_DIST
+	dist=$(cd "$PGFORK_DIST" && pwd)
 	log "using the release in $dist"
 else
 	dist=$work/dist

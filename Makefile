@@ -3,13 +3,19 @@ GO        ?= go
 BIN       ?= bin/pgfork
 PKGS      ?= ./...
 TESTFLAGS ?= -race -timeout 45m
-# What the binary says it is: `pgfork --version`.
+# The release version, the one source for every package `make release` writes
+# (tarballs, npm packages, wheels; stamped at pack time): the VERSION file.
+RELEASE_VERSION := $(shell cat VERSION)
+# What the binary says it is: `pgfork --version` (a release binary: RELEASE_VERSION).
 VERSION   ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo devel)
 COMMIT    ?= $(shell git rev-parse HEAD 2>/dev/null || echo unknown)
 BUILDDATE ?= $(shell date -u +%Y-%m-%dT%H:%M:%SZ)
-LDFLAGS   := -s -w -X main.version=$(VERSION) -X main.commit=$(COMMIT) -X main.buildDate=$(BUILDDATE)
+ldflags    = -s -w -X main.version=$(1) -X main.commit=$(COMMIT) -X main.buildDate=$(BUILDDATE)
+LDFLAGS   := $(call ldflags,$(VERSION))
 # Platforms `make release` builds for.
 PLATFORMS ?= linux/amd64 linux/arm64 darwin/arm64 darwin/amd64
+# Where `make release` writes (emptied first).
+DIST      ?= dist
 
 .PHONY: help build release test check test-env test-env-down bench run lint fmt clean
 
@@ -19,14 +25,17 @@ help: ## list targets
 build: ## build bin/pgfork (static, with version, commit and build date)
 	CGO_ENABLED=0 $(GO) build -trimpath -ldflags '$(LDFLAGS)' -o $(BIN) ./cmd/pgfork
 
-release: ## cross-build static binaries for $(PLATFORMS) into dist/ with SHA-256 sums
-	@rm -rf dist && mkdir -p dist
+release: ## tarballs, npm packages and wheels for PLATFORMS into DIST (dist/), SHA256SUMS; version: the VERSION file
+	@rm -rf $(DIST) build/release && mkdir -p build/release
 	@set -e; for p in $(PLATFORMS); do \
-		os=$${p%/*}; arch=$${p#*/}; out=dist/pgfork-$(VERSION)-$$os-$$arch; \
-		echo "building $$out"; \
-		CGO_ENABLED=0 GOOS=$$os GOARCH=$$arch $(GO) build -trimpath -ldflags '$(LDFLAGS)' -o $$out ./cmd/pgfork; \
+		os=$${p%/*}; arch=$${p#*/}; out=build/release/pgfork-$$os-$$arch; \
+		echo "building $$out ($(RELEASE_VERSION))"; \
+		CGO_ENABLED=0 GOOS=$$os GOARCH=$$arch $(GO) build -trimpath \
+			-ldflags '$(call ldflags,$(RELEASE_VERSION))' -o $$out ./cmd/pgfork; \
 	done
-	cd dist && sha256sum pgfork-* > SHA256SUMS && cat SHA256SUMS
+	python3 scripts/release.py --version $(RELEASE_VERSION) --bin-dir build/release --dist $(DIST) $(RELEASEFLAGS)
+	@rm -rf build/release
+	cat $(DIST)/SHA256SUMS
 
 test: ## run the tests against the environment prepared by test-env (skips what is missing)
 	@eval "$$(scripts/test-env.sh env)"; $(GO) test $(TESTFLAGS) $(PKGS)
@@ -61,4 +70,4 @@ fmt: ## format the code
 	gofmt -w $$(git ls-files '*.go')
 
 clean: ## remove build output
-	rm -rf bin dist
+	rm -rf bin dist build

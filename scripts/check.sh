@@ -63,6 +63,13 @@ if [ "$status" -ne 0 ]; then
 fi
 # The client libraries (a Go module of their own and a pip package) against a real `pgfork serve`.
 clients/test.sh
+# Zero setup (issue 34): the release for this platform installed as a user
+# installs it (npm, pip, the tarball), and the example projects' tests run with
+# nothing else: clean HOME, no Go or pgfork on PATH, no server started by hand;
+# uses the npm/pip/cargo caches and Rust target dir clients/test.sh filled.
+# PGFORK_ZERO_SETUP_CASES narrows it (e.g. "python"; see the script).
+# shellcheck disable=SC2086
+clients/zero-setup.sh ${PGFORK_ZERO_SETUP_CASES:-all}
 # The service recipes (deploy/): the image's root filesystem run in private
 # namespaces, a client in another, and the systemd unit. Needs root.
 if [ "$(id -u)" = 0 ]; then

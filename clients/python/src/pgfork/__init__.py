@@ -20,6 +20,7 @@ from .client import (
     Unauthorized,
     mask_base_url,
 )
+from .binary import BinaryNotFound, find_binary, require_binary
 from .hashing import template_hash
 from .migrate import Migrator, SQLFiles, run_sql_files
 
@@ -27,6 +28,7 @@ __all__ = [
     "DEFAULT_URL",
     "ApiError",
     "BadRequest",
+    "BinaryNotFound",
     "Client",
     "DatabaseConfig",
     "Migrator",
@@ -43,7 +45,9 @@ __all__ = [
     "TestDatabaseInUse",
     "TestDatabaseNotFound",
     "Unauthorized",
+    "find_binary",
     "mask_base_url",
+    "require_binary",
     "run_sql_files",
     "template_hash",
 ]

@@ -1,0 +1,298 @@
+#!/usr/bin/env bash
+# Proves issue 34's zero setup: a developer installs the released packages and
+# runs their tests, with nothing else: no Go, no pgfork on PATH, no server
+# started by hand, a clean HOME. Builds the release for this machine's platform
+# only (`make release PLATFORMS=<host>`), then, in fresh copies of the example
+# projects:
+#
+#   vitest  clients/js/examples/vitest: npm install of the packed tarballs, npx vitest run
+#   jest    clients/js/examples/jest:   the same, npx jest
+#   pytest  clients/python/examples/pytest_project: pip install of the wheel into a fresh venv, pytest
+#   django  clients/python/examples/django_project: the same, python manage.py test, then pytest
+#   rust    clients/rust/example: cargo test with only the release tarball's binary on PATH
+#
+# Each case runs twice. After each run no pgfork or postgres process of it may
+# be left 2 s after it ends (the run is in a PID namespace of its own as root,
+# so "of it" is exact), and the second run must reuse the first run's template
+# (its database, by OID, is still in the managed cluster); both runs' times
+# are printed (bench/ holds the timed proof: second run's setup <= 1 s).
+#
+#   clients/zero-setup.sh [CASE...]   CASE: vitest jest pytest django rust, or js, python, all (default)
+#
+#   PGFORK_DIST=DIR         use a release already built there (make release DIST=DIR) instead of building one
+#   PGFORK_ZERO_KEEP=1      keep the work directory (printed) for a look afterwards
+#   CARGO_TARGET_DIR        the Rust case builds there (default clients/rust/target, which
+#                           clients/rust/test.sh filled: only the workspace's own crates rebuild)
+#
+# npm's, pip's and cargo's download caches are the calling user's (nothing is
+# downloaded twice); so are the registry settings (~/.npmrc, pip.conf, proxies).
+# Needs python3, and for the cases node/npm (>= 20) and cargo; Go only to build
+# the release. Any failure exits non-zero with what the run printed.
+set -euo pipefail
+
+root=$(cd "$(dirname "$0")/.." && pwd)
+log() { printf '== clients/zero-setup.sh: %s\n' "$*" >&2; }
+die() { log "FAILED: $*"; exit 1; }
+
+cases=()
+for a in "${@:-all}"; do
+	case $a in
+	all) cases+=(vitest jest pytest django rust) ;;
+	js) cases+=(vitest jest) ;;
+	python) cases+=(pytest django) ;;
+	vitest | jest | pytest | django | rust) cases+=("$a") ;;
+	*) die "unknown case $a: want vitest, jest, pytest, django, rust, js, python or all" ;;
+	esac
+done
+want() { local c; for c in "${cases[@]}"; do [ "$c" = "$1" ] && return 0; done; return 1; }
+want_js() { want vitest || want jest; }
+
+work=$(mktemp -d "${TMPDIR:-/var/tmp}/pgfork-zero.XXXXXX")
+chmod 755 "$work" # the managed PostgreSQL runs as an unprivileged user when we are root
+finish() {
+	local status=$?
+	# A volume a server made under $work is unmounted before rm -rf.
+	if [ -n "${tarbin:-}" ] && [ -x "$tarbin" ]; then
+		find "$work" "${rust_state:-$work}" -name volume.json -path '*/pgfork*' 2>/dev/null | while read -r v; do
+			"$tarbin" --state-dir "$(dirname "$v")" volume rm >&2 || true
+		done
+	fi
+	if [ "${PGFORK_ZERO_KEEP:-}" = 1 ]; then
+		log "kept $work"
+	else
+		rm -rf "$work"
+	fi
+	[ "$status" -eq 0 ] || log "FAILED (exit $status)"
+	exit "$status"
+}
+trap finish EXIT
+trap 'exit 130' INT
+trap 'exit 143' TERM
+
+orig_home=$HOME
+version=$(cat "$root/VERSION")
+case "$(uname -s)-$(uname -m)" in
+Linux-x86_64) goos=linux goarch=amd64 node_plat=linux-x64 wheel_tag=manylinux_2_17_x86_64 ;;
+Linux-aarch64) goos=linux goarch=arm64 node_plat=linux-arm64 wheel_tag=manylinux_2_17_aarch64 ;;
+Darwin-arm64) goos=darwin goarch=arm64 node_plat=darwin-arm64 wheel_tag=macosx_12_0_arm64 ;;
+Darwin-x86_64) goos=darwin goarch=amd64 node_plat=darwin-x64 wheel_tag=macosx_12_0_x86_64 ;;
+*) die "no release is built for $(uname -s) $(uname -m)" ;;
+esac
+
+# --- the release, for this platform only ---------------------------------------
+if [ -n "${PGFORK_DIST:-}" ]; then
+	dist=$(cd "$PGFORK_DIST" && pwd)
+	log "using the release in $dist"
+else
+	dist=$work/dist
+	log "make release PLATFORMS=$goos/$goarch (version $version)"
+	t0=$(date +%s.%N)
+	flags=
+	want_js || flags=--skip-js
+	make -s -C "$root" release PLATFORMS="$goos/$goarch" DIST="$dist" RELEASEFLAGS="$flags" >"$work/release.log" 2>&1 ||
+		{ cat "$work/release.log" >&2; die "make release failed"; }
+	log "release built in $(awk -v a="$t0" -v b="$(date +%s.%N)" 'BEGIN{printf "%.1f", b-a}') s"
+fi
+(cd "$dist" && sha256sum --quiet -c SHA256SUMS) || die "$dist/SHA256SUMS does not match the files"
+tarball=$dist/pgfork-$version-$goos-$goarch.tar.gz
+[ -f "$tarball" ] || die "no $tarball"
+mkdir -p "$work/tarball-bin"
+tar -xzf "$tarball" -C "$work/tarball-bin" pgfork
+tarbin=$work/tarball-bin/pgfork
+
+# --- the clean environment --------------------------------------------------------
+# PATH: the tools a developer of each ecosystem has (linked one by one) and the
+# system's directories; never Go or pgfork.
+mkdir -p "$work/tools" "$work/home" "$work/tmp"
+chmod 1777 "$work/tmp"
+for t in node npm npx python3 cargo rustc rustdoc; do
+	p=$(command -v "$t" 2>/dev/null) || continue
+	ln -s "$p" "$work/tools/$t"
+done
+clean_path=$work/tools:/usr/bin:/bin:/usr/sbin:/sbin
+for t in go pgfork; do
+	if PATH=$clean_path command -v "$t" >/dev/null; then
+		die "$(PATH=$clean_path command -v "$t") is on the clean PATH ($clean_path): the proof needs a PATH without $t"
+	fi
+done
+clean_env=(env -i "HOME=$work/home" "PATH=$clean_path" "TMPDIR=$work/tmp" "LANG=C.UTF-8" "TERM=dumb"
+	# Where the downloads are cached and the registries configured: the user's.
+	"npm_config_cache=$(npm config get cache 2>/dev/null || echo "$orig_home/.npm")"
+	"npm_config_prefer_offline=true" "npm_config_audit=false" "npm_config_fund=false"
+	"npm_config_update_notifier=false" "npm_config_loglevel=error"
+	"PIP_CACHE_DIR=${PIP_CACHE_DIR:-${XDG_CACHE_HOME:-$orig_home/.cache}/pip}" "PIP_DISABLE_PIP_VERSION_CHECK=1"
+	"CARGO_HOME=${CARGO_HOME:-$orig_home/.cargo}" "RUSTUP_HOME=${RUSTUP_HOME:-$orig_home/.rustup}"
+	# pgfork's own state (the Python plugin's server, PostgreSQL installs) stays
+	# in this run's directory, as check.sh keeps every test's.
+	"PGFORK_HOME=$work/pgfork-home")
+[ ! -f "$orig_home/.npmrc" ] || clean_env+=("NPM_CONFIG_USERCONFIG=$orig_home/.npmrc")
+for f in "$orig_home/.config/pip/pip.conf" "$orig_home/.pip/pip.conf"; do
+	[ ! -f "$f" ] || { clean_env+=("PIP_CONFIG_FILE=$f"); break; }
+done
+for v in http_proxy https_proxy no_proxy HTTP_PROXY HTTPS_PROXY NO_PROXY SSL_CERT_FILE; do
+	[ -z "${!v:-}" ] || clean_env+=("$v=${!v}")
+done
+
+# Runs in a PID namespace of its own (root), so the processes left after the
+# run are exactly the run's: after CMD, waits up to 2 s for every pgfork and
+# postgres process to exit; fails if one is left.
+ns=()
+if [ "$(id -u)" = 0 ] && unshare --pid --fork --mount-proc true 2>/dev/null; then
+	ns=(unshare --pid --fork --mount-proc)
+else
+	log "not root (or no PID namespaces): leftovers are looked for among processes whose directory is under $work"
+fi
+cat >"$work/run-one.sh" <<'EOF'
+#!/bin/bash
+# run-one.sh DIR WORK CMD...: CMD in DIR; then no pgfork/postgres process may be left within 2 s.
+dir=$1 work=$2
+shift 2
+cd "$dir" || exit 1
+"$@"
+rc=$?
+ours() {
+	local p c
+	for p in /proc/[0-9]*; do
+		c=$(cat "$p/comm" 2>/dev/null) || continue
+		case $c in pgfork | postgres) ;; *) continue ;; esac
+		[ "$(awk '{print $3}' "$p/stat" 2>/dev/null)" = Z ] && continue
+		if [ "$$" != 1 ]; then # not in a namespace of our own: only processes under $work
+			case "$(readlink "$p/cwd" 2>/dev/null) $(tr '\0' ' ' <"$p/cmdline" 2>/dev/null)" in *"$work"*) ;; *) continue ;; esac
+		fi
+		printf '%s %s\n' "${p#/proc/}" "$(tr '\0' ' ' <"$p/cmdline" 2>/dev/null)"
+	done
+}
+for _ in $(seq 1 20); do
+	left=$(ours)
+	[ -z "$left" ] && break
+	sleep 0.1
+done
+if [ -n "$left" ]; then
+	echo "== left running 2 s after the run ended (exit $rc):" >&2
+	printf '%s\n' "$left" >&2
+	[ "$rc" -ne 0 ] || rc=99
+fi
+exit "$rc"
+EOF
+chmod +x "$work/run-one.sh"
+
+# databases STATE_DIR: the databases the runs made in the managed clusters
+# under STATE_DIR, as the OIDs of their directories (base/<oid>, from 16384):
+# a template kept between runs keeps its OID, a rebuilt one gets a new one.
+databases() {
+	find "$1" -path '*/base/*' -prune -type d -name '[0-9]*' -printf '%f\n' 2>/dev/null | awk '$1 >= 16384' | sort -n | tr '\n' ' '
+}
+
+# twice NAME DIR STATE_DIR CMD...: runs CMD in DIR twice in the clean
+# environment; after each run no process may be left, and a database the
+# first run left in STATE_DIR (its template) must still be there after the second.
+twice() {
+	local name=$1 dir=$2 state=$3 t0 secs first second i kept o
+	shift 3
+	for i in 1 2; do
+		log "$name: run $i: $*"
+		t0=$(date +%s.%N)
+		if ! "${clean_env[@]}" "${ns[@]}" "$work/run-one.sh" "$dir" "$work" "$@" >"$work/$name.$i.log" 2>&1; then
+			tail -n 80 "$work/$name.$i.log" >&2
+			die "$name: run $i failed (its last 80 lines above)"
+		fi
+		secs=$(awk -v a="$t0" -v b="$(date +%s.%N)" 'BEGIN{printf "%.1f", b-a}')
+		if [ "$i" = 1 ]; then
+			first=$(databases "$state")
+			[ -n "$first" ] || die "$name: no database in a managed cluster under $state after the first run (is that the state directory the run used?)"
+			log "$name: run 1 passed in $secs s (no process left); databases kept: $first"
+		else
+			second=$(databases "$state")
+			kept=
+			for o in $first; do
+				[[ " $second " == *" $o "* ]] && kept+="$o "
+			done
+			[ -n "$kept" ] || die "$name: the second run kept none of the first run's databases (a rebuilt template?): before: $first after: $second"
+			log "$name: run 2 passed in $secs s (no process left), reusing database(s) $kept"
+		fi
+	done
+}
+
+# --- JavaScript ---------------------------------------------------------------------
+if want_js; then
+	# One project holding both examples (they share ../migrations), with the
+	# test runners and pg at the versions clients/js pins, then the packages.
+	js=$work/js
+	mkdir -p "$js"
+	cp -r "$root/clients/js/examples/vitest" "$root/clients/js/examples/jest" "$root/clients/js/examples/migrations" "$js/"
+	rm -rf "$js"/*/node_modules
+	node -e '
+		const pkg = require(process.argv[1]);
+		const d = pkg.devDependencies;
+		const out = { name: "zero-setup-example", private: true, devDependencies: {} };
+		for (const n of ["vitest", "jest", "pg"]) out.devDependencies[n] = d[n];
+		process.stdout.write(JSON.stringify(out, null, 2) + "\n");
+	' "$root/clients/js/package.json" >"$js/package.json"
+	log "npm install --save-dev the packed tarballs (pgfork, @pgfork/$node_plat) into a fresh project"
+	if ! (cd "$js" && "${clean_env[@]}" npm install --save-dev --ignore-scripts \
+		"$dist/npm/pgfork-$version.tgz" "$dist/npm/pgfork-$node_plat-$version.tgz") >"$work/npm-install.log" 2>&1; then
+		cat "$work/npm-install.log" >&2
+		die "npm install failed"
+	fi
+	(cd "$js" && "${clean_env[@]}" node -e 'require.resolve(process.argv[1])' "@pgfork/$node_plat/package.json") ||
+		die "@pgfork/$node_plat is not resolvable from the project"
+	js_state=$js/node_modules/.cache/pgfork
+	want vitest && twice vitest "$js/vitest" "$js_state" npx --no-install vitest run
+	want jest && twice jest "$js/jest" "$js_state" npx --no-install jest
+fi
+
+# --- Python ---------------------------------------------------------------------------
+py_venv() {
+	[ -x "$work/venv/bin/python" ] && return 0
+	local whl
+	whl=$(ls "$dist/python/pgfork-$version-py3-none-"*"$wheel_tag"*.whl 2>/dev/null | head -n 1)
+	[ -n "$whl" ] || die "no wheel for $wheel_tag in $dist/python"
+	log "pip install $(basename "$whl")[django] pytest into a fresh venv"
+	"${clean_env[@]}" python3 -m venv "$work/venv"
+	"${clean_env[@]}" "$work/venv/bin/pip" install --quiet "$whl[django]" pytest >"$work/pip.log" 2>&1 ||
+		{ cat "$work/pip.log" >&2; die "pip install failed"; }
+	"${clean_env[@]}" "$work/venv/bin/pgfork" --version >&2 || die "the wheel's pgfork command does not run"
+	# The pure fallback wheel: its command names how to get the binary.
+	"${clean_env[@]}" python3 -m venv --without-pip "$work/venv-any"
+	"${clean_env[@]}" "$work/venv/bin/pip" --python "$work/venv-any/bin/python" install --quiet \
+		"$dist/python/pgfork-$version-py3-none-any.whl" >>"$work/pip.log" 2>&1 ||
+		{ cat "$work/pip.log" >&2; die "pip install of the fallback wheel failed"; }
+	local out rc=0
+	out=$("${clean_env[@]}" "$work/venv-any/bin/pgfork" --version 2>&1) || rc=$?
+	[ "$rc" = 127 ] && [[ $out == *"pip install pgfork"* ]] ||
+		die "the fallback wheel's pgfork should exit 127 naming \`pip install pgfork\`; it exited $rc: $out"
+}
+# Activated as a user does: the venv's bin first on PATH.
+py_env() { printf '%s\n' "PATH=$work/venv/bin:$clean_path" "VIRTUAL_ENV=$work/venv"; }
+py_state=$work/pgfork-home
+if want pytest; then
+	py_venv
+	cp -r "$root/clients/python/examples/pytest_project" "$work/pytest_project"
+	mapfile -t pe < <(py_env)
+	clean_env+=("${pe[@]}")
+	twice pytest "$work/pytest_project" "$py_state" python -m pytest -p no:cacheprovider -q
+fi
+if want django; then
+	py_venv
+	cp -r "$root/clients/python/examples/django_project" "$work/django_project"
+	find "$work/django_project" -name __pycache__ -prune -exec rm -rf {} +
+	mapfile -t pe < <(py_env)
+	clean_env+=("${pe[@]}")
+	twice django "$work/django_project" "$py_state" python manage.py test
+	twice django-pytest "$work/django_project" "$py_state" python -m pytest -p no:cacheprovider -q
+fi
+
+# --- Rust -----------------------------------------------------------------------------
+if want rust; then
+	# The workspace copied (the example depends on the crates by path), built
+	# in the target directory clients/rust/test.sh filled.
+	rust=$work/rust
+	mkdir -p "$rust"
+	(cd "$root/clients/rust" && git ls-files -z -c -o --exclude-standard | grep -zv '^target/' | xargs -0 cp --parents -t "$rust")
+	target=${CARGO_TARGET_DIR:-$root/clients/rust/target}
+	rust_state=$target/pgfork
+	clean_env+=("CARGO_TARGET_DIR=$target" "PATH=$work/tarball-bin:$clean_path")
+	twice rust "$rust/example" "$rust_state" cargo test --locked
+fi
+
+log "all passed: ${cases[*]}"

@@ -1,0 +1,335 @@
+#!/usr/bin/env python3
+"""Packages the binaries `make release` built into everything a user installs.
+
+    scripts/release.py --version 0.1.0 --bin-dir BUILD --dist dist [--skip-js]
+
+BUILD holds one static binary per platform, named pgfork-<os>-<arch>
+(Go's GOOS/GOARCH). Written into dist/ (see docs: README.md "Install"):
+
+  pgfork-<version>-<os>-<arch>.tar.gz     the binary `pgfork`, LICENSE, README.md
+  npm/pgfork-<platform>-<version>.tgz      @pgfork/<platform>: bin/pgfork ("os"/"cpu" set)
+  npm/pgfork-<version>.tgz                 clients/js packed, optionalDependencies on
+                                           every @pgfork/<platform> at <version>
+  python/pgfork-<version>-py3-none-<tags>.whl   clients/python with pgfork/_bin/pgfork
+  python/pgfork-<version>-py3-none-any.whl      clients/python without a binary
+  SHA256SUMS                               over every other file in dist/
+
+The version is the one given (the Makefile reads it from the VERSION file);
+it is stamped into staged copies of package.json and the wheels' metadata,
+never into tracked files. The wheels are written here with zipfile (a wheel
+is a zip with METADATA, WHEEL, entry_points.txt and RECORD), from
+clients/python/pyproject.toml, so releasing needs no build backend. The
+archives are reproducible: fixed order, owner and mtime (SOURCE_DATE_EPOCH,
+else the commit's time).
+"""
+
+from __future__ import annotations
+
+import argparse
+import base64
+import gzip
+import hashlib
+import io
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tarfile
+import tempfile
+import time
+import zipfile
+from pathlib import Path
+
+try:
+    import tomllib
+except ImportError:  # Python < 3.11
+    sys.exit("release: Python >= 3.11 is needed (tomllib reads clients/python/pyproject.toml)")
+
+ROOT = Path(__file__).resolve().parent.parent
+
+# Go's GOOS/GOARCH → node's process.platform/process.arch, and the wheel
+# platform tags pip accepts for a static binary (no libc needed: manylinux and
+# musllinux alike; macOS 12 is the oldest Go 1.26 runs on).
+PLATFORMS = {
+    ("linux", "amd64"): ("linux", "x64", ["manylinux_2_17_x86_64", "manylinux2014_x86_64", "musllinux_1_1_x86_64"]),
+    ("linux", "arm64"): ("linux", "arm64", ["manylinux_2_17_aarch64", "manylinux2014_aarch64", "musllinux_1_1_aarch64"]),
+    ("darwin", "arm64"): ("darwin", "arm64", ["macosx_12_0_arm64"]),
+    ("darwin", "amd64"): ("darwin", "x64", ["macosx_12_0_x86_64"]),
+}
+# Every platform the main npm package depends on optionally (all of them,
+# also when this run built fewer: the version is the same).
+ALL_NPM = [f"{PLATFORMS[p][0]}-{PLATFORMS[p][1]}" for p in PLATFORMS]
+
+VERSION_RE = re.compile(r"^(0|[1-9][0-9]*)\.(0|[1-9][0-9]*)\.(0|[1-9][0-9]*)(-[0-9A-Za-z.-]+)?$")
+
+
+def log(msg: str) -> None:
+    print(f"release: {msg}", file=sys.stderr, flush=True)
+
+
+def epoch() -> int:
+    if os.environ.get("SOURCE_DATE_EPOCH"):
+        return int(os.environ["SOURCE_DATE_EPOCH"])
+    try:
+        return int(subprocess.run(["git", "-C", str(ROOT), "log", "-1", "--format=%ct"],
+                                  check=True, capture_output=True, text=True).stdout.strip())
+    except (OSError, subprocess.CalledProcessError, ValueError):
+        return 315532800  # 1980-01-01, the oldest time a zip can hold
+
+
+def tracked(sub: str) -> list[Path]:
+    """Files under ROOT/sub that git tracks or would track (untracked but not
+    ignored), as paths relative to ROOT/sub: what a checkout has, never build
+    output or caches."""
+    out = subprocess.run(["git", "-C", str(ROOT / sub), "ls-files", "-z", "-c", "-o", "--exclude-standard", "."],
+                         check=True, capture_output=True).stdout.decode()
+    files = sorted({Path(p) for p in out.split("\0") if p})
+    return [p for p in files if (ROOT / sub / p).is_file() and "__pycache__" not in p.parts
+            and "node_modules" not in p.parts]
+
+
+# --- tarballs -----------------------------------------------------------------
+
+def write_tarball(dest: Path, members: list[tuple[str, Path, int]], mtime: int, prefix: str = "") -> None:
+    """A reproducible .tar.gz of (name, source, mode) members, root-owned."""
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w", format=tarfile.PAX_FORMAT) as tar:
+        for name, src, mode in members:
+            data = src.read_bytes()
+            ti = tarfile.TarInfo(prefix + name)
+            ti.size, ti.mode, ti.mtime = len(data), mode, mtime
+            ti.uid = ti.gid = 0
+            ti.uname = ti.gname = ""
+            tar.addfile(ti, io.BytesIO(data))
+    tmp = dest.with_name(dest.name + ".partial")
+    with open(tmp, "wb") as f, gzip.GzipFile(filename="", mode="wb", fileobj=f, mtime=mtime) as gz:
+        gz.write(buf.getvalue())
+    tmp.rename(dest)
+
+
+# --- npm ----------------------------------------------------------------------
+
+def npm_pack(stage: Path, dest_dir: Path, ignore_scripts: bool) -> Path:
+    args = ["npm", "pack", "--json", "--pack-destination", str(dest_dir), "--loglevel=error"]
+    if ignore_scripts:
+        args.append("--ignore-scripts")
+    p = subprocess.run(args, cwd=stage, capture_output=True, text=True)
+    if p.returncode != 0:
+        sys.stderr.write(p.stdout + p.stderr)
+        raise SystemExit(f"release: npm pack in {stage} failed (exit {p.returncode}; its output above)")
+    # The JSON array starts on a line of its own, after any lifecycle script's output.
+    m = re.search(r"^\[\s*$", p.stdout, re.M)
+    if m is None:
+        raise SystemExit(f"release: npm pack printed no JSON: {p.stdout[-500:]}")
+    name = json.loads(p.stdout[m.start():])[0]["filename"]
+    return dest_dir / name
+
+
+def npm_platform_package(version: str, goos: str, goarch: str, binary: Path, work: Path, dest: Path) -> Path:
+    node_os, node_cpu, _ = PLATFORMS[(goos, goarch)]
+    plat = f"{node_os}-{node_cpu}"
+    stage = work / f"npm-{plat}"
+    (stage / "bin").mkdir(parents=True)
+    shutil.copyfile(binary, stage / "bin" / "pgfork")
+    os.chmod(stage / "bin" / "pgfork", 0o755)
+    shutil.copyfile(ROOT / "LICENSE", stage / "LICENSE")
+    (stage / "README.md").write_text(
+        f"# @pgfork/{plat}\n\nThe `pgfork` binary for {goos}/{goarch} ({node_os} {node_cpu}), "
+        f"version {version}.\n\nInstall the `pgfork` package instead: it depends on this one "
+        "optionally, and npm installs the one package that fits the machine. "
+        "See https://github.com/pgfork/pgfork.\n")
+    pkg = {
+        "name": f"@pgfork/{plat}",
+        "version": version,
+        "description": f"The pgfork binary for {node_os}-{node_cpu} (installed by the pgfork package)",
+        "license": "Apache-2.0",
+        "repository": {"type": "git", "url": "git+https://github.com/pgfork/pgfork.git"},
+        "os": [node_os],
+        "cpu": [node_cpu],
+        "files": ["bin/pgfork"],
+        "preferUnplugged": True,
+    }
+    (stage / "package.json").write_text(json.dumps(pkg, indent=2) + "\n")
+    return npm_pack(stage, dest, ignore_scripts=True)
+
+
+def npm_main_package(version: str, work: Path, dest: Path) -> Path:
+    """clients/js packed from a staged copy (its node_modules linked in, so
+    the build runs with the devDependencies npm ci installed), with the
+    version and optionalDependencies stamped into the copy's package.json."""
+    js = ROOT / "clients" / "js"
+    if not (js / "node_modules" / ".bin" / "tsc").exists():
+        log("clients/js/node_modules is missing: npm ci --ignore-scripts (from package-lock.json)")
+        subprocess.run(["npm", "ci", "--ignore-scripts", "--no-audit", "--no-fund", "--loglevel=error"],
+                       cwd=js, check=True)
+    stage = work / "npm-pgfork"
+    for rel in tracked("clients/js"):
+        if rel.parts[0] in ("dist",):
+            continue
+        (stage / rel).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy2(js / rel, stage / rel)
+    (stage / "node_modules").symlink_to(js / "node_modules")
+    pkg = json.loads((stage / "package.json").read_text())
+    pkg["version"] = version
+    opt = dict(pkg.get("optionalDependencies") or {})
+    for plat in ALL_NPM:
+        opt[f"@pgfork/{plat}"] = version
+    pkg["optionalDependencies"] = opt
+    (stage / "package.json").write_text(json.dumps(pkg, indent=2) + "\n")
+    # prepack builds dist/ (tsc, ESM + CommonJS) in the copy.
+    return npm_pack(stage, dest, ignore_scripts=False)
+
+
+# --- Python wheels -------------------------------------------------------------
+
+def _b64(digest: bytes) -> str:
+    return base64.urlsafe_b64encode(digest).rstrip(b"=").decode()
+
+
+def _requirement(req: str, extra: str | None) -> str:
+    if extra is None:
+        return req
+    if ";" in req:
+        r, marker = req.split(";", 1)
+        return f'{r.strip()}; ({marker.strip()}) and extra == "{extra}"'
+    return f'{req}; extra == "{extra}"'
+
+
+def wheel_metadata(project: dict, version: str, readme: str) -> str:
+    lines = ["Metadata-Version: 2.1", f"Name: {project['name']}", f"Version: {version}"]
+    if project.get("description"):
+        lines.append(f"Summary: {project['description']}")
+    if project.get("requires-python"):
+        lines.append(f"Requires-Python: {project['requires-python']}")
+    lic = project.get("license")
+    if isinstance(lic, dict) and lic.get("text"):
+        lines.append(f"License: {lic['text']}")
+    lines.append("Project-URL: Source, https://github.com/pgfork/pgfork")
+    for req in project.get("dependencies", []):
+        lines.append(f"Requires-Dist: {_requirement(req, None)}")
+    for extra, reqs in project.get("optional-dependencies", {}).items():
+        lines.append(f"Provides-Extra: {extra}")
+        for req in reqs:
+            lines.append(f"Requires-Dist: {_requirement(req, extra)}")
+    lines.append("Description-Content-Type: text/markdown")
+    return "\n".join(lines) + "\n\n" + readme
+
+
+def entry_points(project: dict) -> str:
+    groups: dict[str, dict[str, str]] = {}
+    if project.get("scripts"):
+        groups["console_scripts"] = project["scripts"]
+    for group, eps in project.get("entry-points", {}).items():
+        groups[group] = eps
+    return "".join(f"[{g}]\n" + "".join(f"{k} = {v}\n" for k, v in eps.items()) + "\n"
+                   for g, eps in groups.items())
+
+
+def write_wheel(dest_dir: Path, version: str, tags: list[str], binary: Path | None, mtime: int) -> Path:
+    py = ROOT / "clients" / "python"
+    project = tomllib.loads((py / "pyproject.toml").read_text())["project"]
+    name = project["name"]
+    dist_info = f"{name}-{version}.dist-info"
+    plat = ".".join(tags)
+    whl = dest_dir / f"{name}-{version}-py3-none-{plat}.whl"
+
+    files: list[tuple[str, bytes, int]] = []
+    for rel in tracked("clients/python/src"):
+        if rel.parts[0] != name or rel.suffix == ".pyc":
+            continue
+        files.append((rel.as_posix(), (py / "src" / rel).read_bytes(), 0o644))
+    if binary is not None:
+        files.append((f"{name}/_bin/pgfork", binary.read_bytes(), 0o755))
+    files.append((f"{dist_info}/METADATA",
+                  wheel_metadata(project, version, (py / "README.md").read_text()).encode(), 0o644))
+    wheel = ["Wheel-Version: 1.0", "Generator: pgfork scripts/release.py",
+             f"Root-Is-Purelib: {'true' if binary is None else 'false'}"]
+    wheel += [f"Tag: py3-none-{t}" for t in tags]
+    files.append((f"{dist_info}/WHEEL", ("\n".join(wheel) + "\n").encode(), 0o644))
+    files.append((f"{dist_info}/entry_points.txt", entry_points(project).encode(), 0o644))
+    files.append((f"{dist_info}/licenses/LICENSE", (ROOT / "LICENSE").read_bytes(), 0o644))
+
+    record = [f"{n},sha256={_b64(hashlib.sha256(d).digest())},{len(d)}" for n, d, _ in files]
+    record.append(f"{dist_info}/RECORD,,")
+    files.append((f"{dist_info}/RECORD", ("\n".join(record) + "\n").encode(), 0o644))
+
+    ts = max(mtime, 315532800)
+    date_time = time.gmtime(ts)[:6]
+    tmp = whl.with_name(whl.name + ".partial")
+    with zipfile.ZipFile(tmp, "w", compression=zipfile.ZIP_DEFLATED) as z:
+        for n, d, mode in files:
+            zi = zipfile.ZipInfo(n, date_time=date_time)
+            zi.external_attr = (0o100000 | mode) << 16
+            zi.compress_type = zipfile.ZIP_DEFLATED
+            z.writestr(zi, d)
+    tmp.rename(whl)
+    return whl
+
+
+# --- main ---------------------------------------------------------------------
+
+def sha256sums(dist: Path) -> None:
+    lines = []
+    for p in sorted(dist.rglob("*")):
+        if p.is_file() and p.name != "SHA256SUMS":
+            h = hashlib.sha256(p.read_bytes()).hexdigest()
+            lines.append(f"{h}  {p.relative_to(dist).as_posix()}\n")
+    (dist / "SHA256SUMS").write_text("".join(lines))
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--version", required=True, help="the release version (semantic: 1.2.3 or 1.2.3-rc.1)")
+    ap.add_argument("--bin-dir", required=True, type=Path, help="where the binaries pgfork-<os>-<arch> are")
+    ap.add_argument("--dist", required=True, type=Path, help="output directory (must be empty or absent)")
+    ap.add_argument("--skip-js", action="store_true", help="no npm packages (no node/npm here)")
+    a = ap.parse_args()
+    a.dist, a.bin_dir = a.dist.resolve(), a.bin_dir.resolve()  # npm pack runs elsewhere
+
+    if not VERSION_RE.match(a.version):
+        log(f"version {a.version!r} is not a release version such as 1.2.3 (npm and pip need one): fix VERSION")
+        return 2
+    bins = sorted(a.bin_dir.glob("pgfork-*-*"))
+    built = []
+    for b in bins:
+        goos, goarch = b.name.split("-")[1:3]
+        if (goos, goarch) not in PLATFORMS:
+            log(f"{b}: {goos}/{goarch} is not a platform the packages know (known: "
+                f"{', '.join('/'.join(p) for p in PLATFORMS)})")
+            return 2
+        built.append((goos, goarch, b))
+    if not built:
+        log(f"no binaries pgfork-<os>-<arch> in {a.bin_dir}")
+        return 2
+    if a.dist.exists() and any(a.dist.iterdir()):
+        log(f"{a.dist} is not empty: remove it first (make release does)")
+        return 2
+    mtime = epoch()
+    (a.dist / "npm").mkdir(parents=True, exist_ok=True)
+    (a.dist / "python").mkdir(parents=True, exist_ok=True)
+
+    with tempfile.TemporaryDirectory(prefix="pgfork-release-") as tmp:
+        work = Path(tmp)
+        for goos, goarch, b in built:
+            tgz = a.dist / f"pgfork-{a.version}-{goos}-{goarch}.tar.gz"
+            write_tarball(tgz, [("pgfork", b, 0o755), ("LICENSE", ROOT / "LICENSE", 0o644),
+                                ("README.md", ROOT / "README.md", 0o644)], mtime)
+            log(f"wrote {tgz}")
+            whl = write_wheel(a.dist / "python", a.version, PLATFORMS[(goos, goarch)][2], b, mtime)
+            log(f"wrote {whl}")
+            if not a.skip_js:
+                log(f"wrote {npm_platform_package(a.version, goos, goarch, b, work, a.dist / 'npm')}")
+        whl = write_wheel(a.dist / "python", a.version, ["any"], None, mtime)
+        log(f"wrote {whl}")
+        if not a.skip_js:
+            log("packing clients/js (npm pack: builds it)")
+            log(f"wrote {npm_main_package(a.version, work, a.dist / 'npm')}")
+    sha256sums(a.dist)
+    log(f"wrote {a.dist / 'SHA256SUMS'}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -2,6 +2,7 @@ package serve_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -151,6 +152,10 @@ func TestManagedEveryMajor(t *testing.T) {
 		if err := os.Rename(filepath.Join(own, n), filepath.Join(base, n)); err != nil {
 			t.Fatal(err)
 		}
+	}
+	// The old layout had no record of the port either (server/managed's port file).
+	if err := os.Remove(filepath.Join(own, "port")); err != nil && !errors.Is(err, os.ErrNotExist) {
+		t.Fatal(err)
 	}
 	if err := os.Remove(own); err != nil {
 		t.Fatal(err)

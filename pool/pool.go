@@ -872,6 +872,9 @@ func (p *Pool) fill() {
 // gets ErrTestReclaimed) and a new database is created under a new id; if a
 // session came back, e stays with its holder. Called with p.mu held.
 func (p *Pool) reclaim(e *entry) {
+	if p.closed {
+		return // Close drops it
+	}
 	p.wg.Add(1)
 	go func() {
 		defer p.wg.Done()
@@ -1009,7 +1012,12 @@ func (p *Pool) freeID() int {
 
 // spawn creates e in the background, dropping dropFirst before (the old
 // copy of a database being recreated or reclaimed). Called with p.mu held.
+// A closed pool starts nothing: Close waits for the work started before it
+// (a WaitGroup may not grow while it is waited on) and drops e itself.
 func (p *Pool) spawn(e *entry, dropFirst string) {
+	if p.closed {
+		return
+	}
 	p.wg.Add(1)
 	p.pending++
 	go func() {

@@ -603,3 +603,31 @@ func TestPoolGrowsAndShrinks(t *testing.T) {
 	})
 	waitFor(t, func() bool { return len(s.databases(t, "t_")) == initial })
 }
+
+// A database given back after its pool closed starts no background work
+// and nothing is left behind: Close waits for the work started before it,
+// and a recreation started while it waits reused its WaitGroup (a panic
+// and a race under -race in server's TestRestartUnderLoad on a fresh
+// machine; this test does not hit that window, it checks the outcome).
+func TestPoolGiveBackAfterClose(t *testing.T) {
+	s := startPG(t)
+	p := newPool(t, s, pool.Config{Initial: 2, Max: 2})
+	a := acquire(t, p, 30*time.Second)
+	b := acquire(t, p, 30*time.Second)
+	if err := p.Close(context.Background(), true); err != nil {
+		t.Fatal(err)
+	}
+	if err := p.Recreate(a.ID); err != nil {
+		t.Logf("Recreate after Close: %v", err)
+	}
+	if err := p.Unlock(b.ID); err != nil {
+		t.Logf("Unlock after Close: %v", err)
+	}
+	time.Sleep(time.Second) // what a creation started now would have made
+	if st := p.Stats(); st.ByState[pool.Dirty]+st.ByState[pool.Recreating]+st.ByState[pool.Creating] != 0 {
+		t.Fatalf("after Close a give-back started a recreation: %+v", st)
+	}
+	if left := s.databases(t, "t_"); len(left) != 0 {
+		t.Fatalf("databases left after Close and a give-back: %v", left)
+	}
+}

@@ -529,18 +529,8 @@ func (s *Server) recreate(v api, w http.ResponseWriter, r *http.Request) {
 // stays across a restart. Its hand-out id still gives it back (recreate
 // or unlock then drop it).
 func (s *Server) keep(v api, w http.ResponseWriter, r *http.Request) {
-	h, ok := hashParam(w, r)
+	h, id, ok := s.handOutID(v, w, r)
 	if !ok {
-		return
-	}
-	var id int
-	if v == v2 {
-		if id, ok = s.handouts.take(h, r.PathValue("id")); !ok {
-			writeError(w, http.StatusNotFound, "no test database of template "+h+" is handed out under this id (given back already, or handed out before a restart)")
-			return
-		}
-	} else if id, ok = pool.ParseID(r.PathValue("id")); !ok {
-		writeError(w, http.StatusBadRequest, "invalid test database ID")
 		return
 	}
 	if err := s.cfg.Manager.Keep(r.Context(), h, id); err != nil {
@@ -550,21 +540,29 @@ func (s *Server) keep(v api, w http.ResponseWriter, r *http.Request) {
 	w.WriteHeader(http.StatusNoContent)
 }
 
-// giveBack handles the routes that return a test database (unlock,
-// recreate, the deprecated DELETE): validated hash and id, then 204.
-func (s *Server) giveBack(v api, w http.ResponseWriter, r *http.Request, do func(ctx context.Context, hash string, id int) error) {
-	h, ok := hashParam(w, r)
-	if !ok {
-		return
+// handOutID reads a hand-out route's template hash and test database: the
+// v2 hand-out token, or v1's small id. On false it has written the error.
+func (s *Server) handOutID(v api, w http.ResponseWriter, r *http.Request) (h string, id int, ok bool) {
+	if h, ok = hashParam(w, r); !ok {
+		return "", 0, false
 	}
-	var id int
 	if v == v2 {
 		if id, ok = s.handouts.take(h, r.PathValue("id")); !ok {
 			writeError(w, http.StatusNotFound, "no test database of template "+h+" is handed out under this id (given back already, or handed out before a restart)")
-			return
 		}
-	} else if id, ok = pool.ParseID(r.PathValue("id")); !ok {
+		return h, id, ok
+	}
+	if id, ok = pool.ParseID(r.PathValue("id")); !ok {
 		writeError(w, http.StatusBadRequest, "invalid test database ID")
+	}
+	return h, id, ok
+}
+
+// giveBack handles the routes that return a test database (unlock,
+// recreate, the deprecated DELETE): validated hash and id, then 204.
+func (s *Server) giveBack(v api, w http.ResponseWriter, r *http.Request, do func(ctx context.Context, hash string, id int) error) {
+	h, id, ok := s.handOutID(v, w, r)
+	if !ok {
 		return
 	}
 	if err := do(r.Context(), h, id); err != nil {

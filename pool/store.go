@@ -67,11 +67,13 @@ type Kept struct {
 
 // Endpoint is where a client reaches a database: Host and Port empty when
 // it is on the server the API hands out by default, and the database's name
-// on that server.
+// on that server. SocketDir is the private Unix socket directory of a
+// server of its own (Port set), for local clients that may reach it.
 type Endpoint struct {
-	Host     string
-	Port     int
-	Database string
+	Host      string
+	Port      int
+	Database  string
+	SocketDir string
 }
 
 // Sweeper is a Store that can drop every test copy it made, whatever its

@@ -4,13 +4,16 @@ import (
 	"context"
 	"fmt"
 	"net/http/httptest"
+	"net/url"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/pgfork/pgfork/instance"
@@ -288,5 +291,51 @@ func TestClusterIsolationCrash(t *testing.T) {
 		if alive(pid) {
 			t.Fatalf("postgres %d still runs after shutdown", pid)
 		}
+	}
+}
+
+// TestClusterSocketOnRequest: with a cluster per test, ?socket=1 names
+// that test's own cluster's private socket directory (not a shared one),
+// where the handed-out role connects without its password to the same
+// server and database as over TCP; unasked, the answer has no socketDir.
+func TestClusterSocketOnRequest(t *testing.T) {
+	e := newClusterEnv(t, testenv.XFSDir(t), 1, 3)
+	const h = "clustersock"
+	e.expect(t, "POST", "/api/v1/templates", map[string]string{"hash": h}, 200)
+	e.expect(t, "PUT", "/api/v1/templates/"+h, nil, 204)
+	type answer struct {
+		Database struct {
+			Config struct {
+				config
+				SocketDir *string `json:"socketDir"`
+			} `json:"config"`
+		} `json:"database"`
+	}
+	var plain, a, b answer
+	e.expect(t, "GET", "/api/v1/templates/"+h+"/tests", nil, 200).json(t, &plain)
+	if plain.Database.Config.SocketDir != nil {
+		t.Errorf("unasked hand-out names socketDir %q", *plain.Database.Config.SocketDir)
+	}
+	e.expect(t, "GET", "/api/v2/templates/"+h+"/tests?socket=1", nil, 200).json(t, &a)
+	e.expect(t, "GET", "/api/v1/templates/"+h+"/tests?socket=1", nil, 200).json(t, &b)
+	sa, sb := a.Database.Config.SocketDir, b.Database.Config.SocketDir
+	if sa == nil || sb == nil || !filepath.IsAbs(*sa) || *sa == *sb {
+		t.Fatalf("socket dirs of two test clusters: %v, %v; want two absolute, different", sa, sb)
+	}
+	c := a.Database.Config
+	tcp := identify(t, c.config)
+	q := url.Values{"host": {*sa}, "port": {strconv.Itoa(c.Port)}, "user": {c.Username}, "sslmode": {"disable"}}
+	conn, err := pgx.Connect(context.Background(), "postgres:///"+c.Database+"?"+q.Encode())
+	if err != nil {
+		t.Fatalf("connecting on the cluster's socket without a password: %v", err)
+	}
+	defer conn.Close(context.Background())
+	var dataDir, db, user string
+	if err := conn.QueryRow(context.Background(), "SELECT current_setting('data_directory'), current_database(), current_user").
+		Scan(&dataDir, &db, &user); err != nil {
+		t.Fatal(err)
+	}
+	if dataDir != tcp.dataDir || db != c.Database || user != c.Username {
+		t.Errorf("on the socket: %s %s %s; over TCP: %s %s %s", dataDir, db, user, tcp.dataDir, c.Database, c.Username)
 	}
 }

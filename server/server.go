@@ -450,7 +450,7 @@ func (s *Server) initialize(v api, w http.ResponseWriter, r *http.Request) {
 		s.fail(v, w, r, err)
 		return
 	}
-	writeJSON(w, http.StatusOK, templateResponse{TemplateHash: t.Hash, Database: s.withSocket(r, s.database(t.Hash, t.Endpoint), t.Endpoint.Port != 0)})
+	writeJSON(w, http.StatusOK, templateResponse{TemplateHash: t.Hash, Database: s.withSocket(r, s.database(t.Hash, t.Endpoint), t.Endpoint)})
 }
 
 const badHash = "invalid hash: use 1-1024 bytes of printable UTF-8 (no control characters)"
@@ -504,7 +504,7 @@ func (s *Server) getTest(v api, w http.ResponseWriter, r *http.Request) {
 		s.fail(v, w, r, err)
 		return
 	}
-	d := s.withSocket(r, s.database(h, db.Endpoint), db.Endpoint.Port != 0)
+	d := s.withSocket(r, s.database(h, db.Endpoint), db.Endpoint)
 	if v == v2 {
 		// The native API hands out an unguessable id: only the holder can
 		// give the database back, and an id from an earlier hand-out of

@@ -2,6 +2,8 @@ package server
 
 import (
 	"net/http"
+
+	"github.com/pgfork/pgfork/pool"
 )
 
 // SocketParam is the query parameter of a hand-out or initialize request
@@ -14,14 +16,22 @@ import (
 // (issue 33; docs/SECURITY.md, "Against other local users").
 const SocketParam = "socket"
 
-// withSocket adds Config.SocketDir to d's config (socketDir) when the
-// request asks for it with SocketParam and d is a database of the shared
-// server (not a cluster of its own). Nothing changes for a client that
+// withSocket adds a socket directory to d's config (socketDir) when the
+// request asks for it with SocketParam: the shared server's
+// (Config.SocketDir) for a database in it, the cluster's own for a test
+// copy that is a cluster of its own (e.Port set: serve --copies clusters;
+// its pg_hba trusts its socket too). Nothing changes for a client that
 // does not ask: IntegreSQL's answer stays exactly its own.
-func (s *Server) withSocket(r *http.Request, d database, own bool) database {
-	if s.cfg.SocketDir == "" || own || r.URL.Query().Get(SocketParam) != "1" {
+func (s *Server) withSocket(r *http.Request, d database, e pool.Endpoint) database {
+	if r.URL.Query().Get(SocketParam) != "1" {
 		return d
 	}
-	d.Config.SocketDir = s.cfg.SocketDir
+	dir := s.cfg.SocketDir
+	if e.Port != 0 {
+		dir = e.SocketDir
+	}
+	if dir != "" {
+		d.Config.SocketDir = dir
+	}
 	return d
 }

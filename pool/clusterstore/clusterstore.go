@@ -381,8 +381,8 @@ func (s *Store) Drop(_ context.Context, name string) error {
 	return nil
 }
 
-// Endpoint is the TCP address of cluster name and the database clients
-// use in it (the template's).
+// Endpoint is the TCP address of cluster name, its private socket
+// directory and the database clients use in it (the template's).
 func (s *Store) Endpoint(name string) pool.Endpoint {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -391,7 +391,7 @@ func (s *Store) Endpoint(name string) pool.Endpoint {
 		db = t
 	}
 	if inst := s.running[name]; inst != nil {
-		return pool.Endpoint{Host: inst.Host, Port: inst.Port, Database: db}
+		return pool.Endpoint{Host: inst.Host, Port: inst.Port, Database: db, SocketDir: inst.SocketDir}
 	}
 	return pool.Endpoint{Database: db}
 }

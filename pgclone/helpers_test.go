@@ -41,6 +41,7 @@ func (e pgEnv) start(t *testing.T, data string, settings map[string]string) *ins
 // a test copies it.
 type load struct {
 	what string
+	cmd  *exec.Cmd
 	out  bytes.Buffer
 	done chan struct{}
 	err  error
@@ -51,7 +52,7 @@ type load struct {
 // runs.
 func startLoad(t *testing.T, what string, cmd *exec.Cmd) *load {
 	t.Helper()
-	l := &load{what: what, done: make(chan struct{})}
+	l := &load{what: what, cmd: cmd, done: make(chan struct{})}
 	cmd.Stdout, cmd.Stderr = &l.out, &l.out
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
@@ -73,6 +74,20 @@ func (l *load) checkRunning(t *testing.T, why string) {
 		t.Fatalf("%s ended too early (%v): %s\n%s", l.what, l.err, why, l.out.String())
 	default:
 	}
+}
+
+// stop ends the program now, its load no longer needed, and fails the
+// test if it had already failed on its own.
+func (l *load) stop(t *testing.T) {
+	t.Helper()
+	select {
+	case <-l.done:
+		l.wait(t)
+		return
+	default:
+	}
+	_ = l.cmd.Process.Kill()
+	<-l.done
 }
 
 // wait waits for the program to end and fails the test if it failed.

@@ -204,7 +204,10 @@ func TestOnlineCloneUnderPgbench(t *testing.T) {
 			pgtest.Exec(t, curl, "UPDATE pgbench_accounts SET abalance = abalance + 1 WHERE aid = 1")
 			pgtest.Stop(t, cl)
 
-			bg.wait(t)
+			// The load did its part (the source wrote all through the copy
+			// and the clone's recovery); the rest of its 20 s proves nothing
+			// more. Its transactions are atomic, so the source still holds.
+			bg.stop(t)
 			pgtest.CheckPgbenchInvariant(t, url, "the copy was not taken under load")
 		})
 	})

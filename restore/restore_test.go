@@ -99,8 +99,15 @@ func TestRestoreChainMatchesCombineBackup(t *testing.T) {
 			pgtest.Stop(t, in)
 			e.toolAs(t, "pg_checksums", "--check", "-D", out)
 
-			// pg_combinebackup's manifest options, on the same chain.
-			for _, algo := range []string{"SHA224", "sha512", "NONE"} {
+			// pg_combinebackup's manifest options, on the same chain: once,
+			// with the newest major on ext4 (what they change is the
+			// manifest's checksums, the same on any filesystem; each is a
+			// combine, a restore and a verify more).
+			algos := []string{"SHA224", "sha512", "NONE"}
+			if e.Inst.Major != newestPG(t).Inst.Major || !strings.HasSuffix(t.Name(), "/ext4") {
+				algos = nil
+			}
+			for _, algo := range algos {
 				ref := filepath.Join(base, "combined-"+algo)
 				e.Tool(t, "pg_combinebackup", append([]string{"-o", ref, "--no-sync", "--manifest-checksums", strings.ToUpper(algo)}, c.dirs...)...)
 				out := filepath.Join(base, "restored-"+algo)

@@ -26,7 +26,16 @@ if [ "$(id -u)" = 0 ]; then
 else
 	echo "check: not root: tests that need XFS, tmpfs or mounts will skip (run as root for the full suite)" >&2
 fi
-trap 'scripts/test-env.sh down' EXIT
+prepare_pid=
+# On any exit: stop clients/prepare.sh if it still runs (its own process
+# group), then remove what this run made.
+finish() {
+	[ -z "$prepare_pid" ] || kill -- "-$prepare_pid" 2>/dev/null || true
+	scripts/test-env.sh down
+}
+trap finish EXIT
+stage() { echo "check: $* ($(date -u +%H:%M:%S), $((SECONDS / 60)) min in)" >&2; }
+stage "test environment"
 scripts/test-env.sh up
 eval "$(scripts/test-env.sh env)"
 
@@ -38,7 +47,16 @@ chmod 0755 "$TMPDIR"
 # pgfork's own state for commands the tests run without --state-dir.
 export PGFORK_HOME=$PGFORK_TEST_RUN_DIR/home
 
+stage "make lint"
 make lint
+# While the Go tests run (they mostly wait on PostgreSQL and the disks), the
+# client stage's downloads and builds run beside them at low priority
+# (clients/prepare.sh: a head start only; the client stage repeats each step
+# from the caches, so a failure there still fails the run with its reason).
+prepare_log=$PGFORK_TEST_RUN_DIR/clients-prepare.log
+setsid nice -n 19 clients/prepare.sh >"$prepare_log" 2>&1 &
+prepare_pid=$!
+stage "go test"
 # Every test once, verbose into the run's log; on the terminal the package
 # results, failures and skips. Under PGFORK_TEST_REQUIRE=1 (root) a test whose
 # environment is missing (XFS, tmpfs, a PostgreSQL major) fails instead of
@@ -61,20 +79,28 @@ if [ "$status" -ne 0 ]; then
 	echo "check: go test failed (exit $status); the whole verbose log is kept in $kept" >&2
 	exit "$status"
 fi
+prepare_status=0
+wait "$prepare_pid" || prepare_status=$?
+prepare_pid=
+grep '^== clients/prepare.sh' "$prepare_log" >&2 || true
+[ "$prepare_status" = 0 ] || echo "check: clients/prepare.sh failed (exit $prepare_status; its log: $prepare_log): the client stage repeats its steps" >&2
 # The client libraries (a Go module of their own and a pip package) against a real `pgfork serve`.
+stage "clients/test.sh"
 clients/test.sh
 # Zero setup (issue 34): the release for this platform installed as a user
 # installs it (npm, pip, the tarball), and the example projects' tests run with
 # nothing else: clean HOME, no Go or pgfork on PATH, no server started by hand;
 # uses the npm/pip/cargo caches and Rust target dir clients/test.sh filled.
 # PGFORK_ZERO_SETUP_CASES narrows it (e.g. "python"; see the script).
+stage "clients/zero-setup.sh"
 # shellcheck disable=SC2086
 clients/zero-setup.sh ${PGFORK_ZERO_SETUP_CASES:-all}
 # The service recipes (deploy/): the image's root filesystem run in private
 # namespaces, a client in another, and the systemd unit. Needs root.
 if [ "$(id -u)" = 0 ]; then
+	stage "deploy/smoke.sh"
 	deploy/smoke.sh
 else
 	echo "check: not root: deploy/smoke.sh skipped (it needs namespaces and chroot)" >&2
 fi
-echo "check: all passed" >&2
+echo "check: all passed in $((SECONDS / 60)) min" >&2

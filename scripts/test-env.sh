@@ -104,6 +104,15 @@ more_majors() {
 		(cd "$ROOT" && go run ./cmd/pgfork --state-dir "$home" pg install "$m") >&2 ||
 			die "pgfork pg install $m failed (see above)"
 	done
+	# As root the servers run as the postgres OS user, which must reach the
+	# builds: a cache under a private directory (mode 0700) fails every
+	# test of those majors with "permission denied" on initdb.
+	if is_root && id postgres >/dev/null 2>&1; then
+		for d in "$home"/installs/*/bin; do
+			su postgres -s /bin/sh -c "test -x '$d/postgres'" ||
+				die "the postgres OS user cannot run $d/postgres: PGFORK_TEST_CACHE=$CACHE must be reachable by it (every directory above it searchable, e.g. chmod o+x)"
+		done
+	fi
 }
 
 print_env() {

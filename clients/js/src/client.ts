@@ -408,7 +408,18 @@ export class Client {
     await this.handOutOp("recreate", db, opts);
   }
 
-  private async handOutOp(op: "unlock" | "recreate", db: TestDatabase, opts: CallOptions): Promise<void> {
+  /**
+   * Keeps db as it is for inspection (its test failed): pgfork serve no
+   * longer counts it against the pool's maximum, keeps it across a restart
+   * and drops the oldest kept beyond its --kept-max; giving it back later
+   * (recreate, unlock) drops it. By its token on v2. IntegreSQL has no such
+   * call (an ApiError).
+   */
+  async keep(db: TestDatabase, opts: CallOptions = {}): Promise<void> {
+    await this.handOutOp("keep", db, opts);
+  }
+
+  private async handOutOp(op: "unlock" | "recreate" | "keep", db: TestDatabase, opts: CallOptions): Promise<void> {
     const h = Client.h(db.templateHash);
     if (this.apiVersion === 1 || !db.token) {
       await this.request(op, "POST", `/api/v1/templates/${h}/tests/${Math.trunc(db.id)}/${op}`, { ...opts, want: 204 });

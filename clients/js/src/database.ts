@@ -1,5 +1,5 @@
 import { type Client, type DatabaseConfig, type TestDatabase, maskPassword } from "./client.js";
-import { PgforkError } from "./errors.js";
+import { ApiError, PgforkError } from "./errors.js";
 import { type PgClient, connectPg } from "./migrate.js";
 import { getDatabase } from "./template.js";
 
@@ -115,7 +115,7 @@ export async function acquireDatabase(client: Client, hash: string): Promise<Pgf
 /**
  * Ends db's test: closes its clients, then gives it back to be recreated
  * (unlocked when readonly) after a passing test; after a failing one keeps it
- * and logs its URL (password masked; PGFORK_SHOW_PASSWORD=1 shows it).
+ * (POST …/keep: out of the pool's count) and logs its URL (password masked; PGFORK_SHOW_PASSWORD=1 shows it).
  */
 export async function releaseDatabase(
   client: Client,
@@ -127,6 +127,11 @@ export async function releaseDatabase(
   if (failed) {
     db.kept = true;
     (opts.log ?? ((l: string) => process.stderr.write(l + "\n")))(db.keptMessage());
+    // Out of the pool's count, so kept failures never starve the next
+    // tests; IntegreSQL has no keep (the database then stays in use).
+    await client.keep(db.testDatabase).catch((e: unknown) => {
+      if (!(e instanceof ApiError)) throw e;
+    });
   } else if (opts.readonly) {
     await client.unlock(db.testDatabase);
   } else {

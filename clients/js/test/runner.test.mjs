@@ -21,9 +21,10 @@ function run(cmd, args, opts) {
   });
 }
 
-async function inUse(client, hash) {
+/** The template's databases in use and kept (POST …/keep: outside the pool's count). */
+async function counts(client, hash) {
   const t = (await client.listTemplates()).templates.find((x) => x.templateHash === hash);
-  return t?.databases?.in_use ?? 0;
+  return { inUse: t?.databases?.in_use ?? 0, kept: t?.kept ?? 0 };
 }
 
 test("a failing migration: its output, the template discarded, waiters fail at once", async () => {
@@ -112,7 +113,7 @@ test("runWithDatabase keeps a failing test's database and masks its password", a
   assert.equal(lines.length, 1);
   assert.match(lines[0], /keeping test database pgfork_test_/);
   assert.ok(lines[0].includes(":***@") && !lines[0].includes(password), lines[0]);
-  assert.equal(await inUse(client, hash), 1, "the kept database stays in use");
+  assert.deepEqual(await counts(client, hash), { inUse: 0, kept: 1 }, "the kept database is kept, out of the pool's count");
   const c = new pg.Client({ connectionString: url });
   await c.connect(); // still there to inspect
   await c.end();
@@ -134,7 +135,7 @@ test("vitest: a failing test keeps its database (URL printed, password masked), 
   assert.match(line, /postgres:\/\/pgfork:\*\*\*@/);
   assert.match(r.out, /1 failed \| 1 passed/);
   const hash = templateHash(good, key);
-  assert.equal(await inUse(client, hash), 1, "only the failed test's database is kept");
+  assert.deepEqual(await counts(client, hash), { inUse: 0, kept: 1 }, "only the failed test's database is kept");
   await client.discardTemplate(hash);
 });
 
@@ -167,6 +168,6 @@ test("vitest useDatabaseEnv: each test's database in the environment before the 
   const passedDb = /PASSED-DB (\S+)/.exec(r.out)?.[1];
   assert.ok(passedDb && !r.out.includes(`keeping test database ${passedDb}`), r.out);
   const hash = templateHash(good, key);
-  assert.equal(await inUse(client, hash), 1, "only the failed test's database is kept");
+  assert.deepEqual(await counts(client, hash), { inUse: 0, kept: 1 }, "only the failed test's database is kept");
   await client.discardTemplate(hash);
 });

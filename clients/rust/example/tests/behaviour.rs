@@ -226,8 +226,8 @@ async fn panics_when_asked(pool: PgPool) {
     }
 }
 
-// A panicking test's database is kept (not given back) and its URL printed
-// with the password masked.
+// A panicking test's database is kept (not given back: POST …/keep, outside
+// the pool's count) and its URL printed with the password masked.
 #[tokio::test]
 async fn panicking_test_keeps_its_database() {
     let out = std::process::Command::new(std::env::current_exe().unwrap())
@@ -260,6 +260,18 @@ async fn panicking_test_keeps_its_database() {
     assert!(
         !password.is_empty() && !line.contains(&password),
         "password printed: {line}"
+    );
+
+    // The server was told: it counts the database as kept, outside the pool.
+    let listed = client.list_templates().await.unwrap();
+    let kept_now = listed["templates"]
+        .as_array()
+        .and_then(|ts| ts.iter().find(|t| t["templateHash"] == tpl.hash.as_str()))
+        .and_then(|t| t["kept"].as_u64())
+        .unwrap_or(0);
+    assert!(
+        kept_now >= 1,
+        "the server does not count the failed test's database as kept: {listed}"
     );
 
     // Kept: its hand-out is still out, so giving it back now succeeds (once).

@@ -679,6 +679,15 @@ impl Client {
         self.hand_out_op("recreate", db).await
     }
 
+    /// Keeps `db` as it is for inspection (its test failed): `pgfork serve`
+    /// no longer counts it against the pool's maximum, keeps it across a
+    /// restart and drops the oldest kept beyond its `--kept-max`; giving it
+    /// back later (recreate, unlock) drops it. IntegreSQL has no such call
+    /// (an [`Error::Api`](crate::Error::Api)).
+    pub async fn keep(&self, db: &TestDatabase) -> Result<()> {
+        self.hand_out_op("keep", db).await
+    }
+
     async fn hand_out_op(&self, op: &'static str, db: &TestDatabase) -> Result<()> {
         let h = enc(&db.template_hash);
         let path = match (&db.token, self.api_version()) {

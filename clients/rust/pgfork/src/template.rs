@@ -203,10 +203,17 @@ impl TestDb {
         self.client.unlock(&self.db).await
     }
 
-    /// Keeps the database on the server (not given back) and prints its URL.
-    pub fn keep(mut self) {
+    /// Keeps the database on the server for inspection and prints its URL:
+    /// `pgfork serve` counts it outside the pool (so kept failures never make
+    /// the next tests wait) until it is given back or `--kept-max` newer ones
+    /// push it out. A server without the call (IntegreSQL) leaves it in use.
+    pub async fn keep(mut self) -> Result<()> {
         self.done = true;
         eprintln!("{}", self.kept_message());
+        match self.client.keep(&self.db).await {
+            Err(e) if e.api_kind().is_some() => Ok(()),
+            r => r,
+        }
     }
 
     /// The line printed for a kept database.

@@ -334,13 +334,22 @@ where
         .block_on(test_db(&args))
         .unwrap_or_else(|e| panic!("pgfork: test {}: {e}", args.name));
     let handed_out = t0.elapsed();
-    // From here a panic drops db, which keeps the database and prints its URL.
+    // From here a failure or a panic keeps the database on the server and prints its URL.
     let opts = connect_options(&db.url()).unwrap_or_else(|e| panic!("{e}"));
     let (param, pool) = rt
         .block_on(make(opts))
         .unwrap_or_else(|e| panic!("pgfork: test {}: {e}", args.name));
     record_timing(t0.elapsed(), handed_out);
-    let out = rt.block_on(f(param));
+    // A panicking test (an assert) is caught here, so that its database is
+    // kept on the server too, then the panic goes on.
+    let out = match std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| rt.block_on(f(param)))) {
+        Ok(out) => out,
+        Err(panic) => {
+            drop(pool);
+            keep(&rt, db, &args.name);
+            std::panic::resume_unwind(panic)
+        }
+    };
     if out.is_success() {
         rt.block_on(async {
             if let Some(p) = pool {
@@ -355,9 +364,18 @@ where
             )
         });
     } else {
-        db.keep();
+        drop(pool);
+        keep(&rt, db, &args.name);
     }
     out
+}
+
+/// Keeps a failed test's database (printing its URL); a server that cannot
+/// be told is only reported: the test's own failure is what matters.
+fn keep(rt: &tokio::runtime::Runtime, db: TestDb, name: &str) {
+    if let Err(e) = rt.block_on(db.keep()) {
+        eprintln!("pgfork: test {name}: telling the server to keep its database failed: {e}");
+    }
 }
 
 /// With `$PGFORK_TIMINGS` naming a file, appends a line per test: the

@@ -303,15 +303,7 @@ func TestClusterSocketOnRequest(t *testing.T) {
 	const h = "clustersock"
 	e.expect(t, "POST", "/api/v1/templates", map[string]string{"hash": h}, 200)
 	e.expect(t, "PUT", "/api/v1/templates/"+h, nil, 204)
-	type answer struct {
-		Database struct {
-			Config struct {
-				config
-				SocketDir *string `json:"socketDir"`
-			} `json:"config"`
-		} `json:"database"`
-	}
-	var plain, a, b answer
+	var plain, a, b socketAnswer
 	e.expect(t, "GET", "/api/v1/templates/"+h+"/tests", nil, 200).json(t, &plain)
 	if plain.Database.Config.SocketDir != nil {
 		t.Errorf("unasked hand-out names socketDir %q", *plain.Database.Config.SocketDir)

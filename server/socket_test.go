@@ -12,6 +12,16 @@ import (
 	"github.com/pgfork/pgfork/server"
 )
 
+// socketAnswer is a hand-out's answer with its socketDir, nil when absent.
+type socketAnswer struct {
+	Database struct {
+		Config struct {
+			config
+			SocketDir *string `json:"socketDir"`
+		} `json:"config"`
+	} `json:"database"`
+}
+
 // TestSocketOnRequest: a hand-out asked with ?socket=1 names the managed
 // server's Unix socket directory (socketDir), where the role handed out
 // connects without its password and without SCRAM (issue 33: 0.2-0.3 s of
@@ -43,18 +53,10 @@ func TestSocketOnRequest(t *testing.T) {
 	}
 	e.expect(t, "PUT", "/api/v1/templates/"+h, nil, 204)
 
-	type answer struct {
-		Database struct {
-			Config struct {
-				config
-				SocketDir *string `json:"socketDir"`
-			} `json:"config"`
-		} `json:"database"`
-	}
-	get := func(srv *httptest.Server, path string) answer {
+	get := func(srv *httptest.Server, path string) socketAnswer {
 		t.Helper()
 		e2 := &env{srv: srv}
-		var a answer
+		var a socketAnswer
 		e2.expect(t, "GET", path, nil, 200).json(t, &a)
 		return a
 	}

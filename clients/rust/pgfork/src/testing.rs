@@ -346,7 +346,7 @@ where
         Ok(out) => out,
         Err(panic) => {
             drop(pool);
-            keep(&rt, db, &args.name);
+            keep(&rt, db, args.name);
             std::panic::resume_unwind(panic)
         }
     };
@@ -365,7 +365,7 @@ where
         });
     } else {
         drop(pool);
-        keep(&rt, db, &args.name);
+        keep(&rt, db, args.name);
     }
     out
 }

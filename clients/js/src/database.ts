@@ -128,9 +128,13 @@ export async function releaseDatabase(
     db.kept = true;
     (opts.log ?? ((l: string) => process.stderr.write(l + "\n")))(db.keptMessage());
     // Out of the pool's count, so kept failures never starve the next
-    // tests; IntegreSQL has no keep (the database then stays in use).
+    // tests; IntegreSQL has no keep (the database then stays in use). A
+    // server that cannot be told is only reported: the test's own failure
+    // is what the run must show.
     await client.keep(db.testDatabase).catch((e: unknown) => {
-      if (!(e instanceof ApiError)) throw e;
+      if (!(e instanceof ApiError)) {
+        process.stderr.write(`pgfork: telling the server to keep test database ${db.name} failed: ${String(e)}\n`);
+      }
     });
   } else if (opts.readonly) {
     await client.unlock(db.testDatabase);

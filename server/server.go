@@ -380,16 +380,21 @@ type testResponseV2 struct {
 }
 
 // database is the config a client gets: the server's connection info,
-// or, with cluster isolation, the host and port of the database's own
-// cluster.
-func (s *Server) database(hash string, ep pool.Endpoint) database {
+// or, with a cluster per test, the host and port of the database's own
+// cluster; and, when r asks for it (SocketParam), that server's socket
+// directory.
+func (s *Server) database(r *http.Request, hash string, ep pool.Endpoint) database {
 	c := s.cfg.Conn
-	host, port := c.Host, c.Port
+	host, port, sock := c.Host, c.Port, s.cfg.SocketDir
 	if ep.Port != 0 {
-		host, port = ep.Host, ep.Port
+		host, port, sock = ep.Host, ep.Port, ep.SocketDir
 	}
-	return database{TemplateHash: hash, Config: dbConfig{Host: host, Port: port, Username: c.Username,
+	d := database{TemplateHash: hash, Config: dbConfig{Host: host, Port: port, Username: c.Username,
 		Password: c.Password, Database: ep.Database, AdditionalParams: c.Params}}
+	if r.URL.Query().Get(SocketParam) == "1" {
+		d.Config.SocketDir = sock
+	}
+	return d
 }
 
 // DropTimeout bounds drops that run detached from their request (discard,
@@ -450,7 +455,7 @@ func (s *Server) initialize(v api, w http.ResponseWriter, r *http.Request) {
 		s.fail(v, w, r, err)
 		return
 	}
-	writeJSON(w, http.StatusOK, templateResponse{TemplateHash: t.Hash, Database: s.withSocket(r, s.database(t.Hash, t.Endpoint), t.Endpoint)})
+	writeJSON(w, http.StatusOK, templateResponse{TemplateHash: t.Hash, Database: s.database(r, t.Hash, t.Endpoint)})
 }
 
 const badHash = "invalid hash: use 1-1024 bytes of printable UTF-8 (no control characters)"
@@ -504,7 +509,7 @@ func (s *Server) getTest(v api, w http.ResponseWriter, r *http.Request) {
 		s.fail(v, w, r, err)
 		return
 	}
-	d := s.withSocket(r, s.database(h, db.Endpoint), db.Endpoint)
+	d := s.database(r, h, db.Endpoint)
 	if v == v2 {
 		// The native API hands out an unguessable id: only the holder can
 		// give the database back, and an id from an earlier hand-out of

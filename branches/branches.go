@@ -40,6 +40,7 @@ import (
 	"github.com/pgfork/pgfork/internal/fsutil"
 	"github.com/pgfork/pgfork/internal/statedir"
 	"github.com/pgfork/pgfork/pgbin"
+	"github.com/pgfork/pgfork/pgdata"
 )
 
 // Source kinds.
@@ -73,34 +74,29 @@ type Source struct {
 	Lag *Lag `json:"lag,omitempty"`
 }
 
-// RestoreFunc rebuilds a SourceBackup (its chain up to Upto, empty: the
-// newest; recovered to its target when it has one) into the data
-// directory dst, which it creates, left stopped; serve passes restore's.
-// A server it runs meanwhile (a recovery to the target) is registered
-// under a TempServerName, so that the next Open stops one a crash left
-// running.
-type RestoreFunc func(ctx context.Context, s Source, dst string) error
-
-// tempPrefix begins the registry names of temporary servers (TempServerName).
+// tempPrefix begins the registry names of temporary servers (tempServerName).
 const tempPrefix = "branches.tmp-"
 
-// TempServerName is a fresh registry name for a temporary server a
-// RestoreFunc runs: Open stops and forgets every one it finds (the
-// leftover of a crash mid-way) and removes its data directory.
-func TempServerName() string { return tempPrefix + fsutil.RandomTag() }
+// tempServerName is a fresh registry name for a temporary server (a
+// snapshot being prepared or recovered to its target): Open stops and
+// forgets every one it finds (the leftover of a crash mid-way) and
+// removes its data directory.
+func tempServerName() string { return tempPrefix + fsutil.RandomTag() }
 
 // Options configure a Manager.
 type Options struct {
 	Layout  statedir.Layout
 	Sources []Source
-	// Installation runs the branches (the sources' major).
+	// Installation runs the branches (the sources' major). Unset, each
+	// data directory is run by an installation of its own major
+	// (pgbin.Find: pgfork pg install's under Layout, then the system's),
+	// so that branches of several majors live side by side (pgfork branch
+	// without a server); standby sources need it set.
 	Installation pgbin.Installation
 	// User runs the servers when pgfork is root (nil: the current user).
 	User *instance.OSUser
 	// Host is where branches listen on TCP (default 127.0.0.1).
 	Host string
-	// Restore makes snapshots of SourceBackup sources.
-	Restore RestoreFunc
 	// MaxBranches is how many branches one owner may have (0: no limit).
 	MaxBranches int
 	// MaxOwnBytes is how much disk one owner's branches may use of their
@@ -278,6 +274,9 @@ func Open(ctx context.Context, o Options) (*Manager, error) {
 		if s.Kind != SourceCluster && s.Kind != SourceBackup && s.Kind != SourceStandby {
 			return nil, errs.New(errs.Usage, "source %q: unknown kind %q", s.Name, s.Kind).WithHint("use cluster, backup or standby")
 		}
+		if s.Kind == SourceStandby && o.Installation.BinDir == "" {
+			return nil, errs.New(errs.Usage, "standby source %q needs the PostgreSQL build to keep it with", s.Name)
+		}
 	}
 	m := &Manager{o: o, dir: Dir(o.Layout), pending: map[string]bool{}, busy: map[string]bool{}, building: map[string]chan struct{}{}}
 	if err := o.Layout.Ensure(); err != nil {
@@ -293,7 +292,8 @@ func Open(ctx context.Context, o Options) (*Manager, error) {
 	}
 	l, err := flock.TryExclusive(filepath.Join(m.dir, "lock"))
 	if errors.Is(err, flock.ErrBusy) {
-		return nil, errs.New(errs.Busy, "another pgfork serve keeps the branches of %s", o.Layout.Root).WithPath(m.dir)
+		return nil, errs.New(errs.Busy, "another pgfork process (a serve, or a branch command still running) keeps the branches of %s", o.Layout.Root).
+			WithPath(m.dir).WithHint("wait for it to end; if it is a pgfork serve, ask that server for branches")
 	}
 	if err != nil {
 		return nil, errs.FromOS(err, m.dir, "cannot lock the branches")
@@ -641,6 +641,23 @@ func (m *Manager) dropUnusedOrigins() {
 		keep = append(keep, s)
 	}
 	m.st.Snapshots = keep
+}
+
+// installation is the PostgreSQL build that runs data directory dir:
+// Options.Installation, or else one of dir's major.
+func (m *Manager) installation(dir string) (pgbin.Installation, error) {
+	if m.o.Installation.BinDir != "" {
+		return m.o.Installation, nil
+	}
+	major, err := pgdata.Version(dir)
+	if err != nil {
+		return pgbin.Installation{}, err
+	}
+	in, err := pgbin.Find(pgbin.Options{StateDir: m.o.Layout.Root}, major)
+	if err != nil {
+		return pgbin.Installation{}, pgbin.MissingMajor(err, major, "%s is a PostgreSQL %d data directory", dir, major)
+	}
+	return in, nil
 }
 
 // connect opens a connection (tests and health checks).

@@ -290,7 +290,10 @@ func (m *Manager) start(ctx context.Context, b *Branch) error {
 	if err := instance.WritePasswordHBA(data, m.o.User); err != nil {
 		return err
 	}
-	inst := m.o.Installation
+	inst, err := m.installation(data)
+	if err != nil {
+		return err
+	}
 	st, err := m.startOnPort(ctx, b, cluster.BranchOptions{Name: regName(b.Name), DataDir: data,
 		Kind: cluster.KindClone, Source: b.From, BinDir: inst.BinDir, Env: inst.Env(), PGVersion: inst.Version,
 		PGMajor: inst.Major, User: m.o.User, Port: b.Port, TCP: true, Settings: branchSettings, StartTimeout: 10 * time.Minute})
@@ -557,10 +560,7 @@ func (m *Manager) buildSnapshot(ctx context.Context, name, from string, isSource
 		s, _ := m.source(from)
 		switch s.Kind {
 		case SourceBackup:
-			if m.o.Restore == nil {
-				return errs.New(errs.Unsupported, "source %q is a backup chain but this server cannot restore", s.Name)
-			}
-			err = m.o.Restore(ctx, s, dst)
+			err = m.restoreSource(ctx, s, dst)
 		case SourceStandby:
 			e, gerr := cluster.Get(m.o.Layout, standbyReg(s.Name))
 			if gerr != nil {
@@ -597,7 +597,11 @@ func (m *Manager) onlineClone(ctx context.Context, name, src, conn string, stand
 		}
 	}
 	dst := m.snapDir(name)
-	if _, err := pgclone.Clone(ctx, pgclone.Options{Src: src, Dst: dst, Installation: m.o.Installation, Online: true,
+	inst, err := m.installation(src)
+	if err != nil {
+		return err
+	}
+	if _, err := pgclone.Clone(ctx, pgclone.Options{Src: src, Dst: dst, Installation: inst, Online: true,
 		ConnString: conn, Label: "pgfork branches " + name, Sync: clone.SyncFS, User: m.o.User}); err != nil {
 		return err
 	}
@@ -606,13 +610,16 @@ func (m *Manager) onlineClone(ctx context.Context, name, src, conn string, stand
 
 // prepare recovers an online clone once and shuts it down cleanly: it is
 // started privately (no TCP, its own socket directory, registered under a
-// TempServerName so that the next Open stops one a crash left running),
+// tempServerName so that the next Open stops one a crash left running),
 // replays the WAL of its backup to consistency and ends recovery, then is
 // stopped by a fast shutdown. Its server log is removed: a branch's log
 // begins with its own start.
 func (m *Manager) prepare(ctx context.Context, dst string) error {
-	inst := m.o.Installation
-	tmp := TempServerName()
+	inst, err := m.installation(dst)
+	if err != nil {
+		return err
+	}
+	tmp := tempServerName()
 	if _, err := cluster.StartBranch(ctx, m.o.Layout, cluster.BranchOptions{Name: tmp, DataDir: dst, Kind: cluster.KindClone,
 		Source: "snapshot being prepared", BinDir: inst.BinDir, Env: inst.Env(), PGVersion: inst.Version, PGMajor: inst.Major,
 		User: m.o.User, Settings: branchSettings, StartTimeout: 10 * time.Minute}); err != nil {

@@ -6,12 +6,6 @@ import (
 	"time"
 
 	"github.com/pgfork/pgfork/branches"
-	"github.com/pgfork/pgfork/cluster"
-	"github.com/pgfork/pgfork/instance"
-	"github.com/pgfork/pgfork/internal/statedir"
-	"github.com/pgfork/pgfork/pgbackup"
-	"github.com/pgfork/pgfork/pgbin"
-	"github.com/pgfork/pgfork/restore"
 	"github.com/pgfork/pgfork/server"
 )
 
@@ -72,7 +66,7 @@ func openBranches(ctx context.Context, o Options) (*branches.Manager, error) {
 	}
 	bo := o.Branches
 	return branches.Open(ctx, branches.Options{Layout: o.Layout, Sources: bo.Sources, Installation: inst, User: user,
-		Restore: restoreFunc(o.Layout, inst, user), MaxBranches: bo.MaxBranches, MaxOwnBytes: bo.MaxOwnBytes, MinFree: bo.MinFree, LeaveStopped: bo.LeaveStopped,
+		MaxBranches: bo.MaxBranches, MaxOwnBytes: bo.MaxOwnBytes, MinFree: bo.MinFree, LeaveStopped: bo.LeaveStopped,
 		SourceMaxAge: bo.SourceMaxAge, AdminTokens: append(append([]string(nil), bo.AdminTokens...), o.Token)})
 }
 
@@ -91,38 +85,6 @@ func expireBranches(ctx context.Context, m *branches.Manager, idle time.Duration
 				m.ExpireIdle(ctx, idle)
 			}
 		}
-	}
-}
-
-// testHookRecovered, when set (tests only), runs once a point-in-time
-// snapshot's recovery server is up, before it is stopped.
-var testHookRecovered func()
-
-// restoreFunc rebuilds a chain directory for a backup source. With a
-// recovery target it starts the result as a restore branch (WAL replayed
-// to the target, promoted), then shuts it down cleanly: the snapshot is
-// the database as it was at the target, and branches of it start at once.
-func restoreFunc(lay statedir.Layout, inst pgbin.Installation, user *instance.OSUser) branches.RestoreFunc {
-	return func(ctx context.Context, s branches.Source, dst string) error {
-		rec := restore.Recovery{WALDir: s.WALDir, TargetTime: s.TargetTime, TargetLSN: s.TargetLSN, TargetName: s.TargetName}
-		if !rec.Targeted() {
-			dirs, err := pgbackup.Discover(s.Chain, s.Upto)
-			if err != nil {
-				return err
-			}
-			_, err = restore.Restore(ctx, dirs, dst, restore.Options{Owner: user.Owner()})
-			return err
-		}
-		res, err := restore.Run(ctx, restore.RunOptions{Backups: []string{s.Chain}, Upto: s.Upto, Dst: dst, Start: true,
-			Layout: lay, User: user, PGBin: inst.BinDir, Name: branches.TempServerName(), Recovery: rec})
-		if err != nil {
-			return err
-		}
-		if testHookRecovered != nil {
-			testHookRecovered()
-		}
-		// A restore branch's data directory is kept by Down.
-		return cluster.Down(ctx, lay, res.Branch.Name, cluster.DownOptions{Timeout: time.Minute})
 	}
 }
 

@@ -16,12 +16,13 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/pgfork/pgfork/branches"
+	"github.com/pgfork/pgfork/instance"
 	"github.com/pgfork/pgfork/internal/errs"
 	"github.com/pgfork/pgfork/internal/units"
 )
 
-// branchClient is `pgfork branch`'s link to a serve: one HTTP call per
-// command (docs/branches.md).
+// branchClient is `pgfork branch --server`'s link to a serve: one HTTP
+// call per command (docs/branches.md).
 type branchClient struct {
 	server, token string
 }
@@ -86,204 +87,238 @@ func kindOfStatus(code int) errs.Kind {
 	return errs.Internal
 }
 
-// apiBranch is a branch as the API answers it.
-type apiBranch struct {
-	Name      string    `json:"name"`
-	From      string    `json:"from"`
-	Snapshot  string    `json:"snapshot"`
-	Owner     string    `json:"owner"`
-	Created   time.Time `json:"created"`
-	Protected bool      `json:"protected"`
-	State     string    `json:"state"`
-	Size      int64     `json:"size_bytes"`
-	Shared    int64     `json:"shared_bytes"`
-	URL       string    `json:"url"`
+// branchService is what `pgfork branch` asks: the branches of the state
+// directory in this process (branches.Local) or a serve's, over HTTP
+// (branchClient); the same verbs either way (docs/branches.md).
+type branchService interface {
+	Create(ctx context.Context, o branches.CreateOptions) (branches.Branch, error)
+	List(ctx context.Context) (branches.ListResult, error)
+	Reset(ctx context.Context, name string) (branches.Branch, error)
+	Start(ctx context.Context, name string) (branches.Branch, error)
+	Stop(ctx context.Context, name string) (branches.Branch, error)
+	Protect(ctx context.Context, name string, on bool) (branches.Branch, error)
+	Delete(ctx context.Context, name string) error
+	Snapshot(ctx context.Context, o branches.SnapshotOptions) (branches.Snapshot, error)
+	DeleteSnapshot(ctx context.Context, name string) error
+	Close()
+}
+
+var (
+	_ branchService = (*branches.Local)(nil)
+	_ branchService = (*branchClient)(nil)
+)
+
+// Create asks for a branch (POST /api/v2/branches).
+func (c *branchClient) Create(ctx context.Context, o branches.CreateOptions) (b branches.Branch, err error) {
+	err = c.call(ctx, "POST", "/api/v2/branches", map[string]any{"name": o.Name, "source": o.Source,
+		"snapshot": o.Snapshot, "from": o.From, "ttl_seconds": int64(o.TTL.Seconds()), "protected": o.Protected}, &b)
+	return b, err
+}
+
+// List lists sources, snapshots and branches (GET /api/v2/branches).
+func (c *branchClient) List(ctx context.Context) (l branches.ListResult, err error) {
+	err = c.call(ctx, "GET", "/api/v2/branches", nil, &l)
+	return l, err
+}
+
+// verb is one POST or DELETE on a branch answered by the branch.
+func (c *branchClient) verb(ctx context.Context, method, name, verb string) (b branches.Branch, err error) {
+	err = c.call(ctx, method, "/api/v2/branches/"+url.PathEscape(name)+"/"+verb, nil, &b)
+	return b, err
+}
+
+// Reset puts a branch back to its snapshot.
+func (c *branchClient) Reset(ctx context.Context, name string) (branches.Branch, error) {
+	return c.verb(ctx, "POST", name, "reset")
+}
+
+// Start starts a stopped branch.
+func (c *branchClient) Start(ctx context.Context, name string) (branches.Branch, error) {
+	return c.verb(ctx, "POST", name, "start")
+}
+
+// Stop stops a branch's server.
+func (c *branchClient) Stop(ctx context.Context, name string) (branches.Branch, error) {
+	return c.verb(ctx, "POST", name, "stop")
+}
+
+// Protect protects a branch (POST) or no longer (DELETE).
+func (c *branchClient) Protect(ctx context.Context, name string, on bool) (branches.Branch, error) {
+	if on {
+		return c.verb(ctx, "POST", name, "protect")
+	}
+	return c.verb(ctx, "DELETE", name, "protect")
+}
+
+// Delete deletes a branch.
+func (c *branchClient) Delete(ctx context.Context, name string) error {
+	return c.call(ctx, "DELETE", "/api/v2/branches/"+url.PathEscape(name), nil, nil)
+}
+
+// Snapshot takes a named snapshot of a branch (or of a source).
+func (c *branchClient) Snapshot(ctx context.Context, o branches.SnapshotOptions) (s branches.Snapshot, err error) {
+	if o.Branch != "" {
+		err = c.call(ctx, "POST", "/api/v2/branches/"+url.PathEscape(o.Branch)+"/snapshot", map[string]any{"name": o.Name, "keep": o.Keep}, &s)
+	} else {
+		err = c.call(ctx, "POST", "/api/v2/snapshots", map[string]any{"name": o.Name, "source": o.Source, "keep": o.Keep}, &s)
+	}
+	return s, err
+}
+
+// DeleteSnapshot deletes a named snapshot.
+func (c *branchClient) DeleteSnapshot(ctx context.Context, name string) error {
+	return c.call(ctx, "DELETE", "/api/v2/snapshots/"+url.PathEscape(name), nil, nil)
+}
+
+// Close does nothing: each call is its own request.
+func (c *branchClient) Close() {}
+
+// open is the service a command asks: the serve named by --server, or
+// else the state directory's branches in this process, with the sources
+// a create names.
+func (c *branchClient) open(ctx context.Context, cl *cli, sources ...branches.Source) (branchService, error) {
+	if c.server != "" {
+		return c, nil
+	}
+	user, err := instance.ResolveUser(cl.g.runAs)
+	if err != nil {
+		return nil, err
+	}
+	return branches.OpenLocal(ctx, branches.LocalOptions{Layout: cl.layout(), Sources: sources, User: user})
+}
+
+// localSource reads a create's --source without a server: KIND:PATH.
+func localSource(spec string) (branches.Source, error) {
+	src, err := branches.ParseSource(spec)
+	if err != nil && !strings.Contains(spec, ":") {
+		return src, errs.New(errs.Usage, "no source %q on this machine", spec).
+			WithCLI("without --server a source is written KIND:PATH (cluster:DATADIR, backup:CHAINDIR); a bare name is a source declared to a pgfork serve: add --server")
+	}
+	return src, err
 }
 
 func (cl *cli) newBranchCmd() *cobra.Command {
 	c := &branchClient{}
 	cmd := &cobra.Command{
 		Use:   "branch",
-		Short: "Branches of a team's databases from a pgfork serve: create, ls, reset, rm",
-		Long: `Ask a pgfork serve started with --branch-source for branches: a started
-copy of a source (a running cluster or a backup chain), a snapshot or another
-branch, with its own port, role and password. Each command is one call to the
-server's /api/v2 API; the token you pass owns the branches you create.
-See docs/branches.md.`,
-		Example: `  pgfork branch create mine --source prod --server http://db1:5433 --token $T
-  pgfork branch reset mine --server http://db1:5433 --token $T`,
+		Short: "Branches: started copies of a cluster, backup or snapshot you can reset, snapshot and throw away",
+		Long: `A branch is a started copy of a source (a running cluster, a backup chain),
+a snapshot or another branch, with its own port, role and password: reset it
+to where it began, snapshot it, protect it, stop and start it, remove it.
+
+Without --server the branches are this machine's, kept in the state
+directory (no server needed; a source is written cluster:DATADIR or
+backup:CHAINDIR[@BACKUP]). With --server (or PGFORK_SERVER) the same commands
+ask a pgfork serve started with --branch-source, over its /api/v2 API; a
+source is then one the server declares, by name, and the token you pass owns
+the branches you create. See docs/branches.md.`,
+		Example: `  # on this machine
+  pgfork branch create mine --source cluster:/var/lib/postgresql/18/main
+  pgfork branch reset mine
+  # on a team server
+  pgfork branch create mine --source prod --server http://db1:5433 --token $T`,
 	}
 	pf := cmd.PersistentFlags()
-	pf.StringVar(&c.server, "server", cl.getenv("PGFORK_SERVER"), "the pgfork serve to ask, http://HOST:PORT (env PGFORK_SERVER)")
-	pf.StringVar(&c.token, "token", cl.getenv("PGFORK_TOKEN"), "your token (env PGFORK_TOKEN)")
-	show := func(b apiBranch) error {
-		if cl.g.json {
-			return printJSON(cl.stdout, b)
+	pf.StringVar(&c.server, "server", cl.getenv("PGFORK_SERVER"), "the pgfork serve to ask, http://HOST:PORT (env PGFORK_SERVER; none: this machine's branches)")
+	pf.StringVar(&c.token, "token", cl.getenv("PGFORK_TOKEN"), "your token for --server (env PGFORK_TOKEN)")
+	// run opens the service, runs one call on it, and prints the branch it
+	// answers (its URL; --json: all of it).
+	run := func(ctx context.Context, sources []branches.Source, call func(branchService) (any, error)) error {
+		svc, err := c.open(ctx, cl, sources...)
+		if err != nil {
+			return err
 		}
-		fmt.Fprintln(cl.stdout, b.URL)
+		defer svc.Close()
+		v, err := call(svc)
+		if err != nil || v == nil {
+			return err
+		}
+		if cl.g.json {
+			return printJSON(cl.stdout, v)
+		}
+		switch v := v.(type) {
+		case branches.Branch:
+			fmt.Fprintln(cl.stdout, v.Conn)
+		case branches.Snapshot:
+			fmt.Fprintln(cl.stdout, v.Name)
+		case branches.ListResult:
+			return printBranchList(cl.stdout, v)
+		}
 		return nil
 	}
-	esc := url.PathEscape
 
-	var src, snap, from string
-	var ttl time.Duration
-	var protect bool
+	var co branches.CreateOptions
 	create := &cobra.Command{
 		Use: "create NAME (--source S | --snapshot S | --from BRANCH)", Short: "Create a branch and print its connection string",
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			var b apiBranch
-			if err := c.call(cmd.Context(), "POST", "/api/v2/branches", map[string]any{"name": args[0], "source": src,
-				"snapshot": snap, "from": from, "ttl_seconds": int64(ttl.Seconds()), "protected": protect}, &b); err != nil {
-				return err
+			co.Name = args[0]
+			var sources []branches.Source
+			if c.server == "" && co.Source != "" {
+				src, err := localSource(co.Source)
+				if err != nil {
+					return err
+				}
+				sources, co.Source = []branches.Source{src}, src.Name
 			}
-			return show(b)
+			return run(cmd.Context(), sources, func(s branchService) (any, error) { return s.Create(cmd.Context(), co) })
 		},
 	}
-	create.Flags().StringVar(&src, "source", "", "a source the server declares")
-	create.Flags().StringVar(&snap, "snapshot", "", "a snapshot")
-	create.Flags().StringVar(&from, "from", "", "another branch of yours")
-	create.Flags().DurationVar(&ttl, "ttl", 0, "delete it after this long (0: never)")
-	create.Flags().BoolVar(&protect, "protect", false, "refuse to delete it until unprotected")
+	create.Flags().StringVar(&co.Source, "source", "", "a source: KIND:PATH here (cluster:DATADIR, backup:CHAINDIR[@BACKUP]); with --server, a name the server declares")
+	create.Flags().StringVar(&co.Snapshot, "snapshot", "", "a snapshot")
+	create.Flags().StringVar(&co.From, "from", "", "another branch of yours")
+	create.Flags().DurationVar(&co.TTL, "ttl", 0, "delete it after this long (0: never)")
+	create.Flags().BoolVar(&co.Protected, "protect", false, "refuse to delete it until unprotected")
 
 	ls := &cobra.Command{
 		Use: "ls", Short: "List sources, snapshots and your branches", Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
-			var l struct {
-				Sources   []map[string]any `json:"sources"`
-				Snapshots []struct {
-					Name    string    `json:"name"`
-					From    string    `json:"from"`
-					Created time.Time `json:"created"`
-					Size    int64     `json:"size_bytes"`
-					Shared  int64     `json:"shared_bytes"`
-				} `json:"snapshots"`
-				Branches []apiBranch `json:"branches"`
-				Usage    []struct {
-					Owner       string `json:"owner"`
-					Branches    int    `json:"branches"`
-					OwnBytes    int64  `json:"own_bytes"`
-					MaxBranches int    `json:"max_branches"`
-					MaxOwnBytes int64  `json:"max_own_bytes"`
-				} `json:"usage"`
-			}
-			if err := c.call(cmd.Context(), "GET", "/api/v2/branches", nil, &l); err != nil {
-				return err
-			}
-			if cl.g.json {
-				return printJSON(cl.stdout, l)
-			}
-			w := tabwriter.NewWriter(cl.stdout, 0, 4, 2, ' ', 0)
-			fmt.Fprintln(w, "KIND\tNAME\tFROM\tOWN\tSHARED\tAGE\tURL")
-			for _, s := range l.Sources {
-				fmt.Fprintf(w, "source\t%v\t%v\t\t\t\t%s\n", s["name"], s["kind"], lagText(s["lag"]))
-			}
-			for _, s := range l.Snapshots {
-				fmt.Fprintf(w, "snapshot\t%s\t%s\t%s\t%s\t%s\t\n", s.Name, s.From, units.Bytes(s.Size-s.Shared), units.Bytes(s.Shared),
-					time.Since(s.Created).Round(time.Second))
-			}
-			for _, b := range l.Branches {
-				name := b.Name
-				if b.Protected {
-					name += " (protected)"
-				}
-				if b.State != "ready" {
-					name += " (" + b.State + ")"
-				}
-				fmt.Fprintf(w, "branch\t%s\t%s\t%s\t%s\t%s\t%s\n", name, b.From, units.Bytes(b.Size-b.Shared), units.Bytes(b.Shared),
-					time.Since(b.Created).Round(time.Second), b.URL)
-			}
-			if err := w.Flush(); err != nil {
-				return err
-			}
-			// Each owner's use against the quotas (0: none).
-			limit := func(s string, max int64) string {
-				if max > 0 {
-					return s + " of " + strconv.FormatInt(max, 10)
-				}
-				return s
-			}
-			for _, u := range l.Usage {
-				quota := ""
-				if u.MaxOwnBytes > 0 {
-					quota = " of " + units.Bytes(u.MaxOwnBytes)
-				}
-				fmt.Fprintf(cl.stdout, "owner %s: %s branches, %s of their own%s\n", u.Owner,
-					limit(strconv.Itoa(u.Branches), int64(u.MaxBranches)), units.Bytes(u.OwnBytes), quota)
-			}
-			return nil
+			return run(cmd.Context(), nil, func(s branchService) (any, error) { return s.List(cmd.Context()) })
 		},
 	}
-	reset := &cobra.Command{
-		Use: "reset NAME", Short: "Put a branch back to the point it was made from (same port and password)", Args: cobra.ExactArgs(1),
-		RunE: func(cmd *cobra.Command, args []string) error {
-			var b apiBranch
-			if err := c.call(cmd.Context(), "POST", "/api/v2/branches/"+esc(args[0])+"/reset", nil, &b); err != nil {
-				return err
-			}
-			return show(b)
-		},
-	}
-	onOff := func(verb, short string) *cobra.Command {
+	oneName := func(verb, short string, call func(branchService, context.Context, string) (branches.Branch, error)) *cobra.Command {
 		return &cobra.Command{
 			Use: verb + " NAME", Short: short, Args: cobra.ExactArgs(1),
 			RunE: func(cmd *cobra.Command, args []string) error {
-				var b apiBranch
-				if err := c.call(cmd.Context(), "POST", "/api/v2/branches/"+esc(args[0])+"/"+verb, nil, &b); err != nil {
-					return err
-				}
-				return show(b)
+				return run(cmd.Context(), nil, func(s branchService) (any, error) { return call(s, cmd.Context(), args[0]) })
 			},
 		}
 	}
-	start := onOff("start", "Start a stopped branch (same port and password)")
-	stop := onOff("stop", "Stop a branch's server, keeping its data (it stays stopped until started)")
+	reset := oneName("reset", "Put a branch back to the point it was made from (same port and password)", branchService.Reset)
+	start := oneName("start", "Start a stopped branch (same port and password)", branchService.Start)
+	stop := oneName("stop", "Stop a branch's server, keeping its data (it stays stopped until started)", branchService.Stop)
+	var off bool
+	protectCmd := oneName("protect", "Protect a branch from deletion (--off to allow it again)",
+		func(s branchService, ctx context.Context, name string) (branches.Branch, error) {
+			return s.Protect(ctx, name, !off)
+		})
+	protectCmd.Flags().BoolVar(&off, "off", false, "remove the protection")
 	var keep int
 	snapshot := &cobra.Command{
 		Use: "snapshot BRANCH NAME", Short: "Take a named read-only snapshot of a branch", Args: cobra.ExactArgs(2),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			var s map[string]any
-			if err := c.call(cmd.Context(), "POST", "/api/v2/branches/"+esc(args[0])+"/snapshot", map[string]any{"name": args[1], "keep": keep}, &s); err != nil {
-				return err
-			}
-			if cl.g.json {
-				return printJSON(cl.stdout, s)
-			}
-			fmt.Fprintln(cl.stdout, s["name"])
-			return nil
+			return run(cmd.Context(), nil, func(s branchService) (any, error) {
+				return s.Snapshot(cmd.Context(), branches.SnapshotOptions{Branch: args[0], Name: args[1], Keep: keep})
+			})
 		},
 	}
 	snapshot.Flags().IntVar(&keep, "keep", 0, "keep only your newest N snapshots of this branch (0: all; other tokens' are never removed)")
-	var off bool
-	protectCmd := &cobra.Command{
-		Use: "protect NAME", Short: "Protect a branch from deletion (--off to allow it again)", Args: cobra.ExactArgs(1),
-		RunE: func(cmd *cobra.Command, args []string) error {
-			method := "POST"
-			if off {
-				method = "DELETE"
-			}
-			var b apiBranch
-			if err := c.call(cmd.Context(), method, "/api/v2/branches/"+esc(args[0])+"/protect", nil, &b); err != nil {
-				return err
-			}
-			return show(b)
-		},
-	}
-	protectCmd.Flags().BoolVar(&off, "off", false, "remove the protection")
 	var isSnap bool
 	rm := &cobra.Command{
 		Use: "rm NAME...", Short: "Delete branches (or snapshots, with --snapshot)", Args: cobra.MinimumNArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			kind := "branches"
-			if isSnap {
-				kind = "snapshots"
-			}
-			for _, n := range args {
-				if err := c.call(cmd.Context(), "DELETE", "/api/v2/"+kind+"/"+esc(n), nil, nil); err != nil {
-					return err
+			return run(cmd.Context(), nil, func(s branchService) (any, error) {
+				for _, n := range args {
+					del := s.Delete
+					if isSnap {
+						del = s.DeleteSnapshot
+					}
+					if err := del(cmd.Context(), n); err != nil {
+						return nil, err
+					}
 				}
-			}
-			return nil
+				return nil, nil
+			})
 		},
 	}
 	rm.Flags().BoolVar(&isSnap, "snapshot", false, "the names are snapshots")
@@ -291,22 +326,63 @@ See docs/branches.md.`,
 	return cmd
 }
 
-// lagText shows a standby source's lag as the API answers it (empty for
-// other sources).
-func lagText(v any) string {
-	l, ok := v.(map[string]any)
-	if !ok {
+// printBranchList prints `pgfork branch ls`: one line per source, snapshot
+// and branch, then each owner's use against the quotas.
+func printBranchList(out io.Writer, l branches.ListResult) error {
+	w := tabwriter.NewWriter(out, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(w, "KIND\tNAME\tFROM\tOWN\tSHARED\tAGE\tURL")
+	for _, s := range l.Sources {
+		fmt.Fprintf(w, "source\t%s\t%s\t\t\t\t%s\n", s.Name, s.Kind, lagText(s.Lag))
+	}
+	for _, s := range l.Snapshots {
+		fmt.Fprintf(w, "snapshot\t%s\t%s\t%s\t%s\t%s\t\n", s.Name, s.From, units.Bytes(s.Size-s.Shared), units.Bytes(s.Shared),
+			time.Since(s.Created).Round(time.Second))
+	}
+	for _, b := range l.Branches {
+		name := b.Name
+		if b.Protected {
+			name += " (protected)"
+		}
+		if b.State != "ready" {
+			name += " (" + b.State + ")"
+		}
+		fmt.Fprintf(w, "branch\t%s\t%s\t%s\t%s\t%s\t%s\n", name, b.From, units.Bytes(b.Size-b.Shared), units.Bytes(b.Shared),
+			time.Since(b.Created).Round(time.Second), b.Conn)
+	}
+	if err := w.Flush(); err != nil {
+		return err
+	}
+	// Each owner's use against the quotas (0: none).
+	limit := func(s string, max int64) string {
+		if max > 0 {
+			return s + " of " + strconv.FormatInt(max, 10)
+		}
+		return s
+	}
+	for _, u := range l.Usage {
+		quota := ""
+		if u.MaxOwnBytes > 0 {
+			quota = " of " + units.Bytes(u.MaxOwnBytes)
+		}
+		fmt.Fprintf(out, "owner %s: %s branches, %s of their own%s\n", u.Owner,
+			limit(strconv.Itoa(u.Branches), int64(u.MaxBranches)), units.Bytes(u.OwnBytes), quota)
+	}
+	return nil
+}
+
+// lagText shows a standby source's lag (empty for other sources).
+func lagText(l *branches.Lag) string {
+	if l == nil {
 		return ""
 	}
-	b, _ := l["bytes"].(float64)
-	s := "lag " + units.Bytes(int64(b))
-	if sec, ok := l["seconds"].(float64); ok {
-		s += fmt.Sprintf(", %.1f s", sec)
+	s := "lag " + units.Bytes(l.Bytes)
+	if l.Seconds != nil {
+		s += fmt.Sprintf(", %.1f s", *l.Seconds)
 	}
-	if e, _ := l["error"].(string); strings.HasPrefix(e, branches.NotStreaming) {
-		return "ERROR: " + e + " (" + s + ")"
-	} else if e != "" {
-		return "lag unknown: " + e
+	if strings.HasPrefix(l.Error, branches.NotStreaming) {
+		return "ERROR: " + l.Error + " (" + s + ")"
+	} else if l.Error != "" {
+		return "lag unknown: " + l.Error
 	}
 	return s
 }

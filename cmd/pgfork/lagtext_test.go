@@ -3,6 +3,8 @@ package main
 import (
 	"encoding/json"
 	"testing"
+
+	"github.com/pgfork/pgfork/branches"
 )
 
 // TestLagTextNotStreaming (issue 32, F7): `pgfork branch ls` shows a
@@ -15,11 +17,11 @@ func TestLagTextNotStreaming(t *testing.T) {
 		{`{"bytes": 0, "seconds": null, "streaming": false, "error": "cannot reach the standby"}`, "lag unknown: cannot reach the standby"},
 		{`{"bytes": 0, "seconds": 0, "streaming": true}`, "lag 0 B, 0.0 s"},
 	} {
-		var v any
+		var v branches.Lag
 		if err := json.Unmarshal([]byte(c.api), &v); err != nil {
 			t.Fatal(err)
 		}
-		if got := lagText(v); got != c.want {
+		if got := lagText(&v); got != c.want {
 			t.Errorf("lagText(%s) = %q, want %q", c.api, got, c.want)
 		}
 	}

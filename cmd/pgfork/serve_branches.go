@@ -27,7 +27,7 @@ type branchFlags struct {
 
 func addBranchFlags(f *pflag.FlagSet) *branchFlags {
 	b := &branchFlags{}
-	f.StringArrayVar(&b.sources, "branch-source", nil, "serve branches of NAME=cluster:DATADIR (a running cluster), NAME=standby:PRIMARY_URL (a standby kept here) or NAME=backup:CHAINDIR[@BACKUP] (a chain of pgfork backup; add ,wal=DIR,target-name=N or target-time= or target-lsn= for a point in time); repeatable")
+	f.StringArrayVar(&b.sources, "branch-source", nil, "serve branches of [NAME=]cluster:DATADIR (a running cluster), [NAME=]standby:PRIMARY_URL (a standby kept here) or [NAME=]backup:CHAINDIR[@BACKUP] (a chain of pgfork backup; add ,wal=DIR,target-name=N or target-time= or target-lsn= for a point in time); NAME defaults to the path's last element; repeatable")
 	f.StringArrayVar(&b.tokens, "branch-token", nil, "a token that may create and see its own branches (repeatable; --token is an admin token)")
 	f.StringArrayVar(&b.admins, "branch-admin-token", nil, "a token that sees and changes every branch (repeatable)")
 	f.IntVar(&b.quota, "branch-quota", 0, "branches one token may have at once (0: no limit)")
@@ -79,39 +79,9 @@ func (b *branchFlags) options() (*serve.BranchOptions, error) {
 		}
 	}
 	for _, s := range b.sources {
-		name, spec, ok := strings.Cut(s, "=")
-		kind, path, ok2 := strings.Cut(spec, ":")
-		if !ok || !ok2 || path == "" {
-			return nil, errs.New(errs.Usage, "bad --branch-source %q", s).WithCLI("NAME=cluster:DATADIR or NAME=backup:CHAINDIR[@BACKUP]")
-		}
-		src := branches.Source{Name: name, Kind: kind}
-		switch kind {
-		case branches.SourceCluster:
-			src.DataDir = path
-		case branches.SourceStandby:
-			src.PrimaryURL = path
-		case branches.SourceBackup:
-			// CHAINDIR[@BACKUP][,wal=DIR][,target-time=T|,target-lsn=L|,target-name=N]
-			parts := strings.Split(path, ",")
-			src.Chain, src.Upto, _ = strings.Cut(parts[0], "@")
-			for _, kv := range parts[1:] {
-				k, v, _ := strings.Cut(kv, "=")
-				switch k {
-				case "wal":
-					src.WALDir = v
-				case "target-time":
-					src.TargetTime = v
-				case "target-lsn":
-					src.TargetLSN = v
-				case "target-name":
-					src.TargetName = v
-				default:
-					return nil, errs.New(errs.Usage, "bad --branch-source %q: unknown option %q", s, k).
-						WithCLI("options: ,wal=DIR and one of ,target-time=T ,target-lsn=L ,target-name=N")
-				}
-			}
-		default:
-			return nil, errs.New(errs.Usage, "bad --branch-source %q: unknown kind %q", s, kind).WithCLI("cluster:DATADIR, standby:URL or backup:CHAINDIR")
+		src, err := branches.ParseSource(s)
+		if err != nil {
+			return nil, errs.Wrap(errs.Usage, err, "bad --branch-source").WithCLI("--branch-source %s", branches.SourceSyntax)
 		}
 		o.Sources = append(o.Sources, src)
 	}

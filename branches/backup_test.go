@@ -1,4 +1,4 @@
-package serve
+package branches
 
 import (
 	"context"
@@ -11,7 +11,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/pgfork/pgfork/branches"
 	"github.com/pgfork/pgfork/cluster"
 	"github.com/pgfork/pgfork/internal/pgtest"
 	"github.com/pgfork/pgfork/internal/statedir"
@@ -21,7 +20,7 @@ import (
 )
 
 // TestBranchesBackupSource: a backup chain declared as a source is
-// restored (restoreFunc, what serve passes) into a snapshot and branched:
+// restored (restoreSource) into a snapshot and branched:
 // the branch has the rows of the backup, not those written after it, and
 // its reset keeps them.
 func TestBranchesBackupSource(t *testing.T) {
@@ -39,15 +38,15 @@ func TestBranchesBackupSource(t *testing.T) {
 	}
 	pgtest.Exec(t, in.ConnString("", ""), "INSERT INTO t VALUES (2)")
 
-	m, err := branches.Open(ctx, branches.Options{Layout: statedir.Layout{Root: filepath.Join(dir, "state")},
-		Installation: b.Inst, User: b.User, Restore: restoreFunc(statedir.Layout{Root: filepath.Join(dir, "state")}, b.Inst, b.User),
-		Sources: []branches.Source{{Name: "nightly", Kind: branches.SourceBackup, Chain: chain}}})
+	m, err := Open(ctx, Options{Layout: statedir.Layout{Root: filepath.Join(dir, "state")},
+		Installation: b.Inst, User: b.User,
+		Sources: []Source{{Name: "nightly", Kind: SourceBackup, Chain: chain}}})
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer m.Close()
-	me := branches.Caller{Token: "me"}
-	br, err := m.Create(ctx, me, branches.CreateOptions{Name: "restored", Source: "nightly"})
+	me := Caller{Token: "me"}
+	br, err := m.Create(ctx, me, CreateOptions{Name: "restored", Source: "nightly"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -73,14 +72,14 @@ func TestBranchesBackupSourcePITR(t *testing.T) {
 	dir := testenv.XFSDir(t)
 	chain, arch := pitrChain(t, b, dir)
 	lay := statedir.Layout{Root: filepath.Join(dir, "state")}
-	m, err := branches.Open(ctx, branches.Options{Layout: lay, Installation: b.Inst, User: b.User, Restore: restoreFunc(lay, b.Inst, b.User),
-		Sources: []branches.Source{{Name: "pitr", Kind: branches.SourceBackup, Chain: chain, WALDir: arch, TargetName: "before"}}})
+	m, err := Open(ctx, Options{Layout: lay, Installation: b.Inst, User: b.User,
+		Sources: []Source{{Name: "pitr", Kind: SourceBackup, Chain: chain, WALDir: arch, TargetName: "before"}}})
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer m.Close()
-	me := branches.Caller{Token: "me"}
-	br, err := m.Create(ctx, me, branches.CreateOptions{Name: "at-before", Source: "pitr"})
+	me := Caller{Token: "me"}
+	br, err := m.Create(ctx, me, CreateOptions{Name: "at-before", Source: "pitr"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -135,22 +134,22 @@ func pitrChain(t *testing.T, b pgtest.Build, dir string) (chain, arch string) {
 func TestBranchesPITRKilled(t *testing.T) {
 	type child struct{ Root, Chain, Arch string }
 	b := pgtest.Builds(t, 0)[0]
-	opts := func(c child) branches.Options {
+	opts := func(c child) Options {
 		lay := statedir.Layout{Root: c.Root}
-		return branches.Options{Layout: lay, Installation: b.Inst, User: b.User, Restore: restoreFunc(lay, b.Inst, b.User),
-			Sources: []branches.Source{{Name: "pitr", Kind: branches.SourceBackup, Chain: c.Chain, WALDir: c.Arch, TargetName: "before"}}}
+		return Options{Layout: lay, Installation: b.Inst, User: b.User,
+			Sources: []Source{{Name: "pitr", Kind: SourceBackup, Chain: c.Chain, WALDir: c.Arch, TargetName: "before"}}}
 	}
 	if env := os.Getenv("PGFORK_PITR_CHILD"); env != "" {
 		var c child
 		if err := json.Unmarshal([]byte(env), &c); err != nil {
 			t.Fatal(err)
 		}
-		m, err := branches.Open(context.Background(), opts(c))
+		m, err := Open(context.Background(), opts(c))
 		if err != nil {
 			t.Fatal(err)
 		}
 		testHookRecovered = func() { _ = syscall.Kill(os.Getpid(), syscall.SIGKILL) }
-		_, err = m.Create(context.Background(), branches.Caller{Token: "me"}, branches.CreateOptions{Name: "k", Source: "pitr"})
+		_, err = m.Create(context.Background(), Caller{Token: "me"}, CreateOptions{Name: "k", Source: "pitr"})
 		t.Fatalf("create returned (%v) instead of being killed", err)
 	}
 	dir := testenv.XFSDir(t)
@@ -168,7 +167,7 @@ func TestBranchesPITRKilled(t *testing.T) {
 	var pid int
 	var data, name string
 	for _, e := range l {
-		if strings.HasPrefix(e.Name, "branches.tmp-") && e.State == cluster.Running {
+		if strings.HasPrefix(e.Name, tempPrefix) && e.State == cluster.Running {
 			pid, data, name = e.Pid, e.DataDir, e.Name
 		}
 	}
@@ -180,7 +179,7 @@ func TestBranchesPITRKilled(t *testing.T) {
 		_ = cluster.Down(context.Background(), lay, name, cluster.DownOptions{DeleteData: true, Timeout: 10 * time.Second})
 	})
 
-	m, err := branches.Open(context.Background(), opts(c))
+	m, err := Open(context.Background(), opts(c))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -199,7 +198,7 @@ func TestBranchesPITRKilled(t *testing.T) {
 		t.Errorf("the recovery server's directory %s is left", data)
 	}
 	for _, sub := range []string{"snap", "data"} {
-		if ents, _ := os.ReadDir(filepath.Join(branches.Dir(lay), sub)); len(ents) != 0 {
+		if ents, _ := os.ReadDir(filepath.Join(Dir(lay), sub)); len(ents) != 0 {
 			t.Errorf("%s/ keeps %v", sub, ents)
 		}
 	}

@@ -2,6 +2,7 @@ package main
 
 import (
 	"bufio"
+	"encoding/json"
 	"fmt"
 	"os"
 	"os/exec"
@@ -85,5 +86,52 @@ func TestBranchWalkthrough(t *testing.T) {
 	run("against a serve", "PGFORK_HOME="+filepath.Join(dir, "unused"), "PGFORK_SERVER="+s.base, "PGFORK_TOKEN="+tok, "SOURCE=prod")
 	if code, _, body := branchAPI(t, s.base, "GET", "/api/v2/branches", tok, ""); code != 200 || strings.Contains(body, `"dev"`) {
 		t.Errorf("the serve's branches after the walk-through: %d %s; want none", code, body)
+	}
+}
+
+// TestLsAndDownKnowBranches (issue 35): pgfork ls lists a branch of pgfork
+// branch as kind branch with its own role's URL, stopped ones too, and
+// pgfork down removes one as pgfork branch rm does: refused while it is
+// protected, and never by --all. Before, down removed a branch's data
+// directory behind the branches' back (its reset and start then failed)
+// and ls showed the bootstrap superuser's URL, which TCP refuses.
+func TestLsAndDownKnowBranches(t *testing.T) {
+	_, _, dir, src := branchSource(t)
+	state := filepath.Join(dir, "state")
+	pg := func(args ...string) cliResult {
+		return runInProcess(t, append([]string{"--state-dir", state}, args...)...)
+	}
+	pg("branch", "create", "kept", "--source", "cluster:"+src, "--protect").ok(t)
+	pg("branch", "create", "idle", "--from", "kept").ok(t)
+	pg("branch", "stop", "idle").ok(t)
+
+	var ls []struct {
+		Name, Kind, State, URL string
+	}
+	if err := json.Unmarshal([]byte(pg("ls", "--json").ok(t)), &ls); err != nil {
+		t.Fatal(err)
+	}
+	seen := map[string]string{}
+	for _, e := range ls {
+		seen[e.Name] = e.Kind + " " + e.State
+		if e.Kind == "branch" && !strings.Contains(e.URL, "branch_") {
+			t.Errorf("ls shows %s with URL %s, not its branch role's", e.Name, e.URL)
+		}
+	}
+	if seen["branch.kept"] != "branch running" || seen["branch.idle"] != "branch stopped" {
+		t.Errorf("ls lists %v; want branch.kept running and branch.idle stopped, both of kind branch", seen)
+	}
+
+	pg("down", "--all").ok(t)
+	if r := pg("down", "branch.kept"); r.code != 6 || !strings.Contains(r.stderr, "protected") {
+		t.Errorf("down of a protected branch: exit %d (%s), want 6 naming the protection", r.code, r.stderr)
+	}
+	if r := pg("branch", "reset", "kept"); r.code != 0 {
+		t.Fatalf("the branch after down --all and a refused down does not reset: %s", r.stderr)
+	}
+	pg("branch", "protect", "--off", "kept").ok(t)
+	pg("down", "branch.kept", "branch.idle").ok(t)
+	if out := pg("branch", "ls", "--json").ok(t); strings.Contains(out, `"kept"`) || strings.Contains(out, `"idle"`) {
+		t.Errorf("branches left after down: %s", out)
 	}
 }

@@ -6,6 +6,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/pgfork/pgfork/branches"
 	"github.com/pgfork/pgfork/cluster"
 	"github.com/pgfork/pgfork/internal/errs"
 )
@@ -25,7 +26,12 @@ func (cl *cli) newDownCmd() *cobra.Command {
 directory and record. The server gets a fast shutdown (sessions are rolled
 back); if it has not exited after --timeout, an immediate one.
 
-Branches keep their data directory where it was made. A branch of a backup
+A branch of pgfork branch (branch.NAME in pgfork ls) is removed as pgfork
+branch rm NAME removes it (refused while protected; its snapshots stay);
+--all leaves branches alone.
+
+What restore --start and clone --start started keeps its data directory where
+it was made. A branch of a backup
 (pgfork restore --start) is your restore: down stops it and keeps its data
 directory unless --delete-data is given. A branch of a running cluster
 (pgfork clone --start) is a throw-away copy: down removes its data directory
@@ -64,8 +70,27 @@ if it is still the one the branch was started on.
 			}
 			removed := []string{}
 			var firstErr error
+			var local branchService
+			keptBranches := 0
 			for _, n := range names {
-				err := cluster.Down(ctx, lay, n, cluster.DownOptions{Timeout: timeout, KeepData: keepData, DeleteData: deleteData})
+				var err error
+				if b, ok := branches.BranchOf(n); ok && all {
+					// Every cluster, but a branch is removed by its name alone.
+					keptBranches++
+					continue
+				} else if ok {
+					// A branch: removed as pgfork branch rm removes it
+					// (protection holds; its snapshot stays).
+					if local == nil {
+						if local, err = (&branchClient{}).open(ctx, cl); err != nil {
+							return err
+						}
+						defer local.Close()
+					}
+					err = local.Delete(ctx, b)
+				} else {
+					err = cluster.Down(ctx, lay, n, cluster.DownOptions{Timeout: timeout, KeepData: keepData, DeleteData: deleteData})
+				}
 				if err != nil {
 					// With --all, a cluster another pgfork is creating
 					// or removing is skipped, not an error.
@@ -85,6 +110,9 @@ if it is still the one the branch was started on.
 				if !cl.g.json {
 					fmt.Fprintln(cmd.OutOrStdout(), n)
 				}
+			}
+			if keptBranches > 0 {
+				cl.infof("--all leaves branches (%d running kept): pgfork down branch.NAME or pgfork branch rm NAME removes one", keptBranches)
 			}
 			if cl.g.json {
 				if err := printJSON(cmd.OutOrStdout(), map[string]any{"removed": removed}); err != nil {

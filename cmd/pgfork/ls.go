@@ -7,6 +7,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/pgfork/pgfork/branches"
 	"github.com/pgfork/pgfork/cluster"
 	"github.com/pgfork/pgfork/internal/units"
 )
@@ -14,9 +15,11 @@ import (
 func (cl *cli) newLsCmd() *cobra.Command {
 	return &cobra.Command{
 		Use:   "ls",
-		Short: "List the clusters pgfork up started and the branches of restore/clone --start",
-		Long: `List the clusters started by pgfork up and the branches started by pgfork
-restore --start and pgfork clone --start: name, kind (up, restore, clone),
+		Short: "List what pgfork runs: up clusters, branches, restore/clone --start",
+		Long: `List the clusters started by pgfork up, the branches of pgfork branch
+(and of a serve on this state directory: kind branch, named branch.NAME, their
+URL with the branch's role, stopped ones too), and what pgfork restore --start
+and pgfork clone --start started: name, kind (up, branch, restore, clone),
 state, URL, server pid, PostgreSQL version, disk use (SIZE; OWN is what is not
 shared by reflink with the template, backups or source), age and TTL, and
 where a branch came from (--json: source).
@@ -36,6 +39,7 @@ crashed or killed: removed by the reaper).
 			if err != nil {
 				return err
 			}
+			all = cl.withBranches(all)
 			out := cmd.OutOrStdout()
 			if cl.g.json {
 				if all == nil {
@@ -101,4 +105,35 @@ func humanDuration(d time.Duration) string {
 		return fmt.Sprintf("%dh", int(d.Hours()))
 	}
 	return fmt.Sprintf("%dd", int(d.Hours()/24))
+}
+
+// withBranches shows the branches of the state directory in pgfork ls:
+// a running one's registry entry gets kind "branch" and the branch's URL
+// (its role, not the bootstrap superuser's), a stopped one a row of its
+// own.
+func (cl *cli) withBranches(all []cluster.Entry) []cluster.Entry {
+	bs, err := branches.Peek(cl.layout())
+	if err != nil {
+		cl.infof("branches not listed: %v", err)
+		return all
+	}
+	byName := map[string]branches.Branch{}
+	for _, b := range bs {
+		byName[b.Name] = b
+	}
+	for i := range all {
+		if n, ok := branches.BranchOf(all[i].Name); ok {
+			if b, ok := byName[n]; ok {
+				all[i].Kind, all[i].URL = "branch", b.Conn
+				delete(byName, n)
+			}
+		}
+	}
+	for _, b := range bs {
+		if _, stopped := byName[b.Name]; stopped {
+			all = append(all, cluster.Entry{State: cluster.Stopped, Info: cluster.Info{Name: "branch." + b.Name, Kind: "branch",
+				URL: b.Conn, Host: b.Host, Port: b.Port, Source: b.From, Created: b.Created}})
+		}
+	}
+	return all
 }

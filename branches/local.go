@@ -57,7 +57,9 @@ var localCaller = Caller{Token: localToken}
 func (l *Local) Close() { l.m.Close() }
 
 // Create makes and starts a branch (Manager.Create).
-func (l *Local) Create(ctx context.Context, o CreateOptions) (Branch, error) { return l.m.Create(ctx, localCaller, o) }
+func (l *Local) Create(ctx context.Context, o CreateOptions) (Branch, error) {
+	return l.m.Create(ctx, localCaller, o)
+}
 
 // List lists the snapshots and branches (Manager.List; no quotas, so no
 // usage).
@@ -68,16 +70,24 @@ func (l *Local) List(context.Context) (ListResult, error) {
 }
 
 // Get returns one branch (Manager.Get).
-func (l *Local) Get(_ context.Context, name string) (Branch, error) { return l.m.Get(localCaller, name) }
+func (l *Local) Get(_ context.Context, name string) (Branch, error) {
+	return l.m.Get(localCaller, name)
+}
 
 // Reset puts a branch back to its snapshot (Manager.Reset).
-func (l *Local) Reset(ctx context.Context, name string) (Branch, error) { return l.m.Reset(ctx, localCaller, name) }
+func (l *Local) Reset(ctx context.Context, name string) (Branch, error) {
+	return l.m.Reset(ctx, localCaller, name)
+}
 
 // Start starts a stopped branch (Manager.Start).
-func (l *Local) Start(ctx context.Context, name string) (Branch, error) { return l.m.Start(ctx, localCaller, name) }
+func (l *Local) Start(ctx context.Context, name string) (Branch, error) {
+	return l.m.Start(ctx, localCaller, name)
+}
 
 // Stop stops a branch's server, keeping its data (Manager.Stop).
-func (l *Local) Stop(ctx context.Context, name string) (Branch, error) { return l.m.Stop(ctx, localCaller, name) }
+func (l *Local) Stop(ctx context.Context, name string) (Branch, error) {
+	return l.m.Stop(ctx, localCaller, name)
+}
 
 // Protect protects a branch from deletion, or no longer (Manager.Protect).
 func (l *Local) Protect(_ context.Context, name string, on bool) (Branch, error) {
@@ -85,7 +95,9 @@ func (l *Local) Protect(_ context.Context, name string, on bool) (Branch, error)
 }
 
 // Delete deletes a branch (Manager.Delete).
-func (l *Local) Delete(ctx context.Context, name string) error { return l.m.Delete(ctx, localCaller, name) }
+func (l *Local) Delete(ctx context.Context, name string) error {
+	return l.m.Delete(ctx, localCaller, name)
+}
 
 // Snapshot takes a named snapshot (Manager.CreateSnapshot).
 func (l *Local) Snapshot(ctx context.Context, o SnapshotOptions) (Snapshot, error) {
@@ -93,4 +105,6 @@ func (l *Local) Snapshot(ctx context.Context, o SnapshotOptions) (Snapshot, erro
 }
 
 // DeleteSnapshot deletes a named snapshot (Manager.DeleteSnapshot).
-func (l *Local) DeleteSnapshot(_ context.Context, name string) error { return l.m.DeleteSnapshot(localCaller, name) }
+func (l *Local) DeleteSnapshot(_ context.Context, name string) error {
+	return l.m.DeleteSnapshot(localCaller, name)
+}

@@ -10,6 +10,9 @@
 #   pytest  clients/python/examples/pytest_project: pip install of the wheel into a fresh venv, pytest
 #   django  clients/python/examples/django_project: the same, python manage.py test, then pytest
 #   rust    clients/rust/example: cargo test with only the release tarball's binary on PATH
+#   nopg    the pytest example on a machine with no PostgreSQL (root: a mount namespace hides
+#           /usr/lib/postgresql and pg_config): the server the plugin starts installs one
+#           (pgfork pg install's way, no pip) into a state directory of its own, and the tests pass
 #
 # Each case runs twice. After each run no pgfork or postgres process of it may
 # be left 2 s after it ends (the run is in a PID namespace of its own as root,
@@ -17,7 +20,7 @@
 # (its database, by OID, is still in the managed cluster); both runs' times
 # are printed (bench/ holds the timed proof: second run's setup <= 1 s).
 #
-#   clients/zero-setup.sh [CASE...]   CASE: vitest jest pytest django rust, or js, python, all (default)
+#   clients/zero-setup.sh [CASE...]   CASE: vitest jest pytest django rust nopg, or js, python, all (default)
 #
 #   PGFORK_DIST=DIR         use a release already built there (make release DIST=DIR) instead of building one
 #   PGFORK_ZERO_KEEP=1      keep the work directory (printed) for a look afterwards
@@ -37,11 +40,11 @@ die() { log "FAILED: $*"; exit 1; }
 cases=()
 for a in "${@:-all}"; do
 	case $a in
-	all) cases+=(vitest jest pytest django rust) ;;
+	all) cases+=(vitest jest pytest django rust nopg) ;;
 	js) cases+=(vitest jest) ;;
 	python) cases+=(pytest django) ;;
-	vitest | jest | pytest | django | rust) cases+=("$a") ;;
-	*) die "unknown case $a: want vitest, jest, pytest, django, rust, js, python or all" ;;
+	vitest | jest | pytest | django | rust | nopg) cases+=("$a") ;;
+	*) die "unknown case $a: want vitest, jest, pytest, django, rust, nopg, js, python or all" ;;
 	esac
 done
 want() { local c; for c in "${cases[@]}"; do [ "$c" = "$1" ] && return 0; done; return 1; }
@@ -280,6 +283,36 @@ if want django; then
 	clean_env+=("${pe[@]}")
 	twice django "$work/django_project" "$py_state" python manage.py test
 	twice django-pytest "$work/django_project" "$py_state" python -m pytest -p no:cacheprovider -q
+fi
+
+# --- No PostgreSQL on the machine ------------------------------------------------------
+# The first run on a machine without PostgreSQL installs one: the pytest example
+# once more, in a mount namespace where /usr/lib/postgresql is an empty tmpfs and
+# pg_config is /dev/null, with a state directory of its own (no install there).
+if want nopg; then
+	if [ "$(id -u)" != 0 ] || [ ${#ns[@]} = 0 ]; then
+		log "nopg: skipped: hiding PostgreSQL needs root and mount namespaces"
+	else
+		py_venv
+		cp -r "$root/clients/python/examples/pytest_project" "$work/nopg_project"
+		mapfile -t pe < <(py_env)
+		nopg_state=$work/pgfork-home-nopg
+		hide='mount -t tmpfs -o mode=755 none /usr/lib/postgresql || exit 1
+if [ -e /usr/bin/pg_config ]; then mount --bind /dev/null /usr/bin/pg_config || exit 1; fi
+if [ -d /usr/local/pgsql ]; then mount -t tmpfs none /usr/local/pgsql || exit 1; fi
+exec "$@"'
+		log "nopg: run 1 with no PostgreSQL on the machine: python -m pytest"
+		t0=$(date +%s.%N)
+		if ! "${clean_env[@]}" "${pe[@]}" "PGFORK_HOME=$nopg_state" unshare --mount --pid --fork --mount-proc \
+			bash -c "$hide" hide "$work/run-one.sh" "$work/nopg_project" "$work" python -m pytest -p no:cacheprovider -q >"$work/nopg.log" 2>&1; then
+			tail -n 80 "$work/nopg.log" >&2
+			die "nopg: the run with no PostgreSQL failed (its last 80 lines above)"
+		fi
+		grep -q "no PostgreSQL build found: installing" "$work/nopg.log" ||
+			{ tail -n 40 "$work/nopg.log" >&2; die "nopg: the run passed but installed no PostgreSQL (did it find one after all?)"; }
+		ls "$nopg_state"/installs/*/bin/postgres >/dev/null 2>&1 || die "nopg: no PostgreSQL installed under $nopg_state/installs"
+		log "nopg: run 1 passed in $(awk -v a="$t0" -v b="$(date +%s.%N)" 'BEGIN{printf "%.1f", b-a}') s, installing $(basename "$(dirname "$(dirname "$(ls -d "$nopg_state"/installs/*/bin/postgres | head -n 1)")")") (no process left)"
+	fi
 fi
 
 # --- Rust -----------------------------------------------------------------------------

@@ -68,9 +68,10 @@ rm -rf "$compat_tmp"
 step python . clients/python/venv.sh
 # clients/js/test.sh runs `npm ci` again: from npm's cache, offline.
 step js clients/js npm ci --ignore-scripts --no-audit --no-fund --loglevel=error
-# clients/rust/test.sh's clippy and test build (same flags, same profile).
+# clients/rust/test.sh's clippy and test build (same flags, same profile; clippy's
+# own -D warnings too: cargo checks the crates again when clippy's arguments differ).
 if command -v cargo >/dev/null; then
-	step rust clients/rust cargo clippy --locked --all-targets --all-features --quiet
+	step rust clients/rust cargo clippy --locked --all-targets --all-features --quiet -- -D warnings
 	step rust clients/rust cargo test --locked --all-features --no-run --quiet
 fi
 # clients/java/test.sh's `mvn verify`: every plugin and dependency downloaded,

@@ -10,12 +10,11 @@
 #
 # The Python venv is kept in $PGFORK_CLIENTS_CACHE (default
 # ~/.cache/pgfork-clients) and reinstalled only when pyproject.toml or the
-# checkout path changes. Any failure stops the script with a non-zero exit and
-# the server's log.
+# checkout path changes (clients/python/venv.sh). Any failure stops the
+# script with a non-zero exit and the server's log.
 set -euo pipefail
 
 root=$(cd "$(dirname "$0")/.." && pwd)
-cache=${PGFORK_CLIENTS_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/pgfork-clients}
 work=$(mktemp -d "${TMPDIR:-/tmp}/pgfork-clients.XXXXXX")
 chmod 755 "$work" # the managed PostgreSQL runs as an unprivileged user when we are root
 server_pid=
@@ -140,17 +139,7 @@ fi
 grep -E '^(ok|FAIL|---)' "$work/go-test.log" | grep -v -- '--- PASS' || true
 check_skips "$work/go-test.log" Go
 
-venv="$cache/venv"
-stamp="$venv/.pgfork-stamp"
-want=$( (cat "$root/clients/python/pyproject.toml"; echo "$root") | sha256sum | cut -d' ' -f1)
-if [ ! -x "$venv/bin/python" ] || [ "$(cat "$stamp" 2>/dev/null)" != "$want" ]; then
-	log "creating the Python venv in $venv"
-	rm -rf "$venv"
-	mkdir -p "$cache"
-	python3 -m venv "$venv"
-	"$venv/bin/python" -m pip install --quiet --disable-pip-version-check -e "$root/clients/python[test]"
-	echo "$want" >"$stamp"
-fi
+venv=$("$root/clients/python/venv.sh")
 
 log "Python client tests (pytest -n 2)"
 (cd "$root/clients/python" && "$venv/bin/python" -m pytest -n 2 -p no:cacheprovider -q -rs tests) | tee "$work/py-test.log"

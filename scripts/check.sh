@@ -54,7 +54,11 @@ make lint
 # (clients/prepare.sh: a head start only; the client stage repeats each step
 # from the caches, so a failure there still fails the run with its reason).
 prepare_log=$PGFORK_TEST_RUN_DIR/clients-prepare.log
-setsid nice -n 19 clients/prepare.sh >"$prepare_log" 2>&1 &
+# It also builds the release clients/zero-setup.sh tests (`make release` for
+# this platform, over a minute on the serial path otherwise) into dist/,
+# complete or absent.
+prepared_dist=$PGFORK_TEST_RUN_DIR/dist
+PGFORK_PREPARE_DIST=$prepared_dist setsid nice -n 19 clients/prepare.sh >"$prepare_log" 2>&1 &
 prepare_pid=$!
 stage "go test"
 # Every test once, verbose into the run's log; on the terminal the package
@@ -102,6 +106,10 @@ clients/test.sh
 # uses the npm/pip/cargo caches and Rust target dir clients/test.sh filled.
 # PGFORK_ZERO_SETUP_CASES narrows it (e.g. "python"; see the script).
 stage "clients/zero-setup.sh"
+# Uses the release clients/prepare.sh built, or builds it if that failed.
+if [ -f "$prepared_dist/SHA256SUMS" ]; then
+	export PGFORK_DIST=$prepared_dist
+fi
 # shellcheck disable=SC2086
 clients/zero-setup.sh ${PGFORK_ZERO_SETUP_CASES:-all}
 # The service recipes (deploy/): the image's root filesystem run in private

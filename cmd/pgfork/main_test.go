@@ -30,10 +30,38 @@ func TestMain(m *testing.M) {
 	// Every process started from here on that runs this binary is pgfork.
 	_ = os.Setenv(runMainEnv, "1")
 	code := m.Run()
-	if selfBin.dir != "" {
-		_ = os.RemoveAll(selfBin.dir)
+	for _, d := range []string{selfBin.dir, plainBin.dir} {
+		if d != "" {
+			_ = os.RemoveAll(d)
+		}
 	}
 	os.Exit(code)
+}
+
+var plainBin struct {
+	once     sync.Once
+	dir, bin string
+	out      []byte
+	err      error
+}
+
+// plainBuild returns pgfork built as users build it, a plain `go build`
+// (`go install`: -buildvcs=true, as this machine's GOFLAGS may turn VCS
+// stamping off), made once per test process for the tests that run it
+// (TestEndToEndBinary, TestVersion).
+func plainBuild(t *testing.T) string {
+	t.Helper()
+	plainBin.once.Do(func() {
+		if plainBin.dir, plainBin.err = os.MkdirTemp("", "pgfork-test-plain-"); plainBin.err != nil {
+			return
+		}
+		plainBin.bin = filepath.Join(plainBin.dir, "pgfork")
+		plainBin.out, plainBin.err = exec.Command("go", "build", "-buildvcs=true", "-o", plainBin.bin, ".").CombinedOutput()
+	})
+	if plainBin.err != nil {
+		t.Fatalf("go build: %v\n%s", plainBin.err, plainBin.out)
+	}
+	return plainBin.bin
 }
 
 var selfBin struct {
@@ -131,14 +159,12 @@ func setProcessEnv(t *testing.T, env []string) (restore func()) {
 	}
 }
 
-// TestEndToEndBinary is the one test of pgfork built as users build it
-// (`go build`, besides TestVersion's stamped builds): its main, its exit
-// codes and its hint on stderr, run as a process of its own.
+// TestEndToEndBinary runs pgfork built as users build it (plainBuild, which
+// TestVersion also looks at; the other tests run the test binary as
+// pgfork): its main, its exit codes and its hint on stderr, run as a
+// process of its own.
 func TestEndToEndBinary(t *testing.T) {
-	bin := filepath.Join(testenv.Dir(t), "pgfork")
-	if out, err := exec.Command("go", "build", "-o", bin, ".").CombinedOutput(); err != nil {
-		t.Fatalf("go build: %v\n%s", err, out)
-	}
+	bin := plainBuild(t)
 	base := testenv.Dir(t)
 	src, dst := filepath.Join(base, "src"), filepath.Join(base, "dst")
 	writeTree(t, src, 4, 1000)

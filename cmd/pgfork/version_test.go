@@ -35,12 +35,8 @@ func TestVersion(t *testing.T) {
 		t.Fatalf("pgfork version --json = %+v", v)
 	}
 
-	// A plain build, as `go install` makes it (-buildvcs=true: this machine's
-	// GOFLAGS may turn VCS stamping off).
-	plain := filepath.Join(dir, "pgfork-plain")
-	if out, err := exec.Command("go", "build", "-buildvcs=true", "-o", plain, ".").CombinedOutput(); err != nil {
-		t.Fatalf("go build: %v\n%s", err, out)
-	}
+	// A plain build, as `go install` makes it (shared with TestEndToEndBinary).
+	plain := plainBuild(t)
 	r = runCLI(t, exec.Command(plain, "version"))
 	if r.code != 0 || !strings.HasPrefix(r.stdout, "pgfork ") || strings.Contains(r.stdout, "v9.8.7") {
 		t.Fatalf("pgfork version (plain build): exit %d, %q", r.code, r.stdout)

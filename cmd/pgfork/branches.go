@@ -201,7 +201,7 @@ func (cl *cli) newBranchCmd() *cobra.Command {
 	c := &branchClient{}
 	cmd := &cobra.Command{
 		Use:   "branch",
-		Short: "Branches: started copies of a cluster, backup or snapshot you can reset, snapshot and throw away",
+		Short: "Branches: copies you can reset, snapshot and throw away",
 		Long: `A branch is a started copy of a source (a running cluster, a backup chain),
 a snapshot or another branch, with its own port, role and password: reset it
 to where it began, snapshot it, protect it, stop and start it, remove it.

@@ -355,7 +355,7 @@ func (m javaMaven) run(proj string, env []string, tests int) (time.Duration, Sam
 	cmd := m.cmd(proj, append(env, "PGB_OUT="+out), "-o", "-q", "test")
 	took, _, err := runSuite(cmd, "")
 	if err != nil {
-		return took, nil, err
+		return took, nil, fmt.Errorf("%w\nroot causes (target/surefire-reports): %s", err, javaCauses(filepath.Join(proj, "target", "surefire-reports")))
 	}
 	gaps, _ := readTimings(out)
 	if want := tests - (tests+javaBenchClasses-1)/javaBenchClasses; len(gaps) != want {
@@ -459,7 +459,7 @@ func runJavaBench(ctx context.Context, r *Report) error {
 	mavens := map[string]javaMaven{}
 	var compiles []string
 	for _, c := range javaBenchContenders() {
-		proj := filepath.Join(tmp, c.dir)
+		proj := filepath.Join(tmp, "suite-"+c.dir)
 		if err := javaBenchProject(proj, c, tests); err != nil {
 			return err
 		}
@@ -479,7 +479,7 @@ func runJavaBench(ctx context.Context, r *Report) error {
 		compiles = append(compiles, fmt.Sprintf("%s %s", c.dir, Dur(time.Since(t))))
 		projects[c.dir], mavens[c.dir] = proj, m
 	}
-	mvnV, _ := exec.Command("mvn", "-v").Output()
+	mvnV, _ := exec.Command("mvn", "-B", "-v").Output()
 	javaV, _ := exec.Command("java", "-version").CombinedOutput()
 	r.Notef("Suite: 40 generated Flyway migrations (60 tables with two indexes each and foreign keys, 5 functions; the js scenario's), %d test methods in classes of %d, "+
 		"each writing through a JdbcTemplate (INSERT, UPDATE, SELECT count), Spring Boot %s, one @SpringBootTest context per fork (Spring's context cache), "+
@@ -569,4 +569,25 @@ func runJavaBench(ctx context.Context, r *Report) error {
 func firstLine(s string) string {
 	l, _, _ := strings.Cut(strings.TrimSpace(s), "\n")
 	return l
+}
+
+// javaCauses is the distinct "Caused by:" lines of Surefire's reports in
+// dir (the root of a context failure, which Maven's summary leaves out).
+func javaCauses(dir string) string {
+	files, _ := filepath.Glob(filepath.Join(dir, "*.txt"))
+	seen := map[string]bool{}
+	var out []string
+	for _, f := range files {
+		b, _ := os.ReadFile(f)
+		for _, l := range strings.Split(string(b), "\n") {
+			if l = strings.TrimSpace(l); strings.HasPrefix(l, "Caused by:") && !seen[l] && len(out) < 8 {
+				seen[l] = true
+				out = append(out, l)
+			}
+		}
+	}
+	if len(out) == 0 {
+		return "none found"
+	}
+	return "\n" + strings.Join(out, "\n")
 }

@@ -28,7 +28,8 @@ import (
 //     serve;
 //  2. zonky: embedded-database-spring-test with its zonky provider (embedded
 //     PostgreSQL 17 binaries) and refresh = AFTER_EACH_TEST_METHOD;
-//  3. Flyway clean + migrate before each test, one database per fork;
+//  3. Flyway clean + migrate before each test, on one database per fork (a
+//     clean in one fork must not pull the tables from under the other's);
 //  4. the hand-written CREATE DATABASE … TEMPLATE per test (a
 //     TestExecutionListener creates a copy of a migrated template and points
 //     the DataSource at it);
@@ -144,13 +145,37 @@ public class Gap implements BeforeTestExecutionCallback, AfterTestExecutionCallb
 // javaBenchCleanBase: Flyway clean + migrate before each test.
 const javaBenchCleanBase = `package bench;
 
+import java.sql.Connection;
+import java.sql.DriverManager;
+import java.sql.SQLException;
+import java.sql.Statement;
 import org.flywaydb.core.Flyway;
 import org.junit.jupiter.api.BeforeEach;
 import org.springframework.beans.factory.annotation.Autowired;
+import org.springframework.test.context.DynamicPropertyRegistry;
+import org.springframework.test.context.DynamicPropertySource;
 
 abstract class CleanBase extends BenchBase {
     @Autowired
     Flyway flyway;
+
+    /** A database for this fork (JVM) alone: clean in one fork must not hit the other's tests. */
+    @DynamicPropertySource
+    static void forkDatabase(DynamicPropertyRegistry r) throws SQLException {
+        String db = "jb_clean_" + ProcessHandle.current().pid();
+        String base = System.getenv("PGB_JDBC_BASE"), user = System.getenv("PGB_USER"), password = System.getenv("PGB_PASSWORD");
+        synchronized (CleanBase.class) {
+            if (!created) {
+                try (Connection c = DriverManager.getConnection(base + "postgres", user, password); Statement s = c.createStatement()) {
+                    s.execute("CREATE DATABASE " + db);
+                }
+                created = true;
+            }
+        }
+        r.add("spring.datasource.url", () -> base + db);
+    }
+
+    private static boolean created;
 
     @BeforeEach
     void cleanAndMigrate() {
@@ -229,7 +254,7 @@ func javaBenchContenders() []javaBenchContender {
 			deps: `<dependency><groupId>io.zonky.test</groupId><artifactId>embedded-database-spring-test</artifactId><version>` + javaBenchZonky + `</version><scope>test</scope></dependency>
     <dependency><groupId>io.zonky.test</groupId><artifactId>embedded-postgres</artifactId><version>` + javaBenchZonkyPG + `</version><scope>test</scope></dependency>`,
 			bom: `<dependency><groupId>io.zonky.test.postgres</groupId><artifactId>embedded-postgres-binaries-bom</artifactId><version>` + javaBenchZonkyBinary + `</version><type>pom</type><scope>import</scope></dependency>`},
-		{dir: "clean", annot: "@SpringBootTest", props: "spring.datasource.url=${PGB_JDBC_BASE}jb_clean_${pgb.fork}\nspring.flyway.clean-disabled=false\n" + common,
+		{dir: "clean", annot: "@SpringBootTest", props: "spring.flyway.clean-disabled=false\n" + common,
 			extra: map[string]string{"src/test/java/bench/CleanBase.java": javaBenchCleanBase}},
 		{dir: "template", annot: "@SpringBootTest\n@org.springframework.context.annotation.Import(TemplateCopies.Config.class)\n" +
 			"@org.springframework.test.context.TestExecutionListeners(listeners = TemplateCopies.class, mergeMode = org.springframework.test.context.TestExecutionListeners.MergeMode.MERGE_WITH_DEFAULTS)",
@@ -271,7 +296,6 @@ func javaBenchPom(c javaBenchContender) string {
       <configuration>
         <forkCount>2</forkCount>
         <reuseForks>true</reuseForks>
-        <systemPropertyVariables><pgb.fork>${surefire.forkNumber}</pgb.fork></systemPropertyVariables>
       </configuration>
     </plugin>
   </plugins></build>
@@ -427,7 +451,7 @@ func runJavaBench(ctx context.Context, r *Report) error {
 	}
 	var version string
 	_ = admin.QueryRow(ctx, "SELECT current_setting('server_version')").Scan(&version)
-	for _, db := range []string{"jb_template", "jb_floor", "jb_clean_1", "jb_clean_2"} {
+	for _, db := range []string{"jb_template", "jb_floor"} {
 		if _, err := admin.Exec(ctx, "CREATE DATABASE "+pgx.Identifier{db}.Sanitize()); err != nil {
 			admin.Close(ctx)
 			return err

@@ -210,6 +210,11 @@ public class TemplateCopies extends AbstractTestExecutionListener {
     /** The application's DataSource: a copy of the template per test. */
     public static class Swappable extends DelegatingDataSource {
         String db;
+
+        /** No target until the first test's copy. */
+        @Override
+        public void afterPropertiesSet() {
+        }
     }
 
     @TestConfiguration

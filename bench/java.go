@@ -265,7 +265,7 @@ func javaBenchContenders() []javaBenchContender {
 			"@org.springframework.test.context.TestExecutionListeners(listeners = TemplateCopies.class, mergeMode = org.springframework.test.context.TestExecutionListeners.MergeMode.MERGE_WITH_DEFAULTS)",
 			props: "spring.flyway.enabled=false\n",
 			extra: map[string]string{"src/test/java/bench/TemplateCopies.java": javaBenchTemplate}},
-		{dir: "floor", annot: "@SpringBootTest", props: "spring.datasource.url=${PGB_JDBC_BASE}jb_floor\n" + common},
+		{dir: "floor", annot: "@SpringBootTest", props: "spring.datasource.url=${PGB_JDBC_BASE}jb_floor\nspring.flyway.enabled=false\n" + common},
 	}
 }
 
@@ -463,8 +463,12 @@ func runJavaBench(ctx context.Context, r *Report) error {
 		}
 	}
 	admin.Close(ctx)
-	if err := rustBenchMigrate(ctx, pg, "jb_template"); err != nil {
-		return err
+	// The template of (4) and the floor's database, migrated untimed (both
+	// run with Flyway off).
+	for _, db := range []string{"jb_template", "jb_floor"} {
+		if err := rustBenchMigrate(ctx, pg, db); err != nil {
+			return err
+		}
 	}
 
 	stateDir := filepath.Join(tmp, "state")
@@ -571,7 +575,9 @@ func runJavaBench(ctx context.Context, r *Report) error {
 	}
 	r.Notef("Whole `mvn -o -q test` runs (%d tests, Maven's start and Surefire's forks included), one run each, in this order (the floor last, after pgfork's second run); "+
 		"pgfork serve --pool-init 16 --pool-max 16 --parallel 2, the second run once its pool had settled. Gap: per test, from the end of the test method before it "+
-		"(same class, same fork) to its own start: the contender's refresh and the framework's callbacks (the floor's gap is those callbacks alone).", tests)
+		"(same class, same fork) to its own start: the contender's refresh and the framework's callbacks (the floor's gap is those callbacks alone). "+
+		"(4) runs CREATE DATABASE … TEMPLATE at the default strategy (WAL_LOG) from a template the bench migrated; the floor's database is migrated by the bench too "+
+		"(Flyway off in both), so neither pays for migrations in its run.", tests)
 	r.Table([]string{"contender", "suite", "vs floor", "gap p50", "gap p99"}, rows)
 	second, cold := byName[pSecond], byName[pCold]
 	for _, t := range []struct {

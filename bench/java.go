@@ -6,6 +6,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"strconv"
 	"strings"
 	"syscall"
@@ -571,22 +572,24 @@ func runJavaBench(ctx context.Context, r *Report) error {
 	floor := byName[floorR]
 	var rows [][]string
 	for _, x := range res {
-		rows = append(rows, []string{x.name, Dur(x.took), Times(x.took, floor.took), x.gaps.Cell(0.5), x.gaps.Cell(0.99)})
+		rows = append(rows, []string{x.name, Dur(x.took), Times(x.took, floor.took), Dur(x.took - floor.took), x.gaps.Cell(0.5), x.gaps.Cell(0.99)})
 	}
 	r.Notef("Whole `mvn -o -q test` runs (%d tests, Maven's start and Surefire's forks included), one run each, in this order (the floor last, after pgfork's second run); "+
 		"pgfork serve --pool-init 16 --pool-max 16 --parallel 2, the second run once its pool had settled. Gap: per test, from the end of the test method before it "+
 		"(same class, same fork) to its own start: the contender's refresh and the framework's callbacks (the floor's gap is those callbacks alone). "+
 		"(4) runs CREATE DATABASE … TEMPLATE at the default strategy (WAL_LOG) from a template the bench migrated; the floor's database is migrated by the bench too "+
 		"(Flyway off in both), so neither pays for migrations in its run.", tests)
-	r.Table([]string{"contender", "suite", "vs floor", "gap p50", "gap p99"}, rows)
+	r.Table([]string{"contender", "suite", "vs floor", "over the floor", "gap p50", "gap p99"}, rows)
 	second, cold := byName[pSecond], byName[pCold]
 	for _, t := range []struct {
 		base  javaRun
 		times float64
 	}{{byName[zonkyR], 3}, {byName[cleanR], 10}} {
 		met := second.took > 0 && float64(t.base.took) >= t.times*float64(second.took)
-		r.Target(met, "@AutoConfigurePgfork's second run ≥ %.0fx %s: %s vs %s = %s (cold, template build included: %s)",
-			t.times, t.base.name, Dur(second.took), Dur(t.base.took), Ratio(t.base.took, second.took), Ratio(t.base.took, cold.took))
+		r.Target(met, "@AutoConfigurePgfork's second run ≥ %.0fx %s: %s vs %s = %s (cold, template build included: %s); "+
+			"their time over the floor's %s (Maven, the forks' JVMs, Spring's context, the tests' own work): %s vs %s = %s",
+			t.times, t.base.name, Dur(second.took), Dur(t.base.took), Ratio(t.base.took, second.took), Ratio(t.base.took, cold.took),
+			Dur(floor.took), Dur(second.took-floor.took), Dur(t.base.took-floor.took), Ratio(t.base.took-floor.took, second.took-floor.took))
 	}
 	r.FloorTarget("@AutoConfigurePgfork's second run", second.took, floor.took, 1.5)
 	if len(second.gaps) > 0 {
@@ -602,9 +605,12 @@ func runJavaBench(ctx context.Context, r *Report) error {
 
 // firstLine is s's first line.
 func firstLine(s string) string {
-	l, _, _ := strings.Cut(strings.TrimSpace(s), "\n")
+	l, _, _ := strings.Cut(strings.TrimSpace(ansiEscape.ReplaceAllString(s, "")), "\n")
 	return l
 }
+
+// ansiEscape matches a terminal's colour codes (Maven prints them even with -B).
+var ansiEscape = regexp.MustCompile("\x1b\\[[0-9;]*m")
 
 // javaCauses is the distinct "Caused by:" lines of Surefire's reports in
 // dir (the root of a context failure, which Maven's summary leaves out).

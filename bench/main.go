@@ -24,6 +24,7 @@
 //	PGFORK_BENCH_JS_SEED_MB=5         js: seed size (default 50)
 //	PGFORK_BENCH_RUST_TESTS=20        rust: tests per contender (default 200)
 //	PGFORK_BENCH_RUST_TARGET=DIR      rust: a cargo target directory kept between runs
+//	PGFORK_BENCH_JAVA_TESTS=20        java: test methods per contender (default 200, classes of 10)
 //	PGFORK_BENCH_DJANGO_REPS=1        django: runs per mode (default 3)
 //	PGFORK_BENCH_DJANGO_CLASSES=4     django: classes of 10 tests (default 40, a quarter TransactionTestCase)
 //	PGFORK_BENCH_DJANGO_PYTEST=0      django: skip the pytest-django part

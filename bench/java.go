@@ -1,0 +1,634 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/pgfork/pgfork/instance"
+)
+
+// The "java" scenario (issue 36) runs a generated Spring Boot 3.5 test suite
+// (40 Flyway migrations, the js scenario's; N test methods in classes of 10,
+// each writing through a JdbcTemplate: INSERT, UPDATE, SELECT) with
+// `mvn -o -q test`, Surefire with 2 forks (forkCount=2, reuseForks=true),
+// side by side:
+//
+//  1. pgfork: @AutoConfigurePgfork (clients/java's pgfork-spring, a fresh
+//     database after each test method) against a pgfork serve the bench
+//     starts, a cold run (builds the template) and a second run on the same
+//     serve;
+//  2. zonky: embedded-database-spring-test with its zonky provider (embedded
+//     PostgreSQL 17 binaries) and refresh = AFTER_EACH_TEST_METHOD;
+//  3. Flyway clean + migrate before each test, on one database per fork (a
+//     clean in one fork must not pull the tables from under the other's);
+//  4. the hand-written CREATE DATABASE … TEMPLATE per test (a
+//     TestExecutionListener creates a copy of a migrated template and points
+//     the DataSource at it);
+//  5. the floor: the same suite on one shared database, no isolation.
+//
+// Every contender is one Maven project of its own in the run directory, on
+// Spring Boot 3.5 (zonky's 2.6.0 is for Boot 3), compiled once untimed
+// (`mvn test-compile`, which also downloads what is missing into ~/.m2) and
+// then timed as a whole `mvn -o -q test`. Each test records the gap between
+// the end of the test method before it (in the same class and fork) and its
+// own start: the refresh and the framework's callbacks.
+//
+// PostgreSQL refuses to run as root, and zonky starts its embedded
+// PostgreSQL from the test JVM: when the bench runs as root, zonky's Maven
+// runs as the postgres user with a copy of ~/.m2/repository of its own.
+//
+// Scale: PGFORK_BENCH_JAVA_TESTS (default 200).
+func init() {
+	register(Scenario{Name: "java", Issue: "Java client: @AutoConfigurePgfork vs zonky, Flyway clean+migrate and CREATE DATABASE … TEMPLATE per test (issue 36)", Run: runJavaBench})
+}
+
+// The Spring Boot and zonky versions the suite is generated with.
+const (
+	javaBenchBoot        = "3.5.7"
+	javaBenchZonky       = "2.6.0"
+	javaBenchZonkyPG     = "2.1.1"  // io.zonky.test:embedded-postgres
+	javaBenchZonkyBinary = "17.6.0" // io.zonky.test.postgres:embedded-postgres-binaries-*
+	javaBenchClasses     = 10       // test methods per class
+)
+
+// javaBenchContender is one generated Maven project of the suite.
+type javaBenchContender struct {
+	dir   string // the project's directory name
+	annot string // the test classes' annotations
+	props string // src/test/resources/application.properties
+	deps  string // extra dependencies
+	bom   string // extra dependencyManagement
+	extra map[string]string
+}
+
+const javaBenchApp = `package bench;
+
+import org.springframework.boot.autoconfigure.SpringBootApplication;
+
+@SpringBootApplication
+public class BenchApp {
+}
+`
+
+// javaBenchBase is every test class's parent: the test's work and the gap
+// recorder.
+const javaBenchBase = `package bench;
+
+import static org.junit.jupiter.api.Assertions.assertTrue;
+
+import org.junit.jupiter.api.extension.ExtendWith;
+import org.springframework.beans.factory.annotation.Autowired;
+import org.springframework.jdbc.core.JdbcTemplate;
+
+@ExtendWith(Gap.class)
+abstract class BenchBase {
+    @Autowired
+    JdbcTemplate jdbc;
+
+    /** The test's work: it writes, as most tests of an application do. */
+    void work() {
+        jdbc.update("INSERT INTO t002 (name, score) VALUES ('test', 1)");
+        jdbc.update("UPDATE t001 SET score = score + 1 WHERE id = 1");
+        Long n = jdbc.queryForObject("SELECT count(*) FROM t002", Long.class);
+        assertTrue(n != null && n >= 1);
+    }
+}
+`
+
+// javaBenchGap records, per test, the milliseconds from the end of the test
+// method before it in the same class (same JVM) to its own start: the
+// database refresh of the contender plus the framework's callbacks.
+const javaBenchGap = `package bench;
+
+import java.io.IOException;
+import java.nio.charset.StandardCharsets;
+import java.nio.file.Files;
+import java.nio.file.Path;
+import java.nio.file.StandardOpenOption;
+import org.junit.jupiter.api.extension.AfterTestExecutionCallback;
+import org.junit.jupiter.api.extension.BeforeTestExecutionCallback;
+import org.junit.jupiter.api.extension.ExtensionContext;
+
+public class Gap implements BeforeTestExecutionCallback, AfterTestExecutionCallback {
+    private static long end;
+    private static Class<?> endClass;
+
+    @Override
+    public synchronized void beforeTestExecution(ExtensionContext c) throws IOException {
+        if (endClass == c.getRequiredTestClass()) {
+            double ms = (System.nanoTime() - end) / 1e6;
+            String out = System.getenv("PGB_OUT");
+            if (out != null) {
+                String line = String.format(java.util.Locale.ROOT, "%.3f %.3f%n", ms, ms);
+                Files.write(Path.of(out), line.getBytes(StandardCharsets.UTF_8), StandardOpenOption.CREATE, StandardOpenOption.APPEND);
+            }
+        }
+    }
+
+    @Override
+    public synchronized void afterTestExecution(ExtensionContext c) {
+        end = System.nanoTime();
+        endClass = c.getRequiredTestClass();
+    }
+}
+`
+
+// javaBenchCleanBase: Flyway clean + migrate before each test.
+const javaBenchCleanBase = `package bench;
+
+import java.sql.Connection;
+import java.sql.DriverManager;
+import java.sql.SQLException;
+import java.sql.Statement;
+import org.flywaydb.core.Flyway;
+import org.junit.jupiter.api.BeforeEach;
+import org.springframework.beans.factory.annotation.Autowired;
+import org.springframework.test.context.DynamicPropertyRegistry;
+import org.springframework.test.context.DynamicPropertySource;
+
+abstract class CleanBase extends BenchBase {
+    @Autowired
+    Flyway flyway;
+
+    /** A database for this fork (JVM) alone: clean in one fork must not hit the other's tests. */
+    @DynamicPropertySource
+    static void forkDatabase(DynamicPropertyRegistry r) throws SQLException {
+        String db = "jb_clean_" + ProcessHandle.current().pid();
+        String base = System.getenv("PGB_JDBC_BASE"), user = System.getenv("PGB_USER"), password = System.getenv("PGB_PASSWORD");
+        synchronized (CleanBase.class) {
+            if (!created) {
+                try (Connection c = DriverManager.getConnection(base + "postgres", user, password); Statement s = c.createStatement()) {
+                    s.execute("CREATE DATABASE " + db);
+                }
+                created = true;
+            }
+        }
+        r.add("spring.datasource.url", () -> base + db);
+    }
+
+    private static boolean created;
+
+    @BeforeEach
+    void cleanAndMigrate() {
+        flyway.clean();
+        flyway.migrate();
+    }
+}
+`
+
+// javaBenchTemplate is the hand-written pattern: a DataSource whose target
+// the listener swaps before each test for a new copy of the migrated
+// template (CREATE DATABASE … TEMPLATE), dropping the copy after the test.
+const javaBenchTemplate = `package bench;
+
+import java.sql.Connection;
+import java.sql.DriverManager;
+import java.sql.SQLException;
+import java.sql.Statement;
+import java.util.concurrent.atomic.AtomicInteger;
+import javax.sql.DataSource;
+import org.springframework.boot.test.context.TestConfiguration;
+import org.springframework.context.annotation.Bean;
+import org.springframework.jdbc.datasource.DelegatingDataSource;
+import org.springframework.jdbc.datasource.SingleConnectionDataSource;
+import org.springframework.test.context.TestContext;
+import org.springframework.test.context.support.AbstractTestExecutionListener;
+
+public class TemplateCopies extends AbstractTestExecutionListener {
+    static final String URL = System.getenv("PGB_JDBC_BASE"), USER = System.getenv("PGB_USER"), PASSWORD = System.getenv("PGB_PASSWORD");
+    static final AtomicInteger N = new AtomicInteger();
+
+    /** The application's DataSource: a copy of the template per test. */
+    public static class Swappable extends DelegatingDataSource {
+        String db;
+
+        /** No target until the first test's copy. */
+        @Override
+        public void afterPropertiesSet() {
+        }
+    }
+
+    @TestConfiguration
+    public static class Config {
+        @Bean
+        DataSource dataSource() {
+            return new Swappable();
+        }
+    }
+
+    static void admin(String sql) throws SQLException {
+        try (Connection c = DriverManager.getConnection(URL + "postgres", USER, PASSWORD); Statement s = c.createStatement()) {
+            s.execute(sql);
+        }
+    }
+
+    @Override
+    public void beforeTestMethod(TestContext tc) throws SQLException {
+        Swappable ds = tc.getApplicationContext().getBean(Swappable.class);
+        String db = "jbt_" + ProcessHandle.current().pid() + "_" + N.incrementAndGet();
+        admin("CREATE DATABASE " + db + " TEMPLATE jb_template");
+        ds.db = db;
+        ds.setTargetDataSource(new SingleConnectionDataSource(URL + db, USER, PASSWORD, true));
+    }
+
+    @Override
+    public void afterTestMethod(TestContext tc) throws SQLException {
+        Swappable ds = tc.getApplicationContext().getBean(Swappable.class);
+        ((SingleConnectionDataSource) ds.getTargetDataSource()).destroy();
+        admin("DROP DATABASE " + ds.db);
+    }
+}
+`
+
+func javaBenchContenders() []javaBenchContender {
+	common := "spring.datasource.username=${PGB_USER}\nspring.datasource.password=${PGB_PASSWORD}\n"
+	return []javaBenchContender{
+		{dir: "pgfork", annot: "@SpringBootTest\n@io.pgfork.spring.AutoConfigurePgfork",
+			deps: `<dependency><groupId>io.pgfork</groupId><artifactId>pgfork-spring</artifactId><version>${pgfork.version}</version><scope>test</scope></dependency>`},
+		{dir: "zonky", annot: "@SpringBootTest\n@io.zonky.test.db.AutoConfigureEmbeddedDatabase(provider = io.zonky.test.db.AutoConfigureEmbeddedDatabase.DatabaseProvider.ZONKY, " +
+			"refresh = io.zonky.test.db.AutoConfigureEmbeddedDatabase.RefreshMode.AFTER_EACH_TEST_METHOD)",
+			deps: `<dependency><groupId>io.zonky.test</groupId><artifactId>embedded-database-spring-test</artifactId><version>` + javaBenchZonky + `</version><scope>test</scope></dependency>
+    <dependency><groupId>io.zonky.test</groupId><artifactId>embedded-postgres</artifactId><version>` + javaBenchZonkyPG + `</version><scope>test</scope></dependency>`,
+			bom: `<dependency><groupId>io.zonky.test.postgres</groupId><artifactId>embedded-postgres-binaries-bom</artifactId><version>` + javaBenchZonkyBinary + `</version><type>pom</type><scope>import</scope></dependency>`},
+		{dir: "clean", annot: "@SpringBootTest", props: "spring.flyway.clean-disabled=false\n" + common,
+			extra: map[string]string{"src/test/java/bench/CleanBase.java": javaBenchCleanBase}},
+		{dir: "template", annot: "@SpringBootTest\n@org.springframework.context.annotation.Import(TemplateCopies.Config.class)\n" +
+			"@org.springframework.test.context.TestExecutionListeners(listeners = TemplateCopies.class, mergeMode = org.springframework.test.context.TestExecutionListeners.MergeMode.MERGE_WITH_DEFAULTS)",
+			props: "spring.flyway.enabled=false\n",
+			extra: map[string]string{"src/test/java/bench/TemplateCopies.java": javaBenchTemplate}},
+		{dir: "floor", annot: "@SpringBootTest", props: "spring.datasource.url=${PGB_JDBC_BASE}jb_floor\nspring.flyway.enabled=false\n" + common},
+	}
+}
+
+func javaBenchPom(c javaBenchContender) string {
+	return fmt.Sprintf(`<?xml version="1.0" encoding="UTF-8"?>
+<project xmlns="http://maven.apache.org/POM/4.0.0" xmlns:xsi="http://www.w3.org/2001/XMLSchema-instance"
+         xsi:schemaLocation="http://maven.apache.org/POM/4.0.0 https://maven.apache.org/xsd/maven-4.0.0.xsd">
+  <modelVersion>4.0.0</modelVersion>
+  <parent>
+    <groupId>org.springframework.boot</groupId>
+    <artifactId>spring-boot-starter-parent</artifactId>
+    <version>%s</version>
+    <relativePath/>
+  </parent>
+  <groupId>io.pgfork.bench</groupId>
+  <artifactId>bench-%s</artifactId>
+  <version>0.0.1</version>
+  <properties>
+    <java.version>17</java.version>
+    <pgfork.version>0.1.0-SNAPSHOT</pgfork.version>
+  </properties>
+  <dependencyManagement><dependencies>%s</dependencies></dependencyManagement>
+  <dependencies>
+    <dependency><groupId>org.springframework.boot</groupId><artifactId>spring-boot-starter-jdbc</artifactId></dependency>
+    <dependency><groupId>org.flywaydb</groupId><artifactId>flyway-core</artifactId></dependency>
+    <dependency><groupId>org.flywaydb</groupId><artifactId>flyway-database-postgresql</artifactId></dependency>
+    <dependency><groupId>org.postgresql</groupId><artifactId>postgresql</artifactId><scope>runtime</scope></dependency>
+    <dependency><groupId>org.springframework.boot</groupId><artifactId>spring-boot-starter-test</artifactId><scope>test</scope></dependency>
+    %s
+  </dependencies>
+  <build><plugins>
+    <plugin><groupId>org.apache.maven.plugins</groupId><artifactId>maven-surefire-plugin</artifactId>
+      <configuration>
+        <forkCount>2</forkCount>
+        <reuseForks>true</reuseForks>
+      </configuration>
+    </plugin>
+  </plugins></build>
+</project>
+`, javaBenchBoot, c.dir, c.bom, c.deps)
+}
+
+// javaBenchProject writes contender c's Maven project under dir with tests
+// test methods.
+func javaBenchProject(dir string, c javaBenchContender, tests int) error {
+	files := map[string]string{
+		"pom.xml":                                   javaBenchPom(c),
+		"src/main/java/bench/BenchApp.java":         javaBenchApp,
+		"src/test/java/bench/BenchBase.java":        javaBenchBase,
+		"src/test/java/bench/Gap.java":              javaBenchGap,
+		"src/test/resources/application.properties": "spring.main.banner-mode=off\nlogging.level.root=WARN\n" + c.props,
+	}
+	for name, sql := range jsMigrations() {
+		n, err := strconv.Atoi(strings.TrimSuffix(name, "_m.sql"))
+		if err != nil {
+			return fmt.Errorf("migration %s: %w", name, err)
+		}
+		files[fmt.Sprintf("src/main/resources/db/migration/V%d__m%03d.sql", n, n)] = sql
+	}
+	for name, content := range c.extra {
+		files[name] = content
+	}
+	base := "BenchBase"
+	if c.dir == "clean" {
+		base = "CleanBase"
+	}
+	for k := 0; k*javaBenchClasses < tests; k++ {
+		var b strings.Builder
+		fmt.Fprintf(&b, "package bench;\n\nimport org.junit.jupiter.api.Test;\nimport org.springframework.boot.test.context.SpringBootTest;\n\n%s\nclass T%03dTest extends %s {\n", c.annot, k, base)
+		for m := k * javaBenchClasses; m < min(tests, (k+1)*javaBenchClasses); m++ {
+			fmt.Fprintf(&b, "    @Test\n    void t%03d() {\n        work();\n    }\n\n", m)
+		}
+		b.WriteString("}\n")
+		files[fmt.Sprintf("src/test/java/bench/T%03dTest.java", k)] = b.String()
+	}
+	for name, content := range files {
+		p := filepath.Join(dir, name)
+		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+			return err
+		}
+		if err := os.WriteFile(p, []byte(content), 0o644); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// javaMaven runs mvn in proj with env; as is a user to run it as (nil: as
+// ourselves) with home its HOME.
+type javaMaven struct {
+	ctx  context.Context
+	as   *syscall.Credential
+	home string
+	repo string // -Dmaven.repo.local, or "" for the user's
+}
+
+func (m javaMaven) cmd(proj string, env []string, args ...string) *exec.Cmd {
+	all := []string{"-B", "-ntp"}
+	if m.repo != "" {
+		all = append(all, "-Dmaven.repo.local="+m.repo)
+	}
+	cmd := exec.CommandContext(m.ctx, "mvn", append(all, args...)...)
+	cmd.Dir = proj
+	cmd.Env = append(os.Environ(), env...)
+	if m.as != nil {
+		cmd.SysProcAttr = &syscall.SysProcAttr{Credential: m.as}
+		cmd.Env = append(cmd.Env, "HOME="+m.home, "USER=postgres", "LOGNAME=postgres")
+	}
+	return cmd
+}
+
+// run runs a timed `mvn -o -q test` of tests tests and returns its wall
+// time and the per-test gaps the tests recorded.
+func (m javaMaven) run(proj string, env []string, tests int) (time.Duration, Sample, error) {
+	out := filepath.Join(proj, fmt.Sprintf("gaps-%d.txt", time.Now().UnixNano()))
+	cmd := m.cmd(proj, append(env, "PGB_OUT="+out), "-o", "-q", "test")
+	took, _, err := runSuite(cmd, "")
+	if err != nil {
+		return took, nil, fmt.Errorf("%w\nroot causes (target/surefire-reports): %s", err, javaCauses(filepath.Join(proj, "target", "surefire-reports")))
+	}
+	gaps, _ := readTimings(out)
+	if want := tests - (tests+javaBenchClasses-1)/javaBenchClasses; len(gaps) != want {
+		return took, gaps, fmt.Errorf("%s: %d test gaps recorded, want %d (did every test run?)", proj, len(gaps), want)
+	}
+	return took, gaps, nil
+}
+
+func runJavaBench(ctx context.Context, r *Report) error {
+	r.Notef("Load average at start: %s (2 cores shared with other work; times grow with contention).", loadAvg())
+	defer func() { r.Notef("Load average at the end: %s.", loadAvg()) }()
+	tests := 200
+	if v, err := strconv.Atoi(os.Getenv("PGFORK_BENCH_JAVA_TESTS")); err == nil && v > 0 {
+		tests = v
+	}
+	if tests != 200 {
+		r.Notef("SCALED: %d tests (issue: 200).", tests)
+	}
+	for _, tool := range []string{"mvn", "java"} {
+		if _, err := exec.LookPath(tool); err != nil {
+			return fmt.Errorf("%s not found: the java scenario needs a JDK 17+ and Maven (Debian: apt-get install maven)", tool)
+		}
+	}
+	wd, err := os.Getwd()
+	if err != nil {
+		return err
+	}
+	tmp, bin, err := clientWorkspace("pgfork-bench-java-")
+	if err != nil {
+		return err
+	}
+	defer os.RemoveAll(tmp)
+	self := javaMaven{ctx: ctx}
+	// The client as the README has users depend on it: io.pgfork:pgfork-spring
+	// from the Maven repository, installed from this tree.
+	t0 := time.Now()
+	install := self.cmd(filepath.Join(wd, "clients", "java"), nil, "-q", "install", "-DskipTests", "-pl", "pgfork-spring", "-am")
+	if out, err := install.CombinedOutput(); err != nil {
+		return fmt.Errorf("installing clients/java (mvn install -pl pgfork-spring -am): %v:\n%s", err, out[max(0, len(out)-3000):])
+	}
+	installTook := time.Since(t0)
+
+	// zonky's Maven as the postgres user when we are root (PostgreSQL refuses
+	// root), with a copy of the user's repository it can read.
+	zonky := self
+	if user, err := instance.ResolveUser(""); err != nil {
+		return err
+	} else if user != nil {
+		home := filepath.Join(tmp, "zonky-home")
+		repo := filepath.Join(home, "m2")
+		if err := os.MkdirAll(home, 0o755); err != nil {
+			return err
+		}
+		m2 := filepath.Join(os.Getenv("HOME"), ".m2", "repository")
+		if out, err := exec.CommandContext(ctx, "cp", "-a", m2, repo).CombinedOutput(); err != nil {
+			return fmt.Errorf("copying %s for zonky's Maven: %v: %s", m2, err, out)
+		}
+		zonky = javaMaven{ctx: ctx, as: &syscall.Credential{Uid: uint32(user.UID), Gid: uint32(user.GID)}, home: home, repo: repo}
+	}
+
+	_, pg, stopPG, err := benchPG18(ctx, os.TempDir())
+	if err != nil {
+		return err
+	}
+	defer stopPG()
+	admin, err := pgx.Connect(ctx, pg.url)
+	if err != nil {
+		return err
+	}
+	var version string
+	_ = admin.QueryRow(ctx, "SELECT current_setting('server_version')").Scan(&version)
+	for _, db := range []string{"jb_template", "jb_floor"} {
+		if _, err := admin.Exec(ctx, "CREATE DATABASE "+pgx.Identifier{db}.Sanitize()); err != nil {
+			admin.Close(ctx)
+			return err
+		}
+	}
+	admin.Close(ctx)
+	// The template of (4) and the floor's database, migrated untimed (both
+	// run with Flyway off).
+	for _, db := range []string{"jb_template", "jb_floor"} {
+		if err := rustBenchMigrate(ctx, pg, db); err != nil {
+			return err
+		}
+	}
+
+	stateDir := filepath.Join(tmp, "state")
+	if err := os.MkdirAll(stateDir, 0o755); err != nil {
+		return err
+	}
+	port := 17000 + os.Getpid()%1000*3 + 2
+	serveArgs := []string{"--pool-init", "16", "--pool-max", "16", "--parallel", "2"}
+	srv, err := startServe(bin, stateDir, port, append([]string{"--pg-url", pg.url}, serveArgs...)...)
+	if err != nil {
+		return err
+	}
+	defer func() { _ = srv.stop() }()
+	env := []string{
+		fmt.Sprintf("PGB_JDBC_BASE=jdbc:postgresql://%s:%d/", pg.host, pg.port), "PGB_USER=" + pg.user, "PGB_PASSWORD=" + pg.password,
+		"PGFORK_URL=" + srv.base, "PGFORK_TOKEN=", "PGFORK_BIN=" + bin,
+	}
+
+	// Generate and compile every contender (untimed).
+	projects := map[string]string{}
+	mavens := map[string]javaMaven{}
+	var compiles []string
+	for _, c := range javaBenchContenders() {
+		proj := filepath.Join(tmp, "suite-"+c.dir)
+		if err := javaBenchProject(proj, c, tests); err != nil {
+			return err
+		}
+		m := self
+		if c.dir == "zonky" {
+			m = zonky
+			if m.as != nil {
+				if out, err := exec.Command("chown", "-R", fmt.Sprintf("%d:%d", m.as.Uid, m.as.Gid), proj, m.home).CombinedOutput(); err != nil {
+					return fmt.Errorf("chown for zonky's Maven: %v: %s", err, out)
+				}
+			}
+		}
+		t := time.Now()
+		if out, err := m.cmd(proj, env, "-q", "test-compile").CombinedOutput(); err != nil {
+			return fmt.Errorf("mvn test-compile in %s: %v:\n%s", proj, err, out[max(0, len(out)-3000):])
+		}
+		compiles = append(compiles, fmt.Sprintf("%s %s", c.dir, Dur(time.Since(t))))
+		projects[c.dir], mavens[c.dir] = proj, m
+	}
+	mvnV, _ := exec.Command("mvn", "-B", "-v").Output()
+	javaV, _ := exec.Command("java", "-version").CombinedOutput()
+	r.Notef("Suite: 40 generated Flyway migrations (60 tables with two indexes each and foreign keys, 5 functions; the js scenario's), %d test methods in classes of %d, "+
+		"each writing through a JdbcTemplate (INSERT, UPDATE, SELECT count), Spring Boot %s, one @SpringBootTest context per fork (Spring's context cache), "+
+		"Surefire forkCount=2 reuseForks=true; %s; %s. Each contender is a Maven project of its own; installing clients/java's pgfork-spring (%s) and the warm-up "+
+		"`mvn test-compile` of each (%s) are not counted. PostgreSQL %s (test profile, fsync off) on ext4 for every contender but zonky (its embedded PostgreSQL %s binaries, "+
+		"initdb'd by zonky in the test JVM).",
+		tests, javaBenchClasses, javaBenchBoot, firstLine(string(mvnV)), firstLine(string(javaV)), Dur(installTook), strings.Join(compiles, ", "), version, javaBenchZonkyBinary)
+	if zonky.as != nil {
+		r.Notef("zonky's Maven ran as the postgres user (PostgreSQL refuses root) with a copy of ~/.m2/repository; the others as root with ~/.m2.")
+	}
+
+	type javaRun struct {
+		name string
+		took time.Duration
+		gaps Sample
+	}
+	var res []javaRun
+	byName := map[string]javaRun{}
+	run := func(name, dir string) error {
+		took, gaps, err := mavens[dir].run(projects[dir], env, tests)
+		if err != nil {
+			return err
+		}
+		fmt.Printf("  %s: %s\n", name, Dur(took))
+		x := javaRun{name, took, gaps}
+		res = append(res, x)
+		byName[name] = x
+		return nil
+	}
+	const (
+		pCold   = "(1) @AutoConfigurePgfork, cold: builds the template"
+		pSecond = "(1) @AutoConfigurePgfork, second run on the same serve"
+		zonkyR  = "(2) zonky, refresh AFTER_EACH_TEST_METHOD"
+		cleanR  = "(3) Flyway clean + migrate per test"
+		tmplR   = "(4) CREATE DATABASE … TEMPLATE per test"
+		floorR  = "(5) floor: one shared database, no isolation"
+	)
+	if err := run(pCold, "pgfork"); err != nil {
+		return err
+	}
+	for _, x := range []struct{ name, dir string }{{zonkyR, "zonky"}, {cleanR, "clean"}, {tmplR, "template"}} {
+		if err := run(x.name, x.dir); err != nil {
+			return err
+		}
+	}
+	if err := srv.settle(ctx, 5*time.Minute); err != nil {
+		return fmt.Errorf("before the second run: %w", err)
+	}
+	if err := run(pSecond, "pgfork"); err != nil {
+		return err
+	}
+	if err := run(floorR, "floor"); err != nil {
+		return err
+	}
+
+	floor := byName[floorR]
+	var rows [][]string
+	for _, x := range res {
+		rows = append(rows, []string{x.name, Dur(x.took), Times(x.took, floor.took), Dur(x.took - floor.took), x.gaps.Cell(0.5), x.gaps.Cell(0.99)})
+	}
+	r.Notef("Whole `mvn -o -q test` runs (%d tests, Maven's start and Surefire's forks included), one run each, in this order (the floor last, after pgfork's second run); "+
+		"pgfork serve --pool-init 16 --pool-max 16 --parallel 2, the second run once its pool had settled. Gap: per test, from the end of the test method before it "+
+		"(same class, same fork) to its own start: the contender's refresh and the framework's callbacks (the floor's gap is those callbacks alone). "+
+		"(4) runs CREATE DATABASE … TEMPLATE at the default strategy (WAL_LOG) from a template the bench migrated; the floor's database is migrated by the bench too "+
+		"(Flyway off in both), so neither pays for migrations in its run.", tests)
+	r.Table([]string{"contender", "suite", "vs floor", "over the floor", "gap p50", "gap p99"}, rows)
+	second, cold := byName[pSecond], byName[pCold]
+	for _, t := range []struct {
+		base  javaRun
+		times float64
+	}{{byName[zonkyR], 3}, {byName[cleanR], 10}} {
+		met := second.took > 0 && float64(t.base.took) >= t.times*float64(second.took)
+		r.Target(met, "@AutoConfigurePgfork's second run ≥ %.0fx %s: %s vs %s = %s (cold, template build included: %s); "+
+			"their time over the floor's %s (Maven, the forks' JVMs, Spring's context, the tests' own work): %s vs %s = %s",
+			t.times, t.base.name, Dur(second.took), Dur(t.base.took), Ratio(t.base.took, second.took), Ratio(t.base.took, cold.took),
+			Dur(floor.took), Dur(second.took-floor.took), Dur(t.base.took-floor.took), Ratio(t.base.took-floor.took, second.took-floor.took))
+	}
+	r.FloorTarget("@AutoConfigurePgfork's second run", second.took, floor.took, 1.5)
+	if len(second.gaps) > 0 {
+		p50 := second.gaps.Quantile(0.5)
+		r.Target(p50 <= 5*time.Millisecond, "per-test refresh of @AutoConfigurePgfork (second run, the gap between tests): p50 %s (≤ 5 ms), p99 %s over %d gaps; "+
+			"the floor's gap (no refresh): p50 %s; pgfork's less the floor's: %s",
+			Dur(p50), second.gaps.Cell(0.99), len(second.gaps), floor.gaps.Cell(0.5), Dur(p50-floor.gaps.Quantile(0.5)))
+	} else {
+		r.Notef("**NOT MEASURED**: per-test refresh p50 ≤ 5 ms: no gaps recorded.")
+	}
+	return nil
+}
+
+// firstLine is s's first line.
+func firstLine(s string) string {
+	l, _, _ := strings.Cut(strings.TrimSpace(ansiEscape.ReplaceAllString(s, "")), "\n")
+	return l
+}
+
+// ansiEscape matches a terminal's colour codes (Maven prints them even with -B).
+var ansiEscape = regexp.MustCompile("\x1b\\[[0-9;]*m")
+
+// javaCauses is the distinct "Caused by:" lines of Surefire's reports in
+// dir (the root of a context failure, which Maven's summary leaves out).
+func javaCauses(dir string) string {
+	files, _ := filepath.Glob(filepath.Join(dir, "*.txt"))
+	seen := map[string]bool{}
+	var out []string
+	for _, f := range files {
+		b, _ := os.ReadFile(f)
+		for _, l := range strings.Split(string(b), "\n") {
+			if l = strings.TrimSpace(l); strings.HasPrefix(l, "Caused by:") && !seen[l] && len(out) < 8 {
+				seen[l] = true
+				out = append(out, l)
+			}
+		}
+	}
+	if len(out) == 0 {
+		return "none found"
+	}
+	return "\n" + strings.Join(out, "\n")
+}

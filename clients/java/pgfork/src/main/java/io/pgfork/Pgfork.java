@@ -1,5 +1,7 @@
 package io.pgfork;
 
+import java.util.Collections;
+import java.util.IdentityHashMap;
 import java.util.Map;
 import java.util.concurrent.CompletableFuture;
 import java.util.concurrent.CompletionException;
@@ -19,6 +21,9 @@ public final class Pgfork {
 
     private final PgforkClient client;
     private final Map<String, CompletableFuture<Void>> templates = new ConcurrentHashMap<>();
+    // Each migrator's template hash, computed once: hashing reads every migration file (Flyway's and Liquibase's
+    // from the classpath), which cost a take milliseconds per test.
+    private final Map<Migrator, String> hashes = Collections.synchronizedMap(new IdentityHashMap<>());
 
     /**
      * An instance over a client of your own.
@@ -50,13 +55,14 @@ public final class Pgfork {
     }
 
     /**
-     * A fresh database copied from m's template, built first if no JVM has built it.
+     * A fresh database copied from m's template, built first if no JVM has built it. m's migrations are hashed at
+     * its first take in this JVM, not again.
      *
      * @param m the migrator
      * @return the test database, the caller's until {@link #giveBack}
      */
     public TestDatabase take(Migrator m) {
-        String hash = m.templateHash();
+        String hash = hashes.computeIfAbsent(m, Migrator::templateHash);
         ensureTemplate(hash, m);
         return client.getTestDatabase(hash);
     }

@@ -54,6 +54,7 @@ type pgServer struct {
 	user     string
 	password string
 	url      string // superuser URL to database postgres
+	version  string // its PostgreSQL version (benchPG18's; empty for others)
 }
 
 // db is database name on the server, as its superuser.

@@ -455,8 +455,7 @@ func runJavaBench(ctx context.Context, r *Report) error {
 	if err != nil {
 		return err
 	}
-	var version string
-	_ = admin.QueryRow(ctx, "SELECT current_setting('server_version')").Scan(&version)
+	version := pg.version
 	for _, db := range []string{"jb_template", "jb_floor"} {
 		if _, err := admin.Exec(ctx, "CREATE DATABASE "+pgx.Identifier{db}.Sanitize()); err != nil {
 			admin.Close(ctx)

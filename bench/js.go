@@ -11,8 +11,6 @@ import (
 	"strings"
 	"time"
 
-	"github.com/jackc/pgx/v5"
-
 	"github.com/pgfork/pgfork/instance"
 )
 
@@ -317,7 +315,7 @@ func benchPG18(ctx context.Context, base string) (*instance.Instance, pgServer, 
 		os.RemoveAll(dir)
 		return nil, pgServer{}, nil, err
 	}
-	pg := pgServer{host: srv.Host, port: srv.Port, user: "postgres", password: srv.Password, url: srv.ConnString("postgres", "postgres")}
+	pg := pgServer{host: srv.Host, port: srv.Port, user: "postgres", password: srv.Password, url: srv.ConnString("postgres", "postgres"), version: pgInst.Version}
 	return srv, pg, func() { _ = srv.Stop(context.Background(), instance.Fast); os.RemoveAll(dir) }, nil
 }
 
@@ -381,13 +379,7 @@ func runJSBench(ctx context.Context, r *Report) error {
 		return err
 	}
 	defer stopPG()
-	admin, err := pgx.Connect(ctx, pg.url)
-	if err != nil {
-		return err
-	}
-	var version string
-	_ = admin.QueryRow(ctx, "SELECT current_setting('server_version')").Scan(&version)
-	admin.Close(ctx)
+	version := pg.version
 	r.Notef("PostgreSQL %s, test profile (fsync off …), data on ext4 (%s), TCP 127.0.0.1:%d.", version, os.TempDir(), pg.port)
 
 	stateDir := filepath.Join(tmp, "state")

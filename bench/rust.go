@@ -291,8 +291,7 @@ func runRustBench(ctx context.Context, r *Report) error {
 	if err != nil {
 		return err
 	}
-	var version string
-	_ = admin.QueryRow(ctx, "SELECT current_setting('server_version')").Scan(&version)
+	version := pg.version
 	if _, err := admin.Exec(ctx, "CREATE DATABASE rsb_template"); err != nil {
 		admin.Close(ctx)
 		return err

@@ -66,14 +66,21 @@ func TestBranchesBackupSource(t *testing.T) {
 // TestBranchesBackupSourcePITR: a backup source with a WAL archive and a
 // restore point as target: its snapshot is recovered to the restore point
 // (rows committed before it, not after) and branches of it start promoted.
+// A source of the backups themselves with the archive and no target
+// replays all the archive holds.
 func TestBranchesBackupSourcePITR(t *testing.T) {
 	ctx := context.Background()
 	b := pgtest.Builds(t, 0)[0]
 	dir := testenv.XFSDir(t)
 	chain, arch := pitrChain(t, b, dir)
+	backups, err := pgbackup.Discover(chain, "")
+	if err != nil {
+		t.Fatal(err)
+	}
 	lay := statedir.Layout{Root: filepath.Join(dir, "state")}
-	m, err := Open(ctx, Options{Layout: lay, Installation: b.Inst, User: b.User,
-		Sources: []Source{{Name: "pitr", Kind: SourceBackup, Chain: chain, WALDir: arch, TargetName: "before"}}})
+	m, err := Open(ctx, Options{Layout: lay, PGBin: b.Bin, User: b.User,
+		Sources: []Source{{Name: "pitr", Kind: SourceBackup, Chain: chain, WALDir: arch, TargetName: "before"},
+			{Name: "all", Kind: SourceBackup, Backups: backups, WALDir: arch}}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -92,6 +99,14 @@ func TestBranchesBackupSourcePITR(t *testing.T) {
 	}
 	if l, _ := cluster.List(lay); len(l) != 1 {
 		t.Errorf("registry: %+v, want only the branch (the recovery server stopped and forgotten)", l)
+	}
+	all, err := m.Create(ctx, me, CreateOptions{Name: "at-end", Source: "all"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = m.Delete(ctx, me, "at-end") }()
+	if got := pgtest.Query(t, all.URL(), "SELECT string_agg(id::text, ',' ORDER BY id) FROM t"); got != "1,2,3" {
+		t.Errorf("branch of the whole archive has rows %q, want 1,2,3", got)
 	}
 }
 

@@ -63,6 +63,9 @@ type Source struct {
 	// restored up to Upto (a backup's name; empty: the newest).
 	Chain string `json:"chain,omitempty"`
 	Upto  string `json:"upto,omitempty"`
+	// Backups, instead of Chain, are a SourceBackup's backup directories
+	// themselves, the full backup first (pgfork restore --start).
+	Backups []string `json:"backups,omitempty"`
 	// WALDir and one target make a SourceBackup's snapshots a
 	// point-in-time recovery: WAL replayed from the archive up to the
 	// target, promoted and shut down cleanly.
@@ -93,6 +96,9 @@ type Options struct {
 	// so that branches of several majors live side by side (pgfork branch
 	// without a server); standby sources need it set.
 	Installation pgbin.Installation
+	// PGBin, with Installation unset, is a bin directory the user named
+	// (--pg-bin): it runs the data directories of its major.
+	PGBin string
 	// User runs the servers when pgfork is root (nil: the current user).
 	User *instance.OSUser
 	// Host is where branches listen on TCP (default 127.0.0.1).
@@ -276,6 +282,11 @@ func Open(ctx context.Context, o Options) (*Manager, error) {
 		}
 		if s.Kind == SourceStandby && o.Installation.BinDir == "" {
 			return nil, errs.New(errs.Usage, "standby source %q needs the PostgreSQL build to keep it with", s.Name)
+		}
+		if s.Kind == SourceBackup {
+			if err := s.recovery().Validate(); err != nil {
+				return nil, err
+			}
 		}
 	}
 	m := &Manager{o: o, dir: Dir(o.Layout), pending: map[string]bool{}, busy: map[string]bool{}, building: map[string]chan struct{}{}}
@@ -522,7 +533,7 @@ func (m *Manager) List(c Caller) ListResult {
 		// Where a source lives on the host is the admin's business: a
 		// branch token is trusted with its branches, not the host's paths.
 		for i := range srcs {
-			srcs[i].DataDir, srcs[i].Chain, srcs[i].WALDir = "", "", ""
+			srcs[i].DataDir, srcs[i].Chain, srcs[i].Backups, srcs[i].WALDir = "", "", nil, ""
 		}
 	}
 	res := ListResult{Sources: srcs, Snapshots: []Snapshot{}, Branches: []Branch{}}
@@ -644,7 +655,8 @@ func (m *Manager) dropUnusedOrigins() {
 }
 
 // installation is the PostgreSQL build that runs data directory dir:
-// Options.Installation, or else one of dir's major.
+// Options.Installation, or else one of dir's major (Options.PGBin's if
+// it is of that major).
 func (m *Manager) installation(dir string) (pgbin.Installation, error) {
 	if m.o.Installation.BinDir != "" {
 		return m.o.Installation, nil
@@ -652,6 +664,12 @@ func (m *Manager) installation(dir string) (pgbin.Installation, error) {
 	major, err := pgdata.Version(dir)
 	if err != nil {
 		return pgbin.Installation{}, err
+	}
+	if m.o.PGBin != "" {
+		in, err := pgbin.Find(pgbin.Options{Explicit: m.o.PGBin}, 0)
+		if err != nil || in.Major == major {
+			return in, err
+		}
 	}
 	in, err := pgbin.Find(pgbin.Options{StateDir: m.o.Layout.Root}, major)
 	if err != nil {

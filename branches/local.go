@@ -20,6 +20,8 @@ type LocalOptions struct {
 	// a source, a snapshot of one): a Local keeps no sources between
 	// processes, each names its own.
 	Sources []Source
+	// PGBin is a bin directory the user named (Options.PGBin).
+	PGBin string
 	// User runs the servers when pgfork is root (nil: the current user).
 	User *instance.OSUser
 	// Host is where branches listen on TCP (default 127.0.0.1).
@@ -43,7 +45,7 @@ func OpenLocal(ctx context.Context, o LocalOptions) (*Local, error) {
 				WithHint("declare it to pgfork serve and ask that server for the branch")
 		}
 	}
-	m, err := Open(ctx, Options{Layout: o.Layout, Sources: o.Sources, User: o.User, Host: o.Host, LeaveStopped: true,
+	m, err := Open(ctx, Options{Layout: o.Layout, Sources: o.Sources, PGBin: o.PGBin, User: o.User, Host: o.Host, LeaveStopped: true,
 		AdminTokens: []string{localToken}})
 	if err != nil {
 		return nil, err

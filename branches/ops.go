@@ -29,6 +29,9 @@ type CreateOptions struct {
 	From      string // another branch
 	TTL       time.Duration
 	Protected bool
+	// Port is the TCP port asked for (0: a free one); an admin's only
+	// (pgfork branch without a server: the machine's user).
+	Port int
 }
 
 // testHook, when set (tests only), is called at named steps of a create:
@@ -225,7 +228,7 @@ func (m *Manager) reserve(ctx context.Context, c Caller, o CreateOptions, own in
 		from = "snapshot:" + o.Snapshot
 	}
 	// A port free now and not another branch's, held from now on (ports.go).
-	port, err := m.choosePort(o.Name, m.o.Host, used)
+	port, err := m.askedPort(c, o, used)
 	if err != nil {
 		return fail(err)
 	}

@@ -89,6 +89,28 @@ func (m *Manager) choosePort(name, host string, used map[int]bool) (int, error) 
 	return 0, errs.New(errs.Busy, "no free port for branch %q", name).WithHint("try again")
 }
 
+// askedPort is the port of a new branch (reserve): o.Port when one is
+// asked for (an admin's call; free and not another branch's), else a free
+// one (choosePort); either is held for the branch from now on.
+func (m *Manager) askedPort(c Caller, o CreateOptions, used map[int]bool) (int, error) {
+	if o.Port == 0 {
+		return m.choosePort(o.Name, m.o.Host, used)
+	}
+	if !m.admin(c) {
+		return 0, errs.New(errs.Permission, "only an admin chooses a branch's port").WithHint("leave the port out: the branch gets a free one")
+	}
+	if o.Port < 1 || o.Port > 65535 {
+		return 0, errs.New(errs.Usage, "bad port %d", o.Port).WithHint("give a port between 1 and 65535")
+	}
+	if used[o.Port] {
+		return 0, errs.New(errs.Exists, "port %d is another branch's", o.Port).WithHint("choose another port, or leave it out for a free one")
+	}
+	if err := m.holdPort(o.Name, m.o.Host, o.Port); err != nil {
+		return 0, errs.Wrap(errs.Busy, err, "port %d on %s is taken", o.Port, m.o.Host).WithHint("choose another port, or leave it out for a free one")
+	}
+	return o.Port, nil
+}
+
 // releasePort closes the listener held for branch name, if any.
 func (m *Manager) releasePort(name string) {
 	m.portMu.Lock()

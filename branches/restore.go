@@ -13,25 +13,38 @@ import (
 // snapshot's recovery server is up, before it is stopped.
 var testHookRecovered func()
 
-// restoreSource rebuilds a backup source's chain (up to s.Upto) into the
-// data directory dst, left stopped. With a recovery target it starts the
+// recovery is what a backup source's snapshots replay of its WAL archive.
+func (s Source) recovery() *restore.Recovery {
+	return &restore.Recovery{WALDir: s.WALDir, TargetTime: s.TargetTime, TargetLSN: s.TargetLSN, TargetName: s.TargetName}
+}
+
+// restoreSource rebuilds a backup source's chain (up to s.Upto, or its
+// Backups) into the data directory dst, left stopped. With a WAL archive
+// (and a recovery target, or none: all the archive holds) it starts the
 // result as a temporary server registered under a tempServerName (WAL
 // replayed to the target, promoted; the next Open stops one a crash left
 // running), then shuts it down cleanly: the snapshot is the database as
 // it was at the target, and branches of it start at once. The PostgreSQL
-// build is the Manager's, or else one of the backups' major.
+// build is the one that runs the backups' major (installation).
 func (m *Manager) restoreSource(ctx context.Context, s Source, dst string) error {
-	rec := restore.Recovery{WALDir: s.WALDir, TargetTime: s.TargetTime, TargetLSN: s.TargetLSN, TargetName: s.TargetName}
-	if !rec.Targeted() {
-		dirs, err := pgbackup.Discover(s.Chain, s.Upto)
-		if err != nil {
+	rec := s.recovery()
+	dirs := s.Backups
+	if len(dirs) == 0 {
+		var err error
+		if dirs, err = pgbackup.Discover(s.Chain, s.Upto); err != nil {
 			return err
 		}
-		_, err = restore.Restore(ctx, dirs, dst, restore.Options{Owner: m.o.User.Owner()})
+	}
+	if !rec.Targeted() && rec.WALDir == "" {
+		_, err := restore.Restore(ctx, dirs, dst, restore.Options{Owner: m.o.User.Owner()})
 		return err
 	}
-	res, err := restore.Run(ctx, restore.RunOptions{Backups: []string{s.Chain}, Upto: s.Upto, Dst: dst, Start: true,
-		Layout: m.o.Layout, User: m.o.User, PGBin: m.o.Installation.BinDir, Name: tempServerName(), Recovery: rec})
+	inst, err := m.installation(dirs[len(dirs)-1])
+	if err != nil {
+		return err
+	}
+	res, err := restore.Run(ctx, restore.RunOptions{Backups: dirs, Dst: dst, Start: true,
+		Layout: m.o.Layout, User: m.o.User, PGBin: inst.BinDir, Name: tempServerName(), Recovery: *rec})
 	if err != nil {
 		return err
 	}

@@ -34,17 +34,12 @@ type RunOptions struct {
 	// PGBin names a PostgreSQL bin directory to use; else one of the
 	// backups' major is looked for (pgbin.Find).
 	PGBin string
-	// Name, Port, TCP and Recovery shape the branch (see StartOptions).
+	// Name and Recovery shape the started result (see StartOptions).
 	Name     string
-	Port     int
-	TCP      bool
 	Recovery Recovery
 	// DryRun checks everything, plans the restore and returns the plan
 	// (RunResult.DryRun), writing nothing.
 	DryRun bool
-	// OnStarting is called before the branch is started (its recovery may
-	// take a while); nil for none.
-	OnStarting func(*Summary)
 }
 
 // RunResult is what Run made.
@@ -79,8 +74,8 @@ func Run(ctx context.Context, o RunOptions) (*RunResult, error) {
 			WithHint("give the one directory the chain was kept in, or name the backups themselves").
 			WithCLI("give one directory made by `pgfork backup`, or drop --upto")
 	}
-	if !o.Start && (o.Recovery.WALDir != "" || o.Recovery.Targeted() || o.Port != 0 || o.TCP || o.Name != "") {
-		return nil, errs.New(errs.Usage, "a port, a name, a WAL archive and recovery targets are for starting the result").
+	if !o.Start && (o.Recovery.WALDir != "" || o.Recovery.Targeted() || o.Name != "") {
+		return nil, errs.New(errs.Usage, "a name, a WAL archive and recovery targets are for starting the result").
 			WithHint("ask for the result to be started as a branch").WithCLI("add --start")
 	}
 	if o.Start && o.Restore.Link {
@@ -121,11 +116,8 @@ func Run(ctx context.Context, o RunOptions) (*RunResult, error) {
 	if !o.Start {
 		return res, nil
 	}
-	if o.OnStarting != nil {
-		o.OnStarting(sum)
-	}
 	res.Branch, err = Start(ctx, sum.Dst, StartOptions{Layout: o.Layout, Installation: inst, User: o.User, Name: o.Name,
-		Port: o.Port, TCP: o.TCP, Recovery: o.Recovery, Source: strings.Join(dirs, " ")})
+		Recovery: o.Recovery, Source: strings.Join(dirs, " ")})
 	if err != nil {
 		return nil, err
 	}

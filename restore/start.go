@@ -132,8 +132,6 @@ type StartOptions struct {
 	Installation pgbin.Installation // of the data directory's major
 	User         *instance.OSUser   // nil: the current user
 	Name         string             // registry name; default from the data directory's name, else random
-	Port         int                // 0: 5432 on a private socket (a free one with TCP)
-	TCP          bool
 	Recovery     Recovery
 	Source       string // what the branch was made from, for `pgfork ls`
 }
@@ -186,7 +184,7 @@ func Start(ctx context.Context, dataDir string, o StartOptions) (*Started, error
 	}
 	return cluster.StartBranch(ctx, o.Layout, cluster.BranchOptions{Name: o.Name, DataDir: dataDir,
 		Kind: cluster.KindRestore, Source: o.Source, BinDir: o.Installation.BinDir, Env: o.Installation.Env(),
-		PGVersion: o.Installation.Version, PGMajor: major, User: o.User, Port: o.Port, TCP: o.TCP, Settings: settings})
+		PGVersion: o.Installation.Version, PGMajor: major, User: o.User, Settings: settings})
 }
 
 func versionOf(dataDir string) (int, error) { return pgdata.Version(dataDir) }

@@ -110,6 +110,9 @@ var (
 
 // Create asks for a branch (POST /api/v2/branches).
 func (c *branchClient) Create(ctx context.Context, o branches.CreateOptions) (b branches.Branch, err error) {
+	if o.Port != 0 {
+		return b, errs.New(errs.Usage, "a server chooses its branches' ports").WithCLI("drop --port")
+	}
 	err = c.call(ctx, "POST", "/api/v2/branches", map[string]any{"name": o.Name, "source": o.Source,
 		"snapshot": o.Snapshot, "from": o.From, "ttl_seconds": int64(o.TTL.Seconds()), "protected": o.Protected}, &b)
 	return b, err
@@ -184,7 +187,7 @@ func (c *branchClient) open(ctx context.Context, cl *cli, sources ...branches.So
 	if err != nil {
 		return nil, err
 	}
-	return branches.OpenLocal(ctx, branches.LocalOptions{Layout: cl.layout(), Sources: sources, User: user})
+	return branches.OpenLocal(ctx, branches.LocalOptions{Layout: cl.layout(), Sources: sources, PGBin: cl.g.pgBin, User: user})
 }
 
 // localSource reads a create's --source without a server: KIND:PATH.
@@ -264,11 +267,12 @@ the branches you create. See docs/branches.md.`,
 			return run(cmd.Context(), sources, func(s branchService) (any, error) { return s.Create(cmd.Context(), co) })
 		},
 	}
-	create.Flags().StringVar(&co.Source, "source", "", "a source: KIND:PATH here (cluster:DATADIR, backup:CHAINDIR[@BACKUP]); with --server, a name the server declares")
+	create.Flags().StringVar(&co.Source, "source", "", "a source: KIND:PATH here (cluster:DATADIR, backup:CHAINDIR[@BACKUP] or backup:FULL+INCR...); with --server, a name the server declares")
 	create.Flags().StringVar(&co.Snapshot, "snapshot", "", "a snapshot")
 	create.Flags().StringVar(&co.From, "from", "", "another branch of yours")
 	create.Flags().DurationVar(&co.TTL, "ttl", 0, "delete it after this long (0: never)")
 	create.Flags().BoolVar(&co.Protected, "protect", false, "refuse to delete it until unprotected")
+	create.Flags().IntVar(&co.Port, "port", 0, "without --server: its TCP port (default: a free one)")
 
 	ls := &cobra.Command{
 		Use: "ls", Short: "List sources, snapshots and your branches", Args: cobra.NoArgs,

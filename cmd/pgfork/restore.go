@@ -3,17 +3,19 @@ package main
 import (
 	"fmt"
 	"io"
+	"path/filepath"
 	"strings"
 	"time"
 
 	"github.com/spf13/cobra"
 
+	"github.com/pgfork/pgfork/branches"
 	"github.com/pgfork/pgfork/clone"
 	"github.com/pgfork/pgfork/cluster"
 	"github.com/pgfork/pgfork/instance"
 	"github.com/pgfork/pgfork/internal/errs"
-	"github.com/pgfork/pgfork/internal/shell"
 	"github.com/pgfork/pgfork/internal/units"
+	"github.com/pgfork/pgfork/pgbackup"
 	"github.com/pgfork/pgfork/restore"
 )
 
@@ -56,17 +58,19 @@ With one directory that is not itself a backup but holds backups (as
 pgfork backup makes), the chain ending with the newest backup there is
 restored, or the one ending with --upto NAME.
 
---start recovers and starts the result as a branch (as the postgres OS user
-when pgfork runs as root) on a private socket directory, and records it:
-pgfork ls lists it, pgfork down NAME stops it and forgets it (the restored
-directory is kept; pgfork down NAME --delete-data removes it). A branch never
-archives WAL (archive_mode=off), so it cannot write into its source's archive.
+--start makes a branch of the backups instead, the same as pgfork branch
+create NAME --source backup:CHAIN (it says so): restored into the state
+directory (not DST, whose name is the branch's unless --name), recovered,
+started on its own TCP port with a role and password of its own. It is
+listed by pgfork branch ls and pgfork ls; pgfork branch reset puts it back
+to the restored point, pgfork branch snapshot keeps a point of it, pgfork
+branch rm removes it. A branch never archives WAL (archive_mode=off), so it
+cannot write into its source's archive.
 Tablespaces outside the data directory are restored as pg_combinebackup does:
 each needs -T OLDDIR=NEWDIR, OLDDIR being where the newest backup's
-pg_tblspc link points; the result links to NEWDIR.
-With --wal DIR (a WAL archive) and --target-time,
---target-lsn or --target-name it recovers to that point (recovery settings
-in postgresql.auto.conf, recovery.signal) and then promotes.`,
+pg_tblspc link points; the result links to NEWDIR (not with --start).
+With --start --wal DIR (a WAL archive) it replays the archive's WAL, up to
+--target-time, --target-lsn or --target-name if given, and then promotes.`,
 		Example: `  pgfork restore /backups/full /backups/incr1 /backups/incr2 /srv/pg/restored
   pgfork restore /backups/full /srv/pg/restored --sync none --json
   pgfork restore /backups/chain /srv/pg/yesterday --upto 20261122T020000Z-incr \
@@ -90,15 +94,15 @@ in postgresql.auto.conf, recovery.signal) and then promotes.`,
 	f.BoolVar(&fl.noClone, "no-clone", false, "measurement: never reflink")
 	f.BoolVar(&fl.dryRun, "dry-run", false, "check the chain and print what would be done (files cloned whole or rebuilt, blocks by backup, space needed); write nothing")
 	f.StringVar(&fl.upto, "upto", "", "with a chain directory (made by pgfork backup): restore up to this backup (default: the newest)")
-	f.BoolVar(&fl.start, "start", false, "start the result as a branch (recovery first), listed by pgfork ls, stopped by pgfork down")
-	f.StringVar(&fl.port, "port", "", `with --start: port N, or "auto" for a free one (default 5432 on a private socket)`)
-	f.BoolVar(&fl.tcp, "tcp", false, "with --start: listen on 127.0.0.1 as well as the private socket")
-	f.StringVar(&fl.name, "name", "", "with --start: name of the branch in pgfork ls (default: DST's name)")
+	f.BoolVar(&fl.start, "start", false, "make a branch of the backups (pgfork branch create), kept in the state directory")
+	f.StringVar(&fl.port, "port", "", `with --start: the branch's TCP port N (default, or "auto": a free one)`)
+	f.BoolVar(&fl.tcp, "tcp", false, "with --start: a branch listens on 127.0.0.1 always (kept for old scripts)")
+	f.StringVar(&fl.name, "name", "", "with --start: name of the branch (default: DST's name)")
 	f.StringVar(&fl.wal, "wal", "", "with --start: WAL archive directory to replay from (point-in-time recovery)")
 	f.StringVar(&fl.targetTime, "target-time", "", "with --start --wal: recover up to this time (recovery_target_time)")
 	f.StringVar(&fl.targetLSN, "target-lsn", "", "with --start --wal: recover up to this LSN (recovery_target_lsn)")
 	f.StringVar(&fl.targetName, "target-name", "", "with --start --wal: recover up to this restore point (pg_create_restore_point)")
-	f.StringVar(&fl.targetAction, "target-action", "promote", "with a target: promote, pause or shutdown once it is reached")
+	f.StringVar(&fl.targetAction, "target-action", "promote", "with --start and a target: promote, the only action for a branch (kept for old scripts)")
 	for _, h := range []string{"no-merge", "whole-copy", "no-clone", "no-manifest-checksums"} {
 		_ = f.MarkHidden(h)
 	}
@@ -131,9 +135,13 @@ func (cl *cli) runRestore(cmd *cobra.Command, args []string, fl restoreFlags) er
 		}
 		mapping[old] = new
 	}
-	port, err := cluster.ParsePort(fl.port)
-	if err != nil {
-		return err
+	if fl.start {
+		return cl.restoreAsBranch(cmd, args, fl)
+	}
+	for _, f := range []string{"port", "tcp", "name"} {
+		if cmd.Flags().Changed(f) {
+			return errs.New(errs.Usage, "--%s is for starting the result", f).WithCLI("add --start, or drop --%s", f)
+		}
 	}
 	user, err := instance.ResolveUser(cl.g.runAs)
 	if err != nil {
@@ -146,16 +154,8 @@ func (cl *cli) runRestore(cmd *cobra.Command, args []string, fl restoreFlags) er
 		Restore: restore.Options{Jobs: fl.jobs, Prefetch: fl.prefetch, Sync: sm, Checksums: fl.checksums, NoManifest: fl.noManifest, Link: fl.link, Tablespaces: mapping,
 			NoMerge: fl.noMerge, WholeCopy: fl.wholeCopy, NoClone: fl.noClone,
 			OnProgress: func(p clone.Progress) { bar.Update(p.Bytes, p.TotalBytes) }},
-		Start: fl.start, DryRun: fl.dryRun, Layout: cl.layout(), User: user, PGBin: cl.g.pgBin,
-		Name: fl.name, Port: port, TCP: fl.tcp,
-		Recovery: restore.Recovery{WALDir: fl.wal, TargetTime: fl.targetTime, TargetLSN: fl.targetLSN, TargetName: fl.targetName, TargetAction: fl.targetAction},
-		OnStarting: func(sum *restore.Summary) {
-			bar.Done()
-			if !cl.g.json {
-				printRestoreSummary(cmd.OutOrStdout(), sum)
-			}
-			cl.infof("starting the branch (recovery may take a moment)...")
-		},
+		DryRun: fl.dryRun, Layout: cl.layout(), User: user, PGBin: cl.g.pgBin,
+		Recovery: restore.Recovery{WALDir: fl.wal, TargetTime: fl.targetTime, TargetLSN: fl.targetLSN, TargetName: fl.targetName},
 	})
 	bar.Done()
 	if err != nil {
@@ -173,17 +173,75 @@ func (cl *cli) runRestore(cmd *cobra.Command, args []string, fl restoreFlags) er
 		printDryRun(w, res.DryRun)
 		return nil
 	}
-	if res.Branch == nil {
-		printRestoreSummary(w, res.Summary)
-		return nil
+	printRestoreSummary(w, res.Summary)
+	return nil
+}
+
+// restoreFlagsNotForBranches are the flags of a restore into a directory
+// that --start, which makes a branch, does not take.
+var restoreFlagsNotForBranches = []string{"jobs", "prefetch", "sync", "manifest-checksums", "no-manifest",
+	"no-manifest-checksums", "tablespace-mapping", "link", "dry-run", "no-merge", "whole-copy", "no-clone"}
+
+// restoreAsBranch is restore --start, the older spelling of pgfork branch
+// create from a backup source: the backups (a chain directory up to
+// --upto, or the backups themselves) restored, recovered to the target,
+// and started as a branch of the state directory named after DST (or
+// --name); it can be reset, snapshotted and removed as any branch.
+func (cl *cli) restoreAsBranch(cmd *cobra.Command, args []string, fl restoreFlags) error {
+	for _, f := range restoreFlagsNotForBranches {
+		if cmd.Flags().Changed(f) {
+			return errs.New(errs.Usage, "--%s is not for --start: --start makes a branch, restored and kept in the state directory", f).
+				WithCLI("drop --%s, or drop --start to restore into DST", f)
+		}
 	}
-	b := res.Branch
-	fmt.Fprintf(w, "branch %s started (pid %d): %s\n", b.Name, b.Pid, b.URL)
-	// As root: connect as the cluster's OS user (peer authentication works too).
-	psql := shell.AsUser(user.NameOrEmpty(), nil, shell.Quote(res.Installation.Tool("psql"))+" "+shell.Quote(b.URL))
-	fmt.Fprintf(w, "  connect   %s\n", psql)
-	fmt.Fprintf(w, "  stop      pgfork down %s   (the data directory %s is kept; --delete-data removes it)\n", b.Name, b.DataDir)
-	fmt.Fprintf(w, "  log       %s\n", b.LogFile)
+	if fl.targetAction != "promote" {
+		return errs.New(errs.Usage, "a branch is promoted at its recovery target: --target-action %s is not for it", fl.targetAction).
+			WithCLI("restore into DST without --start, then recover it yourself with recovery_target_action = %s", fl.targetAction)
+	}
+	port, err := cluster.ParsePort(fl.port)
+	if err != nil {
+		return err
+	}
+	backups, dst := args[:len(args)-1], args[len(args)-1]
+	src := branches.Source{Kind: branches.SourceBackup, Upto: fl.upto,
+		WALDir: fl.wal, TargetTime: fl.targetTime, TargetLSN: fl.targetLSN, TargetName: fl.targetName}
+	if len(backups) == 1 && !pgbackup.IsBackupDir(backups[0]) {
+		src.Chain = backups[0]
+	} else if fl.upto != "" {
+		return errs.New(errs.Usage, "restoring up to a named backup needs a chain directory").
+			WithCLI("give one directory made by `pgfork backup`, or drop --upto")
+	} else {
+		src.Backups = backups
+	}
+	src.Name = branches.DefaultSourceName(src)
+	name := fl.name
+	if name == "" {
+		name = filepath.Base(filepath.Clean(dst))
+	}
+	cl.infof("note: restore --start makes a branch, the same as `pgfork branch create %s --source %s`: it is kept in the state directory, not in %s",
+		name, src, dst)
+	user, err := instance.ResolveUser(cl.g.runAs)
+	if err != nil {
+		return err
+	}
+	l, err := branches.OpenLocal(cmd.Context(), branches.LocalOptions{Layout: cl.layout(), Sources: []branches.Source{src}, PGBin: cl.g.pgBin, User: user})
+	if err != nil {
+		return err
+	}
+	defer l.Close()
+	cl.infof("restoring and starting branch %s (recovery may take a moment)...", name)
+	b, err := l.Create(cmd.Context(), branches.CreateOptions{Name: name, Source: src.Name, Port: port})
+	if err != nil {
+		return err
+	}
+	w := cmd.OutOrStdout()
+	if cl.g.json {
+		return printJSON(w, b)
+	}
+	fmt.Fprintf(w, "branch %s started: %s\n", b.Name, b.Conn)
+	fmt.Fprintf(w, "  reset     pgfork branch reset %s\n", b.Name)
+	fmt.Fprintf(w, "  snapshot  pgfork branch snapshot %s SNAPSHOT\n", b.Name)
+	fmt.Fprintf(w, "  remove    pgfork branch rm %s\n", b.Name)
 	return nil
 }
 

@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"os"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
 
@@ -14,13 +15,16 @@ import (
 
 // TestRestoreCLI runs pgfork restore's options on a backup of the newest
 // PostgreSQL build, in-process: --dry-run prints the plan and writes
-// nothing, --manifest-checksums picks the algorithm, and bad option values
-// and combinations exit 2 naming the flag, writing nothing.
+// nothing, --manifest-checksums picks the algorithm, bad option values
+// and combinations exit 2 naming the flag, writing nothing, and --start
+// makes a branch that resets and snapshots (issue 35).
 func TestRestoreCLI(t *testing.T) {
 	builds := pgtest.Builds(t, 17)
 	b := builds[len(builds)-1]
 	in := pgtest.New(t, b.Server())
-	pgtest.Exec(t, in.ConnString("", ""), "CREATE TABLE t AS SELECT generate_series(1, 1000) x")
+	// Owned by an application role, as a branch's role reaches it.
+	pgtest.Exec(t, in.ConnString("", ""), "CREATE TABLE t AS SELECT generate_series(1, 1000) x",
+		"CREATE ROLE app NOLOGIN", "ALTER TABLE t OWNER TO app")
 	base := testenv.Dir(t)
 	full := filepath.Join(base, "full")
 	b.Tool(t, "pg_basebackup", "-d", in.ConnString("", ""), "-D", full, "-c", "fast", "--no-sync")
@@ -53,7 +57,9 @@ func TestRestoreCLI(t *testing.T) {
 	}{
 		{[]string{"--manifest-checksums", "MD5"}, `unknown manifest checksum algorithm "MD5"`},
 		{[]string{"--no-manifest-checksums", "--manifest-checksums", "SHA256"}, "contradict"},
-		{[]string{"--link", "--start"}, "starting it would change the backups"},
+		{[]string{"--link", "--start"}, "--link is not for --start"},
+		{[]string{"--start", "--target-action", "pause"}, "--target-action pause is not for it"},
+		{[]string{"--port", "5433"}, "--port is for starting the result"},
 		{[]string{"-T", "relative=/x"}, "relative path"},
 		{[]string{"-T", "/a=/b", "-T", "/a=/c"}, "names /a twice"},
 		{[]string{"-T", "/a=/b"}, "no tablespace of the newest backup is at /a"},
@@ -78,4 +84,41 @@ func TestRestoreCLI(t *testing.T) {
 	if f := m.Files["PG_VERSION"]; f == nil || f.Algorithm != "SHA256" || len(f.Checksum) != 32 {
 		t.Errorf("PG_VERSION's manifest entry: %+v", f)
 	}
+
+	// --start is branch creation: restored into the state directory (not
+	// DST, which names it), listed with its source, reset to the restored
+	// point, snapshotted and removed as any branch.
+	state := filepath.Join(base, "state")
+	pg := func(args ...string) cliResult {
+		return runInProcess(t, append([]string{"--state-dir", state, "--pg-bin", b.Bin}, args...)...)
+	}
+	t.Cleanup(func() { pg("branch", "rm", "yesterday") })
+	yesterday := filepath.Join(base, "yesterday")
+	r = pg("restore", full, yesterday, "--start", "--json")
+	var br struct{ Name, From, URL string }
+	if err := json.Unmarshal([]byte(r.ok(t)), &br); err != nil || br.Name != "yesterday" || br.From != "source:full" || br.URL == "" {
+		t.Fatalf("restore --start --json: %v, %+v\n%s", err, br, r.stdout)
+	}
+	if want := "the same as `pgfork branch create yesterday --source backup:" + full + "`"; !strings.Contains(r.stderr, want) {
+		t.Errorf("restore --start does not say it makes a branch (%q):\n%s", want, r.stderr)
+	}
+	if _, err := os.Lstat(yesterday); !os.IsNotExist(err) {
+		t.Errorf("restore --start wrote DST %s (%v): a branch lives in the state directory", yesterday, err)
+	}
+	pgtest.Exec(t, br.URL, "DELETE FROM t WHERE x > 10")
+	pg("branch", "snapshot", "yesterday", "ten").ok(t)
+	pg("branch", "reset", "yesterday").ok(t)
+	if n := pgtest.Query(t, br.URL, "SELECT count(*) FROM t"); n != "1000" {
+		t.Errorf("after reset the branch has %s rows, want the restored 1000", n)
+	}
+	ls := pg("branch", "ls").ok(t)
+	if !regexp.MustCompile(`(?m)^branch +yesterday +source:full `).MatchString(ls) || !regexp.MustCompile(`(?m)^snapshot +ten +branch:yesterday `).MatchString(ls) {
+		t.Errorf("branch ls does not list the branch with its source and its snapshot:\n%s", ls)
+	}
+	if n := pgtest.Query(t, pg("branch", "create", "tenth", "--snapshot", "ten").ok(t), "SELECT count(*) FROM t"); n != "10" {
+		t.Errorf("a branch of the snapshot taken before the reset has %s rows, want 10", n)
+	}
+	pg("branch", "rm", "tenth").ok(t)
+	pg("branch", "rm", "yesterday").ok(t)
+	pg("branch", "rm", "--snapshot", "ten").ok(t)
 }

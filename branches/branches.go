@@ -57,6 +57,9 @@ type Source struct {
 	// (empty: from its postmaster.pid, as user postgres).
 	DataDir    string `json:"data_dir,omitempty"`
 	ConnString string `json:"-"`
+	// ConfigDir is where a SourceCluster's postgresql.conf lives when not
+	// in DataDir and not found by itself (pgclone.Options.ConfigDir).
+	ConfigDir string `json:"-"`
 	// PrimaryURL is a SourceStandby's primary (a role with REPLICATION).
 	PrimaryURL string `json:"-"`
 	// Chain is a SourceBackup's chain directory (made by `pgfork backup`),

@@ -18,6 +18,7 @@ import (
 	"github.com/pgfork/pgfork/internal/fsutil"
 	"github.com/pgfork/pgfork/internal/units"
 	"github.com/pgfork/pgfork/pgclone"
+	"github.com/pgfork/pgfork/pgdata"
 )
 
 // CreateOptions say what a branch is made from (exactly one of Source,
@@ -572,7 +573,7 @@ func (m *Manager) buildSnapshot(ctx context.Context, name, from string, isSource
 			sock := &instance.Instance{SocketDir: e.SocketDir, Port: e.Port}
 			err = m.onlineClone(ctx, name, m.standbyDir(s.Name), sock.ConnString(m.o.SuperUser, "postgres"), true)
 		default:
-			err = m.onlineClone(ctx, name, s.DataDir, s.ConnString, false)
+			err = m.cloneCluster(ctx, name, s)
 		}
 	} else {
 		e, gerr := cluster.Get(m.o.Layout, regName(from))
@@ -587,6 +588,26 @@ func (m *Manager) buildSnapshot(ctx context.Context, name, from string, isSource
 		return err
 	}
 	return nil
+}
+
+// cloneCluster snapshots a cluster source: by online clone while its
+// server runs, else by offline clone (a cluster shut down cleanly: the
+// copy starts as it is, with nothing to prepare).
+func (m *Manager) cloneCluster(ctx context.Context, name string, s Source) error {
+	_, running, err := pgdata.Running(s.DataDir)
+	if err != nil {
+		return err
+	}
+	if running {
+		return m.onlineClone(ctx, name, s.DataDir, s.ConnString, false)
+	}
+	inst, err := m.installation(s.DataDir)
+	if err != nil {
+		return err
+	}
+	_, err = pgclone.Clone(ctx, pgclone.Options{Src: s.DataDir, Dst: m.snapDir(name), Installation: inst, ConfigDir: s.ConfigDir,
+		Sync: clone.SyncFS, User: m.o.User})
+	return err
 }
 
 // onlineClone clones the running server of data directory src (reached by

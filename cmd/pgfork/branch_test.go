@@ -7,54 +7,62 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/pgfork/pgfork/internal/pgtest"
 	"github.com/pgfork/pgfork/internal/testenv"
 )
 
-// TestCloneStartIsABranch: `pgfork clone --start` records the clone as a
-// branch — `pgfork ls` lists it with its kind and source, a second clone
-// --start under the same name is refused before any copy (exit 4), and
-// `pgfork down NAME` stops it and removes its data directory.
+// TestCloneStartIsABranch (issue 35): `pgfork clone SRC DST --start` is
+// pgfork branch create NAME --source cluster:SRC and says so: SRC, a
+// stopped cluster, is cloned offline into the state directory (DST is
+// not written); pgfork ls lists the branch; a second one under the same
+// name is refused before any copy (exit 4); it resets, and pgfork branch
+// rm removes it.
 func TestCloneStartIsABranch(t *testing.T) {
 	p := newTestPgfk(t)
-	pgBin := p.pgBin
-	src := cloneSource(t, pgBin)
+	src := cloneSource(t, p.pgBin)
 	dst := filepath.Join(testenv.Dir(t), "branch")
-	o := p.clone(src, dst, "--start", "--name", "br-1")
-	if o.Pid == 0 {
-		t.Fatalf("clone --start did not start: %+v", o)
+	r := p.run("clone", "--json", src, dst, "--start", "--name", "br-1")
+	var b struct{ Name, From, URL string }
+	if err := json.Unmarshal([]byte(r.stdout), &b); r.code != 0 || err != nil || b.Name != "br-1" || b.From != "source:src" || b.URL == "" {
+		t.Fatalf("clone --start --json: exit %d, %v, %+v\n%s%s", r.code, err, b, r.stdout, r.stderr)
 	}
-	t.Cleanup(func() { p.run("down", "br-1") })
+	t.Cleanup(func() { p.run("branch", "rm", "br-1") })
+	abs, _ := filepath.Abs(src)
+	if want := "the same as `pgfork branch create br-1 --source cluster:" + abs + "`"; !strings.Contains(r.stderr, want) {
+		t.Errorf("clone --start does not say it makes a branch (%q):\n%s", want, r.stderr)
+	}
+	if _, err := os.Lstat(dst); !os.IsNotExist(err) {
+		t.Errorf("clone --start wrote DST %s (%v): a branch lives in the state directory", dst, err)
+	}
 
-	r := p.run("ls", "--json")
-	var list []struct {
-		Name, Kind, Source, State string
-	}
+	r = p.run("ls", "--json")
+	var list []struct{ Name, Kind, State string }
 	if err := json.Unmarshal([]byte(r.stdout), &list); err != nil || r.code != 0 {
 		t.Fatalf("ls --json: exit %d, %v: %s", r.code, err, r.stdout)
 	}
-	abs, _ := filepath.Abs(src)
-	if len(list) != 1 || list[0].Name != "br-1" || list[0].Kind != "clone" || list[0].Source != abs || list[0].State != "running" {
-		t.Fatalf("ls lists %+v, want the running clone br-1 from %s", list, abs)
-	}
-	if r := p.run("ls"); r.code != 0 || !strings.Contains(r.stdout, "clone") {
-		t.Errorf("ls (text) does not show the branch's kind:\n%s", r.stdout)
-	}
-	if r := p.run("__complete", "down", "br"); r.code != 0 || !strings.Contains(r.stdout, "br-1") {
-		t.Errorf("completion of cluster names: exit %d %q", r.code, r.stdout)
+	if len(list) != 1 || list[0].Name != "branch.br-1" || list[0].Kind != "branch" || list[0].State != "running" {
+		t.Fatalf("ls lists %+v, want the running branch.br-1", list)
 	}
 
 	other := filepath.Join(testenv.Dir(t), "other")
-	if r := p.run("clone", "--port", "auto", src, other, "--start", "--name", "br-1"); r.code != 4 {
+	if r := p.run("clone", src, other, "--start", "--name", "br-1"); r.code != 4 {
 		t.Errorf("clone --start under a taken name: exit %d, want 4\n%s", r.code, r.stderr)
 	}
-	if _, err := os.Stat(other); !os.IsNotExist(err) {
-		t.Errorf("the refused clone copied into %s anyway", other)
+	if r := p.run("clone", "--jobs", "2", src, other, "--start"); r.code != 2 || !strings.Contains(r.stderr, "--jobs is not for --start") {
+		t.Errorf("clone --start --jobs: exit %d, want 2 saying --jobs is not for it\n%s", r.code, r.stderr)
 	}
 
-	if r := p.run("down", "br-1"); r.code != 0 {
-		t.Fatalf("down br-1: exit %d\n%s", r.code, r.stderr)
+	pgtest.Exec(t, b.URL, "CREATE TABLE made_here (x int)")
+	if r := p.run("branch", "reset", "br-1"); r.code != 0 {
+		t.Fatalf("branch reset br-1: exit %d\n%s", r.code, r.stderr)
 	}
-	if _, err := os.Stat(dst); !os.IsNotExist(err) {
-		t.Errorf("down left the clone's data directory (%v)", err)
+	if n := pgtest.Query(t, b.URL, "SELECT count(*) FROM pg_class WHERE relname = 'made_here'"); n != "0" {
+		t.Errorf("after reset the table made in the branch is still there")
+	}
+	if r := p.run("branch", "rm", "br-1"); r.code != 0 {
+		t.Fatalf("branch rm br-1: exit %d\n%s", r.code, r.stderr)
+	}
+	if r := p.run("ls", "--json"); strings.Contains(r.stdout, "br-1") {
+		t.Errorf("ls after branch rm: %s", r.stdout)
 	}
 }

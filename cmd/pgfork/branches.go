@@ -8,6 +8,7 @@ import (
 	"io"
 	"net/http"
 	"net/url"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"text/tabwriter"
@@ -16,6 +17,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/pgfork/pgfork/branches"
+	"github.com/pgfork/pgfork/cluster"
 	"github.com/pgfork/pgfork/instance"
 	"github.com/pgfork/pgfork/internal/errs"
 	"github.com/pgfork/pgfork/internal/units"
@@ -188,6 +190,58 @@ func (c *branchClient) open(ctx context.Context, cl *cli, sources ...branches.So
 		return nil, err
 	}
 	return branches.OpenLocal(ctx, branches.LocalOptions{Layout: cl.layout(), Sources: sources, PGBin: cl.g.pgBin, User: user})
+}
+
+// refuseWithStart refuses the flags of cmd named that were given: they
+// shape a copy into a directory, which --start (a branch) does not make.
+func refuseWithStart(cmd *cobra.Command, names []string) error {
+	for _, f := range names {
+		if cmd.Flags().Changed(f) {
+			return errs.New(errs.Usage, "--%s is not for --start: --start makes a branch, kept in the state directory", f).
+				WithCLI("drop --%s, or drop --start to copy into DST", f)
+		}
+	}
+	return nil
+}
+
+// branchAlias is how restore --start and clone --start (the command how)
+// end: the pgfork branch create they are the older spelling of, said so,
+// made on this machine's branches from src and printed. The branch is
+// named name, else after DST; port is --port (empty or "auto": a free one).
+func (cl *cli) branchAlias(cmd *cobra.Command, how string, src branches.Source, dst, name, port string) error {
+	p, err := cluster.ParsePort(port)
+	if err != nil {
+		return err
+	}
+	if name == "" {
+		name = filepath.Base(filepath.Clean(dst))
+	}
+	src.Name = branches.DefaultSourceName(src)
+	cl.infof("note: %s makes a branch, the same as `pgfork branch create %s --source %s`: it is kept in the state directory, not in %s",
+		how, name, src, dst)
+	user, err := instance.ResolveUser(cl.g.runAs)
+	if err != nil {
+		return err
+	}
+	l, err := branches.OpenLocal(cmd.Context(), branches.LocalOptions{Layout: cl.layout(), Sources: []branches.Source{src}, PGBin: cl.g.pgBin, User: user})
+	if err != nil {
+		return err
+	}
+	defer l.Close()
+	cl.infof("making branch %s (recovery may take a moment)...", name)
+	b, err := l.Create(cmd.Context(), branches.CreateOptions{Name: name, Source: src.Name, Port: p})
+	if err != nil {
+		return err
+	}
+	w := cmd.OutOrStdout()
+	if cl.g.json {
+		return printJSON(w, b)
+	}
+	fmt.Fprintf(w, "branch %s started: %s\n", b.Name, b.Conn)
+	fmt.Fprintf(w, "  reset     pgfork branch reset %s\n", b.Name)
+	fmt.Fprintf(w, "  snapshot  pgfork branch snapshot %s SNAPSHOT\n", b.Name)
+	fmt.Fprintf(w, "  remove    pgfork branch rm %s\n", b.Name)
+	return nil
 }
 
 // localSource reads a create's --source without a server: KIND:PATH.

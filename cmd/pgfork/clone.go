@@ -1,7 +1,6 @@
 package main
 
 import (
-	"context"
 	"fmt"
 	"io"
 	"os"
@@ -12,6 +11,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/pgfork/pgfork/branches"
 	"github.com/pgfork/pgfork/clone"
 	"github.com/pgfork/pgfork/cluster"
 	"github.com/pgfork/pgfork/instance"
@@ -30,11 +30,6 @@ type cloneOutput struct {
 	BinDir       string `json:"bin_dir"`
 	StartCommand string `json:"start_command"`
 	StopCommand  string `json:"stop_command"`
-	// Set with --start:
-	Name      string `json:"name,omitempty"` // what pgfork ls and pgfork down know it by
-	URL       string `json:"url,omitempty"`
-	Pid       int    `json:"pid,omitempty"`
-	SocketDir string `json:"socket_dir,omitempty"`
 }
 
 func (cl *cli) newCloneCmd() *cobra.Command {
@@ -97,11 +92,20 @@ to replication and backup tools it looks like the same cluster, so do not
 attach it to SRC's replicas or backup repository.
 
 The PostgreSQL binaries must be of SRC's major version: without --pg/--pg-bin
-pgfork picks the installation matching SRC's PG_VERSION.`,
+pgfork picks the installation matching SRC's PG_VERSION.
+
+--start makes a branch of SRC instead, the same as pgfork branch create NAME
+--source cluster:SRC (it says so): SRC copied (online while it runs, else
+offline) into the state directory, not DST, whose name is the branch's
+unless --name; started on its own TCP port with a role and password of its
+own; reset, snapshotted and removed with pgfork branch. --method, --jobs and
+--sync are not for it.`,
 		Example: `  # a stopped cluster
   pgfork clone /var/lib/postgresql/15/main /srv/pg/branch --port 5433
   # a running one, under load
-  pgfork clone --online /var/lib/postgresql/15/main /srv/pg/branch --port auto --start
+  pgfork clone --online /var/lib/postgresql/15/main /srv/pg/branch --port auto
+  # a branch of it to reset and snapshot (pgfork branch create dev --source cluster:...)
+  pgfork clone /var/lib/postgresql/15/main dev --start
   # Debian/Ubuntu, configuration in /etc/postgresql/15/main (found by itself when online)
   pgfork clone --config-dir /etc/postgresql/15/main /var/lib/postgresql/15/main \
       /srv/pg/branch --port 5433
@@ -122,17 +126,22 @@ pgfork picks the installation matching SRC's PG_VERSION.`,
 			if err := checkJobs(jobs); err != nil {
 				return err
 			}
-			if name != "" && !start {
-				return errs.New(errs.Usage, "--name names a started clone").WithHint("add --start, or drop --name")
-			}
-			if start {
-				// Checked before the copy, not only after it.
-				if err := cluster.CheckBranchName(cl.layout(), dst, name); err != nil {
-					return err
-				}
+			if (name != "" || tcp) && !start {
+				return errs.New(errs.Usage, "--name and --tcp are for --start").WithHint("add --start, or drop them")
 			}
 			if connURL != "" && !online {
 				return errs.New(errs.Usage, "--url is for online clones").WithHint("add --online, or drop --url")
+			}
+			if start {
+				if err := refuseWithStart(cmd, []string{"method", "jobs", "sync"}); err != nil {
+					return err
+				}
+				abs, err := filepath.Abs(src)
+				if err != nil {
+					return errs.FromOS(err, src, "bad source path")
+				}
+				return cl.branchAlias(cmd, "clone --start", branches.Source{Kind: branches.SourceCluster, DataDir: abs,
+					ConnString: connURL, ConfigDir: confDir}, dst, name, port)
 			}
 			p, err := cluster.ParsePort(port)
 			if err != nil {
@@ -157,23 +166,6 @@ pgfork picks the installation matching SRC's PG_VERSION.`,
 			}
 			out := cloneOutput{Result: res, PGVersion: inst.Version, BinDir: inst.BinDir,
 				StartCommand: cloneStartCommand(inst, user, res.Dst), StopCommand: cloneStopCommand(inst, user, res.Dst)}
-			if start {
-				ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Minute)
-				defer cancel()
-				cl.infof("starting the clone (recovery may take a moment)...")
-				// A branch: `pgfork ls` lists it, `pgfork down NAME` stops and
-				// removes it; its socket directory goes under <state>/run.
-				source, _ := filepath.Abs(src)
-				in, err := cluster.StartBranch(ctx, cl.layout(), cluster.BranchOptions{Name: name, DataDir: res.Dst,
-					Kind: cluster.KindClone, Source: source, BinDir: inst.BinDir, Env: inst.Env(), PGVersion: inst.Version,
-					PGMajor: inst.Major, User: user, Port: p, TCP: tcp, StartTimeout: 10 * time.Minute})
-				if err != nil {
-					return errs.Wrap(errs.KindOf(err), err, "the clone is complete at %s but did not start", res.Dst).
-						WithHint("start it yourself to see why: %s", out.StartCommand)
-				}
-				out.Name = in.Name
-				out.URL, out.Pid, out.SocketDir = in.URL, in.Pid, in.SocketDir
-			}
 			w := cmd.OutOrStdout()
 			if cl.g.json {
 				return printJSON(w, out)
@@ -185,10 +177,10 @@ pgfork picks the installation matching SRC's PG_VERSION.`,
 	f := cmd.Flags()
 	f.BoolVar(&online, "online", false, "clone a running source with the backup API (pg_backup_start/pg_backup_stop)")
 	f.StringVar(&connURL, "url", "", "connection URL of the running source (default: from SRC/postmaster.pid, user postgres)")
-	f.StringVar(&port, "port", "", `port of the clone: N, or "auto" for a free one (default: the source's)`)
-	f.BoolVar(&start, "start", false, "start the clone when done (durable settings) and print its URL")
-	f.BoolVar(&tcp, "tcp", false, "with --start: listen on 127.0.0.1 as well as a private Unix socket (password in the URL)")
-	f.StringVar(&name, "name", "", "with --start: the name pgfork ls and pgfork down know the clone by (default: DST's base name)")
+	f.StringVar(&port, "port", "", `port of the clone: N, or "auto" for a free one (default: the source's; with --start, a free one)`)
+	f.BoolVar(&start, "start", false, "make a branch of SRC instead (pgfork branch create), kept in the state directory")
+	f.BoolVar(&tcp, "tcp", false, "with --start: a branch listens on 127.0.0.1 always (kept for old scripts)")
+	f.StringVar(&name, "name", "", "with --start: the branch's name (default: DST's base name)")
 	f.StringVar(&method, "method", "auto", "copy method: auto, clone, copy-file-range, copy")
 	f.IntVarP(&jobs, "jobs", "j", 0, "files copied in parallel (default: number of CPUs)")
 	f.StringVar(&confDir, "config-dir", "", "where SRC's postgresql.conf, pg_hba.conf and pg_ident.conf live when not in SRC (e.g. /etc/postgresql/15/main)")
@@ -289,13 +281,7 @@ func printCloneSummary(w io.Writer, o cloneOutput) {
 	for _, wn := range r.Warnings {
 		fmt.Fprintf(w, "  warning:      %s\n", wn)
 	}
-	if o.URL != "" {
-		fmt.Fprintf(w, "started %s (pid %d): %s\n", o.Name, o.Pid, o.URL)
-		fmt.Fprintf(w, "stop it with:  %s\n", o.StopCommand)
-		fmt.Fprintf(w, "or stop and remove it with: pgfork down %s (--keep-data keeps DST)\n", o.Name)
-	} else {
-		fmt.Fprintf(w, "start it with: %s\n", o.StartCommand)
-	}
+	fmt.Fprintf(w, "start it with: %s\n", o.StartCommand)
 }
 
 // cloneProgress returns a progress callback drawing one line on stderr when

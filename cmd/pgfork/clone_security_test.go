@@ -12,7 +12,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/pgfork/pgfork/cluster"
 	"github.com/pgfork/pgfork/instance"
+	"github.com/pgfork/pgfork/internal/statedir"
 	"github.com/pgfork/pgfork/internal/testenv"
 )
 
@@ -34,8 +36,6 @@ type cloneOut struct {
 	Dst          string `json:"dst"`
 	StartCommand string `json:"start_command"`
 	StopCommand  string `json:"stop_command"`
-	SocketDir    string `json:"socket_dir"`
-	Pid          int    `json:"pid"`
 }
 
 func (p *pgfk) clone(args ...string) cloneOut {
@@ -80,26 +80,37 @@ func TestClonePrintedCommandsWork(t *testing.T) {
 	}
 }
 
-// TestCloneStartLeavesNoSocketDir: the private socket directory of a clone
-// started with --start is removed by the next pgfork once the server is
-// stopped (it used to stay in /tmp forever).
+// TestCloneStartLeavesNoSocketDir: the private socket directory of a
+// branch made by clone --start is removed by the next pgfork once its
+// server is stopped outside pgfork (it used to stay in /tmp forever).
 func TestCloneStartLeavesNoSocketDir(t *testing.T) {
 	p := newTestPgfk(t)
-	pgBin := p.pgBin
-	dst := filepath.Join(testenv.Dir(t), "clone")
-	o := p.clone(cloneSource(t, pgBin), dst, "--start")
-	if o.SocketDir == "" || o.Pid == 0 {
-		t.Fatalf("clone --start: no socket dir or pid: %+v", o)
+	if r := p.run("clone", cloneSource(t, p.pgBin), "sock", "--start"); r.code != 0 {
+		t.Fatalf("clone --start: exit %d\n%s", r.code, r.stderr)
+	}
+	t.Cleanup(func() { p.run("branch", "rm", "sock") })
+	e, err := cluster.Get(statedir.Layout{Root: p.home}, "branch.sock")
+	if err != nil || e.SocketDir == "" {
+		t.Fatalf("the branch's registry entry: %+v, %v", e, err)
 	}
 	// In use: the next run keeps it.
 	p.run("ls")
-	if _, err := os.Stat(o.SocketDir); err != nil {
-		t.Fatalf("socket dir of a running clone removed: %v", err)
+	if _, err := os.Stat(e.SocketDir); err != nil {
+		t.Fatalf("socket dir of a running branch removed: %v", err)
 	}
-	sh(t, o.StopCommand)
+	att, err := instance.Attach(e.DataDir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if att.User, err = instance.ResolveUser(""); err != nil {
+		t.Fatal(err)
+	}
+	if err := att.Stop(context.Background(), instance.Fast); err != nil {
+		t.Fatal(err)
+	}
 	p.run("ls")
-	if _, err := os.Stat(o.SocketDir); !os.IsNotExist(err) {
-		t.Errorf("socket dir %s left after the clone stopped and the next run: %v", o.SocketDir, err)
+	if _, err := os.Stat(e.SocketDir); !os.IsNotExist(err) {
+		t.Errorf("socket dir %s left after the branch stopped and the next run: %v", e.SocketDir, err)
 	}
 }
 

@@ -2,7 +2,7 @@ package main
 
 import (
 	"bytes"
-	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
@@ -180,24 +180,20 @@ func TestCloneCLI(t *testing.T) {
 		run(2, "--url", "postgresql:///x", src, filepath.Join(base, "x"))
 		run(2, filepath.Join(base), filepath.Join(base, "x"))
 
-		// --start records a branch: in a state directory of this test's own,
-		// not the shared one that holds the managed builds.
+		// --start makes a branch of the running source (cloned online), in
+		// a state directory of this test's own, not the shared one that
+		// holds the managed builds; --json prints the branch.
 		own := testenv.Dir(t)
-		dst := filepath.Join(base, "started")
-		out := runIn(own, 0, src, dst, "--online", "--port", "auto", "--start", "--json", "--pg-bin", e.Bin)
-		if !strings.Contains(out, `"url": "postgresql://`) || !strings.Contains(out, `"system_identifier"`) {
-			t.Fatalf("--start --json output:\n%s", out)
+		r := runInProcess(t, "--state-dir", own, "clone", src, filepath.Join(base, "started"), "--online", "--port", "auto", "--start", "--json", "--pg-bin", e.Bin)
+		var br struct{ URL string }
+		if err := json.Unmarshal([]byte(r.stdout), &br); r.code != 0 || err != nil || !strings.HasPrefix(br.URL, "postgresql://") {
+			t.Fatalf("--start --json: exit %d (%v):\n%s%s", r.code, err, r.stdout, r.stderr)
 		}
-		att, err := instance.Attach(dst)
-		if err != nil {
-			t.Fatalf("the started clone is not running: %v\n%s", err, out)
+		defer runInProcess(t, "--state-dir", own, "branch", "rm", "started")
+		if got := pgtest.Query(t, br.URL, "SELECT current_user"); got != "branch_started" {
+			t.Errorf("the branch's URL logs in as %s, not the branch's role", got)
 		}
-		att.User = e.User
-		defer att.Stop(context.Background(), instance.Fast)
-		if got := pgtest.Query(t, att.ConnString("", ""), "SELECT current_setting('data_directory')"); got != dst {
-			t.Errorf("started clone serves %s, want %s", got, dst)
-		}
-		out = run(0, filepath.Join(base, "started"), filepath.Join(base, "second"), "--online", "--pg-bin", e.Bin)
+		out := run(0, src, filepath.Join(base, "second"), "--online", "--pg-bin", e.Bin)
 		for _, want := range []string{"online", "start it with:", "system id", "pg_ctl"} {
 			if !strings.Contains(out, want) {
 				t.Errorf("summary lacks %q:\n%s", want, out)

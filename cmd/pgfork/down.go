@@ -21,7 +21,7 @@ func (cl *cli) newDownCmd() *cobra.Command {
 	cmd := &cobra.Command{
 		Use:               "down NAME... | --all",
 		ValidArgsFunction: cl.completeClusters,
-		Short:             "Stop and remove clusters started by pgfork up, restore --start or clone --start",
+		Short:             "Stop and remove clusters started by pgfork up, and branches",
 		Long: `Stop clusters listed by pgfork ls and remove them: data directory, socket
 directory and record. The server gets a fast shutdown (sessions are rolled
 back); if it has not exited after --timeout, an immediate one.
@@ -30,13 +30,12 @@ A branch of pgfork branch (branch.NAME in pgfork ls) is removed as pgfork
 branch rm NAME removes it (refused while protected; its snapshots stay);
 --all leaves branches alone.
 
-What restore --start and clone --start started keeps its data directory where
-it was made. A branch of a backup
-(pgfork restore --start) is your restore: down stops it and keeps its data
-directory unless --delete-data is given. A branch of a running cluster
-(pgfork clone --start) is a throw-away copy: down removes its data directory
-too unless --keep-data is given. Either way pgfork removes the directory only
-if it is still the one the branch was started on.
+restore --start and clone --start make branches of pgfork branch now. What
+an older pgfork's restore --start and clone --start started (kinds restore
+and clone) keeps its data directory where it was made: down stops a restore
+and keeps its data directory unless --delete-data is given, and removes a
+clone's unless --keep-data is given; either way only if it is still the
+directory the server was started on.
 
 ` + reaperHelp,
 		Example: `  pgfork down pg-3f9a1c2b
@@ -127,8 +126,8 @@ if it is still the one the branch was started on.
 		},
 	}
 	cmd.Flags().BoolVar(&all, "all", false, "stop and remove every cluster")
-	cmd.Flags().BoolVar(&keepData, "keep-data", false, "keep the data directory of a clone --start branch; only stop it and forget it")
-	cmd.Flags().BoolVar(&deleteData, "delete-data", false, "also remove the data directory of a restore --start branch (kept by default)")
+	cmd.Flags().BoolVar(&keepData, "keep-data", false, "keep the data directory of a cluster an older clone --start started; only stop it and forget it")
+	cmd.Flags().BoolVar(&deleteData, "delete-data", false, "also remove the data directory of a cluster an older restore --start started (kept by default)")
 	cmd.Flags().DurationVar(&timeout, "timeout", cluster.DefaultStopTimeout, "wait this long for a fast shutdown before an immediate one")
 	return cmd
 }

@@ -15,11 +15,12 @@ import (
 func (cl *cli) newLsCmd() *cobra.Command {
 	return &cobra.Command{
 		Use:   "ls",
-		Short: "List what pgfork runs: up clusters, branches, restore/clone --start",
-		Long: `List the clusters started by pgfork up, the branches of pgfork branch
-(and of a serve on this state directory: kind branch, named branch.NAME, their
-URL with the branch's role, stopped ones too), and what pgfork restore --start
-and pgfork clone --start started: name, kind (up, branch, restore, clone),
+		Short: "List what pgfork runs: up clusters and branches",
+		Long: `List the clusters started by pgfork up, the branches of pgfork branch,
+restore --start and clone --start (and of a serve on this state directory:
+kind branch, named branch.NAME, their URL with the branch's role, stopped
+ones too), and what an older pgfork's restore --start and clone --start
+started: name, kind (up, branch, restore, clone),
 state, URL, server pid, PostgreSQL version, disk use (SIZE; OWN is what is not
 shared by reflink with the template, backups or source), age and TTL, and
 where a branch came from (--json: source).

@@ -3,7 +3,6 @@ package main
 import (
 	"fmt"
 	"io"
-	"path/filepath"
 	"strings"
 	"time"
 
@@ -11,7 +10,6 @@ import (
 
 	"github.com/pgfork/pgfork/branches"
 	"github.com/pgfork/pgfork/clone"
-	"github.com/pgfork/pgfork/cluster"
 	"github.com/pgfork/pgfork/instance"
 	"github.com/pgfork/pgfork/internal/errs"
 	"github.com/pgfork/pgfork/internal/units"
@@ -185,22 +183,14 @@ var restoreFlagsNotForBranches = []string{"jobs", "prefetch", "sync", "manifest-
 // restoreAsBranch is restore --start, the older spelling of pgfork branch
 // create from a backup source: the backups (a chain directory up to
 // --upto, or the backups themselves) restored, recovered to the target,
-// and started as a branch of the state directory named after DST (or
-// --name); it can be reset, snapshotted and removed as any branch.
+// and started as a branch named after DST (or --name).
 func (cl *cli) restoreAsBranch(cmd *cobra.Command, args []string, fl restoreFlags) error {
-	for _, f := range restoreFlagsNotForBranches {
-		if cmd.Flags().Changed(f) {
-			return errs.New(errs.Usage, "--%s is not for --start: --start makes a branch, restored and kept in the state directory", f).
-				WithCLI("drop --%s, or drop --start to restore into DST", f)
-		}
+	if err := refuseWithStart(cmd, restoreFlagsNotForBranches); err != nil {
+		return err
 	}
 	if fl.targetAction != "promote" {
 		return errs.New(errs.Usage, "a branch is promoted at its recovery target: --target-action %s is not for it", fl.targetAction).
 			WithCLI("restore into DST without --start, then recover it yourself with recovery_target_action = %s", fl.targetAction)
-	}
-	port, err := cluster.ParsePort(fl.port)
-	if err != nil {
-		return err
 	}
 	backups, dst := args[:len(args)-1], args[len(args)-1]
 	src := branches.Source{Kind: branches.SourceBackup, Upto: fl.upto,
@@ -213,36 +203,7 @@ func (cl *cli) restoreAsBranch(cmd *cobra.Command, args []string, fl restoreFlag
 	} else {
 		src.Backups = backups
 	}
-	src.Name = branches.DefaultSourceName(src)
-	name := fl.name
-	if name == "" {
-		name = filepath.Base(filepath.Clean(dst))
-	}
-	cl.infof("note: restore --start makes a branch, the same as `pgfork branch create %s --source %s`: it is kept in the state directory, not in %s",
-		name, src, dst)
-	user, err := instance.ResolveUser(cl.g.runAs)
-	if err != nil {
-		return err
-	}
-	l, err := branches.OpenLocal(cmd.Context(), branches.LocalOptions{Layout: cl.layout(), Sources: []branches.Source{src}, PGBin: cl.g.pgBin, User: user})
-	if err != nil {
-		return err
-	}
-	defer l.Close()
-	cl.infof("restoring and starting branch %s (recovery may take a moment)...", name)
-	b, err := l.Create(cmd.Context(), branches.CreateOptions{Name: name, Source: src.Name, Port: port})
-	if err != nil {
-		return err
-	}
-	w := cmd.OutOrStdout()
-	if cl.g.json {
-		return printJSON(w, b)
-	}
-	fmt.Fprintf(w, "branch %s started: %s\n", b.Name, b.Conn)
-	fmt.Fprintf(w, "  reset     pgfork branch reset %s\n", b.Name)
-	fmt.Fprintf(w, "  snapshot  pgfork branch snapshot %s SNAPSHOT\n", b.Name)
-	fmt.Fprintf(w, "  remove    pgfork branch rm %s\n", b.Name)
-	return nil
+	return cl.branchAlias(cmd, "restore --start", src, dst, fl.name, fl.port)
 }
 
 func printDryRun(w io.Writer, d *restore.DryRun) {

@@ -10,6 +10,7 @@ import (
 	"github.com/pgfork/pgfork/internal/errs"
 	"github.com/pgfork/pgfork/internal/flock"
 	"github.com/pgfork/pgfork/internal/fsutil"
+	"github.com/pgfork/pgfork/internal/proc"
 	"github.com/pgfork/pgfork/internal/statedir"
 )
 
@@ -36,9 +37,35 @@ func LockState(lay statedir.Layout, addr string) (release func(), err error) {
 	if err != nil {
 		return nil, errs.FromOS(err, lockPath, "cannot lock the state directory")
 	}
-	_ = fsutil.WriteFileAtomic(ownerPath, []byte(fmt.Sprintf("pid %d, listening on %s\n", os.Getpid(), addr)), 0o644)
+	recordOwner(lay, addr)
 	return func() {
 		_ = os.Remove(ownerPath)
 		l.Unlock()
 	}, nil
+}
+
+// ownerFormat is what LockState records of the serve holding the lock.
+const ownerFormat = "pid %d, listening on %s"
+
+// recordOwner records this process, listening on addr, as the serve that
+// holds lay's state directory (once it listens: the address bound, not
+// --listen's port 0).
+func recordOwner(lay statedir.Layout, addr string) {
+	_ = fsutil.WriteFileAtomic(filepath.Join(lay.Locks(), "serve.owner"), []byte(fmt.Sprintf(ownerFormat+"\n", os.Getpid(), addr)), 0o644)
+}
+
+// Owner is the pgfork serve that holds lay's state directory, as
+// LockState recorded it: its pid and the address it listens on; ok is
+// false when none runs. It takes no lock (pgfork ls asks it beside a
+// serve that may be starting): a record whose process is gone (a serve
+// killed with -9) is no owner.
+func Owner(lay statedir.Layout) (pid int, addr string, ok bool) {
+	b, err := os.ReadFile(filepath.Join(lay.Locks(), "serve.owner"))
+	if err != nil {
+		return 0, "", false
+	}
+	if _, err := fmt.Sscanf(strings.TrimSpace(string(b)), ownerFormat, &pid, &addr); err != nil || !proc.Alive(pid) {
+		return 0, "", false
+	}
+	return pid, addr, true
 }

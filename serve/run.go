@@ -203,6 +203,7 @@ func run(ctx context.Context, o Options, log *slog.Logger) error {
 	if err != nil {
 		return errs.Wrap(errs.Busy, err, "cannot listen on %s", o.Listen).WithHint("choose another port").WithCLI("--listen HOST:PORT")
 	}
+	recordOwner(o.Layout, ln.Addr().String())
 	errc := make(chan error, 2)
 	go func() { errc <- hs.Serve(hopts.Listen(ln)) }()
 	if o.Socket != "" {

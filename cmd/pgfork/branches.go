@@ -29,7 +29,8 @@ type branchClient struct {
 	server, token string
 }
 
-// call sends one request to serve's branch API and decodes the answer into
+// call sends one request to serve's API (the branch routes; pgfork ls: the
+// pools) and decodes the answer into
 // out (nil: none); an error answer becomes the error kind of its status.
 func (c *branchClient) call(ctx context.Context, method, path string, body, out any) error {
 	if c.server == "" {

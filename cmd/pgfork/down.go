@@ -2,6 +2,7 @@ package main
 
 import (
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -73,7 +74,10 @@ directory the server was started on.
 			keptBranches := 0
 			for _, n := range names {
 				var err error
-				if b, ok := branches.BranchOf(n); ok && all {
+				if strings.HasPrefix(n, "pool.") {
+					err = errs.New(errs.Usage, "%s is a test-database pool of pgfork serve, not a cluster", n).
+						WithHint("its databases go when the tests give them back, when the template is discarded or when pgfork serve stops")
+				} else if b, ok := branches.BranchOf(n); ok && all {
 					// Every cluster, but a branch is removed by its name alone.
 					keptBranches++
 					continue

@@ -1,7 +1,9 @@
 package main
 
 import (
+	"context"
 	"fmt"
+	"net"
 	"text/tabwriter"
 	"time"
 
@@ -10,12 +12,13 @@ import (
 	"github.com/pgfork/pgfork/branches"
 	"github.com/pgfork/pgfork/cluster"
 	"github.com/pgfork/pgfork/internal/units"
+	"github.com/pgfork/pgfork/serve"
 )
 
 func (cl *cli) newLsCmd() *cobra.Command {
 	return &cobra.Command{
 		Use:   "ls",
-		Short: "List what pgfork runs: up clusters and branches",
+		Short: "List what pgfork runs: up clusters, branches, serve's pools",
 		Long: `List the clusters started by pgfork up, the branches of pgfork branch,
 restore --start and clone --start (and of a serve on this state directory:
 kind branch, named branch.NAME, their URL with the branch's role, stopped
@@ -23,7 +26,10 @@ ones too), and what an older pgfork's restore --start and clone --start
 started: name, kind (up, branch, restore, clone),
 state, URL, server pid, PostgreSQL version, disk use (SIZE; OWN is what is not
 shared by reflink with the template, backups or source), age and TTL, and
-where a branch came from (--json: source).
+where a branch came from (--json: source). A pgfork serve running on the
+state directory adds a row per template it pools test databases for (kind
+pool, named pool.HASH: its pid, its URL, its databases by state; asked over
+HTTP with PGFORK_TOKEN if set); pgfork down leaves pools to serve.
 
 States: running; starting (pgfork up is creating it); stopped (its server was
 shut down cleanly by someone else; remove it with pgfork down); dead (server
@@ -40,7 +46,7 @@ crashed or killed: removed by the reaper).
 			if err != nil {
 				return err
 			}
-			all = cl.withBranches(all)
+			all = cl.withPools(cmd.Context(), cl.withBranches(all))
 			out := cmd.OutOrStdout()
 			if cl.g.json {
 				if all == nil {
@@ -79,7 +85,7 @@ crashed or killed: removed by the reaper).
 					kind = "up"
 				}
 				fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", e.Name, kind, e.State, orDash(e.PGVersion), pid,
-					units.Bytes(e.Size), units.Bytes(e.Size-e.Shared), age, ttl, orDash(e.URL))
+					units.Bytes(e.Size), units.Bytes(e.Size-e.Shared), age, ttl, orDash(e.URL)+poolCounts(e))
 			}
 			return tw.Flush()
 		},
@@ -137,4 +143,51 @@ func (cl *cli) withBranches(all []cluster.Entry) []cluster.Entry {
 		}
 	}
 	return all
+}
+
+// withPools shows the test-database pools of a pgfork serve running on
+// the state directory in pgfork ls: a row per template (kind "pool", named
+// pool.HASH, the serve's pid and URL; its databases by state as source),
+// asked of the serve (GET /api/v2/templates, with PGFORK_TOKEN if set).
+func (cl *cli) withPools(ctx context.Context, all []cluster.Entry) []cluster.Entry {
+	pid, addr, ok := serve.Owner(cl.layout())
+	if !ok {
+		return all
+	}
+	if host, port, err := net.SplitHostPort(addr); err == nil {
+		if ip := net.ParseIP(host); host == "" || ip != nil && ip.IsUnspecified() {
+			addr = net.JoinHostPort("127.0.0.1", port)
+		}
+	}
+	ctx, cancel := context.WithTimeout(ctx, 3*time.Second)
+	defer cancel()
+	var list struct {
+		Templates []struct {
+			Hash      string         `json:"templateHash"`
+			State     string         `json:"state"`
+			Databases map[string]int `json:"databases"`
+			Kept      int            `json:"kept"`
+			Max       int            `json:"max"`
+		} `json:"templates"`
+	}
+	c := &branchClient{server: "http://" + addr, token: cl.getenv("PGFORK_TOKEN")}
+	if err := c.call(ctx, "GET", "/api/v2/templates", nil, &list); err != nil {
+		cl.infof("pools of the pgfork serve at %s (pid %d) not listed: %v", addr, pid, err)
+		return all
+	}
+	for _, t := range list.Templates {
+		d := t.Databases
+		all = append(all, cluster.Entry{State: cluster.Running, Info: cluster.Info{Name: "pool." + t.Hash, Kind: "pool",
+			Pid: pid, URL: c.server, Source: fmt.Sprintf("template %s: %d ready, %d in use, %d being made, %d kept (at most %d)",
+				t.State, d["ready"], d["in_use"], d["creating"]+d["recreating"]+d["dirty"], t.Kept, t.Max)}})
+	}
+	return all
+}
+
+// poolCounts is what pgfork ls prints after a pool's URL: its databases.
+func poolCounts(e cluster.Entry) string {
+	if e.Kind != "pool" {
+		return ""
+	}
+	return " (" + e.Source + ")"
 }

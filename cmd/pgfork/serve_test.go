@@ -131,6 +131,15 @@ func TestServeCrashRecovery(t *testing.T) {
 	if code, body := s.call(t, "GET", "/api/v1/templates/crash1/tests", ""); code != 200 {
 		t.Fatalf("get: %d %s", code, body)
 	}
+	// pgfork ls lists the serve's pool (issue 35), which down refuses.
+	var ls []struct{ Name, Kind, Source, URL string }
+	if err := json.Unmarshal([]byte(runInProcess(t, "--state-dir", home, "ls", "--json").ok(t)), &ls); err != nil ||
+		len(ls) != 1 || ls[0].Name != "pool.crash1" || ls[0].Kind != "pool" || ls[0].URL != s.base || !strings.Contains(ls[0].Source, "1 in use") {
+		t.Errorf("ls --json beside a serve: %v, %+v; want pool.crash1 with 1 database in use at %s", err, ls, s.base)
+	}
+	if r := runInProcess(t, "--state-dir", home, "down", "pool.crash1"); r.code != 2 || !strings.Contains(r.stderr, "pool of pgfork serve") {
+		t.Errorf("down pool.crash1: exit %d, want 2 saying it is serve's pool\n%s", r.code, r.stderr)
+	}
 	data := managedData(t, home)
 	pf, err := instance.ReadPidFile(data)
 	if err != nil {

@@ -28,6 +28,10 @@ connections, made by the advisor's strategy (or --strategy); its metadata
 every pgfork sees it and it survives restarts. Then a spare copy is prepared so
 that ` + "`pgfork db restore`" + ` is a rename (skip with --no-spare).
 
+A snapshot here is one database inside a running server; a branch snapshot
+(pgfork branch snapshot) is a whole stopped cluster that branches are made
+from (docs/branches.md).
+
 Nobody else may be connected to DB while it is copied: pgfork waits up to --wait,
 then fails naming the sessions, or terminates them with --force.
 

@@ -15,6 +15,7 @@ import (
 // --start under the same name is refused before any copy (exit 4), and
 // `pgfork down NAME` stops it and removes its data directory.
 func TestCloneStartIsABranch(t *testing.T) {
+	t.Parallel() // see TestMain
 	p := newTestPgfk(t)
 	pgBin := p.pgBin
 	src := cloneSource(t, pgBin)

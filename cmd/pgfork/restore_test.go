@@ -17,6 +17,7 @@ import (
 // nothing, --manifest-checksums picks the algorithm, and bad option values
 // and combinations exit 2 naming the flag, writing nothing.
 func TestRestoreCLI(t *testing.T) {
+	t.Parallel() // see TestMain
 	builds := pgtest.Builds(t, 17)
 	b := builds[len(builds)-1]
 	in := pgtest.New(t, b.Server())

@@ -24,6 +24,7 @@ import (
 // the branch has the rows of the backup, not those written after it, and
 // its reset keeps them.
 func TestBranchesBackupSource(t *testing.T) {
+	t.Parallel() // see env
 	ctx := context.Background()
 	b := pgtest.Builds(t, 0)[0]
 	dir := testenv.XFSDir(t)
@@ -67,6 +68,7 @@ func TestBranchesBackupSource(t *testing.T) {
 // restore point as target: its snapshot is recovered to the restore point
 // (rows committed before it, not after) and branches of it start promoted.
 func TestBranchesBackupSourcePITR(t *testing.T) {
+	t.Parallel() // see env
 	ctx := context.Background()
 	b := pgtest.Builds(t, 0)[0]
 	dir := testenv.XFSDir(t)
@@ -132,6 +134,7 @@ func pitrChain(t *testing.T, b pgtest.Build, dir string) (chain, arch string) {
 // stops that server, forgets it and removes its directory: no postmaster
 // and no directory left.
 func TestBranchesPITRKilled(t *testing.T) {
+	t.Parallel() // see env
 	type child struct{ Root, Chain, Arch string }
 	b := pgtest.Builds(t, 0)[0]
 	opts := func(c child) Options {

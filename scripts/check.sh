@@ -72,9 +72,9 @@ status=0
 # a time on 2 cores): in alphabetical order upgrade, one of the longest, ran
 # alone at the end for minutes. Measured in one fresh run on CI, seconds:
 # upgrade 680, cmd/pgfork 555, branches 273, pgclone 243, restore 210,
-# server 198, pool 158; all others under 50. Inside upgrade and cmd/pgfork
-# the tests that can run beside each other call t.Parallel() (two at a
-# time: -parallel defaults to the cores), as they mostly wait on
+# server 198, pool 158; all others under 50. Inside upgrade, cmd/pgfork and
+# branches the tests that can run beside each other call t.Parallel() (two
+# at a time: -parallel defaults to the cores), as they mostly wait on
 # PostgreSQL and the disks.
 slow="./upgrade ./cmd/pgfork ./branches ./pgclone ./restore ./server ./pool"
 # shellcheck disable=SC2046,SC2086

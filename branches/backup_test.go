@@ -24,6 +24,7 @@ import (
 // the branch has the rows of the backup, not those written after it, and
 // its reset keeps them.
 func TestBranchesBackupSource(t *testing.T) {
+	t.Parallel() // see env
 	ctx := context.Background()
 	b := pgtest.Builds(t, 0)[0]
 	dir := testenv.XFSDir(t)
@@ -69,6 +70,7 @@ func TestBranchesBackupSource(t *testing.T) {
 // A source of the backups themselves with the archive and no target
 // replays all the archive holds.
 func TestBranchesBackupSourcePITR(t *testing.T) {
+	t.Parallel() // see env
 	ctx := context.Background()
 	b := pgtest.Builds(t, 0)[0]
 	dir := testenv.XFSDir(t)
@@ -147,6 +149,7 @@ func pitrChain(t *testing.T, b pgtest.Build, dir string) (chain, arch string) {
 // stops that server, forgets it and removes its directory: no postmaster
 // and no directory left.
 func TestBranchesPITRKilled(t *testing.T) {
+	t.Parallel() // see env
 	type child struct{ Root, Chain, Arch string }
 	b := pgtest.Builds(t, 0)[0]
 	opts := func(c child) Options {

@@ -23,6 +23,14 @@ import (
 )
 
 // env is a running source cluster on XFS and the Options over it.
+//
+// The tests mostly wait on PostgreSQL and the disks, so those that can run
+// beside each other call t.Parallel(); Go starts them only once every test
+// that does not has finished. Each has its own source cluster, state
+// directory and ports (the kernel's free ones); a killed create is a
+// process of its own. Serial stay the tests that set a package variable
+// (testHook, notStreamingGrace) and those that check free space on the
+// shared XFS image (the floor, the disk quota), which the others fill.
 func env(t *testing.T) Options {
 	t.Helper()
 	b := pgtest.Builds(t, 0)[0]
@@ -66,6 +74,7 @@ func wantKind(t *testing.T, what string, err error, k errs.Kind) {
 // snapshot of a branch is branched again; after serve stops every branch
 // and opens again, they run on the same ports with their data.
 func TestBranches(t *testing.T) {
+	t.Parallel() // see env
 	ctx := context.Background()
 	o := env(t)
 	o.MaxBranches = 2
@@ -210,12 +219,18 @@ func tryQuery(url string) error {
 // the branch's server but not recorded it complete; the next Open stops
 // that server and removes the branch, its data directory, its origin
 // snapshot and its registry entry, and its port is free again.
-func TestCreateKilled(t *testing.T) { killedCreate(t, "started") }
+func TestCreateKilled(t *testing.T) {
+	t.Parallel() // see env
+	killedCreate(t, "started")
+}
 
 // TestCreateKilledPreparing: the same, killed while the server recovering
 // the branch's origin snapshot (prepare) runs: the next Open stops that
 // server too.
-func TestCreateKilledPreparing(t *testing.T) { killedCreate(t, "preparing") }
+func TestCreateKilledPreparing(t *testing.T) {
+	t.Parallel() // see env
+	killedCreate(t, "preparing")
+}
 
 // killedCreate kills a child test process at a create's step and checks
 // that the next Open leaves nothing of it.
@@ -322,6 +337,7 @@ func TestExpiryAndFloor(t *testing.T) {
 // lasts; once no session was seen for the idle time it is deleted, unless
 // protected.
 func TestIdleDeletion(t *testing.T) {
+	t.Parallel() // see env
 	ctx := context.Background()
 	m := open(t, env(t))
 	me := Caller{Token: "me"}
@@ -362,6 +378,7 @@ func TestIdleDeletion(t *testing.T) {
 // TestSnapshotRetention: snapshots of a source kept to the newest N, but
 // never one a branch is made from; sizes show what is shared.
 func TestSnapshotRetention(t *testing.T) {
+	t.Parallel() // see env
 	ctx := context.Background()
 	m := open(t, env(t))
 	me := Caller{Token: "me"}
@@ -396,6 +413,7 @@ func TestSnapshotRetention(t *testing.T) {
 // TestParallelCreates: creates run in parallel (the long steps hold no
 // lock), List answers meanwhile, and each branch gets a port of its own.
 func TestParallelCreates(t *testing.T) {
+	t.Parallel() // see env
 	ctx := context.Background()
 	m := open(t, env(t))
 	me := Caller{Token: "me"}
@@ -443,6 +461,7 @@ func TestParallelCreates(t *testing.T) {
 // next branch, not the first; after a restart of the Manager with the
 // standby stopped, it starts again and catches up.
 func TestStandbySource(t *testing.T) {
+	t.Parallel() // see env
 	ctx := context.Background()
 	b := pgtest.Builds(t, 0)[0]
 	dir := testenv.XFSDir(t)
@@ -631,6 +650,7 @@ func TestDiskQuota(t *testing.T) {
 // stopped stays stopped across a restart without LeaveStopped too; a
 // stopped branch cannot be snapshotted.
 func TestLeaveStopped(t *testing.T) {
+	t.Parallel() // see env
 	ctx := context.Background()
 	o := env(t)
 	o.LeaveStopped = true

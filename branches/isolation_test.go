@@ -108,6 +108,7 @@ func superSocket(t *testing.T, m *Manager, branch string) string {
 // roles stopped being superusers) loses them at the branch's next start.
 // The source is unchanged. On every build: CREATEROLE differs before 16.
 func TestBranchRoleIsNoSuperuser(t *testing.T) {
+	t.Parallel() // see env
 	pgtest.ForEachBuild(t, 0, func(t *testing.T, bld pgtest.Build) {
 		ctx := context.Background()
 		o, src := isolationEnv(t, bld)
@@ -237,6 +238,7 @@ func TestBranchRoleIsNoSuperuser(t *testing.T) {
 // Alice's role made there (it is a member of her role, now NOLOGIN).
 // Snapshots of a source stay every token's to see and branch.
 func TestBranchSnapshotIsTheOwners(t *testing.T) {
+	t.Parallel() // see env
 	ctx := context.Background()
 	o, _ := isolationEnv(t, pgtest.Builds(t, 0)[0])
 	m := open(t, o)
@@ -310,6 +312,7 @@ func TestBranchSnapshotIsTheOwners(t *testing.T) {
 // caller's own snapshots of that source: Bob's keep leaves Alice's and
 // the admin's scheduled ones alone, Alice's leaves Bob's.
 func TestRetainPerOwner(t *testing.T) {
+	t.Parallel() // see env
 	ctx := context.Background()
 	m := open(t, env(t))
 	alice, bob := Caller{Token: "alice"}, Caller{Token: "bob"}
@@ -349,6 +352,7 @@ func TestRetainPerOwner(t *testing.T) {
 // no logical replication worker runs; the source keeps both. And the
 // application's objects a superuser owns are the branch role's there.
 func TestBranchHoldsNoOtherSystemsCredentials(t *testing.T) {
+	t.Parallel() // see env
 	ctx := context.Background()
 	o, src := isolationEnv(t, pgtest.Builds(t, 0)[0])
 	pgtest.Exec(t, src.ConnString("", ""), "CREATE DATABASE appdb")

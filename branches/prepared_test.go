@@ -45,6 +45,7 @@ func wantPrepared(t *testing.T, m *Manager, snap, branch string) {
 // the last branch using it; a create after it is too old takes a new one
 // that has the source's newer rows.
 func TestPreparedSnapshots(t *testing.T) {
+	t.Parallel() // see env
 	ctx := context.Background()
 	o := env(t)
 	m := open(t, o)
@@ -160,6 +161,7 @@ func TestPreparedSnapshots(t *testing.T) {
 // that starts (a hot standby refuses values below its primary's), and a
 // branch of it starts from a prepared snapshot.
 func TestStandbyPrimarySettings(t *testing.T) {
+	t.Parallel() // see env
 	ctx := context.Background()
 	b := pgtest.Builds(t, 0)[0]
 	dir := testenv.XFSDir(t)

@@ -10,6 +10,7 @@ import (
 // TestBranchSettings: a branch runs with branchSettings (wal_init_zero
 // off, wal_compression on: its WAL costs fewer blocks), after a reset too.
 func TestBranchSettings(t *testing.T) {
+	t.Parallel() // see env
 	ctx := context.Background()
 	m := open(t, env(t))
 	me := Caller{Token: "me"}

@@ -57,6 +57,7 @@ func within(t *testing.T, what string, d time.Duration, f func()) bool {
 // Manager's lock, so every token's requests hung). Each call returns in
 // bounded time, and the symlink's target is not counted.
 func TestSizingHostileTree(t *testing.T) {
+	t.Parallel() // see env
 	ctx := context.Background()
 	m := open(t, env(t))
 	alice, bob := Caller{Token: "alice"}, Caller{Token: "bob"}
@@ -182,6 +183,7 @@ func TestSizingHostileTree(t *testing.T) {
 // bytes (List's usage, what --branch-disk-quota bounds) stay at least what
 // it wrote; the old count (the FIEMAP "shared" flag) dropped to a few MiB.
 func TestOwnBytesCountSelfClones(t *testing.T) {
+	t.Parallel() // see env
 	ctx := context.Background()
 	ownOf := func(t *testing.T, m *Manager, c Caller) int64 {
 		t.Helper()
@@ -269,6 +271,7 @@ func TestOwnBytesCountSelfClones(t *testing.T) {
 // bytes; a reset brings the tablespace back; a restart of serve keeps the
 // copies of live branches; a delete removes them.
 func TestBranchTablespaces(t *testing.T) {
+	t.Parallel() // see env
 	ctx := context.Background()
 	o := env(t)
 	ts := filepath.Join(testenv.XFSDir(t), "ts")

@@ -168,6 +168,7 @@ func contains(l []string, s string) bool {
 // pgfork made, with the password in its primary_conninfo, loses it at the
 // next start and streams on.
 func TestStandbyBranchHasNoPrimaryPassword(t *testing.T) {
+	t.Parallel() // see env
 	ctx := context.Background()
 	b := pgtest.Builds(t, 0)[0]
 	dir := testenv.XFSDir(t)
@@ -279,6 +280,7 @@ func TestStandbyBranchHasNoPrimaryPassword(t *testing.T) {
 // run-as user's, the standby starts and a branch of it reads the
 // tablespace's table; the branch's tablespace is in the state directory.
 func TestStandbyTablespacesMapped(t *testing.T) {
+	t.Parallel() // see env
 	ctx := context.Background()
 	b := pgtest.Builds(t, 0)[0]
 	dir := testenv.XFSDir(t)

@@ -23,6 +23,16 @@ func forEachPG(t *testing.T, f func(t *testing.T, e pgEnv)) {
 	pgtest.ForEachBuild(t, 0, func(t *testing.T, b pgtest.Build) { f(t, pgEnv{b}) })
 }
 
+// forEachPGOnFS runs f once per PostgreSQL build under test, on ext4 or
+// XFS so that both filesystems run (pgtest.ForEachBuildOnFS): what the
+// major changes (the backup functions, the control file) does not depend
+// on the filesystem, and what the filesystem changes (the copy method)
+// does not depend on the major.
+func forEachPGOnFS(t *testing.T, f func(t *testing.T, e pgEnv, base string)) {
+	t.Helper()
+	pgtest.ForEachBuildOnFS(t, 0, func(t *testing.T, b pgtest.Build, base string) { f(t, pgEnv{b}, base) })
+}
+
 // newCluster runs initdb in base/name.
 func (e pgEnv) newCluster(t *testing.T, base, name string) string {
 	t.Helper()

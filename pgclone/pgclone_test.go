@@ -19,78 +19,76 @@ import (
 )
 
 func TestOfflineClone(t *testing.T) {
-	forEachPG(t, func(t *testing.T, e pgEnv) {
-		pgtest.ForEachFS(t, func(t *testing.T, base string) {
-			ctx := context.Background()
-			src := e.newCluster(t, base, "src")
-			in := e.start(t, src, nil)
-			url := in.ConnString("", "")
-			pgtest.Exec(t, url, "CREATE TABLE t AS SELECT g AS id, md5(g::text) AS v FROM generate_series(1, 20000) g")
-			pgtest.Exec(t, url, "SELECT pg_create_physical_replication_slot('keeps_wal', true)")
-			pgtest.Exec(t, url, "ALTER SYSTEM SET archive_mode = on")
-			pgtest.Exec(t, url, "ALTER SYSTEM SET archive_command = 'false'")
-			sum := pgtest.Query(t, url, "SELECT sum(hashtext(v))::text FROM t")
-			sysid := pgtest.Query(t, url, "SELECT system_identifier::text FROM pg_control_system()")
-			pgtest.Stop(t, in)
-			before := testenv.TreeHash(t, src)
+	forEachPGOnFS(t, func(t *testing.T, e pgEnv, base string) {
+		ctx := context.Background()
+		src := e.newCluster(t, base, "src")
+		in := e.start(t, src, nil)
+		url := in.ConnString("", "")
+		pgtest.Exec(t, url, "CREATE TABLE t AS SELECT g AS id, md5(g::text) AS v FROM generate_series(1, 20000) g")
+		pgtest.Exec(t, url, "SELECT pg_create_physical_replication_slot('keeps_wal', true)")
+		pgtest.Exec(t, url, "ALTER SYSTEM SET archive_mode = on")
+		pgtest.Exec(t, url, "ALTER SYSTEM SET archive_command = 'false'")
+		sum := pgtest.Query(t, url, "SELECT sum(hashtext(v))::text FROM t")
+		sysid := pgtest.Query(t, url, "SELECT system_identifier::text FROM pg_control_system()")
+		pgtest.Stop(t, in)
+		before := testenv.TreeHash(t, src)
 
-			dst := filepath.Join(base, "dst")
-			res, err := pgclone.Clone(ctx, pgclone.Options{Src: src, Dst: dst, Installation: e.Inst, User: e.User, Port: 5439})
-			if err != nil {
-				t.Fatal(err)
+		dst := filepath.Join(base, "dst")
+		res, err := pgclone.Clone(ctx, pgclone.Options{Src: src, Dst: dst, Installation: e.Inst, User: e.User, Port: 5439})
+		if err != nil {
+			t.Fatal(err)
+		}
+		testenv.SameTree(t, "source after an offline clone", before, testenv.TreeHash(t, src))
+		if res.Online || res.Files < 100 || res.Bytes < 1<<20 || res.SystemIdentifier != sysid || res.Port != 5439 {
+			t.Errorf("unexpected result: %+v (source system id %s)", res, sysid)
+		}
+		if fs, _ := clone.FSType(base); fs == "xfs" && res.SharedBytes < res.Bytes/2 {
+			t.Errorf("on XFS only %d of %d bytes are shared with the source", res.SharedBytes, res.Bytes)
+		}
+		if l := leftovers(t, dst); len(l) > 0 {
+			t.Errorf("leftovers beside the clone: %v", l)
+		}
+		ownedBy(t, dst, e.User)
+		for _, f := range []string{"postmaster.pid", "postmaster.opts", "pg_replslot/keeps_wal"} {
+			if _, err := os.Lstat(filepath.Join(dst, f)); err == nil {
+				t.Errorf("the clone has %s", f)
 			}
-			testenv.SameTree(t, "source after an offline clone", before, testenv.TreeHash(t, src))
-			if res.Online || res.Files < 100 || res.Bytes < 1<<20 || res.SystemIdentifier != sysid || res.Port != 5439 {
-				t.Errorf("unexpected result: %+v (source system id %s)", res, sysid)
-			}
-			if fs, _ := clone.FSType(base); fs == "xfs" && res.SharedBytes < res.Bytes/2 {
-				t.Errorf("on XFS only %d of %d bytes are shared with the source", res.SharedBytes, res.Bytes)
-			}
-			if l := leftovers(t, dst); len(l) > 0 {
-				t.Errorf("leftovers beside the clone: %v", l)
-			}
-			ownedBy(t, dst, e.User)
-			for _, f := range []string{"postmaster.pid", "postmaster.opts", "pg_replslot/keeps_wal"} {
-				if _, err := os.Lstat(filepath.Join(dst, f)); err == nil {
-					t.Errorf("the clone has %s", f)
-				}
-			}
+		}
 
-			cl := e.start(t, dst, nil)
-			curl := cl.ConnString("", "")
-			if got := pgtest.Query(t, curl, "SELECT sum(hashtext(v))::text FROM t"); got != sum {
-				t.Errorf("clone data differs: %s, source %s", got, sum)
-			}
-			if got := pgtest.Query(t, curl, "SELECT system_identifier::text FROM pg_control_system()"); got != sysid {
-				t.Errorf("clone system identifier %s, want the source's %s", got, sysid)
-			}
-			if got := pgtest.Query(t, curl, "SHOW archive_mode"); got != "off" {
-				t.Errorf("clone archive_mode = %s, want off", got)
-			}
-			if got := pgtest.Query(t, curl, "SELECT count(*)::text FROM pg_replication_slots"); got != "0" {
-				t.Errorf("clone has %s replication slots, want 0", got)
-			}
-			conf, _ := os.ReadFile(filepath.Join(dst, "postgresql.auto.conf"))
-			if !strings.Contains(string(conf), "port = 5439") {
-				t.Errorf("clone's postgresql.auto.conf does not set the port:\n%s", conf)
-			}
-			pgtest.Exec(t, curl, "INSERT INTO t SELECT g, 'clone' FROM generate_series(1, 100) g")
-			pgtest.Stop(t, cl)
+		cl := e.start(t, dst, nil)
+		curl := cl.ConnString("", "")
+		if got := pgtest.Query(t, curl, "SELECT sum(hashtext(v))::text FROM t"); got != sum {
+			t.Errorf("clone data differs: %s, source %s", got, sum)
+		}
+		if got := pgtest.Query(t, curl, "SELECT system_identifier::text FROM pg_control_system()"); got != sysid {
+			t.Errorf("clone system identifier %s, want the source's %s", got, sysid)
+		}
+		if got := pgtest.Query(t, curl, "SHOW archive_mode"); got != "off" {
+			t.Errorf("clone archive_mode = %s, want off", got)
+		}
+		if got := pgtest.Query(t, curl, "SELECT count(*)::text FROM pg_replication_slots"); got != "0" {
+			t.Errorf("clone has %s replication slots, want 0", got)
+		}
+		conf, _ := os.ReadFile(filepath.Join(dst, "postgresql.auto.conf"))
+		if !strings.Contains(string(conf), "port = 5439") {
+			t.Errorf("clone's postgresql.auto.conf does not set the port:\n%s", conf)
+		}
+		pgtest.Exec(t, curl, "INSERT INTO t SELECT g, 'clone' FROM generate_series(1, 100) g")
+		pgtest.Stop(t, cl)
 
-			// The source is untouched and still starts with its own data.
-			testenv.SameTree(t, "source after the clone ran", before, testenv.TreeHash(t, src))
-			in = e.start(t, src, nil)
-			if got := pgtest.Query(t, in.ConnString("", ""), "SELECT count(*)::text FROM t"); got != "20000" {
-				t.Errorf("source has %s rows, want 20000", got)
-			}
-			pgtest.Stop(t, in)
+		// The source is untouched and still starts with its own data.
+		testenv.SameTree(t, "source after the clone ran", before, testenv.TreeHash(t, src))
+		in = e.start(t, src, nil)
+		if got := pgtest.Query(t, in.ConnString("", ""), "SELECT count(*)::text FROM t"); got != "20000" {
+			t.Errorf("source has %s rows, want 20000", got)
+		}
+		pgtest.Stop(t, in)
 
-			// Cloning onto an existing destination is refused.
-			_, err = pgclone.Clone(ctx, pgclone.Options{Src: src, Dst: dst, Installation: e.Inst, User: e.User})
-			if errs.KindOf(err) != errs.Exists {
-				t.Errorf("clone onto an existing destination: got %v, want Exists", err)
-			}
-		})
+		// Cloning onto an existing destination is refused.
+		_, err = pgclone.Clone(ctx, pgclone.Options{Src: src, Dst: dst, Installation: e.Inst, User: e.User})
+		if errs.KindOf(err) != errs.Exists {
+			t.Errorf("clone onto an existing destination: got %v, want Exists", err)
+		}
 	})
 }
 
@@ -160,56 +158,54 @@ func TestRefusals(t *testing.T) {
 }
 
 func TestOnlineCloneUnderPgbench(t *testing.T) {
-	forEachPG(t, func(t *testing.T, e pgEnv) {
-		pgtest.ForEachFS(t, func(t *testing.T, base string) {
-			ctx := context.Background()
-			src := e.newCluster(t, base, "src")
-			// Small max_wal_size: checkpoints during the copy, as on a busy server.
-			in := e.start(t, src, map[string]string{"max_wal_size": "64MB", "min_wal_size": "32MB"})
-			url := in.ConnString("", "")
-			pgArgs := []string{"-h", in.SocketDir, "-p", fmt.Sprint(in.Port), "-U", "postgres"}
-			e.Tool(t, "pgbench", append(pgArgs, "-i", "-q", "-s", "5", "postgres")...)
+	forEachPGOnFS(t, func(t *testing.T, e pgEnv, base string) {
+		ctx := context.Background()
+		src := e.newCluster(t, base, "src")
+		// Small max_wal_size: checkpoints during the copy, as on a busy server.
+		in := e.start(t, src, map[string]string{"max_wal_size": "64MB", "min_wal_size": "32MB"})
+		url := in.ConnString("", "")
+		pgArgs := []string{"-h", in.SocketDir, "-p", fmt.Sprint(in.Port), "-U", "postgres"}
+		e.Tool(t, "pgbench", append(pgArgs, "-i", "-q", "-s", "5", "postgres")...)
 
-			bench := exec.Command(filepath.Join(e.Bin, "pgbench"), append(pgArgs, "-T", "20", "-c", "4", "-j", "2", "-n", "postgres")...)
-			bench.Env = append(os.Environ(), e.Inst.Env()...)
-			bg := startLoad(t, "pgbench on the source", bench)
-			time.Sleep(4 * time.Second)
+		bench := exec.Command(filepath.Join(e.Bin, "pgbench"), append(pgArgs, "-T", "20", "-c", "4", "-j", "2", "-n", "postgres")...)
+		bench.Env = append(os.Environ(), e.Inst.Env()...)
+		bg := startLoad(t, "pgbench on the source", bench)
+		time.Sleep(4 * time.Second)
 
-			dst := filepath.Join(base, "dst")
-			res, err := pgclone.Clone(ctx, pgclone.Options{Src: src, Dst: dst, Installation: e.Inst, User: e.User, Online: true, Port: 5440})
-			if err != nil {
-				t.Fatal(err)
-			}
-			t.Logf("online clone: %d files, %d bytes (%d shared), WAL %s..%s in %d files, %s, warnings %v",
-				res.Files, res.Bytes, res.SharedBytes, res.StartLSN, res.StopLSN, res.WALFiles, res.Elapsed, res.Warnings)
-			if !res.Online || res.WALFiles < 1 || res.StartLSN == "" || res.StopLSN == "" {
-				t.Errorf("unexpected result: %+v", res)
-			}
-			if l := leftovers(t, dst); len(l) > 0 {
-				t.Errorf("leftovers beside the clone: %v", l)
-			}
-			label, err := os.ReadFile(filepath.Join(dst, "backup_label"))
-			if err != nil || !strings.Contains(string(label), "START WAL LOCATION") {
-				t.Fatalf("clone's backup_label: %v\n%s", err, label)
-			}
-			ownedBy(t, dst, e.User)
-			bg.checkRunning(t, "before the clone did: the copy was not taken under load")
+		dst := filepath.Join(base, "dst")
+		res, err := pgclone.Clone(ctx, pgclone.Options{Src: src, Dst: dst, Installation: e.Inst, User: e.User, Online: true, Port: 5440})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Logf("online clone: %d files, %d bytes (%d shared), WAL %s..%s in %d files, %s, warnings %v",
+			res.Files, res.Bytes, res.SharedBytes, res.StartLSN, res.StopLSN, res.WALFiles, res.Elapsed, res.Warnings)
+		if !res.Online || res.WALFiles < 1 || res.StartLSN == "" || res.StopLSN == "" {
+			t.Errorf("unexpected result: %+v", res)
+		}
+		if l := leftovers(t, dst); len(l) > 0 {
+			t.Errorf("leftovers beside the clone: %v", l)
+		}
+		label, err := os.ReadFile(filepath.Join(dst, "backup_label"))
+		if err != nil || !strings.Contains(string(label), "START WAL LOCATION") {
+			t.Fatalf("clone's backup_label: %v\n%s", err, label)
+		}
+		ownedBy(t, dst, e.User)
+		bg.checkRunning(t, "before the clone did: the copy was not taken under load")
 
-			// The clone recovers to consistency while the source keeps writing.
-			cl := e.start(t, dst, nil)
-			curl := cl.ConnString("", "")
-			pgtest.CheckPgbenchInvariant(t, curl, "the copy was not taken under load")
-			e.Tool(t, "pg_amcheck", "-h", cl.SocketDir, "-p", fmt.Sprint(cl.Port), "-U", "postgres",
-				"--all", "--install-missing", "--heapallindexed", "--rootdescend")
-			pgtest.Exec(t, curl, "UPDATE pgbench_accounts SET abalance = abalance + 1 WHERE aid = 1")
-			pgtest.Stop(t, cl)
+		// The clone recovers to consistency while the source keeps writing.
+		cl := e.start(t, dst, nil)
+		curl := cl.ConnString("", "")
+		pgtest.CheckPgbenchInvariant(t, curl, "the copy was not taken under load")
+		e.Tool(t, "pg_amcheck", "-h", cl.SocketDir, "-p", fmt.Sprint(cl.Port), "-U", "postgres",
+			"--all", "--install-missing", "--heapallindexed", "--rootdescend")
+		pgtest.Exec(t, curl, "UPDATE pgbench_accounts SET abalance = abalance + 1 WHERE aid = 1")
+		pgtest.Stop(t, cl)
 
-			// The load did its part (the source wrote all through the copy
-			// and the clone's recovery); the rest of its 20 s proves nothing
-			// more. Its transactions are atomic, so the source still holds.
-			bg.stop(t)
-			pgtest.CheckPgbenchInvariant(t, url, "the copy was not taken under load")
-		})
+		// The load did its part (the source wrote all through the copy
+		// and the clone's recovery); the rest of its 20 s proves nothing
+		// more. Its transactions are atomic, so the source still holds.
+		bg.stop(t)
+		pgtest.CheckPgbenchInvariant(t, url, "the copy was not taken under load")
 	})
 }
 

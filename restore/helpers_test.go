@@ -32,6 +32,16 @@ func forEachPG(t *testing.T, f func(t *testing.T, e pgEnv)) {
 	pgtest.ForEachBuild(t, minMajor, func(t *testing.T, b pgtest.Build) { f(t, pgEnv{b}) })
 }
 
+// forEachPGOnFS runs f once per PostgreSQL build of major 17 or newer, on
+// ext4 or XFS so that both filesystems run (pgtest.ForEachBuildOnFS): what
+// the major changes is in the chain and its labels, what the filesystem
+// changes is the copy method of the writer, and neither depends on the
+// other.
+func forEachPGOnFS(t *testing.T, f func(t *testing.T, e pgEnv, base string)) {
+	t.Helper()
+	pgtest.ForEachBuildOnFS(t, minMajor, func(t *testing.T, b pgtest.Build, base string) { f(t, pgEnv{b}, base) })
+}
+
 // newestPG is the newest PostgreSQL build under test.
 func newestPG(t *testing.T) pgEnv {
 	t.Helper()

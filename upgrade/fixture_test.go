@@ -108,6 +108,19 @@ func fixture(t *testing.T, b builds) (string, map[string]string) {
 	return fixtureDir, fixtureSums
 }
 
+// TestMain removes the shared fixture at the end.
+//
+// The upgrade tests mostly wait on pg_upgrade, PostgreSQL and the disks, so
+// the ones that can run beside each other call t.Parallel(); Go starts them
+// only once every test that does not has finished. Each works in a
+// directory of its own on its own copy of the fixture (copyFixture), with
+// ports from instance.FreePort, and pg_upgrade's servers listen only on
+// the run's private socket directory. A test stays serial when it sets one
+// of the package's hooks (upgrade.SetTestHook, upgrade.SetHookBeforeStop:
+// one per process, which would fire in the other tests' runs too) or looks
+// at every process on the machine (TestOnlineRehearsal's nice check).
+// TestKillDuringUpgrade's killed runs are processes of their own, so they
+// set the hooks there and the test itself runs in parallel.
 func TestMain(m *testing.M) {
 	code := m.Run()
 	if fixtureDir != "" {

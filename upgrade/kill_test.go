@@ -248,6 +248,7 @@ func TestKillDuringUpgrade(t *testing.T) {
 		killChild(t, raw)
 		return
 	}
+	t.Parallel() // see TestMain
 	b := findBuilds(t)
 	dir := testenv.XFSDir(t)
 	old := copyFixture(t, b, dir)
@@ -351,6 +352,7 @@ func TestKillDuringUpgrade(t *testing.T) {
 // cluster's tablespace directories and refuses NEW_DATADIR saying how to
 // finish.
 func TestKillAfterPlaced(t *testing.T) {
+	t.Parallel() // see TestMain
 	b := findBuilds(t)
 	dir := testenv.XFSDir(t)
 	old := copyFixture(t, b, dir)
@@ -406,6 +408,7 @@ func TestKillAfterPlaced(t *testing.T) {
 // the old cluster's port): the next run removes the workspace but leaves
 // that server running, and refuses NEW_DATADIR saying how to finish.
 func TestKillAfterHandOver(t *testing.T) {
+	t.Parallel() // see TestMain
 	b := findBuildsBefore18(t)
 	dir := testenv.XFSDir(t)
 	old := copyFixture(t, b, dir)
@@ -460,6 +463,7 @@ func TestKillAfterHandOver(t *testing.T) {
 // the old cluster back; renamed back, it starts with its data, and the run
 // after completes.
 func TestKillDuringLinkTransfer(t *testing.T) {
+	t.Parallel() // see TestMain
 	b := findBuilds(t)
 	dir := testenv.XFSDir(t)
 	old := copyFixture(t, b, dir)
@@ -496,6 +500,7 @@ func TestKillDuringLinkTransfer(t *testing.T) {
 // unchanged byte for byte, and the next run stops those servers, removes
 // the clone and completes.
 func TestKillDuringOfflineRehearsal(t *testing.T) {
+	t.Parallel() // see TestMain
 	b := findBuilds(t)
 	dir := testenv.XFSDir(t)
 	old := copyFixture(t, b, dir)
@@ -699,6 +704,7 @@ func TestInterruptAfterStop(t *testing.T) {
 // the old cluster fails). The next run stops it and says so, and the old
 // cluster then starts by hand, as it ran, and serves.
 func TestKillDuringPGUpgradeThenManualStart(t *testing.T) {
+	t.Parallel() // see TestMain
 	b := findBuilds(t)
 	dir := testenv.XFSDir(t)
 	old := copyFixture(t, b, dir)

@@ -98,6 +98,7 @@ func upgradeAndVerify(t *testing.T, b builds, dir string, mode, want upgrade.Mod
 }
 
 func TestUpgradeCloneOnXFSWithRehearsal(t *testing.T) {
+	t.Parallel() // see TestMain
 	b := findBuilds(t)
 	dir := testenv.XFSDir(t)
 	_, sums := fixture(t, b)
@@ -140,6 +141,7 @@ func TestUpgradeCloneOnXFSWithRehearsal(t *testing.T) {
 }
 
 func TestUpgradeCopyFileRangeOnExt4(t *testing.T) {
+	t.Parallel() // see TestMain
 	b := findBuilds(t)
 	if b.new.Major < 17 {
 		t.Skip("copy-file-range needs pg_upgrade 17+")
@@ -152,11 +154,13 @@ func TestUpgradeCopyFileRangeOnExt4(t *testing.T) {
 }
 
 func TestUpgradeCopy(t *testing.T) {
+	t.Parallel() // see TestMain
 	b := findBuilds(t)
 	upgradeAndVerify(t, b, testenv.Dir(t), upgrade.Copy, upgrade.Copy, upgrade.RehearseOff)
 }
 
 func TestUpgradeLink(t *testing.T) {
+	t.Parallel() // see TestMain
 	b := findBuilds(t)
 	dir := testenv.Dir(t)
 	old := copyFixture(t, b, dir)
@@ -176,6 +180,7 @@ func TestUpgradeLink(t *testing.T) {
 }
 
 func TestUpgradeRefuses(t *testing.T) {
+	t.Parallel() // see TestMain
 	b := findBuilds(t)
 	dir := testenv.Dir(t)
 	old := copyFixture(t, b, dir)
@@ -241,6 +246,7 @@ func TestUpgradeRefuses(t *testing.T) {
 // in plain words, keep pg_upgrade's logs, and leave the original as it was;
 // --check must say the same.
 func TestFindingsInPlainWords(t *testing.T) {
+	t.Parallel() // see TestMain
 	b := findBuilds(t)
 	dir := testenv.Dir(t)
 	old := copyFixture(t, b, dir)

@@ -18,6 +18,7 @@ import (
 // name is refused before any copy (exit 4); it resets, and pgfork branch
 // rm removes it.
 func TestCloneStartIsABranch(t *testing.T) {
+	t.Parallel() // see TestMain
 	p := newTestPgfk(t)
 	src := cloneSource(t, p.pgBin)
 	dst := filepath.Join(testenv.Dir(t), "branch")

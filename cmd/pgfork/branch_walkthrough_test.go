@@ -57,6 +57,7 @@ func walkThrough(t *testing.T) string {
 // PGFORK_TOKEN set, SOURCE=prod declared to it), each on a state directory
 // of its own; nothing of either is left running.
 func TestBranchWalkthrough(t *testing.T) {
+	t.Parallel() // see TestMain
 	script := walkThrough(t)
 	bin, pgBin, dir, src := branchSource(t, "INSERT INTO seed VALUES (1)")
 	path := filepath.Dir(bin) + ":" + pgBin + ":" + os.Getenv("PATH")
@@ -96,6 +97,7 @@ func TestBranchWalkthrough(t *testing.T) {
 // directory behind the branches' back (its reset and start then failed)
 // and ls showed the bootstrap superuser's URL, which TCP refuses.
 func TestLsAndDownKnowBranches(t *testing.T) {
+	t.Parallel() // see TestMain
 	_, _, dir, src := branchSource(t)
 	state := filepath.Join(dir, "state")
 	pg := func(args ...string) cliResult {

@@ -23,6 +23,7 @@ import (
 // refuse with their exit codes; the page is served without a token, the
 // API not.
 func TestBranchCLI(t *testing.T) {
+	t.Parallel() // see TestMain
 	bin, pgBin, dir, src := branchSource(t, "INSERT INTO seed VALUES (1)")
 
 	s := startServe(t, bin, filepath.Join(dir, "home"), pgBin, nil, "--token", "root-secret-0123456789", "--branch-token", "alice-0123456789abcdef",
@@ -107,6 +108,7 @@ func TestServeBranchFlagsRefused(t *testing.T) {
 // `pgfork branch start` runs one again on its URL with its data, `stop`
 // stops it.
 func TestBranchRestartStopped(t *testing.T) {
+	t.Parallel() // see TestMain
 	bin, pgBin, dir, src := branchSource(t)
 	const tok = "alice-0123456789abcdef"
 	args := []string{"--branch-token", tok, "--branch-source", "prod=cluster:" + src, "--branch-min-free", "1MiB", "--branch-restart", "stopped"}
@@ -227,6 +229,7 @@ func branchAPI(t *testing.T, base, method, path, tok, body string, hdr ...string
 //   - F13/F14 against the real thing: another site's Origin is refused, a
 //     foreign Host without a token too, and the page may not be framed.
 func TestServeBranchTokensAlone(t *testing.T) {
+	t.Parallel() // see TestMain
 	bin, pgBin, dir, src := branchSource(t)
 	const alice, bob, madeUp = "alice-0123456789abcdef", "bob-0123456789abcdefgh", "made-up-0123456789abcdef"
 	args := []string{"--branch-token", alice, "--branch-token", bob, "--branch-source", "prod=cluster:" + src,

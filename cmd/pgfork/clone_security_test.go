@@ -64,6 +64,7 @@ func sh(t *testing.T, command string) {
 // directory (the log used to go next to the data directory, where the
 // clone's owner cannot write).
 func TestClonePrintedCommandsWork(t *testing.T) {
+	t.Parallel() // see TestMain
 	p := newTestPgfk(t)
 	pgBin := p.pgBin
 	dst := filepath.Join(testenv.Dir(t), "clone")

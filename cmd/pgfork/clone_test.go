@@ -54,6 +54,7 @@ func cloneLeftovers(t *testing.T, dst string) []string {
 // on every major are pgclone's tests (TestOfflineClone,
 // TestOnlineCloneUnderPgbench). It ran once per major, 38 s of the package.
 func TestKillMidClone(t *testing.T) {
+	t.Parallel() // see TestMain
 	e := pgtest.Builds(t, 0)[0]
 	t.Run(e.Name(), func(t *testing.T) {
 		bin := pgforkBinary(t) // killed mid-copy: a process of its own
@@ -152,6 +153,7 @@ func TestKillMidClone(t *testing.T) {
 // major, and pgclone's tests clone each major, Debian layouts included. It
 // ran once per major, 30 s of the package.
 func TestCloneCLI(t *testing.T) {
+	t.Parallel() // see TestMain
 	e := pgtest.Builds(t, 0)[0]
 	t.Run(e.Name(), func(t *testing.T) {
 		base := testenv.Dir(t)

@@ -22,6 +22,19 @@ import (
 // own self-exec under test (spawnRefill's background `template refill`).
 const runMainEnv = "PGFORK_TEST_RUN_MAIN"
 
+// TestMain runs pgfork's main when the test binary is started as pgfork
+// (runMainEnv), the tests otherwise.
+//
+// The tests that call t.Parallel() mostly wait on PostgreSQL, pgfork
+// processes and the disks; Go starts them only once every test that does
+// not has finished. Each works on state directories, data directories and
+// ports of its own (testenv.Dir, testenv.XFSDir, --listen 127.0.0.1:0,
+// instance.FreePort) and looks at nothing else. A test stays serial when it
+// changes the process's environment (setProcessEnv: the db tests), uses
+// the machine's loop devices and mounts (volume, ci-setup, doctor), holds
+// pgfork to a time budget that load beside it would break (serve's stop
+// and lease timings, the browser's page), or checks that socket
+// directories of other pgfork runs are cleaned.
 func TestMain(m *testing.M) {
 	if os.Getenv(runMainEnv) == "1" {
 		main()
@@ -164,6 +177,7 @@ func setProcessEnv(t *testing.T, env []string) (restore func()) {
 // pgfork): its main, its exit codes and its hint on stderr, run as a
 // process of its own.
 func TestEndToEndBinary(t *testing.T) {
+	t.Parallel() // see TestMain
 	bin := plainBuild(t)
 	base := testenv.Dir(t)
 	src, dst := filepath.Join(base, "src"), filepath.Join(base, "dst")

@@ -114,6 +114,7 @@ func TestPGInstallCLIErrors(t *testing.T) {
 // TestPGInstallCLI installs into a fresh state directory through the CLI
 // (pip's cache makes it cheap after scripts/test-env.sh up), then again.
 func TestPGInstallCLI(t *testing.T) {
+	t.Parallel() // see TestMain
 	if os.Getenv("PGFORK_TEST_INSTALL") != "1" {
 		if testenv.Require() {
 			t.Fatal("PGFORK_TEST_INSTALL is not 1 but PGFORK_TEST_REQUIRE=1")

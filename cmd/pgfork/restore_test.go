@@ -19,6 +19,7 @@ import (
 // and combinations exit 2 naming the flag, writing nothing, and --start
 // makes a branch that resets and snapshots (issue 35).
 func TestRestoreCLI(t *testing.T) {
+	t.Parallel() // see TestMain
 	builds := pgtest.Builds(t, 17)
 	b := builds[len(builds)-1]
 	in := pgtest.New(t, b.Server())

@@ -117,6 +117,7 @@ func (p *serveProc) call(t *testing.T, method, path, body string) (int, string) 
 // PostgreSQL outlives it; the next start recognises that postmaster as its
 // own, stops it and starts again with the finalized template kept.
 func TestServeCrashRecovery(t *testing.T) {
+	t.Parallel() // see TestMain
 	bin := pgforkBinary(t)
 	home := testenv.Dir(t)
 	pgBin := testenv.PGBinDirs(t)[0]

@@ -54,6 +54,7 @@ func templateSpares(t *testing.T, p *pgfk, key string) int {
 // clusters from spares hold the setup and are independent; 8 parallel ups
 // with one spare hand it to exactly one of them; template rm removes spares.
 func TestUpSpares(t *testing.T) {
+	t.Parallel() // see TestMain
 	p := newTestPgfk(t)
 	home := p.home
 	schema := filepath.Join(testenv.Dir(t), "schema.sql")
@@ -175,6 +176,7 @@ func TestUpSpares(t *testing.T) {
 // claimable, the next pgfork call cleans its leftover, and the next up
 // does not use it. A spare whose template is gone is cleaned too.
 func TestSpareRefillKilled(t *testing.T) {
+	t.Parallel() // see TestMain
 	p := newTestPgfk(t)
 	bin, home := p.bin, p.home
 	// A template big enough that its copy takes a while.

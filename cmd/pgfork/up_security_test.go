@@ -23,6 +23,7 @@ import (
 // the connection is refused, with the printed URL it works, and the record
 // holding the URL is readable by its owner only.
 func TestUpTCPNeedsPassword(t *testing.T) {
+	t.Parallel() // see TestMain
 	p := newTestPgfk(t)
 	home := p.home
 	res := p.up("--tcp", "--spares", "0")
@@ -144,6 +145,7 @@ func TestUpInitdbNoSpace(t *testing.T) {
 // user without the password must not get in. The command itself does, with
 // DATABASE_URL and with PG* variables.
 func TestTemplateSetupTCPNeedsPassword(t *testing.T) {
+	t.Parallel() // see TestMain
 	p := newTestPgfk(t)
 	pgBin := p.pgBin
 	psql := filepath.Join(pgBin, "psql")

@@ -195,6 +195,7 @@ func dirNames(t *testing.T, d string) []string {
 // --tcp) build the template once, and all 8 clusters run, each on its own
 // socket directory or port, with the setup (SQL files and command) applied.
 func TestUpConcurrentBuildsTemplateOnce(t *testing.T) {
+	t.Parallel() // see TestMain
 	bin := pgforkBinary(t)
 	for _, pgBin := range testenv.PGBinDirs(t) {
 		t.Run(filepath.Base(filepath.Dir(pgBin)), func(t *testing.T) {
@@ -318,6 +319,7 @@ func TestUpConcurrentBuildsTemplateOnce(t *testing.T) {
 // TestUpWhileTemplateRemoved: `pgfork up` keeps working while the template
 // is removed (and so rebuilt) under it, and rm refuses while it is in use.
 func TestUpWhileTemplateRemoved(t *testing.T) {
+	t.Parallel() // see TestMain
 	p := newTestPgfk(t)
 	home := p.home
 	work := testenv.Dir(t)
@@ -383,6 +385,7 @@ func TestUpWhileTemplateRemoved(t *testing.T) {
 // TestUpSetupFailure: a failing setup leaves no template, no cluster and no
 // server, and the error shows the setup's own output.
 func TestUpSetupFailure(t *testing.T) {
+	t.Parallel() // see TestMain
 	p := newTestPgfk(t)
 	home := p.home
 	work := testenv.Dir(t)
@@ -433,6 +436,7 @@ func TestUpSetupFailure(t *testing.T) {
 // TestReaper: clusters past their TTL, whose parent process exited, or
 // whose server died are removed by the next pgfork call.
 func TestReaper(t *testing.T) {
+	t.Parallel() // see TestMain
 	p := newTestPgfk(t)
 	home := p.home
 

@@ -71,6 +71,29 @@ func ForEachFS(t *testing.T, f func(t *testing.T, base string)) {
 	t.Run("xfs", func(t *testing.T) { f(t, testenv.XFSDir(t)) })
 }
 
+// ForEachBuildOnFS runs f once per build of Builds(t, minMajor), each in a
+// subtest named by Build.Name with one named by the filesystem inside
+// ("ext4" or "xfs", as ForEachFS names them): the first build on ext4, the
+// next on XFS, alternating, so that every build and both filesystems run
+// with the fewest runs (a single build runs on both). It is for tests
+// whose major-dependent code does not depend on the filesystem and whose
+// filesystem-dependent code (the copy method) does not depend on the
+// major: ForEachBuild around ForEachFS ran each of those twice.
+func ForEachBuildOnFS(t *testing.T, minMajor int, f func(t *testing.T, b Build, base string)) {
+	t.Helper()
+	builds := Builds(t, minMajor)
+	for i, b := range builds {
+		t.Run(b.Name(), func(t *testing.T) {
+			if len(builds) == 1 || i%2 == 0 {
+				t.Run("ext4", func(t *testing.T) { f(t, b, testenv.Dir(t)) })
+			}
+			if len(builds) == 1 || i%2 == 1 {
+				t.Run("xfs", func(t *testing.T) { f(t, b, testenv.XFSDir(t)) })
+			}
+		})
+	}
+}
+
 // Server is the Server that runs this build (Bin and Env set).
 func (b Build) Server() Server { return Server{BinDir: b.Bin, Env: b.Inst.Env()} }
 

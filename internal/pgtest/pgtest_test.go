@@ -3,12 +3,14 @@ package pgtest_test
 import (
 	"context"
 	"fmt"
+	"os"
 	"strings"
 	"testing"
 
 	"github.com/jackc/pgx/v5"
 
 	"github.com/pgfork/pgfork/internal/pgtest"
+	"github.com/pgfork/pgfork/internal/testenv"
 )
 
 // TestHelpersOnRealServers runs the shared helpers against a server of each
@@ -80,5 +82,33 @@ func TestForEachFS(t *testing.T) {
 	})
 	if len(seen) != 2 || !strings.HasSuffix(seen[0], "/ext4") || !strings.HasSuffix(seen[1], "/xfs") {
 		t.Errorf("subtests %v, want ext4 and xfs", seen)
+	}
+}
+
+// TestForEachBuildOnFS checks that every build runs once and both
+// filesystems are covered, each run on a fresh directory of its
+// filesystem.
+func TestForEachBuildOnFS(t *testing.T) {
+	builds := pgtest.Builds(t, 0)
+	runs := map[string]int{}
+	fss := map[string]bool{}
+	pgtest.ForEachBuildOnFS(t, 0, func(t *testing.T, b pgtest.Build, base string) {
+		runs[b.Inst.Version]++
+		fs := t.Name()[strings.LastIndex(t.Name(), "/")+1:]
+		fss[fs] = true
+		if onXFS := strings.HasPrefix(base, os.Getenv(testenv.EnvXFS)+"/"); (fs == "xfs") != onXFS {
+			t.Errorf("subtest %s runs in %s (on the XFS image: %v)", t.Name(), base, onXFS)
+		}
+		if ents, err := os.ReadDir(base); err != nil || len(ents) != 0 {
+			t.Errorf("base %s: %v, %d entries; want a fresh empty directory", base, err, len(ents))
+		}
+	})
+	for _, b := range builds {
+		if want := map[bool]int{true: 2, false: 1}[len(builds) == 1]; runs[b.Inst.Version] != want {
+			t.Errorf("build %s ran %d times, want %d", b.Inst.Version, runs[b.Inst.Version], want)
+		}
+	}
+	if !fss["ext4"] || !fss["xfs"] || len(fss) != 2 {
+		t.Errorf("filesystems run: %v, want ext4 and xfs", fss)
 	}
 }

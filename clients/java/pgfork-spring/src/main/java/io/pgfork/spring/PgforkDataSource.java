@@ -8,7 +8,6 @@ import java.sql.Connection;
 import java.sql.SQLException;
 import java.sql.SQLFeatureNotSupportedException;
 import java.util.concurrent.CompletableFuture;
-import java.util.concurrent.CompletionException;
 import java.util.concurrent.ExecutionException;
 import java.util.concurrent.ExecutorService;
 import java.util.concurrent.Executors;
@@ -24,14 +23,13 @@ import javax.sql.DataSource;
  * restart.
  *
  * <p>Refreshing costs a test nothing to wait for: the old copy's pool is closed and the copy given back on a
- * background thread, and a context refreshed after each test method keeps the next copy taken ahead (its first
- * connection opened) while the current test runs. Such a context holds two copies of the pool while it lives.
+ * background thread; the next copy is taken when a connection is first asked for.
  */
 public final class PgforkDataSource implements DataSource, AutoCloseable {
     /** How long closing the context waits for copies still being given back. */
     private static final long CLOSE_WAIT_SECONDS = 60;
 
-    /** Daemon threads for give-backs and copies taken ahead: they never keep a test JVM alive. */
+    /** Daemon threads for give-backs: they never keep a test JVM alive. */
     private static final ExecutorService BACKGROUND = Executors.newCachedThreadPool(r -> {
         Thread t = new Thread(r, "pgfork-background");
         t.setDaemon(true);
@@ -45,8 +43,6 @@ public final class PgforkDataSource implements DataSource, AutoCloseable {
     private final Migrator migrator;
     private final Pgfork pgfork;
     private Copy current;
-    private CompletableFuture<Copy> next; // taken ahead, not yet current
-    private boolean ahead; // take the next copy while the current one serves (refreshed after each test method)
     private boolean failed;
     private CompletableFuture<Void> handBacks = CompletableFuture.completedFuture(null);
     private RuntimeException backgroundError;
@@ -64,52 +60,15 @@ public final class PgforkDataSource implements DataSource, AutoCloseable {
     private synchronized Copy current() {
         throwBackgroundError();
         if (current == null) {
-            if (next != null) {
-                CompletableFuture<Copy> n = next;
-                next = null;
-                try {
-                    current = n.join();
-                } catch (CompletionException e) {
-                    throw e.getCause() instanceof RuntimeException r ? r : e;
-                }
+            TestDatabase db = pgfork.take(migrator);
+            if (Pools.HIKARI) {
+                var h = Pools.hikari(db);
+                current = new Copy(db, h, h);
             } else {
-                current = open(false);
+                current = new Copy(db, Pgfork.dataSource(db), null);
             }
-        }
-        if (ahead && next == null) {
-            next = CompletableFuture.supplyAsync(() -> open(true), BACKGROUND);
         }
         return current;
-    }
-
-    /** Takes a copy and its pool; warm: with a connection opened (on a background thread, ahead of its test). */
-    private Copy open(boolean warm) {
-        TestDatabase db = pgfork.take(migrator);
-        if (!Pools.HIKARI) {
-            return new Copy(db, Pgfork.dataSource(db), null);
-        }
-        var h = Pools.hikari(db);
-        if (warm) {
-            try {
-                h.getConnection().close(); // the pool keeps it for the test
-            } catch (SQLException | RuntimeException e) {
-                h.close();
-                pgfork.giveBack(db, "a copy taken ahead", false, true);
-                throw new IllegalStateException("pgfork: connecting to " + db.config() + ": " + e.getMessage(), e);
-            }
-        }
-        return new Copy(db, h, h);
-    }
-
-    /**
-     * Takes the next copy from now on while the current one serves, so that a refresh finds it ready; for a context
-     * refreshed after each test method.
-     */
-    synchronized void takeAhead() {
-        ahead = true;
-        if (next == null) {
-            next = CompletableFuture.supplyAsync(() -> open(true), BACKGROUND);
-        }
     }
 
     /** Marks the current database as a failed test's: the next refresh keeps it instead of recreating it. */
@@ -162,41 +121,17 @@ public final class PgforkDataSource implements DataSource, AutoCloseable {
         }
     }
 
-    /**
-     * Gives the current database back when the context closes, and the one taken ahead (unused: unchanged), and waits
-     * for every give-back to reach the server.
-     */
+    /** Gives the current database back when the context closes, and waits for every give-back to reach the server. */
     @Override
     public void close() {
-        CompletableFuture<Copy> unused;
+        CompletableFuture<Void> all;
         synchronized (this) {
-            ahead = false;
             if (current != null) {
                 Copy old = current;
                 current = null;
                 handBack(old, "the test context", failed, false);
                 failed = false;
             }
-            unused = next;
-            next = null;
-        }
-        if (unused != null) {
-            Copy c = null;
-            try {
-                c = unused.get(CLOSE_WAIT_SECONDS, TimeUnit.SECONDS);
-            } catch (InterruptedException e) {
-                Thread.currentThread().interrupt();
-            } catch (ExecutionException | TimeoutException e) {
-                // it was not taken: nothing to give back
-            }
-            if (c != null) {
-                synchronized (this) {
-                    handBack(c, "a copy taken ahead", false, true);
-                }
-            }
-        }
-        CompletableFuture<Void> all;
-        synchronized (this) {
             all = handBacks;
         }
         try {

@@ -17,16 +17,6 @@ public final class PgforkTestExecutionListener extends AbstractTestExecutionList
         return 3900;
     }
 
-    /** A context refreshed after each test method takes the next copy while this test runs. */
-    @Override
-    public void beforeTestMethod(TestContext tc) {
-        AutoConfigurePgfork a = annotation(tc);
-        PgforkDataSource ds = dataSource(tc, a);
-        if (ds != null && a.refresh() == AutoConfigurePgfork.Refresh.AFTER_EACH_TEST_METHOD) {
-            ds.takeAhead();
-        }
-    }
-
     @Override
     public void afterTestMethod(TestContext tc) {
         AutoConfigurePgfork a = annotation(tc);

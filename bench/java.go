@@ -34,11 +34,14 @@ import (
 //  4. the hand-written CREATE DATABASE … TEMPLATE per test (a
 //     TestExecutionListener creates a copy of a migrated template and points
 //     the DataSource at it);
-//  5. the floor: the same suite on one shared database, no isolation.
+//  5. the floor: the same suite on one shared database, no isolation; the
+//     application's Flyway still runs at context start (validating, applying
+//     nothing), as it does in pgfork's and zonky's contexts.
 //
 // Every contender is one Maven project of its own in the run directory, on
 // Spring Boot 3.5 (zonky's 2.6.0 is for Boot 3), compiled once untimed
-// (`mvn test-compile`, which also downloads what is missing into ~/.m2) and
+// (`mvn test-compile`, which also downloads what is missing into ~/.m2; the
+// floor runs one test instead, its Flyway migrating its database) and
 // then timed as a whole `mvn -o -q test`. Each test records the gap between
 // the end of the test method before it (in the same class and fork) and its
 // own start: the refresh and the framework's callbacks.
@@ -69,6 +72,8 @@ type javaBenchContender struct {
 	deps  string // extra dependencies
 	bom   string // extra dependencyManagement
 	extra map[string]string
+	// warm is the untimed warm-up's Maven arguments (default: test-compile).
+	warm []string
 }
 
 const javaBenchApp = `package bench;
@@ -266,7 +271,11 @@ func javaBenchContenders() []javaBenchContender {
 			"@org.springframework.test.context.TestExecutionListeners(listeners = TemplateCopies.class, mergeMode = org.springframework.test.context.TestExecutionListeners.MergeMode.MERGE_WITH_DEFAULTS)",
 			props: "spring.flyway.enabled=false\n",
 			extra: map[string]string{"src/test/java/bench/TemplateCopies.java": javaBenchTemplate}},
-		{dir: "floor", annot: "@SpringBootTest", props: "spring.datasource.url=${PGB_JDBC_BASE}jb_floor\nspring.flyway.enabled=false\n" + common},
+		// The floor is the application as it is, Flyway included: at context start
+		// Flyway validates the migrated database and applies nothing (its warm-up
+		// run of one test migrated it), as pgfork's and zonky's contexts run it.
+		{dir: "floor", annot: "@SpringBootTest", props: "spring.datasource.url=${PGB_JDBC_BASE}jb_floor\n" + common,
+			warm: []string{"-q", "test", "-Dtest=T000Test#t000", "-Dsurefire.failIfNoSpecifiedTests=false"}},
 	}
 }
 
@@ -463,12 +472,10 @@ func runJavaBench(ctx context.Context, r *Report) error {
 		}
 	}
 	admin.Close(ctx)
-	// The template of (4) and the floor's database, migrated untimed (both
-	// run with Flyway off).
-	for _, db := range []string{"jb_template", "jb_floor"} {
-		if err := rustBenchMigrate(ctx, pg, db); err != nil {
-			return err
-		}
+	// The template of (4), migrated untimed (it runs with Flyway off); the
+	// floor's database is migrated by its own Flyway in its warm-up.
+	if err := rustBenchMigrate(ctx, pg, "jb_template"); err != nil {
+		return err
 	}
 
 	stateDir := filepath.Join(tmp, "state")
@@ -506,8 +513,12 @@ func runJavaBench(ctx context.Context, r *Report) error {
 			}
 		}
 		t := time.Now()
-		if out, err := m.cmd(proj, env, "-q", "test-compile").CombinedOutput(); err != nil {
-			return fmt.Errorf("mvn test-compile in %s: %v:\n%s", proj, err, out[max(0, len(out)-3000):])
+		warm := c.warm
+		if warm == nil {
+			warm = []string{"-q", "test-compile"}
+		}
+		if out, err := m.cmd(proj, env, warm...).CombinedOutput(); err != nil {
+			return fmt.Errorf("mvn %s in %s: %v:\n%s", strings.Join(warm, " "), proj, err, out[max(0, len(out)-3000):])
 		}
 		compiles = append(compiles, fmt.Sprintf("%s %s", c.dir, Dur(time.Since(t))))
 		projects[c.dir], mavens[c.dir] = proj, m
@@ -517,7 +528,7 @@ func runJavaBench(ctx context.Context, r *Report) error {
 	r.Notef("Suite: 40 generated Flyway migrations (60 tables with two indexes each and foreign keys, 5 functions; the js scenario's), %d test methods in classes of %d, "+
 		"each writing through a JdbcTemplate (INSERT, UPDATE, SELECT count), Spring Boot %s, one @SpringBootTest context per fork (Spring's context cache), "+
 		"Surefire forkCount=2 reuseForks=true; %s; %s. Each contender is a Maven project of its own; installing clients/java's pgfork-spring (%s) and the warm-up "+
-		"`mvn test-compile` of each (%s) are not counted. PostgreSQL %s (test profile, fsync off) on ext4 for every contender but zonky (its embedded PostgreSQL %s binaries, "+
+		"`mvn test-compile` of each (the floor: one test, its Flyway migrating its database) (%s) are not counted. PostgreSQL %s (test profile, fsync off) on ext4 for every contender but zonky (its embedded PostgreSQL %s binaries, "+
 		"initdb'd by zonky in the test JVM).",
 		tests, javaBenchClasses, javaBenchBoot, firstLine(string(mvnV)), firstLine(string(javaV)), Dur(installTook), strings.Join(compiles, ", "), version, javaBenchZonkyBinary)
 	if zonky.as != nil {
@@ -576,8 +587,8 @@ func runJavaBench(ctx context.Context, r *Report) error {
 	r.Notef("Whole `mvn -o -q test` runs (%d tests, Maven's start and Surefire's forks included), one run each, in this order (the floor last, after pgfork's second run); "+
 		"pgfork serve --pool-init 16 --pool-max 16 --parallel 2, the second run once its pool had settled. Gap: per test, from the end of the test method before it "+
 		"(same class, same fork) to its own start: the contender's refresh and the framework's callbacks (the floor's gap is those callbacks alone). "+
-		"(4) runs CREATE DATABASE … TEMPLATE at the default strategy (WAL_LOG) from a template the bench migrated; the floor's database is migrated by the bench too "+
-		"(Flyway off in both), so neither pays for migrations in its run.", tests)
+		"(4) runs CREATE DATABASE … TEMPLATE at the default strategy (WAL_LOG) from a template the bench migrated (Flyway off); the floor's database was migrated "+
+		"by its Flyway in its warm-up, and its runs' Flyway validates it and applies nothing, as in pgfork's contexts (whose copies come migrated).", tests)
 	r.Table([]string{"contender", "suite", "vs floor", "over the floor", "gap p50", "gap p99"}, rows)
 	second, cold := byName[pSecond], byName[pCold]
 	for _, t := range []struct {

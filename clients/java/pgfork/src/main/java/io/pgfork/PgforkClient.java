@@ -3,11 +3,11 @@ package io.pgfork;
 import com.fasterxml.jackson.databind.JsonNode;
 import com.fasterxml.jackson.databind.ObjectMapper;
 import java.io.IOException;
+import java.io.InputStream;
+import java.io.OutputStream;
+import java.net.HttpURLConnection;
 import java.net.URI;
 import java.net.URLEncoder;
-import java.net.http.HttpClient;
-import java.net.http.HttpRequest;
-import java.net.http.HttpResponse;
 import java.nio.charset.StandardCharsets;
 import java.time.Duration;
 import java.util.HashMap;
@@ -17,18 +17,22 @@ import java.util.Map;
  * A client of {@code pgfork serve}'s native API (/api/v2), or of IntegreSQL's /api/v1 when the base URL ends in
  * {@code /api/v1}. Thread-safe. The base URL may carry a token as its path ({@code http://host:port/TOKEN/api}, as
  * IntegreSQL's clients spell it); errors always show it masked.
+ *
+ * <p>Requests go through {@link HttpURLConnection} (kept-alive connections), not {@code java.net.http.HttpClient}:
+ * building an HttpClient initializes the JVM's default TLS context (the CA certificates) and its first request starts
+ * a selector thread, about a second of CPU in every test JVM before its first test, for a server on plain HTTP.
  */
 public final class PgforkClient {
     /** The base URL clients use when nothing else is configured (IntegreSQL's default port). */
     public static final String DEFAULT_URL = "http://127.0.0.1:5000";
 
     private static final ObjectMapper JSON = new ObjectMapper();
+    private static final int CONNECT_TIMEOUT_MS = 5000;
 
     private final String baseUrl;
     private final String token;
     private final int apiVersion;
     private final Duration timeout;
-    private final HttpClient http;
 
     /**
      * A client of the server at baseUrl.
@@ -58,7 +62,6 @@ public final class PgforkClient {
         this.token = token == null || token.isEmpty() ? null : token;
         this.apiVersion = version;
         this.timeout = timeout;
-        this.http = HttpClient.newBuilder().connectTimeout(Duration.ofSeconds(5)).build();
     }
 
     /**
@@ -224,21 +227,34 @@ public final class PgforkClient {
     }
 
     private JsonNode request(String op, String method, String path, Object body, int want, Duration t) {
-        HttpRequest.Builder b = HttpRequest.newBuilder(URI.create(baseUrl + path)).timeout(t)
-                .header("Accept", "application/json");
-        if (token != null) {
-            b.header("Authorization", "Bearer " + token);
-        }
         try {
-            if (body != null) {
-                b.header("Content-Type", "application/json")
-                        .method(method, HttpRequest.BodyPublishers.ofByteArray(JSON.writeValueAsBytes(body)));
-            } else {
-                b.method(method, HttpRequest.BodyPublishers.noBody());
+            HttpURLConnection c = (HttpURLConnection) URI.create(baseUrl + path).toURL().openConnection();
+            c.setConnectTimeout(CONNECT_TIMEOUT_MS);
+            c.setReadTimeout((int) Math.min(Integer.MAX_VALUE, Math.max(1, t.toMillis())));
+            c.setUseCaches(false);
+            c.setRequestMethod(method);
+            c.setRequestProperty("Accept", "application/json");
+            if (token != null) {
+                c.setRequestProperty("Authorization", "Bearer " + token);
             }
-            HttpResponse<String> resp = http.send(b.build(), HttpResponse.BodyHandlers.ofString());
-            String raw = resp.body() == null ? "" : resp.body().strip();
-            if (resp.statusCode() != want) {
+            if (body != null || "POST".equals(method) || "PUT".equals(method)) {
+                byte[] out = body == null ? new byte[0] : JSON.writeValueAsBytes(body);
+                if (body != null) {
+                    c.setRequestProperty("Content-Type", "application/json");
+                }
+                c.setDoOutput(true);
+                c.setFixedLengthStreamingMode(out.length);
+                try (OutputStream o = c.getOutputStream()) {
+                    o.write(out);
+                }
+            }
+            int status = c.getResponseCode();
+            String raw;
+            // Read to the end and close, so the connection goes back to the keep-alive cache.
+            try (InputStream in = status >= 400 ? c.getErrorStream() : c.getInputStream()) {
+                raw = in == null ? "" : new String(in.readAllBytes(), StandardCharsets.UTF_8).strip();
+            }
+            if (status != want) {
                 String message = raw;
                 try {
                     JsonNode j = JSON.readTree(raw);
@@ -251,17 +267,14 @@ public final class PgforkClient {
                 if (message.length() > 300) {
                     message = message.substring(0, 300);
                 }
-                throw new PgforkException("pgfork: " + op + ": " + resp.statusCode() + " " + mask(message)
-                        + advice(resp.statusCode()), resp.statusCode(), false, null);
+                throw new PgforkException("pgfork: " + op + ": " + status + " " + mask(message)
+                        + advice(status), status, false, null);
             }
             return raw.isEmpty() ? JSON.createObjectNode() : JSON.readTree(raw);
         } catch (IOException e) {
             throw new PgforkException("pgfork: " + op + ": no answer from " + maskedBaseUrl()
                     + " (is `pgfork serve` running? set PGFORK_URL to point at one): " + mask(String.valueOf(e.getMessage())),
                     0, true, null);
-        } catch (InterruptedException e) {
-            Thread.currentThread().interrupt();
-            throw new PgforkException("pgfork: " + op + ": interrupted", e);
         }
     }
 

@@ -1,0 +1,86 @@
+package io.pgfork.spring;
+
+import static org.junit.jupiter.api.Assertions.assertEquals;
+import static org.junit.jupiter.api.Assertions.assertNotEquals;
+
+import com.fasterxml.jackson.databind.JsonNode;
+import com.fasterxml.jackson.databind.ObjectMapper;
+import io.pgfork.Migrator;
+import io.pgfork.Migrators;
+import io.pgfork.Pgfork;
+import io.pgfork.PgforkClient;
+import java.io.IOException;
+import java.io.InputStream;
+import java.net.HttpURLConnection;
+import java.net.URI;
+import java.nio.file.Path;
+import java.sql.Connection;
+import java.sql.ResultSet;
+import java.sql.SQLException;
+import java.sql.Statement;
+import org.junit.jupiter.api.Test;
+
+/** The DataSource a pgfork test context gets, against the live server (PGFORK_URL, PGFORK_TOKEN). */
+class PgforkDataSourceTest {
+    private static final Migrator COLOURS = Migrators.sqlFiles(Path.of("../pgfork/src/test/resources/sql"));
+
+    @Test
+    void aRefreshGivesAFreshCopyAndClosingGivesEveryCopyBack() throws Exception {
+        PgforkDataSource ds = new PgforkDataSource(COLOURS, Pgfork.get());
+        String hash = COLOURS.templateHash();
+        int before = inUse(hash); // copies an earlier run left out (a failed test keeps its copy)
+        String first;
+        try {
+            first = ds.database().config().database();
+            try (Connection c = ds.getConnection(); Statement st = c.createStatement()) {
+                st.execute("INSERT INTO colours VALUES ('green')");
+                assertEquals(3, count(st));
+            }
+            ds.refresh("first"); // gives the first copy back on a background thread
+            assertNotEquals(first, ds.database().config().database(), "a refresh hands out another copy");
+            try (Connection c = ds.getConnection(); Statement st = c.createStatement()) {
+                assertEquals(2, count(st), "the first test's row is not in the next copy");
+            }
+            assertEquals(before + 1, inUseSettled(hash, before + 1), "only the current copy is out: the first one was given back");
+        } finally {
+            ds.close();
+        }
+        assertEquals(before, inUse(hash), "closing gives the current copy back before it returns");
+    }
+
+    private static int count(Statement st) throws SQLException {
+        try (ResultSet rs = st.executeQuery("SELECT count(*) FROM colours")) {
+            rs.next();
+            return rs.getInt(1);
+        }
+    }
+
+    /** inUse, asked again for up to 5 s until it is want (a give-back runs on a background thread). */
+    private static int inUseSettled(String hash, int want) throws IOException, InterruptedException {
+        long deadline = System.nanoTime() + 5_000_000_000L;
+        int n = inUse(hash);
+        while (n != want && System.nanoTime() < deadline) {
+            Thread.sleep(20);
+            n = inUse(hash);
+        }
+        return n;
+    }
+
+    /** The template's databases handed out and not given back, as the server counts them. */
+    private static int inUse(String hash) throws IOException {
+        PgforkClient client = Pgfork.get().client();
+        HttpURLConnection c = (HttpURLConnection) URI.create(client.baseUrl() + "/api/v2/templates").toURL().openConnection();
+        String token = System.getenv("PGFORK_TOKEN");
+        if (token != null && !token.isEmpty()) {
+            c.setRequestProperty("Authorization", "Bearer " + token);
+        }
+        try (InputStream in = c.getInputStream()) {
+            for (JsonNode t : new ObjectMapper().readTree(in).path("templates")) {
+                if (hash.equals(t.path("templateHash").asText())) {
+                    return t.path("databases").path("in_use").asInt();
+                }
+            }
+        }
+        return 0;
+    }
+}

@@ -17,15 +17,14 @@ log "mvn verify (client, JUnit 5, Spring; examples on Spring Boot 4.0 and 3.5)"
 mvn -B -ntp -Dpgfork.skipAutostart=false verify
 # The server the autostart test started goes when the last JVM holding its
 # lease is gone (serve --lease); none may be left behind.
-if [ -f "$state/serve.json" ] && "$PGFORK_BIN" serve --help 2>&1 | grep -q -- '--lease'; then
-	for _ in $(seq 1 30); do
-		pgrep -f -- "--state-dir $state/state" >/dev/null || break
-		sleep 0.1
-	done
-	if pgrep -f -- "--state-dir $state/state" >/dev/null; then
-		log "the pgfork serve the autostart test started is still running 3 s after the tests ended"
-		pgrep -af -- "--state-dir $state/state" >&2
-		exit 1
-	fi
-	log "the autostarted pgfork serve stopped with the test JVMs"
+[ -f "$state/serve.json" ] || { log "the autostart test left no $state/serve.json: it did not start a serve"; exit 1; }
+for _ in $(seq 1 30); do
+	pgrep -f -- "--state-dir $state/state" >/dev/null || break
+	sleep 0.1
+done
+if pgrep -f -- "--state-dir $state/state" >/dev/null; then
+	log "the pgfork serve the autostart test started is still running 3 s after the tests ended"
+	pgrep -af -- "--state-dir $state/state" >&2
+	exit 1
 fi
+log "the autostarted pgfork serve stopped with the test JVMs"

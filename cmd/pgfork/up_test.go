@@ -448,7 +448,9 @@ func TestReaper(t *testing.T) {
 	keep := p.up("--name", "keep", "--ttl", "1h")
 	crash := p.up("--name", "crash")
 	orphan := p.up("--name", "child", "--parent-pid", fmt.Sprint(parent.Process.Pid), "--tcp")
-	ttl := p.up("--name", "short", "--ttl", "3s")
+	// Long enough for the two ls below to see it under load (a reaping
+	// before them reports to a stderr the test does not read).
+	ttl := p.up("--name", "short", "--ttl", "15s")
 	if ttl.Expires == nil {
 		t.Fatal("up --ttl --json gives no expiry")
 	}

@@ -32,14 +32,18 @@ skip=" ${PGFORK_PREPARE_SKIP:-} "
 status=0
 
 # step NAME DIR CMD...: runs CMD in DIR (absolute or under the checkout), timed; a failure is reported and remembered.
+# The CPU seconds (user + system) of this shell's finished children so far,
+# from /proc (clock ticks): what a step's compilers used, beside its wall time.
+child_cpu() { awk -v hz="$(getconf CLK_TCK)" '{printf "%d", ($16 + $17) / hz}' "/proc/$$/stat"; }
 step() {
-	local name=$1 dir=$2 t0
+	local name=$1 dir=$2 t0 c0
 	shift 2
 	case $skip in *" $name "*) log "$name: skipped"; return 0 ;; esac
 	t0=$(date +%s)
+	c0=$(child_cpu)
 	case $dir in /*) ;; *) dir=$root/$dir ;; esac
 	if (cd "$dir" && "$@"); then
-		log "$name: $* ($(($(date +%s) - t0)) s)"
+		log "$name: $* ($(($(date +%s) - t0)) s, $(($(child_cpu) - c0)) CPU-s)"
 	else
 		log "$name: $* FAILED after $(($(date +%s) - t0)) s (the client stage repeats it)"
 		status=1

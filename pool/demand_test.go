@@ -123,6 +123,32 @@ func TestManagerDemandAcrossRestart(t *testing.T) {
 	}
 }
 
+// TestManagerDemandOfARunCutShort: a server stopped right after its tests
+// (a client's auto-started serve stops when the run ends, well within
+// RunGap) still learns what the run took: the next start fills to it.
+func TestManagerDemandOfARunCutShort(t *testing.T) {
+	s := startPG(t)
+	ctx := context.Background()
+	const hash, n = "cut", 7
+	cfg := pool.ManagerConfig{Prefix: "pfc", Initial: 1, Max: 12, Parallel: 2, LearnDemand: true,
+		RunGap: time.Hour, GetTimeout: 30 * time.Second}
+	m := openManager(t, s, cfg)
+	readyTemplate(t, s, m, hash)
+	managerSuite(t, m, hash, 3, n)
+	if st := poolStats(t, m, hash); st.Demand != 0 {
+		t.Fatalf("the run has not ended (RunGap an hour), yet demand is %d", st.Demand)
+	}
+	if err := m.Close(ctx); err != nil {
+		t.Fatal(err)
+	}
+	m2 := openManager(t, s, cfg)
+	t.Cleanup(func() { _ = m2.Close(context.Background()) })
+	waitFor(t, func() bool { return poolStats(t, m2, hash).ByState[pool.Ready] == n })
+	if st := poolStats(t, m2, hash); st.Demand != n || st.Base != n {
+		t.Fatalf("after a stop that cut the run short: %+v, want demand and base %d", st, n)
+	}
+}
+
 // TestManagerKeptOutsideMax: databases kept for inspection leave the
 // pool's count (hand-outs go on at Max), have a cap of their own (the
 // oldest dropped beyond it), are counted in hand-outs and stay across a

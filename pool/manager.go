@@ -105,6 +105,10 @@ type Manager struct {
 	total     int // test databases reserved across pools
 	evicting  int
 	closed    bool
+	// storeClosed: the store is closed (after the pools): nothing more
+	// can be recorded. Between closed and storeClosed the pools' last
+	// runs are (saveDemand).
+	storeClosed bool
 }
 
 // NewManager returns a manager whose templates and test copies live in
@@ -220,7 +224,7 @@ func (m *Manager) save(ctx context.Context, hash, db, state string, demand int) 
 // saveDemand records a bigger run of template t, for the next start.
 func (m *Manager) saveDemand(t *template, demand int) {
 	m.mu.Lock()
-	if t.state != TemplateFinalized || m.templates[t.hash] != t || m.closed || demand <= t.demand {
+	if t.state != TemplateFinalized || m.templates[t.hash] != t || m.storeClosed || demand <= t.demand {
 		m.mu.Unlock()
 		return
 	}
@@ -673,6 +677,9 @@ func (m *Manager) shutdown(ctx context.Context, drop bool) error {
 	if !drop {
 		return first // as a crash leaves things: the next Recover cleans up
 	}
+	m.mu.Lock()
+	m.storeClosed = true
+	m.mu.Unlock()
 	if err := m.store.Close(ctx); err != nil && first == nil {
 		first = err
 	}

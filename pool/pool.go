@@ -169,7 +169,9 @@ type Config struct {
 	// the one before (default DefaultRunGap).
 	RunGap time.Duration
 	// OnDemand, when set, is called (without the pool's lock, from its own
-	// goroutine) when a run took more fresh databases than any before.
+	// goroutine) when a run took more fresh databases than any before; a
+	// run under way when the pool closes counts as ended, and Close calls
+	// OnDemand for it before it returns.
 	OnDemand func(demand int)
 	// KeptMax bounds the databases kept for inspection (Keep), which are
 	// outside Max: beyond it the oldest kept is dropped and OnKeptDropped
@@ -1252,6 +1254,15 @@ func (p *Pool) Close(ctx context.Context, drop bool) error {
 		return nil
 	}
 	p.closed = true
+	// The run under way ends here: a server stopped right after its
+	// tests (the clients' auto-started serve) must still learn what
+	// they took, or its next start fills only Initial.
+	ran := p.run
+	grew := p.runActive && ran > p.demand
+	if grew {
+		p.demand = ran
+	}
+	p.runActive, p.run = false, 0
 	for _, w := range p.waiters {
 		w.ch <- result{err: errs.Wrap(errs.Busy, ErrClosed, "template %s", p.cfg.Hash)}
 	}
@@ -1260,6 +1271,9 @@ func (p *Pool) Close(ctx context.Context, drop bool) error {
 	p.cancel()
 	p.wake.Broadcast()
 	p.mu.Unlock()
+	if grew && p.cfg.OnDemand != nil {
+		p.cfg.OnDemand(ran)
+	}
 	p.wg.Wait()
 
 	p.mu.Lock()

@@ -57,10 +57,13 @@ step() {
 step go clients/go go test -count=1 -exec true ./...
 step go clients/go/migrators/e2e go test -count=1 -exec true ./...
 # clients/test.sh's own build of pgfork (the same command, so it finds every
-# package compiled; the binary itself is thrown away).
-bin_tmp=$(mktemp -d "${TMPDIR:-/tmp}/pgfork-prepare.XXXXXX")
-step go . env CGO_ENABLED=0 go build -o "$bin_tmp/pgfork" ./cmd/pgfork
-rm -rf "$bin_tmp"
+# package compiled; the binary itself is thrown away), unless the release is
+# built below: scripts/check.sh then gives clients/test.sh the release's.
+if [ -z "${PGFORK_PREPARE_DIST:-}" ]; then
+	bin_tmp=$(mktemp -d "${TMPDIR:-/tmp}/pgfork-prepare.XXXXXX")
+	step go . env CGO_ENABLED=0 go build -o "$bin_tmp/pgfork" ./cmd/pgfork
+	rm -rf "$bin_tmp"
+fi
 # clients/compat/run.sh's download and build of IntegreSQL's Go client (its
 # test binaries compiled, not run) and its npm install (into npm's cache).
 step compat clients/compat/go go test -count=1 -exec true . github.com/allaboutapps/integresql-client-go

@@ -19,7 +19,9 @@ work=$(mktemp -d "${TMPDIR:-/tmp}/pgfork-clients.XXXXXX")
 chmod 755 "$work" # the managed PostgreSQL runs as an unprivileged user when we are root
 server_pid=
 
-log() { printf '== clients/test.sh: %s\n' "$*" >&2; }
+# Each line says when (and the seconds since the script began), so that CI's
+# log shows which suite costs the time.
+log() { printf '== clients/test.sh: %s (%s, %d s in)\n' "$*" "$(date -u +%H:%M:%S)" "$SECONDS" >&2; }
 
 # shellcheck source=skips.sh
 . "$root/clients/skips.sh"

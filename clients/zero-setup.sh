@@ -34,7 +34,9 @@
 set -euo pipefail
 
 root=$(cd "$(dirname "$0")/.." && pwd)
-log() { printf '== clients/zero-setup.sh: %s\n' "$*" >&2; }
+# Each line says when (and the seconds since the script began), so that CI's
+# log shows which suite costs the time.
+log() { printf '== clients/zero-setup.sh: %s (%s, %d s in)\n' "$*" "$(date -u +%H:%M:%S)" "$SECONDS" >&2; }
 die() { log "FAILED: $*"; exit 1; }
 
 cases=()

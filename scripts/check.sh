@@ -109,7 +109,15 @@ grep '^== clients/prepare.sh' "$prepare_log" >&2 || true
 [ "$prepare_status" = 0 ] || echo "check: clients/prepare.sh failed (exit $prepare_status; its log: $prepare_log): the client stage repeats its steps" >&2
 # The client libraries (a Go module of their own and a pip package) against a real `pgfork serve`.
 stage "clients/test.sh"
-clients/test.sh
+# They run the release's pgfork when clients/prepare.sh built it (what users
+# install; no second build of pgfork), else clients/test.sh builds one.
+client_bin=()
+if [ -f "$prepared_dist/SHA256SUMS" ]; then
+	mkdir -p "$PGFORK_TEST_RUN_DIR/release-bin"
+	tar -xzf "$prepared_dist"/pgfork-*-"$(go env GOOS)-$(go env GOARCH)".tar.gz -C "$PGFORK_TEST_RUN_DIR/release-bin" pgfork
+	client_bin=("PGFORK_BIN=$PGFORK_TEST_RUN_DIR/release-bin/pgfork")
+fi
+env "${client_bin[@]}" clients/test.sh
 # Zero setup (issue 34): the release for this platform installed as a user
 # installs it (npm, pip, the tarball), and the example projects' tests run with
 # nothing else: clean HOME, no Go or pgfork on PATH, no server started by hand;

@@ -385,7 +385,9 @@ func runRustBench(ctx context.Context, r *Report) error {
 				if err := os.MkdirAll(stateDir2, 0o755); err != nil {
 					return err
 				}
-				srv2, err := startServe(bin, stateDir2, port+1, append([]string{"--pg-url", pg2.url, "--can-clone"}, serveArgs...)...)
+				// serve's own sizes here (issue 33): with clone the pool learns the
+				// run's demand and holds it (64 per core), instead of (c)'s 16.
+				srv2, err := startServe(bin, stateDir2, port+1, "--pg-url", pg2.url, "--can-clone")
 				if err != nil {
 					return err
 				}
@@ -397,7 +399,8 @@ func runRustBench(ctx context.Context, r *Report) error {
 				if dBare, err = secondRunAndFloor(srv2, dSecond, dFloor, env2); err != nil {
 					return err
 				}
-				r.Notef("(d): a second PostgreSQL %s with its data on the XFS reflink mount %s; pgfork serve --can-clone (file_copy_method=clone).", version, xfs)
+				r.Notef("(d): a second PostgreSQL %s with its data on the XFS reflink mount %s; pgfork serve --can-clone (file_copy_method=clone) with its own pool sizes "+
+					"(no --pool-* flags: the pool learns the demand of a run and keeps it ready, up to 64 databases per core, %d at once).", version, xfs, runtime.NumCPU())
 			}
 		}
 	} else {
@@ -426,7 +429,7 @@ func runRustBench(ctx context.Context, r *Report) error {
 		}
 		rows = append(rows, []string{x.name, Dur(x.took), ra, rb, x.acquire.Cell(0.5), x.acquire.Cell(0.99), x.handOut.Cell(0.5), x.handOut.Cell(0.99)})
 	}
-	r.Notef("Whole `cargo test --test X` run (%d tests; the binary is built already, cargo's check included), one run each, pgfork serve with --pool-init 16 --pool-max 16 --parallel 2. "+
+	r.Notef("Whole `cargo test --test X` run (%d tests; the binary is built already, cargo's check included), one run each, pgfork serve with --pool-init 16 --pool-max 16 --parallel 2 ((d): serve's own sizes, see below). "+
 		"Per-test wait: (c)/(d) from PGFORK_TIMINGS: template (cached in the process after the first test), hand-out and connecting the PgPool (its first connection); of that the template and hand-out alone; "+
 		"(b) CREATE DATABASE … TEMPLATE + connect (both columns); (f) connecting the PgPool (both columns). (a) has no hook: its suite time only. Every test writes, so every pgfork database is recreated after its test "+
 		"(in the background, 2 at a time): a suite longer than the pool drains it and waits for creations; the full-pool row (10 tests, the pool refilled first) "+

@@ -31,10 +31,10 @@ log() { printf '== clients/prepare.sh: %s\n' "$*" >&2; }
 skip=" ${PGFORK_PREPARE_SKIP:-} "
 status=0
 
-# step NAME DIR CMD...: runs CMD in DIR (absolute or under the checkout), timed; a failure is reported and remembered.
 # The CPU seconds (user + system) of this shell's finished children so far,
 # from /proc (clock ticks): what a step's compilers used, beside its wall time.
 child_cpu() { awk -v hz="$(getconf CLK_TCK)" '{printf "%d", ($16 + $17) / hz}' "/proc/$$/stat"; }
+# step NAME DIR CMD...: runs CMD in DIR (absolute or under the checkout), timed; a failure is reported and remembered.
 step() {
 	local name=$1 dir=$2 t0 c0
 	shift 2

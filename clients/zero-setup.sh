@@ -35,9 +35,9 @@ set -euo pipefail
 
 root=$(cd "$(dirname "$0")/.." && pwd)
 # Each line says when, and the seconds and the machine's busy CPU-seconds
-# (all cores, /proc/stat) since the script began, so that CI's log shows which
-# suite costs the time.
-cpu_busy() { awk '/^cpu /{printf "%d", ($2 + $3 + $4 + $7 + $8 + $9) / 100}' /proc/stat; }
+# since the script began, so that CI's log shows which suite costs the time.
+# shellcheck source=../scripts/cpu-busy.sh
+. "$root/scripts/cpu-busy.sh"
 cpu_start=$(cpu_busy)
 log() { printf '== clients/zero-setup.sh: %s (%s, %d s and %d CPU-s in)\n' "$*" "$(date -u +%H:%M:%S)" "$SECONDS" "$(($(cpu_busy) - cpu_start))" >&2; }
 die() { log "FAILED: $*"; exit 1; }

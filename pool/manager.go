@@ -105,9 +105,9 @@ type Manager struct {
 	total     int // test databases reserved across pools
 	evicting  int
 	closed    bool
-	// storeClosed: the store is closed (after the pools): nothing more
-	// can be recorded. Between closed and storeClosed the pools' last
-	// runs are (saveDemand).
+	// storeClosed: the store is closed (after the pools), so nothing
+	// more can be recorded. Between closed and storeClosed the pools
+	// still record their last runs (saveDemand).
 	storeClosed bool
 }
 

@@ -34,10 +34,10 @@ finish() {
 	scripts/test-env.sh down
 }
 trap finish EXIT
-# The machine's busy CPU seconds since boot (all cores, from /proc/stat): each
-# stage line says how much of the machine the run used so far, so that the
-# stage that costs the budget shows in CI's log.
-cpu_busy() { awk '/^cpu /{printf "%d", ($2 + $3 + $4 + $7 + $8 + $9) / 100}' /proc/stat; }
+# Each stage line says how much of the machine the run used so far, so that
+# the stage that costs the budget shows in CI's log.
+# shellcheck source=cpu-busy.sh
+. scripts/cpu-busy.sh
 cpu_start=$(cpu_busy)
 stage() {
 	echo "check: $* ($(date -u +%H:%M:%S), $((SECONDS / 60)) min in, $(($(cpu_busy) - cpu_start)) CPU-s used of $((SECONDS * $(nproc))))" >&2

@@ -228,3 +228,45 @@ func TestManagerKeptOutsideMax(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// TestManagerMaxBySize: with MaxBySize a pool's Max comes from its
+// template's size on the server (full copies take that much disk each);
+// without it, or when it says 0, the configured Max stays.
+func TestManagerMaxBySize(t *testing.T) {
+	s := startPG(t)
+	ctx := context.Background()
+	var sizes []int64
+	cfg := pool.ManagerConfig{Prefix: "pfs", Initial: 1, Max: 3, Parallel: 1, GetTimeout: 30 * time.Second,
+		MaxBySize: func(size int64) int {
+			sizes = append(sizes, size)
+			if size > 100<<20 {
+				return 0 // "unknown": keeps Max
+			}
+			return 5
+		}}
+	m := openManager(t, s, cfg)
+	t.Cleanup(func() { _ = m.Close(ctx) })
+	readyTemplate(t, s, m, "small")
+	if st := poolStats(t, m, "small"); st.Max != 5 {
+		t.Fatalf("Max %d, want MaxBySize's 5", st.Max)
+	}
+	var want int64
+	if err := s.admin.QueryRow(ctx, "SELECT pg_database_size('pfs_template_small')").Scan(&want); err != nil {
+		t.Fatal(err)
+	}
+	if len(sizes) != 1 || sizes[0] != want || want < 1<<20 {
+		t.Fatalf("MaxBySize saw %v, want the template's pg_database_size %d", sizes, want)
+	}
+
+	tpl, err := m.InitializeTemplate(ctx, "big")
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.mustExec(t, tpl.Database, "CREATE TABLE big AS SELECT g, repeat('x', 900) AS v FROM generate_series(1, 120000) g")
+	if err := m.FinalizeTemplate(ctx, "big"); err != nil {
+		t.Fatal(err)
+	}
+	if st := poolStats(t, m, "big"); st.Max != 3 {
+		t.Fatalf("Max %d, want the configured 3 when MaxBySize says 0", st.Max)
+	}
+}

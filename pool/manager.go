@@ -63,6 +63,11 @@ type ManagerConfig struct {
 	// template is ready and after every run (Config.Learn). Set by
 	// Sizes.Apply unless the user gave Initial.
 	LearnDemand bool
+	// MaxBySize, when set and the store is a Sizer, gives each pool its
+	// Max from its template's size in bytes when the pool starts (full
+	// copies take that much disk each; see SpaceMax); a result ≤ 0, or a
+	// size the store cannot tell, keeps Max.
+	MaxBySize func(templateBytes int64) int
 	// RunGap: hand-outs further apart than this are two runs (0:
 	// DefaultRunGap).
 	RunGap time.Duration
@@ -179,7 +184,7 @@ func (m *Manager) Open(ctx context.Context) error {
 		m.mu.Lock()
 		m.templates[r.Hash] = t
 		m.mu.Unlock()
-		t.pool = m.newPool(t)
+		t.pool = m.newPool(ctx, t)
 		t.kept = nil
 	}
 	// Kept databases of templates gone go too.
@@ -255,13 +260,13 @@ func (m *Manager) TestName(hash string, id int) string {
 	return m.dbName("test", hash, fmt.Sprintf("_%03d", id))
 }
 
-func (m *Manager) newPool(t *template) *Pool {
+func (m *Manager) newPool(ctx context.Context, t *template) *Pool {
 	hash := t.hash
 	_, persistKept := m.store.(KeptStore)
 	return New(Config{
 		Hash: hash, Template: t.db, Owner: m.cfg.Owner,
 		Name:    func(id int) string { return m.TestName(hash, id) },
-		Initial: m.cfg.Initial, Max: m.cfg.Max, Parallel: m.cfg.Parallel,
+		Initial: m.cfg.Initial, Max: m.maxOf(ctx, t), Parallel: m.cfg.Parallel,
 		MinLifetime: m.cfg.MinLifetime, IdleTimeout: m.cfg.IdleTimeout, Limiter: m, Observer: m.cfg.Observer,
 		Demand: t.demand, Learn: m.cfg.LearnDemand, RunGap: m.cfg.RunGap,
 		OnDemand: func(n int) { m.saveDemand(t, n) },
@@ -275,6 +280,27 @@ func (m *Manager) newPool(t *template) *Pool {
 				"kept_for", keptFor.Round(time.Second), "max", m.cfg.KeptMax)
 		},
 	}, m.store)
+}
+
+// maxOf is the Max of t's pool: MaxBySize of its template's size when
+// the store can tell it, else the configured Max.
+func (m *Manager) maxOf(ctx context.Context, t *template) int {
+	sz, ok := m.store.(Sizer)
+	if m.cfg.MaxBySize == nil || !ok {
+		return m.cfg.Max
+	}
+	size, err := sz.TemplateSize(ctx, t.db)
+	if err != nil {
+		m.cfg.Log.Warn("cannot measure a template: its pool keeps the default maximum", "template", t.hash, "max", m.cfg.Max, "err", err)
+		return m.cfg.Max
+	}
+	n := m.cfg.MaxBySize(size)
+	if n <= 0 {
+		return m.cfg.Max
+	}
+	m.cfg.Log.Info("pool sized by disk: full copies of the template fit in its share of the free space",
+		"template", t.hash, "template_bytes", size, "max", n)
+	return n
 }
 
 // Template describes a template database.
@@ -366,7 +392,7 @@ func (m *Manager) FinalizeTemplate(ctx context.Context, hash string) error {
 	}
 	// The pool starts filling at once, which reserves room under m.mu:
 	// create it without holding the lock.
-	p := m.newPool(t)
+	p := m.newPool(ctx, t)
 	m.mu.Lock()
 	if t.state != TemplateInitializing || m.templates[hash] != t {
 		m.mu.Unlock()

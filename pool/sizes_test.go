@@ -43,3 +43,25 @@ func TestDefaultSizes(t *testing.T) {
 		}
 	}
 }
+
+// TestSpaceMax: a pool of full copies holds as many as fit in a quarter
+// of the free space, no fewer than the full-copy default and no more
+// than the clone default; unknown sizes keep the caller's Max (issue 33).
+func TestSpaceMax(t *testing.T) {
+	const mb, gb = int64(1) << 20, int64(1) << 30
+	for _, c := range []struct {
+		name       string
+		free, size int64
+		want       int
+	}{
+		{"70 GiB free, 180 MiB template: 99 fit in a quarter", 70 * gb, 180 * mb, 99},
+		{"a quarter holds fewer than the default: the default", 10 * gb, 2 * gb, 8},
+		{"a small template: the clone default caps it", 70 * gb, 8 * mb, 128},
+		{"free space unknown", 0, 180 * mb, 0},
+		{"size unknown", 70 * gb, 0, 0},
+	} {
+		if got := pool.SpaceMax(c.free, c.size, 2); got != c.want {
+			t.Errorf("%s: %d, want %d", c.name, got, c.want)
+		}
+	}
+}

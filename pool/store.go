@@ -76,6 +76,12 @@ type Endpoint struct {
 	SocketDir string
 }
 
+// Sizer is a Store that knows how much disk a template takes: a full copy
+// of it takes as much (ManagerConfig.MaxBySize).
+type Sizer interface {
+	TemplateSize(ctx context.Context, name string) (int64, error)
+}
+
 // Sweeper is a Store that can drop every test copy it made, whatever its
 // name is now (a client may rename its test database).
 type Sweeper interface {

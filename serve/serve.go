@@ -149,14 +149,29 @@ func (b *Backend) openDB(ctx context.Context, cfg pool.ManagerConfig, adminURL s
 		return err
 	}
 	if o.Given != nil {
-		clone := creator.SharesBlocks()
-		cfg = pool.DefaultSizes(clone, runtime.NumCPU()).Apply(cfg, *o.Given)
+		shares := creator.SharesBlocks()
+		cfg = pool.DefaultSizes(shares, runtime.NumCPU()).Apply(cfg, *o.Given)
 		kind := "full copies"
-		if clone {
+		if shares {
 			kind = "clones (reflink, file_copy_method=clone)"
 		}
-		b.Sized = fmt.Sprintf("pools: %d ready, at most %d, %d created at once (test databases are %s; %d cores)",
-			cfg.Initial, cfg.Max, cfg.Parallel, kind, runtime.NumCPU())
+		most := fmt.Sprint(cfg.Max)
+		if dir := creator.DataDir(); !shares && !o.Given.Max && dir != "" {
+			// Full copies: each pool holds as many as fit in its share of
+			// the free space of the server's data directory (a remote
+			// server's path is not ours: statfs fails, Max stays).
+			cpus := runtime.NumCPU()
+			cfg.MaxBySize = func(size int64) int {
+				free, err := clone.FreeBytes(dir)
+				if err != nil {
+					return 0
+				}
+				return pool.SpaceMax(free, size, cpus)
+			}
+			most = fmt.Sprintf("%d to %d by the template's size (1/%d of the free disk)", cfg.Max, pool.DefaultSizes(true, cpus).Max, pool.SpaceShare)
+		}
+		b.Sized = fmt.Sprintf("pools: %d ready, at most %s, %d created at once (test databases are %s; %d cores)",
+			cfg.Initial, most, cfg.Parallel, kind, runtime.NumCPU())
 	}
 	cfg.Owner = b.Conn.Username
 	return b.open(ctx, cfg, dbstore.New(admin, b.drops))

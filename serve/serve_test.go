@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/pgfork/pgfork/clone"
 	"github.com/pgfork/pgfork/instance"
 	"github.com/pgfork/pgfork/internal/errs"
 	"github.com/pgfork/pgfork/internal/pgtest"
@@ -217,5 +218,48 @@ func TestManagedSizesPoolsFromFilesystem(t *testing.T) {
 	ts, _ := b.Manager.Stats()
 	if len(ts) != 1 || ts[0].Pool.Max != want.Max {
 		t.Fatalf("pool stats %+v, want max %d", ts, want.Max)
+	}
+}
+
+// TestManagedSizesFullCopiesByDisk (issue 33): with test databases that
+// are full copies (the managed server on ext4), a pool's maximum not given
+// by the user is how many copies of its template fit in a quarter of the
+// free space of the data directory, within 4 to 64 per core; a maximum
+// the user gave stays.
+func TestManagedSizesFullCopiesByDisk(t *testing.T) {
+	ctx := context.Background()
+	for _, given := range []bool{false, true} {
+		o := managedOptions(t, testenv.Dir(t))
+		o.DB.Given = &pool.Given{Max: given}
+		b, err := serve.NewManaged(ctx, o)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Log(b.Sized)
+		if strings.Contains(b.Sized, "clones") || strings.Contains(b.Sized, "by the template's size") == given {
+			b.Close(ctx)
+			t.Fatalf("max given %v: sized %q", given, b.Sized)
+		}
+		if _, err := b.Manager.InitializeTemplate(ctx, "disk"); err != nil {
+			t.Fatal(err)
+		}
+		if err := b.Manager.FinalizeTemplate(ctx, "disk"); err != nil {
+			t.Fatal(err)
+		}
+		// An empty template (created from template0) takes 7–8 MB.
+		data := filepath.Join(managed.Dir(filepath.Join(o.Layout.Root, "serve"), o.PG.Major), "pgdata")
+		free, err := clone.FreeBytes(data)
+		if err != nil {
+			t.Fatal(err)
+		}
+		lo, hi := pool.SpaceMax(free, 16<<20, runtime.NumCPU()), pool.SpaceMax(free, 5<<20, runtime.NumCPU())
+		if given {
+			lo, hi = o.Manager.Max, o.Manager.Max
+		}
+		ts, _ := b.Manager.Stats()
+		b.Close(ctx)
+		if len(ts) != 1 || ts[0].Pool.Max < lo || ts[0].Pool.Max > hi {
+			t.Fatalf("max given %v: pool stats %+v, want max %d to %d (free %d bytes)", given, ts, lo, hi, free)
+		}
 	}
 }

@@ -72,6 +72,15 @@ func (c *SQLCreator) SharesBlocks() bool {
 		(c.target.FileCopyMethod == "clone" || c.target.FileCopyMethodContext == "user")
 }
 
+// DataDir is the server's data directory when the admin role may read it
+// (empty otherwise, or before Probe).
+func (c *SQLCreator) DataDir() string {
+	if c.target == nil {
+		return ""
+	}
+	return c.target.DataDir
+}
+
 // Probe inspects the server once for the advisor.
 func (c *SQLCreator) Probe(ctx context.Context) error {
 	conn, err := c.Admin.Acquire(ctx)

@@ -175,6 +175,16 @@ func (s *adminStore) DropTemplate(ctx context.Context, name string) error {
 	return dropForce(ctx, s.admin, name)
 }
 
+// TemplateSize is the disk template name takes (pg_database_size): what a
+// full copy of it takes too (pool.Sizer).
+func (s *adminStore) TemplateSize(ctx context.Context, name string) (int64, error) {
+	var n int64
+	if err := s.admin.QueryRow(ctx, "SELECT pg_database_size($1::text)", name).Scan(&n); err != nil {
+		return 0, errs.Wrap(errs.Internal, err, "cannot measure template %s", name)
+	}
+	return n, nil
+}
+
 func (s *adminStore) Endpoint(name string) pool.Endpoint { return pool.Endpoint{Database: name} }
 
 func (s *adminStore) Ping(ctx context.Context) error { return s.admin.Ping(ctx) }

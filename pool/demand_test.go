@@ -270,3 +270,59 @@ func TestManagerMaxBySize(t *testing.T) {
 		t.Fatalf("Max %d, want the configured 3 when MaxBySize says 0", st.Max)
 	}
 }
+
+// TestManagerDefersRecreationsWhileCovered: on a run after the first, the
+// pool holds the demand it learned, ready; the databases the run gives
+// back are recreated once it ends, not while its tests want the cores,
+// also when the ready ones cover its rest exactly. A run that takes more
+// than its demand (a miss) gets them recreated at once.
+func TestManagerDefersRecreationsWhileCovered(t *testing.T) {
+	s := startPG(t)
+	ctx := context.Background()
+	const hash, n = "dfr", 6
+	cfg := pool.ManagerConfig{Prefix: "pfr", Initial: 1, Max: 12, Parallel: 2, LearnDemand: true,
+		RunGap: 1500 * time.Millisecond, IdleTimeout: 100 * time.Millisecond, GetTimeout: 30 * time.Second}
+	m := openManager(t, s, cfg)
+	t.Cleanup(func() { _ = m.Close(context.Background()) })
+	readyTemplate(t, s, m, hash)
+	managerSuite(t, m, hash, 2, n)
+	// The run ends, the pool learns n and settles at n ready (what it grew
+	// beyond by misses is dropped after IdleTimeout).
+	waitFor(t, func() bool {
+		st := poolStats(t, m, hash)
+		return st.Demand == n && st.Total == n && st.ByState[pool.Ready] == n && st.Target == n && st.Dropping == 0
+	})
+	for i := range n {
+		db, err := m.GetTestDatabase(ctx, hash)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := m.Recreate(ctx, hash, db.ID); err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(50 * time.Millisecond) // a recreation started would be under way
+		if st := poolStats(t, m, hash); st.ByState[pool.Dirty] != i+1 || st.Dropping != 0 {
+			t.Fatalf("test %d of a run the ready ones cover: %+v, want %d given back and waiting, none recreated", i+1, st, i+1)
+		}
+	}
+	// The run ends: all recreated.
+	waitFor(t, func() bool { st := poolStats(t, m, hash); return st.ByState[pool.Ready] == n && st.Dropping == 0 })
+
+	// A run longer than the demand: the miss starts the recreations.
+	var held []pool.TestDatabase
+	for range n {
+		db, err := m.GetTestDatabase(ctx, hash)
+		if err != nil {
+			t.Fatal(err)
+		}
+		held = append(held, db)
+	}
+	for _, db := range held {
+		if err := m.Recreate(ctx, hash, db.ID); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := m.GetTestDatabase(ctx, hash); err != nil {
+		t.Fatalf("one more than the demand: %v", err)
+	}
+}

@@ -540,8 +540,8 @@ func (p *Pool) endRun() {
 	if grew {
 		p.demand = n
 		p.target = max(p.target, p.base())
-		p.fill()
 	}
+	p.fill() // what the run held back (see fill)
 	closed := p.closed
 	p.mu.Unlock()
 	if grew && !closed && p.cfg.OnDemand != nil {
@@ -667,10 +667,25 @@ func (p *Pool) Recreate(id int) error {
 
 // coveredLocked reports whether the ready databases cover what the run
 // under way is expected to take still (its demand learned from earlier
-// runs, less what it took), with Parallel to spare: recreations can wait
-// for its end. Called with p.mu held.
+// runs, less what it took): recreations can wait for its end. A run that
+// takes more misses, and the miss starts them (resumeDeferred). Measured
+// (issue 33): with Parallel to spare, as it was, a pool filled to exactly
+// its demand never deferred, and the second run recreated beside its
+// tests. Called with p.mu held.
 func (p *Pool) coveredLocked() bool {
-	return p.cfg.Learn && p.runActive && len(p.ready) >= p.demand-p.run+p.cfg.Parallel
+	rest, ok := p.restLocked()
+	return ok && len(p.ready) >= rest
+}
+
+// restLocked is how many more fresh databases the run under way is
+// expected to take: its learned demand less what it took, while it took
+// no more than that (ok false: no run, nothing learned, or a run bigger
+// than any before). Called with p.mu held.
+func (p *Pool) restLocked() (rest int, ok bool) {
+	if !p.cfg.Learn || !p.runActive || p.demand <= 0 || p.run > p.demand {
+		return 0, false
+	}
+	return p.demand - p.run, true
 }
 
 // resumeDeferred starts the recreations deferred while the ready databases
@@ -802,8 +817,9 @@ func (p *Pool) rememberReclaimed(id int, held time.Duration) {
 	}
 }
 
-// fill starts creations so that cfg.Initial databases are ready or on the
-// way, plus one per waiter, within cfg.Max and the global limit; when full,
+// fill starts creations so that target databases (during a run whose
+// demand is known, no more than its rest) are ready or on the way, plus
+// one per waiter, within cfg.Max and the global limit; when full,
 // it reclaims databases in use for longer than MinLifetime for waiters.
 // Called with p.mu held.
 func (p *Pool) fill() {
@@ -816,7 +832,14 @@ func (p *Pool) fill() {
 			inflight++
 		}
 	}
-	deficit := p.target + len(p.waiters) - len(p.ready) - inflight
+	want := p.target
+	if rest, ok := p.restLocked(); ok {
+		// A run under way whose demand is known needs only its rest:
+		// creating more would compete with its tests for the cores. The
+		// pool fills to target again when the run ends.
+		want = min(want, rest)
+	}
+	deficit := want + len(p.waiters) - len(p.ready) - inflight
 	for deficit > 0 && len(p.dbs) < p.cfg.Max {
 		if p.cfg.Limiter != nil && !p.cfg.Limiter.TryReserve(p) {
 			break

@@ -320,7 +320,9 @@ func runDjangoBench(ctx context.Context, r *Report) error {
 		return err
 	}
 	port := 17000 + os.Getpid()%1000*3
-	srv, err := startServe(bin, stateDir, port, "--pg-url", pg.url, "--pool-init", "8", "--pool-max", "16", "--parallel", "2")
+	// serve's own pool sizes (issue 33): a pinned --pool-init turns off
+	// the learning of the demand.
+	srv, err := startServe(bin, stateDir, port, "--pg-url", pg.url)
 	if err != nil {
 		return err
 	}
@@ -438,7 +440,7 @@ func runDjangoBench(ctx context.Context, r *Report) error {
 	for _, m := range modes {
 		rows = append(rows, []string{m.name, strconv.Itoa(m.runs[0].ran), Dur(med(m, wall)), Dur(med(m, setup)), Dur(med(m, clones)), Dur(med(m, testsT))})
 	}
-	r.Notef("Medians of %d runs per mode (wall: process start to exit).", reps)
+	r.Notef("Medians of %d runs per mode (wall: process start to exit). pgfork serve with its own pool sizes (what it said: %s).", reps, srv.sized())
 	r.Table([]string{"mode", "tests", "wall", "database setup", "of which worker databases (Django: clones; pgfork: from the pool)", "tests (Ran … in)"}, rows)
 	rows = nil
 	for _, m := range modes {

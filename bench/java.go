@@ -483,8 +483,10 @@ func runJavaBench(ctx context.Context, r *Report) error {
 		return err
 	}
 	port := 17000 + os.Getpid()%1000*3 + 2
-	serveArgs := []string{"--pool-init", "16", "--pool-max", "16", "--parallel", "2"}
-	srv, err := startServe(bin, stateDir, port, append([]string{"--pg-url", pg.url}, serveArgs...)...)
+	// serve's own pool sizes (issue 33): a pinned --pool-init turns off
+	// the learning of the demand, and a pinned --pool-max held 16 of a
+	// 200-test run.
+	srv, err := startServe(bin, stateDir, port, "--pg-url", pg.url)
 	if err != nil {
 		return err
 	}
@@ -585,10 +587,10 @@ func runJavaBench(ctx context.Context, r *Report) error {
 		rows = append(rows, []string{x.name, Dur(x.took), Times(x.took, floor.took), Dur(x.took - floor.took), x.gaps.Cell(0.5), x.gaps.Cell(0.99)})
 	}
 	r.Notef("Whole `mvn -o -q test` runs (%d tests, Maven's start and Surefire's forks included), one run each, in this order (the floor last, after pgfork's second run); "+
-		"pgfork serve --pool-init 16 --pool-max 16 --parallel 2, the second run once its pool had settled. Gap: per test, from the end of the test method before it "+
+		"pgfork serve with its own pool sizes (what it said: %s), the second run once its pool had settled. Gap: per test, from the end of the test method before it "+
 		"(same class, same fork) to its own start: the contender's refresh and the framework's callbacks (the floor's gap is those callbacks alone). "+
 		"(4) runs CREATE DATABASE … TEMPLATE at the default strategy (WAL_LOG) from a template the bench migrated (Flyway off); the floor's database was migrated "+
-		"by its Flyway in its warm-up, and its runs' Flyway validates it and applies nothing, as in pgfork's contexts (whose copies come migrated).", tests)
+		"by its Flyway in its warm-up, and its runs' Flyway validates it and applies nothing, as in pgfork's contexts (whose copies come migrated).", tests, srv.sized())
 	r.Table([]string{"contender", "suite", "vs floor", "over the floor", "gap p50", "gap p99"}, rows)
 	second, cold := byName[pSecond], byName[pCold]
 	for _, t := range []struct {

@@ -387,12 +387,15 @@ func runJSBench(ctx context.Context, r *Report) error {
 		return err
 	}
 	port := 16000 + os.Getpid()%1000*3
-	serveArgs := []string{"--pool-init", "16", "--pool-max", "16", "--parallel", "2"}
-	srv, err := startServe(bin, stateDir, port, append([]string{"--pg-url", pg.url}, serveArgs...)...)
+	// serve's own pool sizes (issue 33): a pinned --pool-init turns off
+	// the learning of the demand, and a pinned --pool-max held 16 of a
+	// 300-test run.
+	srv, err := startServe(bin, stateDir, port, "--pg-url", pg.url)
 	if err != nil {
 		return err
 	}
 	defer func() { _ = srv.stop() }()
+	srv2Sized := "not measured"
 	key := fmt.Sprintf("bench-%d", time.Now().UnixNano())
 	adminEnv := []string{"PGB_ADMIN_URL=" + pg.url}
 	dEnv := []string{"PGFORK_URL=" + srv.base, "PGB_KEY=" + key, "PGFORK_TOKEN="}
@@ -464,7 +467,7 @@ func runJSBench(ctx context.Context, r *Report) error {
 				if err := os.MkdirAll(stateDir2, 0o755); err != nil {
 					return err
 				}
-				srv2, err := startServe(bin, stateDir2, port+1, append([]string{"--pg-url", pgx2.url, "--can-clone"}, serveArgs...)...)
+				srv2, err := startServe(bin, stateDir2, port+1, "--pg-url", pgx2.url, "--can-clone")
 				if err != nil {
 					return err
 				}
@@ -476,6 +479,7 @@ func runJSBench(ctx context.Context, r *Report) error {
 				if eBare, err = secondRunAndFloor(srv2, eSecond, eFloor, eEnv); err != nil {
 					return err
 				}
+				srv2Sized = srv2.sized()
 				r.Notef("(e): a second PostgreSQL %s with its data on the XFS reflink mount %s; pgfork serve --can-clone (file_copy_method=clone).", version, xfs)
 			}
 		}
@@ -507,11 +511,12 @@ func runJSBench(ctx context.Context, r *Report) error {
 		}
 		rows = append(rows, []string{x.name, Dur(x.took), ra, rb, x.acquire.Cell(0.5), x.acquire.Cell(0.99), x.handOut.Cell(0.5), x.handOut.Cell(0.99)})
 	}
-	r.Notef("Whole suite (%d tests, 4 vitest workers), one run each, pgfork serve with --pool-init 16 --pool-max 16 --parallel 2; per-test overhead: the time a test waited for its database "+
+	srvSized := srv.sized()
+	r.Notef("Whole suite (%d tests, 4 vitest workers), one run each, pgfork serve with its own pool sizes (what it said: %s; (e): %s); per-test overhead: the time a test waited for its database "+
 		"(pgfork: hand-out + connect, db.acquireMs; (b): CREATE DATABASE … TEMPLATE + connect; (f): connect), and of that the hand-out alone (pgfork: GET …/tests, db.handOutMs; (b), (f): the same as the whole). "+
 		"Every test writes, so every database is recreated from the template after its test (in the background, 2 at a time): a suite longer than the pool drains it and waits for creations. "+
 		"A second run starts once the pool has settled after the run before it (nothing creating or recreating); the floor (f) then takes 4 databases from the same serve, "+
-		"one per vitest worker (VITEST_POOL_ID), and each test connects to its worker's (no isolation).", tests)
+		"one per vitest worker (VITEST_POOL_ID), and each test connects to its worker's (no isolation).", tests, srvSized, srv2Sized)
 	r.Table([]string{"contender", "suite", "vs (a)", "vs (b)", "wait p50", "wait p99", "hand-out p50", "hand-out p99"}, rows)
 	r.Notef("Against the floor (issue 33): whole `vitest run` wall times; fresh DBs/s: the suite's tests over its wall time (each test takes one fresh database); "+
 		"bare: 4 sessions running CREATE DATABASE … STRATEGY FILE_COPY from a copy of the template on the same cluster, %d databases.", min(tests, 40))

@@ -307,8 +307,9 @@ func runRustBench(ctx context.Context, r *Report) error {
 		return err
 	}
 	port := 17000 + os.Getpid()%1000*3
-	serveArgs := []string{"--pool-init", "16", "--pool-max", "16", "--parallel", "2"}
-	srv, err := startServe(bin, stateDir, port, append([]string{"--pg-url", pg.url}, serveArgs...)...)
+	// serve's own pool sizes (issue 33), as (d)'s: a pinned --pool-init
+	// turns off the learning of the demand.
+	srv, err := startServe(bin, stateDir, port, "--pg-url", pg.url)
 	if err != nil {
 		return err
 	}
@@ -385,8 +386,7 @@ func runRustBench(ctx context.Context, r *Report) error {
 				if err := os.MkdirAll(stateDir2, 0o755); err != nil {
 					return err
 				}
-				// serve's own sizes here (issue 33): with clone the pool learns the
-				// run's demand and holds it (64 per core), instead of (c)'s 16.
+				// serve's own sizes here too: with clone 64 per core.
 				srv2, err := startServe(bin, stateDir2, port+1, "--pg-url", pg2.url, "--can-clone")
 				if err != nil {
 					return err
@@ -429,12 +429,12 @@ func runRustBench(ctx context.Context, r *Report) error {
 		}
 		rows = append(rows, []string{x.name, Dur(x.took), ra, rb, x.acquire.Cell(0.5), x.acquire.Cell(0.99), x.handOut.Cell(0.5), x.handOut.Cell(0.99)})
 	}
-	r.Notef("Whole `cargo test --test X` run (%d tests; the binary is built already, cargo's check included), one run each, pgfork serve with --pool-init 16 --pool-max 16 --parallel 2 ((d): serve's own sizes, see below). "+
+	r.Notef("Whole `cargo test --test X` run (%d tests; the binary is built already, cargo's check included), one run each, pgfork serve with its own pool sizes (what it said: %s). "+
 		"Per-test wait: (c)/(d) from PGFORK_TIMINGS: template (cached in the process after the first test), hand-out and connecting the PgPool (its first connection); of that the template and hand-out alone; "+
 		"(b) CREATE DATABASE … TEMPLATE + connect (both columns); (f) connecting the PgPool (both columns). (a) has no hook: its suite time only. Every test writes, so every pgfork database is recreated after its test "+
 		"(in the background, 2 at a time): a suite longer than the pool drains it and waits for creations; the full-pool row (10 tests, the pool refilled first) "+
 		"is the overhead when the pool keeps up. A second run starts once the pool has settled after the run before it (nothing creating or recreating); "+
-		"the floor (f) then takes %d databases from the same serve, one per test thread, and each test opens its PgPool on a free one (no isolation).", tests, threads)
+		"the floor (f) then takes %d databases from the same serve, one per test thread, and each test opens its PgPool on a free one (no isolation).", tests, srv.sized(), threads)
 	r.Table([]string{"contender", "suite", "vs (a)", "vs (b)", "wait p50", "wait p99", "hand-out p50", "hand-out p99"}, rows)
 	r.Notef("Against the floor (issue 33): whole `cargo test` wall times; fresh DBs/s: the suite's tests over its wall time (each test takes one fresh database); "+
 		"bare: %d sessions (the test threads) running CREATE DATABASE … STRATEGY FILE_COPY from a copy of the template on the same cluster, %d databases.", threads, min(tests, 40))

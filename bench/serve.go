@@ -90,6 +90,27 @@ func (p *serveProc) stop() error {
 	}
 }
 
+// sized is what serve said of its pool sizes: its "pools: …" line and
+// its "pool sized by disk" lines (full copies: each template's maximum),
+// joined, for the report's notes; "" when it said nothing.
+func (p *serveProc) sized() string {
+	b, err := os.ReadFile(p.log)
+	if err != nil {
+		return ""
+	}
+	var out []string
+	for _, l := range strings.Split(string(b), "\n") {
+		if i := strings.Index(l, "pools: "); i >= 0 {
+			out = append(out, strings.TrimSpace(l[i:]))
+		} else if strings.Contains(l, "pool sized by disk") {
+			if j := strings.Index(l, "max="); j >= 0 {
+				out = append(out, "a template's pool sized by disk: at most "+strings.Fields(l[j+4:])[0])
+			}
+		}
+	}
+	return strings.Join(out, "; ")
+}
+
 // rssKB returns the process's resident memory in KiB: VmRSS, or another
 // field of /proc/PID/status (RssAnon: heap and stacks; RssFile: mapped
 // files, mostly the executable's own pages).

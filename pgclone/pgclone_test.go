@@ -167,7 +167,8 @@ func TestOnlineCloneUnderPgbench(t *testing.T) {
 		pgArgs := []string{"-h", in.SocketDir, "-p", fmt.Sprint(in.Port), "-U", "postgres"}
 		e.Tool(t, "pgbench", append(pgArgs, "-i", "-q", "-s", "5", "postgres")...)
 
-		bench := exec.Command(filepath.Join(e.Bin, "pgbench"), append(pgArgs, "-T", "20", "-c", "4", "-j", "2", "-n", "postgres")...)
+		// Until stopped (bg.stop), however slow the machine makes the copy.
+		bench := exec.Command(filepath.Join(e.Bin, "pgbench"), append(pgArgs, "-T", "600", "-c", "4", "-j", "2", "-n", "postgres")...)
 		bench.Env = append(os.Environ(), e.Inst.Env()...)
 		bg := startLoad(t, "pgbench on the source", bench)
 		time.Sleep(4 * time.Second)

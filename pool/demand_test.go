@@ -6,6 +6,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
+
 	"github.com/pgfork/pgfork/pool"
 	"github.com/pgfork/pgfork/pool/dbstore"
 )
@@ -325,4 +327,118 @@ func TestManagerDefersRecreationsWhileCovered(t *testing.T) {
 	if _, err := m.GetTestDatabase(ctx, hash); err != nil {
 		t.Fatalf("one more than the demand: %v", err)
 	}
+}
+
+// oids returns the oids of the databases whose names start with prefix.
+func (s *pg) oids(t *testing.T, prefix string) map[string]uint32 {
+	t.Helper()
+	rows, err := s.admin.Query(context.Background(), "SELECT datname, oid FROM pg_database WHERE starts_with(datname, $1)", prefix)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rows.Close()
+	out := map[string]uint32{}
+	for rows.Next() {
+		var n string
+		var o uint32
+		if err := rows.Scan(&n, &o); err != nil {
+			t.Fatal(err)
+		}
+		out[n] = o
+	}
+	return out
+}
+
+// TestManagerReadyAcrossCleanStop: the fresh databases a pool has ready
+// when the server stops cleanly stay, and the next start hands them out
+// at once instead of making them again (zero setup's second run: issue
+// 34); a database handed out and given back, or a stop that was a crash,
+// leaves nothing for the next start to trust; a template discarded takes
+// them with it.
+func TestManagerReadyAcrossCleanStop(t *testing.T) {
+	s := startPG(t)
+	ctx := context.Background()
+	const hash, n = "rdy", 3
+	cfg := pool.ManagerConfig{Prefix: "pfy", Initial: n, Max: n, Parallel: 2, GetTimeout: 30 * time.Second}
+	m := openManager(t, s, cfg)
+	readyTemplate(t, s, m, hash)
+	waitFor(t, func() bool { return poolStats(t, m, hash).ByState[pool.Ready] == n })
+	// One handed out and given back as it is: not fresh, not left.
+	db, err := m.GetTestDatabase(ctx, hash)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.mustExec(t, db.Name, "INSERT INTO items VALUES (7)")
+	if err := m.Unlock(ctx, hash, db.ID); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, func() bool { return poolStats(t, m, hash).ByState[pool.Ready] == n })
+	before := s.oids(t, "pfy_test_")
+	if err := m.Close(ctx); err != nil {
+		t.Fatal(err)
+	}
+	left := s.oids(t, "pfy_test_")
+	if len(left) != n-1 || left[db.Name] != 0 {
+		t.Fatalf("after a clean stop: %v, want the %d fresh ones of %v, not %s", left, n-1, before, db.Name)
+	}
+
+	// The next start, its pool no bigger than what was left: every
+	// hand-out is one of them, none made again.
+	cfg.Initial, cfg.Max = n-1, n-1
+	m2 := openManager(t, s, cfg)
+	if st := poolStats(t, m2, hash); st.ByState[pool.Ready] != n-1 || st.Total != n-1 {
+		t.Fatalf("right after the next start: %+v, want the %d left ready", st, n-1)
+	}
+	for i := range n - 1 {
+		got, err := m2.GetTestDatabase(ctx, hash)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if left[got.Name] == 0 || s.oids(t, got.Name)[got.Name] != left[got.Name] {
+			t.Fatalf("hand-out %d: %s, not one of those left %v", i, got.Name, left)
+		}
+		if v := pgtestQuery(t, s, got.Name, "SELECT count(*) FROM items WHERE id = 7"); v != 0 {
+			t.Fatalf("%s holds what a test wrote in the unlocked database", got.Name)
+		}
+	}
+	// A crash: what was ready is not trusted at the next start.
+	giveBack := func() {
+		for _, id := range []int{0, 1, 2} {
+			_ = m2.Recreate(ctx, hash, id)
+		}
+	}
+	giveBack()
+	waitFor(t, func() bool { return poolStats(t, m2, hash).ByState[pool.Ready] == n-1 })
+	crashed := s.oids(t, "pfy_test_")
+	if err := m2.Stop(ctx); err != nil {
+		t.Fatal(err)
+	}
+	m3 := openManager(t, s, cfg)
+	t.Cleanup(func() { _ = m3.Close(context.Background()) })
+	for name, oid := range s.oids(t, "pfy_test_") {
+		if crashed[name] == oid {
+			t.Fatalf("%s outlived a crash (oid %d)", name, oid)
+		}
+	}
+	waitFor(t, func() bool { return poolStats(t, m3, hash).ByState[pool.Ready] == n-1 })
+	if err := m3.DiscardTemplate(ctx, hash); err != nil {
+		t.Fatal(err)
+	}
+	if left := s.databases(t, "pfy_test_"); len(left) != 0 {
+		t.Fatalf("left after discard: %v", left)
+	}
+}
+
+func pgtestQuery(t *testing.T, s *pg, db, sql string) int {
+	t.Helper()
+	conn, err := pgx.Connect(context.Background(), s.url(db))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close(context.Background())
+	var n int
+	if err := conn.QueryRow(context.Background(), sql).Scan(&n); err != nil {
+		t.Fatal(err)
+	}
+	return n
 }

@@ -95,6 +95,7 @@ type template struct {
 	state      TemplateState
 	demand     int    // from the template's record
 	kept       []Kept // kept before the restart, for its pool
+	ready      []Kept // left ready by the last clean stop, for its pool
 	finalizing bool
 	finalized  chan struct{} // closed when finalized or discarded
 	pool       *Pool
@@ -165,6 +166,10 @@ func (m *Manager) Open(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	ready, err := m.readyLeft(ctx)
+	if err != nil {
+		return err
+	}
 	for _, r := range recs {
 		exists, err := m.store.TemplateExists(ctx, r.Name)
 		if err != nil {
@@ -178,16 +183,20 @@ func (m *Manager) Open(ctx context.Context) error {
 			continue
 		}
 		t := &template{hash: r.Hash, db: r.Name, state: TemplateFinalized, demand: r.Demand, finalized: make(chan struct{}),
-			kept: kept[r.Hash]}
+			kept: kept[r.Hash], ready: ready[r.Hash]}
 		delete(kept, r.Hash)
+		delete(ready, r.Hash)
 		close(t.finalized)
 		m.mu.Lock()
 		m.templates[r.Hash] = t
 		m.mu.Unlock()
 		t.pool = m.newPool(ctx, t)
-		t.kept = nil
+		t.kept, t.ready = nil, nil
 	}
-	// Kept databases of templates gone go too.
+	// Kept and ready databases of templates gone go too.
+	for _, ks := range ready {
+		kept[""] = append(kept[""], ks...)
+	}
 	for _, ks := range kept {
 		for _, k := range ks {
 			if err := m.store.Drop(ctx, k.Name); err != nil {
@@ -217,6 +226,38 @@ func (m *Manager) kept(ctx context.Context) (map[string][]Kept, error) {
 		}
 	}
 	return by, nil
+}
+
+// readyLeft returns the fresh databases the last clean stop left ready
+// (a ReadyStore's), by template; the store forgets them as it hands them
+// over, so that after a crash they are swept as any other test copy.
+func (m *Manager) readyLeft(ctx context.Context) (map[string][]Kept, error) {
+	rs, ok := m.store.(ReadyStore)
+	if !ok || m.cfg.NoPersist {
+		return nil, nil
+	}
+	list, err := rs.TakeReady(ctx, m.cfg.Prefix)
+	if err != nil {
+		return nil, err
+	}
+	by := map[string][]Kept{}
+	for _, k := range list {
+		by[k.Hash] = append(by[k.Hash], k)
+	}
+	return by, nil
+}
+
+// saveReady records the fresh databases a pool leaves ready as it closes,
+// for the next start (Config.OnReadyLeft); if that fails they are swept
+// then, as any other test copy.
+func (m *Manager) saveReady(ctx context.Context, left []Kept) {
+	rs, ok := m.store.(ReadyStore)
+	if !ok {
+		return
+	}
+	if err := rs.SaveReady(ctx, m.cfg.Prefix, left); err != nil {
+		m.cfg.Log.Warn("cannot record the ready databases for the next start: it makes them again", "databases", len(left), "err", err)
+	}
 }
 
 func (m *Manager) save(ctx context.Context, hash, db, state string, demand int) error {
@@ -263,6 +304,7 @@ func (m *Manager) TestName(hash string, id int) string {
 func (m *Manager) newPool(ctx context.Context, t *template) *Pool {
 	hash := t.hash
 	_, persistKept := m.store.(KeptStore)
+	_, persistReady := m.store.(ReadyStore)
 	return New(Config{
 		Hash: hash, Template: t.db, Owner: m.cfg.Owner,
 		Name:    func(id int) string { return m.TestName(hash, id) },
@@ -271,6 +313,7 @@ func (m *Manager) newPool(ctx context.Context, t *template) *Pool {
 		Demand: t.demand, Learn: m.cfg.LearnDemand, RunGap: m.cfg.RunGap,
 		OnDemand: func(n int) { m.saveDemand(t, n) },
 		KeptMax:  m.cfg.KeptMax, PersistKept: persistKept && !m.cfg.NoPersist, Kept: t.kept,
+		PersistReady: persistReady && !m.cfg.NoPersist, OnReadyLeft: m.saveReady, Ready: t.ready,
 		OnKeptDropped: func(name string, keptFor time.Duration, err error) {
 			if err != nil {
 				m.cfg.Log.Warn("more kept databases than allowed: cannot drop the oldest", "template", hash, "database", name, "max", m.cfg.KeptMax, "err", err)
@@ -396,6 +439,7 @@ func (m *Manager) FinalizeTemplate(ctx context.Context, hash string) error {
 	m.mu.Lock()
 	if t.state != TemplateInitializing || m.templates[hash] != t {
 		m.mu.Unlock()
+		p.dropAllOnClose()
 		return p.Close(ctx, true) // discarded meanwhile
 	}
 	t.state = TemplateFinalized
@@ -435,7 +479,7 @@ func (m *Manager) DiscardTemplate(ctx context.Context, hash string) error {
 func (m *Manager) dropTemplate(ctx context.Context, t *template, p *Pool) error {
 	var first error
 	if p != nil {
-		p.dropKeptOnClose()
+		p.dropAllOnClose()
 		first = p.Close(ctx, true)
 	}
 	if err := m.store.DropTemplate(ctx, t.db); err != nil && first == nil {

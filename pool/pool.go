@@ -186,6 +186,18 @@ type Config struct {
 	// Kept are the databases kept before a restart (Kept.Hash unused):
 	// the pool starts with them kept, their ids taken.
 	Kept []Kept
+	// PersistReady leaves the fresh ready databases (made from the
+	// template, never handed out) in place when the pool closes with drop,
+	// and tells OnReadyLeft which, so that the next start of the server
+	// hands them out (Ready) instead of making them again. Databases of a
+	// template that goes (discard, reset) are dropped all the same.
+	PersistReady bool
+	OnReadyLeft  func(ctx context.Context, left []Kept)
+	// Ready are the fresh databases the last clean stop left (Kept.Hash
+	// and At unused): the pool starts with them ready, their ids taken,
+	// as many as it keeps ready, within Max and the global limit (those
+	// beyond are dropped).
+	Ready []Kept
 }
 
 // DefaultRunGap is Config.RunGap's default: hand-outs further apart than
@@ -345,9 +357,38 @@ func New(cfg Config, creator Creator) *Pool {
 	for len(p.keptOrder) > p.cfg.KeptMax {
 		p.dropKept(p.kept[p.keptOrder[0]], true)
 	}
+	p.adoptReady(cfg.Ready)
 	p.fill()
 	p.mu.Unlock()
 	return p
+}
+
+// adoptReady takes the fresh databases a clean stop left (Config.Ready) as
+// ready ones, as many as the pool keeps ready (its target), within Max and
+// the global limit; it drops the others in the background. Called with
+// p.mu held, before anything is created.
+func (p *Pool) adoptReady(left []Kept) {
+	var extra []string
+	for _, k := range left {
+		_, taken := p.dbs[k.ID]
+		if taken || p.kept[k.ID] != nil || k.Name != p.cfg.Name(k.ID) || len(p.ready) >= p.target ||
+			len(p.dbs) >= p.cfg.Max || p.cfg.Limiter != nil && !p.cfg.Limiter.TryReserve(p) {
+			extra = append(extra, k.Name)
+			continue
+		}
+		p.dbs[k.ID] = &entry{id: k.ID, name: k.Name, state: Ready, since: time.Now()}
+		p.ready = append(p.ready, k.ID)
+	}
+	if len(extra) == 0 {
+		return
+	}
+	p.wg.Add(1)
+	go func() {
+		defer p.wg.Done()
+		for _, name := range extra {
+			_ = p.creator.Drop(context.WithoutCancel(p.ctx), name)
+		}
+	}()
 }
 
 // base is how many databases the pool keeps ready or on the way when
@@ -1301,7 +1342,12 @@ func (p *Pool) Close(ctx context.Context, drop bool) error {
 
 	p.mu.Lock()
 	var names []string
+	var left []Kept
 	for _, e := range p.dbs {
+		if drop && p.cfg.PersistReady && p.cfg.OnReadyLeft != nil && e.state == Ready && !e.warm {
+			left = append(left, Kept{Hash: p.cfg.Hash, ID: e.id, Name: e.name, At: e.since})
+			continue
+		}
 		names = append(names, e.name)
 	}
 	for name := range p.trash {
@@ -1322,6 +1368,9 @@ func (p *Pool) Close(ctx context.Context, drop bool) error {
 	p.mu.Unlock()
 	var first error
 	if drop {
+		if len(left) > 0 && p.cfg.OnReadyLeft != nil {
+			p.cfg.OnReadyLeft(ctx, left)
+		}
 		for _, name := range names {
 			if err := p.creator.Drop(ctx, name); err != nil && first == nil {
 				first = err
@@ -1334,11 +1383,11 @@ func (p *Pool) Close(ctx context.Context, drop bool) error {
 	return first
 }
 
-// dropKeptOnClose makes Close drop the kept databases too (their template
-// goes: discard, reset).
-func (p *Pool) dropKeptOnClose() {
+// dropAllOnClose makes Close drop the kept and the ready databases too
+// (their template goes: discard, reset).
+func (p *Pool) dropAllOnClose() {
 	p.mu.Lock()
-	p.cfg.PersistKept = false
+	p.cfg.PersistKept, p.cfg.PersistReady = false, false
 	p.mu.Unlock()
 }
 

@@ -57,6 +57,16 @@ type KeptStore interface {
 	Kept(ctx context.Context, prefix string) ([]Kept, error)
 }
 
+// ReadyStore is a Store that keeps the fresh test copies a pool had ready
+// when the server stopped cleanly, for its next start (Config.Ready):
+// Recover leaves the copies recorded by SaveReady in place, and TakeReady
+// lists those still there under their names once and forgets them (after
+// a crash, they are swept as any other test copy).
+type ReadyStore interface {
+	SaveReady(ctx context.Context, prefix string, ks []Kept) error
+	TakeReady(ctx context.Context, prefix string) ([]Kept, error)
+}
+
 // Kept is a test copy a client kept: its template, id and name, since when.
 type Kept struct {
 	Hash string

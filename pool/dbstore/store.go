@@ -64,6 +64,11 @@ func (s *adminStore) Recover(ctx context.Context, prefix, testPrefix string, per
 		if kept, err = s.keptOids(ctx, prefix); err != nil {
 			return nil, 0, err
 		}
+		ready, err := s.readyOids(ctx, prefix)
+		if err != nil {
+			return nil, 0, err
+		}
+		kept = append(kept, ready...)
 	}
 	var leftovers []string
 	rows, err := s.admin.Query(ctx, "SELECT datname FROM pg_database WHERE starts_with(datname, $1) AND oid <> ALL($2::oid[])", testPrefix, kept)

@@ -141,3 +141,71 @@ func (s *adminStore) Kept(ctx context.Context, prefix string) ([]pool.Kept, erro
 	rows.Close()
 	return out, rows.Err()
 }
+
+// readyTable records the fresh test databases a pool left ready when the
+// server stopped cleanly (pool.ReadyStore), by oid: the next start hands
+// them out instead of making them again.
+const readyTable = "pgfork_serve_ready"
+
+// readyOids creates the ready table, forgets the rows of databases gone
+// or renamed and returns the oids of those left, which Recover leaves in
+// place.
+func (s *adminStore) readyOids(ctx context.Context, prefix string) ([]uint32, error) {
+	if _, err := s.admin.Exec(ctx, `CREATE TABLE IF NOT EXISTS `+readyTable+` (
+		prefix text NOT NULL, oid oid NOT NULL, hash text NOT NULL, id int NOT NULL,
+		database text NOT NULL, PRIMARY KEY (prefix, oid))`); err != nil {
+		return nil, errs.Wrap(errs.Internal, err, "cannot create the table %s", readyTable)
+	}
+	if _, err := s.admin.Exec(ctx, `DELETE FROM `+readyTable+` r WHERE prefix = $1 AND NOT EXISTS
+		(SELECT 1 FROM pg_database d WHERE d.oid = r.oid AND d.datname = r.database)`, prefix); err != nil {
+		return nil, errs.Wrap(errs.Internal, err, "cannot forget ready databases gone")
+	}
+	rows, err := s.admin.Query(ctx, `SELECT oid FROM `+readyTable+` WHERE prefix = $1`, prefix)
+	if err != nil {
+		return nil, errs.Wrap(errs.Internal, err, "cannot list ready databases")
+	}
+	oids, err := pgx.CollectRows(rows, pgx.RowTo[uint32])
+	if err != nil {
+		return nil, errs.Wrap(errs.Internal, err, "cannot list ready databases")
+	}
+	return oids, nil
+}
+
+// SaveReady records the fresh test databases ks as left ready by a clean
+// stop (pool.ReadyStore), in one statement.
+func (s *adminStore) SaveReady(ctx context.Context, prefix string, ks []pool.Kept) error {
+	hashes, ids, names := make([]string, len(ks)), make([]int32, len(ks)), make([]string, len(ks))
+	for i, k := range ks {
+		hashes[i], ids[i], names[i] = k.Hash, int32(k.ID), k.Name
+	}
+	if _, err := s.admin.Exec(ctx, `INSERT INTO `+readyTable+` (prefix, oid, hash, id, database)
+		SELECT $1, d.oid, k.hash, k.id, d.datname FROM unnest($2::text[], $3::int[], $4::text[]) AS k(hash, id, name)
+		JOIN pg_database d ON d.datname = k.name ON CONFLICT DO NOTHING`, prefix, hashes, ids, names); err != nil {
+		return errs.Wrap(errs.Internal, err, "cannot record %d ready databases", len(ks))
+	}
+	return nil
+}
+
+// TakeReady returns the databases the last clean stop left ready, still
+// there under their names (pool.ReadyStore), and forgets them: from now
+// on they are test copies like any other, swept after a crash.
+func (s *adminStore) TakeReady(ctx context.Context, prefix string) ([]pool.Kept, error) {
+	if _, err := s.readyOids(ctx, prefix); err != nil {
+		return nil, err
+	}
+	rows, err := s.admin.Query(ctx, `DELETE FROM `+readyTable+` WHERE prefix = $1 RETURNING hash, id, database`, prefix)
+	if err != nil {
+		return nil, errs.Wrap(errs.Internal, err, "cannot list ready databases")
+	}
+	var out []pool.Kept
+	for rows.Next() {
+		var k pool.Kept
+		if err := rows.Scan(&k.Hash, &k.ID, &k.Name); err != nil {
+			rows.Close()
+			return nil, errs.Wrap(errs.Internal, err, "cannot list ready databases")
+		}
+		out = append(out, k)
+	}
+	rows.Close()
+	return out, rows.Err()
+}

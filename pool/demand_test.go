@@ -100,7 +100,7 @@ func TestManagerDemandAcrossRestart(t *testing.T) {
 	m := openManager(t, s, cfg)
 	readyTemplate(t, s, m, hash)
 	managerSuite(t, m, hash, 3, n)
-	waitFor(t, func() bool { st := poolStats(t, m, hash); return st.Demand == n && st.ByState[pool.Ready] == n })
+	waitFor(t, func() bool { st := poolStats(t, m, hash); return st.Demand == n && st.ByState[pool.Ready] >= n })
 	if err := m.Close(ctx); err != nil {
 		t.Fatal(err)
 	}
@@ -239,6 +239,7 @@ func TestManagerMaxBySize(t *testing.T) {
 	ctx := context.Background()
 	var sizes []int64
 	cfg := pool.ManagerConfig{Prefix: "pfs", Initial: 1, Max: 3, Parallel: 1, GetTimeout: 30 * time.Second,
+		LearnDemand: true, RunGap: 300 * time.Millisecond,
 		MaxBySize: func(size int64) int {
 			sizes = append(sizes, size)
 			if size > 100<<20 {
@@ -259,6 +260,26 @@ func TestManagerMaxBySize(t *testing.T) {
 	if len(sizes) != 1 || sizes[0] != want || want < 1<<20 {
 		t.Fatalf("MaxBySize saw %v, want the template's pg_database_size %d", sizes, want)
 	}
+	// A first run: misses grow the pool no further than the configured
+	// Max (each creation beyond would copy the template while tests
+	// wait); the demand it learned fills it up to MaxBySize's.
+	var held []pool.TestDatabase
+	for range 5 {
+		db, err := m.GetTestDatabase(ctx, "small")
+		if err != nil {
+			t.Fatal(err)
+		}
+		held = append(held, db)
+		if st := poolStats(t, m, "small"); st.Target > cfg.Max {
+			t.Fatalf("misses grew the target to %d, beyond %d: %+v", st.Target, cfg.Max, st)
+		}
+	}
+	for _, db := range held {
+		if err := m.Recreate(ctx, "small", db.ID); err != nil {
+			t.Fatal(err)
+		}
+	}
+	waitFor(t, func() bool { st := poolStats(t, m, "small"); return st.Demand == 5 && st.ByState[pool.Ready] == 5 })
 
 	tpl, err := m.InitializeTemplate(ctx, "big")
 	if err != nil {

@@ -66,7 +66,9 @@ type ManagerConfig struct {
 	// MaxBySize, when set and the store is a Sizer, gives each pool its
 	// Max from its template's size in bytes when the pool starts (full
 	// copies take that much disk each; see SpaceMax); a result ≤ 0, or a
-	// size the store cannot tell, keeps Max.
+	// size the store cannot tell, keeps Max. Misses grow a pool no further
+	// than Max all the same (Config.GrowMax): only its learned demand
+	// fills it beyond.
 	MaxBySize func(templateBytes int64) int
 	// RunGap: hand-outs further apart than this are two runs (0:
 	// DefaultRunGap).
@@ -308,7 +310,7 @@ func (m *Manager) newPool(ctx context.Context, t *template) *Pool {
 	return New(Config{
 		Hash: hash, Template: t.db, Owner: m.cfg.Owner,
 		Name:    func(id int) string { return m.TestName(hash, id) },
-		Initial: m.cfg.Initial, Max: m.maxOf(ctx, t), Parallel: m.cfg.Parallel,
+		Initial: m.cfg.Initial, Max: m.maxOf(ctx, t), GrowMax: m.cfg.Max, Parallel: m.cfg.Parallel,
 		MinLifetime: m.cfg.MinLifetime, IdleTimeout: m.cfg.IdleTimeout, Limiter: m, Observer: m.cfg.Observer,
 		Demand: t.demand, Learn: m.cfg.LearnDemand, RunGap: m.cfg.RunGap,
 		OnDemand: func(n int) { m.saveDemand(t, n) },

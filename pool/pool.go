@@ -135,6 +135,13 @@ type Config struct {
 	IdleTimeout time.Duration
 	// Max bounds the databases of this pool, in any state.
 	Max int
+	// GrowMax bounds what misses grow the pool's target to (0: Max); the
+	// demand it learned (Learn) fills it up to Max all the same. A pool of
+	// full copies sized by the disk (ManagerConfig.MaxBySize) grows by
+	// misses no further than the per-core default: during a first run every
+	// acquire misses, and each creation beyond what the waiting tests take
+	// copies the template's size while they wait.
+	GrowMax int
 	// Parallel bounds concurrent creations/recreations (default 2).
 	Parallel int
 	// MinLifetime: when the pool is full and a caller waits, a database held
@@ -323,6 +330,9 @@ func New(cfg Config, creator Creator) *Pool {
 	if cfg.Initial > cfg.Max {
 		cfg.Initial = cfg.Max
 	}
+	if cfg.GrowMax <= 0 || cfg.GrowMax > cfg.Max {
+		cfg.GrowMax = cfg.Max
+	}
 	if cfg.IdleTimeout == 0 {
 		cfg.IdleTimeout = DefaultIdleTimeout
 	}
@@ -440,7 +450,7 @@ func (p *Pool) Acquire(ctx context.Context) (DB, error) {
 	}
 	// A miss: demand outran the pool. Keep one more ready from now on.
 	p.misses++
-	p.target = min(p.target+1, p.cfg.Max)
+	p.target = max(p.target, min(p.target+1, p.cfg.GrowMax))
 	w := &waiter{ch: make(chan result, 1)}
 	p.waiters = append(p.waiters, w)
 	p.nwaiters.Add(1)

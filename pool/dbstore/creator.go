@@ -2,6 +2,8 @@ package dbstore
 
 import (
 	"context"
+	"path/filepath"
+	"strconv"
 	"sync"
 	"time"
 
@@ -125,6 +127,9 @@ func (c *SQLCreator) Create(ctx context.Context, name, template, owner string) (
 	// goes through Create, which explains it.
 	if s, ok := c.cached(template, st); ok {
 		err := dbclone.CreateDirect(ctx, conn.Conn(), name, template, owner, s, c.target)
+		if err == nil {
+			c.prewarm(ctx, conn.Conn(), name, s)
+		}
 		if err == nil || errs.IsBusy(err) || errs.IsExists(err) || ctx.Err() != nil {
 			return string(s), err
 		}
@@ -139,7 +144,24 @@ func (c *SQLCreator) Create(ctx context.Context, name, template, owner string) (
 		return string(st), err
 	}
 	c.remember(template, res.Strategy)
+	c.prewarm(ctx, conn.Conn(), name, res.Strategy)
 	return string(res.Strategy), nil
+}
+
+// prewarm reads the catalogs of database name, just cloned, ahead into the
+// page cache (prewarmCatalogs) when its files are reachable here (the data
+// directory is known: the managed server, or a role that may read
+// data_directory). Full copies need none: their pages were just written
+// through the cache.
+func (c *SQLCreator) prewarm(ctx context.Context, conn *pgx.Conn, name string, s dbclone.Strategy) {
+	if s != dbclone.Clone || c.DataDir() == "" {
+		return
+	}
+	var oid uint32
+	if err := conn.QueryRow(ctx, "SELECT oid FROM pg_database WHERE datname = $1", name).Scan(&oid); err != nil {
+		return
+	}
+	prewarmCatalogs(filepath.Join(c.DataDir(), "base", strconv.FormatUint(uint64(oid), 10)))
 }
 
 // cached returns the strategy for a single CREATE DATABASE from template:

@@ -1,0 +1,123 @@
+package dbstore
+
+import (
+	"context"
+	"os"
+	"path/filepath"
+	"strconv"
+	"testing"
+	"time"
+	"unsafe"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/pgfork/pgfork/internal/pgtest"
+	"github.com/pgfork/pgfork/internal/testenv"
+	"github.com/pgfork/pgfork/pgdata"
+)
+
+func TestCatalogFile(t *testing.T) {
+	for name, want := range map[string]bool{"1259": true, "1259_fsm": true, "2619_vm": true, "2608.1": true,
+		"16384": false, "24576_fsm": false, "PG_VERSION": false, "pg_filenode.map": false, "pg_internal.init": false, "0": false} {
+		if got := catalogFile(name); got != want {
+			t.Errorf("catalogFile(%q) = %v, want %v", name, got, want)
+		}
+	}
+}
+
+// resident is the fraction of the pages of the system catalogs' files in
+// dir that are in the page cache (mincore).
+func resident(t *testing.T, dir string) float64 {
+	t.Helper()
+	ents, err := os.ReadDir(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var in, all int
+	for _, e := range ents {
+		if !catalogFile(e.Name()) {
+			continue
+		}
+		f, err := os.Open(filepath.Join(dir, e.Name()))
+		if err != nil {
+			t.Fatal(err)
+		}
+		st, _ := f.Stat()
+		if st.Size() > 0 {
+			m, err := unix.Mmap(int(f.Fd()), 0, int(st.Size()), unix.PROT_READ, unix.MAP_SHARED)
+			if err != nil {
+				t.Fatal(err)
+			}
+			vec := make([]byte, (st.Size()+int64(os.Getpagesize())-1)/int64(os.Getpagesize()))
+			if _, _, e := unix.Syscall(unix.SYS_MINCORE, uintptr(unsafe.Pointer(&m[0])), uintptr(len(m)), uintptr(unsafe.Pointer(&vec[0]))); e != 0 {
+				t.Fatal(e)
+			}
+			for _, v := range vec {
+				all++
+				if v&1 != 0 {
+					in++
+				}
+			}
+			_ = unix.Munmap(m)
+		}
+		f.Close()
+	}
+	if all == 0 {
+		t.Fatalf("no catalog pages in %s", dir)
+	}
+	return float64(in) / float64(all)
+}
+
+// TestCreatePrewarmsClones (issue 33): a database cloned on a reflink
+// filesystem (PostgreSQL 18, file_copy_method = clone) is a new inode whose
+// pages are not cached; the creator reads its catalogs ahead, so the first
+// test on it does not wait for them. A clone made by a bare CREATE DATABASE
+// stays cold (what the creator changes).
+func TestCreatePrewarmsClones(t *testing.T) {
+	dirs := testenv.RequireMajors(t, 2)
+	bin := dirs[len(dirs)-1]
+	data := filepath.Join(testenv.XFSDir(t), "data")
+	srv := pgtest.Server{BinDir: bin, Settings: map[string]string{"file_copy_method": "clone"}}
+	pgtest.InitDB(t, data, srv)
+	if v, err := pgdata.Version(data); err != nil || v < 18 {
+		t.Skipf("the newest PostgreSQL of the test environment is %d (%v): no clone", v, err)
+	}
+	inst := pgtest.Start(t, data, srv)
+	ctx := context.Background()
+	admin, err := OpenAdmin(ctx, inst.ConnString("postgres", "postgres"), 2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(admin.Close)
+	for _, sql := range []string{"CREATE DATABASE tpl", "CHECKPOINT", "CREATE DATABASE bare TEMPLATE tpl STRATEGY FILE_COPY"} {
+		if _, err := admin.Exec(ctx, sql); err != nil {
+			t.Fatal(err)
+		}
+	}
+	cr := &SQLCreator{Admin: admin, Strategy: StrategyClone, CanClone: true}
+	if err := cr.Probe(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if got, err := cr.Create(ctx, "warm", "tpl", ""); err != nil || got != StrategyClone {
+		t.Fatalf("create: %q, %v", got, err)
+	}
+	dirOf := func(db string) string {
+		var oid uint32
+		if err := admin.QueryRow(ctx, "SELECT oid FROM pg_database WHERE datname = $1", db).Scan(&oid); err != nil {
+			t.Fatal(err)
+		}
+		return filepath.Join(data, "base", strconv.FormatUint(uint64(oid), 10))
+	}
+	// Read-ahead is asynchronous: give it a moment.
+	var warm float64
+	for deadline := time.Now().Add(5 * time.Second); time.Now().Before(deadline); time.Sleep(50 * time.Millisecond) {
+		if warm = resident(t, dirOf("warm")); warm > 0.9 {
+			break
+		}
+	}
+	bare := resident(t, dirOf("bare"))
+	t.Logf("catalog pages cached: %.0f%% of the creator's clone, %.0f%% of a bare CREATE DATABASE's", warm*100, bare*100)
+	if warm < 0.9 || bare > 0.5 {
+		t.Fatalf("catalog pages cached: %.2f of the creator's clone (want ≥ 0.9), %.2f of a bare clone (want ≤ 0.5)", warm, bare)
+	}
+}

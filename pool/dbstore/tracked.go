@@ -89,24 +89,32 @@ const keptTable = "pgfork_serve_kept"
 // keptOids creates the kept table, forgets the kept databases gone and
 // returns the oids of those left.
 func (s *adminStore) keptOids(ctx context.Context, prefix string) ([]uint32, error) {
-	if _, err := s.admin.Exec(ctx, `CREATE TABLE IF NOT EXISTS `+keptTable+` (
-		prefix text NOT NULL, oid oid NOT NULL, hash text NOT NULL, id int NOT NULL,
-		database text NOT NULL, kept timestamptz NOT NULL DEFAULT now(), PRIMARY KEY (prefix, oid))`); err != nil {
-		return nil, errs.Wrap(errs.Internal, err, "cannot create the table %s", keptTable)
-	}
 	// Gone, or renamed by a client: no longer kept (a renamed one is the
 	// client's to drop; Sweep drops it with the others).
-	if _, err := s.admin.Exec(ctx, `DELETE FROM `+keptTable+` k WHERE prefix = $1 AND NOT EXISTS
-		(SELECT 1 FROM pg_database d WHERE d.oid = k.oid AND d.datname = k.database)`, prefix); err != nil {
-		return nil, errs.Wrap(errs.Internal, err, "cannot forget kept databases gone")
+	return s.liveOids(ctx, prefix, keptTable, "kept timestamptz NOT NULL DEFAULT now()", "kept")
+}
+
+// liveOids creates table (prefix, oid, hash, id, database and extra
+// columns, by oid) if it is not there, forgets the rows of databases gone
+// or renamed, and returns the oids of prefix's rows left; what names them
+// in errors.
+func (s *adminStore) liveOids(ctx context.Context, prefix, table, extra, what string) ([]uint32, error) {
+	if _, err := s.admin.Exec(ctx, `CREATE TABLE IF NOT EXISTS `+table+` (
+		prefix text NOT NULL, oid oid NOT NULL, hash text NOT NULL, id int NOT NULL,
+		database text NOT NULL, `+extra+`, PRIMARY KEY (prefix, oid))`); err != nil {
+		return nil, errs.Wrap(errs.Internal, err, "cannot create the table %s", table)
 	}
-	rows, err := s.admin.Query(ctx, `SELECT oid FROM `+keptTable+` WHERE prefix = $1`, prefix)
+	if _, err := s.admin.Exec(ctx, `DELETE FROM `+table+` k WHERE prefix = $1 AND NOT EXISTS
+		(SELECT 1 FROM pg_database d WHERE d.oid = k.oid AND d.datname = k.database)`, prefix); err != nil {
+		return nil, errs.Wrap(errs.Internal, err, "cannot forget %s databases gone", what)
+	}
+	rows, err := s.admin.Query(ctx, `SELECT oid FROM `+table+` WHERE prefix = $1`, prefix)
 	if err != nil {
-		return nil, errs.Wrap(errs.Internal, err, "cannot list kept databases")
+		return nil, errs.Wrap(errs.Internal, err, "cannot list %s databases", what)
 	}
 	oids, err := pgx.CollectRows(rows, pgx.RowTo[uint32])
 	if err != nil {
-		return nil, errs.Wrap(errs.Internal, err, "cannot list kept databases")
+		return nil, errs.Wrap(errs.Internal, err, "cannot list %s databases", what)
 	}
 	return oids, nil
 }
@@ -151,24 +159,7 @@ const readyTable = "pgfork_serve_ready"
 // or renamed and returns the oids of those left, which Recover leaves in
 // place.
 func (s *adminStore) readyOids(ctx context.Context, prefix string) ([]uint32, error) {
-	if _, err := s.admin.Exec(ctx, `CREATE TABLE IF NOT EXISTS `+readyTable+` (
-		prefix text NOT NULL, oid oid NOT NULL, hash text NOT NULL, id int NOT NULL,
-		database text NOT NULL, PRIMARY KEY (prefix, oid))`); err != nil {
-		return nil, errs.Wrap(errs.Internal, err, "cannot create the table %s", readyTable)
-	}
-	if _, err := s.admin.Exec(ctx, `DELETE FROM `+readyTable+` r WHERE prefix = $1 AND NOT EXISTS
-		(SELECT 1 FROM pg_database d WHERE d.oid = r.oid AND d.datname = r.database)`, prefix); err != nil {
-		return nil, errs.Wrap(errs.Internal, err, "cannot forget ready databases gone")
-	}
-	rows, err := s.admin.Query(ctx, `SELECT oid FROM `+readyTable+` WHERE prefix = $1`, prefix)
-	if err != nil {
-		return nil, errs.Wrap(errs.Internal, err, "cannot list ready databases")
-	}
-	oids, err := pgx.CollectRows(rows, pgx.RowTo[uint32])
-	if err != nil {
-		return nil, errs.Wrap(errs.Internal, err, "cannot list ready databases")
-	}
-	return oids, nil
+	return s.liveOids(ctx, prefix, readyTable, "at timestamptz NOT NULL DEFAULT now()", "ready")
 }
 
 // SaveReady records the fresh test databases ks as left ready by a clean

@@ -226,7 +226,9 @@ Pool sizes, unless given by a flag or IntegreSQL's variable: when test
 databases are clones (PostgreSQL 18, file_copy_method=clone on a reflink
 filesystem: a ready database costs almost no disk) each pool keeps 4 per
 core ready and grows to 64 per core; when they are full copies (PostgreSQL
-15-17, or no reflink) 1 and 4 per core; creations run 1 per core at once
+15-17, or no reflink) 1 per core, growing to 4 per core on misses and to
+as many copies as fit in a quarter of the free disk (at most 64 per core)
+for the demand it learned; creations run 1 per core at once
 in both (a creation is CPU and checkpoint bound: on 2 cores 4 at once made
 no more databases per second than 2). With --isolation cluster: 1 and 4 per
 core; cloned clusters (--copies): 4 and 48 per core, 3 per core at once.

@@ -24,7 +24,7 @@ func LockDir(dir string) (release func(), err error) {
 		}
 		return nil, &os.PathError{Op: "flock", Path: dir, Err: err}
 	}
-	return func() { unix.Close(fd) }, nil
+	return func() { _ = unix.Flock(fd, unix.LOCK_UN); unix.Close(fd) }, nil // LOCK_UN: see Lock.Unlock
 }
 
 // IsLockedByLiveProcess reports whether a live process holds LockDir's

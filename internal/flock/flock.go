@@ -102,10 +102,18 @@ func TryShared(path string) (*Lock, error) {
 }
 
 // Unlock releases the lock. It is safe to call on a nil Lock and more than once.
+//
+// The lock belongs to the open file description, which a child forked by
+// any goroutine of this process shares until it execs (or for good, if it
+// was handed the descriptor): closing only our descriptor would leave the
+// lock held for that moment, and a TryExclusive right after (ours or
+// another process's) would find it busy. LOCK_UN releases it for every
+// holder of the description at once.
 func (l *Lock) Unlock() {
 	if l == nil || l.f == nil {
 		return
 	}
+	_ = unix.Flock(int(l.f.Fd()), unix.LOCK_UN)
 	_ = l.f.Close()
 	l.f = nil
 }

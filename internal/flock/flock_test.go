@@ -170,3 +170,27 @@ f=open(sys.argv[1],'r+'); fcntl.lockf(f, fcntl.LOCK_SH); print('held', flush=Tru
 		t.Fatalf("Held after the holder exited = %v, %v; want false", held, err)
 	}
 }
+
+// TestUnlockReleasesInheritedCopies: a child that holds a copy of the
+// lock's descriptor (as one forked by another goroutine does until it
+// execs) does not keep the lock past Unlock: right after, another
+// TryExclusive takes it.
+func TestUnlockReleasesInheritedCopies(t *testing.T) {
+	p := filepath.Join(t.TempDir(), "lock")
+	l, err := TryExclusive(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	child := exec.Command("sleep", "30")
+	child.ExtraFiles = []*os.File{l.f}
+	if err := child.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = child.Process.Kill(); _ = child.Wait() })
+	l.Unlock()
+	l2, err := TryExclusive(p)
+	if err != nil {
+		t.Fatalf("TryExclusive after Unlock, while a child holds a copy of the descriptor: %v", err)
+	}
+	l2.Unlock()
+}

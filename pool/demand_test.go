@@ -294,6 +294,42 @@ func TestManagerMaxBySize(t *testing.T) {
 	}
 }
 
+// TestManagerLearnMax: a demand learned beyond Max fills the pool up to
+// LearnMax, while misses grow its target only to Max (issue 33: suites of
+// 200-300 writing tests were bounded by a Max sized for misses).
+func TestManagerLearnMax(t *testing.T) {
+	s := startPG(t)
+	ctx := context.Background()
+	cfg := pool.ManagerConfig{Prefix: "plm", Initial: 1, Max: 2, LearnMax: 6, Parallel: 1, GetTimeout: 30 * time.Second,
+		LearnDemand: true, RunGap: 300 * time.Millisecond}
+	m := openManager(t, s, cfg)
+	t.Cleanup(func() { _ = m.Close(ctx) })
+	readyTemplate(t, s, m, "lm")
+	if st := poolStats(t, m, "lm"); st.Max != 6 {
+		t.Fatalf("Max %d, want LearnMax 6", st.Max)
+	}
+	var held []pool.TestDatabase
+	for range 5 {
+		db, err := m.GetTestDatabase(ctx, "lm")
+		if err != nil {
+			t.Fatal(err)
+		}
+		held = append(held, db)
+		if st := poolStats(t, m, "lm"); st.Target > cfg.Max {
+			t.Fatalf("misses grew the target to %d, beyond Max %d: %+v", st.Target, cfg.Max, st)
+		}
+	}
+	for _, db := range held {
+		if err := m.Recreate(ctx, "lm", db.ID); err != nil {
+			t.Fatal(err)
+		}
+	}
+	waitFor(t, func() bool { st := poolStats(t, m, "lm"); return st.Demand == 5 && st.ByState[pool.Ready] == 5 })
+	if st := poolStats(t, m, "lm"); st.Target != 5 || st.Total > 6 {
+		t.Fatalf("after the run: %+v, want a target of the learned 5", st)
+	}
+}
+
 // TestManagerDefersRecreationsWhileCovered: on a run after the first, the
 // pool holds the demand it learned, ready; the databases the run gives
 // back are recreated once it ends, not while its tests want the cores,

@@ -63,12 +63,16 @@ type ManagerConfig struct {
 	// template is ready and after every run (Config.Learn). Set by
 	// Sizes.Apply unless the user gave Initial.
 	LearnDemand bool
+	// LearnMax, above Max, is how many databases a pool's learned demand
+	// may fill it to; misses grow it only to Max (Config.GrowMax). 0:
+	// Max. Set by Sizes.Apply unless the user gave Max.
+	LearnMax int
 	// MaxBySize, when set and the store is a Sizer, gives each pool its
 	// Max from its template's size in bytes when the pool starts (full
 	// copies take that much disk each; see SpaceMax); a result ≤ 0, or a
-	// size the store cannot tell, keeps Max. Misses grow a pool no further
-	// than Max all the same (Config.GrowMax): only its learned demand
-	// fills it beyond.
+	// size the store cannot tell, keeps LearnMax (or Max). Misses grow a
+	// pool no further than Max all the same (Config.GrowMax): only its
+	// learned demand fills it beyond.
 	MaxBySize func(templateBytes int64) int
 	// RunGap: hand-outs further apart than this are two runs (0:
 	// DefaultRunGap).
@@ -328,20 +332,21 @@ func (m *Manager) newPool(ctx context.Context, t *template) *Pool {
 }
 
 // maxOf is the Max of t's pool: MaxBySize of its template's size when
-// the store can tell it, else the configured Max.
+// the store can tell it, else the configured LearnMax (or Max).
 func (m *Manager) maxOf(ctx context.Context, t *template) int {
+	most := max(m.cfg.Max, m.cfg.LearnMax)
 	sz, ok := m.store.(Sizer)
 	if m.cfg.MaxBySize == nil || !ok {
-		return m.cfg.Max
+		return most
 	}
 	size, err := sz.TemplateSize(ctx, t.db)
 	if err != nil {
-		m.cfg.Log.Warn("cannot measure a template: its pool keeps the default maximum", "template", t.hash, "max", m.cfg.Max, "err", err)
-		return m.cfg.Max
+		m.cfg.Log.Warn("cannot measure a template: its pool keeps the default maximum", "template", t.hash, "max", most, "err", err)
+		return most
 	}
 	n := m.cfg.MaxBySize(size)
 	if n <= 0 {
-		return m.cfg.Max
+		return most
 	}
 	m.cfg.Log.Info("pool sized by disk: full copies of the template fit in its share of the free space",
 		"template", t.hash, "template_bytes", size, "max", n)

@@ -136,12 +136,12 @@ type Config struct {
 	// Max bounds the databases of this pool, in any state.
 	Max int
 	// GrowMax bounds what misses grow the pool's target to (0: Max), and
-	// the used copies waiting for their drop; the demand it learned
-	// (Learn) fills it up to Max all the same. A pool of
-	// full copies sized by the disk (ManagerConfig.MaxBySize) grows by
-	// misses no further than the per-core default: during a first run every
-	// acquire misses, and each creation beyond what the waiting tests take
-	// copies the template's size while they wait.
+	// the used copies waiting for their drop; the demand it learned (Learn)
+	// fills it up to Max all the same. Misses grow a pool no further than
+	// the per-core default (ManagerConfig.Max): during a first run every
+	// acquire misses, and each creation beyond what the waiting tests
+	// take costs them CPU and checkpoints (with full copies, the
+	// template's size in writes) while they wait.
 	GrowMax int
 	// Parallel bounds concurrent creations/recreations (default 2).
 	Parallel int

@@ -1,9 +1,10 @@
 package pool
 
 // Sizes are a pool's defaults: databases kept ready when idle (Initial),
-// at most (Max), and created at once (Parallel).
+// at most as misses grow it (Max), created at once (Parallel), and at
+// most as the demand it learned fills it (Learned, ≥ Max).
 type Sizes struct {
-	Initial, Max, Parallel int
+	Initial, Max, Parallel, Learned int
 }
 
 // DefaultSizes returns the pool defaults for a server on cpus cores whose
@@ -31,12 +32,21 @@ type Sizes struct {
 // for creations); with 64 per core it holds them and took 1.49x (p50 wait
 // 0.1 ms, p99 0.5 ms), against 2.70x (p99 434 ms) for a pool that only
 // grows by misses.
+//
+// Learned is what a learned demand may fill a pool to, beyond Max: 256
+// per core with clones (bench's JS and Rust suites, 300 and 200 writing
+// tests on 2 cores, waited for creations on their second run with 128:
+// 3.2x and 3.1x their floors on the volume), and Max with full copies,
+// whose disk SpaceMax weighs when the server's free space is known.
+// Misses grow a pool only to Max: a first run misses on every acquire,
+// and a creation beyond what the waiting tests take costs them CPU and
+// checkpoints while they wait.
 func DefaultSizes(clone bool, cpus int) Sizes {
 	cpus = max(cpus, 1)
 	if clone {
-		return Sizes{Initial: 4 * cpus, Max: 64 * cpus, Parallel: cpus}
+		return Sizes{Initial: 4 * cpus, Max: 64 * cpus, Parallel: cpus, Learned: 256 * cpus}
 	}
-	return Sizes{Initial: cpus, Max: 4 * cpus, Parallel: cpus}
+	return Sizes{Initial: cpus, Max: 4 * cpus, Parallel: cpus, Learned: 4 * cpus}
 }
 
 // SpaceShare is the part of a filesystem's free space (1/SpaceShare) that
@@ -46,8 +56,8 @@ const SpaceShare = 4
 // SpaceMax returns the Max of a pool of full copies of a template of size
 // bytes, on a filesystem with free bytes available when the pool starts:
 // as many copies as fit in 1/SpaceShare of it, no fewer than the full-copy
-// default (DefaultSizes(false, cpus).Max) and no more than the clone
-// default (64 per core). 0 when free or size is unknown (≤ 0): the caller
+// default (DefaultSizes(false, cpus).Max) and no more than a learned
+// demand fills clones to (DefaultSizes(true, cpus).Learned: 256 per core). 0 when free or size is unknown (≤ 0): the caller
 // keeps its Max.
 //
 // A learning pool (Config.Learn) keeps as many ready as one run of its
@@ -64,7 +74,7 @@ func SpaceMax(free, size int64, cpus int) int {
 		return 0
 	}
 	cpus = max(cpus, 1)
-	lo, hi := DefaultSizes(false, cpus).Max, DefaultSizes(true, cpus).Max
+	lo, hi := DefaultSizes(false, cpus).Max, DefaultSizes(true, cpus).Learned
 	n := free / SpaceShare / size
 	return int(min(max(n, int64(lo)), int64(hi)))
 }
@@ -77,13 +87,16 @@ type Given struct {
 
 // Apply sets the sizes of cfg not given to d's, keeping Initial ≤ Max:
 // a given Max bounds a default Initial, a given Initial raises a default
-// Max. Without a given Initial, pools learn their demand (LearnDemand).
+// Max. Without a given Initial, pools learn their demand (LearnDemand),
+// up to d.Learned unless the user gave Max (their number bounds it).
 func (d Sizes) Apply(cfg ManagerConfig, given Given) ManagerConfig {
 	if !given.Parallel {
 		cfg.Parallel = d.Parallel
 	}
+	cfg.LearnMax = 0
 	if !given.Max {
 		cfg.Max = max(d.Max, cfg.Initial*boolInt(given.Initial))
+		cfg.LearnMax = max(d.Learned, cfg.Max)
 	}
 	if !given.Initial {
 		cfg.Initial = min(d.Initial, cfg.Max)

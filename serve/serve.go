@@ -156,6 +156,9 @@ func (b *Backend) openDB(ctx context.Context, cfg pool.ManagerConfig, adminURL s
 			kind = "clones (reflink, file_copy_method=clone)"
 		}
 		most := fmt.Sprint(cfg.Max)
+		if cfg.LearnDemand && cfg.LearnMax > cfg.Max {
+			most = fmt.Sprintf("%d (%d for the demand a run took)", cfg.Max, cfg.LearnMax)
+		}
 		if dir := creator.DataDir(); !shares && !o.Given.Max && dir != "" {
 			// Full copies: each pool holds as many as fit in its share of
 			// the free space of the server's data directory (a remote
@@ -168,7 +171,8 @@ func (b *Backend) openDB(ctx context.Context, cfg pool.ManagerConfig, adminURL s
 				}
 				return pool.SpaceMax(free, size, cpus)
 			}
-			most = fmt.Sprintf("%d to %d by the template's size (1/%d of the free disk)", cfg.Max, pool.DefaultSizes(true, cpus).Max, pool.SpaceShare)
+			most = fmt.Sprintf("%d (for the demand a run took: %d to %d by the template's size, 1/%d of the free disk)",
+				cfg.Max, cfg.Max, pool.DefaultSizes(true, cpus).Learned, pool.SpaceShare)
 		}
 		b.Sized = fmt.Sprintf("pools: %d ready, at most %s, %d created at once (test databases are %s; %d cores)",
 			cfg.Initial, most, cfg.Parallel, kind, runtime.NumCPU())

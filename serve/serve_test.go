@@ -206,7 +206,7 @@ func TestManagedSizesPoolsFromFilesystem(t *testing.T) {
 	defer b.Close(ctx)
 	t.Log(b.Sized)
 	want := pool.DefaultSizes(true, runtime.NumCPU())
-	if !strings.Contains(b.Sized, "clones") || !strings.Contains(b.Sized, fmt.Sprintf("at most %d, 1 created at once", want.Max)) {
+	if !strings.Contains(b.Sized, "clones") || !strings.Contains(b.Sized, fmt.Sprintf("at most %d (%d for the demand a run took), 1 created at once", want.Max, want.Learned)) {
 		t.Fatalf("sized %q, want clone defaults %+v with the given parallel 1", b.Sized, want)
 	}
 	if _, err := b.Manager.InitializeTemplate(ctx, "sized"); err != nil {
@@ -216,15 +216,15 @@ func TestManagedSizesPoolsFromFilesystem(t *testing.T) {
 		t.Fatal(err)
 	}
 	ts, _ := b.Manager.Stats()
-	if len(ts) != 1 || ts[0].Pool.Max != want.Max {
-		t.Fatalf("pool stats %+v, want max %d", ts, want.Max)
+	if len(ts) != 1 || ts[0].Pool.Max != want.Learned {
+		t.Fatalf("pool stats %+v, want max %d (a learned demand's)", ts, want.Learned)
 	}
 }
 
 // TestManagedSizesFullCopiesByDisk (issue 33): with test databases that
 // are full copies (the managed server on ext4), a pool's maximum not given
 // by the user is how many copies of its template fit in a quarter of the
-// free space of the data directory, within 4 to 64 per core; a maximum
+// free space of the data directory, within 4 to 256 per core; a maximum
 // the user gave stays.
 func TestManagedSizesFullCopiesByDisk(t *testing.T) {
 	ctx := context.Background()

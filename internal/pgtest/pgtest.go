@@ -42,6 +42,10 @@ type Server struct {
 	Checksums *bool
 	// Locale is initdb's --locale; empty means instance's default.
 	Locale string
+	// FreshInitDB makes InitDB run initdb instead of copying the cached
+	// output of an earlier one: for a test that needs a system identifier
+	// of its own (copies share their original's).
+	FreshInitDB bool
 }
 
 // User returns the OS user servers run as: nil when the tests do not run
@@ -63,14 +67,22 @@ func (s *Server) binDir(t testing.TB) string {
 }
 
 // InitDB makes a fresh data directory at data (no sync: a test's cluster
-// does not outlive a crash).
+// does not outlive a crash): a copy of what initdb made for the same
+// build and options earlier in this test run (initdbCache), or initdb's
+// own output with s.FreshInitDB.
 func InitDB(t testing.TB, data string, s Server) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
 	o := instance.InitOptions{BinDir: s.binDir(t), Env: s.Env, DataDir: data, User: User(t), NoSync: true,
 		Checksums: s.Checksums, Locale: s.Locale}
-	if err := instance.InitDB(ctx, o); err != nil {
+	if s.FreshInitDB {
+		if err := instance.InitDB(ctx, o); err != nil {
+			t.Fatalf("initdb %s (%s): %v", data, s.BinDir, err)
+		}
+		return
+	}
+	if err := initdbCache.copy(ctx, o); err != nil {
 		t.Fatalf("initdb %s (%s): %v", data, s.BinDir, err)
 	}
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 
@@ -110,5 +111,46 @@ func TestForEachBuildOnFS(t *testing.T) {
 	}
 	if !fss["ext4"] || !fss["xfs"] || len(fss) != 2 {
 		t.Errorf("filesystems run: %v, want ext4 and xfs", fss)
+	}
+}
+
+// TestInitDBCopiesCachedOutput: InitDB runs initdb once per build and
+// options and copies its output after; the copies are clusters of their
+// own with the options asked for (checksums here), and FreshInitDB runs
+// initdb (a system identifier of its own).
+func TestInitDBCopiesCachedOutput(t *testing.T) {
+	b := pgtest.Builds(t, 0)[0]
+	dir := testenv.XFSDir(t)
+	on, off := true, false
+	sysid := func(url string) string {
+		return pgtest.Query(t, url, "SELECT system_identifier::text FROM pg_control_system()")
+	}
+	var ids []string
+	for i, c := range []struct {
+		sums  *bool
+		fresh bool
+		want  string
+	}{{&on, false, "on"}, {&on, false, "on"}, {&off, false, "off"}, {&on, true, "on"}} {
+		s := b.Server()
+		s.Checksums, s.FreshInitDB = c.sums, c.fresh
+		data := filepath.Join(dir, fmt.Sprint("d", i))
+		pgtest.InitDB(t, data, s)
+		in := pgtest.Start(t, data, s)
+		url := in.ConnString("", "")
+		if got := pgtest.Query(t, url, "SHOW data_checksums"); got != c.want {
+			t.Errorf("cluster %d: data_checksums %s, want %s", i, got, c.want)
+		}
+		pgtest.Exec(t, url, fmt.Sprintf("CREATE TABLE only_in_%d ()", i))
+		if got := pgtest.Query(t, url, "SELECT count(*)::text FROM pg_class WHERE relname LIKE 'only_in_%'"); got != "1" {
+			t.Errorf("cluster %d sees %s tables made in the clusters copied before it, want its own alone", i, got)
+		}
+		ids = append(ids, sysid(url))
+		pgtest.Stop(t, in)
+	}
+	if ids[0] != ids[1] {
+		t.Errorf("system identifiers %v: the second cluster was not a copy of the first's initdb", ids)
+	}
+	if ids[3] == ids[0] || ids[2] == ids[0] {
+		t.Errorf("system identifiers %v: a fresh initdb, or other options, got a copy", ids)
 	}
 }

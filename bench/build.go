@@ -118,8 +118,11 @@ func autoStartEnv(bin, state string) []string {
 // runs' wall times, or why they were not measured: a client without
 // auto-start fails (its message is quoted), and a server answering at the
 // default URL would be used instead of one started. A server still running
-// 2 s after a run ends is reported in left (and stopped).
-func zeroSetup(ctx context.Context, bin, tmp string, run func(env []string) (time.Duration, error)) (first, second time.Duration, left []string, notMeasured string) {
+// 2 s after a run ends is reported in left (and stopped). Each run starts
+// once other, the section's own serve on the same PostgreSQL, has settled:
+// its pools refill to the demand they learned (up to hundreds of full
+// copies), which would otherwise run beside the measured setup.
+func zeroSetup(ctx context.Context, bin, tmp string, other *serveProc, run func(env []string) (time.Duration, error)) (first, second time.Duration, left []string, notMeasured string) {
 	for _, u := range []string{"http://127.0.0.1:5000/healthz", "http://localhost:5000/healthz"} {
 		if res, err := benchHTTP.Get(u); err == nil {
 			res.Body.Close()
@@ -132,6 +135,11 @@ func zeroSetup(ctx context.Context, bin, tmp string, run func(env []string) (tim
 	}
 	env := autoStartEnv(bin, state)
 	for i, d := range []*time.Duration{&first, &second} {
+		if other != nil {
+			if err := other.settle(ctx, 5*time.Minute); err != nil {
+				return 0, 0, left, "the section's serve did not settle: " + err.Error()
+			}
+		}
 		took, err := run(env)
 		if pids := serversOf(state, 2*time.Second); len(pids) > 0 {
 			left = append(left, fmt.Sprintf("run %d left pgfork serve running (pid %v)", i+1, pids))

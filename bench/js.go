@@ -448,7 +448,7 @@ func runJSBench(ctx context.Context, r *Report) error {
 	}
 	warmPool := res[len(res)-1]
 	// Issue 34: the same file with nothing started by hand, twice.
-	zFirst, zSecond, zLeft, zNot := zeroSetup(ctx, bin, tmp, func(env []string) (time.Duration, error) {
+	zFirst, zSecond, zLeft, zNot := zeroSetup(ctx, bin, tmp, srv, func(env []string) (time.Duration, error) {
 		took, _, _, err := jsBenchRun(ctx, proj, clientsJS, "d", append(env, "PGB_KEY="+key+"-zero"), "f00.test.mjs")
 		return took, err
 	})

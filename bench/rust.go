@@ -368,7 +368,7 @@ func runRustBench(ctx context.Context, r *Report) error {
 		return err
 	}
 	// Issue 34: the same tests with nothing started by hand, twice.
-	zFirst, zSecond, zLeft, zNot := zeroSetup(ctx, bin, tmp, func(zenv []string) (time.Duration, error) {
+	zFirst, zSecond, zLeft, zNot := zeroSetup(ctx, bin, tmp, srv, func(zenv []string) (time.Duration, error) {
 		took, _, _, err := rustBenchRun(ctx, proj, "c", append(append(append([]string{}, target...), pgEnv(pg)...), zenv...), "t00")
 		return took, err
 	})

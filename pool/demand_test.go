@@ -263,23 +263,7 @@ func TestManagerMaxBySize(t *testing.T) {
 	// A first run: misses grow the pool no further than the configured
 	// Max (each creation beyond would copy the template while tests
 	// wait); the demand it learned fills it up to MaxBySize's.
-	var held []pool.TestDatabase
-	for range 5 {
-		db, err := m.GetTestDatabase(ctx, "small")
-		if err != nil {
-			t.Fatal(err)
-		}
-		held = append(held, db)
-		if st := poolStats(t, m, "small"); st.Target > cfg.Max {
-			t.Fatalf("misses grew the target to %d, beyond %d: %+v", st.Target, cfg.Max, st)
-		}
-	}
-	for _, db := range held {
-		if err := m.Recreate(ctx, "small", db.ID); err != nil {
-			t.Fatal(err)
-		}
-	}
-	waitFor(t, func() bool { st := poolStats(t, m, "small"); return st.Demand == 5 && st.ByState[pool.Ready] == 5 })
+	missedRun(t, m, "small", 5, cfg.Max)
 
 	tpl, err := m.InitializeTemplate(ctx, "big")
 	if err != nil {
@@ -292,6 +276,32 @@ func TestManagerMaxBySize(t *testing.T) {
 	if st := poolStats(t, m, "big"); st.Max != 3 {
 		t.Fatalf("Max %d, want the configured 3 when MaxBySize says 0", st.Max)
 	}
+}
+
+// missedRun takes n databases of template hash at once (a first run: each
+// acquire misses), failing when misses grow the pool's target beyond
+// growMax, gives them back for recreation and waits until the pool learned
+// the run's demand and holds n ready.
+func missedRun(t *testing.T, m *pool.Manager, hash string, n, growMax int) {
+	t.Helper()
+	ctx := context.Background()
+	var held []pool.TestDatabase
+	for range n {
+		db, err := m.GetTestDatabase(ctx, hash)
+		if err != nil {
+			t.Fatal(err)
+		}
+		held = append(held, db)
+		if st := poolStats(t, m, hash); st.Target > growMax {
+			t.Fatalf("misses grew the target to %d, beyond %d: %+v", st.Target, growMax, st)
+		}
+	}
+	for _, db := range held {
+		if err := m.Recreate(ctx, hash, db.ID); err != nil {
+			t.Fatal(err)
+		}
+	}
+	waitFor(t, func() bool { st := poolStats(t, m, hash); return st.Demand == n && st.ByState[pool.Ready] == n })
 }
 
 // TestManagerLearnMax: a demand learned beyond Max fills the pool up to
@@ -308,23 +318,7 @@ func TestManagerLearnMax(t *testing.T) {
 	if st := poolStats(t, m, "lm"); st.Max != 6 {
 		t.Fatalf("Max %d, want LearnMax 6", st.Max)
 	}
-	var held []pool.TestDatabase
-	for range 5 {
-		db, err := m.GetTestDatabase(ctx, "lm")
-		if err != nil {
-			t.Fatal(err)
-		}
-		held = append(held, db)
-		if st := poolStats(t, m, "lm"); st.Target > cfg.Max {
-			t.Fatalf("misses grew the target to %d, beyond Max %d: %+v", st.Target, cfg.Max, st)
-		}
-	}
-	for _, db := range held {
-		if err := m.Recreate(ctx, "lm", db.ID); err != nil {
-			t.Fatal(err)
-		}
-	}
-	waitFor(t, func() bool { st := poolStats(t, m, "lm"); return st.Demand == 5 && st.ByState[pool.Ready] == 5 })
+	missedRun(t, m, "lm", 5, cfg.Max)
 	if st := poolStats(t, m, "lm"); st.Target != 5 || st.Total > 6 {
 		t.Fatalf("after the run: %+v, want a target of the learned 5", st)
 	}

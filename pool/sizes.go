@@ -19,17 +19,9 @@ type Sizes struct {
 // is CPU and checkpoint bound, so Parallel stays at the cores. What a
 // bigger pool costs differs: a clone shares every block of the template
 // (a ready database is a few hundred small files), a full copy takes the
-// template's size in disk each. So with clone the pool grows to 64 per
-// core; with full copies to IntegreSQL's 4 per core.
-//
-// Initial is one per core either way. A pool that learns its demand (the
-// default) keeps what its runs took ready between runs; Initial serves a
-// template's first run, whose tests come as soon as it is finalized and
-// find the pool empty at any size (creations run Parallel at once, and
-// misses grow the pool), and templates used once or twice, which a
-// bigger Initial fills for nothing: the client libraries' own suites,
-// whose every test makes a template, started 1,228 PostgreSQL clusters
-// (cloned clusters, 4 per core ready) in one run of clients/test.sh.
+// template's size in disk each. So with clone the pool keeps 4 per core
+// ready and grows to 64 per core; with full copies it keeps IntegreSQL's 1
+// and 4 per core.
 //
 // Max with clone is sized for the demand a pool learns (Config.Learn: the
 // fresh databases one run takes, filled ahead): BenchmarkSecondRun, a
@@ -52,7 +44,7 @@ type Sizes struct {
 func DefaultSizes(clone bool, cpus int) Sizes {
 	cpus = max(cpus, 1)
 	if clone {
-		return Sizes{Initial: cpus, Max: 64 * cpus, Parallel: cpus, Learned: 256 * cpus}
+		return Sizes{Initial: 4 * cpus, Max: 64 * cpus, Parallel: cpus, Learned: 256 * cpus}
 	}
 	return Sizes{Initial: cpus, Max: 4 * cpus, Parallel: cpus, Learned: 4 * cpus}
 }

@@ -10,7 +10,7 @@ import (
 // scale with the cores, and sizes given by the user win, keeping
 // Initial ≤ Max (issue 33).
 func TestDefaultSizes(t *testing.T) {
-	if got := pool.DefaultSizes(true, 2); got != (pool.Sizes{Initial: 2, Max: 128, Parallel: 2, Learned: 512}) {
+	if got := pool.DefaultSizes(true, 2); got != (pool.Sizes{Initial: 8, Max: 128, Parallel: 2, Learned: 512}) {
 		t.Errorf("clone, 2 cores: %+v", got)
 	}
 	if got := pool.DefaultSizes(false, 2); got != (pool.Sizes{Initial: 2, Max: 8, Parallel: 2, Learned: 8}) {
@@ -27,9 +27,9 @@ func TestDefaultSizes(t *testing.T) {
 		given pool.Given
 		want  [4]int // Initial, Max, Parallel, LearnMax
 	}{
-		{"nothing given", base, pool.Given{}, [4]int{2, 128, 2, 512}},
+		{"nothing given", base, pool.Given{}, [4]int{8, 128, 2, 512}},
 		{"all given", pool.ManagerConfig{Initial: 1, Max: 3, Parallel: 5, LearnMax: 9}, pool.Given{Initial: true, Max: true, Parallel: true}, [4]int{1, 3, 5, 0}},
-		{"a small max bounds the default initial and the demand", pool.ManagerConfig{Max: 1}, pool.Given{Max: true}, [4]int{1, 1, 2, 0}},
+		{"a small max bounds the default initial and the demand", pool.ManagerConfig{Max: 4}, pool.Given{Max: true}, [4]int{4, 4, 2, 0}},
 		{"a big initial raises the default max", pool.ManagerConfig{Initial: 200}, pool.Given{Initial: true}, [4]int{200, 200, 2, 512}},
 		{"an initial above the learned bound", pool.ManagerConfig{Initial: 600}, pool.Given{Initial: true}, [4]int{600, 600, 2, 600}},
 		{"initial 0 given", pool.ManagerConfig{Initial: 0}, pool.Given{Initial: true}, [4]int{0, 128, 2, 512}},

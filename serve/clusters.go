@@ -55,9 +55,8 @@ func ChooseCopies(copies string, major int, sharesBlocks bool) (bool, error) {
 var clusterSettings = map[string]string{"shared_buffers": "16MB"}
 
 // ClusterSizes are the pool defaults of cloned clusters on cpus cores
-// (reflink: sharesBlocks; else pool.DefaultSizes' full copies): 1 ready
-// per core (see pool.DefaultSizes: a learned demand keeps more), up to 48
-// per core, 3 made at once per core. A ready cluster
+// (reflink: sharesBlocks; else pool.DefaultSizes' full copies): 4 ready
+// per core, up to 48 per core, 3 made at once per core. A ready cluster
 // costs no disk, ~13 MB of memory while it waits (a pool grows to the
 // demand it sees and drops what it grew after --pool-idle), and a
 // creation is half waiting on a server to start. Measured with
@@ -74,7 +73,7 @@ func ClusterSizes(sharesBlocks bool, cpus int) pool.Sizes {
 	if !sharesBlocks {
 		return pool.DefaultSizes(false, cpus)
 	}
-	return pool.Sizes{Initial: cpus, Max: 48 * cpus, Parallel: 3 * cpus, Learned: 48 * cpus}
+	return pool.Sizes{Initial: 4 * cpus, Max: 48 * cpus, Parallel: 3 * cpus, Learned: 48 * cpus}
 }
 
 // newManagedClusters serves the managed mode with a cloned cluster per

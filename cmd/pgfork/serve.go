@@ -224,7 +224,7 @@ token must name serve in Host as localhost, an IP address or a name of
 
 Pool sizes, unless given by a flag or IntegreSQL's variable: when test
 databases are clones (PostgreSQL 18, file_copy_method=clone on a reflink
-filesystem: a ready database costs almost no disk) each pool keeps 1 per
+filesystem: a ready database costs almost no disk) each pool keeps 4 per
 core ready, grows to 64 per core on misses and to 256 per core for the
 demand it learned; when they are full copies (PostgreSQL 15-17, or no
 reflink) 1 per core, growing to 4 per core on misses and to as many copies
@@ -232,7 +232,7 @@ as fit in a quarter of the free disk (at most 256 per core) for the demand
 it learned; creations run 1 per core at once
 in both (a creation is CPU and checkpoint bound: on 2 cores 4 at once made
 no more databases per second than 2). With --isolation cluster: 1 and 4 per
-core; cloned clusters (--copies): 1 and 48 per core, 3 per core at once.
+core; cloned clusters (--copies): 4 and 48 per core, 3 per core at once.
 Unless --pool-init is given, each pool learns how many fresh databases a
 run of its template takes (kept across restarts) and keeps that many ready,
 within --pool-max, filled as soon as the template is ready and after each
@@ -320,7 +320,7 @@ run one until it exits).`,
 	f.BoolVar(&o.canClone, "can-clone", false, "with --pg-url: the server's data directory is on a reflink filesystem (XFS, btrfs, ZFS 2.2+), so the advisor may pick clone (PostgreSQL 18, file_copy_method=clone)")
 	f.StringVar(&o.token, "token", cl.getenv("PGFORK_TOKEN"), "require this token: 'Authorization: Bearer TOKEN', or the base URL http://HOST:PORT/TOKEN/api that IntegreSQL's clients accept (env PGFORK_TOKEN)")
 	f.StringVar(&o.socket, "socket", "", "also listen on this Unix socket (mode 0600)")
-	f.IntVar(&o.poolInit, "pool-init", cl.envInt("INTEGRESQL_TEST_INITIAL_POOL_SIZE", n), "databases each pool keeps ready (env INTEGRESQL_TEST_INITIAL_POOL_SIZE; auto: 1 per core, and what a run of the template took once learned)")
+	f.IntVar(&o.poolInit, "pool-init", cl.envInt("INTEGRESQL_TEST_INITIAL_POOL_SIZE", n), "databases each pool keeps ready (env INTEGRESQL_TEST_INITIAL_POOL_SIZE; auto: 4 per core when test databases are clones, else 1 per core)")
 	f.IntVar(&o.poolMax, "pool-max", cl.envInt("INTEGRESQL_TEST_MAX_POOL_SIZE", 4*n), "databases per pool at most (env INTEGRESQL_TEST_MAX_POOL_SIZE; auto: 64 per core when test databases are clones, else 4 per core; a learned demand: 256 per core, full copies as fit in a quarter of the free disk)")
 	f.IntVar(&o.maxDatabases, "max-databases", cl.envInt("PGFORK_MAX_DATABASES", 0), "test databases across all pools at most; idle pools are evicted LRU first (0: no limit)")
 	f.IntVar(&o.parallel, "parallel", cl.envInt("INTEGRESQL_POOL_MAX_PARALLEL_TASKS", n), "concurrent creations per pool (env INTEGRESQL_POOL_MAX_PARALLEL_TASKS; auto: 1 per core)")

@@ -97,14 +97,9 @@ log "starting pgfork serve with scripts/ci-setup.sh (what the CI recipes run)"
 # As a runner runs it: as root, on this machine's disk (ext4), with a volume;
 # --finalize-timeout 15s: the v2 timeout tests (503 with the reason) wait
 # that long; every other template is finalized within seconds.
-# --pool-init 1: nearly every client test makes a template of its own and
-# takes a database or two of it, and with the default 4 per core ready the
-# serve made them for nothing (one run started 1,228 cloned clusters, about
-# 150 CPU-s of PostgreSQL and serve); a template that runs again still gets
-# what it asks for, as misses grow its pool.
 state_dir="$work/state"
 PGFORK_BIN="$bin" PGFORK_STATE_DIR="$state_dir" PGFORK_LOG="$work/serve.log" PGFORK_DOTENV="$work/pgfork.env" \
-	PGFORK_SERVE_ARGS="--finalize-timeout 15s --pool-init 1" "$root/scripts/ci-setup.sh"
+	PGFORK_SERVE_ARGS="--finalize-timeout 15s" "$root/scripts/ci-setup.sh"
 set -a
 # shellcheck source=/dev/null
 . "$work/pgfork.env"

@@ -54,9 +54,14 @@ func ChooseCopies(copies string, major int, sharesBlocks bool) (bool, error) {
 // small (measured: 13 MB PSS per idle PostgreSQL 15 cluster).
 var clusterSettings = map[string]string{"shared_buffers": "16MB"}
 
+// clusterSlots is how many test databases one cloned cluster of the
+// managed mode holds at most (clusterstore.Options.Slots; fewer for a
+// template over clusterstore.SlotBudget / 7).
+const clusterSlots = 8
+
 // ClusterSizes are the pool defaults of cloned clusters on cpus cores
 // (reflink: sharesBlocks; else pool.DefaultSizes' full copies): 4 ready
-// per core, up to 48 per core, 3 made at once per core. A ready cluster
+// per core, up to 48 per core, 6 made at once per core. A ready cluster
 // costs no disk, ~13 MB of memory while it waits (a pool grows to the
 // demand it sees and drops what it grew after --pool-idle), and a
 // creation is half waiting on a server to start. Measured with
@@ -68,12 +73,21 @@ var clusterSettings = map[string]string{"shared_buffers": "16MB"}
 // where databases in the managed server ran 17.7x and 12.5x; at most 96
 // and 6 at once (these sizes on 2 cores), first run 35.6 s (3.65x) and
 // 1.15x.
+//
+// Since a cloned cluster holds up to clusterSlots test databases, most
+// creations take a database of a cluster already started (a rename and a
+// first connection) and wait, 6 at a time, for the one being started:
+// with 3 per core at once, one cluster started at a time. 6 per core at
+// once (two started at a time on 2 cores) measured, same suite, quiet
+// (load 3.5-4.6), in turns: first run 2.86 s and 2.29 s (3.4x and 2.9x
+// the floor, wait p50 4.4 and 10.2 ms) against 3.33 s and 2.48 s (6.5x
+// and 4.7x, wait p50 87 and 75 ms) with 3 per core.
 func ClusterSizes(sharesBlocks bool, cpus int) pool.Sizes {
 	cpus = max(cpus, 1)
 	if !sharesBlocks {
 		return pool.DefaultSizes(false, cpus)
 	}
-	return pool.Sizes{Initial: 4 * cpus, Max: 48 * cpus, Parallel: 3 * cpus, Learned: 48 * cpus}
+	return pool.Sizes{Initial: 4 * cpus, Max: 48 * cpus, Parallel: 6 * cpus, Learned: 48 * cpus}
 }
 
 // newManagedClusters serves the managed mode with a cloned cluster per
@@ -112,7 +126,7 @@ func newManagedClusters(ctx context.Context, o ManagedOptions, dir string, share
 			o.PG.String(), how, store))
 	}
 	st, err := clusterstore.New(clusterstore.Options{Dir: store, Layout: o.Layout, PG: o.PG, User: o.User,
-		Role: role, Password: pw, LeastPrivilege: o.LeastPrivilege, Settings: clusterSettings, Lean: true, OwnName: true, Warm: true})
+		Role: role, Password: pw, LeastPrivilege: o.LeastPrivilege, Settings: clusterSettings, Lean: true, OwnName: true, Warm: true, Slots: clusterSlots})
 	if err != nil {
 		return nil, err
 	}

@@ -191,10 +191,11 @@ postgres is never handed out or altered. With an external server,
 
 On PostgreSQL 15-17, where CREATE DATABASE copies the template in full, and
 with the state directory on a reflink filesystem, the managed mode gives each
-test a reflink copy of its template's cluster instead (--copies auto): its
-own server on a free port of 127.0.0.1, the same role and password, the
-template's database in it. --copies databases keeps databases in the managed
-server; --copies clusters forces clusters (docs/server.md, "Cloned clusters").
+test a database in a reflink copy of its template's cluster instead (--copies
+auto): up to 8 tests' databases a copy, each its own server on a free port of
+127.0.0.1, the same role and password. --copies databases keeps databases in
+the managed server; --copies clusters forces clusters (docs/server.md,
+"Cloned clusters").
 
 What a test waits for is its hand-out (milliseconds from a ready pool) and
 its connections. A TCP login to the managed server is SCRAM, whose 4096

@@ -55,7 +55,8 @@ type Options struct {
 	// Lean leaves the template cluster with template1 and the template's
 	// database only (postgres and template0 dropped once it is created):
 	// a test cluster is then about 700 files to copy and remove instead of
-	// about 1,300, each copy cheaper by about as much.
+	// about 1,300, each copy cheaper by about as much. With Slots above 1
+	// postgres stays (adminDB).
 	Lean bool
 	// OwnName renames the template's database in each test cluster to the
 	// test copy's name (as the copies of databases in one server are
@@ -66,7 +67,28 @@ type Options struct {
 	// builds the catalog caches (pg_internal.init), and the test does not
 	// wait for it.
 	Warm bool
+	// Slots is how many test databases one test cluster may hold (0 or 1:
+	// one, and the cluster is the test's own, as cluster isolation
+	// promises). Above 1 (the managed mode's cloned clusters, whose tests
+	// get a database each, as in one server), finalize adds up to Slots-1
+	// copies of the template's database to its cluster (CREATE DATABASE …
+	// STRATEGY FILE_COPY, within SlotBudget), so every start of a test
+	// cluster, a reflink copy of that cluster, yields that many test
+	// databases: the copy of the cluster's shared files, the server's
+	// start and its stop are paid once for all of them. Needs OwnName.
+	Slots int
 }
+
+// SlotBudget bounds what the slot copies of one template take in its
+// cluster (Options.Slots): a template of size bytes gets 1 + SlotBudget /
+// size slots, at most Options.Slots. The copies are made once, at
+// finalize (they are full copies before PostgreSQL 18, whatever the
+// filesystem); the test clusters share their blocks by reflink.
+const SlotBudget = 1 << 30
+
+// slotName is the name of slot i ≥ 1 in a template's cluster (slot 0 is
+// the template's own database).
+func slotName(i int) string { return "pgfork_slot_" + strconv.Itoa(i) }
 
 // defaultSettings are the server settings of every cluster the store
 // starts, under Options.Settings: password authentication on TCP and a
@@ -85,9 +107,43 @@ type Store struct {
 	o Options
 
 	mu      sync.Mutex
-	running map[string]*instance.Instance // template and test clusters by name
-	source  map[string]string             // test cluster → its template (the database name in it)
+	running map[string]*instance.Instance // template clusters being migrated, by name
+	hosts   map[string]*host              // test clusters by their directory's name
+	dbs     map[string]dbRef              // test copies by name
+	slots   map[string]int                // test databases per test cluster, by template
+	seq     int                           // names test clusters that hold several databases
 	stateMu sync.Mutex
+}
+
+// host is one test cluster: a copy of a template's cluster, started, with
+// the databases in it not yet handed out (free) and those handed out and
+// not yet dropped (live).
+type host struct {
+	name, tmpl string
+	ready      chan struct{} // closed once started (err says how it went)
+	err        error
+	inst       *instance.Instance
+	free       []string
+	live       int
+	mu         sync.Mutex // one change to its databases at a time, on conn
+	conn       *pgx.Conn  // the bootstrap superuser's, to adminDB, once needed
+}
+
+// failed reports whether h could not be started (false while it starts).
+func (h *host) failed() bool {
+	select {
+	case <-h.ready:
+		return h.err != nil
+	default:
+		return false
+	}
+}
+
+// dbRef is where a test copy lives: its cluster and the database it got
+// (a slot's name, until renamed to the copy's with OwnName).
+type dbRef struct {
+	h    *host
+	slot string
 }
 
 // New prepares dir and the client role's password.
@@ -107,7 +163,7 @@ func New(o Options) (*Store, error) {
 		}
 		o.Password = pw
 	}
-	return &Store{o: o, running: map[string]*instance.Instance{}, source: map[string]string{}}, nil
+	return &Store{o: o, running: map[string]*instance.Instance{}, hosts: map[string]*host{}, dbs: map[string]dbRef{}, slots: map[string]int{}}, nil
 }
 
 // superuserURL reaches database db of inst as the bootstrap superuser over
@@ -205,11 +261,7 @@ func (s *Store) CreateTemplate(ctx context.Context, name, owner, root string) er
 }
 
 func (s *Store) setupTemplate(ctx context.Context, inst *instance.Instance, name, owner, root string) error {
-	admin := "postgres"
-	if s.o.Lean {
-		admin = "template1"
-	}
-	c, err := pgx.Connect(ctx, superuserURL(inst, admin))
+	c, err := pgx.Connect(ctx, superuserURL(inst, s.adminDB()))
 	if err != nil {
 		return errs.Wrap(errs.Internal, err, "cannot connect to the template cluster %s", name)
 	}
@@ -231,7 +283,7 @@ func (s *Store) setupTemplate(ctx context.Context, inst *instance.Instance, name
 	}
 	if s.o.Lean {
 		for _, db := range []string{"postgres", "template0"} {
-			if db == name {
+			if db == name || db == s.adminDB() {
 				continue
 			}
 			id := pgx.Identifier{db}.Sanitize()
@@ -256,14 +308,97 @@ func (s *Store) FinalizeTemplate(ctx context.Context, name string) error {
 	if inst == nil {
 		return nil
 	}
+	n := 1
+	if s.o.Slots > 1 {
+		var err error
+		if n, err = s.makeSlots(ctx, inst, name); err != nil {
+			_ = inst.Stop(context.WithoutCancel(ctx), instance.Immediate)
+			return err
+		}
+	}
 	if err := inst.Stop(ctx, instance.Fast); err != nil {
 		return err
 	}
+	if err := fsutil.WriteFileAtomic(s.slotsPath(name), []byte(strconv.Itoa(n)+"\n"), 0o644); err != nil {
+		return errs.FromOS(err, s.slotsPath(name), "cannot record the template's slots")
+	}
+	s.mu.Lock()
+	s.slots[name] = n
+	s.mu.Unlock()
 	cd, err := pgdata.ReadControlData(ctx, s.o.PG.BinDir, s.templateData(name), s.o.PG.Env())
 	if err == nil && !strings.Contains(cd.State, "shut down") {
 		return errs.New(errs.Internal, "template cluster %s did not shut down cleanly (%s)", name, cd.State)
 	}
 	return nil
+}
+
+// makeSlots adds slot copies of database name to its template cluster
+// inst (Options.Slots, within SlotBudget) and returns how many test
+// databases a copy of the cluster then holds. The template's sessions are
+// ended first: finalize means its client is done, and the fast stop that
+// follows would end them anyway.
+func (s *Store) makeSlots(ctx context.Context, inst *instance.Instance, name string) (int, error) {
+	c, err := pgx.Connect(ctx, superuserURL(inst, s.adminDB()))
+	if err != nil {
+		return 0, errs.Wrap(errs.Internal, err, "cannot connect to the template cluster %s", name)
+	}
+	defer c.Close(context.WithoutCancel(ctx))
+	var size int64
+	var owner string
+	if err := c.QueryRow(ctx, "SELECT pg_database_size(oid), pg_get_userbyid(datdba) FROM pg_database WHERE datname = $1", name).Scan(&size, &owner); err != nil {
+		return 0, errs.Wrap(errs.Internal, err, "cannot read the size of database %s in its template cluster", name)
+	}
+	n := s.o.Slots
+	if size > 0 {
+		n = int(min(int64(n), 1+SlotBudget/size))
+	}
+	if n <= 1 {
+		return 1, nil
+	}
+	if _, err := c.Exec(ctx, "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = $1 AND pid <> pg_backend_pid()", name); err != nil {
+		return 0, errs.Wrap(errs.Internal, err, "cannot end the sessions of database %s in its template cluster", name)
+	}
+	for i := 1; i < n; i++ {
+		// CREATE DATABASE waits (5 s) for sessions still ending.
+		if _, err := c.Exec(ctx, dbclone.CreateDatabaseSQL(slotName(i), name, owner)+" STRATEGY FILE_COPY"); err != nil {
+			return 0, errs.Wrap(errs.Internal, err, "cannot copy database %s to %s in its template cluster", name, slotName(i))
+		}
+	}
+	return n, nil
+}
+
+func (s *Store) slotsPath(name string) string { return filepath.Join(filepath.Dir(s.templateData(name)), "slots") }
+
+// slotsOf returns how many test databases a copy of template tmpl's
+// cluster holds (1 for a template finalized without slots).
+func (s *Store) slotsOf(tmpl string) int {
+	s.mu.Lock()
+	n, ok := s.slots[tmpl]
+	s.mu.Unlock()
+	if ok {
+		return n
+	}
+	n = 1
+	if b, err := os.ReadFile(s.slotsPath(tmpl)); err == nil {
+		if v, err := strconv.Atoi(strings.TrimSpace(string(b))); err == nil && v >= 1 {
+			n = v
+		}
+	}
+	s.mu.Lock()
+	s.slots[tmpl] = n
+	s.mu.Unlock()
+	return n
+}
+
+// adminDB is the database the bootstrap superuser connects to in a
+// cluster of the store: postgres, which Lean drops unless the test
+// clusters hold several databases (their changes then go through a kept
+// connection to it), else template1.
+func (s *Store) adminDB() string {
+	if s.o.Lean && s.o.Slots <= 1 {
+		return "template1"
+	}
+	return "postgres"
 }
 
 // DropTemplate stops the template's cluster, if it runs, and removes it.
@@ -272,6 +407,27 @@ func (s *Store) DropTemplate(_ context.Context, name string) error {
 		return err
 	}
 	s.stopRunning(name)
+	s.mu.Lock()
+	var hosts []*host
+	for n, h := range s.hosts {
+		if h.tmpl == name {
+			hosts = append(hosts, h)
+			delete(s.hosts, n)
+		}
+	}
+	for n, ref := range s.dbs {
+		if ref.h.tmpl == name {
+			delete(s.dbs, n)
+		}
+	}
+	delete(s.slots, name)
+	s.mu.Unlock()
+	for _, h := range hosts {
+		<-h.ready
+		if err := s.stopHost(h); err != nil {
+			return err
+		}
+	}
 	data := s.templateData(name)
 	stopDir(data)
 	if err := os.RemoveAll(filepath.Dir(data)); err != nil {
@@ -284,7 +440,6 @@ func (s *Store) stopRunning(name string) {
 	s.mu.Lock()
 	inst := s.running[name]
 	delete(s.running, name)
-	delete(s.source, name)
 	s.mu.Unlock()
 	if inst != nil {
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
@@ -302,77 +457,194 @@ func (s *Store) TemplateExists(_ context.Context, name string) (bool, error) {
 	return err == nil, nil
 }
 
-// Create copies the (stopped) cluster of template and starts it as test
-// cluster name.
+// Create makes test copy name of template tmpl: a database in a started
+// copy of the template's cluster. With one slot (Options.Slots) the
+// cluster is the copy's own; with more, a test cluster of tmpl that still
+// has a database free gives it (renamed to name), and a new one is copied
+// and started only when none has.
 func (s *Store) Create(ctx context.Context, name, tmpl, _ string) (string, error) {
 	if err := cluster.ValidateName(name); err != nil {
 		return "", err
 	}
-	dir := s.testDir(name)
-	stopDir(filepath.Join(dir, "data"))
-	if err := os.RemoveAll(dir); err != nil {
-		return "cluster", errs.Wrap(errs.OSKind(err), err, "cannot remove %s", dir)
-	}
-	if err := os.MkdirAll(dir, 0o755); err != nil {
-		return "cluster", errs.Wrap(errs.OSKind(err), err, "cannot create %s", dir)
-	}
-	if _, err := clone.Copy(ctx, s.templateData(tmpl), filepath.Join(dir, "data"), s.copyOptions()); err != nil {
-		_ = os.RemoveAll(dir)
-		return "cluster", err
-	}
-	inst, err := s.start(ctx, filepath.Join(dir, "data"))
-	if err != nil {
-		_ = os.RemoveAll(dir)
-		return "cluster", err
-	}
-	if s.o.Warm || s.o.OwnName {
-		if err := s.prepare(ctx, inst, tmpl, name); err != nil {
-			_ = inst.Stop(context.WithoutCancel(ctx), instance.Immediate)
-			_ = os.RemoveAll(dir)
+	n := s.slotsOf(tmpl)
+	if s.Holds(name) {
+		if err := s.Drop(ctx, name); err != nil {
 			return "cluster", err
 		}
 	}
 	s.mu.Lock()
-	s.running[name], s.source[name] = inst, tmpl
+	var h *host
+	for _, c := range s.hosts {
+		if c.tmpl == tmpl && len(c.free) > 0 && !c.failed() {
+			h = c
+			break
+		}
+	}
+	build := h == nil
+	if build {
+		h = &host{name: name, tmpl: tmpl, ready: make(chan struct{}), free: []string{tmpl}}
+		if n > 1 {
+			s.seq++
+			h.name = name + "." + strconv.Itoa(s.seq)
+			for i := 1; i < n; i++ {
+				h.free = append(h.free, slotName(i))
+			}
+		}
+		s.hosts[h.name] = h
+	}
+	slot := h.free[0]
+	h.free = h.free[1:]
+	h.live++
+	s.dbs[name] = dbRef{h: h, slot: slot}
 	s.mu.Unlock()
+	if build {
+		h.inst, h.err = s.startHost(ctx, h)
+		close(h.ready)
+	} else {
+		select {
+		case <-h.ready:
+		case <-ctx.Done():
+			_ = s.Drop(context.WithoutCancel(ctx), name)
+			return "cluster", ctx.Err()
+		}
+	}
+	if h.err != nil {
+		_ = s.Drop(context.WithoutCancel(ctx), name)
+		return "cluster", h.err
+	}
+	if err := s.prepare(ctx, h, slot, name); err != nil {
+		_ = s.Drop(context.WithoutCancel(ctx), name)
+		return "cluster", err
+	}
+	if s.o.OwnName && slot != name {
+		s.mu.Lock()
+		s.dbs[name] = dbRef{h: h, slot: name}
+		s.mu.Unlock()
+	}
 	return "cluster", nil
 }
 
-// prepare readies test cluster name just started from template tmpl:
-// with OwnName its database is renamed to name, with Warm it is connected
-// to once (the catalog caches a first connection builds are then there
-// for the test's).
-func (s *Store) prepare(ctx context.Context, inst *instance.Instance, tmpl, name string) error {
-	db := tmpl
-	if s.o.OwnName {
-		c, err := pgx.Connect(ctx, superuserURL(inst, "template1"))
-		if err != nil {
-			return errs.Wrap(errs.Internal, err, "cannot connect to the test cluster on port %d", inst.Port)
-		}
-		_, err = c.Exec(ctx, "ALTER DATABASE "+pgx.Identifier{tmpl}.Sanitize()+" RENAME TO "+pgx.Identifier{name}.Sanitize())
-		_ = c.Close(ctx)
-		if err != nil {
-			return errs.Wrap(errs.Internal, err, "cannot rename database %s to %s in its test cluster", tmpl, name)
+// startHost copies the stopped cluster of h's template into h's directory
+// and starts it.
+func (s *Store) startHost(ctx context.Context, h *host) (*instance.Instance, error) {
+	dir := s.testDir(h.name)
+	stopDir(filepath.Join(dir, "data"))
+	if err := os.RemoveAll(dir); err != nil {
+		return nil, errs.Wrap(errs.OSKind(err), err, "cannot remove %s", dir)
+	}
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return nil, errs.Wrap(errs.OSKind(err), err, "cannot create %s", dir)
+	}
+	if _, err := clone.Copy(ctx, s.templateData(h.tmpl), filepath.Join(dir, "data"), s.copyOptions()); err != nil {
+		_ = os.RemoveAll(dir)
+		return nil, err
+	}
+	inst, err := s.start(ctx, filepath.Join(dir, "data"))
+	if err != nil {
+		_ = os.RemoveAll(dir)
+		return nil, err
+	}
+	return inst, nil
+}
+
+// prepare readies database slot of test cluster h as test copy name:
+// with OwnName it is renamed to name, with Warm it is connected to once
+// (the catalog caches a first connection builds are then there for the
+// test's).
+func (s *Store) prepare(ctx context.Context, h *host, slot, name string) error {
+	db := slot
+	if s.o.OwnName && slot != name {
+		if err := s.admin(ctx, h, "ALTER DATABASE "+pgx.Identifier{slot}.Sanitize()+" RENAME TO "+pgx.Identifier{name}.Sanitize()); err != nil {
+			return errs.Wrap(errs.Internal, err, "cannot rename database %s to %s in its test cluster", slot, name)
 		}
 		db = name
 	}
 	if !s.o.Warm {
 		return nil
 	}
-	c, err := pgx.Connect(ctx, superuserURL(inst, db))
+	c, err := pgx.Connect(ctx, superuserURL(h.inst, db))
 	if err != nil {
-		return errs.Wrap(errs.Internal, err, "cannot connect to the test cluster on port %d", inst.Port)
+		return errs.Wrap(errs.Internal, err, "cannot connect to the test cluster on port %d", h.inst.Port)
 	}
 	return c.Close(ctx)
 }
 
-// Drop stops test cluster name (immediately: its sessions end) and removes
-// it.
-func (s *Store) Drop(_ context.Context, name string) error {
+// admin runs sql as the bootstrap superuser of test cluster h, one change
+// to its databases at a time, on a connection kept for h's life (to
+// adminDB: never template1, which a test's own CREATE DATABASE copies).
+func (s *Store) admin(ctx context.Context, h *host, sql string) error {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.conn == nil {
+		c, err := pgx.Connect(ctx, superuserURL(h.inst, s.adminDB()))
+		if err != nil {
+			return err
+		}
+		h.conn = c
+	}
+	_, err := h.conn.Exec(ctx, sql)
+	if err != nil && h.conn.IsClosed() {
+		h.conn = nil
+	}
+	return err
+}
+
+// Drop removes test copy name: the last database of its test cluster
+// goes with the cluster (stopped immediately: its sessions end, then its
+// files removed); any other is dropped in it, its sessions ended.
+func (s *Store) Drop(ctx context.Context, name string) error {
 	if err := cluster.ValidateName(name); err != nil {
 		return err
 	}
-	s.stopRunning(name)
+	s.mu.Lock()
+	ref, ok := s.dbs[name]
+	delete(s.dbs, name)
+	var h *host
+	last := false
+	if ok {
+		h = ref.h
+		h.live--
+		if last = h.live == 0 && (len(h.free) == 0 || h.failed()); last {
+			delete(s.hosts, h.name)
+		}
+	}
+	s.mu.Unlock()
+	if !ok {
+		// Not this store's: a copy a previous run left.
+		return s.removeDir(name)
+	}
+	<-h.ready
+	if last {
+		return s.stopHost(h)
+	}
+	if h.err != nil {
+		return nil // nothing in it; the last copy's Drop removes its directory
+	}
+	if err := s.admin(ctx, h, "DROP DATABASE IF EXISTS "+pgx.Identifier{ref.slot}.Sanitize()+" WITH (FORCE)"); err != nil {
+		return errs.Wrap(errs.Internal, err, "cannot drop database %s in its test cluster", ref.slot)
+	}
+	return nil
+}
+
+// stopHost stops test cluster h (immediately) and removes its files.
+func (s *Store) stopHost(h *host) error {
+	h.mu.Lock()
+	if h.conn != nil {
+		_ = h.conn.Close(context.Background())
+		h.conn = nil
+	}
+	h.mu.Unlock()
+	if h.inst != nil {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		_ = h.inst.Stop(ctx, instance.Immediate)
+		cancel()
+	}
+	return s.removeDir(h.name)
+}
+
+// removeDir stops a server left running in test directory name and removes
+// the directory.
+func (s *Store) removeDir(name string) error {
 	dir := s.testDir(name)
 	stopDir(filepath.Join(dir, "data"))
 	if err := os.RemoveAll(dir); err != nil {
@@ -381,19 +653,34 @@ func (s *Store) Drop(_ context.Context, name string) error {
 	return nil
 }
 
-// Endpoint is the TCP address of cluster name, its private socket
-// directory and the database clients use in it (the template's).
+// Holds reports whether test copy name is one of the store's (for tests
+// and diagnostics).
+func (s *Store) Holds(name string) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	_, ok := s.dbs[name]
+	return ok
+}
+
+// Endpoint is the TCP address of test copy or template cluster name, its
+// private socket directory and the database clients use in it.
 func (s *Store) Endpoint(name string) pool.Endpoint {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	db := name
-	if t, ok := s.source[name]; ok && !s.o.OwnName {
-		db = t
+	if ref, ok := s.dbs[name]; ok {
+		select {
+		case <-ref.h.ready:
+			if inst := ref.h.inst; inst != nil {
+				return pool.Endpoint{Host: inst.Host, Port: inst.Port, Database: ref.slot, SocketDir: inst.SocketDir}
+			}
+		default:
+		}
+		return pool.Endpoint{Database: ref.slot}
 	}
 	if inst := s.running[name]; inst != nil {
-		return pool.Endpoint{Host: inst.Host, Port: inst.Port, Database: db, SocketDir: inst.SocketDir}
+		return pool.Endpoint{Host: inst.Host, Port: inst.Port, Database: name, SocketDir: inst.SocketDir}
 	}
-	return pool.Endpoint{Database: db}
+	return pool.Endpoint{Database: name}
 }
 
 // Ping checks that the store's directory is there.
@@ -406,10 +693,19 @@ func (s *Store) Ping(context.Context) error {
 // test clusters the pools did not drop).
 func (s *Store) Close(ctx context.Context) error {
 	s.mu.Lock()
-	list := s.running
-	s.running = map[string]*instance.Instance{}
-	s.source = map[string]string{}
+	var list []*instance.Instance
+	for _, inst := range s.running {
+		list = append(list, inst)
+	}
+	hosts := s.hosts
+	s.running, s.hosts, s.dbs = map[string]*instance.Instance{}, map[string]*host{}, map[string]dbRef{}
 	s.mu.Unlock()
+	for _, h := range hosts {
+		<-h.ready
+		if h.inst != nil {
+			list = append(list, h.inst)
+		}
+	}
 	var wg sync.WaitGroup
 	for _, inst := range list {
 		wg.Add(1)
@@ -419,14 +715,24 @@ func (s *Store) Close(ctx context.Context) error {
 	return nil
 }
 
-// Running returns the pids of the clusters the store runs (for tests and
-// diagnostics).
+// Running returns the pids of the clusters the store runs, template
+// clusters by the template's name and test clusters by their directory's
+// (a test copy's name, with one slot), for tests and diagnostics.
 func (s *Store) Running() map[string]int {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	out := map[string]int{}
 	for n, inst := range s.running {
 		out[n] = inst.Pid
+	}
+	for n, h := range s.hosts {
+		select {
+		case <-h.ready:
+			if h.inst != nil {
+				out[n] = h.inst.Pid
+			}
+		default:
+		}
 	}
 	return out
 }
@@ -481,7 +787,7 @@ func (s *Store) Recover(_ context.Context, prefix, testPrefix string, persist bo
 	}
 	for _, e := range ents {
 		if strings.HasPrefix(e.Name(), testPrefix) {
-			if err := s.Drop(context.Background(), e.Name()); err != nil {
+			if err := s.removeDir(e.Name()); err != nil {
 				return nil, 0, err
 			}
 		}

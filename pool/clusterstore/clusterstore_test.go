@@ -7,6 +7,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 
 	"github.com/jackc/pgx/v5"
@@ -91,5 +92,175 @@ func TestDamagedStateRefused(t *testing.T) {
 	}
 	if b, _ := os.ReadFile(state); string(b) != string(damaged) {
 		t.Fatalf("the damaged state.json was changed: %q", b)
+	}
+}
+
+// TestSlots: with Slots, one started copy of a template's cluster holds
+// several test databases (the managed mode's cloned clusters). Five copies
+// from a template of 3 slots run on two servers, each copy has the
+// template's row under its own name and keeps its writes to itself; a
+// dropped copy's name can be made again while its cluster serves the
+// others; the cluster goes once its last copy is dropped; Recover after a
+// restart removes what a crashed run left.
+func TestSlots(t *testing.T) {
+	dir := testenv.Dir(t)
+	pg, err := pgbin.Find(pgbin.Options{Explicit: testenv.PGBinDirs(t)[0]}, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	storeDir := filepath.Join(dir, "slots")
+	open := func() *clusterstore.Store {
+		st, err := clusterstore.New(clusterstore.Options{Dir: storeDir, Layout: statedir.Layout{Root: filepath.Join(dir, "state")},
+			PG: pg, User: pgtest.User(t), Lean: true, OwnName: true, Warm: true, Slots: 3})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return st
+	}
+	st := open()
+	defer func() { _ = st.Close(context.Background()) }()
+	ctx := context.Background()
+	conn := st.Conn()
+	connect := func(ep pool.Endpoint) *pgx.Conn {
+		t.Helper()
+		q := url.Values{"host": {ep.Host}, "port": {strconv.Itoa(ep.Port)}, "user": {conn.Username},
+			"password": {conn.Password}, "dbname": {ep.Database}}
+		c, err := pgx.Connect(ctx, "postgres:///?"+q.Encode())
+		if err != nil {
+			t.Fatalf("connect to %+v: %v", ep, err)
+		}
+		return c
+	}
+	one := func(ep pool.Endpoint, sql string) string {
+		t.Helper()
+		c := connect(ep)
+		defer c.Close(ctx)
+		var s string
+		if err := c.QueryRow(ctx, sql).Scan(&s); err != nil {
+			t.Fatalf("%s in %s: %v", sql, ep.Database, err)
+		}
+		return s
+	}
+	const tmpl = "sl_template_h"
+	if _, _, err := st.Recover(ctx, "sl", "sl_test_", true); err != nil {
+		t.Fatal(err)
+	}
+	if err := st.CreateTemplate(ctx, tmpl, "", "template0"); err != nil {
+		t.Fatal(err)
+	}
+	c := connect(st.Endpoint(tmpl))
+	if _, err := c.Exec(ctx, "CREATE TABLE conf (v text); INSERT INTO conf VALUES ('from the template')"); err != nil {
+		t.Fatal(err)
+	}
+	_ = c.Close(ctx)
+	if err := st.FinalizeTemplate(ctx, tmpl); err != nil {
+		t.Fatal(err)
+	}
+	names := []string{"sl_test_h_0", "sl_test_h_1", "sl_test_h_2", "sl_test_h_3", "sl_test_h_4"}
+	ports := map[int]int{}
+	for _, n := range names {
+		if _, err := st.Create(ctx, n, tmpl, ""); err != nil {
+			t.Fatalf("Create %s: %v", n, err)
+		}
+		ep := st.Endpoint(n)
+		if ep.Database != n {
+			t.Fatalf("copy %s is database %q", n, ep.Database)
+		}
+		ports[ep.Port]++
+		if got := one(ep, "SELECT v FROM conf"); got != "from the template" {
+			t.Fatalf("copy %s holds %q", n, got)
+		}
+	}
+	if len(ports) != 2 {
+		t.Fatalf("5 copies of a template of 3 slots ran on %d servers (%v), want 2", len(ports), ports)
+	}
+	if n := len(st.Running()); n != 2 {
+		t.Fatalf("%d servers run for 5 copies of 3 slots, want 2", n)
+	}
+	// A copy's writes stay in it, though its neighbour shares the server.
+	c = connect(st.Endpoint(names[0]))
+	if _, err := c.Exec(ctx, "UPDATE conf SET v = 'changed by the test'"); err != nil {
+		t.Fatal(err)
+	}
+	if st.Endpoint(names[1]).Port != st.Endpoint(names[0]).Port {
+		t.Fatal("the first two copies are not neighbours")
+	}
+	if got := one(st.Endpoint(names[1]), "SELECT v FROM conf"); got != "from the template" {
+		t.Fatalf("a neighbour's write reached copy %s: %q", names[1], got)
+	}
+	// Drop ends the copy's sessions and frees its name in a cluster that
+	// goes on serving the others.
+	if err := st.Drop(ctx, names[0]); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Ping(ctx); err == nil {
+		t.Fatal("a session of a dropped copy still works")
+	}
+	if st.Holds(names[0]) {
+		t.Fatal("the store still holds a dropped copy")
+	}
+	if got := one(st.Endpoint(names[1]), "SELECT count(*)::text FROM pg_database WHERE datname = '"+names[0]+"'"); got != "0" {
+		t.Fatal("the dropped copy's database is still in its cluster")
+	}
+	if _, err := st.Create(ctx, names[0], tmpl, ""); err != nil {
+		t.Fatalf("Create of a dropped name: %v", err)
+	}
+	if got := one(st.Endpoint(names[0]), "SELECT v FROM conf"); got != "from the template" {
+		t.Fatalf("the copy made again holds %q", got)
+	}
+	// Every copy dropped: no server runs, no test cluster is left.
+	for _, n := range names {
+		if err := st.Drop(ctx, n); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if n := len(st.Running()); n != 0 {
+		t.Fatalf("%d servers run once every copy is dropped, want none", n)
+	}
+	// A cluster whose free slots nobody took stays for the next copies
+	// until its template goes.
+	if _, err := st.Create(ctx, "sl_test_h_5", tmpl, ""); err != nil {
+		t.Fatal(err)
+	}
+	if err := st.Drop(ctx, "sl_test_h_5"); err != nil {
+		t.Fatal(err)
+	}
+	if n := len(st.Running()); n != 1 {
+		t.Fatalf("%d servers run with a cluster of two free slots, want 1", n)
+	}
+	if err := st.DropTemplate(ctx, tmpl); err != nil {
+		t.Fatal(err)
+	}
+	if n := len(st.Running()); n != 0 {
+		t.Fatalf("%d servers run after the template was dropped", n)
+	}
+	if ents, _ := os.ReadDir(filepath.Join(storeDir, "tests")); len(ents) != 0 {
+		t.Fatalf("test clusters left: %v", ents)
+	}
+	// A crashed run's cluster of several copies: the next store's Recover
+	// stops its server and removes it.
+	if err := st.CreateTemplate(ctx, tmpl, "", "template0"); err != nil {
+		t.Fatal(err)
+	}
+	if err := st.FinalizeTemplate(ctx, tmpl); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := st.Create(ctx, "sl_test_h_6", tmpl, ""); err != nil {
+		t.Fatal(err)
+	}
+	var pid int
+	for _, p := range st.Running() {
+		pid = p
+	}
+	st2 := open()
+	defer func() { _ = st2.Close(context.Background()) }()
+	if _, _, err := st2.Recover(ctx, "sl", "sl_test_", true); err != nil {
+		t.Fatal(err)
+	}
+	if ents, _ := os.ReadDir(filepath.Join(storeDir, "tests")); len(ents) != 0 {
+		t.Fatalf("Recover left test clusters: %v", ents)
+	}
+	if pid == 0 || syscall.Kill(pid, 0) == nil {
+		t.Fatalf("Recover left the crashed run's server %d running", pid)
 	}
 }

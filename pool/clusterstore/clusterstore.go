@@ -367,7 +367,9 @@ func (s *Store) makeSlots(ctx context.Context, inst *instance.Instance, name str
 	return n, nil
 }
 
-func (s *Store) slotsPath(name string) string { return filepath.Join(filepath.Dir(s.templateData(name)), "slots") }
+func (s *Store) slotsPath(name string) string {
+	return filepath.Join(filepath.Dir(s.templateData(name)), "slots")
+}
 
 // slotsOf returns how many test databases a copy of template tmpl's
 // cluster holds (1 for a template finalized without slots).

@@ -19,11 +19,16 @@ import org.springframework.test.context.MergedContextConfiguration;
 /**
  * Puts a {@link PgforkDataSource} into a test context as its primary DataSource (Spring Boot's own then backs off)
  * and turns off the test slices' embedded-database replacement ({@code spring.test.database.replace=none}, set when
- * the context refreshes, after every other customizer, so {@code @DataJpaTest}'s default cannot win over it).
+ * the context refreshes, after every other customizer, so {@code @DataJpaTest}'s default cannot win over it). When the
+ * template was migrated by the application's own Flyway locations or Liquibase changelog, the application's Flyway or
+ * Liquibase does not migrate the copy again at context start ({@link AppMigrations}; {@code pgfork.skip-app-migrations=false}
+ * lets it).
  */
 final class PgforkContextCustomizer implements ContextCustomizer {
     /** The DataSource's bean name. */
     static final String BEAN = "pgforkDataSource";
+    /** The property that, set to false, lets the application's Flyway or Liquibase run at context start as without pgfork. */
+    static final String SKIP_APP_MIGRATIONS = "pgfork.skip-app-migrations";
 
     private final String[] flyway;
     private final String liquibase;
@@ -40,39 +45,60 @@ final class PgforkContextCustomizer implements ContextCustomizer {
             @Override
             public void postProcessBeanDefinitionRegistry(BeanDefinitionRegistry registry) {
                 env.getPropertySources().addFirst(new MapPropertySource("pgfork", Map.of("spring.test.database.replace", "none")));
+                if (skipAppMigrations(env) && template(env).appFlyway()) {
+                    AppMigrations.skipFlyway(registry);
+                }
             }
 
             @Override
             public void postProcessBeanFactory(ConfigurableListableBeanFactory beanFactory) {
-                // nothing: the property above is all
+                if (skipAppMigrations(env) && template(env).appLiquibase()) {
+                    AppMigrations.skipLiquibase(beanFactory);
+                }
             }
         });
         if (!(ctx.getBeanFactory() instanceof BeanDefinitionRegistry registry)) {
             throw new IllegalStateException("pgfork: the test context's bean factory cannot take bean definitions");
         }
         RootBeanDefinition def = new RootBeanDefinition(PgforkDataSource.class,
-                () -> new PgforkDataSource(migrator(env), Pgfork.get()));
+                () -> new PgforkDataSource(template(env).migrator(), Pgfork.get()));
         def.setPrimary(true);
         def.setDestroyMethodName("close");
         registry.registerBeanDefinition(BEAN, def);
     }
 
-    /** The template's migrator: the annotation's, else the application's Liquibase or Flyway settings. */
-    Migrator migrator(ConfigurableEnvironment env) {
-        if (!liquibase.isEmpty()) {
-            return Migrators.liquibase(liquibase);
-        }
-        if (flyway.length > 0) {
-            return Migrators.flyway(flyway);
-        }
-        String changelog = env.getProperty("spring.liquibase.change-log");
+    /** @return whether the application's own Flyway or Liquibase is kept from migrating the copy again at context start */
+    static boolean skipAppMigrations(ConfigurableEnvironment env) {
+        return env.getProperty(SKIP_APP_MIGRATIONS, Boolean.class, true);
+    }
+
+    /**
+     * The template's migrations, and whether they are the application's own Flyway migrations or Liquibase changelog
+     * (then the copies are already what the application's migration would make of them).
+     *
+     * @param migrator what migrates the template
+     * @param appFlyway the application's Flyway, same locations
+     * @param appLiquibase the application's Liquibase, same changelog
+     */
+    record Template(Migrator migrator, boolean appFlyway, boolean appLiquibase) {
+    }
+
+    /** The template's migrations: the annotation's, else the application's Liquibase or Flyway settings. */
+    Template template(ConfigurableEnvironment env) {
+        String changelog = env.getProperty("spring.liquibase.change-log", "classpath:db/changelog/db.changelog-master.yaml");
+        String[] locations = env.getProperty("spring.flyway.locations", String[].class, new String[] {"classpath:db/migration"});
         boolean liquibaseUsed = present("liquibase.Liquibase") && env.getProperty("spring.liquibase.enabled", Boolean.class, true);
         boolean flywayUsed = present("org.flywaydb.core.Flyway") && env.getProperty("spring.flyway.enabled", Boolean.class, true);
-        if (liquibaseUsed && !flywayUsed) {
-            return Migrators.liquibase(changelog != null ? changelog : "classpath:db/changelog/db.changelog-master.yaml");
+        if (!liquibase.isEmpty()) {
+            return new Template(Migrators.liquibase(liquibase), false, liquibaseUsed && liquibase.equals(changelog));
         }
-        String[] locations = env.getProperty("spring.flyway.locations", String[].class, new String[] {"classpath:db/migration"});
-        return Migrators.flyway(locations);
+        if (flyway.length > 0) {
+            return new Template(Migrators.flyway(flyway), flywayUsed && Arrays.equals(flyway, locations), false);
+        }
+        if (liquibaseUsed && !flywayUsed) {
+            return new Template(Migrators.liquibase(changelog), false, true);
+        }
+        return new Template(Migrators.flyway(locations), flywayUsed, false);
     }
 
     private static boolean present(String name) {

@@ -3,11 +3,13 @@ package io.pgfork.example;
 import static org.assertj.core.api.Assertions.assertThat;
 
 import io.pgfork.spring.AutoConfigurePgfork;
+import java.util.concurrent.atomic.AtomicInteger;
 import org.flywaydb.core.Flyway;
 import org.flywaydb.core.api.callback.Event;
 import org.junit.jupiter.api.Nested;
 import org.junit.jupiter.api.Test;
 import org.springframework.beans.factory.annotation.Autowired;
+import org.springframework.boot.autoconfigure.flyway.FlywayMigrationStrategy;
 import org.springframework.boot.test.context.SpringBootTest;
 import org.springframework.context.annotation.Import;
 
@@ -47,6 +49,30 @@ class Boot3AppMigrationTest {
         @Test
         void theApplicationsFlywayMigratedAtContextStart() {
             assertThat(events.seen).contains(Event.BEFORE_MIGRATE, Event.AFTER_MIGRATE);
+        }
+    }
+
+    /** A FlywayMigrationStrategy of the application's is the one Spring Boot runs: pgfork's is only a fallback. */
+    @Nested
+    @SpringBootTest
+    @AutoConfigurePgfork
+    @Import(Counting.class)
+    class OwnStrategy {
+        @Autowired
+        Counting strategy;
+
+        @Test
+        void theApplicationsStrategyRanAtContextStart() {
+            assertThat(strategy.runs).hasValue(1);
+        }
+    }
+
+    static class Counting implements FlywayMigrationStrategy {
+        final AtomicInteger runs = new AtomicInteger();
+
+        @Override
+        public void migrate(Flyway flyway) {
+            runs.incrementAndGet();
         }
     }
 }

@@ -4,6 +4,7 @@ import io.pgfork.Migrator;
 import io.pgfork.Migrators;
 import io.pgfork.Pgfork;
 import java.util.Arrays;
+import java.util.List;
 import java.util.Map;
 import java.util.Objects;
 import org.springframework.beans.factory.config.ConfigurableListableBeanFactory;
@@ -73,14 +74,26 @@ final class PgforkContextCustomizer implements ContextCustomizer {
     }
 
     /**
-     * The template's migrations, and whether they are the application's own Flyway migrations or Liquibase changelog
-     * (then the copies are already what the application's migration would make of them).
+     * The template's migrations (a Liquibase changelog, else Flyway locations), and whether they are the application's
+     * own (then the copies are already what the application's Flyway or Liquibase would make of them). The migrator
+     * is made only when asked for: it fails when neither Flyway nor Liquibase is on the classpath.
      *
-     * @param migrator what migrates the template
-     * @param appFlyway the application's Flyway, same locations
-     * @param appLiquibase the application's Liquibase, same changelog
+     * @param liquibase the changelog, or null for Flyway
+     * @param flyway the Flyway locations (when liquibase is null)
+     * @param app whether they are the application's own Liquibase changelog or Flyway locations
      */
-    record Template(Migrator migrator, boolean appFlyway, boolean appLiquibase) {
+    record Template(String liquibase, List<String> flyway, boolean app) {
+        Migrator migrator() {
+            return liquibase != null ? Migrators.liquibase(liquibase) : Migrators.flyway(flyway.toArray(String[]::new));
+        }
+
+        boolean appFlyway() {
+            return app && liquibase == null;
+        }
+
+        boolean appLiquibase() {
+            return app && liquibase != null;
+        }
     }
 
     /** The template's migrations: the annotation's, else the application's Liquibase or Flyway settings. */
@@ -90,15 +103,15 @@ final class PgforkContextCustomizer implements ContextCustomizer {
         boolean liquibaseUsed = present("liquibase.Liquibase") && env.getProperty("spring.liquibase.enabled", Boolean.class, true);
         boolean flywayUsed = present("org.flywaydb.core.Flyway") && env.getProperty("spring.flyway.enabled", Boolean.class, true);
         if (!liquibase.isEmpty()) {
-            return new Template(Migrators.liquibase(liquibase), false, liquibaseUsed && liquibase.equals(changelog));
+            return new Template(liquibase, null, liquibaseUsed && liquibase.equals(changelog));
         }
         if (flyway.length > 0) {
-            return new Template(Migrators.flyway(flyway), flywayUsed && Arrays.equals(flyway, locations), false);
+            return new Template(null, List.of(flyway), flywayUsed && Arrays.equals(flyway, locations));
         }
         if (liquibaseUsed && !flywayUsed) {
-            return new Template(Migrators.liquibase(changelog), false, true);
+            return new Template(changelog, null, true);
         }
-        return new Template(Migrators.flyway(locations), flywayUsed, false);
+        return new Template(null, List.of(locations), flywayUsed);
     }
 
     private static boolean present(String name) {

@@ -2,6 +2,7 @@ package io.pgfork.spring;
 
 import static org.junit.jupiter.api.Assertions.assertEquals;
 
+import java.util.List;
 import java.util.Map;
 import org.junit.jupiter.api.Test;
 import org.springframework.core.env.MapPropertySource;
@@ -23,7 +24,8 @@ class TemplateTest {
     @Test
     void theApplicationsChangelog() {
         var t = new PgforkContextCustomizer(new String[0], "").template(env(APP));
-        assertEquals(new PgforkContextCustomizer.Template(t.migrator(), false, true), t);
+        assertEquals(new PgforkContextCustomizer.Template(AppLiquibaseTest.CHANGELOG, null, true), t);
+        assertEquals(false, t.appFlyway());
     }
 
     @Test
@@ -36,6 +38,13 @@ class TemplateTest {
     void theAnnotationNamesAnotherChangelog() {
         var t = new PgforkContextCustomizer(new String[0], "classpath:db/changelog/other.yaml").template(env(APP));
         assertEquals(false, t.appLiquibase(), "the application's Liquibase runs as it would without pgfork");
+    }
+
+    @Test
+    void neitherFlywayNorLiquibaseIsNotAnErrorUntilTheMigratorIsAskedFor() {
+        var t = new PgforkContextCustomizer(new String[0], "").template(env(Map.of("spring.liquibase.enabled", "false")));
+        assertEquals(new PgforkContextCustomizer.Template(null, List.of("classpath:db/migration"), false), t);
+        assertEquals(false, t.appFlyway() || t.appLiquibase(), "no Flyway on this classpath: not the application's");
     }
 
     @Test

@@ -1,6 +1,7 @@
 package io.pgfork.junit;
 
 import io.pgfork.DatabaseConfig;
+import io.pgfork.GiveBacks;
 import io.pgfork.Migrator;
 import io.pgfork.Migrators;
 import io.pgfork.Pgfork;
@@ -8,6 +9,7 @@ import io.pgfork.TestDatabase;
 import java.nio.file.Path;
 import java.sql.Connection;
 import java.sql.SQLException;
+import java.time.Duration;
 import java.util.ArrayList;
 import java.util.List;
 import java.util.Optional;
@@ -31,11 +33,15 @@ import org.junit.platform.commons.support.AnnotationSupport;
  * }</pre>
  *
  * Parameters of type {@link DataSource}, {@link Connection} (opened for the test, closed after it),
- * {@link DatabaseConfig} and {@link TestDatabase} are resolved to the current test's database.
+ * {@link DatabaseConfig} and {@link TestDatabase} are resolved to the current test's database. A used database is
+ * given back on a background thread ({@link GiveBacks}), so the next test does not wait for the server; the end of
+ * the test run waits for every give-back, and an error of one fails the next test (or, after the last, the run).
  */
 public final class PgforkExtension implements BeforeAllCallback, AfterAllCallback, BeforeEachCallback,
         AfterEachCallback, ParameterResolver {
     private static final ExtensionContext.Namespace NS = ExtensionContext.Namespace.create(PgforkExtension.class);
+    /** How long the end of a test run waits for databases still being given back. */
+    private static final Duration DRAIN_WAIT = Duration.ofSeconds(60);
 
     private final Migrator migrator; // null: from the @PgforkTest annotation
     private final PgforkTest.Scope scope;
@@ -151,7 +157,7 @@ public final class PgforkExtension implements BeforeAllCallback, AfterAllCallbac
         boolean failed = ctx.getExecutionException().isPresent();
         closeConnections(h);
         if (ctx.getStore(NS).remove(Holder.class, Holder.class) != null) { // the method's own
-            give(h, ctx.getDisplayName() + " (" + ctx.getRequiredTestClass().getSimpleName() + ")", failed, config(ctx));
+            give(ctx, h, ctx.getDisplayName() + " (" + ctx.getRequiredTestClass().getSimpleName() + ")", failed, config(ctx));
         } else if (failed) {
             h.failed = true;
         }
@@ -162,12 +168,37 @@ public final class PgforkExtension implements BeforeAllCallback, AfterAllCallbac
         Holder h = ctx.getStore(NS).remove(Holder.class, Holder.class);
         if (h != null) {
             closeConnections(h);
-            give(h, ctx.getRequiredTestClass().getSimpleName(), h.failed || ctx.getExecutionException().isPresent(), config(ctx));
+            give(ctx, h, ctx.getRequiredTestClass().getSimpleName(), h.failed || ctx.getExecutionException().isPresent(), config(ctx));
         }
     }
 
-    private static void give(Holder h, String name, boolean failed, Config c) {
-        Pgfork.get().giveBack(h.db, name, failed, c.readOnly());
+    /**
+     * Gives h's database back on a background thread (a failed test's is kept and printed now), then throws the
+     * error of an earlier background give-back, if one failed: the test after it reports it.
+     */
+    private static void give(ExtensionContext ctx, Holder h, String name, boolean failed, Config c) {
+        GiveBacks g = giveBacks(ctx);
+        g.giveBack(h.db, name, failed, c.readOnly(), null);
+        g.throwError();
+    }
+
+    /** The run's give-backs: one per test run (the root context), waited for when the run ends. */
+    private static GiveBacks giveBacks(ExtensionContext ctx) {
+        return ctx.getRoot().getStore(NS).getOrComputeIfAbsent(Drain.class, k -> new Drain(new GiveBacks(Pgfork.get())),
+                Drain.class).giveBacks();
+    }
+
+    /**
+     * Closed by JUnit when the test run ends (the root context's store): waits for every give-back, so none is lost
+     * when the JVM exits, and throws the first error of one not reported by a test yet (JUnit reports it for the run).
+     * CloseableResource, deprecated since JUnit 5.13, is the interface JUnit 5.x and 6.x all close.
+     */
+    @SuppressWarnings("deprecation")
+    private record Drain(GiveBacks giveBacks) implements ExtensionContext.Store.CloseableResource {
+        @Override
+        public void close() {
+            giveBacks.await(DRAIN_WAIT);
+        }
     }
 
     private static void closeConnections(Holder h) throws SQLException {

@@ -25,6 +25,10 @@ import java.lang.annotation.Target;
  * A failing test's database is kept and its URL printed with the password masked. Entities should use identity
  * columns (or sequences allocating one at a time): a Hibernate pooled sequence optimizer keeps values in memory
  * across a refresh.
+ *
+ * <p>When the template's migrations are the application's own, the application's Flyway or Liquibase does not
+ * migrate the copy again when the context starts (its beans stay); the property
+ * {@code pgfork.skip-app-migrations=false} lets it.
  */
 @Target(ElementType.TYPE)
 @Retention(RetentionPolicy.RUNTIME)

@@ -4,6 +4,7 @@ import io.pgfork.Migrator;
 import io.pgfork.Migrators;
 import io.pgfork.Pgfork;
 import java.util.Arrays;
+import java.util.List;
 import java.util.Map;
 import java.util.Objects;
 import org.springframework.beans.factory.config.ConfigurableListableBeanFactory;
@@ -19,11 +20,16 @@ import org.springframework.test.context.MergedContextConfiguration;
 /**
  * Puts a {@link PgforkDataSource} into a test context as its primary DataSource (Spring Boot's own then backs off)
  * and turns off the test slices' embedded-database replacement ({@code spring.test.database.replace=none}, set when
- * the context refreshes, after every other customizer, so {@code @DataJpaTest}'s default cannot win over it).
+ * the context refreshes, after every other customizer, so {@code @DataJpaTest}'s default cannot win over it). When the
+ * template was migrated by the application's own Flyway locations or Liquibase changelog, the application's Flyway or
+ * Liquibase does not migrate the copy again at context start ({@link AppMigrations}; {@code pgfork.skip-app-migrations=false}
+ * lets it).
  */
 final class PgforkContextCustomizer implements ContextCustomizer {
     /** The DataSource's bean name. */
     static final String BEAN = "pgforkDataSource";
+    /** The property that, set to false, lets the application's Flyway or Liquibase run at context start as without pgfork. */
+    static final String SKIP_APP_MIGRATIONS = "pgfork.skip-app-migrations";
 
     private final String[] flyway;
     private final String liquibase;
@@ -40,39 +46,72 @@ final class PgforkContextCustomizer implements ContextCustomizer {
             @Override
             public void postProcessBeanDefinitionRegistry(BeanDefinitionRegistry registry) {
                 env.getPropertySources().addFirst(new MapPropertySource("pgfork", Map.of("spring.test.database.replace", "none")));
+                if (skipAppMigrations(env) && template(env).appFlyway()) {
+                    AppMigrations.skipFlyway(registry);
+                }
             }
 
             @Override
             public void postProcessBeanFactory(ConfigurableListableBeanFactory beanFactory) {
-                // nothing: the property above is all
+                if (skipAppMigrations(env) && template(env).appLiquibase()) {
+                    AppMigrations.skipLiquibase(beanFactory);
+                }
             }
         });
         if (!(ctx.getBeanFactory() instanceof BeanDefinitionRegistry registry)) {
             throw new IllegalStateException("pgfork: the test context's bean factory cannot take bean definitions");
         }
         RootBeanDefinition def = new RootBeanDefinition(PgforkDataSource.class,
-                () -> new PgforkDataSource(migrator(env), Pgfork.get()));
+                () -> new PgforkDataSource(template(env).migrator(), Pgfork.get()));
         def.setPrimary(true);
         def.setDestroyMethodName("close");
         registry.registerBeanDefinition(BEAN, def);
     }
 
-    /** The template's migrator: the annotation's, else the application's Liquibase or Flyway settings. */
-    Migrator migrator(ConfigurableEnvironment env) {
-        if (!liquibase.isEmpty()) {
-            return Migrators.liquibase(liquibase);
+    /** @return whether the application's own Flyway or Liquibase is kept from migrating the copy again at context start */
+    static boolean skipAppMigrations(ConfigurableEnvironment env) {
+        return env.getProperty(SKIP_APP_MIGRATIONS, Boolean.class, true);
+    }
+
+    /**
+     * The template's migrations (a Liquibase changelog, else Flyway locations), and whether they are the application's
+     * own (then the copies are already what the application's Flyway or Liquibase would make of them). The migrator
+     * is made only when asked for: it fails when neither Flyway nor Liquibase is on the classpath.
+     *
+     * @param liquibase the changelog, or null for Flyway
+     * @param flyway the Flyway locations (when liquibase is null)
+     * @param app whether they are the application's own Liquibase changelog or Flyway locations
+     */
+    record Template(String liquibase, List<String> flyway, boolean app) {
+        Migrator migrator() {
+            return liquibase != null ? Migrators.liquibase(liquibase) : Migrators.flyway(flyway.toArray(String[]::new));
         }
-        if (flyway.length > 0) {
-            return Migrators.flyway(flyway);
+
+        boolean appFlyway() {
+            return app && liquibase == null;
         }
-        String changelog = env.getProperty("spring.liquibase.change-log");
+
+        boolean appLiquibase() {
+            return app && liquibase != null;
+        }
+    }
+
+    /** The template's migrations: the annotation's, else the application's Liquibase or Flyway settings. */
+    Template template(ConfigurableEnvironment env) {
+        String changelog = env.getProperty("spring.liquibase.change-log", "classpath:db/changelog/db.changelog-master.yaml");
+        String[] locations = env.getProperty("spring.flyway.locations", String[].class, new String[] {"classpath:db/migration"});
         boolean liquibaseUsed = present("liquibase.Liquibase") && env.getProperty("spring.liquibase.enabled", Boolean.class, true);
         boolean flywayUsed = present("org.flywaydb.core.Flyway") && env.getProperty("spring.flyway.enabled", Boolean.class, true);
-        if (liquibaseUsed && !flywayUsed) {
-            return Migrators.liquibase(changelog != null ? changelog : "classpath:db/changelog/db.changelog-master.yaml");
+        if (!liquibase.isEmpty()) {
+            return new Template(liquibase, null, liquibaseUsed && liquibase.equals(changelog));
         }
-        String[] locations = env.getProperty("spring.flyway.locations", String[].class, new String[] {"classpath:db/migration"});
-        return Migrators.flyway(locations);
+        if (flyway.length > 0) {
+            return new Template(null, List.of(flyway), flywayUsed && Arrays.equals(flyway, locations));
+        }
+        if (liquibaseUsed && !flywayUsed) {
+            return new Template(changelog, null, true);
+        }
+        return new Template(null, List.of(locations), flywayUsed);
     }
 
     private static boolean present(String name) {

@@ -1,5 +1,6 @@
 package io.pgfork.spring;
 
+import io.pgfork.GiveBacks;
 import io.pgfork.Migrator;
 import io.pgfork.Pgfork;
 import io.pgfork.TestDatabase;
@@ -7,12 +8,7 @@ import java.io.PrintWriter;
 import java.sql.Connection;
 import java.sql.SQLException;
 import java.sql.SQLFeatureNotSupportedException;
-import java.util.concurrent.CompletableFuture;
-import java.util.concurrent.ExecutionException;
-import java.util.concurrent.ExecutorService;
-import java.util.concurrent.Executors;
-import java.util.concurrent.TimeUnit;
-import java.util.concurrent.TimeoutException;
+import java.time.Duration;
 import java.util.logging.Logger;
 import javax.sql.DataSource;
 
@@ -23,18 +19,11 @@ import javax.sql.DataSource;
  * restart.
  *
  * <p>Refreshing costs a test nothing to wait for: the old copy's pool is closed and the copy given back on a
- * background thread; the next copy is taken when a connection is first asked for.
+ * background thread ({@link GiveBacks}); the next copy is taken when a connection is first asked for.
  */
 public final class PgforkDataSource implements DataSource, AutoCloseable {
     /** How long closing the context waits for copies still being given back. */
-    private static final long CLOSE_WAIT_SECONDS = 60;
-
-    /** Daemon threads for give-backs: they never keep a test JVM alive. */
-    private static final ExecutorService BACKGROUND = Executors.newCachedThreadPool(r -> {
-        Thread t = new Thread(r, "pgfork-background");
-        t.setDaemon(true);
-        return t;
-    });
+    private static final Duration CLOSE_WAIT = Duration.ofSeconds(60);
 
     /** A test database with the DataSource (and pool) its connections come from. */
     private record Copy(TestDatabase db, DataSource target, AutoCloseable pool) {
@@ -42,14 +31,14 @@ public final class PgforkDataSource implements DataSource, AutoCloseable {
 
     private final Migrator migrator;
     private final Pgfork pgfork;
+    private final GiveBacks giveBacks;
     private Copy current;
     private boolean failed;
-    private CompletableFuture<Void> handBacks = CompletableFuture.completedFuture(null);
-    private RuntimeException backgroundError;
 
     PgforkDataSource(Migrator migrator, Pgfork pgfork) {
         this.migrator = migrator;
         this.pgfork = pgfork;
+        this.giveBacks = new GiveBacks(pgfork);
     }
 
     /** @return the current test database (taken now if none is) */
@@ -58,7 +47,7 @@ public final class PgforkDataSource implements DataSource, AutoCloseable {
     }
 
     private synchronized Copy current() {
-        throwBackgroundError();
+        giveBacks.throwError();
         if (current == null) {
             TestDatabase db = pgfork.take(migrator);
             if (Pools.HIKARI) {
@@ -83,7 +72,7 @@ public final class PgforkDataSource implements DataSource, AutoCloseable {
      * @param testName the test it served, for the message about a kept database
      */
     public synchronized void refresh(String testName) {
-        throwBackgroundError();
+        giveBacks.throwError();
         if (current == null) {
             return;
         }
@@ -91,59 +80,21 @@ public final class PgforkDataSource implements DataSource, AutoCloseable {
         boolean wasFailed = failed;
         current = null;
         failed = false;
-        handBack(old, testName, wasFailed, false);
-    }
-
-    /** Closes c's pool, then gives c back, after the give-backs before it, on a background thread. */
-    private void handBack(Copy c, String testName, boolean wasFailed, boolean readOnly) {
-        handBacks = handBacks.thenRunAsync(() -> {
-            try {
-                if (c.pool() != null) {
-                    c.pool().close();
-                }
-                pgfork.giveBack(c.db(), testName, wasFailed, readOnly);
-            } catch (Exception e) {
-                synchronized (this) {
-                    if (backgroundError == null) {
-                        backgroundError = new IllegalStateException("pgfork: giving back " + c.db().config() + " (" + testName
-                                + "): " + e.getMessage(), e);
-                    }
-                }
-            }
-        }, BACKGROUND);
-    }
-
-    private void throwBackgroundError() {
-        RuntimeException e = backgroundError;
-        if (e != null) {
-            backgroundError = null;
-            throw e;
-        }
+        giveBacks.giveBack(old.db(), testName, wasFailed, false, old.pool());
     }
 
     /** Gives the current database back when the context closes, and waits for every give-back to reach the server. */
     @Override
     public void close() {
-        CompletableFuture<Void> all;
         synchronized (this) {
             if (current != null) {
                 Copy old = current;
                 current = null;
-                handBack(old, "the test context", failed, false);
+                giveBacks.giveBack(old.db(), "the test context", failed, false, old.pool());
                 failed = false;
             }
-            all = handBacks;
         }
-        try {
-            all.get(CLOSE_WAIT_SECONDS, TimeUnit.SECONDS);
-        } catch (InterruptedException e) {
-            Thread.currentThread().interrupt();
-        } catch (ExecutionException | TimeoutException e) {
-            System.err.println("pgfork: giving the test context's databases back: " + e);
-        }
-        synchronized (this) {
-            throwBackgroundError();
-        }
+        giveBacks.await(CLOSE_WAIT);
     }
 
     @Override

@@ -1,0 +1,56 @@
+package io.pgfork.spring;
+
+import static org.junit.jupiter.api.Assertions.assertEquals;
+
+import java.util.List;
+import java.util.Map;
+import org.junit.jupiter.api.Test;
+import org.springframework.core.env.MapPropertySource;
+import org.springframework.core.env.StandardEnvironment;
+
+/**
+ * Which of the application's migrations a template is (they are then skipped at context start): only its own
+ * Liquibase changelog here (Flyway is not on this module's test classpath), not another the annotation names.
+ */
+class TemplateTest {
+    private static StandardEnvironment env(Map<String, Object> props) {
+        StandardEnvironment env = new StandardEnvironment();
+        env.getPropertySources().addFirst(new MapPropertySource("test", props));
+        return env;
+    }
+
+    private static final Map<String, Object> APP = Map.of("spring.liquibase.change-log", AppLiquibaseTest.CHANGELOG);
+
+    @Test
+    void theApplicationsChangelog() {
+        var t = new PgforkContextCustomizer(new String[0], "").template(env(APP));
+        assertEquals(new PgforkContextCustomizer.Template(AppLiquibaseTest.CHANGELOG, null, true), t);
+        assertEquals(false, t.appFlyway());
+    }
+
+    @Test
+    void theAnnotationNamesTheSameChangelog() {
+        var t = new PgforkContextCustomizer(new String[0], AppLiquibaseTest.CHANGELOG).template(env(APP));
+        assertEquals(true, t.appLiquibase());
+    }
+
+    @Test
+    void theAnnotationNamesAnotherChangelog() {
+        var t = new PgforkContextCustomizer(new String[0], "classpath:db/changelog/other.yaml").template(env(APP));
+        assertEquals(false, t.appLiquibase(), "the application's Liquibase runs as it would without pgfork");
+    }
+
+    @Test
+    void neitherFlywayNorLiquibaseIsNotAnErrorUntilTheMigratorIsAskedFor() {
+        var t = new PgforkContextCustomizer(new String[0], "").template(env(Map.of("spring.liquibase.enabled", "false")));
+        assertEquals(new PgforkContextCustomizer.Template(null, List.of("classpath:db/migration"), false), t);
+        assertEquals(false, t.appFlyway() || t.appLiquibase(), "no Flyway on this classpath: not the application's");
+    }
+
+    @Test
+    void theApplicationsLiquibaseIsOff() {
+        var t = new PgforkContextCustomizer(new String[0], AppLiquibaseTest.CHANGELOG)
+                .template(env(Map.of("spring.liquibase.change-log", AppLiquibaseTest.CHANGELOG, "spring.liquibase.enabled", "false")));
+        assertEquals(false, t.appLiquibase());
+    }
+}

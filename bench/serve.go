@@ -178,6 +178,7 @@ func (p *serveProc) call(method, path string, body string, out any) error {
 type poolStat struct {
 	Hash      string         `json:"templateHash"`
 	Databases map[string]int `json:"databases"` // by state: creating, ready, in_use, dirty, recreating
+	Demand    int            `json:"demand"`    // fresh databases the last ended run took
 }
 
 // pools lists the server's templates and their pools.
@@ -238,6 +239,24 @@ func (p *serveProc) settle(ctx context.Context, limit time.Duration) error {
 		return nil
 	}
 	return err
+}
+
+// runEnded waits until the pool of template hash has recorded the demand
+// of a run (the run ends after the pool's run gap without a hand-out, as
+// between two runs of a suite), for at most limit, then settles the pool
+// (it fills to that demand).
+func (p *serveProc) runEnded(ctx context.Context, hash string, limit time.Duration) error {
+	if err := p.poll(ctx, limit, func(ts []poolStat) bool {
+		for _, t := range ts {
+			if t.Hash == hash && t.Demand > 0 {
+				return true
+			}
+		}
+		return false
+	}); err != nil {
+		return fmt.Errorf("the run did not end for the pool: %w", err)
+	}
+	return p.settle(ctx, limit)
 }
 
 // poll lists the pools every 200 ms until done says so, for at most limit.

@@ -26,7 +26,7 @@ import (
 // ext4, and by pgfork serve on a reflink volume made for the run (its
 // creation time included), on PostgreSQL 18 and 15. Issue 33: on each
 // serve the suite runs twice (first run on the fresh serve, second once the
-// pool has settled) and against its floor (the same suite, each worker
+// first run ended for the pool and the pool has settled) and against its floor (the same suite, each worker
 // reusing one database taken once: no isolation), next to the bare CREATE
 // DATABASE … STRATEGY FILE_COPY rate on the same cluster.
 //
@@ -229,7 +229,7 @@ func volumeBenchMajor(ctx context.Context, r *Report, bin, tmp, pgBin string, ma
 	r.FloorTable(fmt.Sprintf("PG %d, state on the volume", major), volBareDBs, floorRow(volFloor, "the volume"),
 		runRow(vol, "pgfork serve, first run on a fresh serve"), runRow(vol2, "pgfork serve, second run on the same serve"))
 	r.Notef("PG %d: suite = the tests alone (serve start and template build excluded); wait per test: for pgfork get + give back "+
-		"(GET …/tests and POST …/recreate), by hand CREATE DATABASE + DROP DATABASE; the floor waits for no database. The second run starts once the pool has settled after the first (nothing creating or recreating): the pause between two runs. "+
+		"(GET …/tests and POST …/recreate), by hand CREATE DATABASE + DROP DATABASE; the floor waits for no database. The second run starts once the first has ended for the pool (its run gap, 2 s without a hand-out, passed: the demand it took is learned) and the pool has settled (nothing creating or recreating): the pause between two runs of a suite. "+
 		"Bare rate: %d sessions running CREATE DATABASE … STRATEGY FILE_COPY from a copy of the template on the same cluster (the server's file_copy_method; drops not timed), %d databases.",
 		major, volWorkers, volBare)
 	var missed []string
@@ -293,7 +293,7 @@ func volServeSuite(ctx context.Context, bin, home string, port int, pgBin string
 		return first, second, err
 	}
 	first.total = time.Since(t0)
-	if err := p.settle(ctx, 2*time.Minute); err != nil {
+	if err := p.runEnded(ctx, volHash, 2*time.Minute); err != nil {
 		return first, second, fmt.Errorf("after the first run: %w", err)
 	}
 	if second, err = volSuite(ctx, p); err != nil {

@@ -228,13 +228,19 @@ type suiteRun struct {
 	handOut Sample // of that, the hand-out alone
 }
 
-// secondAndFloor runs a client suite's second run on serve p once its pool
-// has settled (second), then its floor on the same serve (floor, given the
+// secondAndFloor runs a client suite's second run on serve p once the first
+// run ended for its pool (its run gap passed: the demand it took is learned,
+// as between two runs of a suite a user starts) and the pool has settled
+// (second), then its floor on the same serve (floor, given the
 // URLs of workers databases taken once, PGB_FLOOR_URLS), and returns the
 // bare CREATE DATABASE rate of p's cluster at workers sessions over bareN
 // databases.
 func secondAndFloor(ctx context.Context, p *serveProc, workers, bareN int, second func() error, floor func(urls string) error) (float64, error) {
-	if err := p.settle(ctx, 5*time.Minute); err != nil {
+	hash, err := p.onlyHash()
+	if err != nil {
+		return 0, err
+	}
+	if err := p.runEnded(ctx, hash, 5*time.Minute); err != nil {
 		return 0, fmt.Errorf("before the second run: %w", err)
 	}
 	if err := second(); err != nil {

@@ -515,7 +515,7 @@ func runJSBench(ctx context.Context, r *Report) error {
 	r.Notef("Whole suite (%d tests, 4 vitest workers), one run each, pgfork serve with its own pool sizes (what it said: %s; (e): %s); per-test overhead: the time a test waited for its database "+
 		"(pgfork: hand-out + connect, db.acquireMs; (b): CREATE DATABASE … TEMPLATE + connect; (f): connect), and of that the hand-out alone (pgfork: GET …/tests, db.handOutMs; (b), (f): the same as the whole). "+
 		"Every test writes, so every database is recreated from the template after its test (in the background, 2 at a time): a suite longer than the pool drains it and waits for creations. "+
-		"A second run starts once the pool has settled after the run before it (nothing creating or recreating); the floor (f) then takes 4 databases from the same serve, "+
+		"A second run starts once the run before it has ended for the pool (its run gap, 2 s without a hand-out, passed: the demand it took is learned) and the pool has settled (nothing creating or recreating); the floor (f) then takes 4 databases from the same serve, "+
 		"one per vitest worker (VITEST_POOL_ID), and each test connects to its worker's (no isolation).", tests, srvSized, srv2Sized)
 	r.Table([]string{"contender", "suite", "vs (a)", "vs (b)", "wait p50", "wait p99", "hand-out p50", "hand-out p99"}, rows)
 	r.Notef("Against the floor (issue 33): whole `vitest run` wall times; fresh DBs/s: the suite's tests over its wall time (each test takes one fresh database); "+

@@ -4,9 +4,12 @@ import io.pgfork.Migrator;
 import io.pgfork.Migrators;
 import io.pgfork.Pgfork;
 import java.util.Arrays;
+import java.util.HashMap;
 import java.util.List;
 import java.util.Map;
 import java.util.Objects;
+import java.util.concurrent.atomic.AtomicReference;
+import java.util.function.Supplier;
 import org.springframework.beans.factory.config.ConfigurableListableBeanFactory;
 import org.springframework.beans.factory.support.BeanDefinitionRegistry;
 import org.springframework.beans.factory.support.BeanDefinitionRegistryPostProcessor;
@@ -14,6 +17,7 @@ import org.springframework.beans.factory.support.RootBeanDefinition;
 import org.springframework.context.ConfigurableApplicationContext;
 import org.springframework.core.env.ConfigurableEnvironment;
 import org.springframework.core.env.MapPropertySource;
+import org.springframework.core.io.Resource;
 import org.springframework.test.context.ContextCustomizer;
 import org.springframework.test.context.MergedContextConfiguration;
 
@@ -42,18 +46,28 @@ final class PgforkContextCustomizer implements ContextCustomizer {
     @Override
     public void customizeContext(ConfigurableApplicationContext ctx, MergedContextConfiguration merged) {
         ConfigurableEnvironment env = ctx.getEnvironment();
+        ClassLoader loader = ctx.getClassLoader() != null ? ctx.getClassLoader() : PgforkContextCustomizer.class.getClassLoader();
+        // Chosen once, when the context refreshes and before spring.sql.init.mode=never below hides the SQL scripts.
+        AtomicReference<Template> chosen = new AtomicReference<>();
+        Supplier<Template> template = () -> chosen.updateAndGet(t -> t != null ? t : template(env, loader));
         ctx.addBeanFactoryPostProcessor(new BeanDefinitionRegistryPostProcessor() {
             @Override
             public void postProcessBeanDefinitionRegistry(BeanDefinitionRegistry registry) {
-                env.getPropertySources().addFirst(new MapPropertySource("pgfork", Map.of("spring.test.database.replace", "none")));
-                if (skipAppMigrations(env) && template(env).appFlyway()) {
+                Map<String, Object> props = new HashMap<>();
+                props.put("spring.test.database.replace", "none");
+                boolean skip = skipAppMigrations(env);
+                if (skip && template.get().appSqlInit()) {
+                    props.put("spring.sql.init.mode", "never"); // the copy already ran the scripts, in its template
+                }
+                env.getPropertySources().addFirst(new MapPropertySource("pgfork", props));
+                if (skip && template.get().appFlyway()) {
                     AppMigrations.skipFlyway(registry);
                 }
             }
 
             @Override
             public void postProcessBeanFactory(ConfigurableListableBeanFactory beanFactory) {
-                if (skipAppMigrations(env) && template(env).appLiquibase()) {
+                if (skipAppMigrations(env) && template.get().appLiquibase()) {
                     AppMigrations.skipLiquibase(beanFactory);
                 }
             }
@@ -62,7 +76,7 @@ final class PgforkContextCustomizer implements ContextCustomizer {
             throw new IllegalStateException("pgfork: the test context's bean factory cannot take bean definitions");
         }
         RootBeanDefinition def = new RootBeanDefinition(PgforkDataSource.class,
-                () -> new PgforkDataSource(template(env).migrator(), Pgfork.get()));
+                () -> new PgforkDataSource(template.get().migrator(), Pgfork.get()));
         def.setPrimary(true);
         def.setDestroyMethodName("close");
         registry.registerBeanDefinition(BEAN, def);
@@ -82,13 +96,25 @@ final class PgforkContextCustomizer implements ContextCustomizer {
      * @param flyway the Flyway locations (when liquibase is null)
      * @param app whether they are the application's own Liquibase changelog or Flyway locations
      */
-    record Template(String liquibase, List<String> flyway, boolean app) {
+    record Template(String liquibase, List<String> flyway, boolean app, Migrator sqlInit) {
+        Template(String liquibase, List<String> flyway, boolean app) {
+            this(liquibase, flyway, app, null);
+        }
+
         Migrator migrator() {
+            if (sqlInit != null) {
+                return sqlInit;
+            }
             return liquibase != null ? Migrators.liquibase(liquibase) : Migrators.flyway(flyway.toArray(String[]::new));
         }
 
         boolean appFlyway() {
-            return app && liquibase == null;
+            return app && liquibase == null && sqlInit == null;
+        }
+
+        /** @return whether the template ran the application's Spring SQL init scripts (spring.sql.init) */
+        boolean appSqlInit() {
+            return sqlInit != null;
         }
 
         boolean appLiquibase() {
@@ -96,8 +122,16 @@ final class PgforkContextCustomizer implements ContextCustomizer {
         }
     }
 
-    /** The template's migrations: the annotation's, else the application's Liquibase or Flyway settings. */
+    /**
+     * The template's migrations: the annotation's, else the application's Liquibase or Flyway settings, else (neither
+     * used) the application's Spring SQL init scripts when there are any.
+     */
     Template template(ConfigurableEnvironment env) {
+        return template(env, PgforkContextCustomizer.class.getClassLoader());
+    }
+
+    /** The template's migrations, SQL init scripts looked up with loader. */
+    Template template(ConfigurableEnvironment env, ClassLoader loader) {
         String changelog = env.getProperty("spring.liquibase.change-log", "classpath:db/changelog/db.changelog-master.yaml");
         String[] locations = env.getProperty("spring.flyway.locations", String[].class, new String[] {"classpath:db/migration"});
         boolean liquibaseUsed = present("liquibase.Liquibase") && env.getProperty("spring.liquibase.enabled", Boolean.class, true);
@@ -110,6 +144,12 @@ final class PgforkContextCustomizer implements ContextCustomizer {
         }
         if (liquibaseUsed && !flywayUsed) {
             return new Template(changelog, null, true);
+        }
+        if (!flywayUsed && !liquibaseUsed && SqlInitScripts.used(env)) {
+            List<Resource> scripts = SqlInitScripts.scripts(env, loader);
+            if (!scripts.isEmpty()) {
+                return new Template(null, null, true, SqlInitScripts.migrator(env, scripts));
+            }
         }
         return new Template(null, List.of(locations), flywayUsed);
     }

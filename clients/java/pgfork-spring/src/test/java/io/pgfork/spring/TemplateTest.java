@@ -1,6 +1,9 @@
 package io.pgfork.spring;
 
 import static org.junit.jupiter.api.Assertions.assertEquals;
+import static org.junit.jupiter.api.Assertions.assertNotEquals;
+import static org.junit.jupiter.api.Assertions.assertThrows;
+import static org.junit.jupiter.api.Assertions.assertTrue;
 
 import java.util.List;
 import java.util.Map;
@@ -52,5 +55,40 @@ class TemplateTest {
         var t = new PgforkContextCustomizer(new String[0], AppLiquibaseTest.CHANGELOG)
                 .template(env(Map.of("spring.liquibase.change-log", AppLiquibaseTest.CHANGELOG, "spring.liquibase.enabled", "false")));
         assertEquals(false, t.appLiquibase());
+    }
+
+    private static final Map<String, Object> SQL_INIT = Map.of("spring.liquibase.enabled", "false", "spring.sql.init.platform", "pgforktest");
+
+    @Test
+    void springsSqlInitScriptsAtBootsDefaultLocationsForThePlatform() {
+        var t = new PgforkContextCustomizer(new String[0], "").template(env(SQL_INIT));
+        assertEquals(true, t.appSqlInit());
+        assertEquals(false, t.appFlyway() || t.appLiquibase());
+        assertTrue(t.migrator().toString().contains("schema-pgforktest.sql"), t.migrator().toString());
+        assertTrue(t.migrator().toString().indexOf("schema-") < t.migrator().toString().indexOf("data-"), "schema scripts first");
+    }
+
+    @Test
+    void theSqlInitScriptsSettingsArePartOfTheTemplateHash() {
+        var a = new PgforkContextCustomizer(new String[0], "").template(env(SQL_INIT)).migrator().templateHash();
+        var props = new java.util.HashMap<String, Object>(SQL_INIT);
+        props.put("spring.sql.init.separator", "@@");
+        var b = new PgforkContextCustomizer(new String[0], "").template(env(props)).migrator().templateHash();
+        assertNotEquals(a, b);
+    }
+
+    @Test
+    void sqlInitModeNeverIsNotTheTemplate() {
+        var props = new java.util.HashMap<String, Object>(SQL_INIT);
+        props.put("spring.sql.init.mode", "never");
+        assertEquals(false, new PgforkContextCustomizer(new String[0], "").template(env(props)).appSqlInit());
+    }
+
+    @Test
+    void aMissingSqlInitScriptFailsAsSpringBootWould() {
+        var props = new java.util.HashMap<String, Object>(SQL_INIT);
+        props.put("spring.sql.init.schema-locations", "classpath:db/none/schema.sql");
+        var e = assertThrows(IllegalStateException.class, () -> new PgforkContextCustomizer(new String[0], "").template(env(props)));
+        assertTrue(e.getMessage().contains("classpath:db/none/schema.sql"), e.getMessage());
     }
 }

@@ -1,0 +1,1 @@
+INSERT INTO shelf VALUES (1);

@@ -1,0 +1,1 @@
+CREATE TABLE shelf (id int PRIMARY KEY);

@@ -134,8 +134,8 @@ final class PgforkContextCustomizer implements ContextCustomizer {
     Template template(ConfigurableEnvironment env, ClassLoader loader) {
         String changelog = env.getProperty("spring.liquibase.change-log", "classpath:db/changelog/db.changelog-master.yaml");
         String[] locations = env.getProperty("spring.flyway.locations", String[].class, new String[] {"classpath:db/migration"});
-        boolean liquibaseUsed = present("liquibase.Liquibase") && env.getProperty("spring.liquibase.enabled", Boolean.class, true);
-        boolean flywayUsed = present("org.flywaydb.core.Flyway") && env.getProperty("spring.flyway.enabled", Boolean.class, true);
+        boolean liquibaseUsed = Classpath.has("liquibase.Liquibase") && env.getProperty("spring.liquibase.enabled", Boolean.class, true);
+        boolean flywayUsed = Classpath.has("org.flywaydb.core.Flyway") && env.getProperty("spring.flyway.enabled", Boolean.class, true);
         if (!liquibase.isEmpty()) {
             return new Template(liquibase, null, liquibaseUsed && liquibase.equals(changelog));
         }
@@ -154,14 +154,6 @@ final class PgforkContextCustomizer implements ContextCustomizer {
         return new Template(null, List.of(locations), flywayUsed);
     }
 
-    private static boolean present(String name) {
-        try {
-            Class.forName(name, false, PgforkContextCustomizer.class.getClassLoader());
-            return true;
-        } catch (ClassNotFoundException | LinkageError e) {
-            return false;
-        }
-    }
 
     @Override
     public boolean equals(Object o) {

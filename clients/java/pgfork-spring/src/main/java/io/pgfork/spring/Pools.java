@@ -5,7 +5,7 @@ import io.pgfork.TestDatabase;
 
 /** A connection pool for a test database: HikariCP when the application has it (Spring Boot's default). */
 final class Pools {
-    static final boolean HIKARI = present("com.zaxxer.hikari.HikariDataSource");
+    static final boolean HIKARI = Classpath.has("com.zaxxer.hikari.HikariDataSource");
 
     private Pools() {
     }
@@ -19,14 +19,5 @@ final class Pools {
         h.setMinimumIdle(0); // connections are opened when a test asks, not ahead for a database about to be replaced
         h.setPoolName("pgfork-" + db.config().database());
         return h;
-    }
-
-    private static boolean present(String name) {
-        try {
-            Class.forName(name, false, Pools.class.getClassLoader());
-            return true;
-        } catch (ClassNotFoundException | LinkageError e) {
-            return false;
-        }
     }
 }

@@ -38,7 +38,7 @@ final class SqlInitScripts {
      *     whose scripts need Hibernate's tables, which a template does not have)
      */
     static boolean used(Environment env) {
-        return present("org.springframework.jdbc.datasource.init.ResourceDatabasePopulator")
+        return Classpath.has("org.springframework.jdbc.datasource.init.ResourceDatabasePopulator")
                 && !"never".equalsIgnoreCase(env.getProperty(PREFIX + "mode", "embedded").trim())
                 && !env.getProperty("spring.jpa.defer-datasource-initialization", Boolean.class, false);
     }
@@ -133,14 +133,5 @@ final class SqlInitScripts {
             indexed.add(env.getProperty(name + "[" + i + "]").trim());
         }
         return indexed.isEmpty() ? null : indexed;
-    }
-
-    private static boolean present(String name) {
-        try {
-            Class.forName(name, false, SqlInitScripts.class.getClassLoader());
-            return true;
-        } catch (ClassNotFoundException | LinkageError e) {
-            return false;
-        }
     }
 }

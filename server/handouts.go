@@ -42,8 +42,8 @@ func (h *handouts) add(hash string, id int) string {
 	return tok
 }
 
-// take returns the database of hand-out tok of hash.
-func (h *handouts) take(hash, tok string) (int, bool) {
+// lookup returns the database of hand-out tok of hash.
+func (h *handouts) lookup(hash, tok string) (int, bool) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	k, ok := h.byTok[tok]

@@ -552,7 +552,7 @@ func (s *Server) handOutID(v api, w http.ResponseWriter, r *http.Request) (h str
 		return "", 0, false
 	}
 	if v == v2 {
-		if id, ok = s.handouts.take(h, r.PathValue("id")); !ok {
+		if id, ok = s.handouts.lookup(h, r.PathValue("id")); !ok {
 			writeError(w, http.StatusNotFound, "no test database of template "+h+" is handed out under this id (given back already, or handed out before a restart)")
 		}
 		return h, id, ok
@@ -570,11 +570,15 @@ func (s *Server) giveBack(v api, w http.ResponseWriter, r *http.Request, do func
 	if !ok {
 		return
 	}
+	// Ended before the give-back, not after: once the pool has it back it
+	// may hand it out again at once (an unlocked database goes to the next
+	// waiter), and ending it afterwards ended that new hand-out instead,
+	// whose holder then got 404 and whose database was never given back.
+	s.handouts.end(h, id)
 	if err := do(r.Context(), h, id); err != nil {
 		s.fail(v, w, r, err)
 		return
 	}
-	s.handouts.end(h, id)
 	w.WriteHeader(http.StatusNoContent)
 }
 

@@ -300,6 +300,11 @@ type Pool struct {
 	// outside dbs and Max; keptOrder their ids, oldest first.
 	kept      map[int]*entry
 	keptOrder []int
+	// dropping counts, by id, the drops under way of databases that left
+	// the pool (shrunk, evicted, kept and given back): their ids are not
+	// reused until the drop ends, or a new database under the same name
+	// could be made first and dropped by it, under its holder.
+	dropping map[int]int
 	// demand is the most fresh databases a run took; run counts the
 	// current run's, runActive says a run-end check is scheduled.
 	demand      int
@@ -352,7 +357,7 @@ func New(cfg Config, creator Creator) *Pool {
 	ctx, cancel := context.WithCancel(context.Background())
 	p := &Pool{cfg: cfg, creator: creator, ctx: ctx, cancel: cancel,
 		sem: make(chan struct{}, cfg.Parallel), trash: map[string]bool{},
-		dbs: map[int]*entry{}, reclaimed: map[int]time.Duration{}, kept: map[int]*entry{},
+		dbs: map[int]*entry{}, reclaimed: map[int]time.Duration{}, kept: map[int]*entry{}, dropping: map[int]int{},
 		demand: max(cfg.Demand, 0)}
 	p.target = p.base()
 	p.wake = sync.NewCond(&p.mu)
@@ -632,7 +637,7 @@ func (p *Pool) shrink() {
 		return
 	}
 	p.target = base
-	var names []string
+	var gone []*entry
 	for len(p.ready) > base {
 		e := p.dbs[p.ready[0]] // the longest ready
 		if age := time.Since(e.since); age < p.cfg.IdleTimeout {
@@ -640,15 +645,16 @@ func (p *Pool) shrink() {
 			break
 		}
 		p.ready = p.ready[1:]
-		names = append(names, e.name)
-		delete(p.dbs, e.id)
+		gone = append(gone, e)
+		p.leaveForDrop(e)
 	}
-	if len(names) > 0 {
+	if len(gone) > 0 {
 		p.wg.Add(1)
 		go func() {
 			defer p.wg.Done()
-			for _, name := range names {
-				_ = p.creator.Drop(context.WithoutCancel(p.ctx), name)
+			for _, e := range gone {
+				_ = p.creator.Drop(context.WithoutCancel(p.ctx), e.name)
+				p.dropEnded(e)
 				if p.cfg.Limiter != nil {
 					p.cfg.Limiter.Release(1)
 				}
@@ -656,6 +662,24 @@ func (p *Pool) shrink() {
 		}()
 	}
 	p.mu.Unlock()
+}
+
+// leaveForDrop takes e out of the pool for a drop the caller makes
+// without p.mu, keeping its id (and so its name) from reuse until
+// dropEnded. Called with p.mu held.
+func (p *Pool) leaveForDrop(e *entry) {
+	delete(p.dbs, e.id)
+	p.dropping[e.id]++
+}
+
+// dropEnded frees the id of e, dropped (or not) since leaveForDrop or
+// dropKept. Called without p.mu.
+func (p *Pool) dropEnded(e *entry) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.dropping[e.id]--; p.dropping[e.id] <= 0 {
+		delete(p.dropping, e.id)
+	}
 }
 
 // Unlock gives a database back as it is, for reuse by the next test
@@ -821,9 +845,11 @@ func (p *Pool) dropKept(e *entry, evicted bool) {
 	}
 	delete(p.kept, e.id)
 	p.keptOrder = slices.DeleteFunc(p.keptOrder, func(id int) bool { return id == e.id })
+	p.dropping[e.id]++
 	p.wg.Add(1)
 	go func() {
 		defer p.wg.Done()
+		defer p.dropEnded(e)
 		// Someone may be looking at it: wait a while for their session
 		// to end, not forever.
 		ctx, cancel := context.WithTimeout(context.WithoutCancel(p.ctx), time.Minute)
@@ -1081,7 +1107,7 @@ func (p *Pool) newEntry() *entry {
 // Called with p.mu held.
 func (p *Pool) freeID() int {
 	for id := 0; ; id++ {
-		if _, used := p.dbs[id]; !used && p.kept[id] == nil {
+		if _, used := p.dbs[id]; !used && p.kept[id] == nil && p.dropping[id] == 0 {
 			return id
 		}
 	}
@@ -1312,18 +1338,19 @@ func (p *Pool) Evict(ctx context.Context) int {
 	}
 	p.evicted = true
 	p.target = p.base()
-	var names []string
+	var gone []*entry
 	for _, id := range p.ready {
-		names = append(names, p.dbs[id].name)
-		delete(p.dbs, id)
+		gone = append(gone, p.dbs[id])
+		p.leaveForDrop(p.dbs[id])
 	}
 	p.ready = nil
 	p.mu.Unlock()
 	n := 0
-	for _, name := range names {
-		if err := p.creator.Drop(ctx, name); err == nil {
+	for _, e := range gone {
+		if err := p.creator.Drop(ctx, e.name); err == nil {
 			n++
 		}
+		p.dropEnded(e)
 		if p.cfg.Limiter != nil {
 			p.cfg.Limiter.Release(1)
 		}

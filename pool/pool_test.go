@@ -631,3 +631,93 @@ func TestPoolGiveBackAfterClose(t *testing.T) {
 		t.Fatalf("databases left after Close and a give-back: %v", left)
 	}
 }
+
+// slowDrops lets the pool's drops of names it saw handed out wait until
+// released (a drop behind a lingering session, a slow server), passing
+// every other call straight to the real creator.
+type slowDrops struct {
+	pool.Creator
+	mu      sync.Mutex
+	slow    map[string]bool // names whose first drop waits
+	held    chan string     // a drop began waiting
+	release chan struct{}
+	done    chan error // a drop that waited ended
+}
+
+func (c *slowDrops) Drop(ctx context.Context, name string) error {
+	c.mu.Lock()
+	wait := c.slow[name]
+	delete(c.slow, name)
+	c.mu.Unlock()
+	if !wait {
+		return c.Creator.Drop(ctx, name)
+	}
+	c.held <- name
+	<-c.release
+	err := c.Creator.Drop(ctx, name)
+	c.done <- err
+	return err
+}
+
+// TestPoolNoNameReusedBeforeItsDrop: databases the pool drops after they
+// left it (shrunk after IdleTimeout; evicted and kept ones the same way)
+// keep their ids until the drop ends. A database made meanwhile under a
+// reused name was dropped by the late drop, under the test that held it.
+func TestPoolNoNameReusedBeforeItsDrop(t *testing.T) {
+	s := startPG(t)
+	s.mustExec(t, "postgres", "CREATE DATABASE tpl")
+	s.mustExec(t, "tpl", "CREATE TABLE items(id int)")
+	cr := &dbstore.SQLCreator{Admin: s.admin, Strategy: dbstore.StrategyAuto}
+	if err := cr.Probe(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	slow := &slowDrops{Creator: cr, slow: map[string]bool{}, held: make(chan string, 4), release: make(chan struct{}), done: make(chan error, 4)}
+	const idle = 300 * time.Millisecond
+	p := pool.New(pool.Config{Hash: "h", Template: "tpl", Name: func(id int) string { return fmt.Sprintf("t_%03d", id) },
+		Initial: 1, Max: 3, Parallel: 2, IdleTimeout: idle}, slow)
+	t.Cleanup(func() { close(slow.release); _ = p.Close(context.Background(), true) })
+	var first []pool.DB
+	for range 3 {
+		first = append(first, acquire(t, p, 30*time.Second))
+	}
+	slow.mu.Lock()
+	for _, db := range first {
+		slow.slow[db.Name] = true
+	}
+	slow.mu.Unlock()
+	for _, db := range first {
+		if err := p.Unlock(db.ID); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// Idle: the pool shrinks to Initial; its first drop waits (the second
+	// comes after it). One of the three stays ready; new databases are made
+	// for the other two hand-outs, under names not being dropped.
+	<-slow.held
+	old := map[string]bool{}
+	for _, db := range first {
+		old[db.Name] = true
+	}
+	var second []pool.DB
+	reused := 0
+	for range 3 {
+		db := acquire(t, p, 30*time.Second)
+		if old[db.Name] {
+			reused++
+		}
+		second = append(second, db)
+	}
+	if reused > 1 {
+		t.Fatalf("%d names of databases being dropped handed out again: %v", reused-1, second)
+	}
+	slow.release <- struct{}{}
+	<-slow.done
+	<-slow.held // the second drop
+	slow.release <- struct{}{}
+	<-slow.done
+	for _, db := range second {
+		if err := s.exec(t, db.Name, "SELECT count(*) FROM items"); err != nil {
+			t.Errorf("%s, in use: %v", db.Name, err)
+		}
+	}
+}

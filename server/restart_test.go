@@ -33,6 +33,7 @@ func TestRestartUnderLoad(t *testing.T) {
 	setURL := func() { u := e.srv.URL; base.Store(&u) }
 	setURL()
 	var epoch atomic.Int64 // restarts so far
+	var stopping atomic.Bool // the old server is being stopped
 	var migrations atomic.Int64
 	client := &http.Client{Timeout: 30 * time.Second}
 
@@ -167,7 +168,7 @@ func TestRestartUnderLoad(t *testing.T) {
 							if i%3 == 0 {
 								action = "recreate"
 							} else if err := execAs(t, d.Database.Config, "DROP TABLE _marker"); err != nil && epoch.Load() == 0 {
-								fail(err)
+								fail(fmt.Errorf("database %s (id %s), the old server stopping: %v: %v", d.Database.Config.Database, d.ID, stopping.Load(), err))
 								return
 							}
 							_, _, _ = call("POST", fmt.Sprintf("/api/v2/templates/load/tests/%s/%s", d.ID, action))
@@ -200,6 +201,7 @@ func TestRestartUnderLoad(t *testing.T) {
 	waitFor(t, "clients to be busy", 60*time.Second, func() bool { return phaseOne.Load() >= 30 })
 
 	// Restart mid-run, crash-like: nothing dropped by the old manager.
+	stopping.Store(true)
 	_ = e.mgr.Stop(context.Background())
 	e.srv.Close()
 	epoch.Add(1)

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"sync"
@@ -56,6 +57,37 @@ func SyncTree(ctx context.Context, root *os.Root, top string, files, dirs []stri
 		}
 	}
 	return fsyncIn(root, top, ".")
+}
+
+// SyncExisting makes the tree at top, written earlier without syncing,
+// durable as SyncTree does with SyncFsync: every regular file and
+// directory under it, walked through an os.Root (no symlink followed, a
+// symlink itself not synced). A server run with fsync=off leaves its data
+// directory so; a stopped one kept as the source of later copies needs it.
+func SyncExisting(ctx context.Context, top string) error {
+	root, err := os.OpenRoot(top)
+	if err != nil {
+		return errs.FromOS(err, top, "cannot open to sync")
+	}
+	defer root.Close()
+	var files, dirs []string
+	err = fs.WalkDir(root.FS(), ".", func(rel string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		switch {
+		case rel == ".":
+		case d.IsDir():
+			dirs = append(dirs, rel)
+		case d.Type().IsRegular():
+			files = append(files, rel)
+		}
+		return nil
+	})
+	if err != nil {
+		return errs.FromOS(err, top, "cannot list the files to sync")
+	}
+	return SyncTree(ctx, root, top, files, dirs, SyncFsync)
 }
 
 func fsyncIn(root *os.Root, top, rel string) error {

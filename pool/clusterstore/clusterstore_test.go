@@ -158,6 +158,7 @@ func TestSlots(t *testing.T) {
 	}
 	names := []string{"sl_test_h_0", "sl_test_h_1", "sl_test_h_2", "sl_test_h_3", "sl_test_h_4"}
 	ports := map[int]int{}
+	metas := map[string]int{}
 	for _, n := range names {
 		if _, err := st.Create(ctx, n, tmpl, ""); err != nil {
 			t.Fatalf("Create %s: %v", n, err)
@@ -170,6 +171,24 @@ func TestSlots(t *testing.T) {
 		if got := one(ep, "SELECT v FROM conf"); got != "from the template" {
 			t.Fatalf("copy %s holds %q", n, got)
 		}
+		// The slots are empty databases given the template's files once
+		// its cluster stopped: their rows must say what CREATE DATABASE …
+		// TEMPLATE would have copied, and the server must take the files
+		// as its own (a freeze checks every tuple's xmin against them).
+		meta := one(ep, `SELECT d.datfrozenxid || ' ' || d.datminmxid || ' ' ||
+			(SELECT count(*) FROM pg_shdepend s WHERE s.dbid = d.oid AND s.deptype = 'o')
+			FROM pg_database d WHERE d.datname = current_database()`)
+		if metas[meta]++; len(metas) > 1 {
+			t.Fatalf("copy %s differs from the others in datfrozenxid, datminmxid or owner dependencies: %v", n, metas)
+		}
+		if strings.HasSuffix(meta, " 0") {
+			t.Fatalf("copy %s has no owner dependency of its table (%s)", n, meta)
+		}
+		vc := connect(ep)
+		if _, err := vc.Exec(ctx, "VACUUM (FREEZE) conf"); err != nil {
+			t.Fatalf("freeze in copy %s: %v", n, err)
+		}
+		_ = vc.Close(ctx)
 	}
 	if len(ports) != 2 {
 		t.Fatalf("5 copies of a template of 3 slots ran on %d servers (%v), want 2", len(ports), ports)

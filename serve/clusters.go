@@ -55,8 +55,9 @@ func ChooseCopies(copies string, major int, sharesBlocks bool) (bool, error) {
 var clusterSettings = map[string]string{"shared_buffers": "16MB"}
 
 // clusterSlots is how many test databases one cloned cluster of the
-// managed mode holds at most (clusterstore.Options.Slots; fewer for a
-// template over clusterstore.SlotBudget / 7).
+// managed mode holds at most (clusterstore.Options.Slots; when the slots
+// must be full copies, fewer for a template over
+// clusterstore.SlotBudget / 7).
 const clusterSlots = 8
 
 // ClusterSizes are the pool defaults of cloned clusters on cpus cores

@@ -148,8 +148,8 @@ func (c *SQLCreator) Create(ctx context.Context, name, template, owner string) (
 	return string(res.Strategy), nil
 }
 
-// prewarm reads the catalogs of database name, just cloned, ahead into the
-// page cache (prewarmCatalogs) when its files are reachable here (the data
+// prewarm reads database name, just cloned, ahead into the page cache
+// (prewarmDatabase: all of it when small, else its catalogs) when its files are reachable here (the data
 // directory is known: the managed server, or a role that may read
 // data_directory). Full copies need none: their pages were just written
 // through the cache.
@@ -161,7 +161,7 @@ func (c *SQLCreator) prewarm(ctx context.Context, conn *pgx.Conn, name string, s
 	if err := conn.QueryRow(ctx, "SELECT oid FROM pg_database WHERE datname = $1", name).Scan(&oid); err != nil {
 		return
 	}
-	prewarmCatalogs(filepath.Join(c.DataDir(), "base", strconv.FormatUint(uint64(oid), 10)))
+	prewarmDatabase(filepath.Join(c.DataDir(), "base", strconv.FormatUint(uint64(oid), 10)))
 }
 
 // cached returns the strategy for a single CREATE DATABASE from template:

@@ -32,7 +32,7 @@ func TestRestartUnderLoad(t *testing.T) {
 	var base atomic.Pointer[string]
 	setURL := func() { u := e.srv.URL; base.Store(&u) }
 	setURL()
-	var epoch atomic.Int64 // restarts so far
+	var epoch atomic.Int64   // restarts so far
 	var stopping atomic.Bool // the old server is being stopped
 	var migrations atomic.Int64
 	client := &http.Client{Timeout: 30 * time.Second}

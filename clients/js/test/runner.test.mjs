@@ -165,8 +165,10 @@ test("vitest useDatabaseEnv: each test's database in the environment before the 
   const failedDb = /FAILED-DB (\S+)/.exec(r.out)?.[1];
   assert.ok(failedDb, r.out);
   assert.ok(r.out.split("\n").some((l) => l.includes(`keeping test database ${failedDb}`) && l.includes(":***@")), r.out);
-  const passedDb = /PASSED-DB (\S+)/.exec(r.out)?.[1];
-  assert.ok(passedDb && !r.out.includes(`keeping test database ${passedDb}`), r.out);
+  // Only the failing test's database is kept. (The passing test's may have
+  // been recreated and handed to the failing one under the same name.)
+  assert.ok(/PASSED-DB (\S+)/.test(r.out), r.out);
+  assert.equal(r.out.split("\n").filter((l) => l.includes("keeping test database")).length, 1, r.out);
   const hash = templateHash(good, key);
   assert.deepEqual(await counts(client, hash), { inUse: 0, kept: 1 }, "only the failed test's database is kept");
   await client.discardTemplate(hash);

@@ -11,9 +11,11 @@ import (
 	"net/url"
 	"os"
 	"path/filepath"
+	"runtime"
 	"strconv"
 	"strings"
 	"sync"
+	"syscall"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -381,12 +383,13 @@ func (s *Store) makeSlots(ctx context.Context, inst *instance.Instance, name str
 	var size int64
 	var owner string
 	var oid uint32
-	var alike bool
+	var alike bool // and the files can be copied safely here (fillSlots: Linux)
 	if err := c.QueryRow(ctx, `SELECT pg_database_size(d.oid), pg_get_userbyid(d.datdba), d.oid,
 		d.encoding = t.encoding AND d.datcollate = t.datcollate AND d.datctype = t.datctype AND d.datlocprovider = t.datlocprovider
 		FROM pg_database d, pg_database t WHERE d.datname = $1 AND t.datname = 'template1'`, name).Scan(&size, &owner, &oid, &alike); err != nil {
 		return 0, nil, errs.Wrap(errs.Internal, err, "cannot read the size of database %s in its template cluster", name)
 	}
+	alike = alike && runtime.GOOS == "linux"
 	n := s.o.Slots
 	if size > 0 && !(alike && s.o.SharesBlocks) {
 		n = int(min(int64(n), 1+SlotBudget/size))
@@ -445,18 +448,69 @@ type slotFill struct {
 // (cleanly shut down: nothing to replay) template cluster at data by a
 // copy of the template database's directory: reflinks where the
 // filesystem has them. Each replacement is atomic (clone's Force).
+//
+// This runs as root inside a tree the server's OS user owns, where a
+// superuser of the template cluster may have written (COPY … TO PROGRAM
+// runs as that user, and what it started may still run). So base and the
+// template's directory are opened once within data (os.Root: no symlink
+// leads out of it), and the copy goes through those descriptors'
+// /proc/self/fd paths, never through the names again: a symlink planted
+// there reaches nothing outside the cluster's own files.
 func (s *Store) fillSlots(ctx context.Context, data string, f *slotFill) error {
+	if testHookBeforeFill != nil {
+		testHookBeforeFill(data, f.template)
+	}
+	root, err := os.OpenRoot(data)
+	if err != nil {
+		return errs.FromOS(err, data, "cannot open the template cluster")
+	}
+	defer root.Close()
+	base, err := openDirIn(root, "base")
+	if err != nil {
+		return errs.FromOS(err, filepath.Join(data, "base"), "cannot open the template cluster's databases")
+	}
+	defer base.Close()
+	tpl := strconv.FormatUint(uint64(f.template), 10)
+	src, err := openDirIn(root, filepath.Join("base", tpl))
+	if err != nil {
+		return errs.FromOS(err, filepath.Join(data, "base", tpl), "cannot open the template database's files")
+	}
+	defer src.Close()
 	o := s.copyOptions()
 	o.Filter, o.Force = nil, true
-	src := filepath.Join(data, "base", strconv.FormatUint(uint64(f.template), 10))
 	for _, slot := range f.slots {
-		dst := filepath.Join(data, "base", strconv.FormatUint(uint64(slot), 10))
-		if _, err := clone.Copy(ctx, src, dst, o); err != nil {
+		dst := filepath.Join(fdPath(base), strconv.FormatUint(uint64(slot), 10))
+		if _, err := clone.Copy(ctx, fdPath(src), dst, o); err != nil {
 			return err
 		}
 	}
 	return nil
 }
+
+// testHookBeforeFill, when set (tests only), runs before fillSlots opens
+// the stopped template cluster at data whose database has oid template.
+var testHookBeforeFill func(data string, template uint32)
+
+// openDirIn opens directory rel of root, within it.
+func openDirIn(root *os.Root, rel string) (*os.File, error) {
+	f, err := root.Open(rel)
+	if err != nil {
+		return nil, err
+	}
+	if st, err := f.Stat(); err != nil || !st.IsDir() {
+		f.Close()
+		if err == nil {
+			err = syscall.ENOTDIR
+		}
+		return nil, err
+	}
+	return f, nil
+}
+
+// fdPath names open file f by its descriptor (Linux): the path resolves
+// to f itself, whatever was renamed or planted on the way since it was
+// opened.
+func fdPath(f *os.File) string { return "/proc/self/fd/" + strconv.Itoa(int(f.Fd())) }
 
 func (s *Store) slotsPath(name string) string {
 	return filepath.Join(filepath.Dir(s.templateData(name)), "slots")

@@ -283,3 +283,68 @@ func TestSlots(t *testing.T) {
 		t.Fatalf("Recover left the crashed run's server %d running", pid)
 	}
 }
+
+// TestSlotsFollowNoSymlinkOut: the slots' files are copied as root inside
+// the template cluster's data directory, which the server's OS user owns
+// and a superuser of that cluster can write to (COPY … TO PROGRAM). A
+// template database directory swapped for a symlink to a directory outside
+// (here holding a root-only file) must not be copied into the slots: the
+// finalize fails, naming the directory, and no slot holds the file.
+func TestSlotsFollowNoSymlinkOut(t *testing.T) {
+	dir := testenv.Dir(t)
+	pg, err := pgbin.Find(pgbin.Options{Explicit: testenv.PGBinDirs(t)[0]}, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	storeDir := filepath.Join(dir, "slots-symlink")
+	st, err := clusterstore.New(clusterstore.Options{Dir: storeDir, Layout: statedir.Layout{Root: filepath.Join(dir, "state")},
+		PG: pg, User: pgtest.User(t), Lean: true, OwnName: true, Warm: true, Slots: 3})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = st.Close(context.Background()) }()
+	ctx := context.Background()
+	const tmpl = "sy_template_h"
+	if _, _, err := st.Recover(ctx, "sy", "sy_test_", true); err != nil {
+		t.Fatal(err)
+	}
+	if err := st.CreateTemplate(ctx, tmpl, "", "template0"); err != nil {
+		t.Fatal(err)
+	}
+	// The swap, once the cluster stopped (as a process the tenant left
+	// running would): the template database's directory moved outside,
+	// with a root-only file beside its own, and a symlink in its place.
+	outside := filepath.Join(dir, "outside")
+	var tplDir string
+	clusterstore.SetTestHookBeforeFill(func(data string, oid uint32) {
+		tplDir = filepath.Join(data, "base", strconv.FormatUint(uint64(oid), 10))
+		moved := filepath.Join(outside, "db")
+		if err := os.MkdirAll(outside, 0o700); err != nil {
+			t.Error(err)
+		}
+		if err := os.Rename(tplDir, moved); err != nil {
+			t.Error(err)
+		}
+		if err := os.WriteFile(filepath.Join(moved, "root-secret"), []byte("not for the tenant"), 0o600); err != nil {
+			t.Error(err)
+		}
+		if err := os.Symlink(moved, tplDir); err != nil {
+			t.Error(err)
+		}
+	})
+	defer clusterstore.SetTestHookBeforeFill(nil)
+	data := filepath.Join(storeDir, "templates", tmpl, "data")
+	err = st.FinalizeTemplate(ctx, tmpl)
+	if tplDir == "" {
+		t.Fatal("finalize made no reflink slots: nothing was tried")
+	}
+	if err == nil || !strings.Contains(err.Error(), tplDir) {
+		t.Errorf("finalize with the template's directory a symlink out of the cluster: %v, want an error naming %s", err, tplDir)
+	}
+	_ = filepath.WalkDir(data, func(p string, d os.DirEntry, err error) error {
+		if err == nil && d.Name() == "root-secret" {
+			t.Errorf("the root-only file was copied into the cluster: %s", p)
+		}
+		return nil
+	})
+}

@@ -132,6 +132,7 @@ type host struct {
 	inst       *instance.Instance
 	free       []string
 	live       int
+	retired    int        // databases renamed away (retire), for their names
 	mu         sync.Mutex // one change to its databases at a time, on conn
 	conn       *pgx.Conn  // the bootstrap superuser's, to adminDB, once needed
 }
@@ -719,7 +720,7 @@ func (s *Store) prepare(ctx context.Context, h *host, slot, name string) error {
 // admin runs sql as the bootstrap superuser of test cluster h, one change
 // to its databases at a time, on a connection kept for h's life (to
 // adminDB: never template1, which a test's own CREATE DATABASE copies).
-func (s *Store) admin(ctx context.Context, h *host, sql string) error {
+func (s *Store) admin(ctx context.Context, h *host, sql string, args ...any) error {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	if h.conn == nil {
@@ -729,7 +730,7 @@ func (s *Store) admin(ctx context.Context, h *host, sql string) error {
 		}
 		h.conn = c
 	}
-	_, err := h.conn.Exec(ctx, sql)
+	_, err := h.conn.Exec(ctx, sql, args...)
 	if err != nil && h.conn.IsClosed() {
 		h.conn = nil
 	}
@@ -738,7 +739,8 @@ func (s *Store) admin(ctx context.Context, h *host, sql string) error {
 
 // Drop removes test copy name: the last database of its test cluster
 // goes with the cluster (stopped immediately: its sessions end, then its
-// files removed); any other is dropped in it, its sessions ended.
+// files removed); any other is retired in it (see retire), its sessions
+// ended.
 func (s *Store) Drop(ctx context.Context, name string) error {
 	if err := cluster.ValidateName(name); err != nil {
 		return err
@@ -767,11 +769,39 @@ func (s *Store) Drop(ctx context.Context, name string) error {
 	if h.err != nil {
 		return nil // nothing in it; the last copy's Drop removes its directory
 	}
-	if err := s.admin(ctx, h, "DROP DATABASE IF EXISTS "+pgx.Identifier{ref.slot}.Sanitize()+" WITH (FORCE)"); err != nil {
-		return errs.Wrap(errs.Internal, err, "cannot drop database %s in its test cluster", ref.slot)
+	return s.retire(ctx, h, ref.slot)
+}
+
+// retire takes database db of test cluster h out of use and frees its
+// name: new connections refused, its sessions ended, then renamed away
+// (retiredName); its files go with the cluster. A DROP DATABASE would
+// force a checkpoint, which writes every neighbour's dirty pages and
+// waits for it, on each give-back; the rename costs a catalog update.
+// When a session will not end (the rename times out), it is dropped.
+func (s *Store) retire(ctx context.Context, h *host, db string) error {
+	id := pgx.Identifier{db}.Sanitize()
+	h.mu.Lock()
+	h.retired++
+	to := pgx.Identifier{retiredName(h.retired)}.Sanitize()
+	h.mu.Unlock()
+	err := s.admin(ctx, h, "ALTER DATABASE "+id+" ALLOW_CONNECTIONS false")
+	if err == nil {
+		err = s.admin(ctx, h, "SELECT pg_terminate_backend(pid, 5000) FROM pg_stat_activity WHERE datname = $1", db)
+	}
+	if err == nil {
+		err = s.admin(ctx, h, "ALTER DATABASE "+id+" RENAME TO "+to)
+	}
+	if err == nil {
+		return nil
+	}
+	if err := s.admin(ctx, h, "DROP DATABASE IF EXISTS "+id+" WITH (FORCE)"); err != nil {
+		return errs.Wrap(errs.Internal, err, "cannot drop database %s in its test cluster", db)
 	}
 	return nil
 }
+
+// retiredName is the name of the n-th database retired in a test cluster.
+func retiredName(n int) string { return "pgfork_used_" + strconv.Itoa(n) }
 
 // stopHost stops test cluster h (immediately) and removes its files.
 func (s *Store) stopHost(h *host) error {

@@ -209,6 +209,7 @@ func TestSlots(t *testing.T) {
 	}
 	// Drop ends the copy's sessions and frees its name in a cluster that
 	// goes on serving the others.
+	checkpoints := one(st.Endpoint(names[1]), "SELECT checkpoints_req::text FROM pg_stat_bgwriter")
 	if err := st.Drop(ctx, names[0]); err != nil {
 		t.Fatal(err)
 	}
@@ -220,6 +221,15 @@ func TestSlots(t *testing.T) {
 	}
 	if got := one(st.Endpoint(names[1]), "SELECT count(*)::text FROM pg_database WHERE datname = '"+names[0]+"'"); got != "0" {
 		t.Fatal("the dropped copy's database is still in its cluster")
+	}
+	// It was retired, not dropped: renamed away, closed to connections,
+	// and no checkpoint forced on the neighbours (a DROP DATABASE forces
+	// one).
+	if got := one(st.Endpoint(names[1]), "SELECT string_agg(datname || ':' || datallowconn, ',') FROM pg_database WHERE datname LIKE 'pgfork_used_%'"); got != "pgfork_used_1:false" {
+		t.Fatalf("retired databases in the cluster: %q, want pgfork_used_1:false", got)
+	}
+	if got := one(st.Endpoint(names[1]), "SELECT checkpoints_req::text FROM pg_stat_bgwriter"); got != checkpoints {
+		t.Fatalf("the give-back forced a checkpoint in the cluster (requested: %s before, %s after)", checkpoints, got)
 	}
 	if _, err := st.Create(ctx, names[0], tmpl, ""); err != nil {
 		t.Fatalf("Create of a dropped name: %v", err)

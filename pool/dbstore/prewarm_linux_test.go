@@ -10,6 +10,7 @@ import (
 	"time"
 	"unsafe"
 
+	"github.com/jackc/pgx/v5"
 	"golang.org/x/sys/unix"
 
 	"github.com/pgfork/pgfork/internal/pgtest"
@@ -148,5 +149,74 @@ func TestCreatePrewarmsClones(t *testing.T) {
 		if warm < 0.9 || bare > 0.5 {
 			t.Fatalf("%s cached: %.2f of the creator's clone (want ≥ 0.9), %.2f of a bare clone (want ≤ 0.5)", what, warm, bare)
 		}
+	}
+}
+
+// TestFinalizeWritesCatalogCache (issue 33): finalize leaves the template
+// with its catalog cache file (pg_internal.init), which every FILE_COPY
+// copy then carries, so a test's first connection need not build the
+// caches, even when the template's migrations invalidated the file (here:
+// VACUUM FULL pg_class, which gives pg_class a new file).
+func TestFinalizeWritesCatalogCache(t *testing.T) {
+	data := filepath.Join(testenv.Dir(t), "data")
+	srv := pgtest.Server{BinDir: testenv.PGBinDirs(t)[0]}
+	pgtest.InitDB(t, data, srv)
+	inst := pgtest.Start(t, data, srv)
+	ctx := context.Background()
+	admin, err := OpenAdmin(ctx, inst.ConnString("postgres", "postgres"), 2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(admin.Close)
+	if _, err := admin.Exec(ctx, "CREATE DATABASE tpl"); err != nil {
+		t.Fatal(err)
+	}
+	tc, err := pgx.Connect(ctx, inst.ConnString("postgres", "tpl"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = tc.Exec(ctx, "CREATE TABLE items (id int PRIMARY KEY)")
+	if err == nil {
+		_, err = tc.Exec(ctx, "VACUUM FULL pg_class")
+	}
+	_ = tc.Close(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	initFile := func(db string) string {
+		var oid uint32
+		if err := admin.QueryRow(ctx, "SELECT oid FROM pg_database WHERE datname = $1", db).Scan(&oid); err != nil {
+			t.Fatal(err)
+		}
+		return filepath.Join(data, "base", strconv.FormatUint(uint64(oid), 10), "pg_internal.init")
+	}
+	if _, err := os.Stat(initFile("tpl")); err == nil {
+		t.Fatal("the template kept its catalog cache file through VACUUM FULL pg_class: the test shows nothing")
+	}
+	cr := &SQLCreator{Admin: admin, Strategy: StrategyFileCopy}
+	if err := cr.Probe(ctx); err != nil {
+		t.Fatal(err)
+	}
+	st := New(admin, cr)
+	if err := st.FinalizeTemplate(ctx, "tpl"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(initFile("tpl")); err != nil {
+		t.Fatalf("finalize left the template without its catalog cache file: %v", err)
+	}
+	if _, err := cr.Create(ctx, "copy", "tpl", ""); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(initFile("copy")); err != nil {
+		t.Fatalf("a copy made after finalize has no catalog cache file: %v", err)
+	}
+	c, err := pgx.Connect(ctx, inst.ConnString("postgres", "copy"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close(ctx)
+	var n int
+	if err := c.QueryRow(ctx, "SELECT count(*) FROM items").Scan(&n); err != nil || n != 0 {
+		t.Fatalf("the copy's table: %d rows, %v", n, err)
 	}
 }

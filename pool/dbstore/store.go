@@ -170,10 +170,39 @@ func (s *adminStore) FinalizeTemplate(ctx context.Context, name string) error {
 			return classify(err, "cannot take over template database %s", name)
 		}
 	}
+	s.writeCatalogCache(ctx, name)
 	if _, err := s.admin.Exec(ctx, "ALTER DATABASE "+id+" WITH ALLOW_CONNECTIONS false"); err != nil {
 		return classify(err, "cannot close template database %s to connections", name)
 	}
 	return nil
+}
+
+// writeCatalogCache connects to template database name once and leaves:
+// the first connection to a database since the server started writes its
+// catalog cache file (base/<oid>/pg_internal.init), and CREATE DATABASE …
+// STRATEGY FILE_COPY copies it into every test database, whose first
+// connection then reads it instead of building the caches from the
+// catalogs. Measured (issue 33) on PostgreSQL 18 with clone on the XFS
+// image, a 60-table template, medians of 15 over three rounds each: a
+// test's first connection and transaction on a fresh copy took 11.4–12.4
+// ms with the file against 12.2–14.7 ms without. The file is PostgreSQL's
+// own and stays valid while the template's catalogs do not change (it is
+// finalized); the server removes every such file when it starts, so after
+// a restart copies are made without it, as before. Best effort: a role
+// that may not connect leaves things as they were.
+func (s *adminStore) writeCatalogCache(ctx context.Context, name string) {
+	cfg := s.admin.Config().ConnConfig.Copy()
+	cfg.Database = name
+	c, err := pgx.ConnectConfig(ctx, cfg)
+	if err != nil {
+		return
+	}
+	pid := c.PgConn().PID()
+	_ = c.Close(ctx)
+	// Wait for the session's end: a CREATE DATABASE from the template
+	// meanwhile would find it connected and sleep 100 ms before looking
+	// again.
+	_, _ = s.admin.Exec(ctx, "SELECT pg_terminate_backend($1, 1000) FROM pg_stat_activity WHERE pid = $1", int32(pid))
 }
 
 func (s *adminStore) DropTemplate(ctx context.Context, name string) error {

@@ -1,6 +1,6 @@
 import { type ChildProcess, spawn, spawnSync } from "node:child_process";
 import { randomBytes } from "node:crypto";
-import { accessSync, chmodSync, constants, existsSync, mkdirSync, readFileSync, realpathSync, rmSync, statSync, writeFileSync } from "node:fs";
+import { accessSync, chmodSync, closeSync, constants, existsSync, mkdirSync, openSync, readFileSync, realpathSync, rmSync, statSync, writeFileSync } from "node:fs";
 import { createRequire } from "node:module";
 import { delimiter, dirname, join, resolve } from "node:path";
 import { Client, DEFAULT_URL } from "./client.js";
@@ -105,7 +105,7 @@ export function serveStateDir(env: NodeJS.ProcessEnv = process.env, dir?: string
 interface ServeRecord {
   /** The test run's main process: the server stops when it exits. */
   runner: number;
-  /** The watchdog process that started the server and stops it. */
+  /** The process that stops the server on SIGTERM: the watchdog that started it, or serve itself. */
   watchdog: number;
   url: string;
   token: string;
@@ -116,7 +116,7 @@ export interface StartedServe {
   url: string;
   token: string;
   stateDir: string;
-  /** The watchdog's pid: SIGTERM to it stops the server. */
+  /** The pid whose SIGTERM stops the server: the watchdog that started it, or serve itself when the run's main process started it. */
   watchdog: number;
   /** True if this process started it (and so stops it). */
   owner: boolean;
@@ -218,12 +218,28 @@ async function startServe(bin: string, stateDir: string, runner: number): Promis
   const out = join(stateDir, "js-serve.out");
   const log = join(stateDir, "js-serve.log");
   const args = ["serve", "--listen", "127.0.0.1:0", "--json", "--state-dir", stateDir, "--token", token];
-  if (supportsExitWithParent(bin)) args.push("--exit-with-parent");
+  const followsParent = supportsExitWithParent(bin);
+  if (followsParent) args.push("--exit-with-parent");
   rmSync(out, { force: true });
-  const child = spawn(process.execPath, ["-e", WATCHDOG, String(runner), bin, out, log, ...args], { detached: true, stdio: "ignore" });
+  // The run's main process starts serve itself when serve follows its
+  // parent: no watchdog (a node process that starts in 70-100 ms before
+  // serve does). Another process of the run, or a serve without
+  // --exit-with-parent, goes through the watchdog, which follows runner.
+  let child: ChildProcess;
+  if (followsParent && runner === process.pid) {
+    const fds = [openSync(out, "w"), openSync(log, "w")];
+    try {
+      child = spawn(bin, args, { detached: true, stdio: ["ignore", fds[0], fds[1]] });
+    } finally {
+      fds.forEach((fd) => closeSync(fd));
+    }
+  } else {
+    child = spawn(process.execPath, ["-e", WATCHDOG, String(runner), bin, out, log, ...args], { detached: true, stdio: "ignore" });
+  }
   child.unref();
   let exited: string | undefined;
   child.on("exit", (code, sig) => (exited = sig ?? `exit ${code}`));
+  child.on("error", (e) => (exited = e.message));
   const shown = `${bin} ${args.join(" ").replace(token, "***")}`;
   const deadline = Date.now() + SERVE_START_TIMEOUT_MS;
   for (;;) {
@@ -241,7 +257,7 @@ async function startServe(bin: string, stateDir: string, runner: number): Promis
       if (child.pid) stopPid(child.pid);
       throw new PgforkError(`pgfork: \`${shown}\` did not answer within ${SERVE_START_TIMEOUT_MS / 1000} s; its output (${log}):\n${readText(log).slice(-2000).trimEnd()}`);
     }
-    await sleep(50);
+    await sleep(10);
   }
 }
 

@@ -419,7 +419,7 @@ func runDjangoBench(ctx context.Context, r *Report) error {
 	}
 	// Issue 34: one app's tests with nothing started by hand, twice; the
 	// setup is Django's own record.
-	zFirst, zSecond, zLeft, zNot := zeroSetup(ctx, bin, tmp, srv, func(env []string) (time.Duration, error) {
+	zFirst, zSecond, _, zLeft, zNot := zeroSetup(ctx, bin, tmp, srv, 0, nil, func(env []string) (time.Duration, error) {
 		zenv := append(append(append([]string{}, dbEnv...), "BENCH_RUNNER=pgfork.django.Runner", "BENCH_EXTRA_KEY="+key+"-zero"), env...)
 		res, err := djManage(ctx, py, proj, zenv, "app01")
 		return res.setup, err

@@ -368,7 +368,7 @@ func runRustBench(ctx context.Context, r *Report) error {
 		return err
 	}
 	// Issue 34: the same tests with nothing started by hand, twice.
-	zFirst, zSecond, zLeft, zNot := zeroSetup(ctx, bin, tmp, srv, func(zenv []string) (time.Duration, error) {
+	zFirst, zSecond, zBase, zLeft, zNot := zeroSetup(ctx, bin, tmp, srv, port+2, pgEnv(pg), func(zenv []string) (time.Duration, error) {
 		took, _, _, err := rustBenchRun(ctx, proj, "c", append(append(append([]string{}, target...), pgEnv(pg)...), zenv...), "t00")
 		return took, err
 	})
@@ -448,7 +448,7 @@ func runRustBench(ctx context.Context, r *Report) error {
 		r.Target(p50 <= 20*time.Millisecond, "#[pgfork::test] from a debug build, hand-out plus the first connection (template cached, hand-out, PgPool's first connection), second run: p50 %s (≤ 20 ms), p99 %s; "+
 			"from a full pool: p50 %s, p99 %s; the floor's first connection alone: p50 %s", Dur(p50), second.acquire.Cell(0.99), full.acquire.Cell(0.5), full.acquire.Cell(0.99), byName[fFloor].acquire.Cell(0.5))
 	}
-	r.ZeroSetupTarget(fmt.Sprintf("Rust (cargo test, %d tests)", min(10, tests)), zFirst, zSecond, full.took, zLeft, zNot)
+	r.ZeroSetupTarget(fmt.Sprintf("Rust (cargo test, %d tests)", min(10, tests)), zFirst, zSecond, zBase, zLeft, zNot)
 	warm, cold := second.took, byName[cCold].took
 	r.Notef("Against the peers (kept from issue 22; issue 33 replaced its targets \"(c) ≥ 10x (a)\" and \"≥ 3x (b)\" by the floor's): (c)'s second run is %s (a) #[sqlx::test] and %s (b); cold, template build included: %s and %s.",
 		Ratio(a, warm), Ratio(b, warm), Ratio(a, cold), Ratio(b, cold))

@@ -49,9 +49,17 @@ type serveProc struct {
 
 // startServe runs pgfork serve on 127.0.0.1:port with its state in stateDir.
 func startServe(bin, stateDir string, port int, args ...string) (*serveProc, error) {
+	return startServeEnv(bin, stateDir, port, nil, args...)
+}
+
+// startServeEnv is startServe with env added to the bench's environment.
+func startServeEnv(bin, stateDir string, port int, env []string, args ...string) (*serveProc, error) {
 	listen := fmt.Sprintf("127.0.0.1:%d", port)
 	all := append([]string{"serve", "--state-dir", stateDir, "--listen", listen, "--db-prefix", "pgfork"}, args...)
 	cmd := exec.Command(bin, all...)
+	if env != nil {
+		cmd.Env = append(os.Environ(), env...)
+	}
 	logf, err := os.Create(filepath.Join(stateDir, fmt.Sprintf("serve-bench-%d.log", port)))
 	if err != nil {
 		return nil, err

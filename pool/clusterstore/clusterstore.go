@@ -786,9 +786,12 @@ func (s *Store) retire(ctx context.Context, h *host, db string) error {
 	h.mu.Unlock()
 	err := s.admin(ctx, h, "ALTER DATABASE "+id+" ALLOW_CONNECTIONS false")
 	if err == nil {
-		err = s.admin(ctx, h, "SELECT pg_terminate_backend(pid, 5000) FROM pg_stat_activity WHERE datname = $1", db)
+		err = s.admin(ctx, h, "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = $1", db)
 	}
 	if err == nil {
+		// The sessions exit (the test's own, just closed, too): the rename
+		// would sleep 100 ms on one still there (dbclone.AwaitNoSessions).
+		s.awaitNoSessions(ctx, h, db)
 		err = s.admin(ctx, h, "ALTER DATABASE "+id+" RENAME TO "+to)
 	}
 	if err == nil {
@@ -798,6 +801,16 @@ func (s *Store) retire(ctx context.Context, h *host, db string) error {
 		return errs.Wrap(errs.Internal, err, "cannot drop database %s in its test cluster", db)
 	}
 	return nil
+}
+
+// awaitNoSessions waits until no session is connected to database db of
+// test cluster h (dbclone.AwaitNoSessions), on h's admin connection.
+func (s *Store) awaitNoSessions(ctx context.Context, h *host, db string) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.conn != nil {
+		dbclone.AwaitNoSessions(ctx, h.conn, db, dbclone.Grace)
+	}
 }
 
 // retiredName is the name of the n-th database retired in a test cluster.

@@ -198,6 +198,7 @@ func (c *SQLCreator) forget(template string) {
 // Drop runs DROP DATABASE IF EXISTS name. While sessions are connected it
 // returns an errs.Busy error.
 func (c *SQLCreator) Drop(ctx context.Context, name string) error {
+	dbclone.AwaitNoSessions(ctx, c.Admin, name, dbclone.Grace) // as Rename
 	if _, err := c.Admin.Exec(ctx, "DROP DATABASE IF EXISTS "+pgx.Identifier{name}.Sanitize()); err != nil {
 		return classify(err, "cannot drop database %s", name)
 	}
@@ -207,6 +208,9 @@ func (c *SQLCreator) Drop(ctx context.Context, name string) error {
 // Rename implements pool.Retirer: ALTER DATABASE from RENAME TO to. While
 // sessions are connected to from it returns an errs.Busy error.
 func (c *SQLCreator) Rename(ctx context.Context, from, to string) error {
+	// A test that just closed its connection leaves a backend exiting; the
+	// rename would sleep 100 ms on it (dbclone.AwaitNoSessions).
+	dbclone.AwaitNoSessions(ctx, c.Admin, from, dbclone.Grace)
 	if _, err := c.Admin.Exec(ctx, "ALTER DATABASE "+pgx.Identifier{from}.Sanitize()+" RENAME TO "+pgx.Identifier{to}.Sanitize()); err != nil {
 		return classify(err, "cannot rename database %s", from)
 	}

@@ -197,12 +197,11 @@ func (s *adminStore) writeCatalogCache(ctx context.Context, name string) {
 	if err != nil {
 		return
 	}
-	pid := c.PgConn().PID()
 	_ = c.Close(ctx)
 	// Wait for the session's end: a CREATE DATABASE from the template
 	// meanwhile would find it connected and sleep 100 ms before looking
 	// again.
-	_, _ = s.admin.Exec(ctx, "SELECT pg_terminate_backend($1, 1000) FROM pg_stat_activity WHERE pid = $1", int32(pid))
+	dbclone.AwaitNoSessions(ctx, s.admin, name, dbclone.Grace)
 }
 
 func (s *adminStore) DropTemplate(ctx context.Context, name string) error {

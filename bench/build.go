@@ -123,8 +123,8 @@ func autoStartEnv(bin, state string) []string {
 // its pools refill to the demand they learned (up to hundreds of full
 // copies), which would otherwise run beside the measured setup.
 //
-// With port > 0 it then measures base: the same part once more against a
-// serve started by hand on the same state directory (on 127.0.0.1:port,
+// With port > 0 it then measures base: the same part twice more (the
+// second timed) against a serve started by hand on the same state directory (on 127.0.0.1:port,
 // with serveEnv, the environment the auto-started one had from the run)
 // and already answering, so that the second run less base is the setup
 // alone: the same server, the same PostgreSQL, the same pool (base 0: not
@@ -184,9 +184,13 @@ func zeroSetupBase(ctx context.Context, bin, state string, other *serveProc, por
 		return 0
 	}
 	defer func() { _ = srv.stop() }()
-	took, err := run(append(append([]string{}, env...), "PGFORK_URL="+srv.base))
-	if err != nil {
-		return 0
+	// Twice, the second timed: as the auto-started runs, whose first one
+	// warmed what a first run warms (cargo's checks, the page cache).
+	var took time.Duration
+	for range 2 {
+		if took, err = run(append(append([]string{}, env...), "PGFORK_URL="+srv.base)); err != nil {
+			return 0
+		}
 	}
 	return took
 }
@@ -247,6 +251,12 @@ func (r *Report) ZeroSetupTarget(what string, first, second, base time.Duration,
 		return
 	}
 	setup := second - base
+	if setup < 0 {
+		r.Target(true, "%s, second run's setup with zero setup (auto-started serve reusing the template) ≤ 1 s: none measurable "+
+			"(second run %s, %s less than the same against a serve started by hand on the same state directory and answering, %s; the first run, building the template: %s)",
+			what, Dur(second), Dur(-setup), Dur(base), Dur(first))
+		return
+	}
 	r.Target(setup <= time.Second, "%s, second run's setup with zero setup (auto-started serve reusing the template) ≤ 1 s: %s "+
 		"(second run %s less the same against a serve started by hand on the same state directory and answering %s; the first run, building the template: %s)", what, Dur(setup), Dur(second), Dur(base), Dur(first))
 }

@@ -186,8 +186,13 @@ func zeroSetupBase(ctx context.Context, bin, state string, other *serveProc, por
 	defer func() { _ = srv.stop() }()
 	// Twice, the second timed: as the auto-started runs, whose first one
 	// warmed what a first run warms (cargo's checks, the page cache).
+	// Each once the serve has settled: the first run's give-backs are
+	// recreated after it, and would otherwise run beside the second.
 	var took time.Duration
 	for range 2 {
+		if err := srv.settle(ctx, 2*time.Minute); err != nil {
+			return 0
+		}
 		if took, err = run(append(append([]string{}, env...), "PGFORK_URL="+srv.base)); err != nil {
 			return 0
 		}

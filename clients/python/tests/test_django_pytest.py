@@ -35,10 +35,14 @@ def test_pytest_django_as_documented(server: Client, tmp_path: Path) -> None:
     main = names[("test_migration_data", "default")]
     assert DB_NAME.match(main)
     assert names[("test_rolled_back", "default")] == main
-    # transaction=True: a fresh database per test (a flush would have
-    # deleted the migration's colors that test_transactional_2 counts).
+    # transaction=True: a fresh database per test, not the session's (a
+    # flush would have deleted the migration's colors that
+    # test_transactional_2 counts, and the widget test_transactional_1
+    # committed would be there: the run passing is the proof). The two may
+    # share a name: the first one's database, given back, is recreated
+    # under its name and can be the next one handed out.
     fresh = {names[("test_transactional_1", "default")], names[("test_transactional_2", "default")]}
-    assert len(fresh) == 2 and main not in fresh
+    assert main not in fresh, names
     # serialized_rollback on fresh databases: the deleted colors are back.
     assert names[("test_serialized_rollback_2", "default")] != main
     # Several databases: a template each.

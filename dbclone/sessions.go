@@ -42,6 +42,11 @@ func (s Session) String() string {
 	return b.String()
 }
 
+// otherSessions selects, in pg_stat_activity, the sessions on database $1
+// other than the asking one's; autovacuum workers are left out (CREATE
+// DATABASE, RENAME and DROP stop them themselves).
+const otherSessions = `datname = $1 AND pid <> pg_backend_pid() AND coalesce(backend_type, '') <> 'autovacuum worker'`
+
 // Sessions lists the sessions other than conn's own connected to database
 // db. Autovacuum workers are left out: CREATE DATABASE stops them itself.
 func Sessions(ctx context.Context, conn *pgx.Conn, db string) ([]Session, error) {
@@ -49,9 +54,7 @@ func Sessions(ctx context.Context, conn *pgx.Conn, db string) ([]Session, error)
 			CASE WHEN client_addr IS NOT NULL THEN host(client_addr)
 			     WHEN client_port = -1 THEN 'local' ELSE '' END,
 			coalesce(backend_type, '')
-		FROM pg_stat_activity
-		WHERE datname = $1 AND pid <> pg_backend_pid()
-		  AND coalesce(backend_type, '') <> 'autovacuum worker'
+		FROM pg_stat_activity WHERE `+otherSessions+`
 		ORDER BY pid`, db)
 	if err != nil {
 		return nil, sqlErr(ctx, err, "cannot list sessions on database %q", db)
@@ -159,8 +162,7 @@ func AwaitNoSessions(ctx context.Context, q RowQuerier, db string, max time.Dura
 	deadline := time.Now().Add(max)
 	for {
 		var n int
-		err := q.QueryRow(ctx, `SELECT count(*) FROM pg_stat_activity
-			WHERE datname = $1 AND pid <> pg_backend_pid() AND coalesce(backend_type, '') <> 'autovacuum worker'`, db).Scan(&n)
+		err := q.QueryRow(ctx, `SELECT count(*) FROM pg_stat_activity WHERE `+otherSessions, db).Scan(&n)
 		if err == nil && n == 0 {
 			return true
 		}

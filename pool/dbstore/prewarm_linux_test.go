@@ -11,8 +11,10 @@ import (
 	"unsafe"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
 	"golang.org/x/sys/unix"
 
+	"github.com/pgfork/pgfork/instance"
 	"github.com/pgfork/pgfork/internal/pgtest"
 	"github.com/pgfork/pgfork/internal/testenv"
 	"github.com/pgfork/pgfork/pgdata"
@@ -99,14 +101,7 @@ func TestCreatePrewarmsClones(t *testing.T) {
 	}
 	inst := pgtest.Start(t, data, srv)
 	ctx := context.Background()
-	admin, err := OpenAdmin(ctx, inst.ConnString("postgres", "postgres"), 2)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(admin.Close)
-	if _, err := admin.Exec(ctx, "CREATE DATABASE tpl"); err != nil {
-		t.Fatal(err)
-	}
+	admin := adminWithTemplate(t, inst)
 	tc, err := OpenAdmin(ctx, inst.ConnString("postgres", "tpl"), 1)
 	if err != nil {
 		t.Fatal(err)
@@ -128,13 +123,7 @@ func TestCreatePrewarmsClones(t *testing.T) {
 	if got, err := cr.Create(ctx, "warm", "tpl", ""); err != nil || got != StrategyClone {
 		t.Fatalf("create: %q, %v", got, err)
 	}
-	dirOf := func(db string) string {
-		var oid uint32
-		if err := admin.QueryRow(ctx, "SELECT oid FROM pg_database WHERE datname = $1", db).Scan(&oid); err != nil {
-			t.Fatal(err)
-		}
-		return filepath.Join(data, "base", strconv.FormatUint(uint64(oid), 10))
-	}
+	dirOf := func(db string) string { return databaseDir(t, admin, data, db) }
 	// Read-ahead is asynchronous: give it a moment.
 	for _, catalogs := range []bool{true, false} {
 		var warm float64
@@ -163,14 +152,7 @@ func TestFinalizeWritesCatalogCache(t *testing.T) {
 	pgtest.InitDB(t, data, srv)
 	inst := pgtest.Start(t, data, srv)
 	ctx := context.Background()
-	admin, err := OpenAdmin(ctx, inst.ConnString("postgres", "postgres"), 2)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(admin.Close)
-	if _, err := admin.Exec(ctx, "CREATE DATABASE tpl"); err != nil {
-		t.Fatal(err)
-	}
+	admin := adminWithTemplate(t, inst)
 	tc, err := pgx.Connect(ctx, inst.ConnString("postgres", "tpl"))
 	if err != nil {
 		t.Fatal(err)
@@ -183,13 +165,7 @@ func TestFinalizeWritesCatalogCache(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	initFile := func(db string) string {
-		var oid uint32
-		if err := admin.QueryRow(ctx, "SELECT oid FROM pg_database WHERE datname = $1", db).Scan(&oid); err != nil {
-			t.Fatal(err)
-		}
-		return filepath.Join(data, "base", strconv.FormatUint(uint64(oid), 10), "pg_internal.init")
-	}
+	initFile := func(db string) string { return filepath.Join(databaseDir(t, admin, data, db), "pg_internal.init") }
 	if _, err := os.Stat(initFile("tpl")); err == nil {
 		t.Fatal("the template kept its catalog cache file through VACUUM FULL pg_class: the test shows nothing")
 	}
@@ -219,4 +195,29 @@ func TestFinalizeWritesCatalogCache(t *testing.T) {
 	if err := c.QueryRow(ctx, "SELECT count(*) FROM items").Scan(&n); err != nil || n != 0 {
 		t.Fatalf("the copy's table: %d rows, %v", n, err)
 	}
+}
+
+// adminWithTemplate opens an admin pool on inst and creates database tpl.
+func adminWithTemplate(t *testing.T, inst *instance.Instance) *pgxpool.Pool {
+	t.Helper()
+	ctx := context.Background()
+	admin, err := OpenAdmin(ctx, inst.ConnString("postgres", "postgres"), 2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(admin.Close)
+	if _, err := admin.Exec(ctx, "CREATE DATABASE tpl"); err != nil {
+		t.Fatal(err)
+	}
+	return admin
+}
+
+// databaseDir is database db's directory in data directory data.
+func databaseDir(t *testing.T, admin *pgxpool.Pool, data, db string) string {
+	t.Helper()
+	var oid uint32
+	if err := admin.QueryRow(context.Background(), "SELECT oid FROM pg_database WHERE datname = $1", db).Scan(&oid); err != nil {
+		t.Fatal(err)
+	}
+	return filepath.Join(data, "base", strconv.FormatUint(uint64(oid), 10))
 }

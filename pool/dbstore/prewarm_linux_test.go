@@ -18,6 +18,7 @@ import (
 	"github.com/pgfork/pgfork/internal/pgtest"
 	"github.com/pgfork/pgfork/internal/testenv"
 	"github.com/pgfork/pgfork/pgdata"
+	"github.com/pgfork/pgfork/pool"
 )
 
 func TestCatalogFile(t *testing.T) {
@@ -220,4 +221,60 @@ func databaseDir(t *testing.T, admin *pgxpool.Pool, data, db string) string {
 		t.Fatal(err)
 	}
 	return filepath.Join(data, "base", strconv.FormatUint(uint64(oid), 10))
+}
+
+// TestRecoverRewritesCatalogCache: the server removes every catalog cache
+// file when it starts, so a template finalized before a restart has none
+// until Recover writes it again, and leaves the template closed.
+func TestRecoverRewritesCatalogCache(t *testing.T) {
+	data := filepath.Join(testenv.Dir(t), "data")
+	srv := pgtest.Server{BinDir: testenv.PGBinDirs(t)[0]}
+	pgtest.InitDB(t, data, srv)
+	ctx := context.Background()
+	inst, stop := pgtest.StartShared(t, data, srv)
+	admin := adminWithTemplate(t, inst)
+	initFile := func(admin *pgxpool.Pool) string {
+		return filepath.Join(databaseDir(t, admin, data, "tpl"), "pg_internal.init")
+	}
+	cr := &SQLCreator{Admin: admin, Strategy: StrategyFileCopy}
+	st := New(admin, cr)
+	if _, _, err := st.Recover(ctx, "p", "p_test_", true); err != nil {
+		t.Fatal(err)
+	}
+	if err := st.FinalizeTemplate(ctx, "tpl"); err != nil {
+		t.Fatal(err)
+	}
+	if err := st.Save(ctx, "p", pool.Record{Hash: "h", Name: "tpl", State: "finalized"}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(initFile(admin)); err != nil {
+		t.Fatalf("finalize left no catalog cache file: %v", err)
+	}
+	admin.Close()
+	stop()
+
+	inst = pgtest.Start(t, data, srv)
+	admin, err := OpenAdmin(ctx, inst.ConnString("postgres", "postgres"), 2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer admin.Close()
+	if _, err := os.Stat(initFile(admin)); err == nil {
+		t.Fatal("the template kept its catalog cache file through a restart: the test shows nothing")
+	}
+	st = New(admin, &SQLCreator{Admin: admin, Strategy: StrategyFileCopy})
+	if _, _, err := st.Recover(ctx, "p", "p_test_", true); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(initFile(admin)); err != nil {
+		t.Fatalf("Recover left the finalized template without its catalog cache file: %v", err)
+	}
+	var allow bool
+	var limit int
+	if err := admin.QueryRow(ctx, "SELECT datallowconn, datconnlimit FROM pg_database WHERE datname = 'tpl'").Scan(&allow, &limit); err != nil {
+		t.Fatal(err)
+	}
+	if allow || limit != -1 {
+		t.Fatalf("after Recover the template takes connections %v, limit %d: want false, -1", allow, limit)
+	}
 }

@@ -7,6 +7,7 @@ package dbstore
 
 import (
 	"context"
+	"fmt"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -123,7 +124,41 @@ func (s *adminStore) Recover(ctx context.Context, prefix, testPrefix string, per
 		recs = append(recs, r)
 	}
 	rows.Close()
+	// The server removes every catalog cache file when it starts (see
+	// writeCatalogCache): write the finalized templates' again before their
+	// pools copy them, or every copy made after a restart goes without.
+	for _, r := range recs {
+		if r.State == "finalized" {
+			if err := s.rewriteCatalogCache(ctx, r.Name); err != nil {
+				return nil, 0, err
+			}
+		}
+	}
 	return recs, epoch, nil
+}
+
+// rewriteCatalogCache writes finalized template name's catalog cache file
+// when the server's role is a superuser: it opens the template to
+// connections for superusers alone (CONNECTION LIMIT 0 stops every other
+// role; superusers pass it), connects once, and closes it again. A
+// non-superuser role leaves the template as it is (it could not pass the
+// limit). The error is one of closing the template again.
+func (s *adminStore) rewriteCatalogCache(ctx context.Context, name string) error {
+	var super bool
+	var limit int
+	if err := s.admin.QueryRow(ctx, `SELECT r.rolsuper, d.datconnlimit FROM pg_roles r, pg_database d
+		WHERE r.rolname = current_user AND d.datname = $1`, name).Scan(&super, &limit); err != nil || !super {
+		return nil
+	}
+	id := pgx.Identifier{name}.Sanitize()
+	if _, err := s.admin.Exec(ctx, "ALTER DATABASE "+id+" WITH CONNECTION LIMIT 0 ALLOW_CONNECTIONS true"); err != nil {
+		return nil
+	}
+	s.writeCatalogCache(ctx, name)
+	if _, err := s.admin.Exec(ctx, fmt.Sprintf("ALTER DATABASE %s WITH ALLOW_CONNECTIONS false CONNECTION LIMIT %d", id, limit)); err != nil {
+		return classify(err, "cannot close template database %s to connections again", name)
+	}
+	return nil
 }
 
 func (s *adminStore) Save(ctx context.Context, prefix string, r pool.Record) error {
@@ -187,9 +222,9 @@ func (s *adminStore) FinalizeTemplate(ctx context.Context, name string) error {
 // test's first connection and transaction on a fresh copy took 11.4–12.4
 // ms with the file against 12.2–14.7 ms without. The file is PostgreSQL's
 // own and stays valid while the template's catalogs do not change (it is
-// finalized); the server removes every such file when it starts, so after
-// a restart copies are made without it, as before. Best effort: a role
-// that may not connect leaves things as they were.
+// finalized); the server removes every such file when it starts, so
+// Recover writes the finalized templates' again. Best effort: a role that
+// may not connect leaves things as they were.
 func (s *adminStore) writeCatalogCache(ctx context.Context, name string) {
 	cfg := s.admin.Config().ConnConfig.Copy()
 	cfg.Database = name

@@ -8,7 +8,10 @@ import java.sql.Connection;
 import java.sql.DriverManager;
 import java.sql.SQLException;
 import java.sql.Statement;
+import java.util.LinkedHashMap;
 import java.util.List;
+import java.util.Map;
+import java.util.stream.Collectors;
 import java.util.stream.Stream;
 
 /**
@@ -100,6 +103,41 @@ public final class Migrators {
             @Override
             public void migrate(DatabaseConfig db) throws Exception {
                 migrate.migrate(db);
+            }
+        };
+    }
+
+    /**
+     * Migrators run one after the other on the same template (for example an application's Flyway, then the Spring SQL
+     * init scripts Boot runs after it). The hash is over the steps' hashes, in order: the same steps in another order
+     * are another template.
+     *
+     * @param steps the migrators, in the order they run
+     * @return the migrator
+     */
+    public static Migrator sequence(Migrator... steps) {
+        List<Migrator> all = List.of(steps);
+        Map<String, byte[]> hashes = new LinkedHashMap<>();
+        for (int i = 0; i < all.size(); i++) {
+            hashes.put(String.format("%04d", i), all.get(i).templateHash().getBytes(StandardCharsets.UTF_8));
+        }
+        String hash = TemplateHash.ofFiles(hashes, "pgfork sequence of migrators");
+        return new Migrator() {
+            @Override
+            public String templateHash() {
+                return hash;
+            }
+
+            @Override
+            public void migrate(DatabaseConfig db) throws Exception {
+                for (Migrator m : all) {
+                    m.migrate(db);
+                }
+            }
+
+            @Override
+            public String toString() {
+                return all.stream().map(Object::toString).collect(Collectors.joining(", then "));
             }
         };
     }

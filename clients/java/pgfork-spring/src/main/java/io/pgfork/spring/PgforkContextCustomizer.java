@@ -88,13 +88,15 @@ final class PgforkContextCustomizer implements ContextCustomizer {
     }
 
     /**
-     * The template's migrations (a Liquibase changelog, else Flyway locations), and whether they are the application's
-     * own (then the copies are already what the application's Flyway or Liquibase would make of them). The migrator
-     * is made only when asked for: it fails when neither Flyway nor Liquibase is on the classpath.
+     * The template's migrations (a Liquibase changelog, else Flyway locations, then or else the application's Spring
+     * SQL init scripts), and whether they are the application's own (then the copies are already what the
+     * application's Flyway, Liquibase or SQL init would make of them). The migrator is made only when asked for: it
+     * fails when neither Flyway nor Liquibase is on the classpath.
      *
      * @param liquibase the changelog, or null for Flyway
-     * @param flyway the Flyway locations (when liquibase is null)
+     * @param flyway the Flyway locations (when liquibase is null), or null for SQL init scripts alone
      * @param app whether they are the application's own Liquibase changelog or Flyway locations
+     * @param sqlInit the application's SQL init scripts, run after Liquibase or Flyway as Boot runs them, or null
      */
     record Template(String liquibase, List<String> flyway, boolean app, Migrator sqlInit) {
         Template(String liquibase, List<String> flyway, boolean app) {
@@ -102,14 +104,16 @@ final class PgforkContextCustomizer implements ContextCustomizer {
         }
 
         Migrator migrator() {
-            if (sqlInit != null) {
-                return sqlInit;
+            Migrator tool = liquibase != null ? Migrators.liquibase(liquibase)
+                    : flyway != null ? Migrators.flyway(flyway.toArray(String[]::new)) : null;
+            if (sqlInit == null) {
+                return tool;
             }
-            return liquibase != null ? Migrators.liquibase(liquibase) : Migrators.flyway(flyway.toArray(String[]::new));
+            return tool == null ? sqlInit : Migrators.sequence(tool, sqlInit);
         }
 
         boolean appFlyway() {
-            return app && liquibase == null && sqlInit == null;
+            return app && liquibase == null && flyway != null;
         }
 
         /** @return whether the template ran the application's Spring SQL init scripts (spring.sql.init) */
@@ -120,11 +124,24 @@ final class PgforkContextCustomizer implements ContextCustomizer {
         boolean appLiquibase() {
             return app && liquibase != null;
         }
+
+        /**
+         * @return this template with the application's SQL init scripts after its migrations, when they are the
+         *     application's own and Boot would run the scripts after them against PostgreSQL ({@link SqlInitScripts#alongside})
+         */
+        Template withSqlInit(ConfigurableEnvironment env, ClassLoader loader) {
+            if (!app || sqlInit != null || !SqlInitScripts.alongside(env)) {
+                return this;
+            }
+            List<Resource> scripts = SqlInitScripts.scripts(env, loader);
+            return scripts.isEmpty() ? this : new Template(liquibase, flyway, app, SqlInitScripts.migrator(env, scripts));
+        }
     }
 
     /**
      * The template's migrations: the annotation's, else the application's Liquibase or Flyway settings, else (neither
-     * used) the application's Spring SQL init scripts when there are any.
+     * used) the application's Spring SQL init scripts when there are any. The application's own Liquibase or Flyway
+     * is followed by its SQL init scripts when Boot would run those too ({@code spring.sql.init.mode=always}).
      */
     Template template(ConfigurableEnvironment env) {
         return template(env, PgforkContextCustomizer.class.getClassLoader());
@@ -137,13 +154,13 @@ final class PgforkContextCustomizer implements ContextCustomizer {
         boolean liquibaseUsed = Classpath.has("liquibase.Liquibase") && env.getProperty("spring.liquibase.enabled", Boolean.class, true);
         boolean flywayUsed = Classpath.has("org.flywaydb.core.Flyway") && env.getProperty("spring.flyway.enabled", Boolean.class, true);
         if (!liquibase.isEmpty()) {
-            return new Template(liquibase, null, liquibaseUsed && liquibase.equals(changelog));
+            return new Template(liquibase, null, liquibaseUsed && liquibase.equals(changelog)).withSqlInit(env, loader);
         }
         if (flyway.length > 0) {
-            return new Template(null, List.of(flyway), flywayUsed && Arrays.equals(flyway, locations));
+            return new Template(null, List.of(flyway), flywayUsed && Arrays.equals(flyway, locations)).withSqlInit(env, loader);
         }
         if (liquibaseUsed && !flywayUsed) {
-            return new Template(changelog, null, true);
+            return new Template(changelog, null, true).withSqlInit(env, loader);
         }
         if (!flywayUsed && !liquibaseUsed && SqlInitScripts.used(env)) {
             List<Resource> scripts = SqlInitScripts.scripts(env, loader);
@@ -151,7 +168,7 @@ final class PgforkContextCustomizer implements ContextCustomizer {
                 return new Template(null, null, true, SqlInitScripts.migrator(env, scripts));
             }
         }
-        return new Template(null, List.of(locations), flywayUsed);
+        return new Template(null, List.of(locations), flywayUsed).withSqlInit(env, loader);
     }
 
 

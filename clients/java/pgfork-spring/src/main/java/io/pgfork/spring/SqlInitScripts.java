@@ -44,6 +44,18 @@ final class SqlInitScripts {
     }
 
     /**
+     * @return whether Boot runs the application's SQL init scripts against PostgreSQL beside its Flyway or Liquibase:
+     *     spring-jdbc present, {@code spring.sql.init.mode=always} (the default, {@code embedded}, skips them on
+     *     PostgreSQL) and not deferred until Hibernate made the schema. Boot runs them after Flyway and Liquibase
+     *     (its script initializers' detector comes last), so they may fill the tables the migrations made.
+     */
+    static boolean alongside(Environment env) {
+        return Classpath.has("org.springframework.jdbc.datasource.init.ResourceDatabasePopulator")
+                && "always".equalsIgnoreCase(env.getProperty(PREFIX + "mode", "embedded").trim())
+                && !env.getProperty("spring.jpa.defer-datasource-initialization", Boolean.class, false);
+    }
+
+    /**
      * The scripts Boot would run, schema then data, each a resolved resource (an optional location that matches
      * nothing is left out, as Boot leaves it out).
      *

@@ -91,4 +91,22 @@ class TemplateTest {
         var e = assertThrows(IllegalStateException.class, () -> new PgforkContextCustomizer(new String[0], "").template(env(props)));
         assertTrue(e.getMessage().contains("classpath:db/none/schema.sql"), e.getMessage());
     }
+
+    @Test
+    void theApplicationsLiquibaseThenItsSqlInitScriptsWhenBootRunsBoth() {
+        var props = new java.util.HashMap<String, Object>(APP);
+        props.put("spring.sql.init.platform", "pgforktest");
+        var alone = new PgforkContextCustomizer(new String[0], "").template(env(props));
+        assertEquals(false, alone.appSqlInit(), "mode embedded (Boot's default) does not run the scripts on PostgreSQL");
+        props.put("spring.sql.init.mode", "always");
+        var both = new PgforkContextCustomizer(new String[0], "").template(env(props));
+        assertEquals(true, both.appLiquibase() && both.appSqlInit(), "the template is the application's Liquibase and SQL init");
+        String m = both.migrator().toString();
+        assertTrue(m.indexOf("db/starts/changelog.yaml") >= 0 && m.indexOf("db/starts/changelog.yaml") < m.indexOf("schema-pgforktest.sql"),
+                "Liquibase first, then the scripts, as Boot orders them: " + m);
+        assertNotEquals(alone.migrator().templateHash(), both.migrator().templateHash(), "another template");
+        props.put("spring.jpa.defer-datasource-initialization", "true");
+        assertEquals(false, new PgforkContextCustomizer(new String[0], "").template(env(props)).appSqlInit(),
+                "scripts deferred until Hibernate made its schema are not the template's");
+    }
 }

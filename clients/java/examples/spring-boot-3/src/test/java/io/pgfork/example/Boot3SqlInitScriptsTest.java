@@ -48,4 +48,26 @@ class Boot3SqlInitScriptsTest {
             assertThat(jdbc.queryForObject("SELECT count(*) FROM shelf", Integer.class)).isEqualTo(2);
         }
     }
+
+    // Flyway's schema and test data from Spring's SQL init, which Boot 3.5 also runs after Flyway.
+    @Nested
+    @JdbcTest(properties = {"spring.sql.init.mode=always", "spring.sql.init.data-locations=classpath:db/sqlinit/seed.sql"})
+    @AutoConfigurePgfork
+    class AfterFlyway {
+        @Autowired
+        JdbcTemplate jdbc;
+
+        @Test
+        void aCopyHasFlywaysRowsAndTheScriptsOnce() {
+            assertThat(jdbc.queryForObject("SELECT count(*) FROM book", Integer.class)).isEqualTo(3);
+            jdbc.update("DELETE FROM book WHERE isbn = '978-1593279509'");
+        }
+
+        @Test
+        void theNextCopyHasThemToo() {
+            assertThat(jdbc.queryForObject("SELECT count(*) FROM book", Integer.class)).isEqualTo(3);
+            jdbc.update("DELETE FROM book WHERE isbn = '978-1593279509'");
+        }
+    }
 }
+

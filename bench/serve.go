@@ -995,3 +995,17 @@ func (p *serveProc) bareRate(ctx context.Context, sessions, n int) (float64, err
 	defer giveBack()
 	return bareCreateRate(ctx, dbs[0], sessions, n)
 }
+
+// poolNote says, per template, how many databases the pool holds ready and
+// the demand it learned, for the report's notes.
+func (p *serveProc) poolNote() string {
+	ts, err := p.pools()
+	if err != nil {
+		return "pools not listed: " + err.Error()
+	}
+	var out []string
+	for _, t := range ts {
+		out = append(out, fmt.Sprintf("%d ready, demand %d", t.Databases["ready"], t.Demand))
+	}
+	return strings.Join(out, "; ")
+}

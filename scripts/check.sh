@@ -17,6 +17,7 @@ if [ -z "${PGFORK_TEST_RUN_DIR:-}" ]; then
 	PGFORK_TEST_RUN_DIR=$(mktemp -d /var/tmp/pgfork-check.XXXXXX)
 fi
 export PGFORK_TEST_RUN_DIR
+mkdir -p "$PGFORK_TEST_RUN_DIR"
 chmod 0755 "$PGFORK_TEST_RUN_DIR"
 echo "check: this run's directory is $PGFORK_TEST_RUN_DIR" >&2
 

@@ -18,8 +18,9 @@ import javax.sql.DataSource;
  * next connection comes from a fresh one, so beans holding this DataSource (JPA, JdbcTemplate, Flyway) need no
  * restart.
  *
- * <p>Refreshing costs a test nothing to wait for: the old copy's pool is closed and the copy given back on a
- * background thread ({@link GiveBacks}); the next copy is taken when a connection is first asked for.
+ * <p>Giving a copy back costs a test nothing to wait for: the old copy's pool is closed and the copy given back on a
+ * background thread ({@link GiveBacks}). The next copy is taken when a connection is first asked for, and that
+ * first connection (the take, a new server process, cold catalog caches) is what a refresh costs the next test.
  */
 public final class PgforkDataSource implements DataSource, AutoCloseable {
     /** How long closing the context waits for copies still being given back. */

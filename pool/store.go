@@ -67,6 +67,17 @@ type ReadyStore interface {
 	TakeReady(ctx context.Context, prefix string) ([]Kept, error)
 }
 
+// CacheWriter is a Store whose server keeps, per database, a cache that
+// the first connection builds and a restart of the server removes
+// (PostgreSQL's catalog cache file, base/<oid>/pg_internal.init). A pool
+// calls WriteCache for each ready test copy a clean stop left (Config.Ready)
+// once, in the background, so that its test's first connection does not
+// build it; copies made from the template after the restart have it
+// already (Recover writes the template's).
+type CacheWriter interface {
+	WriteCache(ctx context.Context, name string) error
+}
+
 // Kept is a test copy a client kept: its template, id and name, since when.
 type Kept struct {
 	Hash string

@@ -278,3 +278,122 @@ func TestRecoverRewritesCatalogCache(t *testing.T) {
 		t.Fatalf("after Recover the template takes connections %v, limit %d: want false, -1", allow, limit)
 	}
 }
+
+// TestReadyAcrossRestartGetCatalogCache: the test copies a clean stop
+// left ready lose their catalog cache files when the server restarts (as
+// every database does), and the pool that adopts them at the next start
+// writes them again, before any test takes one.
+func TestReadyAcrossRestartGetCatalogCache(t *testing.T) {
+	data := filepath.Join(testenv.Dir(t), "data")
+	// Autovacuum off: its workers connect to each database in turn, and
+	// would write the files themselves.
+	srv := pgtest.Server{BinDir: testenv.PGBinDirs(t)[0], Settings: map[string]string{"autovacuum": "off"}}
+	pgtest.InitDB(t, data, srv)
+	ctx := context.Background()
+	const hash, n = "cc", 3
+	cfg := pool.ManagerConfig{Prefix: "pcc", Initial: n, Max: n, Parallel: 2, GetTimeout: 30 * time.Second}
+	open := func(admin *pgxpool.Pool) *pool.Manager {
+		t.Helper()
+		cr := &SQLCreator{Admin: admin, Strategy: StrategyFileCopy}
+		if err := cr.Probe(ctx); err != nil {
+			t.Fatal(err)
+		}
+		m, err := pool.NewManager(cfg, New(admin, cr))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := m.Open(ctx); err != nil {
+			t.Fatal(err)
+		}
+		return m
+	}
+	ready := func(m *pool.Manager) int {
+		t.Helper()
+		ts, _ := m.Stats()
+		k := 0
+		for _, x := range ts {
+			k += x.Pool.ByState[pool.Ready]
+		}
+		return k
+	}
+	inst, stop := pgtest.StartShared(t, data, srv)
+	admin, err := OpenAdmin(ctx, inst.ConnString("postgres", "postgres"), 4)
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := open(admin)
+	tpl, err := m.InitializeTemplate(ctx, hash)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tc, err := pgx.Connect(ctx, inst.ConnString("postgres", tpl.Database))
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = tc.Exec(ctx, "CREATE TABLE items (id int PRIMARY KEY)")
+	_ = tc.Close(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := m.FinalizeTemplate(ctx, hash); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(time.Minute)
+	for ready(m) < n {
+		if time.Now().After(deadline) {
+			t.Fatalf("the pool did not fill: %d ready", ready(m))
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	if err := m.Close(ctx); err != nil {
+		t.Fatal(err)
+	}
+	admin.Close()
+	stop()
+
+	inst = pgtest.Start(t, data, srv)
+	admin, err = OpenAdmin(ctx, inst.ConnString("postgres", "postgres"), 4)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer admin.Close()
+	initFile := func(db string) string { return filepath.Join(databaseDir(t, admin, data, db), "pg_internal.init") }
+	rows, err := admin.Query(ctx, "SELECT datname FROM pg_database WHERE starts_with(datname, 'pcc_test_')")
+	if err != nil {
+		t.Fatal(err)
+	}
+	left, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil || len(left) != n {
+		t.Fatalf("left ready by the clean stop: %v (%v), want %d", left, err, n)
+	}
+	for _, db := range left {
+		if _, err := os.Stat(initFile(db)); err == nil {
+			t.Fatalf("%s kept its catalog cache file through a restart: the test shows nothing", db)
+		}
+	}
+	m = open(admin)
+	defer func() { _ = m.Close(ctx) }()
+	if got := ready(m); got != n {
+		t.Fatalf("adopted ready: %d, want the %d left", got, n)
+	}
+	deadline = time.Now().Add(30 * time.Second)
+	for _, db := range left {
+		for {
+			if _, err := os.Stat(initFile(db)); err == nil {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("%s, adopted ready after the restart, got no catalog cache file", db)
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+	}
+	// They are still the pool's, ready, with no session left behind.
+	if got := ready(m); got != n {
+		t.Fatalf("after writing their caches: %d ready, want %d", got, n)
+	}
+	var sessions int
+	if err := admin.QueryRow(ctx, "SELECT count(*) FROM pg_stat_activity WHERE starts_with(datname, 'pcc_test_')").Scan(&sessions); err != nil || sessions != 0 {
+		t.Fatalf("sessions left on the test copies: %d (%v)", sessions, err)
+	}
+}

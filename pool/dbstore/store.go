@@ -212,7 +212,17 @@ func (s *adminStore) FinalizeTemplate(ctx context.Context, name string) error {
 	return nil
 }
 
-// writeCatalogCache connects to template database name once and leaves:
+// WriteCache writes the catalog cache file of test copy name, left ready
+// by the last clean stop, after the server's restart removed it
+// (pool.CacheWriter): see writeCatalogCache and pool's writeCaches for
+// what it saves a test.
+func (s *adminStore) WriteCache(ctx context.Context, name string) error {
+	s.writeCatalogCache(ctx, name)
+	return nil
+}
+
+// writeCatalogCache connects to database name (a template, or a test copy
+// left ready across a restart: WriteCache) once and leaves:
 // the first connection to a database since the server started writes its
 // catalog cache file (base/<oid>/pg_internal.init), and CREATE DATABASE …
 // STRATEGY FILE_COPY copies it into every test database, whose first

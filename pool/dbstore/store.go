@@ -127,8 +127,13 @@ func (s *adminStore) Recover(ctx context.Context, prefix, testPrefix string, per
 	// The server removes every catalog cache file when it starts (see
 	// writeCatalogCache): write the finalized templates' again before their
 	// pools copy them, or every copy made after a restart goes without.
+	// Only a superuser passes CONNECTION LIMIT 0 (see rewriteCatalogCache).
+	var super bool
+	if err := s.admin.QueryRow(ctx, "SELECT rolsuper FROM pg_roles WHERE rolname = current_user").Scan(&super); err != nil {
+		return nil, 0, errs.Wrap(errs.Internal, err, "cannot read the server role's attributes")
+	}
 	for _, r := range recs {
-		if r.State == "finalized" {
+		if super && r.State == "finalized" {
 			if err := s.rewriteCatalogCache(ctx, r.Name); err != nil {
 				return nil, 0, err
 			}
@@ -137,17 +142,14 @@ func (s *adminStore) Recover(ctx context.Context, prefix, testPrefix string, per
 	return recs, epoch, nil
 }
 
-// rewriteCatalogCache writes finalized template name's catalog cache file
-// when the server's role is a superuser: it opens the template to
-// connections for superusers alone (CONNECTION LIMIT 0 stops every other
-// role; superusers pass it), connects once, and closes it again. A
-// non-superuser role leaves the template as it is (it could not pass the
-// limit). The error is one of closing the template again.
+// rewriteCatalogCache writes finalized template name's catalog cache file;
+// the server's role must be a superuser (Recover asks once): it opens the
+// template to connections for superusers alone (CONNECTION LIMIT 0 stops
+// every other role; superusers pass it), connects once, and closes it
+// again. The error is one of closing the template again.
 func (s *adminStore) rewriteCatalogCache(ctx context.Context, name string) error {
-	var super bool
 	var limit int
-	if err := s.admin.QueryRow(ctx, `SELECT r.rolsuper, d.datconnlimit FROM pg_roles r, pg_database d
-		WHERE r.rolname = current_user AND d.datname = $1`, name).Scan(&super, &limit); err != nil || !super {
+	if err := s.admin.QueryRow(ctx, `SELECT datconnlimit FROM pg_database WHERE datname = $1`, name).Scan(&limit); err != nil {
 		return nil
 	}
 	id := pgx.Identifier{name}.Sanitize()

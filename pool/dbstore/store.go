@@ -127,16 +127,26 @@ func (s *adminStore) Recover(ctx context.Context, prefix, testPrefix string, per
 	// The server removes every catalog cache file when it starts (see
 	// writeCatalogCache): write the finalized templates' again before their
 	// pools copy them, or every copy made after a restart goes without.
+	var finalized []string
+	for _, r := range recs {
+		if r.State == "finalized" {
+			finalized = append(finalized, r.Name)
+		}
+	}
+	if len(finalized) == 0 {
+		return recs, epoch, nil
+	}
 	// Only a superuser passes CONNECTION LIMIT 0 (see rewriteCatalogCache).
 	var super bool
 	if err := s.admin.QueryRow(ctx, "SELECT rolsuper FROM pg_roles WHERE rolname = current_user").Scan(&super); err != nil {
 		return nil, 0, errs.Wrap(errs.Internal, err, "cannot read the server role's attributes")
 	}
-	for _, r := range recs {
-		if super && r.State == "finalized" {
-			if err := s.rewriteCatalogCache(ctx, r.Name); err != nil {
-				return nil, 0, err
-			}
+	if !super {
+		return recs, epoch, nil
+	}
+	for _, name := range finalized {
+		if err := s.rewriteCatalogCache(ctx, name); err != nil {
+			return nil, 0, err
 		}
 	}
 	return recs, epoch, nil

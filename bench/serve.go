@@ -187,6 +187,7 @@ type poolStat struct {
 	Hash      string         `json:"templateHash"`
 	Databases map[string]int `json:"databases"` // by state: creating, ready, in_use, dirty, recreating
 	Demand    int            `json:"demand"`    // fresh databases the last ended run took
+	Warming   int            `json:"warming"`   // ready databases serve has not connected to yet
 }
 
 // pools lists the server's templates and their pools.
@@ -229,8 +230,9 @@ func (p *serveProc) waitReady(ctx context.Context, n int, limit time.Duration) (
 }
 
 // settle waits until no database of the server is being made or given back
-// (none creating, dirty or recreating): the pause between two runs of a
-// suite, after which the pool is as full as the server fills it. A pool
+// (none creating, dirty or recreating) and serve has connected to each ready
+// one once (none warming): the pause between two runs of a suite, after
+// which the pool is as full and as ready as the server makes it. A pool
 // still busy after limit is said on stdout and waited for no longer; the
 // error is the API's or ctx's.
 func (p *serveProc) settle(ctx context.Context, limit time.Duration) error {
@@ -238,7 +240,7 @@ func (p *serveProc) settle(ctx context.Context, limit time.Duration) error {
 	err := p.poll(ctx, limit, func(ts []poolStat) bool {
 		busy = 0
 		for _, t := range ts {
-			busy += t.Databases["creating"] + t.Databases["dirty"] + t.Databases["recreating"]
+			busy += t.Databases["creating"] + t.Databases["dirty"] + t.Databases["recreating"] + t.Warming
 		}
 		return busy == 0
 	})

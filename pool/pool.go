@@ -244,10 +244,10 @@ type entry struct {
 	// keptAt: when its holder kept it (Keep); it is then in Pool.kept,
 	// outside dbs.
 	keptAt time.Time
-	// uncached: left ready by the last clean stop, its server's cache for
-	// it not written since the restart (CacheWriter); cleared when
-	// writeCaches takes it or a test does.
-	uncached bool
+	// cold: fresh and ready, no session connected to it yet since it was
+	// made or since the server's restart (Warmer); cleared when the warmer
+	// takes it or a test does.
+	cold bool
 }
 
 type result struct {
@@ -319,6 +319,11 @@ type Pool struct {
 	// whose rest the ready ones cover (Recreate): recreated when it ends.
 	deferred []*entry
 
+	// warming: the warmer goroutine runs; warmingNow: it is connecting
+	// to a ready database (counted in Stats.Warming).
+	warming    bool
+	warmingNow bool
+
 	inUse    atomic.Int64
 	nwaiters atomic.Int64
 	lastUsed atomic.Int64 // unix nanos of the last Acquire
@@ -389,7 +394,6 @@ func New(cfg Config, creator Creator) *Pool {
 // p.mu held, before anything is created.
 func (p *Pool) adoptReady(left []Kept) {
 	var extra []string
-	var adopted []*entry
 	for _, k := range left {
 		_, taken := p.dbs[k.ID]
 		if taken || p.kept[k.ID] != nil || k.Name != p.cfg.Name(k.ID) || len(p.ready) >= p.target ||
@@ -397,15 +401,11 @@ func (p *Pool) adoptReady(left []Kept) {
 			extra = append(extra, k.Name)
 			continue
 		}
-		e := &entry{id: k.ID, name: k.Name, state: Ready, since: time.Now(), uncached: true}
+		e := &entry{id: k.ID, name: k.Name, state: Ready, since: time.Now(), cold: true}
 		p.dbs[k.ID] = e
 		p.ready = append(p.ready, k.ID)
-		adopted = append(adopted, e)
 	}
-	if cw, ok := p.creator.(CacheWriter); ok && len(adopted) > 0 {
-		p.wg.Add(1)
-		go p.writeCaches(cw, adopted)
-	}
+	p.startWarmer()
 	if len(extra) == 0 {
 		return
 	}
@@ -418,42 +418,62 @@ func (p *Pool) adoptReady(left []Kept) {
 	}()
 }
 
-// writeCaches writes the server's cache of each database adoptReady took
-// (CacheWriter), one at a time, in the order they are handed out (adopted,
-// the order of p.ready), while they are still ready: a test that takes one
-// first builds it itself.
-// Measured (issue 33) on PostgreSQL 18 with clone on the XFS image, 2
-// cores, a 60-table template, 100 tests on 2 workers after a clean restart
-// of serve (each: hand-out, connect, a short transaction, give back), two
-// rounds each, side by side with the code before: starting 3 s after the
-// restart (a runner's start-up), 1.25–1.29 s and hand-out plus connection
-// p50 14.7–15.0 ms against 1.79–1.86 s and 24.5–25.6 ms; starting at once,
-// 1.74–1.82 s against 1.81–1.95 s. Each costs the server about what it
-// saves the test, so while the tests keep the cores busy it moves that
-// work off their path rather than saving it. It uses one connection and
-// stops when the pool closes.
-func (p *Pool) writeCaches(cw CacheWriter, adopted []*entry) {
+// startWarmer starts the warmer when the store can warm (Warmer) and a
+// cold database is ready. Called with p.mu held.
+func (p *Pool) startWarmer() {
+	w, ok := p.creator.(Warmer)
+	if !ok || p.warming || p.closed || p.nextCold() == nil {
+		return
+	}
+	p.warming = true
+	p.wg.Add(1)
+	go p.warmer(w)
+}
+
+// warmer connects to each cold ready database once (Warmer.Warm), one at
+// a time, in the order they are handed out, while no creation is on the
+// way and no test waits: it uses the time between runs, and never takes
+// the cores from tests waiting for a database. A test that takes one
+// first pays its first connection itself, as it did before. It stops when
+// none is left or the pool closes.
+func (p *Pool) warmer(w Warmer) {
 	defer p.wg.Done()
-	for _, e := range adopted {
-		p.mu.Lock()
-		write := !p.closed && p.dbs[e.id] == e && e.state == Ready && e.uncached
-		e.uncached = false
-		closed := p.closed
-		p.mu.Unlock()
-		if closed {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for {
+		e := p.nextCold()
+		if p.closed || e == nil {
+			p.warming = false
 			return
 		}
-		if !write {
+		if p.pending > 0 || len(p.waiters) > 0 {
+			p.wake.Wait() // broadcast when the last creation ends, and by Close
 			continue
 		}
-		ctx, cancel := context.WithTimeout(p.ctx, cacheWriteTimeout)
-		_ = cw.WriteCache(ctx, e.name) // best effort: its test builds it
+		e.cold = false
+		p.warmingNow = true
+		p.mu.Unlock()
+		ctx, cancel := context.WithTimeout(p.ctx, warmTimeout)
+		_ = w.Warm(ctx, e.name) // best effort: its test connects all the same
 		cancel()
+		p.mu.Lock()
+		p.warmingNow = false
 	}
 }
 
-// cacheWriteTimeout bounds one CacheWriter.WriteCache.
-const cacheWriteTimeout = 10 * time.Second
+// nextCold returns the cold ready database handed out first (p.ready's
+// last), or nil. Called with p.mu held.
+func (p *Pool) nextCold() *entry {
+	for i := len(p.ready) - 1; i >= 0; i-- {
+		if e := p.dbs[p.ready[i]]; e.cold {
+			return e
+		}
+	}
+	return nil
+}
+
+// warmTimeout bounds one Warmer.Warm.
+const warmTimeout = 10 * time.Second
 
 // base is how many databases the pool keeps ready or on the way when
 // idle: Initial, or with Learn the most a run took, within Max. Called
@@ -580,7 +600,7 @@ func (p *Pool) handOut(e *entry) DB {
 		p.run++
 	}
 	p.lastHandOut = time.Now()
-	e.uncached = false
+	e.cold = false
 	e.state = InUse
 	e.since = time.Now()
 	e.idleSince = time.Time{}
@@ -603,11 +623,13 @@ func (p *Pool) becomeReady(e *entry, warm bool) {
 	e.state = Ready
 	e.since = time.Now()
 	e.warm = warm
+	e.cold = !warm
 	at := len(p.ready)
 	for !warm && at > 0 && p.dbs[p.ready[at-1]].warm {
 		at--
 	}
 	p.ready = slices.Insert(p.ready, at, e.id)
+	p.startWarmer()
 	if len(p.ready) > p.base() {
 		p.scheduleShrink(p.cfg.IdleTimeout)
 	}
@@ -1511,6 +1533,9 @@ type Stats struct {
 	// keeps ready or on the way when idle (Initial, or with Learn Demand
 	// within Max).
 	Demand, Base int
+	// Warming counts the fresh ready databases the pool has not connected
+	// to yet (Warmer), the one it connects to now included.
+	Warming int
 }
 
 // Stats returns the pool's current counts.
@@ -1518,7 +1543,22 @@ func (p *Pool) Stats() Stats {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	return Stats{ByState: p.countsLocked(), Waiters: len(p.waiters), Total: len(p.dbs), Max: p.cfg.Max, Target: p.target, Misses: p.misses,
-		Dropping: len(p.trash), Kept: len(p.kept), KeptMax: p.cfg.KeptMax, Demand: p.demand, Base: p.base()}
+		Dropping: len(p.trash), Kept: len(p.kept), KeptMax: p.cfg.KeptMax, Demand: p.demand, Base: p.base(), Warming: p.warmingLocked()}
+}
+
+// warmingLocked counts the ready databases still to warm, the one warmed
+// now included. Called with p.mu held.
+func (p *Pool) warmingLocked() int {
+	n := boolInt(p.warmingNow)
+	if _, ok := p.creator.(Warmer); !ok {
+		return n
+	}
+	for _, id := range p.ready {
+		if p.dbs[id].cold {
+			n++
+		}
+	}
+	return n
 }
 
 func (p *Pool) countsLocked() map[State]int {

@@ -67,15 +67,16 @@ type ReadyStore interface {
 	TakeReady(ctx context.Context, prefix string) ([]Kept, error)
 }
 
-// CacheWriter is a Store whose server keeps, per database, a cache that
-// the first connection builds and a restart of the server removes
-// (PostgreSQL's catalog cache file, base/<oid>/pg_internal.init). A pool
-// calls WriteCache for each ready test copy a clean stop left (Config.Ready)
-// once, in the background, so that its test's first connection does not
-// build it; copies made from the template after the restart have it
-// already (Recover writes the template's).
-type CacheWriter interface {
-	WriteCache(ctx context.Context, name string) error
+// Warmer is a Store whose server builds, per database, caches that the
+// first connection to it pays for: PostgreSQL's catalog cache file
+// (base/<oid>/pg_internal.init, removed when the server starts) and the
+// catalog pages in its shared buffers, which a new copy, under a new oid,
+// shares with no other database. A pool calls Warm once for each fresh
+// database it has ready while nothing else waits on it (no creation on the
+// way, no test waiting): a test's first connection then finds them built.
+// The ready copies a clean stop left (Config.Ready) are warmed the same way.
+type Warmer interface {
+	Warm(ctx context.Context, name string) error
 }
 
 // Kept is a test copy a client kept: its template, id and name, since when.

@@ -607,6 +607,7 @@ func (s *Server) listTemplates(w http.ResponseWriter, r *http.Request) {
 		KeptMax int            `json:"keptMax"`
 		Demand  int            `json:"demand"`
 		Base    int            `json:"base"`
+		Warming int            `json:"warming"`
 	}
 	out := struct {
 		Templates []poolJSON `json:"templates"`
@@ -615,7 +616,7 @@ func (s *Server) listTemplates(w http.ResponseWriter, r *http.Request) {
 	for _, t := range ts {
 		pj := poolJSON{Hash: t.Hash, State: templateStateName(t.State), ByState: map[string]int{},
 			Waiters: t.Pool.Waiters, Total: t.Pool.Total, Max: t.Pool.Max, Kept: t.Pool.Kept, KeptMax: t.Pool.KeptMax,
-			Demand: t.Pool.Demand, Base: t.Pool.Base}
+			Demand: t.Pool.Demand, Base: t.Pool.Base, Warming: t.Pool.Warming}
 		for _, st := range pool.States {
 			pj.ByState[st.String()] = t.Pool.ByState[st]
 		}

@@ -388,12 +388,116 @@ func TestReadyAcrossRestartGetCatalogCache(t *testing.T) {
 			time.Sleep(10 * time.Millisecond)
 		}
 	}
-	// They are still the pool's, ready, with no session left behind.
+	// They are still the pool's, ready, with no session left behind once
+	// the pool is done with them (a backend takes a moment to exit).
+	for {
+		ts, _ := m.Stats()
+		if ts[0].Pool.Warming == 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the pool still warms %d", ts[0].Pool.Warming)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
 	if got := ready(m); got != n {
 		t.Fatalf("after writing their caches: %d ready, want %d", got, n)
 	}
-	var sessions int
-	if err := admin.QueryRow(ctx, "SELECT count(*) FROM pg_stat_activity WHERE starts_with(datname, 'pcc_test_')").Scan(&sessions); err != nil || sessions != 0 {
-		t.Fatalf("sessions left on the test copies: %d (%v)", sessions, err)
+	for {
+		var sessions int
+		err := admin.QueryRow(ctx, "SELECT count(*) FROM pg_stat_activity WHERE starts_with(datname, 'pcc_test_')").Scan(&sessions)
+		if err == nil && sessions == 0 {
+			break
+		}
+		if err != nil || time.Now().After(deadline) {
+			t.Fatalf("sessions left on the test copies: %d (%v)", sessions, err)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// TestFreshReadyCopiesWarmed: once the pool has filled and nothing waits,
+// it connects to each fresh ready copy once (Warm), so that a test's first
+// connection does not pay for the server's caches of a database nobody
+// opened; it leaves no session behind and the copies stay ready.
+func TestFreshReadyCopiesWarmed(t *testing.T) {
+	// Autovacuum off: its workers connect to each database in turn.
+	srv := pgtest.Server{BinDir: testenv.PGBinDirs(t)[0], Settings: map[string]string{"autovacuum": "off"}}
+	inst := pgtest.New(t, srv)
+	ctx := context.Background()
+	admin, err := OpenAdmin(ctx, inst.ConnString("postgres", "postgres"), 4)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(admin.Close)
+	cr := &SQLCreator{Admin: admin, Strategy: StrategyFileCopy}
+	if err := cr.Probe(ctx); err != nil {
+		t.Fatal(err)
+	}
+	const hash, n = "wm", 4
+	m, err := pool.NewManager(pool.ManagerConfig{Prefix: "pwm", Initial: n, Max: n, Parallel: 2, GetTimeout: 30 * time.Second}, New(admin, cr))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := m.Open(ctx); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = m.Close(ctx) })
+	if _, err := m.InitializeTemplate(ctx, hash); err != nil {
+		t.Fatal(err)
+	}
+	if err := m.FinalizeTemplate(ctx, hash); err != nil {
+		t.Fatal(err)
+	}
+	settled := func() (ready, warming int) {
+		ts, _ := m.Stats()
+		for _, x := range ts {
+			ready += x.Pool.ByState[pool.Ready]
+			warming += x.Pool.Warming
+		}
+		return ready, warming
+	}
+	deadline := time.Now().Add(time.Minute)
+	for {
+		ready, warming := settled()
+		if ready == n && warming == 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the pool did not settle: %d ready, %d warming", ready, warming)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	// Each copy had one session (the pool's), and has none now: the
+	// server counts a session when it ends.
+	deadline = time.Now().Add(10 * time.Second)
+	for {
+		rows, err := admin.Query(ctx, `SELECT d.datname, s.sessions, s.numbackends FROM pg_database d
+			JOIN pg_stat_database s ON s.datid = d.oid WHERE starts_with(d.datname, 'pwm_test_') ORDER BY 1`)
+		if err != nil {
+			t.Fatal(err)
+		}
+		type stat struct {
+			Name             string
+			Sessions, Active int64
+		}
+		got, err := pgx.CollectRows(rows, pgx.RowToStructByPos[stat])
+		if err != nil {
+			t.Fatal(err)
+		}
+		ok := len(got) == n
+		for _, s := range got {
+			ok = ok && s.Sessions == 1 && s.Active == 0
+		}
+		if ok {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("ready copies and their sessions (want %d, each with one ended): %+v", n, got)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	if ready, _ := settled(); ready != n {
+		t.Fatalf("after warming: %d ready, want %d", ready, n)
 	}
 }

@@ -224,17 +224,20 @@ func (s *adminStore) FinalizeTemplate(ctx context.Context, name string) error {
 	return nil
 }
 
-// WriteCache writes the catalog cache file of test copy name, left ready
-// by the last clean stop, after the server's restart removed it
-// (pool.CacheWriter): see writeCatalogCache and pool's writeCaches for
-// what it saves a test.
-func (s *adminStore) WriteCache(ctx context.Context, name string) error {
+// Warm connects to test copy name once and leaves (pool.Warmer), so that
+// its test's first connection finds the server's caches for it built: its
+// catalog cache file, when a restart removed it (a copy left ready by the
+// last clean stop), and the catalog pages that backend start reads in
+// shared buffers (a new copy has an oid of its own, so none of the
+// template's buffers serve it). See writeCatalogCache, and pool's warmer
+// for when it runs and what it saved.
+func (s *adminStore) Warm(ctx context.Context, name string) error {
 	s.writeCatalogCache(ctx, name)
 	return nil
 }
 
-// writeCatalogCache connects to database name (a template, or a test copy
-// left ready across a restart: WriteCache) once and leaves:
+// writeCatalogCache connects to database name (a template, or a test
+// copy: Warm) once and leaves:
 // the first connection to a database since the server started writes its
 // catalog cache file (base/<oid>/pg_internal.init), and CREATE DATABASE …
 // STRATEGY FILE_COPY copies it into every test database, whose first

@@ -431,11 +431,15 @@ func (p *Pool) startWarmer() {
 }
 
 // warmer connects to each cold ready database once (Warmer.Warm), one at
-// a time, in the order they are handed out, while no creation is on the
-// way and no test waits: it uses the time between runs, and never takes
-// the cores from tests waiting for a database. A test that takes one
-// first pays its first connection itself, as it did before. It stops when
-// none is left or the pool closes.
+// a time, in the order they are handed out, the next WarmAhead of them
+// only, between runs: while no run goes on, no creation is on the way and
+// no test waits. A warm costs the server several times what it saves the
+// test (dbstore's warmSQL: 19–20 ms against 1–2 ms), so it uses the time
+// between runs and never the cores of a run; and the server's shared
+// buffers hold the catalog pages of a few dozen copies, not of every one a
+// learned demand keeps ready. A test that takes a database first pays its
+// first connection itself, as it did before. It stops when none is left to
+// warm or the pool closes; a run's end or a creation's starts it again.
 func (p *Pool) warmer(w Warmer) {
 	defer p.wg.Done()
 	p.mu.Lock()
@@ -446,8 +450,8 @@ func (p *Pool) warmer(w Warmer) {
 			p.warming = false
 			return
 		}
-		if p.pending > 0 || len(p.waiters) > 0 {
-			p.wake.Wait() // broadcast when the last creation ends, and by Close
+		if p.pending > 0 || len(p.waiters) > 0 || p.runActive {
+			p.wake.Wait() // broadcast when the last creation ends, a run ends, and by Close
 			continue
 		}
 		e.cold = false
@@ -461,10 +465,14 @@ func (p *Pool) warmer(w Warmer) {
 	}
 }
 
+// WarmAhead is how many of the ready databases handed out next a pool
+// warms (Warmer).
+const WarmAhead = 32
+
 // nextCold returns the cold ready database handed out first (p.ready's
-// last), or nil. Called with p.mu held.
+// last) among the next WarmAhead, or nil. Called with p.mu held.
 func (p *Pool) nextCold() *entry {
-	for i := len(p.ready) - 1; i >= 0; i-- {
+	for i := len(p.ready) - 1; i >= max(len(p.ready)-WarmAhead, 0); i-- {
 		if e := p.dbs[p.ready[i]]; e.cold {
 			return e
 		}
@@ -670,6 +678,8 @@ func (p *Pool) endRun() {
 		p.target = max(p.target, p.base())
 	}
 	p.fill() // what the run held back (see fill)
+	p.startWarmer()
+	p.wake.Broadcast() // a warmer waiting for the run's end
 	closed := p.closed
 	p.mu.Unlock()
 	if grew && !closed && p.cfg.OnDemand != nil {
@@ -1533,8 +1543,9 @@ type Stats struct {
 	// keeps ready or on the way when idle (Initial, or with Learn Demand
 	// within Max).
 	Demand, Base int
-	// Warming counts the fresh ready databases the pool has not connected
-	// to yet (Warmer), the one it connects to now included.
+	// Warming counts the fresh ready databases, of the next WarmAhead
+	// handed out, the pool has not connected to yet (Warmer), the one it
+	// connects to now included.
 	Warming int
 }
 
@@ -1546,14 +1557,14 @@ func (p *Pool) Stats() Stats {
 		Dropping: len(p.trash), Kept: len(p.kept), KeptMax: p.cfg.KeptMax, Demand: p.demand, Base: p.base(), Warming: p.warmingLocked()}
 }
 
-// warmingLocked counts the ready databases still to warm, the one warmed
-// now included. Called with p.mu held.
+// warmingLocked counts the ready databases still to warm (of the next
+// WarmAhead), the one warmed now included. Called with p.mu held.
 func (p *Pool) warmingLocked() int {
 	n := boolInt(p.warmingNow)
 	if _, ok := p.creator.(Warmer); !ok {
 		return n
 	}
-	for _, id := range p.ready {
+	for _, id := range p.ready[max(len(p.ready)-WarmAhead, 0):] {
 		if p.dbs[id].cold {
 			n++
 		}

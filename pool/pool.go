@@ -244,10 +244,11 @@ type entry struct {
 	// keptAt: when its holder kept it (Keep); it is then in Pool.kept,
 	// outside dbs.
 	keptAt time.Time
-	// cold: fresh and ready, no session connected to it yet since it was
-	// made or since the server's restart (Warmer); cleared when the warmer
-	// takes it or a test does.
-	cold bool
+	// cold: fresh and ready, not opened yet since it was made or since the
+	// server's restart (Warmer); noCacheFile: left ready by the last clean
+	// stop, its server's catalog cache file removed by the restart. Cleared
+	// when the warmer takes it or a test does.
+	cold, noCacheFile bool
 }
 
 type result struct {
@@ -401,7 +402,7 @@ func (p *Pool) adoptReady(left []Kept) {
 			extra = append(extra, k.Name)
 			continue
 		}
-		e := &entry{id: k.ID, name: k.Name, state: Ready, since: time.Now(), cold: true}
+		e := &entry{id: k.ID, name: k.Name, state: Ready, since: time.Now(), cold: true, noCacheFile: true}
 		p.dbs[k.ID] = e
 		p.ready = append(p.ready, k.ID)
 	}
@@ -419,10 +420,10 @@ func (p *Pool) adoptReady(left []Kept) {
 }
 
 // startWarmer starts the warmer when the store can warm (Warmer) and a
-// cold database is ready. Called with p.mu held.
+// database is ready to warm. Called with p.mu held.
 func (p *Pool) startWarmer() {
 	w, ok := p.creator.(Warmer)
-	if !ok || p.warming || p.closed || p.nextCold() == nil {
+	if !ok || p.warming || p.closed || p.nextCold(false) == nil {
 		return
 	}
 	p.warming = true
@@ -430,35 +431,46 @@ func (p *Pool) startWarmer() {
 	go p.warmer(w)
 }
 
-// warmer connects to each cold ready database once (Warmer.Warm), one at
-// a time, in the order they are handed out, the next WarmAhead of them
-// only, between runs: while no run goes on, no creation is on the way and
-// no test waits. A warm costs the server several times what it saves the
-// test (dbstore's warmSQL: 19–20 ms against 1–2 ms), so it uses the time
-// between runs and never the cores of a run; and the server's shared
-// buffers hold the catalog pages of a few dozen copies, not of every one a
-// learned demand keeps ready. A test that takes a database first pays its
-// first connection itself, as it did before. It stops when none is left to
-// warm or the pool closes; a run's end or a creation's starts it again.
+// warmer warms the cold ready databases (Warmer.Warm), one at a time, in
+// the order they are handed out.
+//
+// Between runs (no run goes on, no creation is on the way, no test waits)
+// it opens the next WarmAhead of them (Warm with open). That costs the
+// server several times what it saves the test (dbstore's warmSQL: 19–20 ms
+// against 1–2 ms), so it uses the time between runs and never the cores of
+// a run; and the server's shared buffers hold the catalog pages of a few
+// dozen copies, not of every one a learned demand keeps ready.
+//
+// During a run it only connects to those a clean stop left (adoptReady),
+// whose catalog cache file the restart removed: a test that found none
+// would build it, so the connection moves that work off its path (measured
+// in docs/server.md, "Demand, filled ahead"). A test that takes a database
+// first pays for it itself, as it did before. The warmer stops when none is
+// left to warm or the pool closes; a run's end or a creation starts it
+// again.
 func (p *Pool) warmer(w Warmer) {
 	defer p.wg.Done()
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	for {
-		e := p.nextCold()
-		if p.closed || e == nil {
+		between := p.pending == 0 && len(p.waiters) == 0 && !p.runActive
+		e := p.nextCold(!between)
+		if p.closed || e == nil && p.nextCold(false) == nil {
 			p.warming = false
 			return
 		}
-		if p.pending > 0 || len(p.waiters) > 0 || p.runActive {
+		if e == nil {
 			p.wake.Wait() // broadcast when the last creation ends, a run ends, and by Close
 			continue
 		}
-		e.cold = false
+		e.noCacheFile = false
+		if between {
+			e.cold = false
+		}
 		p.warmingNow = true
 		p.mu.Unlock()
 		ctx, cancel := context.WithTimeout(p.ctx, warmTimeout)
-		_ = w.Warm(ctx, e.name) // best effort: its test connects all the same
+		_ = w.Warm(ctx, e.name, between) // best effort: its test connects all the same
 		cancel()
 		p.mu.Lock()
 		p.warmingNow = false
@@ -466,14 +478,17 @@ func (p *Pool) warmer(w Warmer) {
 }
 
 // WarmAhead is how many of the ready databases handed out next a pool
-// warms (Warmer).
+// opens between runs (Warmer).
 const WarmAhead = 32
 
-// nextCold returns the cold ready database handed out first (p.ready's
-// last) among the next WarmAhead, or nil. Called with p.mu held.
-func (p *Pool) nextCold() *entry {
-	for i := len(p.ready) - 1; i >= max(len(p.ready)-WarmAhead, 0); i-- {
-		if e := p.dbs[p.ready[i]]; e.cold {
+// nextCold returns the ready database to warm that is handed out first
+// (p.ready's last): with fileOnly one whose catalog cache file a restart
+// removed, else a cold one among the next WarmAhead or one without its
+// file; nil if none. Called with p.mu held.
+func (p *Pool) nextCold(fileOnly bool) *entry {
+	for i := len(p.ready) - 1; i >= 0; i-- {
+		e := p.dbs[p.ready[i]]
+		if e.noCacheFile || !fileOnly && e.cold && i >= len(p.ready)-WarmAhead {
 			return e
 		}
 	}
@@ -608,7 +623,7 @@ func (p *Pool) handOut(e *entry) DB {
 		p.run++
 	}
 	p.lastHandOut = time.Now()
-	e.cold = false
+	e.cold, e.noCacheFile = false, false
 	e.state = InUse
 	e.since = time.Now()
 	e.idleSince = time.Time{}
@@ -1564,8 +1579,8 @@ func (p *Pool) warmingLocked() int {
 	if _, ok := p.creator.(Warmer); !ok {
 		return n
 	}
-	for _, id := range p.ready[max(len(p.ready)-WarmAhead, 0):] {
-		if p.dbs[id].cold {
+	for i, id := range p.ready {
+		if e := p.dbs[id]; e.noCacheFile || e.cold && i >= len(p.ready)-WarmAhead {
 			n++
 		}
 	}

@@ -71,12 +71,13 @@ type ReadyStore interface {
 // first connection to it pays for: PostgreSQL's catalog cache file
 // (base/<oid>/pg_internal.init, removed when the server starts) and the
 // catalog pages in its shared buffers, which a new copy, under a new oid,
-// shares with no other database. A pool calls Warm once for each fresh
-// database it has ready while nothing else waits on it (no creation on the
-// way, no test waiting): a test's first connection then finds them built.
-// The ready copies a clean stop left (Config.Ready) are warmed the same way.
+// shares with no other database. Warm connects to database name once,
+// which writes the file, and with open also opens its relations, which
+// reads the catalog pages a test's statements look up. A pool warms the
+// next databases it hands out between runs, and the ready copies a clean
+// stop left (Config.Ready) also during a run, without open (see warmer).
 type Warmer interface {
-	Warm(ctx context.Context, name string) error
+	Warm(ctx context.Context, name string, open bool) error
 }
 
 // Kept is a test copy a client kept: its template, id and name, since when.

@@ -227,12 +227,16 @@ func (s *adminStore) FinalizeTemplate(ctx context.Context, name string) error {
 // Warm connects to test copy name once and leaves (pool.Warmer), so that
 // its test's first connection finds the server's caches for it built: its
 // catalog cache file, when a restart removed it (a copy left ready by the
-// last clean stop), and the catalog pages its statements look up in
+// last clean stop), and with open the catalog pages its statements look up in
 // shared buffers (warmSQL; a new copy has an oid of its own, so none of the
 // template's buffers serve it). See writeCatalogCache, and pool's warmer
 // for when it runs.
-func (s *adminStore) Warm(ctx context.Context, name string) error {
-	s.connectOnce(ctx, name, warmSQL)
+func (s *adminStore) Warm(ctx context.Context, name string, open bool) error {
+	sql := ""
+	if open {
+		sql = warmSQL
+	}
+	s.connectOnce(ctx, name, sql)
 	return nil
 }
 

@@ -187,7 +187,7 @@ type poolStat struct {
 	Hash      string         `json:"templateHash"`
 	Databases map[string]int `json:"databases"` // by state: creating, ready, in_use, dirty, recreating
 	Demand    int            `json:"demand"`    // fresh databases the last ended run took
-	Warming   int            `json:"warming"`   // ready databases serve has not connected to yet
+	Warming   int            `json:"warming"`   // ready databases serve has still to warm
 }
 
 // pools lists the server's templates and their pools.

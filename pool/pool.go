@@ -487,12 +487,18 @@ const WarmAhead = 32
 // file; nil if none. Called with p.mu held.
 func (p *Pool) nextCold(fileOnly bool) *entry {
 	for i := len(p.ready) - 1; i >= 0; i-- {
-		e := p.dbs[p.ready[i]]
-		if e.noCacheFile || !fileOnly && e.cold && i >= len(p.ready)-WarmAhead {
-			return e
+		if p.toWarm(i, fileOnly) {
+			return p.dbs[p.ready[i]]
 		}
 	}
 	return nil
+}
+
+// toWarm says whether p.ready[i] is still to warm (see nextCold). Called
+// with p.mu held.
+func (p *Pool) toWarm(i int, fileOnly bool) bool {
+	e := p.dbs[p.ready[i]]
+	return e.noCacheFile || !fileOnly && e.cold && i >= len(p.ready)-WarmAhead
 }
 
 // warmTimeout bounds one Warmer.Warm.
@@ -1579,10 +1585,8 @@ func (p *Pool) warmingLocked() int {
 	if _, ok := p.creator.(Warmer); !ok {
 		return n
 	}
-	for i, id := range p.ready {
-		if e := p.dbs[id]; e.noCacheFile || e.cold && i >= len(p.ready)-WarmAhead {
-			n++
-		}
+	for i := range p.ready {
+		n += boolInt(p.toWarm(i, false))
 	}
 	return n
 }

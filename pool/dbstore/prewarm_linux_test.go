@@ -500,4 +500,12 @@ func TestFreshReadyCopiesWarmed(t *testing.T) {
 	if ready, _ := settled(); ready != n {
 		t.Fatalf("after warming: %d ready, want %d", ready, n)
 	}
+	// The warm's statement itself runs (the pool ignores its errors).
+	var name string
+	if err := admin.QueryRow(ctx, "SELECT datname FROM pg_database WHERE starts_with(datname, 'pwm_test_') LIMIT 1").Scan(&name); err != nil {
+		t.Fatal(err)
+	}
+	if err := New(admin, cr).(pool.Warmer).Warm(ctx, name, true); err != nil {
+		t.Fatalf("warming %s: %v", name, err)
+	}
 }

@@ -2,8 +2,6 @@ package dbstore
 
 import (
 	"context"
-	"path/filepath"
-	"strconv"
 	"sync"
 	"time"
 
@@ -12,6 +10,7 @@ import (
 
 	"github.com/pgfork/pgfork/dbclone"
 	"github.com/pgfork/pgfork/internal/errs"
+	"github.com/pgfork/pgfork/pgdata"
 )
 
 // Strategies a SQLCreator accepts.
@@ -149,10 +148,10 @@ func (c *SQLCreator) Create(ctx context.Context, name, template, owner string) (
 }
 
 // prewarm reads database name, just cloned, ahead into the page cache
-// (prewarmDatabase: all of it when small, else its catalogs) when its files are reachable here (the data
-// directory is known: the managed server, or a role that may read
-// data_directory). Full copies need none: their pages were just written
-// through the cache.
+// (pgdata.PrewarmDatabase: all of it when small, else its catalogs) when
+// its files are reachable here (the data directory is known: the managed
+// server, or a role that may read data_directory). Full copies need none:
+// their pages were just written through the cache.
 func (c *SQLCreator) prewarm(ctx context.Context, conn *pgx.Conn, name string, s dbclone.Strategy) {
 	if s != dbclone.Clone || c.DataDir() == "" {
 		return
@@ -161,7 +160,7 @@ func (c *SQLCreator) prewarm(ctx context.Context, conn *pgx.Conn, name string, s
 	if err := conn.QueryRow(ctx, "SELECT oid FROM pg_database WHERE datname = $1", name).Scan(&oid); err != nil {
 		return
 	}
-	prewarmDatabase(filepath.Join(c.DataDir(), "base", strconv.FormatUint(uint64(oid), 10)))
+	pgdata.PrewarmDatabase(c.DataDir(), oid)
 }
 
 // cached returns the strategy for a single CREATE DATABASE from template:

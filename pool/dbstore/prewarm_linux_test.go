@@ -8,11 +8,9 @@ import (
 	"strings"
 	"testing"
 	"time"
-	"unsafe"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
-	"golang.org/x/sys/unix"
 
 	"github.com/pgfork/pgfork/instance"
 	"github.com/pgfork/pgfork/internal/pgtest"
@@ -21,57 +19,12 @@ import (
 	"github.com/pgfork/pgfork/pool"
 )
 
-func TestCatalogFile(t *testing.T) {
-	for name, want := range map[string]bool{"1259": true, "1259_fsm": true, "2619_vm": true, "2608.1": true,
-		"16384": false, "24576_fsm": false, "PG_VERSION": false, "pg_filenode.map": false, "pg_internal.init": false, "0": false} {
-		if got := catalogFile(name); got != want {
-			t.Errorf("catalogFile(%q) = %v, want %v", name, got, want)
-		}
-	}
-}
-
 // resident is the fraction of the pages of the files in dir that are in
 // the page cache (mincore): the system catalogs' with catalogs, else the
 // others (relations of the template's own).
 func resident(t *testing.T, dir string, catalogs bool) float64 {
 	t.Helper()
-	ents, err := os.ReadDir(dir)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var in, all int
-	for _, e := range ents {
-		if n := e.Name(); catalogFile(n) != catalogs || !catalogs && !relationFile(n) {
-			continue
-		}
-		f, err := os.Open(filepath.Join(dir, e.Name()))
-		if err != nil {
-			t.Fatal(err)
-		}
-		st, _ := f.Stat()
-		if st.Size() > 0 {
-			m, err := unix.Mmap(int(f.Fd()), 0, int(st.Size()), unix.PROT_READ, unix.MAP_SHARED)
-			if err != nil {
-				t.Fatal(err)
-			}
-			vec := make([]byte, (st.Size()+int64(os.Getpagesize())-1)/int64(os.Getpagesize()))
-			if _, _, e := unix.Syscall(unix.SYS_MINCORE, uintptr(unsafe.Pointer(&m[0])), uintptr(len(m)), uintptr(unsafe.Pointer(&vec[0]))); e != 0 {
-				t.Fatal(e)
-			}
-			for _, v := range vec {
-				all++
-				if v&1 != 0 {
-					in++
-				}
-			}
-			_ = unix.Munmap(m)
-		}
-		f.Close()
-	}
-	if all == 0 {
-		t.Fatalf("no pages of that kind (catalogs: %v) in %s", catalogs, dir)
-	}
-	return float64(in) / float64(all)
+	return testenv.Resident(t, dir, func(n string) bool { return pgdata.CatalogFile(n) == catalogs && (catalogs || relationFile(n)) })
 }
 
 // relationFile says whether name is a relation's file (a number, with an

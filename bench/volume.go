@@ -7,6 +7,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -17,6 +18,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/pgfork/pgfork/clone"
+	"github.com/pgfork/pgfork/pool"
 )
 
 // The volume scenario (issue 20): a realistic suite on an ext4 directory —
@@ -25,8 +27,9 @@ import (
 // write by hand (CREATE DATABASE … TEMPLATE + DROP), by pgfork serve on
 // ext4, and by pgfork serve on a reflink volume made for the run (its
 // creation time included), on PostgreSQL 18 and 15. Issue 33: on each
-// serve the suite runs twice (first run on the fresh serve, second once the
-// first run ended for the pool and the pool has settled) and against its floor (the same suite, each worker
+// serve the suite runs first on the fresh serve, then volLater times more,
+// each once the run before ended for the pool and the pool has settled
+// (the second run: their median) and against its floor (the same suite, each worker
 // reusing one database taken once: no isolation), next to the bare CREATE
 // DATABASE … STRATEGY FILE_COPY rate on the same cluster.
 //
@@ -121,9 +124,9 @@ func runVolumeBench(ctx context.Context, r *Report) error {
 		"(creates and fills a table, updates 49 rows of the template's), gives it back (pgfork: POST …/recreate; by hand: DROP DATABASE). "+
 		"Run directory %s on %s. Scaled to finish in about 10 minutes here: the hand-written pattern runs %d tests and its suite time is "+
 		"extrapolated to %d at its measured rate (it is steady: every test pays one CREATE DATABASE). Totals include each contender's setup "+
-		"(serve start with its managed PostgreSQL, template build; the volume's creation for the volume). On each serve the suite runs twice "+
-		"(the second run once the pool has settled) and then as its floor.",
-		volTests, volWorkers, volSetup(), tmp, fsType, volHand, volTests)
+		"(serve start with its managed PostgreSQL, template build; the volume's creation for the volume). On each serve the suite runs first, then %d more times, "+
+		"each once the pool has settled (\"second run\": the one of median suite time of those), then as its floor %d times (the median).",
+		volTests, volWorkers, volSetup(), tmp, fsType, volHand, volTests, volLater, volFloors)
 	var missed []string
 	for _, major := range []int{18, 15} {
 		inst, err := findPG(major)
@@ -157,7 +160,7 @@ func volumeBenchMajor(ctx context.Context, r *Report, bin, tmp, pgBin string, ma
 	var extBare float64
 	ext, ext2, err := volServeSuite(ctx, bin, extHome, port, pgBin, nil, func(p *serveProc, d benchDB) error {
 		var err error
-		if extFloor, err = volFloorSuite(ctx, p); err != nil {
+		if extFloor, err = volFloorMedian(ctx, p); err != nil {
 			return fmt.Errorf("floor: %w", err)
 		}
 		if extBare, err = bareCreateRate(ctx, d, volWorkers, volBare); err != nil {
@@ -189,7 +192,7 @@ func volumeBenchMajor(ctx context.Context, r *Report, bin, tmp, pgBin string, ma
 		return nil
 	}, func(p *serveProc, d benchDB) error {
 		var err error
-		if volFloor, err = volFloorSuite(ctx, p); err != nil {
+		if volFloor, err = volFloorMedian(ctx, p); err != nil {
 			return fmt.Errorf("floor: %w", err)
 		}
 		if volBareDBs, err = bareCreateRate(ctx, d, volWorkers, volBare); err != nil {
@@ -229,7 +232,7 @@ func volumeBenchMajor(ctx context.Context, r *Report, bin, tmp, pgBin string, ma
 	r.FloorTable(fmt.Sprintf("PG %d, state on the volume", major), volBareDBs, floorRow(volFloor, "the volume"),
 		runRow(vol, "pgfork serve, first run on a fresh serve"), runRow(vol2, "pgfork serve, second run on the same serve"))
 	r.Notef("PG %d: suite = the tests alone (serve start and template build excluded); wait per test: for pgfork get + give back "+
-		"(GET …/tests and POST …/recreate), by hand CREATE DATABASE + DROP DATABASE; the floor waits for no database. The second run starts once the first has ended for the pool (its run gap, 2 s without a hand-out, passed: the demand it took is learned) and the pool has settled (nothing creating or recreating): the pause between two runs of a suite. "+
+		"(GET …/tests and POST …/recreate), by hand CREATE DATABASE + DROP DATABASE; the floor waits for no database. Each later run starts once the run before has ended for the pool (its run gap, 2 s without a hand-out, passed: the demand it took is learned) and the pool has settled (nothing creating, recreating or warming): the pause between two runs of a suite; the second run is the later run of median suite time, the floor the median of its runs. "+
 		"Bare rate: %d sessions running CREATE DATABASE … STRATEGY FILE_COPY from a copy of the template on the same cluster (the server's file_copy_method; drops not timed), %d databases.",
 		major, volWorkers, volBare)
 	var missed []string
@@ -270,10 +273,11 @@ func volumeBenchMajor(ctx context.Context, r *Report, bin, tmp, pgBin string, ma
 }
 
 // volServeSuite starts pgfork serve --managed with its state in home (after
-// before, timed with it), builds the template and runs the suite twice on
-// it: the first run on the fresh serve, then, once the pool has settled
-// (the pause between two runs of a suite), the second. after runs with a
-// handed-out database before the server stops.
+// before, timed with it), builds the template and runs the suite on it:
+// the first run on the fresh serve, then volLater more, each once the pool
+// has settled (the pause between two runs of a suite); second is the one
+// of median suite time. after runs with a handed-out database before the
+// server stops.
 func volServeSuite(ctx context.Context, bin, home string, port int, pgBin string, before func() error, after func(*serveProc, benchDB) error) (first, second volRun, err error) {
 	t0 := time.Now()
 	if before != nil {
@@ -296,9 +300,21 @@ func volServeSuite(ctx context.Context, bin, home string, port int, pgBin string
 	if err := p.runEnded(ctx, volHash, 2*time.Minute); err != nil {
 		return first, second, fmt.Errorf("after the first run: %w", err)
 	}
-	if second, err = volSuite(ctx, p); err != nil {
-		return first, second, fmt.Errorf("second run: %w", err)
+	later := make([]volRun, volLater)
+	for i := range later {
+		if i > 0 {
+			// The run before must end for the pool (its run gap) before
+			// the pool refills: then it settles.
+			time.Sleep(pool.DefaultRunGap + 300*time.Millisecond)
+			if err := p.settle(ctx, 2*time.Minute); err != nil {
+				return first, second, fmt.Errorf("after run %d: %w", i+2, err)
+			}
+		}
+		if later[i], err = volSuite(ctx, p); err != nil {
+			return first, second, fmt.Errorf("run %d: %w", i+2, err)
+		}
 	}
+	second = medianRun(later)
 	second.total = second.suite
 	if err := p.settle(ctx, 2*time.Minute); err != nil {
 		return first, second, fmt.Errorf("after the second run: %w", err)
@@ -313,6 +329,33 @@ func volServeSuite(ctx context.Context, bin, home string, port int, pgBin string
 		}
 	}
 	return first, second, nil
+}
+
+// volLater is how many runs of the suite follow the first on one serve,
+// and volFloors how many times its floor runs: the report gives the run of
+// median suite time of each (the machine is shared, and a run of 80 short
+// tests takes well under a second).
+const volLater, volFloors = 3, 3
+
+// medianRun is the run of median suite time of runs (the later of the two
+// middle ones when even).
+func medianRun(runs []volRun) volRun {
+	s := slices.Clone(runs)
+	sort.Slice(s, func(i, j int) bool { return s[i].suite < s[j].suite })
+	return s[len(s)/2]
+}
+
+// volFloorMedian runs the floor volFloors times on serve p: the run of
+// median suite time.
+func volFloorMedian(ctx context.Context, p *serveProc) (volRun, error) {
+	runs := make([]volRun, volFloors)
+	for i := range runs {
+		var err error
+		if runs[i], err = volFloorSuite(ctx, p); err != nil {
+			return volRun{}, err
+		}
+	}
+	return medianRun(runs), nil
 }
 
 // volSuite runs volTests tests on volWorkers workers against serve p, each

@@ -2,11 +2,13 @@ package main
 
 import (
 	"bufio"
+	"cmp"
 	"context"
 	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -275,40 +277,80 @@ type suiteRun struct {
 	handOut Sample // of that, the hand-out alone
 }
 
-// secondAndFloor runs a client suite's second run on serve p once the first
-// run ended for its pool (its run gap passed: the demand it took is learned,
-// as between two runs of a suite a user starts) and the pool has settled
-// (second), then its floor on the same serve (floor, given the
-// URLs of workers databases taken once, PGB_FLOOR_URLS), and returns the
+// laterRuns is how many times a suite runs again on one serve after its
+// first run, and floorRuns how many times its floor runs: the report gives
+// the run of median suite time of each. The machine is shared, and one short
+// run against one floor run swung by tenths of the ratio between two
+// otherwise equal runs.
+const laterRuns, floorRuns = 3, 3
+
+// medianBy is the element of runs of median took (the later of the two
+// middle ones when their number is even); runs is not reordered.
+func medianBy[T any](runs []T, took func(T) time.Duration) T {
+	s := slices.Clone(runs)
+	slices.SortStableFunc(s, func(a, b T) int { return cmp.Compare(took(a), took(b)) })
+	return s[len(s)/2]
+}
+
+// repeatRuns runs run n times, before (when not nil) ahead of each but the
+// first, and returns the runs in order.
+func repeatRuns[T any](n int, before func() error, run func() (T, error)) ([]T, error) {
+	runs := make([]T, 0, n)
+	for i := range n {
+		if i > 0 && before != nil {
+			if err := before(); err != nil {
+				return runs, fmt.Errorf("before run %d: %w", i+1, err)
+			}
+		}
+		r, err := run()
+		if err != nil {
+			return runs, fmt.Errorf("run %d: %w", i+1, err)
+		}
+		runs = append(runs, r)
+	}
+	return runs, nil
+}
+
+// suiteTook is a suiteRun's suite time, medianBy's key.
+func suiteTook(s suiteRun) time.Duration { return s.took }
+
+// secondAndFloor runs a client suite again on serve p laterRuns times, each
+// once the run before ended for its pool (its run gap passed: the demand it
+// took is learned, as between two runs of a suite a user starts) and the
+// pool has settled (second), then its floor floorRuns times on the same
+// serve (floor, given the URLs of workers databases taken once,
+// PGB_FLOOR_URLS). It returns the run of median suite time of each and the
 // bare CREATE DATABASE rate of p's cluster at workers sessions over bareN
 // databases.
-func secondAndFloor(ctx context.Context, p *serveProc, workers, bareN int, second func() error, floor func(urls string) error) (float64, error) {
+func secondAndFloor(ctx context.Context, p *serveProc, workers, bareN int, second func() (suiteRun, error), floor func(urls string) (suiteRun, error)) (sec, flo suiteRun, bare float64, err error) {
 	hash, err := p.onlyHash()
 	if err != nil {
-		return 0, err
+		return sec, flo, 0, err
 	}
 	if err := p.runEnded(ctx, hash, 5*time.Minute); err != nil {
-		return 0, fmt.Errorf("before the second run: %w", err)
+		return sec, flo, 0, fmt.Errorf("before the second run: %w", err)
 	}
-	if err := second(); err != nil {
-		return 0, err
+	seconds, err := repeatRuns(laterRuns, func() error { return p.afterRun(ctx, 5*time.Minute) }, second)
+	if err != nil {
+		return sec, flo, 0, fmt.Errorf("second run: %w", err)
 	}
 	if err := p.settle(ctx, 5*time.Minute); err != nil {
-		return 0, fmt.Errorf("before the floor: %w", err)
+		return sec, flo, 0, fmt.Errorf("before the floor: %w", err)
 	}
 	dbs, giveBack, err := p.takeDatabases(workers)
 	if err != nil {
-		return 0, err
+		return sec, flo, 0, err
 	}
-	err = floor(floorURLs(dbs))
+	floors, err := repeatRuns(floorRuns, nil, func() (suiteRun, error) { return floor(floorURLs(dbs)) })
 	giveBack()
 	if err != nil {
-		return 0, err
+		return sec, flo, 0, fmt.Errorf("floor: %w", err)
 	}
 	if err := p.settle(ctx, 5*time.Minute); err != nil {
-		return 0, err
+		return sec, flo, 0, err
 	}
-	return p.bareRate(ctx, workers, bareN)
+	bare, err = p.bareRate(ctx, workers, bareN)
+	return medianBy(seconds, suiteTook), medianBy(floors, suiteTook), bare, err
 }
 
 // floorRows adds a client suite's table against its floor (floor, cold

@@ -401,14 +401,20 @@ func runJSBench(ctx context.Context, r *Report) error {
 	dEnv := []string{"PGFORK_URL=" + srv.base, "PGB_KEY=" + key, "PGFORK_TOKEN="}
 
 	var res []suiteRun
-	run := func(name, c string, env []string, filter ...string) error {
+	measure := func(name, c string, env []string, filter ...string) (suiteRun, error) {
 		took, s, h, err := jsBenchRun(ctx, proj, clientsJS, c, env, filter...)
 		if err != nil {
-			return err
+			return suiteRun{}, err
 		}
 		fmt.Printf("  %s: %s\n", name, Dur(took))
-		res = append(res, suiteRun{name, took, s, h})
-		return nil
+		return suiteRun{name, took, s, h}, nil
+	}
+	run := func(name, c string, env []string, filter ...string) error {
+		x, err := measure(name, c, env, filter...)
+		if err == nil {
+			res = append(res, x)
+		}
+		return err
 	}
 	const (
 		dCold   = "(d) pgfork, cold: builds the template"
@@ -418,8 +424,12 @@ func runJSBench(ctx context.Context, r *Report) error {
 		eFloor  = "(f) floor on XFS reflink: each worker reuses one database"
 	)
 	secondRunAndFloor := func(p *serveProc, second, floor string, env []string) (float64, error) {
-		return secondAndFloor(ctx, p, 4, min(tests, 40), func() error { return run(second, "d", env) },
-			func(urls string) error { return run(floor, "f", append(env, "PGB_FLOOR_URLS="+urls)) })
+		sec, flo, bare, err := secondAndFloor(ctx, p, 4, min(tests, 40), func() (suiteRun, error) { return measure(second, "d", env) },
+			func(urls string) (suiteRun, error) { return measure(floor, "f", append(env, "PGB_FLOOR_URLS="+urls)) })
+		if err == nil {
+			res = append(res, sec, flo)
+		}
+		return bare, err
 	}
 	if err := run(dCold, "d", append(adminEnv, dEnv...)); err != nil {
 		return err
@@ -512,11 +522,11 @@ func runJSBench(ctx context.Context, r *Report) error {
 		rows = append(rows, []string{x.name, Dur(x.took), ra, rb, x.acquire.Cell(0.5), x.acquire.Cell(0.99), x.handOut.Cell(0.5), x.handOut.Cell(0.99)})
 	}
 	srvSized := srv.sized()
-	r.Notef("Whole suite (%d tests, 4 vitest workers), one run each, pgfork serve with its own pool sizes (what it said: %s; (e): %s); per-test overhead: the time a test waited for its database "+
+	r.Notef("Whole suite (%d tests, 4 vitest workers), one run each but the second run and the floor (each the run of median suite time of %d runs), pgfork serve with its own pool sizes (what it said: %s; (e): %s); per-test overhead: the time a test waited for its database "+
 		"(pgfork: hand-out + connect, db.acquireMs; (b): CREATE DATABASE … TEMPLATE + connect; (f): connect), and of that the hand-out alone (pgfork: GET …/tests, db.handOutMs; (b), (f): the same as the whole). "+
 		"Every test writes, so every database is recreated from the template after its test (in the background, 2 at a time): a suite longer than the pool drains it and waits for creations. "+
-		"A second run starts once the run before it has ended for the pool (its run gap, 2 s without a hand-out, passed: the demand it took is learned) and the pool has settled (nothing creating or recreating); the floor (f) then takes 4 databases from the same serve, "+
-		"one per vitest worker (VITEST_POOL_ID), and each test connects to its worker's (no isolation).", tests, srvSized, srv2Sized)
+		"Each later run starts once the run before it has ended for the pool (its run gap, 2 s without a hand-out, passed: the demand it took is learned) and the pool has settled (nothing creating, recreating or warming); the floor (f) then takes 4 databases from the same serve, "+
+		"one per vitest worker (VITEST_POOL_ID), and each test connects to its worker's (no isolation).", tests, laterRuns, srvSized, srv2Sized)
 	r.Table([]string{"contender", "suite", "vs (a)", "vs (b)", "wait p50", "wait p99", "hand-out p50", "hand-out p99"}, rows)
 	r.Notef("Against the floor (issue 33): whole `vitest run` wall times; fresh DBs/s: the suite's tests over its wall time (each test takes one fresh database); "+
 		"bare: 4 sessions running CREATE DATABASE … STRATEGY FILE_COPY from a copy of the template on the same cluster, %d databases.", min(tests, 40))

@@ -323,14 +323,20 @@ func runRustBench(ctx context.Context, r *Report) error {
 	env := append(append(target, pgEnv(pg)...), "PGFORK_URL="+srv.base, "PGFORK_TOKEN=")
 
 	var res []suiteRun
-	run := func(name, test string, env []string, filter ...string) error {
+	measure := func(name, test string, env []string, filter ...string) (suiteRun, error) {
 		took, s, h, err := rustBenchRun(ctx, proj, test, env, filter...)
 		if err != nil {
-			return err
+			return suiteRun{}, err
 		}
 		fmt.Printf("  %s: %s\n", name, Dur(took))
-		res = append(res, suiteRun{name, took, s, h})
-		return nil
+		return suiteRun{name, took, s, h}, nil
+	}
+	run := func(name, test string, env []string, filter ...string) error {
+		x, err := measure(name, test, env, filter...)
+		if err == nil {
+			res = append(res, x)
+		}
+		return err
 	}
 	const (
 		cCold   = "(c) #[pgfork::test], cold: builds the template"
@@ -342,8 +348,12 @@ func runRustBench(ctx context.Context, r *Report) error {
 	)
 	threads := runtime.NumCPU() // cargo test's default test threads
 	secondRunAndFloor := func(p *serveProc, second, floor string, env []string) (float64, error) {
-		return secondAndFloor(ctx, p, threads, min(tests, 40), func() error { return run(second, "c", env) },
-			func(urls string) error { return run(floor, "f", append(env, "PGB_FLOOR_URLS="+urls)) })
+		sec, flo, bare, err := secondAndFloor(ctx, p, threads, min(tests, 40), func() (suiteRun, error) { return measure(second, "c", env) },
+			func(urls string) (suiteRun, error) { return measure(floor, "f", append(env, "PGB_FLOOR_URLS="+urls)) })
+		if err == nil {
+			res = append(res, sec, flo)
+		}
+		return bare, err
 	}
 	if err := run(cCold, "c", env); err != nil {
 		return err
@@ -429,12 +439,12 @@ func runRustBench(ctx context.Context, r *Report) error {
 		}
 		rows = append(rows, []string{x.name, Dur(x.took), ra, rb, x.acquire.Cell(0.5), x.acquire.Cell(0.99), x.handOut.Cell(0.5), x.handOut.Cell(0.99)})
 	}
-	r.Notef("Whole `cargo test --test X` run (%d tests; the binary is built already, cargo's check included), one run each, pgfork serve with its own pool sizes (what it said: %s). "+
+	r.Notef("Whole `cargo test --test X` run (%d tests; the binary is built already, cargo's check included), one run each but the second run and the floor (each the run of median suite time of %d runs), pgfork serve with its own pool sizes (what it said: %s). "+
 		"Per-test wait: (c)/(d) from PGFORK_TIMINGS: template (cached in the process after the first test), hand-out and connecting the PgPool (its first connection); of that the template and hand-out alone; "+
 		"(b) CREATE DATABASE … TEMPLATE + connect (both columns); (f) connecting the PgPool (both columns). (a) has no hook: its suite time only. Every test writes, so every pgfork database is recreated after its test "+
 		"(in the background, 2 at a time): a suite longer than the pool drains it and waits for creations; the full-pool row (10 tests, the pool refilled first) "+
-		"is the overhead when the pool keeps up. A second run starts once the run before it has ended for the pool (its run gap, 2 s without a hand-out, passed: the demand it took is learned) and the pool has settled (nothing creating or recreating); "+
-		"the floor (f) then takes %d databases from the same serve, one per test thread, and each test opens its PgPool on a free one (no isolation).", tests, srv.sized(), threads)
+		"is the overhead when the pool keeps up. Each later run starts once the run before it has ended for the pool (its run gap, 2 s without a hand-out, passed: the demand it took is learned) and the pool has settled (nothing creating, recreating or warming); "+
+		"the floor (f) then takes %d databases from the same serve, one per test thread, and each test opens its PgPool on a free one (no isolation).", tests, laterRuns, srv.sized(), threads)
 	r.Table([]string{"contender", "suite", "vs (a)", "vs (b)", "wait p50", "wait p99", "hand-out p50", "hand-out p99"}, rows)
 	r.Notef("Against the floor (issue 33): whole `cargo test` wall times; fresh DBs/s: the suite's tests over its wall time (each test takes one fresh database); "+
 		"bare: %d sessions (the test threads) running CREATE DATABASE … STRATEGY FILE_COPY from a copy of the template on the same cluster, %d databases.", threads, min(tests, 40))

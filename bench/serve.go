@@ -21,6 +21,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/pgfork/pgfork/instance"
+	"github.com/pgfork/pgfork/pool"
 )
 
 // The "serve" scenario runs the real `pgfork serve` binary and IntegreSQL
@@ -227,6 +228,19 @@ func (p *serveProc) waitReady(ctx context.Context, n int, limit time.Duration) (
 		return ready, fmt.Errorf("the pool did not refill to %d ready databases: %w (%d ready)", n, err, ready)
 	}
 	return ready, nil
+}
+
+// afterRun waits until the run before has ended for the pool (its run gap,
+// pool.DefaultRunGap without a hand-out, passed) and the pool has settled:
+// the pause between two runs of a suite, once a run has been learned
+// (runEnded waits for the first).
+func (p *serveProc) afterRun(ctx context.Context, limit time.Duration) error {
+	select {
+	case <-time.After(pool.DefaultRunGap + 300*time.Millisecond):
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+	return p.settle(ctx, limit)
 }
 
 // settle waits until no database of the server is being made or given back

@@ -7,7 +7,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -18,7 +17,6 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/pgfork/pgfork/clone"
-	"github.com/pgfork/pgfork/pool"
 )
 
 // The volume scenario (issue 20): a realistic suite on an ext4 directory —
@@ -27,7 +25,7 @@ import (
 // write by hand (CREATE DATABASE … TEMPLATE + DROP), by pgfork serve on
 // ext4, and by pgfork serve on a reflink volume made for the run (its
 // creation time included), on PostgreSQL 18 and 15. Issue 33: on each
-// serve the suite runs first on the fresh serve, then volLater times more,
+// serve the suite runs first on the fresh serve, then laterRuns times more,
 // each once the run before ended for the pool and the pool has settled
 // (the second run: their median) and against its floor (the same suite, each worker
 // reusing one database taken once: no isolation), next to the bare CREATE
@@ -126,7 +124,7 @@ func runVolumeBench(ctx context.Context, r *Report) error {
 		"extrapolated to %d at its measured rate (it is steady: every test pays one CREATE DATABASE). Totals include each contender's setup "+
 		"(serve start with its managed PostgreSQL, template build; the volume's creation for the volume). On each serve the suite runs first, then %d more times, "+
 		"each once the pool has settled (\"second run\": the one of median suite time of those), then as its floor %d times (the median).",
-		volTests, volWorkers, volSetup(), tmp, fsType, volHand, volTests, volLater, volFloors)
+		volTests, volWorkers, volSetup(), tmp, fsType, volHand, volTests, laterRuns, floorRuns)
 	var missed []string
 	for _, major := range []int{18, 15} {
 		inst, err := findPG(major)
@@ -274,7 +272,7 @@ func volumeBenchMajor(ctx context.Context, r *Report, bin, tmp, pgBin string, ma
 
 // volServeSuite starts pgfork serve --managed with its state in home (after
 // before, timed with it), builds the template and runs the suite on it:
-// the first run on the fresh serve, then volLater more, each once the pool
+// the first run on the fresh serve, then laterRuns more, each once the pool
 // has settled (the pause between two runs of a suite); second is the one
 // of median suite time. after runs with a handed-out database before the
 // server stops.
@@ -300,21 +298,11 @@ func volServeSuite(ctx context.Context, bin, home string, port int, pgBin string
 	if err := p.runEnded(ctx, volHash, 2*time.Minute); err != nil {
 		return first, second, fmt.Errorf("after the first run: %w", err)
 	}
-	later := make([]volRun, volLater)
-	for i := range later {
-		if i > 0 {
-			// The run before must end for the pool (its run gap) before
-			// the pool refills: then it settles.
-			time.Sleep(pool.DefaultRunGap + 300*time.Millisecond)
-			if err := p.settle(ctx, 2*time.Minute); err != nil {
-				return first, second, fmt.Errorf("after run %d: %w", i+2, err)
-			}
-		}
-		if later[i], err = volSuite(ctx, p); err != nil {
-			return first, second, fmt.Errorf("run %d: %w", i+2, err)
-		}
+	later, err := repeatRuns(laterRuns, func() error { return p.afterRun(ctx, 2*time.Minute) }, func() (volRun, error) { return volSuite(ctx, p) })
+	if err != nil {
+		return first, second, fmt.Errorf("later runs: %w", err)
 	}
-	second = medianRun(later)
+	second = medianBy(later, volSuiteTook)
 	second.total = second.suite
 	if err := p.settle(ctx, 2*time.Minute); err != nil {
 		return first, second, fmt.Errorf("after the second run: %w", err)
@@ -331,31 +319,17 @@ func volServeSuite(ctx context.Context, bin, home string, port int, pgBin string
 	return first, second, nil
 }
 
-// volLater is how many runs of the suite follow the first on one serve,
-// and volFloors how many times its floor runs: the report gives the run of
-// median suite time of each (the machine is shared, and a run of 80 short
-// tests takes well under a second).
-const volLater, volFloors = 3, 3
+// volSuiteTook is a volRun's suite time, medianBy's key.
+func volSuiteTook(v volRun) time.Duration { return v.suite }
 
-// medianRun is the run of median suite time of runs (the later of the two
-// middle ones when even).
-func medianRun(runs []volRun) volRun {
-	s := slices.Clone(runs)
-	sort.Slice(s, func(i, j int) bool { return s[i].suite < s[j].suite })
-	return s[len(s)/2]
-}
-
-// volFloorMedian runs the floor volFloors times on serve p: the run of
+// volFloorMedian runs the floor floorRuns times on serve p: the run of
 // median suite time.
 func volFloorMedian(ctx context.Context, p *serveProc) (volRun, error) {
-	runs := make([]volRun, volFloors)
-	for i := range runs {
-		var err error
-		if runs[i], err = volFloorSuite(ctx, p); err != nil {
-			return volRun{}, err
-		}
+	runs, err := repeatRuns(floorRuns, nil, func() (volRun, error) { return volFloorSuite(ctx, p) })
+	if err != nil {
+		return volRun{}, err
 	}
-	return medianRun(runs), nil
+	return medianBy(runs, volSuiteTook), nil
 }
 
 // volSuite runs volTests tests on volWorkers workers against serve p, each

@@ -314,43 +314,53 @@ func repeatRuns[T any](n int, before func() error, run func() (T, error)) ([]T, 
 // suiteTook is a suiteRun's suite time, medianBy's key.
 func suiteTook(s suiteRun) time.Duration { return s.took }
 
+// laterResult is what secondAndFloor measured.
+type laterResult struct {
+	second, floor suiteRun // each the run of median suite time
+	bare          float64  // the bare CREATE DATABASE rate, databases/s
+	before        string   // the pool before the second run (poolNote)
+}
+
 // secondAndFloor runs a client suite again on serve p laterRuns times, each
 // once the run before ended for its pool (its run gap passed: the demand it
 // took is learned, as between two runs of a suite a user starts) and the
 // pool has settled (second), then its floor floorRuns times on the same
 // serve (floor, given the URLs of workers databases taken once,
-// PGB_FLOOR_URLS). It returns the run of median suite time of each and the
-// bare CREATE DATABASE rate of p's cluster at workers sessions over bareN
-// databases.
-func secondAndFloor(ctx context.Context, p *serveProc, workers, bareN int, second func() (suiteRun, error), floor func(urls string) (suiteRun, error)) (sec, flo suiteRun, bare float64, err error) {
+// PGB_FLOOR_URLS), and then the bare CREATE DATABASE rate of p's cluster at
+// workers sessions over bareN databases.
+func secondAndFloor(ctx context.Context, p *serveProc, workers, bareN int, second func() (suiteRun, error), floor func(urls string) (suiteRun, error)) (laterResult, error) {
+	var l laterResult
 	hash, err := p.onlyHash()
 	if err != nil {
-		return sec, flo, 0, err
+		return l, err
 	}
 	if err := p.runEnded(ctx, hash, 5*time.Minute); err != nil {
-		return sec, flo, 0, fmt.Errorf("before the second run: %w", err)
+		return l, fmt.Errorf("before the second run: %w", err)
 	}
+	l.before = p.poolNote()
 	seconds, err := repeatRuns(laterRuns, func() error { return p.afterRun(ctx, 5*time.Minute) }, second)
 	if err != nil {
-		return sec, flo, 0, fmt.Errorf("second run: %w", err)
+		return l, fmt.Errorf("second run: %w", err)
 	}
+	l.second = medianBy(seconds, suiteTook)
 	if err := p.settle(ctx, 5*time.Minute); err != nil {
-		return sec, flo, 0, fmt.Errorf("before the floor: %w", err)
+		return l, fmt.Errorf("before the floor: %w", err)
 	}
 	dbs, giveBack, err := p.takeDatabases(workers)
 	if err != nil {
-		return sec, flo, 0, err
+		return l, err
 	}
 	floors, err := repeatRuns(floorRuns, nil, func() (suiteRun, error) { return floor(floorURLs(dbs)) })
 	giveBack()
 	if err != nil {
-		return sec, flo, 0, fmt.Errorf("floor: %w", err)
+		return l, fmt.Errorf("floor: %w", err)
 	}
+	l.floor = medianBy(floors, suiteTook)
 	if err := p.settle(ctx, 5*time.Minute); err != nil {
-		return sec, flo, 0, err
+		return l, err
 	}
-	bare, err = p.bareRate(ctx, workers, bareN)
-	return medianBy(seconds, suiteTook), medianBy(floors, suiteTook), bare, err
+	l.bare, err = p.bareRate(ctx, workers, bareN)
+	return l, err
 }
 
 // floorRows adds a client suite's table against its floor (floor, cold

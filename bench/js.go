@@ -423,13 +423,13 @@ func runJSBench(ctx context.Context, r *Report) error {
 		eSecond = "(e) pgfork on XFS reflink (clone), second run on the same serve"
 		eFloor  = "(f) floor on XFS reflink: each worker reuses one database"
 	)
-	secondRunAndFloor := func(p *serveProc, second, floor string, env []string) (float64, error) {
-		sec, flo, bare, err := secondAndFloor(ctx, p, 4, min(tests, 40), func() (suiteRun, error) { return measure(second, "d", env) },
+	secondRunAndFloor := func(p *serveProc, second, floor string, env []string) (float64, string, error) {
+		l, err := secondAndFloor(ctx, p, 4, min(tests, 40), func() (suiteRun, error) { return measure(second, "d", env) },
 			func(urls string) (suiteRun, error) { return measure(floor, "f", append(env, "PGB_FLOOR_URLS="+urls)) })
 		if err == nil {
-			res = append(res, sec, flo)
+			res = append(res, l.second, l.floor)
 		}
-		return bare, err
+		return l.bare, l.before, err
 	}
 	if err := run(dCold, "d", append(adminEnv, dEnv...)); err != nil {
 		return err
@@ -437,7 +437,7 @@ func runJSBench(ctx context.Context, r *Report) error {
 	if err := run("(b) CREATE DATABASE … TEMPLATE + DROP per test", "b", adminEnv); err != nil {
 		return err
 	}
-	bare, err := secondRunAndFloor(srv, dSecond, fFloor, append(adminEnv, dEnv...))
+	bare, before, err := secondRunAndFloor(srv, dSecond, fFloor, append(adminEnv, dEnv...))
 	if err != nil {
 		return err
 	}
@@ -465,6 +465,7 @@ func runJSBench(ctx context.Context, r *Report) error {
 
 	// (e): the same on a PostgreSQL on the XFS reflink mount, if any.
 	var eBare float64
+	eBefore := "not measured"
 	if xfs := os.Getenv("PGFORK_TEST_XFS"); xfs != "" {
 		if _, err := os.Stat(xfs); err == nil {
 			_, pgx2, stop2, err := benchPG18(ctx, xfs)
@@ -486,7 +487,7 @@ func runJSBench(ctx context.Context, r *Report) error {
 				if err := run("(e) pgfork on XFS reflink (clone), cold", "d", eEnv); err != nil {
 					return err
 				}
-				if eBare, err = secondRunAndFloor(srv2, eSecond, eFloor, eEnv); err != nil {
+				if eBare, eBefore, err = secondRunAndFloor(srv2, eSecond, eFloor, eEnv); err != nil {
 					return err
 				}
 				srv2Sized = srv2.sized()
@@ -526,7 +527,7 @@ func runJSBench(ctx context.Context, r *Report) error {
 		"(pgfork: hand-out + connect, db.acquireMs; (b): CREATE DATABASE … TEMPLATE + connect; (f): connect), and of that the hand-out alone (pgfork: GET …/tests, db.handOutMs; (b), (f): the same as the whole). "+
 		"Every test writes, so every database is recreated from the template after its test (in the background, 2 at a time): a suite longer than the pool drains it and waits for creations. "+
 		"Each later run starts once the run before it has ended for the pool (its run gap, 2 s without a hand-out, passed: the demand it took is learned) and the pool has settled (nothing creating, recreating or warming); the floor (f) then takes 4 databases from the same serve, "+
-		"one per vitest worker (VITEST_POOL_ID), and each test connects to its worker's (no isolation).", tests, laterRuns, srvSized, srv2Sized)
+		"one per vitest worker (VITEST_POOL_ID), and each test connects to its worker's (no isolation). Before the second run: %s; (e): %s (a run that takes more than its pool holds makes the rest beside its tests).", tests, laterRuns, srvSized, srv2Sized, before, eBefore)
 	r.Table([]string{"contender", "suite", "vs (a)", "vs (b)", "wait p50", "wait p99", "hand-out p50", "hand-out p99"}, rows)
 	r.Notef("Against the floor (issue 33): whole `vitest run` wall times; fresh DBs/s: the suite's tests over its wall time (each test takes one fresh database); "+
 		"bare: 4 sessions running CREATE DATABASE … STRATEGY FILE_COPY from a copy of the template on the same cluster, %d databases.", min(tests, 40))

@@ -347,13 +347,13 @@ func runRustBench(ctx context.Context, r *Report) error {
 		dFloor  = "(f) floor on XFS reflink: each test thread reuses one database"
 	)
 	threads := runtime.NumCPU() // cargo test's default test threads
-	secondRunAndFloor := func(p *serveProc, second, floor string, env []string) (float64, error) {
-		sec, flo, bare, err := secondAndFloor(ctx, p, threads, min(tests, 40), func() (suiteRun, error) { return measure(second, "c", env) },
+	secondRunAndFloor := func(p *serveProc, second, floor string, env []string) (float64, string, error) {
+		l, err := secondAndFloor(ctx, p, threads, min(tests, 40), func() (suiteRun, error) { return measure(second, "c", env) },
 			func(urls string) (suiteRun, error) { return measure(floor, "f", append(env, "PGB_FLOOR_URLS="+urls)) })
 		if err == nil {
-			res = append(res, sec, flo)
+			res = append(res, l.second, l.floor)
 		}
-		return bare, err
+		return l.bare, l.before, err
 	}
 	if err := run(cCold, "c", env); err != nil {
 		return err
@@ -361,7 +361,7 @@ func runRustBench(ctx context.Context, r *Report) error {
 	if err := run("(b) CREATE DATABASE … TEMPLATE + DROP per test", "b", env); err != nil {
 		return err
 	}
-	bare, err := secondRunAndFloor(srv, cSecond, fFloor, env)
+	bare, before, err := secondRunAndFloor(srv, cSecond, fFloor, env)
 	if err != nil {
 		return err
 	}
@@ -384,6 +384,7 @@ func runRustBench(ctx context.Context, r *Report) error {
 	})
 
 	var dBare float64
+	dBefore := "not measured"
 	if xfs := os.Getenv("PGFORK_TEST_XFS"); xfs != "" {
 		if _, err := os.Stat(xfs); err == nil {
 			_, pg2, stop2, err := benchPG18(ctx, xfs)
@@ -406,7 +407,7 @@ func runRustBench(ctx context.Context, r *Report) error {
 				if err := run(dCold, "c", env2); err != nil {
 					return err
 				}
-				if dBare, err = secondRunAndFloor(srv2, dSecond, dFloor, env2); err != nil {
+				if dBare, dBefore, err = secondRunAndFloor(srv2, dSecond, dFloor, env2); err != nil {
 					return err
 				}
 				r.Notef("(d): a second PostgreSQL %s with its data on the XFS reflink mount %s; pgfork serve --can-clone (file_copy_method=clone) with its own pool sizes "+
@@ -444,7 +445,7 @@ func runRustBench(ctx context.Context, r *Report) error {
 		"(b) CREATE DATABASE … TEMPLATE + connect (both columns); (f) connecting the PgPool (both columns). (a) has no hook: its suite time only. Every test writes, so every pgfork database is recreated after its test "+
 		"(in the background, 2 at a time): a suite longer than the pool drains it and waits for creations; the full-pool row (10 tests, the pool refilled first) "+
 		"is the overhead when the pool keeps up. Each later run starts once the run before it has ended for the pool (its run gap, 2 s without a hand-out, passed: the demand it took is learned) and the pool has settled (nothing creating, recreating or warming); "+
-		"the floor (f) then takes %d databases from the same serve, one per test thread, and each test opens its PgPool on a free one (no isolation).", tests, laterRuns, srv.sized(), threads)
+		"the floor (f) then takes %d databases from the same serve, one per test thread, and each test opens its PgPool on a free one (no isolation). Before the second run: %s; (d): %s.", tests, laterRuns, srv.sized(), threads, before, dBefore)
 	r.Table([]string{"contender", "suite", "vs (a)", "vs (b)", "wait p50", "wait p99", "hand-out p50", "hand-out p99"}, rows)
 	r.Notef("Against the floor (issue 33): whole `cargo test` wall times; fresh DBs/s: the suite's tests over its wall time (each test takes one fresh database); "+
 		"bare: %d sessions (the test threads) running CREATE DATABASE … STRATEGY FILE_COPY from a copy of the template on the same cluster, %d databases.", threads, min(tests, 40))

@@ -123,7 +123,8 @@ func autoStartEnv(bin, state string) []string {
 // 2 s after a run ends is reported in left (and stopped). Each run starts
 // once other, the section's own serve on the same PostgreSQL, has settled:
 // its pools refill to the demand they learned (up to hundreds of full
-// copies), which would otherwise run beside the measured setup.
+// copies), which would otherwise run beside the measured setup, and the
+// kernel has written their pages back (serveProc.quiet).
 //
 // With port > 0 it then measures base: the same part twice more (the
 // second timed) against a serve started by hand on the same state directory (on 127.0.0.1:port,
@@ -145,7 +146,7 @@ func zeroSetup(ctx context.Context, bin, tmp string, other *serveProc, port int,
 	env := autoStartEnv(bin, state)
 	for i, d := range []*time.Duration{&first, &second} {
 		if other != nil {
-			if err := other.settle(ctx, 5*time.Minute); err != nil {
+			if err := other.quiet(ctx, 5*time.Minute); err != nil {
 				return 0, 0, 0, left, "the section's serve did not settle: " + err.Error()
 			}
 		}
@@ -175,7 +176,7 @@ func zeroSetup(ctx context.Context, bin, tmp string, other *serveProc, port int,
 // state (see zeroSetup); 0 when it could not.
 func zeroSetupBase(ctx context.Context, bin, state string, other *serveProc, port int, serveEnv, env []string, run func(env []string) (time.Duration, error)) time.Duration {
 	if other != nil {
-		if err := other.settle(ctx, 5*time.Minute); err != nil {
+		if err := other.quiet(ctx, 5*time.Minute); err != nil {
 			return 0
 		}
 	}
@@ -192,7 +193,7 @@ func zeroSetupBase(ctx context.Context, bin, state string, other *serveProc, por
 	// recreated after it, and would otherwise run beside the second.
 	var took time.Duration
 	for range 2 {
-		if err := srv.settle(ctx, 2*time.Minute); err != nil {
+		if err := srv.quiet(ctx, 2*time.Minute); err != nil {
 			return 0
 		}
 		if took, err = run(append(append([]string{}, env...), "PGFORK_URL="+srv.base)); err != nil {

@@ -462,6 +462,10 @@ func runJSBench(ctx context.Context, r *Report) error {
 		took, _, _, err := jsBenchRun(ctx, proj, clientsJS, "d", append(env, "PGB_KEY="+key+"-zero"), "f00.test.mjs")
 		return took, err
 	})
+	// The XFS part runs on its own: not beside this serve's full copies.
+	if err := srv.release(); err != nil {
+		return fmt.Errorf("releasing the ext4 serve's databases: %w", err)
+	}
 
 	// (e): the same on a PostgreSQL on the XFS reflink mount, if any.
 	var eBare float64

@@ -16,6 +16,7 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -228,6 +229,31 @@ func (p *serveProc) waitReady(ctx context.Context, n int, limit time.Duration) (
 		return ready, fmt.Errorf("the pool did not refill to %d ready databases: %w (%d ready)", n, err, ready)
 	}
 	return ready, nil
+}
+
+// quiet waits until serve p has settled (see settle) and the kernel has
+// written its dirty pages back (sync(2)): a measurement that follows runs
+// beside neither p's refill nor its writeback (on ext4 a pool of full copies
+// is gigabytes of dirty pages, written back for a minute after it filled).
+func (p *serveProc) quiet(ctx context.Context, limit time.Duration) error {
+	if err := p.settle(ctx, limit); err != nil {
+		return err
+	}
+	syscall.Sync()
+	return nil
+}
+
+// release discards every template of serve p, its pools' databases
+// dropped (and with their files their page cache and dirty pages), and
+// syncs: what a section measures next, on another server or filesystem,
+// does not compete with p's copies for memory and the disk. Measured
+// (issue 33, bench js): with the ext4 serve's ~270 full copies (20 GB)
+// still held, the XFS part read its image from the disk at 150-340 MB/s
+// during its second runs.
+func (p *serveProc) release() error {
+	err := p.call("DELETE", "/api/v1/admin/templates", "", nil)
+	syscall.Sync()
+	return err
 }
 
 // afterRun waits until the run before has ended for the pool (its run gap,

@@ -279,11 +279,11 @@ type suiteRun struct {
 }
 
 // laterRuns is how many times a suite runs again on one serve after its
-// first run, and floorRuns how many times its floor runs: the report gives
+// first run, and its floor as many times (alternateRuns): the report gives
 // the run of median suite time of each. The machine is shared, and one short
 // run against one floor run swung by tenths of the ratio between two
 // otherwise equal runs.
-const laterRuns, floorRuns = 3, 3
+const laterRuns = 3
 
 // medianBy is the element of runs of median took (the later of the two
 // middle ones when their number is even); runs is not reordered.
@@ -293,23 +293,33 @@ func medianBy[T any](runs []T, took func(T) time.Duration) T {
 	return s[len(s)/2]
 }
 
-// repeatRuns runs run n times, before (when not nil) ahead of each but the
-// first, and returns the runs in order.
-func repeatRuns[T any](n int, before func() error, run func() (T, error)) ([]T, error) {
-	runs := make([]T, 0, n)
-	for i := range n {
-		if i > 0 && before != nil {
-			if err := before(); err != nil {
-				return runs, fmt.Errorf("before run %d: %w", i+1, err)
+// alternateRuns runs run and floor laterRuns times each, in turns (run,
+// floor, run, floor …), pause ahead of each but the first: the floors drift
+// with the machine's load (by up to 2x within minutes on this shared
+// machine), and a floor measured beside each run sees the machine that run
+// saw, where three floors after three runs did not.
+func alternateRuns[T any](pause func() error, run, floor func() (T, error)) (runs, floors []T, err error) {
+	for i := range laterRuns {
+		if i > 0 {
+			if err := pause(); err != nil {
+				return runs, floors, fmt.Errorf("before run %d: %w", i+1, err)
 			}
 		}
 		r, err := run()
 		if err != nil {
-			return runs, fmt.Errorf("run %d: %w", i+1, err)
+			return runs, floors, fmt.Errorf("run %d: %w", i+1, err)
 		}
 		runs = append(runs, r)
+		if err := pause(); err != nil {
+			return runs, floors, fmt.Errorf("before floor %d: %w", i+1, err)
+		}
+		f, err := floor()
+		if err != nil {
+			return runs, floors, fmt.Errorf("floor %d: %w", i+1, err)
+		}
+		floors = append(floors, f)
 	}
-	return runs, nil
+	return runs, floors, nil
 }
 
 // suiteTook is a suiteRun's suite time, medianBy's key.
@@ -322,13 +332,14 @@ type laterResult struct {
 	before        string   // the pool before the second run (poolNote)
 }
 
-// secondAndFloor runs a client suite again on serve p laterRuns times, each
-// once the run before ended for its pool (its run gap passed: the demand it
-// took is learned, as between two runs of a suite a user starts) and the
-// pool has settled (second), then its floor floorRuns times on the same
-// serve (floor, given the URLs of workers databases taken once,
-// PGB_FLOOR_URLS), and then the bare CREATE DATABASE rate of p's cluster at
-// workers sessions over bareN databases.
+// secondAndFloor runs a client suite again on serve p laterRuns times
+// (second) and its floor as many times, in turns (alternateRuns), each once
+// the run before it ended for its pool (its run gap passed: the demand it
+// took is learned, as between two runs of a suite a user starts, and a
+// floor's takes do not count in the run before) and the pool has settled;
+// each floor takes workers databases (given to floor as PGB_FLOOR_URLS)
+// and gives them back after its run. Then it measures the bare CREATE
+// DATABASE rate of p's cluster at workers sessions over bareN databases.
 func secondAndFloor(ctx context.Context, p *serveProc, workers, bareN int, second func() (suiteRun, error), floor func(urls string) (suiteRun, error)) (laterResult, error) {
 	var l laterResult
 	hash, err := p.onlyHash()
@@ -339,25 +350,20 @@ func secondAndFloor(ctx context.Context, p *serveProc, workers, bareN int, secon
 		return l, fmt.Errorf("before the second run: %w", err)
 	}
 	l.before = p.poolNote()
-	seconds, err := repeatRuns(laterRuns, func() error { return p.afterRun(ctx, 5*time.Minute) }, second)
+	seconds, floors, err := alternateRuns(func() error { return p.afterRun(ctx, 5*time.Minute) }, second, func() (suiteRun, error) {
+		dbs, giveBack, err := p.takeDatabases(workers)
+		if err != nil {
+			return suiteRun{}, err
+		}
+		defer giveBack()
+		return floor(floorURLs(dbs))
+	})
 	if err != nil {
-		return l, fmt.Errorf("second run: %w", err)
+		return l, fmt.Errorf("second runs and floors: %w", err)
 	}
 	l.second = medianBy(seconds, suiteTook)
-	if err := p.settle(ctx, 5*time.Minute); err != nil {
-		return l, fmt.Errorf("before the floor: %w", err)
-	}
-	dbs, giveBack, err := p.takeDatabases(workers)
-	if err != nil {
-		return l, err
-	}
-	floors, err := repeatRuns(floorRuns, nil, func() (suiteRun, error) { return floor(floorURLs(dbs)) })
-	giveBack()
-	if err != nil {
-		return l, fmt.Errorf("floor: %w", err)
-	}
 	l.floor = medianBy(floors, suiteTook)
-	if err := p.settle(ctx, 5*time.Minute); err != nil {
+	if err := p.afterRun(ctx, 5*time.Minute); err != nil {
 		return l, err
 	}
 	l.bare, err = p.bareRate(ctx, workers, bareN)

@@ -557,16 +557,24 @@ func runJavaBench(ctx context.Context, r *Report) error {
 	}
 	var res []javaRun
 	byName := map[string]javaRun{}
-	run := func(name, dir string, extraEnv ...string) error {
+	add := func(x javaRun) {
+		res = append(res, x)
+		byName[x.name] = x
+	}
+	measure := func(name, dir string, extraEnv ...string) (javaRun, error) {
 		took, gaps, spans, err := mavens[dir].run(projects[dir], append(slices.Clip(env), extraEnv...), tests)
 		if err != nil {
-			return err
+			return javaRun{}, err
 		}
 		fmt.Printf("  %s: %s\n", name, Dur(took))
-		x := javaRun{name, took, gaps, spans}
-		res = append(res, x)
-		byName[name] = x
-		return nil
+		return javaRun{name, took, gaps, spans}, nil
+	}
+	run := func(name, dir string, extraEnv ...string) error {
+		x, err := measure(name, dir, extraEnv...)
+		if err == nil {
+			add(x)
+		}
+		return err
 	}
 	const (
 		pCold   = "(1) @AutoConfigurePgfork, cold: builds the template"
@@ -593,11 +601,8 @@ func runJavaBench(ctx context.Context, r *Report) error {
 		}
 		return nil
 	}
-	pgforkRun := func(name string, extraEnv ...string) error {
-		afterPgfork = true
-		return run(name, "pgfork", extraEnv...)
-	}
-	if err := pgforkRun(pCold); err != nil {
+	afterPgfork = true
+	if err := run(pCold, "pgfork"); err != nil {
 		return err
 	}
 	for _, x := range []struct{ name, dir string }{{zonkyR, "zonky"}, {cleanR, "clean"}, {tmplR, "template"}} {
@@ -612,27 +617,34 @@ func runJavaBench(ctx context.Context, r *Report) error {
 		return err
 	}
 	poolBefore := srv.poolNote()
-	if err := pgforkRun(pSecond); err != nil {
-		return err
+	// The second run and the floor alternate (alternateRuns): the floor
+	// drifts with the machine's load, and each is the run of median suite
+	// time of its laterRuns.
+	seconds, floors, err := alternateRuns(func() error { return settled("the next run") },
+		func() (javaRun, error) {
+			afterPgfork = true
+			return measure(pSecond, "pgfork")
+		},
+		func() (javaRun, error) { return measure(floorR, "floor") })
+	if err != nil {
+		return fmt.Errorf("second runs and floors: %w", err)
 	}
-	if err := settled(floorR); err != nil {
-		return err
-	}
-	if err := run(floorR, "floor"); err != nil {
-		return err
-	}
+	took := func(x javaRun) time.Duration { return x.took }
+	add(medianBy(seconds, took))
+	add(medianBy(floors, took))
 
 	floor := byName[floorR]
 	var rows [][]string
 	for _, x := range res {
 		rows = append(rows, []string{x.name, Dur(x.took), Times(x.took, floor.took), Dur(x.took - floor.took), x.gaps.Cell(0.5), x.gaps.Cell(0.99), x.spans.Cell(0.5), Dur(x.spans.Quantile(0.5) - floor.spans.Quantile(0.5))})
 	}
-	r.Notef("Whole `mvn -o -q test` runs (%d tests, Maven's start and Surefire's forks included), one run each, in this order (the floor last, after pgfork's second run); "+
+	r.Notef("Whole `mvn -o -q test` runs (%d tests, Maven's start and Surefire's forks included), one run each in this order, but pgfork's second run and the floor, "+
+		"which ran %d times each in turns after the others (second, floor, second, floor …) and are each the run of median suite time; "+
 		"pgfork serve with its own pool sizes (what it said: %s); each run after the cold one once pgfork's pool had settled (its filling never beside another suite; before the second run: %s). Gap: per test, from the end of the test method before it "+
 		"(same class, same fork) to its own start: the contender's refresh and the framework's callbacks (the floor's gap is those callbacks alone); "+
 		"gap + test adds the test's own run, where a contender that takes its database at the first connection pays for it, and its p50 over the floor's is the per-test refresh. "+
 		"(4) runs CREATE DATABASE … TEMPLATE at the default strategy (WAL_LOG) from a template the bench migrated (Flyway off); the floor's database was migrated "+
-		"by its Flyway in its warm-up, and its runs' Flyway validates it and applies nothing, as in pgfork's contexts (whose copies come migrated).", tests, srv.sized(), poolBefore)
+		"by its Flyway in its warm-up, and its runs' Flyway validates it and applies nothing, as in pgfork's contexts (whose copies come migrated).", tests, laterRuns, srv.sized(), poolBefore)
 	r.Table([]string{"contender", "suite", "vs floor", "over the floor", "gap p50", "gap p99", "gap + test p50", "refresh: over the floor's"}, rows)
 	second, cold := byName[pSecond], byName[pCold]
 	for _, t := range []struct {

@@ -527,10 +527,10 @@ func runJSBench(ctx context.Context, r *Report) error {
 		rows = append(rows, []string{x.name, Dur(x.took), ra, rb, x.acquire.Cell(0.5), x.acquire.Cell(0.99), x.handOut.Cell(0.5), x.handOut.Cell(0.99)})
 	}
 	srvSized := srv.sized()
-	r.Notef("Whole suite (%d tests, 4 vitest workers), one run each but the second run and the floor (each the run of median suite time of %d runs), pgfork serve with its own pool sizes (what it said: %s; (e): %s); per-test overhead: the time a test waited for its database "+
+	r.Notef("Whole suite (%d tests, 4 vitest workers), one run each but the second run and the floor (each the run of median suite time of %d runs, in turns: second, floor, second, floor …), pgfork serve with its own pool sizes (what it said: %s; (e): %s); per-test overhead: the time a test waited for its database "+
 		"(pgfork: hand-out + connect, db.acquireMs; (b): CREATE DATABASE … TEMPLATE + connect; (f): connect), and of that the hand-out alone (pgfork: GET …/tests, db.handOutMs; (b), (f): the same as the whole). "+
 		"Every test writes, so every database is recreated from the template after its test (in the background, 2 at a time): a suite longer than the pool drains it and waits for creations. "+
-		"Each later run starts once the run before it has ended for the pool (its run gap, 2 s without a hand-out, passed: the demand it took is learned) and the pool has settled (nothing creating, recreating or warming); the floor (f) then takes 4 databases from the same serve, "+
+		"Each later run and each floor run starts once the run before it has ended for the pool (its run gap, 2 s without a hand-out, passed: the demand it took is learned) and the pool has settled (nothing creating, recreating or warming); each floor (f) run takes 4 databases from the same serve (given back after it), "+
 		"one per vitest worker (VITEST_POOL_ID), and each test connects to its worker's (no isolation). Before the second run: %s; (e): %s (a run that takes more than its pool holds makes the rest beside its tests).", tests, laterRuns, srvSized, srv2Sized, before, eBefore)
 	r.Table([]string{"contender", "suite", "vs (a)", "vs (b)", "wait p50", "wait p99", "hand-out p50", "hand-out p99"}, rows)
 	r.Notef("Against the floor (issue 33): whole `vitest run` wall times; fresh DBs/s: the suite's tests over its wall time (each test takes one fresh database); "+

@@ -444,12 +444,12 @@ func runRustBench(ctx context.Context, r *Report) error {
 		}
 		rows = append(rows, []string{x.name, Dur(x.took), ra, rb, x.acquire.Cell(0.5), x.acquire.Cell(0.99), x.handOut.Cell(0.5), x.handOut.Cell(0.99)})
 	}
-	r.Notef("Whole `cargo test --test X` run (%d tests; the binary is built already, cargo's check included), one run each but the second run and the floor (each the run of median suite time of %d runs), pgfork serve with its own pool sizes (what it said: %s). "+
+	r.Notef("Whole `cargo test --test X` run (%d tests; the binary is built already, cargo's check included), one run each but the second run and the floor (each the run of median suite time of %d runs, in turns: second, floor, second, floor …), pgfork serve with its own pool sizes (what it said: %s). "+
 		"Per-test wait: (c)/(d) from PGFORK_TIMINGS: template (cached in the process after the first test), hand-out and connecting the PgPool (its first connection); of that the template and hand-out alone; "+
 		"(b) CREATE DATABASE … TEMPLATE + connect (both columns); (f) connecting the PgPool (both columns). (a) has no hook: its suite time only. Every test writes, so every pgfork database is recreated after its test "+
 		"(in the background, 2 at a time): a suite longer than the pool drains it and waits for creations; the full-pool row (10 tests, the pool refilled first) "+
-		"is the overhead when the pool keeps up. Each later run starts once the run before it has ended for the pool (its run gap, 2 s without a hand-out, passed: the demand it took is learned) and the pool has settled (nothing creating, recreating or warming); "+
-		"the floor (f) then takes %d databases from the same serve, one per test thread, and each test opens its PgPool on a free one (no isolation). Before the second run: %s; (d): %s.", tests, laterRuns, srv.sized(), threads, before, dBefore)
+		"is the overhead when the pool keeps up. Each later run and each floor run starts once the run before it has ended for the pool (its run gap, 2 s without a hand-out, passed: the demand it took is learned) and the pool has settled (nothing creating, recreating or warming); "+
+		"each floor (f) run takes %d databases from the same serve (given back after it), one per test thread, and each test opens its PgPool on a free one (no isolation). Before the second run: %s; (d): %s.", tests, laterRuns, srv.sized(), threads, before, dBefore)
 	r.Table([]string{"contender", "suite", "vs (a)", "vs (b)", "wait p50", "wait p99", "hand-out p50", "hand-out p99"}, rows)
 	r.Notef("Against the floor (issue 33): whole `cargo test` wall times; fresh DBs/s: the suite's tests over its wall time (each test takes one fresh database); "+
 		"bare: %d sessions (the test threads) running CREATE DATABASE … STRATEGY FILE_COPY from a copy of the template on the same cluster, %d databases.", threads, min(tests, 40))

@@ -25,11 +25,12 @@ import (
 // write by hand (CREATE DATABASE … TEMPLATE + DROP), by pgfork serve on
 // ext4, and by pgfork serve on a reflink volume made for the run (its
 // creation time included), on PostgreSQL 18 and 15. Issue 33: on each
-// serve the suite runs first on the fresh serve, then laterRuns times more,
-// each once the run before ended for the pool and the pool has settled
-// (the second run: their median) and against its floor (the same suite, each worker
-// reusing one database taken once: no isolation), next to the bare CREATE
-// DATABASE … STRATEGY FILE_COPY rate on the same cluster.
+// serve the suite runs first on the fresh serve, then laterRuns times more
+// in turns with its floor (the same suite, each worker reusing one database
+// taken once: no isolation), each once the run before ended for the pool
+// and the pool has settled (the second run and the floor: the medians),
+// next to the bare CREATE DATABASE … STRATEGY FILE_COPY rate on the same
+// cluster.
 //
 // Scale: PGFORK_BENCH_VOLUME_TESTS (default 80: issue 33's CI-shaped
 // suite, 80 writing tests on 4 workers and a ~187 MB template; until
@@ -122,9 +123,10 @@ func runVolumeBench(ctx context.Context, r *Report) error {
 		"(creates and fills a table, updates 49 rows of the template's), gives it back (pgfork: POST …/recreate; by hand: DROP DATABASE). "+
 		"Run directory %s on %s. Scaled to finish in about 10 minutes here: the hand-written pattern runs %d tests and its suite time is "+
 		"extrapolated to %d at its measured rate (it is steady: every test pays one CREATE DATABASE). Totals include each contender's setup "+
-		"(serve start with its managed PostgreSQL, template build; the volume's creation for the volume). On each serve the suite runs first, then %d more times, "+
-		"each once the pool has settled (\"second run\": the one of median suite time of those), then as its floor %d times (the median).",
-		volTests, volWorkers, volSetup(), tmp, fsType, volHand, volTests, laterRuns, floorRuns)
+		"(serve start with its managed PostgreSQL, template build; the volume's creation for the volume). On each serve the suite runs first, then %d more times "+
+		"in turns with as many runs of its floor (run, floor, run, floor …: the floor drifts with the machine's load), each once the pool has settled "+
+		"(\"second run\" and floor: the run of median suite time of each).",
+		volTests, volWorkers, volSetup(), tmp, fsType, volHand, volTests, laterRuns)
 	var missed []string
 	for _, major := range []int{18, 15} {
 		inst, err := findPG(major)
@@ -154,13 +156,10 @@ func volumeBenchMajor(ctx context.Context, r *Report, bin, tmp, pgBin string, ma
 	if err := os.Mkdir(extHome, 0o755); err != nil {
 		return nil, err
 	}
-	var hand, extFloor volRun
+	var hand volRun
 	var extBare float64
-	ext, ext2, err := volServeSuite(ctx, bin, extHome, port, pgBin, nil, func(p *serveProc, d benchDB) error {
+	ext, ext2, extFloor, err := volServeSuite(ctx, bin, extHome, port, pgBin, nil, func(p *serveProc, d benchDB) error {
 		var err error
-		if extFloor, err = volFloorMedian(ctx, p); err != nil {
-			return fmt.Errorf("floor: %w", err)
-		}
 		if extBare, err = bareCreateRate(ctx, d, volWorkers, volBare); err != nil {
 			return fmt.Errorf("bare CREATE DATABASE: %w", err)
 		}
@@ -185,10 +184,9 @@ func volumeBenchMajor(ctx context.Context, r *Report, bin, tmp, pgBin string, ma
 	}
 	var created time.Duration
 	var used int64
-	var volFloor volRun
 	var volBareDBs float64
 	defer func() { _ = exec.Command(bin, "--state-dir", volHome, "volume", "rm").Run() }()
-	vol, vol2, err := volServeSuite(ctx, bin, volHome, port+100, pgBin, func() error {
+	vol, vol2, volFloor, err := volServeSuite(ctx, bin, volHome, port+100, pgBin, func() error {
 		t0 := time.Now()
 		out, err := exec.CommandContext(ctx, bin, "--state-dir", volHome, "volume", "create").CombinedOutput()
 		created = time.Since(t0)
@@ -198,9 +196,6 @@ func volumeBenchMajor(ctx context.Context, r *Report, bin, tmp, pgBin string, ma
 		return nil
 	}, func(p *serveProc, d benchDB) error {
 		var err error
-		if volFloor, err = volFloorMedian(ctx, p); err != nil {
-			return fmt.Errorf("floor: %w", err)
-		}
 		if volBareDBs, err = bareCreateRate(ctx, d, volWorkers, volBare); err != nil {
 			return fmt.Errorf("bare CREATE DATABASE: %w", err)
 		}
@@ -238,7 +233,7 @@ func volumeBenchMajor(ctx context.Context, r *Report, bin, tmp, pgBin string, ma
 	r.FloorTable(fmt.Sprintf("PG %d, state on the volume", major), volBareDBs, floorRow(volFloor, "the volume"),
 		runRow(vol, "pgfork serve, first run on a fresh serve"), runRow(vol2, "pgfork serve, second run on the same serve"))
 	r.Notef("PG %d: suite = the tests alone (serve start and template build excluded); wait per test: for pgfork get + give back "+
-		"(GET …/tests and POST …/recreate), by hand CREATE DATABASE + DROP DATABASE; the floor waits for no database. Each later run starts once the run before has ended for the pool (its run gap, 2 s without a hand-out, passed: the demand it took is learned) and the pool has settled (nothing creating, recreating or warming): the pause between two runs of a suite; the second run is the later run of median suite time, the floor the median of its runs. "+
+		"(GET …/tests and POST …/recreate), by hand CREATE DATABASE + DROP DATABASE; the floor waits for no database. Each later run starts once the run before has ended for the pool (its run gap, 2 s without a hand-out, passed: the demand it took is learned) and the pool has settled (nothing creating, recreating or warming): the pause between two runs of a suite, also before each floor run (the later runs and the floor runs alternate); the second run is the later run of median suite time, the floor the median of its runs. "+
 		"Bare rate: %d sessions running CREATE DATABASE … STRATEGY FILE_COPY from a copy of the template on the same cluster (the server's file_copy_method; drops not timed), %d databases.",
 		major, volWorkers, volBare)
 	var missed []string
@@ -280,65 +275,59 @@ func volumeBenchMajor(ctx context.Context, r *Report, bin, tmp, pgBin string, ma
 
 // volServeSuite starts pgfork serve --managed with its state in home (after
 // before, timed with it), builds the template and runs the suite on it:
-// the first run on the fresh serve, then laterRuns more, each once the pool
-// has settled (the pause between two runs of a suite); second is the one
-// of median suite time. after runs with a handed-out database before the
-// server stops.
-func volServeSuite(ctx context.Context, bin, home string, port int, pgBin string, before func() error, after func(*serveProc, benchDB) error) (first, second volRun, err error) {
+// the first run on the fresh serve, then laterRuns more in turns with as
+// many runs of its floor (alternateRuns), each once the run before it has
+// ended for the pool and the pool has settled (the pause between two runs
+// of a suite); second and floor are the runs of median suite time. after
+// runs with a handed-out database before the server stops.
+func volServeSuite(ctx context.Context, bin, home string, port int, pgBin string, before func() error, after func(*serveProc, benchDB) error) (first, second, floor volRun, err error) {
 	t0 := time.Now()
 	if before != nil {
 		if err := before(); err != nil {
-			return first, second, err
+			return first, second, floor, err
 		}
 	}
 	p, err := startServe(bin, home, port, "--managed", "--pg-bin", pgBin)
 	if err != nil {
-		return first, second, err
+		return first, second, floor, err
 	}
 	defer func() { _ = p.stop() }()
 	if err := p.template(ctx, volHash, volSetup()); err != nil {
-		return first, second, err
+		return first, second, floor, err
 	}
 	if first, err = volSuite(ctx, p); err != nil {
-		return first, second, err
+		return first, second, floor, err
 	}
 	first.total = time.Since(t0)
 	if err := p.runEnded(ctx, volHash, 2*time.Minute); err != nil {
-		return first, second, fmt.Errorf("after the first run: %w", err)
+		return first, second, floor, fmt.Errorf("after the first run: %w", err)
 	}
-	later, err := repeatRuns(laterRuns, func() error { return p.afterRun(ctx, 2*time.Minute) }, func() (volRun, error) { return volSuite(ctx, p) })
+	later, floors, err := alternateRuns(func() error { return p.afterRun(ctx, 2*time.Minute) },
+		func() (volRun, error) { return volSuite(ctx, p) },
+		func() (volRun, error) { return volFloorSuite(ctx, p) })
 	if err != nil {
-		return first, second, fmt.Errorf("later runs: %w", err)
+		return first, second, floor, fmt.Errorf("later runs and floors: %w", err)
 	}
 	second = medianBy(later, volSuiteTook)
 	second.total = second.suite
-	if err := p.settle(ctx, 2*time.Minute); err != nil {
-		return first, second, fmt.Errorf("after the second run: %w", err)
+	floor = medianBy(floors, volSuiteTook)
+	if err := p.afterRun(ctx, 2*time.Minute); err != nil {
+		return first, second, floor, fmt.Errorf("after the floors: %w", err)
 	}
 	if after != nil {
 		var d benchDB
 		if err := p.call("GET", "/api/v1/templates/"+volHash+"/tests", "", &d); err != nil {
-			return first, second, err
+			return first, second, floor, err
 		}
 		if err := after(p, d); err != nil {
-			return first, second, err
+			return first, second, floor, err
 		}
 	}
-	return first, second, nil
+	return first, second, floor, nil
 }
 
 // volSuiteTook is a volRun's suite time, medianBy's key.
 func volSuiteTook(v volRun) time.Duration { return v.suite }
-
-// volFloorMedian runs the floor floorRuns times on serve p: the run of
-// median suite time.
-func volFloorMedian(ctx context.Context, p *serveProc) (volRun, error) {
-	runs, err := repeatRuns(floorRuns, nil, func() (volRun, error) { return volFloorSuite(ctx, p) })
-	if err != nil {
-		return volRun{}, err
-	}
-	return medianBy(runs, volSuiteTook), nil
-}
 
 // volSuite runs volTests tests on volWorkers workers against serve p, each
 // timed get + recreate.

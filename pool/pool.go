@@ -442,10 +442,14 @@ func (p *Pool) startWarmer() {
 // dozen copies, not of every one a learned demand keeps ready.
 //
 // During a run it only connects to those a clean stop left (adoptReady),
-// whose catalog cache file the restart removed: a test that found none
-// would build it, so the connection moves that work off its path (measured
-// in docs/server.md, "Demand, filled ahead"). A test that takes a database
-// first pays for it itself, as it did before. The warmer stops when none is
+// whose catalog cache file the restart removed, and of them only to the
+// next WarmAhead to be handed out: a test that found none would build it,
+// so the connection moves that work off its path (measured in
+// docs/server.md, "Demand, filled ahead"), but a restart that adopted a
+// learned demand's copies (hundreds) connected to all of them at once, at
+// ~70 a second on 2 cores, beside the run's tests (issue 33: the JS client's
+// auto-started serve). A test that takes a database first pays for it
+// itself, as it did before. The warmer stops when none is
 // left to warm or the pool closes; a run's end or a creation starts it
 // again.
 func (p *Pool) warmer(w Warmer) {
@@ -460,7 +464,7 @@ func (p *Pool) warmer(w Warmer) {
 			return
 		}
 		if e == nil {
-			p.wake.Wait() // broadcast when the last creation ends, a run ends, and by Close
+			p.wake.Wait() // broadcast when the last creation ends, a run ends, a hand-out, and by Close
 			continue
 		}
 		e.noCacheFile = false
@@ -482,9 +486,9 @@ func (p *Pool) warmer(w Warmer) {
 const WarmAhead = 32
 
 // nextCold returns the ready database to warm that is handed out first
-// (p.ready's last): with fileOnly one whose catalog cache file a restart
-// removed, else a cold one among the next WarmAhead or one without its
-// file; nil if none. Called with p.mu held.
+// (p.ready's last): with fileOnly one among the next WarmAhead whose
+// catalog cache file a restart removed, else a cold one among the next
+// WarmAhead or one without its file; nil if none. Called with p.mu held.
 func (p *Pool) nextCold(fileOnly bool) *entry {
 	for i := len(p.ready) - 1; i >= 0; i-- {
 		if p.toWarm(i, fileOnly) {
@@ -498,7 +502,11 @@ func (p *Pool) nextCold(fileOnly bool) *entry {
 // with p.mu held.
 func (p *Pool) toWarm(i int, fileOnly bool) bool {
 	e := p.dbs[p.ready[i]]
-	return e.noCacheFile || !fileOnly && e.cold && i >= len(p.ready)-WarmAhead
+	ahead := i >= len(p.ready)-WarmAhead
+	if fileOnly {
+		return e.noCacheFile && ahead
+	}
+	return e.noCacheFile || e.cold && ahead
 }
 
 // warmTimeout bounds one Warmer.Warm.
@@ -634,6 +642,9 @@ func (p *Pool) handOut(e *entry) DB {
 	e.since = time.Now()
 	e.idleSince = time.Time{}
 	p.inUse.Add(1)
+	if p.warming {
+		p.wake.Broadcast() // a warmer waiting during a run: the next WarmAhead moved on
+	}
 	return DB{ID: e.id, Name: e.name, Generation: e.gen}
 }
 

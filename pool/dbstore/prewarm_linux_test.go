@@ -232,20 +232,23 @@ func TestRecoverRewritesCatalogCache(t *testing.T) {
 	}
 }
 
-// TestReadyAcrossRestartGetCatalogCache: the test copies a clean stop
-// left ready lose their catalog cache files when the server restarts (as
-// every database does), and the pool that adopts them at the next start
-// writes them again, before any test takes one.
-func TestReadyAcrossRestartGetCatalogCache(t *testing.T) {
+// adoptedAfterRestart fills a pool of n copies of a one-table template,
+// stops it cleanly (the copies are left ready), restarts the server and
+// checks that the copies left lost their catalog cache files; it returns
+// the server's admin pool, the copies' names, the path of a database's
+// catalog cache file, and open, which opens a pool manager of cfg (with
+// Initial and Max n) on the restarted server, which adopts them.
+func adoptedAfterRestart(t *testing.T, n int, cfg pool.ManagerConfig) (admin *pgxpool.Pool, left []string, initFile func(string) string, open func() *pool.Manager) {
+	t.Helper()
 	data := filepath.Join(testenv.Dir(t), "data")
 	// Autovacuum off: its workers connect to each database in turn, and
 	// would write the files themselves.
 	srv := pgtest.Server{BinDir: testenv.PGBinDirs(t)[0], Settings: map[string]string{"autovacuum": "off"}}
 	pgtest.InitDB(t, data, srv)
 	ctx := context.Background()
-	const hash, n = "cc", 3
-	cfg := pool.ManagerConfig{Prefix: "pcc", Initial: n, Max: n, Parallel: 2, GetTimeout: 30 * time.Second}
-	open := func(admin *pgxpool.Pool) *pool.Manager {
+	const hash = "cc"
+	cfg.Initial, cfg.Max = n, n
+	openOn := func(admin *pgxpool.Pool) *pool.Manager {
 		t.Helper()
 		cr := &SQLCreator{Admin: admin, Strategy: StrategyFileCopy}
 		if err := cr.Probe(ctx); err != nil {
@@ -260,21 +263,12 @@ func TestReadyAcrossRestartGetCatalogCache(t *testing.T) {
 		}
 		return m
 	}
-	ready := func(m *pool.Manager) int {
-		t.Helper()
-		ts, _ := m.Stats()
-		k := 0
-		for _, x := range ts {
-			k += x.Pool.ByState[pool.Ready]
-		}
-		return k
-	}
 	inst, stop := pgtest.StartShared(t, data, srv)
 	admin, err := OpenAdmin(ctx, inst.ConnString("postgres", "postgres"), 4)
 	if err != nil {
 		t.Fatal(err)
 	}
-	m := open(admin)
+	m := openOn(admin)
 	tpl, err := m.InitializeTemplate(ctx, hash)
 	if err != nil {
 		t.Fatal(err)
@@ -291,10 +285,10 @@ func TestReadyAcrossRestartGetCatalogCache(t *testing.T) {
 	if err := m.FinalizeTemplate(ctx, hash); err != nil {
 		t.Fatal(err)
 	}
-	deadline := time.Now().Add(time.Minute)
-	for ready(m) < n {
+	deadline := time.Now().Add(2 * time.Minute)
+	for readyCount(m) < n {
 		if time.Now().After(deadline) {
-			t.Fatalf("the pool did not fill: %d ready", ready(m))
+			t.Fatalf("the pool did not fill: %d ready", readyCount(m))
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
@@ -309,13 +303,13 @@ func TestReadyAcrossRestartGetCatalogCache(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer admin.Close()
-	initFile := func(db string) string { return filepath.Join(databaseDir(t, admin, data, db), "pg_internal.init") }
-	rows, err := admin.Query(ctx, "SELECT datname FROM pg_database WHERE starts_with(datname, 'pcc_test_')")
+	t.Cleanup(admin.Close)
+	initFile = func(db string) string { return filepath.Join(databaseDir(t, admin, data, db), "pg_internal.init") }
+	rows, err := admin.Query(ctx, "SELECT datname FROM pg_database WHERE starts_with(datname, $1)", cfg.Prefix+"_test_")
 	if err != nil {
 		t.Fatal(err)
 	}
-	left, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	left, err = pgx.CollectRows(rows, pgx.RowTo[string])
 	if err != nil || len(left) != n {
 		t.Fatalf("left ready by the clean stop: %v (%v), want %d", left, err, n)
 	}
@@ -324,12 +318,33 @@ func TestReadyAcrossRestartGetCatalogCache(t *testing.T) {
 			t.Fatalf("%s kept its catalog cache file through a restart: the test shows nothing", db)
 		}
 	}
-	m = open(admin)
+	return admin, left, initFile, func() *pool.Manager { return openOn(admin) }
+}
+
+// readyCount is how many databases m's pools have ready.
+func readyCount(m *pool.Manager) int {
+	ts, _ := m.Stats()
+	k := 0
+	for _, x := range ts {
+		k += x.Pool.ByState[pool.Ready]
+	}
+	return k
+}
+
+// TestReadyAcrossRestartGetCatalogCache: the test copies a clean stop
+// left ready lose their catalog cache files when the server restarts (as
+// every database does), and the pool that adopts them at the next start
+// writes them again, before any test takes one.
+func TestReadyAcrossRestartGetCatalogCache(t *testing.T) {
+	const n = 3
+	ctx := context.Background()
+	admin, left, initFile, open := adoptedAfterRestart(t, n, pool.ManagerConfig{Prefix: "pcc", Parallel: 2, GetTimeout: 30 * time.Second})
+	m := open()
 	defer func() { _ = m.Close(ctx) }()
-	if got := ready(m); got != n {
+	if got := readyCount(m); got != n {
 		t.Fatalf("adopted ready: %d, want the %d left", got, n)
 	}
-	deadline = time.Now().Add(30 * time.Second)
+	deadline := time.Now().Add(30 * time.Second)
 	for _, db := range left {
 		for {
 			if _, err := os.Stat(initFile(db)); err == nil {
@@ -353,7 +368,7 @@ func TestReadyAcrossRestartGetCatalogCache(t *testing.T) {
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
-	if got := ready(m); got != n {
+	if got := readyCount(m); got != n {
 		t.Fatalf("after writing their caches: %d ready, want %d", got, n)
 	}
 	for {
@@ -364,6 +379,59 @@ func TestReadyAcrossRestartGetCatalogCache(t *testing.T) {
 		}
 		if err != nil || time.Now().After(deadline) {
 			t.Fatalf("sessions left on the test copies: %d (%v)", sessions, err)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// TestAdoptedWarmedAheadOfARun: while a run goes on, the pool writes the
+// catalog cache files of the adopted copies handed out next (WarmAhead of
+// them) and not of every one a restart adopted: a learned demand's
+// hundreds, connected to at once, competed with the run's tests for the
+// cores (issue 33). The run's hand-outs move that window on.
+func TestAdoptedWarmedAheadOfARun(t *testing.T) {
+	const n = pool.WarmAhead + 8
+	ctx := context.Background()
+	// A run gap longer than the test: the run it starts does not end.
+	_, left, initFile, open := adoptedAfterRestart(t, n, pool.ManagerConfig{Prefix: "pca", Parallel: 2, GetTimeout: 30 * time.Second, RunGap: 10 * time.Minute})
+	m := open()
+	defer func() { _ = m.Close(ctx) }()
+	written := func() int {
+		k := 0
+		for _, db := range left {
+			if _, err := os.Stat(initFile(db)); err == nil {
+				k++
+			}
+		}
+		return k
+	}
+	// Two takes start a run; the window is then the next WarmAhead of the
+	// ready ones, and at most the two taken were warmed before they were.
+	for range 2 {
+		if _, err := m.GetTestDatabase(ctx, "cc"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	want := pool.WarmAhead
+	deadline := time.Now().Add(time.Minute)
+	for written() < want {
+		if time.Now().After(deadline) {
+			t.Fatalf("during a run, %d of the %d adopted copies got their catalog cache file: want the next %d", written(), n, want)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	time.Sleep(500 * time.Millisecond) // a warmer going on beyond the window would write more meanwhile
+	if got := written(); got > want+2 {
+		t.Fatalf("during a run, %d of the %d adopted copies got their catalog cache file: want the next %d (and the 2 taken) only", got, n, want)
+	}
+	// A take moves the window on by one.
+	if _, err := m.GetTestDatabase(ctx, "cc"); err != nil {
+		t.Fatal(err)
+	}
+	before := written()
+	for written() == before {
+		if time.Now().After(deadline) {
+			t.Fatalf("a take during the run did not move the warmed window on: still %d written", before)
 		}
 		time.Sleep(10 * time.Millisecond)
 	}

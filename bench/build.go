@@ -299,25 +299,23 @@ func medianBy[T any](runs []T, took func(T) time.Duration) T {
 // machine), and a floor measured beside each run sees the machine that run
 // saw, where three floors after three runs did not.
 func alternateRuns[T any](pause func() error, run, floor func() (T, error)) (runs, floors []T, err error) {
-	for i := range laterRuns {
+	steps := [2]struct {
+		name string
+		f    func() (T, error)
+		into *[]T
+	}{{"run", run, &runs}, {"floor", floor, &floors}}
+	for i := range 2 * laterRuns {
+		s := steps[i%2]
 		if i > 0 {
 			if err := pause(); err != nil {
-				return runs, floors, fmt.Errorf("before run %d: %w", i+1, err)
+				return runs, floors, fmt.Errorf("before %s %d: %w", s.name, i/2+1, err)
 			}
 		}
-		r, err := run()
+		x, err := s.f()
 		if err != nil {
-			return runs, floors, fmt.Errorf("run %d: %w", i+1, err)
+			return runs, floors, fmt.Errorf("%s %d: %w", s.name, i/2+1, err)
 		}
-		runs = append(runs, r)
-		if err := pause(); err != nil {
-			return runs, floors, fmt.Errorf("before floor %d: %w", i+1, err)
-		}
-		f, err := floor()
-		if err != nil {
-			return runs, floors, fmt.Errorf("floor %d: %w", i+1, err)
-		}
-		floors = append(floors, f)
+		*s.into = append(*s.into, x)
 	}
 	return runs, floors, nil
 }

@@ -392,6 +392,69 @@ func TestManagerDefersRecreationsWhileCovered(t *testing.T) {
 	}
 }
 
+// TestManagerRecreatesOnlyTheShortfall: a pool whose Max holds less than
+// its learned demand (full copies sized by disk) recreates, during a run,
+// only the databases the run will miss, counting those on the way as well
+// as the ready ones; the other given-back ones wait for the run's end.
+func TestManagerRecreatesOnlyTheShortfall(t *testing.T) {
+	s := startPG(t)
+	ctx := context.Background()
+	const hash, demand, most = "sfl", 6, 4
+	cfg := pool.ManagerConfig{Prefix: "psf", Initial: 1, Max: most, Parallel: 2, LearnDemand: true,
+		RunGap: 3 * time.Second, IdleTimeout: 100 * time.Millisecond, GetTimeout: 30 * time.Second}
+	m := openManager(t, s, cfg)
+	t.Cleanup(func() { _ = m.Close(context.Background()) })
+	readyTemplate(t, s, m, hash)
+	managerSuite(t, m, hash, 2, demand)
+	settled := func(st pool.Stats) bool {
+		return st.ByState[pool.Creating]+st.ByState[pool.Recreating]+st.ByState[pool.Dirty] == 0 && st.Dropping == 0
+	}
+	waitFor(t, func() bool {
+		st := poolStats(t, m, hash)
+		return st.Demand == demand && st.ByState[pool.Ready] == most && settled(st)
+	})
+	misses := poolStats(t, m, hash).Misses
+
+	// The second run takes all four ready at once: two more are needed,
+	// so two recreations start and two wait.
+	for range most {
+		db, err := m.GetTestDatabase(ctx, hash)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := m.Recreate(ctx, hash, db.ID); err != nil {
+			t.Fatal(err)
+		}
+	}
+	shortfall := demand - most
+	state := func(st pool.Stats) bool {
+		return st.ByState[pool.Ready] == shortfall && st.ByState[pool.Dirty] == most-shortfall &&
+			st.ByState[pool.Creating]+st.ByState[pool.Recreating] == 0
+	}
+	waitForWithin(t, 2*time.Second, func() bool { return state(poolStats(t, m, hash)) })
+	time.Sleep(300 * time.Millisecond) // a recreation started late would be under way
+	if st := poolStats(t, m, hash); !state(st) {
+		t.Fatalf("after %d of a run of %d on a pool of %d: %+v, want %d recreated and %d waiting for the run's end",
+			most, demand, most, st, shortfall, most-shortfall)
+	}
+	// The rest of the run finds them ready, and recreates nothing more.
+	for range shortfall {
+		db, err := m.GetTestDatabase(ctx, hash)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := m.Recreate(ctx, hash, db.ID); err != nil {
+			t.Fatal(err)
+		}
+	}
+	st := poolStats(t, m, hash)
+	if st.Misses != misses || st.ByState[pool.Dirty] != most || st.ByState[pool.Ready] != 0 {
+		t.Fatalf("end of the run: %+v, want no miss (%d before) and all %d waiting for its end", st, misses, most)
+	}
+	// The run ends: all recreated.
+	waitFor(t, func() bool { st := poolStats(t, m, hash); return st.ByState[pool.Ready] == most && settled(st) })
+}
+
 // oids returns the oids of the databases whose names start with prefix.
 func (s *pg) oids(t *testing.T, prefix string) map[string]uint32 {
 	t.Helper()

@@ -249,6 +249,9 @@ type entry struct {
 	// stop, its server's catalog cache file removed by the restart. Cleared
 	// when the warmer takes it or a test does.
 	cold, noCacheFile bool
+	// deferred: given back during a run whose rest the pool covered, its
+	// recreation waits in Pool.deferred (Dirty, not on the way).
+	deferred bool
 }
 
 type result struct {
@@ -845,8 +848,9 @@ func (p *Pool) Recreate(id int) error {
 	e.state = Dirty
 	e.since = time.Now()
 	if p.coveredLocked() {
-		// The ready ones cover the rest of the run: recreate when it ends,
-		// not while its tests want the cores.
+		// The ready ones and those on the way cover the rest of the run:
+		// recreate when it ends, not while its tests want the cores.
+		e.deferred = true
 		p.deferred = append(p.deferred, e)
 		return nil
 	}
@@ -854,16 +858,33 @@ func (p *Pool) Recreate(id int) error {
 	return nil
 }
 
-// coveredLocked reports whether the ready databases cover what the run
-// under way is expected to take still (its demand learned from earlier
-// runs, less what it took): recreations can wait for its end. A run that
-// takes more misses, and the miss starts them (resumeDeferred). Measured
-// (issue 33): with Parallel to spare, as it was, a pool filled to exactly
-// its demand never deferred, and the second run recreated beside its
-// tests. Called with p.mu held.
+// coveredLocked reports whether the databases ready or on the way cover
+// what the run under way is expected to take still (its demand learned
+// from earlier runs, less what it took): recreations can wait for its
+// end. A run that takes more misses, and the miss starts them
+// (resumeDeferred). Measured (issue 33): with Parallel to spare, as it
+// was, a pool filled to exactly its demand never deferred, and the second
+// run recreated beside its tests; and a pool whose Max holds less than
+// the demand (full copies, sized by disk: 258 of bench js's 300) counted
+// only the ready ones, so every test's database was recreated beside the
+// tests instead of the 42 missing. Counting those on the way makes a run
+// recreate only its shortfall. Called with p.mu held.
 func (p *Pool) coveredLocked() bool {
 	rest, ok := p.restLocked()
-	return ok && len(p.ready) >= rest
+	return ok && len(p.ready)+p.onTheWayLocked() >= rest
+}
+
+// onTheWayLocked counts the databases being created or recreated, or
+// given back and waiting for a creation slot: all but the deferred among
+// those not ready and not in use. Called with p.mu held.
+func (p *Pool) onTheWayLocked() int {
+	n := 0
+	for _, e := range p.dbs {
+		if e.state == Creating || e.state == Recreating || e.state == Dirty && !e.deferred {
+			n++
+		}
+	}
+	return n
 }
 
 // restLocked is how many more fresh databases the run under way is
@@ -887,6 +908,7 @@ func (p *Pool) resumeDeferred(all bool) {
 	for len(p.deferred) > 0 && (all || !p.coveredLocked()) {
 		e := p.deferred[0]
 		p.deferred = p.deferred[1:]
+		e.deferred = false
 		if p.dbs[e.id] == e && e.state == Dirty {
 			p.spawn(e, e.name)
 		}
@@ -1017,12 +1039,7 @@ func (p *Pool) fill() {
 	if p.closed || p.evicted {
 		return
 	}
-	inflight := 0
-	for _, e := range p.dbs {
-		if e.state == Creating || e.state == Dirty || e.state == Recreating {
-			inflight++
-		}
-	}
+	inflight := p.onTheWayLocked()
 	want := p.target
 	if rest, ok := p.restLocked(); ok {
 		// A run under way whose demand is known needs only its rest:

@@ -190,6 +190,7 @@ type poolStat struct {
 	Databases map[string]int `json:"databases"` // by state: creating, ready, in_use, dirty, recreating
 	Demand    int            `json:"demand"`    // fresh databases the last ended run took
 	Warming   int            `json:"warming"`   // ready databases serve has still to warm
+	Flushing  bool           `json:"flushing"`  // serve writes the copies it made to disk
 }
 
 // pools lists the server's templates and their pools.
@@ -270,8 +271,9 @@ func (p *serveProc) afterRun(ctx context.Context, limit time.Duration) error {
 }
 
 // settle waits until no database of the server is being made or given back
-// (none creating, dirty or recreating) and serve has connected to each ready
-// one once (none warming): the pause between two runs of a suite, after
+// (none creating, dirty or recreating), serve has connected to each ready
+// one once (none warming) and has written what it made to disk (none
+// flushing: pool.Flusher): the pause between two runs of a suite, after
 // which the pool is as full and as ready as the server makes it. A pool
 // still busy after limit is said on stdout and waited for no longer; the
 // error is the API's or ctx's.
@@ -281,6 +283,9 @@ func (p *serveProc) settle(ctx context.Context, limit time.Duration) error {
 		busy = 0
 		for _, t := range ts {
 			busy += t.Databases["creating"] + t.Databases["dirty"] + t.Databases["recreating"] + t.Warming
+			if t.Flushing {
+				busy++
+			}
 		}
 		return busy == 0
 	})

@@ -3,6 +3,7 @@ package pool_test
 import (
 	"context"
 	"errors"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -453,6 +454,89 @@ func TestManagerRecreatesOnlyTheShortfall(t *testing.T) {
 	}
 	// The run ends: all recreated.
 	waitFor(t, func() bool { st := poolStats(t, m, hash); return st.ByState[pool.Ready] == most && settled(st) })
+}
+
+// flushCounter is a database-isolation store that counts its flushes,
+// notes the first error and whether one began during a run.
+type flushCounter struct {
+	pool.Store
+	n, duringRun atomic.Int32
+	inRun        atomic.Bool
+	err          atomic.Value
+}
+
+func (f *flushCounter) Flush(ctx context.Context) error {
+	f.n.Add(1)
+	if f.inRun.Load() {
+		f.duringRun.Add(1)
+	}
+	err := f.Store.(pool.Flusher).Flush(ctx)
+	if err != nil {
+		f.err.CompareAndSwap(nil, err)
+	}
+	return err
+}
+
+// TestManagerFlushesBetweenRuns: a pool writes the databases it made to
+// disk (pool.Flusher) once it has settled: after its first fill and after
+// a run's end, never while the run goes on, although its creations end
+// then.
+func TestManagerFlushesBetweenRuns(t *testing.T) {
+	s := startPG(t)
+	ctx := context.Background()
+	cr := &dbstore.SQLCreator{Admin: s.admin}
+	if err := cr.Probe(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if cr.DataDir() == "" {
+		t.Fatal("the test server's data directory is not known: nothing to flush")
+	}
+	fc := &flushCounter{Store: dbstore.New(s.admin, cr)}
+	const hash = "fls"
+	m, err := pool.NewManager(pool.ManagerConfig{Prefix: "pfl", Initial: 2, Max: 8, Parallel: 2, LearnDemand: true,
+		RunGap: 3 * time.Second, GetTimeout: 30 * time.Second}, fc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := m.Open(ctx); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = m.Close(context.Background()) })
+	readyTemplate(t, s, m, hash)
+	settled := func(st pool.Stats) bool {
+		return st.ByState[pool.Creating]+st.ByState[pool.Recreating]+st.ByState[pool.Dirty] == 0 && !st.Flushing
+	}
+	waitFor(t, func() bool { return fc.n.Load() == 1 && settled(poolStats(t, m, hash)) })
+
+	// A run takes the two ready and one more (a miss): the creations it
+	// starts end while it holds them, and the pool settles during the run.
+	fc.inRun.Store(true)
+	var held []pool.TestDatabase
+	for range 3 {
+		db, err := m.GetTestDatabase(ctx, hash)
+		if err != nil {
+			t.Fatal(err)
+		}
+		held = append(held, db)
+	}
+	waitForWithin(t, 2*time.Second, func() bool { return settled(poolStats(t, m, hash)) })
+	time.Sleep(200 * time.Millisecond) // a flush started would have begun
+	for _, db := range held {
+		if err := m.Recreate(ctx, hash, db.ID); err != nil {
+			t.Fatal(err)
+		}
+	}
+	fc.inRun.Store(false)
+	if n := fc.duringRun.Load(); n != 0 {
+		t.Fatalf("%d flushes began during the run", n)
+	}
+	waitFor(t, func() bool {
+		st := poolStats(t, m, hash)
+		return st.Demand == 3 && fc.n.Load() == 2 && settled(st)
+	})
+	if err, _ := fc.err.Load().(error); err != nil {
+		t.Fatalf("flush: %v", err)
+	}
 }
 
 // oids returns the oids of the databases whose names start with prefix.

@@ -327,6 +327,9 @@ type Pool struct {
 	// to a ready database (counted in Stats.Warming).
 	warming    bool
 	warmingNow bool
+	// unflushed: a creation ended since the last flush began; flushing:
+	// a Flusher.Flush runs (see maybeFlush).
+	unflushed, flushing bool
 
 	inUse    atomic.Int64
 	nwaiters atomic.Int64
@@ -713,6 +716,7 @@ func (p *Pool) endRun() {
 		p.target = max(p.target, p.base())
 	}
 	p.fill() // what the run held back (see fill)
+	p.maybeFlush()
 	p.startWarmer()
 	p.wake.Broadcast() // a warmer waiting for the run's end
 	closed := p.closed
@@ -1260,6 +1264,7 @@ func (p *Pool) spawn(e *entry, dropFirst string) {
 			p.pending--
 			if p.pending == 0 {
 				p.wake.Broadcast()
+				p.maybeFlush()
 			}
 			p.mu.Unlock()
 		}()
@@ -1299,8 +1304,35 @@ func (p *Pool) spawn(e *entry, dropFirst string) {
 		if e.state == Recreating {
 			e.gen++
 		}
+		p.unflushed = true
 		p.becomeReady(e, false)
 		p.fill()
+	}()
+}
+
+// flushTimeout bounds one Flusher.Flush.
+const flushTimeout = 5 * time.Minute
+
+// maybeFlush writes the databases made since the last flush to disk
+// (Flusher) once the pool has settled: no run under way and nothing being
+// made. One flush at a time; creations that end during it are flushed
+// after it. Called with p.mu held.
+func (p *Pool) maybeFlush() {
+	f, ok := p.creator.(Flusher)
+	if !ok || p.closed || p.flushing || !p.unflushed || p.runActive || p.pending > 0 {
+		return
+	}
+	p.flushing, p.unflushed = true, false
+	p.wg.Add(1)
+	go func() {
+		defer p.wg.Done()
+		ctx, cancel := context.WithTimeout(p.ctx, flushTimeout)
+		_ = f.Flush(ctx) // best effort: the kernel writes them back all the same
+		cancel()
+		p.mu.Lock()
+		defer p.mu.Unlock()
+		p.flushing = false
+		p.maybeFlush()
 	}()
 }
 
@@ -1592,6 +1624,8 @@ type Stats struct {
 	// keeps ready or on the way when idle (Initial, or with Learn Demand
 	// within Max).
 	Demand, Base int
+	// Flushing: the pool writes the databases it made to disk (Flusher).
+	Flushing bool
 	// Warming counts the fresh ready databases, of the next WarmAhead
 	// handed out, the pool has not connected to yet (Warmer), the one it
 	// connects to now included.
@@ -1603,7 +1637,7 @@ func (p *Pool) Stats() Stats {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	return Stats{ByState: p.countsLocked(), Waiters: len(p.waiters), Total: len(p.dbs), Max: p.cfg.Max, Target: p.target, Misses: p.misses,
-		Dropping: len(p.trash), Kept: len(p.kept), KeptMax: p.cfg.KeptMax, Demand: p.demand, Base: p.base(), Warming: p.warmingLocked()}
+		Dropping: len(p.trash), Kept: len(p.kept), KeptMax: p.cfg.KeptMax, Demand: p.demand, Base: p.base(), Warming: p.warmingLocked(), Flushing: p.flushing}
 }
 
 // warmingLocked counts the ready databases still to warm (of the next

@@ -608,6 +608,8 @@ func (s *Server) listTemplates(w http.ResponseWriter, r *http.Request) {
 		Demand  int            `json:"demand"`
 		Base    int            `json:"base"`
 		Warming int            `json:"warming"`
+		// Flushing: the pool writes the copies it made to disk (between runs).
+		Flushing bool `json:"flushing"`
 	}
 	out := struct {
 		Templates []poolJSON `json:"templates"`
@@ -616,7 +618,7 @@ func (s *Server) listTemplates(w http.ResponseWriter, r *http.Request) {
 	for _, t := range ts {
 		pj := poolJSON{Hash: t.Hash, State: templateStateName(t.State), ByState: map[string]int{},
 			Waiters: t.Pool.Waiters, Total: t.Pool.Total, Max: t.Pool.Max, Kept: t.Pool.Kept, KeptMax: t.Pool.KeptMax,
-			Demand: t.Pool.Demand, Base: t.Pool.Base, Warming: t.Pool.Warming}
+			Demand: t.Pool.Demand, Base: t.Pool.Base, Warming: t.Pool.Warming, Flushing: t.Pool.Flushing}
 		for _, st := range pool.States {
 			pj.ByState[st.String()] = t.Pool.ByState[st]
 		}

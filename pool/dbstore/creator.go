@@ -2,6 +2,7 @@ package dbstore
 
 import (
 	"context"
+	"runtime"
 	"sync"
 	"time"
 
@@ -10,6 +11,7 @@ import (
 
 	"github.com/pgfork/pgfork/dbclone"
 	"github.com/pgfork/pgfork/internal/errs"
+	"github.com/pgfork/pgfork/internal/fsutil"
 	"github.com/pgfork/pgfork/pgdata"
 )
 
@@ -51,6 +53,8 @@ type SQLCreator struct {
 	// single CREATE DATABASE (see Create).
 	mu     sync.Mutex
 	chosen map[string]choice
+
+	flushMu sync.Mutex
 }
 
 type choice struct {
@@ -80,6 +84,26 @@ func (c *SQLCreator) DataDir() string {
 		return ""
 	}
 	return c.target.DataDir
+}
+
+// Flush writes the server's dirty pages to disk now (pool.Flusher): one
+// syncfs(2) of its data directory's filesystem, which needs the directory
+// known (DataDir) and on this machine; elsewhere it fails with an
+// errs.Unsupported or the OS error, and the kernel writes them back in its
+// own time. Linux only: its write-back is what was measured. A remote
+// server whose data_directory names a directory here too flushes this
+// machine's filesystem for nothing, and does no harm.
+func (c *SQLCreator) Flush(ctx context.Context) error {
+	dir := c.DataDir()
+	if dir == "" || runtime.GOOS != "linux" {
+		return errs.New(errs.Unsupported, "the server's data directory is not known here")
+	}
+	c.flushMu.Lock() // one at a time: the pools of one server flush one filesystem
+	defer c.flushMu.Unlock()
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	return errs.FromOS(fsutil.SyncFS(dir), dir, "cannot flush the server's data directory")
 }
 
 // Probe inspects the server once for the advisor.

@@ -48,6 +48,16 @@ func (s *adminStore) Sessions(ctx context.Context, names []string) (map[string]i
 	return sc.Sessions(ctx, names)
 }
 
+// Flush forwards to the creator's pool.Flusher, so that pools of database
+// isolation write their new copies to disk between runs.
+func (s *adminStore) Flush(ctx context.Context) error {
+	f, ok := s.Creator.(pool.Flusher)
+	if !ok {
+		return errs.New(errs.Unsupported, "the creator cannot flush")
+	}
+	return f.Flush(ctx)
+}
+
 // Rename forwards to the creator's pool.Retirer, so that pools of database
 // isolation recreate by renaming the used copy away.
 func (s *adminStore) Rename(ctx context.Context, from, to string) error {

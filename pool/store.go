@@ -84,9 +84,9 @@ type Warmer interface {
 // until the kernel writes them back: full copies are the template's size
 // each, written back 30 s after they were made (Linux's
 // dirty_expire_centisecs), as a wave that the next run meets. Flush
-// writes them now. A pool flushes once it has settled between runs (no
-// run under way, nothing being made) after making some: the disk's work
-// falls between runs, not into the next one. Measured (issue 33): 200
+// writes them now. A pool flushes once it has settled after a run (the run
+// ended, nothing being made) and made some: the disk's work falls between
+// runs, not into the next one (see Pool.maybeFlush). Measured (issue 33): 200
 // full copies of an 11 MB template on ext4 made at once left 2.2 GB dirty;
 // a test's connection and transaction on them took 11-15 ms (p50) until
 // the write-back began 30 s later and 22-30 ms for the 20 s it lasted.

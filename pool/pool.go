@@ -245,8 +245,9 @@ type entry struct {
 	// outside dbs.
 	keptAt time.Time
 	// cold: fresh and ready, not opened yet since it was made or since the
-	// server's restart (Warmer); noCacheFile: left ready by the last clean
-	// stop, its server's catalog cache file removed by the restart. Cleared
+	// server's restart (Warmer); noCacheFile: without its catalog cache
+	// file, left ready by the last clean stop (the restart removed it) or
+	// made by a strategy that does not copy it (CacheFiler). Cleared
 	// when the warmer takes it or a test does.
 	cold, noCacheFile bool
 	// deferred: given back during a run whose rest the pool covered, its
@@ -429,7 +430,7 @@ func (p *Pool) adoptReady(left []Kept) {
 // database is ready to warm. Called with p.mu held.
 func (p *Pool) startWarmer() {
 	w, ok := p.creator.(Warmer)
-	if !ok || p.warming || p.closed || p.nextCold(false) == nil {
+	if !ok || p.warming || p.closed || !p.anyCold() {
 		return
 	}
 	p.warming = true
@@ -445,10 +446,13 @@ func (p *Pool) startWarmer() {
 // server several times what it saves the test (dbstore's warmSQL: 19–20 ms
 // against 1–2 ms), so it uses the time between runs and never the cores of
 // a run; and the server's shared buffers hold the catalog pages of a few
-// dozen copies, not of every one a learned demand keeps ready.
+// dozen copies, not of every one a learned demand keeps ready. Beyond them
+// it connects only to those without their catalog cache file (a restart
+// removed it, or a strategy that does not copy it made them: CacheFiler),
+// which writes the file, without opening their relations.
 //
-// During a run it only connects to those a clean stop left (adoptReady),
-// whose catalog cache file the restart removed, and of them only to the
+// During a run it only connects to those without the file, and of them
+// only to the
 // next WarmAhead to be handed out: a test that found none would build it,
 // so the connection moves that work off its path (measured in
 // docs/server.md, "Demand, filled ahead"), but a restart that adopted a
@@ -464,8 +468,8 @@ func (p *Pool) warmer(w Warmer) {
 	defer p.mu.Unlock()
 	for {
 		between := p.pending == 0 && len(p.waiters) == 0 && !p.runActive
-		e := p.nextCold(!between)
-		if p.closed || e == nil && p.nextCold(false) == nil {
+		e, ahead := p.nextCold(!between)
+		if p.closed || e == nil && !p.anyCold() {
 			p.warming = false
 			return
 		}
@@ -474,13 +478,17 @@ func (p *Pool) warmer(w Warmer) {
 			continue
 		}
 		e.noCacheFile = false
-		if between {
+		open := between && ahead
+		if open {
 			e.cold = false
 		}
 		p.warmingNow = true
 		p.mu.Unlock()
 		ctx, cancel := context.WithTimeout(p.ctx, warmTimeout)
-		_ = w.Warm(ctx, e.name, between) // best effort: its test connects all the same
+		// Its relations opened (their catalog pages read into shared
+		// buffers) only among the next WarmAhead: the buffers hold a few
+		// dozen copies' pages, and an open costs the server 19-20 ms.
+		_ = w.Warm(ctx, e.name, open) // best effort: its test connects all the same
 		cancel()
 		p.mu.Lock()
 		p.warmingNow = false
@@ -495,13 +503,20 @@ const WarmAhead = 32
 // (p.ready's last): with fileOnly one among the next WarmAhead whose
 // catalog cache file a restart removed, else a cold one among the next
 // WarmAhead or one without its file; nil if none. Called with p.mu held.
-func (p *Pool) nextCold(fileOnly bool) *entry {
+func (p *Pool) nextCold(fileOnly bool) (e *entry, ahead bool) {
 	for i := len(p.ready) - 1; i >= 0; i-- {
 		if p.toWarm(i, fileOnly) {
-			return p.dbs[p.ready[i]]
+			return p.dbs[p.ready[i]], i >= len(p.ready)-WarmAhead
 		}
 	}
-	return nil
+	return nil, false
+}
+
+// anyCold reports whether a ready database is still to warm between runs.
+// Called with p.mu held.
+func (p *Pool) anyCold() bool {
+	e, _ := p.nextCold(false)
+	return e != nil
 }
 
 // toWarm says whether p.ready[i] is still to warm (see nextCold). Called
@@ -1292,11 +1307,13 @@ func (p *Pool) spawn(e *entry, dropFirst string) {
 			e.since = time.Now()
 		}
 		p.mu.Unlock()
-		err := p.build(e, dropFirst)
+		strategy, err := p.build(e, dropFirst)
 		if err != nil {
 			p.failed(e, err)
 			return
 		}
+		cf, ok := p.creator.(CacheFiler)
+		noFile := ok && !cf.CarriesCacheFile(strategy)
 		p.mu.Lock()
 		defer p.mu.Unlock()
 		if p.closed || p.dbs[e.id] != e {
@@ -1306,6 +1323,7 @@ func (p *Pool) spawn(e *entry, dropFirst string) {
 			e.gen++
 		}
 		p.unflushed = true
+		e.noCacheFile = noFile // cleared when the warmer or a test takes it
 		p.becomeReady(e, false)
 		p.fill()
 	}()
@@ -1442,13 +1460,14 @@ func (p *Pool) dropper() {
 }
 
 // build drops dropFirst (retrying while sessions are connected) and clones
-// e from the template (retrying while the template has sessions). A
+// e from the template (retrying while the template has sessions), and
+// returns the strategy the creator used. A
 // database left under e's name (by a crash, or a drop that failed) is
 // dropped when the creation finds it, not looked for before each one.
-func (p *Pool) build(e *entry, dropFirst string) error {
+func (p *Pool) build(e *entry, dropFirst string) (string, error) {
 	if dropFirst != "" {
 		if err := p.retry(func() error { return p.creator.Drop(p.ctx, dropFirst) }); err != nil {
-			return err
+			return "", err
 		}
 	}
 	start := time.Now()
@@ -1474,7 +1493,7 @@ func (p *Pool) build(e *entry, dropFirst string) error {
 	if p.cfg.Observer != nil && !errors.Is(err, context.Canceled) {
 		p.cfg.Observer.Created(p.cfg.Hash, strategy, time.Since(start), err)
 	}
-	return err
+	return strategy, err
 }
 
 // retry runs f until it succeeds, fails with an error other than an

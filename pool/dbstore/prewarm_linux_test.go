@@ -530,3 +530,77 @@ func TestFreshReadyCopiesWarmed(t *testing.T) {
 		t.Fatalf("warming %s: %v", name, err)
 	}
 }
+
+// TestWALLogCopiesGetCatalogCache: a WAL_LOG copy is made relation by
+// relation, without the template's catalog cache file, so the pool warms
+// every such ready copy between runs (pool.CacheFiler), not only the next
+// WarmAhead it warms for their shared buffers: a test's first connection
+// to any of them finds the file.
+func TestWALLogCopiesGetCatalogCache(t *testing.T) {
+	data := filepath.Join(testenv.Dir(t), "data")
+	srv := pgtest.Server{BinDir: testenv.PGBinDirs(t)[0], Settings: map[string]string{"autovacuum": "off"}}
+	pgtest.InitDB(t, data, srv)
+	inst := pgtest.Start(t, data, srv)
+	ctx := context.Background()
+	admin, err := OpenAdmin(ctx, inst.ConnString("postgres", "postgres"), 4)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(admin.Close)
+	cr := &SQLCreator{Admin: admin, Strategy: StrategyWALLog}
+	if err := cr.Probe(ctx); err != nil {
+		t.Fatal(err)
+	}
+	const hash = "wl"
+	n := pool.WarmAhead + 8
+	m, err := pool.NewManager(pool.ManagerConfig{Prefix: "pwl", Initial: n, Max: n, Parallel: 2, GetTimeout: 30 * time.Second}, New(admin, cr))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := m.Open(ctx); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = m.Close(ctx) })
+	tpl, err := m.InitializeTemplate(ctx, hash)
+	if err != nil {
+		t.Fatal(err)
+	}
+	initFile := func(db string) string { return filepath.Join(databaseDir(t, admin, data, db), "pg_internal.init") }
+	if _, err := cr.Create(ctx, "walcopy", tpl.Database, ""); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(initFile("walcopy")); err == nil {
+		t.Fatal("a WAL_LOG copy has a catalog cache file before anyone connected: the test shows nothing")
+	}
+	if err := m.FinalizeTemplate(ctx, hash); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(2 * time.Minute)
+	for {
+		ts, _ := m.Stats()
+		if len(ts) == 1 && ts[0].Pool.ByState[pool.Ready] == n && ts[0].Pool.Warming == 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the pool did not settle: %+v", ts)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	rows, err := admin.Query(ctx, "SELECT datname FROM pg_database WHERE starts_with(datname, 'pwl_test_')")
+	if err != nil {
+		t.Fatal(err)
+	}
+	names, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
+		t.Fatal(err)
+	}
+	missing := 0
+	for _, db := range names {
+		if _, err := os.Stat(initFile(db)); err != nil {
+			missing++
+		}
+	}
+	if len(names) != n || missing > 0 {
+		t.Fatalf("%d of %d ready WAL_LOG copies have no catalog cache file", missing, len(names))
+	}
+}

@@ -234,6 +234,15 @@ func (s *adminStore) FinalizeTemplate(ctx context.Context, name string) error {
 	return nil
 }
 
+// CarriesCacheFile reports whether a copy made by strategy (what the
+// creator's Create returned) carries the template's catalog cache file
+// (pool.CacheFiler): FILE_COPY and clone copy the template's directory,
+// the file with it; WAL_LOG, and a CREATE DATABASE without a strategy
+// (WAL_LOG on every supported major), copy relation by relation.
+func (s *adminStore) CarriesCacheFile(strategy string) bool {
+	return strategy == StrategyFileCopy || strategy == StrategyClone
+}
+
 // Warm connects to test copy name once and leaves (pool.Warmer), so that
 // its test's first connection finds the server's caches for it built: its
 // catalog cache file, when a restart removed it (a copy left ready by the

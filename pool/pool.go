@@ -247,9 +247,10 @@ type entry struct {
 	// cold: fresh and ready, not opened yet since it was made or since the
 	// server's restart (Warmer); noCacheFile: without its catalog cache
 	// file, left ready by the last clean stop (the restart removed it) or
-	// made by a strategy that does not copy it (CacheFiler). Cleared
-	// when the warmer takes it or a test does.
-	cold, noCacheFile bool
+	// made by a strategy that does not copy it (CacheFiler; then also
+	// madeNoFile, and it is warmed between runs only). Cleared when the
+	// warmer takes it or a test does.
+	cold, noCacheFile, madeNoFile bool
 	// deferred: given back during a run whose rest the pool covered, its
 	// recreation waits in Pool.deferred (Dirty, not on the way).
 	deferred bool
@@ -451,8 +452,8 @@ func (p *Pool) startWarmer() {
 // removed it, or a strategy that does not copy it made them: CacheFiler),
 // which writes the file, without opening their relations.
 //
-// During a run it only connects to those without the file, and of them
-// only to the
+// During a run it only connects to those a clean stop left without the
+// file (not to those a strategy made without it), and of them only to the
 // next WarmAhead to be handed out: a test that found none would build it,
 // so the connection moves that work off its path (measured in
 // docs/server.md, "Demand, filled ahead"), but a restart that adopted a
@@ -477,7 +478,7 @@ func (p *Pool) warmer(w Warmer) {
 			p.wake.Wait() // broadcast when the last creation ends, a run ends, a hand-out, and by Close
 			continue
 		}
-		e.noCacheFile = false
+		e.noCacheFile, e.madeNoFile = false, false
 		open := between && ahead
 		if open {
 			e.cold = false
@@ -525,7 +526,9 @@ func (p *Pool) toWarm(i int, fileOnly bool) bool {
 	e := p.dbs[p.ready[i]]
 	ahead := i >= len(p.ready)-WarmAhead
 	if fileOnly {
-		return e.noCacheFile && ahead
+		// During a run, only the adopted: copies made during a cold run
+		// are made beside its tests already, and the cores are theirs.
+		return e.noCacheFile && !e.madeNoFile && ahead
 	}
 	return e.noCacheFile || e.cold && ahead
 }
@@ -658,7 +661,7 @@ func (p *Pool) handOut(e *entry) DB {
 		p.run++
 	}
 	p.lastHandOut = time.Now()
-	e.cold, e.noCacheFile = false, false
+	e.cold, e.noCacheFile, e.madeNoFile = false, false, false
 	e.state = InUse
 	e.since = time.Now()
 	e.idleSince = time.Time{}
@@ -1323,7 +1326,7 @@ func (p *Pool) spawn(e *entry, dropFirst string) {
 			e.gen++
 		}
 		p.unflushed = true
-		e.noCacheFile = noFile // cleared when the warmer or a test takes it
+		e.noCacheFile, e.madeNoFile = noFile, noFile // cleared when the warmer or a test takes it
 		p.becomeReady(e, false)
 		p.fill()
 	}()

@@ -9,12 +9,14 @@ import io.pgfork.Migrator;
 import io.pgfork.Migrators;
 import io.pgfork.Pgfork;
 import io.pgfork.PgforkClient;
+import io.pgfork.TestDatabase;
 import java.io.IOException;
 import java.io.InputStream;
 import java.net.HttpURLConnection;
 import java.net.URI;
 import java.nio.file.Path;
 import java.sql.Connection;
+import java.sql.PreparedStatement;
 import java.sql.ResultSet;
 import java.sql.SQLException;
 import java.sql.Statement;
@@ -36,16 +38,38 @@ class PgforkDataSourceTest {
                 st.execute("INSERT INTO colours VALUES ('green')");
                 assertEquals(3, count(st));
             }
-            ds.refresh("first"); // gives the first copy back on a background thread
-            assertNotEquals(first, ds.database().config().database(), "a refresh hands out another copy");
+            ds.refresh("first"); // gives the first copy back on a background thread, makes the next ready
+            String second = ds.database().config().database();
+            assertNotEquals(first, second, "a refresh hands out another copy");
             try (Connection c = ds.getConnection(); Statement st = c.createStatement()) {
                 assertEquals(2, count(st), "the first test's row is not in the next copy");
             }
-            assertEquals(before + 1, inUseSettled(hash, before + 1), "only the current copy is out: the first one was given back");
+            assertEquals(before + 2, inUseSettled(hash, before + 2),
+                    "the current copy and the one made ready for the next test are out: the first one was given back");
+            ds.refresh("second");
+            TestDatabase third = ds.database(); // made ready while the second copy served its test
+            assertNotEquals(second, third.config().database());
+            try (Connection c = Pgfork.dataSource(third).getConnection()) {
+                assertEquals(2, sessions(c, third.config().database()),
+                        "the copy made ready ahead has its pool's connection open before the test asks for one");
+            }
+            try (Connection c = ds.getConnection(); Statement st = c.createStatement()) {
+                assertEquals(2, count(st));
+            }
         } finally {
             ds.close();
         }
-        assertEquals(before, inUse(hash), "closing gives the current copy back before it returns");
+        assertEquals(before, inUse(hash), "closing gives the current copy and the one made ready back before it returns");
+    }
+
+    private static int sessions(Connection c, String database) throws SQLException {
+        try (PreparedStatement st = c.prepareStatement("SELECT count(*) FROM pg_stat_activity WHERE datname = ?")) {
+            st.setString(1, database);
+            try (ResultSet rs = st.executeQuery()) {
+                rs.next();
+                return rs.getInt(1);
+            }
+        }
     }
 
     private static int count(Statement st) throws SQLException {

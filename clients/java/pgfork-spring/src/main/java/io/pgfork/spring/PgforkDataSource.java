@@ -10,6 +10,11 @@ import java.sql.Connection;
 import java.sql.SQLException;
 import java.sql.SQLFeatureNotSupportedException;
 import java.time.Duration;
+import java.util.ArrayList;
+import java.util.Collections;
+import java.util.IdentityHashMap;
+import java.util.List;
+import java.util.Set;
 import java.util.concurrent.CompletableFuture;
 import java.util.concurrent.CompletionException;
 import java.util.concurrent.ExecutorService;
@@ -23,14 +28,14 @@ import javax.sql.DataSource;
  * next connection comes from a fresh one, so beans holding this DataSource (JPA, JdbcTemplate, Flyway) need no
  * restart.
  *
- * <p>Giving a copy back costs a test nothing to wait for: the old copy's pool is closed and the copy given back on a
- * background thread ({@link GiveBacks}). Once the context has refreshed, the next copy is made ready ahead, on a
- * background thread while the current one serves its test: taken from the server, its pool started and its first
- * connection open (a new server process and its authentication). A refresh then only swaps the copies. Measured
- * (issue 36, bench's java section): taking the copy at the test's first connection cost each test 32.8 ms over the
- * floor's, p50; most of it the pool's start and first connection (11.7–17.2 ms), which a ready copy has behind it.
- * A context holds at most two copies: its current one and the one ready for the next test; the spare goes back
- * unchanged when the context closes.
+ * <p>One connection pool (HikariCP when the application has it) serves every copy of the context: a refresh evicts
+ * the old copy's connections, and the pool's next ones go to the new copy. Giving a copy back costs a test nothing
+ * to wait for: its connections are closed and the copy given back on a background thread ({@link GiveBacks}). Once
+ * the context has refreshed, the next copy is made ready ahead, on a background thread while the current one serves
+ * its test: taken from the server, with a first connection open (a new server process and its authentication). A
+ * refresh then only swaps the copies. Measured (issue 36, bench's java section): taking the copy at the test's first
+ * connection and starting a pool for it cost each test 32.8 ms over the floor's, p50. A context holds at most two
+ * copies: its current one and the one ready for the next test; that one goes back unchanged when the context closes.
  */
 public final class PgforkDataSource implements DataSource, AutoCloseable {
     /** How long closing the context waits for copies still being given back. */
@@ -43,13 +48,44 @@ public final class PgforkDataSource implements DataSource, AutoCloseable {
         return t;
     });
 
-    /** A test database with the DataSource (and pool) its connections come from. */
-    private record Copy(TestDatabase db, DataSource target, AutoCloseable pool) {
+    /** A test database, the connections opened to it, and one opened ahead for its first use (or none). */
+    private static final class Copy {
+        final TestDatabase db;
+        final Set<Connection> connections = Collections.synchronizedSet(Collections.newSetFromMap(new IdentityHashMap<>()));
+        Connection opened;
+
+        Copy(TestDatabase db) {
+            this.db = db;
+        }
+
+        /** Closes every connection opened to the copy (the pool's own close is then a no-op for them). */
+        void closeConnections() throws SQLException {
+            List<Connection> all;
+            synchronized (connections) {
+                all = new ArrayList<>(connections);
+            }
+            SQLException first = null;
+            for (Connection c : all) {
+                try {
+                    c.close();
+                } catch (SQLException e) {
+                    first = first == null ? e : first;
+                }
+            }
+            if (first != null) {
+                throw first;
+            }
+        }
     }
 
     private final Migrator migrator;
     private final Pgfork pgfork;
     private final GiveBacks giveBacks;
+    /** Where the pool's connections come from: the current copy. */
+    private final DataSource target = new Target();
+    /** The pool over target (Hikari), or target itself without one. */
+    private final DataSource pool;
+    private final AutoCloseable poolCloser;
     private Copy current;
     private boolean failed;
     /** The copy the next test gets, made ready ahead once the context has refreshed; null before. */
@@ -60,17 +96,25 @@ public final class PgforkDataSource implements DataSource, AutoCloseable {
         this.migrator = migrator;
         this.pgfork = pgfork;
         this.giveBacks = new GiveBacks(pgfork);
+        if (Pools.HIKARI) {
+            var h = Pools.hikari(target, "pgfork-" + Integer.toHexString(System.identityHashCode(this)));
+            pool = h;
+            poolCloser = h;
+        } else {
+            pool = target;
+            poolCloser = null;
+        }
     }
 
     /** @return the current test database (taken now if none is) */
     public synchronized TestDatabase database() {
-        return current().db();
+        return current().db;
     }
 
     private synchronized Copy current() {
         giveBacks.throwError();
         if (current == null) {
-            current = next != null ? join(next) : open(false);
+            current = next != null ? join(next) : new Copy(pgfork.take(migrator));
             next = null;
             if (refreshed) {
                 next = ahead(); // a context that refreshes takes copy after copy: the next one gets ready now
@@ -79,28 +123,24 @@ public final class PgforkDataSource implements DataSource, AutoCloseable {
         return current;
     }
 
-    /** Takes a copy and wraps it in a pool; when started, the pool opens its first connection now. */
-    private Copy open(boolean started) {
-        TestDatabase db = pgfork.take(migrator);
-        if (!Pools.HIKARI) {
-            return new Copy(db, Pgfork.dataSource(db), null);
-        }
-        var h = Pools.hikari(db);
-        if (started) {
+    private CompletableFuture<Copy> ahead() {
+        return CompletableFuture.supplyAsync(() -> {
+            Copy c = new Copy(pgfork.take(migrator));
             try {
-                h.getConnection().close(); // starts the pool; its connection stays idle in it (minimumIdle 1)
+                c.opened = connect(c);
             } catch (SQLException | RuntimeException e) {
-                h.close();
-                giveBacks.giveBack(db, "a copy made ready ahead", false, true, null);
-                throw new PgforkException("pgfork: connecting to " + db.config() + ", made ready for the next test, failed: "
+                giveBacks.giveBack(c.db, "a copy made ready ahead", false, true, null);
+                throw new PgforkException("pgfork: connecting to " + c.db.config() + ", made ready for the next test, failed: "
                         + e.getMessage(), e);
             }
-        }
-        return new Copy(db, h, h);
+            return c;
+        }, AHEAD);
     }
 
-    private CompletableFuture<Copy> ahead() {
-        return CompletableFuture.supplyAsync(() -> open(true), AHEAD);
+    private static Connection connect(Copy c) throws SQLException {
+        Connection conn = Pgfork.dataSource(c.db).getConnection();
+        c.connections.add(conn);
+        return conn;
     }
 
     private static Copy join(CompletableFuture<Copy> f) {
@@ -111,14 +151,70 @@ public final class PgforkDataSource implements DataSource, AutoCloseable {
         }
     }
 
+    /** The pool's source of connections: the one opened ahead for the current copy, else a new one to it. */
+    private final class Target implements DataSource {
+        @Override
+        public Connection getConnection() throws SQLException {
+            Copy c;
+            synchronized (PgforkDataSource.this) {
+                c = current();
+                if (c.opened != null) {
+                    Connection conn = c.opened;
+                    c.opened = null;
+                    return conn;
+                }
+            }
+            return connect(c);
+        }
+
+        @Override
+        public Connection getConnection(String username, String password) throws SQLException {
+            throw new SQLFeatureNotSupportedException("pgfork: a test database's connections use its own role");
+        }
+
+        @Override
+        public PrintWriter getLogWriter() {
+            return null;
+        }
+
+        @Override
+        public void setLogWriter(PrintWriter out) {
+        }
+
+        @Override
+        public void setLoginTimeout(int seconds) {
+        }
+
+        @Override
+        public int getLoginTimeout() {
+            return 0;
+        }
+
+        @Override
+        public Logger getParentLogger() throws SQLFeatureNotSupportedException {
+            throw new SQLFeatureNotSupportedException("pgfork: no parent logger");
+        }
+
+        @Override
+        public <T> T unwrap(Class<T> iface) throws SQLException {
+            throw new SQLException("pgfork: not a wrapper for " + iface.getName());
+        }
+
+        @Override
+        public boolean isWrapperFor(Class<?> iface) {
+            return false;
+        }
+    }
+
     /** Marks the current database as a failed test's: the next refresh keeps it instead of recreating it. */
     synchronized void markFailed() {
         failed = true;
     }
 
     /**
-     * Gives the current database back (kept when its test failed) and closes its pool, both on a background thread;
-     * the next connection comes from a fresh copy. An error of the give-back is thrown by the next call.
+     * Gives the current database back (kept when its test failed): the pool's connections to it are evicted, closed
+     * and the copy given back on a background thread; the next connection comes from a fresh copy. An error of the
+     * give-back is thrown by the next call.
      *
      * @param testName the test it served, for the message about a kept database
      */
@@ -131,21 +227,32 @@ public final class PgforkDataSource implements DataSource, AutoCloseable {
         boolean wasFailed = failed;
         current = null;
         failed = false;
-        giveBacks.giveBack(old.db(), testName, wasFailed, false, old.pool());
         refreshed = true;
         if (next == null) {
             next = ahead(); // the first refresh: the next test's copy gets ready in the gap before it
         }
+        if (poolCloser != null) {
+            Pools.evictAll(poolCloser);
+        }
+        giveBacks.giveBack(old.db, testName, wasFailed, false, old::closeConnections);
     }
 
-    /** Gives the current database back when the context closes, and waits for every give-back to reach the server. */
+    /** Closes the pool and gives every copy back when the context closes, and waits for them to reach the server. */
     @Override
     public void close() {
+        RuntimeException error = null;
         synchronized (this) {
+            if (poolCloser != null) {
+                try {
+                    poolCloser.close();
+                } catch (Exception e) {
+                    error = new PgforkException("pgfork: closing the test context's connection pool: " + e.getMessage(), e);
+                }
+            }
             if (current != null) {
                 Copy old = current;
                 current = null;
-                giveBacks.giveBack(old.db(), "the test context", failed, false, old.pool());
+                giveBacks.giveBack(old.db, "the test context", failed, false, old::closeConnections);
                 failed = false;
             }
             if (next != null) {
@@ -153,44 +260,58 @@ public final class PgforkDataSource implements DataSource, AutoCloseable {
                 next = null;
                 try {
                     Copy s = join(spare);
-                    giveBacks.giveBack(s.db(), "the test context's next copy", false, true, s.pool()); // unused: back unchanged
+                    giveBacks.giveBack(s.db, "the test context's next copy", false, true, s::closeConnections); // unused: back unchanged
                 } catch (RuntimeException e) {
-                    giveBacks.await(CLOSE_WAIT);
-                    throw e;
+                    error = error == null ? e : error;
                 }
             }
         }
         giveBacks.await(CLOSE_WAIT);
+        if (error != null) {
+            throw error;
+        }
     }
 
+    /**
+     * A connection to the current copy, from the pool; one the pool opened to a copy since given back (while a
+     * refresh evicted the rest) is evicted, not handed out.
+     */
     @Override
     public Connection getConnection() throws SQLException {
-        return current().target().getConnection();
+        for (int i = 0; i < 8; i++) {
+            Copy c = current(); // on the caller's thread: a take's error reaches the test
+            Connection conn = pool.getConnection();
+            if (poolCloser == null || c.connections.contains(conn.unwrap(Connection.class))) {
+                return conn;
+            }
+            Pools.evict(poolCloser, conn);
+        }
+        throw new SQLException("pgfork: the connection pool kept handing out connections to copies given back");
     }
 
     @Override
     public Connection getConnection(String username, String password) throws SQLException {
-        return current().target().getConnection(username, password);
+        throw new SQLFeatureNotSupportedException("pgfork: a test database's connections use its own role (call getConnection())");
     }
 
     @Override
     public PrintWriter getLogWriter() throws SQLException {
-        return current().target().getLogWriter();
+        return pool.getLogWriter();
     }
 
     @Override
     public void setLogWriter(PrintWriter out) throws SQLException {
-        current().target().setLogWriter(out);
+        pool.setLogWriter(out);
     }
 
     @Override
     public void setLoginTimeout(int seconds) throws SQLException {
-        current().target().setLoginTimeout(seconds);
+        pool.setLoginTimeout(seconds);
     }
 
     @Override
     public int getLoginTimeout() throws SQLException {
-        return current().target().getLoginTimeout();
+        return pool.getLoginTimeout();
     }
 
     @Override
@@ -203,16 +324,16 @@ public final class PgforkDataSource implements DataSource, AutoCloseable {
         if (iface.isInstance(this)) {
             return iface.cast(this);
         }
-        return current().target().unwrap(iface);
+        return pool.unwrap(iface);
     }
 
     @Override
     public boolean isWrapperFor(Class<?> iface) throws SQLException {
-        return iface.isInstance(this) || current().target().isWrapperFor(iface);
+        return iface.isInstance(this) || pool.isWrapperFor(iface);
     }
 
     @Override
-    public String toString() {
-        return "PgforkDataSource[" + (current == null ? "no database yet" : current.db().config().toString()) + "]";
+    public synchronized String toString() {
+        return "PgforkDataSource[" + (current == null ? "no database yet" : current.db.config().toString()) + "]";
     }
 }

@@ -42,7 +42,9 @@ class PgforkDataSourceTest {
             String second = ds.database().config().database();
             assertNotEquals(first, second, "a refresh hands out another copy");
             try (Connection c = ds.getConnection(); Statement st = c.createStatement()) {
+                assertEquals(second, database(st), "the pool's connections go to the current copy");
                 assertEquals(2, count(st), "the first test's row is not in the next copy");
+                st.execute("INSERT INTO colours VALUES ('yellow')");
             }
             assertEquals(before + 2, inUseSettled(hash, before + 2),
                     "the current copy and the one made ready for the next test are out: the first one was given back");
@@ -54,6 +56,7 @@ class PgforkDataSourceTest {
                         "the copy made ready ahead has its pool's connection open before the test asks for one");
             }
             try (Connection c = ds.getConnection(); Statement st = c.createStatement()) {
+                assertEquals(third.config().database(), database(st), "no connection of a copy given back is handed out");
                 assertEquals(2, count(st));
             }
         } finally {
@@ -69,6 +72,13 @@ class PgforkDataSourceTest {
                 rs.next();
                 return rs.getInt(1);
             }
+        }
+    }
+
+    private static String database(Statement st) throws SQLException {
+        try (ResultSet rs = st.executeQuery("SELECT current_database()")) {
+            rs.next();
+            return rs.getString(1);
         }
     }
 

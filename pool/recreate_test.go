@@ -2,13 +2,17 @@ package pool_test
 
 import (
 	"context"
+	"fmt"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/jackc/pgx/v5"
 
 	"github.com/pgfork/pgfork/pool"
+	"github.com/pgfork/pgfork/pool/dbstore"
 )
 
 // TestPoolRecreateRenamesAway (issue 33): a recreation renames the used
@@ -152,5 +156,90 @@ func TestPoolUsedCopiesBounded(t *testing.T) {
 	waitFor(t, func() bool { st := p.Stats(); return st.Dropping == 0 && st.ByState[pool.Ready] == size })
 	if got := s.databases(t, "t_"); len(got) != size {
 		t.Fatalf("databases after the run: %v", got)
+	}
+}
+
+// gatedCreator holds its creations while hold is set, until release is
+// closed, counts its renames and drops, and says whether its copies share
+// blocks as shares does.
+type gatedCreator struct {
+	*dbstore.SQLCreator
+	shares         bool
+	hold           atomic.Bool
+	release        chan struct{}
+	renames, drops atomic.Int32
+}
+
+func (c *gatedCreator) Create(ctx context.Context, name, template, owner string) (string, error) {
+	if c.hold.Load() {
+		<-c.release
+	}
+	return c.SQLCreator.Create(ctx, name, template, owner)
+}
+
+func (c *gatedCreator) Rename(ctx context.Context, from, to string) error {
+	err := c.SQLCreator.Rename(ctx, from, to)
+	if err == nil {
+		c.renames.Add(1)
+	}
+	return err
+}
+
+func (c *gatedCreator) Drop(ctx context.Context, name string) error {
+	err := c.SQLCreator.Drop(ctx, name)
+	if err == nil {
+		c.drops.Add(1)
+	}
+	return err
+}
+
+func (c *gatedCreator) SharesBlocks() bool { return c.shares }
+
+// TestPoolClonesWaitLongerForTheirDrop (issue 33): while creations are on
+// the way, used full copies are dropped once half of GrowMax wait (their
+// disk), used clones only once GrowMax do (a drop costs the server the CPU
+// the waiting tests want); either way all are dropped once nothing is
+// created.
+func TestPoolClonesWaitLongerForTheirDrop(t *testing.T) {
+	for _, shares := range []bool{false, true} {
+		t.Run(fmt.Sprintf("shares=%v", shares), func(t *testing.T) {
+			s := startPG(t)
+			s.mustExec(t, "postgres", "CREATE DATABASE tpl")
+			cr := &gatedCreator{SQLCreator: &dbstore.SQLCreator{Admin: s.admin, Strategy: dbstore.StrategyAuto}, shares: shares, release: make(chan struct{})}
+			if err := cr.Probe(context.Background()); err != nil {
+				t.Fatal(err)
+			}
+			const used = 3 // half of GrowMax (Max)
+			p := pool.New(pool.Config{Hash: "h", Template: "tpl", Initial: used, Max: 2 * used, Parallel: used, IdleTimeout: -1,
+				Name: func(id int) string { return fmt.Sprintf("t_%03d", id) }}, cr)
+			var once sync.Once
+			open := func() { once.Do(func() { close(cr.release) }) }
+			t.Cleanup(func() { open(); _ = p.Close(context.Background(), true) })
+			var dbs []pool.DB
+			for range used {
+				dbs = append(dbs, acquire(t, p, 30*time.Second))
+			}
+			waitFor(t, func() bool { return p.Stats().ByState[pool.Ready] == used }) // made when they were taken
+			cr.hold.Store(true)
+			for _, db := range dbs {
+				if err := p.Recreate(db.ID); err != nil {
+					t.Fatal(err)
+				}
+			}
+			waitFor(t, func() bool { return cr.renames.Load() == used })
+			if !shares {
+				waitFor(t, func() bool { return cr.drops.Load() > 0 }) // half of GrowMax waited: one dropped beside the creations held
+			} else {
+				time.Sleep(time.Second)
+				if n := cr.drops.Load(); n != 0 {
+					t.Fatalf("%d of %d used clones dropped while creations were on the way, want none (fewer than GrowMax %d waited)", n, used, 2*used)
+				}
+			}
+			open()
+			waitFor(t, func() bool { st := p.Stats(); return cr.drops.Load() == used && st.Dropping == 0 && st.ByState[pool.Ready] == 2*used })
+			if got := s.databases(t, "t_"); len(got) != 2*used {
+				t.Fatalf("databases after the drops: %v", got)
+			}
+		})
 	}
 }

@@ -96,6 +96,14 @@ type CacheFiler interface {
 	CarriesCacheFile(strategy string) bool
 }
 
+// BlockSharer is a Store that says whether its copies share blocks with
+// their template (reflink clones): then a used copy waiting for its drop
+// costs no disk, and a pool lets more of them wait for the run's end (see
+// Pool.dropper).
+type BlockSharer interface {
+	SharesBlocks() bool
+}
+
 // Flusher is a Store whose server's new copies sit in the page cache
 // until the kernel writes them back: full copies are the template's size
 // each, written back 30 s after they were made (Linux's

@@ -48,6 +48,13 @@ func (s *adminStore) Sessions(ctx context.Context, names []string) (map[string]i
 	return sc.Sessions(ctx, names)
 }
 
+// SharesBlocks forwards to the creator's pool.BlockSharer (false without
+// one).
+func (s *adminStore) SharesBlocks() bool {
+	b, ok := s.Creator.(pool.BlockSharer)
+	return ok && b.SharesBlocks()
+}
+
 // Flush forwards to the creator's pool.Flusher, so that pools of database
 // isolation write their new copies to disk between runs.
 func (s *adminStore) Flush(ctx context.Context) error {

@@ -236,7 +236,10 @@ func TestPoolClonesWaitLongerForTheirDrop(t *testing.T) {
 				}
 			}
 			open()
-			waitFor(t, func() bool { st := p.Stats(); return cr.drops.Load() == used && st.Dropping == 0 && st.ByState[pool.Ready] == 2*used })
+			waitFor(t, func() bool {
+				st := p.Stats()
+				return cr.drops.Load() == used && st.Dropping == 0 && st.ByState[pool.Ready] == 2*used
+			})
 			if got := s.databases(t, "t_"); len(got) != 2*used {
 				t.Fatalf("databases after the drops: %v", got)
 			}

@@ -1315,6 +1315,7 @@ func (p *Pool) spawn(e *entry, dropFirst string) {
 			p.failed(e, err)
 			return
 		}
+		p.prewarm(e.name, strategy)
 		cf, ok := p.creator.(CacheFiler)
 		noFile := ok && !cf.CarriesCacheFile(strategy)
 		p.mu.Lock()
@@ -1330,6 +1331,22 @@ func (p *Pool) spawn(e *entry, dropFirst string) {
 		p.becomeReady(e, false)
 		p.fill()
 	}()
+}
+
+// prewarm reads copy name, just made by strategy, ahead into the page
+// cache (Prewarmer) unless a test waits for a database: then the copy is
+// its, at once (see Prewarmer for why and what it saved).
+func (p *Pool) prewarm(name, strategy string) {
+	pw, ok := p.creator.(Prewarmer)
+	if !ok {
+		return
+	}
+	p.mu.Lock()
+	awaited := len(p.waiters) > 0
+	p.mu.Unlock()
+	if !awaited {
+		pw.Prewarm(p.ctx, name, strategy)
+	}
 }
 
 // flushTimeout bounds one Flusher.Flush.

@@ -246,3 +246,79 @@ func TestPoolClonesWaitLongerForTheirDrop(t *testing.T) {
 		})
 	}
 }
+
+// prewarmCreator records the copies the pool prewarms (pool.Prewarmer).
+type prewarmCreator struct {
+	*gatedCreator
+	mu        sync.Mutex
+	prewarmed map[string]bool
+}
+
+func (c *prewarmCreator) Prewarm(_ context.Context, name, _ string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.prewarmed[name] = true
+}
+
+func (c *prewarmCreator) was(name string) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.prewarmed[name]
+}
+
+// TestPoolPrewarmsOnlyCopiesNobodyWaitsFor (issue 33): a copy made ahead
+// is read ahead into the page cache; one made while a test waits goes to
+// it unread (the reads would take the cores the test and the next
+// creations want).
+func TestPoolPrewarmsOnlyCopiesNobodyWaitsFor(t *testing.T) {
+	s := startPG(t)
+	s.mustExec(t, "postgres", "CREATE DATABASE tpl")
+	cr := &prewarmCreator{gatedCreator: &gatedCreator{SQLCreator: &dbstore.SQLCreator{Admin: s.admin, Strategy: dbstore.StrategyAuto}, release: make(chan struct{})},
+		prewarmed: map[string]bool{}}
+	if err := cr.Probe(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	p := pool.New(pool.Config{Hash: "h", Template: "tpl", Initial: 1, Max: 4, Parallel: 1, IdleTimeout: -1,
+		Name: func(id int) string { return fmt.Sprintf("t_%03d", id) }}, cr)
+	var once sync.Once
+	open := func() { once.Do(func() { close(cr.release) }) }
+	t.Cleanup(func() { open(); _ = p.Close(context.Background(), true) })
+	waitFor(t, func() bool { return p.Stats().ByState[pool.Ready] == 1 })
+	cr.hold.Store(true)
+	ahead := acquire(t, p, 30*time.Second)
+	if !cr.was(ahead.Name) {
+		t.Fatalf("%s, made ahead of its test, was not prewarmed", ahead.Name)
+	}
+	got := make(chan pool.DB, 1)
+	go func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		db, err := p.Acquire(ctx)
+		if err != nil {
+			t.Error(err)
+		}
+		got <- db
+	}()
+	waitFor(t, func() bool { return p.Stats().Waiters == 1 })
+	open()
+	awaited := <-got
+	if awaited.Name == "" || cr.was(awaited.Name) {
+		t.Fatalf("%q, made while its test waited, was prewarmed (or not handed out)", awaited.Name)
+	}
+	// The pool refills (grown by the miss) once nobody waits: prewarmed.
+	waitFor(t, func() bool {
+		st := p.Stats()
+		return st.ByState[pool.Ready] >= 1 && st.ByState[pool.Creating] == 0
+	})
+	names := s.databases(t, "t_")
+	delete(names, ahead.Name)
+	delete(names, awaited.Name)
+	if len(names) == 0 {
+		t.Fatal("no database besides the two handed out: the pool did not refill")
+	}
+	for n := range names {
+		if !cr.was(n) {
+			t.Fatalf("%s, made while nobody waited, was not prewarmed", n)
+		}
+	}
+}

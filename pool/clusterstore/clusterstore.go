@@ -707,9 +707,6 @@ func (s *Store) prepare(ctx context.Context, h *host, slot, name string) error {
 		}
 		db = name
 	}
-	if s.o.SharesBlocks {
-		s.prewarm(ctx, h, db)
-	}
 	if !s.o.Warm {
 		return nil
 	}
@@ -720,12 +717,26 @@ func (s *Store) prepare(ctx context.Context, h *host, slot, name string) error {
 	return c.Close(ctx)
 }
 
-// prewarm asks the kernel to read database db of test cluster h ahead
-// (pgdata.PrewarmDatabase: its catalogs, or all of it when small), off its
-// test's path: the cluster is a reflink copy, whose files are new inodes
-// with none of their pages cached. Measured (bench's volume section,
-// PostgreSQL 15 on the volume, 80 writing tests, a 187 MB template; see
-// docs/server.md, "Cloned clusters"). Best effort.
+// Prewarm asks the kernel to read test copy name ahead (pool.Prewarmer;
+// pgdata.PrewarmDatabase: its catalogs, or all of it when small), off its
+// test's path, when test clusters are reflink copies (Options.SharesBlocks),
+// whose files are new inodes with none of their pages cached. Measured
+// (bench's volume section, PostgreSQL 15 on the volume, 80 writing tests, a
+// 187 MB template; see docs/server.md, "Cloned clusters"). The pool calls
+// it for the copies nobody waits for. Best effort.
+func (s *Store) Prewarm(ctx context.Context, name, _ string) {
+	if !s.o.SharesBlocks {
+		return
+	}
+	s.mu.Lock()
+	ref, ok := s.dbs[name]
+	s.mu.Unlock()
+	if ok {
+		s.prewarm(ctx, ref.h, ref.slot)
+	}
+}
+
+// prewarm reads database db of test cluster h ahead (Prewarm).
 func (s *Store) prewarm(ctx context.Context, h *host, db string) {
 	var oid uint32
 	if err := s.withAdmin(ctx, h, func(c *pgx.Conn) error {
@@ -1060,4 +1071,7 @@ func (s *Store) Forget(_ context.Context, prefix, hash string) error {
 	return s.writeState(st)
 }
 
-var _ pool.Store = (*Store)(nil)
+var (
+	_ pool.Store     = (*Store)(nil)
+	_ pool.Prewarmer = (*Store)(nil)
+)

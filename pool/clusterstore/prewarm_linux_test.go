@@ -20,8 +20,9 @@ import (
 
 // TestSlotsPrewarmed (issue 33): a test cluster is a reflink copy of its
 // template's, so its files are new inodes with none of their pages
-// cached; a test copy handed out from it has its catalogs read ahead,
-// while a slot not handed out yet stays cold (what the store changes).
+// cached; a test copy prewarmed (as the pool does those nobody waits for)
+// has its catalogs read ahead, while a slot not handed out yet stays cold
+// (what the store changes).
 // Warm is off: its connection would read some catalog pages itself.
 func TestSlotsPrewarmed(t *testing.T) {
 	dir := testenv.XFSDir(t)
@@ -48,9 +49,11 @@ func TestSlotsPrewarmed(t *testing.T) {
 		t.Fatal(err)
 	}
 	const name = "pw_test_h_0"
-	if _, err := st.Create(ctx, name, tmpl, ""); err != nil {
+	strategy, err := st.Create(ctx, name, tmpl, "")
+	if err != nil {
 		t.Fatal(err)
 	}
+	st.Prewarm(ctx, name, strategy) // as the pool calls it (pool.Prewarmer) for a copy nobody waits for
 	// The oids, asked in the cluster's postgres database (shared catalog):
 	// nothing of the copies' own directories is read.
 	ep := st.Endpoint(name)

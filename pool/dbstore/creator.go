@@ -150,9 +150,6 @@ func (c *SQLCreator) Create(ctx context.Context, name, template, owner string) (
 	// goes through Create, which explains it.
 	if s, ok := c.cached(template, st); ok {
 		err := dbclone.CreateDirect(ctx, conn.Conn(), name, template, owner, s, c.target)
-		if err == nil {
-			c.prewarm(ctx, conn.Conn(), name, s)
-		}
 		if err == nil || errs.IsBusy(err) || errs.IsExists(err) || ctx.Err() != nil {
 			return string(s), err
 		}
@@ -167,21 +164,21 @@ func (c *SQLCreator) Create(ctx context.Context, name, template, owner string) (
 		return string(st), err
 	}
 	c.remember(template, res.Strategy)
-	c.prewarm(ctx, conn.Conn(), name, res.Strategy)
 	return string(res.Strategy), nil
 }
 
-// prewarm reads database name, just cloned, ahead into the page cache
-// (pgdata.PrewarmDatabase: all of it when small, else its catalogs) when
-// its files are reachable here (the data directory is known: the managed
-// server, or a role that may read data_directory). Full copies need none:
-// their pages were just written through the cache.
-func (c *SQLCreator) prewarm(ctx context.Context, conn *pgx.Conn, name string, s dbclone.Strategy) {
-	if s != dbclone.Clone || c.DataDir() == "" {
+// Prewarm reads database name, just cloned (strategy StrategyClone), ahead
+// into the page cache (pgdata.PrewarmDatabase: all of it when small, else
+// its catalogs) when its files are reachable here (the data directory is
+// known: the managed server, or a role that may read data_directory); the
+// pool calls it for the copies nobody waits for (pool.Prewarmer). Full
+// copies need none: their pages were just written through the cache.
+func (c *SQLCreator) Prewarm(ctx context.Context, name, strategy string) {
+	if strategy != StrategyClone || c.DataDir() == "" {
 		return
 	}
 	var oid uint32
-	if err := conn.QueryRow(ctx, "SELECT oid FROM pg_database WHERE datname = $1", name).Scan(&oid); err != nil {
+	if err := c.Admin.QueryRow(ctx, "SELECT oid FROM pg_database WHERE datname = $1", name).Scan(&oid); err != nil {
 		return
 	}
 	pgdata.PrewarmDatabase(c.DataDir(), oid)

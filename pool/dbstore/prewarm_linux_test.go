@@ -38,13 +38,13 @@ func relationFile(name string) bool {
 	return err == nil && n > 0
 }
 
-// TestCreatePrewarmsClones (issue 33): a database cloned on a reflink
+// TestPrewarmReadsClonesAhead (issue 33): a database cloned on a reflink
 // filesystem (PostgreSQL 18, file_copy_method = clone) is a new inode whose
-// pages are not cached; the creator reads it ahead (a small one whole: the
-// template's own table too), so the first test on it does not wait for
-// them. A clone made by a bare CREATE DATABASE stays cold (what the
-// creator changes).
-func TestCreatePrewarmsClones(t *testing.T) {
+// pages are not cached; the creator's Prewarm reads it ahead (a small one
+// whole: the template's own table too), so the first test on it does not
+// wait for them. A clone made by a bare CREATE DATABASE stays cold (what
+// Prewarm changes).
+func TestPrewarmReadsClonesAhead(t *testing.T) {
 	dirs := testenv.RequireMajors(t, 2)
 	bin := dirs[len(dirs)-1]
 	data := filepath.Join(testenv.XFSDir(t), "data")
@@ -74,9 +74,11 @@ func TestCreatePrewarmsClones(t *testing.T) {
 	if err := cr.Probe(ctx); err != nil {
 		t.Fatal(err)
 	}
-	if got, err := cr.Create(ctx, "warm", "tpl", ""); err != nil || got != StrategyClone {
+	got, err := cr.Create(ctx, "warm", "tpl", "")
+	if err != nil || got != StrategyClone {
 		t.Fatalf("create: %q, %v", got, err)
 	}
+	New(admin, cr).(pool.Prewarmer).Prewarm(ctx, "warm", got) // as the pool calls it: through the store
 	dirOf := func(db string) string { return databaseDir(t, admin, data, db) }
 	// Read-ahead is asynchronous: give it a moment.
 	for _, catalogs := range []bool{true, false} {

@@ -55,6 +55,13 @@ func (s *adminStore) SharesBlocks() bool {
 	return ok && b.SharesBlocks()
 }
 
+// Prewarm forwards to the creator's pool.Prewarmer (nothing without one).
+func (s *adminStore) Prewarm(ctx context.Context, name, strategy string) {
+	if p, ok := s.Creator.(pool.Prewarmer); ok {
+		p.Prewarm(ctx, name, strategy)
+	}
+}
+
 // Flush forwards to the creator's pool.Flusher, so that pools of database
 // isolation write their new copies to disk between runs.
 func (s *adminStore) Flush(ctx context.Context) error {

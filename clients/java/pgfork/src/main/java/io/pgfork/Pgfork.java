@@ -81,7 +81,7 @@ public final class Pgfork {
             f.join();
         } catch (CompletionException e) {
             templates.remove(hash, f);
-            throw e.getCause() instanceof RuntimeException r ? r : new PgforkException(e.getMessage(), e.getCause());
+            throw PgforkException.unwrap(e);
         }
     }
 

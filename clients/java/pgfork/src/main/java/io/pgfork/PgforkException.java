@@ -1,5 +1,7 @@
 package io.pgfork;
 
+import java.util.concurrent.CompletionException;
+
 /**
  * Everything pgfork's Java client throws. Ask by behaviour: {@link #isUnreachable()} (no server answered),
  * {@link #status()} (the HTTP status the server answered, 0 when none), {@link #isTemplateTaken()} (another caller
@@ -33,6 +35,18 @@ public class PgforkException extends RuntimeException {
      */
     public PgforkException(String message, Throwable cause) {
         this(message, 0, false, cause);
+    }
+
+    /**
+     * What to throw for a step that failed on another thread: the cause {@link java.util.concurrent.CompletableFuture#join}
+     * wrapped when it is unchecked (a PgforkException that says what to do), else a PgforkException around it.
+     *
+     * @param e what join threw
+     * @return the exception to throw in the caller's thread
+     */
+    public static RuntimeException unwrap(CompletionException e) {
+        Throwable c = e.getCause() == null ? e : e.getCause();
+        return c instanceof RuntimeException r ? r : new PgforkException("pgfork: " + c, c);
     }
 
     /** @return the HTTP status the server answered with, or 0 when there was no answer */

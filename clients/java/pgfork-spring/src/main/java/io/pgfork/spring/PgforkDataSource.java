@@ -147,7 +147,7 @@ public final class PgforkDataSource implements DataSource, AutoCloseable {
         try {
             return f.join();
         } catch (CompletionException e) {
-            throw e.getCause() instanceof RuntimeException r ? r : new PgforkException("pgfork: " + e.getCause(), e.getCause());
+            throw PgforkException.unwrap(e);
         }
     }
 

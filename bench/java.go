@@ -7,6 +7,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"runtime"
 	"slices"
 	"strconv"
 	"strings"
@@ -89,6 +90,14 @@ public class BenchApp {
 
 // javaBenchBase is every test class's parent: the test's work and the gap
 // recorder.
+// javaBenchStatements are the statements of javaBenchBase's work(): the
+// bound of a refresh runs them (javaBackendBound).
+var javaBenchStatements = []string{
+	"INSERT INTO t002 (name, score) VALUES ('test', 1)",
+	"UPDATE t001 SET score = score + 1 WHERE id = 1",
+	"SELECT count(*) FROM t002",
+}
+
 const javaBenchBase = `package bench;
 
 import static org.junit.jupiter.api.Assertions.assertTrue;
@@ -553,7 +562,8 @@ func runJavaBench(ctx context.Context, r *Report) error {
 		name  string
 		took  time.Duration
 		gaps  Sample
-		spans Sample // gap + test
+		spans Sample  // gap + test
+		busy  float64 // share of the cores busy during the run (-1: not measured)
 	}
 	var res []javaRun
 	byName := map[string]javaRun{}
@@ -562,12 +572,13 @@ func runJavaBench(ctx context.Context, r *Report) error {
 		byName[x.name] = x
 	}
 	measure := func(name, dir string, extraEnv ...string) (javaRun, error) {
+		c0 := readCPU()
 		took, gaps, spans, err := mavens[dir].run(projects[dir], append(slices.Clip(env), extraEnv...), tests)
 		if err != nil {
 			return javaRun{}, err
 		}
 		fmt.Printf("  %s: %s\n", name, Dur(took))
-		return javaRun{name, took, gaps, spans}, nil
+		return javaRun{name, took, gaps, spans, readCPU().busySince(c0)}, nil
 	}
 	run := func(name, dir string, extraEnv ...string) error {
 		x, err := measure(name, dir, extraEnv...)
@@ -636,7 +647,7 @@ func runJavaBench(ctx context.Context, r *Report) error {
 	floor := byName[floorR]
 	var rows [][]string
 	for _, x := range res {
-		rows = append(rows, []string{x.name, Dur(x.took), Times(x.took, floor.took), Dur(x.took - floor.took), x.gaps.Cell(0.5), x.gaps.Cell(0.99), x.spans.Cell(0.5), Dur(x.spans.Quantile(0.5) - floor.spans.Quantile(0.5))})
+		rows = append(rows, []string{x.name, Dur(x.took), Times(x.took, floor.took), Dur(x.took - floor.took), x.gaps.Cell(0.5), x.gaps.Cell(0.99), x.spans.Cell(0.5), Dur(x.spans.Quantile(0.5) - floor.spans.Quantile(0.5)), busyCell(x.busy)})
 	}
 	r.Notef("Whole `mvn -o -q test` runs (%d tests, Maven's start and Surefire's forks included), one run each in this order, but pgfork's second run and the floor, "+
 		"which ran %d times each in turns after the others (second, floor, second, floor …) and are each the run of median suite time; "+
@@ -645,28 +656,68 @@ func runJavaBench(ctx context.Context, r *Report) error {
 		"gap + test adds the test's own run, where a contender that takes its database at the first connection pays for it, and its p50 over the floor's is the per-test refresh. "+
 		"(4) runs CREATE DATABASE … TEMPLATE at the default strategy (WAL_LOG) from a template the bench migrated (Flyway off); the floor's database was migrated "+
 		"by its Flyway in its warm-up, and its runs' Flyway validates it and applies nothing, as in pgfork's contexts (whose copies come migrated).", tests, laterRuns, srv.sized(), poolBefore)
-	r.Table([]string{"contender", "suite", "vs floor", "over the floor", "gap p50", "gap p99", "gap + test p50", "refresh: over the floor's"}, rows)
+	r.Table([]string{"contender", "suite", "vs floor", "over the floor", "gap p50", "gap p99", "gap + test p50", "refresh: over the floor's", "cores busy"}, rows)
+	// The bound of a refresh: each test's copy is a new database, and a
+	// PostgreSQL backend serves one database, so every test pays at least
+	// a new connection's backend (its start, authentication, cold caches).
+	bound, err := javaBackendBound(ctx, pg)
+	if err != nil {
+		return fmt.Errorf("the bound of a refresh: %w", err)
+	}
+	r.Notef("Cores busy: the share of the machine's %d cores busy during the whole run (/proc/stat), Maven's start included. "+
+		"Bound of a refresh, measured after the runs on the same cluster: the tests' three statements on a new connection (pgx: connect as the tests do, over TCP with SCRAM, "+
+		"the statements, close) take %s p50 (p99 %s), on an open connection %s (p99 %s), %d times each in turns: %s per test that no fresh database per test avoids, "+
+		"since a copy is a new database and a PostgreSQL backend serves one database (a JDBC connection costs its JVM more than pgx's costs Go). "+
+		"Where the suite keeps the cores busy, that work adds to its tests' time; the ready-ahead copy's connection moves it out of the gap, not off the cores.",
+		runtime.NumCPU(), bound.fresh.Cell(0.5), bound.fresh.Cell(0.99), bound.open.Cell(0.5), bound.open.Cell(0.99), len(bound.fresh), Dur(bound.cost()))
 	second, cold := byName[pSecond], byName[pCold]
 	for _, t := range []struct {
 		base  javaRun
 		times float64
 	}{{byName[zonkyR], 3}, {byName[cleanR], 10}} {
 		met := second.took > 0 && float64(t.base.took) >= t.times*float64(second.took)
-		r.Target(met, "@AutoConfigurePgfork's second run ≥ %.0fx %s: %s vs %s = %s (cold, template build included: %s); "+
+		r.Target(met, "@AutoConfigurePgfork's second run ≥ %.0fx %s: %s vs %s = %s (cold, template build included: %s; "+
+			"at most %s is possible, the floor's: no contender runs faster than the same suite without isolation); "+
 			"their time over the floor's %s (Maven, the forks' JVMs, Spring's context, the tests' own work): %s vs %s = %s",
-			t.times, t.base.name, Dur(second.took), Dur(t.base.took), Ratio(t.base.took, second.took), Ratio(t.base.took, cold.took),
+			t.times, t.base.name, Dur(second.took), Dur(t.base.took), Ratio(t.base.took, second.took), Ratio(t.base.took, cold.took), Ratio(t.base.took, floor.took),
 			Dur(floor.took), Dur(second.took-floor.took), Dur(t.base.took-floor.took), Ratio(t.base.took-floor.took, second.took-floor.took))
 	}
 	r.FloorTarget("@AutoConfigurePgfork's second run", second.took, floor.took, 1.5)
 	if len(second.spans) > 0 && len(floor.spans) > 0 {
 		refresh := second.spans.Quantile(0.5) - floor.spans.Quantile(0.5)
 		r.Target(refresh <= 5*time.Millisecond, "per-test refresh of @AutoConfigurePgfork from a warm pool (second run: the gap before a test plus the test, "+
-			"p50, less the floor's, which has no refresh): %s (≤ 5 ms): gap + test p50 %s (p99 %s) against the floor's %s, over %d tests; the gap alone: p50 %s against the floor's %s",
-			Dur(refresh), second.spans.Cell(0.5), second.spans.Cell(0.99), floor.spans.Cell(0.5), len(second.spans), second.gaps.Cell(0.5), floor.gaps.Cell(0.5))
+			"p50, less the floor's, which has no refresh): %s (≤ 5 ms): gap + test p50 %s (p99 %s) against the floor's %s, over %d tests; the gap alone: p50 %s against the floor's %s; "+
+			"the bound of a new backend, measured above: %s; cores busy during the second run %s, the floor's %s",
+			Dur(refresh), second.spans.Cell(0.5), second.spans.Cell(0.99), floor.spans.Cell(0.5), len(second.spans), second.gaps.Cell(0.5), floor.gaps.Cell(0.5),
+			Dur(bound.cost()), busyCell(second.busy), busyCell(floor.busy))
 	} else {
 		r.Notef("**NOT MEASURED**: per-test refresh p50 ≤ 5 ms: no gaps recorded.")
 	}
 	return nil
+}
+
+// javaBackend is the bound of a refresh (newBackendCost) for the java
+// suite's tests.
+type javaBackend struct{ fresh, open Sample }
+
+// cost is the p50 a new backend adds to a test's statements.
+func (b javaBackend) cost() time.Duration { return b.fresh.Quantile(0.5) - b.open.Quantile(0.5) }
+
+// javaBackendBound measures it on a copy of the migrated template (the
+// floor's database keeps its rows), as the tests' role, with their
+// statements.
+func javaBackendBound(ctx context.Context, pg pgServer) (javaBackend, error) {
+	admin, err := pgx.Connect(ctx, pg.url)
+	if err != nil {
+		return javaBackend{}, err
+	}
+	defer admin.Close(ctx)
+	if _, err := admin.Exec(ctx, "CREATE DATABASE jb_bound TEMPLATE jb_template"); err != nil {
+		return javaBackend{}, err
+	}
+	defer func() { _, _ = admin.Exec(ctx, "DROP DATABASE jb_bound") }()
+	fresh, open, err := newBackendCost(ctx, pg.db("jb_bound").url(), javaBenchStatements, 200)
+	return javaBackend{fresh, open}, err
 }
 
 // firstLine is s's first line.

@@ -79,7 +79,9 @@ type volRun struct {
 	total   time.Duration // setup included (serve start, volume creation, template)
 	suite   time.Duration // the tests alone
 	tests   int
-	perTest Sample // get + give back, per test (pgfork) or CREATE + DROP (by hand)
+	perTest Sample  // get + give back, per test (pgfork) or CREATE + DROP (by hand)
+	ready   int     // pgfork: databases ready or being made when the run began
+	busy    float64 // share of the cores busy during the suite (-1: not measured)
 }
 
 func (v volRun) rate() float64 { return float64(v.tests) / v.suite.Seconds() }
@@ -260,6 +262,15 @@ func volumeBenchMajor(ctx context.Context, r *Report, bin, tmp, pgBin string, ma
 		floorMax = 4
 	}
 	floorTarget(fmt.Sprintf("PG %d: suite on the volume, first run on a fresh serve,", major), vol.suite, volFloor.suite, floorMax)
+	// From 18 the pool's copies are the bare rate's own CREATE DATABASE …
+	// STRATEGY FILE_COPY (clones); before, serve makes them otherwise.
+	if b := creationBound(vol.tests, vol.ready, volBareDBs); b > 0 && major >= 18 {
+		r.Notef("PG %d, bound of the first run on the volume: it takes %d fresh databases and %d were ready or being made when it began; the other %d, made at the bare rate "+
+			"(%.1f/s, the cluster idle, this run) take %s alone, %s the floor, even if its tests took no time (at most %.1f fresh databases/s, %.2fx bare). "+
+			"Cores busy during the first run: %s (during the floor: %s, the second run: %s).",
+			major, vol.tests, vol.ready, vol.tests-vol.ready, volBareDBs, Dur(b), Times(b, volFloor.suite), float64(vol.tests)/b.Seconds(), float64(vol.tests)/b.Seconds()/volBareDBs,
+			busyCell(vol.busy), busyCell(volFloor.busy), busyCell(vol2.busy))
+	}
 	floorTarget(fmt.Sprintf("PG %d: suite on the volume, second run on the same serve,", major), vol2.suite, volFloor.suite, 1.5)
 	target(vol2.perTest.Median() <= 5*time.Millisecond && vol2.perTest.Quantile(0.99) <= 50*time.Millisecond,
 		"PG %d: per-test wait on the volume, second run: p50 ≤ 5 ms (%s), p99 ≤ 50 ms (%s)", major, Dur(vol2.perTest.Median()), Dur(vol2.perTest.Quantile(0.99)))
@@ -340,6 +351,19 @@ func volSuite(ctx context.Context, p *serveProc) (volRun, error) {
 		wg   sync.WaitGroup
 		ferr atomic.Value
 	)
+	// What the pool had made, or was making, before the run: the rest of
+	// its fresh databases are made during it (creationBound).
+	ps, err := p.pools()
+	if err != nil {
+		return volRun{}, err
+	}
+	ready := 0
+	for _, t := range ps {
+		if t.Hash == hash {
+			ready = t.Databases["ready"] + t.Databases["creating"]
+		}
+	}
+	c0 := readCPU()
 	s0 := time.Now()
 	for range volWorkers {
 		wg.Add(1)
@@ -374,7 +398,7 @@ func volSuite(ctx context.Context, p *serveProc) (volRun, error) {
 		lines := strings.Split(strings.TrimSpace(string(b)), "\n")
 		return volRun{}, fmt.Errorf("%w (log tail: %s)", e, strings.Join(lines[max(0, len(lines)-5):], " | "))
 	}
-	run := volRun{suite: time.Since(s0), tests: volTests, perTest: per}
+	run := volRun{suite: time.Since(s0), tests: volTests, perTest: per, ready: ready, busy: readCPU().busySince(c0)}
 	run.total = run.suite
 	sort.Slice(run.perTest, func(i, j int) bool { return run.perTest[i] < run.perTest[j] })
 	return run, nil
@@ -465,6 +489,7 @@ func volFloorSuite(ctx context.Context, p *serveProc) (volRun, error) {
 			return volRun{}, err
 		}
 	}
+	c0 := readCPU()
 	s0 := time.Now()
 	for _, d := range dbs {
 		wg.Add(1)
@@ -483,7 +508,7 @@ func volFloorSuite(ctx context.Context, p *serveProc) (volRun, error) {
 		}()
 	}
 	wg.Wait()
-	run := volRun{suite: time.Since(s0), tests: volTests, perTest: per}
+	run := volRun{suite: time.Since(s0), tests: volTests, perTest: per, busy: readCPU().busySince(c0)}
 	run.total = run.suite
 	for _, d := range dbs {
 		_ = p.call("POST", fmt.Sprintf("/api/v1/templates/%s/tests/%d/recreate", volHash, d.ID), "", nil)

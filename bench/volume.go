@@ -7,6 +7,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime"
 	"sort"
 	"strconv"
 	"strings"
@@ -186,7 +187,7 @@ func volumeBenchMajor(ctx context.Context, r *Report, bin, tmp, pgBin string, ma
 	}
 	var created time.Duration
 	var used int64
-	var volBareDBs float64
+	var volBareRun bareRun
 	defer func() { _ = exec.Command(bin, "--state-dir", volHome, "volume", "rm").Run() }()
 	vol, vol2, volFloor, err := volServeSuite(ctx, bin, volHome, port+100, pgBin, func() error {
 		t0 := time.Now()
@@ -198,7 +199,7 @@ func volumeBenchMajor(ctx context.Context, r *Report, bin, tmp, pgBin string, ma
 		return nil
 	}, func(p *serveProc, d benchDB) error {
 		var err error
-		if volBareDBs, err = bareCreateRate(ctx, d, volWorkers, volBare); err != nil {
+		if volBareRun, err = bareCreate(ctx, d, volWorkers, volBare); err != nil {
 			return fmt.Errorf("bare CREATE DATABASE: %w", err)
 		}
 		var s syscall.Statfs_t
@@ -232,6 +233,7 @@ func volumeBenchMajor(ctx context.Context, r *Report, bin, tmp, pgBin string, ma
 	r.FloorTable(fmt.Sprintf("PG %d, state on ext4", major), extBare, floorRow(extFloor, "ext4"),
 		runRow(ext, "pgfork serve, first run on a fresh serve"), runRow(ext2, "pgfork serve, second run on the same serve"),
 		FloorRow{Name: "by hand: CREATE DATABASE … TEMPLATE + DROP (extrapolated)", Suite: hTotal, Wait: hand.perTest, Rate: hand.rate()})
+	volBareDBs := volBareRun.rate
 	r.FloorTable(fmt.Sprintf("PG %d, state on the volume", major), volBareDBs, floorRow(volFloor, "the volume"),
 		runRow(vol, "pgfork serve, first run on a fresh serve"), runRow(vol2, "pgfork serve, second run on the same serve"))
 	r.Notef("PG %d: suite = the tests alone (serve start and template build excluded); wait per test: for pgfork get + give back "+
@@ -267,9 +269,21 @@ func volumeBenchMajor(ctx context.Context, r *Report, bin, tmp, pgBin string, ma
 	if b := creationBound(vol.tests, vol.ready, volBareDBs); b > 0 && major >= 18 {
 		r.Notef("PG %d, bound of the first run on the volume: it takes %d fresh databases and %d were ready or being made when it began; the other %d, made at the bare rate "+
 			"(%.1f/s, the cluster idle, this run) take %s alone, %s the floor, even if its tests took no time (at most %.1f fresh databases/s, %.2fx bare). "+
-			"Cores busy during the first run: %s (during the floor: %s, the second run: %s).",
+			"Cores busy during the first run: %s (during the floor: %s, the second run: %s, the bare rate: %s).",
 			major, vol.tests, vol.ready, vol.tests-vol.ready, volBareDBs, Dur(b), Times(b, volFloor.suite), float64(vol.tests)/b.Seconds(), float64(vol.tests)/b.Seconds()/volBareDBs,
-			busyCell(vol.busy), busyCell(volFloor.busy), busyCell(vol2.busy))
+			busyCell(vol.busy), busyCell(volFloor.busy), busyCell(vol2.busy), busyCell(volBareRun.busy))
+		if ct := volBareRun.coreTime(); ct > 0 && volFloor.busy > 0 {
+			// The creations and the tests share the cores: the run needs
+			// both one's and the other's core time.
+			n := runtime.NumCPU()
+			tests := time.Duration(volFloor.busy * float64(n) * float64(volFloor.suite))
+			made := time.Duration(vol.tests-vol.ready) * ct
+			least := (tests + made) / time.Duration(n)
+			r.Notef("PG %d, bound by the cores: a bare creation took %s of the %d cores' time, the %d the run makes %s; the tests' own work, the floor's %s of the cores' time; "+
+				"together at least %s on %d cores kept busy, %s the floor (at most %.1f fresh databases/s, %.2fx bare).",
+				major, Dur(ct), n, vol.tests-vol.ready, Dur(made), Dur(tests), Dur(least), n, Times(least, volFloor.suite),
+				float64(vol.tests)/least.Seconds(), float64(vol.tests)/least.Seconds()/volBareDBs)
+		}
 	}
 	floorTarget(fmt.Sprintf("PG %d: suite on the volume, second run on the same serve,", major), vol2.suite, volFloor.suite, 1.5)
 	target(vol2.perTest.Median() <= 5*time.Millisecond && vol2.perTest.Quantile(0.99) <= 50*time.Millisecond,
@@ -525,14 +539,35 @@ func volFloorSuite(ctx context.Context, p *serveProc) (volRun, error) {
 // of d (the server's file_copy_method: clone on 18 on a reflink filesystem),
 // n databases in all; databases per second, the drops after them not timed.
 func bareCreateRate(ctx context.Context, d benchDB, sessions, n int) (float64, error) {
+	b, err := bareCreate(ctx, d, sessions, n)
+	return b.rate, err
+}
+
+// bareRun is what bareCreate measured: databases a second, and the share
+// of the cores busy meanwhile (-1: not measured).
+type bareRun struct {
+	rate, busy float64
+}
+
+// coreTime is the time of all the cores one bare creation took (seconds of
+// one core; 0 when not measured).
+func (b bareRun) coreTime() time.Duration {
+	if b.rate <= 0 || b.busy < 0 {
+		return 0
+	}
+	return time.Duration(b.busy * float64(runtime.NumCPU()) / b.rate * float64(time.Second))
+}
+
+// bareCreate is bareCreateRate with the cores' busy share.
+func bareCreate(ctx context.Context, d benchDB, sessions, n int) (bareRun, error) {
 	admin, err := pgx.Connect(ctx, d.url())
 	if err != nil {
-		return 0, err
+		return bareRun{}, err
 	}
 	defer admin.Close(ctx)
 	src := pgx.Identifier{d.Database.Config.Database}.Sanitize()
 	if _, err := admin.Exec(ctx, "CREATE DATABASE bench_bare_src TEMPLATE "+src); err != nil {
-		return 0, err
+		return bareRun{}, err
 	}
 	defer func() { _, _ = admin.Exec(context.WithoutCancel(ctx), "DROP DATABASE IF EXISTS bench_bare_src") }()
 	var (
@@ -540,6 +575,7 @@ func bareCreateRate(ctx context.Context, d benchDB, sessions, n int) (float64, e
 		wg   sync.WaitGroup
 		ferr atomic.Value
 	)
+	c0 := readCPU()
 	s0 := time.Now()
 	for range sessions {
 		wg.Add(1)
@@ -561,11 +597,12 @@ func bareCreateRate(ctx context.Context, d benchDB, sessions, n int) (float64, e
 	}
 	wg.Wait()
 	took := time.Since(s0)
+	busy := readCPU().busySince(c0)
 	for i := 1; i <= n; i++ {
 		_, _ = admin.Exec(ctx, fmt.Sprintf("DROP DATABASE IF EXISTS bench_bare_%d", i))
 	}
 	if e, ok := ferr.Load().(error); ok {
-		return 0, e
+		return bareRun{}, e
 	}
-	return float64(n) / took.Seconds(), nil
+	return bareRun{rate: float64(n) / took.Seconds(), busy: busy}, nil
 }

@@ -660,16 +660,18 @@ func runJavaBench(ctx context.Context, r *Report) error {
 	// The bound of a refresh: each test's copy is a new database, and a
 	// PostgreSQL backend serves one database, so every test pays at least
 	// a new connection's backend (its start, authentication, cold caches).
-	bound, err := javaBackendBound(ctx, pg)
+	bound, err := javaBackendBound(ctx, pg, mavens["floor"], projects["floor"])
 	if err != nil {
 		return fmt.Errorf("the bound of a refresh: %w", err)
 	}
 	r.Notef("Cores busy: the share of the machine's %d cores busy during the whole run (/proc/stat), Maven's start included. "+
 		"Bound of a refresh, measured after the runs on the same cluster: the tests' three statements on a new connection (pgx: connect as the tests do, over TCP with SCRAM, "+
-		"the statements, close) take %s p50 (p99 %s), on an open connection %s (p99 %s), %d times each in turns: %s per test that no fresh database per test avoids, "+
-		"since a copy is a new database and a PostgreSQL backend serves one database (a JDBC connection costs its JVM more than pgx's costs Go). "+
-		"Where the suite keeps the cores busy, that work adds to its tests' time; the ready-ahead copy's connection moves it out of the gap, not off the cores.",
-		runtime.NumCPU(), bound.fresh.Cell(0.5), bound.fresh.Cell(0.99), bound.open.Cell(0.5), bound.open.Cell(0.99), len(bound.fresh), Dur(bound.cost()))
+		"the statements, close) take %s p50 (p99 %s), on an open connection %s (p99 %s), %d times each in turns: %s per test; with pgjdbc (the suite's driver, "+
+		"from the floor project's classpath, in a JVM of its own after %d unrecorded rounds) %s against %s: %s per test. That is what no fresh database per test avoids, "+
+		"since a copy is a new database and a PostgreSQL backend serves one database; where the suite keeps the cores busy, that work adds to its tests' time "+
+		"(the ready-ahead copy's connection moves it out of the gap, not off the cores).",
+		runtime.NumCPU(), bound.fresh.Cell(0.5), bound.fresh.Cell(0.99), bound.open.Cell(0.5), bound.open.Cell(0.99), len(bound.fresh), Dur(bound.cost()),
+		len(bound.jdbcFresh)/4, bound.jdbcFresh.Cell(0.5), bound.jdbcOpen.Cell(0.5), Dur(bound.jdbcCost()))
 	second, cold := byName[pSecond], byName[pCold]
 	for _, t := range []struct {
 		base  javaRun
@@ -687,9 +689,9 @@ func runJavaBench(ctx context.Context, r *Report) error {
 		refresh := second.spans.Quantile(0.5) - floor.spans.Quantile(0.5)
 		r.Target(refresh <= 5*time.Millisecond, "per-test refresh of @AutoConfigurePgfork from a warm pool (second run: the gap before a test plus the test, "+
 			"p50, less the floor's, which has no refresh): %s (≤ 5 ms): gap + test p50 %s (p99 %s) against the floor's %s, over %d tests; the gap alone: p50 %s against the floor's %s; "+
-			"the bound of a new backend, measured above: %s; cores busy during the second run %s, the floor's %s",
+			"the bound of a new backend, measured above: %s with pgjdbc (%s with pgx); cores busy during the second run %s, the floor's %s",
 			Dur(refresh), second.spans.Cell(0.5), second.spans.Cell(0.99), floor.spans.Cell(0.5), len(second.spans), second.gaps.Cell(0.5), floor.gaps.Cell(0.5),
-			Dur(bound.cost()), busyCell(second.busy), busyCell(floor.busy))
+			Dur(bound.jdbcCost()), Dur(bound.cost()), busyCell(second.busy), busyCell(floor.busy))
 	} else {
 		r.Notef("**NOT MEASURED**: per-test refresh p50 ≤ 5 ms: no gaps recorded.")
 	}
@@ -697,16 +699,71 @@ func runJavaBench(ctx context.Context, r *Report) error {
 }
 
 // javaBackend is the bound of a refresh (newBackendCost) for the java
-// suite's tests.
-type javaBackend struct{ fresh, open Sample }
+// suite's tests: with pgx (fresh, open) and with pgjdbc, the suite's own
+// driver (jdbcFresh, jdbcOpen).
+type javaBackend struct{ fresh, open, jdbcFresh, jdbcOpen Sample }
 
-// cost is the p50 a new backend adds to a test's statements.
+// cost is the p50 a new backend adds to a test's statements (pgx).
 func (b javaBackend) cost() time.Duration { return b.fresh.Quantile(0.5) - b.open.Quantile(0.5) }
+
+// jdbcCost is the same with pgjdbc, in the JVM.
+func (b javaBackend) jdbcCost() time.Duration {
+	return b.jdbcFresh.Quantile(0.5) - b.jdbcOpen.Quantile(0.5)
+}
+
+// javaBenchBound is the pgjdbc side of javaBackendBound, run as a
+// single-file source program: rounds of a new connection with the
+// statements, then the statements on an open connection (the first quarter
+// unrecorded, for the JIT); it prints each kind's nanoseconds on a line.
+const javaBenchBound = `import java.sql.Connection;
+import java.sql.DriverManager;
+import java.sql.Statement;
+import java.util.Arrays;
+import java.util.Properties;
+import java.util.stream.Collectors;
+
+public class Bound {
+    public static void main(String[] a) throws Exception {
+        Properties p = new Properties();
+        p.setProperty("user", a[1]);
+        p.setProperty("password", a[2]);
+        int n = Integer.parseInt(a[3]);
+        String[] stmts = Arrays.copyOfRange(a, 4, a.length);
+        long[] fresh = new long[n], open = new long[n];
+        try (Connection o = DriverManager.getConnection(a[0], p)) {
+            for (int i = -n / 4; i < n; i++) {
+                long t0 = System.nanoTime();
+                try (Connection c = DriverManager.getConnection(a[0], p)) {
+                    run(c, stmts);
+                }
+                long t1 = System.nanoTime();
+                run(o, stmts);
+                long t2 = System.nanoTime();
+                if (i >= 0) {
+                    fresh[i] = t1 - t0;
+                    open[i] = t2 - t1;
+                }
+            }
+        }
+        System.out.println("fresh " + Arrays.stream(fresh).mapToObj(Long::toString).collect(Collectors.joining(" ")));
+        System.out.println("open " + Arrays.stream(open).mapToObj(Long::toString).collect(Collectors.joining(" ")));
+    }
+
+    static void run(Connection c, String[] stmts) throws Exception {
+        try (Statement st = c.createStatement()) {
+            for (String s : stmts) {
+                st.execute(s);
+            }
+        }
+    }
+}
+`
 
 // javaBackendBound measures it on a copy of the migrated template (the
 // floor's database keeps its rows), as the tests' role, with their
-// statements.
-func javaBackendBound(ctx context.Context, pg pgServer) (javaBackend, error) {
+// statements: with pgx, then with pgjdbc from the floor project's test
+// classpath (proj, Maven m), as the suite's tests connect (TCP, SCRAM).
+func javaBackendBound(ctx context.Context, pg pgServer, m javaMaven, proj string) (javaBackend, error) {
 	admin, err := pgx.Connect(ctx, pg.url)
 	if err != nil {
 		return javaBackend{}, err
@@ -716,8 +773,53 @@ func javaBackendBound(ctx context.Context, pg pgServer) (javaBackend, error) {
 		return javaBackend{}, err
 	}
 	defer func() { _, _ = admin.Exec(ctx, "DROP DATABASE jb_bound") }()
-	fresh, open, err := newBackendCost(ctx, pg.db("jb_bound").url(), javaBenchStatements, 200)
-	return javaBackend{fresh, open}, err
+	const n = 200
+	var b javaBackend
+	if b.fresh, b.open, err = newBackendCost(ctx, pg.db("jb_bound").url(), javaBenchStatements, n); err != nil {
+		return b, err
+	}
+	cpFile := filepath.Join(proj, "bound-classpath.txt")
+	if out, err := m.cmd(proj, nil, "-o", "-q", "dependency:build-classpath", "-Dmdep.includeScope=test", "-Dmdep.outputFile="+cpFile).CombinedOutput(); err != nil {
+		return b, fmt.Errorf("the floor project's classpath (mvn dependency:build-classpath): %v: %s", err, out)
+	}
+	cp, err := os.ReadFile(cpFile)
+	if err != nil {
+		return b, err
+	}
+	src := filepath.Join(proj, "Bound.java")
+	if err := os.WriteFile(src, []byte(javaBenchBound), 0o644); err != nil {
+		return b, err
+	}
+	url := fmt.Sprintf("jdbc:postgresql://%s:%d/jb_bound?sslmode=disable", pg.host, pg.port)
+	args := append([]string{"-cp", strings.TrimSpace(string(cp)), src, url, pg.user, pg.password, strconv.Itoa(n)}, javaBenchStatements...)
+	out, err := exec.CommandContext(ctx, "java", args...).Output()
+	if err != nil {
+		return b, fmt.Errorf("java Bound.java (pgjdbc): %w", err)
+	}
+	for _, line := range strings.Split(strings.TrimSpace(string(out)), "\n") {
+		f := strings.Fields(line)
+		if len(f) == 0 {
+			continue
+		}
+		var s Sample
+		for _, v := range f[1:] {
+			ns, err := strconv.ParseInt(v, 10, 64)
+			if err != nil {
+				return b, fmt.Errorf("java Bound.java printed %q", line)
+			}
+			s = append(s, time.Duration(ns))
+		}
+		switch f[0] {
+		case "fresh":
+			b.jdbcFresh = s
+		case "open":
+			b.jdbcOpen = s
+		}
+	}
+	if len(b.jdbcFresh) != n || len(b.jdbcOpen) != n {
+		return b, fmt.Errorf("java Bound.java printed %d and %d samples, want %d each: %s", len(b.jdbcFresh), len(b.jdbcOpen), n, out)
+	}
+	return b, nil
 }
 
 // firstLine is s's first line.

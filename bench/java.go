@@ -779,7 +779,7 @@ func javaBackendBound(ctx context.Context, pg pgServer, m javaMaven, proj string
 		return b, err
 	}
 	cpFile := filepath.Join(proj, "bound-classpath.txt")
-	if out, err := m.cmd(proj, nil, "-o", "-q", "dependency:build-classpath", "-Dmdep.includeScope=test", "-Dmdep.outputFile="+cpFile).CombinedOutput(); err != nil {
+	if out, err := m.cmd(proj, nil, "-q", "dependency:build-classpath", "-Dmdep.includeScope=test", "-Dmdep.outputFile="+cpFile).CombinedOutput(); err != nil {
 		return b, fmt.Errorf("the floor project's classpath (mvn dependency:build-classpath): %v: %s", err, out)
 	}
 	cp, err := os.ReadFile(cpFile)

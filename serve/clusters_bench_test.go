@@ -6,6 +6,7 @@ import (
 	"os"
 	"path/filepath"
 	"runtime"
+	"runtime/pprof"
 	"slices"
 	"strconv"
 	"sync"
@@ -31,7 +32,8 @@ import (
 // finalize, and a second run on the same serve, as multiples of the floor,
 // with the waits' p50 and p99. PGFORK_BENCH_COPIES picks one way,
 // PGFORK_BENCH_POOL_MAX and PGFORK_BENCH_PARALLEL give pool sizes (as
-// --pool-max and --parallel would). Run:
+// --pool-max and --parallel would); PGFORK_BENCH_PROFILE names a file for
+// a CPU profile of the first run alone (go tool pprof). Run:
 //
 //	go test -run '^$' -bench ManagedCopies -benchtime 1x ./serve/
 func BenchmarkManagedCopies(b *testing.B) {
@@ -73,7 +75,9 @@ func BenchmarkManagedCopies(b *testing.B) {
 			if err := be.Manager.FinalizeTemplate(ctx, "suite"); err != nil {
 				b.Fatal(err)
 			}
+			stop := profileFirstRun(b)
 			first, w1 := suiteRun(ctx, b, be, tests)
+			stop()
 			r0 := time.Now()
 			for time.Since(r0) < 2*time.Minute {
 				ts, _ := be.Manager.Stats()
@@ -93,6 +97,29 @@ func BenchmarkManagedCopies(b *testing.B) {
 			b.ReportMetric(first.Seconds()/floor.Seconds(), "first/floor")
 			b.ReportMetric(second.Seconds()/floor.Seconds(), "second/floor")
 		})
+	}
+}
+
+// profileFirstRun starts a CPU profile into PGFORK_BENCH_PROFILE, when set,
+// and returns what stops it.
+func profileFirstRun(b *testing.B) func() {
+	path := os.Getenv("PGFORK_BENCH_PROFILE")
+	if path == "" {
+		return func() {}
+	}
+	f, err := os.Create(path)
+	if err != nil {
+		b.Fatal(err)
+	}
+	if err := pprof.StartCPUProfile(f); err != nil {
+		b.Fatal(err)
+	}
+	return func() {
+		pprof.StopCPUProfile()
+		if err := f.Close(); err != nil {
+			b.Error(err)
+		}
+		b.Logf("CPU profile of the first run in %s", path)
 	}
 }
 

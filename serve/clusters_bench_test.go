@@ -33,7 +33,8 @@ import (
 // with the waits' p50 and p99. PGFORK_BENCH_COPIES picks one way,
 // PGFORK_BENCH_POOL_MAX and PGFORK_BENCH_PARALLEL give pool sizes (as
 // --pool-max and --parallel would); PGFORK_BENCH_PROFILE names a file for
-// a CPU profile of the first run alone (go tool pprof). Run:
+// a CPU profile of the first run alone (go tool pprof; with both ways, one
+// file each, the way's name appended). Run:
 //
 //	go test -run '^$' -bench ManagedCopies -benchtime 1x ./serve/
 func BenchmarkManagedCopies(b *testing.B) {
@@ -75,7 +76,7 @@ func BenchmarkManagedCopies(b *testing.B) {
 			if err := be.Manager.FinalizeTemplate(ctx, "suite"); err != nil {
 				b.Fatal(err)
 			}
-			stop := profileFirstRun(b)
+			stop := profileFirstRun(b, len(modes) > 1, mode)
 			first, w1 := suiteRun(ctx, b, be, tests)
 			stop()
 			r0 := time.Now()
@@ -100,12 +101,16 @@ func BenchmarkManagedCopies(b *testing.B) {
 	}
 }
 
-// profileFirstRun starts a CPU profile into PGFORK_BENCH_PROFILE, when set,
-// and returns what stops it.
-func profileFirstRun(b *testing.B) func() {
+// profileFirstRun starts a CPU profile into PGFORK_BENCH_PROFILE, when set
+// (with ".<mode>" appended when several ways run, so that none overwrites
+// another's), and returns what stops it.
+func profileFirstRun(b *testing.B, several bool, mode string) func() {
 	path := os.Getenv("PGFORK_BENCH_PROFILE")
 	if path == "" {
 		return func() {}
+	}
+	if several {
+		path += "." + mode
 	}
 	f, err := os.Create(path)
 	if err != nil {

@@ -2,12 +2,22 @@ package main
 
 import (
 	"context"
+	"fmt"
+	"io/fs"
 	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
 	"strconv"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/jackc/pgx/v5"
+
+	"github.com/pgfork/pgfork/instance"
+	"github.com/pgfork/pgfork/pgbin"
 )
 
 // Lower bounds measured in the same run as the targets they bound: what no
@@ -104,4 +114,130 @@ func creationBound(need, ready int, bare float64) time.Duration {
 		return 0
 	}
 	return time.Duration(float64(need-ready) / bare * float64(time.Second))
+}
+
+// clusterRun is what bareClusters measured: per cluster copy, the wall
+// time (n at once) and the time of all the cores.
+type clusterRun struct {
+	copies int
+	wall   time.Duration // all copies, n at once
+	busy   float64       // share of the cores busy meanwhile (-1: not measured)
+	files  int           // files in the copied data directory
+}
+
+// coreTime is the time of all the cores one bare cluster copy took (0 when
+// not measured).
+func (c clusterRun) coreTime() time.Duration {
+	if c.copies == 0 || c.busy < 0 {
+		return 0
+	}
+	return time.Duration(c.busy * float64(runtime.NumCPU()) * float64(c.wall) / float64(c.copies))
+}
+
+// bareClusters makes k bare copies of the stopped cluster data, n at once,
+// as little as any test cluster costs: `cp -a --reflink=always` (the
+// coreutils copy, no pgfork code), the server started on the copy (pgBin,
+// as user, the test profile, no TCP) and stopped immediately, and the copy
+// removed (`rm -rf`). Each copy goes beside data's parent directory (the
+// same filesystem, so the reflink works).
+func bareClusters(ctx context.Context, data string, pg pgbin.Installation, user *instance.OSUser, k, n int) (clusterRun, error) {
+	files := 0
+	_ = filepath.WalkDir(data, func(_ string, d fs.DirEntry, err error) error {
+		if err == nil && d.Type().IsRegular() {
+			files++
+		}
+		return nil
+	})
+	base := filepath.Dir(filepath.Dir(data))
+	var (
+		next atomic.Int64
+		wg   sync.WaitGroup
+		ferr atomic.Value
+	)
+	c0 := readCPU()
+	s0 := time.Now()
+	for range n {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := next.Add(1); i <= int64(k); i = next.Add(1) {
+				dst := filepath.Join(base, fmt.Sprintf("bench-bare-cluster-%d", i))
+				if err := bareCluster(ctx, data, dst, pg, user); err != nil {
+					ferr.Store(err)
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	run := clusterRun{copies: k, wall: time.Since(s0), busy: readCPU().busySince(c0), files: files}
+	if e, ok := ferr.Load().(error); ok {
+		return clusterRun{}, e
+	}
+	return run, nil
+}
+
+// bareCluster is one of bareClusters' copies.
+func bareCluster(ctx context.Context, data, dst string, pg pgbin.Installation, user *instance.OSUser) error {
+	defer os.RemoveAll(dst) // after a failure; the timed removal is rm's
+	if out, err := exec.CommandContext(ctx, "cp", "-a", "--reflink=always", data, dst).CombinedOutput(); err != nil {
+		return fmt.Errorf("cp --reflink=always: %v: %s", err, out)
+	}
+	// A stopped copy of a stopped cluster: its pid file is not there.
+	in, err := instance.Start(ctx, instance.Config{BinDir: pg.BinDir, Env: pg.Env(), DataDir: dst, User: user, Profile: instance.Test,
+		Settings: map[string]string{"shared_buffers": "16MB"}})
+	if err != nil {
+		return err
+	}
+	if err := in.Stop(ctx, instance.Immediate); err != nil {
+		return err
+	}
+	if out, err := exec.CommandContext(ctx, "rm", "-rf", dst).CombinedOutput(); err != nil {
+		return fmt.Errorf("rm -rf: %v: %s", err, out)
+	}
+	return nil
+}
+
+// templateCluster finds the stopped cluster of the one template serve
+// keeps under home (cloned clusters: …/clusters/templates/<name>/data) and
+// how many test databases each copy of it holds (its databases but
+// template1 and postgres: the template's and its slots).
+func templateCluster(home string) (data string, slots int, err error) {
+	for depth := 0; depth <= 4; depth++ {
+		pat := filepath.Join(append(append([]string{home}, repeatStar(depth)...), "clusters", "templates", "*", "data", "PG_VERSION")...)
+		m, _ := filepath.Glob(pat)
+		if len(m) == 1 {
+			data = filepath.Dir(m[0])
+			ents, err := os.ReadDir(filepath.Join(data, "base"))
+			if err != nil {
+				return "", 0, err
+			}
+			return data, len(ents) - 2, nil
+		}
+		if len(m) > 1 {
+			return "", 0, fmt.Errorf("%d template clusters under %s, expected one", len(m), home)
+		}
+	}
+	return "", 0, fmt.Errorf("no template cluster under %s", home)
+}
+
+func repeatStar(n int) []string {
+	s := make([]string, n)
+	for i := range s {
+		s[i] = "*"
+	}
+	return s
+}
+
+// clusterBound is the least time a run of tests that take need fresh
+// databases, ready of them made before it began, needs on the cores when
+// each cluster of slots databases costs what a bare copy c cost and the
+// tests themselves what the floor's run took of the cores (floorCore):
+// the clusters it must copy and the tests' work, over the cores kept busy.
+func clusterBound(need, ready, slots int, c clusterRun, floorCore time.Duration) (clusters int, least time.Duration) {
+	if slots < 1 || need <= ready || c.coreTime() <= 0 {
+		return 0, 0
+	}
+	clusters = (need - ready + slots - 1) / slots
+	return clusters, (time.Duration(clusters)*c.coreTime() + floorCore) / time.Duration(runtime.NumCPU())
 }

@@ -18,6 +18,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/pgfork/pgfork/clone"
+	"github.com/pgfork/pgfork/pgbin"
 )
 
 // The volume scenario (issue 20): a realistic suite on an ext4 directory —
@@ -188,6 +189,8 @@ func volumeBenchMajor(ctx context.Context, r *Report, bin, tmp, pgBin string, ma
 	var created time.Duration
 	var used int64
 	var volBareRun bareRun
+	var bareCl clusterRun // before 18: bare copies of the template's cluster
+	slots := 0
 	defer func() { _ = exec.Command(bin, "--state-dir", volHome, "volume", "rm").Run() }()
 	vol, vol2, volFloor, err := volServeSuite(ctx, bin, volHome, port+100, pgBin, func() error {
 		t0 := time.Now()
@@ -207,6 +210,26 @@ func volumeBenchMajor(ctx context.Context, r *Report, bin, tmp, pgBin string, ma
 			return err
 		}
 		used = int64(s.Blocks-s.Bfree) * int64(s.Bsize)
+		if major >= 18 {
+			return nil
+		}
+		// Before 18 serve copies its template's cluster (docs/server.md,
+		// "Cloned clusters"): what a bare copy of it costs bounds that.
+		data, n, err := templateCluster(volHome)
+		if err != nil {
+			return err
+		}
+		slots = n
+		pg, user, err := benchPostgres("")
+		if err == nil {
+			pg, err = pgbin.Find(pgbin.Options{Explicit: pgBin}, 0)
+		}
+		if err != nil {
+			return err
+		}
+		if bareCl, err = bareClusters(ctx, data, pg, user, 3*runtime.NumCPU(), runtime.NumCPU()); err != nil {
+			return fmt.Errorf("bare cluster copies: %w", err)
+		}
 		return nil
 	})
 	if err != nil {
@@ -252,12 +275,18 @@ func volumeBenchMajor(ctx context.Context, r *Report, bin, tmp, pgBin string, ma
 			missed = append(missed, fmt.Sprintf("%s ≤ %.1fx its floor (%s)", what, limit, Times(run, floor)))
 		}
 	}
-	// Issue 20's targets.
-	target(float64(hTotal) >= 20*float64(vol.total), "PG %d: suite on the volume ≥ 20x faster than by hand on ext4 (%.1fx)", major, float64(hTotal)/float64(vol.total))
-	target(float64(ext.total) >= 5*float64(vol.total), "PG %d: suite on the volume ≥ 5x faster than pgfork serve on ext4 (%.1fx)", major, float64(ext.total)/float64(vol.total))
-	target(vol.perTest.Median() <= 30*time.Millisecond && vol.perTest.Quantile(0.99) <= 100*time.Millisecond,
-		"PG %d: per-test overhead (get + give back) on the volume, pool drained: p50 ≤ 30 ms (%s), p99 ≤ 100 ms (%s)", major, Dur(vol.perTest.Median()), Dur(vol.perTest.Quantile(0.99)))
-	target(vol.rate() >= 20*hand.rate(), "PG %d: fresh databases per second on the volume ≥ 20x by hand (%.1f vs %.2f/s, %.1fx)", major, vol.rate(), hand.rate(), vol.rate()/hand.rate())
+	// Issue 20's targets were ratios of whole suites, setup included, to
+	// the hand-written pattern and to serve on ext4; issue 33 replaced them
+	// by the floor's (below), since a suite at its floor could not meet
+	// some of them: printed with that ceiling, the ratios stay in the
+	// tables above.
+	atFloor := func(v, f volRun) time.Duration { return v.total - v.suite + f.suite } // the setup, then the suite at its floor
+	r.Notef("PG %d, issue 20's ratios (its targets until issue 33 replaced them by the floor's): the suite on the volume %.1fx faster than by hand on ext4 (was ≥ 20x; "+
+		"at its floor, with the same setup of %s, it would be %.1fx), %.1fx faster than serve on ext4 (was ≥ 5x; at the floors, %.1fx); "+
+		"per-test overhead with the pool drained p50 %s, p99 %s (was ≤ 30 ms, ≤ 100 ms); fresh databases per second %.1fx by hand's (was ≥ 20x).",
+		major, float64(hTotal)/float64(vol.total), Dur(vol.total-vol.suite), float64(hTotal)/float64(atFloor(vol, volFloor)),
+		float64(ext.total)/float64(vol.total), float64(atFloor(ext, extFloor))/float64(atFloor(vol, volFloor)),
+		Dur(vol.perTest.Median()), Dur(vol.perTest.Quantile(0.99)), vol.rate()/hand.rate())
 	// Issue 33's.
 	floorMax := 3.0 // 3x on 18, 4x on 15 (full copies before 18)
 	if major < 18 {
@@ -285,6 +314,19 @@ func volumeBenchMajor(ctx context.Context, r *Report, bin, tmp, pgBin string, ma
 				float64(vol.tests)/least.Seconds(), float64(vol.tests)/least.Seconds()/volBareDBs)
 		}
 	}
+	if c, least := clusterBound(vol.tests, vol.ready, slots, bareCl, time.Duration(volFloor.busy*float64(runtime.NumCPU())*float64(volFloor.suite))); least > 0 && volFloor.busy > 0 {
+		n := runtime.NumCPU()
+		wall := time.Duration(c) * bareCl.wall / time.Duration(bareCl.copies)
+		r.Notef("PG %d, bound of the first run on the volume by the cores: it takes %d fresh databases and %d were ready or being made when it began; "+
+			"a test cluster of this template holds %d, so the other %d need %d clusters. A bare copy of the template's cluster (%d files: `cp -a --reflink=always`, "+
+			"its server started and stopped immediately, `rm -rf`; %d copies, %d at once, this run) took %s of the cores' time each (%s of wall, %d at once; cores busy %s), "+
+			"the %d clusters %s; the tests' own work, the floor's %s of the cores' time; together at least %s on %d cores kept busy, %s the floor "+
+			"(the copies alone, %d at once: %s). Serve's own work per cluster (renaming its databases, a first connection to each, retiring them) is not in it. "+
+			"Cores busy during the first run: %s (during the floor: %s, the second run: %s).",
+			major, vol.tests, vol.ready, slots, vol.tests-vol.ready, c, bareCl.files, bareCl.copies, n, Dur(bareCl.coreTime()), Dur(bareCl.wall/time.Duration(bareCl.copies)*time.Duration(n)), n, busyCell(bareCl.busy),
+			c, Dur(time.Duration(c)*bareCl.coreTime()), Dur(time.Duration(volFloor.busy*float64(n)*float64(volFloor.suite))), Dur(least), n, Times(least, volFloor.suite),
+			n, Dur(wall), busyCell(vol.busy), busyCell(volFloor.busy), busyCell(vol2.busy))
+	}
 	floorTarget(fmt.Sprintf("PG %d: suite on the volume, second run on the same serve,", major), vol2.suite, volFloor.suite, 1.5)
 	target(vol2.perTest.Median() <= 5*time.Millisecond && vol2.perTest.Quantile(0.99) <= 50*time.Millisecond,
 		"PG %d: per-test wait on the volume, second run: p50 ≤ 5 ms (%s), p99 ≤ 50 ms (%s)", major, Dur(vol2.perTest.Median()), Dur(vol2.perTest.Quantile(0.99)))
@@ -293,6 +335,9 @@ func volumeBenchMajor(ctx context.Context, r *Report, bin, tmp, pgBin string, ma
 			major, volWorkers, vol.rate(), volBareDBs, vol.rate()/volBareDBs)
 		target(float64(hTotal) >= 10*float64(ext.total), "PG %d: suite on ext4 without a volume ≥ 10x faster than by hand (%.1fx; \"no slower than today\": compare with the committed report)",
 			major, float64(hTotal)/float64(ext.total))
+		r.Notef("PG %d, ceiling of the ratio on ext4: serve's start and the template's build took %s alone; with the suite at its floor (%s) the total would be %s, %.1fx faster than by hand. "+
+			"The first run made its fresh databases at %.1f/s, %.2fx the bare CREATE DATABASE … STRATEGY FILE_COPY rate on the same cluster (%.1f/s: full copies on ext4).",
+			major, Dur(ext.total-ext.suite), Dur(extFloor.suite), Dur(atFloor(ext, extFloor)), float64(hTotal)/float64(atFloor(ext, extFloor)), ext.rate(), ext.rate()/extBare, extBare)
 	}
 	r.Notef("PG %d on ext4 (no floor target there, for comparison): first run %s its floor, second run %s.", major, Times(ext.suite, extFloor.suite), Times(ext2.suite, extFloor.suite))
 	return missed, nil

@@ -212,7 +212,13 @@ func templateCluster(home string) (data string, slots int, err error) {
 			if err != nil {
 				return "", 0, err
 			}
-			return data, len(ents) - 2, nil
+			dbs := 0
+			for _, e := range ents { // base/<oid>: pgsql_tmp is no database
+				if _, err := strconv.ParseUint(e.Name(), 10, 32); err == nil && e.IsDir() {
+					dbs++
+				}
+			}
+			return data, dbs - 2, nil
 		}
 		if len(m) > 1 {
 			return "", 0, fmt.Errorf("%d template clusters under %s, expected one", len(m), home)

@@ -127,7 +127,7 @@ func newManagedClusters(ctx context.Context, o ManagedOptions, dir string, share
 			o.PG.String(), how, store))
 	}
 	st, err := clusterstore.New(clusterstore.Options{Dir: store, Layout: o.Layout, PG: o.PG, User: o.User,
-		Role: role, Password: pw, LeastPrivilege: o.LeastPrivilege, Settings: clusterSettings, Lean: true, OwnName: true, Warm: true, Slots: clusterSlots, SharesBlocks: shares})
+		Role: role, Password: pw, LeastPrivilege: o.LeastPrivilege, Settings: clusterSettings, Lean: true, OwnName: true, Slots: clusterSlots, SharesBlocks: shares})
 	if err != nil {
 		return nil, err
 	}

@@ -111,7 +111,7 @@ func TestSlots(t *testing.T) {
 	storeDir := filepath.Join(dir, "slots")
 	open := func() *clusterstore.Store {
 		st, err := clusterstore.New(clusterstore.Options{Dir: storeDir, Layout: statedir.Layout{Root: filepath.Join(dir, "state")},
-			PG: pg, User: pgtest.User(t), Lean: true, OwnName: true, Warm: true, Slots: 3})
+			PG: pg, User: pgtest.User(t), Lean: true, OwnName: true, Slots: 3})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -308,7 +308,7 @@ func TestSlotsFollowNoSymlinkOut(t *testing.T) {
 	}
 	storeDir := filepath.Join(dir, "slots-symlink")
 	st, err := clusterstore.New(clusterstore.Options{Dir: storeDir, Layout: statedir.Layout{Root: filepath.Join(dir, "state")},
-		PG: pg, User: pgtest.User(t), Lean: true, OwnName: true, Warm: true, Slots: 3})
+		PG: pg, User: pgtest.User(t), Lean: true, OwnName: true, Slots: 3})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -22,6 +22,9 @@ const measureFiles, measureFileSize = 16, 4 << 20
 // with pgfork's copy engine on base's filesystem, then, as root, the same on
 // a 320 MiB XFS reflink volume it makes, mounts, and removes again under
 // base: the speed-up a volume gives copies of that size, here and now.
+// Each side is the fastest of MeasureRounds copies: one copy is at the
+// mercy of whatever else the machine writes at that moment (in a test
+// run on 2 cores, the clone once took 88 ms against the copy's 74 ms).
 func Measure(ctx context.Context, base string) (*Speedup, error) {
 	s := &Speedup{Files: measureFiles, Bytes: measureFiles * measureFileSize}
 	dir, err := os.MkdirTemp(base, ".pgfork-measure-*")
@@ -73,7 +76,8 @@ func Measure(ctx context.Context, base string) (*Speedup, error) {
 	return s, nil
 }
 
-// timeCopy writes the file set in dir/src and times clone.Copy to dir/dst.
+// timeCopy writes the file set in dir/src and times clone.Copy of it, the
+// fastest of MeasureRounds.
 func timeCopy(ctx context.Context, dir string) (time.Duration, error) {
 	src := filepath.Join(dir, "src")
 	if err := os.Mkdir(src, 0o700); err != nil {
@@ -94,9 +98,19 @@ func timeCopy(ctx context.Context, dir string) (time.Duration, error) {
 		}
 	}
 	unix.Sync() // the files to copy are on disk, as a template's are
-	start := time.Now()
-	if _, err := clone.Copy(ctx, src, filepath.Join(dir, "dst"), clone.Options{Sync: clone.SyncFsync}); err != nil {
-		return 0, err
+	var best time.Duration
+	for i := range MeasureRounds {
+		dst := filepath.Join(dir, "dst"+strconv.Itoa(i))
+		start := time.Now()
+		if _, err := clone.Copy(ctx, src, dst, clone.Options{Sync: clone.SyncFsync}); err != nil {
+			return 0, err
+		}
+		if took := time.Since(start); best == 0 || took < best {
+			best = took
+		}
+		if err := os.RemoveAll(dst); err != nil { // a full copy's space, before the next
+			return 0, errs.FromOS(err, dst, "cannot remove a measurement copy")
+		}
 	}
-	return time.Since(start), nil
+	return best, nil
 }

@@ -151,6 +151,10 @@ type Speedup struct {
 	Why string `json:"why,omitempty"`
 }
 
+// MeasureRounds is how many copies each side of Measure times (the
+// fastest counts).
+const MeasureRounds = 3
+
 // Ratio is Copy / Clone, or 0 when Clone was not measured.
 func (s *Speedup) Ratio() float64 {
 	if s.Clone <= 0 {

@@ -6,6 +6,7 @@ import (
 	"context"
 	"encoding/json"
 	"io"
+	"math"
 	"os"
 	"os/exec"
 	"os/user"
@@ -14,6 +15,7 @@ import (
 	"strings"
 	"syscall"
 	"testing"
+	"time"
 
 	"golang.org/x/sys/unix"
 
@@ -374,14 +376,18 @@ func TestDoctorMeasuresVolume(t *testing.T) {
 				Clone float64 `json:"clone_ms"`
 				Why   string
 			}
+			Ratio   float64 `json:"speedup_ratio"`
 			Command string
 		}
 	}
 	if err := json.Unmarshal([]byte(r.stdout), &rep); err != nil {
 		t.Fatal(err)
 	}
-	if rep.Volume == nil || rep.Volume.Speedup.Clone <= 0 || rep.Volume.Speedup.Copy <= rep.Volume.Speedup.Clone {
-		t.Fatalf("doctor did not measure copy vs clone:\n%s", r.stdout)
+	// Which is faster is a measurement (the bench's volume section), not
+	// this test's: a fast disk under a loaded test run can copy 64 MiB as
+	// quickly as a fresh loop volume clones it.
+	if v := rep.Volume; v == nil || v.Speedup.Clone <= 0 || v.Speedup.Copy <= 0 || math.Abs(v.Ratio-v.Speedup.Copy/v.Speedup.Clone) > 0.01*v.Ratio {
+		t.Fatalf("doctor did not measure and compare a copy and a clone:\n%s", r.stdout)
 	}
 	if !strings.Contains(rep.Volume.Command, "pgfork volume create") {
 		t.Errorf("no command to create the volume: %q", rep.Volume.Command)
@@ -391,6 +397,26 @@ func TestDoctorMeasuresVolume(t *testing.T) {
 	}
 	if m, _ := filepath.Glob(filepath.Join(home, ".pgfork-measure-*")); len(m) > 0 {
 		t.Errorf("doctor left %v", m)
+	}
+}
+
+// TestVolumeAdviceSaysWhatWasMeasured: doctor's advice gives the speed-up
+// it measured, and says "no faster" when the clone was not clearly faster
+// (rather than "1x faster").
+func TestVolumeAdviceSaysWhatWasMeasured(t *testing.T) {
+	for _, c := range []struct {
+		copy, clone time.Duration
+		want        string
+	}{
+		{74 * time.Millisecond, 88 * time.Millisecond, "0.84x: no faster at this size, now"},
+		{74 * time.Millisecond, 2 * time.Millisecond, "(37x faster)"},
+	} {
+		sp := &volume.Speedup{Bytes: 64 << 20, Files: 16, Copy: c.copy, Clone: c.clone}
+		var b strings.Builder
+		printVolumeAdvice(&b, &volumeAdvice{Speedup: sp, Ratio: sp.Ratio(), Command: "pgfork volume create"}, "ext4")
+		if out := b.String(); !strings.Contains(out, c.want) || !strings.Contains(out, "the fastest of 3 each") || !strings.Contains(out, "create it: pgfork volume create") {
+			t.Errorf("copy %v, clone %v: want %q in\n%s", c.copy, c.clone, c.want, out)
+		}
 	}
 }
 

@@ -10,8 +10,6 @@ import (
 	"runtime"
 	"strconv"
 	"strings"
-	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -149,30 +147,14 @@ func bareClusters(ctx context.Context, data string, pg pgbin.Installation, user 
 		return nil
 	})
 	base := filepath.Dir(filepath.Dir(data))
-	var (
-		next atomic.Int64
-		wg   sync.WaitGroup
-		ferr atomic.Value
-	)
 	c0 := readCPU()
 	s0 := time.Now()
-	for range n {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for i := next.Add(1); i <= int64(k); i = next.Add(1) {
-				dst := filepath.Join(base, fmt.Sprintf("bench-bare-cluster-%d", i))
-				if err := bareCluster(ctx, data, dst, pg, user); err != nil {
-					ferr.Store(err)
-					return
-				}
-			}
-		}()
-	}
-	wg.Wait()
+	err := parallel(k, n, func(i int) error {
+		return bareCluster(ctx, data, filepath.Join(base, fmt.Sprintf("bench-bare-cluster-%d", i)), pg, user)
+	})
 	run := clusterRun{copies: k, wall: time.Since(s0), busy: readCPU().busySince(c0), files: files}
-	if e, ok := ferr.Load().(error); ok {
-		return clusterRun{}, e
+	if err != nil {
+		return clusterRun{}, err
 	}
 	return run, nil
 }

@@ -217,7 +217,10 @@ async function startServe(bin: string, stateDir: string, runner: number): Promis
   const token = randomBytes(18).toString("base64url");
   const out = join(stateDir, "js-serve.out");
   const log = join(stateDir, "js-serve.log");
-  const args = ["serve", "--listen", "127.0.0.1:0", "--json", "--state-dir", stateDir, "--token", token];
+  // The token goes in the environment, never on a command line: every local
+  // user reads /proc/PID/cmdline (docs/SECURITY.md, rule 2).
+  const args = ["serve", "--listen", "127.0.0.1:0", "--json", "--state-dir", stateDir];
+  const env = { ...process.env, PGFORK_TOKEN: token };
   const followsParent = supportsExitWithParent(bin);
   if (followsParent) args.push("--exit-with-parent");
   rmSync(out, { force: true });
@@ -229,18 +232,19 @@ async function startServe(bin: string, stateDir: string, runner: number): Promis
   if (followsParent && runner === process.pid) {
     const fds = [openSync(out, "w"), openSync(log, "w")];
     try {
-      child = spawn(bin, args, { detached: true, stdio: ["ignore", fds[0], fds[1]] });
+      child = spawn(bin, args, { detached: true, env, stdio: ["ignore", fds[0], fds[1]] });
     } finally {
       fds.forEach((fd) => closeSync(fd));
     }
   } else {
-    child = spawn(process.execPath, ["-e", WATCHDOG, String(runner), bin, out, log, ...args], { detached: true, stdio: "ignore" });
+    // The watchdog passes its environment, PGFORK_TOKEN with it, on to serve.
+    child = spawn(process.execPath, ["-e", WATCHDOG, String(runner), bin, out, log, ...args], { detached: true, env, stdio: "ignore" });
   }
   child.unref();
   let exited: string | undefined;
   child.on("exit", (code, sig) => (exited = sig ?? `exit ${code}`));
   child.on("error", (e) => (exited = e.message));
-  const shown = `${bin} ${args.join(" ").replace(token, "***")}`;
+  const shown = `${bin} ${args.join(" ")}`;
   const deadline = Date.now() + SERVE_START_TIMEOUT_MS;
   for (;;) {
     const listen = listenFromJson(readText(out));

@@ -198,3 +198,83 @@ test("no server configured: a run killed with SIGKILL leaves no server behind", 
   await exited;
   assert.deepEqual(await noneLeft(state), [], "a process of the started server outlived the killed run");
 });
+
+/** The pids of root's process tree (root and every descendant, by the parent pid in /proc/PID/stat); Linux only. */
+function processTree(root) {
+  const parent = new Map();
+  for (const pid of readdirSync("/proc").filter((p) => /^\d+$/.test(p))) {
+    try {
+      const stat = readFileSync(`/proc/${pid}/stat`, "utf8");
+      parent.set(Number(pid), Number(stat.slice(stat.lastIndexOf(")") + 2).split(" ")[1]));
+    } catch {
+      // gone meanwhile
+    }
+  }
+  const tree = new Set([root]);
+  for (let grew = true; grew; ) {
+    grew = false;
+    for (const [pid, ppid] of parent) {
+      if (tree.has(ppid) && !tree.has(pid)) {
+        tree.add(pid);
+        grew = true;
+      }
+    }
+  }
+  return [...tree];
+}
+
+function cmdline(pid) {
+  try {
+    return readFileSync(`/proc/${pid}/cmdline`, "utf8").replace(/\0/g, " ");
+  } catch {
+    return ""; // gone meanwhile
+  }
+}
+
+// docs/SECURITY.md, rule 2 (G3): every local user reads /proc/PID/cmdline.
+// Both ways the glue starts serve: from the run's main process (serve itself,
+// --exit-with-parent) and from another process of the run (through the node
+// watchdog).
+for (const via of ["the run's main process", "the watchdog"]) {
+  test(`no server configured: the token of the pgfork serve the glue starts (from ${via}) is on no process's command line`, { skip: !existsSync("/proc/self/cmdline") && "KNOWN SKIP: no /proc" }, async (t) => {
+    await assertNothingAtDefaultUrl();
+    const state = stateDir();
+    // The watchdog follows the runner: this test's process, not the child.
+    const runner = via === "the watchdog" ? process.pid : 0;
+    const script = `import("pgfork").then(async ({ ensureServe }) => { const s = await ensureServe({ runner: ${runner} || undefined }); console.log("STARTED " + s.watchdog + " " + s.token); setInterval(() => {}, 1000); })`;
+    const child = spawn(process.execPath, ["-e", script], { cwd: root, env: noServerEnv(state), stdio: ["ignore", "pipe", "pipe"] });
+    let out = "";
+    child.stdout.on("data", (b) => (out += b));
+    child.stderr.on("data", (b) => (out += b));
+    const exited = new Promise((r) => child.on("exit", r));
+    let watchdog = 0;
+    t.after(async () => {
+      child.kill("SIGKILL");
+      await exited;
+      if (watchdog) {
+        try {
+          process.kill(watchdog, "SIGTERM");
+        } catch {
+          // gone already
+        }
+      }
+      assert.deepEqual(await noneLeft(state), [], "a process of the started server outlived the test");
+    });
+    const deadline = Date.now() + 120_000;
+    while (!/STARTED \d+ \S+\n/.test(out) && child.exitCode === null && Date.now() < deadline) await new Promise((r) => setTimeout(r, 50));
+    const m = /STARTED (\d+) (\S+)\n/.exec(out);
+    assert.ok(m, out);
+    watchdog = Number(m[1]);
+    const token = m[2];
+    assert.ok(token.length >= 16, out);
+    const tree = processTree(child.pid).map((pid) => `${pid}: ${cmdline(pid)}`);
+    assert.ok(tree.some((l) => / serve .*--state-dir/.test(l)), `pgfork serve is not in the run's process tree:\n${tree.join("\n")}`);
+    if (via === "the watchdog") assert.ok(tree.some((l) => l.includes("process.argv.slice(1)")), `no watchdog in the run's process tree:\n${tree.join("\n")}`);
+    // The tree, and for good measure every other process: the token is random.
+    const leaks = readdirSync("/proc")
+      .filter((p) => /^\d+$/.test(p))
+      .map((pid) => `${pid}: ${cmdline(pid)}`)
+      .filter((l) => l.includes(token));
+    assert.deepEqual(leaks, [], `the token is on a command line (the run's process tree:\n${tree.join("\n")})`);
+  });
+}

@@ -420,3 +420,64 @@ func TestBranchHoldsNoOtherSystemsCredentials(t *testing.T) {
 		t.Errorf("after a reset: subscriptions, user mappings with a password = %s, want 0,0", got)
 	}
 }
+
+// allowedPredefined are the predefined roles docs/branches.md lets a
+// branch's role hold (grantedRoles, written out again here on purpose).
+const allowedPredefined = "'pg_read_all_data', 'pg_write_all_data', 'pg_read_all_stats', 'pg_signal_backend', 'pg_checkpoint'"
+
+// TestBranchRoleReachesNothingInherited (issue 57, G9): the roles of the
+// source hand a branch's role no power beyond docs/branches.md's list. The
+// source has repl (REPLICATION, a member of pg_read_all_settings) granted to
+// app_owner, which the branch's role is a member of; keeper, which
+// administers pg_monitor (on 16 and later by an ADMIN-only grant, neither
+// INHERIT nor SET); and pg_read_all_stats, which docs/branches.md grants,
+// made a member of pg_read_all_settings. In the branch the role reads no
+// superuser-only setting and creates no replication slot, not after SET
+// ROLE repl either (a logical slot asks for the same REPLICATION, after
+// wal_level), and grants itself no predefined role through keeper;
+// no role it reaches (member of, SET ROLE to, administers; a recursive
+// walk of pg_auth_members and pg_has_role agree) has SUPERUSER or
+// REPLICATION or is a predefined role outside the list. It still SETs ROLE
+// repl and app_owner. The source keeps its roles as they were.
+func TestBranchRoleReachesNothingInherited(t *testing.T) {
+	t.Parallel() // see env
+	pgtest.ForEachBuild(t, 0, func(t *testing.T, bld pgtest.Build) {
+		ctx := context.Background()
+		o, src := isolationEnv(t, bld)
+		s := src.ConnString("", "")
+		keeper := "GRANT pg_monitor TO keeper WITH INHERIT FALSE, SET FALSE, ADMIN TRUE"
+		if bld.Inst.Major < 16 {
+			keeper = "GRANT pg_monitor TO keeper WITH ADMIN OPTION"
+		}
+		pgtest.Exec(t, s, "CREATE ROLE repl LOGIN REPLICATION PASSWORD 'repl-secret' IN ROLE pg_read_all_settings",
+			"GRANT repl TO app_owner", "CREATE ROLE keeper NOLOGIN", keeper, "GRANT pg_read_all_settings TO pg_read_all_stats")
+		m := open(t, o)
+		b, err := m.Create(ctx, Caller{Token: "alice"}, CreateOptions{Name: "a1", Source: "prod"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		url := b.URL()
+		for _, q := range []string{"SHOW data_directory", "SHOW config_file",
+			"SET ROLE repl; SHOW data_directory", "SET ROLE keeper; SHOW config_file",
+			"SELECT pg_create_physical_replication_slot('evil')",
+			"SET ROLE repl; SELECT pg_create_physical_replication_slot('evil')",
+			"GRANT pg_monitor TO " + b.Role, "SET ROLE keeper; GRANT pg_monitor TO " + b.Role,
+			"SET ROLE repl; GRANT pg_read_all_settings TO " + b.Role} {
+			refused(t, url, q)
+		}
+		if got := pgtest.Query(t, url, `WITH RECURSIVE up(oid) AS (
+				SELECT oid FROM pg_roles WHERE rolname = current_user
+				UNION SELECT m.roleid FROM pg_auth_members m JOIN up ON m.member = up.oid)
+			SELECT coalesce(string_agg(rolname, ',' ORDER BY rolname), '') FROM pg_roles
+			WHERE (oid IN (SELECT oid FROM up) OR pg_has_role(current_user, oid, 'MEMBER'))
+				AND (rolsuper OR rolreplication OR (rolname LIKE 'pg\_%' AND rolname NOT IN (`+allowedPredefined+`)))`); got != "" {
+			t.Errorf("the branch's role reaches %s (superuser, replication or a predefined role outside docs/branches.md's list)", got)
+		}
+		pgtest.Exec(t, url, "SET ROLE repl", "RESET ROLE", "SET ROLE app_owner")
+		if got := pgtest.Query(t, s, "SELECT rolreplication::text || ',' || pg_has_role('repl', 'pg_read_all_settings', 'MEMBER')::text || ',' || "+
+			"pg_has_role('keeper', 'pg_monitor', 'MEMBER')::text || ',' || pg_has_role('pg_read_all_stats', 'pg_read_all_settings', 'MEMBER')::text "+
+			"FROM pg_roles WHERE rolname = 'repl'"); got != "true,true,true,true" {
+			t.Errorf("the source's roles changed: %s, want true,true,true,true", got)
+		}
+	})
+}

@@ -2,6 +2,7 @@ package branches
 
 import (
 	"context"
+	"maps"
 	"os"
 	"path/filepath"
 	"slices"
@@ -360,8 +361,11 @@ type pgRole struct {
 //     pg_execute_server_program, pg_read_server_files or
 //     pg_write_server_files and, before 16, of no role with CREATEROLE):
 //     it runs DDL on the application's tables as their owners do;
-//   - of no other predefined or unsafe role (a branch made before branch
-//     roles stopped being superusers may have granted it one);
+//   - of no other predefined or unsafe role, and through no role it
+//     reaches of one either, nor of REPLICATION (stripReach: a branch made
+//     before branch roles stopped being superusers may have granted it
+//     one; an application role of the source may be a member of
+//     pg_read_all_settings or have REPLICATION);
 //   - in conn's database (the one its URL names), CREATE on the database
 //     and on schema public (PostgreSQL 15 gives schema public to the
 //     database's owner alone).
@@ -436,61 +440,13 @@ func (m *Manager) setUpRole(ctx context.Context, conn *pgx.Conn, role string) (e
 	if self == nil {
 		return errs.New(errs.Internal, "role %s is missing right after its creation", role)
 	}
-	byOid := map[uint32]*pgRole{}
-	for _, r := range roles {
-		byOid[r.oid] = r
-	}
-	// up is every role r is a member of, at any depth, and r itself.
-	up := func(r *pgRole) map[uint32]bool {
-		seen := map[uint32]bool{r.oid: true}
-		todo := []*pgRole{r}
-		for len(todo) > 0 {
-			x := todo[len(todo)-1]
-			todo = todo[:len(todo)-1]
-			for g := range x.memberOf {
-				if !seen[g] && byOid[g] != nil {
-					seen[g] = true
-					todo = append(todo, byOid[g])
-				}
-			}
-		}
-		return seen
-	}
-	unsafe := func(r *pgRole) bool {
-		for o := range up(r) {
-			x := byOid[o]
-			if x.super || serverFileRoles[x.name] || (major < 16 && x.createRole) {
-				return true
-			}
-		}
-		return false
-	}
-	isGranted := func(r *pgRole) bool { return slices.Contains(grantedRoles, r.name) }
-	predefined := func(r *pgRole) bool { return r.oid < firstNormalOid || strings.HasPrefix(r.name, "pg_") }
-	for g, grantors := range self.memberOf {
-		r := byOid[g]
-		if r == nil || isGranted(r) || (!predefined(r) && !unsafe(r)) {
-			continue
-		}
-		if major < 16 {
-			grantors = []uint32{0}
-		}
-		for _, by := range grantors {
-			q := "REVOKE " + pgx.Identifier{r.name}.Sanitize() + " FROM " + me
-			if by != 0 && byOid[by] != nil {
-				q += " GRANTED BY " + pgx.Identifier{byOid[by].name}.Sanitize() + " CASCADE"
-			}
-			if _, err := tx.Exec(ctx, q); err != nil {
-				return err
-			}
-		}
-	}
+	g := newRoleGraph(roles, major)
 	var grant []string
 	for _, r := range roles {
 		if r == self || self.memberOf[r.oid] != nil {
 			continue
 		}
-		if isGranted(r) || (!predefined(r) && !unsafe(r) && !up(r)[self.oid]) {
+		if g.granted(r) || (!g.predefined(r) && !g.unsafe(r) && !g.up(r)[self.oid]) {
 			grant = append(grant, pgx.Identifier{r.name}.Sanitize())
 		}
 	}
@@ -498,6 +454,12 @@ func (m *Manager) setUpRole(ctx context.Context, conn *pgx.Conn, role string) (e
 		if _, err := tx.Exec(ctx, "GRANT "+strings.Join(grant, ", ")+" TO "+me); err != nil {
 			return err
 		}
+	}
+	if roles, err = readRoles(ctx, tx); err != nil {
+		return err
+	}
+	if err := stripReach(ctx, tx, newRoleGraph(roles, major), role); err != nil {
+		return err
 	}
 	// In the database its URL names (conn's), it creates schemas, and
 	// tables in schema public, as that database's owner would.
@@ -548,6 +510,153 @@ func readRoles(ctx context.Context, tx pgx.Tx) ([]*pgRole, error) {
 		return nil
 	})
 	return roles, err
+}
+
+// roleGraph is a branch's roles (readRoles) with what setUpRole asks of
+// them.
+type roleGraph struct {
+	roles []*pgRole
+	byOid map[uint32]*pgRole
+	major int // PostgreSQL's
+}
+
+func newRoleGraph(roles []*pgRole, major int) *roleGraph {
+	g := &roleGraph{roles: roles, byOid: map[uint32]*pgRole{}, major: major}
+	for _, r := range roles {
+		g.byOid[r.oid] = r
+	}
+	return g
+}
+
+// up is every role r is a member of at any depth, through every row of
+// pg_auth_members (whatever its INHERIT, SET and ADMIN options: a role
+// administered is as good as one held), and r itself.
+func (g *roleGraph) up(r *pgRole) map[uint32]bool {
+	seen := map[uint32]bool{r.oid: true}
+	todo := []*pgRole{r}
+	for len(todo) > 0 {
+		x := todo[len(todo)-1]
+		todo = todo[:len(todo)-1]
+		for o := range x.memberOf {
+			if !seen[o] && g.byOid[o] != nil {
+				seen[o] = true
+				todo = append(todo, g.byOid[o])
+			}
+		}
+	}
+	return seen
+}
+
+// unsafe says whether r reaches superuser power: it is, or is a member at
+// any depth of, a superuser, a serverFileRoles role or, before
+// PostgreSQL 16, a role with CREATEROLE (it granted any role).
+func (g *roleGraph) unsafe(r *pgRole) bool {
+	for o := range g.up(r) {
+		x := g.byOid[o]
+		if x.super || serverFileRoles[x.name] || (g.major < 16 && x.createRole) {
+			return true
+		}
+	}
+	return false
+}
+
+// granted says whether r is one of grantedRoles.
+func (g *roleGraph) granted(r *pgRole) bool { return slices.Contains(grantedRoles, r.name) }
+
+// predefined says whether r is a predefined role or the bootstrap
+// superuser.
+func (g *roleGraph) predefined(r *pgRole) bool {
+	return r.oid < firstNormalOid || strings.HasPrefix(r.name, "pg_")
+}
+
+// barred says whether no role a branch's role reaches may be a member of
+// r (nor administer it): r reaches superuser power (unsafe) or is a
+// predefined role outside grantedRoles.
+func (g *roleGraph) barred(r *pgRole) bool {
+	return !g.granted(r) && (g.predefined(r) || g.unsafe(r))
+}
+
+// stripReach makes what the branch's role (role) reaches in the branch
+// exactly what docs/branches.md lists, whatever the source's roles hold:
+// it walks every role the branch's role is a member of, can SET ROLE to or
+// administers, at any depth (every row of pg_auth_members, as up), and
+//
+//   - revokes each membership of a role on the way in a barred role (a
+//     predefined role outside grantedRoles, such as pg_read_all_settings or
+//     pg_monitor, or one that reaches superuser power), with the grants
+//     made through it (CASCADE): the branch's own memberships left by an
+//     earlier start, the source's application roles' (an app role that is
+//     a member of pg_read_all_settings), and those of grantedRoles
+//     themselves;
+//   - makes every role on the way NOREPLICATION (after SET ROLE, a role
+//     with REPLICATION creates replication slots, which keep WAL until the
+//     branch's disk is full).
+//
+// None of those roles logs in to the branch (setUpRole removes their
+// passwords), so no one loses anything but what the branch's role would
+// have got through them. No role on the way is a superuser: superusers are
+// barred. CREATEROLE adds nothing: before PostgreSQL 16 a role with it is
+// barred; from 16 it grants only roles it administers (on the way) and
+// gives REPLICATION only if it holds it. BYPASSRLS stays where the source
+// put it: the branch's role holds it itself. Only what is not so already
+// is changed: a branch started again writes nothing. The source is never
+// touched: tx is the branch's.
+func stripReach(ctx context.Context, tx pgx.Tx, g *roleGraph, role string) error {
+	var self *pgRole
+	for _, r := range g.roles {
+		if r.name == role {
+			self = r
+		}
+	}
+	if self == nil {
+		return errs.New(errs.Internal, "role %s is missing", role)
+	}
+	seen := map[uint32]bool{self.oid: true}
+	todo := []*pgRole{self}
+	for len(todo) > 0 {
+		x := todo[0]
+		todo = todo[1:]
+		if x.replication {
+			if _, err := tx.Exec(ctx, "ALTER ROLE "+pgx.Identifier{x.name}.Sanitize()+" NOREPLICATION"); err != nil {
+				return err
+			}
+		}
+		of := slices.Sorted(maps.Keys(x.memberOf))
+		for _, o := range of {
+			p := g.byOid[o]
+			switch {
+			case p == nil || seen[o]:
+			case g.barred(p):
+				if err := revokeMembership(ctx, tx, g, p, x); err != nil {
+					return err
+				}
+			default:
+				seen[o] = true
+				todo = append(todo, p)
+			}
+		}
+	}
+	return nil
+}
+
+// revokeMembership revokes role r from member x, every grant of it (from
+// PostgreSQL 16 each grantor's is a grant of its own), with what was
+// granted through it.
+func revokeMembership(ctx context.Context, tx pgx.Tx, g *roleGraph, r, x *pgRole) error {
+	grantors := x.memberOf[r.oid]
+	if g.major < 16 {
+		grantors = []uint32{0}
+	}
+	for _, by := range grantors {
+		q := "REVOKE " + pgx.Identifier{r.name}.Sanitize() + " FROM " + pgx.Identifier{x.name}.Sanitize()
+		if by != 0 && g.byOid[by] != nil {
+			q += " GRANTED BY " + pgx.Identifier{g.byOid[by].name}.Sanitize() + " CASCADE"
+		}
+		if _, err := tx.Exec(ctx, q); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // buildSnapshot makes the stopped data directory snap/name from a source

@@ -28,18 +28,15 @@ import (
 	"github.com/pgfork/pgfork/internal/fsutil"
 	"github.com/pgfork/pgfork/internal/proc"
 	"github.com/pgfork/pgfork/internal/safefs"
+	"github.com/pgfork/pgfork/internal/servelock"
 	"github.com/pgfork/pgfork/internal/statedir"
 	"github.com/pgfork/pgfork/template"
 )
 
-// Lock files of the state directory that the move holds, so that no
-// `pgfork serve` starts on the old state and no `pgfork pg install` writes
-// into it meanwhile: serve.LockState's and pgbin's install lock.
-const (
-	serveLock   = "serve.lock"
-	serveOwner  = "serve.owner"
-	installLock = "install.lock"
-)
+// installLock is pgbin's install lock, which the move holds (with serve's,
+// servelock.LockPath) so that no `pgfork pg install` writes into the old
+// state meanwhile.
+const installLock = "install.lock"
 
 // serverDirs are the directories of the state directory where pgfork serve
 // runs PostgreSQL servers (its managed server, a cluster per test, the
@@ -62,12 +59,12 @@ func checkIdle(base string) (release func(), err error) {
 	}
 	var busy, steps []string
 	serveBusy := false
-	if l, err := flock.TryExclusive(filepath.Join(lay.Locks(), serveLock)); err == nil {
+	if l, err := flock.TryExclusive(servelock.LockPath(lay)); err == nil {
 		held = append(held, l)
 	} else if errors.Is(err, flock.ErrBusy) {
 		who := "pgfork serve"
-		if b, rerr := os.ReadFile(filepath.Join(lay.Locks(), serveOwner)); rerr == nil && len(b) > 0 && len(b) < 512 {
-			who += " (" + strings.TrimSpace(string(b)) + ")"
+		if o, ok := servelock.Find(lay); ok {
+			who += " (" + o.String() + ")"
 		}
 		busy, serveBusy = append(busy, who), true
 	} else if !errors.Is(err, fs.ErrNotExist) {

@@ -11,8 +11,8 @@ import (
 
 	"github.com/pgfork/pgfork/branches"
 	"github.com/pgfork/pgfork/cluster"
+	"github.com/pgfork/pgfork/internal/servelock"
 	"github.com/pgfork/pgfork/internal/units"
-	"github.com/pgfork/pgfork/serve"
 )
 
 func (cl *cli) newLsCmd() *cobra.Command {
@@ -150,10 +150,14 @@ func (cl *cli) withBranches(all []cluster.Entry) []cluster.Entry {
 // pool.HASH, the serve's pid and URL; its databases by state as source),
 // asked of the serve (GET /api/v2/templates, with PGFORK_TOKEN if set).
 func (cl *cli) withPools(ctx context.Context, all []cluster.Entry) []cluster.Entry {
-	pid, addr, ok := serve.Owner(cl.layout())
+	// Only a serve proven to hold the state directory (its lock, its pid's
+	// user and start time) is asked, with the token: a record a killed
+	// serve left names a pid and a port another user may hold now.
+	o, ok := servelock.Find(cl.layout())
 	if !ok {
 		return all
 	}
+	pid, addr := o.Pid, o.Listen
 	if host, port, err := net.SplitHostPort(addr); err == nil {
 		if ip := net.ParseIP(host); host == "" || ip != nil && ip.IsUnspecified() {
 			addr = net.JoinHostPort("127.0.0.1", port)

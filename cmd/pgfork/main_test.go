@@ -36,6 +36,9 @@ const runMainEnv = "PGFORK_TEST_RUN_MAIN"
 // and lease timings, the browser's page), or checks that socket
 // directories of other pgfork runs are cleaned.
 func TestMain(m *testing.M) {
+	if v := os.Getenv(fakeServeEnv); v != "" {
+		os.Exit(fakeServe(v))
+	}
 	if os.Getenv(runMainEnv) == "1" {
 		main()
 		return

@@ -5,6 +5,7 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"io"
 	"math"
 	"os"
@@ -22,6 +23,8 @@ import (
 	"github.com/pgfork/pgfork/clone"
 	"github.com/pgfork/pgfork/internal/errs"
 	"github.com/pgfork/pgfork/internal/flock"
+	"github.com/pgfork/pgfork/internal/servelock"
+	"github.com/pgfork/pgfork/internal/statedir"
 	"github.com/pgfork/pgfork/internal/testenv"
 	"github.com/pgfork/pgfork/up"
 	"github.com/pgfork/pgfork/volume"
@@ -526,12 +529,12 @@ func TestVolumeAutoRefusesWhileRunning(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := os.WriteFile(filepath.Join(home, "locks", "serve.owner"), []byte("pid 4242, listening on 127.0.0.1:5999\n"), 0o644); err != nil {
+	if err := servelock.Record(statedir.Layout{Root: home}, "127.0.0.1:5999"); err != nil {
 		t.Fatal(err)
 	}
 	r := p.run("up", "--volume", "auto", "--name", "b", "--spares", "0")
 	l.Unlock()
-	if r.code != 6 || !strings.Contains(r.stderr, "pgfork serve (pid 4242, listening on 127.0.0.1:5999)") || !strings.Contains(r.stderr, "stop pgfork serve") {
+	if r.code != 6 || !strings.Contains(r.stderr, fmt.Sprintf("pgfork serve (pid %d, listening on 127.0.0.1:5999)", os.Getpid())) || !strings.Contains(r.stderr, "stop pgfork serve") {
 		t.Fatalf("up --volume auto with a serve on the state: exit %d, want 6 naming the serve\n%s", r.code, r.stderr)
 	}
 	if _, err := os.Lstat(filepath.Join(home, "volume.json")); !os.IsNotExist(err) {

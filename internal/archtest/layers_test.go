@@ -9,7 +9,7 @@ import (
 // layers mirrors the table in docs/ARCHITECTURE.md.
 var layers = map[string]int{
 	"internal/errs": -1, "volume": 3, "internal/units": -1, "internal/statedir": -1, "internal/flock": -1, "internal/testenv": -1, "internal/proc": -1, "internal/shell": -1, "internal/fsutil": -1, "internal/pgversion": -1, "internal/safefs": -1, "internal/pgtest": 2,
-	"clone": 0, "internal/secret": 0,
+	"clone": 0, "internal/secret": 0, "internal/servelock": 0,
 	"dbclone": 1, "pgdata": 1, "instance": 1, "pgbin": 1,
 	"pool": 2, "pgclone": 2, "template": 2, "cluster": 2, "pgbackup": 2,
 	"pool/dbstore": 3, "pool/clusterstore": 3, "pool/storetest": 3, "server": 3, "server/managed": 3, "upgrade": 3, "up": 3, "restore": 3, "branches": 4,

@@ -45,6 +45,25 @@ func StartTime(pid int) uint64 {
 	return v
 }
 
+// UID returns the user id process pid runs as: the owner of /proc/PID,
+// its effective user id (root for a process that is not dumpable, which
+// proves nothing about anyone else's). Unlike Inspect it needs no rights
+// over the process.
+func UID(pid int) (int, error) {
+	if !Valid(pid) {
+		return 0, syscall.ESRCH
+	}
+	fi, err := os.Stat(dir(pid))
+	if err != nil {
+		return 0, err
+	}
+	st, ok := fi.Sys().(*syscall.Stat_t)
+	if !ok {
+		return 0, errors.New("no owner")
+	}
+	return int(st.Uid), nil
+}
+
 // Info is what Inspect learns about a process.
 type Info struct {
 	UID   int    // real user id (owner of /proc/PID)
@@ -61,15 +80,11 @@ func Inspect(pid int) (Info, error) {
 	if !Valid(pid) {
 		return in, syscall.ESRCH
 	}
-	fi, err := os.Stat(dir(pid))
+	uid, err := UID(pid)
 	if err != nil {
 		return in, err
 	}
-	st, ok := fi.Sys().(*syscall.Stat_t)
-	if !ok {
-		return in, errors.New("no owner")
-	}
-	in.UID = int(st.Uid)
+	in.UID = uid
 	exe, err := os.Readlink(dir(pid) + "/exe")
 	if err != nil {
 		return in, err

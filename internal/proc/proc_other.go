@@ -17,6 +17,9 @@ func alive(pid int) bool {
 // StartTime returns 0 (unknown) outside Linux.
 func StartTime(int) uint64 { return 0 }
 
+// UID cannot tell who runs a process outside Linux.
+func UID(int) (int, error) { return 0, errors.ErrUnsupported }
+
 // Info is what Inspect learns about a process.
 type Info struct {
 	UID   int

@@ -45,10 +45,10 @@ func StartTime(pid int) uint64 {
 	return v
 }
 
-// UID returns the user id process pid runs as: the owner of /proc/PID,
-// its effective user id (root for a process that is not dumpable, which
-// proves nothing about anyone else's). Unlike Inspect it needs no rights
-// over the process.
+// UID returns the user id process pid runs as: the owner of the directory
+// /proc/PID, which is the process's effective user id even when it is not
+// dumpable (the files in it are root's then). Unlike Inspect it needs no
+// rights over the process.
 func UID(pid int) (int, error) {
 	if !Valid(pid) {
 		return 0, syscall.ESRCH

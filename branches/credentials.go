@@ -16,22 +16,36 @@ import (
 // scrubbedMark is the file a branch's data directory holds once
 // scrubCredentials ran on it (a snapshot of that branch, and so its
 // branches, carry it: they hold nothing more to scrub). Its removal only
-// makes the next start scrub again.
-const scrubbedMark = "pgfork-credentials-scrubbed"
+// makes the next start scrub again. The name changed when the scrub came to
+// cover databases closed to connections (issue 57): a branch scrubbed
+// before, or made from a snapshot of one, is scrubbed again at its next
+// start.
+const scrubbedMark = "pgfork-credentials-scrubbed-all-databases"
 
-// scrubCredentials removes from a branch, in every database that accepts
-// connections, the credentials of other systems that the source keeps in
-// its catalogs and that the branch's role could read (pg_read_all_data
-// reads every catalog): logical subscriptions (their connection strings
-// name the publisher, often with a password; a subscription that ran in a
-// branch would also take changes from the publisher's slot away from the
-// source's own subscriber) are disabled, detached from their slot and
-// dropped; the password option of every user mapping is dropped. Roles'
-// passwords are setUpRole's. Branches run with no logical replication
-// worker (branchSettings), so no subscription runs before this.
+// scrubCredentials removes from a branch, in every database, those closed
+// to connections too, the credentials of other systems that the source
+// keeps in its catalogs and that the branch's role could read
+// (pg_read_all_data reads every catalog): logical subscriptions (their
+// connection strings name the publisher, often with a password; a
+// subscription that ran in a branch would also take changes from the
+// publisher's slot away from the source's own subscriber) are disabled,
+// detached from their slot and dropped; the password option of every user
+// mapping is dropped. Roles' passwords are setUpRole's. Branches run with
+// no logical replication worker (branchSettings), so no subscription runs
+// before this.
+//
+// pg_subscription is a shared catalog: the branch's role reads every
+// database's subscriptions from any database, and could reopen a closed
+// database whose owner it reaches (and read its user mappings). A
+// subscription is dropped only from its own database, so a database closed
+// to connections is opened for the scrub and closed again (the branch is a
+// copy: the source keeps it as it was). Only an invalid database (a DROP
+// DATABASE cut short, datconnlimit -2) is left: no one connects to it, and
+// it holds no subscription (DROP DATABASE refuses a database that has one).
+// The scrub fails if a subscription is left anywhere.
 //
 // sock reaches the branch's server over its private socket as the
-// bootstrap superuser; db is the database it is connected to.
+// bootstrap superuser.
 func (m *Manager) scrubCredentials(ctx context.Context, sock *instance.Instance, data, role string) error {
 	if _, err := os.Lstat(filepath.Join(data, scrubbedMark)); err == nil {
 		return nil
@@ -40,29 +54,63 @@ func (m *Manager) scrubCredentials(ctx context.Context, sock *instance.Instance,
 	if err != nil {
 		return err
 	}
-	rows, err := conn.Query(ctx, "SELECT datname FROM pg_database WHERE datallowconn ORDER BY datname")
-	var dbs []string
-	if err == nil {
-		dbs, err = pgx.CollectRows(rows, pgx.RowTo[string])
+	defer conn.Close(context.WithoutCancel(ctx))
+	if _, err := conn.Exec(ctx, "SET search_path = pg_catalog, pg_temp"); err != nil {
+		return err
 	}
-	conn.Close(context.WithoutCancel(ctx))
+	type database struct {
+		name string
+		open bool
+	}
+	rows, err := conn.Query(ctx, "SELECT datname, datallowconn FROM pg_database WHERE datconnlimit <> -2 ORDER BY datname")
+	if err != nil {
+		return err
+	}
+	dbs, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (database, error) {
+		var d database
+		err := r.Scan(&d.name, &d.open)
+		return d, err
+	})
 	if err != nil {
 		return err
 	}
 	for _, db := range dbs {
-		if err := m.scrubDatabase(ctx, sock.ConnString(m.o.SuperUser, db), role); err != nil {
-			return errs.Wrap(errs.KindOf(err), err, "database %q", db)
+		if err := m.scrubDatabase(ctx, conn, sock.ConnString(m.o.SuperUser, db.name), db.name, db.open, role); err != nil {
+			return errs.Wrap(errs.KindOf(err), err, "database %q", db.name)
 		}
 	}
-	if err := instance.WriteFileAs(filepath.Join(data, scrubbedMark), m.o.User, []byte("subscriptions and user mapping passwords removed, superusers' objects given to the branch's role by pgfork\n")); err != nil && !errors.Is(err, fs.ErrExist) {
+	var left string
+	if err := conn.QueryRow(ctx, `SELECT coalesce(string_agg(format('%s (database oid %s)', subname, subdbid), ', '), '')
+		FROM pg_subscription`).Scan(&left); err != nil {
+		return err
+	}
+	if left != "" {
+		return errs.New(errs.Internal, "subscriptions left after the scrub: %s", left)
+	}
+	if err := instance.WriteFileAs(filepath.Join(data, scrubbedMark), m.o.User, []byte("subscriptions and user mapping passwords removed in every database, superusers' objects given to the branch's role by pgfork\n")); err != nil && !errors.Is(err, fs.ErrExist) {
 		return err
 	}
 	return nil
 }
 
-// scrubDatabase is scrubCredentials in one database (url), and
-// takeOverSuperusersObjects there for role.
-func (m *Manager) scrubDatabase(ctx context.Context, url, role string) error {
+// scrubDatabase is scrubCredentials in database db (url reaches it), and,
+// if it accepts connections (open), takeOverSuperusersObjects there for
+// role. A closed database is opened over admin (the bootstrap superuser's
+// connection to another database) for the scrub alone and closed again
+// before it returns, error or not: it is left as the source has it, but
+// for the credentials.
+func (m *Manager) scrubDatabase(ctx context.Context, admin *pgx.Conn, url, db string, open bool, role string) (err error) {
+	if !open {
+		id := pgx.Identifier{db}.Sanitize()
+		if _, err := admin.Exec(ctx, "ALTER DATABASE "+id+" ALLOW_CONNECTIONS true"); err != nil {
+			return err
+		}
+		defer func() {
+			if _, cerr := admin.Exec(context.WithoutCancel(ctx), "ALTER DATABASE "+id+" ALLOW_CONNECTIONS false"); err == nil {
+				err = cerr
+			}
+		}()
+	}
 	c, err := pgx.Connect(ctx, url)
 	if err != nil {
 		return err
@@ -115,6 +163,9 @@ func (m *Manager) scrubDatabase(ctx context.Context, url, role string) error {
 			" OPTIONS (DROP password)"); err != nil {
 			return err
 		}
+	}
+	if !open {
+		return nil
 	}
 	return takeOverSuperusersObjects(ctx, c, role)
 }

@@ -421,6 +421,54 @@ func TestBranchHoldsNoOtherSystemsCredentials(t *testing.T) {
 	}
 }
 
+// TestBranchScrubsClosedDatabases (issue 57, G7): a database of the source
+// closed to connections (datallowconn false) is scrubbed like every other.
+// Its subscription, whose connection string with the publisher's password
+// sits in pg_subscription (a shared catalog the branch's role reads from
+// any database), is gone, and so is its user mappings' password. The
+// database is closed again in the branch, and when the branch's role reopens
+// it (it owns it through app_owner) it finds nothing. The source keeps
+// everything, the database closed.
+func TestBranchScrubsClosedDatabases(t *testing.T) {
+	t.Parallel() // see env
+	ctx := context.Background()
+	o, src := isolationEnv(t, pgtest.Builds(t, 0)[0])
+	pgtest.Exec(t, src.ConnString("", ""), "CREATE DATABASE closed OWNER app_owner")
+	pgtest.Exec(t, src.ConnString("", "closed"),
+		"CREATE FOREIGN DATA WRAPPER other_fdw",
+		"CREATE SERVER other FOREIGN DATA WRAPPER other_fdw OPTIONS (host 'billing.internal')",
+		"CREATE USER MAPPING FOR PUBLIC SERVER other OPTIONS (user 'billing', password 'UMSECRET')",
+		"CREATE USER MAPPING FOR app SERVER other OPTIONS (user 'app', password 'UMSECRET2')")
+	pgtest.Exec(t, src.ConnString("", "closed"), "CREATE SUBSCRIPTION hidden CONNECTION 'host=127.0.0.1 port=1 user=repl password=SUBSECRET dbname=x' "+
+		"PUBLICATION p WITH (connect = false)")
+	pgtest.Exec(t, src.ConnString("", ""), "ALTER DATABASE closed ALLOW_CONNECTIONS false")
+	m := open(t, o)
+	b, err := m.Create(ctx, Caller{Token: "alice"}, CreateOptions{Name: "a1", Source: "prod"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	url := b.URL()
+	if got := pgtest.Query(t, url, "SELECT count(*)::text FROM pg_subscription"); got != "0" {
+		t.Errorf("the branch's role sees %s subscriptions (with their connection strings) from database postgres, want 0", got)
+	}
+	if got := pgtest.Query(t, url, "SELECT string_agg(datname, ',' ORDER BY datname) FROM pg_database WHERE NOT datallowconn"); got != "closed,template0" {
+		t.Errorf("databases closed to connections in the branch: %s, want closed,template0 (as in the source)", got)
+	}
+	pgtest.Exec(t, url, "ALTER DATABASE closed ALLOW_CONNECTIONS true")
+	closed := strings.Replace(url, "/postgres?", "/closed?", 1)
+	if got := pgtest.Query(t, closed, `SELECT count(*)::text || ',' || count(*) FILTER (WHERE array_to_string(umoptions, ',') LIKE '%SECRET%')::text
+		FROM pg_user_mapping`); got != "2,0" {
+		t.Errorf("in the reopened database: user mappings, those with a password = %s, want 2,0", got)
+	}
+	s := src.ConnString("", "")
+	if got := pgtest.Query(t, s, "SELECT count(*)::text FROM pg_subscription WHERE subconninfo LIKE '%SUBSECRET%'"); got != "1" {
+		t.Errorf("the source has %s subscriptions with their password, want 1", got)
+	}
+	if got := pgtest.Query(t, s, "SELECT datallowconn::text FROM pg_database WHERE datname = 'closed'"); got != "false" {
+		t.Errorf("the source's database closed: datallowconn %s, want false", got)
+	}
+}
+
 // allowedPredefined are the predefined roles docs/branches.md lets a
 // branch's role hold (grantedRoles, written out again here on purpose).
 const allowedPredefined = "'pg_read_all_data', 'pg_write_all_data', 'pg_read_all_stats', 'pg_signal_backend', 'pg_checkpoint'"

@@ -11,6 +11,7 @@ import (
 	"github.com/pgfork/pgfork/instance"
 	"github.com/pgfork/pgfork/internal/errs"
 	"github.com/pgfork/pgfork/internal/statedir"
+	"github.com/pgfork/pgfork/pgdata"
 )
 
 // Kinds of branches: clusters whose data directory was made elsewhere and
@@ -101,10 +102,21 @@ func StartBranch(ctx context.Context, lay statedir.Layout, o BranchOptions) (*Br
 	if timeout == 0 {
 		timeout = 30 * time.Minute
 	}
-	// A branch never archives: its source's archive_command (or library)
-	// would write the branch's WAL where the source keeps its backups, over
-	// the source's own segments (issue 19, F21).
-	settings := map[string]string{}
+	// Every branch, clone, restore and standby starts here from data
+	// pgfork did not write (or that a server's superuser could have
+	// changed): the settings of pgdata.ForeignSettings that would load
+	// code, run commands or use files outside the data directory are reset
+	// on the command line, which wins over every configuration file
+	// (issue 57, rule 4). o.Settings, pgfork's own, win over them (a
+	// restore's restore_command). A branch never archives: its source's
+	// archive_command (or library) would write the branch's WAL where the
+	// source keeps its backups, over the source's own segments (issue 19,
+	// F21).
+	settings, err := pgdata.ForeignOverrides(o.DataDir)
+	if err != nil {
+		pending.Abort(socketDir)
+		return nil, err
+	}
 	for k, v := range o.Settings {
 		settings[k] = v
 	}

@@ -156,3 +156,43 @@ func OwnerOf(path string) (*OSUser, error) {
 	}
 	return &OSUser{Name: u.Username, UID: int(st.Uid), GID: int(st.Gid)}, nil
 }
+
+// CheckDataOwner is the one rule for which OS user runs a cluster made
+// from data pgfork did not write (a clone's source, a backup): as root, the
+// data at path must belong to root (pgfork's own user) or to the user its
+// copy is given to and run as (owner, the run-as user); data of any other
+// user is refused, never run as the run-as user. A cluster's superuser can
+// make its server load code and run commands (preload libraries, archive
+// and restore commands, per-database settings in its catalogs): run as the
+// run-as user, another user's data would run that user's code as postgres.
+// Not root, or owner nil, it allows everything: pgfork then runs servers
+// with its own rights only.
+func CheckDataOwner(path string, owner *clone.Owner) error {
+	if os.Geteuid() != 0 || owner == nil {
+		return nil
+	}
+	fi, err := os.Stat(path)
+	if err != nil {
+		return errs.FromOS(err, path, "cannot read the owner")
+	}
+	st, ok := fi.Sys().(*syscall.Stat_t)
+	if !ok || st.Uid == 0 || int(st.Uid) == owner.UID {
+		return nil
+	}
+	who := "uid " + strconv.FormatUint(uint64(st.Uid), 10)
+	name := ""
+	if u, err := user.LookupId(strconv.FormatUint(uint64(st.Uid), 10)); err == nil {
+		name = u.Username
+		who = "OS user " + name + " (" + who + ")"
+	}
+	runAs := "uid " + strconv.Itoa(owner.UID)
+	if u, err := user.LookupId(strconv.Itoa(owner.UID)); err == nil {
+		runAs = u.Username
+	}
+	e := errs.New(errs.Permission, "this data belongs to %s, not to %s, who would run its copy: as root, pgfork never runs another user's data as %s (its settings and catalogs could make the server run that user's code)", who, runAs, runAs).
+		WithPath(path)
+	if name == "" {
+		return e.WithHint("give the data to the user who should run it, or copy it as its owner")
+	}
+	return e.WithHint("run the copy as its owner %s, or copy it as %s", name, name).WithCLI("--run-as %s", name)
+}

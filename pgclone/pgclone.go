@@ -126,6 +126,11 @@ func Clone(ctx context.Context, opts Options) (*Result, error) {
 	if err := pgdata.Check(src); err != nil {
 		return nil, err
 	}
+	if opts.User != nil {
+		if err := instance.CheckDataOwner(src, opts.User.Owner()); err != nil {
+			return nil, err
+		}
+	}
 	major, err := pgdata.Version(src)
 	if err != nil {
 		return nil, err
@@ -383,6 +388,13 @@ func (b *build) copyData(ctx context.Context) (string, error) {
 		if srcWAL, err = filepath.EvalSymlinks(srcWAL); err != nil {
 			return "", errs.Wrap(errs.Internal, err, "cannot resolve the source's pg_wal link").WithPath(b.src)
 		}
+		// Online, the WAL is read later by its segments' names: the
+		// directory is checked here as offline copies check it.
+		f, err := pgdata.OpenLinkedDir(b.src, "pg_wal", srcWAL)
+		if err != nil {
+			return "", err
+		}
+		f.Close()
 	}
 	filter := clone.Filter(pgdata.Filter)
 	if b.opts.Online {
@@ -411,7 +423,7 @@ func (b *build) copyData(ctx context.Context) (string, error) {
 			return "", err
 		}
 		if !b.opts.Online {
-			if err := b.copyTree(ctx, "wal", srcWAL, wal, nil, false); err != nil {
+			if err := b.copyLinked(ctx, "wal", "pg_wal", srcWAL, wal, nil); err != nil {
 				return "", err
 			}
 		}
@@ -445,7 +457,7 @@ func (b *build) copyTablespaces(ctx context.Context) (map[string]string, error) 
 		if err := os.Mkdir(dir, 0o700); err != nil {
 			return nil, errs.FromOS(err, dir, "cannot create the tablespace copy")
 		}
-		if err := b.copyTree(ctx, "tablespace "+ts.OID, ts.Target, dir, pgdata.TablespaceFilter, false); err != nil {
+		if err := b.copyLinked(ctx, "tablespace "+ts.OID, "pg_tblspc/"+ts.OID, ts.Target, dir, pgdata.TablespaceFilter); err != nil {
 			return nil, err
 		}
 		final := filepath.Join(TablespaceDir(b.dst), ts.OID)
@@ -499,6 +511,19 @@ func (b *build) copyConfig() error {
 	b.res.Config = cc
 	b.res.Warnings = append(b.res.Warnings, cc.Warnings...)
 	return nil
+}
+
+// copyLinked copies the directory the source's link (pg_tblspc/OID,
+// pg_wal) points to, target, into dst: opened and checked by
+// pgdata.OpenLinkedDir (it must be the source's owner's, writable by no
+// one else), then read through its descriptor only.
+func (b *build) copyLinked(ctx context.Context, phase, link, target, dst string, filter clone.Filter) error {
+	f, err := pgdata.OpenLinkedDir(b.src, link, target)
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	return b.copyTree(ctx, phase, "/proc/self/fd/"+strconv.Itoa(int(f.Fd())), dst, filter, false)
 }
 
 // copyTree copies src into the existing empty directory dst and adds the

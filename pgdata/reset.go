@@ -36,8 +36,12 @@ const AutoConfMarker = "# pgfork clone: settings of the source that a clone must
 // them): the port when opts.Port is set, and archive_mode, archive_command,
 // primary_conninfo, primary_slot_name and restore_command set to off or
 // empty, so the clone neither archives into the source's archive nor
-// follows the source's primary, and external_pid_file empty, so it never
-// writes the source's pid file. It
+// follows the source's primary, and every setting of ForeignSettings made
+// safe (ForeignOverrides: no library, command or file chosen by whoever
+// wrote the source; a plain clone is started by a command pgfork prints,
+// not through cluster.StartBranch). It refuses a configuration that
+// includes files outside the data directory. It also removes
+// data_directory, which would point the clone at the source. It
 // removes standby.signal and recovery.signal, postmaster.opts and a stale
 // postmaster.pid, and empties pg_replslot (slots would hold WAL forever and
 // confuse the source's consumers). It keeps backup_label and tablespace_map,
@@ -93,14 +97,19 @@ func ResetForClone(dataDir string, opts ResetOptions) error {
 		return err
 	}
 
+	overrides, err := ForeignOverrides(dataDir)
+	if err != nil {
+		return err
+	}
 	var b strings.Builder
 	b.WriteString("\n" + AutoConfMarker + "\n")
 	if opts.Port != 0 {
 		fmt.Fprintf(&b, "port = %d\n", opts.Port)
 	}
-	for _, s := range []string{"archive_mode = off", "archive_command = ''", "primary_conninfo = ''", "primary_slot_name = ''", "restore_command = ''", "external_pid_file = ''"} {
+	for _, s := range []string{"archive_mode = off", "primary_conninfo = ''", "primary_slot_name = ''"} {
 		b.WriteString(s + "\n")
 	}
+	b.WriteString(ForeignConf(overrides))
 	return appendOwned(filepath.Join(dataDir, "postgresql.auto.conf"), b.String(), int(owner.Uid), int(owner.Gid))
 }
 
@@ -130,9 +139,9 @@ func appendOwned(p, text string, uid, gid int) error {
 
 // cloneStripped are the settings ResetForClone removes from a clone's
 // configuration files: those that name the source's primary or archive
-// (and may carry their credentials).
+// (and may carry their credentials), and data_directory.
 var cloneStripped = map[string]bool{"primary_conninfo": true, "primary_slot_name": true, "restore_command": true,
-	"archive_command": true, "archive_cleanup_command": true, "recovery_end_command": true}
+	"archive_command": true, "archive_cleanup_command": true, "recovery_end_command": true, "data_directory": true}
 
 // stripSettings removes the lines setting any of names from the data
 // directory's postgresql.auto.conf and postgresql.conf and from the files

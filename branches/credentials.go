@@ -30,9 +30,10 @@ const scrubbedMark = "pgfork-credentials-scrubbed-all-databases"
 // subscription that ran in a branch would also take changes from the
 // publisher's slot away from the source's own subscriber) are disabled,
 // detached from their slot and dropped; the password option of every user
-// mapping is dropped. Roles' passwords are setUpRole's. Branches run with
-// no logical replication worker (branchSettings), so no subscription runs
-// before this.
+// mapping is dropped; grants on functions PostgreSQL keeps from PUBLIC
+// are revoked (revokeGrantsBeyondInit). Roles' passwords are setUpRole's.
+// Branches run with no logical replication worker (branchSettings), so no
+// subscription runs before this.
 //
 // pg_subscription is a shared catalog: the branch's role reads every
 // database's subscriptions from any database, and could reopen a closed
@@ -164,10 +165,54 @@ func (m *Manager) scrubDatabase(ctx context.Context, admin *pgx.Conn, url, db st
 			return err
 		}
 	}
+	if err := revokeGrantsBeyondInit(ctx, c); err != nil {
+		return err
+	}
 	if !open {
 		return nil
 	}
 	return takeOverSuperusersObjects(ctx, c, role)
+}
+
+// grantsBeyondInit lists, as REVOKE statements, the grants on functions
+// that PostgreSQL or an extension keeps from PUBLIC (those pg_init_privs
+// records) to a grantee its initial privileges do not name, superusers and
+// the owner apart: pg_ls_dir, pg_read_binary_file, get_raw_page,
+// dblink_connect_u granted to an application role.
+const grantsBeyondInit = `
+SELECT DISTINCT format('REVOKE ALL ON FUNCTION %s FROM %s CASCADE', p.oid::regprocedure,
+  CASE WHEN a.grantee = 0 THEN 'PUBLIC' ELSE quote_ident(r.rolname) END)
+FROM pg_init_privs i
+JOIN pg_proc p ON p.oid = i.objoid
+CROSS JOIN LATERAL aclexplode(p.proacl) a
+LEFT JOIN pg_authid r ON r.oid = a.grantee
+WHERE i.classoid = 'pg_proc'::regclass AND i.objsubid = 0 AND a.grantee <> p.proowner
+  AND (a.grantee = 0 OR (r.oid IS NOT NULL AND NOT r.rolsuper))
+  AND NOT EXISTS (SELECT FROM aclexplode(i.initprivs) x WHERE x.grantee = a.grantee)`
+
+// revokeGrantsBeyondInit revokes, in c's database, grantsBeyondInit: a
+// function PostgreSQL keeps from PUBLIC reads the server's files or
+// connects as its OS user (a member of an application role with EXECUTE
+// on pg_read_binary_file read pg_authid's raw file, dead row versions with
+// the source's password hashes and all), and the branch's role is a member
+// of the application's roles. What the source granted such functions
+// stays in the source; the branch holds what initdb and CREATE EXTENSION
+// gave them.
+func revokeGrantsBeyondInit(ctx context.Context, c *pgx.Conn) error {
+	rows, err := c.Query(ctx, grantsBeyondInit)
+	if err != nil {
+		return err
+	}
+	stmts, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
+		return err
+	}
+	for _, q := range stmts {
+		if _, err := c.Exec(ctx, q); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // superusersObjects lists, as ALTER statements giving them to the role $1,

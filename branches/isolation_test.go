@@ -529,3 +529,37 @@ func TestBranchRoleReachesNothingInherited(t *testing.T) {
 		}
 	})
 }
+
+// TestBranchKeepsNoFunctionGrantsOfTheSource: functions PostgreSQL keeps
+// from PUBLIC (pg_init_privs: pg_ls_dir, pg_read_binary_file, ...) that the
+// source granted to an application role are not the branch's through it:
+// with them it read its data directory's raw files (global/1260 is
+// pg_authid, dead row versions and all: the source's password hashes). In
+// every database, a closed one too; the source keeps its grants.
+func TestBranchKeepsNoFunctionGrantsOfTheSource(t *testing.T) {
+	t.Parallel() // see env
+	ctx := context.Background()
+	o, src := isolationEnv(t, pgtest.Builds(t, 0)[0])
+	grants := []string{"GRANT EXECUTE ON FUNCTION pg_ls_dir(text) TO app_owner",
+		"GRANT EXECUTE ON FUNCTION pg_read_binary_file(text) TO app_owner WITH GRANT OPTION",
+		"SET ROLE app_owner", "GRANT EXECUTE ON FUNCTION pg_read_binary_file(text) TO app", "RESET ROLE"}
+	pgtest.Exec(t, src.ConnString("", ""), grants...)
+	pgtest.Exec(t, src.ConnString("", ""), "CREATE DATABASE closed OWNER app_owner")
+	pgtest.Exec(t, src.ConnString("", "closed"), grants...)
+	pgtest.Exec(t, src.ConnString("", ""), "ALTER DATABASE closed ALLOW_CONNECTIONS false")
+	m := open(t, o)
+	b, err := m.Create(ctx, Caller{Token: "alice"}, CreateOptions{Name: "a1", Source: "prod"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	pgtest.Exec(t, b.URL(), "ALTER DATABASE closed ALLOW_CONNECTIONS true")
+	for _, url := range []string{b.URL(), strings.Replace(b.URL(), "/postgres?", "/closed?", 1)} {
+		for _, q := range []string{"SELECT count(*) FROM pg_ls_dir('global')", "SELECT pg_read_binary_file('global/1260')",
+			"SET ROLE app_owner; SELECT pg_read_binary_file('global/1260')", "SET ROLE app; SELECT pg_read_binary_file('global/1260')"} {
+			refused(t, url, q)
+		}
+	}
+	if got := pgtest.Query(t, src.ConnString("", ""), "SELECT has_function_privilege('app', 'pg_read_binary_file(text)', 'EXECUTE')::text"); got != "true" {
+		t.Error("the source's app lost its grant on pg_read_binary_file")
+	}
+}

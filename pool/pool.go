@@ -401,13 +401,21 @@ func New(cfg Config, creator Creator) *Pool {
 // ready ones, as many as the pool keeps ready (its target), within Max and
 // the global limit; it drops the others in the background. Called with
 // p.mu held, before anything is created.
+//
+// The ids of those it drops stay taken (dropping) until their drop has
+// ended: else the pool's first creations take the smallest free ids,
+// theirs among them, and a drop that comes after a new copy was made
+// under the same name removes it under the test it is handed to (issue
+// 58: `database "…_000" does not exist` for about 10 s after a restart
+// that adopted fewer than were left). A name the pool holds, adopted or
+// kept, is never dropped.
 func (p *Pool) adoptReady(left []Kept) {
-	var extra []string
+	var extra []Kept
 	for _, k := range left {
 		_, taken := p.dbs[k.ID]
 		if taken || p.kept[k.ID] != nil || k.Name != p.cfg.Name(k.ID) || len(p.ready) >= p.target ||
 			len(p.dbs) >= p.cfg.Max || p.cfg.Limiter != nil && !p.cfg.Limiter.TryReserve(p) {
-			extra = append(extra, k.Name)
+			extra = append(extra, k)
 			continue
 		}
 		e := &entry{id: k.ID, name: k.Name, state: Ready, since: time.Now(), cold: true, noCacheFile: true}
@@ -415,14 +423,31 @@ func (p *Pool) adoptReady(left []Kept) {
 		p.ready = append(p.ready, k.ID)
 	}
 	p.startWarmer()
-	if len(extra) == 0 {
+	held := map[string]bool{}
+	for _, e := range p.dbs {
+		held[e.name] = true
+	}
+	for _, e := range p.kept {
+		held[e.name] = true
+	}
+	var gone []*entry
+	for _, k := range extra {
+		if held[k.Name] {
+			continue
+		}
+		e := &entry{id: k.ID, name: k.Name}
+		p.dropping[e.id]++
+		gone = append(gone, e)
+	}
+	if len(gone) == 0 {
 		return
 	}
 	p.wg.Add(1)
 	go func() {
 		defer p.wg.Done()
-		for _, name := range extra {
-			_ = p.creator.Drop(context.WithoutCancel(p.ctx), name)
+		for _, e := range gone {
+			_ = p.creator.Drop(context.WithoutCancel(p.ctx), e.name)
+			p.dropEnded(e)
 		}
 	}()
 }

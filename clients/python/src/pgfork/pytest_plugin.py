@@ -39,7 +39,7 @@ from typing import TYPE_CHECKING, Any, Callable, Dict, Generator, Iterator, List
 
 import pytest
 
-from .client import (DEFAULT_URL, ApiError, Client, DatabaseConfig, PgforkError, TemplateAlreadyInitialized,
+from .client import (ApiError, Client, DatabaseConfig, PgforkError, TemplateAlreadyInitialized,
                      TemplateDiscarded, TestDatabase)
 from .hashing import StrPath, template_hash
 from .migrate import Migrator, SQLFiles, psycopg_module
@@ -217,7 +217,7 @@ def _warn_kept(td: TestDatabase) -> None:
 
 _OPTIONS = [
     # (option, ini, environment, help)
-    ("--pgfork-url", "pgfork_url", "PGFORK_URL", f"pgfork serve base URL (default {DEFAULT_URL})"),
+    ("--pgfork-url", "pgfork_url", "PGFORK_URL", "pgfork serve base URL (default: a pgfork serve started for the run)"),
     ("--pgfork-token", "pgfork_token", "PGFORK_TOKEN", "Bearer token for pgfork serve"),
     ("--pgfork-migrations", "pgfork_migrations", "",
      "directory hashed into the template key; its *.sql files are run in name order"),

@@ -11,8 +11,18 @@ PostgreSQL and the templates survive from run to run):
   run ended, or was killed);
 - ``start.lock``: taken exclusively while a process looks for the run's
   server or starts it, so only one process starts it;
-- ``serve.json``: the started server's URL and token (0600), for the other
-  processes; ``serve.out`` and ``serve.log``: its stdout and stderr.
+- ``serve.json``: the token of the server started here, with its pid and
+  start time (0600), for the other processes; ``serve.out`` and
+  ``serve.log``: its stdout and stderr.
+
+A server is found one way (docs/SECURITY.md, rule 3): an explicitly
+configured URL, with its token; else the ``pgfork serve`` that holds the
+state directory, proven as pgfork itself proves it (``serve_owner``): its
+record ``locks/serve.owner`` names a pid that runs as this user with the
+recorded start time, and it holds ``locks/serve.lock``. Nothing that merely
+answers on a port (the default one, or one a record names) is ever sent a
+request. The state directory must be this user's and writable by no one
+else (``private_state_dir``).
 """
 
 from __future__ import annotations
@@ -22,6 +32,7 @@ import json
 import os
 import secrets
 import shutil
+import stat
 import subprocess
 import sys
 import time
@@ -30,7 +41,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import IO, Callable, Iterator, List, NamedTuple, Optional, Sequence
 
-from .client import DEFAULT_URL, Client, PgforkError
+from .client import Client, PgforkError
 
 START_TIMEOUT = 600.0  # seconds: the first start may install PostgreSQL and runs initdb
 BUSY_RETRY = 10.0  # seconds: a server that is stopping may still hold the state directory
@@ -44,6 +55,25 @@ class Started(NamedTuple):
     url: str
     token: Optional[str]
     pid: int
+    start: int = 0  # the pid's start time (``_start_time``): with pid, one process
+
+
+class Owner(NamedTuple):
+    """The pgfork serve holding a state directory, as it records itself
+    (``locks/serve.owner``)."""
+
+    pid: int
+    start: int
+    uid: int
+    listen: str
+
+    @property
+    def url(self) -> str:
+        """http://ADDRESS it listens on (an unspecified host as 127.0.0.1)."""
+        host, _, port = self.listen.rpartition(":")
+        if host in ("", "0.0.0.0", "[::]"):
+            host = "127.0.0.1"
+        return f"http://{host}:{port}"
 
 
 def _stderr(line: str) -> None:
@@ -64,6 +94,76 @@ def default_state_dir() -> Path:
     if os.environ.get("XDG_STATE_HOME"):
         return Path(os.environ["XDG_STATE_HOME"]) / "pgfork"
     return Path.home() / ".local" / "state" / "pgfork"
+
+
+def private_state_dir(path: Path) -> Path:
+    """path, created if missing (0755: the managed PostgreSQL runs as
+    another user when we are root), once it is proven to be this user's
+    alone: owned by this user and writable by no one else. Another user's
+    directory (say one made first under a shared /tmp) would let them plant
+    the records this module trusts; PgforkError says so."""
+    path.mkdir(parents=True, exist_ok=True)
+    st = os.stat(path)
+    if not stat.S_ISDIR(st.st_mode) or st.st_uid != os.geteuid() or st.st_mode & 0o022:
+        raise PgforkError(f"the state directory {path} is not this user's alone (owner uid {st.st_uid}, mode "
+                          f"{stat.S_IMODE(st.st_mode):o}): pgfork keeps records there it trusts; set "
+                          f"PGFORK_STATE_DIR to a directory you own that others cannot write")
+    return path
+
+
+def _start_time(pid: int) -> int:
+    """The start time of process pid (field 22 of /proc/PID/stat, clock
+    ticks since boot), 0 when unknown (outside Linux: nothing is proven)."""
+    try:
+        data = Path(f"/proc/{pid}/stat").read_bytes()
+        return int(data[data.rindex(b")") + 1:].split()[19])
+    except (OSError, ValueError, IndexError):
+        return 0
+
+
+def _lock_held(path: Path) -> bool:
+    """Whether a process holds a flock on path (a non-blocking try that
+    fails busy; a free lock is taken and let go at once)."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+    except OSError:
+        return False
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        return True
+    except OSError:
+        return False
+    finally:
+        os.close(fd)
+    return False
+
+
+def serve_owner(state: Path) -> Optional[Owner]:
+    """The pgfork serve that holds the state directory, proven as pgfork's
+    servelock.Find proves it: its record names a pid that runs as this user
+    (the owner of /proc/PID) with the recorded start time, and the state
+    directory's lock is held. None for anything else: no record, a serve
+    killed with -9 (its record stays), a pid another process or user holds
+    now; and outside Linux, where nothing can be proven."""
+    try:
+        with open(state / "locks" / "serve.owner", "rb") as f:
+            d = json.loads(f.read(4096))
+        o = Owner(int(d["pid"]), int(d["start"]), int(d["uid"]), str(d["listen"]))
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+    if o.pid < 1 or o.start == 0 or not o.listen or o.uid != os.geteuid():
+        return None
+    try:
+        if os.stat(f"/proc/{o.pid}").st_uid != o.uid:
+            return None
+    except OSError:
+        return None
+    # The user first, then the start time: the same process both times.
+    if _start_time(o.pid) != o.start:
+        return None
+    # Last: the probe takes a free lock for a moment.
+    return o if _lock_held(state / "locks" / "serve.lock") else None
 
 
 def find_binary() -> str:
@@ -110,7 +210,7 @@ def _locked(path: Path) -> Iterator[None]:
 def _read_record(path: Path) -> Optional[Started]:
     try:
         d = json.loads(path.read_text())
-        return Started(str(d["url"]), d.get("token") or None, int(d.get("pid") or 0))
+        return Started(str(d["url"]), d.get("token") or None, int(d.get("pid") or 0), int(d.get("start") or 0))
     except (OSError, ValueError, KeyError, TypeError):
         return None
 
@@ -120,7 +220,7 @@ def _write_record(path: Path, s: Started) -> None:
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
     try:
         with os.fdopen(fd, "w") as f:
-            json.dump({"url": s.url, "token": s.token, "pid": s.pid}, f)
+            json.dump({"url": s.url, "token": s.token, "pid": s.pid, "start": s.start}, f)
         os.replace(tmp, path)
     except BaseException:
         tmp.unlink(missing_ok=True)
@@ -147,14 +247,16 @@ def server_for_run(url: str = "", token: Optional[str] = None, extra_args: Seque
     """The server this run's tests use.
 
     With url configured: that server, started there (its host and port, the
-    token given) if nothing answers. With none: the server answering at
-    DEFAULT_URL, else the one another process of this run started, else a
-    new one on a free loopback port with a random token. A server started
-    here runs ``pgfork serve --lease … --json --state-dir DIR [extra_args]``
-    and stops by itself once the run's processes have exited (the lease).
-    progress gets a line when a server is started and serve's lines about
-    installing PostgreSQL while it comes up.
+    token given) if nothing answers. With none: the pgfork serve holding the
+    state directory (``serve_owner``: another process of this run started
+    it, or you did), else a new one on a free loopback port with a random
+    token. Nothing answering at the default URL is used unless configured.
+    A server started here runs ``pgfork serve --lease … --json --state-dir
+    DIR [extra_args]`` and stops by itself once the run's processes have
+    exited (the lease). progress gets a line when a server is started and
+    serve's lines about installing PostgreSQL while it comes up.
     """
+    configured = token
     if url:
         if _reachable(url, token):
             return Started(url, token, 0)
@@ -162,21 +264,33 @@ def server_for_run(url: str = "", token: Optional[str] = None, extra_args: Seque
         host = u.hostname or "127.0.0.1"
         listen = f"[{host}]:{u.port or 80}" if ":" in host else f"{host}:{u.port or 80}"
     else:
-        if _healthy(DEFAULT_URL, token):
-            return Started(DEFAULT_URL, token, 0)
         listen, token = "127.0.0.1:0", None
-    state = default_state_dir()
-    state.mkdir(parents=True, exist_ok=True)
+    state = private_state_dir(default_state_dir())
     _hold_lease(state / "lease")  # before looking: the server then cannot stop under us
     record = state / "serve.json"
     with _locked(state / "start.lock"):
-        rec = _read_record(record)
-        if rec and (not url or rec.url == url) and _healthy(rec.url, rec.token):
-            return rec
+        own = serve_owner(state)
+        if own and (not url or own.url == url.rstrip("/")):
+            rec = _read_record(record)
+            if rec and (rec.pid, rec.start) == (own.pid, own.start):
+                return Started(own.url, rec.token, own.pid, own.start)  # this run's, with its token
+            return _answering(own, configured)  # yours: with the token you configured
         exe = find_binary()
         started = _start(exe, state, listen, token or secrets.token_hex(16), extra_args, progress)
         _write_record(record, started)
         return started
+
+
+def _answering(own: Owner, token: Optional[str]) -> Started:
+    """own (proven yours) once it answers: a serve may hold the state
+    directory a moment before it listens."""
+    deadline = time.monotonic() + START_TIMEOUT
+    while not _healthy(own.url, token):
+        if time.monotonic() > deadline:
+            raise PgforkError(f"the pgfork serve holding the state directory (pid {own.pid}) does not answer at "
+                              f"{own.url}: stop it, or set PGFORK_URL (and PGFORK_TOKEN) to a server to use")
+        time.sleep(0.1)
+    return Started(own.url, token, own.pid, own.start)
 
 
 class _Busy(PgforkError):
@@ -223,7 +337,7 @@ def _start_once(exe: str, state: Path, listen: str, token: str, extra_args: Sequ
             if not url:
                 url = _listen_url(out_path)
             if url and _healthy(url, token):
-                return Started(url, token, proc.pid)
+                return Started(url, token, proc.pid, _start_time(proc.pid))
             if proc.poll() is not None:
                 _relay(log_path, seen, progress, installing)
                 tail = log_path.read_text(errors="replace")[-2000:].strip()
@@ -278,4 +392,5 @@ def _relay(log_path: Path, seen: int, progress: Progress, installing: List[bool]
     return seen + end + 1
 
 
-__all__ = ["Started", "server_for_run", "default_state_dir", "find_binary", "PgforkError"]
+__all__ = ["Started", "Owner", "server_for_run", "serve_owner", "private_state_dir", "default_state_dir", "find_binary",
+           "PgforkError"]

@@ -30,7 +30,7 @@ INFO = "PGFORK_DJANGO"
 _CONN_KEYS = ("NAME", "HOST", "PORT", "USER", "PASSWORD", "OPTIONS")
 
 DEFAULTS: Dict[str, Any] = {
-    "URL": "",  # else $PGFORK_URL, else $INTEGRESQL_CLIENT_BASE_URL, else DEFAULT_URL
+    "URL": "",  # else $PGFORK_URL, else $INTEGRESQL_CLIENT_BASE_URL, else the run's own pgfork serve
     "TOKEN": "",  # else $PGFORK_TOKEN
     "EXTRA_KEY": "",  # hashed into every template key: change it to rebuild
     # A fresh database per TransactionTestCase test instead of a flush:
@@ -57,9 +57,9 @@ def options() -> Dict[str, Any]:
 
 def make_client(url: str = "", token: str = "") -> Client:
     """A client for the server named by url/token, else the environment
-    ($PGFORK_URL, $PGFORK_TOKEN), else settings.PGFORK; with none, the one
-    answering at the default URL, else a `pgfork serve` started for the run
-    (pgfork.server.server_for_run)."""
+    ($PGFORK_URL, $PGFORK_TOKEN), else settings.PGFORK; with none, the
+    `pgfork serve` of the run (pgfork.server.server_for_run: proven by its
+    record in the state directory, else started)."""
     opts = options()
     api_version = None
     url = url or os.environ.get("PGFORK_URL") or opts["URL"]

@@ -21,6 +21,7 @@ import (
 	"time"
 
 	"github.com/pgfork/pgfork/clone"
+	"github.com/pgfork/pgfork/instance"
 	"github.com/pgfork/pgfork/internal/errs"
 	"github.com/pgfork/pgfork/internal/fsutil"
 	"github.com/pgfork/pgfork/internal/safefs"
@@ -144,6 +145,11 @@ func Restore(ctx context.Context, dirs []string, dst string, opts Options) (*Sum
 		return nil, err
 	}
 	defer in.close()
+	for _, d := range dirs {
+		if err := instance.CheckDataOwner(d, opts.Owner); err != nil {
+			return nil, err
+		}
+	}
 	phase("check", t0)
 
 	t0 = time.Now()

@@ -88,12 +88,13 @@ func (r *Recovery) Validate() error {
 	return nil
 }
 
-// prepareRecovery appends the recovery settings to postgresql.auto.conf
-// and creates recovery.signal (pg_verifybackup ignores both files).
+// prepareRecovery appends the recovery target to postgresql.auto.conf
+// and creates recovery.signal (pg_verifybackup ignores both files). The
+// restore_command goes on the server's command line (restoreCommand):
+// cluster.StartBranch resets every command a configuration file sets.
 func prepareRecovery(dataDir string, r Recovery, user *instance.OSUser) error {
 	var b strings.Builder
 	b.WriteString("\n# point-in-time recovery set by pgfork restore\n")
-	fmt.Fprintf(&b, "restore_command = %s\n", pgdata.QuoteConf("cp '"+r.WALDir+"/%f' '%p'"))
 	switch {
 	case r.TargetTime != "":
 		fmt.Fprintf(&b, "recovery_target_time = %s\n", pgdata.QuoteConf(r.TargetTime))
@@ -178,6 +179,7 @@ func Start(ctx context.Context, dataDir string, o StartOptions) (*Started, error
 		if err := prepareRecovery(dataDir, o.Recovery, o.User); err != nil {
 			return nil, err
 		}
+		settings["restore_command"] = restoreCommand(o.Recovery)
 		if o.Recovery.TargetAction != "pause" {
 			settings["hot_standby"] = "off"
 		}
@@ -188,3 +190,7 @@ func Start(ctx context.Context, dataDir string, o StartOptions) (*Started, error
 }
 
 func versionOf(dataDir string) (int, error) { return pgdata.Version(dataDir) }
+
+// restoreCommand copies WAL files from r's archive (a path Validate
+// checked to need no quoting beyond single quotes).
+func restoreCommand(r Recovery) string { return "cp '" + r.WALDir + "/%f' '%p'" }

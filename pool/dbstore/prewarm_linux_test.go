@@ -82,14 +82,13 @@ func TestPrewarmReadsClonesAhead(t *testing.T) {
 	dirOf := func(db string) string { return databaseDir(t, admin, data, db) }
 	// Read-ahead is asynchronous: give it a moment.
 	for _, catalogs := range []bool{true, false} {
-		var warm float64
-		for deadline := time.Now().Add(5 * time.Second); time.Now().Before(deadline); time.Sleep(50 * time.Millisecond) {
-			if warm = resident(t, dirOf("warm"), catalogs); warm > 0.9 {
-				break
-			}
-		}
-		bare := resident(t, dirOf("bare"), catalogs)
 		what := map[bool]string{true: "catalog pages", false: "pages of the template's table"}[catalogs]
+		var warm float64
+		testenv.WaitFor(t, "the creator's clone's "+what+" to be read ahead", func() bool {
+			warm = resident(t, dirOf("warm"), catalogs)
+			return warm > 0.9
+		})
+		bare := resident(t, dirOf("bare"), catalogs)
 		t.Logf("%s cached: %.0f%% of the creator's clone, %.0f%% of a bare CREATE DATABASE's", what, warm*100, bare*100)
 		if warm < 0.9 || bare > 0.5 {
 			t.Fatalf("%s cached: %.2f of the creator's clone (want ≥ 0.9), %.2f of a bare clone (want ≤ 0.5)", what, warm, bare)
@@ -287,13 +286,7 @@ func adoptedAfterRestart(t *testing.T, n int, cfg pool.ManagerConfig) (admin *pg
 	if err := m.FinalizeTemplate(ctx, hash); err != nil {
 		t.Fatal(err)
 	}
-	deadline := time.Now().Add(2 * time.Minute)
-	for readyCount(m) < n {
-		if time.Now().After(deadline) {
-			t.Fatalf("the pool did not fill: %d ready", readyCount(m))
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+	testenv.WaitFor(t, "the pool to fill", func() bool { return readyCount(m) >= n })
 	if err := m.Close(ctx); err != nil {
 		t.Fatal(err)
 	}
@@ -346,44 +339,29 @@ func TestReadyAcrossRestartGetCatalogCache(t *testing.T) {
 	if got := readyCount(m); got != n {
 		t.Fatalf("adopted ready: %d, want the %d left", got, n)
 	}
-	deadline := time.Now().Add(30 * time.Second)
 	for _, db := range left {
-		for {
-			if _, err := os.Stat(initFile(db)); err == nil {
-				break
-			}
-			if time.Now().After(deadline) {
-				t.Fatalf("%s, adopted ready after the restart, got no catalog cache file", db)
-			}
-			time.Sleep(10 * time.Millisecond)
-		}
+		testenv.WaitFor(t, db+", adopted ready after the restart, to get its catalog cache file", func() bool {
+			_, err := os.Stat(initFile(db))
+			return err == nil
+		})
 	}
 	// They are still the pool's, ready, with no session left behind once
 	// the pool is done with them (a backend takes a moment to exit).
-	for {
+	testenv.WaitFor(t, "the pool to finish warming", func() bool {
 		ts, _ := m.Stats()
-		if ts[0].Pool.Warming == 0 {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("the pool still warms %d", ts[0].Pool.Warming)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+		return ts[0].Pool.Warming == 0
+	})
 	if got := readyCount(m); got != n {
 		t.Fatalf("after writing their caches: %d ready, want %d", got, n)
 	}
-	for {
+	testenv.WaitFor(t, "no session left on the test copies", func() bool {
 		var sessions int
 		err := admin.QueryRow(ctx, "SELECT count(*) FROM pg_stat_activity WHERE starts_with(datname, 'pcc_test_')").Scan(&sessions)
-		if err == nil && sessions == 0 {
-			break
+		if err != nil {
+			t.Fatal(err)
 		}
-		if err != nil || time.Now().After(deadline) {
-			t.Fatalf("sessions left on the test copies: %d (%v)", sessions, err)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+		return sessions == 0
+	})
 }
 
 // TestAdoptedWarmedAheadOfARun: while a run goes on, the pool writes the
@@ -391,6 +369,13 @@ func TestReadyAcrossRestartGetCatalogCache(t *testing.T) {
 // them) and not of every one a restart adopted: a learned demand's
 // hundreds, connected to at once, competed with the run's tests for the
 // cores (issue 33). The run's hand-outs move that window on.
+//
+// The counts leave out the copies taken: whether the warmer reached them
+// before their test did depends on the machine's load. Each wait is for a
+// count the pool reaches whatever the load, and the last is for an event
+// that only the take after it can cause (a make check at load 5–6 once
+// read the count after the take, when the warmer had already written the
+// copy that entered the window, and waited for nothing).
 func TestAdoptedWarmedAheadOfARun(t *testing.T) {
 	const n = pool.WarmAhead + 8
 	ctx := context.Background()
@@ -398,44 +383,59 @@ func TestAdoptedWarmedAheadOfARun(t *testing.T) {
 	_, left, initFile, open := adoptedAfterRestart(t, n, pool.ManagerConfig{Prefix: "pca", Parallel: 2, GetTimeout: 30 * time.Second, RunGap: 10 * time.Minute})
 	m := open()
 	defer func() { _ = m.Close(ctx) }()
+	taken := map[string]bool{}
+	take := func() string {
+		t.Helper()
+		db, err := m.GetTestDatabase(ctx, "cc")
+		if err != nil {
+			t.Fatal(err)
+		}
+		taken[db.DB.Name] = true
+		return db.DB.Name
+	}
+	has := func(db string) bool {
+		_, err := os.Stat(initFile(db))
+		return err == nil
+	}
+	// written counts the ready copies (not taken) with their file.
 	written := func() int {
 		k := 0
 		for _, db := range left {
-			if _, err := os.Stat(initFile(db)); err == nil {
+			if !taken[db] && has(db) {
 				k++
 			}
 		}
 		return k
 	}
 	// Two takes start a run; the window is then the next WarmAhead of the
-	// ready ones, and at most the two taken were warmed before they were.
-	for range 2 {
-		if _, err := m.GetTestDatabase(ctx, "cc"); err != nil {
-			t.Fatal(err)
-		}
+	// ready ones. Before the run the warmer wrote the files of those handed
+	// out first, the two taken among them: of the ready ones, those it
+	// wrote then are the first of the window (unless the test stalled for
+	// dozens of connections between the open and the takes: then there is
+	// no window left to see).
+	take()
+	take()
+	if before := written(); before > pool.WarmAhead {
+		t.Skipf("before the run began the warmer wrote %d of the %d ready copies' files, beyond the window of %d: nothing left to see", before, n-2, pool.WarmAhead)
 	}
-	want := pool.WarmAhead
-	deadline := time.Now().Add(time.Minute)
-	for written() < want {
-		if time.Now().After(deadline) {
-			t.Fatalf("during a run, %d of the %d adopted copies got their catalog cache file: want the next %d", written(), n, want)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+	testenv.WaitFor(t, "the window's ready copies (the next WarmAhead handed out) to get their catalog cache file during a run", func() bool {
+		return written() >= pool.WarmAhead
+	})
 	time.Sleep(500 * time.Millisecond) // a warmer going on beyond the window would write more meanwhile
-	if got := written(); got > want+2 {
-		t.Fatalf("during a run, %d of the %d adopted copies got their catalog cache file: want the next %d (and the 2 taken) only", got, n, want)
+	if got := written(); got != pool.WarmAhead {
+		t.Fatalf("during a run, %d of the %d ready adopted copies got their catalog cache file: want the next %d only", got, n-2, pool.WarmAhead)
 	}
-	// A take moves the window on by one.
-	if _, err := m.GetTestDatabase(ctx, "cc"); err != nil {
-		t.Fatal(err)
+	// A take moves the window on by one: the copy taken is the window's
+	// first (written), and the one that enters it gets its file.
+	if db := take(); !has(db) {
+		t.Fatalf("the copy taken, %s, was handed out first but had no catalog cache file", db)
 	}
-	before := written()
-	for written() == before {
-		if time.Now().After(deadline) {
-			t.Fatalf("a take during the run did not move the warmed window on: still %d written", before)
-		}
-		time.Sleep(10 * time.Millisecond)
+	testenv.WaitFor(t, "a take during the run to move the warmed window on (the copy that entered it to get its file)", func() bool {
+		return written() == pool.WarmAhead
+	})
+	time.Sleep(500 * time.Millisecond) // as above
+	if got := written(); got != pool.WarmAhead {
+		t.Fatalf("after a take during a run, %d of the %d ready adopted copies have their catalog cache file: want the next %d only", got, n-3, pool.WarmAhead)
 	}
 }
 
@@ -480,21 +480,13 @@ func TestFreshReadyCopiesWarmed(t *testing.T) {
 		}
 		return ready, warming
 	}
-	deadline := time.Now().Add(time.Minute)
-	for {
+	testenv.WaitFor(t, "the pool to settle (all ready, none to warm)", func() bool {
 		ready, warming := settled()
-		if ready == n && warming == 0 {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("the pool did not settle: %d ready, %d warming", ready, warming)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+		return ready == n && warming == 0
+	})
 	// Each copy had one session (the pool's), and has none now: the
 	// server counts a session when it ends.
-	deadline = time.Now().Add(10 * time.Second)
-	for {
+	testenv.WaitFor(t, "each ready copy to have had one session (the warmer's), ended", func() bool {
 		rows, err := admin.Query(ctx, `SELECT d.datname, s.sessions, s.numbackends FROM pg_database d
 			JOIN pg_stat_database s ON s.datid = d.oid WHERE starts_with(d.datname, 'pwm_test_') ORDER BY 1`)
 		if err != nil {
@@ -510,16 +502,13 @@ func TestFreshReadyCopiesWarmed(t *testing.T) {
 		}
 		ok := len(got) == n
 		for _, s := range got {
+			if s.Sessions > 1 {
+				t.Fatalf("ready copies and their sessions (want %d, each with one ended): %+v", n, got)
+			}
 			ok = ok && s.Sessions == 1 && s.Active == 0
 		}
-		if ok {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("ready copies and their sessions (want %d, each with one ended): %+v", n, got)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+		return ok
+	})
 	if ready, _ := settled(); ready != n {
 		t.Fatalf("after warming: %d ready, want %d", ready, n)
 	}
@@ -577,17 +566,10 @@ func TestWALLogCopiesGetCatalogCache(t *testing.T) {
 	if err := m.FinalizeTemplate(ctx, hash); err != nil {
 		t.Fatal(err)
 	}
-	deadline := time.Now().Add(2 * time.Minute)
-	for {
+	testenv.WaitFor(t, "the pool to settle (all ready, none to warm)", func() bool {
 		ts, _ := m.Stats()
-		if len(ts) == 1 && ts[0].Pool.ByState[pool.Ready] == n && ts[0].Pool.Warming == 0 {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("the pool did not settle: %+v", ts)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+		return len(ts) == 1 && ts[0].Pool.ByState[pool.Ready] == n && ts[0].Pool.Warming == 0
+	})
 	rows, err := admin.Query(ctx, "SELECT datname FROM pg_database WHERE starts_with(datname, 'pwl_test_')")
 	if err != nil {
 		t.Fatal(err)

@@ -35,7 +35,8 @@ type Options struct {
 	Listen string
 	// Socket, when set, is a Unix socket the API is served on too (0600).
 	Socket string
-	// Token, when set, is required of every client (server.Config.Token).
+	// Token, when set, is required of every client (server.Config.Token);
+	// Branches need one.
 	Token string
 	// AllowFrom, when set, admits clients from these networks only
 	// (loopback always).
@@ -115,6 +116,11 @@ type Ready struct {
 // within about 2 s (shutdown.go): the HTTP server gives requests in
 // progress httpGrace, then closes every connection.
 func Run(ctx context.Context, o Options) error {
+	// With branches the pools take the admin token only (issue 57, rule
+	// 1): without one serve does not start, whatever it listens on.
+	if err := server.RequireAdminToken(o.Token, o.Branches != nil); err != nil {
+		return err
+	}
 	log := o.Log
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)

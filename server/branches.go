@@ -82,20 +82,6 @@ func (r SnapshotRequest) validate() error {
 // validator is a request body with range checks.
 type validator interface{ validate() error }
 
-// branchPaths are the routes the branch tokens (Config.BranchTokens) reach.
-func branchPath(p string) bool {
-	for _, pre := range []string{"/api/v2/sources", "/api/v2/snapshots", "/api/v2/branches"} {
-		if p == pre || strings.HasPrefix(p, pre+"/") {
-			return true
-		}
-	}
-	return false
-}
-
-// pagePath is the web page: static, no data in it (its script asks the
-// API with the token the user types), so it needs no token itself.
-func pagePath(p string) bool { return p == "/ui" }
-
 // branchToken says whether r carries one of the branch tokens.
 func (s *Server) branchToken(r *http.Request) bool {
 	t := bearerOf(r)
@@ -121,42 +107,42 @@ func bearerOf(r *http.Request) string {
 }
 
 func (s *Server) branchRoutes() {
-	m, b := s.mux, s.cfg.Branches
-	m.HandleFunc("GET /api/v2/sources", func(w http.ResponseWriter, r *http.Request) {
+	b := s.cfg.Branches
+	s.handle(Branch, "GET /api/v2/sources", func(w http.ResponseWriter, r *http.Request) {
 		writeJSON(w, http.StatusOK, b.List(bearerOf(r)))
 	})
-	m.HandleFunc("GET /api/v2/branches", func(w http.ResponseWriter, r *http.Request) {
+	s.handle(Branch, "GET /api/v2/branches", func(w http.ResponseWriter, r *http.Request) {
 		writeJSON(w, http.StatusOK, b.List(bearerOf(r)))
 	})
-	m.HandleFunc("GET /api/v2/snapshots", func(w http.ResponseWriter, r *http.Request) {
+	s.handle(Branch, "GET /api/v2/snapshots", func(w http.ResponseWriter, r *http.Request) {
 		writeJSON(w, http.StatusOK, b.List(bearerOf(r)))
 	})
-	m.HandleFunc("POST /api/v2/branches", func(w http.ResponseWriter, r *http.Request) {
+	s.handle(Branch, "POST /api/v2/branches", func(w http.ResponseWriter, r *http.Request) {
 		var req BranchRequest
 		if !s.decode(w, r, &req) {
 			return
 		}
 		s.answer(w, r, http.StatusCreated)(b.Create(r.Context(), bearerOf(r), req))
 	})
-	m.HandleFunc("GET /api/v2/branches/{name}", func(w http.ResponseWriter, r *http.Request) {
+	s.handle(Branch, "GET /api/v2/branches/{name}", func(w http.ResponseWriter, r *http.Request) {
 		s.answer(w, r, http.StatusOK)(b.Get(bearerOf(r), r.PathValue("name")))
 	})
-	m.HandleFunc("POST /api/v2/branches/{name}/reset", func(w http.ResponseWriter, r *http.Request) {
+	s.handle(Branch, "POST /api/v2/branches/{name}/reset", func(w http.ResponseWriter, r *http.Request) {
 		s.answer(w, r, http.StatusOK)(b.Reset(r.Context(), bearerOf(r), r.PathValue("name")))
 	})
-	m.HandleFunc("POST /api/v2/branches/{name}/start", func(w http.ResponseWriter, r *http.Request) {
+	s.handle(Branch, "POST /api/v2/branches/{name}/start", func(w http.ResponseWriter, r *http.Request) {
 		s.answer(w, r, http.StatusOK)(b.Start(r.Context(), bearerOf(r), r.PathValue("name")))
 	})
-	m.HandleFunc("POST /api/v2/branches/{name}/stop", func(w http.ResponseWriter, r *http.Request) {
+	s.handle(Branch, "POST /api/v2/branches/{name}/stop", func(w http.ResponseWriter, r *http.Request) {
 		s.answer(w, r, http.StatusOK)(b.Stop(r.Context(), bearerOf(r), r.PathValue("name")))
 	})
-	m.HandleFunc("POST /api/v2/branches/{name}/protect", func(w http.ResponseWriter, r *http.Request) {
+	s.handle(Branch, "POST /api/v2/branches/{name}/protect", func(w http.ResponseWriter, r *http.Request) {
 		s.answer(w, r, http.StatusOK)(b.Protect(bearerOf(r), r.PathValue("name"), true))
 	})
-	m.HandleFunc("DELETE /api/v2/branches/{name}/protect", func(w http.ResponseWriter, r *http.Request) {
+	s.handle(Branch, "DELETE /api/v2/branches/{name}/protect", func(w http.ResponseWriter, r *http.Request) {
 		s.answer(w, r, http.StatusOK)(b.Protect(bearerOf(r), r.PathValue("name"), false))
 	})
-	m.HandleFunc("POST /api/v2/branches/{name}/snapshot", func(w http.ResponseWriter, r *http.Request) {
+	s.handle(Branch, "POST /api/v2/branches/{name}/snapshot", func(w http.ResponseWriter, r *http.Request) {
 		var req SnapshotRequest
 		if !s.decode(w, r, &req) {
 			return
@@ -164,28 +150,28 @@ func (s *Server) branchRoutes() {
 		req.Source, req.Branch = "", r.PathValue("name")
 		s.answer(w, r, http.StatusCreated)(b.Snapshot(r.Context(), bearerOf(r), req))
 	})
-	m.HandleFunc("DELETE /api/v2/branches/{name}", func(w http.ResponseWriter, r *http.Request) {
+	s.handle(Branch, "DELETE /api/v2/branches/{name}", func(w http.ResponseWriter, r *http.Request) {
 		if err := b.Delete(r.Context(), bearerOf(r), r.PathValue("name")); err != nil {
 			s.failBranch(w, r, err)
 			return
 		}
 		w.WriteHeader(http.StatusNoContent)
 	})
-	m.HandleFunc("POST /api/v2/snapshots", func(w http.ResponseWriter, r *http.Request) {
+	s.handle(Branch, "POST /api/v2/snapshots", func(w http.ResponseWriter, r *http.Request) {
 		var req SnapshotRequest
 		if !s.decode(w, r, &req) {
 			return
 		}
 		s.answer(w, r, http.StatusCreated)(b.Snapshot(r.Context(), bearerOf(r), req))
 	})
-	m.HandleFunc("DELETE /api/v2/snapshots/{name}", func(w http.ResponseWriter, r *http.Request) {
+	s.handle(Branch, "DELETE /api/v2/snapshots/{name}", func(w http.ResponseWriter, r *http.Request) {
 		if err := b.DeleteSnapshot(bearerOf(r), r.PathValue("name")); err != nil {
 			s.failBranch(w, r, err)
 			return
 		}
 		w.WriteHeader(http.StatusNoContent)
 	})
-	m.HandleFunc("GET /ui", func(w http.ResponseWriter, r *http.Request) {
+	s.handle(Open, "GET /ui", func(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Content-Type", "text/html; charset=utf-8")
 		// frame-ancestors: no other site's page may frame this one and
 		// trick a click on Delete (issue 32, F14; X-Frame-Options: DENY

@@ -38,10 +38,11 @@ func OpenAPI() []byte { return openAPI }
 type Config struct {
 	Manager *pool.Manager
 	Conn    pool.ConnInfo // host/port/user/password handed to clients
-	// Token, when set, must come on every request except /healthz, either
-	// as "Authorization: Bearer <token>" or as the first segment of the path
-	// ("/<token>/api/v1/…", which every IntegreSQL client can be given as
-	// its base URL).
+	// Token, the admin token, when set, must come on every request except
+	// the Open routes (/healthz, /ui), either as "Authorization: Bearer
+	// <token>" or as the first segment of the path ("/<token>/api/v1/…",
+	// which every IntegreSQL client can be given as its base URL). Who
+	// may use which route is decided in access.go.
 	Token string
 	// AllowFrom, when set, admits only requests from these networks (and
 	// from loopback and the Unix socket).
@@ -51,7 +52,9 @@ type Config struct {
 	Metrics   *Metrics // from NewMetrics; nil: a fresh one on Registry
 	// Branches, when set, is served under /api/v2/{sources,snapshots,branches}
 	// and as a web page on /ui/ (branches.go); BranchTokens are the tokens
-	// that reach those routes (and only those) besides Token.
+	// that reach those routes (and only those) besides Token. With
+	// Branches the pool routes take Token only, and none at all when it
+	// is empty (RequireAdminToken refuses that before a server starts).
 	Branches     Branches
 	BranchTokens []string
 	// AllowedHosts are the host names (no port) a request admitted without
@@ -70,6 +73,7 @@ type Server struct {
 	cfg      Config
 	log      *slog.Logger
 	mux      *http.ServeMux
+	access   map[string]Access // by mux pattern: who may use each route (access.go)
 	metrics  *Metrics
 	handouts handouts
 	failures authFailures
@@ -92,33 +96,32 @@ func New(cfg Config) *Server {
 	if cfg.Registry == nil {
 		cfg.Registry = prometheus.NewRegistry()
 	}
-	s := &Server{cfg: cfg, log: cfg.Logger, mux: http.NewServeMux()}
+	s := &Server{cfg: cfg, log: cfg.Logger, mux: http.NewServeMux(), access: map[string]Access{}}
 	s.handouts.init()
 	s.metrics = cfg.Metrics
 	if s.metrics == nil {
 		s.metrics = NewMetrics(cfg.Registry)
 	}
 	s.metrics.attach(cfg.Manager)
-	m := s.mux
 	for _, v := range []api{v1, v2} {
 		p := "/api/v" + strconv.Itoa(int(v))
-		m.HandleFunc("POST "+p+"/templates", s.with(v, s.initialize))
-		m.HandleFunc("PUT "+p+"/templates/{hash}", s.with(v, s.finalize))
-		m.HandleFunc("DELETE "+p+"/templates/{hash}", s.with(v, s.discard))
-		m.HandleFunc("GET "+p+"/templates/{hash}/tests", s.with(v, s.getTest))
-		m.HandleFunc("POST "+p+"/templates/{hash}/tests/{id}/unlock", s.with(v, s.unlock))
-		m.HandleFunc("POST "+p+"/templates/{hash}/tests/{id}/recreate", s.with(v, s.recreate))
-		m.HandleFunc("POST "+p+"/templates/{hash}/tests/{id}/keep", s.with(v, s.keep))
-		m.HandleFunc("DELETE "+p+"/admin/templates", s.with(v, s.resetAll))
+		s.handle(Pool, "POST "+p+"/templates", s.with(v, s.initialize))
+		s.handle(Pool, "PUT "+p+"/templates/{hash}", s.with(v, s.finalize))
+		s.handle(Pool, "DELETE "+p+"/templates/{hash}", s.with(v, s.discard))
+		s.handle(Pool, "GET "+p+"/templates/{hash}/tests", s.with(v, s.getTest))
+		s.handle(Pool, "POST "+p+"/templates/{hash}/tests/{id}/unlock", s.with(v, s.unlock))
+		s.handle(Pool, "POST "+p+"/templates/{hash}/tests/{id}/recreate", s.with(v, s.recreate))
+		s.handle(Pool, "POST "+p+"/templates/{hash}/tests/{id}/keep", s.with(v, s.keep))
+		s.handle(Pool, "DELETE "+p+"/admin/templates", s.with(v, s.resetAll))
 	}
-	m.HandleFunc("DELETE /api/v1/templates/{hash}/tests/{id}", s.with(v1, s.unlock)) // deprecated alias
-	m.HandleFunc("GET /api/v2/templates", s.listTemplates)
-	m.HandleFunc("GET /api/openapi.json", func(w http.ResponseWriter, r *http.Request) {
+	s.handle(Pool, "DELETE /api/v1/templates/{hash}/tests/{id}", s.with(v1, s.unlock)) // deprecated alias
+	s.handle(Pool, "GET /api/v2/templates", s.listTemplates)
+	s.handle(Info, "GET /api/openapi.json", func(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Content-Type", "application/json")
 		_, _ = w.Write(openAPI)
 	})
-	m.Handle("GET /metrics", promhttp.HandlerFor(cfg.Registry, promhttp.HandlerOpts{}))
-	m.HandleFunc("GET /healthz", s.healthz)
+	s.handle(Info, "GET /metrics", promhttp.HandlerFor(cfg.Registry, promhttp.HandlerOpts{}).ServeHTTP)
+	s.handle(Open, "GET /healthz", s.healthz)
 	if cfg.Branches != nil {
 		s.branchRoutes()
 	}
@@ -155,37 +158,26 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		r.URL.Path = strings.TrimRight(r.URL.Path, "/")
 		r.URL.RawPath = ""
 	}
-	path := r.URL.Path
-	// /healthz and the page (static: its script asks the API with the
-	// token the user types) need no token.
-	open := path == "/healthz" || s.cfg.Branches != nil && pagePath(path)
-	branchRoute := s.cfg.Branches != nil && branchPath(path)
+	// Who may use the route is its Access (access.go), the one place
+	// that decides it.
+	access, pattern := s.route(r)
 	admin := s.cfg.Token != "" && (tokenInPath || s.bearer(r))
-	withToken := admin || branchRoute && s.branchToken(r)
-	// Branch tokens are checked on their own, with or without --token: a
-	// branch route then needs one of them (or the admin token); before,
-	// without --token any bearer, or none, was let in, each made-up one a
-	// new owner with a fresh quota (issue 32, F5).
-	needToken := !open && (s.cfg.Token != "" || branchRoute && len(s.cfg.BranchTokens) > 0)
-	if needToken && !withToken {
-		s.refuseToken(w, r)
+	branch := s.cfg.Branches != nil && s.branchToken(r)
+	if !s.admits(access, admin, branch) {
+		s.refuse(w, r, access)
 		return
 	}
-	if !withToken && branchRoute {
-		// No token is configured for the branch routes: every caller is the
-		// same anonymous owner, whatever bearer it sends.
-		r.Header.Del("Authorization")
-	}
+	withToken := admin || branch
 	// No browser reaches the Unix socket, and its clients name anything
 	// in Host (requests-unixsocket: the socket's path, escaped).
-	if !withToken && !open && !unixClient(r) && !s.hostAllowed(r.Host) {
+	if !withToken && access != Open && !unixClient(r) && !s.hostAllowed(r.Host) {
 		w.Header().Set("Connection", "close")
 		writeError(w, http.StatusMisdirectedRequest, "this server does not answer to host "+strconv.Quote(hostOnly(r.Host))+
 			" without a token (protection against DNS rebinding): use localhost or an IP address, allow the name with --allowed-host "+
 			hostOnly(r.Host)+" (env PGFORK_ALLOWED_HOSTS), or send the token")
 		return
 	}
-	if crossSite(r) && !(open || path == "/api/openapi.json") {
+	if crossSite(r) && !(access == Open || pattern == "GET /api/openapi.json") {
 		// A GET hands out a test database too: another site's page may
 		// not send even that (browsers name it in Sec-Fetch-Site).
 		w.Header().Set("Connection", "close")
@@ -200,7 +192,7 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	start := time.Now()
 	rw := &statusWriter{ResponseWriter: w, status: http.StatusOK}
-	if _, pattern := s.mux.Handler(r); pattern == "" {
+	if pattern == "" {
 		s.noRoute(rw, r)
 	} else {
 		s.mux.ServeHTTP(rw, r)
@@ -210,7 +202,7 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 
 // refuseToken answers a request without a token it needs: 401, or 429
 // once an address has sent too many wrong ones.
-func (s *Server) refuseToken(w http.ResponseWriter, r *http.Request) {
+func (s *Server) refuseToken(w http.ResponseWriter, r *http.Request, a Access) {
 	w.Header().Set("Connection", "close")
 	if wait := s.failures.fail(remoteIP(r)); wait > 0 {
 		// Too many wrong tokens from this address: guessing is slowed
@@ -221,11 +213,14 @@ func (s *Server) refuseToken(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	w.Header().Set("WWW-Authenticate", `Bearer realm="pgfork"`)
-	if s.cfg.Token == "" {
-		writeError(w, http.StatusUnauthorized, "missing or wrong token: the branch routes need 'Authorization: Bearer <token>' with a --branch-token of this server")
-		return
+	switch {
+	case a == Branch || s.cfg.Token == "":
+		writeError(w, http.StatusUnauthorized, "missing or wrong token: the branch routes need 'Authorization: Bearer <token>' with a branch token or the admin token of this server")
+	case s.cfg.Branches != nil:
+		writeError(w, http.StatusUnauthorized, "missing or wrong token: send the admin token as 'Authorization: Bearer <token>' or use http://HOST:PORT/<token>/api as the base URL (a branch token reaches the branch routes only)")
+	default:
+		writeError(w, http.StatusUnauthorized, "missing or wrong token: send 'Authorization: Bearer <token>' or use http://HOST:PORT/<token>/api as the base URL")
 	}
-	writeError(w, http.StatusUnauthorized, "missing or wrong token: send 'Authorization: Bearer <token>' or use http://HOST:PORT/<token>/api as the base URL")
 }
 
 // noRoute answers a request no route takes: 405 with Allow when the path

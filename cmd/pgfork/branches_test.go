@@ -111,7 +111,7 @@ func TestBranchRestartStopped(t *testing.T) {
 	t.Parallel() // see TestMain
 	bin, pgBin, dir, src := branchSource(t)
 	const tok = "alice-0123456789abcdef"
-	args := []string{"--branch-token", tok, "--branch-source", "prod=cluster:" + src, "--branch-min-free", "1MiB", "--branch-restart", "stopped"}
+	args := []string{"--token", "admin-0123456789abcdef", "--branch-token", tok, "--branch-source", "prod=cluster:" + src, "--branch-min-free", "1MiB", "--branch-restart", "stopped"}
 	s := startServe(t, bin, filepath.Join(dir, "home"), pgBin, nil, args...)
 	as := func(args ...string) cliResult {
 		t.Helper()
@@ -216,8 +216,8 @@ func branchAPI(t *testing.T, base, method, path, tok, body string, hdr ...string
 	return res.StatusCode, res.Header, string(b)
 }
 
-// TestServeBranchTokensAlone (issue 32): a real serve with --branch-token
-// and no --token.
+// TestServeBranchTokensAlone (issue 32): a real serve with branch tokens
+// (and the admin token that serving branches needs since issue 57, rule 1).
 //   - F5: before, it checked nothing: no header or a made-up bearer was let
 //     in, each made-up bearer a new owner with a fresh quota. Now a branch
 //     route needs one of the branch tokens, on loopback and with
@@ -226,13 +226,16 @@ func branchAPI(t *testing.T, base, method, path, tok, body string, hdr ...string
 //     another token holds it (was 423 here, 404 elsewhere: the owner's
 //     branch was revealed); ttl_seconds negative or overflowing (was:
 //     never expires) and keep negative are 400 naming the field and range.
-//   - F13/F14 against the real thing: another site's Origin is refused, a
-//     foreign Host without a token too, and the page may not be framed.
+//   - F13/F14 against the real thing: another site's Origin is refused and
+//     the page may not be framed.
+//   - issue 57, G1: the pools take the admin token only (no bearer and a
+//     branch token get 401).
 func TestServeBranchTokensAlone(t *testing.T) {
 	t.Parallel() // see TestMain
 	bin, pgBin, dir, src := branchSource(t)
 	const alice, bob, madeUp = "alice-0123456789abcdef", "bob-0123456789abcdefgh", "made-up-0123456789abcdef"
-	args := []string{"--branch-token", alice, "--branch-token", bob, "--branch-source", "prod=cluster:" + src,
+	const admin = "admin-0123456789abcdefgh"
+	args := []string{"--token", admin, "--branch-token", alice, "--branch-token", bob, "--branch-source", "prod=cluster:" + src,
 		"--branch-min-free", "1MiB", "--branch-quota", "1"}
 	home := filepath.Join(dir, "home")
 	refused := func(s *serveProc, how string) {
@@ -280,8 +283,10 @@ func TestServeBranchTokensAlone(t *testing.T) {
 	if code, _, body := branchAPI(t, s.base, "DELETE", "/api/v2/branches/dev", alice, "", "Origin", "http://evil.example"); code != 403 {
 		t.Errorf("DELETE from another site's page: %d %s, want 403", code, body)
 	}
-	if code, _, body := branchAPI(t, s.base, "GET", "/api/v2/templates", "", "", "Host", "evil.example:5000"); code != 421 {
-		t.Errorf("the open v1/v2 template API under a foreign Host: %d %s, want 421", code, body)
+	for _, tok := range []string{"", bob} {
+		if code, _, body := branchAPI(t, s.base, "POST", "/api/v1/templates", tok, `{"hash":"notyours"}`); code != 401 {
+			t.Errorf("a pool route with bearer %q: %d %s, want 401 (the admin token only)", tok, code, body)
+		}
 	}
 	code, h, _ := branchAPI(t, s.base, "GET", "/ui", "", "")
 	if code != 200 || h.Get("X-Frame-Options") != "DENY" || !strings.Contains(h.Get("Content-Security-Policy"), "frame-ancestors 'none'") {
@@ -293,8 +298,7 @@ func TestServeBranchTokensAlone(t *testing.T) {
 
 	_ = s.cmd.Process.Signal(syscall.SIGTERM)
 	<-s.done
-	const admin = "admin-0123456789abcdefgh"
-	s = startServe(t, bin, home, pgBin, nil, append(args, "--allow-from", "10.0.0.0/8", "--token", admin)...)
+	s = startServe(t, bin, home, pgBin, nil, append(args, "--allow-from", "10.0.0.0/8")...)
 	refused(s, "--allow-from")
 	// The admin token carried in the path (as IntegreSQL clients do) is the
 	// admin on the branch routes too: it sees and deletes alice's branch
@@ -314,21 +318,5 @@ func TestServeBranchTokensAlone(t *testing.T) {
 	}
 	if code, _, body := branchAPI(t, s.base, "DELETE", "/"+admin+"/api/v2/branches/seen", "", ""); code != 204 {
 		t.Errorf("the admin token in the path deletes alice's branch: %d %s, want 204", code, body)
-	}
-
-	// No branch token at all (a developer's loopback serve): every caller
-	// is the same anonymous owner, whatever bearer it makes up, so the
-	// quota holds across them.
-	_ = s.cmd.Process.Signal(syscall.SIGTERM)
-	<-s.done
-	s = startServe(t, bin, home, pgBin, nil, "--branch-source", "prod=cluster:"+src, "--branch-min-free", "1MiB", "--branch-quota", "1")
-	if code, _, body := branchAPI(t, s.base, "POST", "/api/v2/branches", "made-up-one-0123456789", `{"name":"anon1","source":"prod"}`); code != 201 {
-		t.Fatalf("an anonymous create: %d %s", code, body)
-	}
-	if code, _, body := branchAPI(t, s.base, "POST", "/api/v2/branches", "made-up-two-0123456789", `{"name":"anon2","source":"prod"}`); code != 403 {
-		t.Errorf("a second made-up bearer over a quota of 1: %d %s, want 403 (the same anonymous owner)", code, body)
-	}
-	if code, _, body := branchAPI(t, s.base, "DELETE", "/api/v2/branches/anon1", "", ""); code != 204 {
-		t.Errorf("no bearer deleting the anonymous branch: %d %s, want 204", code, body)
 	}
 }

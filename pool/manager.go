@@ -114,9 +114,15 @@ type Manager struct {
 	mu        sync.Mutex
 	templates map[string]*template
 	discarded map[string]bool
-	total     int // test databases reserved across pools
-	evicting  int
-	closed    bool
+	// going holds, by hash, a channel closed once a template discarded or
+	// reset has had its pool's databases, its template database and its
+	// record dropped: a new template of the hash has the same names, and
+	// waits for it (InitializeTemplate), or those drops could remove its
+	// databases under its clients.
+	going    map[string]chan struct{}
+	total    int // test databases reserved across pools
+	evicting int
+	closed   bool
 	// storeClosed: the store is closed (after the pools), so nothing
 	// more can be recorded. Between closed and storeClosed the pools
 	// still record their last runs (saveDemand).
@@ -155,7 +161,7 @@ func NewManager(cfg ManagerConfig, store Store) (*Manager, error) {
 		cfg.Log = slog.New(slog.NewTextHandler(io.Discard, nil))
 	}
 	return &Manager{cfg: cfg, store: store,
-		templates: map[string]*template{}, discarded: map[string]bool{}}, nil
+		templates: map[string]*template{}, discarded: map[string]bool{}, going: map[string]chan struct{}{}}, nil
 }
 
 // Open drops test copies left by a previous run (their state is unknown
@@ -368,13 +374,27 @@ func (m *Manager) InitializeTemplate(ctx context.Context, hash string) (Template
 		return Template{}, errs.New(errs.Usage, "invalid template hash")
 	}
 	m.mu.Lock()
-	if m.closed {
+	for {
+		if m.closed {
+			m.mu.Unlock()
+			return Template{}, errs.Wrap(errs.Busy, ErrClosed, "server is shutting down")
+		}
+		if _, ok := m.templates[hash]; ok {
+			m.mu.Unlock()
+			return Template{}, errs.Wrap(errs.Exists, ErrTemplateExists, "template %s", hash)
+		}
+		gone := m.going[hash]
+		if gone == nil {
+			break
+		}
 		m.mu.Unlock()
-		return Template{}, errs.Wrap(errs.Busy, ErrClosed, "server is shutting down")
-	}
-	if _, ok := m.templates[hash]; ok {
-		m.mu.Unlock()
-		return Template{}, errs.Wrap(errs.Exists, ErrTemplateExists, "template %s", hash)
+		select {
+		case <-gone:
+		case <-ctx.Done():
+			return Template{}, errs.Wrap(errs.Interrupted, ctx.Err(),
+				"template %s: waiting for the databases of the one discarded before it to be dropped", hash)
+		}
+		m.mu.Lock()
 	}
 	t := &template{hash: hash, db: m.templateName(hash), state: TemplateInitializing, finalized: make(chan struct{})}
 	m.templates[hash] = t
@@ -476,6 +496,7 @@ func (m *Manager) DiscardTemplate(ctx context.Context, hash string) error {
 	prev := t.state
 	t.state = TemplateDiscarded
 	p := t.pool
+	m.going[hash] = make(chan struct{})
 	m.mu.Unlock()
 	if prev == TemplateInitializing {
 		close(t.finalized)
@@ -483,7 +504,18 @@ func (m *Manager) DiscardTemplate(ctx context.Context, hash string) error {
 	return m.dropTemplate(ctx, t, p)
 }
 
+// dropTemplate drops template t's pool p (nil: none) with its databases,
+// its template database and its record, and then lets a new template of
+// its hash be made (the going channel DiscardTemplate or ResetAll set).
 func (m *Manager) dropTemplate(ctx context.Context, t *template, p *Pool) error {
+	defer func() {
+		m.mu.Lock()
+		if ch := m.going[t.hash]; ch != nil {
+			close(ch)
+			delete(m.going, t.hash)
+		}
+		m.mu.Unlock()
+	}()
 	var first error
 	if p != nil {
 		p.dropAllOnClose()
@@ -510,6 +542,7 @@ func (m *Manager) ResetAll(ctx context.Context) error {
 			close(t.finalized)
 		}
 		t.state = TemplateDiscarded
+		m.going[t.hash] = make(chan struct{})
 	}
 	m.mu.Unlock()
 	var first error

@@ -15,7 +15,8 @@
 #           (pgfork pg install's way, no pip) into a state directory of its own, and the tests pass
 #
 # Each case runs twice. After each run no pgfork or postgres process of it may
-# be left 2 s after it ends (the run is in a PID namespace of its own as root,
+# be left 60 s after it ends: a leak (how promptly serve stops is
+# TestServeStopsPromptly's; the run is in a PID namespace of its own as root,
 # so "of it" is exact), and the second run must reuse the first run's template
 # (its database, by OID, is still in the managed cluster); both runs' times
 # are printed (bench/ holds the timed proof: second run's setup <= 1 s).
@@ -142,7 +143,7 @@ for v in http_proxy https_proxy no_proxy HTTP_PROXY HTTPS_PROXY NO_PROXY SSL_CER
 done
 
 # Runs in a PID namespace of its own (root), so the processes left after the
-# run are exactly the run's: after CMD, waits up to 2 s for every pgfork and
+# run are exactly the run's: after CMD, waits up to 60 s for every pgfork and
 # postgres process to exit; fails if one is left.
 ns=()
 if [ "$(id -u)" = 0 ] && unshare --pid --fork --mount-proc true 2>/dev/null; then
@@ -152,7 +153,7 @@ else
 fi
 cat >"$work/run-one.sh" <<'EOF'
 #!/bin/bash
-# run-one.sh DIR WORK CMD...: CMD in DIR; then no pgfork/postgres process may be left within 2 s.
+# run-one.sh DIR WORK CMD...: CMD in DIR; then no pgfork/postgres process may be left within 60 s.
 dir=$1 work=$2
 shift 2
 cd "$dir" || exit 1
@@ -170,13 +171,15 @@ ours() {
 		printf '%s %s\n' "${p#/proc/}" "$(tr '\0' ' ' <"$p/cmdline" 2>/dev/null)"
 	done
 }
-for _ in $(seq 1 20); do
+# A leak stays; a stop only slowed by the machine's load goes on its own
+# (how promptly serve stops is TestServeStopsPromptly's to hold it to).
+for _ in $(seq 1 600); do
 	left=$(ours)
 	[ -z "$left" ] && break
 	sleep 0.1
 done
 if [ -n "$left" ]; then
-	echo "== left running 2 s after the run ended (exit $rc):" >&2
+	echo "== left running 60 s after the run ended (exit $rc):" >&2
 	printf '%s\n' "$left" >&2
 	[ "$rc" -ne 0 ] || rc=99
 fi

@@ -2,9 +2,7 @@ package pgclone_test
 
 import (
 	"context"
-	"io/fs"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -41,102 +39,11 @@ import (
 //     clone` leaves them (the printed pg_ctl command), and neither loads
 //     the library nor has any of the commands set.
 func TestForeignClusterNeverRunsItsCode(t *testing.T) {
-	if os.Geteuid() != 0 {
-		t.Skip("needs root: the attack is on root copying another user's cluster")
-	}
-	if _, err := exec.LookPath("cc"); err != nil {
-		t.Skip("needs cc to build the hostile library")
-	}
 	b := pgtest.Builds(t, 0)[0]
 	ctx := context.Background()
 	base := testenv.Dir(t)
-	nobody := &instance.OSUser{Name: "nobody", UID: 65534, GID: 65534}
-
-	// Where the hostile code leaves its marks: writable by everyone.
-	marks := filepath.Join(base, "marks")
-	if err := os.Mkdir(marks, 0o777); err != nil {
-		t.Fatal(err)
-	}
-	_ = os.Chmod(marks, 0o1777)
-	lib := filepath.Join(base, "evil.so")
-	c := filepath.Join(base, "evil.c")
-	code := `#include <stdio.h>
-#include <unistd.h>
-__attribute__((constructor)) static void evil(void) {
-	FILE *f = fopen("` + filepath.Join(marks, "library") + `", "w");
-	if (f) { fprintf(f, "uid %d\n", (int)getuid()); fclose(f); }
-}
-`
-	if err := os.WriteFile(c, []byte(code), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	if out, err := exec.Command("cc", "-shared", "-fPIC", "-o", lib, c).CombinedOutput(); err != nil {
-		t.Fatalf("cc: %v\n%s", err, out)
-	}
-	_ = os.Chmod(lib, 0o755)
-
-	// nobody's cluster, in a directory nobody owns.
-	home := filepath.Join(base, "nobody")
-	if err := os.Mkdir(home, 0o700); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.Chown(home, nobody.UID, nobody.GID); err != nil {
-		t.Fatal(err)
-	}
-	src := filepath.Join(home, "src")
-	if err := instance.InitDB(ctx, instance.InitOptions{BinDir: b.Bin, Env: b.Inst.Env(), DataDir: src, User: nobody, NoSync: true}); err != nil {
-		t.Fatal(err)
-	}
-	cmd := func(name string) string { return "touch " + filepath.Join(marks, name) }
-	asNobody := func(script string) {
-		t.Helper()
-		c := nobody.Command(ctx, nil, "/bin/sh", "-c", script)
-		if out, err := c.CombinedOutput(); err != nil {
-			t.Fatalf("as nobody: %s: %v\n%s", script, err, out)
-		}
-	}
-	asNobody("mkdir " + src + "/conf.d && cat >> " + src + "/postgresql.conf <<'EOF'\n" +
-		"shared_preload_libraries = '" + lib + "'\n" +
-		"archive_command = '" + cmd("archive_command") + "'\n" +
-		"include_dir = 'conf.d'\n" +
-		"EOF\n" +
-		"cat > " + src + "/conf.d/standby.conf <<'EOF'\n" +
-		"archive_cleanup_command = '" + cmd("archive_cleanup_command") + "'\n" +
-		"recovery_end_command = '" + cmd("recovery_end_command") + "'\n" +
-		"session_preload_libraries = '" + lib + "'\n" +
-		"EOF\n" +
-		"cat >> " + src + "/postgresql.auto.conf <<'EOF'\n" +
-		"restore_command = '" + cmd("restore_command") + "'\n" +
-		"ssl_passphrase_command = '" + cmd("ssl_passphrase_command") + "'\n" +
-		"dynamic_library_path = '" + base + ":$libdir'\n" +
-		"local_preload_libraries = '" + lib + "'\n" +
-		"EOF")
-
-	// A tablespace link to a root-only directory.
-	secretDir := filepath.Join(base, "root-only")
-	if err := os.Mkdir(secretDir, 0o700); err != nil {
-		t.Fatal(err)
-	}
-	const secret = "root's secret"
-	if err := os.WriteFile(filepath.Join(secretDir, "secret"), []byte(secret), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	link := filepath.Join(src, "pg_tblspc", "16400")
-	if err := os.Symlink(secretDir, link); err != nil {
-		t.Fatal(err)
-	}
-
-	noSecretIn := func(dir string) {
-		t.Helper()
-		_ = filepath.WalkDir(dir, func(p string, d fs.DirEntry, err error) error {
-			if err == nil && d.Type().IsRegular() {
-				if b, _ := os.ReadFile(p); strings.Contains(string(b), secret) {
-					t.Errorf("root's secret was copied to %s", p)
-				}
-			}
-			return nil
-		})
-	}
+	h := pgtest.NewHostile(t, base, b.Bin, b.Inst.Env())
+	src, nobody := h.Data, pgtest.Nobody
 	out := filepath.Join(base, "out")
 	if err := os.Mkdir(out, 0o755); err != nil {
 		t.Fatal(err)
@@ -153,13 +60,13 @@ __attribute__((constructor)) static void evil(void) {
 	if _, err := clone("as-nobody", nobody); errs.KindOf(err) != errs.Permission || !strings.Contains(err.Error(), "pg_tblspc/16400") {
 		t.Errorf("clone with a tablespace link to a root-only directory: %v, want a refusal naming pg_tblspc/16400", err)
 	}
-	noSecretIn(out)
+	h.CheckSecretNotIn(t, out)
 	if ents, _ := os.ReadDir(out); len(ents) != 0 {
 		t.Errorf("refused clones left %d entries in %s", len(ents), out)
 	}
 
 	// Without the link: the clone runs none of nobody's code.
-	if err := os.Remove(link); err != nil {
+	if err := os.Remove(h.Link); err != nil {
 		t.Fatal(err)
 	}
 	res, err := clone("branch", nobody)
@@ -194,9 +101,5 @@ __attribute__((constructor)) static void evil(void) {
 		t.Errorf("the plain clone's settings:\n got %s\nwant %s", got2, want)
 	}
 	_ = inst.Stop(ctx, instance.Fast)
-	ents, _ := os.ReadDir(marks)
-	for _, e := range ents {
-		b, _ := os.ReadFile(filepath.Join(marks, e.Name()))
-		t.Errorf("nobody's code ran: %s (%s)", e.Name(), strings.TrimSpace(string(b)))
-	}
+	h.CheckNothingRan(t)
 }

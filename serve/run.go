@@ -252,6 +252,7 @@ func openBackend(ctx context.Context, o Options, log *slog.Logger) (*Backend, er
 		if err != nil {
 			return nil, err
 		}
+		log.Info("running a PostgreSQL cluster per test: "+pg.String(), "because", o.Why)
 		return NewClusterIsolation(ctx, ClusterOptions{Manager: o.Manager, Layout: o.Layout, PG: pg, User: user,
 			Role: o.Role, Password: o.Password, OnInfo: o.OnInfo})
 	case o.ExternalURL == "":
@@ -262,11 +263,12 @@ func openBackend(ctx context.Context, o Options, log *slog.Logger) (*Backend, er
 				"role", managed.DefaultRole)
 			o.Role, o.Password = "", ""
 		}
-		log.Info("running a managed PostgreSQL server", "because", o.Why)
 		pg, user, err := o.FindPG()
 		if err != nil {
+			log.Info("running pgfork's own (managed) PostgreSQL server", "because", o.Why)
 			return nil, err
 		}
+		log.Info("running pgfork's own (managed) PostgreSQL server: "+pg.String(), "because", o.Why)
 		return NewManaged(ctx, ManagedOptions{Manager: o.Manager, DB: db, Layout: o.Layout, PG: pg, User: user,
 			Role: o.Role, Password: o.Password, LeastPrivilege: o.LeastPrivilege, Copies: o.Copies, OnInfo: o.OnInfo})
 	default:

@@ -43,6 +43,7 @@ type serveOpts struct {
 	allowFrom, allowedHosts          string
 	allowedHostList                  []string
 	pgEnv                            []string // the PG* variables that chose the external server
+	pgEnvLeft                        []string // libpq's PG* variables set and left to the application (forTestRun)
 	allowNets                        []*net.IPNet
 	testUserSet                      bool       // --test-user given (not from the environment)
 	volume                           string     // --volume: "" or auto
@@ -100,9 +101,21 @@ func (cl *cli) envBool(name string) bool {
 }
 
 // pgEnvVars are the variables that name an external PostgreSQL server, in
-// IntegreSQL's order of precedence (INTEGRESQL_PG* first, then libpq's).
+// IntegreSQL's order of precedence (INTEGRESQL_PG* first, then libpq's,
+// the last libpqEnvVars of them).
 var pgEnvVars = []string{"INTEGRESQL_PGHOST", "INTEGRESQL_PGPORT", "INTEGRESQL_PGUSER", "INTEGRESQL_PGPASSWORD",
 	"INTEGRESQL_PGDATABASE", "PGHOST", "PGPORT", "PGUSER", "PGPASSWORD", "PGDATABASE"}
+
+// libpqEnvVars is how many of pgEnvVars, the last, are libpq's.
+const libpqEnvVars = 5
+
+// forTestRun reports whether serve was started for a test run
+// (--exit-with-parent or --lease: what every client's glue starts). Such
+// a serve runs in the environment of the tests, whose libpq variables
+// (PGHOST, PGPORT, PGUSER, PGPASSWORD, PGDATABASE) are the application's:
+// they never choose its PostgreSQL (envPGURL), which is its own unless
+// --pg-url, PGFORK_PG_URL or INTEGRESQL_PG* name another (issue 58).
+func (o *serveOpts) forTestRun() bool { return o.exitWithParent || o.lease != "" }
 
 // envPGURL builds the admin URL from IntegreSQL's variables with its
 // fallbacks: host INTEGRESQL_PGHOST, PGHOST, 127.0.0.1; port
@@ -110,23 +123,39 @@ var pgEnvVars = []string{"INTEGRESQL_PGHOST", "INTEGRESQL_PGPORT", "INTEGRESQL_P
 // postgres; password INTEGRESQL_PGPASSWORD, PGPASSWORD; database
 // INTEGRESQL_PGDATABASE, postgres (as IntegreSQL: PGDATABASE names the
 // application's database, not an admin one). It returns "" and no names
-// when none of pgEnvVars is set, else the names that were.
-func (cl *cli) envPGURL() (string, []string) {
-	var set []string
-	for _, n := range pgEnvVars {
+// when none of pgEnvVars is set, else the names that were. With
+// forRun (serveOpts.forTestRun) libpq's variables are not read: they are
+// the application's, returned in left when set.
+func (cl *cli) envPGURL(forRun bool) (admin string, set, left []string) {
+	vars := pgEnvVars
+	if forRun {
+		vars = pgEnvVars[:len(pgEnvVars)-libpqEnvVars]
+		for _, n := range pgEnvVars[len(vars):] {
+			if cl.getenv(n) != "" {
+				left = append(left, n)
+			}
+		}
+	}
+	for _, n := range vars {
 		if cl.getenv(n) != "" {
 			set = append(set, n)
 		}
 	}
 	if len(set) == 0 {
-		return "", nil
+		return "", nil, left
 	}
-	host := cl.envStr("INTEGRESQL_PGHOST", cl.envStr("PGHOST", "127.0.0.1"))
-	port := cl.envStr("INTEGRESQL_PGPORT", cl.envStr("PGPORT", "5432"))
+	libpq := func(name, def string) string {
+		if forRun {
+			return def
+		}
+		return cl.envStr(name, def)
+	}
+	host := cl.envStr("INTEGRESQL_PGHOST", libpq("PGHOST", "127.0.0.1"))
+	port := cl.envStr("INTEGRESQL_PGPORT", libpq("PGPORT", "5432"))
 	if p, err := strconv.Atoi(port); err != nil || p < 1 || p > 65535 {
 		cl.envErrs = append(cl.envErrs, errs.New(errs.Usage, "PostgreSQL port %q (INTEGRESQL_PGPORT/PGPORT) is not a port number", port))
 	}
-	user := cl.envStr("INTEGRESQL_PGUSER", cl.envStr("PGUSER", cl.envStr("USER", "postgres")))
+	user := cl.envStr("INTEGRESQL_PGUSER", libpq("PGUSER", cl.envStr("USER", "postgres")))
 	db := cl.envStr("INTEGRESQL_PGDATABASE", "postgres") // IntegreSQL's admin database; PGDATABASE is the app's
 	u := &url.URL{Scheme: "postgres", Path: "/" + db}
 	q := url.Values{"sslmode": {"disable"}}
@@ -136,13 +165,13 @@ func (cl *cli) envPGURL() (string, []string) {
 	} else {
 		u.Host = net.JoinHostPort(host, port)
 	}
-	if pw := cl.envStr("INTEGRESQL_PGPASSWORD", cl.getenv("PGPASSWORD")); pw != "" {
+	if pw := cl.envStr("INTEGRESQL_PGPASSWORD", libpq("PGPASSWORD", "")); pw != "" {
 		u.User = url.UserPassword(user, pw)
 	} else {
 		u.User = url.User(user)
 	}
 	u.RawQuery = instance.EncodeQuery(q)
-	return u.String(), set
+	return u.String(), set, left
 }
 
 // defaultListen follows IntegreSQL: with INTEGRESQL_ADDRESS or
@@ -177,10 +206,13 @@ JavaScript, Python, .NET) work unchanged; /api/v2 is pgfork's native API
 listing). Adds /healthz, Prometheus /metrics, /api/openapi.json, a global
 limit on databases across pools, and template state that survives restarts.
 
-Which PostgreSQL, as IntegreSQL chooses (the log says which and why):
---pg-url or PGFORK_PG_URL; else, when any INTEGRESQL_PG* or PGHOST/PGPORT/
-PGUSER/PGPASSWORD/PGDATABASE variable is set, that external server with
-IntegreSQL's precedence; else (or with --managed) its own PostgreSQL (test
+Which PostgreSQL, as IntegreSQL chooses (the log says which and why, in
+one line at start): --pg-url or PGFORK_PG_URL; else, when any
+INTEGRESQL_PG* or PGHOST/PGPORT/PGUSER/PGPASSWORD/PGDATABASE variable is
+set, that external server with IntegreSQL's precedence (started for a test
+run, with --exit-with-parent or --lease as the clients' glue starts it, it
+reads no PGHOST/PGPORT/PGUSER/PGPASSWORD/PGDATABASE: those are the
+application's); else (or with --managed) its own PostgreSQL (test
 profile, data kept under the state directory, TCP on a free port on
 127.0.0.1; PostgreSQL 18 with file_copy_method=clone when installed and the
 filesystem reflinks), stopped cleanly on SIGINT/SIGTERM and recovered after
@@ -294,7 +326,7 @@ run one until it exits).`,
 			}
 			if o.pgURL == "" && !o.managed && o.isolation == "database" {
 				var extra []error
-				o.pgURL, o.pgEnv = cl.envPGURL()
+				o.pgURL, o.pgEnv, o.pgEnvLeft = cl.envPGURL(o.forTestRun())
 				if len(cl.envErrs) > 0 {
 					extra = cl.envErrs
 				}
@@ -403,6 +435,12 @@ func (cl *cli) runServe(ctx context.Context, o *serveOpts) error {
 		level = slog.LevelDebug
 	}
 	why := "no --pg-url, PGFORK_PG_URL, INTEGRESQL_PG* or PG* variable names a server"
+	if o.forTestRun() {
+		why = "no --pg-url, PGFORK_PG_URL or INTEGRESQL_PG* variable names a server"
+		if len(o.pgEnvLeft) > 0 {
+			why += "; " + strings.Join(o.pgEnvLeft, ", ") + " set: the application's, not read by a serve started for a test run (set PGFORK_PG_URL to use that server)"
+		}
+	}
 	switch {
 	case o.isolation == serve.IsolationCluster:
 		why = "--isolation cluster"

@@ -29,6 +29,8 @@ import (
 //	                            of that length spread more than 3 runs can
 //	                            settle)
 //	PGFORK_BENCH_COPY_EXT4      parent directory on ext4 (default /var/tmp)
+//	PGFORK_BENCH_COPY_TREES     which trees: large (the one above), cluster
+//	                            (a real cluster's, copy_cluster.go); default both
 func init() {
 	register(Scenario{Name: "copy", Issue: "copy engine: pgfork copy vs cp -a (issue 2)", Run: runCopyBench})
 }
@@ -101,9 +103,20 @@ func runCopyBench(ctx context.Context, r *Report) error {
 		r.Notef("XFS half skipped: $PGFORK_TEST_XFS is not set (run `eval \"$(scripts/test-env.sh env)\"` as root after `scripts/test-env.sh up`).")
 	}
 	r.Notef("Load average at start: %s (2 cores and one disk shared with other work; times grow with contention).", loadAvg())
+	trees := os.Getenv("PGFORK_BENCH_COPY_TREES")
+	if trees == "" {
+		trees = "large,cluster"
+	}
 	for _, f := range fss {
-		if err := benchCopyOn(ctx, r, f.name, f.parent, bin, contenders, segments, small, f.runs, root); err != nil {
-			return fmt.Errorf("%s: %w", f.name, err)
+		if strings.Contains(trees, "large") {
+			if err := benchCopyOn(ctx, r, f.name, f.parent, bin, contenders, segments, small, f.runs, root); err != nil {
+				return fmt.Errorf("%s: %w", f.name, err)
+			}
+		}
+		if strings.Contains(trees, "cluster") {
+			if err := benchClusterCopyOn(ctx, r, f.name, f.parent, bin, f.name == "xfs"); err != nil {
+				return fmt.Errorf("%s, cluster-shaped tree: %w", f.name, err)
+			}
 		}
 	}
 	r.Notef("Load average at the end: %s.", loadAvg())

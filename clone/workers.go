@@ -91,18 +91,11 @@ func (c *copier) copyFiles(ctx context.Context, afterCopy func() error) error {
 	sort.SliceStable(files, func(i, j int) bool { return files[i].size > files[j].size })
 	g, gctx := errgroup.WithContext(ctx)
 
-	work := make(chan *entry)
-	g.Go(func() error {
-		defer close(work)
-		for _, f := range files {
-			select {
-			case work <- f:
-			case <-gctx.Done():
-				return nil
-			}
-		}
-		return nil
-	})
+	// The copiers take the next file by an atomic index, not from a
+	// channel fed by another goroutine: a hand-over per file cost a
+	// goroutine switch (often a thread wake-up) per file, which on a
+	// cluster of thousands of small files was a visible share of the copy.
+	var next atomic.Int64
 
 	var toSync chan syncItem
 	start := make(chan struct{})
@@ -116,12 +109,15 @@ func (c *copier) copyFiles(ctx context.Context, afterCopy func() error) error {
 		copiers.Add(1)
 		g.Go(func() error {
 			defer copiers.Done()
-			for f := range work {
-				if err := c.copyFile(gctx, f, toSync, startSync); err != nil {
+			for {
+				i := next.Add(1) - 1
+				if i >= int64(len(files)) || gctx.Err() != nil {
+					return nil
+				}
+				if err := c.copyFile(gctx, files[i], toSync, startSync); err != nil {
 					return err
 				}
 			}
-			return nil
 		})
 	}
 	if toSync != nil {

@@ -13,7 +13,7 @@ command -v mvn >/dev/null || { log "mvn not found: install Maven (Debian: apt-ge
 mkdir -p pgfork/target
 state=$PWD/pgfork/target/pgfork-autostart
 rm -rf "$state"
-log "mvn verify (client, JUnit 5, Spring; examples on Spring Boot 4.0 and 3.5)"
+log "mvn verify (client, JUnit 5, Spring; examples on Spring Boot 4.0, 3.5 and 3.2)"
 mvn -B -ntp -Dpgfork.skipAutostart=false verify
 # The server the autostart test started goes when the last JVM holding its
 # lease is gone (serve --lease); none may be left behind.

@@ -17,7 +17,9 @@ import org.springframework.beans.factory.support.RootBeanDefinition;
  * {@code SpringLiquibase} beans stay, injectable and configured as the application configures them.
  *
  * <p>Spring Boot runs Flyway through a {@code FlywayMigrationStrategy} bean when there is one: pgfork registers one
- * that does nothing, as a fallback bean, so a strategy the application or test defines wins over it. Boot 4 has the
+ * that does nothing, once every other bean definition is in and only when the application or test defines none, so a
+ * strategy of theirs wins over it. (Not as a fallback bean: {@code setFallback} is Spring Framework 6.2's, and Boot
+ * 3.2-3.4 run on 6.1, where it failed every context with {@code NoSuchMethodError}.) Boot 4 has the
  * interface in {@code org.springframework.boot.flyway.autoconfigure} (module spring-boot-flyway), Boot 3.5 in
  * {@code org.springframework.boot.autoconfigure.flyway}; it is looked up by name, so neither is needed to compile.
  * Liquibase's {@code SpringLiquibase} gets {@code setShouldRun(false)} before it initializes.
@@ -35,11 +37,19 @@ final class AppMigrations {
     private AppMigrations() {
     }
 
-    /** Registers a FlywayMigrationStrategy that does not migrate (a fallback bean) for each Boot's interface present. */
-    static void skipFlyway(BeanDefinitionRegistry registry) {
+    /**
+     * Registers a FlywayMigrationStrategy that does not migrate for each Boot's interface present, unless the context
+     * defines one of its own. Called from a bean factory post-processor, when every configuration class's bean
+     * definitions are registered (so the application's or test's own strategy is seen) and before any bean is made.
+     */
+    static void skipFlyway(ConfigurableListableBeanFactory beanFactory) {
+        if (!(beanFactory instanceof BeanDefinitionRegistry registry)) {
+            throw new IllegalStateException("pgfork: the test context's bean factory cannot take bean definitions; set "
+                    + PgforkContextCustomizer.SKIP_APP_MIGRATIONS + "=false");
+        }
         for (int i = 0; i < FLYWAY_STRATEGIES.length; i++) {
             Class<?> strategy = load(FLYWAY_STRATEGIES[i]);
-            if (strategy != null) {
+            if (strategy != null && beanFactory.getBeanNamesForType(strategy, true, false).length == 0) {
                 registry.registerBeanDefinition(FLYWAY_STRATEGY_BEAN + (i == 0 ? "" : i), noOpDefinition(strategy));
             }
         }
@@ -54,7 +64,6 @@ final class AppMigrations {
                     default -> null; // migrate(Flyway): nothing to do
                 }));
         RootBeanDefinition def = new RootBeanDefinition(strategy, () -> noOp);
-        def.setFallback(true); // the application's own strategy, if it has one, is the one Boot uses
         def.setRole(BeanDefinition.ROLE_INFRASTRUCTURE);
         return def;
     }

@@ -60,13 +60,15 @@ final class PgforkContextCustomizer implements ContextCustomizer {
                     props.put("spring.sql.init.mode", "never"); // the copy already ran the scripts, in its template
                 }
                 env.getPropertySources().addFirst(new MapPropertySource("pgfork", props));
-                if (skip && template.get().appFlyway()) {
-                    AppMigrations.skipFlyway(registry);
-                }
             }
 
             @Override
             public void postProcessBeanFactory(ConfigurableListableBeanFactory beanFactory) {
+                // After every registry post-processor (configuration classes, auto-configuration): the application's
+                // own migration strategy, if any, is registered by now.
+                if (skipAppMigrations(env) && template.get().appFlyway()) {
+                    AppMigrations.skipFlyway(beanFactory);
+                }
                 if (skipAppMigrations(env) && template.get().appLiquibase()) {
                     AppMigrations.skipLiquibase(beanFactory);
                 }

@@ -56,6 +56,14 @@ func poolStats(t *testing.T, m *pool.Manager, hash string) pool.Stats {
 	return pool.Stats{}
 }
 
+// endRun ends the run of template hash's pool now (pool.Manager.EndRun).
+func endRun(t *testing.T, m *pool.Manager, hash string) {
+	t.Helper()
+	if err := m.EndRun(hash); err != nil {
+		t.Fatal(err)
+	}
+}
+
 // managerSuite runs n tests on workers workers: each takes a database,
 // and gives it back for recreation.
 func managerSuite(t *testing.T, m *pool.Manager, hash string, workers, n int) {
@@ -97,10 +105,11 @@ func TestManagerDemandAcrossRestart(t *testing.T) {
 	ctx := context.Background()
 	const hash, n = "dem", 9
 	cfg := pool.ManagerConfig{Prefix: "pfd", Initial: 1, Max: 12, Parallel: 2, LearnDemand: true,
-		RunGap: 300 * time.Millisecond, GetTimeout: 30 * time.Second}
+		RunGap: time.Hour, GetTimeout: 30 * time.Second}
 	m := openManager(t, s, cfg)
 	readyTemplate(t, s, m, hash)
 	managerSuite(t, m, hash, 3, n)
+	endRun(t, m, hash) // not a time that a loaded machine can reach between two hand-outs
 	waitFor(t, func() bool { st := poolStats(t, m, hash); return st.Demand == n && st.ByState[pool.Ready] >= n })
 	if err := m.Close(ctx); err != nil {
 		t.Fatal(err)
@@ -240,7 +249,7 @@ func TestManagerMaxBySize(t *testing.T) {
 	ctx := context.Background()
 	var sizes []int64
 	cfg := pool.ManagerConfig{Prefix: "pfs", Initial: 1, Max: 3, Parallel: 1, GetTimeout: 30 * time.Second,
-		LearnDemand: true, RunGap: 300 * time.Millisecond,
+		LearnDemand: true, RunGap: time.Hour, // runs end in missedRun
 		MaxBySize: func(size int64) int {
 			sizes = append(sizes, size)
 			if size > 100<<20 {
@@ -281,7 +290,8 @@ func TestManagerMaxBySize(t *testing.T) {
 
 // missedRun takes n databases of template hash at once (a first run: each
 // acquire misses), failing when misses grow the pool's target beyond
-// growMax, gives them back for recreation and waits until the pool learned
+// growMax, gives them back for recreation, ends the run (EndRun: the
+// pool's RunGap is longer than the test) and waits until the pool learned
 // the run's demand and holds at least n ready, nothing under way.
 func missedRun(t *testing.T, m *pool.Manager, hash string, n, growMax int) {
 	t.Helper()
@@ -302,6 +312,7 @@ func missedRun(t *testing.T, m *pool.Manager, hash string, n, growMax int) {
 			t.Fatal(err)
 		}
 	}
+	endRun(t, m, hash)
 	var last pool.Stats
 	defer func() {
 		if t.Failed() {
@@ -324,7 +335,7 @@ func TestManagerLearnMax(t *testing.T) {
 	s := startPG(t)
 	ctx := context.Background()
 	cfg := pool.ManagerConfig{Prefix: "plm", Initial: 1, Max: 2, LearnMax: 6, Parallel: 1, GetTimeout: 30 * time.Second,
-		LearnDemand: true, RunGap: 300 * time.Millisecond}
+		LearnDemand: true, RunGap: time.Hour} // runs end in missedRun
 	m := openManager(t, s, cfg)
 	t.Cleanup(func() { _ = m.Close(ctx) })
 	readyTemplate(t, s, m, "lm")
@@ -346,12 +357,15 @@ func TestManagerDefersRecreationsWhileCovered(t *testing.T) {
 	s := startPG(t)
 	ctx := context.Background()
 	const hash, n = "dfr", 6
+	// Runs end when the test says so (EndRun), not after a time that a
+	// loaded machine can stretch a step beyond.
 	cfg := pool.ManagerConfig{Prefix: "pfr", Initial: 1, Max: 12, Parallel: 2, LearnDemand: true,
-		RunGap: 1500 * time.Millisecond, IdleTimeout: 100 * time.Millisecond, GetTimeout: 30 * time.Second}
+		RunGap: time.Hour, IdleTimeout: 100 * time.Millisecond, GetTimeout: 30 * time.Second}
 	m := openManager(t, s, cfg)
 	t.Cleanup(func() { _ = m.Close(context.Background()) })
 	readyTemplate(t, s, m, hash)
 	managerSuite(t, m, hash, 2, n)
+	endRun(t, m, hash)
 	// The run ends, the pool learns n and settles at n ready (what it grew
 	// beyond by misses is dropped after IdleTimeout).
 	waitFor(t, func() bool {
@@ -372,6 +386,7 @@ func TestManagerDefersRecreationsWhileCovered(t *testing.T) {
 		}
 	}
 	// The run ends: all recreated.
+	endRun(t, m, hash)
 	waitFor(t, func() bool { st := poolStats(t, m, hash); return st.ByState[pool.Ready] == n && st.Dropping == 0 })
 
 	// A run longer than the demand: the miss starts the recreations.
@@ -401,12 +416,15 @@ func TestManagerRecreatesOnlyTheShortfall(t *testing.T) {
 	s := startPG(t)
 	ctx := context.Background()
 	const hash, demand, most = "sfl", 6, 4
+	// Runs end when the test says so (EndRun): the recreations of the
+	// shortfall take what time the machine's load gives them.
 	cfg := pool.ManagerConfig{Prefix: "psf", Initial: 1, Max: most, Parallel: 2, LearnDemand: true,
-		RunGap: 3 * time.Second, IdleTimeout: 100 * time.Millisecond, GetTimeout: 30 * time.Second}
+		RunGap: time.Hour, IdleTimeout: 100 * time.Millisecond, GetTimeout: 30 * time.Second}
 	m := openManager(t, s, cfg)
 	t.Cleanup(func() { _ = m.Close(context.Background()) })
 	readyTemplate(t, s, m, hash)
 	managerSuite(t, m, hash, 2, demand)
+	endRun(t, m, hash)
 	settled := func(st pool.Stats) bool {
 		return st.ByState[pool.Creating]+st.ByState[pool.Recreating]+st.ByState[pool.Dirty] == 0 && st.Dropping == 0
 	}
@@ -432,7 +450,7 @@ func TestManagerRecreatesOnlyTheShortfall(t *testing.T) {
 		return st.ByState[pool.Ready] == shortfall && st.ByState[pool.Dirty] == most-shortfall &&
 			st.ByState[pool.Creating]+st.ByState[pool.Recreating] == 0
 	}
-	waitForWithin(t, 2*time.Second, func() bool { return state(poolStats(t, m, hash)) })
+	waitFor(t, func() bool { return state(poolStats(t, m, hash)) })
 	time.Sleep(300 * time.Millisecond) // a recreation started late would be under way
 	if st := poolStats(t, m, hash); !state(st) {
 		t.Fatalf("after %d of a run of %d on a pool of %d: %+v, want %d recreated and %d waiting for the run's end",
@@ -453,6 +471,7 @@ func TestManagerRecreatesOnlyTheShortfall(t *testing.T) {
 		t.Fatalf("end of the run: %+v, want no miss (%d before) and all %d waiting for its end", st, misses, most)
 	}
 	// The run ends: all recreated.
+	endRun(t, m, hash)
 	waitFor(t, func() bool { st := poolStats(t, m, hash); return st.ByState[pool.Ready] == most && settled(st) })
 }
 
@@ -493,8 +512,10 @@ func TestManagerFlushesBetweenRuns(t *testing.T) {
 	}
 	fc := &flushCounter{Store: dbstore.New(s.admin, cr)}
 	const hash = "fls"
+	// The run ends when the test says so (EndRun): its creations take
+	// what time the machine's load gives them.
 	m, err := pool.NewManager(pool.ManagerConfig{Prefix: "pfl", Initial: 2, Max: 8, Parallel: 2, LearnDemand: true,
-		RunGap: 3 * time.Second, GetTimeout: 30 * time.Second}, fc)
+		RunGap: time.Hour, GetTimeout: 30 * time.Second}, fc)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -523,7 +544,7 @@ func TestManagerFlushesBetweenRuns(t *testing.T) {
 		}
 		held = append(held, db)
 	}
-	waitForWithin(t, 2*time.Second, func() bool { return settled(poolStats(t, m, hash)) })
+	waitFor(t, func() bool { return settled(poolStats(t, m, hash)) })
 	time.Sleep(200 * time.Millisecond) // a flush started would have begun
 	for _, db := range held {
 		if err := m.Recreate(ctx, hash, db.ID); err != nil {
@@ -534,6 +555,7 @@ func TestManagerFlushesBetweenRuns(t *testing.T) {
 	if n := fc.duringRun.Load(); n != 0 {
 		t.Fatalf("%d flushes began during the run", n)
 	}
+	endRun(t, m, hash)
 	waitFor(t, func() bool {
 		st := poolStats(t, m, hash)
 		return st.Demand == 3 && fc.n.Load() == 1 && settled(st)

@@ -7,7 +7,6 @@ import (
 	"math/rand/v2"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -17,6 +16,7 @@ import (
 	"github.com/pgfork/pgfork/instance"
 	"github.com/pgfork/pgfork/internal/errs"
 	"github.com/pgfork/pgfork/internal/pgtest"
+	"github.com/pgfork/pgfork/internal/testenv"
 	"github.com/pgfork/pgfork/pool"
 	"github.com/pgfork/pgfork/pool/dbstore"
 )
@@ -231,8 +231,8 @@ func TestPoolTimeoutSaysWhy(t *testing.T) {
 	if !errors.Is(err, pool.ErrTimeout) || errs.KindOf(err) != errs.Busy {
 		t.Fatalf("want a Busy timeout, got %v", err)
 	}
-	if time.Since(start) > 5*time.Second {
-		t.Fatalf("timeout took %s", time.Since(start))
+	if took := time.Since(start); took > time.Minute { // its context's 200 ms, however loaded the machine
+		t.Fatalf("timeout took %s", took)
 	}
 	t.Logf("timeout error: %v (hint: %s)", err, errs.HintOf(err))
 	if got := err.Error(); !strings.Contains(got, "1 in use") || !strings.Contains(got, "at most 1") {
@@ -428,20 +428,10 @@ func TestManagerRestartAndLimit(t *testing.T) {
 	}
 }
 
+// waitFor waits until cond holds (testenv.WaitFor).
 func waitFor(t testing.TB, cond func() bool) {
 	t.Helper()
-	waitForWithin(t, 30*time.Second, cond)
-}
-
-func waitForWithin(t testing.TB, d time.Duration, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(d)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("condition not reached within %s", d)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+	testenv.WaitFor(t, "the pool's condition", cond)
 }
 
 // TestPoolReclaimKeepsHeldDatabase: a holder that disconnects briefly and
@@ -451,12 +441,15 @@ func waitForWithin(t testing.TB, d time.Duration, cond func() bool) {
 // late unlock says it was reclaimed.
 func TestPoolReclaimKeepsHeldDatabase(t *testing.T) {
 	s := startPG(t)
-	const minLife = 300 * time.Millisecond
+	// The holder's pauses (60 ms and a connection's start) stay well
+	// within it however loaded the machine: at 300 ms a start slower than
+	// about 200 ms would have let the pool reclaim the database.
+	const minLife = 1500 * time.Millisecond
 	p := newPool(t, s, pool.Config{Initial: 1, Max: 1, MinLifetime: minLife})
 	a := acquire(t, p, 30*time.Second)
 	s.mustExec(t, a.Name, "CREATE TABLE mine(x int)")
 
-	// The holder: connected 60 ms, away 60 ms, for 3 s.
+	// The holder: connected 60 ms, away 60 ms, for 3 MinLifetimes.
 	stop := make(chan struct{})
 	holderErr := make(chan error, 1)
 	var lastClose time.Time // written by the holder before it sends on holderErr
@@ -484,7 +477,7 @@ func TestPoolReclaimKeepsHeldDatabase(t *testing.T) {
 			time.Sleep(60 * time.Millisecond)
 		}
 	}()
-	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), 3*minLife)
 	b, err := p.Acquire(ctx)
 	cancel()
 	close(stop)
@@ -528,12 +521,11 @@ func TestPoolReclaimKeepsHeldDatabase(t *testing.T) {
 // runSuite runs a suite of quick tests: workers tests at a time, each
 // acquiring a database, using it briefly and giving it back for
 // recreation, rounds times each. It returns the acquires that found no
-// ready database (and waited for a creation, which takes far longer than
-// waitedAfter) and the suite's duration.
+// ready database (the pool's Misses: a clock would count an acquire that a
+// loaded machine kept waiting for the CPU) and the suite's duration.
 func runSuite(t testing.TB, p *pool.Pool, workers, rounds int) (misses int, took time.Duration) {
 	t.Helper()
-	const waitedAfter = 30 * time.Millisecond
-	var waited atomic.Int64
+	before := p.Stats().Misses
 	start := time.Now()
 	var wg sync.WaitGroup
 	errc := make(chan error, workers)
@@ -543,12 +535,8 @@ func runSuite(t testing.TB, p *pool.Pool, workers, rounds int) (misses int, took
 			defer wg.Done()
 			for range rounds {
 				ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
-				t0 := time.Now()
 				db, err := p.Acquire(ctx)
 				cancel()
-				if time.Since(t0) > waitedAfter {
-					waited.Add(1)
-				}
 				if err != nil {
 					errc <- err
 					return
@@ -566,7 +554,7 @@ func runSuite(t testing.TB, p *pool.Pool, workers, rounds int) (misses int, took
 	for err := range errc {
 		t.Fatal(err)
 	}
-	return int(waited.Load()), time.Since(start)
+	return p.Stats().Misses - before, time.Since(start)
 }
 
 // TestPoolGrowsAndShrinks: a suite of quick tests drains a pool of Initial
@@ -597,7 +585,7 @@ func TestPoolGrowsAndShrinks(t *testing.T) {
 		t.Errorf("pool grew beyond its maximum: %+v", st)
 	}
 	// Idle: back to Initial ready databases, the rest dropped.
-	waitForWithin(t, 90*time.Second, func() bool {
+	waitFor(t, func() bool {
 		st := p.Stats()
 		return st.Total == initial && st.ByState[pool.Ready] == initial && st.Target == initial
 	})

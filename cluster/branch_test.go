@@ -186,13 +186,7 @@ func TestRenamedBranchStillTracked(t *testing.T) {
 	if list, _ := List(lay); len(list) != 0 {
 		t.Errorf("down left it listed: %+v", list)
 	}
-	deadline := time.Now().Add(10 * time.Second)
-	for running(b.Pid) {
-		if time.Now().After(deadline) {
-			t.Fatalf("the branch's postmaster (pid %d) still runs after down", b.Pid)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+	testenv.WaitFor(t, "the branch's postmaster to be gone after down", func() bool { return !running(b.Pid) })
 }
 
 // running reports whether pid runs and is not a zombie.

@@ -139,12 +139,14 @@ func TestRefillPausesForForegroundCopy(t *testing.T) {
 		release()
 		t.Skip("the refill's copy finished before the test saw it")
 	}
-	time.Sleep(100 * time.Millisecond)
-	a := dirBytes(build)
-	time.Sleep(400 * time.Millisecond)
-	if b := dirBytes(build); b != a {
-		t.Errorf("the refill's copy grew from %d to %d bytes during a foreground copy", a, b)
-	}
+	// The copy stops once it sees the lock taken, which a loaded machine
+	// may delay: wait until it holds still. One that went on instead would
+	// finish, and a second spare would show below.
+	testenv.WaitFor(t, "the refill's copy to stop growing during a foreground copy", func() bool {
+		a := dirBytes(build)
+		time.Sleep(400 * time.Millisecond)
+		return dirBytes(build) == a
+	})
 	if s, _ := leftovers(t, lay); len(s) != 1 {
 		t.Errorf("spares during the foreground copy: %v", s)
 	}

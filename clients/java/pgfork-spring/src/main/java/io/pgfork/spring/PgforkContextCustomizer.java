@@ -78,7 +78,7 @@ final class PgforkContextCustomizer implements ContextCustomizer {
             throw new IllegalStateException("pgfork: the test context's bean factory cannot take bean definitions");
         }
         RootBeanDefinition def = new RootBeanDefinition(PgforkDataSource.class,
-                () -> new PgforkDataSource(template.get().migrator(), Pgfork.get()));
+                () -> new PgforkDataSource(template.get().migrator(), Pgfork.get(), env::getProperty));
         def.setPrimary(true);
         def.setDestroyMethodName("close");
         registry.registerBeanDefinition(BEAN, def);

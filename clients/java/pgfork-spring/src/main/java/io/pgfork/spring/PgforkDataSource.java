@@ -93,11 +93,19 @@ public final class PgforkDataSource implements DataSource, AutoCloseable {
     private boolean refreshed;
 
     PgforkDataSource(Migrator migrator, Pgfork pgfork) {
+        this(migrator, pgfork, null);
+    }
+
+    /**
+     * @param poolSettings the application's settings by name (the context's Environment), of which the connection
+     *     pool takes Spring Boot's {@code spring.datasource.hikari.*}; null for Hikari's and pgfork's defaults
+     */
+    PgforkDataSource(Migrator migrator, Pgfork pgfork, java.util.function.Function<String, String> poolSettings) {
         this.migrator = migrator;
         this.pgfork = pgfork;
         this.giveBacks = new GiveBacks(pgfork);
         if (Pools.HIKARI) {
-            var h = Pools.hikari(target, "pgfork-" + Integer.toHexString(System.identityHashCode(this)));
+            var h = Pools.hikari(target, "pgfork-" + Integer.toHexString(System.identityHashCode(this)), poolSettings);
             pool = h;
             poolCloser = h;
         } else {

@@ -12,7 +12,7 @@ import org.springframework.boot.test.context.SpringBootTest;
 import org.springframework.context.annotation.Import;
 
 // A FlywayMigrationStrategy of the application's (here the test's) is the one Spring Boot runs: pgfork's no-op
-// strategy is only a fallback bean.
+// strategy is registered only when the context has none.
 @SpringBootTest
 @AutoConfigurePgfork
 @Import(OwnMigrationStrategyTest.Counting.class)

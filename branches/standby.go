@@ -3,7 +3,6 @@ package branches
 import (
 	"context"
 	"fmt"
-	neturl "net/url"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -12,6 +11,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/pgfork/pgfork/cluster"
 	"github.com/pgfork/pgfork/instance"
@@ -19,6 +19,7 @@ import (
 	"github.com/pgfork/pgfork/internal/fsutil"
 	"github.com/pgfork/pgfork/internal/proc"
 	"github.com/pgfork/pgfork/internal/safefs"
+	"github.com/pgfork/pgfork/internal/secret"
 	"github.com/pgfork/pgfork/pgdata"
 )
 
@@ -73,9 +74,17 @@ func (m *Manager) ensureStandby(ctx context.Context, s Source) error {
 			}
 		}
 	}
-	url, password, err := splitPassword(s.PrimaryURL)
+	url, password, err := secret.SplitPassword(s.PrimaryURL)
 	if err != nil {
 		return errs.Wrap(errs.Usage, err, "bad primary URL of source %q", s.Name)
+	}
+	if password == "" {
+		// Not on serve's command line (docs/SECURITY.md, rule 2): where
+		// libpq finds it for pgfork's user (passfile= in the URL,
+		// PGPASSFILE, ~/.pgpass, PGPASSWORD).
+		if cfg, err := pgconn.ParseConfig(s.PrimaryURL); err == nil {
+			password = cfg.Password
+		}
 	}
 	passfile, err := m.writePassfile(s.Name, password)
 	if err != nil {
@@ -173,46 +182,6 @@ func (m *Manager) baseBackup(ctx context.Context, s Source, url, passfile string
 
 // escapeMapping escapes = in a path of pg_basebackup's -T OLD=NEW.
 func escapeMapping(p string) string { return strings.ReplaceAll(p, "=", `\=`) }
-
-// splitPassword returns a primary's connection string (URL or libpq
-// keyword/value) without its password, and the password.
-func splitPassword(conn string) (string, string, error) {
-	if strings.HasPrefix(conn, "postgres://") || strings.HasPrefix(conn, "postgresql://") {
-		u, err := neturl.Parse(conn)
-		if err != nil {
-			// url.Parse's error quotes the URL, password and all.
-			return "", "", errs.New(errs.Usage, "not a valid URL")
-		}
-		var password string
-		if u.User != nil {
-			password, _ = u.User.Password()
-			u.User = neturl.User(u.User.Username())
-		}
-		q := u.Query()
-		if p := q.Get("password"); p != "" {
-			password = p
-		}
-		if q.Has("password") {
-			q.Del("password")
-			u.RawQuery = q.Encode()
-		}
-		return u.String(), password, nil
-	}
-	ps, err := pgdata.ParseConninfo(conn)
-	if err != nil {
-		return "", "", err
-	}
-	var password string
-	kept := ps[:0:0]
-	for _, p := range ps {
-		if p.Key == "password" {
-			password = p.Value
-			continue
-		}
-		kept = append(kept, p)
-	}
-	return pgdata.FormatConninfo(kept), password, nil
-}
 
 // writePassfile writes the standby's password file (standbyPassfile, mode
 // 0600, the run-as user's) with password, or removes it when there is no

@@ -107,8 +107,10 @@ port=${PGFORK_PORT:-$(python3 -c 'import socket; s = socket.socket(); s.bind(("1
 token=${PGFORK_TOKEN:-$(od -An -N16 -tx1 /dev/urandom | tr -d ' \n')}
 url="http://127.0.0.1:$port"
 log=${PGFORK_LOG:-$state/serve.log}
+# The token goes in the environment: a command line is every local user's to
+# read (docs/SECURITY.md, rule 2), and serve refuses --token TOKEN.
 # shellcheck disable=SC2086 # PGFORK_SERVE_ARGS is a list of words
-setsid "$bin" "${sd[@]}" "${pgargs[@]}" serve --managed "${volume[@]}" --listen "127.0.0.1:$port" --token "$token" \
+PGFORK_TOKEN=$token setsid "$bin" "${sd[@]}" "${pgargs[@]}" serve --managed "${volume[@]}" --listen "127.0.0.1:$port" \
 	${PGFORK_SERVE_ARGS:-} >"$log" 2>&1 </dev/null &
 pid=$!
 health() {

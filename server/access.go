@@ -139,5 +139,5 @@ func RequireAdminToken(token string, branches bool) error {
 	}
 	return errs.New(errs.Usage, "serving branches needs an admin token").
 		WithHint("with branches the test-database pools take the admin token only (a pool database is a superuser of a cluster run by the branches' OS user): give the server an admin token of 16 or more characters (openssl rand -hex 16)").
-		WithCLI("set PGFORK_TOKEN (see --token); pool clients then use http://HOST:PORT/TOKEN/api")
+		WithCLI("set PGFORK_TOKEN, or give --token-file FILE (mode 0600); pool clients then use http://HOST:PORT/TOKEN/api")
 }

@@ -7,6 +7,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/pgfork/pgfork/internal/secret"
 	"github.com/pgfork/pgfork/pgbackup"
 	"github.com/pgfork/pgfork/pgbin"
 )
@@ -68,7 +69,8 @@ its newest state, or --upto NAME an older one.`,
 			return nil
 		},
 	}
-	cmd.Flags().StringVar(&url, "url", "", "connection URL of the server to back up (a role with REPLICATION)")
+	cmd.Flags().StringVar(&url, "url", "", "connection URL of the server to back up (a role with REPLICATION), without its password: libpq reads it from PGPASSFILE, ~/.pgpass or PGPASSWORD")
+	secret.MarkConn(cmd.Flags(), "url")
 	cmd.Flags().BoolVar(&incremental, "incremental", false, "incremental to the newest backup in DIR (PostgreSQL 17+, summarize_wal = on)")
 	cmd.AddCommand(&cobra.Command{
 		Use:   "ls DIR",

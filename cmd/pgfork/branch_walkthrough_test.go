@@ -82,7 +82,7 @@ func TestBranchWalkthrough(t *testing.T) {
 	}
 
 	const tok = "walk-0123456789abcdef"
-	s := startServe(t, bin, filepath.Join(dir, "served"), pgBin, nil, "--token", "walk-admin-0123456789", "--branch-token", tok,
+	s := startServe(t, bin, filepath.Join(dir, "served"), pgBin, []string{"PGFORK_BRANCH_TOKENS=" + tok, "PGFORK_TOKEN=walk-admin-0123456789"},
 		"--branch-source", "prod=cluster:"+src, "--branch-min-free", "1MiB")
 	run("against a serve", "PGFORK_HOME="+filepath.Join(dir, "unused"), "PGFORK_SERVER="+s.base, "PGFORK_TOKEN="+tok, "SOURCE=prod")
 	if code, _, body := branchAPI(t, s.base, "GET", "/api/v2/branches", tok, ""); code != 200 || strings.Contains(body, `"dev"`) {

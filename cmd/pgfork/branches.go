@@ -20,6 +20,7 @@ import (
 	"github.com/pgfork/pgfork/cluster"
 	"github.com/pgfork/pgfork/instance"
 	"github.com/pgfork/pgfork/internal/errs"
+	"github.com/pgfork/pgfork/internal/secret"
 	"github.com/pgfork/pgfork/internal/units"
 )
 
@@ -274,11 +275,12 @@ the branches you create. See docs/branches.md.`,
   pgfork branch create mine --source cluster:/var/lib/postgresql/18/main
   pgfork branch reset mine
   # on a team server
-  pgfork branch create mine --source prod --server http://db1:5433 --token $T`,
+  PGFORK_TOKEN=$T pgfork branch create mine --source prod --server http://db1:5433`,
 	}
 	pf := cmd.PersistentFlags()
 	pf.StringVar(&c.server, "server", cl.getenv("PGFORK_SERVER"), "the pgfork serve to ask, http://HOST:PORT (env PGFORK_SERVER; none: this machine's branches)")
-	pf.StringVar(&c.token, "token", cl.getenv("PGFORK_TOKEN"), "your token for --server (env PGFORK_TOKEN)")
+	secret.MarkConn(pf, "server")
+	secret.Var(pf, &c.token, "token", "PGFORK_TOKEN", "TOKEN", "your token for --server")
 	// run opens the service, runs one call on it, and prints the branch it
 	// answers (its URL; --json: all of it).
 	run := func(ctx context.Context, sources []branches.Source, call func(branchService) (any, error)) error {
@@ -323,6 +325,7 @@ the branches you create. See docs/branches.md.`,
 		},
 	}
 	create.Flags().StringVar(&co.Source, "source", "", "a source: KIND:PATH here (cluster:DATADIR, backup:CHAINDIR[@BACKUP] or backup:FULL+INCR...); with --server, a name the server declares")
+	secret.MarkConn(create.Flags(), "source")
 	create.Flags().StringVar(&co.Snapshot, "snapshot", "", "a snapshot")
 	create.Flags().StringVar(&co.From, "from", "", "another branch of yours")
 	create.Flags().DurationVar(&co.TTL, "ttl", 0, "delete it after this long (0: never)")

@@ -26,8 +26,8 @@ func TestBranchCLI(t *testing.T) {
 	t.Parallel() // see TestMain
 	bin, pgBin, dir, src := branchSource(t, "INSERT INTO seed VALUES (1)")
 
-	s := startServe(t, bin, filepath.Join(dir, "home"), pgBin, nil, "--token", "root-secret-0123456789", "--branch-token", "alice-0123456789abcdef",
-		"--branch-token", "bob-0123456789abcdefgh", "--branch-source", "prod=cluster:"+src, "--branch-quota", "2", "--branch-min-free", "1MiB")
+	s := startServe(t, bin, filepath.Join(dir, "home"), pgBin, []string{"PGFORK_TOKEN=root-secret-0123456789", "PGFORK_BRANCH_TOKENS=alice-0123456789abcdef,bob-0123456789abcdefgh"},
+		"--branch-source", "prod=cluster:"+src, "--branch-quota", "2", "--branch-min-free", "1MiB")
 	as := func(tok string, args ...string) cliResult {
 		t.Helper()
 		return branchCLI(t, s.base, tok, args...)
@@ -88,8 +88,6 @@ func TestServeBranchFlagsRefused(t *testing.T) {
 		{"--branch-source", "prod"},
 		{"--branch-source", "prod=ftp:/x"},
 		{"--branch-source", "prod=backup:/c,bogus=1"},
-		{"--branch-source", "prod=cluster:/d", "--branch-token", "short"},
-		{"--branch-token", "alice-0123456789abcdef"},
 		{"--branch-source", "prod=cluster:/d", "--branch-snapshot-every", "prod=10s"},
 		{"--branch-source", "prod=cluster:/d", "--branch-snapshot-every", "other=1h"},
 		{"--branch-source", "prod=cluster:/d", "--branch-snapshot-every", "prod=1h,keep=x"},
@@ -99,6 +97,17 @@ func TestServeBranchFlagsRefused(t *testing.T) {
 		r := runInProcess(t, append([]string{"serve", "--listen", "127.0.0.1:0"}, args...)...)
 		if r.code != 2 || !strings.Contains(r.stderr, "branch") {
 			t.Errorf("serve %v: exit %d, stderr %s; want 2 naming the branch flag", args, r.code, r.stderr)
+		}
+	}
+	// Tokens come from the environment (or files): too short, or without a source.
+	for _, c := range []struct{ env, args []string }{
+		{[]string{"PGFORK_BRANCH_TOKENS=short"}, []string{"--branch-source", "prod=cluster:/d"}},
+		{[]string{"PGFORK_BRANCH_TOKENS=alice-0123456789abcdef"}, nil},
+	} {
+		env, args := c.env, append([]string{"serve", "--listen", "127.0.0.1:0"}, c.args...)
+		r := runInProcessEnv(t, append(env, "PGFORK_HOME="+testenv.Dir(t)), args...)
+		if r.code != 2 || !strings.Contains(r.stderr, "branch") {
+			t.Errorf("serve %v with %v: exit %d, stderr %s; want 2 naming the branch tokens", args, env, r.code, r.stderr)
 		}
 	}
 }
@@ -111,8 +120,9 @@ func TestBranchRestartStopped(t *testing.T) {
 	t.Parallel() // see TestMain
 	bin, pgBin, dir, src := branchSource(t)
 	const tok = "alice-0123456789abcdef"
-	args := []string{"--token", "admin-0123456789abcdef", "--branch-token", tok, "--branch-source", "prod=cluster:" + src, "--branch-min-free", "1MiB", "--branch-restart", "stopped"}
-	s := startServe(t, bin, filepath.Join(dir, "home"), pgBin, nil, args...)
+	args := []string{"--branch-source", "prod=cluster:" + src, "--branch-min-free", "1MiB", "--branch-restart", "stopped"}
+	env := []string{"PGFORK_BRANCH_TOKENS=" + tok, "PGFORK_TOKEN=admin-0123456789abcdef"}
+	s := startServe(t, bin, filepath.Join(dir, "home"), pgBin, env, args...)
 	as := func(args ...string) cliResult {
 		t.Helper()
 		return branchCLI(t, s.base, tok, args...)
@@ -126,7 +136,7 @@ func TestBranchRestartStopped(t *testing.T) {
 	if err := pingURL(url); err == nil {
 		t.Error("the branch still runs after serve exited with --branch-restart stopped")
 	}
-	s = startServe(t, bin, filepath.Join(dir, "home"), pgBin, nil, args...)
+	s = startServe(t, bin, filepath.Join(dir, "home"), pgBin, env, args...)
 	if l := ok(as("ls")); !strings.Contains(l, "kept (stopped)") {
 		t.Errorf("after the restart the branch is not listed stopped:\n%s", l)
 	}
@@ -160,7 +170,7 @@ func pingURL(url string) error {
 // with token tok.
 func branchCLI(t *testing.T, base, tok string, args ...string) cliResult {
 	t.Helper()
-	return runInProcess(t, append([]string{"branch"}, append(args, "--server", base, "--token", tok)...)...)
+	return runInProcessEnv(t, []string{"PGFORK_HOME=" + testenv.Dir(t), "PGFORK_TOKEN=" + tok}, append([]string{"branch"}, append(args, "--server", base)...)...)
 }
 
 // ok fails the test unless the command exited 0, and returns its output
@@ -235,7 +245,8 @@ func TestServeBranchTokensAlone(t *testing.T) {
 	bin, pgBin, dir, src := branchSource(t)
 	const alice, bob, madeUp = "alice-0123456789abcdef", "bob-0123456789abcdefgh", "made-up-0123456789abcdef"
 	const admin = "admin-0123456789abcdefgh"
-	args := []string{"--token", admin, "--branch-token", alice, "--branch-token", bob, "--branch-source", "prod=cluster:" + src,
+	env := []string{"PGFORK_BRANCH_TOKENS=" + alice + "," + bob, "PGFORK_TOKEN=" + admin}
+	args := []string{"--branch-source", "prod=cluster:" + src,
 		"--branch-min-free", "1MiB", "--branch-quota", "1"}
 	home := filepath.Join(dir, "home")
 	refused := func(s *serveProc, how string) {
@@ -257,7 +268,7 @@ func TestServeBranchTokensAlone(t *testing.T) {
 		}
 	}
 
-	s := startServe(t, bin, home, pgBin, nil, args...)
+	s := startServe(t, bin, home, pgBin, env, args...)
 	refused(s, "loopback")
 	if code, _, body := branchAPI(t, s.base, "POST", "/api/v2/branches", alice, `{"name":"dev","source":"prod"}`); code != 201 {
 		t.Fatalf("alice creates dev: %d %s", code, body)
@@ -298,7 +309,7 @@ func TestServeBranchTokensAlone(t *testing.T) {
 
 	_ = s.cmd.Process.Signal(syscall.SIGTERM)
 	<-s.done
-	s = startServe(t, bin, home, pgBin, nil, append(args, "--allow-from", "10.0.0.0/8")...)
+	s = startServe(t, bin, home, pgBin, env, append(args, "--allow-from", "10.0.0.0/8")...)
 	refused(s, "--allow-from")
 	// The admin token carried in the path (as IntegreSQL clients do) is the
 	// admin on the branch routes too: it sees and deletes alice's branch

@@ -145,8 +145,8 @@ func TestBranchPage(t *testing.T) {
 	pgtest.InitDB(t, src, pgtest.Server{BinDir: pgBin})
 	pgtest.Start(t, src, pgtest.Server{BinDir: pgBin})
 	const token = "page-token-0123456789"
-	s := startServe(t, bin, filepath.Join(dir, "home"), pgBin, nil, "--token", "admin-token-0123456789",
-		"--branch-token", token, "--branch-source", "prod=cluster:"+src, "--branch-min-free", "1MiB")
+	s := startServe(t, bin, filepath.Join(dir, "home"), pgBin, []string{"PGFORK_TOKEN=admin-token-0123456789", "PGFORK_BRANCH_TOKENS=" + token},
+		"--branch-source", "prod=cluster:"+src, "--branch-min-free", "1MiB")
 
 	port, err := instance.FreePort("127.0.0.1")
 	if err != nil {
@@ -216,7 +216,7 @@ func TestBranchPage(t *testing.T) {
 	}
 	d.click("#branches tbody button:nth-of-type(2)") // Delete
 	d.waitFor("no branch", func(s string) bool { return !strings.Contains(s, "branch_web1") })
-	if got := runInProcess(t, "branch", "ls", "--json", "--server", s.base, "--token", token); strings.Contains(got.stdout, "web1") {
+	if got := branchCLI(t, s.base, token, "ls", "--json"); strings.Contains(got.stdout, "web1") {
 		t.Errorf("the branch deleted on the page is still listed:\n%s", got.stdout)
 	}
 }

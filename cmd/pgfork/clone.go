@@ -16,6 +16,7 @@ import (
 	"github.com/pgfork/pgfork/cluster"
 	"github.com/pgfork/pgfork/instance"
 	"github.com/pgfork/pgfork/internal/errs"
+	"github.com/pgfork/pgfork/internal/secret"
 	"github.com/pgfork/pgfork/internal/shell"
 	"github.com/pgfork/pgfork/internal/units"
 	"github.com/pgfork/pgfork/pgbin"
@@ -176,7 +177,8 @@ own; reset, snapshotted and removed with pgfork branch. --method, --jobs and
 	}
 	f := cmd.Flags()
 	f.BoolVar(&online, "online", false, "clone a running source with the backup API (pg_backup_start/pg_backup_stop)")
-	f.StringVar(&connURL, "url", "", "connection URL of the running source (default: from SRC/postmaster.pid, user postgres)")
+	f.StringVar(&connURL, "url", "", "connection URL of the running source (default: from SRC/postmaster.pid, user postgres), without its password: it is read from PGPASSFILE, ~/.pgpass or PGPASSWORD")
+	secret.MarkConn(f, "url")
 	f.StringVar(&port, "port", "", `port of the clone: N, or "auto" for a free one (default: the source's; with --start, a free one)`)
 	f.BoolVar(&start, "start", false, "make a branch of SRC instead (pgfork branch create), kept in the state directory")
 	f.BoolVar(&tcp, "tcp", false, "with --start: a branch listens on 127.0.0.1 always (kept for old scripts)")

@@ -20,6 +20,7 @@ import (
 	"github.com/pgfork/pgfork/cluster"
 	"github.com/pgfork/pgfork/dbclone"
 	"github.com/pgfork/pgfork/internal/errs"
+	"github.com/pgfork/pgfork/internal/secret"
 )
 
 // dbFlags say which server the db commands talk to.
@@ -57,7 +58,8 @@ cluster's data directory can share blocks; for any other server say so with
 		RunE: func(cmd *cobra.Command, _ []string) error { return cmd.Help() },
 	}
 	pf := cmd.PersistentFlags()
-	pf.StringVar(&cl.dbf.url, "url", "", "server URL or libpq connection string (default: $DATABASE_URL, else the PG* environment variables)")
+	pf.StringVar(&cl.dbf.url, "url", "", "server URL or libpq connection string (default: $DATABASE_URL, else the PG* environment variables), without a password: it is read from PGPASSFILE, ~/.pgpass or PGPASSWORD")
+	secret.MarkConn(pf, "url")
 	pf.StringVar(&cl.dbf.cluster, "cluster", "", "a cluster pgfork started (pgfork up)")
 	pf.BoolVar(&cl.dbf.canClone, "can-clone", false, "the server's data directory is on a filesystem that shares blocks (reflink): allow the clone strategy")
 	pf.StringVar(&cl.dbf.calibration, "calibration", "", "advisor constants saved by pgfork db calibrate --save (default: those stored for this server, else built-in)")

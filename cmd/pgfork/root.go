@@ -12,6 +12,7 @@ import (
 	"golang.org/x/term"
 
 	"github.com/pgfork/pgfork/internal/errs"
+	"github.com/pgfork/pgfork/internal/secret"
 	"github.com/pgfork/pgfork/internal/statedir"
 )
 
@@ -87,6 +88,14 @@ strategies, the backup API, pg_upgrade transfer modes).
 ` + exitCodesHelp,
 		SilenceUsage:  true,
 		SilenceErrors: true,
+		// The one place every command's secrets are read (from files and
+		// the environment) and a secret on the command line is refused
+		// (internal/secret, docs/SECURITY.md rule 2). No command has a
+		// PersistentPreRunE of its own, which would replace this one
+		// (TestNoSecretFlagOnCommandLine checks every flag).
+		PersistentPreRunE: func(cmd *cobra.Command, _ []string) error {
+			return secret.Load(cmd.Flags(), cl.lookupEnv)
+		},
 	}
 	cl.root = root
 	root.SetIn(s.stdin)

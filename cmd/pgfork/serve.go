@@ -18,6 +18,7 @@ import (
 
 	"github.com/pgfork/pgfork/instance"
 	"github.com/pgfork/pgfork/internal/errs"
+	"github.com/pgfork/pgfork/internal/secret"
 	"github.com/pgfork/pgfork/internal/statedir"
 	"github.com/pgfork/pgfork/pgbin"
 	"github.com/pgfork/pgfork/pool"
@@ -248,7 +249,7 @@ are stopped on SIGINT/SIGTERM; after a crash, the next start cleans up.
 
 It listens on 127.0.0.1:5000, or, when INTEGRESQL_ADDRESS or INTEGRESQL_PORT
 is set, on IntegreSQL's default (all addresses). Beyond loopback it needs one
-of: --token (clients send "Authorization: Bearer TOKEN" or use the base URL
+of: a token (clients send "Authorization: Bearer TOKEN" or use the base URL
 http://HOST:PORT/TOKEN/api), --allow-from CIDR,... or, on a private container
 network only, --insecure-open. Against DNS rebinding, a request without a
 token must name serve in Host as localhost, an IP address or a name of
@@ -285,6 +286,16 @@ INTEGRESQL_POOL_MAX_PARALLEL_TASKS, INTEGRESQL_TEMPLATE_FINALIZE_TIMEOUT_MS,
 INTEGRESQL_TEST_DB_GET_TIMEOUT_MS, INTEGRESQL_TEST_DB_MINIMAL_LIFETIME_MS.
 Bad values exit 2 before anything starts.
 
+Secrets never go on the command line, which every local user reads (ps,
+/proc/PID/cmdline): the token comes from PGFORK_TOKEN or --token-file FILE
+(mode 0600), branch tokens from PGFORK_BRANCH_TOKENS or --branch-token-file,
+admin tokens from PGFORK_BRANCH_ADMIN_TOKENS or --branch-admin-token-file,
+--test-user's password from INTEGRESQL_TEST_PGPASSWORD or
+--test-password-file. --token TOKEN and the like, and a --pg-url or
+--branch-source standby:URL with a password in it, exit 2: leave the
+password out of the URL and give it in a password file (PGPASSFILE,
+~/.pgpass, passfile= in the URL) or PGPASSWORD.
+
 Started by a test run (the clients' glue does this): --listen 127.0.0.1:0
 picks a free port, and with --json serve prints one line on stdout once it
 answers, {"listen":"127.0.0.1:PORT",...}. SIGINT/SIGTERM stop it within
@@ -302,7 +313,7 @@ run one until it exits).`,
       pgfork serve --allow-from 172.16.0.0/12 --allowed-host pgfork
 
   # Share on the network with a token (clients: http://HOST:5000/$TOKEN/api)
-  pgfork serve --listen 0.0.0.0:5000 --token "$TOKEN"
+  PGFORK_TOKEN=$TOKEN pgfork serve --listen 0.0.0.0:5000
 
   # A whole server per test (superuser, own settings)
   pgfork serve --isolation cluster --pool-max 8
@@ -345,13 +356,13 @@ run one until it exits).`,
 	f := cmd.Flags()
 	cl.addVolumeFlag(f, &o.volume)
 	f.StringVar(&o.listen, "listen", cl.defaultListen(), "HTTP address (env INTEGRESQL_ADDRESS, INTEGRESQL_PORT)")
-	f.StringVar(&o.pgURL, "pg-url", cl.getenv("PGFORK_PG_URL"), "use this PostgreSQL server (a superuser or CREATEDB role) instead of a managed one (env PGFORK_PG_URL; else INTEGRESQL_PG* and PG* name one, as for IntegreSQL)")
+	secret.ConnVar(f, &o.pgURL, "pg-url", "PGFORK_PG_URL", "use this PostgreSQL server (a superuser or CREATEDB role) instead of a managed one (env PGFORK_PG_URL; else INTEGRESQL_PG* and PG* name one, as for IntegreSQL); on the command line without its password (PGPASSFILE, ~/.pgpass, PGPASSWORD)")
 	f.BoolVar(&o.managed, "managed", false, "run the managed PostgreSQL even when INTEGRESQL_PG*/PG* variables are set")
 	f.StringVar(&o.allowFrom, "allow-from", cl.getenv("PGFORK_ALLOW_FROM"), "admit HTTP clients from these networks only (CIDR,...; loopback always; env PGFORK_ALLOW_FROM); enough to listen beyond loopback without a token")
 	f.StringVar(&o.allowedHosts, "allowed-host", cl.getenv("PGFORK_ALLOWED_HOSTS"), "host names clients reach serve by (NAME,...; e.g. a compose service name; env PGFORK_ALLOWED_HOSTS): a request without a token must name localhost, an IP address or one of these in Host, against DNS rebinding (* allows any)")
 	f.BoolVar(&o.insecureOpen, "insecure-open", cl.envBool("PGFORK_INSECURE_OPEN"), "listen beyond loopback with no token and no allow-list: anyone who reaches the port controls its databases; only for a private container network (env PGFORK_INSECURE_OPEN)")
 	f.BoolVar(&o.canClone, "can-clone", false, "with --pg-url: the server's data directory is on a reflink filesystem (XFS, btrfs, ZFS 2.2+), so the advisor may pick clone (PostgreSQL 18, file_copy_method=clone)")
-	f.StringVar(&o.token, "token", cl.getenv("PGFORK_TOKEN"), "require this token: 'Authorization: Bearer TOKEN', or the base URL http://HOST:PORT/TOKEN/api that IntegreSQL's clients accept (env PGFORK_TOKEN)")
+	secret.Var(f, &o.token, "token", "PGFORK_TOKEN", "TOKEN", "require this token: 'Authorization: Bearer TOKEN', or the base URL http://HOST:PORT/TOKEN/api that IntegreSQL's clients accept")
 	f.StringVar(&o.socket, "socket", "", "also listen on this Unix socket (mode 0600)")
 	f.IntVar(&o.poolInit, "pool-init", cl.envInt("INTEGRESQL_TEST_INITIAL_POOL_SIZE", n), "databases each pool keeps ready (env INTEGRESQL_TEST_INITIAL_POOL_SIZE; auto: 4 per core when test databases are clones, else 1 per core)")
 	f.IntVar(&o.poolMax, "pool-max", cl.envInt("INTEGRESQL_TEST_MAX_POOL_SIZE", 4*n), "databases per pool at most (env INTEGRESQL_TEST_MAX_POOL_SIZE; auto: 64 per core when test databases are clones, else 4 per core; a learned demand: 256 per core, full copies as fit in a quarter of the free disk)")
@@ -372,7 +383,7 @@ run one until it exits).`,
 	f.DurationVar(&o.poolIdle, "pool-idle", pool.DefaultIdleTimeout, "a pool grows toward demand up to --pool-max; after this long without requests it drops the ready databases beyond --pool-init (negative: never)")
 	f.IntVar(&o.keptMax, "kept-max", cl.envInt("PGFORK_KEPT_MAX", pool.DefaultKeptMax), "databases of failed tests kept for inspection per template, outside --pool-max; beyond it the oldest is dropped (env PGFORK_KEPT_MAX)")
 	f.StringVar(&o.testUser, "test-user", cl.getenv("INTEGRESQL_TEST_PGUSER"), "role owning test databases (managed default: pgfork; env INTEGRESQL_TEST_PGUSER)")
-	f.StringVar(&o.testPassword, "test-password", cl.getenv("INTEGRESQL_TEST_PGPASSWORD"), "its password (env INTEGRESQL_TEST_PGPASSWORD)")
+	secret.Var(f, &o.testPassword, "test-password", "INTEGRESQL_TEST_PGPASSWORD", "PASSWORD", "--test-user's password")
 	f.StringVar(&o.rootTmpl, "root-template", cl.envStr("INTEGRESQL_ROOT_TEMPLATE", "template0"), "database new templates are created from (env INTEGRESQL_ROOT_TEMPLATE)")
 	f.IntVar(&o.maxConns, "max-conns", server.DefaultMaxConns, "open HTTP connections at most; more wait to be accepted (idle keep-alive connections close after 60 s)")
 	f.BoolVar(&o.leastPrivilege, "least-privilege", false, "managed mode: hand out a role that may create databases but is not a superuser (default: a superuser of the private cluster)")
@@ -572,7 +583,7 @@ func (o *serveOpts) validate() error {
 			addr = "all addresses, port " + port
 		}
 		return bad("listening on %s (not loopback) needs a way to keep anonymous clients out", addr).
-			WithHint("anyone who reaches it could create and drop databases: pass --token (clients use http://HOST:PORT/TOKEN/api), --allow-from CIDR (e.g. 172.16.0.0/12), or, on a private container network only, --insecure-open; or listen on 127.0.0.1")
+			WithHint("anyone who reaches it could create and drop databases: give a token in PGFORK_TOKEN or --token-file (clients use http://HOST:PORT/TOKEN/api), --allow-from CIDR (e.g. 172.16.0.0/12), or, on a private container network only, --insecure-open; or listen on 127.0.0.1")
 	}
 	return nil
 }
@@ -664,7 +675,7 @@ func (cl *cli) servePG(ctx context.Context) (pgbin.Installation, *instance.OSUse
 	return in, u, uerr
 }
 
-// minTokenLen is the shortest --token serve accepts: 16 URL-safe characters
+// minTokenLen is the shortest token serve accepts: 16 URL-safe characters
 // are about 96 bits, out of reach of guessing at the few tries a minute
 // the server allows one address.
 const minTokenLen = 16
@@ -678,11 +689,11 @@ func validToken(tok string) error {
 	}
 	hint := "generate one: openssl rand -hex 16, or python3 -c 'import secrets; print(secrets.token_urlsafe(24))'"
 	if len(tok) < minTokenLen {
-		return errs.New(errs.Usage, "--token is %d characters; it must have at least %d", len(tok), minTokenLen).WithHint("%s", hint)
+		return errs.New(errs.Usage, "the token (PGFORK_TOKEN or --token-file) is %d characters; it must have at least %d", len(tok), minTokenLen).WithHint("%s", hint)
 	}
 	for _, c := range tok {
 		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '-' || c == '_' || c == '.' || c == '~') {
-			return errs.New(errs.Usage, "--token holds %q: only letters, digits and - _ . ~ can stand in the base URL clients use", c).WithHint("%s", hint)
+			return errs.New(errs.Usage, "the token (PGFORK_TOKEN or --token-file) holds %q: only letters, digits and - _ . ~ can stand in the base URL clients use", c).WithHint("%s", hint)
 		}
 	}
 	return nil

@@ -9,6 +9,7 @@ import (
 
 	"github.com/pgfork/pgfork/branches"
 	"github.com/pgfork/pgfork/internal/errs"
+	"github.com/pgfork/pgfork/internal/secret"
 	"github.com/pgfork/pgfork/internal/units"
 	"github.com/pgfork/pgfork/serve"
 )
@@ -27,9 +28,10 @@ type branchFlags struct {
 
 func addBranchFlags(f *pflag.FlagSet) *branchFlags {
 	b := &branchFlags{}
-	f.StringArrayVar(&b.sources, "branch-source", nil, "serve branches of [NAME=]cluster:DATADIR (a running cluster), [NAME=]standby:PRIMARY_URL (a standby kept here) or [NAME=]backup:CHAINDIR[@BACKUP] (a chain of pgfork backup; add ,wal=DIR,target-name=N or target-time= or target-lsn= for a point in time); NAME defaults to the path's last element; repeatable")
-	f.StringArrayVar(&b.tokens, "branch-token", nil, "a token that may create and see its own branches (repeatable; --token is an admin token)")
-	f.StringArrayVar(&b.admins, "branch-admin-token", nil, "a token that sees and changes every branch (repeatable)")
+	f.StringArrayVar(&b.sources, "branch-source", nil, "serve branches of [NAME=]cluster:DATADIR (a running cluster), [NAME=]standby:PRIMARY_URL (a standby kept here; the URL without its password, which is read from passfile= in the URL, PGPASSFILE, ~/.pgpass or PGPASSWORD) or [NAME=]backup:CHAINDIR[@BACKUP] (a chain of pgfork backup; add ,wal=DIR,target-name=N or target-time= or target-lsn= for a point in time); NAME defaults to the path's last element; repeatable")
+	secret.MarkConn(f, "branch-source")
+	secret.ListVar(f, &b.tokens, "branch-token", "PGFORK_BRANCH_TOKENS", "TOKEN", "tokens that may create and see their own branches (the token of --token-file is an admin token)")
+	secret.ListVar(f, &b.admins, "branch-admin-token", "PGFORK_BRANCH_ADMIN_TOKENS", "TOKEN", "tokens that see and change every branch")
 	f.IntVar(&b.quota, "branch-quota", 0, "branches one token may have at once (0: no limit)")
 	f.StringVar(&b.diskQuota, "branch-disk-quota", "0", "disk one token's branches may use of their own (not shared with their source); past it, its creates are refused (0: no limit)")
 	f.StringVar(&b.restart, "branch-restart", "start", "what serve does with branches when it restarts: start (they keep running when serve exits; those found stopped are started) or stopped (stopped when serve exits, left stopped until `pgfork branch start`)")

@@ -266,9 +266,9 @@ func TestServeRefusesBadInput(t *testing.T) {
 		{nil, []string{"--listen", "0.0.0.0:0", "--allow-from", "10.0.0.0/33"}, "--allow-from"},
 		// issue 19, F13: a token that guessing could find, or that cannot
 		// stand in the base URL.
-		{nil, []string{"--listen", "0.0.0.0:0", "--token", "x"}, "at least 16"},
-		{nil, []string{"--token", " "}, "at least 16"},
-		{nil, []string{"--token", "abcdefghijklmn/op"}, "base URL"},
+		{[]string{"PGFORK_TOKEN=x"}, []string{"--listen", "0.0.0.0:0"}, "at least 16"},
+		{[]string{"PGFORK_TOKEN= "}, nil, "at least 16"},
+		{[]string{"PGFORK_TOKEN=abcdefghijklmn/op"}, nil, "base URL"},
 		// issue 32, F13: host names only, no scheme or port.
 		{nil, []string{"--allowed-host", "http://pgfork:5000"}, "--allowed-host"},
 		{[]string{"PGFORK_ALLOWED_HOSTS=pgfork:5000"}, nil, "--allowed-host"},

@@ -20,11 +20,16 @@ import java.util.List;
 import java.util.Map;
 
 /**
- * Starts {@code pgfork serve} when no server is configured and none answers, as the Go, Python, JavaScript and Rust
- * clients do: once for all the test JVMs of a run (Surefire and Gradle forks share it through a lock in the state
- * directory), on a free loopback port with a random token, in a state directory that survives the run so the next
- * run reuses its templates ({@code PGFORK_STATE_DIR}, else {@code target/pgfork}). Each JVM holds a shared lock on
- * the lease file while it lives; the server exits when no JVM holds it any more.
+ * Starts {@code pgfork serve} when no server is configured, as the Go, Python, JavaScript and Rust clients do: once
+ * for all the test JVMs of a run (Surefire and Gradle forks share it through a lock in the state directory), on a
+ * free loopback port with a random token, in a state directory that survives the run so the next run reuses its
+ * templates ({@code PGFORK_STATE_DIR}, else {@code target/pgfork}). Each JVM holds a shared lock on the lease file
+ * while it lives; the server exits when no JVM holds it any more.
+ *
+ * <p>A server is found one way (docs/SECURITY.md, rule 3): the one configured ({@code PGFORK_URL}), else the serve
+ * that holds the state directory, proven by its own record ({@link ServeOwner}). Nothing that merely answers on a
+ * port (the default one, or one a record names) is sent a request or a token, and the state directory must be this
+ * user's alone: another user's could plant the records this class trusts.
  */
 final class ServeLauncher {
     /** How long the first start may take: it may create the managed PostgreSQL cluster, or install PostgreSQL. */
@@ -48,13 +53,12 @@ final class ServeLauncher {
      * @return the client
      */
     static synchronized PgforkClient client() {
-        PgforkClient configured = PgforkClient.fromEnvironment();
-        if (Settings.serverConfigured() || configured.reachable()) {
-            return configured;
+        if (Settings.serverConfigured()) {
+            return PgforkClient.fromEnvironment();
         }
         Path dir = stateDir();
         try {
-            Files.createDirectories(dir);
+            privateDir(dir);
             takeLease(dir);
             try (FileChannel lockFile = FileChannel.open(dir.resolve("serve.lock"), StandardOpenOption.CREATE, StandardOpenOption.WRITE);
                  FileLock held = lockFile.lock()) {
@@ -79,18 +83,41 @@ final class ServeLauncher {
         }
     }
 
-    /** The server another JVM of this run started, if it still answers. */
-    private static PgforkClient running(Path dir) throws IOException {
+    /**
+     * dir, created if missing (0755: the managed PostgreSQL runs as another user when the tests run as root), once it
+     * is proven to be this user's alone: owned by this user, a directory, writable by no one else.
+     */
+    static void privateDir(Path dir) throws IOException {
+        Files.createDirectories(dir);
+        Object uid = Files.getAttribute(dir, "unix:uid", java.nio.file.LinkOption.NOFOLLOW_LINKS);
+        int mode = (Integer) Files.getAttribute(dir, "unix:mode", java.nio.file.LinkOption.NOFOLLOW_LINKS);
+        if (!Files.isDirectory(dir, java.nio.file.LinkOption.NOFOLLOW_LINKS)
+                || ((Number) uid).longValue() != ServeOwner.myUid() || (mode & 0022) != 0) {
+            throw new PgforkException("pgfork: the state directory " + dir + " is not this user's alone (owner uid " + uid
+                    + ", mode " + Integer.toOctalString(mode & 07777) + "): pgfork keeps records there it trusts; set"
+                    + " PGFORK_STATE_DIR to a directory you own that others cannot write", null);
+        }
+    }
+
+    /**
+     * The server another JVM of this run started: the serve holding the state directory, proven by its own record
+     * ({@link ServeOwner}), with the token this launcher recorded for it in serve.json (0600, in a directory only
+     * this user writes). A serve.json whose serve is gone, or whose port another process holds now, is not used.
+     */
+    static PgforkClient running(Path dir) throws IOException {
         Path info = dir.resolve("serve.json");
-        if (!Files.exists(info)) {
+        if (!Files.exists(info, java.nio.file.LinkOption.NOFOLLOW_LINKS)) {
+            return null;
+        }
+        ServeOwner owner = ServeOwner.find(dir.resolve("state"));
+        if (owner == null) {
             return null;
         }
         JsonNode j = JSON.readTree(info.toFile());
-        PgforkClient c = new PgforkClient(j.path("url").asText(), j.path("token").asText(null), Duration.ofMinutes(2));
-        return c.healthy() ? c : null;
+        return new PgforkClient(owner.url(), j.path("token").asText(null), Duration.ofMinutes(2));
     }
 
-    private static PgforkClient start(Path dir) throws IOException {
+    static PgforkClient start(Path dir) throws IOException {
         String bin = binary();
         String token = HexFormat.of().formatHex(random());
         Path out = dir.resolve("serve.out");
@@ -200,7 +227,7 @@ final class ServeLauncher {
                 }
             }
         }
-        throw new PgforkException("pgfork: no server answers at " + PgforkClient.maskBaseUrl(Settings.serverUrl())
+        throw new PgforkException("pgfork: no server is configured (PGFORK_URL)"
                 + " and no pgfork binary was found to start one: download the release tarball for this platform"
                 + " (pgfork-VERSION-OS-ARCH.tar.gz) and put pgfork on PATH or set PGFORK_BIN, or set PGFORK_URL to a"
                 + " running pgfork serve", null);

@@ -84,9 +84,9 @@ func ListVar(fs *pflag.FlagSet, dst *[]string, name, env, param, what string) {
 }
 
 func define(fs *pflag.FlagSet, v *fileValue, what string) {
-	read := "read it from FILE (mode 0600)"
+	read := "read it from `FILE` (mode 0600)"
 	if v.list != nil {
-		read = "read them from FILE (mode 0600), one a line,"
+		read = "read them from `FILE` (mode 0600), one a line,"
 	}
 	fs.Var(v, v.name+"-file", fmt.Sprintf("%s: %s or else from env %s (never --%s %s: every local user reads the command line)", what, read, v.env, v.name, v.param))
 	_ = fs.SetAnnotation(v.name+"-file", annotation, []string{kindSecret})

@@ -59,7 +59,7 @@ const (
 // Option configures a Client.
 type Option func(*Client)
 
-// WithToken sends token as a Bearer token on every request (pgfork serve --token).
+// WithToken sends token as a Bearer token on every request (the token pgfork serve runs with: PGFORK_TOKEN or --token-file).
 func WithToken(token string) Option {
 	return func(c *Client) { c.token = token }
 }

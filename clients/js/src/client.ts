@@ -43,7 +43,7 @@ export interface TestDatabase {
 
 /** Options of a Client. */
 export interface ClientOptions {
-  /** Bearer token (`pgfork serve --token`). */
+  /** Bearer token (the one `pgfork serve` runs with: PGFORK_TOKEN or --token-file). */
   token?: string;
   /** 1 for IntegreSQL's API, 2 for pgfork's; default 2, or 1 for a URL ending in /api/v1. */
   apiVersion?: 1 | 2;

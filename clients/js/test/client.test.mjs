@@ -76,7 +76,7 @@ test("v2 lifecycle: initialize, migrate, finalize, get, recreate, unlock, discar
 
 test("wrong token is Unauthorized", async () => {
   const s = server();
-  if (!s.token) throw new Error("PGFORK_TOKEN is not set: these tests expect a server started with --token");
+  if (!s.token) throw new Error("PGFORK_TOKEN is not set: these tests expect a server started with a token (PGFORK_TOKEN)");
   const c = new Client(s.url, { token: "wrong" });
   await assert.rejects(c.initializeTemplate(uniqueHash("tok")), (e) => e instanceof Unauthorized && e.status === 401);
   // The token as the first path segment, as IntegreSQL's clients send it.

@@ -140,8 +140,12 @@ func TestStartServe(t *testing.T) {
 	s.stop()
 	stopped = true
 	// The server a test run started must go when the run ends (issue 34: it
-	// took 20-40 s).
-	if took := time.Since(start); took > 5*time.Second {
+	// took 20-40 s). About 2 s besides PostgreSQL's stop, which a loaded
+	// machine stretches several times: that is serve's own test's to hold
+	// it to (cmd/pgfork's checkStopTime); here, only the regression.
+	took := time.Since(start)
+	t.Logf("the started server stopped in %s", took)
+	if took > 15*time.Second {
 		t.Errorf("the started server took %s to stop, want about 2 s", took)
 	}
 	c, _ := client.New(s.url)

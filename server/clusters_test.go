@@ -152,10 +152,11 @@ func TestClusterIsolation(t *testing.T) {
 	if err := execAs(t, a.Database.Config, "SELECT pg_reload_conf(); CREATE ROLE only_in_a"); err != nil {
 		t.Fatal(err)
 	}
-	time.Sleep(100 * time.Millisecond)
-	if got := query(t, a.Database.Config, "SHOW work_mem"); got != "7MB" {
-		t.Fatalf("ALTER SYSTEM in a: work_mem %s", got)
-	}
+	// pg_reload_conf only signals the postmaster: new sessions see the
+	// setting once it has read the file again.
+	testenv.WaitFor(t, "ALTER SYSTEM in a to set work_mem in its new sessions", func() bool {
+		return query(t, a.Database.Config, "SHOW work_mem") == "7MB"
+	})
 	if got := query(t, b.Database.Config, "SHOW work_mem"); got == "7MB" {
 		t.Fatal("ALTER SYSTEM in a changed b")
 	}

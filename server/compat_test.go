@@ -12,6 +12,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/pgfork/pgfork/internal/testenv"
 	"github.com/pgfork/pgfork/pool"
 )
 
@@ -100,6 +101,9 @@ func TestV1LikeIntegreSQL(t *testing.T) {
 	safe := regexp.MustCompile(`^[a-z0-9_]{1,63}$`)
 	for _, hash := range []string{"v1.2.3", "abc:def", "q83vEjRWeJA=", sha512, sha512[:127] + "e", "h" + h[:24], "a b"} {
 		e.migrate(t, hash)
+		// The request waits only the env's 2 s (for the one above that
+		// must time out): the first copy takes what the load gives it.
+		waitFor(t, "a ready database of "+hash, testenv.WaitTimeout, func() bool { return e.ready(hash) > 0 })
 		var d testDB
 		e.expect(t, "GET", "/api/v1/templates/"+url.PathEscape(hash)+"/tests", nil, 200).json(t, &d)
 		if d.TemplateHash != hash {

@@ -12,6 +12,8 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+
+	"github.com/pgfork/pgfork/internal/testenv"
 )
 
 // TestRestartUnderLoad restarts the API server (not PostgreSQL) while
@@ -38,9 +40,10 @@ func TestRestartUnderLoad(t *testing.T) {
 	client := &http.Client{Timeout: 30 * time.Second}
 
 	// call retries while the server is away (connection refused, or 503
-	// while it shuts down).
+	// while it shuts down or a pool under load made nothing in time), each
+	// call within a deadline of its own that no load reaches.
 	call := func(method, path string) (int, []byte, error) {
-		for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+		for deadline := time.Now().Add(testenv.WaitTimeout); ; time.Sleep(20 * time.Millisecond) {
 			req, _ := http.NewRequest(method, *base.Load()+path, nil)
 			if method == "POST" && path == "/api/v1/templates" {
 				req, _ = http.NewRequest(method, *base.Load()+path, strings.NewReader(`{"hash":"load"}`))

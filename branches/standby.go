@@ -19,7 +19,6 @@ import (
 	"github.com/pgfork/pgfork/internal/fsutil"
 	"github.com/pgfork/pgfork/internal/proc"
 	"github.com/pgfork/pgfork/internal/safefs"
-	"github.com/pgfork/pgfork/internal/secret"
 	"github.com/pgfork/pgfork/pgdata"
 )
 
@@ -74,7 +73,7 @@ func (m *Manager) ensureStandby(ctx context.Context, s Source) error {
 			}
 		}
 	}
-	url, password, err := secret.SplitPassword(s.PrimaryURL)
+	url, password, err := pgdata.SplitPassword(s.PrimaryURL)
 	if err != nil {
 		return errs.Wrap(errs.Usage, err, "bad primary URL of source %q", s.Name)
 	}

@@ -4,6 +4,7 @@ import (
 	"strings"
 
 	"github.com/pgfork/pgfork/internal/errs"
+	"github.com/pgfork/pgfork/internal/secret"
 )
 
 // ConnParam is one keyword=value pair of a libpq connection string.
@@ -71,6 +72,32 @@ func ParseConninfo(s string) ([]ConnParam, error) {
 		}
 		out = append(out, ConnParam{Key: key, Value: v.String()})
 	}
+}
+
+// SplitPassword splits a connection string, a URL or a libpq key=value
+// string, into the string without its password and the password ("" if
+// it has none); a passfile it names is left out too (URLs:
+// secret.SplitURLPassword). The error never quotes the string.
+func SplitPassword(conn string) (string, string, error) {
+	if strings.Contains(conn, "://") {
+		return secret.SplitURLPassword(conn)
+	}
+	ps, err := ParseConninfo(conn)
+	if err != nil {
+		return "", "", err
+	}
+	var password string
+	kept := ps[:0:0]
+	for _, p := range ps {
+		switch p.Key {
+		case "password":
+			password = p.Value
+		case "passfile":
+		default:
+			kept = append(kept, p)
+		}
+	}
+	return FormatConninfo(kept), password, nil
 }
 
 // FormatConninfo writes pairs as a libpq keyword/value connection string,

@@ -12,7 +12,6 @@ import (
 	"github.com/spf13/pflag"
 
 	"github.com/pgfork/pgfork/internal/errs"
-	"github.com/pgfork/pgfork/pgdata"
 )
 
 // A secret is never on a command line (docs/SECURITY.md, rule 2): every
@@ -250,7 +249,7 @@ var keyPassword = regexp.MustCompile(`(^|[\s:])password\s*=`)
 // its password parameter, or a password keyword.
 func HasPassword(s string) bool {
 	if i := urlStart(s); i >= 0 {
-		_, pw, err := SplitPassword(s[i:])
+		_, pw, err := SplitURLPassword(s[i:])
 		return err != nil || pw != ""
 	}
 	return keyPassword.MatchString(s)
@@ -270,48 +269,31 @@ func urlStart(s string) int {
 	return j
 }
 
-// SplitPassword splits a connection string (a URL, or a libpq key=value
-// string) into the string without its password and the password ("" if
-// it has none). A passfile it names is left out too: it is a file of this
-// process's user, and whoever connects with the string gets the password
-// another way. The error never quotes the string: it may hold a password.
-func SplitPassword(conn string) (string, string, error) {
-	if strings.Contains(conn, "://") {
-		u, err := neturl.Parse(conn)
-		if err != nil {
-			// url.Parse's error quotes the URL, password and all.
-			return "", "", errs.New(errs.Usage, "not a valid URL")
-		}
-		var password string
-		if u.User != nil {
-			password, _ = u.User.Password()
-			u.User = neturl.User(u.User.Username())
-		}
-		q := u.Query()
-		if p := q.Get("password"); p != "" {
-			password = p
-		}
-		if q.Has("password") || q.Has("passfile") {
-			q.Del("password")
-			q.Del("passfile")
-			u.RawQuery = q.Encode()
-		}
-		return u.String(), password, nil
-	}
-	ps, err := pgdata.ParseConninfo(conn)
+// SplitURLPassword splits a URL into the URL without its password and the
+// password ("" if it has none), from its user information or its password
+// parameter. A passfile parameter is left out too: it names a file of this
+// process's user, and whoever connects with the URL gets the password
+// another way. The error never quotes the URL: it may hold a password.
+// (pgdata.SplitPassword splits libpq's key=value strings too.)
+func SplitURLPassword(conn string) (string, string, error) {
+	u, err := neturl.Parse(conn)
 	if err != nil {
-		return "", "", err
+		// url.Parse's error quotes the URL, password and all.
+		return "", "", errs.New(errs.Usage, "not a valid URL")
 	}
 	var password string
-	kept := ps[:0:0]
-	for _, p := range ps {
-		switch p.Key {
-		case "password":
-			password = p.Value
-		case "passfile":
-		default:
-			kept = append(kept, p)
-		}
+	if u.User != nil {
+		password, _ = u.User.Password()
+		u.User = neturl.User(u.User.Username())
 	}
-	return pgdata.FormatConninfo(kept), password, nil
+	q := u.Query()
+	if p := q.Get("password"); p != "" {
+		password = p
+	}
+	if q.Has("password") || q.Has("passfile") {
+		q.Del("password")
+		q.Del("passfile")
+		u.RawQuery = q.Encode()
+	}
+	return u.String(), password, nil
 }

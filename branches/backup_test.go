@@ -3,6 +3,7 @@ package branches
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -134,13 +135,9 @@ func pitrChain(t *testing.T, b pgtest.Build, dir string) (chain, arch string) {
 	}
 	pgtest.Exec(t, url, "INSERT INTO t VALUES (2)", "SELECT pg_create_restore_point('before')", "INSERT INTO t VALUES (3)")
 	seg := pgtest.Query(t, url, "SELECT pg_walfile_name(pg_switch_wal())")
-	deadline := time.Now().Add(time.Minute)
-	for pgtest.Query(t, url, "SELECT coalesce(last_archived_wal, '') FROM pg_stat_archiver") < seg {
-		if time.Now().After(deadline) {
-			t.Fatalf("WAL segment %s was not archived", seg)
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
+	testenv.WaitFor(t, "WAL segment "+seg+" to be archived", func() bool {
+		return pgtest.Query(t, url, "SELECT coalesce(last_archived_wal, '') FROM pg_stat_archiver") >= seg
+	})
 	return chain, arch
 }
 
@@ -202,13 +199,9 @@ func TestBranchesPITRKilled(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer m.Close()
-	deadline := time.Now().Add(10 * time.Second)
-	for syscall.Kill(pid, 0) == nil {
-		if time.Now().After(deadline) {
-			t.Fatalf("the recovery server (pid %d) still runs after Open", pid)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+	testenv.WaitFor(t, fmt.Sprintf("the recovery server (pid %d) to be gone after Open", pid), func() bool {
+		return syscall.Kill(pid, 0) != nil
+	})
 	if l, _ := cluster.List(lay); len(l) != 0 {
 		t.Errorf("the registry keeps %+v", l)
 	}

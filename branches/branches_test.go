@@ -488,23 +488,13 @@ func TestStandbySource(t *testing.T) {
 	if got := pgtest.Query(t, sby, "SELECT pg_is_in_recovery()::text"); got != "true" {
 		t.Fatalf("the standby is not in recovery: %s", got)
 	}
-	caughtUp := func(want string) {
-		t.Helper()
-		deadline := time.Now().Add(time.Minute)
-		for pgtest.Query(t, sby, "SELECT count(*) FROM t") != want {
-			if time.Now().After(deadline) {
-				t.Fatalf("the standby never reached %s rows", want)
-			}
-			time.Sleep(50 * time.Millisecond)
-		}
-	}
 	me := Caller{Token: "me"}
 	b1, err := m.Create(ctx, me, CreateOptions{Name: "b1", Source: "replica"})
 	if err != nil {
 		t.Fatal(err)
 	}
 	pgtest.Exec(t, purl, "INSERT INTO t VALUES (2)")
-	caughtUp("2")
+	waitRows(t, sby, "2")
 	b2, err := m.Create(ctx, me, CreateOptions{Name: "b2", Source: "replica"})
 	if err != nil {
 		t.Fatal(err)
@@ -552,16 +542,11 @@ func TestStandbySource(t *testing.T) {
 		t.Errorf("lag metrics above 0: %v (%v), want bytes, seconds and streaming of the one standby", got, err)
 	}
 	pgtest.Exec(t, sby, "SELECT pg_wal_replay_resume()")
-	caughtUp("3")
-	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(100 * time.Millisecond) {
+	waitRows(t, sby, "3")
+	testenv.WaitFor(t, "the lag of a standby that caught up to be 0", func() bool {
 		l := lagOf()
-		if l.Bytes == 0 && l.Seconds != nil && *l.Seconds == 0 {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("the standby caught up but its lag stays %+v", l)
-		}
-	}
+		return l.Bytes == 0 && l.Seconds != nil && *l.Seconds == 0
+	})
 	// Falls behind while stopped, catches up when started again.
 	m.StopAll(ctx)
 	m.Close()
@@ -576,7 +561,7 @@ func TestStandbySource(t *testing.T) {
 	t.Cleanup(m2.Close)
 	e, _ = cluster.Get(o.Layout, standbyReg("replica"))
 	sby = (&instanceAt{e.SocketDir, e.Port}).url()
-	caughtUp("4")
+	waitRows(t, sby, "4")
 	for _, n := range []string{"b1", "b2"} {
 		if err := m2.Delete(ctx, me, n); err != nil {
 			t.Error(err)

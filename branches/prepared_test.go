@@ -146,7 +146,7 @@ func TestPreparedSnapshots(t *testing.T) {
 	_, err = m.Create(wctx, me, CreateOptions{Name: "w1", Source: "prod"})
 	cancel()
 	<-turn
-	if errs.KindOf(err) != errs.Interrupted || time.Since(t0) > 10*time.Second {
+	if errs.KindOf(err) != errs.Interrupted || time.Since(t0) > time.Minute { // not its 300 ms, but no wait for the snapshot either, however loaded the machine
 		t.Errorf("a cancelled create waiting for the shared snapshot: %v after %s, want Interrupted at once", err, time.Since(t0))
 	}
 	for _, b := range m.List(Caller{Token: "admin"}).Branches {

@@ -153,10 +153,10 @@ func TestSizingHostileTree(t *testing.T) {
 	var list ListResult
 	var got Branch
 	for i := range 15 {
-		ok := within(t, fmt.Sprintf("List #%d", i), 20*time.Second, func() { list = m.List(alice) })
-		ok = ok && within(t, fmt.Sprintf("Get #%d", i), 20*time.Second, func() { got, err = m.Get(alice, "b") })
-		ok = ok && within(t, fmt.Sprintf("the disk quota's measure #%d", i), 20*time.Second, func() { _ = m.ownUse(alice) })
-		ok = ok && within(t, fmt.Sprintf("pgfork ls (cluster.List) #%d", i), 20*time.Second, func() { _, _ = cluster.List(m.o.Layout) })
+		ok := within(t, fmt.Sprintf("List #%d", i), testenv.WaitTimeout, func() { list = m.List(alice) })
+		ok = ok && within(t, fmt.Sprintf("Get #%d", i), testenv.WaitTimeout, func() { got, err = m.Get(alice, "b") })
+		ok = ok && within(t, fmt.Sprintf("the disk quota's measure #%d", i), testenv.WaitTimeout, func() { _ = m.ownUse(alice) })
+		ok = ok && within(t, fmt.Sprintf("pgfork ls (cluster.List) #%d", i), testenv.WaitTimeout, func() { _, _ = cluster.List(m.o.Layout) })
 		if !ok {
 			// Another token meanwhile (the old code held the lock).
 			within(t, "bob's List while alice's sizing hangs", 5*time.Second, func() { m.List(bob) })

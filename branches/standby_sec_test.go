@@ -108,15 +108,11 @@ func standbyURL(t *testing.T, o Options) string {
 }
 
 // waitRows waits until url's table t has want rows.
-func waitRows(t *testing.T, url, want string, within time.Duration) {
+func waitRows(t *testing.T, url, want string) {
 	t.Helper()
-	deadline := time.Now().Add(within)
-	for pgtest.Query(t, url, "SELECT count(*) FROM t") != want {
-		if time.Now().After(deadline) {
-			t.Fatalf("the standby never reached %s rows in %s", want, within)
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
+	testenv.WaitFor(t, "the standby to reach "+want+" rows", func() bool {
+		return pgtest.Query(t, url, "SELECT count(*) FROM t") == want
+	})
 }
 
 // noSecretIn fails for every regular file below root but allow that holds
@@ -225,7 +221,7 @@ func TestStandbyBranchHasNoPrimaryPassword(t *testing.T) {
 	noSecretIn(t, o.Layout.Root, pf)
 	// The standby still streams: a row of the primary reaches a new branch.
 	pgtest.Exec(t, p.super, "INSERT INTO t VALUES (2)")
-	waitRows(t, sby, "2", time.Minute)
+	waitRows(t, sby, "2")
 	b2, err := m.Create(ctx, alice, CreateOptions{Name: "b2", Source: "replica"})
 	if err != nil {
 		t.Fatal(err)
@@ -263,7 +259,7 @@ func TestStandbyBranchHasNoPrimaryPassword(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(m2.Close)
-	waitRows(t, standbyURL(t, o), "3", time.Minute)
+	waitRows(t, standbyURL(t, o), "3")
 	noSecretIn(t, o.Layout.Root, pf)
 	for _, n := range []string{"b1", "b2"} {
 		if err := m2.Delete(ctx, alice, n); err != nil {
@@ -362,7 +358,7 @@ func TestStandbyManagedBuildStreams(t *testing.T) {
 	m, o := standbyManager(t, b, dir, p)
 	sby := standbyURL(t, o)
 	pgtest.Exec(t, p.super, "INSERT INTO t VALUES (2)")
-	waitRows(t, sby, "2", 30*time.Second)
+	waitRows(t, sby, "2")
 	me := Caller{Token: "me"}
 	br, err := m.Create(ctx, me, CreateOptions{Name: "b1", Source: "replica"})
 	if err != nil {

@@ -228,7 +228,8 @@ func startCopyAndWait(t *testing.T, bin, src, dst string) *exec.Cmd {
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
-	deadline := time.Now().Add(20 * time.Second)
+	// A deadline no load reaches: a process of its own starts the copy.
+	deadline := time.Now().Add(testenv.WaitTimeout)
 	for time.Now().Before(deadline) {
 		for _, s := range stagingDirs(t, dst) {
 			if m, _ := filepath.Glob(filepath.Join(s, "base", "*", "f*")); len(m) >= 2 {

@@ -25,19 +25,39 @@ import (
 	"github.com/pgfork/pgfork/serve"
 )
 
-// stopBudget is how soon `pgfork serve` must be gone after SIGTERM
+// stopBudget is how soon `pgfork serve` should be gone after SIGTERM
 // (docs/server.md, "Stopping and crashes"): the test glue of every client
-// stops the server it started when the run ends (issue 34). TestServeStopsPromptly
-// holds serve to it besides PostgreSQL's own stop. A pgfork built
+// stops the server it started when the run ends (issue 34). A pgfork built
 // with the race detector (make check's) gets half as much again: its Go
 // side runs several times slower (measured on 2 loaded cores: 2.7 s with
 // -race, 1.6 s without, the same shutdown).
 var stopBudget = map[bool]time.Duration{false: 2 * time.Second, true: 3 * time.Second}[raceEnabled]
 
+// stopLimit is what the tests hold serve to besides PostgreSQL's own stop:
+// what issue 34 fixed took 20-40 s (a waiting request held, test copies
+// dropped one by one), while a loaded machine stretches a 2 s stop by
+// several times (issue 61: a make check at load 5-6 made a 2 s test 64 s).
+// Beyond stopBudget the tests only say so.
+const stopLimit = 15 * time.Second
+
+// checkStopTime fails the test when serve took longer than grace (a wait
+// it is meant to make first) and stopLimit besides PostgreSQL's stop
+// (pgStop) to go after what, and says so when it took over grace and
+// stopBudget.
+func checkStopTime(t *testing.T, what string, took, pgStop, grace time.Duration) {
+	t.Helper()
+	switch besides := took - pgStop; {
+	case besides > grace+stopLimit:
+		t.Errorf("serve took %s to exit after %s (PostgreSQL's stop %s of it), want at most %s besides PostgreSQL's stop", took, what, pgStop, grace+stopLimit)
+	case besides > grace+stopBudget:
+		t.Logf("serve took %s besides PostgreSQL's stop to exit after %s: over its budget of %s (a loaded machine?)", besides, what, grace+stopBudget)
+	}
+}
+
 // TestServeStopsPromptly (issue 34): a serve with full pools, a client
 // holding an idle keep-alive connection, another connected that has sent
 // nothing yet and a third waiting for a template still being initialized
-// exits within stopBudget of SIGTERM, and starts again on the same state
+// exits promptly after SIGTERM (checkStopTime), and starts again on the same state
 // directory with its template kept. Before, the HTTP server waited for the
 // waiting request (up to 30 s) and the test copies were dropped one by one
 // (~0.1 s each).
@@ -97,11 +117,8 @@ func TestServeStopsPromptly(t *testing.T) {
 	t.Logf("stopped in %s\n%s", took, s.stderr)
 	// PostgreSQL's own fast shutdown (its checkpoint) takes what the disk
 	// allows: 0.3-0.8 s here mostly, seconds when other work floods the
-	// disk. What serve adds on top of it must fit the budget.
-	pgStop := pgStopTime(t, s.stderr.String())
-	if took-pgStop > stopBudget {
-		t.Errorf("pgfork serve took %s to exit after SIGTERM (PostgreSQL's stop %s of it), want at most %s besides PostgreSQL's stop", took, pgStop, stopBudget)
-	}
+	// disk. What serve adds on top of it is checked.
+	checkStopTime(t, "SIGTERM", took, pgStopTime(t, s.stderr.String()), 0)
 	if st := s.cmd.ProcessState; st == nil || !st.Success() {
 		t.Errorf("exit status %v, want 0", st)
 	}
@@ -201,11 +218,9 @@ func TestServeLifetime(t *testing.T) {
 		}
 		_, _ = sh.Process.Wait() // not sh.Wait: it waits for serve's output to end
 		start := time.Now()
-		waitExited(t, pid, 30*time.Second, &stderr)
+		waitExited(t, pid, testenv.WaitTimeout, &stderr)
 		t.Logf("serve (%s) exited %s after its parent\n%s", listen, time.Since(start), &stderr)
-		if took := time.Since(start) - pgStopTime(t, stderr.String()); took > stopBudget {
-			t.Errorf("serve took %s besides PostgreSQL's stop to exit after its parent, want at most %s", took, stopBudget)
-		}
+		checkStopTime(t, "its parent", time.Since(start), pgStopTime(t, stderr.String()), 0)
 		if running(postmaster) {
 			t.Errorf("its PostgreSQL (pid %d) still runs\n%s", postmaster, &stderr)
 		}
@@ -260,14 +275,12 @@ func TestServeLifetime(t *testing.T) {
 		start := time.Now()
 		select {
 		case <-done:
-		case <-time.After(30 * time.Second):
-			t.Fatalf("serve still runs 30 s after the lease was let go\n%s", &stderr)
+		case <-time.After(testenv.WaitTimeout):
+			t.Fatalf("serve still runs %s after the lease was let go\n%s", testenv.WaitTimeout, &stderr)
 		}
 		took := time.Since(start)
 		t.Logf("serve exited %s after the lease was let go\n%s", took, &stderr)
-		if took -= pgStopTime(t, stderr.String()); took > serve.LeaseGrace+stopBudget {
-			t.Errorf("serve took %s besides PostgreSQL's stop to exit after the lease ended, want at most %s", took, serve.LeaseGrace+stopBudget)
-		}
+		checkStopTime(t, "the lease ended", took, pgStopTime(t, stderr.String()), serve.LeaseGrace)
 		if !cmd.ProcessState.Success() {
 			t.Errorf("exit %v, want 0", cmd.ProcessState)
 		}

@@ -79,20 +79,16 @@ func spareDirs(t *testing.T, home, key string) []string {
 	return m
 }
 
-// waitSpare waits (up to 20 s) until template key has n claimable spares.
+// waitSpare waits until template key has n claimable spares (a
+// background refill copies a data directory: the load decides how long).
 func waitSpare(t *testing.T, home, key string, n int) []string {
 	t.Helper()
-	deadline := time.Now().Add(20 * time.Second)
-	for {
-		s := spareDirs(t, home, key)
-		if len(s) == n {
-			return s
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("template %s has %d spares after 20 s, want %d (no background refill?)", key, len(s), n)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+	var s []string
+	testenv.WaitFor(t, fmt.Sprintf("template %s to have %d spares (a background refill)", key, n), func() bool {
+		s = spareDirs(t, home, key)
+		return len(s) == n
+	})
+	return s
 }
 
 func (p *pgfk) run(args ...string) cliResult {
@@ -163,12 +159,7 @@ func pidAlive(pid int) bool {
 
 func waitGone(t *testing.T, pid int) {
 	t.Helper()
-	for i := 0; i < 500 && pidAlive(pid); i++ {
-		time.Sleep(10 * time.Millisecond)
-	}
-	if pidAlive(pid) {
-		t.Errorf("server pid %d still running", pid)
-	}
+	testenv.WaitFor(t, fmt.Sprintf("server pid %d to exit", pid), func() bool { return !pidAlive(pid) })
 }
 
 func writeFile(t *testing.T, p, s string) {

@@ -340,7 +340,9 @@ func TestCreateConcurrentFromOneTemplate(t *testing.T) {
 				}
 				defer c.Close(ctx)
 				st := []Strategy{Auto, WalLog, FileCopy}[i%3]
-				_, err = Create(ctx, c, fmt.Sprintf("concurrent %d", i), tmpl, CreateOptions{Strategy: st, WaitTimeout: time.Second})
+				// A minute to wait for the others' sessions: a loaded machine
+				// decides how long they stay.
+				_, err = Create(ctx, c, fmt.Sprintf("concurrent %d", i), tmpl, CreateOptions{Strategy: st, WaitTimeout: time.Minute})
 				errc <- err
 			}()
 		}

@@ -169,7 +169,7 @@ func TestManagerKeptOutsideMax(t *testing.T) {
 	s := startPG(t)
 	ctx := context.Background()
 	const hash = "kpt"
-	cfg := pool.ManagerConfig{Prefix: "pfk", Initial: 1, Max: 2, Parallel: 2, KeptMax: 3, GetTimeout: 5 * time.Second}
+	cfg := pool.ManagerConfig{Prefix: "pfk", Initial: 1, Max: 2, Parallel: 2, KeptMax: 3, GetTimeout: time.Minute} // hand-outs wait for creations: the load decides how long
 	m := openManager(t, s, cfg)
 	readyTemplate(t, s, m, hash)
 	var kept []pool.TestDatabase

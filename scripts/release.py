@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Packages the binaries `make release` built into everything a user installs.
 
-    scripts/release.py --version 0.1.0 --bin-dir BUILD --dist dist [--skip-js]
+    scripts/release.py --version 0.1.0 --bin-dir BUILD --dist dist [--skip-js] [--skip-java]
 
 BUILD holds one static binary per platform, named pgfork-<os>-<arch>
 (Go's GOOS/GOARCH). Written into dist/ (see docs: README.md "Install"):
@@ -12,6 +12,12 @@ BUILD holds one static binary per platform, named pgfork-<os>-<arch>
                                            every @pgfork/<platform> at <version>
   python/pgfork-<version>-py3-none-<tags>.whl   clients/python with pgfork/_bin/pgfork
   python/pgfork-<version>-py3-none-any.whl      clients/python without a binary
+  maven/io/pgfork/<artifact>/<version>/    a Maven repository (file-based: users point a
+                                           <repository> at dist/maven or copy it into
+                                           ~/.m2/repository): pgfork-parent's pom, and for
+                                           pgfork, pgfork-junit5 and pgfork-spring the jar,
+                                           the sources jar and the flattened pom; .sha1/.md5
+                                           beside each, maven-metadata.xml per artifact
   SHA256SUMS                               over every other file in dist/
 
 The version is the one given (the Makefile reads it from the VERSION file);
@@ -20,7 +26,14 @@ never into tracked files. The wheels are written here with zipfile (a wheel
 is a zip with METADATA, WHEEL, entry_points.txt and RECORD), from
 clients/python/pyproject.toml, so releasing needs no build backend. The
 archives are reproducible: fixed order, owner and mtime (SOURCE_DATE_EPOCH,
-else the commit's time).
+else the commit's time; the jars too, through project.build.outputTimestamp).
+
+The jars come from one Maven build (`mvn -o -Drevision=<version>
+-Dmaven.test.skip=true package` of the three modules, in a copy of
+clients/java: offline, from ~/.m2, when that has every plugin and dependency,
+as after clients/java/test.sh or clients/prepare.sh; online otherwise). Java
+is part of the release: without Maven (`mvn`) the release fails, unless
+--skip-java leaves the Maven repository out (RELEASEFLAGS=--skip-java).
 """
 
 from __future__ import annotations
@@ -268,6 +281,116 @@ def write_wheel(dest_dir: Path, version: str, tags: list[str], binary: Path | No
     return whl
 
 
+# --- Maven ----------------------------------------------------------------------
+
+# The published modules of clients/java (the examples are not).
+MAVEN_GROUP = "io.pgfork"
+MAVEN_MODULES = ["pgfork", "pgfork-junit5", "pgfork-spring"]
+
+
+def _zip_time(mtime: int) -> tuple[int, ...]:
+    return time.gmtime(max(mtime, 315532800))[:6]
+
+
+def need_maven() -> None:
+    if shutil.which("mvn") is None:
+        raise SystemExit("release: mvn not found: the Java artifacts (dist/maven) are part of the release; "
+                         "install Maven and a JDK >= 17 (Debian: apt-get install maven openjdk-17-jdk-headless), "
+                         "or leave them out with RELEASEFLAGS=--skip-java")
+
+
+def maven_build(version: str, work: Path, mtime: int) -> Path:
+    """Builds the modules' jars and flattened poms in a copy of clients/java
+    (the checkout's target/ directories are the tests'); returns the copy."""
+    stage = work / "java"
+    for rel in tracked("clients/java"):
+        (stage / rel).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy2(ROOT / "clients" / "java" / rel, stage / rel)
+    ts = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(max(mtime, 315532800)))
+    args = ["mvn", "-B", "-ntp", "-q", f"-Drevision={version}", "-Dmaven.test.skip=true",
+            f"-Dproject.build.outputTimestamp={ts}", "-pl", ",".join(MAVEN_MODULES), "-am", "package"]
+    p = subprocess.run(["mvn", "-o"] + args[1:], cwd=stage, capture_output=True, text=True)
+    if p.returncode != 0 and "offline mode" in p.stdout + p.stderr:
+        log("the Java build needs downloads ~/.m2 does not have: building online")
+        p = subprocess.run(args, cwd=stage, capture_output=True, text=True)
+    if p.returncode != 0:
+        sys.stderr.write(p.stdout + p.stderr)
+        raise SystemExit(f"release: the Java build failed (exit {p.returncode}; its output above): "
+                         f"{' '.join(args)} in a copy of clients/java; RELEASEFLAGS=--skip-java leaves Java out")
+    return stage
+
+
+def _sources_jar(dest: Path, module: Path, rel_module: str, mtime: int) -> None:
+    """What maven-source-plugin would write (src/main/java and
+    src/main/resources, tracked files only), reproducibly."""
+    files: list[tuple[str, Path]] = []
+    for root in ("src/main/java", "src/main/resources"):
+        if not (module / root).is_dir():
+            continue
+        for rel in tracked(f"{rel_module}/{root}"):
+            files.append((rel.as_posix(), module / root / rel))
+    date_time = _zip_time(mtime)
+    tmp = dest.with_name(dest.name + ".partial")
+    with zipfile.ZipFile(tmp, "w", compression=zipfile.ZIP_DEFLATED) as z:
+        entries = [("META-INF/MANIFEST.MF", b"Manifest-Version: 1.0\r\nCreated-By: pgfork scripts/release.py\r\n\r\n")]
+        entries += [(n, src.read_bytes()) for n, src in sorted(files)]
+        for n, d in entries:
+            zi = zipfile.ZipInfo(n, date_time=date_time)
+            zi.external_attr = (0o100644) << 16
+            zi.compress_type = zipfile.ZIP_DEFLATED
+            z.writestr(zi, d)
+    tmp.rename(dest)
+
+
+def _with_checksums(f: Path) -> None:
+    """The .sha1 and .md5 Maven checks a download from a repository against."""
+    data = f.read_bytes()
+    f.with_name(f.name + ".sha1").write_text(hashlib.sha1(data).hexdigest())
+    f.with_name(f.name + ".md5").write_text(hashlib.md5(data).hexdigest())
+
+
+def maven_repository(version: str, work: Path, dest: Path, mtime: int) -> list[Path]:
+    """dest laid out as a Maven repository: io/pgfork/<artifact>/<version>/."""
+    stage = maven_build(version, work, mtime)
+    stamp = time.strftime("%Y%m%d%H%M%S", time.gmtime(mtime))
+    written = []
+    for artifact, module in [("pgfork-parent", "")] + [(m, m) for m in MAVEN_MODULES]:
+        src = stage / module
+        adir = dest / MAVEN_GROUP.replace(".", "/") / artifact
+        vdir = adir / version
+        vdir.mkdir(parents=True)
+        files = []
+        pom = src / ".flattened-pom.xml"
+        if not pom.is_file():
+            raise SystemExit(f"release: the Java build wrote no {pom} (flatten-maven-plugin): the poms would say ${{revision}}")
+        text = pom.read_text()
+        if "${revision}" in text or f"<version>{version}</version>" not in text:
+            raise SystemExit(f"release: {pom} does not carry version {version}")
+        shutil.copyfile(pom, vdir / f"{artifact}-{version}.pom")
+        files.append(vdir / f"{artifact}-{version}.pom")
+        if module:
+            jar = src / "target" / f"{artifact}-{version}.jar"
+            if not jar.is_file():
+                raise SystemExit(f"release: the Java build wrote no {jar}")
+            shutil.copyfile(jar, vdir / jar.name)
+            files.append(vdir / jar.name)
+            sources = vdir / f"{artifact}-{version}-sources.jar"
+            _sources_jar(sources, ROOT / "clients" / "java" / module, f"clients/java/{module}", mtime)
+            files.append(sources)
+        meta = adir / "maven-metadata.xml"
+        meta.write_text(
+            '<?xml version="1.0" encoding="UTF-8"?>\n<metadata>\n'
+            f"  <groupId>{MAVEN_GROUP}</groupId>\n  <artifactId>{artifact}</artifactId>\n"
+            f"  <versioning>\n    <latest>{version}</latest>\n    <release>{version}</release>\n"
+            f"    <versions>\n      <version>{version}</version>\n    </versions>\n"
+            f"    <lastUpdated>{stamp}</lastUpdated>\n  </versioning>\n</metadata>\n")
+        files.append(meta)
+        for f in files:
+            _with_checksums(f)
+        written += files
+    return written
+
+
 # --- main ---------------------------------------------------------------------
 
 def sha256sums(dist: Path) -> None:
@@ -285,6 +408,7 @@ def main() -> int:
     ap.add_argument("--bin-dir", required=True, type=Path, help="where the binaries pgfork-<os>-<arch> are")
     ap.add_argument("--dist", required=True, type=Path, help="output directory (must be empty or absent)")
     ap.add_argument("--skip-js", action="store_true", help="no npm packages (no node/npm here)")
+    ap.add_argument("--skip-java", action="store_true", help="no Maven repository dist/maven (no Maven here)")
     a = ap.parse_args()
     a.dist, a.bin_dir = a.dist.resolve(), a.bin_dir.resolve()  # npm pack runs elsewhere
 
@@ -306,6 +430,8 @@ def main() -> int:
     if a.dist.exists() and any(a.dist.iterdir()):
         log(f"{a.dist} is not empty: remove it first (make release does)")
         return 2
+    if not a.skip_java:
+        need_maven()  # before anything is built
     mtime = epoch()
     (a.dist / "npm").mkdir(parents=True, exist_ok=True)
     (a.dist / "python").mkdir(parents=True, exist_ok=True)
@@ -326,6 +452,12 @@ def main() -> int:
         if not a.skip_js:
             log("packing clients/js (npm pack: builds it)")
             log(f"wrote {npm_main_package(a.version, work, a.dist / 'npm')}")
+        if not a.skip_java:
+            log("building clients/java (mvn package: jars, flattened poms)")
+            t0 = time.monotonic()
+            jars = maven_repository(a.version, work, a.dist / "maven", mtime)
+            log(f"wrote {a.dist / 'maven'} ({sum(1 for j in jars if j.suffix == '.jar')} jars, "
+                f"{time.monotonic() - t0:.0f} s)")
     sha256sums(a.dist)
     log(f"wrote {a.dist / 'SHA256SUMS'}")
     return 0

@@ -322,7 +322,7 @@ func runDjangoBench(ctx context.Context, r *Report) error {
 	port := 17000 + os.Getpid()%1000*3
 	// serve's own pool sizes (issue 33): a pinned --pool-init turns off
 	// the learning of the demand.
-	srv, err := startServe(bin, stateDir, port, "--pg-url", pg.url)
+	srv, err := startServeEnv(bin, stateDir, port, []string{"PGFORK_PG_URL=" + pg.url})
 	if err != nil {
 		return err
 	}

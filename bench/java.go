@@ -507,7 +507,7 @@ func runJavaBench(ctx context.Context, r *Report) error {
 	// serve's own pool sizes (issue 33): a pinned --pool-init turns off
 	// the learning of the demand, and a pinned --pool-max held 16 of a
 	// 200-test run.
-	srv, err := startServe(bin, stateDir, port, "--pg-url", pg.url)
+	srv, err := startServeEnv(bin, stateDir, port, []string{"PGFORK_PG_URL=" + pg.url})
 	if err != nil {
 		return err
 	}

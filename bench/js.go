@@ -390,7 +390,7 @@ func runJSBench(ctx context.Context, r *Report) error {
 	// serve's own pool sizes (issue 33): a pinned --pool-init turns off
 	// the learning of the demand, and a pinned --pool-max held 16 of a
 	// 300-test run.
-	srv, err := startServe(bin, stateDir, port, "--pg-url", pg.url)
+	srv, err := startServeEnv(bin, stateDir, port, []string{"PGFORK_PG_URL=" + pg.url})
 	if err != nil {
 		return err
 	}
@@ -482,7 +482,7 @@ func runJSBench(ctx context.Context, r *Report) error {
 				if err := os.MkdirAll(stateDir2, 0o755); err != nil {
 					return err
 				}
-				srv2, err := startServe(bin, stateDir2, port+1, "--pg-url", pgx2.url, "--can-clone")
+				srv2, err := startServeEnv(bin, stateDir2, port+1, []string{"PGFORK_PG_URL=" + pgx2.url}, "--can-clone")
 				if err != nil {
 					return err
 				}

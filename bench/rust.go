@@ -309,7 +309,7 @@ func runRustBench(ctx context.Context, r *Report) error {
 	port := 17000 + os.Getpid()%1000*3
 	// serve's own pool sizes (issue 33), as (d)'s: a pinned --pool-init
 	// turns off the learning of the demand.
-	srv, err := startServe(bin, stateDir, port, "--pg-url", pg.url)
+	srv, err := startServeEnv(bin, stateDir, port, []string{"PGFORK_PG_URL=" + pg.url})
 	if err != nil {
 		return err
 	}
@@ -402,7 +402,7 @@ func runRustBench(ctx context.Context, r *Report) error {
 					return err
 				}
 				// serve's own sizes here too: with clone 64 per core.
-				srv2, err := startServe(bin, stateDir2, port+1, "--pg-url", pg2.url, "--can-clone")
+				srv2, err := startServeEnv(bin, stateDir2, port+1, []string{"PGFORK_PG_URL=" + pg2.url}, "--can-clone")
 				if err != nil {
 					return err
 				}

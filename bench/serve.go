@@ -538,7 +538,7 @@ func runServeBench(ctx context.Context, r *Report) error {
 		if i == 1 {
 			return startIntegreSQL(isqlBin, tmp, basePort+1, pg, ps)
 		}
-		return startServe(bin, stateDir, basePort, "--pg-url", pg.url, "--can-clone",
+		return startServeEnv(bin, stateDir, basePort, []string{"PGFORK_PG_URL=" + pg.url}, "--can-clone",
 			"--pool-init", strconv.Itoa(ps.init), "--pool-max", strconv.Itoa(ps.max), "--parallel", strconv.Itoa(ps.parallel))
 	}
 	contenders := 1
@@ -719,7 +719,7 @@ func suiteBench(ctx context.Context, r *Report, bin, stateDir string, port int, 
 	// after (may be nil) runs once the suite is over, before the template
 	// is discarded (so that a restart finds no pool to refill).
 	served := func(hash string, after func() error) (time.Duration, error) {
-		p, err := startServe(bin, stateDir, port, "--pg-url", pg.url, "--can-clone")
+		p, err := startServeEnv(bin, stateDir, port, []string{"PGFORK_PG_URL=" + pg.url}, "--can-clone")
 		if err != nil {
 			return 0, err
 		}
@@ -916,11 +916,14 @@ func learnRun(ctx context.Context, bin, tmp string, pg pgServer, admin *pgx.Conn
 		return res, err
 	}
 	run := func(out any, args ...string) error {
-		all := append(args, "--state-dir", state, "--url", pg.url, "--json")
+		// The URL holds a password: in the environment, never on the
+		// command line (pgfork refuses it there: docs/SECURITY.md, rule 2).
+		all := append(args, "--state-dir", state, "--json")
 		if canClone {
 			all = append(all, "--can-clone")
 		}
 		cmd := exec.CommandContext(ctx, bin, all...)
+		cmd.Env = append(os.Environ(), "DATABASE_URL="+pg.url)
 		var stderr strings.Builder
 		cmd.Stderr = &stderr
 		b, err := cmd.Output()

@@ -57,7 +57,7 @@ func connectPgx(ctx context.Context, connString, srcDir string) (session, error)
 		e := errs.Wrap(errs.NotFound, err, "cannot connect to the running source").WithPath(srcDir).
 			WithHint("check that the source is running and that the connection URL (user, socket directory or host, port) reaches it").WithCLI("check --url")
 		if os.Geteuid() == 0 && strings.Contains(err.Error(), "authentication failed") {
-			e = e.WithHint("pgfork runs as root, so peer authentication refuses it: give a connection URL with a user and password, or allow the connection in pg_hba.conf").WithCLI("--url")
+			e = e.WithHint("pgfork runs as root, so peer authentication refuses it: give a connection URL with a user (its password in PGPASSFILE, ~/.pgpass or PGPASSWORD, never in the URL), or allow the connection in pg_hba.conf").WithCLI("--url")
 		}
 		return nil, e
 	}
@@ -145,7 +145,7 @@ type psqlSession struct {
 func connectPsql(ctx context.Context, inst pgbin.Installation, u *instance.OSUser, srcDir string) (session, error) {
 	if inst.Major != 0 && inst.Major < 13 {
 		return nil, errs.New(errs.Unsupported, "as root, pgfork connects to the source through psql as its owner, which needs psql 13 or later (this is %s)", inst.Version).
-			WithPath(srcDir).WithHint("give a connection URL with a user and password the source accepts").WithCLI("--url")
+			WithPath(srcDir).WithHint("give a connection URL with a user the source accepts (its password in PGPASSFILE, ~/.pgpass or PGPASSWORD, never in the URL)").WithCLI("--url")
 	}
 	conn, err := connStringAs(srcDir, u.Name)
 	if err != nil {

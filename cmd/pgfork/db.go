@@ -176,7 +176,7 @@ func (cl *cli) connectDB(ctx context.Context, avoid ...string) (*dbServer, error
 		}
 		if kind, ok := dbclone.SQLKind(err); ok && kind == errs.Permission {
 			return nil, dbclone.SQLError(ctx, err, "the server refused the connection").
-				WithHint("check the user and password in --url or PGUSER/PGPASSWORD, and the server's pg_hba.conf")
+				WithHint("check the user in --url or PGUSER, its password (PGPASSWORD, PGPASSFILE, ~/.pgpass), and the server's pg_hba.conf")
 		}
 		return nil, errs.Wrap(errs.NotFound, err, "cannot connect to the server").
 			WithHint("check --url, --cluster or the PG* environment variables, and that the server runs")

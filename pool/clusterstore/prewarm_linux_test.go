@@ -4,7 +4,6 @@ import (
 	"context"
 	"path/filepath"
 	"testing"
-	"time"
 
 	"github.com/pgfork/pgfork/internal/testenv"
 	"github.com/pgfork/pgfork/pgdata"
@@ -25,12 +24,11 @@ func TestSlotsPrewarmed(t *testing.T) {
 		return testenv.Resident(t, filepath.Join(sc.data, "base", oid), pgdata.CatalogFile)
 	}
 	var got float64
-	// Read-ahead is asynchronous: give it a moment.
-	for deadline := time.Now().Add(5 * time.Second); time.Now().Before(deadline); time.Sleep(50 * time.Millisecond) {
-		if got = cached(copyOid); got > 0.9 {
-			break
-		}
-	}
+	// Read-ahead is asynchronous: wait for it (a loaded disk decides how long).
+	testenv.WaitFor(t, "the copy handed out to have its catalog pages read ahead", func() bool {
+		got = cached(copyOid)
+		return got > 0.9
+	})
 	cold := cached(slotOid)
 	t.Logf("catalog pages cached: %.0f%% of the copy handed out, %.0f%% of a slot not handed out", got*100, cold*100)
 	if got < 0.9 || cold > 0.5 {

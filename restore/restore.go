@@ -139,17 +139,17 @@ func Restore(ctx context.Context, dirs []string, dst string, opts Options) (*Sum
 	phase := func(name string, t0 time.Time) {
 		sum.Phases = append(sum.Phases, Phase{Name: name, Elapsed: time.Since(t0)})
 	}
+	for _, d := range dirs {
+		if err := instance.CheckDataOwner(d, opts.Owner); err != nil {
+			return nil, err
+		}
+	}
 	t0 := time.Now()
 	in, err := open(dirs, dst, opts.Tablespaces)
 	if err != nil {
 		return nil, err
 	}
 	defer in.close()
-	for _, d := range dirs {
-		if err := instance.CheckDataOwner(d, opts.Owner); err != nil {
-			return nil, err
-		}
-	}
 	phase("check", t0)
 
 	t0 = time.Now()

@@ -8,11 +8,11 @@ import (
 	"sort"
 	"strconv"
 	"strings"
-	"syscall"
 
 	"github.com/pgfork/pgfork/internal/errs"
 	"github.com/pgfork/pgfork/internal/fsutil"
 	"github.com/pgfork/pgfork/internal/safefs"
+	"github.com/pgfork/pgfork/pgdata"
 )
 
 // User tablespaces, as pg_combinebackup handles them: in a plain-format
@@ -157,8 +157,10 @@ func tablespaceLinks(d *safefs.Dir, dir string) (map[string]string, error) {
 
 // openTablespace opens backup k's directory of t, through the backup's
 // own pg_tblspc link, if it has one. The directory must belong to the
-// backup's owner (or root): a link in a backup must not make root read
-// another user's files into a result.
+// backup's owner and be writable by no one else, on a path no one else can
+// write (pgdata.OpenLinkedDir, the one check of every copy that follows
+// such a link): a link in a backup must not make root read another user's
+// files into a result.
 func (in *input) openTablespace(t *tablespace, k int) error {
 	b := in.chain[k]
 	links, err := tablespaceLinks(in.src[k], b.Dir)
@@ -169,29 +171,26 @@ func (in *input) openTablespace(t *tablespace, k int) error {
 	if !ok {
 		return nil
 	}
+	f, err := pgdata.OpenLinkedDir(b.Dir, "pg_tblspc/"+t.oid, target)
+	if err != nil {
+		return err
+	}
+	defer f.Close()
 	d, err := safefs.OpenDir(target)
 	if err != nil {
 		return errs.FromOS(err, target, "cannot read the tablespace of backup %s", b.Name())
 	}
-	t.src[k] = d
-	owner := func(fi os.FileInfo) uint32 {
-		if st, ok := fi.Sys().(*syscall.Stat_t); ok {
-			return st.Uid
+	fi, err1 := f.Stat()
+	di, err2 := d.Stat()
+	if err := errors.Join(err1, err2); err != nil || !os.SameFile(fi, di) {
+		d.Close()
+		if err != nil {
+			return errs.FromOS(err, target, "cannot read the tablespace of backup %s", b.Name())
 		}
-		return 0
+		return errs.New(errs.Permission, "the tablespace link pg_tblspc/%s of backup %s changed while it was checked", t.oid, b.Name()).
+			WithPath(target).WithHint("a backup's tablespace directories must not change while it is restored; restore again")
 	}
-	bi, err1 := os.Stat(b.Dir)
-	ti, err2 := d.Stat()
-	if err := errors.Join(err1, err2); err != nil {
-		return errs.FromOS(err, target, "cannot read the tablespace of backup %s", b.Name())
-	}
-	if !ti.IsDir() {
-		return errs.New(errs.Usage, "the tablespace link pg_tblspc/%s of backup %s does not point to a directory", t.oid, b.Name()).WithPath(target)
-	}
-	if u := owner(ti); u != 0 && u != owner(bi) {
-		return errs.New(errs.Permission, "the tablespace directory of backup %s belongs to uid %d, the backup to uid %d", b.Name(), u, owner(bi)).
-			WithPath(target).WithHint("a backup's tablespace directories belong to whoever owns the backup; check the link pg_tblspc/%s", t.oid)
-	}
+	t.src[k] = d
 	return nil
 }
 

@@ -3,7 +3,7 @@ import { randomBytes } from "node:crypto";
 import { accessSync, chmodSync, closeSync, constants, existsSync, mkdirSync, openSync, readFileSync, realpathSync, rmSync, statSync, writeFileSync } from "node:fs";
 import { createRequire } from "node:module";
 import { delimiter, dirname, join, resolve } from "node:path";
-import { Client, DEFAULT_URL } from "./client.js";
+import { Client } from "./client.js";
 import { envSettings } from "./env.js";
 import { PgforkError } from "./errors.js";
 
@@ -101,6 +101,99 @@ export function serveStateDir(env: NodeJS.ProcessEnv = process.env, dir?: string
   return resolve(env.PGFORK_STATE_DIR || join(projectDir(dir), "node_modules", ".cache", "pgfork"));
 }
 
+/**
+ * The state directory dir, created if missing, once it is proven to be this
+ * user's alone: owned by this user and writable by no one else. Another
+ * user's directory (one made first somewhere shared) would let them plant
+ * the records the glue trusts; a PgforkError says so.
+ */
+export function privateStateDir(dir: string): string {
+  mkdirSync(dir, { recursive: true });
+  const st = statSync(dir);
+  const uid = process.geteuid?.();
+  if (uid !== undefined && (!st.isDirectory() || st.uid !== uid || (st.mode & 0o022) !== 0)) {
+    throw new PgforkError(
+      `pgfork: the state directory ${dir} is not this user's alone (owner uid ${st.uid}, mode ${(st.mode & 0o7777).toString(8)}): ` +
+        "pgfork keeps records there it trusts; set PGFORK_STATE_DIR to a directory you own that others cannot write",
+    );
+  }
+  return dir;
+}
+
+/** What `pgfork serve` records of itself in <state>/locks/serve.owner. */
+export interface ServeOwner {
+  pid: number;
+  /** The pid's start time (clock ticks since boot): with pid, one process. */
+  start: number;
+  uid: number;
+  /** The address it listens on. */
+  listen: string;
+}
+
+/** http://ADDRESS a serve listens on (an unspecified host as 127.0.0.1). */
+function ownerUrl(o: ServeOwner): string {
+  const i = o.listen.lastIndexOf(":");
+  const host = o.listen.slice(0, i);
+  return ["", "0.0.0.0", "[::]"].includes(host) ? `http://127.0.0.1:${o.listen.slice(i + 1)}` : `http://${o.listen}`;
+}
+
+/** The start time of process pid (field 22 of /proc/PID/stat), 0 when unknown (outside Linux). */
+function startTime(pid: number): number {
+  const stat = readText(`/proc/${pid}/stat`);
+  const v = Number(stat.slice(stat.lastIndexOf(")") + 1).trim().split(/\s+/)[19]);
+  return Number.isSafeInteger(v) ? v : 0;
+}
+
+/**
+ * Whether process pid holds the flock on path, as /proc/locks lists it
+ * (Node has no flock: this reads who holds it, which also names the holder).
+ */
+function lockHeldBy(path: string, pid: number): boolean {
+  let st;
+  try {
+    st = statSync(path, { bigint: true });
+  } catch {
+    return false;
+  }
+  // glibc's dev_t: major and minor as the kernel prints them, in hex.
+  const major = ((st.dev >> 8n) & 0xfffn) | ((st.dev >> 32n) & ~0xfffn);
+  const minor = (st.dev & 0xffn) | ((st.dev >> 12n) & ~0xffn);
+  const want = `${major.toString(16).padStart(2, "0")}:${minor.toString(16).padStart(2, "0")}:${st.ino}`;
+  return readText("/proc/locks")
+    .split("\n")
+    .some((line) => {
+      const f = line.trim().split(/\s+/);
+      return f[1] === "FLOCK" && f[3] === "WRITE" && Number(f[4]) === pid && f[5] === want;
+    });
+}
+
+/**
+ * The `pgfork serve` that holds the state directory stateDir, proven as
+ * pgfork's servelock.Find proves it (docs/SECURITY.md, rule 3): its record
+ * names a pid that runs as this user (the owner of /proc/PID) with the
+ * recorded start time, and that pid holds the state directory's lock.
+ * undefined for anything else: no record, a serve killed with -9 (its record
+ * stays), a pid another process or user holds now; and outside Linux, where
+ * nothing can be proven.
+ */
+export function serveOwner(stateDir: string): ServeOwner | undefined {
+  let o: ServeOwner;
+  try {
+    o = JSON.parse(readFileSync(join(stateDir, "locks", "serve.owner"), "utf8").slice(0, 4096)) as ServeOwner;
+  } catch {
+    return undefined;
+  }
+  if (!Number.isSafeInteger(o.pid) || o.pid < 1 || !o.start || typeof o.listen !== "string" || !o.listen || o.uid !== process.geteuid?.()) return undefined;
+  try {
+    // The user first, then the start time: the same process both times.
+    if (statSync(`/proc/${o.pid}`).uid !== o.uid) return undefined;
+  } catch {
+    return undefined;
+  }
+  if (startTime(o.pid) !== o.start) return undefined;
+  return lockHeldBy(join(stateDir, "locks", "serve.lock"), o.pid) ? o : undefined;
+}
+
 /** What the glue records about the server it started (js-serve.json in the state directory). */
 interface ServeRecord {
   /** The test run's main process: the server stops when it exits. */
@@ -109,6 +202,9 @@ interface ServeRecord {
   watchdog: number;
   url: string;
   token: string;
+  /** The serve's pid and start time (its ServeOwner): the record counts only while serveOwner proves them. */
+  pid: number;
+  start: number;
 }
 
 /** A `pgfork serve` this package started. */
@@ -275,42 +371,58 @@ function stopPid(pid: number): void {
 
 /**
  * Makes sure a server answers for this test run. Does nothing when
- * PGFORK_URL or INTEGRESQL_CLIENT_BASE_URL is set or a server answers at the
- * default URL, as the Go and Python clients. Otherwise starts `pgfork serve`
- * (found by findPgfork) once per run: runner is the run's main process
- * (default this one), and the processes of one run share the server through
- * a lock and a record in the state directory (serveStateDir). The server
- * stops when runner exits (or stopServe is called). Sets PGFORK_URL and
- * PGFORK_TOKEN in process.env, which worker processes inherit.
+ * PGFORK_URL or INTEGRESQL_CLIENT_BASE_URL is set, as the Go and Python
+ * clients. Otherwise the run's `pgfork serve`: the one holding the state
+ * directory (serveStateDir) when serveOwner proves it (this run's, with the
+ * token recorded in js-serve.json; or one you started, with PGFORK_TOKEN),
+ * else one started now (found by findPgfork), once per run: runner is the
+ * run's main process (default this one), and the processes of one run share
+ * the server through a lock and that record. Nothing is used because it
+ * answers on a port (docs/SECURITY.md, rule 3): not the default URL, not a
+ * port an old record names. The server stops when runner exits (or
+ * stopServe is called). Sets PGFORK_URL and PGFORK_TOKEN in process.env,
+ * which worker processes inherit.
  */
 export async function ensureServe(opts: { runner?: number; env?: NodeJS.ProcessEnv } = {}): Promise<StartedServe | undefined> {
   const env = opts.env ?? process.env;
   if (envSettings(env).from !== "default") return undefined;
-  if (await new Client(DEFAULT_URL).healthy(1000)) return undefined;
   const g = globalThis as Global;
   if (g[STATE]) {
-    // Started here before (stopped since?): reuse it while it answers.
-    const s = g[STATE].serve;
-    if (await new Client(s.url, { token: s.token }).healthy(2000)) return exportServe(s, env);
+    // Started here before: reuse it while its process runs (then the port is still its own) and it answers.
+    const { serve: s, child } = g[STATE];
+    if (child.exitCode === null && child.signalCode === null && (await new Client(s.url, { token: s.token }).healthy(2000))) return exportServe(s, env);
   }
   const bin = findPgfork({ env });
   const runner = opts.runner ?? process.pid;
-  const dir = serveStateDir(env);
-  mkdirSync(dir, { recursive: true });
+  const dir = privateStateDir(serveStateDir(env));
   // The managed PostgreSQL runs as an unprivileged user when we are root.
   if (process.getuid?.() === 0) chmodSync(dir, 0o755);
   const recordFile = join(dir, "js-serve.json");
   const started = await withLock(join(dir, "js-serve.lock"), SERVE_START_TIMEOUT_MS + 10_000, async () => {
-    try {
-      const r = JSON.parse(readText(recordFile)) as ServeRecord;
-      if (r.runner === runner && alive(r.watchdog) && (await new Client(r.url, { token: r.token }).healthy(2000))) {
-        return { serve: { url: r.url, token: r.token, stateDir: dir, watchdog: r.watchdog, owner: false }, child: undefined };
+    const o = serveOwner(dir);
+    if (o) {
+      let r: ServeRecord | undefined;
+      try {
+        r = JSON.parse(readText(recordFile)) as ServeRecord;
+      } catch {
+        // no record (or a broken one): a serve of yours
       }
-    } catch {
-      // no record (or a broken one): start a server
+      const url = ownerUrl(o);
+      if (r?.pid === o.pid && r.start === o.start) {
+        if (r.runner !== runner) {
+          throw new PgforkError(`pgfork: another test run's pgfork serve (pid ${o.pid}, ${url}) uses the state directory ${dir}: wait for that run to end, or give this one PGFORK_STATE_DIR of its own`);
+        }
+        return { serve: { url, token: r.token, stateDir: dir, watchdog: r.watchdog, owner: false }, child: undefined };
+      }
+      const token = env.PGFORK_TOKEN ?? "";
+      if (!(await new Client(url, { token: token || undefined }).healthy(5000))) {
+        throw new PgforkError(`pgfork: the pgfork serve holding the state directory ${dir} (pid ${o.pid}) does not answer at ${url}: stop it, or set PGFORK_URL (and PGFORK_TOKEN) to a server to use`);
+      }
+      return { serve: { url, token, stateDir: dir, watchdog: o.pid, owner: false }, child: undefined };
     }
     const s = await startServe(bin, dir, runner);
-    const record: ServeRecord = { runner, watchdog: s.serve.watchdog, url: s.serve.url, token: s.serve.token };
+    const own = serveOwner(dir);
+    const record: ServeRecord = { runner, watchdog: s.serve.watchdog, url: s.serve.url, token: s.serve.token, pid: own?.pid ?? 0, start: own?.start ?? 0 };
     writeFileSync(recordFile, JSON.stringify(record) + "\n", { mode: 0o600 });
     return s;
   });

@@ -1,5 +1,5 @@
-//! Starting `pgfork serve` for a test run when no server is configured and
-//! none answers at the default URL, once for all the run's test processes.
+//! Starting `pgfork serve` for a test run when no server is configured, once
+//! for all the run's test processes.
 //!
 //! `cargo test` runs one process per test binary, one after another, and has
 //! no global teardown. So the processes share one server through files in the
@@ -11,11 +11,21 @@
 //!   was killed);
 //! - `start.lock`: taken exclusively while a process looks for a running
 //!   server or starts one, so only one process starts it;
-//! - `serve.json`: the started server's URL and token (0600), for the next
-//!   processes; `serve.out` and `serve.log`: its stdout and stderr.
+//! - `serve.json`: the started server's token, pid and start time (0600), for
+//!   the next processes; `serve.out` and `serve.log`: its stdout and stderr.
 //!
 //! The server keeps its state (managed PostgreSQL, templates) in the same
 //! directory, so the next run reuses the templates.
+//!
+//! A server is found one way (docs/SECURITY.md, rule 3): `$PGFORK_URL` (or
+//! `$INTEGRESQL_CLIENT_BASE_URL`) when set, with `$PGFORK_TOKEN`; else the
+//! `pgfork serve` holding the state directory, proven as pgfork itself
+//! proves it ([`serve_owner`]: its record `locks/serve.owner` names a pid
+//! that runs as this user with the recorded start time, and it holds
+//! `locks/serve.lock`); else a new one. Nothing is sent to a server because
+//! it answers on a port: not the default URL, not a port an old record
+//! names, which another user may hold by now. The state directory must be
+//! this user's and writable by no one else ([`private_dir`]).
 
 use std::fs::{File, OpenOptions};
 use std::io::{Read, Seek, SeekFrom, Write};
@@ -27,7 +37,6 @@ use std::time::{Duration, Instant};
 
 use serde::{Deserialize, Serialize};
 
-use crate::client::DEFAULT_URL;
 use crate::env::EnvSettings;
 use crate::error::{Error, Result};
 
@@ -42,21 +51,20 @@ const START_TIMEOUT: Duration = Duration::from_secs(600);
 /// directory.
 const BUSY_RETRY: Duration = Duration::from_secs(10);
 
-/// The settings of the environment; when it names no server and none
-/// answers at [`DEFAULT_URL`], those of a `pgfork serve` started for this
-/// test run (or one another process of the run started). Once per process.
+/// The settings of the environment; when it names no server, those of the
+/// `pgfork serve` of this test run: the one holding the state directory
+/// ([`serve_owner`]), else one started now. Once per process.
 pub(crate) fn env_settings() -> Result<EnvSettings> {
     let env = EnvSettings::read();
     if env.from != "default" {
         return Ok(env);
     }
-    static STARTED: OnceLock<std::result::Result<Option<Record>, String>> = OnceLock::new();
-    match STARTED.get_or_init(|| start_or_join().map_err(|e| e.to_string())) {
-        Ok(None) => Ok(env),
-        Ok(Some(r)) => Ok(EnvSettings {
-            url: r.url.clone(),
+    static STARTED: OnceLock<std::result::Result<(String, Option<String>), String>> = OnceLock::new();
+    match STARTED.get_or_init(|| start_or_join(env.token.clone()).map_err(|e| e.to_string())) {
+        Ok((url, token)) => Ok(EnvSettings {
+            url: url.clone(),
             from: FROM_STARTED,
-            token: Some(r.token.clone()),
+            token: token.clone(),
             api_version: None,
         }),
         Err(msg) => Err(Error::ServeStart(msg.clone())),
@@ -69,42 +77,189 @@ struct Record {
     url: String,
     token: String,
     pid: u32,
+    /// The pid's start time ([`start_time`]): with it, one process.
+    #[serde(default)]
+    start: u64,
 }
 
-/// None: a server answers at the default URL. Else the run's server,
-/// started now if no process of the run started one.
-fn start_or_join() -> Result<Option<Record>> {
-    if healthy(DEFAULT_URL) {
-        return Ok(None);
+/// What `pgfork serve` records of itself in `<state>/locks/serve.owner`.
+#[derive(Debug, Clone, Deserialize)]
+pub(crate) struct Owner {
+    pid: u32,
+    start: u64,
+    uid: u32,
+    listen: String,
+}
+
+impl Owner {
+    /// `http://ADDRESS` it listens on (an unspecified host as 127.0.0.1).
+    fn url(&self) -> String {
+        match self.listen.rsplit_once(':') {
+            Some(("" | "0.0.0.0" | "[::]", port)) => format!("http://127.0.0.1:{port}"),
+            _ => format!("http://{}", self.listen),
+        }
     }
-    let dir = state_dir();
-    std::fs::create_dir_all(&dir).map_err(|e| {
-        Error::ServeStart(format!(
-            "pgfork: cannot create the state directory {}: {e}",
-            dir.display()
-        ))
-    })?;
+}
+
+/// The run's server and its token: the `pgfork serve` holding the state
+/// directory (this run's, with the token it was started with; or yours,
+/// with `token`, `$PGFORK_TOKEN`), else one started now.
+fn start_or_join(token: Option<String>) -> Result<(String, Option<String>)> {
+    let dir = private_dir(&state_dir())?;
     hold_lease(&dir)?;
     let lock_path = dir.join("start.lock");
     let lock = open_rw(&lock_path)?;
     lock.lock()
         .map_err(|e| Error::ServeStart(format!("pgfork: cannot lock {}: {e}", lock_path.display())))?;
     let record_path = dir.join("serve.json");
-    if let Some(r) = read_record(&record_path)
-        && healthy(&r.url)
-    {
-        return Ok(Some(r));
+    if let Some(o) = serve_owner(&dir) {
+        if let Some(r) = read_record(&record_path)
+            && (r.pid, r.start) == (o.pid, o.start)
+        {
+            return Ok((o.url(), Some(r.token)));
+        }
+        return answering(&o).map(|url| (url, token));
     }
     let bin = find_binary()?;
     let r = start(&bin, &dir)?;
     write_record(&record_path, &r)?;
     drop(lock);
-    Ok(Some(r))
+    Ok((r.url, Some(r.token)))
+}
+
+/// The URL of `o` (proven yours) once it answers: a serve holds the state
+/// directory a moment before it listens.
+fn answering(o: &Owner) -> Result<String> {
+    let deadline = Instant::now() + START_TIMEOUT;
+    let url = o.url();
+    while !healthy(&url) {
+        if Instant::now() > deadline {
+            return Err(Error::ServeStart(format!(
+                "pgfork: the pgfork serve holding the state directory (pid {}) does not answer at {url}: \
+                 stop it, or set PGFORK_URL (and PGFORK_TOKEN) to a server to use",
+                o.pid
+            )));
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    Ok(url)
+}
+
+/// The `pgfork serve` holding the state directory `dir`, proven as pgfork's
+/// `servelock.Find` proves it: its record names a pid that runs as this
+/// user (the owner of `/proc/PID`) with the recorded start time, and the
+/// state directory's lock is held. None for anything else: no record, a
+/// serve killed with -9 (its record stays), a pid another process or user
+/// holds now; and outside Linux, where nothing can be proven.
+pub(crate) fn serve_owner(dir: &Path) -> Option<Owner> {
+    let mut b = Vec::new();
+    File::open(dir.join("locks").join("serve.owner"))
+        .ok()?
+        .take(4096)
+        .read_to_end(&mut b)
+        .ok()?;
+    let o: Owner = serde_json::from_slice(&b).ok()?;
+    if o.pid == 0 || o.start == 0 || o.listen.is_empty() || Some(o.uid) != euid() {
+        return None;
+    }
+    // The user first, then the start time: the same process both times.
+    if proc_uid(o.pid)? != o.uid || start_time(o.pid)? != o.start {
+        return None;
+    }
+    // Last: the probe takes a free lock for a moment.
+    lock_held(&dir.join("locks").join("serve.lock")).then_some(o)
+}
+
+#[cfg(unix)]
+unsafe extern "C" {
+    safe fn geteuid() -> u32;
+}
+
+/// This process's effective user id (None outside Unix).
+fn euid() -> Option<u32> {
+    #[cfg(unix)]
+    {
+        Some(geteuid())
+    }
+    #[cfg(not(unix))]
+    {
+        None
+    }
+}
+
+/// The user process `pid` runs as: the owner of the directory `/proc/PID`
+/// (its effective user id, also when it is not dumpable).
+fn proc_uid(pid: u32) -> Option<u32> {
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::MetadataExt;
+        std::fs::metadata(format!("/proc/{pid}")).ok().map(|m| m.uid())
+    }
+    #[cfg(not(unix))]
+    {
+        let _ = pid;
+        None
+    }
+}
+
+/// The start time of process `pid` (field 22 of `/proc/PID/stat`, clock
+/// ticks since boot); None when unknown (outside Linux).
+fn start_time(pid: u32) -> Option<u64> {
+    let stat = std::fs::read(format!("/proc/{pid}/stat")).ok()?;
+    let after = &stat[stat.iter().rposition(|&c| c == b')')? + 1..];
+    std::str::from_utf8(after)
+        .ok()?
+        .split_whitespace()
+        .nth(19)?
+        .parse()
+        .ok()
+}
+
+/// Whether a process holds a lock on `path` (a non-blocking try that fails
+/// busy; a free lock is taken and let go at once).
+fn lock_held(path: &Path) -> bool {
+    let Ok(f) = File::open(path) else { return false };
+    matches!(f.try_lock(), Err(std::fs::TryLockError::WouldBlock))
+}
+
+/// `dir`, created if missing, once it is proven to be this user's alone:
+/// owned by this user and writable by no one else. Another user's directory
+/// (one made first under a shared temp directory) would let them plant the
+/// records this module trusts.
+pub(crate) fn private_dir(dir: &Path) -> Result<PathBuf> {
+    std::fs::create_dir_all(dir).map_err(|e| {
+        Error::ServeStart(format!(
+            "pgfork: cannot create the state directory {}: {e}",
+            dir.display()
+        ))
+    })?;
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::MetadataExt;
+        let m = std::fs::metadata(dir).map_err(|e| {
+            Error::ServeStart(format!(
+                "pgfork: cannot read the state directory {}: {e}",
+                dir.display()
+            ))
+        })?;
+        if !m.is_dir() || Some(m.uid()) != euid() || m.mode() & 0o022 != 0 {
+            return Err(Error::ServeStart(format!(
+                "pgfork: the state directory {} is not this user's alone (owner uid {}, mode {:o}): pgfork keeps \
+                 records there it trusts; set PGFORK_STATE_DIR to a directory you own that others cannot write",
+                dir.display(),
+                m.uid(),
+                m.mode() & 0o7777
+            )));
+        }
+    }
+    Ok(dir.to_path_buf())
 }
 
 /// The state directory: `$PGFORK_STATE_DIR`, else `pgfork` in the cargo
 /// target directory the test binary was built in (the ancestor of the
-/// executable holding cargo's `CACHEDIR.TAG`), else one in the temp directory.
+/// executable holding cargo's `CACHEDIR.TAG`), else `pgfork-rust-tests-UID`
+/// in the temp directory (per user; [`private_dir`] refuses it if another
+/// user made it first).
 pub(crate) fn state_dir() -> PathBuf {
     if let Some(d) = std::env::var_os("PGFORK_STATE_DIR").filter(|d| !d.is_empty()) {
         return PathBuf::from(d);
@@ -116,7 +271,14 @@ pub(crate) fn state_dir() -> PathBuf {
             }
         }
     }
-    std::env::temp_dir().join("pgfork-rust-tests")
+    temp_state_dir()
+}
+
+/// `pgfork-rust-tests-UID` in the temp directory: one per user, never one
+/// another user made first and shares (issue 57, G6).
+fn temp_state_dir() -> PathBuf {
+    let uid = euid().map(|u| format!("-{u}")).unwrap_or_default();
+    std::env::temp_dir().join(format!("pgfork-rust-tests{uid}"))
 }
 
 fn open_rw(path: &Path) -> Result<File> {
@@ -211,7 +373,7 @@ pub(crate) fn no_binary_message() -> String {
         other => other,
     };
     format!(
-        "pgfork: no pgfork server answers at {DEFAULT_URL} and no pgfork binary was found to start one \
+        "pgfork: no pgfork server is configured (PGFORK_URL) and no pgfork binary was found to start one \
          (PGFORK_BIN is unset and there is no pgfork on PATH). Get the release tarball \
          pgfork-<version>-{os}-{arch}.tar.gz (https://github.com/pgfork/pgfork/releases), and put its \
          pgfork on PATH or set PGFORK_BIN to it; or set PGFORK_URL (and PGFORK_TOKEN) to a running server"
@@ -331,6 +493,7 @@ fn wait_until_answering(
                 url: u.clone(),
                 token: token.to_string(),
                 pid: child.id(),
+                start: start_time(child.id()).unwrap_or(0),
             });
         }
         if let Ok(Some(status)) = child.try_wait() {
@@ -454,6 +617,20 @@ mod tests {
             "{m}"
         );
         assert!(!m.contains("macos") && !m.contains("x86_64"), "{m}");
+    }
+
+    #[test]
+    fn state_dirs_are_per_user_and_private() {
+        let uid = euid().unwrap();
+        assert!(temp_state_dir().ends_with(format!("pgfork-rust-tests-{uid}")));
+        let dir = std::env::temp_dir().join(format!("pgfork-private-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        assert_eq!(private_dir(&dir).unwrap(), dir);
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o757)).unwrap();
+        let e = private_dir(&dir).unwrap_err().to_string();
+        assert!(e.contains("is not this user's alone") && e.contains("mode 757"), "{e}");
+        std::fs::remove_dir_all(&dir).unwrap();
     }
 
     #[test]

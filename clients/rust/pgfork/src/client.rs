@@ -410,10 +410,11 @@ impl Client {
     }
 
     /// A client for the server the environment names: `$PGFORK_URL`, else
-    /// `$INTEGRESQL_CLIENT_BASE_URL` (then API v1 unless it ends in /api/v2),
-    /// else [`DEFAULT_URL`]; the token from `$PGFORK_TOKEN`. When neither
-    /// variable is set and nothing answers at [`DEFAULT_URL`], a `pgfork serve`
-    /// started for the test run, shared by its processes (see the README).
+    /// `$INTEGRESQL_CLIENT_BASE_URL` (then API v1 unless it ends in /api/v2);
+    /// the token from `$PGFORK_TOKEN`. When neither variable is set, the
+    /// `pgfork serve` of the test run, shared by its processes: the one proven
+    /// to hold the state directory, else one started now (see the README).
+    /// Nothing is used because it answers at [`DEFAULT_URL`].
     pub fn from_env() -> Result<Client> {
         let s = crate::autostart::env_settings()?;
         let opts = ClientOptions {

@@ -14,8 +14,6 @@ import (
 	"syscall"
 	"testing"
 	"time"
-
-	"github.com/pgfork/pgfork/clients/go/client"
 )
 
 // ServeStartTimeout bounds how long Main waits for a `pgfork serve` it
@@ -23,8 +21,7 @@ import (
 var ServeStartTimeout = 3 * time.Minute
 
 // Main runs the tests of a package, first starting `pgfork serve` for them
-// when no server is configured and none answers at the default URL, as the
-// Python plugin does:
+// when no server is configured, as the Python plugin does:
 //
 //	func TestMain(m *testing.M) { os.Exit(pgforktest.Main(m)) }
 //
@@ -33,17 +30,15 @@ var ServeStartTimeout = 3 * time.Minute
 // and is stopped, its state removed, when the tests end (it stops by itself
 // if the test binary is killed: --exit-with-parent); PGFORK_URL names it
 // meanwhile. Each test binary (package) starts its own. With PGFORK_URL or
-// INTEGRESQL_CLIENT_BASE_URL set, or a server answering at the default URL,
-// or no binary, Main just runs the tests (which then fail with a message if
-// no server answers).
+// INTEGRESQL_CLIENT_BASE_URL set, or no binary, Main just runs the tests
+// (which then fail with a message if no server answers). Whatever answers at
+// the default URL is not used: any local user can listen there
+// (docs/SECURITY.md, rule 3).
 func Main(m *testing.M) int {
 	if os.Getenv("PGFORK_URL") != "" || os.Getenv("INTEGRESQL_CLIENT_BASE_URL") != "" {
 		return m.Run()
 	}
 	ctx := context.Background()
-	if c, err := client.New(client.DefaultURL); err == nil && c.Healthy(ctx) == nil {
-		return m.Run()
-	}
 	bin := os.Getenv("PGFORK_BIN")
 	if bin == "" {
 		var err error

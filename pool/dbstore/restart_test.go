@@ -12,6 +12,7 @@ import (
 
 	"github.com/pgfork/pgfork/instance"
 	"github.com/pgfork/pgfork/internal/pgtest"
+	"github.com/pgfork/pgfork/internal/testenv"
 	"github.com/pgfork/pgfork/pool"
 	"github.com/pgfork/pgfork/pool/dbstore"
 )
@@ -116,7 +117,7 @@ func handOutAfterRestart(t *testing.T, b pgtest.Build) {
 	if err := m.FinalizeTemplate(ctx, hash); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, "the first pool to fill", func() bool { return readyOf(m) == made })
+	testenv.WaitFor(t, "the first pool to fill", func() bool { return readyOf(m) == made })
 	var keptName string
 	for i := range used {
 		db, err := m.GetTestDatabase(ctx, hash)
@@ -244,16 +245,4 @@ func readyOf(m *pool.Manager) int {
 		n += x.Pool.ByState[pool.Ready]
 	}
 	return n
-}
-
-// waitFor polls cond until it holds, failing the test after two minutes.
-func waitFor(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(2 * time.Minute)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("waiting for %s: not within 2 minutes", what)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
 }

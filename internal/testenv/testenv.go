@@ -6,6 +6,9 @@
 // it, unless PGFORK_TEST_REQUIRE=1 (set by CI), in which case it fails: CI
 // must really run the XFS and multi-major tests.
 //
+// A test waits for an event with WaitFor: a deadline of its own that no load
+// on a shared machine reaches, so that its verdict is the event's.
+//
 // testenv is for tests only and imports nothing of pgfork's; starting a
 // PostgreSQL server for a test is internal/pgtest's.
 package testenv

@@ -80,7 +80,7 @@ func TestPrewarmReadsClonesAhead(t *testing.T) {
 	}
 	New(admin, cr).(pool.Prewarmer).Prewarm(ctx, "warm", got) // as the pool calls it: through the store
 	dirOf := func(db string) string { return databaseDir(t, admin, data, db) }
-	// Read-ahead is asynchronous: give it a moment.
+	// Read-ahead is asynchronous: wait for it.
 	for _, catalogs := range []bool{true, false} {
 		what := map[bool]string{true: "catalog pages", false: "pages of the template's table"}[catalogs]
 		var warm float64

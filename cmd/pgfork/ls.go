@@ -29,7 +29,9 @@ shared by reflink with the template, backups or source), age and TTL, and
 where a branch came from (--json: source). A pgfork serve running on the
 state directory adds a row per template it pools test databases for (kind
 pool, named pool.HASH: its pid, its URL, its databases by state; asked over
-HTTP with PGFORK_TOKEN if set); pgfork down leaves pools to serve.
+HTTP with PGFORK_TOKEN if set, and only while the serve is proven to hold
+the state directory: its lock held, its pid yours with the start time it
+recorded); pgfork down leaves pools to serve.
 
 States: running; starting (pgfork up is creating it); stopped (its server was
 shut down cleanly by someone else; remove it with pgfork down); dead (server

@@ -108,7 +108,7 @@ export function serveStateDir(env: NodeJS.ProcessEnv = process.env, dir?: string
  * the records the glue trusts; a PgforkError says so.
  */
 export function privateStateDir(dir: string): string {
-  mkdirSync(dir, { recursive: true });
+  mkdirSync(dir, { recursive: true, mode: 0o755 }); // not group-writable under a umask of 002
   const st = statSync(dir);
   const uid = process.geteuid?.();
   if (uid !== undefined && (!st.isDirectory() || st.uid !== uid || (st.mode & 0o022) !== 0)) {

@@ -102,7 +102,7 @@ def private_state_dir(path: Path) -> Path:
     alone: owned by this user and writable by no one else. Another user's
     directory (say one made first under a shared /tmp) would let them plant
     the records this module trusts; PgforkError says so."""
-    path.mkdir(parents=True, exist_ok=True)
+    path.mkdir(mode=0o755, parents=True, exist_ok=True)  # not group-writable under umask 002
     st = os.stat(path)
     if not stat.S_ISDIR(st.st_mode) or st.st_uid != os.geteuid() or st.st_mode & 0o022:
         raise PgforkError(f"the state directory {path} is not this user's alone (owner uid {st.st_uid}, mode "

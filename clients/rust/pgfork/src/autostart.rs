@@ -227,7 +227,12 @@ fn lock_held(path: &Path) -> bool {
 /// (one made first under a shared temp directory) would let them plant the
 /// records this module trusts.
 pub(crate) fn private_dir(dir: &Path) -> Result<PathBuf> {
-    std::fs::create_dir_all(dir).map_err(|e| {
+    let mut b = std::fs::DirBuilder::new();
+    b.recursive(true);
+    // 0755, not group-writable under a umask of 002.
+    #[cfg(unix)]
+    std::os::unix::fs::DirBuilderExt::mode(&mut b, 0o755);
+    b.create(dir).map_err(|e| {
         Error::ServeStart(format!(
             "pgfork: cannot create the state directory {}: {e}",
             dir.display()

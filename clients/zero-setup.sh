@@ -10,6 +10,9 @@
 #   pytest  clients/python/examples/pytest_project: pip install of the wheel into a fresh venv, pytest
 #   django  clients/python/examples/django_project: the same, python manage.py test, then pytest
 #   rust    clients/rust/example: cargo test with only the release tarball's binary on PATH
+#   java    clients/java/examples/spring-boot-3 (Spring Boot 3.5): mvn test with pgfork-spring from the
+#           release's Maven repository dist/maven (as the README's <repository> takes it) into an
+#           empty local repository, and only the release tarball's binary on PATH (the tests start it)
 #   nopg    the pytest example on a machine with no PostgreSQL (root: a mount namespace hides
 #           /usr/lib/postgresql and pg_config): the server the plugin starts installs one
 #           (pgfork pg install's way, no pip) into a state directory of its own, and the tests pass
@@ -21,17 +24,23 @@
 # (its database, by OID, is still in the managed cluster); both runs' times
 # are printed (bench/ holds the timed proof: second run's setup <= 1 s).
 #
-#   clients/zero-setup.sh [CASE...]   CASE: vitest jest pytest django rust nopg, or js, python, all (default)
+#   clients/zero-setup.sh [CASE...]   CASE: vitest jest pytest django rust java nopg, or js, python, all (default)
 #
 #   PGFORK_DIST=DIR         use a release already built there (make release DIST=DIR) instead of building one
 #   PGFORK_ZERO_KEEP=1      keep the work directory (printed) for a look afterwards
 #   CARGO_TARGET_DIR        the Rust case builds there (default clients/rust/target, which
 #                           clients/rust/test.sh filled: only the workspace's own crates rebuild)
+#   PGFORK_ZERO_JAVA_TESTS  the Java case's -Dtest (default Boot3SlicesTest*: the whole application,
+#                           @DataJpaTest and @JdbcTest; "" for all of the example's tests)
 #
 # npm's, pip's and cargo's download caches are the calling user's (nothing is
 # downloaded twice); so are the registry settings (~/.npmrc, pip.conf, proxies).
-# Needs python3, and for the cases node/npm (>= 20) and cargo; Go only to build
-# the release. Any failure exits non-zero with what the run printed.
+# Maven's local repository is a fresh, empty one (the clean HOME's): third-party
+# plugins and dependencies come from the user's ~/.m2/repository (a file
+# repository: offline, when clients/java/test.sh filled it) and Maven Central
+# only for what that lacks; io.pgfork's only from dist/maven, which is checked.
+# Needs python3, and for the cases node/npm (>= 20), cargo and mvn (JDK >= 17);
+# Go only to build the release. Any failure exits non-zero with what the run printed.
 set -euo pipefail
 
 root=$(cd "$(dirname "$0")/.." && pwd)
@@ -46,11 +55,11 @@ die() { log "FAILED: $*"; exit 1; }
 cases=()
 for a in "${@:-all}"; do
 	case $a in
-	all) cases+=(vitest jest pytest django rust nopg) ;;
+	all) cases+=(vitest jest pytest django rust java nopg) ;;
 	js) cases+=(vitest jest) ;;
 	python) cases+=(pytest django) ;;
-	vitest | jest | pytest | django | rust | nopg) cases+=("$a") ;;
-	*) die "unknown case $a: want vitest, jest, pytest, django, rust, nopg, js, python or all" ;;
+	vitest | jest | pytest | django | rust | java | nopg) cases+=("$a") ;;
+	*) die "unknown case $a: want vitest, jest, pytest, django, rust, java, nopg, js, python or all" ;;
 	esac
 done
 want() { local c; for c in "${cases[@]}"; do [ "$c" = "$1" ] && return 0; done; return 1; }
@@ -98,6 +107,7 @@ else
 	t0=$(date +%s.%N)
 	flags=
 	want_js || flags=--skip-js
+	want java || flags+=" --skip-java"
 	make -s -C "$root" release PLATFORMS="$goos/$goarch" DIST="$dist" RELEASEFLAGS="$flags" >"$work/release.log" 2>&1 ||
 		{ cat "$work/release.log" >&2; die "make release failed"; }
 	log "release built in $(awk -v a="$t0" -v b="$(date +%s.%N)" 'BEGIN{printf "%.1f", b-a}') s"
@@ -114,7 +124,7 @@ tarbin=$work/tarball-bin/pgfork
 # system's directories; never Go or pgfork.
 mkdir -p "$work/tools" "$work/home" "$work/tmp"
 chmod 1777 "$work/tmp"
-for t in node npm npx python3 cargo rustc rustdoc; do
+for t in node npm npx python3 cargo rustc rustdoc mvn java; do
 	p=$(command -v "$t" 2>/dev/null) || continue
 	ln -s "$p" "$work/tools/$t"
 done
@@ -334,6 +344,66 @@ if want rust; then
 	rust_state=$target/pgfork
 	clean_env+=("CARGO_TARGET_DIR=$target" "PATH=$work/tarball-bin:$clean_path")
 	twice rust "$rust/example" "$rust_state" cargo test --locked
+fi
+
+# --- Java -----------------------------------------------------------------------------
+# The Spring Boot 3.5 example (its application sources are ../spring-boot's)
+# with pgfork-spring at the release's version from dist/maven, declared as a
+# user declares it (a <repository>; here in settings.xml, as the README
+# allows), resolved into the clean HOME's empty ~/.m2.
+if want java; then
+	[ -d "$dist/maven/io/pgfork/pgfork-spring/$version" ] || die "java: no $dist/maven/io/pgfork/pgfork-spring/$version (a release built with --skip-java?)"
+	java_dir=$work/java
+	mkdir -p "$java_dir/spring-boot/src"
+	cp -r "$root/clients/java/examples/spring-boot/src/main" "$java_dir/spring-boot/src/"
+	cp -r "$root/clients/java/examples/spring-boot-3" "$java_dir/"
+	rm -rf "$java_dir/spring-boot-3/target"
+	# The version a user writes into the copied pom.
+	sed -i "s|<revision>[^<]*</revision>|<revision>$version</revision>|" "$java_dir/spring-boot-3/pom.xml"
+	grep -q "<revision>$version</revision>" "$java_dir/spring-boot-3/pom.xml" || die "java: the example's pom has no <revision> to set to $version"
+	m2=$work/home/.m2/repository
+	seed=$orig_home/.m2/repository
+	cat >"$work/maven-settings.xml" <<EOF
+<settings>
+  <profiles>
+    <profile>
+      <id>pgfork</id>
+      <repositories>
+        <!-- The release, as the README has users declare it. -->
+        <repository><id>pgfork-release</id><url>file://$dist/maven</url>
+          <releases><checksumPolicy>fail</checksumPolicy></releases><snapshots><enabled>false</enabled></snapshots></repository>
+        <!-- Third-party downloads: the user's local repository, read as a file repository (never written). -->
+        <repository><id>user-m2</id><url>file://$seed</url><snapshots><enabled>false</enabled></snapshots></repository>
+      </repositories>
+      <pluginRepositories>
+        <pluginRepository><id>user-m2</id><url>file://$seed</url><snapshots><enabled>false</enabled></snapshots></pluginRepository>
+      </pluginRepositories>
+    </profile>
+  </profiles>
+  <activeProfiles><activeProfile>pgfork</activeProfile></activeProfiles>
+</settings>
+EOF
+	[ ! -e "$m2" ] || die "java: $m2 is not empty"
+	java_tests=${PGFORK_ZERO_JAVA_TESTS-Boot3SlicesTest*}
+	# Named: Java takes user.home from the password database, not HOME.
+	mvn_cmd=(mvn -B -ntp -s "$work/maven-settings.xml" "-Dmaven.repo.local=$m2" test)
+	[ -z "$java_tests" ] || mvn_cmd+=("-Dtest=$java_tests")
+	clean_env+=("PATH=$work/tarball-bin:$clean_path")
+	twice java "$java_dir/spring-boot-3" "$java_dir/spring-boot-3/target/pgfork" "${mvn_cmd[@]}"
+	# io.pgfork's artifacts came from dist/maven, byte for byte, and from nowhere else.
+	for a in pgfork-parent pgfork pgfork-spring; do
+		d=$m2/io/pgfork/$a/$version
+		grep -q '>pgfork-release=$' "$d/_remote.repositories" 2>/dev/null ||
+			die "java: $d does not record dist/maven (pgfork-release) as where $a came from: $(cat "$d/_remote.repositories" 2>&1)"
+		for f in "$d"/*.pom "$d"/*.jar; do
+			[ -f "$f" ] || continue
+			cmp -s "$f" "$dist/maven/io/pgfork/$a/$version/$(basename "$f")" || die "java: $f differs from dist/maven's"
+		done
+	done
+	[ -f "$m2/io/pgfork/pgfork-spring/$version/pgfork-spring-$version.jar" ] || die "java: pgfork-spring's jar was not resolved into $m2"
+	others=$(find "$m2/io/pgfork" -mindepth 2 -maxdepth 2 -type d ! -name "$version" | tr '\n' ' ')
+	[ -z "$others" ] || die "java: io.pgfork artifacts of another version were resolved: $others"
+	log "java: io.pgfork's pom, jars and parent came from dist/maven (checked byte for byte)"
 fi
 
 log "all passed: ${cases[*]}"

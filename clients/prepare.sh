@@ -86,9 +86,11 @@ fi
 if command -v mvn >/dev/null; then
 	step java clients/java mvn -B -ntp -q -DskipTests verify
 fi
-# clients/zero-setup.sh's release (its PGFORK_DIST), after the js step: the
-# release packs clients/js with the node_modules npm ci installed. The build
-# goes to a directory of its own and is moved to DIR only when complete.
+# clients/zero-setup.sh's release (its PGFORK_DIST), after the js and java
+# steps: the release packs clients/js with the node_modules npm ci installed,
+# and its Maven build (dist/maven) runs offline from what `mvn verify` put in
+# ~/.m2. The build goes to a directory of its own and is moved to DIR only
+# when complete.
 if [ -n "${PGFORK_PREPARE_DIST:-}" ]; then
 	rm -rf "$PGFORK_PREPARE_DIST" "$PGFORK_PREPARE_DIST.part"
 	if step release . make -s release PLATFORMS="$(go env GOOS)/$(go env GOARCH)" DIST="$PGFORK_PREPARE_DIST.part" &&

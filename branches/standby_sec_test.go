@@ -411,9 +411,10 @@ func TestStandbyManagedBuildStreams(t *testing.T) {
 	}
 }
 
-// queryRow runs q on url and scans its one row into dst.
+// queryRow runs q on url and scans its one row into dst, within a minute
+// (what a loaded machine may make of a connection and a query).
 func queryRow(url, q string, dst any) error {
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	c, err := pgx.Connect(ctx, url)
 	if err != nil {

@@ -439,9 +439,11 @@ func TestReaper(t *testing.T) {
 	keep := p.up("--name", "keep", "--ttl", "1h")
 	crash := p.up("--name", "crash")
 	orphan := p.up("--name", "child", "--parent-pid", fmt.Sprint(parent.Process.Pid), "--tcp")
-	// Long enough for the two ls below to see it under load (a reaping
-	// before them reports to a stderr the test does not read).
-	ttl := p.up("--name", "short", "--ttl", "15s")
+	// Long enough for the two ls below to see it under any load (a reaping
+	// before them reports to a stderr the test does not read): 15 s was
+	// not, on a machine where this test took a minute. The test is
+	// parallel: the wait for it to pass overlaps with others.
+	ttl := p.up("--name", "short", "--ttl", "60s")
 	if ttl.Expires == nil {
 		t.Fatal("up --ttl --json gives no expiry")
 	}

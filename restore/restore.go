@@ -17,7 +17,6 @@ import (
 	"path/filepath"
 	"runtime"
 	"strings"
-	"syscall"
 	"time"
 
 	"github.com/pgfork/pgfork/clone"
@@ -307,21 +306,12 @@ type DryRunFile struct {
 // the result shares its blocks with them; else every block written takes
 // space (zero runs are holes).
 func spaceNeeded(plan *Plan, backup, dir string) (int64, bool) {
-	bfs, berr := clone.FSType(backup)
 	dfs, derr := clone.FSType(dir)
-	bi, err1 := os.Stat(backup)
-	di, err2 := os.Stat(dir)
-	if berr == nil && derr == nil && err1 == nil && err2 == nil && bfs == dfs && sameDevice(bi, di) && clone.MayClone(dfs) {
+	same, err := clone.SameFS(backup, dir)
+	if derr == nil && err == nil && same && clone.MayClone(dfs) {
 		return 0, true
 	}
 	return plan.Bytes - plan.ZeroBlocks*pgbackup.BlockSize, false
-}
-
-// sameDevice reports whether two files are on one filesystem.
-func sameDevice(a, b os.FileInfo) bool {
-	sa, ok1 := a.Sys().(*syscall.Stat_t)
-	sb, ok2 := b.Sys().(*syscall.Stat_t)
-	return ok1 && ok2 && sa.Dev == sb.Dev
 }
 
 // fill sets what a summary says of the chain and the plan.

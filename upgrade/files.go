@@ -45,21 +45,6 @@ func sizeOf(root string) (allocated, apparent int64) {
 	return allocated, apparent
 }
 
-// apparentSize returns the sum of the sizes of the regular files under root.
-func apparentSize(root string) int64 {
-	var n int64
-	_ = filepath.WalkDir(root, func(p string, d fs.DirEntry, err error) error {
-		if err != nil || !d.Type().IsRegular() {
-			return nil
-		}
-		if fi, err := d.Info(); err == nil {
-			n += fi.Size()
-		}
-		return nil
-	})
-	return n
-}
-
 // fileState is what a snapshot remembers of one entry.
 type fileState struct {
 	mode  fs.FileMode

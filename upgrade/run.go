@@ -14,6 +14,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/pgfork/pgfork/clone"
 	"github.com/pgfork/pgfork/instance"
 	"github.com/pgfork/pgfork/internal/errs"
 	"github.com/pgfork/pgfork/internal/fsutil"
@@ -800,7 +801,7 @@ func (u *upgrader) pollBytes(step string, roots []string, total int64) func() {
 				t := time.Now()
 				var n int64
 				for _, r := range roots {
-					n += apparentSize(r)
+					n += clone.TreeBytes(r)
 				}
 				wait = max(500*time.Millisecond, 10*time.Since(t))
 				u.emit(Event{Phase: PhaseUpgrade, Step: step, Bytes: min(n, total), TotalBytes: total})

@@ -121,9 +121,9 @@ if [ -f "$prepared_dist/SHA256SUMS" ]; then
 fi
 env "${client_bin[@]}" clients/test.sh
 # Zero setup (issue 34): the release for this platform installed as a user
-# installs it (npm, pip, the tarball), and the example projects' tests run with
+# installs it (npm, pip, the tarball, the Maven repository), and the example projects' tests run with
 # nothing else: clean HOME, no Go or pgfork on PATH, no server started by hand;
-# uses the npm/pip/cargo caches and Rust target dir clients/test.sh filled.
+# uses the npm/pip/cargo caches, Rust target dir and ~/.m2 clients/test.sh filled.
 # PGFORK_ZERO_SETUP_CASES narrows it (e.g. "python"; see the script).
 stage "clients/zero-setup.sh"
 # Uses the release clients/prepare.sh built, or builds it if that failed.

@@ -129,6 +129,10 @@ type Options struct {
 	// meanwhile wait for the one snapshot being made rather than each
 	// making its own). 0: every create from a source takes its own.
 	SourceMaxAge time.Duration
+	// OnNotice, when set, is told what the caller should know before a
+	// long step begins: a source's data copied onto the state directory's
+	// filesystem, not cloned (Notice). It may be called from any create.
+	OnNotice func(Notice)
 }
 
 // DefaultSourceMaxAge is the SourceMaxAge pgfork serve uses unless told

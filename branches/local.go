@@ -26,6 +26,8 @@ type LocalOptions struct {
 	User *instance.OSUser
 	// Host is where branches listen on TCP (default 127.0.0.1).
 	Host string
+	// OnNotice is Options.OnNotice: the CLI prints it.
+	OnNotice func(Notice)
 }
 
 // Local is the branches of one state directory used from the process that
@@ -45,7 +47,7 @@ func OpenLocal(ctx context.Context, o LocalOptions) (*Local, error) {
 				WithHint("declare it to pgfork serve and ask that server for the branch")
 		}
 	}
-	m, err := Open(ctx, Options{Layout: o.Layout, Sources: o.Sources, PGBin: o.PGBin, User: o.User, Host: o.Host, LeaveStopped: true,
+	m, err := Open(ctx, Options{Layout: o.Layout, Sources: o.Sources, PGBin: o.PGBin, User: o.User, Host: o.Host, LeaveStopped: true, OnNotice: o.OnNotice,
 		AdminTokens: []string{localToken}})
 	if err != nil {
 		return nil, err

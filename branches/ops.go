@@ -671,6 +671,7 @@ func (m *Manager) buildSnapshot(ctx context.Context, name, from string, isSource
 	var err error
 	if isSource {
 		s, _ := m.source(from)
+		m.noticeCrossing(ctx, s, dst)
 		switch s.Kind {
 		case SourceBackup:
 			err = m.restoreSource(ctx, s, dst)

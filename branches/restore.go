@@ -18,6 +18,15 @@ func (s Source) recovery() *restore.Recovery {
 	return &restore.Recovery{WALDir: s.WALDir, TargetTime: s.TargetTime, TargetLSN: s.TargetLSN, TargetName: s.TargetName}
 }
 
+// backupDirs are the backups a backup source restores, full first: its
+// Backups, or its chain's up to Upto.
+func (s Source) backupDirs() ([]string, error) {
+	if len(s.Backups) > 0 {
+		return s.Backups, nil
+	}
+	return pgbackup.Discover(s.Chain, s.Upto)
+}
+
 // restoreSource rebuilds a backup source's chain (up to s.Upto, or its
 // Backups) into the data directory dst, left stopped. With a WAL archive
 // (and a recovery target, or none: all the archive holds) it starts the
@@ -28,12 +37,9 @@ func (s Source) recovery() *restore.Recovery {
 // build is the one that runs the backups' major (installation).
 func (m *Manager) restoreSource(ctx context.Context, s Source, dst string) error {
 	rec := s.recovery()
-	dirs := s.Backups
-	if len(dirs) == 0 {
-		var err error
-		if dirs, err = pgbackup.Discover(s.Chain, s.Upto); err != nil {
-			return err
-		}
+	dirs, err := s.backupDirs()
+	if err != nil {
+		return err
 	}
 	if !rec.Targeted() && rec.WALDir == "" {
 		_, err := restore.Restore(ctx, dirs, dst, restore.Options{Owner: m.o.User.Owner()})

@@ -1,0 +1,71 @@
+package branches
+
+import (
+	"context"
+	"fmt"
+	"path/filepath"
+
+	"github.com/pgfork/pgfork/clone"
+	"github.com/pgfork/pgfork/internal/units"
+	"github.com/pgfork/pgfork/restore"
+)
+
+// Notice is said (Options.OnNotice) before a source's data is copied into
+// the state directory byte by byte although the source's filesystem
+// clones: the state directory is on another filesystem, so the snapshot
+// a branch starts from is a full copy, which takes time and space in
+// proportion to the source's size (docs/branches.md, "Where the data
+// goes"). The fix is to keep the state directory on the source's
+// filesystem (or the source on the state directory's).
+type Notice struct {
+	Source string `json:"source"` // the source's name
+	From   string `json:"from"`   // its data directory, or its backup chain
+	To     string `json:"to"`     // the state directory
+	clone.Crossing
+	Bytes int64 `json:"bytes"` // about how much is copied
+}
+
+// String is the notice in one line, for a log.
+func (n Notice) String() string {
+	return fmt.Sprintf("source %s is copied, not cloned: about %s from %s (%s) into %s (%s), another filesystem; "+
+		"keep the state directory on the filesystem of %s to clone it", n.Source, units.Bytes(n.Bytes), n.From, n.SrcFS,
+		n.To, n.DstFS, n.From)
+}
+
+// noticeCrossing tells Options.OnNotice, before source s's data is copied
+// into the snapshot directory dst, that the copy is not a clone though
+// s's filesystem clones (clone.CrossesFS), with about how many bytes it
+// copies. Every snapshot of a source made outside the state directory
+// (a cluster's, a backup chain's) calls it first; a standby lives in the
+// state directory. Nothing is said when it cannot tell.
+func (m *Manager) noticeCrossing(ctx context.Context, s Source, dst string) {
+	if m.o.OnNotice == nil || s.Kind == SourceStandby {
+		return
+	}
+	from, sample := s.DataDir, filepath.Join(s.DataDir, "PG_VERSION")
+	var dirs []string
+	if s.Kind == SourceBackup {
+		var err error
+		if dirs, err = s.backupDirs(); err != nil || len(dirs) == 0 {
+			return
+		}
+		// The full backup holds most of the data.
+		from, sample = dirs[0], filepath.Join(dirs[0], "PG_VERSION")
+		if s.Chain != "" {
+			from = s.Chain
+		}
+	}
+	c, err := clone.CrossesFS(ctx, sample, filepath.Dir(dst))
+	if err != nil || c == nil {
+		return
+	}
+	n := Notice{Source: s.Name, From: from, To: m.o.Layout.Root, Crossing: *c}
+	if dirs == nil {
+		n.Bytes = clone.TreeBytes(s.DataDir)
+	} else if d, err := restore.PlanOnly(dirs, dst, restore.Options{}); err == nil {
+		n.Bytes = d.NeedBytes
+	} else {
+		n.Bytes = clone.TreeBytes(dirs[0])
+	}
+	m.o.OnNotice(n)
+}

@@ -191,7 +191,19 @@ func (c *branchClient) open(ctx context.Context, cl *cli, sources ...branches.So
 	if err != nil {
 		return nil, err
 	}
-	return branches.OpenLocal(ctx, branches.LocalOptions{Layout: cl.layout(), Sources: sources, PGBin: cl.g.pgBin, User: user})
+	return branches.OpenLocal(ctx, branches.LocalOptions{Layout: cl.layout(), Sources: sources, PGBin: cl.g.pgBin, User: user,
+		OnNotice: cl.printNotice})
+}
+
+// printNotice prints on stderr, in one line, that a branch's source is
+// copied onto the state directory's filesystem instead of cloned, how
+// much, and how to clone it (every local create from a source: pgfork
+// branch create, restore --start, clone --start). A warning: --quiet
+// keeps it.
+func (cl *cli) printNotice(n branches.Notice) {
+	fmt.Fprintf(cl.stderr, "warning: source %s is copied, not cloned: about %s from %s (%s) into the state directory %s (%s), another filesystem; "+
+		"to clone it, give --state-dir DIR (or set PGFORK_HOME) with DIR on the filesystem of %s\n",
+		n.Source, units.Bytes(n.Bytes), n.From, n.SrcFS, n.To, n.DstFS, n.From)
 }
 
 // refuseWithStart refuses the flags of cmd named that were given: they
@@ -225,7 +237,8 @@ func (cl *cli) branchAlias(cmd *cobra.Command, how string, src branches.Source, 
 	if err != nil {
 		return err
 	}
-	l, err := branches.OpenLocal(cmd.Context(), branches.LocalOptions{Layout: cl.layout(), Sources: []branches.Source{src}, PGBin: cl.g.pgBin, User: user})
+	l, err := branches.OpenLocal(cmd.Context(), branches.LocalOptions{Layout: cl.layout(), Sources: []branches.Source{src}, PGBin: cl.g.pgBin, User: user,
+		OnNotice: cl.printNotice})
 	if err != nil {
 		return err
 	}

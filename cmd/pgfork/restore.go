@@ -63,7 +63,9 @@ started on its own TCP port with a role and password of its own. It is
 listed by pgfork branch ls and pgfork ls; pgfork branch reset puts it back
 to the restored point, pgfork branch snapshot keeps a point of it, pgfork
 branch rm removes it. A branch never archives WAL (archive_mode=off), so it
-cannot write into its source's archive.
+cannot write into its source's archive. The state directory should be on the
+backups' filesystem: elsewhere they are copied, not cloned (a warning says so
+first, with the size; --state-dir DIR on their filesystem clones them).
 Tablespaces outside the data directory are restored as pg_combinebackup does:
 each needs -T OLDDIR=NEWDIR, OLDDIR being where the newest backup's
 pg_tblspc link points; the result links to NEWDIR (not with --start).

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"encoding/json"
 	"os"
 	"path/filepath"
@@ -11,6 +12,7 @@ import (
 	"github.com/pgfork/pgfork/internal/pgtest"
 	"github.com/pgfork/pgfork/internal/testenv"
 	"github.com/pgfork/pgfork/pgbackup"
+	"github.com/pgfork/pgfork/pgbin"
 )
 
 // TestRestoreCLI runs pgfork restore's options on a backup of the newest
@@ -122,4 +124,42 @@ func TestRestoreCLI(t *testing.T) {
 	pg("branch", "rm", "tenth").ok(t)
 	pg("branch", "rm", "yesterday").ok(t)
 	pg("branch", "rm", "--snapshot", "ten").ok(t)
+}
+
+// TestRestoreStartCrossingNotice: a backup on XFS, the state directory on
+// a tmpfs: restore --start says on stderr, before it copies, that the
+// backup is copied and not cloned, how much, and the flag that avoids it;
+// pgfork branch create from the backup with the state on the backup's
+// own XFS says nothing of it (issue 60).
+func TestRestoreStartCrossingNotice(t *testing.T) {
+	t.Parallel() // see TestMain
+	b := pgtest.Builds(t, 17)[0]
+	in := pgtest.New(t, b.Server())
+	base := testenv.XFSDir(t)
+	full := filepath.Join(base, "chain")
+	if _, err := pgbackup.Take(context.Background(), pgbackup.TakeOptions{Dir: full, ConnString: in.ConnString("", ""),
+		PGBin: pgbin.Options{Explicit: b.Bin, StateDir: t.TempDir()}}); err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct {
+		state string
+		args  []string
+		warn  bool
+	}{
+		{filepath.Join(testenv.TmpfsDir(t), "state"), []string{"restore", full, filepath.Join(base, "yesterday"), "--start"}, true},
+		{filepath.Join(base, "state"), []string{"branch", "create", "yesterday", "--source", "backup:" + full}, false},
+	} {
+		pg := func(args ...string) cliResult {
+			return runInProcess(t, append([]string{"--state-dir", c.state, "--pg-bin", b.Bin}, args...)...)
+		}
+		r := pg(c.args...)
+		t.Cleanup(func() { pg("branch", "rm", "yesterday") })
+		r.ok(t)
+		warn := regexp.MustCompile(`(?m)^warning: source chain is copied, not cloned: about [0-9.]+ MiB from ` + regexp.QuoteMeta(full) +
+			` \(xfs\) into the state directory ` + regexp.QuoteMeta(c.state) + ` \(tmpfs\), another filesystem; to clone it, give --state-dir DIR \(or set PGFORK_HOME\) with DIR on the filesystem of ` +
+			regexp.QuoteMeta(full) + `\n`)
+		if got := warn.MatchString(r.stderr); got != c.warn || c.warn != strings.Contains(r.stderr, "not cloned") {
+			t.Errorf("pgfork %v with the state in %s: warning given %v, want %v:\n%s", c.args, c.state, got, c.warn, r.stderr)
+		}
+	}
 }

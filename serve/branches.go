@@ -67,7 +67,12 @@ func openBranches(ctx context.Context, o Options) (*branches.Manager, error) {
 	bo := o.Branches
 	return branches.Open(ctx, branches.Options{Layout: o.Layout, Sources: bo.Sources, Installation: inst, User: user,
 		MaxBranches: bo.MaxBranches, MaxOwnBytes: bo.MaxOwnBytes, MinFree: bo.MinFree, LeaveStopped: bo.LeaveStopped,
-		SourceMaxAge: bo.SourceMaxAge, AdminTokens: append(append([]string(nil), bo.AdminTokens...), o.Token)})
+		SourceMaxAge: bo.SourceMaxAge, AdminTokens: append(append([]string(nil), bo.AdminTokens...), o.Token),
+		OnNotice: func(n branches.Notice) {
+			if o.OnInfo != nil {
+				o.OnInfo("warning: " + n.String())
+			}
+		}})
 }
 
 // expireBranches deletes branches whose TTL ran out (and, with idle set,

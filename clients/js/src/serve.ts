@@ -120,6 +120,47 @@ export function privateStateDir(dir: string): string {
   return dir;
 }
 
+/**
+ * The extra arguments for a `pgfork serve` the glue starts: $PGFORK_SERVE_ARGS
+ * split into words as a POSIX shell splits them (quotes and backslashes; no
+ * expansions), as the Python plugin reads it. No secrets there: every local
+ * user reads a command line; a password or token goes in the environment,
+ * which serve inherits (PGFORK_PG_URL, …). A PgforkError says when the value
+ * cannot be split (it does not show the value).
+ */
+export function serveArgs(env: NodeJS.ProcessEnv = process.env): string[] {
+  const s = env.PGFORK_SERVE_ARGS ?? "";
+  const bad = (why: string) => new PgforkError(`pgfork: PGFORK_SERVE_ARGS has ${why}: quote it as for a POSIX shell`);
+  const words: string[] = [];
+  let word: string | undefined;
+  for (let i = 0; i < s.length; i++) {
+    const c = s.charAt(i);
+    if (c === "'") {
+      const end = s.indexOf("'", i + 1);
+      if (end < 0) throw bad("an unclosed quote");
+      word = (word ?? "") + s.slice(i + 1, end);
+      i = end;
+    } else if (c === '"') {
+      word ??= "";
+      for (i++; s.charAt(i) !== '"'; i++) {
+        if (i >= s.length) throw bad("an unclosed quote");
+        if (s.charAt(i) === "\\" && i + 1 < s.length && '"\\$`'.includes(s.charAt(i + 1))) i++;
+        word += s.charAt(i);
+      }
+    } else if (c === "\\") {
+      if (i + 1 >= s.length) throw bad("a backslash at its end");
+      word = (word ?? "") + s.charAt(++i);
+    } else if (/\s/.test(c)) {
+      if (word !== undefined) words.push(word);
+      word = undefined;
+    } else {
+      word = (word ?? "") + c;
+    }
+  }
+  if (word !== undefined) words.push(word);
+  return words;
+}
+
 /** What `pgfork serve` records of itself in <state>/locks/serve.owner. */
 export interface ServeOwner {
   pid: number;
@@ -306,16 +347,16 @@ type Global = typeof globalThis & { [STATE]?: { serve: StartedServe; child: Chil
 
 /**
  * Starts `pgfork serve` on a free loopback port with a random token and the
- * state directory stateDir, through a watchdog that stops it when process
- * runner exits; resolves once it answers.
+ * state directory stateDir, and the arguments extra (serveArgs), through a
+ * watchdog that stops it when process runner exits; resolves once it answers.
  */
-async function startServe(bin: string, stateDir: string, runner: number): Promise<{ serve: StartedServe; child: ChildProcess }> {
+async function startServe(bin: string, stateDir: string, runner: number, extra: string[]): Promise<{ serve: StartedServe; child: ChildProcess }> {
   const token = randomBytes(18).toString("base64url");
   const out = join(stateDir, "js-serve.out");
   const log = join(stateDir, "js-serve.log");
   // The token goes in the environment, never on a command line: every local
   // user reads /proc/PID/cmdline (docs/SECURITY.md, rule 2).
-  const args = ["serve", "--listen", "127.0.0.1:0", "--json", "--state-dir", stateDir];
+  const args = ["serve", "--listen", "127.0.0.1:0", "--json", "--state-dir", stateDir, ...extra];
   const env = { ...process.env, PGFORK_TOKEN: token };
   const followsParent = supportsExitWithParent(bin);
   if (followsParent) args.push("--exit-with-parent");
@@ -393,6 +434,7 @@ export async function ensureServe(opts: { runner?: number; env?: NodeJS.ProcessE
     if (child.exitCode === null && child.signalCode === null && (await new Client(s.url, { token: s.token }).healthy(2000))) return exportServe(s, env);
   }
   const bin = findPgfork({ env });
+  const extra = serveArgs(env);
   const runner = opts.runner ?? process.pid;
   const dir = privateStateDir(serveStateDir(env));
   // The managed PostgreSQL runs as an unprivileged user when we are root.
@@ -420,7 +462,7 @@ export async function ensureServe(opts: { runner?: number; env?: NodeJS.ProcessE
       }
       return { serve: { url, token, stateDir: dir, watchdog: o.pid, owner: false }, child: undefined };
     }
-    const s = await startServe(bin, dir, runner);
+    const s = await startServe(bin, dir, runner, extra);
     const own = serveOwner(dir);
     const record: ServeRecord = { runner, watchdog: s.serve.watchdog, url: s.serve.url, token: s.serve.token, pid: own?.pid ?? 0, start: own?.start ?? 0 };
     writeFileSync(recordFile, JSON.stringify(record) + "\n", { mode: 0o600 });

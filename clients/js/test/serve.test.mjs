@@ -11,7 +11,7 @@ import { dirname, join } from "node:path";
 import { performance } from "node:perf_hooks";
 import { fileURLToPath } from "node:url";
 import { Client } from "pgfork";
-import { findPgfork, listenFromJson, platformPackage, serveStateDir } from "../dist/esm/serve.js";
+import { findPgfork, listenFromJson, platformPackage, serveArgs, serveStateDir } from "../dist/esm/serve.js";
 
 const here = dirname(fileURLToPath(import.meta.url));
 const root = join(here, "..");
@@ -77,6 +77,14 @@ test("listenFromJson: one line, or the whole object printed over several", () =>
   assert.equal(listenFromJson('{"listen":"127.0.0.1:5"}\n'), "127.0.0.1:5");
   assert.equal(listenFromJson('{\n  "listen": "127.0.0.1:6",\n  "socket": ""\n}\n'), "127.0.0.1:6");
   assert.equal(listenFromJson('{\n  "listen": "127.0.0.1:6",'), undefined);
+});
+
+test("serveArgs: PGFORK_SERVE_ARGS split as a POSIX shell splits words; an unclosed quote is an error", () => {
+  assert.deepEqual(serveArgs({}), []);
+  assert.deepEqual(serveArgs({ PGFORK_SERVE_ARGS: "  " }), []);
+  assert.deepEqual(serveArgs({ PGFORK_SERVE_ARGS: " --pool-max 16\t--copies  databases " }), ["--pool-max", "16", "--copies", "databases"]);
+  assert.deepEqual(serveArgs({ PGFORK_SERVE_ARGS: `--a 'b c' "d \\"e\\"" f\\ g '' h'i'"j"` }), ["--a", "b c", 'd "e"', "f g", "", "hij"]);
+  assert.throws(() => serveArgs({ PGFORK_SERVE_ARGS: "--a 'b" }), /PGFORK_SERVE_ARGS.*unclosed quote/);
 });
 
 // --- with no server configured: the glue starts one ---------------------
@@ -230,6 +238,22 @@ function cmdline(pid) {
     return ""; // gone meanwhile
   }
 }
+
+test("no server configured: PGFORK_SERVE_ARGS reach the pgfork serve the glue starts", async (t) => {
+  await assertNothingAtDefaultUrl();
+  const state = stateDir();
+  const script = `import("pgfork").then(async ({ Client, ensureServe }) => {
+    const s = await ensureServe();
+    const tpl = await new Client(s.url, { token: s.token }).initializeTemplate("jsargs58");
+    console.log("TEMPLATE " + tpl.config.database);
+    process.exit(0);
+  })`;
+  const env = { ...noServerEnv(state), PGFORK_SERVE_ARGS: "--db-prefix 'jsargs' --kept-max 7" };
+  const r = await run(process.execPath, ["-e", script], { cwd: root, env });
+  t.after(async () => assert.deepEqual(await noneLeft(state), [], "a process of the started server outlived the run"));
+  assert.equal(r.code, 0, r.out);
+  assert.match(r.out, /TEMPLATE jsargs_template_jsargs58\n/);
+});
 
 // docs/SECURITY.md, rule 2 (G3): every local user reads /proc/PID/cmdline.
 // Both ways the glue starts serve: from the run's main process (serve itself,

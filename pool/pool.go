@@ -98,9 +98,21 @@ type Retirer interface {
 // connected to databases (dbstore.SQLCreator). Without it a pool reclaims a
 // database the first time a drop finds it without sessions.
 type SessionCounter interface {
-	// Sessions returns the number of sessions connected to each of names
-	// (missing names: none).
-	Sessions(ctx context.Context, names []string) (map[string]int, error)
+	// Sessions returns the sessions of each of names (missing names: none
+	// connected, none established).
+	Sessions(ctx context.Context, names []string) (map[string]Sessions, error)
+}
+
+// Sessions is what a SessionCounter reports of one database.
+type Sessions struct {
+	// Connected is how many sessions are connected now.
+	Connected int
+	// Established counts the sessions ever established to the database (a
+	// counter the server keeps, PostgreSQL 14+); -1 when unknown. A change
+	// between two samples is a session that came and went in between: a
+	// holder that reconnects often is seen even when every sample falls
+	// between two of its sessions.
+	Established int64
 }
 
 // Limiter is the global limit on databases across pools (the Manager).
@@ -150,8 +162,10 @@ type Config struct {
 	// without a break is reclaimed (dropped, and made again from the
 	// template under the smallest free id), as IntegreSQL does for clients
 	// that never give databases back. Sessions are sampled every
-	// MinLifetime/4 (at most every second) while callers wait; a holder that
-	// reconnects within that time keeps its database.
+	// MinLifetime/4 (at most every second) while callers wait, with the
+	// server's count of sessions established (SessionCounter): a holder that
+	// connected at all since the last sample keeps its database, even when
+	// every sample falls between two of its sessions.
 	// 0 disables reclaiming.
 	MinLifetime time.Duration
 	// RetryMin and RetryMax bound the backoff while a database to drop or
@@ -233,6 +247,9 @@ type entry struct {
 	// without a session, with none seen since; zero: a session was seen, or
 	// no probe ran since it was handed out.
 	idleSince time.Time
+	// established is Sessions.Established at the probe's last sample (-1:
+	// none taken since it was handed out, or unknown).
+	established int64
 	// reclaiming: a drop to reclaim it runs; release is what its holder
 	// asked for meanwhile ("unlock" or "recreate"), applied if the drop
 	// finds it in use after all.
@@ -689,7 +706,7 @@ func (p *Pool) handOut(e *entry) DB {
 	e.cold, e.noCacheFile, e.madeNoFile = false, false, false
 	e.state = InUse
 	e.since = time.Now()
-	e.idleSince = time.Time{}
+	e.idleSince, e.established = time.Time{}, -1
 	p.inUse.Add(1)
 	if p.warming {
 		p.wake.Broadcast() // a warmer waiting during a run: the next WarmAhead moved on
@@ -1231,7 +1248,15 @@ func (p *Pool) probeSessions() {
 					if e.state != InUse || e.reclaiming {
 						continue
 					}
-					if n, seen := counts[e.name]; seen && n > 0 {
+					c, seen := counts[e.name]
+					if !seen {
+						c = Sessions{Established: -1}
+					}
+					// A session now, or one that came and went since the
+					// last sample (the server's count of sessions moved).
+					came := c.Established >= 0 && e.established >= 0 && c.Established != e.established
+					e.established = c.Established
+					if c.Connected > 0 || came {
 						e.idleSince = time.Time{}
 					} else if e.idleSince.IsZero() {
 						e.idleSince = now

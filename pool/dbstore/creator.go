@@ -13,6 +13,7 @@ import (
 	"github.com/pgfork/pgfork/internal/errs"
 	"github.com/pgfork/pgfork/internal/fsutil"
 	"github.com/pgfork/pgfork/pgdata"
+	"github.com/pgfork/pgfork/pool"
 )
 
 // Strategies a SQLCreator accepts.
@@ -244,19 +245,22 @@ func classify(err error, format string, args ...any) error {
 }
 
 // Sessions implements SessionCounter: the sessions connected to each of
-// names, from pg_stat_activity.
-func (c *SQLCreator) Sessions(ctx context.Context, names []string) (map[string]int, error) {
-	rows, err := c.Admin.Query(ctx, `SELECT datname::text, count(*)::int FROM pg_stat_activity
-		WHERE datname = ANY($1) GROUP BY datname`, names)
+// names now and the server's count of sessions ever established to it
+// (pg_stat_database.sessions, PostgreSQL 14+; -1 before, read through
+// to_jsonb so that one query serves every major).
+func (c *SQLCreator) Sessions(ctx context.Context, names []string) (map[string]pool.Sessions, error) {
+	rows, err := c.Admin.Query(ctx, `SELECT s.datname::text, s.numbackends,
+		coalesce((to_jsonb(s)->>'sessions')::bigint, -1)
+		FROM pg_catalog.pg_stat_database s WHERE s.datname = ANY($1)`, names)
 	if err != nil {
 		return nil, classify(err, "cannot count sessions")
 	}
 	defer rows.Close()
-	out := map[string]int{}
+	out := map[string]pool.Sessions{}
 	for rows.Next() {
 		var n string
-		var k int
-		if err := rows.Scan(&n, &k); err != nil {
+		var k pool.Sessions
+		if err := rows.Scan(&n, &k.Connected, &k.Established); err != nil {
 			return nil, classify(err, "cannot count sessions")
 		}
 		out[n] = k

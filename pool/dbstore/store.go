@@ -40,7 +40,7 @@ const epochTable = "pgfork_serve_epochs"
 
 // Sessions forwards to the creator's SessionCounter, so that pools of
 // database isolation reclaim only databases seen without sessions.
-func (s *adminStore) Sessions(ctx context.Context, names []string) (map[string]int, error) {
+func (s *adminStore) Sessions(ctx context.Context, names []string) (map[string]pool.Sessions, error) {
 	sc, ok := s.Creator.(pool.SessionCounter)
 	if !ok {
 		return nil, errs.New(errs.Unsupported, "the creator cannot count sessions")

@@ -10,6 +10,7 @@ import (
 	"runtime"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -467,6 +468,7 @@ func (cl *cli) runServe(ctx context.Context, o *serveOpts) error {
 		return err
 	}
 	log := slog.New(slog.NewTextHandler(cl.stderr, &slog.HandlerOptions{Level: level}))
+	var pgRun atomic.Pointer[pgbin.Installation] // the build FindPG gave, for the --json line
 	return serve.Run(ctx, serve.Options{
 		Branches: bo, Layout: cl.layout(), Listen: o.listen, Socket: o.socket, Token: o.token, AllowFrom: o.allowNets, AllowedHosts: o.allowedHostList, MaxConns: o.maxConns,
 		Isolation: o.isolation, ExternalURL: o.pgURL, CanClone: o.canClone, Strategy: o.strategy, Copies: o.copies,
@@ -477,7 +479,13 @@ func (cl *cli) runServe(ctx context.Context, o *serveOpts) error {
 			GetTimeout: o.getTimeout, RootTemplate: o.rootTmpl, KeptMax: o.keptMax, Log: log,
 		},
 		Role: o.testUser, Password: o.testPassword, RoleGiven: o.testUserSet, LeastPrivilege: o.leastPrivilege,
-		FindPG: func() (pgbin.Installation, *instance.OSUser, error) { return cl.servePG(ctx) }, Why: why,
+		FindPG: func() (pgbin.Installation, *instance.OSUser, error) {
+			in, u, err := cl.servePG(ctx)
+			if err == nil {
+				pgRun.Store(&in)
+			}
+			return in, u, err
+		}, Why: why,
 		Lifetime: serve.Lifetime{ExitWithParent: o.exitWithParent, Lease: o.lease},
 		Log:      log,
 		OnInfo:   func(msg string) { cl.infof("%s", msg) },
@@ -491,7 +499,14 @@ func (cl *cli) runServe(ctx context.Context, o *serveOpts) error {
 			}
 			if cl.g.json {
 				// One line: the clients that started serve read the first.
-				_ = printJSONLine(cl.stdout, map[string]any{"listen": r.Listen.String(), "socket": r.Socket, "pg_host": r.Conn.Host, "pg_port": r.Conn.Port})
+				// pg_version: the PostgreSQL it runs (its own, managed, or a
+				// cluster per test; absent for an external server), so the
+				// glue can tell a serve of another major from the one asked.
+				line := map[string]any{"listen": r.Listen.String(), "socket": r.Socket, "pg_host": r.Conn.Host, "pg_port": r.Conn.Port}
+				if in := pgRun.Load(); in != nil {
+					line["pg_version"], line["pg_major"] = in.Version, in.Major
+				}
+				_ = printJSONLine(cl.stdout, line)
 			}
 		},
 	})

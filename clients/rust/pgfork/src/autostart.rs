@@ -120,7 +120,7 @@ fn start_or_join(token: Option<String>) -> Result<(String, Option<String>)> {
         }
         return answering(&o).map(|url| (url, token));
     }
-    let bin = find_binary()?;
+    let bin = crate::binary::find(&dir)?;
     let r = start(&bin, &dir)?;
     write_record(&record_path, &r)?;
     drop(lock);
@@ -327,62 +327,6 @@ fn write_record(path: &Path, r: &Record) -> Result<()> {
         return Err(err(e));
     }
     Ok(())
-}
-
-/// `$PGFORK_BIN`, else `pgfork` on PATH.
-fn find_binary() -> Result<PathBuf> {
-    if let Some(b) = std::env::var_os("PGFORK_BIN").filter(|b| !b.is_empty()) {
-        let p = PathBuf::from(&b);
-        if !p.is_file() {
-            return Err(Error::ServeStart(format!(
-                "pgfork: PGFORK_BIN={} is not a file: point it at the pgfork binary, or unset it to use pgfork on PATH",
-                p.display()
-            )));
-        }
-        return Ok(p);
-    }
-    if let Some(path) = std::env::var_os("PATH") {
-        for dir in std::env::split_paths(&path) {
-            let p = dir.join("pgfork");
-            if is_executable(&p) {
-                return Ok(p);
-            }
-        }
-    }
-    Err(Error::ServeStart(no_binary_message()))
-}
-
-fn is_executable(p: &Path) -> bool {
-    #[cfg(unix)]
-    {
-        use std::os::unix::fs::PermissionsExt;
-        p.metadata()
-            .is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
-    }
-    #[cfg(not(unix))]
-    {
-        p.is_file()
-    }
-}
-
-/// The error when there is no server and no binary to start one: how cargo
-/// users get the binary.
-pub(crate) fn no_binary_message() -> String {
-    let os = match std::env::consts::OS {
-        "macos" => "darwin",
-        other => other,
-    };
-    let arch = match std::env::consts::ARCH {
-        "x86_64" => "amd64",
-        "aarch64" => "arm64",
-        other => other,
-    };
-    format!(
-        "pgfork: no pgfork server is configured (PGFORK_URL) and no pgfork binary was found to start one \
-         (PGFORK_BIN is unset and there is no pgfork on PATH). Get the release tarball \
-         pgfork-<version>-{os}-{arch}.tar.gz (https://github.com/pgfork/pgfork/releases), and put its \
-         pgfork on PATH or set PGFORK_BIN to it; or set PGFORK_URL (and PGFORK_TOKEN) to a running server"
-    )
 }
 
 /// 32 hex digits from the system's random source.
@@ -612,17 +556,6 @@ pub(crate) fn healthy(base_url: &str) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn no_binary_message_names_the_tarball_and_both_ways() {
-        let m = no_binary_message();
-        assert!(m.contains("pgfork-<version>-"), "{m}");
-        assert!(
-            m.contains(".tar.gz") && m.contains("PGFORK_BIN") && m.contains("PATH"),
-            "{m}"
-        );
-        assert!(!m.contains("macos") && !m.contains("x86_64"), "{m}");
-    }
 
     #[test]
     fn state_dirs_are_per_user_and_private() {

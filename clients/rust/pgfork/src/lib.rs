@@ -4,6 +4,7 @@
 #![warn(missing_docs)]
 
 mod autostart;
+mod binary;
 mod client;
 mod env;
 mod error;

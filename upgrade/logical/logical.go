@@ -1,0 +1,596 @@
+// Package logical upgrades a running cluster to a newer PostgreSQL major
+// with a write pause of about a second: pg_upgrade runs on an online
+// reflink clone of it while it serves, and logical replication carries
+// what was written since the clone, as pg_createsubscriber does across
+// majors.
+//
+// The sequence: publications and a physical slot on the old cluster; an
+// online clone; per database a logical slot, the last one's LSN R; the clone
+// recovered as a standby that stops just before R and promotes; pg_upgrade
+// --clone of it (package upgrade); on the new cluster per database a
+// subscription to the slot, its origin advanced to R; the window: writes
+// refused on the old cluster, every slot confirmed at its current LSN,
+// sequences copied, catalogs compared. Any failure, timeout or interrupt
+// gives writes back and removes what the run created on both sides (slots,
+// publications, subscriptions, the new cluster).
+//
+// logical owns the logical-replication path of `pgfork upgrade --logical`;
+// copying is pgclone's, pg_upgrade is package upgrade's.
+package logical
+
+import (
+	"context"
+	"fmt"
+	"net/url"
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"golang.org/x/sync/errgroup"
+
+	"github.com/pgfork/pgfork/clone"
+	"github.com/pgfork/pgfork/instance"
+	"github.com/pgfork/pgfork/internal/errs"
+	"github.com/pgfork/pgfork/pgbin"
+	"github.com/pgfork/pgfork/pgclone"
+	"github.com/pgfork/pgfork/pgdata"
+	"github.com/pgfork/pgfork/upgrade"
+)
+
+// Names of what a run creates. The logical slots are named per database
+// OID (slots are cluster-wide); publications and subscriptions are per
+// database.
+const (
+	pubName  = "pgfork_upgrade"
+	subName  = "pgfork_upgrade"
+	physSlot = "pgfork_upgrade_clone"
+	slotPfx  = "pgfork_upgrade_"
+)
+
+// Phases of a logical upgrade, in order (pg_upgrade's own phases come
+// between PhaseRecover and PhaseSubscribe).
+const (
+	PhasePreflight = "preflight" // checks on the old cluster, nothing created yet
+	PhasePublish   = "publish"   // checkpoint, publications, physical slot
+	PhaseClone     = "clone"     // online reflink clone
+	PhaseSlots     = "slots"     // logical slots; R
+	PhaseRecover   = "recover"   // the clone recovers to just before R and promotes
+	PhaseSubscribe = "subscribe" // subscriptions from R, statistics
+	PhaseCatchUp   = "catch-up"  // the new cluster follows the old one
+	PhaseWindow    = "window"    // writes refused, drained, sequences, checks
+	PhaseCleanup   = "cleanup"   // subscriptions, slots, publications dropped
+)
+
+// Options describe a logical upgrade.
+type Options struct {
+	OldDir, NewDir string
+	Old, New       upgrade.Install
+	// Jobs for pg_upgrade; default 1.
+	Jobs int
+	// Superuser connects to the old cluster (default: postgres, the data
+	// directory's owner, $USER, the first that connects).
+	Superuser string
+	// User runs PostgreSQL (nil: the current user).
+	User *instance.OSUser
+	// Window bounds the write pause: from refusing writes to the checks'
+	// end. Default 10 s. On expiry writes are given back and the run rolls
+	// back.
+	Window time.Duration
+	// CatchUp bounds the wait for the new cluster to follow the old one
+	// before the window. Default 10 minutes.
+	CatchUp time.Duration
+	// OnEvent receives progress; nil for none.
+	OnEvent func(upgrade.Event)
+}
+
+// Result describes a finished logical upgrade.
+type Result struct {
+	OldDir     string   `json:"old_dir"`
+	NewDir     string   `json:"new_dir"`
+	OldVersion string   `json:"old_version"`
+	NewVersion string   `json:"new_version"`
+	Databases  []string `json:"databases"`
+	// R is the LSN the clone stopped before and replication started at.
+	R string `json:"r"`
+	// Upgrade is pg_upgrade's run on the clone.
+	Upgrade *upgrade.Result `json:"upgrade"`
+	// Window is how long writes were refused on the old cluster.
+	Window time.Duration `json:"window_ns"`
+	// Sequences copied in the window.
+	Sequences int `json:"sequences"`
+	// Port and SocketDir: where the new cluster runs (socket only, a
+	// private directory, its initdb authentication).
+	Port      int    `json:"port"`
+	SocketDir string `json:"socket_dir"`
+	// Phases times the run's phases.
+	Phases  []upgrade.PhaseTime `json:"phases"`
+	Elapsed time.Duration       `json:"elapsed_ns"`
+	Notes   []string            `json:"notes,omitempty"`
+}
+
+// database is one database the run replicates.
+type database struct {
+	name string
+	oid  uint32
+	slot string
+	lsn  pgdata.LSN
+	old  *pgx.Conn // to the old cluster, opened before the window
+	new  *pgx.Conn // to the new cluster
+	// what the run created for it
+	pub, slotMade, sub bool
+}
+
+// run is the state of one logical upgrade.
+type run struct {
+	o        Options
+	res      *Result
+	t0       time.Time
+	oldHost  string
+	oldPort  int
+	su       string
+	ctl      *pgdata.ControlData
+	control  *pgx.Conn // old cluster, template1
+	dbs      []*database
+	phys     bool   // physical slot created
+	readOnly bool   // default_transaction_read_only set on the old cluster
+	cloneDir string // the clone, while it exists
+	newInst  *instance.Instance
+	newMade  bool // NewDir was created by this run
+	ownPIDs  []uint32
+}
+
+func (r *run) emit(e upgrade.Event) {
+	if r.o.OnEvent != nil {
+		r.o.OnEvent(e)
+	}
+}
+
+func (r *run) infof(phase, format string, args ...any) {
+	r.emit(upgrade.Event{Phase: phase, Message: fmt.Sprintf(format, args...)})
+}
+
+func (r *run) phase(name string, fn func() error) error {
+	r.emit(upgrade.Event{Phase: name})
+	t := time.Now()
+	err := fn()
+	r.res.Phases = append(r.res.Phases, upgrade.PhaseTime{Name: name, Elapsed: time.Since(t)})
+	status := "ok"
+	if err != nil {
+		status = "failed"
+	}
+	r.emit(upgrade.Event{Phase: name, Done: true, Status: status})
+	return err
+}
+
+// Run upgrades the running cluster in o.OldDir into o.NewDir with
+// pg_upgrade on a clone and logical replication for the difference. On
+// any error the old cluster is left serving and what the run created is
+// removed.
+func Run(ctx context.Context, o Options) (*Result, error) {
+	if o.Jobs < 1 {
+		o.Jobs = 1
+	}
+	if o.Window <= 0 {
+		o.Window = 10 * time.Second
+	}
+	if o.CatchUp <= 0 {
+		o.CatchUp = 10 * time.Minute
+	}
+	for _, p := range []*string{&o.OldDir, &o.NewDir} {
+		if *p == "" {
+			return nil, errs.New(errs.Usage, "a data directory is missing").WithCLI("see `pgfork upgrade --help`")
+		}
+		a, err := filepath.Abs(*p)
+		if err != nil {
+			return nil, errs.Wrap(errs.Usage, err, "bad data directory").WithPath(*p)
+		}
+		*p = a
+	}
+	r := &run{o: o, t0: time.Now(), res: &Result{OldDir: o.OldDir, NewDir: o.NewDir, OldVersion: o.Old.Version, NewVersion: o.New.Version}}
+	err := r.run(ctx)
+	if err != nil {
+		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*time.Minute)
+		left := r.rollback(cctx)
+		cancel()
+		if ctx.Err() != nil {
+			err = errs.Wrap(errs.Interrupted, err, "interrupted: the old cluster serves (writes allowed)%s", left)
+		} else if left != "" {
+			err = errs.Wrap(errs.KindOf(err), err, "%s", strings.TrimPrefix(left, "; ")).WithHint("%s", errs.HintOf(err))
+		}
+		r.closeAll()
+		return nil, err
+	}
+	r.closeAll()
+	r.res.Elapsed = time.Since(r.t0)
+	return r.res, nil
+}
+
+func (r *run) closeAll() {
+	for _, d := range r.dbs {
+		if d.old != nil {
+			_ = d.old.Close(context.Background())
+		}
+		if d.new != nil {
+			_ = d.new.Close(context.Background())
+		}
+	}
+	if r.control != nil {
+		_ = r.control.Close(context.Background())
+	}
+}
+
+func (r *run) run(ctx context.Context) error {
+	o := r.o
+	if _, err := os.Lstat(o.NewDir); err == nil {
+		return errs.New(errs.Exists, "new data directory already exists").WithPath(o.NewDir).
+			WithHint("choose a path that does not exist yet (pgfork creates it)")
+	}
+	if err := r.phase(PhasePreflight, func() error { return r.preflight(ctx) }); err != nil {
+		return err
+	}
+	if err := r.phase(PhasePublish, func() error { return r.publish(ctx) }); err != nil {
+		return err
+	}
+	if err := r.phase(PhaseClone, func() error { return r.clone(ctx) }); err != nil {
+		return err
+	}
+	var R pgdata.LSN
+	if err := r.phase(PhaseSlots, func() error {
+		var err error
+		R, err = r.slots(ctx)
+		return err
+	}); err != nil {
+		return err
+	}
+	r.res.R = R.String()
+	if err := r.phase(PhaseRecover, func() error { return r.recoverClone(ctx, R) }); err != nil {
+		return err
+	}
+	r.newMade = true
+	up, err := upgrade.Run(ctx, upgrade.Options{
+		OldDir: r.cloneDir, NewDir: o.NewDir, Old: o.Old, New: o.New, Mode: upgrade.Clone,
+		Jobs: o.Jobs, Rehearse: upgrade.RehearseOff, Superuser: r.su, NoAnalyze: true,
+		User: o.User, OnEvent: o.OnEvent,
+	})
+	if err != nil {
+		return errs.Wrap(errs.KindOf(err), err, "pg_upgrade of the clone failed; the old cluster was not touched").WithHint("%s", errs.HintOf(err))
+	}
+	r.res.Upgrade = up
+	r.res.Phases = append(r.res.Phases, up.Phases...)
+	r.removeClone()
+	if err := r.phase(PhaseSubscribe, func() error { return r.subscribe(ctx, R) }); err != nil {
+		return err
+	}
+	if err := r.phase(PhaseCatchUp, func() error { return r.catchUp(ctx) }); err != nil {
+		return err
+	}
+	if err := r.phase(PhaseWindow, func() error { return r.window(ctx) }); err != nil {
+		return err
+	}
+	_ = r.phase(PhaseCleanup, func() error {
+		if left := r.dropReplication(context.WithoutCancel(ctx)); left != "" {
+			r.res.Notes = append(r.res.Notes, "left behind"+left)
+		}
+		return nil
+	})
+	r.res.Port, r.res.SocketDir = r.newInst.Port, r.newInst.SocketDir
+	r.res.Notes = append(r.res.Notes,
+		"the old cluster is intact and read-only (ALTER SYSTEM SET default_transaction_read_only = on): to roll back, run ALTER SYSTEM RESET default_transaction_read_only; SELECT pg_reload_conf(); on it (writes made there afterwards are not on the new cluster)",
+		fmt.Sprintf("the new cluster runs on its own socket %s, port %d, with initdb's authentication: to switch the application to it, stop the old cluster and restart the new one with the old one's port, sockets and pg_hba.conf", r.newInst.SocketDir, r.newInst.Port))
+	return nil
+}
+
+// oldURL is a connection URL to database db of the old cluster, with
+// default_transaction_read_only off for pgfork's own sessions.
+func (r *run) oldURL(db, app string) string {
+	u := url.URL{Scheme: "postgresql", User: url.User(r.su), Path: "/" + db}
+	q := url.Values{}
+	q.Set("host", r.oldHost)
+	q.Set("port", strconv.Itoa(r.oldPort))
+	q.Set("application_name", app)
+	q.Set("default_transaction_read_only", "off")
+	u.RawQuery = q.Encode()
+	return u.String()
+}
+
+// conninfo is a libpq key=value connection string to database db of the
+// old cluster (for primary_conninfo and subscriptions).
+func (r *run) conninfo(db, app string) string {
+	kv := func(k, v string) string {
+		return k + "='" + strings.NewReplacer(`\`, `\\`, `'`, `\'`).Replace(v) + "'"
+	}
+	parts := []string{kv("host", r.oldHost), kv("port", strconv.Itoa(r.oldPort)), kv("user", r.su), kv("application_name", app)}
+	if db != "" {
+		parts = append(parts, kv("dbname", db))
+	}
+	return strings.Join(parts, " ")
+}
+
+// quoteLiteral quotes s as an SQL string literal (standard_conforming_strings on).
+func quoteLiteral(s string) string { return "'" + strings.ReplaceAll(s, "'", "''") + "'" }
+
+// superuserCandidates are the roles tried to connect to the old cluster.
+func superuserCandidates(explicit, dataDir string) []string {
+	if explicit != "" {
+		return []string{explicit}
+	}
+	c := []string{"postgres"}
+	if u, err := instance.OwnerOf(dataDir); err == nil && u != nil && u.Name != "" && u.Name != "postgres" {
+		c = append(c, u.Name)
+	}
+	if n := os.Getenv("USER"); n != "" && !slices.Contains(c, n) && n != "root" {
+		c = append(c, n)
+	}
+	return c
+}
+
+// connectOld opens the control connection to the running old cluster.
+func (r *run) connectOld(ctx context.Context) error {
+	pf, err := instance.ReadPidFile(r.o.OldDir)
+	if err != nil {
+		return errs.Wrap(errs.NotFound, err, "cannot read the old cluster's postmaster.pid").WithPath(r.o.OldDir).
+			WithHint("--logical upgrades a running cluster: start it, or upgrade it stopped without --logical")
+	}
+	r.oldHost, r.oldPort = pf.SocketDir, pf.Port
+	if r.oldHost == "" {
+		return errs.New(errs.Unsupported, "the old cluster has no Unix socket").WithPath(r.o.OldDir).
+			WithHint("--logical connects to the old cluster through its socket: set unix_socket_directories")
+	}
+	var last error
+	for _, su := range superuserCandidates(r.o.Superuser, r.o.OldDir) {
+		r.su = su
+		conn, err := pgx.Connect(ctx, r.oldURL("template1", "pgfork upgrade"))
+		if err == nil {
+			var super bool
+			if err := conn.QueryRow(ctx, `SELECT rolsuper FROM pg_roles WHERE rolname = current_user`).Scan(&super); err != nil || !super {
+				_ = conn.Close(ctx)
+				last = fmt.Errorf("role %s is not a superuser", su)
+				continue
+			}
+			r.control = conn
+			r.ownPIDs = append(r.ownPIDs, conn.PgConn().PID())
+			return nil
+		}
+		last = err
+	}
+	return errs.Wrap(errs.Permission, last, "cannot connect to the old cluster as a superuser").
+		WithHint("name a superuser that may connect through the socket %s", r.oldHost).WithCLI("pass --superuser NAME")
+}
+
+// openOld opens a connection to every database of the old cluster.
+func (r *run) openOld(ctx context.Context) error {
+	g, gctx := errgroup.WithContext(ctx)
+	g.SetLimit(4)
+	var mu sync.Mutex
+	for _, d := range r.dbs {
+		g.Go(func() error {
+			conn, err := pgx.Connect(gctx, r.oldURL(d.name, "pgfork upgrade"))
+			if err != nil {
+				return errs.Wrap(errs.Internal, err, "cannot connect to database %q of the old cluster", d.name)
+			}
+			d.old = conn
+			mu.Lock()
+			r.ownPIDs = append(r.ownPIDs, conn.PgConn().PID())
+			mu.Unlock()
+			return nil
+		})
+	}
+	return g.Wait()
+}
+
+// each runs fn on every database, a few at a time.
+func (r *run) each(ctx context.Context, limit int, fn func(context.Context, *database) error) error {
+	g, gctx := errgroup.WithContext(ctx)
+	g.SetLimit(limit)
+	for _, d := range r.dbs {
+		g.Go(func() error { return fn(gctx, d) })
+	}
+	return g.Wait()
+}
+
+// publish checkpoints the old cluster (so that the clone's backup start
+// does not wait for one inside the timed steps), creates a publication in
+// every database and the physical slot that keeps the clone's WAL.
+func (r *run) publish(ctx context.Context) error {
+	if _, err := r.control.Exec(ctx, "CHECKPOINT"); err != nil {
+		return errs.Wrap(errs.Internal, err, "checkpoint on the old cluster")
+	}
+	if err := r.each(ctx, 4, func(ctx context.Context, d *database) error {
+		if _, err := d.old.Exec(ctx, "CREATE PUBLICATION "+pgx.Identifier{pubName}.Sanitize()+" FOR ALL TABLES"); err != nil {
+			return errs.Wrap(errs.Internal, err, "cannot create the publication in database %q of the old cluster", d.name)
+		}
+		d.pub = true
+		return nil
+	}); err != nil {
+		return err
+	}
+	if _, err := r.control.Exec(ctx, "SELECT pg_create_physical_replication_slot($1, true)", physSlot); err != nil {
+		return errs.Wrap(errs.Internal, err, "cannot create the physical slot for the clone")
+	}
+	r.phys = true
+	return nil
+}
+
+// clone makes the online reflink clone beside the old cluster.
+func (r *run) clone(ctx context.Context) error {
+	o := r.o
+	r.cloneDir = filepath.Join(filepath.Dir(o.OldDir), fmt.Sprintf(".%s.pgfork-logical-%d", filepath.Base(o.OldDir), os.Getpid()))
+	_, err := pgclone.Clone(ctx, pgclone.Options{
+		Src: o.OldDir, Dst: r.cloneDir, Online: true, ConnString: r.oldURL("postgres", "pgfork upgrade clone"),
+		Label:        "pgfork upgrade --logical",
+		Installation: pgbin.Installation{BinDir: o.Old.BinDir, Version: o.Old.Version, Major: o.Old.Major},
+		Method:       clone.Clone, Jobs: o.Jobs, Sync: clone.SyncNone, User: o.User,
+	})
+	if err != nil {
+		if _, serr := os.Lstat(r.cloneDir); serr != nil {
+			r.cloneDir = ""
+		}
+		return errs.Wrap(errs.KindOf(err), err, "cannot clone the running old cluster").
+			WithHint("--logical needs the old cluster on a filesystem that clones files (XFS with reflink, btrfs): %s", errs.HintOf(err))
+	}
+	return nil
+}
+
+// slots creates a logical slot in every database and returns R, the
+// latest slot's LSN, then writes a WAL record past it so that the clone's
+// recovery can stop before R.
+func (r *run) slots(ctx context.Context) (pgdata.LSN, error) {
+	var R pgdata.LSN
+	var mu sync.Mutex
+	err := r.each(ctx, 4, func(ctx context.Context, d *database) error {
+		var lsn string
+		if err := d.old.QueryRow(ctx, "SELECT lsn::text FROM pg_create_logical_replication_slot($1, 'pgoutput')", d.slot).Scan(&lsn); err != nil {
+			return errs.Wrap(errs.Internal, err, "cannot create the logical slot of database %q on the old cluster", d.name).
+				WithHint("creating a slot waits for running transactions to end: look for long or idle-in-transaction sessions")
+		}
+		l, err := pgdata.ParseLSN(lsn)
+		if err != nil {
+			return errs.Wrap(errs.Internal, err, "bad LSN %q", lsn)
+		}
+		mu.Lock()
+		d.slotMade, d.lsn = true, l
+		if l > R {
+			R = l
+		}
+		mu.Unlock()
+		return nil
+	})
+	if err != nil {
+		return 0, err
+	}
+	// A transactional message commits, and the commit is flushed: a record
+	// after R the standby receives.
+	if _, err := r.control.Exec(ctx, "SELECT pg_logical_emit_message(true, 'pgfork', 'upgrade --logical: R')"); err != nil {
+		return 0, errs.Wrap(errs.Internal, err, "cannot write a WAL record after R")
+	}
+	r.infof(PhaseSlots, "%d logical slots; R = %s", len(r.dbs), R)
+	return R, nil
+}
+
+// recoverClone starts the clone as a standby of the old cluster that stops
+// just before R (recovery_target_inclusive off: decoding from R skips every
+// transaction whose commit record starts before R) and promotes, then stops
+// it cleanly for pg_upgrade.
+func (r *run) recoverClone(ctx context.Context, R pgdata.LSN) error {
+	o := r.o
+	if err := instance.WriteFileAs(filepath.Join(r.cloneDir, "standby.signal"), o.User, nil); err != nil {
+		return errs.FromOS(err, r.cloneDir, "cannot write standby.signal into the clone")
+	}
+	settings := upgrade.RecoverySettings(r.ctl)
+	for k, v := range map[string]string{
+		"primary_conninfo":          r.conninfo("", "pgfork_upgrade_clone"),
+		"primary_slot_name":         physSlot,
+		"recovery_target_lsn":       R.String(),
+		"recovery_target_inclusive": "off",
+		"recovery_target_action":    "promote",
+		"recovery_init_sync_method": "syncfs",
+		"hot_standby":               "on",
+		"archive_mode":              "off",
+	} {
+		settings[k] = v
+	}
+	inst, err := instance.Start(ctx, instance.Config{BinDir: o.Old.BinDir, Env: o.Old.Env, DataDir: r.cloneDir, User: o.User,
+		Settings: settings, LogFile: filepath.Join(r.cloneDir, "pgfork-recovery.log"), StartTimeout: 30 * time.Minute})
+	if err != nil {
+		return errs.Wrap(errs.KindOf(err), err, "the clone did not start to recover to R")
+	}
+	defer func() { _ = inst.Stop(context.WithoutCancel(ctx), instance.Fast) }()
+	conn, err := pgx.Connect(ctx, inst.ConnString(r.su, "postgres"))
+	if err != nil {
+		return errs.Wrap(errs.Internal, err, "cannot connect to the recovering clone")
+	}
+	defer conn.Close(context.Background())
+	tick := time.NewTicker(20 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		var rec bool
+		if err := conn.QueryRow(ctx, "SELECT pg_is_in_recovery()").Scan(&rec); err != nil {
+			return errs.Wrap(errs.Internal, err, "the clone failed while recovering to R").WithHint("its log: %s", inst.LogFile)
+		}
+		if !rec {
+			break
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-tick.C:
+		}
+	}
+	_ = conn.Close(ctx)
+	if err := inst.Stop(ctx, instance.Fast); err != nil {
+		return errs.Wrap(errs.Internal, err, "cannot stop the recovered clone")
+	}
+	if _, err := r.control.Exec(ctx, "SELECT pg_drop_replication_slot($1)", physSlot); err == nil {
+		r.phys = false
+	}
+	return nil
+}
+
+// removeClone deletes the clone (the new cluster shares its extents).
+func (r *run) removeClone() {
+	if r.cloneDir == "" {
+		return
+	}
+	_ = os.RemoveAll(r.cloneDir)
+	_ = os.RemoveAll(pgclone.TablespaceDir(r.cloneDir))
+	r.cloneDir = ""
+}
+
+// subscribe starts the new cluster and subscribes every database to its
+// slot from R, then analyzes it while it catches up.
+func (r *run) subscribe(ctx context.Context, R pgdata.LSN) error {
+	o := r.o
+	n := len(r.dbs)
+	settings := map[string]string{
+		"max_logical_replication_workers": strconv.Itoa(n + 2),
+		"max_worker_processes":            strconv.Itoa(n + 10),
+		"max_replication_slots":           strconv.Itoa(n + 2),
+	}
+	if o.New.Major >= 18 {
+		settings["max_active_replication_origins"] = strconv.Itoa(n + 2)
+	}
+	inst, err := instance.Start(ctx, instance.Config{BinDir: o.New.BinDir, Env: o.New.Env, DataDir: o.NewDir, User: o.User, Settings: settings})
+	if err != nil {
+		return errs.Wrap(errs.KindOf(err), err, "the upgraded cluster does not start")
+	}
+	r.newInst = inst
+	return r.each(ctx, 4, func(ctx context.Context, d *database) error {
+		conn, err := pgx.Connect(ctx, inst.ConnString(r.su, d.name))
+		if err != nil {
+			return errs.Wrap(errs.Internal, err, "cannot connect to database %q of the new cluster", d.name)
+		}
+		d.new = conn
+		sub := pgx.Identifier{subName}.Sanitize()
+		// The publication came along with the clone.
+		if _, err := conn.Exec(ctx, "DROP PUBLICATION IF EXISTS "+pgx.Identifier{pubName}.Sanitize()); err != nil {
+			return errs.Wrap(errs.Internal, err, "database %q of the new cluster", d.name)
+		}
+		if _, err := conn.Exec(ctx, "CREATE SUBSCRIPTION "+sub+" CONNECTION "+quoteLiteral(r.conninfo(d.name, d.slot))+
+			" PUBLICATION "+pgx.Identifier{pubName}.Sanitize()+" WITH (create_slot = false, slot_name = "+quoteLiteral(d.slot)+
+			", copy_data = false, enabled = false)"); err != nil {
+			return errs.Wrap(errs.Internal, err, "cannot create the subscription of database %q", d.name)
+		}
+		d.sub = true
+		// pg_subscription is shared: filter on this database.
+		var origin string
+		if err := conn.QueryRow(ctx, `SELECT 'pg_' || oid FROM pg_subscription
+			WHERE subname = $1 AND subdbid = (SELECT oid FROM pg_database WHERE datname = current_database())`, subName).Scan(&origin); err != nil {
+			return errs.Wrap(errs.Internal, err, "cannot find the subscription of database %q", d.name)
+		}
+		if _, err := conn.Exec(ctx, "SELECT pg_replication_origin_advance($1, $2::pg_lsn)", origin, R.String()); err != nil {
+			return errs.Wrap(errs.Internal, err, "cannot advance the subscription of database %q to R", d.name)
+		}
+		if _, err := conn.Exec(ctx, "ALTER SUBSCRIPTION "+sub+" ENABLE"); err != nil {
+			return errs.Wrap(errs.Internal, err, "cannot enable the subscription of database %q", d.name)
+		}
+		if _, err := conn.Exec(ctx, "ANALYZE"); err != nil {
+			return errs.Wrap(errs.Internal, err, "cannot analyze database %q of the new cluster", d.name)
+		}
+		return nil
+	})
+}

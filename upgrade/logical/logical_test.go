@@ -1,0 +1,362 @@
+package logical_test
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"sort"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/pgfork/pgfork/instance"
+	"github.com/pgfork/pgfork/internal/errs"
+	"github.com/pgfork/pgfork/internal/pgtest"
+	"github.com/pgfork/pgfork/internal/testenv"
+	"github.com/pgfork/pgfork/pgbin"
+	"github.com/pgfork/pgfork/upgrade"
+	"github.com/pgfork/pgfork/upgrade/logical"
+)
+
+// builds returns the oldest and the newest PostgreSQL builds under test.
+func builds(t *testing.T) (old, new upgrade.Install) {
+	t.Helper()
+	var all []upgrade.Install
+	for _, d := range testenv.RequireMajors(t, 2) {
+		v, err := pgbin.ToolVersion(context.Background(), filepath.Join(d, "postgres"), nil)
+		if err != nil {
+			t.Fatalf("%s: %v", d, err)
+		}
+		m, err := pgbin.MajorOf(v)
+		if err != nil {
+			t.Fatal(err)
+		}
+		in := pgbin.Installation{BinDir: d, Version: v, Major: m}
+		all = append(all, upgrade.Install{BinDir: d, Version: v, Major: m, Env: in.Env()})
+	}
+	sort.Slice(all, func(i, j int) bool { return all[i].Major < all[j].Major })
+	if all[0].Major == all[len(all)-1].Major {
+		t.Skip("needs two different PostgreSQL majors")
+	}
+	return all[0], all[len(all)-1]
+}
+
+// logicalSettings are what --logical needs of the old cluster.
+func logicalSettings(extra map[string]string) map[string]string {
+	s := map[string]string{"wal_level": "logical", "max_wal_senders": "10", "max_replication_slots": "10",
+		"fsync": "off", "synchronous_commit": "on", "max_prepared_transactions": "2"}
+	for k, v := range extra {
+		s[k] = v
+	}
+	return s
+}
+
+// startOld starts the old cluster in dir with settings; it is stopped
+// when the test ends.
+func startOld(t *testing.T, old upgrade.Install, dir string, settings map[string]string) *instance.Instance {
+	t.Helper()
+	inst, err := instance.Start(context.Background(), instance.Config{BinDir: old.BinDir, Env: old.Env, DataDir: dir, User: pgtest.User(t),
+		Settings: settings, LogFile: filepath.Join(filepath.Dir(dir), filepath.Base(dir)+".log")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = inst.Stop(context.Background(), instance.Fast) })
+	return inst
+}
+
+func run(t *testing.T, o logical.Options, onEvent func(upgrade.Event)) (*logical.Result, error) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	o.User = pgtest.User(t)
+	o.Jobs = 2
+	o.OnEvent = func(e upgrade.Event) {
+		if e.Message != "" {
+			t.Logf("%s: %s", e.Phase, e.Message)
+		}
+		if onEvent != nil {
+			onEvent(e)
+		}
+	}
+	return logical.Run(ctx, o)
+}
+
+// nothingLeft checks that the old cluster has no slot, publication or
+// write refusal of the run, and that NEW_DATADIR was not left.
+func nothingLeft(t *testing.T, inst *instance.Instance, dbs []string, newDir string, readOnly bool) {
+	t.Helper()
+	if n := pgtest.Query(t, inst.ConnString("", "postgres"), "SELECT count(*) FROM pg_replication_slots"); n != "0" {
+		t.Errorf("%s replication slots left on the old cluster", n)
+	}
+	for _, db := range dbs {
+		if n := pgtest.Query(t, inst.ConnString("", db), "SELECT count(*) FROM pg_publication"); n != "0" {
+			t.Errorf("%s publications left in database %s of the old cluster", n, db)
+		}
+	}
+	want := "off"
+	if readOnly {
+		want = "on"
+	}
+	if v := pgtest.Query(t, inst.ConnString("", "postgres"), "SHOW default_transaction_read_only"); v != want {
+		t.Errorf("default_transaction_read_only on the old cluster: %s, want %s", v, want)
+	}
+	if newDir != "" {
+		if _, err := os.Lstat(newDir); err == nil {
+			t.Errorf("the new data directory %s was left", newDir)
+		}
+	}
+}
+
+// writer commits a row every few milliseconds on the old cluster's items
+// table in database db, reconnecting after errors, and records the ids
+// the server acknowledged.
+type writer struct {
+	mu    sync.Mutex
+	acked []int64
+	errs  int
+	stop  chan struct{}
+	done  chan struct{}
+}
+
+func startWriter(url string) *writer {
+	w := &writer{stop: make(chan struct{}), done: make(chan struct{})}
+	go func() {
+		defer close(w.done)
+		ctx := context.Background()
+		var conn *pgx.Conn
+		defer func() {
+			if conn != nil {
+				conn.Close(ctx)
+			}
+		}()
+		for {
+			select {
+			case <-w.stop:
+				return
+			case <-time.After(3 * time.Millisecond):
+			}
+			if conn == nil || conn.IsClosed() {
+				c, err := pgx.Connect(ctx, url)
+				if err != nil {
+					w.mu.Lock()
+					w.errs++
+					w.mu.Unlock()
+					continue
+				}
+				conn = c
+			}
+			var id int64
+			err := conn.QueryRow(ctx, "INSERT INTO items(v) VALUES ('w') RETURNING id").Scan(&id)
+			w.mu.Lock()
+			if err == nil {
+				w.acked = append(w.acked, id)
+			} else {
+				w.errs++
+			}
+			w.mu.Unlock()
+		}
+	}()
+	return w
+}
+
+func (w *writer) count() int {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return len(w.acked)
+}
+
+// TestLogicalUpgradeWithWriter upgrades a running cluster with --logical
+// while a writer commits a row every few milliseconds: every acknowledged
+// write is on the new cluster, the row counts and sequences are equal, and
+// nothing of the run is left on either side.
+func TestLogicalUpgradeWithWriter(t *testing.T) {
+	old, nw := builds(t)
+	base := testenv.XFSDir(t)
+	oldDir := filepath.Join(base, "old")
+	pgtest.InitDB(t, oldDir, pgtest.Server{BinDir: old.BinDir, Env: old.Env})
+	inst := startOld(t, old, oldDir, logicalSettings(nil))
+	pg := inst.ConnString("", "postgres")
+	pgtest.Exec(t, pg, "CREATE DATABASE shop", "CREATE DATABASE app")
+	shop := inst.ConnString("", "shop")
+	pgtest.Exec(t, shop, "CREATE TABLE items (id bigserial PRIMARY KEY, v text)",
+		"INSERT INTO items(v) SELECT 'before' FROM generate_series(1, 1000)",
+		"CREATE UNLOGGED TABLE scratch (x int)")
+	app := inst.ConnString("", "app")
+	pgtest.Exec(t, app, "CREATE TABLE events (id int PRIMARY KEY, at timestamptz DEFAULT now())",
+		"CREATE SEQUENCE ticket", "SELECT nextval('ticket') FROM generate_series(1, 42)",
+		"INSERT INTO events(id) SELECT g FROM generate_series(1, 100) g")
+
+	w := startWriter(shop)
+	stopWriter := func() {
+		select {
+		case <-w.stop:
+		default:
+			close(w.stop)
+		}
+		<-w.done
+	}
+	defer stopWriter()
+	testenv.WaitFor(t, "the writer's first commits", func() bool { return w.count() > 10 })
+
+	newDir := filepath.Join(base, "new")
+	var afterR int
+	t0 := time.Now()
+	res, err := run(t, logical.Options{OldDir: oldDir, NewDir: newDir, Old: old, New: nw}, func(e upgrade.Event) {
+		switch {
+		case e.Phase == logical.PhaseSlots && e.Done:
+			afterR = w.count()
+		case e.Phase == logical.PhaseSubscribe && !e.Done:
+			// Written after R, before the subscriptions exist: replication
+			// must carry them (and the sequence's moves).
+			pgtest.Exec(t, app, "SELECT nextval('ticket') FROM generate_series(1, 8)", "UPDATE events SET at = now() WHERE id <= 10")
+		}
+	})
+	elapsed := time.Since(t0)
+	if err != nil {
+		t.Fatalf("upgrade --logical: %v (hint: %s)", err, errs.HintOf(err))
+	}
+	t.Cleanup(func() {
+		if in, err := instance.Attach(newDir); err == nil {
+			_ = in.Stop(context.Background(), instance.Fast)
+		}
+	})
+	stopWriter()
+	t.Logf("window (writes refused): %s; whole run: %s; R = %s; phases: %v", res.Window, elapsed.Round(time.Millisecond), res.R, res.Phases)
+	if w.count() <= afterR {
+		t.Errorf("the writer committed nothing after R (%d before, %d in all): the test proves nothing", afterR, w.count())
+	}
+	newInst := &instance.Instance{Port: res.Port, SocketDir: res.SocketDir}
+	newShop := newInst.ConnString("", "shop")
+	var missing int
+	ids := pgtest.Query(t, newShop, "SELECT string_agg(id::text, ',') FROM items")
+	have := map[string]bool{}
+	for _, s := range strings.Split(ids, ",") {
+		have[s] = true
+	}
+	w.mu.Lock()
+	for _, id := range w.acked {
+		if !have[fmt.Sprint(id)] {
+			missing++
+		}
+	}
+	acked := len(w.acked)
+	w.mu.Unlock()
+	if missing > 0 {
+		t.Errorf("%d of %d acknowledged writes are missing on the new cluster", missing, acked)
+	}
+	for db, q := range map[string]string{
+		"shop": "SELECT count(*) || ' ' || max(id) || ' ' || (SELECT last_value FROM items_id_seq) FROM items",
+		"app":  "SELECT count(*) || ' ' || max(at) || ' ' || (SELECT last_value FROM ticket) FROM events",
+	} {
+		a, b := pgtest.Query(t, inst.ConnString("", db), q), pgtest.Query(t, newInst.ConnString("", db), q)
+		if a != b {
+			t.Errorf("database %s: old cluster %q, new cluster %q", db, a, b)
+		}
+	}
+	if v := pgtest.Query(t, newInst.ConnString("", "app"), "SELECT last_value FROM ticket"); v != "50" {
+		t.Errorf("sequence ticket on the new cluster: %s, want 50", v)
+	}
+	if v := pgtest.Query(t, newInst.ConnString("", "postgres"), "SELECT current_setting('server_version_num')::int / 10000"); v != fmt.Sprint(nw.Major) {
+		t.Errorf("the new cluster runs PostgreSQL %s, want %d", v, nw.Major)
+	}
+	if n := pgtest.Query(t, newInst.ConnString("", "postgres"), "SELECT count(*) FROM pg_subscription"); n != "0" {
+		t.Errorf("%s subscriptions left on the new cluster", n)
+	}
+	for _, db := range []string{"postgres", "shop", "app"} {
+		if n := pgtest.Query(t, newInst.ConnString("", db), "SELECT count(*) FROM pg_publication"); n != "0" {
+			t.Errorf("%s publications left in database %s of the new cluster", n, db)
+		}
+	}
+	nothingLeft(t, inst, []string{"postgres", "shop", "app"}, "", true)
+}
+
+// TestLogicalRefusals: each precondition --logical needs is checked before
+// anything is created, with a clear error of a documented kind (exit
+// code), on one old cluster restarted with the settings each case needs.
+func TestLogicalRefusals(t *testing.T) {
+	old, nw := builds(t)
+	base := testenv.XFSDir(t)
+	oldDir := filepath.Join(base, "old")
+	newDir := filepath.Join(base, "new")
+	pgtest.InitDB(t, oldDir, pgtest.Server{BinDir: old.BinDir, Env: old.Env})
+	dbs := []string{"postgres", "shop"}
+	refused := func(t *testing.T, inst *instance.Instance, kind errs.Kind, want string) {
+		t.Helper()
+		_, err := run(t, logical.Options{OldDir: oldDir, NewDir: newDir, Old: old, New: nw}, nil)
+		if err == nil {
+			t.Fatal("the run was not refused")
+		}
+		if errs.KindOf(err) != kind || !strings.Contains(err.Error(), want) {
+			t.Errorf("error %v (kind %v), want kind %v and %q", err, errs.KindOf(err), kind, want)
+		}
+		if errs.HintOf(err) == "" {
+			t.Errorf("no hint with %v", err)
+		}
+		nothingLeft(t, inst, dbs, newDir, false)
+	}
+	restart := func(inst *instance.Instance, settings map[string]string) *instance.Instance {
+		if inst != nil {
+			if err := inst.Stop(context.Background(), instance.Fast); err != nil {
+				t.Fatal(err)
+			}
+		}
+		return startOld(t, old, oldDir, settings)
+	}
+
+	inst := restart(nil, logicalSettings(map[string]string{"wal_level": "replica"}))
+	pgtest.Exec(t, inst.ConnString("", "postgres"), "CREATE DATABASE shop")
+	pgtest.Exec(t, inst.ConnString("", "shop"), "CREATE TABLE items (id int PRIMARY KEY)")
+	t.Run("wal_level", func(t *testing.T) { refused(t, inst, errs.Unsupported, "wal_level = replica") })
+
+	inst = restart(inst, logicalSettings(map[string]string{"max_wal_senders": "2"}))
+	t.Run("wal_senders", func(t *testing.T) { refused(t, inst, errs.Unsupported, "free WAL senders") })
+
+	inst = restart(inst, logicalSettings(nil))
+	pg, shop := inst.ConnString("", "postgres"), inst.ConnString("", "shop")
+	t.Run("slots", func(t *testing.T) {
+		pgtest.Exec(t, pg, "SELECT pg_create_physical_replication_slot('other_' || g) FROM generate_series(1, 8) g")
+		_, err := run(t, logical.Options{OldDir: oldDir, NewDir: newDir, Old: old, New: nw}, nil)
+		if errs.KindOf(err) != errs.Unsupported || err == nil || !strings.Contains(err.Error(), "free replication slots") {
+			t.Errorf("error %v, want too few replication slots", err)
+		}
+		pgtest.Exec(t, pg, "SELECT pg_drop_replication_slot('other_' || g) FROM generate_series(1, 8) g")
+		nothingLeft(t, inst, dbs, newDir, false)
+	})
+	t.Run("no_replica_identity", func(t *testing.T) {
+		pgtest.Exec(t, shop, "CREATE TABLE log (line text)")
+		refused(t, inst, errs.Unsupported, "shop: log")
+		pgtest.Exec(t, shop, "ALTER TABLE log REPLICA IDENTITY FULL")
+	})
+	t.Run("prepared_transaction", func(t *testing.T) {
+		pgtest.Exec(t, shop, "BEGIN; INSERT INTO items VALUES (1); PREPARE TRANSACTION 'pending'")
+		refused(t, inst, errs.Busy, "pending")
+		pgtest.Exec(t, shop, "ROLLBACK PREPARED 'pending'")
+	})
+	t.Run("subscriber", func(t *testing.T) {
+		pgtest.Exec(t, shop, "CREATE SUBSCRIPTION upstream CONNECTION 'dbname=nowhere' PUBLICATION p WITH (connect = false)")
+		refused(t, inst, errs.Unsupported, "is a subscriber")
+		pgtest.Exec(t, shop, "ALTER SUBSCRIPTION upstream SET (slot_name = NONE)", "DROP SUBSCRIPTION upstream")
+	})
+	t.Run("leftover", func(t *testing.T) {
+		pgtest.Exec(t, shop, "CREATE PUBLICATION pgfork_upgrade FOR ALL TABLES")
+		_, err := run(t, logical.Options{OldDir: oldDir, NewDir: newDir, Old: old, New: nw}, nil)
+		if errs.KindOf(err) != errs.Exists || err == nil || !strings.Contains(err.Error(), "publication pgfork_upgrade in database shop") {
+			t.Errorf("error %v, want a leftover publication named", err)
+		}
+		pgtest.Exec(t, shop, "DROP PUBLICATION pgfork_upgrade")
+	})
+	t.Run("new_exists", func(t *testing.T) {
+		if err := os.Mkdir(newDir, 0o755); err != nil {
+			t.Fatal(err)
+		}
+		defer os.Remove(newDir)
+		_, err := run(t, logical.Options{OldDir: oldDir, NewDir: newDir, Old: old, New: nw}, nil)
+		if errs.KindOf(err) != errs.Exists {
+			t.Errorf("error %v, want Exists", err)
+		}
+	})
+}

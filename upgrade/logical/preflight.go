@@ -1,0 +1,153 @@
+package logical
+
+import (
+	"context"
+	"fmt"
+	"strings"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/pgfork/pgfork/internal/errs"
+	"github.com/pgfork/pgfork/pgdata"
+)
+
+// userTables restricts a query on class c and namespace n to the user's
+// permanent tables, which FOR ALL TABLES publishes.
+const userTables = `c.relkind = 'r' AND c.relpersistence = 'p'
+  AND n.nspname NOT IN ('pg_catalog', 'information_schema') AND n.nspname NOT LIKE 'pg_toast%' AND n.nspname NOT LIKE 'pg_temp_%'`
+
+// noIdentitySQL lists tables whose UPDATE and DELETE a publication would
+// refuse: no replica identity (no primary key and the default identity,
+// or REPLICA IDENTITY NOTHING).
+const noIdentitySQL = `SELECT c.oid::regclass::text FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
+ WHERE ` + userTables + `
+   AND (c.relreplident = 'n' OR (c.relreplident = 'd' AND NOT EXISTS (SELECT 1 FROM pg_index i WHERE i.indrelid = c.oid AND i.indisprimary)))
+ ORDER BY 1 LIMIT 11`
+
+// preflight checks everything the run needs before it creates anything.
+func (r *run) preflight(ctx context.Context) error {
+	o := r.o
+	if _, running, _ := pgdata.Running(o.OldDir); !running {
+		return errs.New(errs.Unsupported, "the old cluster is not running; --logical upgrades a cluster while it serves").WithPath(o.OldDir).
+			WithHint("start it, or upgrade it stopped without --logical")
+	}
+	if o.New.Major <= o.Old.Major {
+		return errs.New(errs.Usage, "PostgreSQL %d is not newer than the old cluster's %d", o.New.Major, o.Old.Major).WithHint("pass a newer major to --to")
+	}
+	var err error
+	if r.ctl, err = pgdata.ReadControlData(ctx, o.Old.BinDir, o.OldDir, o.Old.Env); err != nil {
+		return err
+	}
+	if err := r.connectOld(ctx); err != nil {
+		return err
+	}
+	c := r.control
+	var walLevel string
+	if err := c.QueryRow(ctx, "SHOW wal_level").Scan(&walLevel); err != nil {
+		return errs.Wrap(errs.Internal, err, "cannot read wal_level")
+	}
+	if walLevel != "logical" {
+		return errs.New(errs.Unsupported, "the old cluster runs with wal_level = %s; --logical needs wal_level = logical", walLevel).
+			WithHint("run ALTER SYSTEM SET wal_level = logical on it and restart it (a restart: plan it), then run again; or upgrade without --logical")
+	}
+	var subs int
+	if err := c.QueryRow(ctx, "SELECT count(*) FROM pg_subscription").Scan(&subs); err != nil {
+		return errs.Wrap(errs.Internal, err, "cannot read pg_subscription")
+	}
+	if subs > 0 {
+		return errs.New(errs.Unsupported, "the old cluster is a subscriber (%d subscriptions); --logical cannot upgrade a subscriber", subs).
+			WithHint("upgrade it without --logical")
+	}
+	var prepared int
+	var gids string
+	if err := c.QueryRow(ctx, "SELECT count(*), coalesce(string_agg(gid, ', ' ORDER BY gid), '') FROM pg_prepared_xacts").Scan(&prepared, &gids); err != nil {
+		return errs.Wrap(errs.Internal, err, "cannot read pg_prepared_xacts")
+	}
+	if prepared > 0 {
+		return errs.New(errs.Busy, "the old cluster has %d prepared transactions (%s): a logical slot cannot be created while they are open", prepared, gids).
+			WithHint("COMMIT PREPARED or ROLLBACK PREPARED them, then run again")
+	}
+	var left []string
+	rows, err := c.Query(ctx, `SELECT 'slot ' || slot_name FROM pg_replication_slots WHERE slot_name LIKE 'pgfork\_upgrade\_%'`)
+	if err != nil {
+		return errs.Wrap(errs.Internal, err, "cannot read pg_replication_slots")
+	}
+	if left, err = pgx.CollectRows(rows, pgx.RowTo[string]); err != nil {
+		return errs.Wrap(errs.Internal, err, "cannot read pg_replication_slots")
+	}
+	rows, err = c.Query(ctx, `SELECT datname, oid FROM pg_database WHERE datallowconn AND datname <> 'template1' ORDER BY datname`)
+	if err != nil {
+		return errs.Wrap(errs.Internal, err, "cannot list databases")
+	}
+	var name string
+	var oid uint32
+	if _, err := pgx.ForEachRow(rows, []any{&name, &oid}, func() error {
+		r.dbs = append(r.dbs, &database{name: name, oid: oid, slot: fmt.Sprintf("%s%d", slotPfx, oid)})
+		r.res.Databases = append(r.res.Databases, name)
+		return nil
+	}); err != nil {
+		return errs.Wrap(errs.Internal, err, "cannot list databases")
+	}
+	n := len(r.dbs)
+	var freeSlots, freeSenders int
+	if err := c.QueryRow(ctx, `SELECT current_setting('max_replication_slots')::int - (SELECT count(*) FROM pg_replication_slots),
+		current_setting('max_wal_senders')::int - (SELECT count(*) FROM pg_stat_replication)`).Scan(&freeSlots, &freeSenders); err != nil {
+		return errs.Wrap(errs.Internal, err, "cannot read the replication settings")
+	}
+	if freeSlots < n+1 {
+		return errs.New(errs.Unsupported, "the old cluster has %d free replication slots; --logical needs %d (one per database, %d, and one for the clone)", freeSlots, n+1, n).
+			WithHint("raise max_replication_slots (ALTER SYSTEM, then a restart) or drop unused slots")
+	}
+	if freeSenders < n+1 {
+		return errs.New(errs.Unsupported, "the old cluster has %d free WAL senders; --logical needs %d (one per database, %d, and one for the clone)", freeSenders, n+1, n).
+			WithHint("raise max_wal_senders (ALTER SYSTEM, then a restart)")
+	}
+	if err := r.openOld(ctx); err != nil {
+		return err
+	}
+	var noIdentity []string
+	unlogged := 0
+	for _, d := range r.dbs {
+		var pubs int
+		if err := d.old.QueryRow(ctx, "SELECT count(*) FROM pg_publication WHERE pubname = $1", pubName).Scan(&pubs); err != nil {
+			return errs.Wrap(errs.Internal, err, "cannot read pg_publication of database %q", d.name)
+		}
+		if pubs > 0 {
+			left = append(left, fmt.Sprintf("publication %s in database %s", pubName, d.name))
+		}
+		rows, err := d.old.Query(ctx, noIdentitySQL)
+		if err != nil {
+			return errs.Wrap(errs.Internal, err, "cannot read the tables of database %q", d.name)
+		}
+		ts, err := pgx.CollectRows(rows, pgx.RowTo[string])
+		if err != nil {
+			return errs.Wrap(errs.Internal, err, "cannot read the tables of database %q", d.name)
+		}
+		for _, t := range ts {
+			noIdentity = append(noIdentity, d.name+": "+t)
+		}
+		var u int
+		if err := d.old.QueryRow(ctx, `SELECT count(*) FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
+			WHERE c.relkind = 'r' AND c.relpersistence = 'u'`).Scan(&u); err != nil {
+			return errs.Wrap(errs.Internal, err, "cannot read the tables of database %q", d.name)
+		}
+		unlogged += u
+	}
+	if len(left) > 0 {
+		return errs.New(errs.Exists, "the old cluster holds what an earlier `pgfork upgrade --logical` left: %s", strings.Join(left, ", ")).
+			WithHint("drop them (pg_drop_replication_slot('NAME'); DROP PUBLICATION %s in each database named) and run again", pubName)
+	}
+	if len(noIdentity) > 0 {
+		more := ""
+		if len(noIdentity) > 10 {
+			noIdentity, more = noIdentity[:10], " and more"
+		}
+		return errs.New(errs.Unsupported, "tables without a primary key or replica identity: %s%s; with a publication their UPDATE and DELETE would fail on the old cluster",
+			strings.Join(noIdentity, ", "), more).
+			WithHint("add a primary key, or ALTER TABLE ... REPLICA IDENTITY FULL (each update then logs the whole row), then run again")
+	}
+	if unlogged > 0 {
+		r.res.Notes = append(r.res.Notes, fmt.Sprintf("%d unlogged tables arrive empty on the new cluster (they are not replicated)", unlogged))
+	}
+	return nil
+}

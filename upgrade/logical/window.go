@@ -1,0 +1,398 @@
+package logical
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/pgfork/pgfork/instance"
+	"github.com/pgfork/pgfork/internal/errs"
+	"github.com/pgfork/pgfork/upgrade"
+)
+
+// pollEvery is how often the run looks at the slots while it waits.
+const pollEvery = 10 * time.Millisecond
+
+// applyErrors returns an error naming the first database whose apply
+// worker failed on the new cluster (DDL on the old cluster after R stops
+// it: "is missing replicated column").
+func (r *run) applyErrors(ctx context.Context) error {
+	for _, d := range r.dbs {
+		var n int64
+		// pg_subscription and its statistics are shared catalogs.
+		err := d.new.QueryRow(ctx, `SELECT coalesce(sum(st.apply_error_count), 0)::bigint FROM pg_subscription s
+			LEFT JOIN pg_stat_subscription_stats st ON st.subid = s.oid
+			WHERE s.subname = $1 AND s.subdbid = (SELECT oid FROM pg_database WHERE datname = current_database())`, subName).Scan(&n)
+		if err != nil {
+			return errs.Wrap(errs.Internal, err, "cannot read the subscription statistics of database %q", d.name)
+		}
+		if n > 0 {
+			return errs.New(errs.Unsupported, "replication into database %q of the new cluster failed (%d apply errors), usually DDL on the old cluster after the run began", d.name, n).
+				WithHint("the new cluster's log %s says which; nothing was changed on the old cluster: run again (and no DDL meanwhile)", r.newInst.LogFile)
+		}
+	}
+	return nil
+}
+
+// confirmed waits until every slot has confirmed lsn, or ctx ends.
+func (r *run) confirmed(ctx context.Context, lsn string, checkErrors bool) error {
+	slots := make([]string, len(r.dbs))
+	for i, d := range r.dbs {
+		slots[i] = d.slot
+	}
+	tick := time.NewTicker(pollEvery)
+	defer tick.Stop()
+	for {
+		var behind int
+		if err := r.control.QueryRow(ctx, `SELECT count(*) FROM pg_replication_slots WHERE slot_name = ANY($1)
+			AND (confirmed_flush_lsn IS NULL OR confirmed_flush_lsn < $2::pg_lsn)`, slots, lsn).Scan(&behind); err != nil {
+			return err
+		}
+		if behind == 0 {
+			return nil
+		}
+		if checkErrors {
+			if err := r.applyErrors(ctx); err != nil {
+				return err
+			}
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-tick.C:
+		}
+	}
+}
+
+// catchUp waits until the new cluster has applied what the old one wrote
+// up to now, checks that no apply failed and that the catalogs match,
+// before writes are refused.
+func (r *run) catchUp(ctx context.Context) error {
+	cctx, cancel := context.WithTimeout(ctx, r.o.CatchUp)
+	defer cancel()
+	var lsn string
+	if err := r.control.QueryRow(cctx, "SELECT pg_current_wal_lsn()::text").Scan(&lsn); err != nil {
+		return errs.Wrap(errs.Internal, err, "cannot read the old cluster's WAL position")
+	}
+	if err := r.confirmed(cctx, lsn, true); err != nil {
+		if errors.Is(err, context.DeadlineExceeded) && ctx.Err() == nil {
+			return errs.New(errs.Busy, "the new cluster did not catch up with the old one within %s", r.o.CatchUp).
+				WithHint("the old cluster writes faster than the new one applies; run again at a quieter time")
+		}
+		return err
+	}
+	if err := r.applyErrors(ctx); err != nil {
+		return err
+	}
+	return r.compare(ctx)
+}
+
+// fingerprintSQL hashes the columns of a database's user relations, which
+// upgrade.Fingerprint (relations, functions, types, extensions) leaves out.
+const columnsSQL = `SELECT md5(coalesce(string_agg(s, ',' ORDER BY s), '')) FROM (
+  SELECT format('%s.%s:%s', c.oid::regclass, a.attname, format_type(a.atttypid, a.atttypmod)) s
+  FROM pg_attribute a JOIN pg_class c ON c.oid = a.attrelid JOIN pg_namespace n ON n.oid = c.relnamespace
+  WHERE a.attnum > 0 AND NOT a.attisdropped AND c.relkind IN ('r', 'p', 'v', 'm', 'f')
+    AND n.nspname NOT IN ('pg_catalog', 'information_schema') AND n.nspname NOT LIKE 'pg_toast%' AND n.nspname NOT LIKE 'pg_temp_%') x`
+
+// catalogOf returns a database's catalog fingerprint, column hash and
+// large-object count.
+func catalogOf(ctx context.Context, conn *pgx.Conn) (string, error) {
+	fp, err := upgrade.Fingerprint(ctx, conn)
+	if err != nil {
+		return "", err
+	}
+	var cols string
+	var los int64
+	if err := conn.QueryRow(ctx, columnsSQL).Scan(&cols); err != nil {
+		return "", err
+	}
+	if err := conn.QueryRow(ctx, "SELECT count(*) FROM pg_largeobject_metadata").Scan(&los); err != nil {
+		return "", err
+	}
+	return fmt.Sprintf("%s %s %d", fp, cols, los), nil
+}
+
+// compare checks that no database was created or dropped since the run
+// began and that every database's catalog and large objects are the same
+// on both sides: what logical replication does not carry.
+func (r *run) compare(ctx context.Context) error {
+	rows, err := r.control.Query(ctx, `SELECT datname FROM pg_database WHERE datallowconn AND datname <> 'template1' ORDER BY datname`)
+	if err != nil {
+		return errs.Wrap(errs.Internal, err, "cannot list databases")
+	}
+	now, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
+		return errs.Wrap(errs.Internal, err, "cannot list databases")
+	}
+	if !slices.Equal(now, r.res.Databases) {
+		return errs.New(errs.Unsupported, "the old cluster's databases changed since the run began (%s, was %s)", strings.Join(now, ", "), strings.Join(r.res.Databases, ", ")).
+			WithHint("run again (and create no databases meanwhile)")
+	}
+	var mu sync.Mutex
+	var drift []string
+	if err := r.each(ctx, 8, func(ctx context.Context, d *database) error {
+		a, err := catalogOf(ctx, d.old)
+		if err != nil {
+			return errs.Wrap(errs.Internal, err, "cannot read the catalog of database %q of the old cluster", d.name)
+		}
+		b, err := catalogOf(ctx, d.new)
+		if err != nil {
+			return errs.Wrap(errs.Internal, err, "cannot read the catalog of database %q of the new cluster", d.name)
+		}
+		if a != b {
+			mu.Lock()
+			drift = append(drift, d.name)
+			mu.Unlock()
+		}
+		return nil
+	}); err != nil {
+		return err
+	}
+	if len(drift) > 0 {
+		slices.Sort(drift)
+		return errs.New(errs.Unsupported, "the catalog or the large objects of database %s changed on the old cluster since the run began: logical replication does not carry that", strings.Join(drift, ", ")).
+			WithHint("run again, with no DDL and no large objects written meanwhile")
+	}
+	return nil
+}
+
+// window refuses writes on the old cluster, waits until every slot has
+// confirmed its current LSN, copies the sequences and compares the
+// catalogs, all within o.Window; on failure the caller gives writes back.
+func (r *run) window(ctx context.Context) error {
+	t0 := time.Now()
+	wctx, cancel := context.WithTimeout(ctx, r.o.Window)
+	defer cancel()
+	err := r.inWindow(wctx)
+	r.res.Window = time.Since(t0)
+	if err != nil && errors.Is(err, context.DeadlineExceeded) && ctx.Err() == nil {
+		return errs.New(errs.Busy, "the write pause did not finish within %s; writes were given back", r.o.Window).
+			WithHint("the new cluster lags behind the old one; run again at a quieter time, or allow a longer pause").WithCLI("--window")
+	}
+	if err == nil {
+		r.infof(PhaseWindow, "writes were refused for %s", r.res.Window.Round(time.Millisecond))
+	}
+	return err
+}
+
+func (r *run) inWindow(ctx context.Context) error {
+	c := r.control
+	r.readOnly = true
+	if _, err := c.Exec(ctx, "ALTER SYSTEM SET default_transaction_read_only = on"); err != nil {
+		return errs.Wrap(errs.Internal, err, "cannot refuse writes on the old cluster")
+	}
+	if _, err := c.Exec(ctx, "SELECT pg_reload_conf()"); err != nil {
+		return errs.Wrap(errs.Internal, err, "cannot reload the old cluster's configuration")
+	}
+	// End every other session: its open transaction may write.
+	rows, err := c.Query(ctx, `SELECT pid FROM pg_stat_activity WHERE backend_type = 'client backend' AND pid <> ALL($1)`, r.ownPIDs)
+	if err != nil {
+		return errs.Wrap(errs.Internal, err, "cannot list the old cluster's sessions")
+	}
+	pids, err := pgx.CollectRows(rows, pgx.RowTo[int32])
+	if err != nil {
+		return errs.Wrap(errs.Internal, err, "cannot list the old cluster's sessions")
+	}
+	if _, err := c.Exec(ctx, "SELECT pg_terminate_backend(p) FROM unnest($1::int[]) p", pids); err != nil {
+		return errs.Wrap(errs.Internal, err, "cannot end the old cluster's sessions")
+	}
+	tick := time.NewTicker(pollEvery)
+	defer tick.Stop()
+	for {
+		var alive int
+		if err := c.QueryRow(ctx, "SELECT count(*) FROM pg_stat_activity WHERE pid = ANY($1)", pids).Scan(&alive); err != nil {
+			return err
+		}
+		if alive == 0 {
+			break
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-tick.C:
+		}
+	}
+	var lsn string
+	if err := c.QueryRow(ctx, "SELECT pg_current_wal_lsn()::text").Scan(&lsn); err != nil {
+		return err
+	}
+	if err := r.confirmed(ctx, lsn, true); err != nil {
+		return err
+	}
+	var mu sync.Mutex
+	if err := r.each(ctx, 8, func(ctx context.Context, d *database) error {
+		rows, err := d.old.Query(ctx, `SELECT schemaname::text, sequencename::text, last_value FROM pg_sequences
+			WHERE last_value IS NOT NULL AND schemaname NOT LIKE 'pg_temp%'`)
+		if err != nil {
+			return errs.Wrap(errs.Internal, err, "cannot read the sequences of database %q", d.name)
+		}
+		var ss, ns []string
+		var vs []int64
+		var s, n string
+		var v int64
+		if _, err := pgx.ForEachRow(rows, []any{&s, &n, &v}, func() error {
+			ss, ns, vs = append(ss, s), append(ns, n), append(vs, v)
+			return nil
+		}); err != nil {
+			return errs.Wrap(errs.Internal, err, "cannot read the sequences of database %q", d.name)
+		}
+		if len(ss) == 0 {
+			return nil
+		}
+		if _, err := d.new.Exec(ctx, `SELECT setval(format('%I.%I', s, n)::regclass, v)
+			FROM unnest($1::text[], $2::text[], $3::bigint[]) AS t(s, n, v)`, ss, ns, vs); err != nil {
+			return errs.Wrap(errs.Internal, err, "cannot copy the sequences of database %q", d.name)
+		}
+		mu.Lock()
+		r.res.Sequences += len(ss)
+		mu.Unlock()
+		return nil
+	}); err != nil {
+		return err
+	}
+	if err := r.applyErrors(ctx); err != nil {
+		return err
+	}
+	return r.compare(ctx)
+}
+
+// dropSlot drops a slot on the old cluster, retrying while its WAL sender
+// still exits (right after DROP SUBSCRIPTION the slot is still active).
+func dropSlot(ctx context.Context, conn *pgx.Conn, slot string) error {
+	tick := time.NewTicker(pollEvery)
+	defer tick.Stop()
+	for {
+		_, err := conn.Exec(ctx, `SELECT pg_drop_replication_slot(slot_name) FROM pg_replication_slots WHERE slot_name = $1`, slot)
+		if err == nil {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("%w (last: %v)", ctx.Err(), err)
+		case <-tick.C:
+		}
+	}
+}
+
+// dropReplication removes the subscriptions on the new cluster and the
+// slots and publications on the old one; it returns what it could not
+// remove ("" when nothing is left).
+func (r *run) dropReplication(ctx context.Context) string {
+	ctx, cancel := context.WithTimeout(ctx, time.Minute)
+	defer cancel()
+	var mu sync.Mutex
+	var left []string
+	note := func(format string, args ...any) {
+		mu.Lock()
+		left = append(left, fmt.Sprintf(format, args...))
+		mu.Unlock()
+	}
+	r.reconnect(ctx)
+	_ = r.each(ctx, 8, func(ctx context.Context, d *database) error {
+		if d.sub && d.new != nil {
+			sub := pgx.Identifier{subName}.Sanitize()
+			var err error
+			for _, q := range []string{"ALTER SUBSCRIPTION " + sub + " DISABLE", "ALTER SUBSCRIPTION " + sub + " SET (slot_name = NONE)", "DROP SUBSCRIPTION " + sub} {
+				if _, err = d.new.Exec(ctx, q); err != nil {
+					break
+				}
+			}
+			if err != nil {
+				note("subscription %s in database %s of the new cluster (%v)", subName, d.name, err)
+			} else {
+				d.sub = false
+			}
+		}
+		if d.old == nil {
+			return nil
+		}
+		if d.slotMade {
+			if err := dropSlot(ctx, d.old, d.slot); err != nil {
+				note("slot %s on the old cluster (%v)", d.slot, err)
+			} else {
+				d.slotMade = false
+			}
+		}
+		if d.pub {
+			if _, err := d.old.Exec(ctx, "DROP PUBLICATION IF EXISTS "+pgx.Identifier{pubName}.Sanitize()); err != nil {
+				note("publication %s in database %s of the old cluster (%v)", pubName, d.name, err)
+			} else {
+				d.pub = false
+			}
+		}
+		return nil
+	})
+	if r.phys && r.control != nil {
+		if err := dropSlot(ctx, r.control, physSlot); err != nil {
+			note("slot %s on the old cluster (%v)", physSlot, err)
+		} else {
+			r.phys = false
+		}
+	}
+	if len(left) == 0 {
+		return ""
+	}
+	slices.Sort(left)
+	return "; left behind: " + strings.Join(left, ", ")
+}
+
+// reconnect reopens the connections an interrupt closed (pgx closes a
+// connection whose query was cancelled), for the clean-up.
+func (r *run) reconnect(ctx context.Context) {
+	if r.control != nil && r.control.IsClosed() {
+		if c, err := pgx.Connect(ctx, r.oldURL("template1", "pgfork upgrade")); err == nil {
+			r.control = c
+		}
+	}
+	for _, d := range r.dbs {
+		if d.old != nil && d.old.IsClosed() {
+			if c, err := pgx.Connect(ctx, r.oldURL(d.name, "pgfork upgrade")); err == nil {
+				d.old = c
+			}
+		}
+		if d.new != nil && d.new.IsClosed() && r.newInst != nil {
+			if c, err := pgx.Connect(ctx, r.newInst.ConnString(r.su, d.name)); err == nil {
+				d.new = c
+			}
+		}
+	}
+}
+
+// rollback gives writes back to the old cluster, removes what the run
+// created on both sides and the new cluster, and returns what it could not
+// remove ("" when nothing is left).
+func (r *run) rollback(ctx context.Context) string {
+	var left []string
+	r.reconnect(ctx)
+	if r.readOnly && r.control != nil {
+		_, err1 := r.control.Exec(ctx, "ALTER SYSTEM RESET default_transaction_read_only")
+		_, err2 := r.control.Exec(ctx, "SELECT pg_reload_conf()")
+		if err := errors.Join(err1, err2); err != nil {
+			left = append(left, fmt.Sprintf("the old cluster refuses writes: run ALTER SYSTEM RESET default_transaction_read_only; SELECT pg_reload_conf(); on it (%v)", err))
+		}
+	}
+	if s := r.dropReplication(ctx); s != "" {
+		left = append(left, strings.TrimPrefix(s, "; "))
+	}
+	if r.newInst != nil {
+		_ = r.newInst.Stop(ctx, instance.Fast)
+	}
+	r.removeClone()
+	if r.newMade {
+		if err := os.RemoveAll(r.o.NewDir); err != nil {
+			left = append(left, fmt.Sprintf("the new data directory %s (%v)", r.o.NewDir, err))
+		}
+	}
+	if len(left) == 0 {
+		return ""
+	}
+	return "; " + strings.Join(left, "; ")
+}

@@ -29,6 +29,8 @@ type upgradeFlags struct {
 	oldBin, newBin       string
 	noAnalyze            bool
 	waitAnalyze          bool
+	logical              bool
+	window               time.Duration
 }
 
 func (cl *cli) newUpgradeCmd() *cobra.Command {
@@ -85,7 +87,13 @@ beside NEW_DATADIR and the error says where; the new cluster is built in a stagi
 directory, so NEW_DATADIR never half-exists, and an interrupted run is cleaned up
 by the next one. Ctrl-C after the old cluster was stopped starts it again while it
 is intact, or (--mode link/swap past pg_upgrade's transfer) finishes the hand-over
-first; either way the message says which cluster serves.`,
+first; either way the message says which cluster serves.
+
+--logical upgrades a running cluster with a write pause of about a second instead:
+pg_upgrade runs on an online reflink clone while the old cluster serves, logical
+replication carries what was written since, and writes are refused only while the
+new cluster confirms the last of them (at most --window, else it rolls back).
+docs/upgrade.md says when to choose it and what it cannot carry.`,
 		Example: `  # rehearse on a clone, then upgrade in the fastest safe mode
   pgfork upgrade /var/lib/postgresql/15/main /var/lib/postgresql/18/main --to 18
 
@@ -94,6 +102,9 @@ first; either way the message says which cluster serves.`,
 
   # only find out whether it would work (nothing is written to the old cluster)
   pgfork upgrade /srv/pg15 /srv/pg18 --to 18 --rehearse-only
+
+  # a running cluster, writes paused about a second (logical replication)
+  pgfork upgrade /srv/pg15 /srv/pg18 --to 18 --logical
 
   # hard links, no copy-on-write filesystem: the old cluster is gone afterwards
   pgfork upgrade /srv/pg15 /srv/pg18 --to 18 --mode link --yes --json`,
@@ -119,6 +130,8 @@ first; either way the message says which cluster serves.`,
 	fl.StringVar(&f.newBin, "new-bindir", "", "bin directory of the new PostgreSQL (default: found by --to)")
 	fl.BoolVar(&f.noAnalyze, "no-analyze", false, "do not rebuild optimizer statistics after the upgrade (run vacuumdb yourself)")
 	fl.BoolVar(&f.waitAnalyze, "wait-analyze", false, "rebuild statistics before anyone may connect, and leave the new cluster stopped")
+	fl.BoolVar(&f.logical, "logical", false, "upgrade the running cluster on a clone and carry the rest by logical replication: writes pause about a second")
+	fl.DurationVar(&f.window, "window", 10*time.Second, "with --logical: the longest write pause; past it writes are given back and the run rolls back")
 	return cmd
 }
 
@@ -134,6 +147,9 @@ func (cl *cli) runUpgrade(cmd *cobra.Command, args []string, f upgradeFlags) err
 	mode, err := upgrade.ParseMode(f.mode)
 	if err != nil {
 		return err
+	}
+	if f.logical {
+		return cl.runUpgradeLogical(cmd, args, f, to)
 	}
 	n := 0
 	for _, b := range []bool{f.rehearse, f.noRehearse, f.rehearseOnly, f.check} {

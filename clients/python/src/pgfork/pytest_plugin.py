@@ -17,6 +17,7 @@ Settings, first found wins: command line (``--pgfork-url`` …), environment
 ``pgfork_url``, ``pgfork_token``, ``pgfork_migrations`` (relative to the ini
 file; on the command line, to the current directory), ``pgfork_extra_key``,
 ``pgfork_serve_args`` (extra arguments for a server the plugin starts itself),
+``pgfork_pg`` (the PostgreSQL major of a server the plugin starts, e.g. 17),
 ``pgfork_autocommit`` (``.conn``'s mode, default true), ``pgfork_migrator``
 (``sql`` or ``alembic``), ``pgfork_alembic_config`` (default ``alembic.ini``,
 relative to the ini file) and ``pgfork_alembic_url_env`` (an environment
@@ -43,7 +44,7 @@ from .client import (ApiError, Client, DatabaseConfig, PgforkError, TemplateAlre
                      TemplateDiscarded, TestDatabase)
 from .hashing import StrPath, template_hash
 from .migrate import Migrator, SQLFiles, psycopg_module
-from .server import server_for_run
+from .server import pg_major, server_for_run
 
 if TYPE_CHECKING:
     import psycopg
@@ -224,6 +225,8 @@ _OPTIONS = [
     ("--pgfork-extra-key", "pgfork_extra_key", "", "extra text hashed into the template key (change to rebuild)"),
     ("--pgfork-serve-args", "pgfork_serve_args", "PGFORK_SERVE_ARGS",
      "extra arguments for a `pgfork serve` the plugin starts"),
+    ("--pgfork-pg", "pgfork_pg", "PGFORK_PG",
+     "PostgreSQL major of a `pgfork serve` the plugin starts, installed if missing (default: the newest on the system)"),
     ("--pgfork-autocommit", "pgfork_autocommit", "", "true (default) or false: the mode of pgfork_db.conn"),
     ("--pgfork-migrator", "pgfork_migrator", "",
      "sql (default: the *.sql files of pgfork_migrations) or alembic (alembic upgrade head)"),
@@ -296,6 +299,10 @@ def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line("markers", "pgfork_readonly: the test does not write; unlock its database instead of "
                                        "recreating it")
     _bool_setting(config, "pgfork_autocommit", True)  # a bad value is a usage error at once
+    try:
+        pg_major(_setting(config, "pgfork_pg", "PGFORK_PG"))
+    except PgforkError as e:
+        raise pytest.UsageError(f"pgfork: {e}") from None
     _migrator_name(config)
 
 
@@ -351,7 +358,8 @@ def pgfork_client(pytestconfig: pytest.Config) -> Client:
     token = _setting(pytestconfig, "pgfork_token", "PGFORK_TOKEN") or None
     extra = shlex.split(_setting(pytestconfig, "pgfork_serve_args", "PGFORK_SERVE_ARGS"))
     try:
-        s = server_for_run(url, token, extra_args=extra, progress=_progress(pytestconfig))
+        s = server_for_run(url, token, extra_args=extra, progress=_progress(pytestconfig),
+                           major=_setting(pytestconfig, "pgfork_pg", "PGFORK_PG"), project=pytestconfig.rootpath)
     except PgforkError as e:
         pytest.fail(f"pgfork: {e}", pytrace=False)
     return Client(s.url, token=s.token, api_version=api_version)

@@ -2,8 +2,9 @@
 run's processes (pytest-xdist workers, Django's --parallel workers).
 
 The processes share one server through files in the state directory
-(``$PGFORK_STATE_DIR``, else pgfork's own default, so the managed
-PostgreSQL and the templates survive from run to run):
+(``default_state_dir``: ``$PGFORK_STATE_DIR``, ``$PGFORK_HOME``, else the
+project's own ``.pgfork``, so the managed PostgreSQL and the templates
+survive from run to run and no project shares them with another):
 
 - ``lease``: every process that uses the server takes a shared ``flock`` on
   it before anything else and holds it until it exits; the server runs with
@@ -11,9 +12,13 @@ PostgreSQL and the templates survive from run to run):
   run ended, or was killed);
 - ``start.lock``: taken exclusively while a process looks for the run's
   server or starts it, so only one process starts it;
-- ``serve.json``: the token of the server started here, with its pid and
-  start time (0600), for the other processes; ``serve.out`` and
-  ``serve.log``: its stdout and stderr.
+- ``serve.json``: the token of the server started here, with its pid, start
+  time and PostgreSQL version (0600), for the other processes;
+  ``serve.out`` and ``serve.log``: its stdout and stderr.
+
+The PostgreSQL major is the project's (``PGFORK_PG``, ``pg_major``): a
+server started here gets ``--pg N`` (serve installs a missing major), and a
+running one of another major is not used (``PgforkError`` says how to go on).
 
 A server is found one way (docs/SECURITY.md, rule 3): an explicitly
 configured URL, with its token; else the ``pgfork serve`` that holds the
@@ -29,7 +34,9 @@ from __future__ import annotations
 
 import fcntl
 import json
+import hashlib
 import os
+import re
 import secrets
 import shutil
 import stat
@@ -39,7 +46,7 @@ import time
 import urllib.parse
 from contextlib import contextmanager
 from pathlib import Path
-from typing import IO, Callable, Iterator, List, NamedTuple, Optional, Sequence
+from typing import IO, Callable, Iterator, List, NamedTuple, Optional, Sequence, Tuple
 
 from .client import Client, PgforkError
 
@@ -56,6 +63,13 @@ class Started(NamedTuple):
     token: Optional[str]
     pid: int
     start: int = 0  # the pid's start time (``_start_time``): with pid, one process
+    pg_version: str = ""  # the PostgreSQL it runs, e.g. "17.11" ("" when not known)
+
+    @property
+    def pg_major(self) -> int:
+        """The major of pg_version (0 when not known)."""
+        m = re.match(r"(\d+)", self.pg_version)
+        return int(m.group(1)) if m else 0
 
 
 class Owner(NamedTuple):
@@ -81,19 +95,69 @@ def _stderr(line: str) -> None:
     sys.stderr.flush()
 
 
-def default_state_dir() -> Path:
-    """Where a started server keeps its state: $PGFORK_STATE_DIR, else
-    pgfork's default state directory ($PGFORK_HOME; /var/lib/pgfork as
-    root; $XDG_STATE_HOME/pgfork; ~/.local/state/pgfork), the same for every
-    run and project, so templates and the managed PostgreSQL are reused."""
-    for var in ("PGFORK_STATE_DIR", "PGFORK_HOME"):
-        if os.environ.get(var):
-            return Path(os.environ[var])
+#: Files that mark a project's root directory (``project_dir``).
+PROJECT_MARKERS = ("pyproject.toml", "setup.cfg", "setup.py", "manage.py", "pytest.ini", "tox.ini")
+
+
+def project_dir(start: Optional[Path] = None) -> Path:
+    """The project a run belongs to: the nearest directory at or above start
+    (default: the current one) holding one of PROJECT_MARKERS, else start."""
+    start = (start or Path.cwd()).resolve()
+    for d in (start, *start.parents):
+        if any((d / m).is_file() for m in PROJECT_MARKERS):
+            return d
+    return start
+
+
+def _user_base() -> Path:
+    """pgfork's own per-user state directory, as the CLI picks it."""
     if os.geteuid() == 0:
         return Path("/var/lib/pgfork")
     if os.environ.get("XDG_STATE_HOME"):
         return Path(os.environ["XDG_STATE_HOME"]) / "pgfork"
     return Path.home() / ".local" / "state" / "pgfork"
+
+
+def _reachable_by_others(path: Path) -> bool:
+    """Whether every existing directory from / down to path lets others pass
+    (o+x): as root, the managed PostgreSQL runs as the postgres OS user,
+    which must reach its data directory below path."""
+    for d in (path, *path.parents):
+        try:
+            if not os.stat(d).st_mode & 0o001:
+                return False
+        except OSError:
+            continue  # not made yet: made 0755
+    return True
+
+
+def default_state_dir(project: Optional[Path] = None) -> Path:
+    """Where a started server keeps its state: $PGFORK_STATE_DIR, else
+    $PGFORK_HOME, else ``.pgfork`` in the project (``project_dir``; given,
+    or found from the current directory), so templates and the managed
+    PostgreSQL are reused from run to run and never shared with another
+    project. As root, when the postgres OS user cannot reach the project
+    (a directory above it without o+x, as /root is), the project's own
+    directory under pgfork's: /var/lib/pgfork/projects/NAME-HASH."""
+    for var in ("PGFORK_STATE_DIR", "PGFORK_HOME"):
+        if os.environ.get(var):
+            return Path(os.environ[var])
+    proj = project_dir(project)
+    if os.geteuid() == 0 and not _reachable_by_others(proj):
+        digest = hashlib.sha256(str(proj).encode()).hexdigest()[:12]
+        return _user_base() / "projects" / f"{proj.name or 'root'}-{digest}"
+    return proj / ".pgfork"
+
+
+def pg_major(value: Optional[str] = None) -> str:
+    """The PostgreSQL major a started server runs: value (a setting such as
+    pytest's pgfork_pg), else $PGFORK_PG; "" when neither is set (serve's
+    default: the newest PostgreSQL installed on the system, docs in the
+    README). PgforkError for anything but a major number."""
+    v = (value if value is not None and str(value).strip() else os.environ.get("PGFORK_PG", "")).strip()
+    if v and not re.fullmatch(r"[1-9][0-9]?", v):
+        raise PgforkError(f"PGFORK_PG (pgfork_pg) = {v!r} is not a PostgreSQL major version: give one such as 17")
+    return v
 
 
 def private_state_dir(path: Path) -> Path:
@@ -102,7 +166,10 @@ def private_state_dir(path: Path) -> Path:
     alone: owned by this user and writable by no one else. Another user's
     directory (say one made first under a shared /tmp) would let them plant
     the records this module trusts; PgforkError says so."""
+    made = not path.exists()
     path.mkdir(mode=0o755, parents=True, exist_ok=True)  # not group-writable under umask 002
+    if made and path.name == ".pgfork":  # a project's own: not for version control
+        (path / ".gitignore").write_text("# pgfork's state for test runs (pgfork.server)\n*\n")
     st = os.stat(path)
     if not stat.S_ISDIR(st.st_mode) or st.st_uid != os.geteuid() or st.st_mode & 0o022:
         raise PgforkError(f"the state directory {path} is not this user's alone (owner uid {st.st_uid}, mode "
@@ -210,7 +277,8 @@ def _locked(path: Path) -> Iterator[None]:
 def _read_record(path: Path) -> Optional[Started]:
     try:
         d = json.loads(path.read_text())
-        return Started(str(d["url"]), d.get("token") or None, int(d.get("pid") or 0), int(d.get("start") or 0))
+        return Started(str(d["url"]), d.get("token") or None, int(d.get("pid") or 0), int(d.get("start") or 0),
+                       str(d.get("pg_version") or ""))
     except (OSError, ValueError, KeyError, TypeError):
         return None
 
@@ -220,7 +288,7 @@ def _write_record(path: Path, s: Started) -> None:
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
     try:
         with os.fdopen(fd, "w") as f:
-            json.dump({"url": s.url, "token": s.token, "pid": s.pid, "start": s.start}, f)
+            json.dump({"url": s.url, "token": s.token, "pid": s.pid, "start": s.start, "pg_version": s.pg_version}, f)
         os.replace(tmp, path)
     except BaseException:
         tmp.unlink(missing_ok=True)
@@ -243,19 +311,26 @@ def _reachable(url: str, token: Optional[str]) -> bool:
 
 
 def server_for_run(url: str = "", token: Optional[str] = None, extra_args: Sequence[str] = (),
-                   progress: Progress = _stderr) -> Started:
+                   progress: Progress = _stderr, major: Optional[str] = None,
+                   project: Optional[Path] = None) -> Started:
     """The server this run's tests use.
 
-    With url configured: that server, started there (its host and port, the
-    token given) if nothing answers. With none: the pgfork serve holding the
-    state directory (``serve_owner``: another process of this run started
-    it, or you did), else a new one on a free loopback port with a random
-    token. Nothing answering at the default URL is used unless configured.
-    A server started here runs ``pgfork serve --lease … --json --state-dir
-    DIR [extra_args]`` and stops by itself once the run's processes have
-    exited (the lease). progress gets a line when a server is started and
-    serve's lines about installing PostgreSQL while it comes up.
+    With url configured: that server as it is if it answers, else one
+    started there (its host and port, the token given). With none: the
+    pgfork serve holding the state directory (``default_state_dir`` of
+    project: ``serve_owner``, another process of this run started it, or
+    you did), else a new one on a free loopback port with a random token.
+    Nothing answering at the default URL is used unless configured. A
+    server started here runs ``pgfork serve --lease … --json --state-dir DIR
+    [--pg MAJOR] [extra_args]`` and stops by itself once the run's
+    processes have exited (the lease). major (``pg_major``: else
+    $PGFORK_PG) is the PostgreSQL major it runs, installed by serve when
+    missing; a running serve of another major, or one whose major this glue
+    did not record, is not used: PgforkError says how to go on. progress
+    gets a line when a server is started (with its PostgreSQL) and serve's
+    lines about installing PostgreSQL while it comes up.
     """
+    want = pg_major(major)
     configured = token
     if url:
         if _reachable(url, token):
@@ -265,18 +340,28 @@ def server_for_run(url: str = "", token: Optional[str] = None, extra_args: Seque
         listen = f"[{host}]:{u.port or 80}" if ":" in host else f"{host}:{u.port or 80}"
     else:
         listen, token = "127.0.0.1:0", None
-    state = private_state_dir(default_state_dir())
+    state = private_state_dir(default_state_dir(project))
     _hold_lease(state / "lease")  # before looking: the server then cannot stop under us
     record = state / "serve.json"
     with _locked(state / "start.lock"):
         own = serve_owner(state)
         if own and (not url or own.url == url.rstrip("/")):
             rec = _read_record(record)
-            if rec and (rec.pid, rec.start) == (own.pid, own.start):
-                return Started(own.url, rec.token, own.pid, own.start)  # this run's, with its token
+            ours = rec is not None and (rec.pid, rec.start) == (own.pid, own.start)
+            if want and not (ours and rec is not None and str(rec.pg_major) == want):
+                got = f"runs PostgreSQL {rec.pg_version}" if ours and rec and rec.pg_version else \
+                    "was not started by this glue, so its PostgreSQL major is not known"
+                raise PgforkError(
+                    f"the pgfork serve holding the state directory {state} (pid {own.pid}) {got}, and PGFORK_PG "
+                    f"(pgfork_pg) asks for {want}: let the test run that started it end (its serve stops with "
+                    f"it), or stop it (kill {own.pid}); or give this run a state directory of its own "
+                    f"(PGFORK_STATE_DIR); or set PGFORK_URL to use that server as it is")
+            if ours and rec is not None:
+                return Started(own.url, rec.token, own.pid, own.start, rec.pg_version)  # this run's, with its token
             return _answering(own, configured)  # yours: with the token you configured
         exe = find_binary()
-        started = _start(exe, state, listen, token or secrets.token_hex(16), extra_args, progress)
+        args = [*(["--pg", want] if want else []), *extra_args]
+        started = _start(exe, state, listen, token or secrets.token_hex(16), args, progress)
         _write_record(record, started)
         return started
 
@@ -309,7 +394,8 @@ def _start(exe: str, state: Path, listen: str, token: str, extra_args: Sequence[
                 time.sleep(0.2)
                 continue
             raise
-        progress(f"pgfork: pgfork serve answers at {s.url} ({time.monotonic() - t0:.1f} s)")
+        pg = f"PostgreSQL {s.pg_version}, " if s.pg_version else ""
+        progress(f"pgfork: pgfork serve answers at {s.url} ({pg}{time.monotonic() - t0:.1f} s)")
         return s
 
 
@@ -329,15 +415,15 @@ def _start_once(exe: str, state: Path, listen: str, token: str, extra_args: Sequ
     shown = " ".join(args)
     seen = 0
     installing = [False]
-    url = ""
+    url, version = "", ""
     deadline = time.monotonic() + START_TIMEOUT
     try:
         while True:
             seen = _relay(log_path, seen, progress, installing)
             if not url:
-                url = _listen_url(out_path)
+                url, version = _listen_line(out_path)
             if url and _healthy(url, token):
-                return Started(url, token, proc.pid, _start_time(proc.pid))
+                return Started(url, token, proc.pid, _start_time(proc.pid), version)
             if proc.poll() is not None:
                 _relay(log_path, seen, progress, installing)
                 tail = log_path.read_text(errors="replace")[-2000:].strip()
@@ -357,17 +443,25 @@ def _start_once(exe: str, state: Path, listen: str, token: str, extra_args: Sequ
 def _listen_url(out_path: Path) -> str:
     """http://ADDRESS from the JSON serve printed with --json (one line, or
     one indented object)."""
+    return _listen_line(out_path)[0]
+
+
+def _listen_line(out_path: Path) -> Tuple[str, str]:
+    """(http://ADDRESS, PostgreSQL version) from the JSON serve printed with
+    --json (one line, or one indented object); the version is "" when serve
+    does not say (an external server, an older pgfork)."""
     try:
         text = out_path.read_text()
     except OSError:
-        return ""
+        return "", ""
     first = text.partition("\n")[0]
     for candidate in (first, text):
         try:
-            return f"http://{json.loads(candidate)['listen']}"
-        except (ValueError, KeyError, TypeError):
+            d = json.loads(candidate)
+            return f"http://{d['listen']}", str(d.get("pg_version") or "")
+        except (ValueError, KeyError, TypeError, AttributeError):
             pass
-    return ""
+    return "", ""
 
 
 def _relay(log_path: Path, seen: int, progress: Progress, installing: List[bool]) -> int:
@@ -392,5 +486,5 @@ def _relay(log_path: Path, seen: int, progress: Progress, installing: List[bool]
     return seen + end + 1
 
 
-__all__ = ["Started", "Owner", "server_for_run", "serve_owner", "private_state_dir", "default_state_dir", "find_binary",
-           "PgforkError"]
+__all__ = ["Started", "Owner", "server_for_run", "serve_owner", "private_state_dir", "default_state_dir", "project_dir",
+           "pg_major", "find_binary", "PgforkError"]

@@ -40,6 +40,7 @@ DEFAULTS: Dict[str, Any] = {
     "FRESH_TRANSACTION_DB": "auto",
     "FRESH_MIN_TABLES": 8,
     "KEEP_ON_FAILURE": True,  # keep the databases of a failing run (URLs printed, password masked)
+    "PG": "",  # else $PGFORK_PG: the PostgreSQL major of the run's own pgfork serve, e.g. "17"
 }
 
 
@@ -59,7 +60,8 @@ def make_client(url: str = "", token: str = "") -> Client:
     """A client for the server named by url/token, else the environment
     ($PGFORK_URL, $PGFORK_TOKEN), else settings.PGFORK; with none, the
     `pgfork serve` of the run (pgfork.server.server_for_run: proven by its
-    record in the state directory, else started)."""
+    record in the state directory, else started; its PostgreSQL major
+    $PGFORK_PG, else settings.PGFORK["PG"])."""
     opts = options()
     api_version = None
     url = url or os.environ.get("PGFORK_URL") or opts["URL"]
@@ -70,7 +72,9 @@ def make_client(url: str = "", token: str = "") -> Client:
     token = token or os.environ.get("PGFORK_TOKEN") or opts["TOKEN"]
     from ..server import server_for_run
 
-    s = server_for_run(url, token or None, progress=log)
+    major = os.environ.get("PGFORK_PG") or str(opts["PG"] or "")
+    base = getattr(settings, "BASE_DIR", None)  # the project, as startproject writes it
+    s = server_for_run(url, token or None, progress=log, major=major, project=Path(base) if base else None)
     return Client(s.url, token=s.token, api_version=api_version)
 
 

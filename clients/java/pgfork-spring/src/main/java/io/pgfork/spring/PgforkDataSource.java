@@ -36,6 +36,11 @@ import javax.sql.DataSource;
  * refresh then only swaps the copies. Measured (issue 36, bench's java section): taking the copy at the test's first
  * connection and starting a pool for it cost each test 32.8 ms over the floor's, p50. A context holds at most two
  * copies: its current one and the one ready for the next test; that one goes back unchanged when the context closes.
+ *
+ * <p>Between test classes a context waits in Spring's context cache (up to 32 of them), and a waiting context holds
+ * no copy: {@link #park} gives both back when a class ends, and the next test class that uses the context takes a
+ * fresh one at its first connection (one take, without the copy made ready ahead: about what a refresh's wait was
+ * before copies were made ready ahead). So 20 cached contexts hold the copies of the one that runs, not 40.
  */
 public final class PgforkDataSource implements DataSource, AutoCloseable {
     /** How long closing the context waits for copies still being given back. */
@@ -91,6 +96,8 @@ public final class PgforkDataSource implements DataSource, AutoCloseable {
     /** The copy the next test gets, made ready ahead once the context has refreshed; null before. */
     private CompletableFuture<Copy> next;
     private boolean refreshed;
+    /** The context waits between test classes ({@link #park}): it holds no copy and its pool opens none. */
+    private boolean parked;
 
     PgforkDataSource(Migrator migrator, Pgfork pgfork) {
         this(migrator, pgfork, null);
@@ -121,6 +128,12 @@ public final class PgforkDataSource implements DataSource, AutoCloseable {
 
     private synchronized Copy current() {
         giveBacks.throwError();
+        if (parked) { // a test asks: the context is in use again
+            parked = false;
+            if (poolCloser != null) {
+                Pools.fill(poolCloser, true);
+            }
+        }
         if (current == null) {
             current = next != null ? join(next) : new Copy(pgfork.take(migrator));
             next = null;
@@ -165,6 +178,9 @@ public final class PgforkDataSource implements DataSource, AutoCloseable {
         public Connection getConnection() throws SQLException {
             Copy c;
             synchronized (PgforkDataSource.this) {
+                if (parked) { // the pool filling itself, not a test: a parked context takes no copy
+                    throw new SQLException("pgfork: the test context waits between test classes and holds no copy");
+                }
                 c = current();
                 if (c.opened != null) {
                     Connection conn = c.opened;
@@ -243,6 +259,36 @@ public final class PgforkDataSource implements DataSource, AutoCloseable {
             Pools.evictAll(poolCloser);
         }
         giveBacks.giveBack(old.db, testName, wasFailed, false, old::closeConnections);
+    }
+
+    /**
+     * Gives back every copy the context holds when a test class ends, as it goes to wait in Spring's context cache
+     * (registered by {@link PgforkTestExecutionListener#afterTestClass}): the current copy (recreated, as after a
+     * test), the one made ready ahead (unused: back unchanged); the pool's connections are evicted and the pool opens
+     * none until a test asks for one. Not for {@link AutoConfigurePgfork.Refresh#NEVER}: that context's one database
+     * is its data. The next connection asked for, or {@link #database()}, takes a fresh copy.
+     */
+    synchronized void park() {
+        if (parked) {
+            return;
+        }
+        parked = true;
+        if (poolCloser != null) {
+            Pools.fill(poolCloser, false);
+            Pools.evictAll(poolCloser);
+        }
+        if (current != null) {
+            Copy old = current;
+            current = null;
+            giveBacks.giveBack(old.db, "the test context", failed, false, old::closeConnections);
+            failed = false;
+        }
+        if (next != null) {
+            CompletableFuture<Copy> spare = next;
+            next = null;
+            Copy s = join(spare);
+            giveBacks.giveBack(s.db, "the test context's next copy", false, true, s::closeConnections); // unused: back unchanged
+        }
     }
 
     /** Closes the pool and gives every copy back when the context closes, and waits for them to reach the server. */

@@ -8,7 +8,9 @@ import org.springframework.test.context.support.AbstractTestExecutionListener;
 /**
  * Swaps the database behind a pgfork test context's DataSource after each test method or class, as
  * {@link AutoConfigurePgfork#refresh()} says (registered in META-INF/spring.factories). It runs after Spring's
- * transactional listener has rolled back the test's transaction, and keeps a failing test's database.
+ * transactional listener has rolled back the test's transaction, and keeps a failing test's database. When a class
+ * ends, its context gives back every copy it holds ({@link PgforkDataSource#park}) while it waits in Spring's context
+ * cache.
  */
 public final class PgforkTestExecutionListener extends AbstractTestExecutionListener {
     /** Before TransactionalTestExecutionListener (4000): its after-method callback runs before ours. */
@@ -36,8 +38,14 @@ public final class PgforkTestExecutionListener extends AbstractTestExecutionList
     public void afterTestClass(TestContext tc) {
         AutoConfigurePgfork a = annotation(tc);
         PgforkDataSource ds = dataSource(tc, a);
-        if (ds != null && a.refresh() == AutoConfigurePgfork.Refresh.AFTER_CLASS) {
+        if (ds == null) {
+            return;
+        }
+        if (a.refresh() == AutoConfigurePgfork.Refresh.AFTER_CLASS) {
             ds.refresh(tc.getTestClass().getSimpleName());
+        }
+        if (a.refresh() != AutoConfigurePgfork.Refresh.NEVER) {
+            ds.park(); // the context waits in Spring's cache holding no copy; the next class takes a fresh one
         }
     }
 

@@ -121,6 +121,30 @@ final class Pools {
         }
     }
 
+    /**
+     * Stops (on false) or restarts (on true) a Hikari pool's filling itself up to its minimum of idle connections,
+     * which would take a copy for a context that waits between test classes. The pool's own minimum comes back on
+     * true; Hikari takes both at run time.
+     */
+    static void fill(AutoCloseable pool, boolean on) {
+        if (pool instanceof HikariDataSource h) {
+            synchronized (MIN_IDLE) {
+                if (on) {
+                    Integer was = MIN_IDLE.remove(h);
+                    if (was != null) {
+                        h.getHikariConfigMXBean().setMinimumIdle(was);
+                    }
+                } else if (!MIN_IDLE.containsKey(h)) {
+                    MIN_IDLE.put(h, h.getMinimumIdle());
+                    h.getHikariConfigMXBean().setMinimumIdle(0);
+                }
+            }
+        }
+    }
+
+    /** Each paused pool's own minimum of idle connections. */
+    private static final java.util.Map<HikariDataSource, Integer> MIN_IDLE = new java.util.WeakHashMap<>();
+
     /** Evicts every connection of a Hikari pool: idle ones are closed now, those in use when they come back. */
     static void evictAll(AutoCloseable pool) {
         if (pool instanceof HikariDataSource h && h.getHikariPoolMXBean() != null) {

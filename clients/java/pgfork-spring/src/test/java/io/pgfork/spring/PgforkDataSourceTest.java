@@ -5,6 +5,7 @@ import static org.junit.jupiter.api.Assertions.assertNotEquals;
 
 import com.fasterxml.jackson.databind.JsonNode;
 import com.fasterxml.jackson.databind.ObjectMapper;
+import com.zaxxer.hikari.HikariDataSource;
 import io.pgfork.Migrator;
 import io.pgfork.Migrators;
 import io.pgfork.Pgfork;
@@ -63,6 +64,34 @@ class PgforkDataSourceTest {
             ds.close();
         }
         assertEquals(before, inUse(hash), "closing gives the current copy and the one made ready back before it returns");
+    }
+
+    @Test
+    void aContextWaitingBetweenTestClassesHoldsNoCopy() throws Exception {
+        PgforkDataSource ds = new PgforkDataSource(COLOURS, Pgfork.get());
+        String hash = COLOURS.templateHash();
+        int before = inUse(hash);
+        try {
+            try (Connection c = ds.getConnection(); Statement st = c.createStatement()) {
+                st.execute("INSERT INTO colours VALUES ('green')");
+            }
+            ds.refresh("FirstClass.test"); // the class's last test: the next copy gets ready ahead
+            assertEquals(before + 1, inUseSettled(hash, before + 1), "the copy made ready for the next test is out");
+            ds.park(); // the class ended: its context waits in Spring's cache
+            assertEquals(before, inUseSettled(hash, before), "a context waiting between classes holds no copy");
+            // The pool does not fill itself up again (its minimum idle connection) with a copy.
+            HikariDataSource pool = ds.unwrap(HikariDataSource.class);
+            pool.getHikariPoolMXBean().softEvictConnections();
+            assertEquals(0, pool.getMinimumIdle(), "a waiting context's pool opens no connection of its own");
+            assertEquals(before, inUse(hash), "a waiting context holds no copy");
+            try (Connection c = ds.getConnection(); Statement st = c.createStatement()) {
+                assertEquals(2, count(st), "the next class's first test gets a fresh copy");
+            }
+            assertEquals(1, pool.getMinimumIdle(), "a context in use again fills its pool as before");
+        } finally {
+            ds.close();
+        }
+        assertEquals(before, inUse(hash), "closing gives every copy back");
     }
 
     private static int sessions(Connection c, String database) throws SQLException {

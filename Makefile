@@ -4,8 +4,8 @@ BIN       ?= bin/pgfork
 PKGS      ?= ./...
 TESTFLAGS ?= -race -timeout 45m
 # The release version, the one source for every package `make release` writes
-# (tarballs, npm packages, wheels, the Java jars and poms; stamped at pack time): the VERSION file.
-# RELEASEFLAGS: scripts/release.py's --skip-js (no npm) and --skip-java (no Maven).
+# (tarballs, npm packages, wheels, the Java jars and poms, the crates; stamped at pack time): the VERSION file.
+# RELEASEFLAGS: scripts/release.py's --skip-js (no npm), --skip-java (no Maven) and --skip-rust (no cargo).
 RELEASE_VERSION := $(shell cat VERSION)
 # What the binary says it is: `pgfork --version` (a release binary: RELEASE_VERSION).
 VERSION   ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo devel)
@@ -26,7 +26,7 @@ help: ## list targets
 build: ## build bin/pgfork (static, with version, commit and build date)
 	CGO_ENABLED=0 $(GO) build -trimpath -ldflags '$(LDFLAGS)' -o $(BIN) ./cmd/pgfork
 
-release: ## tarballs, npm packages, wheels and the Maven repository dist/maven for PLATFORMS into DIST (dist/), SHA256SUMS; version: the VERSION file
+release: ## tarballs, npm packages, wheels, the Maven repository dist/maven and the crates dist/cargo for PLATFORMS into DIST (dist/), SHA256SUMS; version: the VERSION file
 	@rm -rf $(DIST) build/release && mkdir -p build/release
 	@set -e; for p in $(PLATFORMS); do \
 		os=$${p%/*}; arch=$${p#*/}; out=build/release/pgfork-$$os-$$arch; \

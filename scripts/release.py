@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Packages the binaries `make release` built into everything a user installs.
 
-    scripts/release.py --version 0.1.0 --bin-dir BUILD --dist dist [--skip-js] [--skip-java]
+    scripts/release.py --version 0.1.0 --bin-dir BUILD --dist dist [--skip-js] [--skip-java] [--skip-rust]
 
 BUILD holds one static binary per platform, named pgfork-<os>-<arch>
 (Go's GOOS/GOARCH). Written into dist/ (see docs: README.md "Install"):
@@ -18,6 +18,12 @@ BUILD holds one static binary per platform, named pgfork-<os>-<arch>
                                            pgfork, pgfork-junit5 and pgfork-spring the jar,
                                            the sources jar and the flattened pom; .sha1/.md5
                                            beside each, maven-metadata.xml per artifact
+  cargo/<crate>-<version>.crate            clients/rust packaged (`cargo package --locked`): pgfork,
+                                           pgfork-macros, and pgfork-bin-<os>-<arch> (Rust's names:
+                                           linux-x86_64, macos-aarch64, ...) with bin/pgfork for each
+                                           platform built, which pgfork depends on for that platform
+  cargo/index/                             those crates' registry index entries (a registry of
+                                           the release: clients/rust/README.md)
   SHA256SUMS                               over every other file in dist/
 
 The version is the one given (the Makefile reads it from the VERSION file);
@@ -34,6 +40,7 @@ clients/java: offline, from ~/.m2, when that has every plugin and dependency,
 as after clients/java/test.sh or clients/prepare.sh; online otherwise). Java
 is part of the release: without Maven (`mvn`) the release fails, unless
 --skip-java leaves the Maven repository out (RELEASEFLAGS=--skip-java).
+Likewise Rust: without cargo the release fails, unless --skip-rust.
 """
 
 from __future__ import annotations
@@ -391,6 +398,166 @@ def maven_repository(version: str, work: Path, dest: Path, mtime: int) -> list[P
     return written
 
 
+# --- Rust crates ------------------------------------------------------------------
+
+# Go's GOOS/GOARCH → the platform crate pgfork-bin-<os>-<arch> of clients/rust
+# (Rust's target_os and target_arch: the pgfork crate depends on it there).
+RUST_PLATFORMS = {
+    ("linux", "amd64"): "linux-x86_64",
+    ("linux", "arm64"): "linux-aarch64",
+    ("darwin", "arm64"): "macos-aarch64",
+    ("darwin", "amd64"): "macos-x86_64",
+}
+
+
+def need_cargo() -> None:
+    if shutil.which("cargo") is None:
+        raise SystemExit("release: cargo not found: the Rust crates (dist/cargo) are part of the release; "
+                         "install Rust (stable >= 1.89), or leave them out with RELEASEFLAGS=--skip-rust")
+
+
+def _cargo(args: list[str], cwd: Path, env: dict[str, str]) -> subprocess.CompletedProcess:
+    """cargo ARGS --offline (its caches, as after clients/rust/test.sh),
+    online when that lacks a download; exits on failure."""
+    p = subprocess.run(["cargo"] + args + ["--offline"], cwd=cwd, env=env, capture_output=True, text=True)
+    if p.returncode != 0 and "offline" in p.stderr:
+        log(f"cargo {args[0]} needs downloads the cargo cache does not have: running it online")
+        p = subprocess.run(["cargo"] + args, cwd=cwd, env=env, capture_output=True, text=True)
+    if p.returncode != 0:
+        sys.stderr.write(p.stdout + p.stderr)
+        raise SystemExit(f"release: cargo {' '.join(args)} failed (exit {p.returncode}; its output above), "
+                         "in a copy of clients/rust; RELEASEFLAGS=--skip-rust leaves Rust out")
+    return p
+
+
+def _lock_entries(lock: Path, skip: set[str]) -> set[tuple[str, str, str]]:
+    return {(q["name"], q["version"], q.get("checksum", ""))
+            for q in tomllib.loads(lock.read_text()).get("package", []) if q["name"] not in skip}
+
+
+def _index_path(name: str) -> str:
+    """Where a registry index keeps crate NAME's entries."""
+    n = name.lower()
+    if len(n) <= 2:
+        return f"{len(n)}/{n}"
+    if len(n) == 3:
+        return f"3/{n[0]}/{n}"
+    return f"{n[:2]}/{n[2:4]}/{n}"
+
+
+def _index_entry(pkg: dict, crate: Path, ours: set[str]) -> dict:
+    """The registry index's line for a packaged crate (what publishing
+    sends the registry), from `cargo metadata`: a dependency on a crate of
+    this release is in the same registry (registry null); the others name
+    the registry cargo resolved them from."""
+    deps = []
+    for d in pkg["dependencies"]:
+        if d["name"] in ours:
+            registry = None
+        elif d.get("path") or not d.get("source"):
+            raise SystemExit(f"release: {pkg['name']} depends on {d['name']} by path only: it cannot be published")
+        else:
+            registry = d["source"].removeprefix("registry+")
+        deps.append({
+            "name": d["rename"] or d["name"], "req": d["req"], "features": d["features"],
+            "optional": d["optional"], "default_features": d["uses_default_features"],
+            "target": d["target"], "kind": d["kind"] or "normal", "registry": registry,
+            "package": d["name"] if d["rename"] else None,
+        })
+    return {"name": pkg["name"], "vers": pkg["version"], "deps": deps, "features": pkg["features"],
+            "cksum": hashlib.sha256(crate.read_bytes()).hexdigest(), "yanked": False,
+            "links": pkg["links"], "rust_version": pkg["rust_version"], "v": 2}
+
+
+def rust_crates(version: str, built: list[tuple[str, str, Path]], work: Path, dest: Path) -> list[Path]:
+    """clients/rust packaged as `cargo package` does for publishing, into
+    dest: pgfork-macros, pgfork, and pgfork-bin-<os>-<arch> (bin/pgfork)
+    for each platform built; and dest/index, those crates' registry index
+    entries (a registry made of it and these files: clients/rust/README.md).
+
+    In a staged copy of the workspace: the version stamped (the
+    workspace's, and its dependencies' `=VERSION`); the platform crates of
+    platforms not built dropped, and the pgfork crate's dependencies on
+    them (so the crates resolve from this release alone); each binary put
+    into its crate. `cargo update --workspace` then changes the lock's
+    entries of the workspace's own crates only (checked: every other entry
+    is Cargo.lock's), and `cargo package --locked` checks the manifests
+    (metadata, no path-only dependency), lists the files and builds each
+    crate from its packaged files, resolving the release's crates among
+    themselves. Builds in $CARGO_TARGET_DIR, else clients/rust/target."""
+    src = ROOT / "clients" / "rust"
+    stage = work / "rust"
+    for rel in tracked("clients/rust"):
+        if rel.parts[0] == "target":
+            continue
+        (stage / rel).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy2(src / rel, stage / rel)
+    root_toml = stage / "Cargo.toml"
+    old = tomllib.loads(root_toml.read_text())["workspace"]["package"]["version"]
+    text = re.sub(r'(\bversion = "=?)' + re.escape(old) + '"', lambda m: m.group(1) + version + '"',
+                  root_toml.read_text())
+    platforms = {RUST_PLATFORMS[(goos, goarch)]: b for goos, goarch, b in built}
+    dropped = [p for p in RUST_PLATFORMS.values() if p not in platforms]
+    for plat in dropped:
+        text = "".join(line for line in text.splitlines(keepends=True) if f"pgfork-bin-{plat}" not in line)
+        shutil.rmtree(stage / f"pgfork-bin-{plat}")
+    root_toml.write_text(text)
+    pgfork_toml = stage / "pgfork" / "Cargo.toml"
+    lines = pgfork_toml.read_text().splitlines(keepends=True)
+    for plat in dropped:
+        i = lines.index(f"pgfork-bin-{plat}.workspace = true\n")
+        if not lines[i - 1].startswith("[target."):
+            raise SystemExit(f"release: clients/rust/pgfork/Cargo.toml: pgfork-bin-{plat} is not the one line "
+                             "of its [target.'cfg(…)'.dependencies] table")
+        del lines[i - 1:i + 1]
+    pgfork_toml.write_text("".join(lines))
+    ws = tomllib.loads(root_toml.read_text())["workspace"]
+    targets = {d for t in tomllib.loads(pgfork_toml.read_text()).get("target", {}).values()
+               for d in t.get("dependencies", {})}
+    if ws["package"]["version"] != version or targets != {f"pgfork-bin-{p}" for p in platforms}:
+        raise SystemExit(f"release: could not stamp version {version} and the platform crates "
+                         f"{', '.join(platforms)} into a copy of clients/rust (workspace version "
+                         f"{ws['package']['version']}, pgfork's platform crates {sorted(targets)})")
+    for plat, b in platforms.items():
+        crate = stage / f"pgfork-bin-{plat}"
+        (crate / "bin").mkdir()
+        shutil.copyfile(b, crate / "bin" / "pgfork")
+        os.chmod(crate / "bin" / "pgfork", 0o755)
+    names = ["pgfork-macros", "pgfork"] + [f"pgfork-bin-{p}" for p in platforms]
+    for n in names:
+        shutil.copyfile(ROOT / "LICENSE", stage / n / "LICENSE")
+
+    env = dict(os.environ)
+    env.setdefault("CARGO_TARGET_DIR", str(src / "target"))
+    own = {"pgfork-example", "pgfork-macros", "pgfork"} | {f"pgfork-bin-{p}" for p in RUST_PLATFORMS.values()}
+    _cargo(["update", "--workspace"], stage, env)
+    if _lock_entries(stage / "Cargo.lock", own) != _lock_entries(src / "Cargo.lock", own):
+        raise SystemExit("release: clients/rust/Cargo.lock is not up to date (stamping the version changed more "
+                         "than the workspace's own entries): run cargo build --locked there and fix it")
+    p = _cargo(["package", "--locked"] + [a for n in names for a in ("-p", n)], stage, env)
+    warnings = [line for line in p.stderr.splitlines() if line.startswith("warning")]
+    if warnings:
+        sys.stderr.write(p.stderr)
+        raise SystemExit(f"release: cargo package warned (its output above): {warnings[0]}")
+    meta = json.loads(_cargo(["metadata", "--no-deps", "--format-version", "1"], stage, env).stdout)
+    pkgs = {q["name"]: q for q in meta["packages"]}
+    dest.mkdir(parents=True)
+    written = []
+    for n in names:
+        crate = Path(env["CARGO_TARGET_DIR"]) / "package" / f"{n}-{version}.crate"
+        if not crate.is_file():
+            raise SystemExit(f"release: cargo package wrote no {crate}")
+        shutil.copyfile(crate, dest / crate.name)
+        written.append(dest / crate.name)
+        entry = dest / "index" / _index_path(n)
+        entry.parent.mkdir(parents=True, exist_ok=True)
+        entry.write_text(json.dumps(_index_entry(pkgs[n], dest / crate.name, set(names)), sort_keys=True) + "\n")
+    if dropped:
+        log(f"the pgfork crate depends on the platform crates of {', '.join(platforms)} only: "
+            "publish crates from a release of every platform")
+    return written
+
+
 # --- main ---------------------------------------------------------------------
 
 def sha256sums(dist: Path) -> None:
@@ -409,6 +576,7 @@ def main() -> int:
     ap.add_argument("--dist", required=True, type=Path, help="output directory (must be empty or absent)")
     ap.add_argument("--skip-js", action="store_true", help="no npm packages (no node/npm here)")
     ap.add_argument("--skip-java", action="store_true", help="no Maven repository dist/maven (no Maven here)")
+    ap.add_argument("--skip-rust", action="store_true", help="no crates dist/cargo (no cargo here)")
     a = ap.parse_args()
     a.dist, a.bin_dir = a.dist.resolve(), a.bin_dir.resolve()  # npm pack runs elsewhere
 
@@ -432,6 +600,8 @@ def main() -> int:
         return 2
     if not a.skip_java:
         need_maven()  # before anything is built
+    if not a.skip_rust:
+        need_cargo()
     mtime = epoch()
     (a.dist / "npm").mkdir(parents=True, exist_ok=True)
     (a.dist / "python").mkdir(parents=True, exist_ok=True)
@@ -458,6 +628,11 @@ def main() -> int:
             jars = maven_repository(a.version, work, a.dist / "maven", mtime)
             log(f"wrote {a.dist / 'maven'} ({sum(1 for j in jars if j.suffix == '.jar')} jars, "
                 f"{time.monotonic() - t0:.0f} s)")
+        if not a.skip_rust:
+            log("packaging clients/rust (cargo package --locked: builds each crate)")
+            t0 = time.monotonic()
+            crates = rust_crates(a.version, built, work, a.dist / "cargo")
+            log(f"wrote {', '.join(c.name for c in crates)} into {a.dist / 'cargo'} ({time.monotonic() - t0:.0f} s)")
     sha256sums(a.dist)
     log(f"wrote {a.dist / 'SHA256SUMS'}")
     return 0

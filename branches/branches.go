@@ -23,6 +23,7 @@ import (
 	"net/url"
 	"os"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -148,6 +149,9 @@ type Snapshot struct {
 	// Origin snapshots are made for one branch's creation and removed
 	// with the last branch made from them.
 	Origin bool `json:"origin,omitempty"`
+	// Home is the directory holding it (snap/NAME) when not the state
+	// directory's branches directory (home.go).
+	Home string `json:"home,omitempty"`
 	// Size and Shared (filled by List): disk used, and how much of it is
 	// shared with other files by reflink.
 	Size   int64 `json:"size_bytes"`
@@ -178,6 +182,16 @@ type Branch struct {
 	// Stopped is set by Stop (cleared by Start and Reset): Open does not
 	// start the branch again.
 	Stopped bool `json:"stopped,omitempty"`
+	// Home is the directory holding its snapshot and files (snap/,
+	// data/NAME, tblspc/NAME) when not the state directory's branches
+	// directory (home.go); DataDir, when set, is its data directory,
+	// named by the user (CreateOptions.DataDir), and DataID that
+	// directory's identity, recorded before it was put there (PrevID: the
+	// one a reset is replacing), proven before it is removed.
+	Home    string `json:"home,omitempty"`
+	DataDir string `json:"data_dir,omitempty"`
+	DataID  fileID `json:"data_id,omitzero"`
+	PrevID  fileID `json:"prev_id,omitzero"`
 	// Size and Shared are filled by List and Get (see Snapshot).
 	Size   int64 `json:"size_bytes"`
 	Shared int64 `json:"shared_bytes"`
@@ -209,6 +223,9 @@ const (
 type state struct {
 	Snapshots []*Snapshot `json:"snapshots"`
 	Branches  []*Branch   `json:"branches"`
+	// Homes are the homes other than the default one in use (home.go),
+	// each recorded before anything is made in it.
+	Homes []string `json:"homes,omitempty"`
 }
 
 // Caller is who asks: the token the request came with.
@@ -230,6 +247,8 @@ type Manager struct {
 	// reset (neither is in st yet / changeable now).
 	pending map[string]bool
 	busy    map[string]bool
+	// pendingHome is the home of each named snapshot being built.
+	pendingHome map[string]string
 	// building holds one lock per source while a shared origin snapshot
 	// of it is made (Options.SourceMaxAge).
 	building map[string]chan struct{}
@@ -248,9 +267,7 @@ type Manager struct {
 // Dir is where a Manager keeps its files: <state>/branches.
 func Dir(lay statedir.Layout) string { return filepath.Join(lay.Root, "branches") }
 
-func (m *Manager) snapDir(name string) string   { return filepath.Join(m.dir, "snap", name) }
-func (m *Manager) branchDir(name string) string { return filepath.Join(m.dir, "data", name) }
-func (m *Manager) statePath() string            { return filepath.Join(m.dir, "state.json") }
+func (m *Manager) statePath() string { return filepath.Join(m.dir, "state.json") }
 
 // regName is a branch's name in the cluster registry (`pgfork ls`).
 func regName(name string) string { return "branch." + name }
@@ -296,7 +313,7 @@ func Open(ctx context.Context, o Options) (*Manager, error) {
 			}
 		}
 	}
-	m := &Manager{o: o, dir: Dir(o.Layout), pending: map[string]bool{}, busy: map[string]bool{}, building: map[string]chan struct{}{}}
+	m := &Manager{o: o, dir: Dir(o.Layout), pending: map[string]bool{}, busy: map[string]bool{}, pendingHome: map[string]string{}, building: map[string]chan struct{}{}}
 	if err := o.Layout.Ensure(); err != nil {
 		return nil, errs.FromOS(err, o.Layout.Root, "cannot create the state directory")
 	}
@@ -372,7 +389,7 @@ func (m *Manager) recover(ctx context.Context) error {
 	var keep []*Branch
 	for _, b := range m.st.Branches {
 		if b.State != stateReady {
-			m.removeBranchFiles(ctx, b.Name)
+			m.removeBranchFiles(ctx, b)
 			continue
 		}
 		keep = append(keep, b)
@@ -399,30 +416,41 @@ func (m *Manager) recover(ctx context.Context) error {
 	return nil
 }
 
-// sweep removes directories under snap/, data/ and tblspc/ that the state
-// does not name (a create or snapshot killed before it was recorded) and
-// copy staging left beside them.
+// sweep removes, in every home, directories under snap/, data/ and
+// tblspc/ that the state does not name (a create or snapshot killed
+// before it was recorded, a data directory not yet moved to the one the
+// user named) and copy staging left beside them, and the homes nothing
+// uses any more.
 func (m *Manager) sweep(ctx context.Context) {
 	known := map[string]bool{}
 	for _, s := range m.st.Snapshots {
-		known["snap/"+s.Name] = true
+		known[m.snapOf(s)] = true
 	}
 	for _, b := range m.st.Branches {
-		known["data/"+b.Name] = true
-		known["tblspc/"+b.Name] = true
+		if b.DataDir == "" {
+			known[m.workDir(b)] = true
+		}
+		known[m.tblspcOf(b)] = true
 	}
-	for _, sub := range []string{"snap", "data", "tblspc"} {
-		ents, _ := os.ReadDir(filepath.Join(m.dir, sub))
-		for _, e := range ents {
-			if known[sub+"/"+e.Name()] {
-				continue
+	for _, h := range m.homes() {
+		for _, sub := range []string{"snap", "data", "tblspc"} {
+			dir := filepath.Join(m.store(h), sub)
+			ents, _ := os.ReadDir(dir)
+			for _, e := range ents {
+				p := filepath.Join(dir, e.Name())
+				if known[p] || (sub == "snap" && known[strings.TrimSuffix(p, ".tblspc")]) {
+					continue
+				}
+				if sub == "data" && !slices.ContainsFunc(m.st.Branches, func(b *Branch) bool { return b.Name == e.Name() }) {
+					// A branch's server a crash left running on it.
+					_ = cluster.Down(ctx, m.o.Layout, regName(e.Name()), cluster.DownOptions{KeepData: true, Timeout: 10 * time.Second})
+				}
+				_ = removeBelow(dir, e.Name())
 			}
-			if sub == "data" {
-				m.removeBranchFiles(ctx, e.Name())
-			}
-			_ = removeBelow(filepath.Join(m.dir, sub), e.Name())
 		}
 	}
+	m.dropUnusedHomes()
+	_ = m.save()
 }
 
 // removeBelow removes name inside dir without following a symlink on the
@@ -437,12 +465,18 @@ func removeBelow(dir, name string) error {
 }
 
 // removeBranchFiles stops a branch's server, forgets it in the registry and
-// removes its data directory.
-func (m *Manager) removeBranchFiles(ctx context.Context, name string) {
-	_ = cluster.Down(ctx, m.o.Layout, regName(name), cluster.DownOptions{KeepData: true, Timeout: 10 * time.Second})
-	_ = removeBelow(filepath.Join(m.dir, "data"), name)
-	_ = removeBelow(filepath.Join(m.dir, "tblspc"), name)
-	_ = clone.CleanStale(m.branchDir(name))
+// removes its data directory (one the user named only when proven to be
+// the one pgfork put there) and its tablespaces.
+func (m *Manager) removeBranchFiles(ctx context.Context, b *Branch) {
+	_ = cluster.Down(ctx, m.o.Layout, regName(b.Name), cluster.DownOptions{KeepData: true, Timeout: 10 * time.Second})
+	m.removeNamedData(b)
+	work := m.workDir(b)
+	_ = removeBelow(filepath.Dir(work), b.Name)
+	_ = removeBelow(filepath.Dir(m.tblspcOf(b)), b.Name)
+	_ = clone.CleanStale(work)
+	if b.DataDir != "" {
+		_ = clone.CleanStale(b.DataDir)
+	}
 }
 
 func (m *Manager) save() error {
@@ -564,7 +598,7 @@ func (m *Manager) List(c Caller) ListResult {
 	m.forgetExtents(live)
 	for i := range res.Snapshots {
 		s := &res.Snapshots[i]
-		s.Size, s.Shared = m.snapshotUsage(s.Name)
+		s.Size, s.Shared = m.snapshotUsage(s.Home, s.Name)
 	}
 	for i := range res.Branches {
 		b := &res.Branches[i]
@@ -653,12 +687,13 @@ func (m *Manager) dropUnusedOrigins() {
 	var keep []*Snapshot
 	for _, s := range m.st.Snapshots {
 		if s.Origin && !used[s.Name] {
-			_ = removeBelow(filepath.Join(m.dir, "snap"), s.Name)
+			_ = removeBelow(filepath.Dir(m.snapOf(s)), s.Name)
 			continue
 		}
 		keep = append(keep, s)
 	}
 	m.st.Snapshots = keep
+	m.dropUnusedHomes()
 }
 
 // installation is the PostgreSQL build that runs data directory dir:

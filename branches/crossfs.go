@@ -20,13 +20,22 @@ import (
 type Notice struct {
 	Source string `json:"source"` // the source's name
 	From   string `json:"from"`   // its data directory, or its backup chain
-	To     string `json:"to"`     // the state directory
+	To     string `json:"to"`     // the state directory, or DataDir's parent
+	// DataDir is the branch's data directory the user named
+	// (CreateOptions.DataDir): its filesystem is the one the source is
+	// copied to, not the state directory's.
+	DataDir string `json:"data_dir,omitempty"`
 	clone.Crossing
 	Bytes int64 `json:"bytes"` // about how much is copied
 }
 
 // String is the notice in one line, for a log.
 func (n Notice) String() string {
+	if n.DataDir != "" {
+		return fmt.Sprintf("source %s is copied, not cloned: about %s from %s (%s) into %s (%s), another filesystem; "+
+			"give a data directory on the filesystem of %s to clone it", n.Source, units.Bytes(n.Bytes), n.From, n.SrcFS,
+			n.DataDir, n.DstFS, n.From)
+	}
 	return fmt.Sprintf("source %s is copied, not cloned: about %s from %s (%s) into %s (%s), another filesystem; "+
 		"keep the state directory on the filesystem of %s to clone it", n.Source, units.Bytes(n.Bytes), n.From, n.SrcFS,
 		n.To, n.DstFS, n.From)
@@ -38,7 +47,10 @@ func (n Notice) String() string {
 // copies. Every snapshot of a source made outside the state directory
 // (a cluster's, a backup chain's) calls it first; a standby lives in the
 // state directory. Nothing is said when it cannot tell.
-func (m *Manager) noticeCrossing(ctx context.Context, s Source, dst string) {
+//
+// dataDir is the data directory the user named for the branch ("" for
+// none: the snapshot goes to the state directory).
+func (m *Manager) noticeCrossing(ctx context.Context, s Source, dst, dataDir string) {
 	if m.o.OnNotice == nil || s.Kind == SourceStandby {
 		return
 	}
@@ -60,6 +72,9 @@ func (m *Manager) noticeCrossing(ctx context.Context, s Source, dst string) {
 		return
 	}
 	n := Notice{Source: s.Name, From: from, To: m.o.Layout.Root, Crossing: *c}
+	if dataDir != "" {
+		n.To, n.DataDir = filepath.Dir(dataDir), dataDir
+	}
 	if dirs == nil {
 		n.Bytes = clone.TreeBytes(s.DataDir)
 	} else if d, err := restore.PlanOnly(dirs, dst, restore.Options{}); err == nil {

@@ -34,6 +34,11 @@ type CreateOptions struct {
 	// Port is the TCP port asked for (0: a free one); an admin's only
 	// (pgfork branch without a server: the machine's user).
 	Port int
+	// DataDir, with Source, is the branch's data directory, named by the
+	// user (pgfork restore --start DST): it must not exist; the branch's
+	// snapshot is made in a home beside it (.DST.pgfork, home.go), on its
+	// filesystem, not in the state directory. Not for serve's callers.
+	DataDir string
 }
 
 // testHook, when set (tests only), is called at named steps of a create:
@@ -61,10 +66,10 @@ func (m *Manager) Create(ctx context.Context, c Caller, o CreateOptions) (Branch
 	fail := func(err error) (Branch, error) {
 		m.mu.Lock()
 		defer m.mu.Unlock()
-		m.removeBranchFiles(context.WithoutCancel(ctx), b.Name)
+		m.removeBranchFiles(context.WithoutCancel(ctx), b)
 		if origin != "" {
 			delete(m.pending, b.Snapshot)
-			_ = removeBelow(filepath.Join(m.dir, "snap"), b.Snapshot)
+			_ = removeBelow(filepath.Dir(m.snapOfBranch(b)), b.Snapshot)
 		}
 		m.forget(b.Name)
 		m.dropUnusedOrigins()
@@ -81,7 +86,7 @@ func (m *Manager) Create(ctx context.Context, c Caller, o CreateOptions) (Branch
 		}
 	}
 	if origin != "" {
-		if err := m.buildSnapshot(ctx, b.Snapshot, origin, isSource); err != nil {
+		if err := m.buildSnapshot(ctx, b.Home, b.Snapshot, origin, isSource); err != nil {
 			return fail(err)
 		}
 	}
@@ -94,7 +99,7 @@ func (m *Manager) Create(ctx context.Context, c Caller, o CreateOptions) (Branch
 	if origin != "" {
 		delete(m.pending, b.Snapshot)
 		m.st.Snapshots = append(m.st.Snapshots, &Snapshot{Name: b.Snapshot, From: strings.SplitN(b.From, ":", 2)[0] + ":" + origin,
-			Owner: b.Owner, Created: time.Now().UTC(), Origin: true})
+			Owner: b.Owner, Created: time.Now().UTC(), Origin: true, Home: b.Home})
 	}
 	b.State = stateReady
 	if err := m.save(); err != nil {
@@ -133,7 +138,7 @@ func (m *Manager) sharedOrigin(ctx context.Context, b *Branch, source string) er
 	m.mu.Lock()
 	var fresh *Snapshot
 	for _, s := range m.st.Snapshots {
-		if s.Origin && s.From == "source:"+source && time.Since(s.Created) <= m.o.SourceMaxAge &&
+		if s.Origin && s.From == "source:"+source && s.Home == b.Home && time.Since(s.Created) <= m.o.SourceMaxAge &&
 			(fresh == nil || s.Created.After(fresh.Created)) {
 			fresh = s
 		}
@@ -147,14 +152,14 @@ func (m *Manager) sharedOrigin(ctx context.Context, b *Branch, source string) er
 	}
 	m.mu.Unlock()
 	begun := time.Now().UTC()
-	err := m.buildSnapshot(ctx, own, source, true)
+	err := m.buildSnapshot(ctx, b.Home, own, source, true)
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	delete(m.pending, own)
 	if err != nil {
 		return err
 	}
-	m.st.Snapshots = append(m.st.Snapshots, &Snapshot{Name: own, From: "source:" + source, Owner: b.Owner, Created: begun, Origin: true})
+	m.st.Snapshots = append(m.st.Snapshots, &Snapshot{Name: own, From: "source:" + source, Owner: b.Owner, Created: begun, Origin: true, Home: b.Home})
 	return m.save()
 }
 
@@ -211,32 +216,61 @@ func (m *Manager) reserve(ctx context.Context, c Caller, o CreateOptions, own in
 	if err := m.checkSpace(); err != nil {
 		return fail(err)
 	}
-	var from string
+	if o.DataDir != "" && o.Source == "" {
+		return fail(errs.New(errs.Usage, "a data directory is named only for a branch of a source").
+			WithHint("a branch of a snapshot or of a branch lives beside it"))
+	}
+	// home: where its snapshot and data go (home.go), the home of what it
+	// is made from.
+	var from, home, dataDir string
 	switch {
 	case o.Source != "":
 		if _, ok := m.source(o.Source); !ok {
 			return fail(errs.New(errs.NotFound, "no source named %q", o.Source).WithHint("list the sources serve was given"))
 		}
 		from, origin, isSource = "source:"+o.Source, o.Source, true
+		if o.DataDir != "" {
+			for _, x := range m.st.Branches {
+				if x.DataDir != "" && fsutil.Within(x.DataDir, filepath.Clean(o.DataDir)) {
+					return fail(errs.New(errs.Exists, "%s is branch %q's data directory", x.DataDir, x.Name).WithHint("choose another directory"))
+				}
+			}
+			if dataDir, home, err = m.homeFor(o.DataDir); err != nil {
+				return fail(err)
+			}
+		}
 	case o.From != "":
-		if _, err := m.runningBranch(c, o.From); err != nil {
+		x, err := m.runningBranch(c, o.From)
+		if err != nil {
 			return fail(err)
 		}
-		from, origin = "branch:"+o.From, o.From
+		from, origin, home = "branch:"+o.From, o.From, x.Home
 	default:
-		if s := m.snapshot(o.Snapshot); s == nil || !m.visible(c, s) {
+		s := m.snapshot(o.Snapshot)
+		if s == nil || !m.visible(c, s) {
 			return fail(errs.New(errs.NotFound, "no snapshot named %q", o.Snapshot).WithHint("list the snapshots"))
 		}
-		from = "snapshot:" + o.Snapshot
+		from, home = "snapshot:"+o.Snapshot, s.Home
 	}
 	// A port free now and not another branch's, held from now on (ports.go).
+	// A home made for this create and not recorded yet goes with a
+	// refusal (one recorded holds the snapshots of an earlier branch).
+	newHome := home != "" && !slices.Contains(m.st.Homes, home)
+	dropHome := func() {
+		if newHome {
+			m.st.Homes = slices.DeleteFunc(m.st.Homes, func(h string) bool { return h == home })
+			_ = removeBelow(filepath.Dir(home), filepath.Base(home))
+		}
+	}
 	port, err := m.askedPort(c, o, used)
 	if err != nil {
+		dropHome()
 		return fail(err)
 	}
 	b = &Branch{Name: o.Name, From: from, Owner: owner, Created: time.Now().UTC(), TTL: o.TTL, Protected: o.Protected,
 		Port: port, Host: m.o.Host, Role: "branch_" + strings.NewReplacer(".", "_", "-", "_").Replace(o.Name),
-		Password: instance.NewPassword(), State: stateCreating, Snapshot: o.Snapshot}
+		Password: instance.NewPassword(), State: stateCreating, Snapshot: o.Snapshot, Home: home, DataDir: dataDir}
+	m.addHome(home)
 	if origin != "" {
 		b.Snapshot = "origin-" + o.Name + "-" + fsutil.RandomTag()
 		m.pending[b.Snapshot] = true
@@ -246,6 +280,7 @@ func (m *Manager) reserve(ctx context.Context, c Caller, o CreateOptions, own in
 		m.st.Branches = m.st.Branches[:len(m.st.Branches)-1]
 		delete(m.pending, b.Snapshot)
 		m.releasePort(b.Name)
+		dropHome()
 		return fail(err)
 	}
 	return b, origin, isSource, nil
@@ -263,13 +298,24 @@ func (m *Manager) forget(name string) {
 }
 
 // copyAndStart copies the branch's snapshot into its data directory
-// (replacing what is there) and starts it.
+// (replacing what is there) and starts it. A data directory the user
+// named is copied in the branch's home first and moved there last
+// (placeData).
 func (m *Manager) copyAndStart(ctx context.Context, b *Branch, replace bool) error {
-	if _, err := clone.Copy(ctx, m.snapDir(b.Snapshot), m.branchDir(b.Name), clone.Options{Sync: clone.SyncFS, Force: replace}); err != nil {
+	work := m.workDir(b)
+	if b.DataDir != "" {
+		_ = removeBelow(filepath.Dir(work), b.Name) // a reset's leftover
+	}
+	if _, err := clone.Copy(ctx, m.snapOfBranch(b), work, clone.Options{Sync: clone.SyncFS, Force: replace && b.DataDir == ""}); err != nil {
 		return err
 	}
-	if err := m.copyTablespaces(ctx, b); err != nil {
+	if err := m.copyTablespaces(ctx, b, work); err != nil {
 		return err
+	}
+	if b.DataDir != "" {
+		if err := m.placeData(b, replace); err != nil {
+			return err
+		}
 	}
 	hook("copied")
 	return m.start(ctx, b)
@@ -291,7 +337,7 @@ var branchSettings = map[string]string{"wal_init_zero": "off", "wal_compression"
 // start starts a branch's server on its port, TCP with scram only, sets
 // up its role (setUpRole) and gives it its password.
 func (m *Manager) start(ctx context.Context, b *Branch) error {
-	data := m.branchDir(b.Name)
+	data := m.dataOf(b)
 	if err := instance.WritePasswordHBA(data, m.o.User); err != nil {
 		return err
 	}
@@ -665,13 +711,26 @@ func revokeMembership(ctx context.Context, tx pgx.Tx, g *roleGraph, r, x *pgRole
 // cleanly shut down: an online clone is recovered once (prepare), so that
 // the branches made of it, and each reset of them, start without replaying
 // WAL; a backup source's restore already ends so.
-func (m *Manager) buildSnapshot(ctx context.Context, name, from string, isSource bool) error {
-	dst := m.snapDir(name)
+//
+// home is where it goes (home.go): the home of the branch it is made for
+// or of, "" for a named snapshot of a source.
+func (m *Manager) buildSnapshot(ctx context.Context, home, name, from string, isSource bool) error {
+	dst := m.snapPath(home, name)
 	_ = clone.CleanStale(dst)
 	var err error
 	if isSource {
 		s, _ := m.source(from)
-		m.noticeCrossing(ctx, s, dst)
+		var dataDir string
+		if home != "" {
+			m.mu.Lock()
+			for _, b := range m.st.Branches {
+				if b.Home == home && b.DataDir != "" {
+					dataDir = b.DataDir
+				}
+			}
+			m.mu.Unlock()
+		}
+		m.noticeCrossing(ctx, s, dst, dataDir)
 		switch s.Kind {
 		case SourceBackup:
 			err = m.restoreSource(ctx, s, dst)
@@ -681,20 +740,28 @@ func (m *Manager) buildSnapshot(ctx context.Context, name, from string, isSource
 				return gerr
 			}
 			sock := &instance.Instance{SocketDir: e.SocketDir, Port: e.Port}
-			err = m.onlineClone(ctx, name, m.standbyDir(s.Name), sock.ConnString(m.o.SuperUser, "postgres"), true)
+			err = m.onlineClone(ctx, dst, m.standbyDir(s.Name), sock.ConnString(m.o.SuperUser, "postgres"), true)
 		default:
-			err = m.cloneCluster(ctx, name, s)
+			err = m.cloneCluster(ctx, dst, s)
 		}
 	} else {
 		e, gerr := cluster.Get(m.o.Layout, regName(from))
 		if gerr != nil {
 			return gerr
 		}
+		m.mu.Lock()
+		var src string
+		for _, x := range m.st.Branches {
+			if x.Name == from {
+				src = m.dataOf(x)
+			}
+		}
+		m.mu.Unlock()
 		sock := &instance.Instance{SocketDir: e.SocketDir, Port: e.Port}
-		err = m.onlineClone(ctx, name, m.branchDir(from), sock.ConnString(m.o.SuperUser, "postgres"), false)
+		err = m.onlineClone(ctx, dst, src, sock.ConnString(m.o.SuperUser, "postgres"), false)
 	}
 	if err != nil {
-		_ = removeBelow(filepath.Join(m.dir, "snap"), name)
+		_ = removeBelow(filepath.Dir(dst), name)
 		return err
 	}
 	return nil
@@ -703,40 +770,39 @@ func (m *Manager) buildSnapshot(ctx context.Context, name, from string, isSource
 // cloneCluster snapshots a cluster source: by online clone while its
 // server runs, else by offline clone (a cluster shut down cleanly: the
 // copy starts as it is, with nothing to prepare).
-func (m *Manager) cloneCluster(ctx context.Context, name string, s Source) error {
+func (m *Manager) cloneCluster(ctx context.Context, dst string, s Source) error {
 	_, running, err := pgdata.Running(s.DataDir)
 	if err != nil {
 		return err
 	}
 	if running {
-		return m.onlineClone(ctx, name, s.DataDir, s.ConnString, false)
+		return m.onlineClone(ctx, dst, s.DataDir, s.ConnString, false)
 	}
 	inst, err := m.installation(s.DataDir)
 	if err != nil {
 		return err
 	}
-	_, err = pgclone.Clone(ctx, pgclone.Options{Src: s.DataDir, Dst: m.snapDir(name), Installation: inst, ConfigDir: s.ConfigDir,
+	_, err = pgclone.Clone(ctx, pgclone.Options{Src: s.DataDir, Dst: dst, Installation: inst, ConfigDir: s.ConfigDir,
 		Sync: clone.SyncFS, User: m.o.User})
 	return err
 }
 
 // onlineClone clones the running server of data directory src (reached by
-// conn) into snap/name and prepares the copy. On a standby, a CHECKPOINT
+// conn) into the snapshot directory dst and prepares the copy. On a standby, a CHECKPOINT
 // first makes a restartpoint, so that the copy has less WAL to replay.
-func (m *Manager) onlineClone(ctx context.Context, name, src, conn string, standby bool) error {
+func (m *Manager) onlineClone(ctx context.Context, dst, src, conn string, standby bool) error {
 	if standby {
 		if c, err := pgx.Connect(ctx, conn); err == nil {
 			_, _ = c.Exec(ctx, "CHECKPOINT")
 			c.Close(context.WithoutCancel(ctx))
 		}
 	}
-	dst := m.snapDir(name)
 	inst, err := m.installation(src)
 	if err != nil {
 		return err
 	}
 	if _, err := pgclone.Clone(ctx, pgclone.Options{Src: src, Dst: dst, Installation: inst, Online: true,
-		ConnString: conn, Label: "pgfork branches " + name, Sync: clone.SyncFS, User: m.o.User}); err != nil {
+		ConnString: conn, Label: "pgfork branches " + filepath.Base(dst), Sync: clone.SyncFS, User: m.o.User}); err != nil {
 		return err
 	}
 	return m.prepare(ctx, dst)
@@ -784,14 +850,15 @@ type SnapshotOptions struct {
 // CreateSnapshot takes a named, read-only snapshot of a source or of one
 // of the caller's branches.
 func (m *Manager) CreateSnapshot(ctx context.Context, c Caller, o SnapshotOptions) (Snapshot, error) {
-	from, isSource, err := m.reserveSnapshot(c, o)
+	from, isSource, home, err := m.reserveSnapshot(c, o)
 	if err != nil {
 		return Snapshot{}, err
 	}
-	err = m.buildSnapshot(ctx, o.Name, from, isSource)
+	err = m.buildSnapshot(ctx, home, o.Name, from, isSource)
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	delete(m.pending, o.Name)
+	delete(m.pendingHome, o.Name)
 	if err != nil {
 		return Snapshot{}, err
 	}
@@ -799,7 +866,7 @@ func (m *Manager) CreateSnapshot(ctx context.Context, c Caller, o SnapshotOption
 	if isSource {
 		kind = "source:"
 	}
-	s := &Snapshot{Name: o.Name, From: kind + from, Owner: Owner(c.Token), Created: time.Now().UTC()}
+	s := &Snapshot{Name: o.Name, From: kind + from, Owner: Owner(c.Token), Created: time.Now().UTC(), Home: home}
 	m.st.Snapshots = append(m.st.Snapshots, s)
 	if o.Keep > 0 {
 		m.retain(s.From, s.Owner, o.Keep)
@@ -807,33 +874,37 @@ func (m *Manager) CreateSnapshot(ctx context.Context, c Caller, o SnapshotOption
 	return *s, m.save()
 }
 
-// reserveSnapshot checks a snapshot and claims its name.
-func (m *Manager) reserveSnapshot(c Caller, o SnapshotOptions) (from string, isSource bool, err error) {
+// reserveSnapshot checks a snapshot and claims its name; home is where
+// it goes: the branch's home, or the default one for a source.
+func (m *Manager) reserveSnapshot(c Caller, o SnapshotOptions) (from string, isSource bool, home string, err error) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	if err := validName("snapshot", o.Name); err != nil || strings.HasPrefix(o.Name, "origin-") {
-		return "", false, errs.New(errs.Usage, "bad snapshot name %q", o.Name).WithHint("use 1-40 letters, digits, '_', '.' or '-', not starting with origin-")
+		return "", false, "", errs.New(errs.Usage, "bad snapshot name %q", o.Name).WithHint("use 1-40 letters, digits, '_', '.' or '-', not starting with origin-")
 	}
 	if m.snapshot(o.Name) != nil || m.pending[o.Name] {
-		return "", false, errs.New(errs.Exists, "a snapshot named %q already exists", o.Name).WithHint("choose another name")
+		return "", false, "", errs.New(errs.Exists, "a snapshot named %q already exists", o.Name).WithHint("choose another name")
 	}
 	if (o.Source == "") == (o.Branch == "") {
-		return "", false, errs.New(errs.Usage, "a snapshot is of one source or one branch").WithHint("name exactly one")
+		return "", false, "", errs.New(errs.Usage, "a snapshot is of one source or one branch").WithHint("name exactly one")
 	}
 	if err := m.checkSpace(); err != nil {
-		return "", false, err
+		return "", false, "", err
 	}
 	from, isSource = o.Branch, false
 	if o.Source != "" {
 		if _, ok := m.source(o.Source); !ok {
-			return "", false, errs.New(errs.NotFound, "no source named %q", o.Source)
+			return "", false, "", errs.New(errs.NotFound, "no source named %q", o.Source)
 		}
 		from, isSource = o.Source, true
-	} else if _, err := m.runningBranch(c, o.Branch); err != nil {
-		return "", false, err
+	} else if b, err := m.runningBranch(c, o.Branch); err != nil {
+		return "", false, "", err
+	} else {
+		home = b.Home
 	}
 	m.pending[o.Name] = true
-	return from, isSource, nil
+	m.pendingHome[o.Name] = home
+	return from, isSource, home, nil
 }
 
 // visible says whether caller c sees named snapshot s, may branch it and
@@ -869,7 +940,7 @@ func (m *Manager) retain(from, owner string, keep int) {
 	var rest []*Snapshot
 	for _, s := range m.st.Snapshots {
 		if drop[s.Name] {
-			_ = removeBelow(filepath.Join(m.dir, "snap"), s.Name)
+			_ = removeBelow(filepath.Dir(m.snapOf(s)), s.Name)
 			continue
 		}
 		rest = append(rest, s)
@@ -901,10 +972,11 @@ func (m *Manager) DeleteSnapshot(c Caller, name string) error {
 	if err := m.save(); err != nil {
 		return err
 	}
-	if err := removeBelow(filepath.Join(m.dir, "snap"), name); err != nil {
-		return errs.FromOS(err, m.snapDir(name), "cannot remove the snapshot's files")
+	if err := removeBelow(filepath.Dir(m.snapOf(s)), name); err != nil {
+		return errs.FromOS(err, m.snapOf(s), "cannot remove the snapshot's files")
 	}
-	return nil
+	m.dropUnusedHomes()
+	return m.save()
 }
 
 // Reset puts a branch back to the snapshot it was made from: its server
@@ -1026,8 +1098,9 @@ func (m *Manager) delete(ctx context.Context, b *Branch) error {
 	if err := cluster.Down(ctx, m.o.Layout, regName(b.Name), cluster.DownOptions{Timeout: 30 * time.Second}); err != nil && !errs.IsNotFound(err) {
 		return err
 	}
-	_ = removeBelow(filepath.Join(m.dir, "data"), b.Name)
-	_ = removeBelow(filepath.Join(m.dir, "tblspc"), b.Name)
+	m.removeNamedData(b)
+	_ = removeBelow(filepath.Dir(m.workDir(b)), b.Name)
+	_ = removeBelow(filepath.Dir(m.tblspcOf(b)), b.Name)
 	m.forget(b.Name)
 	m.dropUnusedOrigins()
 	return m.save()

@@ -94,17 +94,21 @@ func blocksOf(fi os.FileInfo) int64 {
 	return fi.Size()
 }
 
-// walkFiles calls fn with every regular file below the directories rels
-// (relative to the branches directory, each opened without following a
-// link), each open (safefs.Walk); missing ones are skipped.
-func (m *Manager) walkFiles(rels []string, fn func(f *os.File, fi os.FileInfo)) {
-	root, err := safefs.OpenDir(m.dir)
-	if err != nil {
-		return
-	}
-	defer root.Close()
-	for _, rel := range rels {
-		d, err := root.Sub(rel)
+// tree is a directory to size: rel below base, both opened without
+// following a link below base.
+type tree struct{ base, rel string }
+
+// walkFiles calls fn with every regular file below the trees (each
+// opened below its base without following a link), each open
+// (safefs.Walk); missing ones are skipped.
+func (m *Manager) walkFiles(trees []tree, fn func(f *os.File, fi os.FileInfo)) {
+	for _, t := range trees {
+		root, err := safefs.OpenDir(t.base)
+		if err != nil {
+			continue
+		}
+		d, err := root.Sub(t.rel)
+		root.Close()
 		if err != nil {
 			continue
 		}
@@ -122,18 +126,24 @@ func (m *Manager) walkFiles(rels []string, fn func(f *os.File, fi os.FileInfo)) 
 // targets of its tablespace links (pg_tblspc/OID) where copies put a
 // branch's tablespaces (tblspc/NAME, tablespaces.go; or its snapshot's: a
 // branch's role, not a superuser, cannot make a tablespace elsewhere; a
-// link elsewhere is not followed), all relative to the branches directory.
-func (m *Manager) branchTrees(name, snap string) []string {
-	rels := []string{"data/" + name}
-	places := []string{m.tblspcDir(name), filepath.Join(m.dir, "snap", snap+".tblspc")}
-	root, err := safefs.OpenDir(m.dir)
+// link elsewhere is not followed), all in the branch's home (or, for the
+// data directory the user named, below its parent).
+func (m *Manager) branchTrees(j sizeJob) []tree {
+	store := m.store(j.home)
+	data := tree{store, "data/" + j.name}
+	if j.dataDir != "" {
+		data = tree{filepath.Dir(j.dataDir), filepath.Base(j.dataDir)}
+	}
+	trees := []tree{data}
+	places := []string{filepath.Join(store, "tblspc", j.name), filepath.Join(store, "snap", j.snap+".tblspc")}
+	root, err := safefs.OpenDir(data.base)
 	if err != nil {
-		return rels
+		return trees
 	}
 	defer root.Close()
-	f, err := root.Open("data/" + name + "/pg_tblspc")
+	f, err := root.Open(data.rel + "/pg_tblspc")
 	if err != nil {
-		return rels
+		return trees
 	}
 	ents, _ := f.ReadDir(-1)
 	f.Close()
@@ -141,34 +151,35 @@ func (m *Manager) branchTrees(name, snap string) []string {
 		if e.Type()&os.ModeSymlink == 0 {
 			continue // an in-place tablespace: in the data directory's walk
 		}
-		t, err := root.Readlink("data/" + name + "/pg_tblspc/" + e.Name())
+		t, err := root.Readlink(data.rel + "/pg_tblspc/" + e.Name())
 		if err != nil || !filepath.IsAbs(t) {
 			continue
 		}
 		t = filepath.Clean(t)
 		for _, p := range places {
-			if rel, err := filepath.Rel(m.dir, t); err == nil && fsutil.Within(t, p) && t != p {
-				rels = append(rels, filepath.ToSlash(rel))
+			if rel, err := filepath.Rel(store, t); err == nil && fsutil.Within(t, p) && t != p {
+				trees = append(trees, tree{store, filepath.ToSlash(rel)})
 				break
 			}
 		}
 	}
-	return rels
+	return trees
 }
 
 // snapshotTrees is what a snapshot's files are: its data directory and
-// the tablespaces its clone copied beside it.
-func snapshotTrees(name string) []string {
-	return []string{"snap/" + name, "snap/" + name + ".tblspc"}
+// the tablespaces its clone copied beside it, in its home.
+func (m *Manager) snapshotTrees(home, name string) []tree {
+	store := m.store(home)
+	return []tree{{store, "snap/" + name}, {store, "snap/" + name + ".tblspc"}}
 }
 
 // extentsOf maps the files below rels: their physical ranges (merged),
 // and the bytes that have no comparable range (delayed allocation, inline
 // data, a filesystem without FIEMAP).
-func (m *Manager) extentsOf(rels []string) (spans, int64) {
+func (m *Manager) extentsOf(trees []tree) (spans, int64) {
 	var xs []span
 	var loose int64
-	m.walkFiles(rels, func(f *os.File, fi os.FileInfo) {
+	m.walkFiles(trees, func(f *os.File, fi os.FileInfo) {
 		var part []span
 		var partLoose int64
 		ok, err := clone.Extents(f, func(x clone.Extent) {
@@ -201,7 +212,7 @@ func snapKey(s *Snapshot) string {
 
 // snapshotExtents is the physical ranges of a snapshot's files, mapped
 // once per snapshot: a snapshot's files never change.
-func (m *Manager) snapshotExtents(name, key string) spans {
+func (m *Manager) snapshotExtents(home, name, key string) spans {
 	if key == "" {
 		return nil
 	}
@@ -211,7 +222,7 @@ func (m *Manager) snapshotExtents(name, key string) spans {
 	if ok {
 		return s
 	}
-	s, _ = m.extentsOf(snapshotTrees(name))
+	s, _ = m.extentsOf(m.snapshotTrees(home, name))
 	m.sizeMu.Lock()
 	if m.snapExtents == nil {
 		m.snapExtents = map[string]spans{}
@@ -236,15 +247,15 @@ func (m *Manager) forgetExtents(live map[string]bool) {
 // of it is shared with its snapshot: size-shared is its own. Called
 // without the Manager's lock.
 func (m *Manager) branchUsage(j sizeJob) (size, shared int64) {
-	own, loose := m.extentsOf(m.branchTrees(j.name, j.snap))
-	shared = own.common(m.snapshotExtents(j.snap, j.snapKey))
+	own, loose := m.extentsOf(m.branchTrees(j))
+	shared = own.common(m.snapshotExtents(j.home, j.snap, j.snapKey))
 	return own.bytes() + loose, shared
 }
 
 // snapshotUsage is the disk a snapshot's files use and how much of it the
 // filesystem marks shared with other files. Called without the lock.
-func (m *Manager) snapshotUsage(name string) (size, shared int64) {
-	m.walkFiles(snapshotTrees(name), func(f *os.File, fi os.FileInfo) {
+func (m *Manager) snapshotUsage(home, name string) (size, shared int64) {
+	m.walkFiles(m.snapshotTrees(home, name), func(f *os.File, fi os.FileInfo) {
 		size += blocksOf(fi)
 		if n, err := clone.SharedBytesOf(f); err == nil {
 			shared += n
@@ -256,11 +267,12 @@ func (m *Manager) snapshotUsage(name string) (size, shared int64) {
 // sizeJob is a branch to size once the lock is released.
 type sizeJob struct {
 	name, snap, snapKey string
+	home, dataDir       string
 }
 
 // job is what sizing branch b needs, taken under the lock.
 func (m *Manager) job(b *Branch) sizeJob {
-	return sizeJob{name: b.Name, snap: b.Snapshot, snapKey: snapKey(m.snapshot(b.Snapshot))}
+	return sizeJob{name: b.Name, snap: b.Snapshot, snapKey: snapKey(m.snapshot(b.Snapshot)), home: b.Home, dataDir: b.DataDir}
 }
 
 // ownUse is what the caller's branches use of their own, for the disk

@@ -21,16 +21,13 @@ import (
 // reflink copies of its own, in tblspc/BRANCH/OID, and its links are
 // pointed there before its server starts.
 
-// tblspcDir is where branch name's tablespaces are.
-func (m *Manager) tblspcDir(name string) string { return filepath.Join(m.dir, "tblspc", name) }
-
-// copyTablespaces gives branch b (its data directory just copied from its
-// snapshot, its server not started) copies of its snapshot's tablespaces
-// and points its links at them; what an earlier copy (before a reset)
-// left is replaced.
-func (m *Manager) copyTablespaces(ctx context.Context, b *Branch) error {
-	src := pgclone.TablespaceDir(m.snapDir(b.Snapshot))
-	_ = removeBelow(filepath.Join(m.dir, "tblspc"), b.Name)
+// copyTablespaces gives branch b (its data directory data just copied
+// from its snapshot, its server not started) copies of its snapshot's
+// tablespaces and points its links at them; what an earlier copy (before
+// a reset) left is replaced.
+func (m *Manager) copyTablespaces(ctx context.Context, b *Branch, data string) error {
+	src := pgclone.TablespaceDir(m.snapOfBranch(b))
+	_ = removeBelow(filepath.Dir(m.tblspcOf(b)), b.Name)
 	ents, err := os.ReadDir(src)
 	if errors.Is(err, fs.ErrNotExist) {
 		return nil
@@ -38,41 +35,42 @@ func (m *Manager) copyTablespaces(ctx context.Context, b *Branch) error {
 	if err != nil {
 		return errs.FromOS(err, src, "cannot read the snapshot's tablespaces")
 	}
-	if err := mkdirPrivate(m.tblspcDir(b.Name)); err != nil {
+	if err := mkdirPrivate(m.tblspcOf(b)); err != nil {
 		return err
 	}
-	data, err := os.OpenRoot(m.branchDir(b.Name))
+	dataDir := data
+	root, err := os.OpenRoot(dataDir)
 	if err != nil {
-		return errs.FromOS(err, m.branchDir(b.Name), "cannot open the branch's data directory")
+		return errs.FromOS(err, dataDir, "cannot open the branch's data directory")
 	}
-	defer data.Close()
+	defer root.Close()
 	for _, e := range ents {
 		if !e.IsDir() {
 			continue
 		}
-		dst := filepath.Join(m.tblspcDir(b.Name), e.Name())
+		dst := filepath.Join(m.tblspcOf(b), e.Name())
 		if _, err := clone.Copy(ctx, filepath.Join(src, e.Name()), dst, clone.Options{Sync: clone.SyncFS}); err != nil {
 			return err
 		}
 		// Replaced through the data directory's root (no link followed):
 		// the directory belongs to the server's OS user.
 		link := "pg_tblspc/" + e.Name()
-		fi, err := data.Lstat(link)
+		fi, err := root.Lstat(link)
 		if err != nil || fi.Mode()&fs.ModeSymlink == 0 {
 			continue // the snapshot's data directory does not use it
 		}
 		tmp := link + ".pgfork-new"
-		_ = data.Remove(tmp)
-		if err := data.Symlink(dst, tmp); err != nil {
-			return errs.FromOS(err, filepath.Join(m.branchDir(b.Name), tmp), "cannot link the branch to its tablespace")
+		_ = root.Remove(tmp)
+		if err := root.Symlink(dst, tmp); err != nil {
+			return errs.FromOS(err, filepath.Join(dataDir, tmp), "cannot link the branch to its tablespace")
 		}
 		if m.o.User != nil {
-			if err := data.Lchown(tmp, m.o.User.UID, m.o.User.GID); err != nil {
-				return errs.FromOS(err, filepath.Join(m.branchDir(b.Name), tmp), "cannot set the owner of the tablespace link")
+			if err := root.Lchown(tmp, m.o.User.UID, m.o.User.GID); err != nil {
+				return errs.FromOS(err, filepath.Join(dataDir, tmp), "cannot set the owner of the tablespace link")
 			}
 		}
-		if err := data.Rename(tmp, link); err != nil {
-			return errs.FromOS(err, filepath.Join(m.branchDir(b.Name), link), "cannot link the branch to its tablespace")
+		if err := root.Rename(tmp, link); err != nil {
+			return errs.FromOS(err, filepath.Join(dataDir, link), "cannot link the branch to its tablespace")
 		}
 	}
 	return nil

@@ -196,11 +196,17 @@ func (c *branchClient) open(ctx context.Context, cl *cli, sources ...branches.So
 }
 
 // printNotice prints on stderr, in one line, that a branch's source is
-// copied onto the state directory's filesystem instead of cloned, how
-// much, and how to clone it (every local create from a source: pgfork
+// copied onto the state directory's filesystem (restore --start: DST's)
+// instead of cloned, how much, and how to clone it (every local create from a source: pgfork
 // branch create, restore --start, clone --start). A warning: --quiet
 // keeps it.
 func (cl *cli) printNotice(n branches.Notice) {
+	if n.DataDir != "" {
+		fmt.Fprintf(cl.stderr, "warning: source %s is copied, not cloned: about %s from %s (%s) into %s (%s), another filesystem; "+
+			"to clone it, give a data directory on the filesystem of %s\n",
+			n.Source, units.Bytes(n.Bytes), n.From, n.SrcFS, n.DataDir, n.DstFS, n.From)
+		return
+	}
 	fmt.Fprintf(cl.stderr, "warning: source %s is copied, not cloned: about %s from %s (%s) into the state directory %s (%s), another filesystem; "+
 		"to clone it, give --state-dir DIR (or set PGFORK_HOME) with DIR on the filesystem of %s\n",
 		n.Source, units.Bytes(n.Bytes), n.From, n.SrcFS, n.To, n.DstFS, n.From)
@@ -211,7 +217,7 @@ func (cl *cli) printNotice(n branches.Notice) {
 func refuseWithStart(cmd *cobra.Command, names []string) error {
 	for _, f := range names {
 		if cmd.Flags().Changed(f) {
-			return errs.New(errs.Usage, "--%s is not for --start: --start makes a branch, kept in the state directory", f).
+			return errs.New(errs.Usage, "--%s is not for --start: --start makes a branch", f).
 				WithCLI("drop --%s, or drop --start to copy into DST", f)
 		}
 	}
@@ -222,6 +228,9 @@ func refuseWithStart(cmd *cobra.Command, names []string) error {
 // end: the pgfork branch create they are the older spelling of, said so,
 // made on this machine's branches from src and printed. The branch is
 // named name, else after DST; port is --port (empty or "auto": a free one).
+// restore --start makes DST the branch's data directory, its snapshot
+// beside it (docs/branches.md, "Where the data goes"); clone --start keeps
+// the branch in the state directory.
 func (cl *cli) branchAlias(cmd *cobra.Command, how string, src branches.Source, dst, name, port string) error {
 	p, err := cluster.ParsePort(port)
 	if err != nil {
@@ -231,8 +240,15 @@ func (cl *cli) branchAlias(cmd *cobra.Command, how string, src branches.Source, 
 		name = filepath.Base(filepath.Clean(dst))
 	}
 	src.Name = branches.DefaultSourceName(src)
-	cl.infof("note: %s makes a branch, the same as `pgfork branch create %s --source %s`: it is kept in the state directory, not in %s",
-		how, name, src, dst)
+	var dataDir string
+	if src.Kind == branches.SourceBackup {
+		dataDir = dst
+		cl.infof("note: %s makes a branch, the same as `pgfork branch create %s --source %s`, with its data directory in %s",
+			how, name, src, dst)
+	} else {
+		cl.infof("note: %s makes a branch, the same as `pgfork branch create %s --source %s`: it is kept in the state directory, not in %s",
+			how, name, src, dst)
+	}
 	user, err := instance.ResolveUser(cl.g.runAs)
 	if err != nil {
 		return err
@@ -244,7 +260,7 @@ func (cl *cli) branchAlias(cmd *cobra.Command, how string, src branches.Source, 
 	}
 	defer l.Close()
 	cl.infof("making branch %s (recovery may take a moment)...", name)
-	b, err := l.Create(cmd.Context(), branches.CreateOptions{Name: name, Source: src.Name, Port: p})
+	b, err := l.Create(cmd.Context(), branches.CreateOptions{Name: name, Source: src.Name, Port: p, DataDir: dataDir})
 	if err != nil {
 		return err
 	}

@@ -57,15 +57,18 @@ pgfork backup makes), the chain ending with the newest backup there is
 restored, or the one ending with --upto NAME.
 
 --start makes a branch of the backups instead, the same as pgfork branch
-create NAME --source backup:CHAIN (it says so): restored into the state
-directory (not DST, whose name is the branch's unless --name), recovered,
+create NAME --source backup:CHAIN (it says so), with DST as its data
+directory (its name is the branch's unless --name): restored into a
+snapshot beside DST (.DST.pgfork), DST a reflink copy of it, recovered,
 started on its own TCP port with a role and password of its own. It is
 listed by pgfork branch ls and pgfork ls; pgfork branch reset puts it back
 to the restored point, pgfork branch snapshot keeps a point of it, pgfork
-branch rm removes it. A branch never archives WAL (archive_mode=off), so it
-cannot write into its source's archive. The state directory should be on the
-backups' filesystem: elsewhere they are copied, not cloned (a warning says so
-first, with the size; --state-dir DIR on their filesystem clones them).
+branch rm removes it, DST and the snapshot beside it. A branch never
+archives WAL (archive_mode=off), so it cannot write into its source's
+archive. DST should be on the backups' filesystem: elsewhere they are
+copied, not cloned (a warning says so first, with the size). As root,
+DST's parent must belong to root or the --run-as user and be writable by
+no one else.
 Tablespaces outside the data directory are restored as pg_combinebackup does:
 each needs -T OLDDIR=NEWDIR, OLDDIR being where the newest backup's
 pg_tblspc link points; the result links to NEWDIR (not with --start).
@@ -94,7 +97,7 @@ With --start --wal DIR (a WAL archive) it replays the archive's WAL, up to
 	f.BoolVar(&fl.noClone, "no-clone", false, "measurement: never reflink")
 	f.BoolVar(&fl.dryRun, "dry-run", false, "check the chain and print what would be done (files cloned whole or rebuilt, blocks by backup, space needed); write nothing")
 	f.StringVar(&fl.upto, "upto", "", "with a chain directory (made by pgfork backup): restore up to this backup (default: the newest)")
-	f.BoolVar(&fl.start, "start", false, "make a branch of the backups (pgfork branch create), kept in the state directory")
+	f.BoolVar(&fl.start, "start", false, "make a branch of the backups (pgfork branch create) whose data directory is DST")
 	f.StringVar(&fl.port, "port", "", `with --start: the branch's TCP port N (default, or "auto": a free one)`)
 	f.BoolVar(&fl.tcp, "tcp", false, "with --start: a branch listens on 127.0.0.1 always (kept for old scripts)")
 	f.StringVar(&fl.name, "name", "", "with --start: name of the branch (default: DST's name)")

@@ -9,6 +9,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/pgfork/pgfork/clone"
 	"github.com/pgfork/pgfork/internal/pgtest"
 	"github.com/pgfork/pgfork/internal/testenv"
 	"github.com/pgfork/pgfork/pgbackup"
@@ -88,9 +89,11 @@ func TestRestoreCLI(t *testing.T) {
 		t.Errorf("PG_VERSION's manifest entry: %+v", f)
 	}
 
-	// --start is branch creation: restored into the state directory (not
-	// DST, which names it), listed with its source, reset to the restored
-	// point, snapshotted and removed as any branch.
+	// --start is branch creation: DST, which names it, is its data
+	// directory (its snapshot beside it), listed with its source, reset to
+	// the restored point, snapshotted and removed as any branch; the
+	// snapshot of it and the branch of that snapshot live beside it too,
+	// and once all are removed nothing is left there.
 	state := filepath.Join(base, "state")
 	pg := func(args ...string) cliResult {
 		return runInProcess(t, append([]string{"--state-dir", state, "--pg-bin", b.Bin}, args...)...)
@@ -105,8 +108,8 @@ func TestRestoreCLI(t *testing.T) {
 	if want := "the same as `pgfork branch create yesterday --source backup:" + full + "`"; !strings.Contains(r.stderr, want) {
 		t.Errorf("restore --start does not say it makes a branch (%q):\n%s", want, r.stderr)
 	}
-	if _, err := os.Lstat(yesterday); !os.IsNotExist(err) {
-		t.Errorf("restore --start wrote DST %s (%v): a branch lives in the state directory", yesterday, err)
+	if _, err := os.Stat(filepath.Join(yesterday, "PG_VERSION")); err != nil {
+		t.Errorf("restore --start did not make DST the branch's data directory: %v", err)
 	}
 	pgtest.Exec(t, br.URL, "DELETE FROM t WHERE x > 10")
 	pg("branch", "snapshot", "yesterday", "ten").ok(t)
@@ -124,13 +127,18 @@ func TestRestoreCLI(t *testing.T) {
 	pg("branch", "rm", "tenth").ok(t)
 	pg("branch", "rm", "yesterday").ok(t)
 	pg("branch", "rm", "--snapshot", "ten").ok(t)
+	for _, p := range []string{yesterday, filepath.Join(base, ".yesterday.pgfork")} {
+		if _, err := os.Lstat(p); !os.IsNotExist(err) {
+			t.Errorf("after the branches and the snapshot are removed, %s is left (%v)", p, err)
+		}
+	}
 }
 
-// TestRestoreStartCrossingNotice: a backup on XFS, the state directory on
-// a tmpfs: restore --start says on stderr, before it copies, that the
-// backup is copied and not cloned, how much, and the flag that avoids it;
-// pgfork branch create from the backup with the state on the backup's
-// own XFS says nothing of it (issue 60).
+// TestRestoreStartCrossingNotice: a backup on XFS. restore --start DST
+// with DST on a tmpfs says on stderr, before it copies, that the backup is
+// copied into DST and not cloned, how much, and what avoids it; pgfork
+// branch create from the backup says so of the state directory on a tmpfs,
+// and nothing with the state on the backup's own XFS (issue 60).
 func TestRestoreStartCrossingNotice(t *testing.T) {
 	t.Parallel() // see TestMain
 	b := pgtest.Builds(t, 17)[0]
@@ -141,13 +149,19 @@ func TestRestoreStartCrossingNotice(t *testing.T) {
 		PGBin: pgbin.Options{Explicit: b.Bin, StateDir: t.TempDir()}}); err != nil {
 		t.Fatal(err)
 	}
+	tmpfs := testenv.TmpfsDir(t)
+	stateWarn := func(state string) string {
+		return ` into the state directory ` + regexp.QuoteMeta(state) + ` \(tmpfs\), another filesystem; to clone it, give --state-dir DIR \(or set PGFORK_HOME\) with DIR on the filesystem of `
+	}
 	for _, c := range []struct {
 		state string
 		args  []string
-		warn  bool
+		warn  string // the middle of the warning; "": none
 	}{
-		{filepath.Join(testenv.TmpfsDir(t), "state"), []string{"restore", full, filepath.Join(base, "yesterday"), "--start"}, true},
-		{filepath.Join(base, "state"), []string{"branch", "create", "yesterday", "--source", "backup:" + full}, false},
+		{filepath.Join(base, "state1"), []string{"restore", full, filepath.Join(tmpfs, "yesterday"), "--start"},
+			` into ` + regexp.QuoteMeta(filepath.Join(tmpfs, "yesterday")) + ` \(tmpfs\), another filesystem; to clone it, give a data directory on the filesystem of `},
+		{filepath.Join(tmpfs, "state"), []string{"branch", "create", "yesterday", "--source", "backup:" + full}, stateWarn(filepath.Join(tmpfs, "state"))},
+		{filepath.Join(base, "state2"), []string{"branch", "create", "yesterday", "--source", "backup:" + full}, ""},
 	} {
 		pg := func(args ...string) cliResult {
 			return runInProcess(t, append([]string{"--state-dir", c.state, "--pg-bin", b.Bin}, args...)...)
@@ -156,10 +170,112 @@ func TestRestoreStartCrossingNotice(t *testing.T) {
 		t.Cleanup(func() { pg("branch", "rm", "yesterday") })
 		r.ok(t)
 		warn := regexp.MustCompile(`(?m)^warning: source chain is copied, not cloned: about [0-9.]+ MiB from ` + regexp.QuoteMeta(full) +
-			` \(xfs\) into the state directory ` + regexp.QuoteMeta(c.state) + ` \(tmpfs\), another filesystem; to clone it, give --state-dir DIR \(or set PGFORK_HOME\) with DIR on the filesystem of ` +
-			regexp.QuoteMeta(full) + `\n`)
-		if got := warn.MatchString(r.stderr); got != c.warn || c.warn != strings.Contains(r.stderr, "not cloned") {
-			t.Errorf("pgfork %v with the state in %s: warning given %v, want %v:\n%s", c.args, c.state, got, c.warn, r.stderr)
+			` \(xfs\)` + c.warn + regexp.QuoteMeta(full) + `\n`)
+		if got := c.warn != "" && warn.MatchString(r.stderr); got != (c.warn != "") || (c.warn != "") != strings.Contains(r.stderr, "not cloned") {
+			t.Errorf("pgfork %v with the state in %s: warning given %v, want %v:\n%s", c.args, c.state, got, c.warn != "", r.stderr)
 		}
 	}
+}
+
+// TestRestoreStartBesideItsData: a backup on XFS, the state directory on
+// a tmpfs (another filesystem): restore --start DST, with DST on the
+// backup's XFS, makes the branch's data directory DST itself, a clone
+// sharing its blocks with the backup (FIEMAP: the same physical
+// extents), says nothing of a copy, starts it and answers; nothing of it
+// is in the state directory; reset and rm find it where it is, and rm
+// removes DST and the home pgfork made beside it (issue 60).
+func TestRestoreStartBesideItsData(t *testing.T) {
+	t.Parallel() // see TestMain
+	b := pgtest.Builds(t, 17)[0]
+	in := pgtest.New(t, b.Server())
+	pgtest.Exec(t, in.ConnString("", ""), "CREATE TABLE t AS SELECT g AS id, repeat('x', 100) AS pad FROM generate_series(1, 50000) g")
+	rel := pgtest.Query(t, in.ConnString("", ""), "SELECT pg_relation_filepath('t')")
+	base := testenv.XFSDir(t)
+	chain := filepath.Join(base, "chain")
+	if _, err := pgbackup.Take(context.Background(), pgbackup.TakeOptions{Dir: chain, ConnString: in.ConnString("", ""),
+		PGBin: pgbin.Options{Explicit: b.Bin, StateDir: t.TempDir()}}); err != nil {
+		t.Fatal(err)
+	}
+	backups, err := pgbackup.Discover(chain, "")
+	if err != nil || len(backups) != 1 {
+		t.Fatalf("chain %s: %v %v", chain, backups, err)
+	}
+	state := filepath.Join(testenv.TmpfsDir(t), "state")
+	pg := func(args ...string) cliResult {
+		return runInProcess(t, append([]string{"--state-dir", state, "--pg-bin", b.Bin}, args...)...)
+	}
+	dst := filepath.Join(base, "yesterday")
+	r := pg("restore", chain, dst, "--start")
+	t.Cleanup(func() { pg("branch", "rm", "yesterday") })
+	r.ok(t)
+	if strings.Contains(r.stderr, "not cloned") {
+		t.Errorf("restore --start into the backup's filesystem warned of a copy:\n%s", r.stderr)
+	}
+	url := regexp.MustCompile(`postgresql://\S+`).FindString(r.stdout)
+	if n := pgtest.Query(t, url, "SELECT count(*) FROM t"); n != "50000" {
+		t.Errorf("the branch has %s rows, want 50000", n)
+	}
+	if _, err := os.Stat(filepath.Join(dst, "PG_VERSION")); err != nil {
+		t.Fatalf("DST is not the branch's data directory: %v", err)
+	}
+	if !sharesExtents(t, filepath.Join(backups[0], rel), filepath.Join(dst, rel)) {
+		t.Errorf("%s in DST shares no extent with the backup's: copied, not cloned", rel)
+	}
+	for _, sub := range []string{"snap", "data"} {
+		if ents, _ := os.ReadDir(filepath.Join(state, "branches", sub)); len(ents) != 0 {
+			t.Errorf("the state directory's branches/%s holds %v", sub, ents)
+		}
+	}
+	pgtest.Exec(t, url, "DELETE FROM t")
+	pg("branch", "reset", "yesterday").ok(t)
+	if n := pgtest.Query(t, url, "SELECT count(*) FROM t"); n != "50000" {
+		t.Errorf("after reset the branch has %s rows, want 50000", n)
+	}
+	if !sharesExtents(t, filepath.Join(backups[0], rel), filepath.Join(dst, rel)) {
+		t.Errorf("after reset %s in DST shares no extent with the backup's", rel)
+	}
+	r = pg("restore", chain, dst, "--start", "--name", "again")
+	if r.code != 4 || !strings.Contains(r.stderr, dst) {
+		t.Errorf("restore --start into the existing DST: exit %d, want 4 (exists)\n%s", r.code, r.stderr)
+	}
+	pg("branch", "rm", "yesterday").ok(t)
+	ents, _ := os.ReadDir(base)
+	var left []string
+	for _, e := range ents {
+		if e.Name() != "chain" {
+			left = append(left, e.Name())
+		}
+	}
+	if len(left) != 0 {
+		t.Errorf("after branch rm, beside the chain: %v, want nothing", left)
+	}
+}
+
+// sharesExtents says whether files a and b have a physical extent in
+// common (FIEMAP): b is, at least in part, a clone of a.
+func sharesExtents(t *testing.T, a, b string) bool {
+	t.Helper()
+	starts := map[uint64]bool{}
+	for i, p := range []string{a, b} {
+		f, err := os.Open(p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		shared := false
+		ok, err := clone.Extents(f, func(x clone.Extent) {
+			if x.Placed && i == 0 {
+				starts[x.Physical] = true
+			} else if x.Placed && starts[x.Physical] {
+				shared = true
+			}
+		})
+		f.Close()
+		if !ok || err != nil {
+			t.Fatalf("FIEMAP of %s: %v %v", p, ok, err)
+		}
+		if i == 1 {
+			return shared
+		}
+	}
+	return false
 }

@@ -198,7 +198,11 @@ func Run(ctx context.Context, o Options) (*Result, error) {
 		left := r.rollback(cctx)
 		cancel()
 		if ctx.Err() != nil {
-			err = errs.Wrap(errs.Interrupted, err, "interrupted: the old cluster serves (writes allowed)%s", left)
+			e := errs.Wrap(errs.Interrupted, err, "interrupted: the old cluster serves (writes allowed)%s", left)
+			if left == "" {
+				e = e.WithHint("nothing of the run is left on either cluster; run again when you like")
+			}
+			err = e
 		} else if left != "" {
 			err = errs.Wrap(errs.KindOf(err), err, "%s", strings.TrimPrefix(left, "; ")).WithHint("%s", errs.HintOf(err))
 		}
@@ -569,6 +573,13 @@ func (r *run) subscribe(ctx context.Context, R pgdata.LSN) error {
 		// The publication came along with the clone.
 		if _, err := conn.Exec(ctx, "DROP PUBLICATION IF EXISTS "+pgx.Identifier{pubName}.Sanitize()); err != nil {
 			return errs.Wrap(errs.Internal, err, "database %q of the new cluster", d.name)
+		}
+		// DDL after R: a table the new cluster lacks fails the subscription.
+		if same, err := sameCatalog(ctx, d); err != nil || !same {
+			if err == nil {
+				err = driftError(d.name)
+			}
+			return err
 		}
 		if _, err := conn.Exec(ctx, "CREATE SUBSCRIPTION "+sub+" CONNECTION "+quoteLiteral(r.conninfo(d.name, d.slot))+
 			" PUBLICATION "+pgx.Identifier{pubName}.Sanitize()+" WITH (create_slot = false, slot_name = "+quoteLiteral(d.slot)+

@@ -360,3 +360,85 @@ func TestLogicalRefusals(t *testing.T) {
 		}
 	})
 }
+
+// TestLogicalRollsBack: what logical replication does not carry, written on
+// the old cluster after R, stops the run before or inside the window, and
+// so do a window past its deadline and an interrupt: each time the old
+// cluster serves writes again and nothing of the run is left on it (one
+// old cluster for all, which each rollback leaves as it was).
+func TestLogicalRollsBack(t *testing.T) {
+	old, nw := builds(t)
+	base := testenv.XFSDir(t)
+	oldDir := filepath.Join(base, "old")
+	newDir := filepath.Join(base, "new")
+	pgtest.InitDB(t, oldDir, pgtest.Server{BinDir: old.BinDir, Env: old.Env})
+	inst := startOld(t, old, oldDir, logicalSettings(nil))
+	pgtest.Exec(t, inst.ConnString("", "postgres"), "CREATE DATABASE shop")
+	shop := inst.ConnString("", "shop")
+	pgtest.Exec(t, shop, "CREATE TABLE items (id bigserial PRIMARY KEY, v text)", "INSERT INTO items(v) VALUES ('before')")
+	dbs := []string{"postgres", "shop"}
+
+	// rollsBack runs the upgrade, runs sql on the old cluster when phase
+	// at starts (after R), cancels the run when cancelAt starts, and checks
+	// the error and the rollback.
+	rollsBack := func(t *testing.T, o logical.Options, at string, sql []string, cancelAt string, kind errs.Kind, want string) {
+		t.Helper()
+		o.OldDir, o.NewDir, o.Old, o.New = oldDir, newDir, old, nw
+		ctx, cancel := context.WithCancel(context.Background())
+		defer cancel()
+		window := false
+		o.User, o.Jobs = pgtest.User(t), 2
+		t0 := time.Now()
+		o.OnEvent = func(e upgrade.Event) {
+			if e.Done && e.Step == "" {
+				t.Logf("%s done at %s", e.Phase, time.Since(t0).Round(time.Millisecond))
+			}
+			if e.Message != "" {
+				t.Logf("%s: %s", e.Phase, e.Message)
+			}
+			if e.Phase == at && !e.Done && len(sql) > 0 {
+				pgtest.Exec(t, shop, sql...)
+			}
+			if e.Phase == logical.PhaseWindow && !e.Done {
+				window = true
+			}
+			if e.Phase == cancelAt && !e.Done {
+				cancel()
+			}
+		}
+		_, err := logical.Run(ctx, o)
+		if err == nil {
+			t.Fatal("the run succeeded")
+		}
+		t.Logf("error: %v (hint: %s)", err, errs.HintOf(err))
+		if errs.KindOf(err) != kind || !strings.Contains(err.Error(), want) {
+			t.Errorf("error %v (kind %v), want kind %v and %q", err, errs.KindOf(err), kind, want)
+		}
+		if window && kind != errs.Busy {
+			t.Error("writes were refused on the old cluster before the failure was found")
+		}
+		nothingLeft(t, inst, dbs, newDir, false)
+		pgtest.Exec(t, shop, "INSERT INTO items(v) VALUES ('after the rollback')")
+	}
+	t.Run("ddl_stops_apply", func(t *testing.T) {
+		// After the subscriptions were compared with the old catalogs: the
+		// apply stops, which must be found before writes are refused.
+		rollsBack(t, logical.Options{}, logical.PhaseCatchUp, []string{"ALTER TABLE items ADD COLUMN extra int", "INSERT INTO items(v, extra) VALUES ('x', 1)"},
+			"", errs.Unsupported, "apply errors")
+		pgtest.Exec(t, shop, "ALTER TABLE items DROP COLUMN extra")
+	})
+	t.Run("table_after_r", func(t *testing.T) {
+		rollsBack(t, logical.Options{}, logical.PhaseSubscribe, []string{"CREATE TABLE late (id int PRIMARY KEY)"}, "", errs.Unsupported, "catalog or the large objects of database shop")
+		pgtest.Exec(t, shop, "DROP TABLE late")
+	})
+	t.Run("large_object_after_r", func(t *testing.T) {
+		rollsBack(t, logical.Options{}, logical.PhaseCatchUp, []string{"SELECT lo_from_bytea(0, 'blob')"}, "", errs.Unsupported, "catalog or the large objects of database shop")
+		pgtest.Exec(t, shop, "SELECT lo_unlink(oid) FROM pg_largeobject_metadata")
+	})
+	t.Run("window_deadline", func(t *testing.T) {
+		rollsBack(t, logical.Options{Window: time.Nanosecond}, "", nil, "", errs.Busy, "writes were given back")
+	})
+	t.Run("interrupt", func(t *testing.T) {
+		rollsBack(t, logical.Options{}, "", nil, logical.PhaseCatchUp, errs.Interrupted, "the old cluster serves")
+	})
+}

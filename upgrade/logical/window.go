@@ -139,15 +139,11 @@ func (r *run) compare(ctx context.Context) error {
 	var mu sync.Mutex
 	var drift []string
 	if err := r.each(ctx, 8, func(ctx context.Context, d *database) error {
-		a, err := catalogOf(ctx, d.old)
+		same, err := sameCatalog(ctx, d)
 		if err != nil {
-			return errs.Wrap(errs.Internal, err, "cannot read the catalog of database %q of the old cluster", d.name)
+			return err
 		}
-		b, err := catalogOf(ctx, d.new)
-		if err != nil {
-			return errs.Wrap(errs.Internal, err, "cannot read the catalog of database %q of the new cluster", d.name)
-		}
-		if a != b {
+		if !same {
 			mu.Lock()
 			drift = append(drift, d.name)
 			mu.Unlock()
@@ -158,10 +154,28 @@ func (r *run) compare(ctx context.Context) error {
 	}
 	if len(drift) > 0 {
 		slices.Sort(drift)
-		return errs.New(errs.Unsupported, "the catalog or the large objects of database %s changed on the old cluster since the run began: logical replication does not carry that", strings.Join(drift, ", ")).
-			WithHint("run again, with no DDL and no large objects written meanwhile")
+		return driftError(drift...)
 	}
 	return nil
+}
+
+// driftError says that databases changed in what replication does not carry.
+func driftError(dbs ...string) error {
+	return errs.New(errs.Unsupported, "the catalog or the large objects of database %s changed on the old cluster since the run began: logical replication does not carry that", strings.Join(dbs, ", ")).
+		WithHint("run again, with no DDL and no large objects written meanwhile")
+}
+
+// sameCatalog compares a database's catalog and large objects on both sides.
+func sameCatalog(ctx context.Context, d *database) (bool, error) {
+	a, err := catalogOf(ctx, d.old)
+	if err != nil {
+		return false, errs.Wrap(errs.Internal, err, "cannot read the catalog of database %q of the old cluster", d.name)
+	}
+	b, err := catalogOf(ctx, d.new)
+	if err != nil {
+		return false, errs.Wrap(errs.Internal, err, "cannot read the catalog of database %q of the new cluster", d.name)
+	}
+	return a == b, nil
 }
 
 // window refuses writes on the old cluster, waits until every slot has

@@ -110,6 +110,20 @@ func TestFailingMigrationDiscardsTemplate(t *testing.T) {
 	}
 }
 
+// TestServeArgsRefusesUnsplittable: a PGFORK_SERVE_ARGS a shell could not
+// split is an error naming the variable, not a server started without it.
+func TestServeArgsRefusesUnsplittable(t *testing.T) {
+	t.Setenv("PGFORK_SERVE_ARGS", `--db-prefix 'unclosed`)
+	if _, err := serveArgs(); err == nil || !strings.Contains(err.Error(), "PGFORK_SERVE_ARGS") {
+		t.Fatalf("serveArgs() error = %v, want one naming PGFORK_SERVE_ARGS", err)
+	}
+	t.Setenv("PGFORK_SERVE_ARGS", `--pool-max 16 --db-prefix "a b"`)
+	got, err := serveArgs()
+	if want := []string{"--pool-max", "16", "--db-prefix", "a b"}; err != nil || strings.Join(got, "|") != strings.Join(want, "|") {
+		t.Fatalf("serveArgs() = %q, %v; want %q", got, err, want)
+	}
+}
+
 // TestStartServe: the server Main starts answers, hands out databases, and
 // is gone promptly, with its state directory, after stop.
 func TestStartServe(t *testing.T) {
@@ -117,6 +131,9 @@ func TestStartServe(t *testing.T) {
 	if bin == "" {
 		t.Fatal("PGFORK_BIN is not set: clients/test.sh sets it to the pgfork it built")
 	}
+	// Arguments for the server from PGFORK_SERVE_ARGS, split as a shell splits
+	// them: the databases it hands out are named with this prefix.
+	t.Setenv("PGFORK_SERVE_ARGS", `--db-prefix 'gomain'`)
 	s, err := startServe(t.Context(), bin)
 	if err != nil {
 		t.Fatal(err)
@@ -130,9 +147,12 @@ func TestStartServe(t *testing.T) {
 	t.Setenv("PGFORK_URL", s.url) // PGFORK_TOKEN, if set, reaches the server and the client alike
 	// In a subtest, so that the database goes back before the server stops.
 	t.Run("db", func(t *testing.T) {
-		var n int
-		if err := DB(t, Options{ExtraKey: "autostart"}).QueryRowContext(t.Context(), "SELECT 1").Scan(&n); err != nil || n != 1 {
-			t.Fatalf("query on a database of the started server: %d, %v", n, err)
+		var name string
+		if err := DB(t, Options{ExtraKey: "autostart"}).QueryRowContext(t.Context(), "SELECT current_database()").Scan(&name); err != nil {
+			t.Fatalf("query on a database of the started server: %v", err)
+		}
+		if !strings.HasPrefix(name, "gomain") {
+			t.Errorf("the started server handed out database %q; want the prefix gomain of PGFORK_SERVE_ARGS", name)
 		}
 	})
 	state := s.state

@@ -14,6 +14,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/google/shlex"
 )
 
 // ServeStartTimeout bounds how long Main waits for a `pgfork serve` it
@@ -29,7 +31,9 @@ var ServeStartTimeout = 3 * time.Minute
 // loopback port with a state directory of its own, runs its own PostgreSQL,
 // and is stopped, its state removed, when the tests end (it stops by itself
 // if the test binary is killed: --exit-with-parent); PGFORK_URL names it
-// meanwhile. Each test binary (package) starts its own. With PGFORK_URL or
+// meanwhile; $PGFORK_SERVE_ARGS adds arguments to its command line (split
+// as a POSIX shell splits words; no secrets: `pgfork serve --help` lists
+// them). Each test binary (package) starts its own. With PGFORK_URL or
 // INTEGRESQL_CLIENT_BASE_URL set, or no binary, Main just runs the tests
 // (which then fail with a message if no server answers). Whatever answers at
 // the default URL is not used: any local user can listen there
@@ -88,8 +92,13 @@ func startServe(ctx context.Context, bin string) (*serve, error) {
 		return nil, err
 	}
 	defer log.Close()
-	cmd := exec.Command(bin, "--json", "serve", "--listen", "127.0.0.1:0", "--exit-with-parent",
-		"--state-dir", filepath.Join(state, "state"))
+	extra, err := serveArgs()
+	if err != nil {
+		os.RemoveAll(state)
+		return nil, err
+	}
+	cmd := exec.Command(bin, append([]string{"--json", "serve", "--listen", "127.0.0.1:0", "--exit-with-parent",
+		"--state-dir", filepath.Join(state, "state")}, extra...)...)
 	cmd.Stderr = log
 	stdout, err := cmd.StdoutPipe()
 	if err != nil {
@@ -132,6 +141,20 @@ func startServe(ctx context.Context, bin string) (*serve, error) {
 	s.url = "http://" + ready.Listen
 	s.exited = exited
 	return s, nil
+}
+
+// serveArgs returns the extra arguments for the server Main starts:
+// $PGFORK_SERVE_ARGS split into words as a POSIX shell splits them (quotes
+// and backslashes, no expansions), as the Python and JS glue read it. No
+// secrets there: every local user reads a command line; a password or token
+// goes in the environment, which serve inherits (PGFORK_PG_URL, …). The
+// error does not show the value.
+func serveArgs() ([]string, error) {
+	words, err := shlex.Split(os.Getenv("PGFORK_SERVE_ARGS"))
+	if err != nil {
+		return nil, fmt.Errorf("PGFORK_SERVE_ARGS cannot be split into words (%v): quote it as for a POSIX shell", err)
+	}
+	return words, nil
 }
 
 // stop stops the server (SIGTERM: it exits within about 2 s; SIGKILL after

@@ -32,5 +32,5 @@ export {
 } from "./migrate.js";
 export { ensureTemplate, getDatabase, redact, type Template, type TemplateOptions } from "./template.js";
 export { PgforkDatabase, runWithDatabase } from "./database.js";
-export { ensureServe, findPgfork, platformPackage, serveStateDir, stopServe, type StartedServe } from "./serve.js";
+export { ensureServe, findPgfork, pgMajor, platformPackage, serveStateDir, stopServe, type StartedServe } from "./serve.js";
 export { acquireDatabase, databaseEnv, releaseDatabase, setEnv } from "./database.js";

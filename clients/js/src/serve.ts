@@ -161,6 +161,26 @@ export function serveArgs(env: NodeJS.ProcessEnv = process.env): string[] {
   return words;
 }
 
+/**
+ * The PostgreSQL major of a `pgfork serve` the glue starts: $PGFORK_PG
+ * (the environment wins, so a CI matrix can override a project's pin), else
+ * the option pg (e.g. pgforkSetup({ pg: 17 })); "" when neither is set:
+ * serve's default, the newest PostgreSQL installed on the system. A
+ * PgforkError for anything but a major number.
+ */
+export function pgMajor(pg?: number | string, env: NodeJS.ProcessEnv = process.env): string {
+  const v = String(env.PGFORK_PG || (pg ?? "")).trim();
+  if (v && !/^[1-9][0-9]?$/.test(v)) {
+    throw new PgforkError(`pgfork: PGFORK_PG (the pg option) = ${JSON.stringify(v)} is not a PostgreSQL major version: give one such as 17`);
+  }
+  return v;
+}
+
+/** The major of a PostgreSQL version such as "17.11" ("" when unknown). */
+function majorOf(version: string | undefined): string {
+  return /^(\d+)/.exec(version ?? "")?.[1] ?? "";
+}
+
 /** What `pgfork serve` records of itself in <state>/locks/serve.owner. */
 export interface ServeOwner {
   pid: number;
@@ -246,6 +266,8 @@ interface ServeRecord {
   /** The serve's pid and start time (its ServeOwner): the record counts only while serveOwner proves them. */
   pid: number;
   start: number;
+  /** The PostgreSQL it runs, as its --json line says (e.g. "17.11"). */
+  pgVersion?: string;
 }
 
 /** A `pgfork serve` this package started. */
@@ -257,6 +279,8 @@ export interface StartedServe {
   watchdog: number;
   /** True if this process started it (and so stops it). */
   owner: boolean;
+  /** The PostgreSQL it runs (e.g. "17.11"), when known: serve says it when it starts. */
+  pgVersion?: string;
 }
 
 // Runs in its own process group between the test run and serve: it stops
@@ -291,11 +315,16 @@ function alive(pid: number): boolean {
 
 /** The listen address in serve's --json output (one line, or a whole object), or undefined while incomplete. */
 export function listenFromJson(out: string): string | undefined {
+  return serveLine(out)?.listen;
+}
+
+/** serve's --json line (one line, or a whole object): where it listens and the PostgreSQL it runs; undefined while incomplete. */
+function serveLine(out: string): { listen: string; pgVersion?: string } | undefined {
   const first = out.split("\n", 1)[0] ?? "";
   for (const text of [first, out]) {
     try {
-      const v = JSON.parse(text) as { listen?: unknown };
-      if (typeof v.listen === "string") return v.listen;
+      const v = JSON.parse(text) as { listen?: unknown; pg_version?: unknown };
+      if (typeof v.listen === "string") return { listen: v.listen, ...(typeof v.pg_version === "string" ? { pgVersion: v.pg_version } : {}) };
     } catch {
       // not (yet) a whole JSON object
     }
@@ -384,11 +413,11 @@ async function startServe(bin: string, stateDir: string, runner: number, extra: 
   const shown = `${bin} ${args.join(" ")}`;
   const deadline = Date.now() + SERVE_START_TIMEOUT_MS;
   for (;;) {
-    const listen = listenFromJson(readText(out));
-    if (listen) {
-      const url = `http://${listen}`;
+    const line = serveLine(readText(out));
+    if (line) {
+      const url = `http://${line.listen}`;
       if (await new Client(url, { token }).healthy(5000)) {
-        return { serve: { url, token, stateDir, watchdog: child.pid ?? 0, owner: runner === process.pid }, child };
+        return { serve: { url, token, stateDir, watchdog: child.pid ?? 0, owner: runner === process.pid, pgVersion: line.pgVersion }, child };
       }
     }
     if (exited !== undefined) {
@@ -423,15 +452,26 @@ function stopPid(pid: number): void {
  * port an old record names. The server stops when runner exits (or
  * stopServe is called). Sets PGFORK_URL and PGFORK_TOKEN in process.env,
  * which worker processes inherit.
+ *
+ * The PostgreSQL major is the project's (pgMajor: $PGFORK_PG, else pg): a
+ * server started here gets `--pg N` (serve installs a missing major); one
+ * started here before with another major is stopped first, and a running
+ * serve of the state directory with another major (or one whose major this
+ * glue did not record) is not used: a PgforkError says how to go on.
  */
-export async function ensureServe(opts: { runner?: number; env?: NodeJS.ProcessEnv } = {}): Promise<StartedServe | undefined> {
+export async function ensureServe(opts: { runner?: number; env?: NodeJS.ProcessEnv; pg?: number | string } = {}): Promise<StartedServe | undefined> {
   const env = opts.env ?? process.env;
-  if (envSettings(env).from !== "default") return undefined;
   const g = globalThis as Global;
+  // PGFORK_URL set by an earlier call here names the server started here: look at it again.
+  const startedHere = g[STATE] !== undefined && env.PGFORK_URL === g[STATE].serve.url;
+  if (!startedHere && envSettings(env).from !== "default") return undefined;
+  const want = pgMajor(opts.pg, env);
   if (g[STATE]) {
-    // Started here before: reuse it while its process runs (then the port is still its own) and it answers.
+    // Started here before: reuse it while its process runs (then the port is still its own) and it answers,
+    // unless it runs another major than asked (then it goes: one serve holds a state directory).
     const { serve: s, child } = g[STATE];
-    if (child.exitCode === null && child.signalCode === null && (await new Client(s.url, { token: s.token }).healthy(2000))) return exportServe(s, env);
+    if (want && majorOf(s.pgVersion) !== want) await stopServe(30_000, env);
+    else if (child.exitCode === null && child.signalCode === null && (await new Client(s.url, { token: s.token }).healthy(2000))) return exportServe(s, env);
   }
   const bin = findPgfork({ env });
   const extra = serveArgs(env);
@@ -450,11 +490,20 @@ export async function ensureServe(opts: { runner?: number; env?: NodeJS.ProcessE
         // no record (or a broken one): a serve of yours
       }
       const url = ownerUrl(o);
-      if (r?.pid === o.pid && r.start === o.start) {
+      const ours = r?.pid === o.pid && r.start === o.start;
+      if (want && !(ours && majorOf(r?.pgVersion) === want)) {
+        const runs = ours && r?.pgVersion ? `runs PostgreSQL ${r.pgVersion}` : "was not started by this glue, so its PostgreSQL major is not known";
+        throw new PgforkError(
+          `pgfork: the pgfork serve holding the state directory ${dir} (pid ${o.pid}) ${runs}, and PGFORK_PG (the pg option) asks for ${want}: ` +
+            `let the test run that started it end (its serve stops with it), or stop it (kill ${o.pid}); or give this run a state directory of its own (PGFORK_STATE_DIR); ` +
+            "or set PGFORK_URL to use that server as it is",
+        );
+      }
+      if (r && ours) {
         if (r.runner !== runner) {
           throw new PgforkError(`pgfork: another test run's pgfork serve (pid ${o.pid}, ${url}) uses the state directory ${dir}: wait for that run to end, or give this one PGFORK_STATE_DIR of its own`);
         }
-        return { serve: { url, token: r.token, stateDir: dir, watchdog: r.watchdog, owner: false }, child: undefined };
+        return { serve: { url, token: r.token, stateDir: dir, watchdog: r.watchdog, owner: false, pgVersion: r.pgVersion }, child: undefined };
       }
       const token = env.PGFORK_TOKEN ?? "";
       if (!(await new Client(url, { token: token || undefined }).healthy(5000))) {
@@ -462,9 +511,17 @@ export async function ensureServe(opts: { runner?: number; env?: NodeJS.ProcessE
       }
       return { serve: { url, token, stateDir: dir, watchdog: o.pid, owner: false }, child: undefined };
     }
-    const s = await startServe(bin, dir, runner, extra);
+    const s = await startServe(bin, dir, runner, [...(want ? ["--pg", want] : []), ...extra]);
     const own = serveOwner(dir);
-    const record: ServeRecord = { runner, watchdog: s.serve.watchdog, url: s.serve.url, token: s.serve.token, pid: own?.pid ?? 0, start: own?.start ?? 0 };
+    const record: ServeRecord = {
+      runner,
+      watchdog: s.serve.watchdog,
+      url: s.serve.url,
+      token: s.serve.token,
+      pid: own?.pid ?? 0,
+      start: own?.start ?? 0,
+      ...(s.serve.pgVersion ? { pgVersion: s.serve.pgVersion } : {}),
+    };
     writeFileSync(recordFile, JSON.stringify(record) + "\n", { mode: 0o600 });
     return s;
   });

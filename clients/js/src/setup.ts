@@ -11,7 +11,7 @@ import { type TemplateOptions, ensureTemplate } from "./template.js";
  */
 export async function buildShared(opts: TemplateOptions, runner: number = process.pid): Promise<SharedTemplate> {
   try {
-    if (!opts.client) await ensureServe({ runner });
+    if (!opts.client) await ensureServe({ runner, pg: opts.pg });
   } catch (e) {
     const client = clientFromEnv();
     return { baseUrl: client.baseUrl, token: client.token, apiVersion: client.apiVersion, error: (e as Error).message, errorName: (e as Error).name };

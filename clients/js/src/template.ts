@@ -18,6 +18,11 @@ export interface TemplateOptions {
   seed?: Migrate;
   /** Aborts the build's requests. */
   signal?: AbortSignal;
+  /**
+   * The PostgreSQL major of a `pgfork serve` the setup starts, e.g. 17 (installed if missing); $PGFORK_PG wins.
+   * Default: the newest PostgreSQL installed on the system (see pgMajor).
+   */
+  pg?: number | string;
 }
 
 /** A built template: its hash and the client that built it. */

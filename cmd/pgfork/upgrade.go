@@ -92,8 +92,10 @@ first; either way the message says which cluster serves.
 --logical upgrades a running cluster with a write pause of about a second instead:
 pg_upgrade runs on an online reflink clone while the old cluster serves, logical
 replication carries what was written since, and writes are refused only while the
-new cluster confirms the last of them (at most --window, else it rolls back).
-docs/upgrade.md says when to choose it and what it cannot carry.`,
+new cluster confirms the last of them (at most --window, else it rolls back). With
+--stop-old the pause ends with the hand-over (the old cluster stopped, the new one on
+its address); without, the old cluster is left read-only and the new one on a private
+socket. docs/upgrade.md says when to choose it and what it cannot carry.`,
 		Example: `  # rehearse on a clone, then upgrade in the fastest safe mode
   pgfork upgrade /var/lib/postgresql/15/main /var/lib/postgresql/18/main --to 18
 
@@ -104,7 +106,7 @@ docs/upgrade.md says when to choose it and what it cannot carry.`,
   pgfork upgrade /srv/pg15 /srv/pg18 --to 18 --rehearse-only
 
   # a running cluster, writes paused about a second (logical replication)
-  pgfork upgrade /srv/pg15 /srv/pg18 --to 18 --logical
+  pgfork upgrade /srv/pg15 /srv/pg18 --to 18 --logical --stop-old
 
   # hard links, no copy-on-write filesystem: the old cluster is gone afterwards
   pgfork upgrade /srv/pg15 /srv/pg18 --to 18 --mode link --yes --json`,

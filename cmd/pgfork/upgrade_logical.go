@@ -20,7 +20,7 @@ func (cl *cli) runUpgradeLogical(cmd *cobra.Command, args []string, f upgradeFla
 	var bad []string
 	for name, set := range map[string]bool{
 		"--rehearse": f.rehearse, "--no-rehearse": f.noRehearse, "--rehearse-only": f.rehearseOnly, "--check": f.check,
-		"--stop-old": f.stopOld, "--no-analyze": f.noAnalyze, "--wait-analyze": f.waitAnalyze,
+		"--no-analyze": f.noAnalyze, "--wait-analyze": f.waitAnalyze,
 		"--mode": cmd.Flags().Changed("mode") && f.mode != string(upgrade.Clone) && f.mode != string(upgrade.Auto),
 	} {
 		if set {
@@ -29,7 +29,7 @@ func (cl *cli) runUpgradeLogical(cmd *cobra.Command, args []string, f upgradeFla
 	}
 	if len(bad) > 0 {
 		return errs.New(errs.Usage, "--logical does not take %s", strings.Join(bad, ", ")).
-			WithHint("--logical always clones online and runs pg_upgrade --clone on the clone; its hand-over (--stop-old) is not built yet: drop those flags")
+			WithHint("--logical always clones online and runs pg_upgrade --clone on the clone, and analyzes before the hand-over: drop those flags")
 	}
 	if f.window <= 0 {
 		return errs.New(errs.Usage, "--window must be positive").WithHint("e.g. --window 5s")
@@ -44,7 +44,7 @@ func (cl *cli) runUpgradeLogical(cmd *cobra.Command, args []string, f upgradeFla
 	}
 	ep := &eventPrinter{cl: cl}
 	opts := logical.Options{OldDir: args[0], NewDir: args[1], Old: oldB, New: newB, Jobs: f.jobs,
-		Superuser: f.superuser, User: user, Window: f.window}
+		Superuser: f.superuser, User: user, Window: f.window, HandOver: f.stopOld}
 	if !cl.g.quiet {
 		opts.OnEvent = ep.event
 	}

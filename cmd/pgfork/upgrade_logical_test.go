@@ -10,10 +10,10 @@ import (
 // them, before anything is looked at.
 func TestUpgradeLogicalRefusesOtherPaths(t *testing.T) {
 	dir := t.TempDir()
-	r := runInProcess(t, "upgrade", dir+"/old", dir+"/new", "--to", "18", "--logical", "--stop-old", "--mode", "link")
+	r := runInProcess(t, "upgrade", dir+"/old", dir+"/new", "--to", "18", "--logical", "--wait-analyze", "--mode", "link")
 	if r.code != exitUsage || !strings.Contains(r.stderr, "--logical does not take") ||
-		!strings.Contains(r.stderr, "--stop-old") || !strings.Contains(r.stderr, "--mode") {
-		t.Errorf("exit %d, stderr %q: want exit %d naming --stop-old and --mode", r.code, r.stderr, exitUsage)
+		!strings.Contains(r.stderr, "--wait-analyze") || !strings.Contains(r.stderr, "--mode") {
+		t.Errorf("exit %d, stderr %q: want exit %d naming --wait-analyze and --mode", r.code, r.stderr, exitUsage)
 	}
 	r = runInProcess(t, "upgrade", dir+"/old", dir+"/new", "--to", "18", "--logical", "--window", "0s")
 	if r.code != exitUsage || !strings.Contains(r.stderr, "--window") {

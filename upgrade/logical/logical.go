@@ -84,6 +84,11 @@ type Options struct {
 	// CatchUp bounds the wait for the new cluster to follow the old one
 	// before the window. Default 10 minutes.
 	CatchUp time.Duration
+	// HandOver ends the window by stopping the old cluster and starting
+	// the new one at its address (port, sockets, authentication: see
+	// upgrade.ReadHandOver). Without it the old cluster is left running
+	// read-only and the new one on a private socket.
+	HandOver bool
 	// OnEvent receives progress; nil for none.
 	OnEvent func(upgrade.Event)
 }
@@ -99,12 +104,18 @@ type Result struct {
 	R string `json:"r"`
 	// Upgrade is pg_upgrade's run on the clone.
 	Upgrade *upgrade.Result `json:"upgrade"`
-	// Window is how long writes were refused on the old cluster.
+	// Window is how long writes were refused on the old cluster (with
+	// the hand-over: until the new cluster accepted connections at its
+	// address).
 	Window time.Duration `json:"window_ns"`
+	// HandedOver: the old cluster was stopped and the new one serves at
+	// its address.
+	HandedOver bool `json:"handed_over"`
 	// Sequences copied in the window.
 	Sequences int `json:"sequences"`
-	// Port and SocketDir: where the new cluster runs (socket only, a
-	// private directory, its initdb authentication).
+	// Port and SocketDir: where the new cluster runs (without the
+	// hand-over: socket only, a private directory, initdb's
+	// authentication).
 	Port      int    `json:"port"`
 	SocketDir string `json:"socket_dir"`
 	// Phases times the run's phases.
@@ -142,6 +153,11 @@ type run struct {
 	newInst  *instance.Instance
 	newMade  bool // NewDir was created by this run
 	ownPIDs  []uint32
+	// ho is what the hand-over carries; oldOpts the old server's command
+	// line, to start it again; oldStopped: the hand-over stopped it.
+	ho         *upgrade.HandOver
+	oldOpts    string
+	oldStopped bool
 }
 
 func (r *run) emit(e upgrade.Event) {
@@ -234,7 +250,15 @@ func (r *run) run(ctx context.Context) error {
 		return errs.New(errs.Exists, "new data directory already exists").WithPath(o.NewDir).
 			WithHint("choose a path that does not exist yet (pgfork creates it)")
 	}
-	if err := r.phase(PhasePreflight, func() error { return r.preflight(ctx) }); err != nil {
+	if err := r.phase(PhasePreflight, func() error {
+		if err := r.preflight(ctx); err != nil {
+			return err
+		}
+		if o.HandOver {
+			return r.readHandOver(ctx)
+		}
+		return nil
+	}); err != nil {
 		return err
 	}
 	if err := r.phase(PhasePublish, func() error { return r.publish(ctx) }); err != nil {
@@ -275,6 +299,13 @@ func (r *run) run(ctx context.Context) error {
 	}
 	if err := r.phase(PhaseWindow, func() error { return r.window(ctx) }); err != nil {
 		return err
+	}
+	if r.res.HandedOver {
+		r.res.Notes = append(r.res.Notes,
+			fmt.Sprintf("the new cluster serves at the old one's address (port %d), started with its own configuration; its log is %s; carry over your other settings from %s",
+				r.res.Port, filepath.Join(o.NewDir, instance.LogFileName), o.OldDir),
+			"the old cluster is stopped, intact and read-only (default_transaction_read_only = on in its postgresql.auto.conf): to roll back, stop the new cluster, start the old one and run ALTER SYSTEM RESET default_transaction_read_only; SELECT pg_reload_conf(); (writes made on the new cluster are not on it)")
+		return nil
 	}
 	_ = r.phase(PhaseCleanup, func() error {
 		if left := r.dropReplication(context.WithoutCancel(ctx)); left != "" {
@@ -563,6 +594,11 @@ func (r *run) subscribe(ctx context.Context, R pgdata.LSN) error {
 		return errs.Wrap(errs.KindOf(err), err, "the upgraded cluster does not start")
 	}
 	r.newInst = inst
+	if r.ho != nil {
+		if err := r.carry(ctx); err != nil {
+			return err
+		}
+	}
 	return r.each(ctx, 4, func(ctx context.Context, d *database) error {
 		conn, err := pgx.Connect(ctx, inst.ConnString(r.su, d.name))
 		if err != nil {

@@ -117,6 +117,7 @@ func nothingLeft(t *testing.T, inst *instance.Instance, dbs []string, newDir str
 type writer struct {
 	mu    sync.Mutex
 	acked []int64
+	at    []time.Time // when each was acknowledged
 	errs  int
 	stop  chan struct{}
 	done  chan struct{}
@@ -153,7 +154,7 @@ func startWriter(url string) *writer {
 			err := conn.QueryRow(ctx, "INSERT INTO items(v) VALUES ('w') RETURNING id").Scan(&id)
 			w.mu.Lock()
 			if err == nil {
-				w.acked = append(w.acked, id)
+				w.acked, w.at = append(w.acked, id), append(w.at, time.Now())
 			} else {
 				w.errs++
 			}
@@ -170,9 +171,11 @@ func (w *writer) count() int {
 }
 
 // TestLogicalUpgradeWithWriter upgrades a running cluster with --logical
-// while a writer commits a row every few milliseconds: every acknowledged
-// write is on the new cluster, the row counts and sequences are equal, and
-// nothing of the run is left on either side.
+// --stop-old while a writer commits a row every few milliseconds at the
+// application's address all along: after the hand-over the new cluster
+// answers there, every acknowledged write is on it, the old cluster's rows
+// and sequences are all on it, and nothing of the run is left on either
+// side.
 func TestLogicalUpgradeWithWriter(t *testing.T) {
 	old, nw := builds(t)
 	base := testenv.XFSDir(t)
@@ -190,6 +193,8 @@ func TestLogicalUpgradeWithWriter(t *testing.T) {
 		"CREATE SEQUENCE ticket", "SELECT nextval('ticket') FROM generate_series(1, 42)",
 		"INSERT INTO events(id) SELECT g FROM generate_series(1, 100) g")
 
+	// The application's address: the old cluster's socket and port, which
+	// the new cluster takes over.
 	w := startWriter(shop)
 	stopWriter := func() {
 		select {
@@ -203,16 +208,18 @@ func TestLogicalUpgradeWithWriter(t *testing.T) {
 	testenv.WaitFor(t, "the writer's first commits", func() bool { return w.count() > 10 })
 
 	newDir := filepath.Join(base, "new")
-	var afterR int
+	var afterR, atWindow int
 	t0 := time.Now()
-	res, err := run(t, logical.Options{OldDir: oldDir, NewDir: newDir, Old: old, New: nw}, func(e upgrade.Event) {
+	res, err := run(t, logical.Options{OldDir: oldDir, NewDir: newDir, Old: old, New: nw, HandOver: true}, func(e upgrade.Event) {
 		switch {
 		case e.Phase == logical.PhaseSlots && e.Done:
 			afterR = w.count()
 		case e.Phase == logical.PhaseSubscribe && !e.Done:
 			// Written after R, before the subscriptions exist: replication
-			// must carry them (and the sequence's moves).
+			// must carry them, and the window the sequence's moves.
 			pgtest.Exec(t, app, "SELECT nextval('ticket') FROM generate_series(1, 8)", "UPDATE events SET at = now() WHERE id <= 10")
+		case e.Phase == logical.PhaseWindow && !e.Done:
+			atWindow = w.count()
 		}
 	})
 	elapsed := time.Since(t0)
@@ -224,54 +231,79 @@ func TestLogicalUpgradeWithWriter(t *testing.T) {
 			_ = in.Stop(context.Background(), instance.Fast)
 		}
 	})
-	stopWriter()
-	t.Logf("window (writes refused): %s; whole run: %s; R = %s; phases: %v", res.Window, elapsed.Round(time.Millisecond), res.R, res.Phases)
-	if w.count() <= afterR {
-		t.Errorf("the writer committed nothing after R (%d before, %d in all): the test proves nothing", afterR, w.count())
+	if !res.HandedOver || res.Port != inst.Port || res.SocketDir != inst.SocketDir {
+		t.Errorf("handed over %v on port %d, socket %s; want the old cluster's port %d and socket %s", res.HandedOver, res.Port, res.SocketDir, inst.Port, inst.SocketDir)
 	}
-	newInst := &instance.Instance{Port: res.Port, SocketDir: res.SocketDir}
-	newShop := newInst.ConnString("", "shop")
-	var missing int
-	ids := pgtest.Query(t, newShop, "SELECT string_agg(id::text, ',') FROM items")
+	// The writer goes on at the same address, now the new cluster's.
+	before := w.count()
+	testenv.WaitFor(t, "writes acknowledged by the new cluster at the old one's address", func() bool { return w.count() > before+10 })
+	stopWriter()
+	var gap time.Duration
+	for i := 1; i < len(w.at); i++ {
+		gap = max(gap, w.at[i].Sub(w.at[i-1]))
+	}
+	t.Logf("window (writes refused until the new cluster accepted at the old address): %s; longest gap between acknowledged writes: %s; whole run: %s; R = %s; %d writes acknowledged (%d before R, %d before the window); phases: %v",
+		res.Window, gap.Round(time.Millisecond), elapsed.Round(time.Millisecond), res.R, w.count(), afterR, atWindow, res.Phases)
+	if atWindow <= afterR {
+		t.Errorf("the writer committed nothing between R and the window (%d, %d): the test proves nothing", afterR, atWindow)
+	}
+	if v := pgtest.Query(t, pg, "SELECT current_setting('server_version_num')::int / 10000"); v != fmt.Sprint(nw.Major) {
+		t.Errorf("the old cluster's address answers PostgreSQL %s, want %d", v, nw.Major)
+	}
+	ids := pgtest.Query(t, shop, "SELECT string_agg(id::text, ',') FROM items")
 	have := map[string]bool{}
 	for _, s := range strings.Split(ids, ",") {
 		have[s] = true
 	}
-	w.mu.Lock()
+	missing := 0
 	for _, id := range w.acked {
 		if !have[fmt.Sprint(id)] {
 			missing++
 		}
 	}
-	acked := len(w.acked)
-	w.mu.Unlock()
 	if missing > 0 {
-		t.Errorf("%d of %d acknowledged writes are missing on the new cluster", missing, acked)
+		t.Errorf("%d of %d acknowledged writes are missing on the new cluster", missing, len(w.acked))
 	}
-	for db, q := range map[string]string{
-		"shop": "SELECT count(*) || ' ' || max(id) || ' ' || (SELECT last_value FROM items_id_seq) FROM items",
-		"app":  "SELECT count(*) || ' ' || max(at) || ' ' || (SELECT last_value FROM ticket) FROM events",
-	} {
-		a, b := pgtest.Query(t, inst.ConnString("", db), q), pgtest.Query(t, newInst.ConnString("", db), q)
-		if a != b {
-			t.Errorf("database %s: old cluster %q, new cluster %q", db, a, b)
-		}
-	}
-	if v := pgtest.Query(t, newInst.ConnString("", "app"), "SELECT last_value FROM ticket"); v != "50" {
-		t.Errorf("sequence ticket on the new cluster: %s, want 50", v)
-	}
-	if v := pgtest.Query(t, newInst.ConnString("", "postgres"), "SELECT current_setting('server_version_num')::int / 10000"); v != fmt.Sprint(nw.Major) {
-		t.Errorf("the new cluster runs PostgreSQL %s, want %d", v, nw.Major)
-	}
-	if n := pgtest.Query(t, newInst.ConnString("", "postgres"), "SELECT count(*) FROM pg_subscription"); n != "0" {
+	if n := pgtest.Query(t, pg, "SELECT count(*) FROM pg_subscription"); n != "0" {
 		t.Errorf("%s subscriptions left on the new cluster", n)
 	}
 	for _, db := range []string{"postgres", "shop", "app"} {
-		if n := pgtest.Query(t, newInst.ConnString("", db), "SELECT count(*) FROM pg_publication"); n != "0" {
+		if n := pgtest.Query(t, inst.ConnString("", db), "SELECT count(*) FROM pg_publication"); n != "0" {
 			t.Errorf("%s publications left in database %s of the new cluster", n, db)
 		}
 	}
-	nothingLeft(t, inst, []string{"postgres", "shop", "app"}, "", true)
+	newSums := map[string]string{
+		"app":  pgtest.Query(t, app, "SELECT count(*) || ' ' || max(at) || ' ' || (SELECT last_value FROM ticket) FROM events"),
+		"shop": pgtest.Query(t, shop, "SELECT last_value FROM items_id_seq"),
+	}
+
+	// The old cluster, stopped by the hand-over, started again privately:
+	// all it holds is on the new cluster, and nothing of the run is left.
+	oldAgain, err := instance.Start(context.Background(), instance.Config{BinDir: old.BinDir, Env: old.Env, DataDir: oldDir, User: pgtest.User(t),
+		LogFile: filepath.Join(base, "old-again.log")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer oldAgain.Stop(context.Background(), instance.Fast)
+	if v := pgtest.Query(t, oldAgain.ConnString("", "app"), "SELECT count(*) || ' ' || max(at) || ' ' || (SELECT last_value FROM ticket) FROM events"); v != newSums["app"] {
+		t.Errorf("database app: old cluster %q, new cluster %q", v, newSums["app"])
+	}
+	if v := pgtest.Query(t, oldAgain.ConnString("", "app"), "SELECT last_value FROM ticket"); v != "50" {
+		t.Errorf("sequence ticket on the old cluster: %s, want 50", v)
+	}
+	oldShop := pgtest.Query(t, oldAgain.ConnString("", "shop"), "SELECT count(*) || ' ' || max(id) || ' ' || (SELECT last_value FROM items_id_seq) FROM items")
+	var n, maxID, seq int64
+	if _, err := fmt.Sscan(oldShop, &n, &maxID, &seq); err != nil {
+		t.Fatalf("%q: %v", oldShop, err)
+	}
+	if v := pgtest.Query(t, shop, fmt.Sprintf("SELECT count(*) FROM items WHERE id <= %d", maxID)); v != fmt.Sprint(n) {
+		t.Errorf("shop.items: %d rows on the old cluster, %s of them (id <= %d) on the new one", n, v, maxID)
+	}
+	var newSeq int64
+	if _, err := fmt.Sscan(newSums["shop"], &newSeq); err != nil || newSeq < seq {
+		t.Errorf("items_id_seq on the new cluster %s, below the old cluster's %d", newSums["shop"], seq)
+	}
+	nothingLeft(t, oldAgain, []string{"postgres", "shop", "app"}, "", true)
 }
 
 // TestLogicalRefusals: each precondition --logical needs is checked before

@@ -275,7 +275,13 @@ func (r *run) inWindow(ctx context.Context) error {
 	if err := r.applyErrors(ctx); err != nil {
 		return err
 	}
-	return r.compare(ctx)
+	if err := r.compare(ctx); err != nil {
+		return err
+	}
+	if r.ho != nil {
+		return r.handOver(ctx)
+	}
+	return nil
 }
 
 // dropSlot drops a slot on the old cluster, retrying while its WAL sender

@@ -1,0 +1,118 @@
+package logical
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/pgfork/pgfork/instance"
+	"github.com/pgfork/pgfork/internal/errs"
+	"github.com/pgfork/pgfork/upgrade"
+)
+
+// readHandOver reads, while the old cluster serves and before anything is
+// created, what the hand-over carries (upgrade.ReadHandOver: it refuses an
+// unreadable configuration or local trust on an open socket) and the
+// command line it runs with, to start it again if the new cluster does
+// not start.
+func (r *run) readHandOver(ctx context.Context) error {
+	o := r.o
+	h, err := upgrade.ReadHandOver(ctx, upgrade.Options{OldDir: o.OldDir, NewDir: o.NewDir, Old: o.Old, New: o.New,
+		User: o.User, Superuser: r.su})
+	if err != nil {
+		return err
+	}
+	r.ho = h
+	if b, err := os.ReadFile(filepath.Join(o.OldDir, "postmaster.opts")); err == nil {
+		// As pg_ctl restart does: the options follow the program's path,
+		// each in double quotes.
+		if _, opts, ok := strings.Cut(strings.TrimSpace(string(b)), ` "`); ok {
+			r.oldOpts = `"` + opts
+		}
+	}
+	return nil
+}
+
+// carry writes the old cluster's address and authentication into the new
+// one's postgresql.auto.conf (effective at its next start).
+func (r *run) carry(ctx context.Context) error {
+	conn, err := pgx.Connect(ctx, r.newInst.ConnString(r.su, "template1"))
+	if err != nil {
+		return errs.Wrap(errs.Internal, err, "cannot connect to the new cluster")
+	}
+	defer conn.Close(context.WithoutCancel(ctx))
+	did, err := r.ho.Carry(ctx, conn)
+	if err != nil {
+		return err
+	}
+	r.res.Notes = append(r.res.Notes, "carried from the old cluster: "+strings.Join(did, "; "))
+	return nil
+}
+
+// pgCtlStart starts the cluster in dir with pg_ctl and its own
+// configuration, in a process group of its own (the terminal's Ctrl-C
+// reaches pgfork alone).
+func pgCtlStart(ctx context.Context, bin upgrade.Install, u *instance.OSUser, dir, opts string) error {
+	args := []string{"start", "-D", dir, "-w", "-t", "300", "-l", filepath.Join(dir, instance.LogFileName)}
+	if opts != "" {
+		args = append(args, "-o", opts)
+	}
+	cmd := u.Command(ctx, bin.Env, filepath.Join(bin.BinDir, "pg_ctl"), args...)
+	if cmd.SysProcAttr == nil {
+		cmd.SysProcAttr = &syscall.SysProcAttr{}
+	}
+	cmd.SysProcAttr.Setpgid = true
+	if out, err := cmd.CombinedOutput(); err != nil {
+		return fmt.Errorf("pg_ctl start: %v: %s", err, strings.TrimSpace(string(out)))
+	}
+	return nil
+}
+
+// handOver, at the end of the window: the replication objects dropped on
+// both sides, the old cluster stopped (fast), the new one started with its
+// own configuration at the old one's address. If the new cluster does not
+// start, the old one is started again as it ran (the caller then gives
+// writes back).
+func (r *run) handOver(ctx context.Context) error {
+	o := r.o
+	ctx = context.WithoutCancel(ctx) // past here, a half-done hand-over is worse than a late one
+	if left := r.dropReplication(ctx); left != "" {
+		r.res.Notes = append(r.res.Notes, "left behind"+left)
+	}
+	r.closeAll()
+	if err := r.newInst.Stop(ctx, instance.Fast); err != nil {
+		return errs.Wrap(errs.Internal, err, "cannot stop the new cluster's private server")
+	}
+	old, err := instance.Attach(o.OldDir)
+	if err == nil {
+		err = old.Stop(ctx, instance.Fast)
+	}
+	if err != nil {
+		return errs.Wrap(errs.Busy, err, "cannot stop the old cluster for the hand-over").WithPath(o.OldDir)
+	}
+	r.oldStopped = true
+	sctx, cancel := context.WithTimeout(ctx, 5*time.Minute)
+	defer cancel()
+	if err := pgCtlStart(sctx, o.New, o.User, o.NewDir, ""); err != nil {
+		if rerr := pgCtlStart(sctx, o.Old, o.User, o.OldDir, r.oldOpts); rerr != nil {
+			return errs.Wrap(errs.Internal, err, "the new cluster does not start with the old one's address, and the old one does not start again either (%v)", rerr).
+				WithHint("start the old cluster: %s -D %s start; then ALTER SYSTEM RESET default_transaction_read_only; SELECT pg_reload_conf();", filepath.Join(o.Old.BinDir, "pg_ctl"), o.OldDir)
+		}
+		r.oldStopped = false
+		return errs.Wrap(errs.Internal, err, "the new cluster does not start with the old one's address; the old cluster was started again").
+			WithHint("the new cluster's log: %s", filepath.Join(o.NewDir, instance.LogFileName))
+	}
+	inst, err := instance.Attach(o.NewDir)
+	if err != nil {
+		return errs.Wrap(errs.Internal, err, "the new cluster started but cannot be found")
+	}
+	inst.Release()
+	r.res.Port, r.res.SocketDir, r.res.HandedOver = inst.Port, inst.SocketDir, true
+	return nil
+}

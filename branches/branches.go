@@ -224,8 +224,9 @@ type state struct {
 	Snapshots []*Snapshot `json:"snapshots"`
 	Branches  []*Branch   `json:"branches"`
 	// Homes are the homes other than the default one in use (home.go),
-	// each recorded before anything is made in it.
-	Homes []string `json:"homes,omitempty"`
+	// each recorded before anything is made in it, with its identity.
+	Homes   []string          `json:"homes,omitempty"`
+	HomeIDs map[string]fileID `json:"home_ids,omitempty"`
 }
 
 // Caller is who asks: the token the request came with.
@@ -249,6 +250,8 @@ type Manager struct {
 	busy    map[string]bool
 	// pendingHome is the home of each named snapshot being built.
 	pendingHome map[string]string
+	// homeIDs mirrors st.HomeIDs for store, which runs without mu.
+	homeIDs sync.Map
 	// building holds one lock per source while a shared origin snapshot
 	// of it is made (Options.SourceMaxAge).
 	building map[string]chan struct{}
@@ -342,6 +345,9 @@ func Open(ctx context.Context, o Options) (*Manager, error) {
 	} else if !errors.Is(err, fs.ErrNotExist) {
 		l.Unlock()
 		return nil, errs.FromOS(err, m.statePath(), "cannot read the branches state")
+	}
+	for h, id := range m.st.HomeIDs {
+		m.homeIDs.Store(h, id)
 	}
 	if err := m.recover(ctx); err != nil {
 		l.Unlock()

@@ -71,10 +71,24 @@ func idOf(path string) (fileID, error) {
 	return fileID{Dev: uint64(st.Dev), Ino: uint64(st.Ino)}, nil
 }
 
+// replacedHome begins the path store gives a home that is no longer the
+// directory pgfork made: below /dev/null, where nothing can be opened or
+// made, so that every step there fails and nothing is followed.
+const replacedHome = "/dev/null/pgfork-home-replaced"
+
 // store is the directory of home ("" : the state directory's branches).
+// A home beside a data directory the user named lies in a directory the
+// servers' OS user may own: it is used only while its name still leads,
+// without a symlink, to the directory pgfork made (its identity, recorded
+// by addHome); else every path in it leads nowhere (replacedHome).
 func (m *Manager) store(home string) string {
 	if home == "" {
 		return m.dir
+	}
+	if want, ok := m.homeIDs.Load(home); ok {
+		if got, err := idOf(home); err != nil || got != want.(fileID) {
+			return replacedHome + home
+		}
 	}
 	return home
 }
@@ -115,39 +129,46 @@ func (m *Manager) tblspcOf(b *Branch) string { return filepath.Join(m.store(b.Ho
 // The home is made (or, left by an earlier branch of the same name,
 // reused once checked: a directory, root's) with mode 0711 and its
 // snap/, data/ and tblspc/.
-func (m *Manager) homeFor(dataDir string) (dst, home string, err error) {
+func (m *Manager) homeFor(dataDir string) (dst, home string, id fileID, err error) {
 	abs, err := filepath.Abs(dataDir)
 	if err != nil {
-		return "", "", errs.Wrap(errs.Usage, err, "bad data directory %q", dataDir)
+		return "", "", fileID{}, errs.Wrap(errs.Usage, err, "bad data directory %q", dataDir)
 	}
 	parent, err := filepath.EvalSymlinks(filepath.Dir(abs))
 	if err != nil {
-		return "", "", errs.FromOS(err, filepath.Dir(abs), "cannot use the directory the branch's data directory goes in")
+		return "", "", fileID{}, errs.FromOS(err, filepath.Dir(abs), "cannot use the directory the branch's data directory goes in")
 	}
 	dst = filepath.Join(parent, filepath.Base(abs))
 	if _, err := os.Lstat(dst); err == nil {
-		return "", "", errs.New(errs.Exists, "%s already exists", dst).WithPath(dst).
+		return "", "", fileID{}, errs.New(errs.Exists, "%s already exists", dst).WithPath(dst).
 			WithHint("choose a directory that does not exist yet, or remove it")
 	} else if !errors.Is(err, fs.ErrNotExist) {
-		return "", "", errs.FromOS(err, dst, "cannot check the branch's data directory")
+		return "", "", fileID{}, errs.FromOS(err, dst, "cannot check the branch's data directory")
 	}
 	if why := m.untrustedParent(parent); why != "" {
-		return "", "", errs.New(errs.Permission, "%s: %s, so another user could redirect what pgfork, as root, writes and removes there", parent, why).
+		return "", "", fileID{}, errs.New(errs.Permission, "%s: %s, so another user could redirect what pgfork, as root, writes and removes there", parent, why).
 			WithPath(parent).WithHint("put the data directory in a directory that belongs to root or to the servers' user (--run-as) and that no other user can write, on the backups' filesystem")
 	}
 	if fsutil.Within(dst, m.o.Layout.Root) {
-		return "", "", errs.New(errs.Usage, "%s is inside pgfork's state directory", dst).WithPath(dst).WithHint("choose a directory outside %s", m.o.Layout.Root)
+		return "", "", fileID{}, errs.New(errs.Usage, "%s is inside pgfork's state directory", dst).WithPath(dst).WithHint("choose a directory outside %s", m.o.Layout.Root)
 	}
 	home = filepath.Join(parent, "."+filepath.Base(abs)+homeSuffix)
 	if err := mkdirPrivate(home); err != nil {
-		return "", "", err
+		return "", "", fileID{}, err
+	}
+	if id, err = idOf(home); err != nil {
+		return "", "", fileID{}, errs.FromOS(err, home, "cannot read the branch's home")
+	}
+	if want, ok := m.homeIDs.Load(home); ok && want.(fileID) != id {
+		return "", "", fileID{}, errs.New(errs.Permission, "%s is no longer the directory pgfork made there", home).WithPath(home).
+			WithHint("check what is there; remove it to start anew")
 	}
 	for _, sub := range []string{"snap", "data", "tblspc"} {
 		if err := mkdirPrivate(filepath.Join(home, sub)); err != nil {
-			return "", "", err
+			return "", "", fileID{}, err
 		}
 	}
-	return dst, home, nil
+	return dst, home, id, nil
 }
 
 // untrustedParent says why a user other than root and the servers' OS
@@ -184,11 +205,16 @@ func (m *Manager) untrustedParent(dir string) string {
 // homes is every home in use: the default one ("") and those recorded.
 func (m *Manager) homes() []string { return append([]string{""}, m.st.Homes...) }
 
-// addHome records home as in use (under the lock, before anything is
-// made in it; the caller saves).
-func (m *Manager) addHome(home string) {
+// addHome records home (just made by homeFor, with identity id) as in
+// use (under the lock, before anything is made in it; the caller saves).
+func (m *Manager) addHome(home string, id fileID) {
 	if home != "" && !slices.Contains(m.st.Homes, home) {
 		m.st.Homes = append(m.st.Homes, home)
+		if m.st.HomeIDs == nil {
+			m.st.HomeIDs = map[string]fileID{}
+		}
+		m.st.HomeIDs[home] = id
+		m.homeIDs.Store(home, id)
 	}
 }
 
@@ -208,7 +234,11 @@ func (m *Manager) dropUnusedHomes() {
 			keep = append(keep, h)
 			continue
 		}
-		_ = removeBelow(filepath.Dir(h), filepath.Base(h))
+		if m.store(h) == h {
+			_ = removeBelow(filepath.Dir(h), filepath.Base(h))
+		}
+		delete(m.st.HomeIDs, h)
+		m.homeIDs.Delete(h)
 	}
 	m.st.Homes = keep
 }

@@ -164,3 +164,57 @@ func TestNamedDataDirParentChecked(t *testing.T) {
 		t.Errorf("refused creates left %+v", m.st)
 	}
 }
+
+// TestNamedDataDirHomeReplaced: the home beside a branch's data directory
+// is renamed away and a symlink to another directory laid out as a home
+// put in its place (what the servers' OS user could do in a parent it
+// owns): removing the branch removes nothing in that other directory
+// (issue 60).
+func TestNamedDataDirHomeReplaced(t *testing.T) {
+	t.Parallel() // see env
+	ctx := context.Background()
+	o := env(t)
+	o.Layout.Root = filepath.Join(testenv.TmpfsDir(t), "state")
+	m := open(t, o)
+	xfs := filepath.Dir(o.Sources[0].DataDir)
+	dst := filepath.Join(xfs, "restored")
+	admin := Caller{Token: "admin"}
+	br, err := m.Create(ctx, admin, CreateOptions{Name: "b", Source: "prod", DataDir: dst})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := pgtest.Query(t, br.URL(), "SELECT count(*) FROM seed"); n != "1" {
+		t.Errorf("the branch has %s rows in seed, want 1", n)
+	}
+	home := filepath.Join(xfs, ".restored"+homeSuffix)
+	snap := m.st.Branches[0].Snapshot
+	decoy := filepath.Join(xfs, "decoy")
+	var planted []string
+	for _, rel := range []string{"data/b/keep", "snap/" + snap + "/keep", "tblspc/b/keep"} {
+		p := filepath.Join(decoy, rel)
+		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(p, []byte("x"), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		planted = append(planted, p)
+	}
+	if err := os.Rename(home, home+".moved"); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink(decoy, home); err != nil {
+		t.Fatal(err)
+	}
+	if err := m.Delete(ctx, admin, "b"); err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range planted {
+		if _, err := os.Stat(p); err != nil {
+			t.Errorf("removing the branch reached through the planted symlink: %v", err)
+		}
+	}
+	if _, err := os.Lstat(dst); !os.IsNotExist(err) {
+		t.Errorf("the branch's data directory %s is left (%v)", dst, err)
+	}
+}

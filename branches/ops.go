@@ -223,6 +223,7 @@ func (m *Manager) reserve(ctx context.Context, c Caller, o CreateOptions, own in
 	// home: where its snapshot and data go (home.go), the home of what it
 	// is made from.
 	var from, home, dataDir string
+	var homeID fileID
 	switch {
 	case o.Source != "":
 		if _, ok := m.source(o.Source); !ok {
@@ -235,7 +236,7 @@ func (m *Manager) reserve(ctx context.Context, c Caller, o CreateOptions, own in
 					return fail(errs.New(errs.Exists, "%s is branch %q's data directory", x.DataDir, x.Name).WithHint("choose another directory"))
 				}
 			}
-			if dataDir, home, err = m.homeFor(o.DataDir); err != nil {
+			if dataDir, home, homeID, err = m.homeFor(o.DataDir); err != nil {
 				return fail(err)
 			}
 		}
@@ -259,6 +260,8 @@ func (m *Manager) reserve(ctx context.Context, c Caller, o CreateOptions, own in
 	dropHome := func() {
 		if newHome {
 			m.st.Homes = slices.DeleteFunc(m.st.Homes, func(h string) bool { return h == home })
+			delete(m.st.HomeIDs, home)
+			m.homeIDs.Delete(home)
 			_ = removeBelow(filepath.Dir(home), filepath.Base(home))
 		}
 	}
@@ -270,7 +273,7 @@ func (m *Manager) reserve(ctx context.Context, c Caller, o CreateOptions, own in
 	b = &Branch{Name: o.Name, From: from, Owner: owner, Created: time.Now().UTC(), TTL: o.TTL, Protected: o.Protected,
 		Port: port, Host: m.o.Host, Role: "branch_" + strings.NewReplacer(".", "_", "-", "_").Replace(o.Name),
 		Password: instance.NewPassword(), State: stateCreating, Snapshot: o.Snapshot, Home: home, DataDir: dataDir}
-	m.addHome(home)
+	m.addHome(home, homeID)
 	if origin != "" {
 		b.Snapshot = "origin-" + o.Name + "-" + fsutil.RandomTag()
 		m.pending[b.Snapshot] = true

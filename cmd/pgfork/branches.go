@@ -117,6 +117,9 @@ func (c *branchClient) Create(ctx context.Context, o branches.CreateOptions) (b 
 	if o.Port != 0 {
 		return b, errs.New(errs.Usage, "a server chooses its branches' ports").WithCLI("drop --port")
 	}
+	if o.DataDir != "" {
+		return b, errs.New(errs.Usage, "a server keeps its branches where it chooses").WithCLI("drop --data-dir")
+	}
 	err = c.call(ctx, "POST", "/api/v2/branches", map[string]any{"name": o.Name, "source": o.Source,
 		"snapshot": o.Snapshot, "from": o.From, "ttl_seconds": int64(o.TTL.Seconds()), "protected": o.Protected}, &b)
 	return b, err
@@ -360,6 +363,7 @@ the branches you create. See docs/branches.md.`,
 	create.Flags().DurationVar(&co.TTL, "ttl", 0, "delete it after this long (0: never)")
 	create.Flags().BoolVar(&co.Protected, "protect", false, "refuse to delete it until unprotected")
 	create.Flags().IntVar(&co.Port, "port", 0, "without --server: its TCP port (default: a free one)")
+	create.Flags().StringVar(&co.DataDir, "data-dir", "", "without --server, with --source: the branch's data directory, a new one; its snapshot is kept beside it, on its filesystem (on the source's, both are clones)")
 
 	ls := &cobra.Command{
 		Use: "ls", Short: "List sources, snapshots and your branches", Args: cobra.NoArgs,

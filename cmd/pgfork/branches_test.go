@@ -4,6 +4,7 @@ import (
 	"context"
 	"io"
 	"net/http"
+	"os"
 	"path/filepath"
 	"strings"
 	"syscall"
@@ -331,5 +332,73 @@ func TestServeBranchTokensAlone(t *testing.T) {
 	}
 	if code, _, body := branchAPI(t, s.base, "DELETE", "/"+admin+"/api/v2/branches/seen", "", ""); code != 204 {
 		t.Errorf("the admin token in the path deletes alice's branch: %d %s, want 204", code, body)
+	}
+}
+
+// TestBranchCreateDataDir: a stopped cluster on XFS, the state directory
+// on a tmpfs: pgfork branch create --source cluster:SRC --data-dir DIR,
+// DIR on the source's XFS, makes DIR the branch's data directory, a clone
+// sharing its blocks with the source (FIEMAP), with nothing of it in the
+// state directory and no warning of a copy; a snapshot of it and a branch
+// of that snapshot live beside it; once all are removed nothing is left
+// there. --data-dir with --snapshot, or with --server, exits 2 (issue 60).
+func TestBranchCreateDataDir(t *testing.T) {
+	t.Parallel() // see TestMain
+	b := pgtest.Builds(t, 0)[0]
+	base := testenv.XFSDir(t)
+	src := filepath.Join(base, "src")
+	pgtest.InitDB(t, src, pgtest.Server{BinDir: b.Bin})
+	in := pgtest.Start(t, src, pgtest.Server{BinDir: b.Bin})
+	pgtest.Exec(t, in.ConnString("", ""), "CREATE TABLE t AS SELECT g AS id, repeat('x', 100) AS pad FROM generate_series(1, 50000) g",
+		"CHECKPOINT")
+	rel := pgtest.Query(t, in.ConnString("", ""), "SELECT pg_relation_filepath('t')")
+	pgtest.Stop(t, in)
+	state := filepath.Join(testenv.TmpfsDir(t), "state")
+	pg := func(args ...string) cliResult {
+		return runInProcess(t, append([]string{"--state-dir", state, "--pg-bin", b.Bin}, args...)...)
+	}
+	dst := filepath.Join(base, "dev")
+	r := pg("branch", "create", "dev", "--source", "cluster:"+src, "--data-dir", dst)
+	t.Cleanup(func() { pg("branch", "rm", "dev2", "dev"); pg("branch", "rm", "--snapshot", "snap") })
+	url := r.ok(t)
+	if strings.Contains(r.stderr, "not cloned") {
+		t.Errorf("a branch made on the source's filesystem warned of a copy:\n%s", r.stderr)
+	}
+	if n := pgtest.Query(t, url, "SELECT count(*) FROM t"); n != "50000" {
+		t.Errorf("the branch has %s rows, want 50000", n)
+	}
+	if !sharesExtents(t, filepath.Join(src, rel), filepath.Join(dst, rel)) {
+		t.Errorf("%s in the branch's data directory shares no extent with the source's: copied, not cloned", rel)
+	}
+	for _, sub := range []string{"snap", "data"} {
+		if ents, _ := os.ReadDir(filepath.Join(state, "branches", sub)); len(ents) != 0 {
+			t.Errorf("the state directory's branches/%s holds %v", sub, ents)
+		}
+	}
+	pg("branch", "snapshot", "dev", "snap").ok(t)
+	url2 := pg("branch", "create", "dev2", "--snapshot", "snap").ok(t)
+	if n := pgtest.Query(t, url2, "SELECT count(*) FROM t"); n != "50000" {
+		t.Errorf("the branch of the snapshot has %s rows, want 50000", n)
+	}
+	if ents, _ := os.ReadDir(filepath.Join(state, "branches", "data")); len(ents) != 0 {
+		t.Errorf("a branch of a snapshot beside its data is in the state directory: %v", ents)
+	}
+	if r := pg("branch", "create", "dev3", "--snapshot", "snap", "--data-dir", filepath.Join(base, "dev3")); r.code != 2 {
+		t.Errorf("--data-dir with --snapshot: exit %d, want 2\n%s", r.code, r.stderr)
+	}
+	if r := pg("branch", "create", "dev3", "--source", "prod", "--data-dir", filepath.Join(base, "dev3"), "--server", "http://127.0.0.1:1"); r.code != 2 {
+		t.Errorf("--data-dir with --server: exit %d, want 2\n%s", r.code, r.stderr)
+	}
+	pg("branch", "rm", "dev2", "dev").ok(t)
+	pg("branch", "rm", "--snapshot", "snap").ok(t)
+	ents, _ := os.ReadDir(base)
+	var left []string
+	for _, e := range ents {
+		if e.Name() != "src" {
+			left = append(left, e.Name())
+		}
+	}
+	if len(left) != 0 {
+		t.Errorf("after everything is removed, beside the source: %v, want nothing", left)
 	}
 }

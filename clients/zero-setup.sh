@@ -6,11 +6,13 @@
 # projects:
 #
 #   vitest  clients/js/examples/vitest: npm install of the packed tarballs, npx vitest run
-#   jest    clients/js/examples/jest:   the same, npx jest
+#   jest    clients/js/examples/jest:   the same, npx jest, with PGHOST, PGPORT, PGUSER, PGPASSWORD and
+#           PGDATABASE set to a listener that is not pgfork's server: nothing may connect to it
 #   pytest  clients/python/examples/pytest_project: pip install of the wheel into a fresh venv, pytest
 #   django  clients/python/examples/django_project: the same, python manage.py test, then pytest
 #   rust    clients/rust/example: cargo test with only the release tarball's binary on PATH
-#   java    clients/java/examples/spring-boot-3 (Spring Boot 3.5): mvn test with pgfork-spring from the
+#   java    clients/java/examples/spring-boot-3 (Spring Boot 3.5), then spring-boot-3.2 (the oldest
+#           line supported): mvn test with pgfork-spring from the
 #           release's Maven repository dist/maven (as the README's <repository> takes it) into an
 #           empty local repository, and only the release tarball's binary on PATH (the tests start it)
 #   nopg    the pytest example on a machine with no PostgreSQL (root: a mount namespace hides
@@ -259,7 +261,36 @@ if want_js; then
 		die "@pgfork/$node_plat is not resolvable from the project"
 	js_state=$js/node_modules/.cache/pgfork
 	want vitest && twice vitest "$js/vitest" "$js_state" npx --no-install vitest run
-	want jest && twice jest "$js/jest" "$js_state" npx --no-install jest
+	if want jest; then
+		# The jest run has PG* set, as a project whose application needs them
+		# has (issue 58): they point at a server that is not pgfork's, a
+		# listener that records every connection. The serve the glue starts
+		# runs its own managed PostgreSQL and never touches it.
+		canary_log=$work/pg-env-canary.log
+		: >"$canary_log"
+		python3 -c '
+import socket, sys
+s = socket.socket(); s.bind(("127.0.0.1", 0)); s.listen(16)
+print(s.getsockname()[1], flush=True)
+sys.stdout.close()
+while True:
+    c, a = s.accept()
+    with open(sys.argv[1], "a") as f: f.write("connection from %s:%d\n" % a)
+    c.close()
+' "$canary_log" >"$work/pg-env-canary.port" &
+		canary_pid=$!
+		for _ in $(seq 1 100); do [ -s "$work/pg-env-canary.port" ] && break; sleep 0.1; done
+		canary_port=$(cat "$work/pg-env-canary.port")
+		[ -n "$canary_port" ] || die "jest: the PG* canary listener did not start"
+		saved_env=("${clean_env[@]}")
+		clean_env+=("PGHOST=127.0.0.1" "PGPORT=$canary_port" "PGUSER=app" "PGPASSWORD=app-secret" "PGDATABASE=app")
+		twice jest "$js/jest" "$js_state" npx --no-install jest
+		clean_env=("${saved_env[@]}")
+		kill "$canary_pid" 2>/dev/null || true
+		wait "$canary_pid" 2>/dev/null || true
+		[ ! -s "$canary_log" ] || die "jest: with PG* set, something connected to the application's server 127.0.0.1:$canary_port: $(cat "$canary_log")"
+		log "jest: with PGHOST/PGPORT/PGUSER/PGPASSWORD/PGDATABASE set to another server, nothing connected to it"
+	fi
 fi
 
 # --- Python ---------------------------------------------------------------------------
@@ -404,6 +435,13 @@ EOF
 	others=$(find "$m2/io/pgfork" -mindepth 2 -maxdepth 2 -type d ! -name "$version" | tr '\n' ' ')
 	[ -z "$others" ] || die "java: io.pgfork artifacts of another version were resolved: $others"
 	log "java: io.pgfork's pom, jars and parent came from dist/maven (checked byte for byte)"
+	# The oldest Spring Boot line pgfork-spring supports (3.2: Spring
+	# Framework 6.1, Flyway 9), the same tests, from the same release.
+	cp -r "$root/clients/java/examples/spring-boot-3.2" "$java_dir/"
+	rm -rf "$java_dir/spring-boot-3.2/target"
+	sed -i "s|<revision>[^<]*</revision>|<revision>$version</revision>|" "$java_dir/spring-boot-3.2/pom.xml"
+	grep -q "<revision>$version</revision>" "$java_dir/spring-boot-3.2/pom.xml" || die "java: the 3.2 example's pom has no <revision> to set to $version"
+	twice java-boot-3.2 "$java_dir/spring-boot-3.2" "$java_dir/spring-boot-3.2/target/pgfork" "${mvn_cmd[@]}"
 fi
 
 log "all passed: ${cases[*]}"

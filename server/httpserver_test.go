@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/pgfork/pgfork/internal/testenv"
 	"github.com/pgfork/pgfork/server"
 )
 
@@ -55,14 +56,14 @@ func TestHTTPIdleAndSlowConnsClosed(t *testing.T) {
 	if err := get(t, c, rd); err != nil {
 		t.Fatal(err)
 	}
-	_ = c.SetReadDeadline(time.Now().Add(10 * time.Second))
+	// Closed, not held: EOF, where a held connection reads nothing until the
+	// deadline (a wait's, so that a loaded machine's slow timer is no verdict).
+	_ = c.SetReadDeadline(time.Now().Add(testenv.WaitTimeout))
 	start := time.Now()
 	if _, err := rd.ReadByte(); err != io.EOF {
 		t.Fatalf("idle keep-alive connection: read %v, want EOF (closed by the server)", err)
 	}
-	if d := time.Since(start); d > 5*time.Second {
-		t.Fatalf("idle connection closed after %s", d)
-	}
+	t.Logf("idle connection closed after %s (IdleTimeout 300 ms)", time.Since(start))
 
 	slow, err := net.Dial("tcp", addr)
 	if err != nil {
@@ -70,7 +71,7 @@ func TestHTTPIdleAndSlowConnsClosed(t *testing.T) {
 	}
 	defer slow.Close()
 	_, _ = io.WriteString(slow, "GET / HTTP/1.1\r\nHost: x\r\n") // never ends the headers
-	_ = slow.SetReadDeadline(time.Now().Add(10 * time.Second))
+	_ = slow.SetReadDeadline(time.Now().Add(testenv.WaitTimeout))
 	b, err := io.ReadAll(slow)
 	if err != nil {
 		t.Fatalf("slow header connection: %v, want closed by the server", err)
@@ -107,7 +108,7 @@ func TestHTTPConnectionCap(t *testing.T) {
 		t.Fatal("a third connection was served over a cap of 2")
 	}
 	held[0].Close()
-	_ = third.SetReadDeadline(time.Now().Add(10 * time.Second))
+	_ = third.SetReadDeadline(time.Now().Add(testenv.WaitTimeout))
 	resp, err := http.ReadResponse(rd, nil)
 	if err != nil {
 		t.Fatalf("the waiting connection was not served after one closed: %v", err)

@@ -196,7 +196,10 @@ async fn failing_migration_fails_tests_waiting_in_other_processes() {
         matches!(err, Error::MigrationFailed(_)) && err.to_string().contains("was discarded"),
         "{err}"
     );
-    assert!(waited < Duration::from_secs(10), "the waiter took {waited:?}");
+    // "was discarded" (the server's 410 to a waiter) and not a timeout: the
+    // waiter was told when the build failed, not at its wait's end. How long
+    // that took is logged, no verdict: a loaded machine stretches it.
+    eprintln!("the waiter was told after {waited:?}");
 }
 
 // A test returning Err fails: run_test hands the Err back (and keeps its database).

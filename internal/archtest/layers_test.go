@@ -12,7 +12,7 @@ var layers = map[string]int{
 	"clone": 0, "internal/secret": 0, "internal/servelock": 0,
 	"dbclone": 1, "pgdata": 1, "instance": 1, "pgbin": 1,
 	"pool": 2, "pgclone": 2, "template": 2, "cluster": 2, "pgbackup": 2,
-	"pool/dbstore": 3, "pool/clusterstore": 3, "pool/storetest": 3, "server": 3, "server/managed": 3, "upgrade": 3, "up": 3, "restore": 3, "branches": 4,
+	"pool/dbstore": 3, "pool/clusterstore": 3, "pool/storetest": 3, "server": 3, "server/managed": 3, "upgrade": 3, "up": 3, "restore": 3, "branches": 4, "upgrade/logical": 4,
 	"serve":      5,
 	"cmd/pgfork": 6, "bench": 6, "internal/archtest": 6,
 }

@@ -34,6 +34,7 @@ import (
 	"golang.org/x/sync/errgroup"
 
 	"github.com/pgfork/pgfork/clone"
+	"github.com/pgfork/pgfork/dbclone"
 	"github.com/pgfork/pgfork/instance"
 	"github.com/pgfork/pgfork/internal/errs"
 	"github.com/pgfork/pgfork/pgbin"
@@ -369,12 +370,12 @@ func (r *run) connectOld(ctx context.Context) error {
 	pf, err := instance.ReadPidFile(r.o.OldDir)
 	if err != nil {
 		return errs.Wrap(errs.NotFound, err, "cannot read the old cluster's postmaster.pid").WithPath(r.o.OldDir).
-			WithHint("--logical upgrades a running cluster: start it, or upgrade it stopped without --logical")
+			WithHint("an upgrade by logical replication needs the old cluster running: start it, or upgrade it stopped").WithCLI("or run without --logical")
 	}
 	r.oldHost, r.oldPort = pf.SocketDir, pf.Port
 	if r.oldHost == "" {
 		return errs.New(errs.Unsupported, "the old cluster has no Unix socket").WithPath(r.o.OldDir).
-			WithHint("--logical connects to the old cluster through its socket: set unix_socket_directories")
+			WithHint("the upgrade connects to the old cluster through its socket: set unix_socket_directories")
 	}
 	var last error
 	for _, su := range superuserCandidates(r.o.Superuser, r.o.OldDir) {
@@ -393,7 +394,7 @@ func (r *run) connectOld(ctx context.Context) error {
 		}
 		last = err
 	}
-	return errs.Wrap(errs.Permission, last, "cannot connect to the old cluster as a superuser").
+	return dbclone.SQLError(ctx, last, "cannot connect to the old cluster as a superuser").
 		WithHint("name a superuser that may connect through the socket %s", r.oldHost).WithCLI("pass --superuser NAME")
 }
 
@@ -466,7 +467,7 @@ func (r *run) clone(ctx context.Context) error {
 			r.cloneDir = ""
 		}
 		return errs.Wrap(errs.KindOf(err), err, "cannot clone the running old cluster").
-			WithHint("--logical needs the old cluster on a filesystem that clones files (XFS with reflink, btrfs): %s", errs.HintOf(err))
+			WithHint("an upgrade by logical replication needs the old cluster on a filesystem that clones files (XFS with reflink, btrfs): %s", errs.HintOf(err))
 	}
 	return nil
 }

@@ -28,11 +28,11 @@ const noIdentitySQL = `SELECT c.oid::regclass::text FROM pg_class c JOIN pg_name
 func (r *run) preflight(ctx context.Context) error {
 	o := r.o
 	if _, running, _ := pgdata.Running(o.OldDir); !running {
-		return errs.New(errs.Unsupported, "the old cluster is not running; --logical upgrades a cluster while it serves").WithPath(o.OldDir).
-			WithHint("start it, or upgrade it stopped without --logical")
+		return errs.New(errs.Unsupported, "the old cluster is not running; an upgrade by logical replication works while it serves").WithPath(o.OldDir).
+			WithHint("start it, or upgrade it stopped").WithCLI("or run without --logical")
 	}
 	if o.New.Major <= o.Old.Major {
-		return errs.New(errs.Usage, "PostgreSQL %d is not newer than the old cluster's %d", o.New.Major, o.Old.Major).WithHint("pass a newer major to --to")
+		return errs.New(errs.Usage, "PostgreSQL %d is not newer than the old cluster's %d", o.New.Major, o.Old.Major).WithHint("upgrade to a newer major").WithCLI("--to")
 	}
 	var err error
 	if r.ctl, err = pgdata.ReadControlData(ctx, o.Old.BinDir, o.OldDir, o.Old.Env); err != nil {
@@ -47,16 +47,16 @@ func (r *run) preflight(ctx context.Context) error {
 		return errs.Wrap(errs.Internal, err, "cannot read wal_level")
 	}
 	if walLevel != "logical" {
-		return errs.New(errs.Unsupported, "the old cluster runs with wal_level = %s; --logical needs wal_level = logical", walLevel).
-			WithHint("run ALTER SYSTEM SET wal_level = logical on it and restart it (a restart: plan it), then run again; or upgrade without --logical")
+		return errs.New(errs.Unsupported, "the old cluster runs with wal_level = %s; logical replication needs wal_level = logical", walLevel).
+			WithHint("run ALTER SYSTEM SET wal_level = logical on it and restart it (a restart: plan it), then run again; or upgrade it stopped").WithCLI("or run without --logical")
 	}
 	var subs int
 	if err := c.QueryRow(ctx, "SELECT count(*) FROM pg_subscription").Scan(&subs); err != nil {
 		return errs.Wrap(errs.Internal, err, "cannot read pg_subscription")
 	}
 	if subs > 0 {
-		return errs.New(errs.Unsupported, "the old cluster is a subscriber (%d subscriptions); --logical cannot upgrade a subscriber", subs).
-			WithHint("upgrade it without --logical")
+		return errs.New(errs.Unsupported, "the old cluster is a subscriber (%d subscriptions); an upgrade by logical replication cannot carry a subscriber's state", subs).
+			WithHint("upgrade it stopped").WithCLI("run without --logical")
 	}
 	var prepared int
 	var gids string
@@ -95,11 +95,11 @@ func (r *run) preflight(ctx context.Context) error {
 		return errs.Wrap(errs.Internal, err, "cannot read the replication settings")
 	}
 	if freeSlots < n+1 {
-		return errs.New(errs.Unsupported, "the old cluster has %d free replication slots; --logical needs %d (one per database, %d, and one for the clone)", freeSlots, n+1, n).
+		return errs.New(errs.Unsupported, "the old cluster has %d free replication slots; the upgrade needs %d (one per database, %d, and one for the clone)", freeSlots, n+1, n).
 			WithHint("raise max_replication_slots (ALTER SYSTEM, then a restart) or drop unused slots")
 	}
 	if freeSenders < n+1 {
-		return errs.New(errs.Unsupported, "the old cluster has %d free WAL senders; --logical needs %d (one per database, %d, and one for the clone)", freeSenders, n+1, n).
+		return errs.New(errs.Unsupported, "the old cluster has %d free WAL senders; the upgrade needs %d (one per database, %d, and one for the clone)", freeSenders, n+1, n).
 			WithHint("raise max_wal_senders (ALTER SYSTEM, then a restart)")
 	}
 	if err := r.openOld(ctx); err != nil {
@@ -134,7 +134,7 @@ func (r *run) preflight(ctx context.Context) error {
 		unlogged += u
 	}
 	if len(left) > 0 {
-		return errs.New(errs.Exists, "the old cluster holds what an earlier `pgfork upgrade --logical` left: %s", strings.Join(left, ", ")).
+		return errs.New(errs.Exists, "the old cluster holds what an earlier upgrade by logical replication left: %s", strings.Join(left, ", ")).
 			WithHint("drop them (pg_drop_replication_slot('NAME'); DROP PUBLICATION %s in each database named) and run again", pubName)
 	}
 	if len(noIdentity) > 0 {

@@ -85,6 +85,10 @@ type Options struct {
 	// CatchUp bounds the wait for the new cluster to follow the old one
 	// before the window. Default 10 minutes.
 	CatchUp time.Duration
+	// MaxXactAge refuses the run when a session's transaction holding an
+	// xid is older (creating a logical slot waits for every such
+	// transaction to end). Default 1 minute.
+	MaxXactAge time.Duration
 	// HandOver ends the window by stopping the old cluster and starting
 	// the new one at its address (port, sockets, authentication: see
 	// upgrade.ReadHandOver). Without it the old cluster is left running
@@ -198,6 +202,9 @@ func Run(ctx context.Context, o Options) (*Result, error) {
 	if o.CatchUp <= 0 {
 		o.CatchUp = 10 * time.Minute
 	}
+	if o.MaxXactAge <= 0 {
+		o.MaxXactAge = time.Minute
+	}
 	for _, p := range []*string{&o.OldDir, &o.NewDir} {
 		if *p == "" {
 			return nil, errs.New(errs.Usage, "a data directory is missing").WithCLI("see `pgfork upgrade --help`")
@@ -270,8 +277,14 @@ func (r *run) run(ctx context.Context) error {
 	}
 	var R pgdata.LSN
 	if err := r.phase(PhaseSlots, func() error {
+		// Each slot waits for the transactions running when it is created.
+		sctx, cancel := context.WithTimeout(ctx, slotTimeout)
+		defer cancel()
 		var err error
-		R, err = r.slots(ctx)
+		if R, err = r.slots(sctx); err != nil && sctx.Err() != nil && ctx.Err() == nil {
+			return errs.New(errs.Busy, "creating the logical slots took longer than %s: they wait for running transactions to end%s", slotTimeout, r.longXacts(ctx, 0)).
+				WithHint("end or wait for the long transactions, then run again")
+		}
 		return err
 	}); err != nil {
 		return err
@@ -319,6 +332,27 @@ func (r *run) run(ctx context.Context) error {
 		"the old cluster is intact and read-only (ALTER SYSTEM SET default_transaction_read_only = on): to roll back, run ALTER SYSTEM RESET default_transaction_read_only; SELECT pg_reload_conf(); on it (writes made there afterwards are not on the new cluster)",
 		fmt.Sprintf("the new cluster runs on its own socket %s, port %d, with initdb's authentication: to switch the application to it, stop the old cluster and restart the new one with the old one's port, sockets and pg_hba.conf", r.newInst.SocketDir, r.newInst.Port))
 	return nil
+}
+
+// slotTimeout bounds the creation of the logical slots.
+const slotTimeout = 5 * time.Minute
+
+// longXacts names the old cluster's sessions whose transaction holds an
+// xid and began more than age ago (": pid N (user, database, state, for
+// D), ..."), or "" when there is none.
+func (r *run) longXacts(ctx context.Context, age time.Duration) string {
+	rows, err := r.control.Query(ctx, `SELECT format('pid %s (%s, database %s, %s, for %s)', pid, usename, datname, state,
+			date_trunc('second', now() - xact_start)) FROM pg_stat_activity
+		WHERE backend_xid IS NOT NULL AND xact_start < now() - make_interval(secs => $1) AND pid <> pg_backend_pid()
+		ORDER BY xact_start LIMIT 10`, age.Seconds())
+	if err != nil {
+		return ""
+	}
+	s, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil || len(s) == 0 {
+		return ""
+	}
+	return ": " + strings.Join(s, ", ")
 }
 
 // oldURL is a connection URL to database db of the old cluster, with

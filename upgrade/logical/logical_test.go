@@ -368,6 +368,32 @@ func TestLogicalRefusals(t *testing.T) {
 		refused(t, inst, errs.Busy, "pending")
 		pgtest.Exec(t, shop, "ROLLBACK PREPARED 'pending'")
 	})
+	t.Run("long_transaction", func(t *testing.T) {
+		ctx := context.Background()
+		conn, err := pgx.Connect(ctx, shop)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer conn.Close(ctx)
+		if _, err := conn.Exec(ctx, "BEGIN"); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := conn.Exec(ctx, "SELECT txid_current()"); err != nil {
+			t.Fatal(err)
+		}
+		testenv.WaitFor(t, "the transaction to be older than 10 ms", func() bool {
+			return pgtest.Query(t, pg, "SELECT count(*) FROM pg_stat_activity WHERE backend_xid IS NOT NULL AND xact_start < now() - interval '10 ms'") == "1"
+		})
+		_, err = run(t, logical.Options{OldDir: oldDir, NewDir: newDir, Old: old, New: nw, MaxXactAge: 10 * time.Millisecond}, nil)
+		if errs.KindOf(err) != errs.Busy || err == nil || !strings.Contains(err.Error(), "transactions older than 10ms") ||
+			!strings.Contains(err.Error(), fmt.Sprintf("pid %d", conn.PgConn().PID())) {
+			t.Errorf("error %v, want a refusal naming the session", err)
+		}
+		nothingLeft(t, inst, dbs, newDir, false)
+		if _, err := conn.Exec(ctx, "ROLLBACK"); err != nil {
+			t.Fatal(err)
+		}
+	})
 	t.Run("subscriber", func(t *testing.T) {
 		pgtest.Exec(t, shop, "CREATE SUBSCRIPTION upstream CONNECTION 'dbname=nowhere' PUBLICATION p WITH (connect = false)")
 		refused(t, inst, errs.Unsupported, "is a subscriber")

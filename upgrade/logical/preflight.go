@@ -67,6 +67,10 @@ func (r *run) preflight(ctx context.Context) error {
 		return errs.New(errs.Busy, "the old cluster has %d prepared transactions (%s): a logical slot cannot be created while they are open", prepared, gids).
 			WithHint("COMMIT PREPARED or ROLLBACK PREPARED them, then run again")
 	}
+	if long := r.longXacts(ctx, o.MaxXactAge); long != "" {
+		return errs.New(errs.Busy, "transactions older than %s run on the old cluster%s; creating a logical slot waits for them to end", o.MaxXactAge, long).
+			WithHint("end them (COMMIT or ROLLBACK in their application, or pg_terminate_backend(pid)) or wait until they end, then run again")
+	}
 	var left []string
 	rows, err := c.Query(ctx, `SELECT 'slot ' || slot_name FROM pg_replication_slots WHERE slot_name LIKE 'pgfork\_upgrade\_%'`)
 	if err != nil {

@@ -124,6 +124,15 @@ func catalogOf(ctx context.Context, conn *pgx.Conn) (string, error) {
 // began and that every database's catalog and large objects are the same
 // on both sides: what logical replication does not carry.
 func (r *run) compare(ctx context.Context) error {
+	// A transaction prepared during the run could commit after the cutover.
+	var prepared int
+	if err := r.control.QueryRow(ctx, "SELECT count(*) FROM pg_prepared_xacts").Scan(&prepared); err != nil {
+		return errs.Wrap(errs.Internal, err, "cannot read pg_prepared_xacts")
+	}
+	if prepared > 0 {
+		return errs.New(errs.Busy, "%d transactions were prepared on the old cluster during the run; they could commit after the cutover", prepared).
+			WithHint("COMMIT PREPARED or ROLLBACK PREPARED them, then run again")
+	}
 	rows, err := r.control.Query(ctx, `SELECT datname FROM pg_database WHERE datallowconn AND datname <> 'template1' ORDER BY datname`)
 	if err != nil {
 		return errs.Wrap(errs.Internal, err, "cannot list databases")

@@ -75,7 +75,7 @@ func (s *server) stop(t *testing.T) {
 	_ = syscall.Kill(s.pid, syscall.SIGINT)
 	select {
 	case <-s.done:
-	case <-time.After(60 * time.Second):
+	case <-time.After(testenv.WaitTimeout):
 		t.Fatal("postgres did not stop")
 	}
 }

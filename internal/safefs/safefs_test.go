@@ -7,6 +7,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/pgfork/pgfork/internal/testenv"
 )
 
 func TestOpenRefusesSymlinksAnywhere(t *testing.T) {
@@ -61,7 +63,7 @@ func TestOpenRefusesSymlinksAnywhere(t *testing.T) {
 		if !errors.Is(err, ErrNotRegular) {
 			t.Errorf("OpenRegular(fifo) = %v, want ErrNotRegular", err)
 		}
-	case <-time.After(5 * time.Second):
+	case <-time.After(testenv.WaitTimeout): // a block is for ever: a wait's deadline tells it, not the load
 		t.Fatal("OpenRegular blocked on a FIFO")
 	}
 	if _, err := d.OpenRegular("base"); !errors.Is(err, ErrNotRegular) {
@@ -114,7 +116,7 @@ func TestWalkSkipsLinksAndFIFOs(t *testing.T) {
 	select {
 	case err := <-done:
 		must(err)
-	case <-time.After(10 * time.Second):
+	case <-time.After(testenv.WaitTimeout):
 		t.Fatal("Walk blocked")
 	}
 	want := map[string]bool{"base": true, "base/1": true, "base/1/2227": true}

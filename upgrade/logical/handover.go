@@ -86,6 +86,10 @@ func (r *run) handOver(ctx context.Context) error {
 		r.res.Notes = append(r.res.Notes, "left behind"+left)
 	}
 	r.closeAll()
+	r.handingOver = true
+	if err := r.save(); err != nil {
+		return err
+	}
 	if err := r.newInst.Stop(ctx, instance.Fast); err != nil {
 		return errs.Wrap(errs.Internal, err, "cannot stop the new cluster's private server")
 	}

@@ -127,6 +127,9 @@ type Result struct {
 	Phases  []upgrade.PhaseTime `json:"phases"`
 	Elapsed time.Duration       `json:"elapsed_ns"`
 	Notes   []string            `json:"notes,omitempty"`
+	// CleanedUp says what was cleaned up after an earlier run that was
+	// killed.
+	CleanedUp []string `json:"cleaned_up,omitempty"`
 }
 
 // database is one database the run replicates.
@@ -163,6 +166,9 @@ type run struct {
 	ho         *upgrade.HandOver
 	oldOpts    string
 	oldStopped bool
+	// clonePath is where the clone goes; handingOver: the hand-over began.
+	clonePath   string
+	handingOver bool
 }
 
 func (r *run) emit(e upgrade.Event) {
@@ -215,12 +221,16 @@ func Run(ctx context.Context, o Options) (*Result, error) {
 		}
 		*p = a
 	}
-	r := &run{o: o, t0: time.Now(), res: &Result{OldDir: o.OldDir, NewDir: o.NewDir, OldVersion: o.Old.Version, NewVersion: o.New.Version}}
+	r := &run{o: o, t0: time.Now(), res: &Result{OldDir: o.OldDir, NewDir: o.NewDir, OldVersion: o.Old.Version, NewVersion: o.New.Version},
+		clonePath: filepath.Join(filepath.Dir(o.OldDir), fmt.Sprintf(".%s.pgfork-logical-%d", filepath.Base(o.OldDir), os.Getpid()))}
 	err := r.run(ctx)
 	if err != nil {
 		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*time.Minute)
 		left := r.rollback(cctx)
 		cancel()
+		if left == "" {
+			r.forget()
+		}
 		if ctx.Err() != nil {
 			e := errs.Wrap(errs.Interrupted, err, "interrupted: the old cluster serves (writes allowed)%s", left)
 			if left == "" {
@@ -234,6 +244,7 @@ func Run(ctx context.Context, o Options) (*Result, error) {
 		return nil, err
 	}
 	r.closeAll()
+	r.forget()
 	r.res.Elapsed = time.Since(r.t0)
 	return r.res, nil
 }
@@ -254,6 +265,14 @@ func (r *run) closeAll() {
 
 func (r *run) run(ctx context.Context) error {
 	o := r.o
+	did, err := r.cleanKilled(ctx)
+	if err != nil {
+		return err
+	}
+	if len(did) > 0 {
+		r.res.CleanedUp = did
+		r.infof(PhasePreflight, "cleaned up after an earlier run that was killed: %s", strings.Join(did, "; "))
+	}
 	if _, err := os.Lstat(o.NewDir); err == nil {
 		return errs.New(errs.Exists, "new data directory already exists").WithPath(o.NewDir).
 			WithHint("choose a path that does not exist yet (pgfork creates it)")
@@ -263,9 +282,11 @@ func (r *run) run(ctx context.Context) error {
 			return err
 		}
 		if o.HandOver {
-			return r.readHandOver(ctx)
+			if err := r.readHandOver(ctx); err != nil {
+				return err
+			}
 		}
-		return nil
+		return r.save()
 	}); err != nil {
 		return err
 	}
@@ -294,6 +315,9 @@ func (r *run) run(ctx context.Context) error {
 		return err
 	}
 	r.newMade = true
+	if err := r.save(); err != nil {
+		return err
+	}
 	up, err := upgrade.Run(ctx, upgrade.Options{
 		OldDir: r.cloneDir, NewDir: o.NewDir, Old: o.Old, New: o.New, Mode: upgrade.Clone,
 		Jobs: o.Jobs, Rehearse: upgrade.RehearseOff, Superuser: r.su, NoAnalyze: true,
@@ -489,7 +513,7 @@ func (r *run) publish(ctx context.Context) error {
 // clone makes the online reflink clone beside the old cluster.
 func (r *run) clone(ctx context.Context) error {
 	o := r.o
-	r.cloneDir = filepath.Join(filepath.Dir(o.OldDir), fmt.Sprintf(".%s.pgfork-logical-%d", filepath.Base(o.OldDir), os.Getpid()))
+	r.cloneDir = r.clonePath
 	_, err := pgclone.Clone(ctx, pgclone.Options{
 		Src: o.OldDir, Dst: r.cloneDir, Online: true, ConnString: r.oldURL("postgres", "pgfork upgrade clone"),
 		Label:        "pgfork upgrade --logical",

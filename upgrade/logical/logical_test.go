@@ -2,12 +2,16 @@ package logical_test
 
 import (
 	"context"
+	"encoding/json"
+	"errors"
 	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"sort"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -499,4 +503,87 @@ func TestLogicalRollsBack(t *testing.T) {
 	t.Run("interrupt", func(t *testing.T) {
 		rollsBack(t, logical.Options{}, "", nil, logical.PhaseCatchUp, errs.Interrupted, "the old cluster serves")
 	})
+}
+
+// killChildEnv, set in a process started from this test binary, makes
+// TestLogicalKilled run one upgrade and kill itself (SIGKILL) once writes
+// are refused on the old cluster: pgfork killed at a known point.
+const killChildEnv = "PGFORK_LOGICAL_KILL_CHILD"
+
+// TestLogicalKilled: pgfork killed (SIGKILL) inside the window leaves the
+// old cluster read-only with the run's slots and publications; the next
+// run on the same NEW_DATADIR gives writes back, drops them, stops the
+// servers the killed run left, removes its clone and NEW_DATADIR, says so,
+// and goes on (here: interrupted right after, which leaves nothing).
+func TestLogicalKilled(t *testing.T) {
+	old, nw := builds(t)
+	if raw := os.Getenv(killChildEnv); raw != "" {
+		var dirs [2]string
+		if err := json.Unmarshal([]byte(raw), &dirs); err != nil {
+			t.Fatal(err)
+		}
+		_, err := run(t, logical.Options{OldDir: dirs[0], NewDir: dirs[1], Old: old, New: nw}, func(e upgrade.Event) {
+			if e.Phase == logical.PhaseWindow && strings.Contains(e.Message, "writes refused") {
+				_ = syscall.Kill(os.Getpid(), syscall.SIGKILL)
+			}
+		})
+		t.Fatalf("the child was not killed: %v", err)
+	}
+	base := testenv.XFSDir(t)
+	oldDir := filepath.Join(base, "old")
+	newDir := filepath.Join(base, "new")
+	pgtest.InitDB(t, oldDir, pgtest.Server{BinDir: old.BinDir, Env: old.Env})
+	inst := startOld(t, old, oldDir, logicalSettings(nil))
+	pgtest.Exec(t, inst.ConnString("", "postgres"), "CREATE DATABASE shop")
+	shop := inst.ConnString("", "shop")
+	pgtest.Exec(t, shop, "CREATE TABLE items (id bigserial PRIMARY KEY, v text)", "INSERT INTO items(v) VALUES ('before')")
+	dbs := []string{"postgres", "shop"}
+
+	raw, err := json.Marshal([2]string{oldDir, newDir})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command(os.Args[0], "-test.run=^TestLogicalKilled$", "-test.v")
+	cmd.Env = append(os.Environ(), killChildEnv+"="+string(raw))
+	out, err := cmd.CombinedOutput()
+	var ee *exec.ExitError
+	if !errors.As(err, &ee) || ee.Sys().(syscall.WaitStatus).Signal() != syscall.SIGKILL {
+		t.Fatalf("the child was not killed (%v):\n%s", err, out)
+	}
+	if v := pgtest.Query(t, shop, "SHOW default_transaction_read_only"); v != "on" {
+		t.Fatalf("the old cluster is not read-only after the kill in the window (%s): the test proves nothing", v)
+	}
+	if n := pgtest.Query(t, shop, "SELECT count(*) FROM pg_replication_slots"); n == "0" {
+		t.Fatal("no slots after the kill: the test proves nothing")
+	}
+
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	var cleaned string
+	_, err = logical.Run(ctx, logical.Options{OldDir: oldDir, NewDir: newDir, Old: old, New: nw, User: pgtest.User(t),
+		OnEvent: func(e upgrade.Event) {
+			if strings.HasPrefix(e.Message, "cleaned up") {
+				cleaned = e.Message
+				t.Log(e.Message)
+			}
+			if e.Phase == logical.PhasePublish && !e.Done {
+				cancel()
+			}
+		}})
+	if errs.KindOf(err) != errs.Interrupted {
+		t.Errorf("the run after the kill: %v, want interrupted", err)
+	}
+	for _, want := range []string{"stopped the server left on " + newDir, "gave writes back", "dropped its slots and publications in 2 databases", "removed " + newDir} {
+		if !strings.Contains(cleaned, want) {
+			t.Errorf("the clean-up says %q, want %q", cleaned, want)
+		}
+	}
+	nothingLeft(t, inst, dbs, newDir, false)
+	if m, _ := filepath.Glob(filepath.Join(base, ".old.pgfork-logical-*")); len(m) > 0 {
+		t.Errorf("the clone was left: %v", m)
+	}
+	if m, _ := filepath.Glob(newDir + ".pgfork-logical*"); len(m) > 0 {
+		t.Errorf("the state file was left: %v", m)
+	}
+	pgtest.Exec(t, shop, "INSERT INTO items(v) VALUES ('after')")
 }

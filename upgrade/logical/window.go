@@ -209,12 +209,16 @@ func (r *run) window(ctx context.Context) error {
 func (r *run) inWindow(ctx context.Context) error {
 	c := r.control
 	r.readOnly = true
+	if err := r.save(); err != nil {
+		return err
+	}
 	if _, err := c.Exec(ctx, "ALTER SYSTEM SET default_transaction_read_only = on"); err != nil {
 		return errs.Wrap(errs.Internal, err, "cannot refuse writes on the old cluster")
 	}
 	if _, err := c.Exec(ctx, "SELECT pg_reload_conf()"); err != nil {
 		return errs.Wrap(errs.Internal, err, "cannot reload the old cluster's configuration")
 	}
+	r.infof(PhaseWindow, "writes refused on the old cluster")
 	// End every other session: its open transaction may write.
 	rows, err := c.Query(ctx, `SELECT pid FROM pg_stat_activity WHERE backend_type = 'client backend' AND pid <> ALL($1)`, r.ownPIDs)
 	if err != nil {

@@ -4,12 +4,14 @@ import (
 	"context"
 	"fmt"
 	"io/fs"
+	"net/url"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"runtime"
 	"strconv"
 	"strings"
+	"syscall"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -121,6 +123,41 @@ type clusterRun struct {
 	wall   time.Duration // all copies, n at once
 	busy   float64       // share of the cores busy meanwhile (-1: not measured)
 	files  int           // files in the copied data directory
+	// cpu is the CPU time the copies' own processes took (cp, the
+	// servers and their backends, rm), all copies: unlike busy, it leaves
+	// out what other work ran on the machine meanwhile, and what the
+	// kernel's own threads did for them (the filesystem's background
+	// work, such as freeing the removed inodes).
+	cpu time.Duration
+}
+
+// processCPU is the CPU time one bare copy's processes took (0 when not
+// measured).
+func (c clusterRun) processCPU() time.Duration {
+	if c.copies == 0 {
+		return 0
+	}
+	return c.cpu / time.Duration(c.copies)
+}
+
+// childrenCPU is the CPU time (user + system) of this process's children
+// that have ended and been waited for.
+func childrenCPU() time.Duration {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_CHILDREN, &ru); err != nil {
+		return 0
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}
+
+// selfCPU is the CPU time (user + system) of this process (the bench: its
+// tests' clients).
+func selfCPU() time.Duration {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		return 0
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }
 
 // coreTime is the time of all the cores one bare cluster copy took (0 when
@@ -135,9 +172,19 @@ func (c clusterRun) coreTime() time.Duration {
 // bareClusters makes k bare copies of the stopped cluster data, n at once,
 // as little as any test cluster costs: `cp -a --reflink=always` (the
 // coreutils copy, no pgfork code), the server started on the copy (pgBin,
-// as user, the test profile, no TCP) and stopped immediately, and the copy
-// removed (`rm -rf`). Each copy goes beside data's parent directory (the
-// same filesystem, so the reflink works).
+// as user, the test profile, no TCP), one connection to each of its
+// databases, the server stopped immediately, and the copy removed (`rm
+// -rf`). Each copy goes beside data's parent directory (the same
+// filesystem, so the reflink works).
+//
+// The connections: a server's start removes every database's relation
+// cache file (pg_internal.init), so the first connection to each database
+// of a new test cluster reads its catalogs to build its caches, which
+// later connections then read from the file. A test gets a fresh database
+// and connects to it, so every database of every test cluster pays that
+// once, whoever makes the cluster, and the suite's floor (its databases
+// reused, their caches built) does not: until 2026-12-07 the bound left it
+// out.
 func bareClusters(ctx context.Context, data string, pg pgbin.Installation, user *instance.OSUser, k, n int) (clusterRun, error) {
 	files := 0
 	_ = filepath.WalkDir(data, func(_ string, d fs.DirEntry, err error) error {
@@ -147,12 +194,13 @@ func bareClusters(ctx context.Context, data string, pg pgbin.Installation, user 
 		return nil
 	})
 	base := filepath.Dir(filepath.Dir(data))
+	p0 := childrenCPU()
 	c0 := readCPU()
 	s0 := time.Now()
 	err := parallel(k, n, func(i int) error {
 		return bareCluster(ctx, data, filepath.Join(base, fmt.Sprintf("bench-bare-cluster-%d", i)), pg, user)
 	})
-	run := clusterRun{copies: k, wall: time.Since(s0), busy: readCPU().busySince(c0), files: files}
+	run := clusterRun{copies: k, wall: time.Since(s0), busy: readCPU().busySince(c0), files: files, cpu: childrenCPU() - p0}
 	if err != nil {
 		return clusterRun{}, err
 	}
@@ -171,11 +219,47 @@ func bareCluster(ctx context.Context, data, dst string, pg pgbin.Installation, u
 	if err != nil {
 		return err
 	}
+	if err := connectEach(ctx, in); err != nil {
+		_ = in.Stop(ctx, instance.Immediate)
+		return err
+	}
 	if err := in.Stop(ctx, instance.Immediate); err != nil {
 		return err
 	}
 	if out, err := exec.CommandContext(ctx, "rm", "-rf", dst).CombinedOutput(); err != nil {
 		return fmt.Errorf("rm -rf: %v: %s", err, out)
+	}
+	return nil
+}
+
+// connectEach connects once to each database of server in that accepts
+// connections but template1, as the bootstrap superuser over its socket:
+// the databases of a test cluster of serve's (postgres, its admin
+// connection's, and the test databases; template1 is only copied).
+func connectEach(ctx context.Context, in *instance.Instance) error {
+	connect := func(db string) (*pgx.Conn, error) {
+		q := url.Values{"host": {in.SocketDir}, "port": {strconv.Itoa(in.Port)}, "user": {"postgres"}, "dbname": {db}}
+		return pgx.Connect(ctx, "postgres:///?"+instance.EncodeQuery(q))
+	}
+	c, err := connect("postgres")
+	if err != nil {
+		return err
+	}
+	rows, err := c.Query(ctx, "SELECT datname FROM pg_database WHERE datallowconn AND datname NOT IN ('template1', 'postgres')")
+	var dbs []string
+	if err == nil {
+		dbs, err = pgx.CollectRows(rows, pgx.RowTo[string])
+	}
+	c.Close(ctx)
+	if err != nil {
+		return err
+	}
+	for _, db := range dbs {
+		c, err := connect(db)
+		if err != nil {
+			return err
+		}
+		c.Close(ctx)
 	}
 	return nil
 }
@@ -228,4 +312,81 @@ func clusterBound(need, ready, slots int, c clusterRun, floorCore time.Duration)
 	}
 	clusters = (need - ready + slots - 1) / slots
 	return clusters, (time.Duration(clusters)*c.coreTime() + floorCore) / time.Duration(runtime.NumCPU())
+}
+
+// treeCPU is the CPU time (user + system, in clock ticks) of a process and
+// its descendants: self is the process's own; children what its children
+// took, the ones it has reaped (cutime, cstime: with what their own reaped
+// children took) and the ones still running (with their descendants).
+type treeCPU struct{ self, children uint64 }
+
+// clockTick is the kernel's USER_HZ, the unit of /proc/PID/stat's times
+// (100 on every Linux architecture Go supports).
+const clockTick = 100
+
+// readTreeCPU reads the CPU time of process pid and its descendants (zero
+// where /proc is missing).
+func readTreeCPU(pid int) treeCPU {
+	ents, err := os.ReadDir("/proc")
+	if err != nil {
+		return treeCPU{}
+	}
+	type stat struct {
+		ppid      int
+		own, kids uint64 // utime+stime, cutime+cstime
+	}
+	all := map[int]stat{}
+	for _, e := range ents {
+		p, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		b, err := os.ReadFile("/proc/" + e.Name() + "/stat")
+		if err != nil {
+			continue
+		}
+		s := string(b)
+		i := strings.LastIndexByte(s, ')') // the command name may hold anything
+		if i < 0 {
+			continue
+		}
+		f := strings.Fields(s[i+1:]) // f[0] is field 3 (state)
+		if len(f) < 15 {
+			continue
+		}
+		var v [4]uint64
+		for k := range v {
+			v[k], _ = strconv.ParseUint(f[11+k], 10, 64) // fields 14-17
+		}
+		ppid, _ := strconv.Atoi(f[1])
+		all[p] = stat{ppid: ppid, own: v[0] + v[1], kids: v[2] + v[3]}
+	}
+	root, ok := all[pid]
+	if !ok {
+		return treeCPU{}
+	}
+	t := treeCPU{self: root.own, children: root.kids}
+	var add func(parent int)
+	add = func(parent int) {
+		for p, s := range all {
+			if s.ppid == parent && p != parent {
+				t.children += s.own + s.kids
+				add(p)
+			}
+		}
+	}
+	add(pid)
+	return t
+}
+
+// since is the CPU time the tree took since before, as durations: the
+// process's own and its descendants'.
+func (t treeCPU) since(before treeCPU) (self, children time.Duration) {
+	d := func(a, b uint64) time.Duration {
+		if a < b {
+			return 0
+		}
+		return time.Duration(a-b) * time.Second / clockTick
+	}
+	return d(t.self, before.self), d(t.children, before.children)
 }

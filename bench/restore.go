@@ -131,7 +131,15 @@ func runRestoreBench(ctx context.Context, r *Report) error {
 		if err := e.user.MkdirOwned(t.dir, 0o755); err != nil {
 			return err
 		}
-		if err := e.onFS(ctx, r, t.name, t.dir, contenders); err != nil {
+	}
+	for i, t := range targets {
+		// The other filesystem, for restore --start with the state
+		// directory there (issue 60).
+		other := targets[(i+1)%len(targets)]
+		if other.name == t.name {
+			other = target{}
+		}
+		if err := e.onFS(ctx, r, t.name, t.dir, other.name, other.dir, contenders); err != nil {
 			return fmt.Errorf("%s: %w", t.name, err)
 		}
 	}
@@ -260,7 +268,10 @@ func (e *restoreBench) buildChain(ctx context.Context, dir string) ([]string, er
 	return chain, nil
 }
 
-func (e *restoreBench) onFS(ctx context.Context, r *Report, fsName, dir string, contenders []restoreContender) error {
+// onFS measures the contenders on the filesystem of dir; otherFS (in
+// otherDir, empty for none) is another filesystem for restore --start's
+// state directory.
+func (e *restoreBench) onFS(ctx context.Context, r *Report, fsName, dir, otherFS, otherDir string, contenders []restoreContender) error {
 	chainDir := filepath.Join(dir, fmt.Sprintf("chain-s%d", e.scale))
 	chain, err := e.makeChain(ctx, chainDir)
 	if err != nil {
@@ -354,7 +365,7 @@ func (e *restoreBench) onFS(ctx context.Context, r *Report, fsName, dir string, 
 			}
 		}
 	}
-	return e.firstQuery(ctx, r, fsName, dir, chain)
+	return e.firstQuery(ctx, r, fsName, dir, otherFS, otherDir, chain)
 }
 
 // bounds runs pgfork restore --json once per chain and says what bounds
@@ -407,8 +418,11 @@ func (e *restoreBench) bounds(ctx context.Context, r *Report, fsName, dir string
 }
 
 // firstQuery measures the time from the command's start to the first
-// answered query of the restored full chain, started as a server.
-func (e *restoreBench) firstQuery(ctx context.Context, r *Report, fsName, dir string, chain []string) error {
+// answered query of the restored full chain, started as a server: by
+// pg_combinebackup into DST and a start, by pgfork restore and a start,
+// and by restore --start DST with the state directory beside the chain
+// and, when otherDir is given, on another filesystem (otherFS).
+func (e *restoreBench) firstQuery(ctx context.Context, r *Report, fsName, dir, otherFS, otherDir string, chain []string) error {
 	dst := filepath.Join(dir, "branch")
 	mode := "--copy-file-range"
 	if fsName == "xfs" {
@@ -432,7 +446,8 @@ func (e *restoreBench) firstQuery(ctx context.Context, r *Report, fsName, dir st
 	if err := pingQuery(ctx, in.ConnString("", "")); err != nil {
 		return err
 	}
-	rows = append(rows, []string{"pg_combinebackup " + mode + " + start", Dur(time.Since(t0))})
+	tCombine := time.Since(t0)
+	rows = append(rows, []string{"pg_combinebackup " + mode + " + start", Dur(tCombine)})
 	_ = in.Stop(context.WithoutCancel(ctx), instance.Fast)
 	_ = os.RemoveAll(dst)
 	_ = os.Remove(dst + ".log")
@@ -459,39 +474,63 @@ func (e *restoreBench) firstQuery(ctx context.Context, r *Report, fsName, dir st
 	_ = os.RemoveAll(dst)
 	_ = os.Remove(dst + ".log")
 
-	// restore --start makes a branch (issue 35): restored into a snapshot
-	// in the state directory, copied by reflink into the branch, started
-	// with a role of its own. The state directory is beside the chain, on
-	// the filesystem measured, as a user keeps it.
-	state := dst + ".state"
+	// restore --start makes a branch (issue 35) whose data directory is
+	// DST, its snapshot beside it (issue 60): restored into the snapshot,
+	// copied by reflink into DST, started with a role of its own. The
+	// state directory is beside the chain, on the filesystem measured, as
+	// a user keeps it, and then on another filesystem (root's default
+	// /var/lib/pgfork is on the root filesystem of most hosts): the
+	// branch's data goes to DST's filesystem either way.
+	states := []struct{ label, dir string }{{"state directory beside the chain", dst + ".state"}}
+	if otherDir != "" {
+		states = append(states, struct{ label, dir string }{"state directory on " + otherFS, filepath.Join(otherDir, "state-for-"+fsName)})
+	}
+	for _, st := range states {
+		t, err := e.branchFirstQuery(ctx, st.dir, chain, dst)
+		if err != nil {
+			return err
+		}
+		rows = append(rows, []string{"pgfork restore --start DST (" + st.label + ")", Dur(t)})
+		r.Target(t <= restorePlusStart, "%s, %s: pgfork restore --start to the first query %s vs pgfork restore + postmaster start %s (target: no slower)",
+			fsName, st.label, Dur(t), Dur(restorePlusStart))
+		r.Target(t <= tCombine, "%s, %s: pgfork restore --start to the first query %s vs pg_combinebackup %s + start into DST %s (target: no slower)",
+			fsName, st.label, Dur(t), mode, Dur(tCombine))
+	}
+	r.Table([]string{fsName + ": time to first query (full chain)", "time"}, rows)
+	return nil
+}
+
+// branchFirstQuery times restore --start DST with the state directory
+// state, from the command's start to the branch's first answered query,
+// then removes the branch (and state).
+func (e *restoreBench) branchFirstQuery(ctx context.Context, state string, chain []string, dst string) (time.Duration, error) {
 	branch := []string{"--state-dir", state, "branch"}
-	t0 = time.Now()
 	defer func() {
 		_ = e.run(context.WithoutCancel(ctx), e.bin, append(branch, "rm", "benchbranch")...) // on errors below; a no-op after the rm
 		_ = os.RemoveAll(state)
 	}()
+	t0 := time.Now()
 	out, err := e.output(ctx, e.bin, append(append([]string{"--state-dir", state, "restore", "-q", "--json"}, chain...), dst, "--start", "--name", "benchbranch")...)
 	if err != nil {
-		return err
+		return 0, err
 	}
 	var info struct {
 		URL string `json:"url"`
 	}
 	if err := json.Unmarshal(out, &info); err != nil {
-		return fmt.Errorf("reading restore --start's branch: %w\n%s", err, out)
+		return 0, fmt.Errorf("reading restore --start's branch: %w\n%s", err, out)
 	}
 	if err := pingQuery(ctx, info.URL); err != nil {
-		return err
+		return 0, err
 	}
-	tBranch := time.Since(t0)
-	rows = append(rows, []string{"pgfork restore --start (a branch)", Dur(tBranch)})
+	t := time.Since(t0)
 	if err := e.run(ctx, e.bin, append(branch, "rm", "benchbranch")...); err != nil {
-		return err
+		return 0, err
 	}
-	r.Table([]string{fsName + ": time to first query (full chain)", "time"}, rows)
-	r.Target(tBranch <= restorePlusStart, "%s: pgfork restore --start to the first query %s vs pgfork restore + postmaster start %s (target: no slower)",
-		fsName, Dur(tBranch), Dur(restorePlusStart))
-	return nil
+	if _, err := os.Lstat(dst); err == nil {
+		return 0, fmt.Errorf("branch rm left %s", dst)
+	}
+	return t, nil
 }
 
 func pingQuery(ctx context.Context, url string) error {

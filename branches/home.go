@@ -130,15 +130,10 @@ func (m *Manager) tblspcOf(b *Branch) string { return filepath.Join(m.store(b.Ho
 // reused once checked: a directory, root's) with mode 0711 and its
 // snap/, data/ and tblspc/.
 func (m *Manager) homeFor(dataDir string) (dst, home string, id fileID, err error) {
-	abs, err := filepath.Abs(dataDir)
-	if err != nil {
-		return "", "", fileID{}, errs.Wrap(errs.Usage, err, "bad data directory %q", dataDir)
+	if dst, err = resolveDataDir(dataDir); err != nil {
+		return "", "", fileID{}, err
 	}
-	parent, err := filepath.EvalSymlinks(filepath.Dir(abs))
-	if err != nil {
-		return "", "", fileID{}, errs.FromOS(err, filepath.Dir(abs), "cannot use the directory the branch's data directory goes in")
-	}
-	dst = filepath.Join(parent, filepath.Base(abs))
+	parent := filepath.Dir(dst)
 	if _, err := os.Lstat(dst); err == nil {
 		return "", "", fileID{}, errs.New(errs.Exists, "%s already exists", dst).WithPath(dst).
 			WithHint("choose a directory that does not exist yet, or remove it")
@@ -152,7 +147,7 @@ func (m *Manager) homeFor(dataDir string) (dst, home string, id fileID, err erro
 	if fsutil.Within(dst, m.o.Layout.Root) {
 		return "", "", fileID{}, errs.New(errs.Usage, "%s is inside pgfork's state directory", dst).WithPath(dst).WithHint("choose a directory outside %s", m.o.Layout.Root)
 	}
-	home = filepath.Join(parent, "."+filepath.Base(abs)+homeSuffix)
+	home = filepath.Join(parent, "."+filepath.Base(dst)+homeSuffix)
 	if err := mkdirPrivate(home); err != nil {
 		return "", "", fileID{}, err
 	}
@@ -169,6 +164,20 @@ func (m *Manager) homeFor(dataDir string) (dst, home string, id fileID, err erro
 		}
 	}
 	return dst, home, id, nil
+}
+
+// resolveDataDir is the data directory dataDir names: absolute, its
+// parent's symlinks resolved (the parent must exist).
+func resolveDataDir(dataDir string) (string, error) {
+	abs, err := filepath.Abs(dataDir)
+	if err != nil {
+		return "", errs.Wrap(errs.Usage, err, "bad data directory %q", dataDir)
+	}
+	parent, err := filepath.EvalSymlinks(filepath.Dir(abs))
+	if err != nil {
+		return "", errs.FromOS(err, filepath.Dir(abs), "cannot use the directory the branch's data directory goes in")
+	}
+	return filepath.Join(parent, filepath.Base(abs)), nil
 }
 
 // untrustedParent says why a user other than root and the servers' OS

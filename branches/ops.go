@@ -231,10 +231,10 @@ func (m *Manager) reserve(ctx context.Context, c Caller, o CreateOptions, own in
 		}
 		from, origin, isSource = "source:"+o.Source, o.Source, true
 		if o.DataDir != "" {
-			for _, x := range m.st.Branches {
-				if x.DataDir != "" && fsutil.Within(x.DataDir, filepath.Clean(o.DataDir)) {
-					return fail(errs.New(errs.Exists, "%s is branch %q's data directory", x.DataDir, x.Name).WithHint("choose another directory"))
-				}
+			if d, err := resolveDataDir(o.DataDir); err != nil {
+				return fail(err)
+			} else if i := slices.IndexFunc(m.st.Branches, func(x *Branch) bool { return x.DataDir == d }); i >= 0 {
+				return fail(errs.New(errs.Exists, "%s is branch %q's data directory", d, m.st.Branches[i].Name).WithHint("choose another directory"))
 			}
 			if dataDir, home, homeID, err = m.homeFor(o.DataDir); err != nil {
 				return fail(err)
@@ -253,7 +253,6 @@ func (m *Manager) reserve(ctx context.Context, c Caller, o CreateOptions, own in
 		}
 		from, home = "snapshot:"+o.Snapshot, s.Home
 	}
-	// A port free now and not another branch's, held from now on (ports.go).
 	// A home made for this create and not recorded yet goes with a
 	// refusal (one recorded holds the snapshots of an earlier branch).
 	newHome := home != "" && !slices.Contains(m.st.Homes, home)
@@ -265,6 +264,7 @@ func (m *Manager) reserve(ctx context.Context, c Caller, o CreateOptions, own in
 			_ = removeBelow(filepath.Dir(home), filepath.Base(home))
 		}
 	}
+	// A port free now and not another branch's, held from now on (ports.go).
 	port, err := m.askedPort(c, o, used)
 	if err != nil {
 		dropHome()

@@ -74,6 +74,20 @@ type ManagerConfig struct {
 	// pool no further than Max all the same (Config.GrowMax): only its
 	// learned demand fills it beyond.
 	MaxBySize func(templateBytes int64) int
+	// MaxDiskBytes caps the disk the test databases of all pools take
+	// (issue 58: a state directory grew to 324-645 MB): ready ones, those
+	// in use, those given back and waiting for their recreation, and the
+	// used copies renamed away and waiting for their drop, each counted
+	// at its template's size (pg_database_size; the store must be a
+	// Sizer). A database is made, and a used copy kept for a drop in the
+	// background, only while that leaves the total within the cap, or
+	// when the pools have none (a cap smaller than one copy still serves
+	// one at a time); else a recreation drops the used copy first, and the
+	// least recently used idle pool gives up its ready ones, as for
+	// MaxDatabases. Kept databases are outside it (never dropped for it),
+	// and so are copies that share their template's blocks (reflink
+	// clones: BlockSharer), which take no disk of their own. 0: no cap.
+	MaxDiskBytes int64
 	// RunGap: hand-outs further apart than this are two runs (0:
 	// DefaultRunGap).
 	RunGap time.Duration
@@ -119,8 +133,11 @@ type Manager struct {
 	// record dropped: a new template of the hash has the same names, and
 	// waits for it (InitializeTemplate), or those drops could remove its
 	// databases under its clients.
-	going    map[string]chan struct{}
-	total    int // test databases reserved across pools
+	going map[string]chan struct{}
+	total int // test databases reserved across pools
+	// bytes is the disk the reserved test databases and the used copies
+	// waiting for their drop take (MaxDiskBytes).
+	bytes    int64
 	evicting int
 	closed   bool
 	// storeClosed: the store is closed (after the pools), so nothing
@@ -317,7 +334,8 @@ func (m *Manager) newPool(ctx context.Context, t *template) *Pool {
 	hash := t.hash
 	_, persistKept := m.store.(KeptStore)
 	_, persistReady := m.store.(ReadyStore)
-	return New(Config{
+	copyBytes := m.copyBytes(ctx, t)
+	return New(Config{CopyBytes: copyBytes,
 		Hash: hash, Template: t.db, Owner: m.cfg.Owner,
 		Name:    func(id int) string { return m.TestName(hash, id) },
 		Initial: m.cfg.Initial, Max: m.maxOf(ctx, t), GrowMax: m.cfg.Max, Parallel: m.cfg.Parallel,
@@ -335,6 +353,32 @@ func (m *Manager) newPool(ctx context.Context, t *template) *Pool {
 				"kept_for", keptFor.Round(time.Second), "max", m.cfg.KeptMax)
 		},
 	}, m.store)
+}
+
+// copyBytes is the disk one test database of t takes, as MaxDiskBytes
+// counts it: its template's size, or 0 (no cap, copies that share their
+// template's blocks, a store that cannot tell).
+func (m *Manager) copyBytes(ctx context.Context, t *template) int64 {
+	if m.cfg.MaxDiskBytes <= 0 {
+		return 0
+	}
+	if b, ok := m.store.(BlockSharer); ok && b.SharesBlocks() {
+		return 0
+	}
+	sz, ok := m.store.(Sizer)
+	if !ok {
+		return 0
+	}
+	size, err := sz.TemplateSize(ctx, t.db)
+	if err != nil {
+		m.cfg.Log.Warn("cannot measure a template: its copies are not counted against the disk cap", "template", t.hash, "err", err)
+		return 0
+	}
+	if size > m.cfg.MaxDiskBytes {
+		m.cfg.Log.Warn("the disk cap is smaller than one copy of a template: one copy at a time", "template", t.hash,
+			"template_bytes", size, "max_disk_bytes", m.cfg.MaxDiskBytes)
+	}
+	return size
 }
 
 // maxOf is the Max of t's pool: MaxBySize of its template's size when
@@ -675,8 +719,9 @@ func (m *Manager) Recreate(ctx context.Context, hash string, id int) error {
 func (m *Manager) TryReserve(p *Pool) bool {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	if m.cfg.MaxDatabases <= 0 || m.total < m.cfg.MaxDatabases {
+	if (m.cfg.MaxDatabases <= 0 || m.total < m.cfg.MaxDatabases) && m.diskRoom(p) {
 		m.total++
+		m.bytes += p.cfg.CopyBytes
 		return true
 	}
 	if m.evicting > 0 {
@@ -708,11 +753,39 @@ func (m *Manager) TryReserve(p *Pool) bool {
 	return false
 }
 
-// Release implements Limiter: n test databases are gone; pools waiting for
-// room get another chance.
-func (m *Manager) Release(n int) {
+// diskRoom says whether one more database of p fits under MaxDiskBytes:
+// the copies there leave room for it, or there are none. Called with m.mu
+// held.
+func (m *Manager) diskRoom(p *Pool) bool {
+	return m.cfg.MaxDiskBytes <= 0 || p.cfg.CopyBytes <= 0 || m.bytes <= 0 || m.bytes+p.cfg.CopyBytes <= m.cfg.MaxDiskBytes
+}
+
+// TryReserveUsed implements Limiter: it counts a used copy of p that
+// waits for its drop against MaxDiskBytes, if it fits.
+func (m *Manager) TryReserveUsed(p *Pool) bool {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if !m.diskRoom(p) {
+		return false
+	}
+	m.bytes += p.cfg.CopyBytes
+	return true
+}
+
+// ReleaseUsed implements Limiter: n used copies of p are dropped.
+func (m *Manager) ReleaseUsed(p *Pool, n int) {
+	m.mu.Lock()
+	m.bytes -= int64(n) * p.cfg.CopyBytes
+	m.mu.Unlock()
+	m.Release(p, 0) // pools waiting for room get another chance
+}
+
+// Release implements Limiter: n test databases of p are gone; pools
+// waiting for room get another chance.
+func (m *Manager) Release(p *Pool, n int) {
 	m.mu.Lock()
 	m.total -= n
+	m.bytes -= int64(n) * p.cfg.CopyBytes
 	var pools []*Pool
 	for _, t := range m.templates {
 		if t.pool != nil {

@@ -74,36 +74,97 @@ func pgCtlStart(ctx context.Context, bin upgrade.Install, u *instance.OSUser, di
 	return nil
 }
 
+// stopOld stops the old cluster (fast) and returns once it has released
+// its data directory and sockets: its postmaster.pid and socket lock files
+// are gone. That comes before Stop sees the process gone where its exit is
+// reaped late (the old server's parent is an init that reaps it after a
+// second or so, seen in containers), and it is all the new server needs.
+func (r *run) stopOld(ctx context.Context, old *instance.Instance) error {
+	stopped := make(chan error, 1)
+	go func() { stopped <- old.Stop(ctx, instance.Fast) }()
+	lock := filepath.Join(r.oldHost, fmt.Sprintf(".s.PGSQL.%d.lock", r.oldPort))
+	released := func() bool {
+		for _, p := range []string{filepath.Join(r.o.OldDir, "postmaster.pid"), lock} {
+			if _, err := os.Lstat(p); err == nil {
+				return false
+			}
+		}
+		return true
+	}
+	tick := time.NewTicker(2 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		select {
+		case err := <-stopped:
+			return err
+		case <-tick.C:
+			if released() {
+				return nil
+			}
+		}
+	}
+}
+
+// startNew starts the new cluster with pg_ctl and its own configuration,
+// and returns as soon as its postmaster.pid says it is ready: pg_ctl -w
+// looks only every 100 ms. An error is pg_ctl's (the server did not start).
+func (r *run) startNew(ctx context.Context) error {
+	pctx, cancel := context.WithTimeout(ctx, 5*time.Minute)
+	done := make(chan error, 1)
+	go func() {
+		defer cancel()
+		done <- pgCtlStart(pctx, r.o.New, r.o.User, r.o.NewDir, "")
+	}()
+	tick := time.NewTicker(2 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		select {
+		case err := <-done:
+			return err
+		case <-tick.C:
+			if pf, err := instance.ReadPidFile(r.o.NewDir); err == nil && pf.Status == "ready" {
+				return nil
+			}
+		}
+	}
+}
+
 // handOver, at the end of the window: the replication objects dropped on
 // both sides, the old cluster stopped (fast), the new one started with its
 // own configuration at the old one's address. If the new cluster does not
 // start, the old one is started again as it ran (the caller then gives
 // writes back).
-func (r *run) handOver(ctx context.Context) error {
+func (r *run) handOver(ctx context.Context, step func(string)) error {
 	o := r.o
 	ctx = context.WithoutCancel(ctx) // past here, a half-done hand-over is worse than a late one
 	if left := r.dropReplication(ctx); left != "" {
 		r.res.Notes = append(r.res.Notes, "left behind"+left)
 	}
+	step("replication dropped")
 	r.closeAll()
 	r.handingOver = true
 	if err := r.save(); err != nil {
 		return err
 	}
-	if err := r.newInst.Stop(ctx, instance.Fast); err != nil {
-		return errs.Wrap(errs.Internal, err, "cannot stop the new cluster's private server")
-	}
+	// Both shutdowns at once: each ends with a checkpoint.
+	newStopped := make(chan error, 1)
+	go func() { newStopped <- r.newInst.Stop(ctx, instance.Fast) }()
 	old, err := instance.Attach(o.OldDir)
 	if err == nil {
-		err = old.Stop(ctx, instance.Fast)
+		err = r.stopOld(ctx, old)
+	}
+	step("old stopped")
+	if nerr := <-newStopped; nerr != nil {
+		return errs.Wrap(errs.Internal, nerr, "cannot stop the new cluster's private server")
 	}
 	if err != nil {
 		return errs.Wrap(errs.Busy, err, "cannot stop the old cluster for the hand-over").WithPath(o.OldDir)
 	}
 	r.oldStopped = true
+	step("new private server stopped")
 	sctx, cancel := context.WithTimeout(ctx, 5*time.Minute)
 	defer cancel()
-	if err := pgCtlStart(sctx, o.New, o.User, o.NewDir, ""); err != nil {
+	if err := r.startNew(ctx); err != nil {
 		if rerr := pgCtlStart(sctx, o.Old, o.User, o.OldDir, r.oldOpts); rerr != nil {
 			return errs.Wrap(errs.Internal, err, "the new cluster does not start with the old one's address, and the old one does not start again either (%v)", rerr).
 				WithHint("start the old cluster: %s -D %s start; then ALTER SYSTEM RESET default_transaction_read_only; SELECT pg_reload_conf();", filepath.Join(o.Old.BinDir, "pg_ctl"), o.OldDir)

@@ -113,6 +113,8 @@ type Result struct {
 	// the hand-over: until the new cluster accepted connections at its
 	// address).
 	Window time.Duration `json:"window_ns"`
+	// WindowSteps times the window's steps.
+	WindowSteps []upgrade.PhaseTime `json:"window_steps"`
 	// HandedOver: the old cluster was stopped and the new one serves at
 	// its address.
 	HandedOver bool `json:"handed_over"`
@@ -644,6 +646,10 @@ func (r *run) subscribe(ctx context.Context, R pgdata.LSN) error {
 		"max_logical_replication_workers": strconv.Itoa(n + 2),
 		"max_worker_processes":            strconv.Itoa(n + 10),
 		"max_replication_slots":           strconv.Itoa(n + 2),
+		// Apply commits asynchronously and the slots confirm what the new
+		// cluster flushed: flush often, so that the window's wait for the
+		// last commit is not the WAL writer's default 200 ms.
+		"wal_writer_delay": "10ms",
 	}
 	if o.New.Major >= 18 {
 		settings["max_active_replication_origins"] = strconv.Itoa(n + 2)

@@ -91,7 +91,20 @@ func (r *run) catchUp(ctx context.Context) error {
 	if err := r.applyErrors(ctx); err != nil {
 		return err
 	}
-	return r.compare(ctx)
+	if err := r.compare(ctx); err != nil {
+		return err
+	}
+	if r.ho != nil {
+		// The shutdowns of the hand-over end with a checkpoint each: most
+		// of their writing is done here, outside the window.
+		if _, err := r.control.Exec(ctx, "CHECKPOINT"); err != nil {
+			return errs.Wrap(errs.Internal, err, "checkpoint on the old cluster")
+		}
+		if _, err := r.dbs[0].new.Exec(ctx, "CHECKPOINT"); err != nil {
+			return errs.Wrap(errs.Internal, err, "checkpoint on the new cluster")
+		}
+	}
+	return nil
 }
 
 // fingerprintSQL hashes the columns of a database's user relations, which
@@ -201,13 +214,22 @@ func (r *run) window(ctx context.Context) error {
 			WithHint("the new cluster lags behind the old one; run again at a quieter time, or allow a longer pause").WithCLI("--window")
 	}
 	if err == nil {
-		r.infof(PhaseWindow, "writes were refused for %s", r.res.Window.Round(time.Millisecond))
+		var steps []string
+		for _, s := range r.res.WindowSteps {
+			steps = append(steps, fmt.Sprintf("%s %s", s.Name, s.Elapsed.Round(time.Millisecond)))
+		}
+		r.infof(PhaseWindow, "writes were refused for %s (%s)", r.res.Window.Round(time.Millisecond), strings.Join(steps, ", "))
 	}
 	return err
 }
 
 func (r *run) inWindow(ctx context.Context) error {
 	c := r.control
+	last := time.Now()
+	step := func(name string) {
+		r.res.WindowSteps = append(r.res.WindowSteps, upgrade.PhaseTime{Name: name, Elapsed: time.Since(last)})
+		last = time.Now()
+	}
 	r.readOnly = true
 	if err := r.save(); err != nil {
 		return err
@@ -247,6 +269,7 @@ func (r *run) inWindow(ctx context.Context) error {
 		case <-tick.C:
 		}
 	}
+	step("sessions ended")
 	var lsn string
 	if err := c.QueryRow(ctx, "SELECT pg_current_wal_lsn()::text").Scan(&lsn); err != nil {
 		return err
@@ -254,6 +277,7 @@ func (r *run) inWindow(ctx context.Context) error {
 	if err := r.confirmed(ctx, lsn, true); err != nil {
 		return err
 	}
+	step("slots confirmed")
 	var mu sync.Mutex
 	if err := r.each(ctx, 8, func(ctx context.Context, d *database) error {
 		rows, err := d.old.Query(ctx, `SELECT schemaname::text, sequencename::text, last_value FROM pg_sequences
@@ -285,14 +309,18 @@ func (r *run) inWindow(ctx context.Context) error {
 	}); err != nil {
 		return err
 	}
+	step("sequences copied")
 	if err := r.applyErrors(ctx); err != nil {
 		return err
 	}
 	if err := r.compare(ctx); err != nil {
 		return err
 	}
+	step("checks")
 	if r.ho != nil {
-		return r.handOver(ctx)
+		err := r.handOver(ctx, step)
+		step("new cluster started")
+		return err
 	}
 	return nil
 }

@@ -29,7 +29,7 @@ type upgradeFlags struct {
 	oldBin, newBin       string
 	noAnalyze            bool
 	waitAnalyze          bool
-	logical              bool
+	logical, rollback    bool
 	window               time.Duration
 }
 
@@ -95,7 +95,9 @@ replication carries what was written since, and writes are refused only while th
 new cluster confirms the last of them (at most --window, else it rolls back). With
 --stop-old the pause ends with the hand-over (the old cluster stopped, the new one on
 its address); without, the old cluster is left read-only and the new one on a private
-socket. docs/upgrade.md says when to choose it and what it cannot carry.`,
+socket. --logical --rollback goes back to the old cluster while it is intact (writes
+made on the new one since are not carried back). docs/upgrade.md says when to choose it
+and what it cannot carry.`,
 		Example: `  # rehearse on a clone, then upgrade in the fastest safe mode
   pgfork upgrade /var/lib/postgresql/15/main /var/lib/postgresql/18/main --to 18
 
@@ -133,6 +135,7 @@ socket. docs/upgrade.md says when to choose it and what it cannot carry.`,
 	fl.BoolVar(&f.noAnalyze, "no-analyze", false, "do not rebuild optimizer statistics after the upgrade (run vacuumdb yourself)")
 	fl.BoolVar(&f.waitAnalyze, "wait-analyze", false, "rebuild statistics before anyone may connect, and leave the new cluster stopped")
 	fl.BoolVar(&f.logical, "logical", false, "upgrade the running cluster on a clone and carry the rest by logical replication: writes pause about a second")
+	fl.BoolVar(&f.rollback, "rollback", false, "with --logical: go back to the old cluster after the upgrade (stop the new one, start the old one, allow writes)")
 	fl.DurationVar(&f.window, "window", 10*time.Second, "with --logical: the longest write pause; past it writes are given back and the run rolls back")
 	return cmd
 }
@@ -152,6 +155,9 @@ func (cl *cli) runUpgrade(cmd *cobra.Command, args []string, f upgradeFlags) err
 	}
 	if f.logical {
 		return cl.runUpgradeLogical(cmd, args, f, to)
+	}
+	if f.rollback || cmd.Flags().Changed("window") {
+		return errs.New(errs.Usage, "--rollback and --window go with --logical").WithHint("add --logical")
 	}
 	n := 0
 	for _, b := range []bool{f.rehearse, f.noRehearse, f.rehearseOnly, f.check} {

@@ -42,6 +42,18 @@ func (cl *cli) runUpgradeLogical(cmd *cobra.Command, args []string, f upgradeFla
 	if err != nil {
 		return err
 	}
+	if f.rollback {
+		rb, err := logical.Rollback(cmd.Context(), logical.Options{OldDir: args[0], NewDir: args[1], Old: oldB, New: newB,
+			Superuser: f.superuser, User: user})
+		if err != nil {
+			return err
+		}
+		if cl.g.json {
+			return printJSON(cmd.OutOrStdout(), rb)
+		}
+		fmt.Fprintf(cmd.OutOrStdout(), "rolled back to %s: %s\n", rb.OldDir, strings.Join(rb.Did, "; "))
+		return nil
+	}
 	ep := &eventPrinter{cl: cl}
 	opts := logical.Options{OldDir: args[0], NewDir: args[1], Old: oldB, New: newB, Jobs: f.jobs,
 		Superuser: f.superuser, User: user, Window: f.window, HandOver: f.stopOld}

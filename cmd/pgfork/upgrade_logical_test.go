@@ -15,6 +15,10 @@ func TestUpgradeLogicalRefusesOtherPaths(t *testing.T) {
 		!strings.Contains(r.stderr, "--wait-analyze") || !strings.Contains(r.stderr, "--mode") {
 		t.Errorf("exit %d, stderr %q: want exit %d naming --wait-analyze and --mode", r.code, r.stderr, exitUsage)
 	}
+	r = runInProcess(t, "upgrade", dir+"/old", dir+"/new", "--to", "18", "--rollback")
+	if r.code != exitUsage || !strings.Contains(r.stderr, "go with --logical") {
+		t.Errorf("exit %d, stderr %q: want exit %d for --rollback without --logical", r.code, r.stderr, exitUsage)
+	}
 	r = runInProcess(t, "upgrade", dir+"/old", dir+"/new", "--to", "18", "--logical", "--window", "0s")
 	if r.code != exitUsage || !strings.Contains(r.stderr, "--window") {
 		t.Errorf("exit %d, stderr %q: want exit %d for --window 0s", r.code, r.stderr, exitUsage)

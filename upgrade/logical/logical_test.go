@@ -281,33 +281,45 @@ func TestLogicalUpgradeWithWriter(t *testing.T) {
 		"shop": pgtest.Query(t, shop, "SELECT last_value FROM items_id_seq"),
 	}
 
-	// The old cluster, stopped by the hand-over, started again privately:
-	// all it holds is on the new cluster, and nothing of the run is left.
-	oldAgain, err := instance.Start(context.Background(), instance.Config{BinDir: old.BinDir, Env: old.Env, DataDir: oldDir, User: pgtest.User(t),
-		LogFile: filepath.Join(base, "old-again.log")})
-	if err != nil {
-		t.Fatal(err)
+	// Roll back: the old cluster, stopped by the hand-over, serves again at
+	// its address, read-write. All it holds is on the new cluster, and
+	// nothing of the run is left on it.
+	if v := pgtest.Query(t, shop, "SHOW default_transaction_read_only"); v != "off" {
+		t.Errorf("the new cluster runs with default_transaction_read_only = %s", v)
 	}
-	defer oldAgain.Stop(context.Background(), instance.Fast)
-	if v := pgtest.Query(t, oldAgain.ConnString("", "app"), "SELECT count(*) || ' ' || max(at) || ' ' || (SELECT last_value FROM ticket) FROM events"); v != newSums["app"] {
+	rb, err := logical.Rollback(context.Background(), logical.Options{OldDir: oldDir, NewDir: newDir, Old: old, New: nw, User: pgtest.User(t)})
+	if err != nil {
+		t.Fatalf("rollback: %v (hint: %s)", err, errs.HintOf(err))
+	}
+	t.Logf("rollback: %s", strings.Join(rb.Did, "; "))
+	if v := pgtest.Query(t, pg, "SELECT current_setting('server_version_num')::int / 10000"); v != fmt.Sprint(old.Major) {
+		t.Errorf("after the rollback the old cluster's address answers PostgreSQL %s, want %d", v, old.Major)
+	}
+	if v := pgtest.Query(t, app, "SELECT count(*) || ' ' || max(at) || ' ' || (SELECT last_value FROM ticket) FROM events"); v != newSums["app"] {
 		t.Errorf("database app: old cluster %q, new cluster %q", v, newSums["app"])
 	}
-	if v := pgtest.Query(t, oldAgain.ConnString("", "app"), "SELECT last_value FROM ticket"); v != "50" {
+	if v := pgtest.Query(t, app, "SELECT last_value FROM ticket"); v != "50" {
 		t.Errorf("sequence ticket on the old cluster: %s, want 50", v)
 	}
-	oldShop := pgtest.Query(t, oldAgain.ConnString("", "shop"), "SELECT count(*) || ' ' || max(id) || ' ' || (SELECT last_value FROM items_id_seq) FROM items")
-	var n, maxID, seq int64
-	if _, err := fmt.Sscan(oldShop, &n, &maxID, &seq); err != nil {
-		t.Fatalf("%q: %v", oldShop, err)
+	oldIDs := strings.Split(pgtest.Query(t, shop, "SELECT string_agg(id::text, ',') FROM items"), ",")
+	lost := 0
+	for _, id := range oldIDs {
+		if !have[id] {
+			lost++
+		}
 	}
-	if v := pgtest.Query(t, shop, fmt.Sprintf("SELECT count(*) FROM items WHERE id <= %d", maxID)); v != fmt.Sprint(n) {
-		t.Errorf("shop.items: %d rows on the old cluster, %s of them (id <= %d) on the new one", n, v, maxID)
+	if lost > 0 {
+		t.Errorf("%d of the old cluster's %d rows of shop.items are not on the new cluster", lost, len(oldIDs))
 	}
-	var newSeq int64
-	if _, err := fmt.Sscan(newSums["shop"], &newSeq); err != nil || newSeq < seq {
-		t.Errorf("items_id_seq on the new cluster %s, below the old cluster's %d", newSums["shop"], seq)
+	var oldSeq, newSeq int64
+	if _, err := fmt.Sscan(pgtest.Query(t, shop, "SELECT last_value FROM items_id_seq"), &oldSeq); err != nil {
+		t.Fatal(err)
 	}
-	nothingLeft(t, oldAgain, []string{"postgres", "shop", "app"}, "", true)
+	if _, err := fmt.Sscan(newSums["shop"], &newSeq); err != nil || newSeq < oldSeq {
+		t.Errorf("items_id_seq on the new cluster %s, below the old cluster's %d", newSums["shop"], oldSeq)
+	}
+	nothingLeft(t, inst, []string{"postgres", "shop", "app"}, "", false)
+	pgtest.Exec(t, shop, "INSERT INTO items(v) VALUES ('after the rollback')")
 }
 
 // TestLogicalRefusals: each precondition --logical needs is checked before

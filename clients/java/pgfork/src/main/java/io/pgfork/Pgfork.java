@@ -36,15 +36,35 @@ public final class Pgfork {
 
     /** @return this JVM's instance, its server configured or started on first use */
     public static Pgfork get() {
+        return get(null);
+    }
+
+    /**
+     * This JVM's instance, its server configured or started on first use; a server started for the run runs the
+     * PostgreSQL major pgMajor, unless the JVM system property {@code pgfork.pg} or the environment's
+     * {@code PGFORK_PG} names one (they win). The Spring integration passes its property {@code pgfork.pg}.
+     *
+     * @param pgMajor the project's PostgreSQL major, e.g. "17", or null for serve's default (the newest PostgreSQL
+     *     installed on the system)
+     * @return the instance
+     * @throws PgforkException when the server started or joined in this JVM runs another major than asked
+     */
+    public static Pgfork get(String pgMajor) {
         Pgfork p = instance;
         if (p == null) {
             synchronized (Pgfork.class) {
                 p = instance;
                 if (p == null) {
-                    p = new Pgfork(ServeLauncher.client());
+                    p = new Pgfork(ServeLauncher.client(pgMajor));
                     instance = p;
                 }
             }
+        }
+        String want = Settings.serverConfigured() ? "" : ServeLauncher.pgMajor(pgMajor);
+        String got = ServeLauncher.pgVersion();
+        if (!want.isEmpty() && !got.isEmpty() && !ServeLauncher.majorOf(got).equals(want)) {
+            throw new PgforkException("pgfork: this JVM's pgfork serve runs PostgreSQL " + got + ", and pgfork.pg asks"
+                    + " for " + want + ": give every test context of the run the same pgfork.pg", null);
         }
         return p;
     }

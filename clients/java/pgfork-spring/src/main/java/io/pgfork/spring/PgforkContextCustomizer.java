@@ -34,6 +34,11 @@ final class PgforkContextCustomizer implements ContextCustomizer {
     static final String BEAN = "pgforkDataSource";
     /** The property that, set to false, lets the application's Flyway or Liquibase run at context start as without pgfork. */
     static final String SKIP_APP_MIGRATIONS = "pgfork.skip-app-migrations";
+    /**
+     * The PostgreSQL major of a {@code pgfork serve} started for the run, e.g. 17 (installed when missing); the JVM
+     * system property and the environment's {@code PGFORK_PG} win.
+     */
+    static final String PG_MAJOR = "pgfork.pg";
 
     private final String[] flyway;
     private final String liquibase;
@@ -78,7 +83,7 @@ final class PgforkContextCustomizer implements ContextCustomizer {
             throw new IllegalStateException("pgfork: the test context's bean factory cannot take bean definitions");
         }
         RootBeanDefinition def = new RootBeanDefinition(PgforkDataSource.class,
-                () -> new PgforkDataSource(template.get().migrator(), Pgfork.get(), env::getProperty));
+                () -> new PgforkDataSource(template.get().migrator(), Pgfork.get(env.getProperty(PG_MAJOR)), env::getProperty));
         def.setPrimary(true);
         def.setDestroyMethodName("close");
         registry.registerBeanDefinition(BEAN, def);

@@ -526,7 +526,8 @@ const killChildEnv = "PGFORK_LOGICAL_KILL_CHILD"
 // old cluster read-only with the run's slots and publications; the next
 // run on the same NEW_DATADIR gives writes back, drops them, stops the
 // servers the killed run left, removes its clone and NEW_DATADIR, says so,
-// and goes on (here: interrupted right after, which leaves nothing).
+// and upgrades (without the hand-over: the old cluster is left running
+// read-only, the new one on a private socket with every row).
 func TestLogicalKilled(t *testing.T) {
 	old, nw := builds(t)
 	if raw := os.Getenv(killChildEnv); raw != "" {
@@ -569,33 +570,44 @@ func TestLogicalKilled(t *testing.T) {
 		t.Fatal("no slots after the kill: the test proves nothing")
 	}
 
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
 	var cleaned string
-	_, err = logical.Run(ctx, logical.Options{OldDir: oldDir, NewDir: newDir, Old: old, New: nw, User: pgtest.User(t),
-		OnEvent: func(e upgrade.Event) {
-			if strings.HasPrefix(e.Message, "cleaned up") {
-				cleaned = e.Message
-				t.Log(e.Message)
-			}
-			if e.Phase == logical.PhasePublish && !e.Done {
-				cancel()
-			}
-		}})
-	if errs.KindOf(err) != errs.Interrupted {
-		t.Errorf("the run after the kill: %v, want interrupted", err)
+	res, err := run(t, logical.Options{OldDir: oldDir, NewDir: newDir, Old: old, New: nw}, func(e upgrade.Event) {
+		if strings.HasPrefix(e.Message, "cleaned up") {
+			cleaned = e.Message
+		}
+		if e.Phase == logical.PhaseSubscribe && !e.Done {
+			pgtest.Exec(t, shop, "INSERT INTO items(v) SELECT 'after R' FROM generate_series(1, 10)")
+		}
+	})
+	if err != nil {
+		t.Fatalf("the run after the kill: %v (hint: %s)", err, errs.HintOf(err))
 	}
+	t.Cleanup(func() {
+		if in, err := instance.Attach(newDir); err == nil {
+			_ = in.Stop(context.Background(), instance.Fast)
+		}
+	})
 	for _, want := range []string{"stopped the server left on " + newDir, "gave writes back", "dropped its slots and publications in 2 databases", "removed " + newDir} {
 		if !strings.Contains(cleaned, want) {
 			t.Errorf("the clean-up says %q, want %q", cleaned, want)
 		}
 	}
-	nothingLeft(t, inst, dbs, newDir, false)
+	if res.HandedOver || res.Port == 0 || res.SocketDir == "" || res.SocketDir == inst.SocketDir {
+		t.Errorf("without the hand-over the new cluster runs on a private socket: %+v", res)
+	}
+	newInst := &instance.Instance{Port: res.Port, SocketDir: res.SocketDir}
+	q := "SELECT count(*) || ' ' || max(id) || ' ' || (SELECT last_value FROM items_id_seq) FROM items"
+	if a, b := pgtest.Query(t, shop, q), pgtest.Query(t, newInst.ConnString("", "shop"), q); a != b || !strings.HasPrefix(a, "11 ") {
+		t.Errorf("shop.items: old cluster %q, new cluster %q, want 11 rows on both", a, b)
+	}
+	if n := pgtest.Query(t, newInst.ConnString("", "shop"), "SELECT count(*) FROM pg_subscription"); n != "0" {
+		t.Errorf("%s subscriptions left on the new cluster", n)
+	}
+	nothingLeft(t, inst, dbs, "", true)
 	if m, _ := filepath.Glob(filepath.Join(base, ".old.pgfork-logical-*")); len(m) > 0 {
 		t.Errorf("the clone was left: %v", m)
 	}
 	if m, _ := filepath.Glob(newDir + ".pgfork-logical*"); len(m) > 0 {
 		t.Errorf("the state file was left: %v", m)
 	}
-	pgtest.Exec(t, shop, "INSERT INTO items(v) VALUES ('after')")
 }

@@ -17,6 +17,11 @@ import (
 	"github.com/pgfork/pgfork/upgrade"
 )
 
+// windowJobs is how many databases the window works on at once: its
+// round trips (sequences, catalogs, drops) wait on the servers, not on
+// pgfork, on connections opened before.
+const windowJobs = 16
+
 // pollEvery is how often the run looks at the slots while it waits.
 const pollEvery = 10 * time.Millisecond
 
@@ -160,7 +165,7 @@ func (r *run) compare(ctx context.Context) error {
 	}
 	var mu sync.Mutex
 	var drift []string
-	if err := r.each(ctx, 8, func(ctx context.Context, d *database) error {
+	if err := r.each(ctx, windowJobs, func(ctx context.Context, d *database) error {
 		same, err := sameCatalog(ctx, d)
 		if err != nil {
 			return err
@@ -279,7 +284,7 @@ func (r *run) inWindow(ctx context.Context) error {
 	}
 	step("slots confirmed")
 	var mu sync.Mutex
-	if err := r.each(ctx, 8, func(ctx context.Context, d *database) error {
+	if err := r.each(ctx, windowJobs, func(ctx context.Context, d *database) error {
 		rows, err := d.old.Query(ctx, `SELECT schemaname::text, sequencename::text, last_value FROM pg_sequences
 			WHERE last_value IS NOT NULL AND schemaname NOT LIKE 'pg_temp%'`)
 		if err != nil {
@@ -357,7 +362,7 @@ func (r *run) dropReplication(ctx context.Context) string {
 		mu.Unlock()
 	}
 	r.reconnect(ctx)
-	_ = r.each(ctx, 8, func(ctx context.Context, d *database) error {
+	_ = r.each(ctx, windowJobs, func(ctx context.Context, d *database) error {
 		if d.sub && d.new != nil {
 			sub := pgx.Identifier{subName}.Sanitize()
 			var err error

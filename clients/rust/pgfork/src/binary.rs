@@ -11,6 +11,7 @@
 //!    executable where another user could change it;
 //! 3. `pgfork` on PATH.
 
+use std::ffi::OsString;
 use std::fs::OpenOptions;
 use std::path::{Path, PathBuf};
 
@@ -27,7 +28,22 @@ const CRATE_BIN: Option<(&str, &str)> = match (option_env!("PGFORK_CRATE_BIN"), 
 /// The binary to start (see the module's docs); `state_dir` is the run's
 /// private state directory.
 pub(crate) fn find(state_dir: &Path) -> Result<PathBuf> {
-    if let Some(b) = std::env::var_os("PGFORK_BIN").filter(|b| !b.is_empty()) {
+    find_in(
+        std::env::var_os("PGFORK_BIN"),
+        CRATE_BIN.map(|(path, _)| Path::new(path)),
+        std::env::var_os("PATH"),
+        state_dir,
+    )
+}
+
+/// [`find`] with `$PGFORK_BIN`, the platform crate's binary and `$PATH` given.
+fn find_in(
+    pgfork_bin: Option<OsString>,
+    crate_bin: Option<&Path>,
+    path: Option<OsString>,
+    state_dir: &Path,
+) -> Result<PathBuf> {
+    if let Some(b) = pgfork_bin.filter(|b| !b.is_empty()) {
         let p = PathBuf::from(&b);
         if !p.is_file() {
             return Err(Error::ServeStart(format!(
@@ -38,16 +54,13 @@ pub(crate) fn find(state_dir: &Path) -> Result<PathBuf> {
         }
         return Ok(p);
     }
-    if let Some((path, _)) = CRATE_BIN {
-        let p = Path::new(path);
-        if p.is_file() {
-            if is_executable(p) {
-                return Ok(p.to_path_buf());
-            }
-            return executable_copy(p, state_dir);
+    if let Some(p) = crate_bin.filter(|p| p.is_file()) {
+        if is_executable(p) {
+            return Ok(p.to_path_buf());
         }
+        return executable_copy(p, state_dir);
     }
-    if let Some(path) = std::env::var_os("PATH") {
+    if let Some(path) = path {
         for dir in std::env::split_paths(&path) {
             let p = dir.join("pgfork");
             if is_executable(&p) {
@@ -156,6 +169,47 @@ mod tests {
         let os = if cfg!(target_os = "macos") { "macos" } else { "linux" };
         assert_eq!(name, format!("pgfork-bin-{os}-{}", std::env::consts::ARCH));
         assert!(path.ends_with(&format!("{name}/bin/pgfork")), "{path}");
+    }
+
+    #[test]
+    #[cfg(unix)]
+    fn pgfork_bin_then_the_crate_then_path() {
+        use std::os::unix::fs::PermissionsExt;
+        let dir = std::env::temp_dir().join(format!("pgfork-find-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        let state = private_dir(&dir.join("state")).unwrap();
+        let exe = |p: &Path| {
+            std::fs::create_dir_all(p.parent().unwrap()).unwrap();
+            std::fs::write(p, "#!/bin/sh\n").unwrap();
+            std::fs::set_permissions(p, std::fs::Permissions::from_mode(0o755)).unwrap();
+            p.to_path_buf()
+        };
+        let explicit = exe(&dir.join("explicit/pgfork"));
+        let from_crate = exe(&dir.join("crate/bin/pgfork"));
+        let on_path = exe(&dir.join("path2/pgfork"));
+        let path = std::env::join_paths([dir.join("path1"), dir.join("path2")]).unwrap();
+        let find =
+            |bin: Option<&Path>, krate: Option<&Path>| find_in(bin.map(Into::into), krate, Some(path.clone()), &state);
+        assert_eq!(find(Some(&explicit), Some(&from_crate)).unwrap(), explicit);
+        assert_eq!(find(None, Some(&from_crate)).unwrap(), from_crate);
+        // An empty PGFORK_BIN is unset.
+        assert_eq!(
+            find_in(Some("".into()), Some(&from_crate), None, &state).unwrap(),
+            from_crate
+        );
+        // A crate without its binary (a checkout's), or no crate: PATH.
+        assert_eq!(find(None, Some(&dir.join("checkout/bin/pgfork"))).unwrap(), on_path);
+        assert_eq!(find(None, None).unwrap(), on_path);
+        // A crate's binary without the executable bit: the private copy.
+        std::fs::set_permissions(&from_crate, std::fs::Permissions::from_mode(0o644)).unwrap();
+        assert_eq!(find(None, Some(&from_crate)).unwrap(), state.join("bin/pgfork"));
+        let e = find(Some(&dir.join("missing")), Some(&from_crate))
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("PGFORK_BIN=") && e.contains("is not a file"), "{e}");
+        let e = find_in(None, None, None, &state).unwrap_err().to_string();
+        assert!(e.contains("no pgfork binary was found"), "{e}");
+        std::fs::remove_dir_all(&dir).unwrap();
     }
 
     #[test]

@@ -58,7 +58,9 @@ type Options struct {
 	// database only (postgres and template0 dropped once it is created):
 	// a test cluster is then about 700 files to copy and remove instead of
 	// about 1,300, each copy cheaper by about as much. With Slots above 1
-	// postgres stays (adminDB).
+	// postgres stays (adminDB). Lean also removes the system catalogs'
+	// free space maps and visibility maps from the stopped template
+	// cluster (trimCatalogForks): a quarter of its files.
 	Lean bool
 	// OwnName renames the template's database in each test cluster to the
 	// test copy's name (as the copies of databases in one server are
@@ -328,6 +330,11 @@ func (s *Store) FinalizeTemplate(ctx context.Context, name string) error {
 			return err
 		}
 	}
+	if s.o.Lean {
+		if err := trimCatalogForks(s.templateData(name)); err != nil {
+			return err
+		}
+	}
 	// The cluster ran with fsync=off (the test profile), and it is kept:
 	// every test cluster is copied from it, after a restart of serve too.
 	// So it is made durable here, once. This also moves the write-back of
@@ -481,6 +488,89 @@ func (s *Store) fillSlots(ctx context.Context, data string, f *slotFill) error {
 		}
 	}
 	return nil
+}
+
+// trimCatalogForks removes the free space maps and visibility maps of the
+// system catalogs (files <relfilenode>_fsm and _vm, relfilenode below
+// FirstNormalObjectId, 16384) of every database and of the shared
+// catalogs of the stopped, cleanly shut down cluster at data. A test
+// cluster copies and removes every file of its template's cluster: in a
+// cluster of 10 databases on PostgreSQL 15 these are about 820 of about
+// 3,300 files, which nothing in a test needs. PostgreSQL treats a
+// missing map as an empty one, which is always safe: no page known to
+// have free space (an insert extends the relation; VACUUM makes the map
+// again), no page known all-visible or all-frozen (scans and VACUUM visit
+// the heap). The maps of the template's own tables stay: their
+// visibility map is what makes their index-only scans cheap.
+//
+// Like fillSlots it runs as root in a tree the cluster's OS user owns,
+// so it goes through an os.Root of data: no symlink leads out of it, and
+// a remove takes a name, never what a symlink of that name points to.
+func trimCatalogForks(data string) error {
+	root, err := os.OpenRoot(data)
+	if err != nil {
+		return errs.FromOS(err, data, "cannot open the template cluster")
+	}
+	defer root.Close()
+	dirs := []string{"global"}
+	if base, err := openDirIn(root, "base"); err == nil {
+		ents, err := base.ReadDir(-1)
+		base.Close()
+		if err != nil {
+			return errs.FromOS(err, filepath.Join(data, "base"), "cannot read the template cluster's databases")
+		}
+		for _, e := range ents {
+			if _, err := strconv.ParseUint(e.Name(), 10, 32); err == nil && e.IsDir() {
+				dirs = append(dirs, filepath.Join("base", e.Name()))
+			}
+		}
+	}
+	for _, rel := range dirs {
+		d, err := openDirIn(root, rel)
+		if err != nil {
+			return errs.FromOS(err, filepath.Join(data, rel), "cannot open the template cluster's files")
+		}
+		ents, err := d.ReadDir(-1)
+		d.Close()
+		if err != nil {
+			return errs.FromOS(err, filepath.Join(data, rel), "cannot read the template cluster's files")
+		}
+		for _, e := range ents {
+			if !e.Type().IsRegular() || !catalogMapFork(e.Name()) {
+				continue
+			}
+			if err := root.Remove(filepath.Join(rel, e.Name())); err != nil && !errors.Is(err, fs.ErrNotExist) {
+				return errs.FromOS(err, filepath.Join(data, rel, e.Name()), "cannot remove a catalog's map from the template cluster")
+			}
+		}
+	}
+	return nil
+}
+
+// firstNormalObjectID is PostgreSQL's FirstNormalObjectId: initdb's
+// objects, the system catalogs among them, have lower oids and
+// relfilenodes.
+const firstNormalObjectID = 16384
+
+// catalogMapFork reports whether file name (in a database's directory) is
+// a segment of a system catalog's free space map or visibility map:
+// <relfilenode>_fsm or _vm, with an optional .<segment>.
+func catalogMapFork(name string) bool {
+	num, fork, ok := strings.Cut(name, "_")
+	if !ok {
+		return false
+	}
+	fork, seg, hasSeg := strings.Cut(fork, ".")
+	if fork != "fsm" && fork != "vm" {
+		return false
+	}
+	if hasSeg {
+		if _, err := strconv.ParseUint(seg, 10, 32); err != nil {
+			return false
+		}
+	}
+	n, err := strconv.ParseUint(num, 10, 32)
+	return err == nil && n < firstNormalObjectID
 }
 
 // testHookBeforeFill, when set (tests only), runs before fillSlots opens

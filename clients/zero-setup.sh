@@ -10,7 +10,8 @@
 #           PGDATABASE set to a listener that is not pgfork's server: nothing may connect to it
 #   pytest  clients/python/examples/pytest_project: pip install of the wheel into a fresh venv, pytest
 #   django  clients/python/examples/django_project: the same, python manage.py test, then pytest
-#   rust    clients/rust/example: cargo test with only the release tarball's binary on PATH
+#   rust    clients/rust/example: cargo test, with pgfork (and its platform crate with the binary)
+#           from the release's crates dist/cargo as a registry, and no pgfork on PATH
 #   java    clients/java/examples/spring-boot-3 (Spring Boot 3.5), then spring-boot-3.2 (the oldest
 #           line supported): mvn test with pgfork-spring from the
 #           release's Maven repository dist/maven (as the README's <repository> takes it) into an
@@ -31,7 +32,7 @@
 #   PGFORK_DIST=DIR         use a release already built there (make release DIST=DIR) instead of building one
 #   PGFORK_ZERO_KEEP=1      keep the work directory (printed) for a look afterwards
 #   CARGO_TARGET_DIR        the Rust case builds there (default clients/rust/target, which
-#                           clients/rust/test.sh filled: only the workspace's own crates rebuild)
+#                           clients/rust/test.sh filled: only pgfork's crates and the example rebuild)
 #   PGFORK_ZERO_JAVA_TESTS  the Java case's -Dtest (default Boot3SlicesTest*: the whole application,
 #                           @DataJpaTest and @JdbcTest; "" for all of the example's tests)
 #
@@ -77,6 +78,8 @@ finish() {
 			"$tarbin" --state-dir "$(dirname "$v")" volume rm >&2 || true
 		done
 	fi
+	# The Rust case's registry caches in CARGO_HOME.
+	! declare -F rust_forget_registry >/dev/null || rust_forget_registry
 	if [ "${PGFORK_ZERO_KEEP:-}" = 1 ]; then
 		log "kept $work"
 	else
@@ -110,6 +113,7 @@ else
 	flags=
 	want_js || flags=--skip-js
 	want java || flags+=" --skip-java"
+	want rust || flags+=" --skip-rust"
 	make -s -C "$root" release PLATFORMS="$goos/$goarch" DIST="$dist" RELEASEFLAGS="$flags" >"$work/release.log" 2>&1 ||
 		{ cat "$work/release.log" >&2; die "make release failed"; }
 	log "release built in $(awk -v a="$t0" -v b="$(date +%s.%N)" 'BEGIN{printf "%.1f", b-a}') s"
@@ -365,16 +369,111 @@ exec "$@"'
 fi
 
 # --- Rust -----------------------------------------------------------------------------
+# The release's crates as a user gets them once they are published: a fresh
+# copy of the example depends on `pgfork` by version, the line `cargo add
+# --dev pgfork --features sqlx` writes, and cargo takes it from a registry
+# made of dist/cargo (the release's index entries in a git repository, its
+# downloads the .crate files), which the project's .cargo/config.toml patches
+# the default registry's `pgfork` from (clients/rust/README.md's way before
+# publishing). Why this way: cargo then resolves pgfork's own dependencies
+# (pgfork-macros, pgfork-bin-<platform>) by version from a registry, checks
+# each .crate against the index's checksum and unpacks it itself (so the
+# binary's mode is cargo's doing), and the third-party crates come from the
+# default registry as for any user. A `local-registry` source replacement
+# would need every third-party crate in it too, and a [patch] to unpacked
+# directories would skip cargo's download and unpacking. The lock starts as
+# clients/rust's (the third-party versions clients/rust/test.sh built);
+# `cargo update --workspace` adds the release's crates. No pgfork on PATH and no PGFORK_BIN: each run must start
+# the platform crate's binary, and says which it started.
 if want rust; then
-	# The workspace copied (the example depends on the crates by path), built
-	# in the target directory clients/rust/test.sh filled.
-	rust=$work/rust
+	case $goos-$goarch in
+	linux-amd64) rust_plat=linux-x86_64 ;;
+	linux-arm64) rust_plat=linux-aarch64 ;;
+	darwin-arm64) rust_plat=macos-aarch64 ;;
+	darwin-amd64) rust_plat=macos-x86_64 ;;
+	esac
+	[ -f "$dist/cargo/pgfork-bin-$rust_plat-$version.crate" ] ||
+		die "rust: no $dist/cargo/pgfork-bin-$rust_plat-$version.crate (a release built with --skip-rust?)"
+	reg=$work/cargo-registry
+	cp -r "$dist/cargo/index" "$reg"
+	printf '{"dl": "file://%s/{crate}-{version}.crate"}\n' "$dist/cargo" >"$reg/config.json"
+	(cd "$reg" && git init -q && git add -A && git -c user.name=pgfork -c user.email=pgfork@localhost -c commit.gpgsign=false commit -q -m "pgfork $version") ||
+		die "rust: cannot make the registry's git index in $reg"
+	# Cargo keeps what it fetched from the release's registry (a file:// URL:
+	# directories named "-<hash>") in the user's CARGO_HOME: removed at exit.
+	user_cargo=${CARGO_HOME:-$orig_home/.cargo}
+	rust_registry_dirs_before=$(ls -d "$user_cargo"/registry/*/-* 2>/dev/null || true)
+	rust_forget_registry() {
+		local d
+		for d in "$user_cargo"/registry/*/-*; do
+			[ -e "$d" ] || continue
+			grep -qxF -- "$d" <<<"$rust_registry_dirs_before" || rm -rf "$d"
+		done
+	}
+	# With the README beside it, as in clients/rust: a test compares its blocks with the example's files.
+	rust=$work/rust/example
 	mkdir -p "$rust"
-	(cd "$root/clients/rust" && git ls-files -z -c -o --exclude-standard | grep -zv '^target/' | xargs -0 cp --parents -t "$rust")
+	(cd "$root/clients/rust/example" && git ls-files -z -c -o --exclude-standard | xargs -0 cp --parents -t "$rust")
+	cp "$root/clients/rust/README.md" "$work/rust/"
+	# The example's manifest as a project of its own writes it.
+	python3 - "$root/clients/rust" "$version" >"$rust/Cargo.toml" <<'PY' || die "rust: cannot write the example's Cargo.toml"
+import json, sys, tomllib
+rs, version = sys.argv[1], sys.argv[2]
+ws = tomllib.load(open(f"{rs}/Cargo.toml", "rb"))["workspace"]
+ex = tomllib.load(open(f"{rs}/example/Cargo.toml", "rb"))
+assert set(ex) <= {"package", "lib", "dev-dependencies"}, f"the example's manifest has more than this copies: {sorted(ex)}"
+toml = lambda d: "{ " + ", ".join(f"{k} = {json.dumps(v)}" for k, v in d.items()) + " }"
+print(f'[package]\nname = "{ex["package"]["name"]}"\nversion = "0.1.0"\nedition = "{ws["package"]["edition"]}"\npublish = false\n')
+print("[lib]\n" + "".join(f"{k} = {json.dumps(v)}\n" for k, v in ex["lib"].items()))
+print("[dev-dependencies]")
+for name, spec in ex["dev-dependencies"].items():
+    if name == "pgfork":  # what `cargo add --dev pgfork --features sqlx` writes
+        dep = {"version": version, "features": spec.get("features", [])}
+    else:
+        base = ws["dependencies"][name] if spec.get("workspace") else spec
+        dep = {k: v for k, v in (base if isinstance(base, dict) else {"version": base}).items() if k != "path"}
+        dep["features"] = dep.get("features", []) + [f for f in spec.get("features", []) if f not in dep.get("features", [])]
+    print(f"{name} = {toml(dep)}")
+PY
+	mkdir -p "$rust/.cargo"
+	cat >"$rust/.cargo/config.toml" <<EOF
+[registries.pgfork-release]
+index = "file://$reg"
+
+[patch.crates-io]
+pgfork = { version = "$version", registry = "pgfork-release" }
+EOF
+	cp "$root/clients/rust/Cargo.lock" "$rust/Cargo.lock"
 	target=${CARGO_TARGET_DIR:-$root/clients/rust/target}
 	rust_state=$target/pgfork
-	clean_env+=("CARGO_TARGET_DIR=$target" "PATH=$work/tarball-bin:$clean_path")
-	twice rust "$rust/example" "$rust_state" cargo test --locked
+	clean_env+=("CARGO_TARGET_DIR=$target" "PATH=$clean_path")
+	log "rust: cargo update --workspace: the example's lock takes pgfork from the release's registry"
+	(cd "$rust" && "${clean_env[@]}" cargo update --workspace) >"$work/cargo-update.log" 2>&1 ||
+		{ cat "$work/cargo-update.log" >&2; die "rust: cargo update failed"; }
+	# Every crate of the release the example uses is the release's file.
+	python3 - "$rust/Cargo.lock" "$reg" "$dist/cargo" "$version" "pgfork" "pgfork-macros" "pgfork-bin-$rust_plat" <<'PY' || die "rust: the example's lock does not take the release's crates"
+import hashlib, sys, tomllib
+lock, reg, crates, version, names = sys.argv[1], sys.argv[2], sys.argv[3], sys.argv[4], sys.argv[5:]
+pkgs = {p["name"]: p for p in tomllib.load(open(lock, "rb"))["package"]}
+for n in names:
+    p = pkgs.get(n)
+    want = hashlib.sha256(open(f"{crates}/{n}-{version}.crate", "rb").read()).hexdigest()
+    got = p and (p["version"], p.get("source"), p.get("checksum"))
+    if got != (version, f"registry+file://{reg}", want):
+        sys.exit(f"{n}: locked as {got}, want {(version, 'registry+file://' + reg, want)}")
+PY
+	twice rust "$rust" "$rust_state" cargo test --locked
+	for i in 1 2; do
+		used=$(grep -o 'pgfork: starting .* serve for this test run' "$work/rust.$i.log" | head -n 1) || true
+		case $used in
+		"pgfork: starting $user_cargo/registry/src/-"*"/pgfork-bin-$rust_plat-$version/bin/pgfork serve for this test run") ;;
+		*) die "rust: run $i did not start the binary of the crate pgfork-bin-$rust_plat: ${used:-no \"pgfork: starting ... serve\" line in its log}" ;;
+		esac
+	done
+	bin=${used#pgfork: starting }
+	bin=${bin% serve for this test run}
+	[ -x "$bin" ] || die "rust: $bin (as cargo unpacked it) is not executable"
+	log "rust: both runs started $bin ($(du -k "$dist/cargo/pgfork-bin-$rust_plat-$version.crate" | cut -f1) KiB crate), with no pgfork on PATH"
 fi
 
 # --- Java -----------------------------------------------------------------------------

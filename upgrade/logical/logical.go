@@ -603,6 +603,7 @@ func (r *run) recoverClone(ctx context.Context, R pgdata.LSN) error {
 	defer conn.Close(context.Background())
 	tick := time.NewTicker(20 * time.Millisecond)
 	defer tick.Stop()
+	deadline := time.After(recoverTimeout)
 	for {
 		var rec bool
 		if err := conn.QueryRow(ctx, "SELECT pg_is_in_recovery()").Scan(&rec); err != nil {
@@ -614,6 +615,9 @@ func (r *run) recoverClone(ctx context.Context, R pgdata.LSN) error {
 		select {
 		case <-ctx.Done():
 			return ctx.Err()
+		case <-deadline:
+			return errs.New(errs.Internal, "the clone did not reach R within %s", recoverTimeout).
+				WithHint("its log %s says why (does it receive WAL from the old cluster?)", inst.LogFile)
 		case <-tick.C:
 		}
 	}
@@ -626,6 +630,10 @@ func (r *run) recoverClone(ctx context.Context, R pgdata.LSN) error {
 	}
 	return nil
 }
+
+// recoverTimeout bounds the clone's recovery to R: the WAL from its
+// backup to R, streamed from the old cluster.
+const recoverTimeout = 30 * time.Minute
 
 // removeClone deletes the clone (the new cluster shares its extents).
 func (r *run) removeClone() {

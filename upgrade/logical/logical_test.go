@@ -410,6 +410,27 @@ func TestLogicalRefusals(t *testing.T) {
 			t.Fatal(err)
 		}
 	})
+	t.Run("replication_refused", func(t *testing.T) {
+		hba := filepath.Join(oldDir, "pg_hba.conf")
+		was, err := os.ReadFile(hba)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(hba, append([]byte("local replication all reject\n"), was...), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		pgtest.Exec(t, pg, "SELECT pg_reload_conf()")
+		defer func() {
+			if err := os.WriteFile(hba, was, 0o600); err != nil {
+				t.Fatal(err)
+			}
+			pgtest.Exec(t, pg, "SELECT pg_reload_conf()")
+		}()
+		testenv.WaitFor(t, "the old cluster to load the rejecting pg_hba.conf", func() bool {
+			return pgtest.Query(t, pg, "SELECT count(*) FROM pg_hba_file_rules WHERE 'replication' = ANY(database) AND auth_method = 'reject'") != "0"
+		})
+		refused(t, inst, errs.Permission, "refuses a replication connection")
+	})
 	t.Run("subscriber", func(t *testing.T) {
 		pgtest.Exec(t, shop, "CREATE SUBSCRIPTION upstream CONNECTION 'dbname=nowhere' PUBLICATION p WITH (connect = false)")
 		refused(t, inst, errs.Unsupported, "is a subscriber")

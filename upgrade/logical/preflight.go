@@ -6,6 +6,9 @@ import (
 	"strings"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/pgfork/pgfork/dbclone"
 
 	"github.com/pgfork/pgfork/internal/errs"
 	"github.com/pgfork/pgfork/pgdata"
@@ -93,6 +96,18 @@ func (r *run) preflight(ctx context.Context) error {
 		return errs.Wrap(errs.Internal, err, "cannot list databases")
 	}
 	n := len(r.dbs)
+	if n == 0 {
+		return errs.New(errs.Unsupported, "the old cluster has no database to replicate (only template0 and template1)").
+			WithHint("upgrade it stopped").WithCLI("run without --logical")
+	}
+	// The clone streams WAL from the old cluster as this role, through a
+	// replication connection: pg_hba.conf must let it in.
+	if rc, err := pgconn.Connect(ctx, r.oldURL("postgres", "pgfork upgrade")+"&replication=true"); err != nil {
+		return dbclone.SQLError(ctx, err, "the old cluster refuses a replication connection as %s through its socket; the clone streams WAL so", r.su).
+			WithHint("let %s in for replication in its pg_hba.conf (local replication %s peer, or trust on a private socket) and reload it", r.su, r.su)
+	} else {
+		_ = rc.Close(ctx)
+	}
 	var freeSlots, freeSenders int
 	if err := c.QueryRow(ctx, `SELECT current_setting('max_replication_slots')::int - (SELECT count(*) FROM pg_replication_slots),
 		current_setting('max_wal_senders')::int - (SELECT count(*) FROM pg_stat_replication)`).Scan(&freeSlots, &freeSenders); err != nil {

@@ -105,8 +105,10 @@ func (r *run) catchUp(ctx context.Context) error {
 		if _, err := r.control.Exec(ctx, "CHECKPOINT"); err != nil {
 			return errs.Wrap(errs.Internal, err, "checkpoint on the old cluster")
 		}
-		if _, err := r.dbs[0].new.Exec(ctx, "CHECKPOINT"); err != nil {
-			return errs.Wrap(errs.Internal, err, "checkpoint on the new cluster")
+		for _, d := range r.dbs[:1] {
+			if _, err := d.new.Exec(ctx, "CHECKPOINT"); err != nil {
+				return errs.Wrap(errs.Internal, err, "checkpoint on the new cluster")
+			}
 		}
 	}
 	return nil
@@ -443,6 +445,14 @@ func (r *run) rollback(ctx context.Context) string {
 		_, err2 := r.control.Exec(ctx, "SELECT pg_reload_conf()")
 		if err := errors.Join(err1, err2); err != nil {
 			left = append(left, fmt.Sprintf("the old cluster refuses writes: run ALTER SYSTEM RESET default_transaction_read_only; SELECT pg_reload_conf(); on it (%v)", err))
+		}
+	}
+	// The new cluster goes, its subscriptions with it: stopped first, its
+	// WAL senders on the old cluster let go of the slots.
+	if r.newInst != nil && r.newMade {
+		_ = r.newInst.Stop(ctx, instance.Fast)
+		for _, d := range r.dbs {
+			d.sub = false
 		}
 	}
 	if s := r.dropReplication(ctx); s != "" {

@@ -409,6 +409,10 @@ RUST_PLATFORMS = {
     ("darwin", "amd64"): "macos-x86_64",
 }
 
+# The largest .crate the public registry takes (10 MiB; a platform crate with
+# its compressed binary is about 7 MB).
+CRATE_MAX = 10 * 1024 * 1024
+
 
 def need_cargo() -> None:
     if shutil.which("cargo") is None:
@@ -547,6 +551,9 @@ def rust_crates(version: str, built: list[tuple[str, str, Path]], work: Path, de
         crate = Path(env["CARGO_TARGET_DIR"]) / "package" / f"{n}-{version}.crate"
         if not crate.is_file():
             raise SystemExit(f"release: cargo package wrote no {crate}")
+        if crate.stat().st_size > CRATE_MAX:
+            raise SystemExit(f"release: {crate.name} is {crate.stat().st_size} bytes: more than the "
+                             f"{CRATE_MAX} a crate may have to be published")
         shutil.copyfile(crate, dest / crate.name)
         written.append(dest / crate.name)
         entry = dest / "index" / _index_path(n)

@@ -171,6 +171,8 @@ type run struct {
 	// clonePath is where the clone goes; handingOver: the hand-over began.
 	clonePath   string
 	handingOver bool
+	// saved: this run wrote the state file (only then may it remove it).
+	saved bool
 }
 
 func (r *run) emit(e upgrade.Event) {

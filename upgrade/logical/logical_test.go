@@ -20,6 +20,7 @@ import (
 	"github.com/pgfork/pgfork/instance"
 	"github.com/pgfork/pgfork/internal/errs"
 	"github.com/pgfork/pgfork/internal/pgtest"
+	"github.com/pgfork/pgfork/internal/proc"
 	"github.com/pgfork/pgfork/internal/testenv"
 	"github.com/pgfork/pgfork/pgbin"
 	"github.com/pgfork/pgfork/upgrade"
@@ -443,6 +444,19 @@ func TestLogicalRefusals(t *testing.T) {
 			t.Errorf("error %v, want a leftover publication named", err)
 		}
 		pgtest.Exec(t, shop, "DROP PUBLICATION pgfork_upgrade")
+	})
+	t.Run("another_run", func(t *testing.T) {
+		// A state file of a run that is alive (this test process).
+		st := newDir + ".pgfork-logical.json"
+		raw := fmt.Sprintf(`{"pid": %d, "pid_start": %d, "old_dir": %q}`, os.Getpid(), proc.StartTime(os.Getpid()), oldDir)
+		if err := os.WriteFile(st, []byte(raw), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		defer os.Remove(st)
+		refused(t, inst, errs.Busy, fmt.Sprintf("another upgrade of this cluster runs (pid %d)", os.Getpid()))
+		if _, err := os.Stat(st); err != nil {
+			t.Errorf("the other run's state file was removed: %v", err)
+		}
 	})
 	t.Run("new_exists", func(t *testing.T) {
 		if err := os.Mkdir(newDir, 0o755); err != nil {

@@ -58,11 +58,17 @@ func (r *run) save() error {
 	if err := os.Rename(p+".tmp", p); err != nil {
 		return errs.FromOS(err, p, "cannot write the run's state beside the new data directory")
 	}
+	r.saved = true
 	return nil
 }
 
-// forget removes the state file: nothing of the run is left to clean.
-func (r *run) forget() { _ = os.Remove(statePath(r.o.NewDir)) }
+// forget removes the run's state file: nothing of it is left to clean. A
+// state file this run did not write (another run's) is left alone.
+func (r *run) forget() {
+	if r.saved {
+		_ = os.Remove(statePath(r.o.NewDir))
+	}
+}
 
 // cleanKilled cleans up after a killed run on the same NEW_DATADIR: it
 // stops the servers it left (on its clone and on NEW_DATADIR), gives

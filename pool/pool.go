@@ -282,8 +282,9 @@ type entry struct {
 	// recreation waits in Pool.deferred (Dirty, not on the way).
 	deferred bool
 	// emptying: the used copy of a deferred recreation is being dropped
-	// (see emptier); emptied: it is gone, and the recreation only creates.
-	emptying, emptied bool
+	// (see emptier); emptied: it is gone, and the recreation only creates;
+	// unemptied: the drop failed, the recreation drops it.
+	emptying, emptied, unemptied bool
 }
 
 type result struct {
@@ -353,9 +354,9 @@ type Pool struct {
 	lastHandOut time.Time
 	// deferred are databases given back for recreation during a run
 	// whose rest the ready ones cover (Recreate): recreated when it ends.
-	// emptierOn: the emptier drops their used copies meanwhile.
-	deferred  []*entry
-	emptierOn bool
+	// emptiers: the emptiers that drop their used copies meanwhile.
+	deferred []*entry
+	emptiers int
 
 	// warming: the warmer goroutine runs; warmingNow: it is connecting
 	// to a ready database (counted in Stats.Warming).
@@ -935,24 +936,50 @@ func (p *Pool) Recreate(id int) error {
 		e.deferred = true
 		p.deferred = append(p.deferred, e)
 		p.startEmptier()
+		// Back-pressure: while more than UsedBacklog used copies wait
+		// for their drop, the give-back waits for one (the tests give
+		// back faster than the server drops: a loaded machine).
+		for p.usedWaiting() > UsedBacklog && !p.closed {
+			p.wake.Wait()
+		}
 		return nil
 	}
 	p.spawn(e, e.name)
 	return nil
 }
 
-// startEmptier starts the emptier unless it runs. Called with p.mu held.
+// UsedBacklog is how many used copies of deferred recreations may wait
+// for their drop before a give-back waits for one (Recreate): what a stop
+// right after a run still has to drop of them, which its drop budget
+// (serve: 8 at once for 0.8 s) must hold on a loaded machine too.
+const UsedBacklog = 8
+
+// usedWaiting counts the deferred recreations whose used copy is not
+// dropped yet. Called with p.mu held.
+func (p *Pool) usedWaiting() int {
+	n := 0
+	for _, e := range p.deferred {
+		if !e.emptied && !e.unemptied {
+			n++
+		}
+	}
+	return n
+}
+
+// startEmptier starts an emptier while fewer than Parallel run and a used
+// copy waits for one. Called with p.mu held.
 func (p *Pool) startEmptier() {
-	if p.emptierOn || p.closed {
+	if p.emptiers >= p.cfg.Parallel || p.closed {
 		return
 	}
-	p.emptierOn = true
+	p.emptiers++
 	p.wg.Add(1)
 	go p.emptier()
 }
 
 // emptier drops the used copies of the deferred recreations (Recreate)
-// under their names, one at a time, as they are given back: the entry
+// under their names, as they are given back (Parallel emptiers at most,
+// one at a time each): the entry
 // keeps the name (no hand-out and no other drop can take it) and its
 // recreation, at the run's end, only creates. Before, the used copies
 // waited under their names for the run's end, and the clients' glue
@@ -960,8 +987,7 @@ func (p *Pool) startEmptier() {
 // run was left to the stop's drop budget, which dropped some and left the
 // rest for the next start (issue 58: 23-34 a stop, state folders of
 // 324-645 MB). A DROP DATABASE of a used copy in the managed server (no
-// fsync) takes a few tens of milliseconds, one at a time beside the run's
-// tests.
+// fsync) takes a few tens of milliseconds beside the run's tests.
 func (p *Pool) emptier() {
 	defer p.wg.Done()
 	p.mu.Lock()
@@ -969,13 +995,13 @@ func (p *Pool) emptier() {
 	for {
 		var e *entry
 		for _, d := range p.deferred {
-			if !d.emptied && !d.emptying {
+			if !d.emptied && !d.emptying && !d.unemptied {
 				e = d
 				break
 			}
 		}
 		if p.closed || e == nil {
-			p.emptierOn = false
+			p.emptiers--
 			return
 		}
 		e.emptying = true
@@ -986,11 +1012,13 @@ func (p *Pool) emptier() {
 		if err == nil {
 			e.emptied = true
 		} else if p.ctx.Err() == nil {
+			e.unemptied = true
 			p.lastErr, p.lastErrAt = err, time.Now()
 		}
 		if !e.deferred && !p.closed && p.dbs[e.id] == e && e.state == Dirty {
 			p.spawn(e, p.usedCopy(e)) // resumed while it was dropped
 		}
+		p.wake.Broadcast() // a give-back waiting for the backlog
 	}
 }
 
@@ -1404,7 +1432,7 @@ func (p *Pool) spawn(e *entry, dropFirst string) {
 	if p.closed {
 		return
 	}
-	e.emptied = false
+	e.emptied, e.unemptied = false, false
 	p.wg.Add(1)
 	p.pending++
 	go func() {
@@ -1785,6 +1813,9 @@ func (p *Pool) Close(ctx context.Context, drop bool) error {
 			left = append(left, Kept{Hash: p.cfg.Hash, ID: e.id, Name: e.name, At: e.since})
 			continue
 		}
+		if e.emptied {
+			continue // dropped by the emptier
+		}
 		names = append(names, e.name)
 	}
 	for name := range p.trash {
@@ -1839,6 +1870,11 @@ func (p *Pool) idleForDropLocked() (names []string, taken int) {
 			idle = !leave && e.name != p.warmingName
 		case Dirty:
 			idle = e.deferred && !e.emptying
+			if idle && e.emptied { // its used copy is gone already
+				delete(p.dbs, id)
+				taken++
+				continue
+			}
 		}
 		if idle {
 			names = append(names, e.name)

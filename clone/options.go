@@ -31,6 +31,12 @@ type Options struct {
 	// Owner, when set, makes everything copied belong to this uid/gid.
 	// Otherwise the source's ownership is kept when running as root.
 	Owner *Owner
+	// SkipTimes leaves the copies' access and modification times as the
+	// copy made them instead of giving them the source's: one journal
+	// transaction less per file and directory on a journaling filesystem,
+	// for copies whose times nobody reads (pgfork serve's test clusters:
+	// PostgreSQL reads no file's times).
+	SkipTimes bool
 	// KeepRootPrivate leaves the destination directory itself as it is
 	// (for a staging directory: root's, 0700) instead of giving it the
 	// source's owner and mode, so that nobody else can reach into it while

@@ -48,6 +48,9 @@ func (c *copier) rootMeta() error {
 	if err := HandOver(c.root, uid, gid, d.mode&(fs.ModePerm|fs.ModeSetgid|fs.ModeSticky)); err != nil {
 		return c.writeErr(err, d)
 	}
+	if c.opts.SkipTimes {
+		return nil
+	}
 	return lutimes(c.root, d.atime, d.mtime)
 }
 
@@ -157,7 +160,8 @@ func (c *copier) makeOther(e *entry) error {
 	return c.setMeta(nil, p, e)
 }
 
-// setMeta gives the copy at p the ownership, mode and times of e. f, when
+// setMeta gives the copy at p the ownership, mode and times of e (not
+// the times with SkipTimes). f, when
 // not nil, is p just created by this copy (with createPerm) and opened for
 // writing: a stat of it (no journal transaction) tells whether its owner
 // and mode are already right, so that the chown and chmod (a transaction
@@ -203,6 +207,9 @@ func (c *copier) setMeta(f *os.File, p string, e *entry) error {
 		if err != nil {
 			return c.writeErr(err, e)
 		}
+	}
+	if c.opts.SkipTimes {
+		return nil
 	}
 	if err := lutimes(p, e.atime, e.mtime); err != nil {
 		return c.writeErr(err, e)

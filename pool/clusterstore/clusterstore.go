@@ -193,7 +193,9 @@ func (s *Store) templateData(name string) string {
 func (s *Store) testDir(name string) string { return filepath.Join(s.o.Dir, "tests", name) }
 
 func (s *Store) copyOptions() clone.Options {
-	o := clone.Options{Sync: clone.SyncNone, Filter: pgdata.Filter}
+	// Test clusters are thrown away (no sync: a crash loses them and the
+	// next start makes them again) and PostgreSQL reads no file's times.
+	o := clone.Options{Sync: clone.SyncNone, Filter: pgdata.Filter, SkipTimes: true}
 	if s.o.User != nil {
 		o.Owner = s.o.User.Owner()
 	}

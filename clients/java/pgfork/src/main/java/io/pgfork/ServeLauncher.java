@@ -253,6 +253,7 @@ final class ServeLauncher {
         if (leased) {
             args.addAll(List.of("--lease", dir.resolve("lease").toString()));
         }
+        args.addAll(ServeArgs.fromEnv());
         ProcessBuilder pb = new ProcessBuilder(args).redirectOutput(out.toFile())
                 .redirectError(ProcessBuilder.Redirect.appendTo(log.toFile()))
                 .redirectInput(ProcessBuilder.Redirect.from(new File("/dev/null")));

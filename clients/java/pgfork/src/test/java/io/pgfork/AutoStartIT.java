@@ -104,7 +104,7 @@ class AutoStartIT {
         cmd.addAll(List.of(args));
         ProcessBuilder pb = new ProcessBuilder(cmd).directory(dir.toFile()).redirectErrorStream(true);
         for (String k : List.of("PGFORK_URL", "PGFORK_TOKEN", "INTEGRESQL_CLIENT_BASE_URL", "PGFORK_STATE_DIR", "PGFORK_PG",
-                "PGFORK_PG_BIN", "PGFORK_HOME")) {
+                "PGFORK_PG_BIN", "PGFORK_HOME", "PGFORK_SERVE_ARGS")) {
             pb.environment().remove(k);
         }
         pb.environment().putAll(env);
@@ -134,10 +134,12 @@ class AutoStartIT {
     void pgSettingGivesThatMajor() throws Exception {
         Path home = homeWithMajor(17);
         Path project = scratch("project");
-        // -Dpgfork.pg=17, as Maven's Surefire or Gradle pass it.
+        // -Dpgfork.pg=17, as Maven's Surefire or Gradle pass it; PGFORK_SERVE_ARGS reaches the started serve too
+        // (split as a shell splits words): its databases are named with that prefix.
         String out = run(probe(project, Map.of("PGFORK_STATE_DIR", scratch("state").toString(), "PGFORK_HOME",
-                home.toString()), List.of("-Dpgfork.pg=17")));
+                home.toString(), "PGFORK_SERVE_ARGS", "--db-prefix 'javaargs'"), List.of("-Dpgfork.pg=17")));
         assertTrue(out.contains("VERSION 17."), "with -Dpgfork.pg=17 the started serve runs PostgreSQL 17:\n" + out);
+        assertTrue(out.contains(" DB javaargs"), "with PGFORK_SERVE_ARGS=--db-prefix javaargs:\n" + out);
         // Pgfork.get("17"): what the Spring integration calls with its property pgfork.pg.
         out = run(probe(project, Map.of("PGFORK_STATE_DIR", scratch("state").toString(), "PGFORK_HOME",
                 home.toString()), List.of(), "17"));

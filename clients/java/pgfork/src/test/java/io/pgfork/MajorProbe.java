@@ -8,7 +8,8 @@ import java.util.UUID;
 
 /**
  * A test JVM of AutoStartIT's: gets this JVM's pgfork (Pgfork.get(), or Pgfork.get(args[0]) as the Spring
- * integration calls it with its property pgfork.pg), prints "VERSION " and the server_version of its PostgreSQL, and
+ * integration calls it with its property pgfork.pg), prints "VERSION ", the server_version of its PostgreSQL, " DB " and
+ * the template database's name, and
  * with "hold" as args[1] keeps the run going (its lease) until its stdin ends. "ERROR " and the message when it fails.
  */
 public final class MajorProbe {
@@ -22,9 +23,10 @@ public final class MajorProbe {
             TemplateDatabase tpl = pg.client().initializeTemplate(hash);
             DatabaseConfig c = tpl.config();
             try (Connection conn = DriverManager.getConnection(c.jdbcUrl(), c.username(), c.password());
-                 Statement st = conn.createStatement(); ResultSet rs = st.executeQuery("SHOW server_version")) {
+                 Statement st = conn.createStatement();
+                 ResultSet rs = st.executeQuery("SELECT current_setting('server_version'), current_database()")) {
                 rs.next();
-                System.out.println("VERSION " + rs.getString(1));
+                System.out.println("VERSION " + rs.getString(1) + " DB " + rs.getString(2));
             } finally {
                 pg.client().discardTemplate(hash);
             }

@@ -549,30 +549,17 @@ func trimCatalogForks(data string) error {
 	return nil
 }
 
-// firstNormalObjectID is PostgreSQL's FirstNormalObjectId: initdb's
-// objects, the system catalogs among them, have lower oids and
-// relfilenodes.
-const firstNormalObjectID = 16384
-
 // catalogMapFork reports whether file name (in a database's directory) is
 // a segment of a system catalog's free space map or visibility map:
-// <relfilenode>_fsm or _vm, with an optional .<segment>.
+// <relfilenode>_fsm or _vm, with an optional .<segment>, the relfilenode
+// below FirstNormalObjectId (pgdata.CatalogFile).
 func catalogMapFork(name string) bool {
-	num, fork, ok := strings.Cut(name, "_")
+	_, fork, ok := strings.Cut(name, "_")
 	if !ok {
 		return false
 	}
-	fork, seg, hasSeg := strings.Cut(fork, ".")
-	if fork != "fsm" && fork != "vm" {
-		return false
-	}
-	if hasSeg {
-		if _, err := strconv.ParseUint(seg, 10, 32); err != nil {
-			return false
-		}
-	}
-	n, err := strconv.ParseUint(num, 10, 32)
-	return err == nil && n < firstNormalObjectID
+	fork, _, _ = strings.Cut(fork, ".")
+	return (fork == "fsm" || fork == "vm") && pgdata.CatalogFile(name)
 }
 
 // testHookBeforeFill, when set (tests only), runs before fillSlots opens

@@ -5,7 +5,9 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
+	"sync"
 	"syscall"
 	"time"
 
@@ -129,18 +131,32 @@ func (r *run) startNew(ctx context.Context) error {
 	}
 }
 
-// handOver, at the end of the window: the replication objects dropped on
-// both sides, the old cluster stopped (fast), the new one started with its
-// own configuration at the old one's address. If the new cluster does not
-// start, the old one is started again as it ran (the caller then gives
-// writes back).
+// handOver, at the end of the window: replication stopped (every
+// subscription disabled, the old side's slots and publications dropped),
+// the old cluster stopped (fast), the new one started with its own
+// configuration at the old one's address. The disabled subscriptions are
+// dropped after the window (dropSubscriptions), once the new cluster
+// serves: their DROP waits for each apply worker to exit, which the
+// window need not wait for. If the new cluster does not start, the old
+// one is started again as it ran (the caller then gives writes back).
 func (r *run) handOver(ctx context.Context, step func(string)) error {
 	o := r.o
 	ctx = context.WithoutCancel(ctx) // past here, a half-done hand-over is worse than a late one
-	if left := r.dropReplication(ctx); left != "" {
+	if err := r.each(ctx, windowJobs, func(ctx context.Context, d *database) error {
+		if !d.sub {
+			return nil
+		}
+		if _, err := d.new.Exec(ctx, "ALTER SUBSCRIPTION "+pgx.Identifier{subName}.Sanitize()+" DISABLE"); err != nil {
+			return errs.Wrap(errs.Internal, err, "cannot disable the subscription of database %q of the new cluster", d.name)
+		}
+		return nil
+	}); err != nil {
+		return err
+	}
+	if left := r.dropOldReplication(ctx); left != "" {
 		r.res.Notes = append(r.res.Notes, "left behind"+left)
 	}
-	step("replication dropped")
+	step("replication stopped")
 	r.closeAll()
 	r.handingOver = true
 	if err := r.save(); err != nil {
@@ -180,4 +196,112 @@ func (r *run) handOver(ctx context.Context, step func(string)) error {
 	inst.Release()
 	r.res.Port, r.res.SocketDir, r.res.HandedOver = inst.Port, inst.SocketDir, true
 	return nil
+}
+
+// dropOldReplication drops the run's slots on the old cluster (ending the
+// WAL senders that still hold them: their subscriptions are disabled) in
+// one statement at a time for all databases, and the publications; it
+// returns what it could not drop ("" when nothing is left).
+func (r *run) dropOldReplication(ctx context.Context) string {
+	ctx, cancel := context.WithTimeout(ctx, time.Minute)
+	defer cancel()
+	var slots []string
+	for _, d := range r.dbs {
+		if d.slotMade {
+			slots = append(slots, d.slot)
+		}
+	}
+	if r.phys {
+		slots = append(slots, physSlot)
+	}
+	var left []string
+	tick := time.NewTicker(pollEvery)
+	defer tick.Stop()
+	for len(slots) > 0 {
+		var remain int
+		_, err := r.control.Exec(ctx, `SELECT pg_terminate_backend(active_pid) FROM pg_replication_slots WHERE slot_name = ANY($1) AND active_pid IS NOT NULL`, slots)
+		if err == nil {
+			_, err = r.control.Exec(ctx, `SELECT pg_drop_replication_slot(slot_name) FROM pg_replication_slots WHERE slot_name = ANY($1) AND NOT active`, slots)
+		}
+		if err == nil {
+			err = r.control.QueryRow(ctx, `SELECT count(*) FROM pg_replication_slots WHERE slot_name = ANY($1)`, slots).Scan(&remain)
+		}
+		if err == nil && remain == 0 {
+			break
+		}
+		select {
+		case <-ctx.Done():
+			left = append(left, fmt.Sprintf("slots %s on the old cluster (%v)", strings.Join(slots, ", "), err))
+			slots = nil
+		case <-tick.C:
+		}
+	}
+	if len(left) == 0 {
+		for _, d := range r.dbs {
+			d.slotMade = false
+		}
+		r.phys = false
+	}
+	var mu sync.Mutex
+	_ = r.each(ctx, windowJobs, func(ctx context.Context, d *database) error {
+		if !d.pub || d.old == nil {
+			return nil
+		}
+		if _, err := d.old.Exec(ctx, "DROP PUBLICATION IF EXISTS "+pgx.Identifier{pubName}.Sanitize()); err != nil {
+			mu.Lock()
+			left = append(left, fmt.Sprintf("publication %s in database %s of the old cluster (%v)", pubName, d.name, err))
+			mu.Unlock()
+			return nil
+		}
+		d.pub = false
+		return nil
+	})
+	if len(left) == 0 {
+		return ""
+	}
+	slices.Sort(left)
+	return "; left behind: " + strings.Join(left, ", ")
+}
+
+// dropSubscriptions drops the disabled subscriptions on the new cluster
+// once it serves at the old one's address (after the window); it returns
+// what it could not drop ("" when nothing is left).
+func (r *run) dropSubscriptions(ctx context.Context) string {
+	ctx, cancel := context.WithTimeout(ctx, time.Minute)
+	defer cancel()
+	inst, err := instance.Attach(r.o.NewDir)
+	if err != nil {
+		return fmt.Sprintf("; left behind: the subscriptions %s, disabled, in every database of the new cluster (%v): run DROP SUBSCRIPTION after ALTER SUBSCRIPTION ... SET (slot_name = NONE)", subName, err)
+	}
+	inst.Release()
+	var mu sync.Mutex
+	var left []string
+	sub := pgx.Identifier{subName}.Sanitize()
+	_ = r.each(ctx, windowJobs, func(ctx context.Context, d *database) error {
+		if !d.sub {
+			return nil
+		}
+		conn, err := pgx.Connect(ctx, inst.ConnString(r.su, d.name))
+		if err == nil {
+			for _, q := range []string{"ALTER SUBSCRIPTION " + sub + " SET (slot_name = NONE)", "DROP SUBSCRIPTION " + sub} {
+				if _, err = conn.Exec(ctx, q); err != nil {
+					break
+				}
+			}
+			_ = conn.Close(context.WithoutCancel(ctx))
+		}
+		if err != nil {
+			mu.Lock()
+			left = append(left, fmt.Sprintf("subscription %s (disabled) in database %s of the new cluster (%v)", subName, d.name, err))
+			mu.Unlock()
+			return nil
+		}
+		d.sub = false
+		return nil
+	})
+	if len(left) == 0 {
+		return ""
+	}
+	slices.Sort(left)
+	return "; left behind: " + strings.Join(left, ", ")
 }

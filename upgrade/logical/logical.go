@@ -118,7 +118,8 @@ type Result struct {
 	// HandedOver: the old cluster was stopped and the new one serves at
 	// its address.
 	HandedOver bool `json:"handed_over"`
-	// Sequences copied in the window.
+	// Sequences copied in the window (those that moved since the copy
+	// made just before it).
 	Sequences int `json:"sequences"`
 	// Port and SocketDir: where the new cluster runs (without the
 	// hand-over: socket only, a private directory, initdb's
@@ -142,6 +143,11 @@ type database struct {
 	lsn  pgdata.LSN
 	old  *pgx.Conn // to the old cluster, opened before the window
 	new  *pgx.Conn // to the new cluster
+	// catalog is what the last comparison found on both sides (catalogOf).
+	catalog string
+	// seqs are the sequence values last copied to the new cluster, by
+	// schema and name (NUL between).
+	seqs map[string]int64
 	// what the run created for it
 	pub, slotMade, sub bool
 }
@@ -343,6 +349,12 @@ func (r *run) run(ctx context.Context) error {
 		return err
 	}
 	if r.res.HandedOver {
+		_ = r.phase(PhaseCleanup, func() error {
+			if left := r.dropSubscriptions(context.WithoutCancel(ctx)); left != "" {
+				r.res.Notes = append(r.res.Notes, "left behind"+left)
+			}
+			return nil
+		})
 		r.res.Notes = append(r.res.Notes,
 			fmt.Sprintf("the new cluster serves at the old one's address (port %d), started with its own configuration; its log is %s; carry over your other settings from %s",
 				r.res.Port, filepath.Join(o.NewDir, instance.LogFileName), o.OldDir),
@@ -656,6 +668,8 @@ func (r *run) subscribe(ctx context.Context, R pgdata.LSN) error {
 		"max_logical_replication_workers": strconv.Itoa(n + 2),
 		"max_worker_processes":            strconv.Itoa(n + 10),
 		"max_replication_slots":           strconv.Itoa(n + 2),
+		// pgfork holds a connection to every database of the new cluster.
+		"max_connections": strconv.Itoa(max(100, n+20)),
 		// Apply commits asynchronously and the slots confirm what the new
 		// cluster flushed: flush often, so that the window's wait for the
 		// last commit is not the WAL writer's default 200 ms.

@@ -121,6 +121,16 @@ func (r *run) preflight(ctx context.Context) error {
 		return errs.New(errs.Unsupported, "the old cluster has %d free WAL senders; the upgrade needs %d (one per database, %d, and one for the clone)", freeSenders, n+1, n).
 			WithHint("raise max_wal_senders (ALTER SYSTEM, then a restart)")
 	}
+	// pgfork holds a connection to every database (its control connection
+	// is open already); the application keeps the rest.
+	var freeConns int
+	if err := c.QueryRow(ctx, `SELECT current_setting('max_connections')::int - (SELECT count(*) FROM pg_stat_activity WHERE backend_type = 'client backend')`).Scan(&freeConns); err != nil {
+		return errs.Wrap(errs.Internal, err, "cannot read max_connections")
+	}
+	if freeConns < n {
+		return errs.New(errs.Unsupported, "the old cluster has %d free connections; the upgrade holds one per database, %d, beside the application's", freeConns, n).
+			WithHint("raise max_connections to at least %d more than the application uses (ALTER SYSTEM, then a restart)", n)
+	}
 	if err := r.openOld(ctx); err != nil {
 		return err
 	}

@@ -27,23 +27,26 @@ const pollEvery = 10 * time.Millisecond
 
 // applyErrors returns an error naming the first database whose apply
 // worker failed on the new cluster (DDL on the old cluster after R stops
-// it: "is missing replicated column").
+// it: "is missing replicated column"). pg_subscription and its statistics
+// are shared catalogs: one query on any database sees every database's
+// subscription (one round trip, not one per database).
 func (r *run) applyErrors(ctx context.Context) error {
-	for _, d := range r.dbs {
-		var n int64
-		// pg_subscription and its statistics are shared catalogs.
-		err := d.new.QueryRow(ctx, `SELECT coalesce(sum(st.apply_error_count), 0)::bigint FROM pg_subscription s
-			LEFT JOIN pg_stat_subscription_stats st ON st.subid = s.oid
-			WHERE s.subname = $1 AND s.subdbid = (SELECT oid FROM pg_database WHERE datname = current_database())`, subName).Scan(&n)
-		if err != nil {
-			return errs.Wrap(errs.Internal, err, "cannot read the subscription statistics of database %q", d.name)
-		}
-		if n > 0 {
-			return errs.New(errs.Unsupported, "replication into database %q of the new cluster failed (%d apply errors), usually DDL on the old cluster after the run began", d.name, n).
-				WithHint("the new cluster's log %s says which; nothing was changed on the old cluster: run again (and no DDL meanwhile)", r.newInst.LogFile)
-		}
+	if len(r.dbs) == 0 || r.dbs[0].new == nil {
+		return nil
 	}
-	return nil
+	var name string
+	var n int64
+	err := r.dbs[0].new.QueryRow(ctx, `SELECT d.datname::text, st.apply_error_count FROM pg_subscription s
+		JOIN pg_database d ON d.oid = s.subdbid JOIN pg_stat_subscription_stats st ON st.subid = s.oid
+		WHERE s.subname = $1 AND st.apply_error_count > 0 ORDER BY d.datname LIMIT 1`, subName).Scan(&name, &n)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return nil
+	}
+	if err != nil {
+		return errs.Wrap(errs.Internal, err, "cannot read the subscription statistics of the new cluster")
+	}
+	return errs.New(errs.Unsupported, "replication into database %q of the new cluster failed (%d apply errors), usually DDL on the old cluster after the run began", name, n).
+		WithHint("the new cluster's log %s says which; nothing was changed on the old cluster: run again (and no DDL meanwhile)", r.newInst.LogFile)
 }
 
 // confirmed waits until every slot has confirmed lsn, or ctx ends.
@@ -96,7 +99,11 @@ func (r *run) catchUp(ctx context.Context) error {
 	if err := r.applyErrors(ctx); err != nil {
 		return err
 	}
-	if err := r.compare(ctx); err != nil {
+	if err := r.compare(ctx, false); err != nil {
+		return err
+	}
+	// The window copies only what moved after this.
+	if _, err := r.copySequences(ctx); err != nil {
 		return err
 	}
 	if r.ho != nil {
@@ -142,8 +149,12 @@ func catalogOf(ctx context.Context, conn *pgx.Conn) (string, error) {
 
 // compare checks that no database was created or dropped since the run
 // began and that every database's catalog and large objects are the same
-// on both sides: what logical replication does not carry.
-func (r *run) compare(ctx context.Context) error {
+// on both sides: what logical replication does not carry. With oldOnly
+// (in the window) it reads the old side alone and compares it with what
+// the last full comparison found on both sides: nothing but the apply
+// writes to the new cluster, which carries no DDL and no large objects,
+// so its side cannot have changed since (half the window's reads).
+func (r *run) compare(ctx context.Context, oldOnly bool) error {
 	// A transaction prepared during the run could commit after the cutover.
 	var prepared int
 	if err := r.control.QueryRow(ctx, "SELECT count(*) FROM pg_prepared_xacts").Scan(&prepared); err != nil {
@@ -168,8 +179,15 @@ func (r *run) compare(ctx context.Context) error {
 	var mu sync.Mutex
 	var drift []string
 	if err := r.each(ctx, windowJobs, func(ctx context.Context, d *database) error {
-		same, err := sameCatalog(ctx, d)
-		if err != nil {
+		var same bool
+		var err error
+		if oldOnly && d.catalog != "" {
+			var now string
+			if now, err = catalogOf(ctx, d.old); err != nil {
+				return errs.Wrap(errs.Internal, err, "cannot read the catalog of database %q of the old cluster", d.name)
+			}
+			same = now == d.catalog
+		} else if same, err = sameCatalog(ctx, d); err != nil {
 			return err
 		}
 		if !same {
@@ -194,7 +212,8 @@ func driftError(dbs ...string) error {
 		WithHint("run again, with no DDL and no large objects written meanwhile")
 }
 
-// sameCatalog compares a database's catalog and large objects on both sides.
+// sameCatalog compares a database's catalog and large objects on both
+// sides; when they match it keeps them in d.catalog.
 func sameCatalog(ctx context.Context, d *database) (bool, error) {
 	a, err := catalogOf(ctx, d.old)
 	if err != nil {
@@ -203,6 +222,9 @@ func sameCatalog(ctx context.Context, d *database) (bool, error) {
 	b, err := catalogOf(ctx, d.new)
 	if err != nil {
 		return false, errs.Wrap(errs.Internal, err, "cannot read the catalog of database %q of the new cluster", d.name)
+	}
+	if a == b {
+		d.catalog = a
 	}
 	return a == b, nil
 }
@@ -285,42 +307,16 @@ func (r *run) inWindow(ctx context.Context) error {
 		return err
 	}
 	step("slots confirmed")
-	var mu sync.Mutex
-	if err := r.each(ctx, windowJobs, func(ctx context.Context, d *database) error {
-		rows, err := d.old.Query(ctx, `SELECT schemaname::text, sequencename::text, last_value FROM pg_sequences
-			WHERE last_value IS NOT NULL AND schemaname NOT LIKE 'pg_temp%'`)
-		if err != nil {
-			return errs.Wrap(errs.Internal, err, "cannot read the sequences of database %q", d.name)
-		}
-		var ss, ns []string
-		var vs []int64
-		var s, n string
-		var v int64
-		if _, err := pgx.ForEachRow(rows, []any{&s, &n, &v}, func() error {
-			ss, ns, vs = append(ss, s), append(ns, n), append(vs, v)
-			return nil
-		}); err != nil {
-			return errs.Wrap(errs.Internal, err, "cannot read the sequences of database %q", d.name)
-		}
-		if len(ss) == 0 {
-			return nil
-		}
-		if _, err := d.new.Exec(ctx, `SELECT setval(format('%I.%I', s, n)::regclass, v)
-			FROM unnest($1::text[], $2::text[], $3::bigint[]) AS t(s, n, v)`, ss, ns, vs); err != nil {
-			return errs.Wrap(errs.Internal, err, "cannot copy the sequences of database %q", d.name)
-		}
-		mu.Lock()
-		r.res.Sequences += len(ss)
-		mu.Unlock()
-		return nil
-	}); err != nil {
+	n, err := r.copySequences(ctx)
+	if err != nil {
 		return err
 	}
+	r.res.Sequences = n
 	step("sequences copied")
 	if err := r.applyErrors(ctx); err != nil {
 		return err
 	}
-	if err := r.compare(ctx); err != nil {
+	if err := r.compare(ctx, true); err != nil {
 		return err
 	}
 	step("checks")
@@ -471,4 +467,50 @@ func (r *run) rollback(ctx context.Context) string {
 		return ""
 	}
 	return "; " + strings.Join(left, "; ")
+}
+
+// copySequences copies every sequence's last_value from the old cluster to
+// the new one, skipping those whose value was copied before (one round
+// trip to the old cluster per database, and one to the new where a value
+// moved); it returns how many it set.
+func (r *run) copySequences(ctx context.Context) (int, error) {
+	var mu sync.Mutex
+	total := 0
+	err := r.each(ctx, windowJobs, func(ctx context.Context, d *database) error {
+		rows, err := d.old.Query(ctx, `SELECT schemaname::text, sequencename::text, last_value FROM pg_sequences
+			WHERE last_value IS NOT NULL AND schemaname NOT LIKE 'pg_temp%'`)
+		if err != nil {
+			return errs.Wrap(errs.Internal, err, "cannot read the sequences of database %q", d.name)
+		}
+		var ss, ns []string
+		var vs []int64
+		var s, n string
+		var v int64
+		if _, err := pgx.ForEachRow(rows, []any{&s, &n, &v}, func() error {
+			if last, ok := d.seqs[s+"\x00"+n]; !ok || last != v {
+				ss, ns, vs = append(ss, s), append(ns, n), append(vs, v)
+			}
+			return nil
+		}); err != nil {
+			return errs.Wrap(errs.Internal, err, "cannot read the sequences of database %q", d.name)
+		}
+		if len(ss) == 0 {
+			return nil
+		}
+		if _, err := d.new.Exec(ctx, `SELECT setval(format('%I.%I', s, n)::regclass, v)
+			FROM unnest($1::text[], $2::text[], $3::bigint[]) AS t(s, n, v)`, ss, ns, vs); err != nil {
+			return errs.Wrap(errs.Internal, err, "cannot copy the sequences of database %q", d.name)
+		}
+		if d.seqs == nil {
+			d.seqs = map[string]int64{}
+		}
+		for i := range ss {
+			d.seqs[ss[i]+"\x00"+ns[i]] = vs[i]
+		}
+		mu.Lock()
+		total += len(ss)
+		mu.Unlock()
+		return nil
+	})
+	return total, err
 }

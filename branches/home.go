@@ -286,7 +286,18 @@ func (m *Manager) placeData(b *Branch, replace bool) error {
 		return err
 	}
 	if replace {
-		if err := unix.Renameat2(unix.AT_FDCWD, work, unix.AT_FDCWD, b.DataDir, unix.RENAME_EXCHANGE); err != nil {
+		ok, err := fsutil.Exchange(work, b.DataDir)
+		if err == nil && !ok { // no atomic swap here: the old one aside, the new one in
+			aside := work + ".old"
+			if err = os.Rename(b.DataDir, aside); err == nil {
+				if err = os.Rename(work, b.DataDir); err != nil {
+					_ = os.Rename(aside, b.DataDir)
+				} else {
+					err = os.Rename(aside, work)
+				}
+			}
+		}
+		if err != nil {
 			return errs.FromOS(err, b.DataDir, "cannot put the branch's new data directory in place")
 		}
 		// work now holds the old data directory.

@@ -21,7 +21,7 @@ const (
 // replace swaps the finished staging dir with the existing dst and removes
 // the old one: atomically with RENAME_EXCHANGE, else by renaming it aside.
 func replace(staging, dst string) error {
-	ok, err := exchange(staging, dst)
+	ok, err := fsutil.Exchange(staging, dst)
 	if err != nil {
 		return err
 	}

@@ -236,19 +236,6 @@ func mkfifo(path string, mode fs.FileMode) error {
 	return nil
 }
 
-// exchange atomically swaps oldpath and newpath. ok is false when the
-// filesystem cannot do it (the caller then renames the old one aside).
-func exchange(oldpath, newpath string) (ok bool, err error) {
-	err = unix.Renameat2(unix.AT_FDCWD, oldpath, unix.AT_FDCWD, newpath, unix.RENAME_EXCHANGE)
-	if errors.Is(err, unix.EINVAL) || errors.Is(err, unix.ENOSYS) {
-		return false, nil
-	}
-	if err != nil {
-		return false, &os.LinkError{Op: "rename exchange", Old: oldpath, New: newpath, Err: err}
-	}
-	return true, nil
-}
-
 func pidAlive(pid int) bool { return proc.Alive(pid) }
 
 // freeBytes returns the space available to unprivileged users at path.

@@ -83,8 +83,6 @@ func mkfifo(path string, _ fs.FileMode) error {
 	return &os.PathError{Op: "mkfifo", Path: path, Err: errNotHere}
 }
 
-func exchange(string, string) (bool, error) { return false, nil }
-
 // pidAlive is conservative here: without flock or kill(pid, 0) a staging
 // dir is never assumed abandoned, so CleanStale leaves it.
 func pidAlive(int) bool { return true }

@@ -116,3 +116,36 @@ func TestRemoveAllReadOnlyTree(t *testing.T) {
 		t.Errorf("still there: %v", err)
 	}
 }
+
+// TestExchange: two directories swap names in one step, where the
+// filesystem can (ext4, XFS, tmpfs, APFS); elsewhere ok is false and
+// nothing moved.
+func TestExchange(t *testing.T) {
+	dir := t.TempDir()
+	a, b := filepath.Join(dir, "a"), filepath.Join(dir, "b")
+	for _, d := range []string{a, b} {
+		if err := os.Mkdir(d, 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(d, "was"), []byte(filepath.Base(d)), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	ok, err := fsutil.Exchange(a, b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := map[string]string{a: "b", b: "a"}
+	if !ok {
+		want = map[string]string{a: "a", b: "b"}
+		t.Log("no atomic exchange on this filesystem")
+	}
+	for d, w := range want {
+		if got, err := os.ReadFile(filepath.Join(d, "was")); err != nil || string(got) != w {
+			t.Errorf("%s holds %q (%v), want %q", d, got, err, w)
+		}
+	}
+	if _, err := fsutil.Exchange(a, filepath.Join(dir, "missing")); err == nil && ok {
+		t.Error("Exchange with a missing path succeeded")
+	}
+}

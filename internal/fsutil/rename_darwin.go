@@ -24,3 +24,17 @@ func RenameNoReplace(oldpath, newpath string) error {
 	}
 	return nil
 }
+
+// Exchange atomically swaps oldpath and newpath (both must exist):
+// renamex_np's RENAME_SWAP, on APFS and HFS+. ok is false when the
+// filesystem cannot do it (the caller then renames the old one aside).
+func Exchange(oldpath, newpath string) (ok bool, err error) {
+	err = unix.RenamexNp(oldpath, newpath, unix.RENAME_SWAP)
+	if errors.Is(err, unix.ENOTSUP) || errors.Is(err, unix.EINVAL) {
+		return false, nil
+	}
+	if err != nil {
+		return false, &os.LinkError{Op: "rename exchange", Old: oldpath, New: newpath, Err: err}
+	}
+	return true, nil
+}

@@ -26,3 +26,17 @@ func RenameNoReplace(oldpath, newpath string) error {
 	}
 	return nil
 }
+
+// Exchange atomically swaps oldpath and newpath (both must exist):
+// renameat2's RENAME_EXCHANGE. ok is false when the filesystem cannot do it
+// (the caller then renames the old one aside).
+func Exchange(oldpath, newpath string) (ok bool, err error) {
+	err = unix.Renameat2(unix.AT_FDCWD, oldpath, unix.AT_FDCWD, newpath, unix.RENAME_EXCHANGE)
+	if errors.Is(err, unix.EINVAL) || errors.Is(err, unix.ENOSYS) {
+		return false, nil
+	}
+	if err != nil {
+		return false, &os.LinkError{Op: "rename exchange", Old: oldpath, New: newpath, Err: err}
+	}
+	return true, nil
+}

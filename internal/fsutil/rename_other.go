@@ -8,3 +8,7 @@ package fsutil
 func RenameNoReplace(oldpath, newpath string) error {
 	return renameChecked(oldpath, newpath)
 }
+
+// Exchange reports that this platform cannot swap two paths atomically
+// (ok false): the caller renames the old one aside.
+func Exchange(oldpath, newpath string) (ok bool, err error) { return false, nil }

@@ -86,7 +86,9 @@ type ManagerConfig struct {
 	// least recently used idle pool gives up its ready ones, as for
 	// MaxDatabases. Kept databases are outside it (never dropped for it),
 	// and so are copies that share their template's blocks (reflink
-	// clones: BlockSharer), which take no disk of their own. 0: no cap.
+	// clones: BlockSharer), which take no disk of their own. 0 (or less):
+	// no cap. MaxDiskAuto asks the caller that knows where the copies live
+	// (serve) to set it from that filesystem's free space.
 	MaxDiskBytes int64
 	// RunGap: hand-outs further apart than this are two runs (0:
 	// DefaultRunGap).

@@ -49,6 +49,17 @@ func DefaultSizes(clone bool, cpus int) Sizes {
 	return Sizes{Initial: cpus, Max: 4 * cpus, Parallel: cpus, Learned: 4 * cpus}
 }
 
+// MaxDiskAuto as ManagerConfig.MaxDiskBytes asks for the default cap: the
+// caller sets it to AutoMaxDisk of the free space where the copies live
+// (the Manager treats it as no cap if nobody does).
+const MaxDiskAuto int64 = -1
+
+// AutoMaxDisk is the default disk cap of test databases for a filesystem
+// with free bytes free: 1/SpaceShare of it, the share each pool's size is
+// taken from, so that the cap bounds the pools together where one alone
+// could take a share.
+func AutoMaxDisk(free int64) int64 { return free / SpaceShare }
+
 // SpaceShare is the part of a filesystem's free space (1/SpaceShare) that
 // the copies of one template may take when they are full copies (SpaceMax).
 const SpaceShare = 4

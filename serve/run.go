@@ -246,6 +246,11 @@ func run(ctx context.Context, o Options, log *slog.Logger) error {
 // managed PostgreSQL (no external server named), or the external server.
 func openBackend(ctx context.Context, o Options, log *slog.Logger) (*Backend, error) {
 	db := DBOptions{Strategy: o.Strategy, MaxConns: int32(2*o.Manager.Parallel + 8), Given: o.PoolGiven}
+	if o.Manager.MaxDiskBytes == pool.MaxDiskAuto && (o.ExternalURL != "" || o.Isolation == IsolationCluster) {
+		// An external server's disk is not ours to measure, and a cluster
+		// per test is bounded by its pool's size: no default cap.
+		o.Manager.MaxDiskBytes = 0
+	}
 	switch {
 	case o.Isolation == IsolationCluster:
 		pg, user, err := o.FindPG()

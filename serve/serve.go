@@ -225,6 +225,16 @@ func NewManaged(ctx context.Context, o ManagedOptions) (*Backend, error) {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return nil, errs.FromOS(err, dir, "cannot create %s", dir)
 	}
+	if o.Manager.MaxDiskBytes == pool.MaxDiskAuto {
+		// The default cap: a quarter of the free space where the copies
+		// live, at start (issue 58: a fixed 2 GiB made a CI suite of 80
+		// copies of 180 MB wait for each one on its second run).
+		free, err := clone.FreeBytes(dir)
+		if err != nil {
+			return nil, errs.FromOS(err, dir, "cannot read the free space of %s", dir)
+		}
+		o.Manager.MaxDiskBytes = pool.AutoMaxDisk(free)
+	}
 	shares := false
 	if o.PG.Major >= 18 || o.Copies != CopiesDatabases {
 		if pr, err := clone.Probe(ctx, dir, dir); err == nil && pr.SharesBlocks {

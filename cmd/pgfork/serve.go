@@ -56,13 +56,15 @@ type serveOpts struct {
 	exitWithParent                   bool   // --exit-with-parent
 	lease                            string // --lease FILE
 	maxDisk                          string // --max-disk SIZE, or 0
-	maxDiskBytes                     int64  // --max-disk parsed (0: no cap)
+	maxDiskBytes                     int64  // --max-disk parsed (0: no cap; pool.MaxDiskAuto: serve sets it)
 }
 
 // defaultMaxDisk is --max-disk's default: the test databases of a state
-// directory take at most this much disk (issue 58: state folders of the
-// clients' auto-started serves reached 324-645 MB with no bound).
-const defaultMaxDisk = "2GiB"
+// directory take at most a quarter of the free space where they live, at
+// start (issue 58: state folders of the clients' auto-started serves grew
+// with no bound stated; a fixed 2 GiB made a CI suite of 80 copies of
+// 180 MB wait for each copy on its second run).
+const defaultMaxDisk = "auto"
 
 // env helpers: IntegreSQL's variables give defaults; flags override them.
 func (cl *cli) envStr(name, def string) string {
@@ -375,7 +377,7 @@ run one until it exits).`,
 	f.StringVar(&o.socket, "socket", "", "also listen on this Unix socket (mode 0600)")
 	f.IntVar(&o.poolInit, "pool-init", cl.envInt("INTEGRESQL_TEST_INITIAL_POOL_SIZE", n), "databases each pool keeps ready (env INTEGRESQL_TEST_INITIAL_POOL_SIZE; auto: 4 per core when test databases are clones, else 1 per core)")
 	f.IntVar(&o.poolMax, "pool-max", cl.envInt("INTEGRESQL_TEST_MAX_POOL_SIZE", 4*n), "databases per pool at most (env INTEGRESQL_TEST_MAX_POOL_SIZE; auto: 64 per core when test databases are clones, else 4 per core; a learned demand: 256 per core, full copies as fit in a quarter of the free disk)")
-	f.StringVar(&o.maxDisk, "max-disk", cl.envStr("PGFORK_MAX_DISK", defaultMaxDisk), "disk the test databases (full copies: ready, in use, given back and waiting for their drop) take at most, counted at their template's size, e.g. 500MiB or 4GiB; beyond it used copies are dropped before their fresh copy is made and idle pools give up their ready ones; kept databases and reflink clones are outside it (0: no cap; env PGFORK_MAX_DISK)")
+	f.StringVar(&o.maxDisk, "max-disk", cl.envStr("PGFORK_MAX_DISK", defaultMaxDisk), "disk the test databases (full copies: ready, in use, given back and waiting for their drop) take at most, counted at their template's size, e.g. 500MiB or 4GiB; beyond it used copies are dropped before their fresh copy is made and idle pools give up their ready ones; kept databases and reflink clones are outside it (auto: a quarter of the free space where they live, at start; 0: no cap; env PGFORK_MAX_DISK)")
 	f.IntVar(&o.maxDatabases, "max-databases", cl.envInt("PGFORK_MAX_DATABASES", 0), "test databases across all pools at most; idle pools are evicted LRU first (0: no limit)")
 	f.IntVar(&o.parallel, "parallel", cl.envInt("INTEGRESQL_POOL_MAX_PARALLEL_TASKS", n), "concurrent creations per pool (env INTEGRESQL_POOL_MAX_PARALLEL_TASKS; auto: 1 per core)")
 	for _, d := range []struct{ flag, env string }{{"pool-init", "INTEGRESQL_TEST_INITIAL_POOL_SIZE"},
@@ -575,10 +577,15 @@ func (o *serveOpts) validate() error {
 			return bad("%s %s is out of range", d.name, d.v).WithHint("use 0 to %s", maxTimeout)
 		}
 	}
-	if o.maxDiskBytes = 0; strings.TrimSpace(o.maxDisk) != "0" {
-		n, err := units.ParseBytes(o.maxDisk)
+	switch md := strings.TrimSpace(o.maxDisk); md {
+	case "0":
+		o.maxDiskBytes = 0
+	case "auto":
+		o.maxDiskBytes = pool.MaxDiskAuto
+	default:
+		n, err := units.ParseBytes(md)
 		if err != nil {
-			return errs.Wrap(errs.Usage, err, "bad --max-disk %q", o.maxDisk).WithHint("give a size such as 500MiB or 4GiB, or 0 for no cap (env PGFORK_MAX_DISK)")
+			return errs.Wrap(errs.Usage, err, "bad --max-disk %q", o.maxDisk).WithHint("give a size such as 500MiB or 4GiB, auto for a quarter of the free disk, or 0 for no cap (env PGFORK_MAX_DISK)")
 		}
 		o.maxDiskBytes = n
 	}

@@ -153,10 +153,24 @@ func (r *run) handOver(ctx context.Context, step func(string)) error {
 	}); err != nil {
 		return err
 	}
+	step("subscriptions disabled")
 	if left := r.dropOldReplication(ctx); left != "" {
 		r.res.Notes = append(r.res.Notes, "left behind"+left)
 	}
-	step("replication stopped")
+	step("old slots and publications dropped")
+	// The disabled subscriptions' origins go now, in one statement (the
+	// catalog is shared; each drop waits for its apply worker to exit):
+	// the new cluster's own configuration allows only a few active origins
+	// (max_active_replication_origins on 18, max_replication_slots before)
+	// and would not start with hundreds. DROP SUBSCRIPTION later skips a
+	// missing origin.
+	if len(r.dbs) > 0 && r.dbs[0].new != nil {
+		if _, err := r.dbs[0].new.Exec(ctx, `SELECT pg_replication_origin_drop(o.roname) FROM pg_replication_origin o
+			WHERE o.roname IN (SELECT 'pg_' || s.oid FROM pg_subscription s WHERE s.subname = $1)`, subName); err != nil {
+			return errs.Wrap(errs.Internal, err, "cannot drop the subscriptions' replication origins on the new cluster")
+		}
+	}
+	step("origins dropped")
 	r.closeAll()
 	r.handingOver = true
 	if err := r.save(); err != nil {
@@ -247,7 +261,13 @@ func (r *run) dropOldReplication(ctx context.Context) string {
 		if !d.pub || d.old == nil {
 			return nil
 		}
-		if _, err := d.old.Exec(ctx, "DROP PUBLICATION IF EXISTS "+pgx.Identifier{pubName}.Sanitize()); err != nil {
+		// The old cluster is stopped next, and its shutdown checkpoint
+		// flushes the drop: no flush per database in the window.
+		_, err := d.old.Exec(ctx, "SET synchronous_commit = off")
+		if err == nil {
+			_, err = d.old.Exec(ctx, "DROP PUBLICATION IF EXISTS "+pgx.Identifier{pubName}.Sanitize())
+		}
+		if err != nil {
 			mu.Lock()
 			left = append(left, fmt.Sprintf("publication %s in database %s of the old cluster (%v)", pubName, d.name, err))
 			mu.Unlock()

@@ -694,6 +694,12 @@ func (r *run) subscribe(ctx context.Context, R pgdata.LSN) error {
 			return errs.Wrap(errs.Internal, err, "cannot connect to database %q of the new cluster", d.name)
 		}
 		d.new = conn
+		// What this session commits needs no flush of its own: the run
+		// fails if the new cluster crashes, and its stop checkpoints. The
+		// window's statements then do not wait for a WAL flush each.
+		if _, err := conn.Exec(ctx, "SET synchronous_commit = off"); err != nil {
+			return errs.Wrap(errs.Internal, err, "database %q of the new cluster", d.name)
+		}
 		sub := pgx.Identifier{subName}.Sanitize()
 		// The publication came along with the clone.
 		if _, err := conn.Exec(ctx, "DROP PUBLICATION IF EXISTS "+pgx.Identifier{pubName}.Sanitize()); err != nil {

@@ -5,7 +5,12 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -38,6 +43,53 @@ type state struct {
 }
 
 func statePath(newDir string) string { return newDir + ".pgfork-logical.json" }
+
+// readOwnState reads the state file at p only if this user wrote it: a
+// regular file (no symlink followed, no FIFO waited on) owned by this
+// process's user that no other user may read or write. The clean-up acts on
+// what it names (stops servers, removes directories): as root, a file
+// another user planted beside NEW_DATADIR must never steer that (docs/
+// SECURITY.md, "Upgrades"). os.ErrNotExist when there is none.
+func readOwnState(p string) ([]byte, error) {
+	f, err := os.OpenFile(p, os.O_RDONLY|syscall.O_NOFOLLOW|syscall.O_NONBLOCK, 0)
+	if errors.Is(err, os.ErrNotExist) {
+		return nil, err
+	}
+	if errors.Is(err, syscall.ELOOP) {
+		return nil, errs.New(errs.Permission, "%s is a symlink, not a state file this user wrote", p).
+			WithPath(p).WithHint("remove it: pgfork upgrade --logical never acts on a state file another user could have written")
+	}
+	if err != nil {
+		return nil, errs.FromOS(err, p, "cannot read the state of an earlier run")
+	}
+	defer f.Close()
+	fi, err := f.Stat()
+	if err != nil {
+		return nil, errs.FromOS(err, p, "cannot read the state of an earlier run")
+	}
+	st, ok := fi.Sys().(*syscall.Stat_t)
+	if !fi.Mode().IsRegular() || !ok || int(st.Uid) != os.Geteuid() || fi.Mode().Perm()&0o077 != 0 {
+		return nil, errs.New(errs.Permission, "%s is not a state file this user wrote (a regular file of uid %d, mode 0600)", p, os.Geteuid()).
+			WithPath(p).WithHint("remove it: pgfork upgrade --logical never acts on a state file another user could have written")
+	}
+	return io.ReadAll(io.LimitReader(f, 1<<20))
+}
+
+// isClonePath reports whether dir is where a run upgrading oldDir makes its
+// clone (beside it, .BASE.pgfork-logical-PID): the only directory, besides
+// NEW_DATADIR, that the clean-up of a killed run removes.
+func isClonePath(oldDir, dir string) bool {
+	if filepath.Dir(dir) != filepath.Dir(oldDir) {
+		return false
+	}
+	prefix := "." + filepath.Base(oldDir) + ".pgfork-logical-"
+	pid := strings.TrimPrefix(filepath.Base(dir), prefix)
+	if pid == filepath.Base(dir) || pid == "" {
+		return false
+	}
+	_, err := strconv.Atoi(pid)
+	return err == nil
+}
 
 // save writes the run's state (best effort before the first object is
 // created: a failure to write it fails the run).
@@ -76,16 +128,20 @@ func (r *run) forget() {
 // removes the clone and NEW_DATADIR. It returns what it did.
 func (r *run) cleanKilled(ctx context.Context) ([]string, error) {
 	p := statePath(r.o.NewDir)
-	b, err := os.ReadFile(p)
+	b, err := readOwnState(p)
 	if errors.Is(err, os.ErrNotExist) {
 		return nil, nil
 	}
 	if err != nil {
-		return nil, errs.FromOS(err, p, "cannot read the state of an earlier run")
+		return nil, err
 	}
 	var st state
 	if err := json.Unmarshal(b, &st); err != nil {
 		return nil, errs.Wrap(errs.Internal, err, "bad state file of an earlier run").WithPath(p).WithHint("remove it once you have checked both clusters")
+	}
+	if st.CloneDir != "" && !isClonePath(r.o.OldDir, st.CloneDir) {
+		return nil, errs.New(errs.Permission, "the state file of an earlier run names %s as its clone, which is not where a run of %s makes one", st.CloneDir, r.o.OldDir).
+			WithPath(p).WithHint("remove %s once you have checked both clusters", p)
 	}
 	if proc.Alive(st.Pid) && proc.StartTime(st.Pid) == st.PidStart {
 		return nil, errs.New(errs.Busy, "another upgrade of this cluster runs (pid %d)", st.Pid).WithPath(p).WithHint("wait for it to end")

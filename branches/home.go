@@ -142,7 +142,8 @@ func (m *Manager) homeFor(dataDir string) (dst, home string, id fileID, err erro
 	}
 	if why := m.untrustedParent(parent); why != "" {
 		return "", "", fileID{}, errs.New(errs.Permission, "%s: %s, so another user could redirect what pgfork, as root, writes and removes there", parent, why).
-			WithPath(parent).WithHint("put the data directory in a directory that belongs to root or to the servers' user (--run-as) and that no other user can write, on the backups' filesystem")
+			WithPath(parent).WithHint("put the data directory in a directory that belongs to root or to the servers' user and that no other user can write, on the backups' filesystem").
+			WithCLI("--run-as names the servers' user")
 	}
 	if fsutil.Within(dst, m.o.Layout.Root) {
 		return "", "", fileID{}, errs.New(errs.Usage, "%s is inside pgfork's state directory", dst).WithPath(dst).WithHint("choose a directory outside %s", m.o.Layout.Root)

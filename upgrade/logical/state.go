@@ -57,7 +57,7 @@ func readOwnState(p string) ([]byte, error) {
 	}
 	if errors.Is(err, syscall.ELOOP) {
 		return nil, errs.New(errs.Permission, "%s is a symlink, not a state file this user wrote", p).
-			WithPath(p).WithHint("remove it: pgfork upgrade --logical never acts on a state file another user could have written")
+			WithPath(p).WithHint("remove it: the upgrade never acts on a state file another user could have written")
 	}
 	if err != nil {
 		return nil, errs.FromOS(err, p, "cannot read the state of an earlier run")
@@ -70,7 +70,7 @@ func readOwnState(p string) ([]byte, error) {
 	st, ok := fi.Sys().(*syscall.Stat_t)
 	if !fi.Mode().IsRegular() || !ok || int(st.Uid) != os.Geteuid() || fi.Mode().Perm()&0o077 != 0 {
 		return nil, errs.New(errs.Permission, "%s is not a state file this user wrote (a regular file of uid %d, mode 0600)", p, os.Geteuid()).
-			WithPath(p).WithHint("remove it: pgfork upgrade --logical never acts on a state file another user could have written")
+			WithPath(p).WithHint("remove it: the upgrade never acts on a state file another user could have written")
 	}
 	return io.ReadAll(io.LimitReader(f, 1<<20))
 }

@@ -277,6 +277,16 @@ public final class PgforkDataSource implements DataSource, AutoCloseable {
             Pools.fill(poolCloser, false);
             Pools.evictAll(poolCloser);
         }
+        giveBackCopies();
+    }
+
+    /**
+     * Gives back the current copy (recreated, or kept when its test failed) and the one made ready ahead (unused:
+     * back unchanged); the context then holds none. Called with this held.
+     *
+     * @throws RuntimeException the error of making the copy ready ahead, after the current one was given back
+     */
+    private void giveBackCopies() {
         if (current != null) {
             Copy old = current;
             current = null;
@@ -287,7 +297,7 @@ public final class PgforkDataSource implements DataSource, AutoCloseable {
             CompletableFuture<Copy> spare = next;
             next = null;
             Copy s = join(spare);
-            giveBacks.giveBack(s.db, "the test context's next copy", false, true, s::closeConnections); // unused: back unchanged
+            giveBacks.giveBack(s.db, "the test context's next copy", false, true, s::closeConnections);
         }
     }
 
@@ -303,21 +313,10 @@ public final class PgforkDataSource implements DataSource, AutoCloseable {
                     error = new PgforkException("pgfork: closing the test context's connection pool: " + e.getMessage(), e);
                 }
             }
-            if (current != null) {
-                Copy old = current;
-                current = null;
-                giveBacks.giveBack(old.db, "the test context", failed, false, old::closeConnections);
-                failed = false;
-            }
-            if (next != null) {
-                CompletableFuture<Copy> spare = next;
-                next = null;
-                try {
-                    Copy s = join(spare);
-                    giveBacks.giveBack(s.db, "the test context's next copy", false, true, s::closeConnections); // unused: back unchanged
-                } catch (RuntimeException e) {
-                    error = error == null ? e : error;
-                }
+            try {
+                giveBackCopies();
+            } catch (RuntimeException e) {
+                error = error == null ? e : error;
             }
         }
         giveBacks.await(CLOSE_WAIT);

@@ -21,6 +21,10 @@ func Fingerprint(ctx context.Context, conn *pgx.Conn) (string, error) {
 	return in.fingerprint, err
 }
 
+// QuoteLiteral quotes s as an SQL string literal, whatever
+// standard_conforming_strings says (an escape string, E'…', when s holds a backslash).
+func QuoteLiteral(s string) string { return quoteLiteral(s) }
+
 // RecoverySettings returns the settings an online clone must start with to
 // replay its source's WAL: the values pg_control records for
 // max_connections, max_prepared_transactions, max_locks_per_transaction,

@@ -411,18 +411,13 @@ func (r *run) oldURL(db, app string) string {
 // conninfo is a libpq key=value connection string to database db of the
 // old cluster (for primary_conninfo and subscriptions).
 func (r *run) conninfo(db, app string) string {
-	kv := func(k, v string) string {
-		return k + "='" + strings.NewReplacer(`\`, `\\`, `'`, `\'`).Replace(v) + "'"
-	}
-	parts := []string{kv("host", r.oldHost), kv("port", strconv.Itoa(r.oldPort)), kv("user", r.su), kv("application_name", app)}
+	ps := []pgdata.ConnParam{{Key: "host", Value: r.oldHost}, {Key: "port", Value: strconv.Itoa(r.oldPort)},
+		{Key: "user", Value: r.su}, {Key: "application_name", Value: app}}
 	if db != "" {
-		parts = append(parts, kv("dbname", db))
+		ps = append(ps, pgdata.ConnParam{Key: "dbname", Value: db})
 	}
-	return strings.Join(parts, " ")
+	return pgdata.FormatConninfo(ps)
 }
-
-// quoteLiteral quotes s as an SQL string literal (standard_conforming_strings on).
-func quoteLiteral(s string) string { return "'" + strings.ReplaceAll(s, "'", "''") + "'" }
 
 // superuserCandidates are the roles tried to connect to the old cluster.
 func superuserCandidates(explicit, dataDir string) []string {
@@ -712,8 +707,8 @@ func (r *run) subscribe(ctx context.Context, R pgdata.LSN) error {
 			}
 			return err
 		}
-		if _, err := conn.Exec(ctx, "CREATE SUBSCRIPTION "+sub+" CONNECTION "+quoteLiteral(r.conninfo(d.name, d.slot))+
-			" PUBLICATION "+pgx.Identifier{pubName}.Sanitize()+" WITH (create_slot = false, slot_name = "+quoteLiteral(d.slot)+
+		if _, err := conn.Exec(ctx, "CREATE SUBSCRIPTION "+sub+" CONNECTION "+upgrade.QuoteLiteral(r.conninfo(d.name, d.slot))+
+			" PUBLICATION "+pgx.Identifier{pubName}.Sanitize()+" WITH (create_slot = false, slot_name = "+upgrade.QuoteLiteral(d.slot)+
 			", copy_data = false, enabled = false)"); err != nil {
 			return errs.Wrap(errs.Internal, err, "cannot create the subscription of database %q", d.name)
 		}

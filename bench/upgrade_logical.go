@@ -53,6 +53,8 @@ import (
 //	PGFORK_BENCH_UPGRADE_LOGICAL_MANY   databases of the --logical-only case (default 1000; 0 skips it)
 //	PGFORK_BENCH_UPGRADE_LOGICAL_RUNS   runs of each contender, in turns (default 3; the many case runs once)
 //	PGFORK_BENCH_UPGRADE_LOGICAL_EVERY  the writer's pause between commits, ms (default 5)
+//	PGFORK_BENCH_UPGRADE_LOGICAL_BASELINES  0 skips the baselines (--stop-old, by hand) of the
+//	                                    1- and 200-database cases: a trial of --logical alone (default 1)
 //	PGFORK_BENCH_UPGRADE_JOBS           -j for pg_upgrade and pgfork (default 2)
 //
 // Anything but the defaults is a scaled-down trial, and the section says so.
@@ -230,8 +232,9 @@ func runUpgradeLogicalBench(ctx context.Context, r *Report) error {
 	many := copyEnvInt("PGFORK_BENCH_UPGRADE_LOGICAL_MANY", 1000)
 	runs := max(copyEnvInt("PGFORK_BENCH_UPGRADE_LOGICAL_RUNS", 3), 1)
 	every := time.Duration(max(copyEnvInt("PGFORK_BENCH_UPGRADE_LOGICAL_EVERY", 5), 1)) * time.Millisecond
+	baselines := copyEnvInt("PGFORK_BENCH_UPGRADE_LOGICAL_BASELINES", 1) != 0
 	base := envOr("PGFORK_BENCH_UPGRADE_DIR", envOr("PGFORK_TEST_XFS", "/mnt/pgfork-test/xfs"))
-	scaled := !slices.Equal(froms, []int{15, 17}) || scale != 10 || ndbs != 200 || many != 1000 || runs != 3 || every != 5*time.Millisecond
+	scaled := !slices.Equal(froms, []int{15, 17}) || scale != 10 || ndbs != 200 || many != 1000 || runs != 3 || every != 5*time.Millisecond || !baselines
 
 	b := &lgBench{upgBench: &upgBench{}, jobs: max(copyEnvInt("PGFORK_BENCH_UPGRADE_JOBS", 2), 1), every: every, clients: 1}
 	all, _ := pgbin.Discover(pgbin.Options{StateDir: envOr("PGFORK_TEST_HOME", "/var/tmp/pgfork-test/home")})
@@ -274,8 +277,8 @@ func runUpgradeLogicalBench(ctx context.Context, r *Report) error {
 		return fmt.Errorf("building pgfork: %v\n%s", err, out)
 	}
 	if scaled {
-		r.Notef("**SCALED-DOWN TRIAL** (PGFORK_BENCH_UPGRADE_LOGICAL_*: from %v, scale %d, %d and %d databases, %d run(s), a write every %s): not the report's numbers.",
-			froms, scale, ndbs, many, runs, every)
+		r.Notef("**SCALED-DOWN TRIAL** (PGFORK_BENCH_UPGRADE_LOGICAL_*: from %v, scale %d, %d and %d databases, %d run(s), a write every %s, baselines %v): not the report's numbers.",
+			froms, scale, ndbs, many, runs, every, baselines)
 	}
 	var names []string
 	for _, o := range olds {
@@ -292,24 +295,24 @@ func runUpgradeLogicalBench(ctx context.Context, r *Report) error {
 	if scale > 0 {
 		var cs []*lgCase
 		for _, o := range olds {
-			c, err := b.runCase(ctx, o, 1, scale, runs, true)
+			c, err := b.runCase(ctx, o, 1, scale, runs, baselines)
 			if err != nil {
 				return fmt.Errorf("one database from %s: %w", o.Version, err)
 			}
 			cs = append(cs, c)
 		}
-		b.report(r, fmt.Sprintf("1 database (pgbench scale %d)", scale), 1, cs, 2*time.Second, true)
+		b.report(r, fmt.Sprintf("1 database (pgbench scale %d)", scale), 1, cs, 2*time.Second, baselines)
 	}
 	if ndbs > 0 {
 		var cs []*lgCase
 		for _, o := range olds {
-			c, err := b.runCase(ctx, o, ndbs, 0, runs, true)
+			c, err := b.runCase(ctx, o, ndbs, 0, runs, baselines)
 			if err != nil {
 				return fmt.Errorf("%d databases from %s: %w", ndbs, o.Version, err)
 			}
 			cs = append(cs, c)
 		}
-		b.report(r, fmt.Sprintf("%d databases", ndbs), ndbs, cs, 2*time.Second, true)
+		b.report(r, fmt.Sprintf("%d databases", ndbs), ndbs, cs, 2*time.Second, baselines)
 	}
 	if many > 0 {
 		var cs []*lgCase

@@ -15,6 +15,7 @@ import (
 
 	"github.com/pgfork/pgfork/instance"
 	"github.com/pgfork/pgfork/internal/errs"
+	"github.com/pgfork/pgfork/pgdata"
 	"github.com/pgfork/pgfork/upgrade"
 )
 
@@ -31,7 +32,20 @@ func (r *run) readHandOver(ctx context.Context) error {
 		return err
 	}
 	r.ho = h
+	r.appHost, r.appPort = r.oldHost, r.oldPort
+	// What its command line set (wal_level, max_replication_slots, …),
+	// for the private start after the hand-over: it must start with them.
+	rows, err := r.control.Query(ctx, "SELECT name, setting FROM pg_settings WHERE source = 'command line'")
+	if err != nil {
+		return errs.Wrap(errs.Internal, err, "cannot read the old cluster's settings")
+	}
+	r.oldSettings = map[string]string{}
+	var k, v string
+	if _, err := pgx.ForEachRow(rows, []any{&k, &v}, func() error { r.oldSettings[k] = v; return nil }); err != nil {
+		return errs.Wrap(errs.Internal, err, "cannot read the old cluster's settings")
+	}
 	if b, err := os.ReadFile(filepath.Join(o.OldDir, "postmaster.opts")); err == nil {
+		r.oldOptsRaw = string(b)
 		// As pg_ctl restart does: the options follow the program's path,
 		// each in double quotes.
 		if _, opts, ok := strings.Cut(strings.TrimSpace(string(b)), ` "`); ok {
@@ -131,41 +145,63 @@ func (r *run) startNew(ctx context.Context) error {
 	}
 }
 
-// handOver, at the end of the window: replication stopped (every
-// subscription disabled, the old side's slots and publications dropped),
-// the old cluster stopped (fast), the new one started with its own
-// configuration at the old one's address. The disabled subscriptions are
-// dropped after the window (dropSubscriptions), once the new cluster
-// serves: their DROP waits for each apply worker to exit, which the
-// window need not wait for. If the new cluster does not start, the old
-// one is started again as it ran (the caller then gives writes back).
+// handOver, at the end of the window: every subscription disabled, the
+// WAL senders on the old cluster ended, the old cluster stopped (fast), the
+// new one started with its own configuration at the old one's address.
+// The old side's slots and publications stay on the stopped old cluster:
+// cleanOld drops them after the window, on a private start, and the state
+// file says they are there until then (a kill leaves them to the next run
+// or --rollback). The disabled subscriptions are dropped after the window
+// too (dropSubscriptions), once the new cluster serves: their DROP waits
+// for each apply worker to exit, which the window need not wait for. If
+// the new cluster does not start, the old one is started again as it ran
+// (the caller then gives writes back and drops what the run created).
 func (r *run) handOver(ctx context.Context, step func(string)) error {
 	o := r.o
 	ctx = context.WithoutCancel(ctx) // past here, a half-done hand-over is worse than a late one
-	if err := r.each(ctx, windowJobs, func(ctx context.Context, d *database) error {
-		if !d.sub {
-			return nil
-		}
-		if _, err := d.new.Exec(ctx, "ALTER SUBSCRIPTION "+pgx.Identifier{subName}.Sanitize()+" DISABLE"); err != nil {
-			return errs.Wrap(errs.Internal, err, "cannot disable the subscription of database %q of the new cluster", d.name)
-		}
-		return nil
-	}); err != nil {
+	if err := r.disableSubscriptions(ctx); err != nil {
 		return err
 	}
 	step("subscriptions disabled")
-	if left := r.dropOldReplication(ctx); left != "" {
-		r.res.Notes = append(r.res.Notes, "left behind"+left)
+	// The WAL senders of the run's slots end now, in one statement: an
+	// apply worker notices its disabled subscription only when it wakes
+	// (up to a second when nothing arrives); the end of its stream makes
+	// it exit at once, and the launcher starts no other for a disabled
+	// subscription. The old cluster's shutdown does not wait for them
+	// either.
+	if _, err := r.control.Exec(ctx, `SELECT pg_terminate_backend(active_pid) FROM pg_replication_slots
+		WHERE slot_name LIKE 'pgfork\_upgrade\_%' AND active_pid IS NOT NULL`); err != nil {
+		return errs.Wrap(errs.Internal, err, "cannot end the old cluster's WAL senders")
 	}
-	step("old slots and publications dropped")
 	// The disabled subscriptions' origins go now, in one statement (the
-	// catalog is shared; each drop waits for its apply worker to exit):
-	// the new cluster's own configuration allows only a few active origins
+	// catalog is shared), once no apply worker holds one: the new
+	// cluster's own configuration allows only a few active origins
 	// (max_active_replication_origins on 18, max_replication_slots before)
 	// and would not start with hundreds. DROP SUBSCRIPTION later skips a
 	// missing origin.
 	if len(r.dbs) > 0 && r.dbs[0].new != nil {
-		if _, err := r.dbs[0].new.Exec(ctx, `SELECT pg_replication_origin_drop(o.roname) FROM pg_replication_origin o
+		c := r.dbs[0].new
+		tick := time.NewTicker(2 * time.Millisecond)
+		defer tick.Stop()
+		deadline := time.After(time.Minute)
+		for {
+			var workers int
+			if err := c.QueryRow(ctx, `SELECT count(*) FROM pg_stat_subscription st JOIN pg_subscription s ON s.oid = st.subid
+				WHERE s.subname = $1 AND st.pid IS NOT NULL`, subName).Scan(&workers); err != nil {
+				return errs.Wrap(errs.Internal, err, "cannot read the new cluster's apply workers")
+			}
+			if workers == 0 {
+				break
+			}
+			select {
+			case <-deadline:
+				return errs.New(errs.Busy, "%d apply workers of the new cluster did not exit within a minute of their subscriptions' disable", workers).
+					WithHint("the new cluster's log: %s", r.newInst.LogFile)
+			case <-tick.C:
+			}
+		}
+		step("apply workers ended")
+		if _, err := c.Exec(ctx, `SELECT pg_replication_origin_drop(o.roname) FROM pg_replication_origin o
 			WHERE o.roname IN (SELECT 'pg_' || s.oid FROM pg_subscription s WHERE s.subname = $1)`, subName); err != nil {
 			return errs.Wrap(errs.Internal, err, "cannot drop the subscriptions' replication origins on the new cluster")
 		}
@@ -197,11 +233,18 @@ func (r *run) handOver(ctx context.Context, step func(string)) error {
 	if err := r.startNew(ctx); err != nil {
 		if rerr := pgCtlStart(sctx, o.Old, o.User, o.OldDir, r.oldOpts); rerr != nil {
 			return errs.Wrap(errs.Internal, err, "the new cluster does not start with the old one's address, and the old one does not start again either (%v)", rerr).
-				WithHint("start the old cluster: %s -D %s start; then ALTER SYSTEM RESET default_transaction_read_only; SELECT pg_reload_conf();", filepath.Join(o.Old.BinDir, "pg_ctl"), o.OldDir)
+				WithHint("start the old cluster: %s -D %s start; then ALTER SYSTEM RESET default_transaction_read_only; SELECT pg_reload_conf(); and drop the slots pgfork_upgrade_* and the publications pgfork_upgrade on it",
+					filepath.Join(o.Old.BinDir, "pg_ctl"), o.OldDir)
 		}
 		r.oldStopped = false
 		return errs.Wrap(errs.Internal, err, "the new cluster does not start with the old one's address; the old cluster was started again").
 			WithHint("the new cluster's log: %s", filepath.Join(o.NewDir, instance.LogFileName))
+	}
+	// Done: from here on, a kill leaves the old cluster's slots and
+	// publications to the next run or --rollback.
+	r.handingOver, r.oldCarries = false, true
+	if err := r.save(); err != nil {
+		r.res.Notes = append(r.res.Notes, err.Error())
 	}
 	inst, err := instance.Attach(o.NewDir)
 	if err != nil {
@@ -212,75 +255,122 @@ func (r *run) handOver(ctx context.Context, step func(string)) error {
 	return nil
 }
 
-// dropOldReplication drops the run's slots on the old cluster (ending the
-// WAL senders that still hold them: their subscriptions are disabled) in
-// one statement at a time for all databases, and the publications; it
-// returns what it could not drop ("" when nothing is left).
-func (r *run) dropOldReplication(ctx context.Context) string {
-	ctx, cancel := context.WithTimeout(ctx, time.Minute)
-	defer cancel()
-	var slots []string
-	for _, d := range r.dbs {
-		if d.slotMade {
-			slots = append(slots, d.slot)
-		}
-	}
-	if r.phys {
-		slots = append(slots, physSlot)
-	}
-	var left []string
-	tick := time.NewTicker(pollEvery)
-	defer tick.Stop()
-	for len(slots) > 0 {
-		var remain int
-		_, err := r.control.Exec(ctx, `SELECT pg_terminate_backend(active_pid) FROM pg_replication_slots WHERE slot_name = ANY($1) AND active_pid IS NOT NULL`, slots)
-		if err == nil {
-			_, err = r.control.Exec(ctx, `SELECT pg_drop_replication_slot(slot_name) FROM pg_replication_slots WHERE slot_name = ANY($1) AND NOT active`, slots)
-		}
-		if err == nil {
-			err = r.control.QueryRow(ctx, `SELECT count(*) FROM pg_replication_slots WHERE slot_name = ANY($1)`, slots).Scan(&remain)
-		}
-		if err == nil && remain == 0 {
-			break
-		}
-		select {
-		case <-ctx.Done():
-			left = append(left, fmt.Sprintf("slots %s on the old cluster (%v)", strings.Join(slots, ", "), err))
-			slots = nil
-		case <-tick.C:
-		}
-	}
-	if len(left) == 0 {
-		for _, d := range r.dbs {
-			d.slotMade = false
-		}
-		r.phys = false
-	}
-	var mu sync.Mutex
-	_ = r.each(ctx, windowJobs, func(ctx context.Context, d *database) error {
-		if !d.pub || d.old == nil {
+// disableSubscriptions disables every database's subscription on the new
+// cluster's private server, in the window, before the old cluster stops.
+//
+// Why at all, and why per database: after the hand-over the old cluster's
+// address is the new cluster's own. A subscription still enabled at the
+// new cluster's start would have its apply worker connect there (to
+// itself, for a slot that does not exist) from the launcher's first round,
+// before the clean-up drops it. ALTER SUBSCRIPTION … DISABLE is the
+// supported way to prevent that: it commits subenabled = false, which the
+// launcher reads before it starts a worker. It must run in each
+// subscription's database (PostgreSQL has no statement for all of them;
+// an UPDATE of the shared catalog pg_subscription would be one statement
+// but bypasses ALTER SUBSCRIPTION's locking and is not supported), so it
+// is one round trip per database on the connections opened before the
+// window, windowJobs at a time, without a WAL flush each
+// (synchronous_commit is off on them: the private server's shutdown
+// checkpoint makes it durable before the new cluster starts at the
+// address). It comes after every slot confirmed the window's LSN: nothing
+// is left to apply.
+func (r *run) disableSubscriptions(ctx context.Context) error {
+	return r.each(ctx, windowJobs, func(ctx context.Context, d *database) error {
+		if !d.sub {
 			return nil
 		}
-		// The old cluster is stopped next, and its shutdown checkpoint
-		// flushes the drop: no flush per database in the window.
-		_, err := d.old.Exec(ctx, "SET synchronous_commit = off")
-		if err == nil {
-			_, err = d.old.Exec(ctx, "DROP PUBLICATION IF EXISTS "+pgx.Identifier{pubName}.Sanitize())
+		if _, err := d.new.Exec(ctx, "ALTER SUBSCRIPTION "+pgx.Identifier{subName}.Sanitize()+" DISABLE"); err != nil {
+			return errs.Wrap(errs.Internal, err, "cannot disable the subscription of database %q of the new cluster", d.name)
 		}
-		if err != nil {
-			mu.Lock()
-			left = append(left, fmt.Sprintf("publication %s in database %s of the old cluster (%v)", pubName, d.name, err))
-			mu.Unlock()
-			return nil
-		}
-		d.pub = false
 		return nil
 	})
-	if len(left) == 0 {
-		return ""
+}
+
+// cleanOld drops the run's slots and publications on the old cluster
+// after the hand-over, while the new cluster serves at its address: the
+// old cluster is started privately (a private socket directory, no TCP,
+// default_transaction_read_only on: nobody else reaches it, and it refuses
+// writes), they are dropped, it is stopped (its shutdown checkpoint makes
+// the drops durable) and its postmaster.opts is put back as it ran. An old
+// cluster left running by a killed clean-up is used as it runs, and
+// stopped unless it runs at its own address (then someone started it
+// there). It returns what it could not drop ("" when nothing is left).
+func (r *run) cleanOld(ctx context.Context) string {
+	o := r.o
+	ctx, cancel := context.WithTimeout(ctx, 5*time.Minute)
+	defer cancel()
+	var inst *instance.Instance
+	if _, running, _ := pgdata.Running(o.OldDir); running {
+		pf, err := instance.ReadPidFile(o.OldDir)
+		if err != nil {
+			return fmt.Sprintf("; left behind: the slots pgfork_upgrade_* and the publications %s on the old cluster, which runs but cannot be read (%v)", pubName, err)
+		}
+		if pf.SocketDir != r.appHost || pf.Port != r.appPort {
+			if inst, err = instance.Attach(o.OldDir); err != nil {
+				return fmt.Sprintf("; left behind: the slots pgfork_upgrade_* and the publications %s on the old cluster, which runs but cannot be proven to be its postmaster (%v)", pubName, err)
+			}
+		}
+	} else {
+		var err error
+		// Its command line's settings, but a private address (instance
+		// sets listen_addresses, unix_socket_directories and port), writes
+		// refused, no synchronous standby waited for; wal_level as the
+		// preflight found it (logical slots need it to start).
+		settings := map[string]string{}
+		for k, v := range r.oldSettings {
+			settings[k] = v
+		}
+		for k, v := range map[string]string{"wal_level": "logical", "default_transaction_read_only": "on", "synchronous_standby_names": ""} {
+			settings[k] = v
+		}
+		inst, err = instance.Start(ctx, instance.Config{BinDir: o.Old.BinDir, Env: o.Old.Env, DataDir: o.OldDir, User: o.User, Settings: settings})
+		if err != nil {
+			return fmt.Sprintf("; left behind: the slots pgfork_upgrade_* and the publications %s on the stopped old cluster, which did not start privately to drop them (%v)", pubName, err)
+		}
 	}
-	slices.Sort(left)
-	return "; left behind: " + strings.Join(left, ", ")
+	left := r.dropOnOld(ctx)
+	r.closeAll()
+	r.control = nil
+	if inst != nil {
+		if err := inst.Stop(context.WithoutCancel(ctx), instance.Fast); err != nil {
+			left += fmt.Sprintf("; the old cluster's private server (pid %d) did not stop: %v", inst.Pid, err)
+		} else if r.oldOptsRaw != "" {
+			if err := instance.WriteFileAs(filepath.Join(o.OldDir, "postmaster.opts"), o.User, []byte(r.oldOptsRaw)); err != nil {
+				left += fmt.Sprintf("; the old cluster's postmaster.opts still holds the private start's options (%v)", err)
+			}
+		}
+	}
+	return left
+}
+
+// dropOnOld connects to the old cluster where it runs now (its
+// postmaster.pid says where) and drops the run's slots and publications
+// in every database of r.dbs; it returns what it could not drop.
+func (r *run) dropOnOld(ctx context.Context) string {
+	if r.control == nil || r.control.IsClosed() {
+		if err := r.connectOld(ctx); err != nil {
+			return fmt.Sprintf("; left behind: the slots pgfork_upgrade_* and the publications %s on the old cluster (%v)", pubName, err)
+		}
+	}
+	_ = r.each(ctx, 4, func(ctx context.Context, d *database) error {
+		d.new, d.sub = nil, false
+		d.old = nil
+		if conn, err := pgx.Connect(ctx, r.oldURL(d.name, "pgfork upgrade")); err == nil {
+			d.old = conn
+		}
+		return nil
+	})
+	// Slots are cluster-wide: those of databases dropped since go by name
+	// too (their publications went with the database).
+	for _, d := range r.dbs {
+		if d.old == nil && d.slotMade {
+			if err := dropSlot(ctx, r.control, d.slot); err == nil {
+				d.slotMade = false
+			}
+		}
+	}
+	r.phys = true
+	return r.dropReplication(ctx)
 }
 
 // dropSubscriptions drops the disabled subscriptions on the new cluster
@@ -324,4 +414,67 @@ func (r *run) dropSubscriptions(ctx context.Context) string {
 	}
 	slices.Sort(left)
 	return "; left behind: " + strings.Join(left, ", ")
+}
+
+// markSubscriptions connects to the new cluster, which serves at the old
+// one's address after a hand-over, as one of the superuser candidates
+// (r.su first), and marks the databases of r.dbs whose subscription is
+// still there (pg_subscription is shared: one query for all); it sets r.su
+// to the role that connected.
+func (r *run) markSubscriptions(ctx context.Context) error {
+	inst, err := instance.Attach(r.o.NewDir)
+	if err != nil {
+		return err
+	}
+	inst.Release()
+	cands := superuserCandidates(r.o.Superuser, r.o.NewDir)
+	if r.su != "" {
+		cands = append([]string{r.su}, cands...)
+	}
+	for _, su := range cands {
+		conn, cerr := pgx.Connect(ctx, inst.ConnString(su, "template1"))
+		if cerr != nil {
+			err = cerr
+			continue
+		}
+		defer conn.Close(context.WithoutCancel(ctx))
+		rows, err := conn.Query(ctx, `SELECT d.datname::text FROM pg_subscription s JOIN pg_database d ON d.oid = s.subdbid WHERE s.subname = $1`, subName)
+		if err != nil {
+			return err
+		}
+		has, err := pgx.CollectRows(rows, pgx.RowTo[string])
+		if err != nil {
+			return err
+		}
+		r.su = su
+		for _, d := range r.dbs {
+			d.sub = slices.Contains(has, d.name)
+		}
+		return nil
+	}
+	return err
+}
+
+// finishCleanup drops what a run whose hand-over was done left behind (it
+// was killed before or during its clean-up, as the state file st says):
+// the old side's slots and publications (cleanOld, a private start of the
+// old cluster) and the disabled subscriptions on the new cluster, which
+// serves. It returns what it did, or an error naming what is left.
+func (r *run) finishCleanup(ctx context.Context, st *state) ([]string, error) {
+	r.appHost, r.appPort, r.oldOptsRaw, r.oldSettings = st.OldHost, st.OldPort, st.OldOpts, st.OldSettings
+	for name, slot := range st.Databases {
+		r.dbs = append(r.dbs, &database{name: name, slot: slot, pub: true, slotMade: true})
+	}
+	slices.SortFunc(r.dbs, func(a, b *database) int { return strings.Compare(a.name, b.name) })
+	left := r.cleanOld(ctx)
+	if err := r.markSubscriptions(ctx); err != nil {
+		left += fmt.Sprintf("; the subscriptions %s on the new cluster: cannot connect to it to drop them (%v)", subName, err)
+	} else {
+		left += r.dropSubscriptions(ctx)
+	}
+	if left != "" {
+		return nil, errs.New(errs.Busy, "cannot finish the clean-up of an earlier run%s", left).WithPath(statePath(r.o.NewDir)).
+			WithHint("drop them by hand and remove %s", statePath(r.o.NewDir))
+	}
+	return []string{fmt.Sprintf("dropped its slots and publications on the old cluster (started privately, stopped again) and its subscriptions on the new cluster, in %d databases", len(st.Databases))}, nil
 }

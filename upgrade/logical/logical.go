@@ -179,6 +179,16 @@ type run struct {
 	handingOver bool
 	// saved: this run wrote the state file (only then may it remove it).
 	saved bool
+	// oldCarries: the hand-over is done and the stopped old cluster still
+	// carries the run's slots and publications (cleanOld drops them);
+	// oldOptsRaw is its postmaster.opts as it ran; appHost and appPort its
+	// address (oldHost and oldPort are where pgfork reaches it, a private
+	// socket during cleanOld); oldSettings what its command line set.
+	oldCarries  bool
+	oldOptsRaw  string
+	oldSettings map[string]string
+	appHost     string
+	appPort     int
 }
 
 func (r *run) emit(e upgrade.Event) {
@@ -254,7 +264,9 @@ func Run(ctx context.Context, o Options) (*Result, error) {
 		return nil, err
 	}
 	r.closeAll()
-	r.forget()
+	if !r.oldCarries {
+		r.forget()
+	}
 	r.res.Elapsed = time.Since(r.t0)
 	return r.res, nil
 }
@@ -350,8 +362,18 @@ func (r *run) run(ctx context.Context) error {
 	}
 	if r.res.HandedOver {
 		_ = r.phase(PhaseCleanup, func() error {
-			if left := r.dropSubscriptions(context.WithoutCancel(ctx)); left != "" {
+			cctx := context.WithoutCancel(ctx)
+			if left := r.dropSubscriptions(cctx); left != "" {
 				r.res.Notes = append(r.res.Notes, "left behind"+left)
+			}
+			// Out of the window: the old side's slots and publications, on
+			// a private start of the old cluster. Until they are gone the
+			// state file says so, and the next run drops them.
+			if left := r.cleanOld(cctx); left != "" {
+				r.res.Notes = append(r.res.Notes, "left behind"+left+
+					"; the old cluster is stopped: the next run of this upgrade (same data directories) drops them, as does its rollback")
+			} else {
+				r.oldCarries = false
 			}
 			return nil
 		})

@@ -23,6 +23,7 @@ import (
 	"github.com/pgfork/pgfork/internal/proc"
 	"github.com/pgfork/pgfork/internal/testenv"
 	"github.com/pgfork/pgfork/pgbin"
+	"github.com/pgfork/pgfork/pgdata"
 	"github.com/pgfork/pgfork/upgrade"
 	"github.com/pgfork/pgfork/upgrade/logical"
 )
@@ -553,26 +554,55 @@ func TestLogicalRollsBack(t *testing.T) {
 }
 
 // killChildEnv, set in a process started from this test binary, makes
-// TestLogicalKilled run one upgrade and kill itself (SIGKILL) once writes
-// are refused on the old cluster: pgfork killed at a known point.
+// TestLogicalKilled run one upgrade and kill itself (SIGKILL) at a known
+// point: once writes are refused on the old cluster ("window"), or with
+// the hand-over once its clean-up begins ("cleanup").
 const killChildEnv = "PGFORK_LOGICAL_KILL_CHILD"
+
+// killChild is what the parent test tells the child.
+type killChild struct {
+	OldDir, NewDir, Shop, At string
+}
+
+// replSlots lists the run's slots in a stopped cluster's pg_replslot.
+func replSlots(t *testing.T, dataDir string) []string {
+	t.Helper()
+	es, err := os.ReadDir(filepath.Join(dataDir, "pg_replslot"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var n []string
+	for _, e := range es {
+		if strings.HasPrefix(e.Name(), "pgfork_upgrade") {
+			n = append(n, e.Name())
+		}
+	}
+	return n
+}
 
 // TestLogicalKilled: pgfork killed (SIGKILL) inside the window leaves the
 // old cluster read-only with the run's slots and publications; the next
 // run on the same NEW_DATADIR gives writes back, drops them, stops the
 // servers the killed run left, removes its clone and NEW_DATADIR, says so,
-// and upgrades (without the hand-over: the old cluster is left running
-// read-only, the new one on a private socket with every row).
+// and upgrades with the hand-over. Killed again between the hand-over and
+// its clean-up (the new cluster serves at the old address; the stopped old
+// cluster still carries the slots and publications), the next run finishes
+// the clean-up (a private start of the old cluster) and says the upgrade
+// was done; the rollback then finds nothing of the run on the old cluster.
 func TestLogicalKilled(t *testing.T) {
 	old, nw := builds(t)
 	if raw := os.Getenv(killChildEnv); raw != "" {
-		var dirs [2]string
-		if err := json.Unmarshal([]byte(raw), &dirs); err != nil {
+		var k killChild
+		if err := json.Unmarshal([]byte(raw), &k); err != nil {
 			t.Fatal(err)
 		}
-		_, err := run(t, logical.Options{OldDir: dirs[0], NewDir: dirs[1], Old: old, New: nw}, func(e upgrade.Event) {
-			if e.Phase == logical.PhaseWindow && strings.Contains(e.Message, "writes refused") {
+		_, err := run(t, logical.Options{OldDir: k.OldDir, NewDir: k.NewDir, Old: old, New: nw, HandOver: k.At == "cleanup"}, func(e upgrade.Event) {
+			switch {
+			case k.At == "window" && e.Phase == logical.PhaseWindow && strings.Contains(e.Message, "writes refused"),
+				k.At == "cleanup" && e.Phase == logical.PhaseCleanup && !e.Done:
 				_ = syscall.Kill(os.Getpid(), syscall.SIGKILL)
+			case k.At == "cleanup" && e.Phase == logical.PhaseSubscribe && !e.Done:
+				pgtest.Exec(t, k.Shop, "INSERT INTO items(v) SELECT 'after R' FROM generate_series(1, 10)")
 			}
 		})
 		t.Fatalf("the child was not killed: %v", err)
@@ -582,22 +612,39 @@ func TestLogicalKilled(t *testing.T) {
 	newDir := filepath.Join(base, "new")
 	pgtest.InitDB(t, oldDir, pgtest.Server{BinDir: old.BinDir, Env: old.Env})
 	inst := startOld(t, old, oldDir, logicalSettings(nil))
-	pgtest.Exec(t, inst.ConnString("", "postgres"), "CREATE DATABASE shop")
+	t.Cleanup(func() {
+		for _, d := range []string{newDir, oldDir} {
+			if in, err := instance.Attach(d); err == nil {
+				_ = in.Stop(context.Background(), instance.Fast)
+			}
+		}
+	})
+	pg := inst.ConnString("", "postgres")
+	pgtest.Exec(t, pg, "CREATE DATABASE shop")
 	shop := inst.ConnString("", "shop")
 	pgtest.Exec(t, shop, "CREATE TABLE items (id bigserial PRIMARY KEY, v text)", "INSERT INTO items(v) VALUES ('before')")
 	dbs := []string{"postgres", "shop"}
-
-	raw, err := json.Marshal([2]string{oldDir, newDir})
+	opts, err := os.ReadFile(filepath.Join(oldDir, "postmaster.opts"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	cmd := exec.Command(os.Args[0], "-test.run=^TestLogicalKilled$", "-test.v")
-	cmd.Env = append(os.Environ(), killChildEnv+"="+string(raw))
-	out, err := cmd.CombinedOutput()
-	var ee *exec.ExitError
-	if !errors.As(err, &ee) || ee.Sys().(syscall.WaitStatus).Signal() != syscall.SIGKILL {
-		t.Fatalf("the child was not killed (%v):\n%s", err, out)
+	child := func(at string) string {
+		t.Helper()
+		raw, err := json.Marshal(killChild{OldDir: oldDir, NewDir: newDir, Shop: shop, At: at})
+		if err != nil {
+			t.Fatal(err)
+		}
+		cmd := exec.Command(os.Args[0], "-test.run=^TestLogicalKilled$", "-test.v")
+		cmd.Env = append(os.Environ(), killChildEnv+"="+string(raw))
+		out, err := cmd.CombinedOutput()
+		var ee *exec.ExitError
+		if !errors.As(err, &ee) || ee.Sys().(syscall.WaitStatus).Signal() != syscall.SIGKILL {
+			t.Fatalf("the child was not killed (%v):\n%s", err, out)
+		}
+		return string(out)
 	}
+
+	child("window")
 	if v := pgtest.Query(t, shop, "SHOW default_transaction_read_only"); v != "on" {
 		t.Fatalf("the old cluster is not read-only after the kill in the window (%s): the test proves nothing", v)
 	}
@@ -605,40 +652,62 @@ func TestLogicalKilled(t *testing.T) {
 		t.Fatal("no slots after the kill: the test proves nothing")
 	}
 
-	var cleaned string
-	res, err := run(t, logical.Options{OldDir: oldDir, NewDir: newDir, Old: old, New: nw}, func(e upgrade.Event) {
-		if strings.HasPrefix(e.Message, "cleaned up") {
-			cleaned = e.Message
-		}
-		if e.Phase == logical.PhaseSubscribe && !e.Done {
-			pgtest.Exec(t, shop, "INSERT INTO items(v) SELECT 'after R' FROM generate_series(1, 10)")
-		}
-	})
-	if err != nil {
-		t.Fatalf("the run after the kill: %v (hint: %s)", err, errs.HintOf(err))
-	}
-	t.Cleanup(func() {
-		if in, err := instance.Attach(newDir); err == nil {
-			_ = in.Stop(context.Background(), instance.Fast)
-		}
-	})
+	// The next run cleans up, upgrades, hands over, and is killed as its
+	// clean-up begins.
+	out := child("cleanup")
 	for _, want := range []string{"stopped the server left on " + newDir, "gave writes back", "dropped its slots and publications in 2 databases", "removed " + newDir} {
-		if !strings.Contains(cleaned, want) {
-			t.Errorf("the clean-up says %q, want %q", cleaned, want)
+		if !strings.Contains(out, want) {
+			t.Errorf("the clean-up after the kill in the window does not say %q:\n%s", want, out)
 		}
 	}
-	if res.HandedOver || res.Port == 0 || res.SocketDir == "" || res.SocketDir == inst.SocketDir {
-		t.Errorf("without the hand-over the new cluster runs on a private socket: %+v", res)
+	if v := pgtest.Query(t, pg, "SELECT current_setting('server_version_num')::int / 10000"); v != fmt.Sprint(nw.Major) {
+		t.Fatalf("after the kill in the clean-up the old address answers PostgreSQL %s, want %d (the hand-over was done)", v, nw.Major)
 	}
-	newInst := &instance.Instance{Port: res.Port, SocketDir: res.SocketDir}
-	q := "SELECT count(*) || ' ' || max(id) || ' ' || (SELECT last_value FROM items_id_seq) FROM items"
-	if a, b := pgtest.Query(t, shop, q), pgtest.Query(t, newInst.ConnString("", "shop"), q); a != b || !strings.HasPrefix(a, "11 ") {
-		t.Errorf("shop.items: old cluster %q, new cluster %q, want 11 rows on both", a, b)
+	if s := replSlots(t, oldDir); len(s) != 2 {
+		t.Fatalf("the stopped old cluster carries slots %v after the kill in the clean-up, want 2: the test proves nothing", s)
 	}
-	if n := pgtest.Query(t, newInst.ConnString("", "shop"), "SELECT count(*) FROM pg_subscription"); n != "0" {
+	if _, err := os.Stat(newDir + ".pgfork-logical.json"); err != nil {
+		t.Fatalf("no state file after the kill in the clean-up: %v", err)
+	}
+
+	// The next run finishes the clean-up and says the upgrade was done.
+	_, err = run(t, logical.Options{OldDir: oldDir, NewDir: newDir, Old: old, New: nw, HandOver: true}, nil)
+	if errs.KindOf(err) != errs.Exists || err == nil || !strings.Contains(err.Error(), "the clean-up is done now") {
+		t.Fatalf("the run after the kill in the clean-up: %v, want Exists saying the clean-up is done", err)
+	}
+	t.Logf("the run after the kill in the clean-up: %v", err)
+	if s := replSlots(t, oldDir); len(s) != 0 {
+		t.Errorf("the old cluster still carries slots %v", s)
+	}
+	if _, running, _ := pgdata.Running(oldDir); running {
+		t.Error("the old cluster's private server was left running")
+	}
+	if b, err := os.ReadFile(filepath.Join(oldDir, "postmaster.opts")); err != nil || string(b) != string(opts) {
+		t.Errorf("the old cluster's postmaster.opts is %q (%v), want it as it ran: %q", b, err, opts)
+	}
+	if n := pgtest.Query(t, shop, "SELECT count(*) FROM pg_subscription"); n != "0" {
 		t.Errorf("%s subscriptions left on the new cluster", n)
 	}
-	nothingLeft(t, inst, dbs, "", true)
+	q := "SELECT count(*) || ' ' || max(id) || ' ' || (SELECT last_value FROM items_id_seq) FROM items"
+	onNew := pgtest.Query(t, shop, q)
+	if !strings.HasPrefix(onNew, "11 ") {
+		t.Errorf("shop.items on the new cluster: %q, want 11 rows", onNew)
+	}
+
+	// The rollback starts the old cluster at its address as it ran: no
+	// slot or publication of the run on it, writes allowed, every row.
+	rb, err := logical.Rollback(context.Background(), logical.Options{OldDir: oldDir, NewDir: newDir, Old: old, New: nw, User: pgtest.User(t)})
+	if err != nil {
+		t.Fatalf("rollback: %v (hint: %s)", err, errs.HintOf(err))
+	}
+	t.Logf("rollback: %s", strings.Join(rb.Did, "; "))
+	if v := pgtest.Query(t, pg, "SELECT current_setting('server_version_num')::int / 10000"); v != fmt.Sprint(old.Major) {
+		t.Errorf("after the rollback the old address answers PostgreSQL %s, want %d", v, old.Major)
+	}
+	if a := pgtest.Query(t, shop, q); a != onNew {
+		t.Errorf("shop.items: old cluster %q, new cluster %q", a, onNew)
+	}
+	nothingLeft(t, inst, dbs, "", false)
 	if m, _ := filepath.Glob(filepath.Join(base, ".old.pgfork-logical-*")); len(m) > 0 {
 		t.Errorf("the clone was left: %v", m)
 	}

@@ -2,6 +2,8 @@ package logical
 
 import (
 	"context"
+	"encoding/json"
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -10,6 +12,7 @@ import (
 
 	"github.com/pgfork/pgfork/instance"
 	"github.com/pgfork/pgfork/internal/errs"
+	"github.com/pgfork/pgfork/internal/proc"
 	"github.com/pgfork/pgfork/pgdata"
 )
 
@@ -36,11 +39,37 @@ func Rollback(ctx context.Context, o Options) (*RollbackResult, error) {
 		*p = a
 	}
 	res := &RollbackResult{OldDir: o.OldDir, NewDir: o.NewDir}
-	if _, err := os.Stat(statePath(o.NewDir)); err == nil {
-		return nil, errs.New(errs.Busy, "an upgrade of this cluster did not finish (its state file %s is there)", statePath(o.NewDir)).
-			WithHint("run the upgrade again: it cleans up after a killed run and gives writes back to the old cluster")
+	r := &run{o: o, res: &Result{}}
+	// A run whose hand-over was done but that was killed before its
+	// clean-up ended leaves the old side's slots and publications (and the
+	// new side's disabled subscriptions): the rollback drops them. Any
+	// other state file is a run that did not finish.
+	var carried *state
+	if b, err := readOwnState(statePath(o.NewDir)); err == nil {
+		var st state
+		if err := json.Unmarshal(b, &st); err != nil || !st.OldCarries || st.OldDir != o.OldDir {
+			return nil, errs.New(errs.Busy, "an upgrade of this cluster did not finish (its state file %s is there)", statePath(o.NewDir)).
+				WithHint("run the upgrade again: it cleans up after a killed run and gives writes back to the old cluster")
+		}
+		if proc.Alive(st.Pid) && proc.StartTime(st.Pid) == st.PidStart {
+			return nil, errs.New(errs.Busy, "the upgrade of this cluster still runs (pid %d)", st.Pid).WithHint("wait for it to end")
+		}
+		carried = &st
+		r.appHost, r.appPort = st.OldHost, st.OldPort
+		for name, slot := range st.Databases {
+			r.dbs = append(r.dbs, &database{name: name, slot: slot, pub: true, slotMade: true})
+		}
+	} else if !errors.Is(err, os.ErrNotExist) {
+		return nil, err
 	}
 	if _, running, _ := pgdata.Running(o.NewDir); running {
+		if carried != nil {
+			if err := r.markSubscriptions(ctx); err == nil {
+				if left := r.dropSubscriptions(ctx); left == "" {
+					res.Did = append(res.Did, "dropped the run's subscriptions on the new cluster")
+				}
+			}
+		}
 		inst, err := instance.Attach(o.NewDir)
 		if err != nil {
 			return nil, errs.Wrap(errs.Busy, err, "a server runs on the new data directory, but cannot be proven to be its postmaster").WithPath(o.NewDir)
@@ -50,7 +79,6 @@ func Rollback(ctx context.Context, o Options) (*RollbackResult, error) {
 		}
 		res.Did = append(res.Did, "stopped the new cluster")
 	}
-	r := &run{o: o, res: &Result{}}
 	if _, running, _ := pgdata.Running(o.OldDir); !running {
 		b, err := os.ReadFile(filepath.Join(o.OldDir, "postmaster.opts"))
 		if err != nil {
@@ -73,10 +101,22 @@ func Rollback(ctx context.Context, o Options) (*RollbackResult, error) {
 	}
 	defer r.closeAll()
 	res.Port = r.oldPort
+	if carried != nil {
+		// Still read-only (default_transaction_read_only in its
+		// postgresql.auto.conf): the slots and publications go first.
+		if left := r.dropOnOld(ctx); left != "" {
+			return nil, errs.New(errs.Busy, "the old cluster runs again at its address, read-only, but%s", left).
+				WithHint("drop them by hand, then ALTER SYSTEM RESET default_transaction_read_only; SELECT pg_reload_conf(); and remove %s", statePath(o.NewDir))
+		}
+		res.Did = append(res.Did, fmt.Sprintf("dropped the run's slots and publications on the old cluster (%d databases)", len(carried.Databases)))
+	}
 	for _, q := range []string{"ALTER SYSTEM RESET default_transaction_read_only", "SELECT pg_reload_conf()"} {
 		if _, err := r.control.Exec(ctx, q); err != nil {
 			return nil, errs.Wrap(errs.Internal, err, "cannot give writes back to the old cluster")
 		}
+	}
+	if carried != nil {
+		_ = os.Remove(statePath(o.NewDir))
 	}
 	res.Did = append(res.Did, fmt.Sprintf("gave writes back to the old cluster (port %d); writes made on the new cluster since the cutover are not on it, and %s is kept", r.oldPort, o.NewDir))
 	return res, nil

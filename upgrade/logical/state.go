@@ -40,6 +40,22 @@ type state struct {
 	// HandingOver: the old cluster may be stopped and the new one started
 	// at its address.
 	HandingOver bool `json:"handing_over"`
+	// OldCarries: the hand-over is done (the new cluster serves at the old
+	// one's address) and the stopped old cluster still carries the run's
+	// slots and publications; the clean-up starts it privately to drop them
+	// (an old cluster left with logical slots would keep WAL for ever).
+	OldCarries bool `json:"old_carries"`
+	// OldOpts is the old cluster's postmaster.opts as it ran: a private
+	// start rewrites it, and it is put back afterwards (Rollback starts
+	// the old cluster from it, at its address).
+	OldOpts string `json:"old_opts,omitempty"`
+	// OldHost and OldPort are the old cluster's address (its socket
+	// directory and port), where a private start never runs.
+	OldHost string `json:"old_host,omitempty"`
+	OldPort int    `json:"old_port,omitempty"`
+	// OldSettings are what the old cluster's command line set (from
+	// pg_settings), for its private start.
+	OldSettings map[string]string `json:"old_settings,omitempty"`
 }
 
 func statePath(newDir string) string { return newDir + ".pgfork-logical.json" }
@@ -95,7 +111,8 @@ func isClonePath(oldDir, dir string) bool {
 // created: a failure to write it fails the run).
 func (r *run) save() error {
 	st := state{Pid: os.Getpid(), PidStart: proc.StartTime(os.Getpid()), OldDir: r.o.OldDir, CloneDir: r.clonePath,
-		Databases: map[string]string{}, ReadOnly: r.readOnly, NewMade: r.newMade, HandingOver: r.handingOver}
+		Databases: map[string]string{}, ReadOnly: r.readOnly, NewMade: r.newMade, HandingOver: r.handingOver,
+		OldCarries: r.oldCarries, OldOpts: r.oldOptsRaw, OldHost: r.appHost, OldPort: r.appPort, OldSettings: r.oldSettings}
 	for _, d := range r.dbs {
 		st.Databases[d.name] = d.slot
 	}
@@ -150,9 +167,24 @@ func (r *run) cleanKilled(ctx context.Context) ([]string, error) {
 		return nil, errs.New(errs.Usage, "an earlier run on this new data directory upgraded %s, not %s", st.OldDir, r.o.OldDir).WithPath(p).
 			WithHint("run again with %s to clean up after it, or choose another new data directory", st.OldDir)
 	}
+	if st.OldCarries {
+		// The upgrade was done: the new cluster serves at the old one's
+		// address. Left: the old side's slots and publications, the new
+		// side's disabled subscriptions.
+		did, err := r.finishCleanup(ctx, &st)
+		r.closeAll()
+		r.dbs, r.control, r.ownPIDs = nil, nil, nil
+		if err != nil {
+			return nil, err
+		}
+		_ = os.Remove(p)
+		return nil, errs.New(errs.Exists, "an earlier run upgraded %s into %s and was killed before its clean-up ended; the clean-up is done now: %s", r.o.OldDir, r.o.NewDir, strings.Join(did, "; ")).
+			WithPath(r.o.NewDir).WithHint("the new cluster serves at the old one's address: nothing is left to do").
+			WithCLI("to go back to the old cluster: the same command with --rollback")
+	}
 	if st.HandingOver {
 		return nil, errs.New(errs.Internal, "an earlier run was killed during the hand-over: the old cluster may be stopped and the new one may serve").WithPath(p).
-			WithHint("check which cluster runs at the old address; if it is the new one, the upgrade is done: drop the subscriptions left on it, remove %s and the clone %s; else start the old cluster and ALTER SYSTEM RESET default_transaction_read_only", p, st.CloneDir)
+			WithHint("check which cluster runs at the old address; if it is the new one, the upgrade is done: drop the subscriptions left on it, and the slots pgfork_upgrade_* and publications pgfork_upgrade on the old cluster (start it on a private socket), remove %s and the clone %s; else start the old cluster, drop the slots and publications and ALTER SYSTEM RESET default_transaction_read_only", p, st.CloneDir)
 	}
 	var did []string
 	for _, dir := range []string{st.CloneDir, r.o.NewDir} {

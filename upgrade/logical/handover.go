@@ -145,8 +145,8 @@ func (r *run) startNew(ctx context.Context) error {
 	}
 }
 
-// handOver, at the end of the window: every subscription disabled, the
-// WAL senders on the old cluster ended, the old cluster stopped (fast), the
+// handOver, at the end of the window (the subscriptions are disabled
+// already, see windowPass): the WAL senders on the old cluster ended, the old cluster stopped (fast), the
 // new one started with its own configuration at the old one's address.
 // The old side's slots and publications stay on the stopped old cluster:
 // cleanOld drops them after the window, on a private start, and the state
@@ -159,10 +159,6 @@ func (r *run) startNew(ctx context.Context) error {
 func (r *run) handOver(ctx context.Context, step func(string)) error {
 	o := r.o
 	ctx = context.WithoutCancel(ctx) // past here, a half-done hand-over is worse than a late one
-	if err := r.disableSubscriptions(ctx); err != nil {
-		return err
-	}
-	step("subscriptions disabled")
 	// The WAL senders of the run's slots end now, in one statement: an
 	// apply worker notices its disabled subscription only when it wakes
 	// (up to a second when nothing arrives); the end of its stream makes
@@ -255,36 +251,23 @@ func (r *run) handOver(ctx context.Context, step func(string)) error {
 	return nil
 }
 
-// disableSubscriptions disables every database's subscription on the new
-// cluster's private server, in the window, before the old cluster stops.
-//
-// Why at all, and why per database: after the hand-over the old cluster's
-// address is the new cluster's own. A subscription still enabled at the
-// new cluster's start would have its apply worker connect there (to
-// itself, for a slot that does not exist) from the launcher's first round,
-// before the clean-up drops it. ALTER SUBSCRIPTION … DISABLE is the
-// supported way to prevent that: it commits subenabled = false, which the
-// launcher reads before it starts a worker. It must run in each
-// subscription's database (PostgreSQL has no statement for all of them;
-// an UPDATE of the shared catalog pg_subscription would be one statement
-// but bypasses ALTER SUBSCRIPTION's locking and is not supported), so it
-// is one round trip per database on the connections opened before the
-// window, windowJobs at a time, without a WAL flush each
+// Why the window disables the subscriptions (windowPass), and why per
+// database: after the hand-over the old cluster's address is the new
+// cluster's own. A subscription still enabled at the new cluster's start
+// would have its apply worker connect there (to itself, for a slot that
+// does not exist) from the launcher's first round, before the clean-up
+// drops it. ALTER SUBSCRIPTION … DISABLE is the supported way to prevent
+// that: it commits subenabled = false, which the launcher reads before it
+// starts a worker. It must run in each subscription's database
+// (PostgreSQL has no statement for all of them; an UPDATE of the shared
+// catalog pg_subscription would be one statement but bypasses ALTER
+// SUBSCRIPTION's locking and is not supported), so it goes in the same
+// round trip and transaction as that database's sequences, on the
+// connections opened before the window, without a WAL flush each
 // (synchronous_commit is off on them: the private server's shutdown
 // checkpoint makes it durable before the new cluster starts at the
 // address). It comes after every slot confirmed the window's LSN: nothing
 // is left to apply.
-func (r *run) disableSubscriptions(ctx context.Context) error {
-	return r.each(ctx, windowJobs, func(ctx context.Context, d *database) error {
-		if !d.sub {
-			return nil
-		}
-		if _, err := d.new.Exec(ctx, "ALTER SUBSCRIPTION "+pgx.Identifier{subName}.Sanitize()+" DISABLE"); err != nil {
-			return errs.Wrap(errs.Internal, err, "cannot disable the subscription of database %q of the new cluster", d.name)
-		}
-		return nil
-	})
-}
 
 // cleanOld drops the run's slots and publications on the old cluster
 // after the hand-over, while the new cluster serves at its address: the

@@ -691,6 +691,11 @@ func (r *run) subscribe(ctx context.Context, R pgdata.LSN) error {
 		// cluster flushed: flush often, so that the window's wait for the
 		// last commit is not the WAL writer's default 200 ms.
 		"wal_writer_delay": "10ms",
+		// Nothing but the apply writes to it before the hand-over:
+		// autovacuum's work would only be written again by the shutdown
+		// checkpoint inside the window (its own configuration turns it on
+		// again at the start at the old address).
+		"autovacuum": "off",
 	}
 	if o.New.Major >= 18 {
 		settings["max_active_replication_origins"] = strconv.Itoa(n + 2)

@@ -506,7 +506,7 @@ func TestLogicalRollsBack(t *testing.T) {
 			if e.Message != "" {
 				t.Logf("%s: %s", e.Phase, e.Message)
 			}
-			if e.Phase == at && !e.Done && len(sql) > 0 {
+			if e.Phase == at && !e.Done && e.Message == "" && len(sql) > 0 {
 				pgtest.Exec(t, shop, sql...)
 			}
 			if e.Phase == logical.PhaseWindow && !e.Done {
@@ -524,7 +524,7 @@ func TestLogicalRollsBack(t *testing.T) {
 		if errs.KindOf(err) != kind || !strings.Contains(err.Error(), want) {
 			t.Errorf("error %v (kind %v), want kind %v and %q", err, errs.KindOf(err), kind, want)
 		}
-		if window && kind != errs.Busy {
+		if window && kind != errs.Busy && at != logical.PhaseWindow {
 			t.Error("writes were refused on the old cluster before the failure was found")
 		}
 		nothingLeft(t, inst, dbs, newDir, false)
@@ -544,6 +544,12 @@ func TestLogicalRollsBack(t *testing.T) {
 	t.Run("large_object_after_r", func(t *testing.T) {
 		rollsBack(t, logical.Options{}, logical.PhaseCatchUp, []string{"SELECT lo_from_bytea(0, 'blob')"}, "", errs.Unsupported, "catalog or the large objects of database shop")
 		pgtest.Exec(t, shop, "SELECT lo_unlink(oid) FROM pg_largeobject_metadata")
+	})
+	t.Run("table_after_catch_up", func(t *testing.T) {
+		// After the catch-up found both sides equal, before writes are
+		// refused: only the window's own read of the catalog finds it.
+		rollsBack(t, logical.Options{}, logical.PhaseWindow, []string{"CREATE TABLE later (id int PRIMARY KEY)"}, "", errs.Unsupported, "catalog or the large objects of database shop")
+		pgtest.Exec(t, shop, "DROP TABLE later")
 	})
 	t.Run("window_deadline", func(t *testing.T) {
 		rollsBack(t, logical.Options{Window: time.Nanosecond}, "", nil, "", errs.Busy, "writes were given back")

@@ -99,7 +99,7 @@ func (r *run) catchUp(ctx context.Context) error {
 	if err := r.applyErrors(ctx); err != nil {
 		return err
 	}
-	if err := r.compare(ctx, false); err != nil {
+	if err := r.compare(ctx); err != nil {
 		return err
 	}
 	// The window copies only what moved after this.
@@ -121,40 +121,83 @@ func (r *run) catchUp(ctx context.Context) error {
 	return nil
 }
 
-// fingerprintSQL hashes the columns of a database's user relations, which
-// upgrade.Fingerprint (relations, functions, types, extensions) leaves out.
-const columnsSQL = `SELECT md5(coalesce(string_agg(s, ',' ORDER BY s), '')) FROM (
-  SELECT format('%s.%s:%s', c.oid::regclass, a.attname, format_type(a.atttypid, a.atttypmod)) s
-  FROM pg_attribute a JOIN pg_class c ON c.oid = a.attrelid JOIN pg_namespace n ON n.oid = c.relnamespace
-  WHERE a.attnum > 0 AND NOT a.attisdropped AND c.relkind IN ('r', 'p', 'v', 'm', 'f')
-    AND n.nspname NOT IN ('pg_catalog', 'information_schema') AND n.nspname NOT LIKE 'pg_toast%' AND n.nspname NOT LIKE 'pg_temp_%') x`
+// userSchemas leaves out the system's schemas and every session's
+// temporary ones (a session's temporary table is not the schema).
+const userSchemas = `n.nspname NOT IN ('pg_catalog', 'information_schema', 'pg_toast')
+  AND n.nspname NOT LIKE 'pg_temp_%' AND n.nspname NOT LIKE 'pg_toast_temp_%'`
 
-// catalogOf returns a database's catalog fingerprint, column hash and
-// large-object count.
-func catalogOf(ctx context.Context, conn *pgx.Conn) (string, error) {
-	fp, err := upgrade.Fingerprint(ctx, conn)
-	if err != nil {
-		return "", err
-	}
-	var cols string
-	var los int64
-	if err := conn.QueryRow(ctx, columnsSQL).Scan(&cols); err != nil {
-		return "", err
-	}
-	if err := conn.QueryRow(ctx, "SELECT count(*) FROM pg_largeobject_metadata").Scan(&los); err != nil {
-		return "", err
-	}
-	return fmt.Sprintf("%s %s %d", fp, cols, los), nil
+// catalogSQL reads, in one statement, a database's catalog fingerprint
+// (an md5 of its user relations with their kinds, functions with their
+// signatures, types, extensions with their versions, and the columns of
+// its tables, views and foreign tables with their types: what logical
+// replication does not carry) with its large-object count, and its
+// sequences' qualified names and last values. One round trip per database
+// in the window; the columns are read from the user schemas' relations
+// only (a join from pg_namespace), not formatted for every system column.
+const catalogSQL = `SELECT md5(concat_ws('|',
+  (SELECT string_agg(s, ',' ORDER BY s) FROM (SELECT format('%I.%I:%s', n.nspname, c.relname, c.relkind) s
+     FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace WHERE ` + userSchemas + `) r),
+  (SELECT string_agg(s, ',' ORDER BY s) FROM (SELECT p.oid::regprocedure::text s
+     FROM pg_proc p JOIN pg_namespace n ON n.oid = p.pronamespace WHERE ` + userSchemas + `) f),
+  (SELECT string_agg(s, ',' ORDER BY s) FROM (SELECT format('%I.%I', n.nspname, t.typname) s
+     FROM pg_type t JOIN pg_namespace n ON n.oid = t.typnamespace WHERE ` + userSchemas + `) t),
+  (SELECT string_agg(extname || ' ' || extversion, ',' ORDER BY extname) FROM pg_extension),
+  (SELECT string_agg(s, ',' ORDER BY s) FROM (SELECT format('%I.%I.%I:%s', n.nspname, c.relname, a.attname, format_type(a.atttypid, a.atttypmod)) s
+     FROM pg_namespace n JOIN pg_class c ON c.relnamespace = n.oid JOIN pg_attribute a ON a.attrelid = c.oid
+     WHERE ` + userSchemas + ` AND c.relkind IN ('r', 'p', 'v', 'm', 'f') AND a.attnum > 0 AND NOT a.attisdropped) x)))
+  || ' ' || (SELECT count(*) FROM pg_largeobject_metadata),
+  q.names, q.vals
+FROM (SELECT coalesce(array_agg(format('%I.%I', schemaname, sequencename)), '{}') names, coalesce(array_agg(last_value), '{}') vals
+  FROM pg_sequences WHERE last_value IS NOT NULL AND schemaname NOT LIKE 'pg_temp%') q`
+
+// dbState is what catalogSQL read of one database.
+type dbState struct {
+	catalog string
+	seqs    []string // qualified, quoted names
+	vals    []int64
 }
 
-// compare checks that no database was created or dropped since the run
-// began and that every database's catalog and large objects are the same
-// on both sides: what logical replication does not carry. With oldOnly
-// (in the window) it reads the old side alone and compares it with what
-// the last full comparison found on both sides: nothing but the apply
-// writes to the new cluster, which carries no DDL and no large objects,
-// so its side cannot have changed since (half the window's reads).
-func (r *run) compare(ctx context.Context, oldOnly bool) error {
+// readDB runs catalogSQL on conn.
+func readDB(ctx context.Context, conn *pgx.Conn) (dbState, error) {
+	var st dbState
+	err := conn.QueryRow(ctx, catalogSQL).Scan(&st.catalog, &st.seqs, &st.vals)
+	return st, err
+}
+
+// catalogOf returns a database's catalog fingerprint and large-object
+// count (catalogSQL).
+func catalogOf(ctx context.Context, conn *pgx.Conn) (string, error) {
+	st, err := readDB(ctx, conn)
+	return st.catalog, err
+}
+
+// moved returns the sequences of st whose value differs from what was
+// last copied to the new cluster (d.seqs).
+func (d *database) moved(st dbState) (names []string, vals []int64) {
+	for i, n := range st.seqs {
+		if last, ok := d.seqs[n]; !ok || last != st.vals[i] {
+			names, vals = append(names, n), append(vals, st.vals[i])
+		}
+	}
+	return names, vals
+}
+
+// setSQL sets the new cluster's sequences to the old one's values.
+const setSQL = `SELECT setval(n::regclass, v) FROM unnest($1::text[], $2::bigint[]) AS t(n, v)`
+
+// copied records sequence values set on the new cluster.
+func (d *database) copied(names []string, vals []int64) {
+	if d.seqs == nil {
+		d.seqs = map[string]int64{}
+	}
+	for i := range names {
+		d.seqs[names[i]] = vals[i]
+	}
+}
+
+// clusterChecks checks what is cluster-wide: no transaction prepared
+// during the run, no database created or dropped since it began.
+func (r *run) clusterChecks(ctx context.Context) error {
 	// A transaction prepared during the run could commit after the cutover.
 	var prepared int
 	if err := r.control.QueryRow(ctx, "SELECT count(*) FROM pg_prepared_xacts").Scan(&prepared); err != nil {
@@ -176,18 +219,22 @@ func (r *run) compare(ctx context.Context, oldOnly bool) error {
 		return errs.New(errs.Unsupported, "the old cluster's databases changed since the run began (%s, was %s)", strings.Join(now, ", "), strings.Join(r.res.Databases, ", ")).
 			WithHint("run again (and create no databases meanwhile)")
 	}
+	return nil
+}
+
+// compare checks the cluster (clusterChecks) and that every database's
+// catalog and large objects are the same on both sides: what logical
+// replication does not carry. What it found equal is kept in d.catalog,
+// for the window.
+func (r *run) compare(ctx context.Context) error {
+	if err := r.clusterChecks(ctx); err != nil {
+		return err
+	}
 	var mu sync.Mutex
 	var drift []string
 	if err := r.each(ctx, windowJobs, func(ctx context.Context, d *database) error {
-		var same bool
-		var err error
-		if oldOnly && d.catalog != "" {
-			var now string
-			if now, err = catalogOf(ctx, d.old); err != nil {
-				return errs.Wrap(errs.Internal, err, "cannot read the catalog of database %q of the old cluster", d.name)
-			}
-			same = now == d.catalog
-		} else if same, err = sameCatalog(ctx, d); err != nil {
+		same, err := sameCatalog(ctx, d)
+		if err != nil {
 			return err
 		}
 		if !same {
@@ -204,6 +251,63 @@ func (r *run) compare(ctx context.Context, oldOnly bool) error {
 		return driftError(drift...)
 	}
 	return nil
+}
+
+// windowPass is the window's work per database, one database per job on
+// the connections opened before: one statement on the old side (catalogSQL:
+// the catalog fingerprint and large objects, compared with what the
+// catch-up found equal on both sides — nothing but the apply writes to the
+// new cluster, which carries no DDL and no large objects, so its side
+// cannot have changed since — and the sequences), then one round trip on
+// the new side (the sequences that moved since the catch-up's copy, and,
+// with the hand-over, ALTER SUBSCRIPTION … DISABLE: see
+// disableSubscriptions) in one transaction. It returns how many sequences
+// it set; a database whose catalog changed fails it (the caller rolls
+// back, which drops the subscriptions, disabled or not).
+func (r *run) windowPass(ctx context.Context) (int, error) {
+	var mu sync.Mutex
+	var drift []string
+	total := 0
+	disable := r.ho != nil
+	err := r.each(ctx, windowJobs, func(ctx context.Context, d *database) error {
+		st, err := readDB(ctx, d.old)
+		if err != nil {
+			return errs.Wrap(errs.Internal, err, "cannot read the catalog of database %q of the old cluster", d.name)
+		}
+		if st.catalog != d.catalog {
+			mu.Lock()
+			drift = append(drift, d.name)
+			mu.Unlock()
+			return nil
+		}
+		names, vals := d.moved(st)
+		b := &pgx.Batch{}
+		if len(names) > 0 {
+			b.Queue(setSQL, names, vals)
+		}
+		if disable && d.sub {
+			b.Queue("ALTER SUBSCRIPTION " + pgx.Identifier{subName}.Sanitize() + " DISABLE")
+		}
+		if b.Len() == 0 {
+			return nil
+		}
+		if err := d.new.SendBatch(ctx, b).Close(); err != nil {
+			return errs.Wrap(errs.Internal, err, "cannot copy the sequences of database %q to the new cluster or disable its subscription", d.name)
+		}
+		d.copied(names, vals)
+		mu.Lock()
+		total += len(names)
+		mu.Unlock()
+		return nil
+	})
+	if err != nil {
+		return total, err
+	}
+	if len(drift) > 0 {
+		slices.Sort(drift)
+		return total, driftError(drift...)
+	}
+	return total, nil
 }
 
 // driftError says that databases changed in what replication does not carry.
@@ -307,19 +411,22 @@ func (r *run) inWindow(ctx context.Context) error {
 		return err
 	}
 	step("slots confirmed")
-	n, err := r.copySequences(ctx)
-	if err != nil {
-		return err
-	}
-	r.res.Sequences = n
-	step("sequences copied")
 	if err := r.applyErrors(ctx); err != nil {
 		return err
 	}
-	if err := r.compare(ctx, true); err != nil {
+	if err := r.clusterChecks(ctx); err != nil {
 		return err
 	}
-	step("checks")
+	n, err := r.windowPass(ctx)
+	r.res.Sequences = n
+	if err != nil {
+		return err
+	}
+	if r.ho != nil {
+		step("databases checked, sequences copied, subscriptions disabled")
+	} else {
+		step("databases checked, sequences copied")
+	}
 	if r.ho != nil {
 		err := r.handOver(ctx, step)
 		step("new cluster started")
@@ -477,38 +584,20 @@ func (r *run) copySequences(ctx context.Context) (int, error) {
 	var mu sync.Mutex
 	total := 0
 	err := r.each(ctx, windowJobs, func(ctx context.Context, d *database) error {
-		rows, err := d.old.Query(ctx, `SELECT schemaname::text, sequencename::text, last_value FROM pg_sequences
-			WHERE last_value IS NOT NULL AND schemaname NOT LIKE 'pg_temp%'`)
+		st, err := readDB(ctx, d.old)
 		if err != nil {
 			return errs.Wrap(errs.Internal, err, "cannot read the sequences of database %q", d.name)
 		}
-		var ss, ns []string
-		var vs []int64
-		var s, n string
-		var v int64
-		if _, err := pgx.ForEachRow(rows, []any{&s, &n, &v}, func() error {
-			if last, ok := d.seqs[s+"\x00"+n]; !ok || last != v {
-				ss, ns, vs = append(ss, s), append(ns, n), append(vs, v)
-			}
-			return nil
-		}); err != nil {
-			return errs.Wrap(errs.Internal, err, "cannot read the sequences of database %q", d.name)
-		}
-		if len(ss) == 0 {
+		names, vals := d.moved(st)
+		if len(names) == 0 {
 			return nil
 		}
-		if _, err := d.new.Exec(ctx, `SELECT setval(format('%I.%I', s, n)::regclass, v)
-			FROM unnest($1::text[], $2::text[], $3::bigint[]) AS t(s, n, v)`, ss, ns, vs); err != nil {
+		if _, err := d.new.Exec(ctx, setSQL, names, vals); err != nil {
 			return errs.Wrap(errs.Internal, err, "cannot copy the sequences of database %q", d.name)
 		}
-		if d.seqs == nil {
-			d.seqs = map[string]int64{}
-		}
-		for i := range ss {
-			d.seqs[ss[i]+"\x00"+ns[i]] = vs[i]
-		}
+		d.copied(names, vals)
 		mu.Lock()
-		total += len(ss)
+		total += len(names)
 		mu.Unlock()
 		return nil
 	})

@@ -930,9 +930,12 @@ func (p *Pool) Recreate(id int) error {
 	p.inUse.Add(-1)
 	e.state = Dirty
 	e.since = time.Now()
-	if p.coveredLocked() {
-		// The ready ones and those on the way cover the rest of the run:
-		// recreate when it ends, not while its tests want the cores.
+	limit, batched := p.batchLimitLocked()
+	if p.coveredLocked() || batched && limit <= 0 {
+		// The ready ones and those on the way cover the rest of the run,
+		// or (Batcher) nobody waits and it would take another batch:
+		// recreate when it ends, or when a test needs it (fill), not
+		// while the run's tests want the cores.
 		e.deferred = true
 		p.deferred = append(p.deferred, e)
 		// No back-pressure here: a give-back that waited for the drops
@@ -946,6 +949,48 @@ func (p *Pool) Recreate(id int) error {
 	}
 	p.spawn(e, e.name)
 	return nil
+}
+
+// batchLimitLocked is how many more creations (new databases or deferred
+// recreations) the pool may start now when its store makes copies in
+// batches (Batcher) and a run goes on whose rest is not known (ok false
+// otherwise: then Max, the target and, with a known rest, coveredLocked
+// bound them). It is enough for the tests waiting, or the copies the
+// store can make without another batch, whichever is more, less those on
+// the way. Counting those on the way against the spare copies too keeps
+// it on the safe side: one may have taken its copy's room already. So a
+// batch starts only for a test that waits with nothing on the way for it,
+// and a run's end finds at most the spare copies of the last batch made
+// ahead. Called with p.mu held.
+func (p *Pool) batchLimitLocked() (limit int, ok bool) {
+	b, isBatcher := p.creator.(Batcher)
+	if !isBatcher || !p.runActive || p.closed {
+		return 0, false
+	}
+	if _, known := p.restLocked(); known {
+		return 0, false
+	}
+	spare, batched := b.Spare(p.cfg.Template)
+	if !batched {
+		return 0, false
+	}
+	return max(len(p.waiters), spare) - p.onTheWayLocked(), true
+}
+
+// resumeOneLocked starts the first deferred recreation (the emptier
+// starts it once it has dropped its used copy, if it drops it now) and
+// reports whether there was one. Called with p.mu held.
+func (p *Pool) resumeOneLocked() bool {
+	if p.closed || len(p.deferred) == 0 {
+		return false
+	}
+	e := p.deferred[0]
+	p.deferred = p.deferred[1:]
+	e.deferred = false
+	if p.dbs[e.id] == e && e.state == Dirty && !e.emptying {
+		p.spawn(e, p.usedCopy(e))
+	}
+	return true
 }
 
 // startEmptier starts an emptier while fewer than Parallel run and a used
@@ -1055,17 +1100,16 @@ func (p *Pool) restLocked() (rest int, ok bool) {
 
 // resumeDeferred starts the recreations deferred while the ready databases
 // covered the run: all of them (the run ended, or the pool closes), or
-// while they no longer cover it. Called with p.mu held.
+// while they no longer cover it. During a run of unknown size on a store
+// that makes copies in batches, fill starts them instead, as many as the
+// tests need (batchLimitLocked). Called with p.mu held.
 func (p *Pool) resumeDeferred(all bool) {
 	if p.closed {
 		return // Close drops them
 	}
-	for len(p.deferred) > 0 && (all || !p.coveredLocked()) {
-		e := p.deferred[0]
-		p.deferred = p.deferred[1:]
-		e.deferred = false
-		if p.dbs[e.id] == e && e.state == Dirty && !e.emptying { // else the emptier spawns it
-			p.spawn(e, p.usedCopy(e))
+	if _, batched := p.batchLimitLocked(); !batched { // else fill resumes as many as a test needs
+		for len(p.deferred) > 0 && (all || !p.coveredLocked()) {
+			p.resumeOneLocked()
 		}
 	}
 	p.wake.Broadcast() // drops waiting for the run's end may go
@@ -1187,7 +1231,9 @@ func (p *Pool) rememberReclaimed(id int, held time.Duration) {
 
 // fill starts creations so that target databases (during a run whose
 // demand is known, no more than its rest) are ready or on the way, plus
-// one per waiter, within cfg.Max and the global limit; when full,
+// one per waiter, within cfg.Max and the global limit (during a run of
+// unknown size on a Batcher store, no more than batchLimitLocked allows,
+// the deferred recreations first); when full,
 // it reclaims databases in use for longer than MinLifetime for waiters.
 // Called with p.mu held.
 func (p *Pool) fill() {
@@ -1203,6 +1249,16 @@ func (p *Pool) fill() {
 		want = min(want, rest)
 	}
 	deficit := want + len(p.waiters) - len(p.ready) - inflight
+	if limit, ok := p.batchLimitLocked(); ok {
+		// A run of unknown size on a store that makes copies in batches:
+		// no batch ahead of demand, and the databases given back come
+		// first (their ids are the pool's already).
+		deficit = min(deficit, limit)
+		for deficit > 0 && p.resumeOneLocked() {
+			deficit--
+			inflight++
+		}
+	}
 	for deficit > 0 && len(p.dbs) < p.cfg.Max {
 		if p.cfg.Limiter != nil && !p.cfg.Limiter.TryReserve(p) {
 			break

@@ -123,6 +123,27 @@ type BlockSharer interface {
 	SharesBlocks() bool
 }
 
+// Batcher is a Store whose copies come in batches: one costly step makes
+// room for several copies, each then cheap (clusterstore's slots: a
+// cluster copied and started holds several test databases, each then a
+// rename). Spare is how many copies of template tmpl it can make now
+// without another batch; batched false when that template's copies do not
+// come in batches (a cluster per test copy), and the pool makes them as
+// any other store's.
+//
+// During a run whose size the pool does not know (a template's first run,
+// or one bigger than any before) it starts no batch ahead of demand: it
+// creates for the tests waiting and, beyond them, only the spare copies;
+// a database given back whose recreation would need another batch waits
+// for a test to need it, or for the run's end, when the pool fills to
+// what it keeps ready (see Pool.batchLimitLocked). Measured on the
+// bench's volume section (issue 60: 80 writing tests on 4 workers,
+// PostgreSQL 15, clusters of 8 test databases): see docs/server.md,
+// "Cloned clusters".
+type Batcher interface {
+	Spare(tmpl string) (n int, batched bool)
+}
+
 // Flusher is a Store whose server's new copies sit in the page cache
 // until the kernel writes them back: full copies are the template's size
 // each, written back 30 s after they were made (Linux's

@@ -116,6 +116,7 @@ type Store struct {
 	dbs     map[string]dbRef              // test copies by name
 	slots   map[string]int                // test databases per test cluster, by template
 	seq     int                           // names test clusters that hold several databases
+	started int                           // test clusters begun (Started)
 	stateMu sync.Mutex
 }
 
@@ -704,6 +705,7 @@ func (s *Store) Create(ctx context.Context, name, tmpl, _ string) (string, error
 	}
 	build := h == nil
 	if build {
+		s.started++
 		h = &host{name: name, tmpl: tmpl, ready: make(chan struct{}), free: []string{tmpl}}
 		if n > 1 {
 			s.seq++
@@ -744,6 +746,33 @@ func (s *Store) Create(ctx context.Context, name, tmpl, _ string) (string, error
 		s.mu.Unlock()
 	}
 	return "cluster", nil
+}
+
+// Spare is how many test copies of template tmpl the store can make now
+// without copying and starting another cluster (pool.Batcher): the
+// databases not yet taken in its test clusters started or being started.
+// batched is false when a copy of tmpl's cluster holds one test database
+// (Options.Slots, or a template finalized without slots).
+func (s *Store) Spare(tmpl string) (n int, batched bool) {
+	if s.slotsOf(tmpl) <= 1 {
+		return 0, false
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, h := range s.hosts {
+		if h.tmpl == tmpl && !h.failed() {
+			n += len(h.free)
+		}
+	}
+	return n, true
+}
+
+// Started is how many test clusters the store has begun to start since it
+// was opened (for tests and diagnostics).
+func (s *Store) Started() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.started
 }
 
 // startHost copies the stopped cluster of h's template into h's directory
@@ -1173,4 +1202,5 @@ func (s *Store) Forget(_ context.Context, prefix, hash string) error {
 var (
 	_ pool.Store     = (*Store)(nil)
 	_ pool.Prewarmer = (*Store)(nil)
+	_ pool.Batcher   = (*Store)(nil)
 )

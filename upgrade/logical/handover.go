@@ -2,6 +2,7 @@ package logical
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -12,6 +13,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/pgfork/pgfork/instance"
 	"github.com/pgfork/pgfork/internal/errs"
@@ -176,30 +178,29 @@ func (r *run) handOver(ctx context.Context, step func(string)) error {
 	// and would not start with hundreds. DROP SUBSCRIPTION later skips a
 	// missing origin.
 	if len(r.dbs) > 0 && r.dbs[0].new != nil {
+		// An apply worker holds its origin until its very end, after it
+		// left pg_stat_subscription: the drop is retried while one is in
+		// use (SQLSTATE 55006), not waited for by another view.
 		c := r.dbs[0].new
 		tick := time.NewTicker(2 * time.Millisecond)
 		defer tick.Stop()
 		deadline := time.After(time.Minute)
 		for {
-			var workers int
-			if err := c.QueryRow(ctx, `SELECT count(*) FROM pg_stat_subscription st JOIN pg_subscription s ON s.oid = st.subid
-				WHERE s.subname = $1 AND st.pid IS NOT NULL`, subName).Scan(&workers); err != nil {
-				return errs.Wrap(errs.Internal, err, "cannot read the new cluster's apply workers")
-			}
-			if workers == 0 {
+			_, err := c.Exec(ctx, `SELECT pg_replication_origin_drop(o.roname) FROM pg_replication_origin o
+				WHERE o.roname IN (SELECT 'pg_' || s.oid FROM pg_subscription s WHERE s.subname = $1)`, subName)
+			if err == nil {
 				break
+			}
+			var pe *pgconn.PgError
+			if !errors.As(err, &pe) || pe.Code != "55006" {
+				return errs.Wrap(errs.Internal, err, "cannot drop the subscriptions' replication origins on the new cluster")
 			}
 			select {
 			case <-deadline:
-				return errs.New(errs.Busy, "%d apply workers of the new cluster did not exit within a minute of their subscriptions' disable", workers).
+				return errs.Wrap(errs.Busy, err, "the apply workers of the new cluster did not let go of their replication origins within a minute of their subscriptions' disable").
 					WithHint("the new cluster's log: %s", r.newInst.LogFile)
 			case <-tick.C:
 			}
-		}
-		step("apply workers ended")
-		if _, err := c.Exec(ctx, `SELECT pg_replication_origin_drop(o.roname) FROM pg_replication_origin o
-			WHERE o.roname IN (SELECT 'pg_' || s.oid FROM pg_subscription s WHERE s.subname = $1)`, subName); err != nil {
-			return errs.Wrap(errs.Internal, err, "cannot drop the subscriptions' replication origins on the new cluster")
 		}
 	}
 	step("origins dropped")

@@ -298,6 +298,16 @@ func (r *run) windowPass(ctx context.Context) (int, error) {
 		mu.Lock()
 		total += len(names)
 		mu.Unlock()
+		if disable {
+			// The hand-over needs no more of this database's connections
+			// (but the first one's on the new side): their backends exit
+			// now, beside the other databases' work, not one after the
+			// other before the stops. A rollback reconnects.
+			_ = d.old.Close(ctx)
+			if d != r.dbs[0] {
+				_ = d.new.Close(ctx)
+			}
+		}
 		return nil
 	})
 	if err != nil {

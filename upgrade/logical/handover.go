@@ -2,7 +2,6 @@ package logical
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -13,8 +12,8 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgconn"
 
+	"github.com/pgfork/pgfork/dbclone"
 	"github.com/pgfork/pgfork/instance"
 	"github.com/pgfork/pgfork/internal/errs"
 	"github.com/pgfork/pgfork/pgdata"
@@ -191,8 +190,7 @@ func (r *run) handOver(ctx context.Context, step func(string)) error {
 			if err == nil {
 				break
 			}
-			var pe *pgconn.PgError
-			if !errors.As(err, &pe) || pe.Code != "55006" {
+			if !dbclone.InUse(err) {
 				return errs.Wrap(errs.Internal, err, "cannot drop the subscriptions' replication origins on the new cluster")
 			}
 			select {

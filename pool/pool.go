@@ -1533,7 +1533,14 @@ func (p *Pool) spawn(e *entry, dropFirst string) {
 
 // prewarm reads copy name, just made by strategy, ahead into the page
 // cache (Prewarmer) unless a test waits for a database: then the copy is
-// its, at once (see Prewarmer for why and what it saved).
+// its, at once (see Prewarmer for why and what it saved). Nor during a
+// run of unknown size on a Batcher store: it makes copies for the tests
+// that wait and the spare ones of the batch they started, which the run's
+// next tests take at once, and the read-ahead (every catalog of the
+// copy, where a test reads a few of their pages) costs more CPU than it
+// saves them. Measured (issue 60, bench's volume section, PostgreSQL 15,
+// first run in CPU time against its bound, in turns under load 10-22):
+// 1.11-1.21x without, 1.30-1.52x with; docs/server.md, "Cloned clusters".
 func (p *Pool) prewarm(name, strategy string) {
 	pw, ok := p.creator.(Prewarmer)
 	if !ok {
@@ -1541,8 +1548,9 @@ func (p *Pool) prewarm(name, strategy string) {
 	}
 	p.mu.Lock()
 	awaited := len(p.waiters) > 0
+	_, batched := p.batchLimitLocked()
 	p.mu.Unlock()
-	if !awaited {
+	if !awaited && !batched {
 		pw.Prewarm(p.ctx, name, strategy)
 	}
 }

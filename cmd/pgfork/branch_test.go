@@ -11,12 +11,12 @@ import (
 	"github.com/pgfork/pgfork/internal/testenv"
 )
 
-// TestCloneStartIsABranch (issue 35): `pgfork clone SRC DST --start` is
-// pgfork branch create NAME --source cluster:SRC and says so: SRC, a
-// stopped cluster, is cloned offline into the state directory (DST is
-// not written); pgfork ls lists the branch; a second one under the same
-// name is refused before any copy (exit 4); it resets, and pgfork branch
-// rm removes it.
+// TestCloneStartIsABranch (issues 35, 60): `pgfork clone SRC DST --start`
+// is pgfork branch create NAME --source cluster:SRC --data-dir DST and says
+// so: SRC, a stopped cluster, is cloned offline, DST is the branch's data
+// directory; pgfork ls lists the branch; a second one under the same name
+// is refused before any copy (exit 4); it resets, and pgfork branch rm
+// removes it and DST.
 func TestCloneStartIsABranch(t *testing.T) {
 	t.Parallel() // see TestMain
 	p := newTestPgfk(t)
@@ -29,11 +29,11 @@ func TestCloneStartIsABranch(t *testing.T) {
 	}
 	t.Cleanup(func() { p.run("branch", "rm", "br-1") })
 	abs, _ := filepath.Abs(src)
-	if want := "the same as `pgfork branch create br-1 --source cluster:" + abs + "`"; !strings.Contains(r.stderr, want) {
+	if want := "the same as `pgfork branch create br-1 --source cluster:" + abs + " --data-dir " + dst + "`"; !strings.Contains(r.stderr, want) {
 		t.Errorf("clone --start does not say it makes a branch (%q):\n%s", want, r.stderr)
 	}
-	if _, err := os.Lstat(dst); !os.IsNotExist(err) {
-		t.Errorf("clone --start wrote DST %s (%v): a branch lives in the state directory", dst, err)
+	if _, err := os.Stat(filepath.Join(dst, "PG_VERSION")); err != nil {
+		t.Errorf("DST is not the branch's data directory: %v", err)
 	}
 
 	r = p.run("ls", "--json")
@@ -65,5 +65,8 @@ func TestCloneStartIsABranch(t *testing.T) {
 	}
 	if r := p.run("ls", "--json"); strings.Contains(r.stdout, "br-1") {
 		t.Errorf("ls after branch rm: %s", r.stdout)
+	}
+	if _, err := os.Lstat(dst); !os.IsNotExist(err) {
+		t.Errorf("branch rm left DST %s (%v)", dst, err)
 	}
 }

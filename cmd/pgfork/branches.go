@@ -231,9 +231,8 @@ func refuseWithStart(cmd *cobra.Command, names []string) error {
 // end: the pgfork branch create they are the older spelling of, said so,
 // made on this machine's branches from src and printed. The branch is
 // named name, else after DST; port is --port (empty or "auto": a free one).
-// restore --start makes DST the branch's data directory, its snapshot
-// beside it (docs/branches.md, "Where the data goes"); clone --start keeps
-// the branch in the state directory.
+// DST is the branch's data directory, its snapshot beside it
+// (docs/branches.md, "Where the data goes").
 func (cl *cli) branchAlias(cmd *cobra.Command, how string, src branches.Source, dst, name, port string) error {
 	p, err := cluster.ParsePort(port)
 	if err != nil {
@@ -243,15 +242,11 @@ func (cl *cli) branchAlias(cmd *cobra.Command, how string, src branches.Source, 
 		name = filepath.Base(filepath.Clean(dst))
 	}
 	src.Name = branches.DefaultSourceName(src)
-	var dataDir string
-	if src.Kind == branches.SourceBackup {
-		dataDir = dst
-		cl.infof("note: %s makes a branch, the same as `pgfork branch create %s --source %s`, with its data directory in %s",
-			how, name, src, dst)
-	} else {
-		cl.infof("note: %s makes a branch, the same as `pgfork branch create %s --source %s`: it is kept in the state directory, not in %s",
-			how, name, src, dst)
-	}
+	// DST is the branch's data directory, its snapshot beside it: on the
+	// source's filesystem both are clones, wherever the state directory
+	// is (issue 60).
+	cl.infof("note: %s makes a branch, the same as `pgfork branch create %s --source %s --data-dir %s`",
+		how, name, src, dst)
 	user, err := instance.ResolveUser(cl.g.runAs)
 	if err != nil {
 		return err
@@ -263,7 +258,7 @@ func (cl *cli) branchAlias(cmd *cobra.Command, how string, src branches.Source, 
 	}
 	defer l.Close()
 	cl.infof("making branch %s (recovery may take a moment)...", name)
-	b, err := l.Create(cmd.Context(), branches.CreateOptions{Name: name, Source: src.Name, Port: p, DataDir: dataDir})
+	b, err := l.Create(cmd.Context(), branches.CreateOptions{Name: name, Source: src.Name, Port: p, DataDir: dst})
 	if err != nil {
 		return err
 	}

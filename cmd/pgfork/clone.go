@@ -96,17 +96,23 @@ The PostgreSQL binaries must be of SRC's major version: without --pg/--pg-bin
 pgfork picks the installation matching SRC's PG_VERSION.
 
 --start makes a branch of SRC instead, the same as pgfork branch create NAME
---source cluster:SRC (it says so): SRC copied (online while it runs, else
-offline) into the state directory, not DST, whose name is the branch's
-unless --name; started on its own TCP port with a role and password of its
-own; reset, snapshotted and removed with pgfork branch. --method, --jobs and
+--source cluster:SRC --data-dir DST (it says so): DST is the branch's data
+directory (its name is the branch's unless --name), SRC copied (online
+while it runs, else offline) into a snapshot beside it (.DST.pgfork) and
+DST a reflink copy of that, so on SRC's filesystem both share their blocks
+with SRC wherever the state directory is (elsewhere a warning says, before
+the copy, how much is copied); started on its own TCP port with a role and
+password of its own; reset, snapshotted and removed (DST and the snapshot
+with it) with pgfork branch. As root, DST's parent must belong to root or
+the --run-as user and be writable by no one else. --method, --jobs and
 --sync are not for it.`,
 		Example: `  # a stopped cluster
   pgfork clone /var/lib/postgresql/15/main /srv/pg/branch --port 5433
   # a running one, under load
   pgfork clone --online /var/lib/postgresql/15/main /srv/pg/branch --port auto
-  # a branch of it to reset and snapshot (pgfork branch create dev --source cluster:...)
-  pgfork clone /var/lib/postgresql/15/main dev --start
+  # a branch of it to reset and snapshot, its data directory /srv/pg/dev
+  # (pgfork branch create dev --source cluster:... --data-dir /srv/pg/dev)
+  pgfork clone /var/lib/postgresql/15/main /srv/pg/dev --start
   # Debian/Ubuntu, configuration in /etc/postgresql/15/main (found by itself when online)
   pgfork clone --config-dir /etc/postgresql/15/main /var/lib/postgresql/15/main \
       /srv/pg/branch --port 5433
@@ -180,7 +186,7 @@ own; reset, snapshotted and removed with pgfork branch. --method, --jobs and
 	f.StringVar(&connURL, "url", "", "connection URL of the running source (default: from SRC/postmaster.pid, user postgres), without its password: it is read from PGPASSFILE, ~/.pgpass or PGPASSWORD")
 	secret.MarkConn(f, "url")
 	f.StringVar(&port, "port", "", `port of the clone: N, or "auto" for a free one (default: the source's; with --start, a free one)`)
-	f.BoolVar(&start, "start", false, "make a branch of SRC instead (pgfork branch create), kept in the state directory")
+	f.BoolVar(&start, "start", false, "make a branch of SRC instead (pgfork branch create) whose data directory is DST")
 	f.BoolVar(&tcp, "tcp", false, "with --start: a branch listens on 127.0.0.1 always (kept for old scripts)")
 	f.StringVar(&name, "name", "", "with --start: the branch's name (default: DST's base name)")
 	f.StringVar(&method, "method", "auto", "copy method: auto, clone, copy-file-range, copy")

@@ -86,7 +86,7 @@ func TestClonePrintedCommandsWork(t *testing.T) {
 // server is stopped outside pgfork (it used to stay in /tmp forever).
 func TestCloneStartLeavesNoSocketDir(t *testing.T) {
 	p := newTestPgfk(t)
-	if r := p.run("clone", cloneSource(t, p.pgBin), "sock", "--start"); r.code != 0 {
+	if r := p.run("clone", cloneSource(t, p.pgBin), filepath.Join(testenv.Dir(t), "sock"), "--start"); r.code != 0 {
 		t.Fatalf("clone --start: exit %d\n%s", r.code, r.stderr)
 	}
 	t.Cleanup(func() { p.run("branch", "rm", "sock") })

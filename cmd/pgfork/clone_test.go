@@ -8,11 +8,13 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"syscall"
 	"testing"
 	"time"
 
+	"github.com/pgfork/pgfork/clone"
 	"github.com/pgfork/pgfork/instance"
 	"github.com/pgfork/pgfork/internal/pgtest"
 	"github.com/pgfork/pgfork/internal/testenv"
@@ -216,4 +218,64 @@ func TestCloneCLI(t *testing.T) {
 		}
 		run(2, "--config-dir", deb.Conf, src, filepath.Join(base, "y"))
 	})
+}
+
+// TestCloneStartBesideItsData (issue 60): a stopped cluster on XFS, the
+// state directory on another filesystem (ext4, else a tmpfs): clone
+// --start SRC DST, with DST on SRC's XFS, makes DST the branch's data
+// directory, a clone sharing its blocks with SRC (FIEMAP), warns of no
+// copy, keeps nothing of it in the state directory, and branch rm
+// removes DST and the home beside it. Before, the branch was copied
+// into the state directory, DST not made.
+func TestCloneStartBesideItsData(t *testing.T) {
+	t.Parallel() // see TestMain
+	b := pgtest.Builds(t, 0)[0]
+	base := testenv.XFSDir(t)
+	src := filepath.Join(base, "src")
+	pgtest.InitDB(t, src, pgtest.Server{BinDir: b.Bin})
+	in := pgtest.Start(t, src, pgtest.Server{BinDir: b.Bin})
+	pgtest.Exec(t, in.ConnString("", ""), "CREATE TABLE t AS SELECT g AS id, repeat('x', 100) AS pad FROM generate_series(1, 50000) g",
+		"CHECKPOINT")
+	rel := pgtest.Query(t, in.ConnString("", ""), "SELECT pg_relation_filepath('t')")
+	pgtest.Stop(t, in)
+	state := filepath.Join(testenv.Dir(t), "state")
+	if fs, err := clone.FSType(filepath.Dir(state)); err != nil || fs == "xfs" {
+		state = filepath.Join(testenv.TmpfsDir(t), "state")
+	}
+	pg := func(args ...string) cliResult {
+		return runInProcess(t, append([]string{"--state-dir", state, "--pg-bin", b.Bin}, args...)...)
+	}
+	dst := filepath.Join(base, "dev")
+	r := pg("clone", src, dst, "--start")
+	t.Cleanup(func() { pg("branch", "rm", "dev") })
+	r.ok(t)
+	if strings.Contains(r.stderr, "not cloned") {
+		t.Errorf("clone --start onto the source's filesystem warned of a copy:\n%s", r.stderr)
+	}
+	url := regexp.MustCompile(`postgresql://\S+`).FindString(r.stdout)
+	if n := pgtest.Query(t, url, "SELECT count(*) FROM t"); n != "50000" {
+		t.Errorf("the branch has %s rows, want 50000", n)
+	}
+	if _, err := os.Stat(filepath.Join(dst, "PG_VERSION")); err != nil {
+		t.Fatalf("DST is not the branch's data directory: %v", err)
+	}
+	if !sharesExtents(t, filepath.Join(src, rel), filepath.Join(dst, rel)) {
+		t.Errorf("%s in DST shares no extent with the source's: copied, not cloned", rel)
+	}
+	for _, sub := range []string{"snap", "data"} {
+		if ents, _ := os.ReadDir(filepath.Join(state, "branches", sub)); len(ents) != 0 {
+			t.Errorf("the state directory's branches/%s holds %v", sub, ents)
+		}
+	}
+	pg("branch", "rm", "dev").ok(t)
+	ents, _ := os.ReadDir(base)
+	var left []string
+	for _, e := range ents {
+		if e.Name() != "src" {
+			left = append(left, e.Name())
+		}
+	}
+	if len(left) != 0 {
+		t.Errorf("after branch rm, beside the source: %v, want nothing", left)
+	}
 }

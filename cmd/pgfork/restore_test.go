@@ -105,7 +105,7 @@ func TestRestoreCLI(t *testing.T) {
 	if err := json.Unmarshal([]byte(r.ok(t)), &br); err != nil || br.Name != "yesterday" || br.From != "source:full" || br.URL == "" {
 		t.Fatalf("restore --start --json: %v, %+v\n%s", err, br, r.stdout)
 	}
-	if want := "the same as `pgfork branch create yesterday --source backup:" + full + "`"; !strings.Contains(r.stderr, want) {
+	if want := "the same as `pgfork branch create yesterday --source backup:" + full + " --data-dir " + yesterday + "`"; !strings.Contains(r.stderr, want) {
 		t.Errorf("restore --start does not say it makes a branch (%q):\n%s", want, r.stderr)
 	}
 	if _, err := os.Stat(filepath.Join(yesterday, "PG_VERSION")); err != nil {

@@ -211,7 +211,7 @@ func (cl *cli) printNotice(n branches.Notice) {
 		return
 	}
 	fmt.Fprintf(cl.stderr, "warning: source %s is copied, not cloned: about %s from %s (%s) into the state directory %s (%s), another filesystem; "+
-		"to clone it, give --state-dir DIR (or set PGFORK_HOME) with DIR on the filesystem of %s\n",
+		"to clone it, give --data-dir DIR (this branch) or --state-dir DIR (every branch; or set PGFORK_HOME) with DIR on the filesystem of %s\n",
 		n.Source, units.Bytes(n.Bytes), n.From, n.SrcFS, n.To, n.DstFS, n.From)
 }
 

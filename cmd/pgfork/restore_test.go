@@ -151,7 +151,7 @@ func TestRestoreStartCrossingNotice(t *testing.T) {
 	}
 	tmpfs := testenv.TmpfsDir(t)
 	stateWarn := func(state string) string {
-		return ` into the state directory ` + regexp.QuoteMeta(state) + ` \(tmpfs\), another filesystem; to clone it, give --state-dir DIR \(or set PGFORK_HOME\) with DIR on the filesystem of `
+		return ` into the state directory ` + regexp.QuoteMeta(state) + ` \(tmpfs\), another filesystem; to clone it, give --data-dir DIR \(this branch\) or --state-dir DIR \(every branch; or set PGFORK_HOME\) with DIR on the filesystem of `
 	}
 	for _, c := range []struct {
 		state string

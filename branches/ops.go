@@ -337,6 +337,26 @@ func (m *Manager) copyAndStart(ctx context.Context, b *Branch, replace bool) err
 // (scrubCredentials drops the subscriptions).
 var branchSettings = map[string]string{"wal_init_zero": "off", "wal_compression": "on", "max_logical_replication_workers": "0"}
 
+// startSettings are the settings a branch's server starts with in data
+// (of PostgreSQL major): branchSettings and, on a filesystem that clones
+// (XFS, btrfs: where branches share their blocks),
+// recovery_init_sync_method = syncfs. A branch of a backup or of an
+// online clone is not shut down cleanly, so its server syncs the data
+// directory before recovery: file by file by default (1,024 fsyncs, 0.11 s
+// of a 0.38 s start of a pgbench scale 100 restore on XFS; the files were
+// made durable by the copy's syncfs already), one syncfs instead, as
+// restore.Start does and for the same reason (slow only on a shared root
+// filesystem, where it is not used). PostgreSQL 14 and later.
+func startSettings(data string, major int) map[string]string {
+	fs, err := clone.FSType(data)
+	if err != nil || !clone.MayClone(fs) || major < 14 {
+		return branchSettings
+	}
+	s := maps.Clone(branchSettings)
+	s["recovery_init_sync_method"] = "syncfs"
+	return s
+}
+
 // start starts a branch's server on its port, TCP with scram only, sets
 // up its role (setUpRole) and gives it its password.
 func (m *Manager) start(ctx context.Context, b *Branch) error {
@@ -350,7 +370,7 @@ func (m *Manager) start(ctx context.Context, b *Branch) error {
 	}
 	st, err := m.startOnPort(ctx, b, cluster.BranchOptions{Name: regName(b.Name), DataDir: data,
 		Kind: cluster.KindClone, Source: b.From, BinDir: inst.BinDir, Env: inst.Env(), PGVersion: inst.Version,
-		PGMajor: inst.Major, User: m.o.User, Port: b.Port, TCP: true, Settings: branchSettings, StartTimeout: 10 * time.Minute})
+		PGMajor: inst.Major, User: m.o.User, Port: b.Port, TCP: true, Settings: startSettings(data, inst.Major), StartTimeout: 10 * time.Minute})
 	if err != nil {
 		return err
 	}

@@ -8,7 +8,9 @@ import (
 )
 
 // TestBranchSettings: a branch runs with branchSettings (wal_init_zero
-// off, wal_compression on: its WAL costs fewer blocks), after a reset too.
+// off, wal_compression on: its WAL costs fewer blocks), after a reset too;
+// on XFS (env's state directory) it syncs its data directory before
+// recovery with one syncfs, not file by file (issue 60; "fsync" before).
 func TestBranchSettings(t *testing.T) {
 	t.Parallel() // see env
 	ctx := context.Background()
@@ -26,6 +28,9 @@ func TestBranchSettings(t *testing.T) {
 		// "on" is pglz, shown so from PostgreSQL 15.
 		if got := pgtest.Query(t, b.URL(), "SHOW wal_compression"); got != "on" && got != "pglz" {
 			t.Errorf("%s has wal_compression = %s, want on", what, got)
+		}
+		if got := pgtest.Query(t, b.URL(), "SHOW recovery_init_sync_method"); got != "syncfs" {
+			t.Errorf("%s on XFS has recovery_init_sync_method = %s, want syncfs", what, got)
 		}
 	}
 	check("a branch")

@@ -554,6 +554,42 @@ func TestLogicalRollsBack(t *testing.T) {
 	t.Run("interrupt", func(t *testing.T) {
 		rollsBack(t, logical.Options{}, "", nil, logical.PhaseCatchUp, errs.Interrupted, "the old cluster serves")
 	})
+	// Last, on the same clusters: the run without the hand-over (what
+	// --logical does without --stop-old) succeeds, and leaves the old
+	// cluster running read-only with nothing of the run on it, the new one
+	// on its private socket with the rows written after R and no
+	// subscription; --rollback then gives writes back to the old cluster.
+	t.Run("without_handover", func(t *testing.T) {
+		o := logical.Options{OldDir: oldDir, NewDir: newDir, Old: old, New: nw}
+		res, err := run(t, o, func(e upgrade.Event) {
+			if e.Phase == logical.PhaseSubscribe && !e.Done && e.Message == "" {
+				pgtest.Exec(t, shop, "INSERT INTO items(v) VALUES ('after R')")
+			}
+		})
+		if err != nil {
+			t.Fatalf("the run without the hand-over: %v (hint: %s)", err, errs.HintOf(err))
+		}
+		if res.HandedOver {
+			t.Fatal("the run says it handed over without being asked to")
+		}
+		nothingLeft(t, inst, dbs, "", true)
+		want := pgtest.Query(t, shop, "SELECT count(*) || ' ' || max(id) FROM items")
+		newInst, err := instance.Attach(newDir)
+		if err != nil || newInst.Port != res.Port || newInst.SocketDir != res.SocketDir {
+			t.Fatalf("the new cluster is not where the run says (port %d, socket %s): %+v, %v", res.Port, res.SocketDir, newInst, err)
+		}
+		newShop := newInst.ConnString("", "shop")
+		if got := pgtest.Query(t, newShop, "SELECT count(*) || ' ' || max(id) FROM items"); got != want {
+			t.Errorf("shop.items on the new cluster: %q, on the old: %q", got, want)
+		}
+		if n := pgtest.Query(t, newShop, "SELECT count(*) FROM pg_subscription"); n != "0" {
+			t.Errorf("%s subscriptions left on the new cluster", n)
+		}
+		if _, err := logical.Rollback(context.Background(), logical.Options{OldDir: oldDir, NewDir: newDir, Old: old, New: nw, User: pgtest.User(t)}); err != nil {
+			t.Fatalf("--rollback after the run without the hand-over: %v", err)
+		}
+		pgtest.Exec(t, shop, "INSERT INTO items(v) VALUES ('after the rollback')")
+	})
 }
 
 // killChildEnv, set in a process started from this test binary, makes

@@ -51,6 +51,8 @@ import (
 //	PGFORK_BENCH_UPGRADE_LOGICAL_SCALE  pgbench scale of the one-database case (default 10; 0 skips it)
 //	PGFORK_BENCH_UPGRADE_LOGICAL_DBS    databases of the case with baselines (default 200; 0 skips it)
 //	PGFORK_BENCH_UPGRADE_LOGICAL_MANY   databases of the --logical-only case (default 1000; 0 skips it)
+//	                                    (a guard interrupts it below 2 GiB of available memory or past
+//	                                    30 minutes, and the section names what stopped it)
 //	PGFORK_BENCH_UPGRADE_LOGICAL_RUNS   runs of each contender, in turns (default 3; the many case runs once)
 //	PGFORK_BENCH_UPGRADE_LOGICAL_EVERY  the writer's pause between commits, ms (default 5)
 //	PGFORK_BENCH_UPGRADE_LOGICAL_BASELINES  0 skips the baselines (--stop-old, by hand) of the
@@ -191,6 +193,8 @@ type lgRun struct {
 	j                      *lgJSON
 	load                   string
 	newMajorOK, handedOver bool
+	// seen: what the machine guard saw (the many case only).
+	seen string
 }
 
 // lgCase is one case's results for one old major.
@@ -326,6 +330,11 @@ func runUpgradeLogicalBench(ctx context.Context, r *Report) error {
 		}
 		if len(cs) > 0 {
 			b.report(r, fmt.Sprintf("%d databases (--logical only)", many), many, cs, 5*time.Second, false)
+			for _, c := range cs {
+				for _, x := range c.runs {
+					r.Notef("%d databases from PostgreSQL %s, what the machine had during the run: %s.", many, c.from.Version, x.seen)
+				}
+			}
 		}
 	}
 	r.Notef("Load average at the end: %s.", loadavg())
@@ -455,14 +464,14 @@ func (b *lgBench) runCase(ctx context.Context, old pgbin.Installation, n, scale,
 	size, _ := dirBytes(src)
 	fmt.Printf("  source %s: %d database(s) on PostgreSQL %s, %s, built in %s\n", name, n, old.Version, units.Bytes(size), Dur(time.Since(t0)))
 	cases := []Case{{Fn: func(int) error {
-		x, err := b.logical(ctx, src, n, scale > 0)
+		x, err := b.logical(ctx, src, n, scale > 0, !baselines)
 		if err != nil {
 			return err
 		}
 		c.runs = append(c.runs, x)
 		c.logicalW, c.gaps, c.tots = append(c.logicalW, x.window), append(c.gaps, x.gap), append(c.tots, x.total)
-		fmt.Printf("  %d db(s) from %s --logical: window %s, writer's gap %s, %d acked, %d missing, whole run %s (load %s)\n",
-			n, old.Version, Dur(x.window), Dur(x.gap), x.acked, x.missing, Dur(x.total), x.load)
+		fmt.Printf("  %d db(s) from %s --logical: window %s, writer's gap %s, %d acked, %d missing, whole run %s (load %s) %s\n",
+			n, old.Version, Dur(x.window), Dur(x.gap), x.acked, x.missing, Dur(x.total), x.load, x.seen)
 		return nil
 	}}}
 	if baselines {
@@ -525,7 +534,13 @@ func (b *lgBench) handStop(ctx context.Context, src string) (time.Duration, erro
 
 // logical runs `pgfork upgrade --logical --stop-old` on a started copy of
 // src with the writer (and pgbench) against its address.
-func (b *lgBench) logical(ctx context.Context, src string, n int, withPgbench bool) (*lgRun, error) {
+//
+// With guard (the many case), a machine guard watches the run: below
+// 2 GiB of available memory, or past 30 minutes, pgfork is interrupted
+// (SIGINT: it rolls back, the old cluster serves) and the error says where
+// it stood and what the machine had left; -q is left out so that its
+// progress says the phase.
+func (b *lgBench) logical(ctx context.Context, src string, n int, withPgbench, guard bool) (*lgRun, error) {
 	old, err := b.copyOf(ctx, src, "c-logical")
 	if err != nil {
 		return nil, err
@@ -566,12 +581,30 @@ func (b *lgBench) logical(ctx context.Context, src string, n int, withPgbench bo
 	syscall.Sync()
 	x := &lgRun{load: loadavg()}
 	args := []string{"upgrade", old, newDir, "--to", strconv.Itoa(b.new.Major), "--logical", "--stop-old", "--window", "60s", "-j", strconv.Itoa(b.jobs),
-		"--old-bindir", b.old.BinDir, "--new-bindir", b.new.BinDir, "-q", "--json"}
+		"--old-bindir", b.old.BinDir, "--new-bindir", b.new.BinDir, "--json"}
+	if !guard {
+		args = append(args, "-q")
+	}
 	t0 := time.Now()
-	cmd := exec.CommandContext(ctx, b.bin, args...)
+	cctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	cmd := exec.CommandContext(cctx, b.bin, args...)
+	cmd.Cancel = func() error { return cmd.Process.Signal(os.Interrupt) }
+	cmd.WaitDelay = 10 * time.Minute
 	var out, errb bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &errb
-	if err := cmd.Run(); err != nil {
+	var g *machineGuard
+	if guard {
+		g = startGuard(2<<30, 30*time.Minute, cancel)
+	}
+	err = cmd.Run()
+	if g != nil {
+		if why := g.end(); why != "" {
+			return nil, fmt.Errorf("interrupted by the bench's guard: %s (%s); pgfork's last words:\n%s", why, g, lastLines(errb.String(), 12))
+		}
+		x.seen = g.String()
+	}
+	if err != nil {
 		return nil, fmt.Errorf("pgfork %s: %v\n%s%s", strings.Join(args, " "), err, lastLines(out.String(), 30), lastLines(errb.String(), 30))
 	}
 	x.total = time.Since(t0)

@@ -762,6 +762,14 @@ func (m *Manager) diskRoom(p *Pool) bool {
 	return m.cfg.MaxDiskBytes <= 0 || p.cfg.CopyBytes <= 0 || m.bytes <= 0 || m.bytes+p.cfg.CopyBytes <= m.cfg.MaxDiskBytes
 }
 
+// HasRoom says whether one more database of p fits under MaxDiskBytes
+// (the emptiers drop used copies at once when it does not).
+func (m *Manager) HasRoom(p *Pool) bool {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.diskRoom(p)
+}
+
 // TryReserveUsed implements Limiter: it counts a used copy of p that
 // waits for its drop against MaxDiskBytes, if it fits.
 func (m *Manager) TryReserveUsed(p *Pool) bool {

@@ -134,6 +134,13 @@ type Options struct {
 	// long step begins: a source's data copied onto the state directory's
 	// filesystem, not cloned (Notice). It may be called from any create.
 	OnNotice func(Notice)
+	// BranchStore lets a create from a source that names no data
+	// directory go to a branch store beside the source (store.go) when
+	// the source's filesystem clones and the state directory is on
+	// another one: a clone there instead of a copy. pgfork branch on this
+	// machine sets it (Local); a serve does not: its tenants' branches
+	// stay in the state directory (docs/SECURITY.md).
+	BranchStore bool
 }
 
 // DefaultSourceMaxAge is the SourceMaxAge pgfork serve uses unless told
@@ -192,6 +199,13 @@ type Branch struct {
 	DataDir string `json:"data_dir,omitempty"`
 	DataID  fileID `json:"data_id,omitzero"`
 	PrevID  fileID `json:"prev_id,omitzero"`
+	// Store, when set, is the branch store beside its source that holds
+	// its data directory and home: pgfork chose it, no data directory
+	// being named (store.go).
+	Store string `json:"store,omitempty"`
+	// noStore says why no branch store was used for a create whose copy
+	// crosses filesystems (Notice.NoStore; not stored).
+	noStore string
 	// Size and Shared are filled by List and Get (see Snapshot).
 	Size   int64 `json:"size_bytes"`
 	Shared int64 `json:"shared_bytes"`
@@ -227,6 +241,9 @@ type state struct {
 	// each recorded before anything is made in it, with its identity.
 	Homes   []string          `json:"homes,omitempty"`
 	HomeIDs map[string]fileID `json:"home_ids,omitempty"`
+	// Stores are the branch stores in use (store.go), with their
+	// identities, recorded with the first branch made in them.
+	Stores map[string]fileID `json:"stores,omitempty"`
 }
 
 // Caller is who asks: the token the request came with.

@@ -27,6 +27,11 @@ type Notice struct {
 	DataDir string `json:"data_dir,omitempty"`
 	clone.Crossing
 	Bytes int64 `json:"bytes"` // about how much is copied
+	// NoStore, when set, says why the branch was not put in a branch
+	// store beside the source (store.go), where it would have been a
+	// clone: the store's parent is not safe to write in as root, cannot
+	// be written, or is not on a filesystem that clones from the source.
+	NoStore string `json:"no_store,omitempty"`
 }
 
 // String is the notice in one line, for a log.
@@ -36,9 +41,13 @@ func (n Notice) String() string {
 			"give a data directory on the filesystem of %s to clone it", n.Source, units.Bytes(n.Bytes), n.From, n.SrcFS,
 			n.DataDir, n.DstFS, n.From)
 	}
-	return fmt.Sprintf("source %s is copied, not cloned: about %s from %s (%s) into %s (%s), another filesystem; "+
+	store := ""
+	if n.NoStore != "" {
+		store = "; not in a branch store beside the source: " + n.NoStore
+	}
+	return fmt.Sprintf("source %s is copied, not cloned: about %s from %s (%s) into %s (%s), another filesystem%s; "+
 		"keep the state directory on the filesystem of %s to clone it", n.Source, units.Bytes(n.Bytes), n.From, n.SrcFS,
-		n.To, n.DstFS, n.From)
+		n.To, n.DstFS, store, n.From)
 }
 
 // noticeCrossing tells Options.OnNotice, before source s's data is copied
@@ -49,29 +58,22 @@ func (n Notice) String() string {
 // state directory. Nothing is said when it cannot tell.
 //
 // dataDir is the data directory the user named for the branch ("" for
-// none: the snapshot goes to the state directory).
-func (m *Manager) noticeCrossing(ctx context.Context, s Source, dst, dataDir string) {
+// none: the snapshot goes to the state directory); noStore, why no branch
+// store was used (Notice.NoStore).
+func (m *Manager) noticeCrossing(ctx context.Context, s Source, dst, dataDir, noStore string) {
 	if m.o.OnNotice == nil || s.Kind == SourceStandby {
 		return
 	}
-	from, sample := s.DataDir, filepath.Join(s.DataDir, "PG_VERSION")
-	var dirs []string
-	if s.Kind == SourceBackup {
-		var err error
-		if dirs, err = s.backupDirs(); err != nil || len(dirs) == 0 {
-			return
-		}
-		// The full backup holds most of the data.
-		from, sample = dirs[0], filepath.Join(dirs[0], "PG_VERSION")
-		if s.Chain != "" {
-			from = s.Chain
-		}
+	// A backup source's full backup holds most of the data.
+	from, sample, dirs, err := s.sample()
+	if err != nil {
+		return
 	}
 	c, err := clone.CrossesFS(ctx, sample, filepath.Dir(dst))
 	if err != nil || c == nil {
 		return
 	}
-	n := Notice{Source: s.Name, From: from, To: m.o.Layout.Root, Crossing: *c}
+	n := Notice{Source: s.Name, From: from, To: m.o.Layout.Root, Crossing: *c, NoStore: noStore}
 	if dataDir != "" {
 		n.To, n.DataDir = filepath.Dir(dataDir), dataDir
 	}

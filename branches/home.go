@@ -251,6 +251,7 @@ func (m *Manager) dropUnusedHomes() {
 		m.homeIDs.Delete(h)
 	}
 	m.st.Homes = keep
+	m.dropUnusedStores()
 }
 
 // pendingIn says whether a snapshot is being built in home (CreateSnapshot

@@ -47,7 +47,7 @@ func OpenLocal(ctx context.Context, o LocalOptions) (*Local, error) {
 				WithHint("declare it to pgfork serve and ask that server for the branch")
 		}
 	}
-	m, err := Open(ctx, Options{Layout: o.Layout, Sources: o.Sources, PGBin: o.PGBin, User: o.User, Host: o.Host, LeaveStopped: true, OnNotice: o.OnNotice,
+	m, err := Open(ctx, Options{Layout: o.Layout, Sources: o.Sources, PGBin: o.PGBin, User: o.User, Host: o.Host, LeaveStopped: true, OnNotice: o.OnNotice, BranchStore: true,
 		AdminTokens: []string{localToken}})
 	if err != nil {
 		return nil, err

@@ -224,6 +224,7 @@ func (m *Manager) reserve(ctx context.Context, c Caller, o CreateOptions, own in
 	// is made from.
 	var from, home, dataDir string
 	var homeID fileID
+	var plan storePlan
 	switch {
 	case o.Source != "":
 		if _, ok := m.source(o.Source); !ok {
@@ -239,6 +240,10 @@ func (m *Manager) reserve(ctx context.Context, c Caller, o CreateOptions, own in
 			if dataDir, home, homeID, err = m.homeFor(o.DataDir); err != nil {
 				return fail(err)
 			}
+		} else {
+			s, _ := m.source(o.Source)
+			plan = m.planStore(ctx, s, o.Name)
+			dataDir, home, homeID = plan.DataDir, plan.Home, plan.HomeID
 		}
 	case o.From != "":
 		x, err := m.runningBranch(c, o.From)
@@ -256,12 +261,17 @@ func (m *Manager) reserve(ctx context.Context, c Caller, o CreateOptions, own in
 	// A home made for this create and not recorded yet goes with a
 	// refusal (one recorded holds the snapshots of an earlier branch).
 	newHome := home != "" && !slices.Contains(m.st.Homes, home)
+	_, knownStore := m.st.Stores[plan.Dir]
 	dropHome := func() {
 		if newHome {
 			m.st.Homes = slices.DeleteFunc(m.st.Homes, func(h string) bool { return h == home })
 			delete(m.st.HomeIDs, home)
 			m.homeIDs.Delete(home)
 			_ = removeBelow(filepath.Dir(home), filepath.Base(home))
+		}
+		if plan.Dir != "" && !knownStore {
+			delete(m.st.Stores, plan.Dir)
+			dropStore(plan.Dir, plan.ID)
 		}
 	}
 	// A port free now and not another branch's, held from now on (ports.go).
@@ -272,7 +282,9 @@ func (m *Manager) reserve(ctx context.Context, c Caller, o CreateOptions, own in
 	}
 	b = &Branch{Name: o.Name, From: from, Owner: owner, Created: time.Now().UTC(), TTL: o.TTL, Protected: o.Protected,
 		Port: port, Host: m.o.Host, Role: "branch_" + strings.NewReplacer(".", "_", "-", "_").Replace(o.Name),
-		Password: instance.NewPassword(), State: stateCreating, Snapshot: o.Snapshot, Home: home, DataDir: dataDir}
+		Password: instance.NewPassword(), State: stateCreating, Snapshot: o.Snapshot, Home: home, DataDir: dataDir,
+		Store: plan.Dir, noStore: plan.Why}
+	m.addStore(plan.Dir, plan.ID)
 	m.addHome(home, homeID)
 	if origin != "" {
 		b.Snapshot = "origin-" + o.Name + "-" + fsutil.RandomTag()
@@ -743,17 +755,18 @@ func (m *Manager) buildSnapshot(ctx context.Context, home, name, from string, is
 	var err error
 	if isSource {
 		s, _ := m.source(from)
-		var dataDir string
-		if home != "" {
-			m.mu.Lock()
-			for _, b := range m.st.Branches {
-				if b.Home == home && b.DataDir != "" {
-					dataDir = b.DataDir
-				}
+		var dataDir, noStore string
+		m.mu.Lock()
+		for _, b := range m.st.Branches {
+			if home != "" && b.Home == home && b.DataDir != "" {
+				dataDir = b.DataDir
 			}
-			m.mu.Unlock()
+			if b.Snapshot == name {
+				noStore = b.noStore
+			}
 		}
-		m.noticeCrossing(ctx, s, dst, dataDir)
+		m.mu.Unlock()
+		m.noticeCrossing(ctx, s, dst, dataDir, noStore)
 		switch s.Kind {
 		case SourceBackup:
 			err = m.restoreSource(ctx, s, dst)

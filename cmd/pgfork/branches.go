@@ -210,9 +210,14 @@ func (cl *cli) printNotice(n branches.Notice) {
 			n.Source, units.Bytes(n.Bytes), n.From, n.SrcFS, n.DataDir, n.DstFS, n.From)
 		return
 	}
-	fmt.Fprintf(cl.stderr, "warning: source %s is copied, not cloned: about %s from %s (%s) into the state directory %s (%s), another filesystem; "+
+	store := ""
+	if n.NoStore != "" {
+		// pgfork branch create tried the branch store beside the source.
+		store = "; not in a branch store beside the source, because " + n.NoStore
+	}
+	fmt.Fprintf(cl.stderr, "warning: source %s is copied, not cloned: about %s from %s (%s) into the state directory %s (%s), another filesystem%s; "+
 		"to clone it, give --data-dir DIR (this branch) or --state-dir DIR (every branch; or set PGFORK_HOME) with DIR on the filesystem of %s\n",
-		n.Source, units.Bytes(n.Bytes), n.From, n.SrcFS, n.To, n.DstFS, n.From)
+		n.Source, units.Bytes(n.Bytes), n.From, n.SrcFS, n.To, n.DstFS, store, n.From)
 }
 
 // refuseWithStart refuses the flags of cmd named that were given: they
@@ -348,7 +353,14 @@ the branches you create. See docs/branches.md.`,
 				}
 				sources, co.Source = []branches.Source{src}, src.Name
 			}
-			return run(cmd.Context(), sources, func(s branchService) (any, error) { return s.Create(cmd.Context(), co) })
+			return run(cmd.Context(), sources, func(s branchService) (any, error) {
+				b, err := s.Create(cmd.Context(), co)
+				if err == nil && b.Store != "" {
+					cl.infof("branch %s: its data directory is %s, in the branch store beside the source: a clone on its filesystem (the state directory is on another one)",
+						b.Name, b.DataDir)
+				}
+				return b, err
+			})
 		},
 	}
 	create.Flags().StringVar(&co.Source, "source", "", "a source: KIND:PATH here (cluster:DATADIR, backup:CHAINDIR[@BACKUP] or backup:FULL+INCR...); with --server, a name the server declares")

@@ -335,6 +335,89 @@ func TestServeBranchTokensAlone(t *testing.T) {
 	}
 }
 
+// TestBranchCreateStore: a stopped cluster on XFS, the state directory on
+// a tmpfs: pgfork branch create --source cluster:SRC without --data-dir
+// puts the branch in the branch store beside the source
+// (.pgfork-branches/NAME), a clone sharing its blocks with the source
+// (FIEMAP), says where, warns of no copy and keeps nothing of it in the
+// state directory; branch rm leaves nothing beside the source, not even
+// the store. A source whose parent others may write cannot have a store
+// there: it is copied into the state directory, and the warning says why
+// (issue 60).
+func TestBranchCreateStore(t *testing.T) {
+	t.Parallel() // see TestMain
+	b := pgtest.Builds(t, 0)[0]
+	base := testenv.XFSDir(t)
+	src := filepath.Join(base, "src")
+	pgtest.InitDB(t, src, pgtest.Server{BinDir: b.Bin})
+	in := pgtest.Start(t, src, pgtest.Server{BinDir: b.Bin})
+	pgtest.Exec(t, in.ConnString("", ""), "CREATE TABLE t AS SELECT g AS id, repeat('x', 100) AS pad FROM generate_series(1, 50000) g",
+		"CHECKPOINT")
+	rel := pgtest.Query(t, in.ConnString("", ""), "SELECT pg_relation_filepath('t')")
+	pgtest.Stop(t, in)
+	state := filepath.Join(testenv.TmpfsDir(t), "state")
+	pg := func(args ...string) cliResult {
+		return runInProcess(t, append([]string{"--state-dir", state, "--pg-bin", b.Bin}, args...)...)
+	}
+	t.Cleanup(func() { pg("branch", "rm", "dev"); pg("branch", "rm", "open") })
+	r := pg("branch", "create", "dev", "--source", "cluster:"+src)
+	url := r.ok(t)
+	if strings.Contains(r.stderr, "not cloned") {
+		t.Errorf("a branch that could be made beside the source warned of a copy:\n%s", r.stderr)
+	}
+	data := filepath.Join(base, ".pgfork-branches", "dev")
+	if !strings.Contains(r.stderr, data) {
+		t.Errorf("the output does not say the branch's data went to %s:\n%s", data, r.stderr)
+	}
+	if n := pgtest.Query(t, url, "SELECT count(*) FROM t"); n != "50000" {
+		t.Errorf("the branch has %s rows, want 50000", n)
+	}
+	if !sharesExtents(t, filepath.Join(src, rel), filepath.Join(data, rel)) {
+		t.Errorf("%s in the branch's data directory shares no extent with the source's: copied, not cloned", rel)
+	}
+	for _, sub := range []string{"snap", "data"} {
+		if ents, _ := os.ReadDir(filepath.Join(state, "branches", sub)); len(ents) != 0 {
+			t.Errorf("the state directory's branches/%s holds %v", sub, ents)
+		}
+	}
+	pg("branch", "rm", "dev").ok(t)
+	ents, _ := os.ReadDir(base)
+	var left []string
+	for _, e := range ents {
+		if e.Name() != "src" {
+			left = append(left, e.Name())
+		}
+	}
+	if len(left) != 0 {
+		t.Errorf("after branch rm, beside the source: %v, want nothing", left)
+	}
+
+	// A parent others may write: no store there, a copy, and why.
+	open := filepath.Join(base, "open")
+	if err := os.Mkdir(open, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chmod(open, 0o777); err != nil {
+		t.Fatal(err)
+	}
+	src2 := filepath.Join(open, "src")
+	if err := os.Rename(src, src2); err != nil {
+		t.Fatal(err)
+	}
+	r = pg("branch", "create", "open", "--source", "cluster:"+src2)
+	url = r.ok(t)
+	if !strings.Contains(r.stderr, "not cloned") || !strings.Contains(r.stderr, "others may write "+open) {
+		t.Errorf("a copy because the store could not be used: want a warning saying why (others may write %s):\n%s", open, r.stderr)
+	}
+	if n := pgtest.Query(t, url, "SELECT count(*) FROM t"); n != "50000" {
+		t.Errorf("the copied branch has %s rows, want 50000", n)
+	}
+	if _, err := os.Lstat(filepath.Join(open, ".pgfork-branches")); err == nil {
+		t.Errorf("a branch store was made in %s, which others may write", open)
+	}
+	pg("branch", "rm", "open").ok(t)
+}
+
 // TestBranchCreateDataDir: a stopped cluster on XFS, the state directory
 // on a tmpfs: pgfork branch create --source cluster:SRC --data-dir DIR,
 // DIR on the source's XFS, makes DIR the branch's data directory, a clone

@@ -38,6 +38,8 @@ type CreateOptions struct {
 	// user (pgfork restore --start DST): it must not exist; the branch's
 	// snapshot is made in a home beside it (.DST.pgfork, home.go), on its
 	// filesystem, not in the state directory. Not for serve's callers.
+	// Without it, Options.BranchStore may put the branch in a branch
+	// store beside the source (store.go).
 	DataDir string
 }
 

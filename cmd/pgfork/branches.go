@@ -370,7 +370,7 @@ the branches you create. See docs/branches.md.`,
 	create.Flags().DurationVar(&co.TTL, "ttl", 0, "delete it after this long (0: never)")
 	create.Flags().BoolVar(&co.Protected, "protect", false, "refuse to delete it until unprotected")
 	create.Flags().IntVar(&co.Port, "port", 0, "without --server: its TCP port (default: a free one)")
-	create.Flags().StringVar(&co.DataDir, "data-dir", "", "without --server, with --source: the branch's data directory, a new one; its snapshot is kept beside it, on its filesystem (on the source's, both are clones)")
+	create.Flags().StringVar(&co.DataDir, "data-dir", "", "without --server, with --source: the branch's data directory, a new one; its snapshot is kept beside it, on its filesystem (on the source's, both are clones); without it, a branch that could not be cloned into the state directory goes to a branch store beside the source (docs/branches.md)")
 
 	ls := &cobra.Command{
 		Use: "ls", Short: "List sources, snapshots and your branches", Args: cobra.NoArgs,

@@ -137,8 +137,11 @@ func TestRestoreCLI(t *testing.T) {
 // TestRestoreStartCrossingNotice: a backup on XFS. restore --start DST
 // with DST on a tmpfs says on stderr, before it copies, that the backup is
 // copied into DST and not cloned, how much, and what avoids it; pgfork
-// branch create from the backup says so of the state directory on a tmpfs,
-// and nothing with the state on the backup's own XFS (issue 60).
+// branch create from the backup with the state directory on a tmpfs makes
+// no copy (it goes to the branch store beside the backup, and says so;
+// TestBranchCreateStore covers the store's fallback to the copy and its
+// warning), and says nothing with the state on the backup's own XFS
+// (issue 60).
 func TestRestoreStartCrossingNotice(t *testing.T) {
 	t.Parallel() // see TestMain
 	b := pgtest.Builds(t, 17)[0]
@@ -150,18 +153,16 @@ func TestRestoreStartCrossingNotice(t *testing.T) {
 		t.Fatal(err)
 	}
 	tmpfs := testenv.TmpfsDir(t)
-	stateWarn := func(state string) string {
-		return ` into the state directory ` + regexp.QuoteMeta(state) + ` \(tmpfs\), another filesystem; to clone it, give --data-dir DIR \(this branch\) or --state-dir DIR \(every branch; or set PGFORK_HOME\) with DIR on the filesystem of `
-	}
 	for _, c := range []struct {
 		state string
 		args  []string
 		warn  string // the middle of the warning; "": none
+		store bool   // the branch goes to the branch store beside the backup
 	}{
 		{filepath.Join(base, "state1"), []string{"restore", full, filepath.Join(tmpfs, "yesterday"), "--start"},
-			` into ` + regexp.QuoteMeta(filepath.Join(tmpfs, "yesterday")) + ` \(tmpfs\), another filesystem; to clone it, give a data directory on the filesystem of `},
-		{filepath.Join(tmpfs, "state"), []string{"branch", "create", "yesterday", "--source", "backup:" + full}, stateWarn(filepath.Join(tmpfs, "state"))},
-		{filepath.Join(base, "state2"), []string{"branch", "create", "yesterday", "--source", "backup:" + full}, ""},
+			` into ` + regexp.QuoteMeta(filepath.Join(tmpfs, "yesterday")) + ` \(tmpfs\), another filesystem; to clone it, give a data directory on the filesystem of `, false},
+		{filepath.Join(tmpfs, "state"), []string{"branch", "create", "yesterday", "--source", "backup:" + full}, "", true},
+		{filepath.Join(base, "state2"), []string{"branch", "create", "yesterday", "--source", "backup:" + full}, "", false},
 	} {
 		pg := func(args ...string) cliResult {
 			return runInProcess(t, append([]string{"--state-dir", c.state, "--pg-bin", b.Bin}, args...)...)
@@ -173,6 +174,9 @@ func TestRestoreStartCrossingNotice(t *testing.T) {
 			` \(xfs\)` + c.warn + regexp.QuoteMeta(full) + `\n`)
 		if got := c.warn != "" && warn.MatchString(r.stderr); got != (c.warn != "") || (c.warn != "") != strings.Contains(r.stderr, "not cloned") {
 			t.Errorf("pgfork %v with the state in %s: warning given %v, want %v:\n%s", c.args, c.state, got, c.warn != "", r.stderr)
+		}
+		if got := strings.Contains(r.stderr, filepath.Join(base, ".pgfork-branches", "yesterday")+", in the branch store beside the source"); got != c.store {
+			t.Errorf("pgfork %v with the state in %s: in the branch store %v, want %v:\n%s", c.args, c.state, got, c.store, r.stderr)
 		}
 	}
 }

@@ -347,14 +347,7 @@ func TestServeBranchTokensAlone(t *testing.T) {
 func TestBranchCreateStore(t *testing.T) {
 	t.Parallel() // see TestMain
 	b := pgtest.Builds(t, 0)[0]
-	base := testenv.XFSDir(t)
-	src := filepath.Join(base, "src")
-	pgtest.InitDB(t, src, pgtest.Server{BinDir: b.Bin})
-	in := pgtest.Start(t, src, pgtest.Server{BinDir: b.Bin})
-	pgtest.Exec(t, in.ConnString("", ""), "CREATE TABLE t AS SELECT g AS id, repeat('x', 100) AS pad FROM generate_series(1, 50000) g",
-		"CHECKPOINT")
-	rel := pgtest.Query(t, in.ConnString("", ""), "SELECT pg_relation_filepath('t')")
-	pgtest.Stop(t, in)
+	base, src, rel := stoppedSourceOnXFS(t, b)
 	state := filepath.Join(testenv.TmpfsDir(t), "state")
 	pg := func(args ...string) cliResult {
 		return runInProcess(t, append([]string{"--state-dir", state, "--pg-bin", b.Bin}, args...)...)
@@ -428,14 +421,7 @@ func TestBranchCreateStore(t *testing.T) {
 func TestBranchCreateDataDir(t *testing.T) {
 	t.Parallel() // see TestMain
 	b := pgtest.Builds(t, 0)[0]
-	base := testenv.XFSDir(t)
-	src := filepath.Join(base, "src")
-	pgtest.InitDB(t, src, pgtest.Server{BinDir: b.Bin})
-	in := pgtest.Start(t, src, pgtest.Server{BinDir: b.Bin})
-	pgtest.Exec(t, in.ConnString("", ""), "CREATE TABLE t AS SELECT g AS id, repeat('x', 100) AS pad FROM generate_series(1, 50000) g",
-		"CHECKPOINT")
-	rel := pgtest.Query(t, in.ConnString("", ""), "SELECT pg_relation_filepath('t')")
-	pgtest.Stop(t, in)
+	base, src, rel := stoppedSourceOnXFS(t, b)
 	state := filepath.Join(testenv.TmpfsDir(t), "state")
 	pg := func(args ...string) cliResult {
 		return runInProcess(t, append([]string{"--state-dir", state, "--pg-bin", b.Bin}, args...)...)

@@ -257,6 +257,22 @@ func TestRestoreStartBesideItsData(t *testing.T) {
 
 // sharesExtents says whether files a and b have a physical extent in
 // common (FIEMAP): b is, at least in part, a clone of a.
+// stoppedSourceOnXFS makes a stopped cluster of build b in a directory
+// "src" of a fresh XFS directory base, with a table t of 50,000 rows, and
+// returns base, src and t's relation file path relative to src.
+func stoppedSourceOnXFS(t *testing.T, b pgtest.Build) (base, src, rel string) {
+	t.Helper()
+	base = testenv.XFSDir(t)
+	src = filepath.Join(base, "src")
+	pgtest.InitDB(t, src, pgtest.Server{BinDir: b.Bin})
+	in := pgtest.Start(t, src, pgtest.Server{BinDir: b.Bin})
+	pgtest.Exec(t, in.ConnString("", ""), "CREATE TABLE t AS SELECT g AS id, repeat('x', 100) AS pad FROM generate_series(1, 50000) g",
+		"CHECKPOINT")
+	rel = pgtest.Query(t, in.ConnString("", ""), "SELECT pg_relation_filepath('t')")
+	pgtest.Stop(t, in)
+	return base, src, rel
+}
+
 func sharesExtents(t *testing.T, a, b string) bool {
 	t.Helper()
 	starts := map[uint64]bool{}

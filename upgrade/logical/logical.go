@@ -189,6 +189,8 @@ type run struct {
 	oldSettings map[string]string
 	appHost     string
 	appPort     int
+	// watch follows the apply workers' errors on the new cluster.
+	watch applyWatch
 }
 
 func (r *run) emit(e upgrade.Event) {
@@ -696,6 +698,11 @@ func (r *run) subscribe(ctx context.Context, R pgdata.LSN) error {
 		// checkpoint inside the window (its own configuration turns it on
 		// again at the start at the old address).
 		"autovacuum": "off",
+		// Its apply workers' errors are read back from its log (applyErrors).
+		"log_line_prefix":   newLogLinePrefix,
+		"lc_messages":       "C",
+		"logging_collector": "off",
+		"log_destination":   "stderr",
 	}
 	if o.New.Major >= 18 {
 		settings["max_active_replication_origins"] = strconv.Itoa(n + 2)

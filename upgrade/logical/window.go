@@ -25,30 +25,6 @@ const windowJobs = 16
 // pollEvery is how often the run looks at the slots while it waits.
 const pollEvery = 10 * time.Millisecond
 
-// applyErrors returns an error naming the first database whose apply
-// worker failed on the new cluster (DDL on the old cluster after R stops
-// it: "is missing replicated column"). pg_subscription and its statistics
-// are shared catalogs: one query on any database sees every database's
-// subscription (one round trip, not one per database).
-func (r *run) applyErrors(ctx context.Context) error {
-	if len(r.dbs) == 0 || r.dbs[0].new == nil {
-		return nil
-	}
-	var name string
-	var n int64
-	err := r.dbs[0].new.QueryRow(ctx, `SELECT d.datname::text, st.apply_error_count FROM pg_subscription s
-		JOIN pg_database d ON d.oid = s.subdbid JOIN pg_stat_subscription_stats st ON st.subid = s.oid
-		WHERE s.subname = $1 AND st.apply_error_count > 0 ORDER BY d.datname LIMIT 1`, subName).Scan(&name, &n)
-	if errors.Is(err, pgx.ErrNoRows) {
-		return nil
-	}
-	if err != nil {
-		return errs.Wrap(errs.Internal, err, "cannot read the subscription statistics of the new cluster")
-	}
-	return errs.New(errs.Unsupported, "replication into database %q of the new cluster failed (%d apply errors), usually DDL on the old cluster after the run began", name, n).
-		WithHint("the new cluster's log %s says which; nothing was changed on the old cluster: run again (and no DDL meanwhile)", r.newInst.LogFile)
-}
-
 // confirmed waits until every slot has confirmed lsn, or ctx ends.
 func (r *run) confirmed(ctx context.Context, lsn string, checkErrors bool) error {
 	slots := make([]string, len(r.dbs))
@@ -91,6 +67,10 @@ func (r *run) catchUp(ctx context.Context) error {
 	}
 	if err := r.confirmed(cctx, lsn, true); err != nil {
 		if errors.Is(err, context.DeadlineExceeded) && ctx.Err() == nil {
+			if sum := r.watch.summary(); sum != "" {
+				return errs.New(errs.Busy, "the new cluster did not catch up with the old one within %s%s", r.o.CatchUp, sum).
+					WithHint("nothing was changed on the old cluster: run again once the cause is gone")
+			}
 			return errs.New(errs.Busy, "the new cluster did not catch up with the old one within %s", r.o.CatchUp).
 				WithHint("the old cluster writes faster than the new one applies; run again at a quieter time")
 		}
@@ -353,7 +333,7 @@ func (r *run) window(ctx context.Context) error {
 	err := r.inWindow(wctx)
 	r.res.Window = time.Since(t0)
 	if err != nil && errors.Is(err, context.DeadlineExceeded) && ctx.Err() == nil {
-		return errs.New(errs.Busy, "the write pause did not finish within %s; writes were given back", r.o.Window).
+		return errs.New(errs.Busy, "the write pause did not finish within %s; writes were given back%s", r.o.Window, r.watch.summary()).
 			WithHint("the new cluster lags behind the old one; run again at a quieter time, or allow a longer pause").WithCLI("--window")
 	}
 	if err == nil {

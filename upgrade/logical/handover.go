@@ -72,11 +72,22 @@ func (r *run) carry(ctx context.Context) error {
 	return nil
 }
 
+// oldLogName is the log of the old cluster's starts by pgfork (its private
+// start in the clean-up, its start again after a failed hand-over or by
+// the rollback), in NEW_DATADIR: the old data directory is the user's,
+// and pgfork leaves no file there. NEW_DATADIR is the run's and belongs to
+// the server's OS user, who writes the log (pg_ctl -l opens it as that
+// user).
+const oldLogName = "pgfork-old-cluster.log"
+
+// oldLog is where the old cluster's starts by this run log.
+func (r *run) oldLog() string { return filepath.Join(r.o.NewDir, oldLogName) }
+
 // pgCtlStart starts the cluster in dir with pg_ctl and its own
-// configuration, in a process group of its own (the terminal's Ctrl-C
-// reaches pgfork alone).
-func pgCtlStart(ctx context.Context, bin upgrade.Install, u *instance.OSUser, dir, opts string) error {
-	args := []string{"start", "-D", dir, "-w", "-t", "300", "-l", filepath.Join(dir, instance.LogFileName)}
+// configuration, its output appended to logFile, in a process group of its
+// own (the terminal's Ctrl-C reaches pgfork alone).
+func pgCtlStart(ctx context.Context, bin upgrade.Install, u *instance.OSUser, dir, opts, logFile string) error {
+	args := []string{"start", "-D", dir, "-w", "-t", "300", "-l", logFile}
 	if opts != "" {
 		args = append(args, "-o", opts)
 	}
@@ -130,7 +141,7 @@ func (r *run) startNew(ctx context.Context) error {
 	done := make(chan error, 1)
 	go func() {
 		defer cancel()
-		done <- pgCtlStart(pctx, r.o.New, r.o.User, r.o.NewDir, "")
+		done <- pgCtlStart(pctx, r.o.New, r.o.User, r.o.NewDir, "", filepath.Join(r.o.NewDir, instance.LogFileName))
 	}()
 	tick := time.NewTicker(2 * time.Millisecond)
 	defer tick.Stop()
@@ -226,8 +237,8 @@ func (r *run) handOver(ctx context.Context, step func(string)) error {
 	sctx, cancel := context.WithTimeout(ctx, 5*time.Minute)
 	defer cancel()
 	if err := r.startNew(ctx); err != nil {
-		if rerr := pgCtlStart(sctx, o.Old, o.User, o.OldDir, r.oldOpts); rerr != nil {
-			return errs.Wrap(errs.Internal, err, "the new cluster does not start with the old one's address, and the old one does not start again either (%v)", rerr).
+		if rerr := pgCtlStart(sctx, o.Old, o.User, o.OldDir, r.oldOpts, r.oldLog()); rerr != nil {
+			return errs.Wrap(errs.Internal, err, "the new cluster does not start with the old one's address, and the old one does not start again either (%v; its log: %s)", rerr, r.oldLog()).
 				WithHint("start the old cluster: %s -D %s start; then ALTER SYSTEM RESET default_transaction_read_only; SELECT pg_reload_conf(); and drop the slots pgfork_upgrade_* and the publications pgfork_upgrade on it",
 					filepath.Join(o.Old.BinDir, "pg_ctl"), o.OldDir)
 		}
@@ -309,9 +320,10 @@ func (r *run) cleanOld(ctx context.Context) string {
 		for k, v := range map[string]string{"wal_level": "logical", "default_transaction_read_only": "on", "synchronous_standby_names": ""} {
 			settings[k] = v
 		}
-		inst, err = instance.Start(ctx, instance.Config{BinDir: o.Old.BinDir, Env: o.Old.Env, DataDir: o.OldDir, User: o.User, Settings: settings})
+		inst, err = instance.Start(ctx, instance.Config{BinDir: o.Old.BinDir, Env: o.Old.Env, DataDir: o.OldDir, User: o.User, Settings: settings,
+			LogFile: r.oldLog()})
 		if err != nil {
-			return fmt.Sprintf("; left behind: the slots pgfork_upgrade_* and the publications %s on the stopped old cluster, which did not start privately to drop them (%v)", pubName, err)
+			return fmt.Sprintf("; left behind: the slots pgfork_upgrade_* and the publications %s on the stopped old cluster, which did not start privately to drop them (%v; its log: %s)", pubName, err, r.oldLog())
 		}
 	}
 	left := r.dropOnOld(ctx)

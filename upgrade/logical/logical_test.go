@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strings"
 	"sync"
@@ -214,6 +215,7 @@ func TestLogicalUpgradeWithWriter(t *testing.T) {
 	testenv.WaitFor(t, "the writer's first commits", func() bool { return w.count() > 10 })
 
 	newDir := filepath.Join(base, "new")
+	oldFiles := dirNames(t, oldDir)
 	var afterR, atWindow int
 	t0 := time.Now()
 	res, err := run(t, logical.Options{OldDir: oldDir, NewDir: newDir, Old: old, New: nw, HandOver: true}, func(e upgrade.Event) {
@@ -237,6 +239,11 @@ func TestLogicalUpgradeWithWriter(t *testing.T) {
 			_ = in.Stop(context.Background(), instance.Fast)
 		}
 	})
+	// The old data directory is the user's: the run's private start of the
+	// old cluster (its clean-up) leaves no file of pgfork's there.
+	if extra := newNames(oldFiles, dirNames(t, oldDir)); len(extra) > 0 {
+		t.Errorf("the run left %v in the old data directory", extra)
+	}
 	if !res.HandedOver || res.Port != inst.Port || res.SocketDir != inst.SocketDir {
 		t.Errorf("handed over %v on port %d, socket %s; want the old cluster's port %d and socket %s", res.HandedOver, res.Port, res.SocketDir, inst.Port, inst.SocketDir)
 	}
@@ -322,6 +329,35 @@ func TestLogicalUpgradeWithWriter(t *testing.T) {
 	}
 	nothingLeft(t, inst, []string{"postgres", "shop", "app"}, "", false)
 	pgtest.Exec(t, shop, "INSERT INTO items(v) VALUES ('after the rollback')")
+	// Nor does the rollback's start of the old cluster.
+	if extra := newNames(oldFiles, dirNames(t, oldDir)); len(extra) > 0 {
+		t.Errorf("the rollback left %v in the old data directory", extra)
+	}
+}
+
+// dirNames lists the names in dir.
+func dirNames(t *testing.T, dir string) []string {
+	t.Helper()
+	es, err := os.ReadDir(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var n []string
+	for _, e := range es {
+		n = append(n, e.Name())
+	}
+	return n
+}
+
+// newNames returns the names of now that were not in before.
+func newNames(before, now []string) []string {
+	var n []string
+	for _, x := range now {
+		if !slices.Contains(before, x) {
+			n = append(n, x)
+		}
+	}
+	return n
 }
 
 // TestLogicalRefusals: each precondition --logical needs is checked before

@@ -87,14 +87,28 @@ func Rollback(ctx context.Context, o Options) (*RollbackResult, error) {
 		if _, opts, ok := strings.Cut(strings.TrimSpace(string(b)), ` "`); ok {
 			r.oldOpts = `"` + opts
 		}
+		// Its log goes to NEW_DATADIR, which the rollback keeps (the old
+		// data directory is the user's), or, where that is gone, to a
+		// directory of its own.
+		log := r.oldLog()
+		if fi, err := os.Stat(o.NewDir); err != nil || !fi.IsDir() {
+			dir, err := os.MkdirTemp("", "pgfork-rollback-")
+			if err == nil {
+				err = o.User.MkdirOwned(dir, 0o700)
+			}
+			if err != nil {
+				return nil, errs.Wrap(errs.Internal, err, "cannot create a directory for the old cluster's log")
+			}
+			log = filepath.Join(dir, oldLogName)
+		}
 		sctx, cancel := context.WithTimeout(ctx, 5*time.Minute)
-		err = pgCtlStart(sctx, o.Old, o.User, o.OldDir, r.oldOpts)
+		err = pgCtlStart(sctx, o.Old, o.User, o.OldDir, r.oldOpts, log)
 		cancel()
 		if err != nil {
 			return nil, errs.Wrap(errs.Internal, err, "cannot start the old cluster again").WithPath(o.OldDir).
-				WithHint("its log: %s", filepath.Join(o.OldDir, instance.LogFileName))
+				WithHint("its log: %s", log)
 		}
-		res.Did = append(res.Did, "started the old cluster as it ran")
+		res.Did = append(res.Did, fmt.Sprintf("started the old cluster as it ran (its log: %s)", log))
 	}
 	if err := r.connectOld(ctx); err != nil {
 		return nil, err

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"path/filepath"
 	"strings"
 	"sync"
 
@@ -132,12 +133,19 @@ func (cl *cli) layout() statedir.Layout {
 }
 
 // baseStateDir is the state directory chosen by flags or the environment,
-// before a recorded volume moves it (statedir.Resolve).
+// before a recorded volume moves it (statedir.Resolve): absolute, a
+// relative one taken from the working directory once, here, for every
+// path derived from it (a server's socket directory reaches postgres,
+// whose working directory is its data directory).
 func (cl *cli) baseStateDir() string {
-	if cl.g.stateDir != "" {
-		return cl.g.stateDir
+	d := cl.g.stateDir
+	if d == "" {
+		d = statedir.BaseFrom(cl.getenv)
 	}
-	return statedir.BaseFrom(cl.getenv)
+	if abs, err := filepath.Abs(d); err == nil {
+		d = abs
+	}
+	return d
 }
 
 // usageArgs wraps cobra's positional-argument validators so that their

@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"net/url"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -640,5 +641,40 @@ func TestUpKilledMidBuild(t *testing.T) {
 	}
 	if got := pgtest.Query(t, res.URL, "select 'ok'"); got != "ok" {
 		t.Error(got)
+	}
+}
+
+// TestRelativeStateDir: a relative --state-dir names a directory below
+// the working directory, for every path pgfork derives from it: a server
+// started there (its socket directory in the state directory, its own
+// working directory its data directory) starts and answers, and down
+// finds it again. A relative state directory once reached postgres as it
+// was written ("could not create lock file").
+func TestRelativeStateDir(t *testing.T) {
+	t.Parallel()
+	bin := pgforkBinary(t)
+	pgBin := testenv.PGBinDirs(t)[0]
+	work := testenv.Dir(t)
+	pgfork := func(args ...string) cliResult {
+		cmd := exec.Command(bin, append([]string{"--state-dir", "state", "--pg-bin", pgBin}, args...)...)
+		cmd.Dir = work
+		return runCLI(t, cmd)
+	}
+	r := pgfork("up", "--json", "--name", "rel")
+	if r.code != 0 {
+		t.Fatalf("up with --state-dir state: exit %d\n%s", r.code, r.stderr)
+	}
+	var res up.Result
+	if err := json.Unmarshal([]byte(r.stdout), &res); err != nil {
+		t.Fatalf("up --json: %v\n%s", err, r.stdout)
+	}
+	if got := pgtest.Query(t, res.URL, "SELECT 1"); got != "1" {
+		t.Errorf("the cluster answers %q", got)
+	}
+	if !strings.Contains(res.URL, filepath.Join(work, "state")) && !strings.Contains(res.URL, url.QueryEscape(filepath.Join(work, "state"))) {
+		t.Errorf("its URL %s does not name the state directory by its absolute path %s", res.URL, filepath.Join(work, "state"))
+	}
+	if r := pgfork("down", "rel"); r.code != 0 {
+		t.Errorf("down: exit %d\n%s", r.code, r.stderr)
 	}
 }

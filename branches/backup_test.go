@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/pgfork/pgfork/cluster"
+	"github.com/pgfork/pgfork/internal/errs"
 	"github.com/pgfork/pgfork/internal/pgtest"
 	"github.com/pgfork/pgfork/internal/statedir"
 	"github.com/pgfork/pgfork/internal/testenv"
@@ -21,9 +22,11 @@ import (
 )
 
 // TestBranchesBackupSource: a backup chain declared as a source is
-// restored (restoreSource) into a snapshot and branched:
-// the branch has the rows of the backup, not those written after it, and
-// its reset keeps them.
+// restored straight into the branch (direct.go): no snapshot directory,
+// its snapshot is the backups; the branch has the rows of the backup, not
+// those written after it, and its reset restores them again. A reset
+// while the backups are gone is refused with the branch still running as
+// it was.
 func TestBranchesBackupSource(t *testing.T) {
 	t.Parallel() // see env
 	ctx := context.Background()
@@ -56,12 +59,47 @@ func TestBranchesBackupSource(t *testing.T) {
 	if got := pgtest.Query(t, br.URL(), "SELECT string_agg(id::text, ',') FROM t"); got != "1" {
 		t.Errorf("branch of the backup has rows %q, want 1", got)
 	}
+	m.mu.Lock()
+	snap, refs := m.snapOfBranch(m.st.Branches[0]), m.backupsOf(m.st.Branches[0])
+	m.mu.Unlock()
+	if _, err := os.Lstat(snap); !os.IsNotExist(err) {
+		t.Errorf("a branch of backups needing no recovery has a snapshot directory %s (%v): it is restored straight into the branch", snap, err)
+	}
+	if len(refs) != 1 || refs[0].ManifestChecksum == "" {
+		t.Errorf("the branch's snapshot records backups %+v, want the one full backup with its manifest's checksum", refs)
+	}
 	pgtest.Exec(t, br.URL(), "TRUNCATE t")
 	if _, err := m.Reset(ctx, me, "restored"); err != nil {
 		t.Fatal(err)
 	}
 	if got := pgtest.Query(t, br.URL(), "SELECT count(*) FROM t"); got != "1" {
 		t.Errorf("after reset the branch has %s rows, want 1", got)
+	}
+
+	// The backups gone: the reset is refused before the server stops.
+	pgtest.Exec(t, br.URL(), "INSERT INTO t VALUES (3)")
+	full, err := pgbackup.Discover(chain, "")
+	if err != nil || len(full) != 1 {
+		t.Fatalf("backups of the chain: %v %v", full, err)
+	}
+	if err := os.Rename(full[0], full[0]+".away"); err != nil {
+		t.Fatal(err)
+	}
+	_, err = m.Reset(ctx, me, "restored")
+	if !errs.IsNotFound(err) || !strings.Contains(err.Error(), "cannot be reset") {
+		t.Errorf("reset with the backups gone: %v, want a not-found error saying the branch cannot be reset", err)
+	}
+	if got := pgtest.Query(t, br.URL(), "SELECT string_agg(id::text, ',' ORDER BY id) FROM t"); got != "1,3" {
+		t.Errorf("after a refused reset the branch has rows %q, want 1,3 as it was", got)
+	}
+	if err := os.Rename(full[0]+".away", full[0]); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := m.Reset(ctx, me, "restored"); err != nil {
+		t.Fatal(err)
+	}
+	if got := pgtest.Query(t, br.URL(), "SELECT string_agg(id::text, ',') FROM t"); got != "1" {
+		t.Errorf("after the backups came back, reset gives rows %q, want 1", got)
 	}
 }
 

@@ -159,6 +159,9 @@ type Snapshot struct {
 	// Home is the directory holding it (snap/NAME) when not the state
 	// directory's branches directory (home.go).
 	Home string `json:"home,omitempty"`
+	// Backups, when set, are what the snapshot is: backups restored
+	// again for each copy of it, no directory of its own (direct.go).
+	Backups []BackupRef `json:"backups,omitempty"`
 	// Size and Shared (filled by List): disk used, and how much of it is
 	// shared with other files by reflink.
 	Size   int64 `json:"size_bytes"`

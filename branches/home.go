@@ -288,18 +288,7 @@ func (m *Manager) placeData(b *Branch, replace bool) error {
 		return err
 	}
 	if replace {
-		ok, err := fsutil.Exchange(work, b.DataDir)
-		if err == nil && !ok { // no atomic swap here: the old one aside, the new one in
-			aside := work + ".old"
-			if err = os.Rename(b.DataDir, aside); err == nil {
-				if err = os.Rename(work, b.DataDir); err != nil {
-					_ = os.Rename(aside, b.DataDir)
-				} else {
-					err = os.Rename(aside, work)
-				}
-			}
-		}
-		if err != nil {
+		if err := swapDirs(work, b.DataDir); err != nil {
 			return errs.FromOS(err, b.DataDir, "cannot put the branch's new data directory in place")
 		}
 		// work now holds the old data directory.
@@ -345,3 +334,22 @@ func (m *Manager) removeNamedData(b *Branch) {
 func (m *Manager) snapDir(name string) string   { return m.snapPath("", name) }
 func (m *Manager) branchDir(name string) string { return filepath.Join(m.dir, "data", name) }
 func (m *Manager) tblspcDir(name string) string { return filepath.Join(m.dir, "tblspc", name) }
+
+// swapDirs swaps the directories next and dst (both existing, on one
+// filesystem): atomically where the filesystem can, else the old one
+// aside, the new one in, the old one to next.
+func swapDirs(next, dst string) error {
+	ok, err := fsutil.Exchange(next, dst)
+	if err != nil || ok {
+		return err
+	}
+	aside := next + ".old"
+	if err := os.Rename(dst, aside); err != nil {
+		return err
+	}
+	if err := os.Rename(next, dst); err != nil {
+		_ = os.Rename(aside, dst)
+		return err
+	}
+	return os.Rename(aside, next)
+}

@@ -87,6 +87,15 @@ func (m *Manager) Create(ctx context.Context, c Caller, o CreateOptions) (Branch
 			return fail(err)
 		}
 	}
+	if origin != "" && isSource {
+		direct, err := m.directOrigin(ctx, b, origin)
+		if err != nil {
+			return fail(err)
+		}
+		if direct { // recorded: the last branch using it drops it
+			origin = ""
+		}
+	}
 	if origin != "" {
 		if err := m.buildSnapshot(ctx, b.Home, b.Snapshot, origin, isSource); err != nil {
 			return fail(err)
@@ -315,7 +324,7 @@ func (m *Manager) forget(name string) {
 }
 
 // copyAndStart copies the branch's snapshot into its data directory
-// (replacing what is there) and starts it. A data directory the user
+// (replacing what is there; fill) and starts it. A data directory the user
 // named is copied in the branch's home first and moved there last
 // (placeData).
 func (m *Manager) copyAndStart(ctx context.Context, b *Branch, replace bool) error {
@@ -323,7 +332,7 @@ func (m *Manager) copyAndStart(ctx context.Context, b *Branch, replace bool) err
 	if b.DataDir != "" {
 		_ = removeBelow(filepath.Dir(work), b.Name) // a reset's leftover
 	}
-	if _, err := clone.Copy(ctx, m.snapOfBranch(b), work, clone.Options{Sync: clone.SyncFS, Force: replace && b.DataDir == ""}); err != nil {
+	if err := m.fill(ctx, b, work, replace && b.DataDir == ""); err != nil {
 		return err
 	}
 	if err := m.copyTablespaces(ctx, b, work); err != nil {
@@ -1019,13 +1028,20 @@ func (m *Manager) DeleteSnapshot(c Caller, name string) error {
 
 // Reset puts a branch back to the snapshot it was made from: its server
 // stopped, its data directory replaced by a new copy, started again on the
-// same port with the same role and password.
+// same port with the same role and password. A branch whose snapshot is
+// its backups (direct.go) is refused while it still runs when those have
+// changed or gone.
 func (m *Manager) Reset(ctx context.Context, c Caller, name string) (Branch, error) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	b, err := m.branch(c, name)
 	if err != nil {
 		return Branch{}, err
+	}
+	if refs := m.backupsOf(b); len(refs) > 0 {
+		if _, err := checkBackups(name, refs); err != nil {
+			return Branch{}, err
+		}
 	}
 	m.busy[name] = true
 	m.mu.Unlock()

@@ -2,10 +2,8 @@ package branches
 
 import (
 	"context"
-	"path/filepath"
 	"time"
 
-	"github.com/pgfork/pgfork/clone"
 	"github.com/pgfork/pgfork/cluster"
 	"github.com/pgfork/pgfork/pgbackup"
 	"github.com/pgfork/pgfork/restore"
@@ -43,14 +41,7 @@ func (m *Manager) restoreSource(ctx context.Context, s Source, dst string) error
 	if err != nil {
 		return err
 	}
-	// On a filesystem that clones, one syncfs makes the snapshot durable
-	// rather than an fsync of each file (about 1,000 for a pgbench
-	// cluster): the same filesystem's syncfs follows anyway, when the
-	// branch's copy of it is made (copyAndStart).
-	ro := restore.Options{Owner: m.o.User.Owner()}
-	if fs, err := clone.FSType(filepath.Dir(dst)); err == nil && clone.MayClone(fs) {
-		ro.Sync = clone.SyncFS
-	}
+	ro := m.restoreOptions(dst)
 	if !rec.Targeted() && rec.WALDir == "" {
 		_, err := restore.Restore(ctx, dirs, dst, ro)
 		return err

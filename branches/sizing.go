@@ -168,7 +168,14 @@ func (m *Manager) branchTrees(j sizeJob) []tree {
 
 // snapshotTrees is what a snapshot's files are: its data directory and
 // the tablespaces its clone copied beside it, in its home.
-func (m *Manager) snapshotTrees(home, name string) []tree {
+func (m *Manager) snapshotTrees(home, name string, backups []string) []tree {
+	if len(backups) > 0 { // what it restores (direct.go): its branch shares their blocks
+		trees := make([]tree, len(backups))
+		for i, d := range backups {
+			trees[i] = tree{filepath.Dir(d), filepath.Base(d)}
+		}
+		return trees
+	}
 	store := m.store(home)
 	return []tree{{store, "snap/" + name}, {store, "snap/" + name + ".tblspc"}}
 }
@@ -212,7 +219,7 @@ func snapKey(s *Snapshot) string {
 
 // snapshotExtents is the physical ranges of a snapshot's files, mapped
 // once per snapshot: a snapshot's files never change.
-func (m *Manager) snapshotExtents(home, name, key string) spans {
+func (m *Manager) snapshotExtents(home, name, key string, backups []string) spans {
 	if key == "" {
 		return nil
 	}
@@ -222,7 +229,7 @@ func (m *Manager) snapshotExtents(home, name, key string) spans {
 	if ok {
 		return s
 	}
-	s, _ = m.extentsOf(m.snapshotTrees(home, name))
+	s, _ = m.extentsOf(m.snapshotTrees(home, name, backups))
 	m.sizeMu.Lock()
 	if m.snapExtents == nil {
 		m.snapExtents = map[string]spans{}
@@ -248,14 +255,14 @@ func (m *Manager) forgetExtents(live map[string]bool) {
 // without the Manager's lock.
 func (m *Manager) branchUsage(j sizeJob) (size, shared int64) {
 	own, loose := m.extentsOf(m.branchTrees(j))
-	shared = own.common(m.snapshotExtents(j.home, j.snap, j.snapKey))
+	shared = own.common(m.snapshotExtents(j.home, j.snap, j.snapKey, j.backups))
 	return own.bytes() + loose, shared
 }
 
 // snapshotUsage is the disk a snapshot's files use and how much of it the
 // filesystem marks shared with other files. Called without the lock.
 func (m *Manager) snapshotUsage(home, name string) (size, shared int64) {
-	m.walkFiles(m.snapshotTrees(home, name), func(f *os.File, fi os.FileInfo) {
+	m.walkFiles(m.snapshotTrees(home, name, nil), func(f *os.File, fi os.FileInfo) {
 		size += blocksOf(fi)
 		if n, err := clone.SharedBytesOf(f); err == nil {
 			shared += n
@@ -268,11 +275,16 @@ func (m *Manager) snapshotUsage(home, name string) (size, shared int64) {
 type sizeJob struct {
 	name, snap, snapKey string
 	home, dataDir       string
+	backups             []string // what its snapshot restores (direct.go)
 }
 
 // job is what sizing branch b needs, taken under the lock.
 func (m *Manager) job(b *Branch) sizeJob {
-	return sizeJob{name: b.Name, snap: b.Snapshot, snapKey: snapKey(m.snapshot(b.Snapshot)), home: b.Home, dataDir: b.DataDir}
+	j := sizeJob{name: b.Name, snap: b.Snapshot, snapKey: snapKey(m.snapshot(b.Snapshot)), home: b.Home, dataDir: b.DataDir}
+	for _, r := range m.backupsOf(b) {
+		j.backups = append(j.backups, r.Dir)
+	}
+	return j
 }
 
 // ownUse is what the caller's branches use of their own, for the disk

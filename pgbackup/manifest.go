@@ -37,6 +37,9 @@ type Manifest struct {
 	SystemID uint64 // 0 in version 1 manifests (before PostgreSQL 17)
 	Files    map[string]*ManifestFile
 	WAL      []WALRange
+	// Checksum is the manifest's own SHA-256 (Manifest-Checksum, hex):
+	// another backup, or the same one changed, has another.
+	Checksum string
 }
 
 type manifestJSON struct {
@@ -104,7 +107,7 @@ func readManifest(d *safefs.Dir, path string) (*Manifest, error) {
 		return nil, errs.New(errs.Unsupported, "backup manifest version %d is not supported", m.Version).WithPath(path).
 			WithHint("pgfork reads versions 1 and 2 (PostgreSQL 13 to 18)")
 	}
-	out := &Manifest{Version: m.Version, SystemID: m.SystemID, Files: make(map[string]*ManifestFile, len(m.Files))}
+	out := &Manifest{Version: m.Version, SystemID: m.SystemID, Checksum: m.Checksum, Files: make(map[string]*ManifestFile, len(m.Files))}
 	for _, f := range m.Files {
 		p := f.Path
 		if f.EncodedPath != "" {

@@ -421,83 +421,108 @@ func (e *restoreBench) bounds(ctx context.Context, r *Report, fsName, dir string
 // answered query of the restored full chain, started as a server: by
 // pg_combinebackup into DST and a start, by pgfork restore and a start,
 // and by restore --start DST with the state directory beside the chain
-// and, when otherDir is given, on another filesystem (otherFS).
+// and, when otherDir is given, on another filesystem (otherFS). Each is
+// run e.runs times, in turns; medians are compared.
 func (e *restoreBench) firstQuery(ctx context.Context, r *Report, fsName, dir, otherFS, otherDir string, chain []string) error {
 	dst := filepath.Join(dir, "branch")
 	mode := "--copy-file-range"
 	if fsName == "xfs" {
 		mode = "--clone"
 	}
-	var rows [][]string
-	// pg_combinebackup, then start the server ourselves.
-	_ = os.RemoveAll(dst)
-	t0 := time.Now()
-	if err := e.run(ctx, e.pg.Tool("pg_combinebackup"), append([]string{mode, "-o", dst}, chain...)...); err != nil {
-		return err
-	}
-	if err := e.user.Chown(dst); err != nil {
-		return err
-	}
-	in, err := instance.Start(ctx, instance.Config{BinDir: e.pg.BinDir, Env: e.pg.Env(), DataDir: dst, User: e.user, Profile: instance.Durable, LogFile: dst + ".log"})
-	if err != nil {
-		return err
-	}
-	defer func() { _ = in.Stop(context.WithoutCancel(ctx), instance.Immediate) }() // on errors below
-	if err := pingQuery(ctx, in.ConnString("", "")); err != nil {
-		return err
-	}
-	tCombine := time.Since(t0)
-	rows = append(rows, []string{"pg_combinebackup " + mode + " + start", Dur(tCombine)})
-	_ = in.Stop(context.WithoutCancel(ctx), instance.Fast)
-	_ = os.RemoveAll(dst)
-	_ = os.Remove(dst + ".log")
-
-	// pgfork restore, then start the server ourselves: the target's
-	// baseline (restore + postmaster start).
-	t0 = time.Now()
-	if err := e.run(ctx, e.bin, append(append([]string{"restore", "-q"}, chain...), dst)...); err != nil {
-		return err
-	}
-	tRestore := time.Since(t0)
-	t1 := time.Now()
-	in, err = instance.Start(ctx, instance.Config{BinDir: e.pg.BinDir, Env: e.pg.Env(), DataDir: dst, User: e.user, Profile: instance.Durable, LogFile: dst + ".log"})
-	if err != nil {
-		return err
-	}
-	if err := pingQuery(ctx, in.ConnString("", "")); err != nil {
-		return err
-	}
-	tStart := time.Since(t1)
-	restorePlusStart := time.Since(t0)
-	rows = append(rows, []string{fmt.Sprintf("pgfork restore + start (%s + %s)", Dur(tRestore), Dur(tStart)), Dur(restorePlusStart)})
-	_ = in.Stop(context.WithoutCancel(ctx), instance.Fast)
-	_ = os.RemoveAll(dst)
-	_ = os.Remove(dst + ".log")
-
 	// restore --start makes a branch (issue 35) whose data directory is
-	// DST, its snapshot beside it (issue 60): restored into the snapshot,
-	// copied by reflink into DST, started with a role of its own. The
-	// state directory is beside the chain, on the filesystem measured, as
-	// a user keeps it, and then on another filesystem (root's default
-	// /var/lib/pgfork is on the root filesystem of most hosts): the
-	// branch's data goes to DST's filesystem either way.
+	// DST: without a WAL archive the backups are restored straight into
+	// it and are its reset point (issue 60). The state directory is
+	// beside the chain, on the filesystem measured, as a user keeps it,
+	// and then on another filesystem (root's default /var/lib/pgfork is on
+	// the root filesystem of most hosts): the branch's data goes to DST's
+	// filesystem either way.
 	states := []struct{ label, dir string }{{"state directory beside the chain", dst + ".state"}}
 	if otherDir != "" {
 		states = append(states, struct{ label, dir string }{"state directory on " + otherFS, filepath.Join(otherDir, "state-for-"+fsName)})
 	}
-	for _, st := range states {
-		t, err := e.branchFirstQuery(ctx, st.dir, chain, dst)
+	var tCombine, tRestore, tStart, tBoth Sample
+	tBranch := make([]Sample, len(states))
+	for run := 0; run < e.runs; run++ {
+		// pg_combinebackup, then start the server ourselves.
+		t, err := e.combineFirstQuery(ctx, mode, chain, dst)
 		if err != nil {
 			return err
 		}
-		rows = append(rows, []string{"pgfork restore --start DST (" + st.label + ")", Dur(t)})
-		r.Target(t <= restorePlusStart, "%s, %s: pgfork restore --start to the first query %s vs pgfork restore + postmaster start %s (target: no slower)",
-			fsName, st.label, Dur(t), Dur(restorePlusStart))
-		r.Target(t <= tCombine, "%s, %s: pgfork restore --start to the first query %s vs pg_combinebackup %s + start into DST %s (target: no slower)",
-			fsName, st.label, Dur(t), mode, Dur(tCombine))
+		tCombine = append(tCombine, t)
+		// pgfork restore, then start the server ourselves: the target's
+		// baseline (restore + postmaster start).
+		restore, start, err := e.restoreFirstQuery(ctx, chain, dst)
+		if err != nil {
+			return err
+		}
+		tRestore, tStart, tBoth = append(tRestore, restore), append(tStart, start), append(tBoth, restore+start)
+		for i, st := range states {
+			t, err := e.branchFirstQuery(ctx, st.dir, chain, dst)
+			if err != nil {
+				return err
+			}
+			tBranch[i] = append(tBranch[i], t)
+		}
 	}
-	r.Table([]string{fsName + ": time to first query (full chain)", "time"}, rows)
+	rows := [][]string{
+		{"pg_combinebackup " + mode + " + start", tCombine.Cell(0.5), joinDurs(tCombine)},
+		{fmt.Sprintf("pgfork restore + start (%s + %s)", Dur(tRestore.Median()), Dur(tStart.Median())), tBoth.Cell(0.5), joinDurs(tBoth)},
+	}
+	for i, st := range states {
+		t := tBranch[i].Median()
+		rows = append(rows, []string{"pgfork restore --start DST (" + st.label + ")", tBranch[i].Cell(0.5), joinDurs(tBranch[i])})
+		r.Target(t <= tBoth.Median(), "%s, %s: pgfork restore --start to the first query %s vs pgfork restore + postmaster start %s (target: no slower)",
+			fsName, st.label, Dur(t), Dur(tBoth.Median()))
+		r.Target(t <= tCombine.Median(), "%s, %s: pgfork restore --start to the first query %s vs pg_combinebackup %s + start into DST %s (target: no slower)",
+			fsName, st.label, Dur(t), mode, Dur(tCombine.Median()))
+	}
+	r.Table([]string{fsName + ": time to first query (full chain)", "median", "runs"}, rows)
 	return nil
+}
+
+// combineFirstQuery is pg_combinebackup MODE into dst and a start of the
+// result, to its first answered query.
+func (e *restoreBench) combineFirstQuery(ctx context.Context, mode string, chain []string, dst string) (time.Duration, error) {
+	_ = os.RemoveAll(dst)
+	defer func() { _ = os.RemoveAll(dst); _ = os.Remove(dst + ".log") }()
+	t0 := time.Now()
+	if err := e.run(ctx, e.pg.Tool("pg_combinebackup"), append([]string{mode, "-o", dst}, chain...)...); err != nil {
+		return 0, err
+	}
+	if err := e.user.Chown(dst); err != nil {
+		return 0, err
+	}
+	in, err := instance.Start(ctx, instance.Config{BinDir: e.pg.BinDir, Env: e.pg.Env(), DataDir: dst, User: e.user, Profile: instance.Durable, LogFile: dst + ".log"})
+	if err != nil {
+		return 0, err
+	}
+	defer func() { _ = in.Stop(context.WithoutCancel(ctx), instance.Fast) }()
+	if err := pingQuery(ctx, in.ConnString("", "")); err != nil {
+		return 0, err
+	}
+	return time.Since(t0), nil
+}
+
+// restoreFirstQuery is pgfork restore into dst, then a start of the
+// result to its first answered query: the two times.
+func (e *restoreBench) restoreFirstQuery(ctx context.Context, chain []string, dst string) (restore, start time.Duration, err error) {
+	_ = os.RemoveAll(dst)
+	defer func() { _ = os.RemoveAll(dst); _ = os.Remove(dst + ".log") }()
+	t0 := time.Now()
+	if err := e.run(ctx, e.bin, append(append([]string{"restore", "-q"}, chain...), dst)...); err != nil {
+		return 0, 0, err
+	}
+	restore = time.Since(t0)
+	t1 := time.Now()
+	in, err := instance.Start(ctx, instance.Config{BinDir: e.pg.BinDir, Env: e.pg.Env(), DataDir: dst, User: e.user, Profile: instance.Durable, LogFile: dst + ".log"})
+	if err != nil {
+		return 0, 0, err
+	}
+	defer func() { _ = in.Stop(context.WithoutCancel(ctx), instance.Fast) }()
+	if err := pingQuery(ctx, in.ConnString("", "")); err != nil {
+		return 0, 0, err
+	}
+	return restore, time.Since(t1), nil
 }
 
 // branchFirstQuery times restore --start DST with the state directory

@@ -23,6 +23,11 @@ import (
 // directory (instance.LogFileName); copies leave it out.
 const ServerLogFile = "pgfork-server.log"
 
+// OldClusterLogFile is the log of an old cluster's starts by pgfork
+// upgrade --logical, kept in the new cluster's data directory (the old
+// one is the user's); copies of the new cluster leave it out.
+const OldClusterLogFile = "pgfork-old-cluster.log"
+
 // skipTop are files at the top of a data directory a copy leaves out, as
 // pg_basebackup does: they belong to the running source server, to a backup
 // in progress, or to recovery, never to an independent copy.
@@ -40,6 +45,7 @@ var skipTop = map[string]bool{
 	"standby.signal":           true,
 	"recovery.signal":          true,
 	ServerLogFile:              true,
+	OldClusterLogFile:          true,
 }
 
 // emptyTop are directories a copy keeps but leaves empty: their contents

@@ -324,7 +324,7 @@ func TestFiltersOnALiveDataDirectory(t *testing.T) {
 		t.Fatal(err)
 	}
 	// Files a crashed or busy server leaves behind.
-	for _, f := range []string{"base/pgsql_tmp/pgsql_tmp1234.0", "standby.signal", "recovery.signal", "backup_label", "tablespace_map", "backup_manifest", "postgresql.auto.conf.tmp", "current_logfiles", "pg_stat_tmp/global.stat", "pg_subtrans/0000"} {
+	for _, f := range []string{"base/pgsql_tmp/pgsql_tmp1234.0", "standby.signal", "recovery.signal", "backup_label", "tablespace_map", "backup_manifest", "postgresql.auto.conf.tmp", "current_logfiles", OldClusterLogFile, "pg_stat_tmp/global.stat", "pg_subtrans/0000"} {
 		p := filepath.Join(data, f)
 		_ = os.MkdirAll(filepath.Dir(p), 0o700)
 		if _, err := os.Stat(p); err == nil {
@@ -348,7 +348,7 @@ func TestFiltersOnALiveDataDirectory(t *testing.T) {
 		"global/pg_control": clone.Include, keptPath: clone.Include, "pg_wal": clone.Include, "base": clone.Include,
 		"postmaster.pid": clone.Skip, "postmaster.opts": clone.Skip, "standby.signal": clone.Skip, "recovery.signal": clone.Skip,
 		"backup_label": clone.Skip, "tablespace_map": clone.Skip, "backup_manifest": clone.Skip,
-		"postgresql.auto.conf.tmp": clone.Skip, "current_logfiles": clone.Skip, instance.LogFileName: clone.Skip,
+		"postgresql.auto.conf.tmp": clone.Skip, "current_logfiles": clone.Skip, instance.LogFileName: clone.Skip, OldClusterLogFile: clone.Skip,
 		tempPath: clone.Skip, "base/pgsql_tmp": clone.Skip, "global/pg_internal.init": clone.Skip,
 		fmt.Sprintf("base/%d/pg_internal.init", dbOID): clone.Skip,
 		tsLink:        clone.Skip,

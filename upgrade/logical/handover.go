@@ -77,8 +77,8 @@ func (r *run) carry(ctx context.Context) error {
 // the rollback), in NEW_DATADIR: the old data directory is the user's,
 // and pgfork leaves no file there. NEW_DATADIR is the run's and belongs to
 // the server's OS user, who writes the log (pg_ctl -l opens it as that
-// user).
-const oldLogName = "pgfork-old-cluster.log"
+// user). Copies of the new cluster leave it out.
+const oldLogName = pgdata.OldClusterLogFile
 
 // oldLog is where the old cluster's starts by this run log.
 func (r *run) oldLog() string { return filepath.Join(r.o.NewDir, oldLogName) }

@@ -121,6 +121,16 @@ type Result struct {
 	// Sequences copied in the window (those that moved since the copy
 	// made just before it).
 	Sequences int `json:"sequences"`
+	// WALScan: which databases wrote after R was read from the old
+	// cluster's WAL (pg_walinspect), and only those were subscribed;
+	// without it every database was.
+	WALScan bool `json:"wal_scan"`
+	// Subscribed are the databases that got a subscription (an apply
+	// worker on the new cluster, a WAL sender on the old one), in the
+	// order they got it; SubscribedInWindow those of them that the window's
+	// final scan found written only then.
+	Subscribed         []string `json:"subscribed"`
+	SubscribedInWindow []string `json:"subscribed_in_window,omitempty"`
 	// Port and SocketDir: where the new cluster runs (without the
 	// hand-over: socket only, a private directory, initdb's
 	// authentication).
@@ -150,6 +160,9 @@ type database struct {
 	seqs map[string]int64
 	// what the run created for it
 	pub, slotMade, sub bool
+	// unloggedSeqs: it has unlogged sequences, which move without WAL; it
+	// is subscribed whatever the WAL scan finds.
+	unloggedSeqs bool
 }
 
 // run is the state of one logical upgrade.
@@ -191,6 +204,8 @@ type run struct {
 	appPort     int
 	// watch follows the apply workers' errors on the new cluster.
 	watch applyWatch
+	// scan finds the databases written after R (walscan.go).
+	scan walScan
 }
 
 func (r *run) emit(e upgrade.Event) {
@@ -514,12 +529,7 @@ func (r *run) openOld(ctx context.Context) error {
 
 // each runs fn on every database, a few at a time.
 func (r *run) each(ctx context.Context, limit int, fn func(context.Context, *database) error) error {
-	g, gctx := errgroup.WithContext(ctx)
-	g.SetLimit(limit)
-	for _, d := range r.dbs {
-		g.Go(func() error { return fn(gctx, d) })
-	}
-	return g.Wait()
+	return eachOf(ctx, r.dbs, limit, fn)
 }
 
 // publish checkpoints the old cluster (so that the clone's backup start
@@ -592,6 +602,18 @@ func (r *run) slots(ctx context.Context) (pgdata.LSN, error) {
 	if err != nil {
 		return 0, err
 	}
+	// The WAL scans start at the earliest restart_lsn of the run's slots:
+	// a transaction running at R began after the slot consistent at R
+	// started (snapbuild), whose restart_lsn is no earlier; the slots keep
+	// that WAL.
+	var l0 string
+	if err := r.control.QueryRow(ctx, `SELECT coalesce(min(restart_lsn), $1::pg_lsn)::text FROM pg_replication_slots WHERE slot_name LIKE 'pgfork\_upgrade\_%' AND slot_type = 'logical'`, R.String()).Scan(&l0); err != nil {
+		return 0, errs.Wrap(errs.Internal, err, "cannot read the logical slots' restart positions")
+	}
+	if r.scan.from, err = pgdata.ParseLSN(l0); err != nil {
+		return 0, errs.Wrap(errs.Internal, err, "bad LSN %q", l0)
+	}
+	r.scan.R = R
 	// A transactional message commits, and the commit is flushed: a record
 	// after R the standby receives.
 	if _, err := r.control.Exec(ctx, "SELECT pg_logical_emit_message(true, 'pgfork', 'upgrade --logical: R')"); err != nil {
@@ -717,23 +739,97 @@ func (r *run) subscribe(ctx context.Context, R pgdata.LSN) error {
 			return err
 		}
 	}
-	return r.each(ctx, 4, func(ctx context.Context, d *database) error {
-		conn, err := pgx.Connect(ctx, inst.ConnString(r.su, d.name))
+	// Only the databases written after R get a subscription (walscan.go);
+	// without pg_walinspect, every database.
+	writers := r.dbs
+	if r.scan.ok {
+		found, err := r.scanWAL(ctx)
 		if err != nil {
-			return errs.Wrap(errs.Internal, err, "cannot connect to database %q of the new cluster", d.name)
+			r.infof(PhaseSubscribe, "the WAL scan failed, so every database is subscribed: %v", err)
+			r.scan.ok = false
+		} else {
+			for _, d := range r.dbs {
+				if d.unloggedSeqs && !slices.Contains(found, d) {
+					found = append(found, d)
+				}
+			}
+			writers = found
+			r.infof(PhaseSubscribe, "the WAL since R names %d of %d databases as written: only those are subscribed (%s)", len(found), len(r.dbs), names(found))
 		}
-		d.new = conn
-		// What this session commits needs no flush of its own: the run
-		// fails if the new cluster crashes, and its stop checkpoints. The
-		// window's statements then do not wait for a WAL flush each.
-		if _, err := conn.Exec(ctx, "SET synchronous_commit = off"); err != nil {
-			return errs.Wrap(errs.Internal, err, "database %q of the new cluster", d.name)
+	} else {
+		r.infof(PhaseSubscribe, "pg_walinspect is not available on the old cluster: every database is subscribed (%d)", len(r.dbs))
+	}
+	r.res.WALScan = r.scan.ok
+	if r.scan.ok {
+		if err := r.checkSenders(ctx, len(writers)); err != nil {
+			return err
 		}
+	}
+	if err := r.subscribeDBs(ctx, writers, R); err != nil {
+		return err
+	}
+	// Every database: the publication that came with the clone dropped,
+	// statistics. The connections of those not subscribed are closed (but
+	// the first's: shared catalogs are read through it).
+	return r.each(ctx, 4, func(ctx context.Context, d *database) error {
+		if err := r.openNew(ctx, d); err != nil {
+			return err
+		}
+		if _, err := d.new.Exec(ctx, "ANALYZE"); err != nil {
+			return errs.Wrap(errs.Internal, err, "cannot analyze database %q of the new cluster", d.name)
+		}
+		if !d.sub && d != r.dbs[0] {
+			_ = d.new.Close(ctx)
+			d.new = nil
+		}
+		return nil
+	})
+}
+
+// eachOf runs fn on every database of dbs, a few at a time.
+func eachOf(ctx context.Context, dbs []*database, limit int, fn func(context.Context, *database) error) error {
+	g, gctx := errgroup.WithContext(ctx)
+	g.SetLimit(limit)
+	for _, d := range dbs {
+		g.Go(func() error { return fn(gctx, d) })
+	}
+	return g.Wait()
+}
+
+// openNew connects to database d of the new cluster (where it has no
+// connection yet) and drops the publication that came with the clone.
+func (r *run) openNew(ctx context.Context, d *database) error {
+	if d.new != nil && !d.new.IsClosed() {
+		return nil
+	}
+	conn, err := pgx.Connect(ctx, r.newInst.ConnString(r.su, d.name))
+	if err != nil {
+		return errs.Wrap(errs.Internal, err, "cannot connect to database %q of the new cluster", d.name)
+	}
+	d.new = conn
+	// What this session commits needs no flush of its own: the run
+	// fails if the new cluster crashes, and its stop checkpoints. The
+	// window's statements then do not wait for a WAL flush each.
+	if _, err := conn.Exec(ctx, "SET synchronous_commit = off"); err != nil {
+		return errs.Wrap(errs.Internal, err, "database %q of the new cluster", d.name)
+	}
+	// The publication came along with the clone.
+	if _, err := conn.Exec(ctx, "DROP PUBLICATION IF EXISTS "+pgx.Identifier{pubName}.Sanitize()); err != nil {
+		return errs.Wrap(errs.Internal, err, "database %q of the new cluster", d.name)
+	}
+	return nil
+}
+
+// subscribeDBs subscribes each database of dbs to its slot from R, a few
+// at a time: its catalogs compared on both sides, the subscription created
+// disabled, its origin advanced to R, enabled.
+func (r *run) subscribeDBs(ctx context.Context, dbs []*database, R pgdata.LSN) error {
+	err := eachOf(ctx, dbs, 4, func(ctx context.Context, d *database) error {
+		if err := r.openNew(ctx, d); err != nil {
+			return err
+		}
+		conn := d.new
 		sub := pgx.Identifier{subName}.Sanitize()
-		// The publication came along with the clone.
-		if _, err := conn.Exec(ctx, "DROP PUBLICATION IF EXISTS "+pgx.Identifier{pubName}.Sanitize()); err != nil {
-			return errs.Wrap(errs.Internal, err, "database %q of the new cluster", d.name)
-		}
 		// DDL after R: a table the new cluster lacks fails the subscription.
 		if same, err := sameCatalog(ctx, d); err != nil || !same {
 			if err == nil {
@@ -759,9 +855,12 @@ func (r *run) subscribe(ctx context.Context, R pgdata.LSN) error {
 		if _, err := conn.Exec(ctx, "ALTER SUBSCRIPTION "+sub+" ENABLE"); err != nil {
 			return errs.Wrap(errs.Internal, err, "cannot enable the subscription of database %q", d.name)
 		}
-		if _, err := conn.Exec(ctx, "ANALYZE"); err != nil {
-			return errs.Wrap(errs.Internal, err, "cannot analyze database %q of the new cluster", d.name)
-		}
 		return nil
 	})
+	for _, d := range dbs {
+		if d.sub && !slices.Contains(r.res.Subscribed, d.name) {
+			r.res.Subscribed = append(r.res.Subscribed, d.name)
+		}
+	}
+	return err
 }

@@ -399,7 +399,7 @@ func TestLogicalRefusals(t *testing.T) {
 	pgtest.Exec(t, inst.ConnString("", "shop"), "CREATE TABLE items (id int PRIMARY KEY)")
 	t.Run("wal_level", func(t *testing.T) { refused(t, inst, errs.Unsupported, "wal_level = replica") })
 
-	inst = restart(inst, logicalSettings(map[string]string{"max_wal_senders": "2"}))
+	inst = restart(inst, logicalSettings(map[string]string{"max_wal_senders": "1"}))
 	t.Run("wal_senders", func(t *testing.T) { refused(t, inst, errs.Unsupported, "free WAL senders") })
 
 	inst = restart(inst, logicalSettings(nil))
@@ -850,5 +850,140 @@ func TestLogicalKilled(t *testing.T) {
 	}
 	if m, _ := filepath.Glob(newDir + ".pgfork-logical*"); len(m) > 0 {
 		t.Errorf("the state file was left: %v", m)
+	}
+}
+
+// TestLogicalSubscribesWriters: at R every database gets a slot, but only
+// the databases written after R get a subscription (an apply worker on the
+// new cluster, a WAL sender on the old one), as the old cluster's WAL
+// proves. Six databases: two written by writers all along, one written
+// only as the window begins (after the catch-up's last scan: the window's
+// final scan must find it, subscribe it and carry its rows), one whose
+// sequence moves after R without WAL (its value was logged ahead before
+// R: the new cluster's is no lower), and two untouched. Every acknowledged
+// write is on the new cluster, and nothing of the run (subscriptions,
+// slots, publications, the scan's extension) is left on either side.
+func TestLogicalSubscribesWriters(t *testing.T) {
+	old, nw := builds(t)
+	base := testenv.XFSDir(t)
+	oldDir := filepath.Join(base, "old")
+	pgtest.InitDB(t, oldDir, pgtest.Server{BinDir: old.BinDir, Env: old.Env})
+	// No autovacuum and no timed checkpoint: a database nobody writes
+	// writes nothing by itself (and the sequence below moves without WAL).
+	inst := startOld(t, old, oldDir, logicalSettings(map[string]string{"autovacuum": "off", "checkpoint_timeout": "1h"}))
+	dbs := []string{"postgres", "w1", "w2", "late", "quiet1", "quiet2"}
+	url := map[string]string{}
+	for _, db := range dbs {
+		url[db] = inst.ConnString("", db)
+		if db != "postgres" {
+			pgtest.Exec(t, url["postgres"], "CREATE DATABASE "+db)
+		}
+		pgtest.Exec(t, url[db], "CREATE TABLE items (id bigserial PRIMARY KEY, v text)", "INSERT INTO items(v) SELECT 'before' FROM generate_series(1, 100)")
+	}
+	pgtest.Exec(t, url["quiet2"], "CREATE SEQUENCE s", "SELECT nextval('s')")
+	writers := []*writer{startWriter(url["w1"]), startWriter(url["w2"])}
+	stopWriters := func() {
+		for _, w := range writers {
+			select {
+			case <-w.stop:
+			default:
+				close(w.stop)
+			}
+			<-w.done
+		}
+	}
+	defer stopWriters()
+	for _, w := range writers {
+		testenv.WaitFor(t, "the writers' first commits", func() bool { return w.count() > 10 })
+	}
+
+	newDir := filepath.Join(base, "new")
+	t.Cleanup(func() {
+		if in, err := instance.Attach(newDir); err == nil {
+			_ = in.Stop(context.Background(), instance.Fast)
+		}
+	})
+	var subscribed, oldSeq string
+	res, err := run(t, logical.Options{OldDir: oldDir, NewDir: newDir, Old: old, New: nw, HandOver: true}, func(e upgrade.Event) {
+		switch {
+		case e.Phase == logical.PhaseSlots && !e.Done && e.Message == "":
+			// After the clone's checkpoint, before R: WAL-logged, the
+			// value logged ahead.
+			pgtest.Exec(t, url["quiet2"], "SELECT nextval('s')")
+		case e.Phase == logical.PhaseSubscribe && !e.Done && e.Message == "":
+			// After R: no WAL (the value was logged ahead).
+			pgtest.Exec(t, url["quiet2"], "SELECT nextval('s') FROM generate_series(1, 5)")
+		case e.Phase == logical.PhaseWindow && !e.Done && e.Message == "":
+			// After the catch-up's last scan, before writes are refused.
+			pgtest.Exec(t, url["late"], "INSERT INTO items(v) SELECT 'late' FROM generate_series(1, 3)")
+			oldSeq = pgtest.Query(t, url["quiet2"], "SELECT last_value FROM s")
+		case e.Phase == logical.PhaseCleanup && !e.Done:
+			// The new cluster serves at the old address; its disabled
+			// subscriptions are dropped next (pg_subscription is shared).
+			subscribed = pgtest.Query(t, url["postgres"], `SELECT coalesce(string_agg(d.datname, ',' ORDER BY d.datname), '')
+				FROM pg_subscription s JOIN pg_database d ON d.oid = s.subdbid`)
+		}
+	})
+	if err != nil {
+		t.Fatalf("upgrade --logical: %v (hint: %s)", err, errs.HintOf(err))
+	}
+	t.Logf("window %s, phases %v; subscribed %v, in the window %v", res.Window, res.Phases, res.Subscribed, res.SubscribedInWindow)
+	if subscribed != "late,w1,w2" {
+		t.Errorf("subscriptions on the new cluster: %q, want only the written databases: late,w1,w2", subscribed)
+	}
+	if !res.WALScan || !slices.Equal(res.SubscribedInWindow, []string{"late"}) {
+		t.Errorf("WAL scan %v, subscribed in the window %v; want the scan, and late", res.WALScan, res.SubscribedInWindow)
+	}
+	for _, w := range writers {
+		before := w.count()
+		testenv.WaitFor(t, "writes acknowledged by the new cluster at the old one's address", func() bool { return w.count() > before+10 })
+	}
+	stopWriters()
+	if v := pgtest.Query(t, url["postgres"], "SELECT current_setting('server_version_num')::int / 10000"); v != fmt.Sprint(nw.Major) {
+		t.Fatalf("the old cluster's address answers PostgreSQL %s, want %d", v, nw.Major)
+	}
+	for i, db := range []string{"w1", "w2"} {
+		have := map[string]bool{}
+		for _, s := range strings.Split(pgtest.Query(t, url[db], "SELECT string_agg(id::text, ',') FROM items"), ",") {
+			have[s] = true
+		}
+		missing := 0
+		for _, id := range writers[i].acked {
+			if !have[fmt.Sprint(id)] {
+				missing++
+			}
+		}
+		if missing > 0 {
+			t.Errorf("%d of %d acknowledged writes to %s are missing on the new cluster", missing, len(writers[i].acked), db)
+		}
+	}
+	if n := pgtest.Query(t, url["late"], "SELECT count(*) FROM items WHERE v = 'late'"); n != "3" {
+		t.Errorf("late.items on the new cluster has %s of the 3 rows written as the window began", n)
+	}
+	var o, n int64
+	if _, err := fmt.Sscan(oldSeq, &o); err != nil {
+		t.Fatalf("quiet2.s on the old cluster: %q", oldSeq)
+	}
+	if _, err := fmt.Sscan(pgtest.Query(t, url["quiet2"], "SELECT nextval('s')"), &n); err != nil || n <= o {
+		t.Errorf("quiet2.s on the new cluster gives %d (%v), not above the old cluster's last value %d", n, err, o)
+	}
+	for _, db := range dbs {
+		if n := pgtest.Query(t, url[db], "SELECT count(*) FROM pg_publication"); n != "0" {
+			t.Errorf("%s publications left in database %s of the new cluster", n, db)
+		}
+	}
+	if n := pgtest.Query(t, url["postgres"], "SELECT count(*) FROM pg_subscription"); n != "0" {
+		t.Errorf("%s subscriptions left on the new cluster", n)
+	}
+	// Back to the old cluster: nothing of the run on it, the scan's
+	// extension included.
+	if _, err := logical.Rollback(context.Background(), logical.Options{OldDir: oldDir, NewDir: newDir, Old: old, New: nw, User: pgtest.User(t)}); err != nil {
+		t.Fatalf("rollback: %v (hint: %s)", err, errs.HintOf(err))
+	}
+	nothingLeft(t, inst, dbs, "", false)
+	for _, db := range append(dbs, "template1") {
+		if n := pgtest.Query(t, inst.ConnString("", db), "SELECT count(*) FROM pg_extension WHERE extname = 'pg_walinspect'"); n != "0" {
+			t.Errorf("pg_walinspect left in database %s of the old cluster", n)
+		}
 	}
 }

@@ -117,9 +117,20 @@ func (r *run) preflight(ctx context.Context) error {
 		return errs.New(errs.Unsupported, "the old cluster has %d free replication slots; the upgrade needs %d (one per database, %d, and one for the clone)", freeSlots, n+1, n).
 			WithHint("raise max_replication_slots (ALTER SYSTEM, then a restart) or drop unused slots")
 	}
-	if freeSenders < n+1 {
-		return errs.New(errs.Unsupported, "the old cluster has %d free WAL senders; the upgrade needs %d (one per database, %d, and one for the clone)", freeSenders, n+1, n).
+	// With pg_walinspect only the databases written during the run are
+	// subscribed (walscan.go), each through a WAL sender: how many is
+	// known only then (checkSenders); here at least one besides the
+	// clone's. Without it, every database.
+	if r.scan.ok, err = r.scanAvailable(ctx); err != nil {
+		return err
+	}
+	if r.scan.ok && freeSenders < 2 {
+		return errs.New(errs.Unsupported, "the old cluster has %d free WAL senders; the upgrade needs one for the clone and one per database written during the run, at least 2", freeSenders).
 			WithHint("raise max_wal_senders (ALTER SYSTEM, then a restart)")
+	}
+	if !r.scan.ok && freeSenders < n+1 {
+		return errs.New(errs.Unsupported, "the old cluster has %d free WAL senders; the upgrade needs %d (one per database, %d, and one for the clone; with pg_walinspect, a contrib module of PostgreSQL 15+, only one per database written during the run)", freeSenders, n+1, n).
+			WithHint("raise max_wal_senders (ALTER SYSTEM, then a restart), or install PostgreSQL's contrib modules on the old cluster's server")
 	}
 	// pgfork holds a connection to every database (its control connection
 	// is open already); the application keeps the rest.
@@ -161,6 +172,12 @@ func (r *run) preflight(ctx context.Context) error {
 			return errs.Wrap(errs.Internal, err, "cannot read the tables of database %q", d.name)
 		}
 		unlogged += u
+		// An unlogged sequence moves without WAL: the scan cannot see it,
+		// and the clone's copy is reset. Its database is subscribed from
+		// the start, so that the catch-up and the window copy its value.
+		if err := d.old.QueryRow(ctx, `SELECT count(*) > 0 FROM pg_class WHERE relkind = 'S' AND relpersistence = 'u'`).Scan(&d.unloggedSeqs); err != nil {
+			return errs.Wrap(errs.Internal, err, "cannot read the sequences of database %q", d.name)
+		}
 	}
 	if len(left) > 0 {
 		return errs.New(errs.Exists, "the old cluster holds what an earlier upgrade by logical replication left: %s", strings.Join(left, ", ")).

@@ -25,11 +25,12 @@ const windowJobs = 16
 // pollEvery is how often the run looks at the slots while it waits.
 const pollEvery = 10 * time.Millisecond
 
-// confirmed waits until every slot has confirmed lsn, or ctx ends.
+// confirmed waits until the slot of every subscribed database has
+// confirmed lsn, or ctx ends (the others' slots have no WAL sender).
 func (r *run) confirmed(ctx context.Context, lsn string, checkErrors bool) error {
-	slots := make([]string, len(r.dbs))
-	for i, d := range r.dbs {
-		slots[i] = d.slot
+	var slots []string
+	for _, d := range r.subscribed() {
+		slots = append(slots, d.slot)
 	}
 	tick := time.NewTicker(pollEvery)
 	defer tick.Stop()
@@ -61,20 +62,44 @@ func (r *run) confirmed(ctx context.Context, lsn string, checkErrors bool) error
 func (r *run) catchUp(ctx context.Context) error {
 	cctx, cancel := context.WithTimeout(ctx, r.o.CatchUp)
 	defer cancel()
-	var lsn string
-	if err := r.control.QueryRow(cctx, "SELECT pg_current_wal_lsn()::text").Scan(&lsn); err != nil {
-		return errs.Wrap(errs.Internal, err, "cannot read the old cluster's WAL position")
-	}
-	if err := r.confirmed(cctx, lsn, true); err != nil {
-		if errors.Is(err, context.DeadlineExceeded) && ctx.Err() == nil {
-			if sum := r.watch.summary(); sum != "" {
-				return errs.New(errs.Busy, "the new cluster did not catch up with the old one within %s%s", r.o.CatchUp, sum).
-					WithHint("nothing was changed on the old cluster: run again once the cause is gone")
-			}
-			return errs.New(errs.Busy, "the new cluster did not catch up with the old one within %s", r.o.CatchUp).
-				WithHint("the old cluster writes faster than the new one applies; run again at a quieter time")
+	// Until a scan of the WAL finds no database written that has no
+	// subscription yet: those it finds are subscribed from R and caught
+	// up in the next round (each database at most once).
+	for {
+		var lsn string
+		if err := r.control.QueryRow(cctx, "SELECT pg_current_wal_lsn()::text").Scan(&lsn); err != nil {
+			return errs.Wrap(errs.Internal, err, "cannot read the old cluster's WAL position")
 		}
-		return err
+		var found []*database
+		if r.scan.ok {
+			var err error
+			if found, err = r.scanWAL(cctx); err != nil {
+				return err
+			}
+			if len(found) > 0 {
+				if err := r.checkSenders(cctx, len(found)); err != nil {
+					return err
+				}
+				r.infof(PhaseCatchUp, "%d more databases were written (%s): subscribed", len(found), names(found))
+				if err := r.subscribeDBs(cctx, found, r.scan.R); err != nil {
+					return err
+				}
+			}
+		}
+		if err := r.confirmed(cctx, lsn, true); err != nil {
+			if errors.Is(err, context.DeadlineExceeded) && ctx.Err() == nil {
+				if sum := r.watch.summary(); sum != "" {
+					return errs.New(errs.Busy, "the new cluster did not catch up with the old one within %s%s", r.o.CatchUp, sum).
+						WithHint("nothing was changed on the old cluster: run again once the cause is gone")
+				}
+				return errs.New(errs.Busy, "the new cluster did not catch up with the old one within %s", r.o.CatchUp).
+					WithHint("the old cluster writes faster than the new one applies; run again at a quieter time")
+			}
+			return err
+		}
+		if len(found) == 0 {
+			break
+		}
 	}
 	if err := r.applyErrors(ctx); err != nil {
 		return err
@@ -212,7 +237,8 @@ func (r *run) compare(ctx context.Context) error {
 	}
 	var mu sync.Mutex
 	var drift []string
-	if err := r.each(ctx, windowJobs, func(ctx context.Context, d *database) error {
+	// Only the subscribed: the WAL proves the others unchanged since R.
+	if err := eachOf(ctx, r.subscribed(), windowJobs, func(ctx context.Context, d *database) error {
 		same, err := sameCatalog(ctx, d)
 		if err != nil {
 			return err
@@ -249,7 +275,10 @@ func (r *run) windowPass(ctx context.Context) (int, error) {
 	var drift []string
 	total := 0
 	disable := r.ho != nil
-	err := r.each(ctx, windowJobs, func(ctx context.Context, d *database) error {
+	// Only the subscribed: the WAL up to the window's LSN proves the
+	// others unchanged since R (catalogs, large objects, sequences: see
+	// walscan.go).
+	err := eachOf(ctx, r.subscribed(), windowJobs, func(ctx context.Context, d *database) error {
 		st, err := readDB(ctx, d.old)
 		if err != nil {
 			return errs.Wrap(errs.Internal, err, "cannot read the catalog of database %q of the old cluster", d.name)
@@ -396,6 +425,28 @@ func (r *run) inWindow(ctx context.Context) error {
 	var lsn string
 	if err := c.QueryRow(ctx, "SELECT pg_current_wal_lsn()::text").Scan(&lsn); err != nil {
 		return err
+	}
+	if r.scan.ok {
+		// The final scan, from where the catch-up's last one ended to past
+		// the window's LSN: a database written only since is subscribed
+		// and caught up here, inside the window.
+		late, err := r.scanWAL(ctx)
+		if err != nil {
+			return err
+		}
+		if len(late) > 0 {
+			if err := r.checkSenders(ctx, len(late)); err != nil {
+				return err
+			}
+			if err := r.subscribeDBs(ctx, late, r.scan.R); err != nil {
+				return err
+			}
+			for _, d := range late {
+				r.res.SubscribedInWindow = append(r.res.SubscribedInWindow, d.name)
+			}
+		}
+		r.infof(PhaseWindow, "the final WAL scan found %d databases written only since the catch-up's last scan%s", len(late), inWindowNote(late))
+		step("WAL scanned")
 	}
 	if err := r.confirmed(ctx, lsn, true); err != nil {
 		return err
@@ -573,7 +624,7 @@ func (r *run) rollback(ctx context.Context) string {
 func (r *run) copySequences(ctx context.Context) (int, error) {
 	var mu sync.Mutex
 	total := 0
-	err := r.each(ctx, windowJobs, func(ctx context.Context, d *database) error {
+	err := eachOf(ctx, r.subscribed(), windowJobs, func(ctx context.Context, d *database) error {
 		st, err := readDB(ctx, d.old)
 		if err != nil {
 			return errs.Wrap(errs.Internal, err, "cannot read the sequences of database %q", d.name)
@@ -592,4 +643,12 @@ func (r *run) copySequences(ctx context.Context) (int, error) {
 		return nil
 	})
 	return total, err
+}
+
+// inWindowNote names the databases the window subscribed.
+func inWindowNote(late []*database) string {
+	if len(late) == 0 {
+		return ""
+	}
+	return " (" + names(late) + "): subscribed and caught up inside the window"
 }

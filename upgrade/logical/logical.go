@@ -760,10 +760,8 @@ func (r *run) subscribe(ctx context.Context, R pgdata.LSN) error {
 		r.infof(PhaseSubscribe, "pg_walinspect is not available on the old cluster: every database is subscribed (%d)", len(r.dbs))
 	}
 	r.res.WALScan = r.scan.ok
-	if r.scan.ok {
-		if err := r.checkSenders(ctx, len(writers)); err != nil {
-			return err
-		}
+	if err := r.checkSenders(ctx, len(writers)); err != nil {
+		return err
 	}
 	if err := r.subscribeDBs(ctx, writers, R); err != nil {
 		return err

@@ -402,6 +402,38 @@ func TestLogicalRefusals(t *testing.T) {
 	inst = restart(inst, logicalSettings(map[string]string{"max_wal_senders": "1"}))
 	t.Run("wal_senders", func(t *testing.T) { refused(t, inst, errs.Unsupported, "free WAL senders") })
 
+	inst = restart(inst, logicalSettings(map[string]string{"max_wal_senders": "2"}))
+	t.Run("written_beyond_wal_senders", func(t *testing.T) {
+		// Enough WAL senders for the preflight (the clone's and one), but
+		// three databases written after R: refused before the window,
+		// naming the setting.
+		pg := inst.ConnString("", "postgres")
+		pgtest.Exec(t, pg, "CREATE DATABASE more", "CREATE TABLE t (id int PRIMARY KEY)")
+		defer pgtest.Exec(t, pg, "DROP DATABASE more", "DROP TABLE t")
+		more := inst.ConnString("", "more")
+		pgtest.Exec(t, more, "CREATE TABLE t (id int PRIMARY KEY)")
+		window := false
+		_, err := run(t, logical.Options{OldDir: oldDir, NewDir: newDir, Old: old, New: nw}, func(e upgrade.Event) {
+			if e.Phase == logical.PhaseSubscribe && !e.Done && e.Message == "" {
+				pgtest.Exec(t, pg, "INSERT INTO t VALUES (1)")
+				pgtest.Exec(t, more, "INSERT INTO t VALUES (1)")
+				pgtest.Exec(t, inst.ConnString("", "shop"), "INSERT INTO items VALUES (1)")
+			}
+			if e.Phase == logical.PhaseWindow {
+				window = true
+			}
+		})
+		if errs.KindOf(err) != errs.Unsupported || err == nil || !strings.Contains(err.Error(), "3 databases of the old cluster were written during the run") ||
+			!strings.Contains(errs.HintOf(err), "max_wal_senders") {
+			t.Errorf("error %v (hint %q), want 3 written databases and max_wal_senders named", err, errs.HintOf(err))
+		}
+		if window {
+			t.Error("writes were refused before the refusal")
+		}
+		nothingLeft(t, inst, append(dbs, "more"), newDir, false)
+		pgtest.Exec(t, inst.ConnString("", "shop"), "DELETE FROM items")
+	})
+
 	inst = restart(inst, logicalSettings(nil))
 	pg, shop := inst.ConnString("", "postgres"), inst.ConnString("", "shop")
 	t.Run("slots", func(t *testing.T) {

@@ -100,10 +100,11 @@ func (r *run) scanAvailable(ctx context.Context) (bool, error) {
 func (r *run) scanWAL(ctx context.Context) ([]*database, error) {
 	c := r.control
 	// A commit of its own, flushed: every record written before it is
-	// flushed too, and read by this scan.
+	// flushed too, and read by this scan (local: a synchronous standby's
+	// answer is not waited for).
 	b := &pgx.Batch{}
 	b.Queue("BEGIN")
-	b.Queue("SET LOCAL synchronous_commit = on")
+	b.Queue("SET LOCAL synchronous_commit = local")
 	b.Queue("SELECT pg_logical_emit_message(true, 'pgfork', 'upgrade --logical: WAL scan')")
 	b.Queue("COMMIT")
 	if err := c.SendBatch(ctx, b).Close(); err != nil {

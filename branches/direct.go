@@ -106,39 +106,23 @@ func checkBackups(name string, refs []BackupRef) ([]string, error) {
 	return dirs, nil
 }
 
-// fill puts branch b's data into work (its server stopped): a copy of its
-// snapshot directory, or its backups restored again once proven unchanged.
-// replace: work is the branch's data directory itself (in the state
-// directory), replaced only once the new one is complete.
-func (m *Manager) fill(ctx context.Context, b *Branch, work string, replace bool) error {
+// fill makes work, a new data directory for branch b: a copy of its
+// snapshot directory, or its backups restored again once proven
+// unchanged.
+func (m *Manager) fill(ctx context.Context, b *Branch, work string) error {
 	m.mu.Lock()
 	refs := m.backupsOf(b)
 	m.mu.Unlock()
 	if len(refs) == 0 {
-		_, err := clone.Copy(ctx, m.snapOfBranch(b), work, clone.Options{Sync: clone.SyncFS, Force: replace})
+		_, err := clone.Copy(ctx, m.snapOfBranch(b), work, clone.Options{Sync: clone.SyncFS})
 		return err
 	}
 	dirs, err := checkBackups(b.Name, refs)
 	if err != nil {
 		return err
 	}
-	into := work
-	if replace {
-		into = work + ".new"
-		_ = removeBelow(filepath.Dir(into), filepath.Base(into)) // a crashed reset's
-	}
-	if _, err := restore.Restore(ctx, dirs, into, m.restoreOptions(into)); err != nil {
-		return err
-	}
-	if !replace {
-		return nil
-	}
-	if err := swapDirs(into, work); err != nil {
-		_ = removeBelow(filepath.Dir(into), filepath.Base(into))
-		return errs.FromOS(err, work, "cannot put the branch's new data directory in place")
-	}
-	// into now holds the old data directory.
-	return removeBelow(filepath.Dir(into), filepath.Base(into))
+	_, err = restore.Restore(ctx, dirs, work, m.restoreOptions(work))
+	return err
 }
 
 // restoreOptions are how a backup source is restored into dst for a

@@ -101,7 +101,7 @@ func (m *Manager) Create(ctx context.Context, c Caller, o CreateOptions) (Branch
 			return fail(err)
 		}
 	}
-	if err := m.copyAndStart(ctx, b, false); err != nil {
+	if err := m.copyAndStart(ctx, b); err != nil {
 		return fail(err)
 	}
 	hook("started")
@@ -324,23 +324,53 @@ func (m *Manager) forget(name string) {
 }
 
 // copyAndStart copies the branch's snapshot into its data directory
-// (replacing what is there; fill) and starts it. A data directory the user
-// named is copied in the branch's home first and moved there last
-// (placeData).
-func (m *Manager) copyAndStart(ctx context.Context, b *Branch, replace bool) error {
-	work := m.workDir(b)
-	if b.DataDir != "" {
-		_ = removeBelow(filepath.Dir(work), b.Name) // a reset's leftover
-	}
-	if err := m.fill(ctx, b, work, replace && b.DataDir == ""); err != nil {
+// (newData), puts it in place and starts it (putData).
+func (m *Manager) copyAndStart(ctx context.Context, b *Branch) error {
+	next, err := m.newData(ctx, b, false)
+	if err != nil {
 		return err
 	}
-	if err := m.copyTablespaces(ctx, b, work); err != nil {
+	return m.putData(ctx, b, next, false)
+}
+
+// newData makes a new data directory for branch b from its snapshot
+// (fill) and returns where: its work directory, or, for a reset of a
+// branch whose data directory is that work directory (in the state
+// directory), beside it. Nothing of the branch's current data is touched,
+// so a reset makes it while the branch still runs.
+func (m *Manager) newData(ctx context.Context, b *Branch, reset bool) (string, error) {
+	next := m.workDir(b)
+	if b.DataDir == "" && reset {
+		next += ".new"
+	}
+	_ = removeBelow(filepath.Dir(next), filepath.Base(next)) // a crashed create's or reset's
+	if err := m.fill(ctx, b, next); err != nil {
+		return "", err
+	}
+	return next, nil
+}
+
+// putData gives branch b (its server stopped) the data directory next
+// made by newData: its own copies of the snapshot's tablespaces, then
+// moved into place (replacing the branch's data directory on a reset,
+// whose old one is removed), and starts it.
+func (m *Manager) putData(ctx context.Context, b *Branch, next string, replace bool) error {
+	if err := m.copyTablespaces(ctx, b, next); err != nil {
 		return err
 	}
-	if b.DataDir != "" {
+	switch {
+	case b.DataDir != "":
 		if err := m.placeData(b, replace); err != nil {
 			return err
+		}
+	case replace:
+		work := m.workDir(b)
+		if err := swapDirs(next, work); err != nil {
+			return errs.FromOS(err, work, "cannot put the branch's new data directory in place")
+		}
+		// next now holds the old data directory.
+		if err := removeBelow(filepath.Dir(next), filepath.Base(next)); err != nil {
+			return errs.FromOS(err, next, "cannot remove the branch's old data directory")
 		}
 	}
 	hook("copied")
@@ -1045,10 +1075,22 @@ func (m *Manager) Reset(ctx context.Context, c Caller, name string) (Branch, err
 	}
 	m.busy[name] = true
 	m.mu.Unlock()
-	err = cluster.Down(ctx, m.o.Layout, regName(b.Name), cluster.DownOptions{KeepData: true, Timeout: 30 * time.Second})
-	if err == nil || errs.IsNotFound(err) {
-		_ = m.keepStoppedPort(b) // taken meanwhile: the start says by whom
-		err = m.copyAndStart(ctx, b, true)
+	// The new data directory is made while the branch still runs: its
+	// server is down for the swap and the start alone, and a copy that
+	// fails leaves it running as it was.
+	next, err := m.newData(ctx, b, true)
+	if err == nil {
+		hook("reset-made")
+		err = cluster.Down(ctx, m.o.Layout, regName(b.Name), cluster.DownOptions{KeepData: true, Timeout: 30 * time.Second})
+		if errs.IsNotFound(err) {
+			err = nil
+		}
+		if err != nil {
+			_ = removeBelow(filepath.Dir(next), filepath.Base(next))
+		} else {
+			_ = m.keepStoppedPort(b) // taken meanwhile: the start says by whom
+			err = m.putData(ctx, b, next, true)
+		}
 	}
 	m.mu.Lock()
 	delete(m.busy, name)

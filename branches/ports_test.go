@@ -116,3 +116,38 @@ func TestStoppedBranchKeepsPort(t *testing.T) {
 		t.Errorf("started on its port after the other process let it go: %s rows", got)
 	}
 }
+
+// TestResetMadeWhileRunning: a reset makes the branch's new data
+// directory while its server still runs and answers (down only for the
+// swap and the start), and the reset's result is the snapshot again.
+func TestResetMadeWhileRunning(t *testing.T) {
+	ctx := context.Background()
+	o := env(t)
+	m := open(t, o)
+	me := Caller{Token: "me"}
+	b, err := m.Create(ctx, me, CreateOptions{Name: "r", Source: "prod"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	pgtest.Exec(t, b.URL(), "CREATE TABLE written_in_branch (id int)")
+	var answered []string
+	testHook = func(step string) {
+		if step == "reset-made" {
+			if err := tryQuery(b.URL()); err != nil {
+				answered = append(answered, err.Error())
+			} else {
+				answered = append(answered, "")
+			}
+		}
+	}
+	t.Cleanup(func() { testHook = nil })
+	if _, err := m.Reset(ctx, me, "r"); err != nil {
+		t.Fatal(err)
+	}
+	if len(answered) != 1 || answered[0] != "" {
+		t.Errorf("when the reset's new data directory was made the branch answered %q, want one answer and no error: it runs until the swap", answered)
+	}
+	if got := pgtest.Query(t, b.URL(), "SELECT count(*) FROM pg_class WHERE relname = 'written_in_branch'"); got != "0" {
+		t.Errorf("after the reset the table written in the branch is still there (%s)", got)
+	}
+}

@@ -826,6 +826,16 @@ func (r *run) subscribeDBs(ctx context.Context, dbs []*database, R pgdata.LSN) e
 		if err := r.openNew(ctx, d); err != nil {
 			return err
 		}
+		if d.old == nil || d.old.IsClosed() {
+			// Closed at the catch-up's end (a database the window's final
+			// scan found written); the window ended the other sessions
+			// before, so this one needs no place in ownPIDs.
+			c, err := pgx.Connect(ctx, r.oldURL(d.name, "pgfork upgrade"))
+			if err != nil {
+				return errs.Wrap(errs.Internal, err, "cannot connect to database %q of the old cluster", d.name)
+			}
+			d.old = c
+		}
 		conn := d.new
 		sub := pgx.Identifier{subName}.Sanitize()
 		// DDL after R: a table the new cluster lacks fails the subscription.

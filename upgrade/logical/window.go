@@ -123,6 +123,23 @@ func (r *run) catchUp(ctx context.Context) error {
 			}
 		}
 	}
+	if r.scan.ok {
+		// The databases not subscribed need no connection of pgfork's on
+		// the old cluster in the window (subscribeDBs opens one again for a
+		// database its final scan finds written; the clean-up reconnects):
+		// their backends exit now, not in the old cluster's stop inside
+		// the window.
+		var idle []*database
+		for _, d := range r.dbs {
+			if !d.sub && d.old != nil && !d.old.IsClosed() {
+				idle = append(idle, d)
+			}
+		}
+		_ = eachOf(ctx, idle, windowJobs, func(ctx context.Context, d *database) error {
+			_ = d.old.Close(ctx)
+			return nil
+		})
+	}
 	return nil
 }
 
@@ -557,14 +574,16 @@ func (r *run) dropReplication(ctx context.Context) string {
 }
 
 // reconnect reopens the connections an interrupt closed (pgx closes a
-// connection whose query was cancelled), for the clean-up.
+// connection whose query was cancelled), and those of the databases not
+// subscribed, closed at the catch-up's end, for the clean-up; a few at a
+// time.
 func (r *run) reconnect(ctx context.Context) {
 	if r.control != nil && r.control.IsClosed() {
 		if c, err := pgx.Connect(ctx, r.oldURL("template1", "pgfork upgrade")); err == nil {
 			r.control = c
 		}
 	}
-	for _, d := range r.dbs {
+	_ = r.each(ctx, windowJobs, func(ctx context.Context, d *database) error {
 		if d.old != nil && d.old.IsClosed() {
 			if c, err := pgx.Connect(ctx, r.oldURL(d.name, "pgfork upgrade")); err == nil {
 				d.old = c
@@ -575,7 +594,8 @@ func (r *run) reconnect(ctx context.Context) {
 				d.new = c
 			}
 		}
-	}
+		return nil
+	})
 }
 
 // rollback gives writes back to the old cluster, removes what the run

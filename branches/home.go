@@ -269,8 +269,8 @@ func (m *Manager) pendingIn(home string) bool {
 // data/NAME, to the directory the user named (b.DataDir): its identity is
 // recorded first (saved), so that whatever a crash leaves is proven ours
 // before it is removed. With replace (a reset), the new copy and the
-// branch's data directory are exchanged atomically and the old one is
-// removed.
+// branch's data directory are exchanged atomically: the old one is then
+// in data/NAME, for the caller to remove (after the branch's start).
 func (m *Manager) placeData(b *Branch, replace bool) error {
 	work := m.workDir(b)
 	id, err := idOf(work)
@@ -292,7 +292,6 @@ func (m *Manager) placeData(b *Branch, replace bool) error {
 			return errs.FromOS(err, b.DataDir, "cannot put the branch's new data directory in place")
 		}
 		// work now holds the old data directory.
-		_ = removeBelow(filepath.Dir(work), filepath.Base(work))
 	} else if err := fsutil.RenameNoReplace(work, b.DataDir); err != nil {
 		if errors.Is(err, fs.ErrExist) {
 			return errs.New(errs.Exists, "%s appeared while the branch was made", b.DataDir).WithPath(b.DataDir).

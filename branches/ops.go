@@ -330,7 +330,8 @@ func (m *Manager) copyAndStart(ctx context.Context, b *Branch) error {
 	if err != nil {
 		return err
 	}
-	return m.putData(ctx, b, next, false)
+	_, err = m.putData(ctx, b, next, false)
+	return err
 }
 
 // newData makes a new data directory for branch b from its snapshot
@@ -352,29 +353,40 @@ func (m *Manager) newData(ctx context.Context, b *Branch, reset bool) (string, e
 
 // putData gives branch b (its server stopped) the data directory next
 // made by newData: its own copies of the snapshot's tablespaces, then
-// moved into place (replacing the branch's data directory on a reset,
-// whose old one is removed), and starts it.
-func (m *Manager) putData(ctx context.Context, b *Branch, next string, replace bool) error {
+// moved into place (replacing the branch's data directory on a reset),
+// and starts it. A reset's old data directory is renamed aside, to trash,
+// for the caller to remove once the branch is no longer busy: removing
+// files of many extents takes time the branch need be neither down nor
+// busy for (a crash leaves it to Open's sweep: no branch has its name).
+func (m *Manager) putData(ctx context.Context, b *Branch, next string, replace bool) (trash string, err error) {
 	if err := m.copyTablespaces(ctx, b, next); err != nil {
-		return err
+		return "", err
 	}
+	old := "" // where the replaced data directory is once swapped out
 	switch {
 	case b.DataDir != "":
 		if err := m.placeData(b, replace); err != nil {
-			return err
+			return "", err
+		}
+		if replace {
+			old = m.workDir(b)
 		}
 	case replace:
 		work := m.workDir(b)
 		if err := swapDirs(next, work); err != nil {
-			return errs.FromOS(err, work, "cannot put the branch's new data directory in place")
+			return "", errs.FromOS(err, work, "cannot put the branch's new data directory in place")
 		}
-		// next now holds the old data directory.
-		if err := removeBelow(filepath.Dir(next), filepath.Base(next)); err != nil {
-			return errs.FromOS(err, next, "cannot remove the branch's old data directory")
+		old = next
+	}
+	if old != "" {
+		trash = filepath.Join(filepath.Dir(old), ".old-"+b.Name+"-"+fsutil.RandomTag())
+		if err := os.Rename(old, trash); err != nil {
+			trash = ""
+			_ = removeBelow(filepath.Dir(old), filepath.Base(old))
 		}
 	}
 	hook("copied")
-	return m.start(ctx, b)
+	return trash, m.start(ctx, b)
 }
 
 // branchSettings are every branch's server settings beyond its source's,
@@ -1058,20 +1070,25 @@ func (m *Manager) DeleteSnapshot(c Caller, name string) error {
 
 // Reset puts a branch back to the snapshot it was made from: its server
 // stopped, its data directory replaced by a new copy, started again on the
-// same port with the same role and password. A branch whose snapshot is
-// its backups (direct.go) is refused while it still runs when those have
-// changed or gone.
+// same port with the same role and password. The new data directory is
+// made first, the branch still running: a branch whose snapshot is its
+// backups (direct.go) keeps running as it was when those have changed or
+// gone.
 func (m *Manager) Reset(ctx context.Context, c Caller, name string) (Branch, error) {
+	// The old data directory, put aside by putData, is removed once the
+	// lock is released (deferred first, run last) and the branch is no
+	// longer busy.
+	var trash string
+	defer func() {
+		if trash != "" {
+			_ = removeBelow(filepath.Dir(trash), filepath.Base(trash))
+		}
+	}()
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	b, err := m.branch(c, name)
 	if err != nil {
 		return Branch{}, err
-	}
-	if refs := m.backupsOf(b); len(refs) > 0 {
-		if _, err := checkBackups(name, refs); err != nil {
-			return Branch{}, err
-		}
 	}
 	m.busy[name] = true
 	m.mu.Unlock()
@@ -1089,7 +1106,7 @@ func (m *Manager) Reset(ctx context.Context, c Caller, name string) (Branch, err
 			_ = removeBelow(filepath.Dir(next), filepath.Base(next))
 		} else {
 			_ = m.keepStoppedPort(b) // taken meanwhile: the start says by whom
-			err = m.putData(ctx, b, next, true)
+			trash, err = m.putData(ctx, b, next, true)
 		}
 	}
 	m.mu.Lock()

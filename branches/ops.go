@@ -342,7 +342,9 @@ func (m *Manager) copyAndStart(ctx context.Context, b *Branch) error {
 func (m *Manager) newData(ctx context.Context, b *Branch, reset bool) (string, error) {
 	next := m.workDir(b)
 	if b.DataDir == "" && reset {
-		next += ".new"
+		// A name no branch can have (validName: a letter or digit first):
+		// "NAME.new" could be another branch's data directory.
+		next = filepath.Join(filepath.Dir(next), ".new-"+b.Name)
 	}
 	_ = removeBelow(filepath.Dir(next), filepath.Base(next)) // a crashed create's or reset's
 	if err := m.fill(ctx, b, next); err != nil {

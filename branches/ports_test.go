@@ -130,6 +130,13 @@ func TestResetMadeWhileRunning(t *testing.T) {
 		t.Fatal(err)
 	}
 	pgtest.Exec(t, b.URL(), "CREATE TABLE written_in_branch (id int)")
+	// A branch whose name is r's plus a suffix keeps its data through r's
+	// reset (the reset's new directory is named so that no branch can be).
+	other, err := m.Create(ctx, me, CreateOptions{Name: "r.new", Source: "prod"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	pgtest.Exec(t, other.URL(), "CREATE TABLE kept_in_other (id int)")
 	var answered []string
 	testHook = func(step string) {
 		if step == "reset-made" {
@@ -149,5 +156,11 @@ func TestResetMadeWhileRunning(t *testing.T) {
 	}
 	if got := pgtest.Query(t, b.URL(), "SELECT count(*) FROM pg_class WHERE relname = 'written_in_branch'"); got != "0" {
 		t.Errorf("after the reset the table written in the branch is still there (%s)", got)
+	}
+	if err := tryQuery(other.URL()); err != nil {
+		t.Fatalf("branch r.new after r's reset: %v", err)
+	}
+	if got := pgtest.Query(t, other.URL(), "SELECT count(*) FROM pg_class WHERE relname = 'kept_in_other'"); got != "1" {
+		t.Errorf("branch r.new lost its table in r's reset (%s)", got)
 	}
 }

@@ -301,6 +301,23 @@ public final class PgforkDataSource implements DataSource, AutoCloseable {
         }
     }
 
+    /**
+     * Waits for the copy being made ready ahead (if one is) and for every give-back submitted so far: the copies the
+     * server counts out are then exactly the ones this context holds. For tests that count them.
+     *
+     * @throws RuntimeException the error of making the copy ready ahead, or of a give-back
+     */
+    void awaitBackground() {
+        CompletableFuture<Copy> ahead;
+        synchronized (this) {
+            ahead = next;
+        }
+        if (ahead != null) {
+            join(ahead);
+        }
+        giveBacks.await(CLOSE_WAIT);
+    }
+
     /** Closes the pool and gives every copy back when the context closes, and waits for them to reach the server. */
     @Override
     public void close() {

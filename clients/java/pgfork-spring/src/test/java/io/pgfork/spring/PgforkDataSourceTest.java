@@ -47,7 +47,8 @@ class PgforkDataSourceTest {
                 assertEquals(2, count(st), "the first test's row is not in the next copy");
                 st.execute("INSERT INTO colours VALUES ('yellow')");
             }
-            assertEquals(before + 2, inUseSettled(hash, before + 2),
+            ds.awaitBackground();
+            assertEquals(before + 2, inUse(hash),
                     "the current copy and the one made ready for the next test are out: the first one was given back");
             ds.refresh("second");
             TestDatabase third = ds.database(); // made ready while the second copy served its test
@@ -76,11 +77,21 @@ class PgforkDataSourceTest {
                 st.execute("INSERT INTO colours VALUES ('green')");
             }
             ds.refresh("FirstClass.test"); // the class's last test: the next copy gets ready ahead
-            assertEquals(before + 1, inUseSettled(hash, before + 1), "the copy made ready for the next test is out");
-            ds.park(); // the class ended: its context waits in Spring's cache
-            assertEquals(before, inUseSettled(hash, before), "a context waiting between classes holds no copy");
-            // The pool does not fill itself up again (its minimum idle connection) with a copy.
+            // The pool opens its idle connection to the next copy at once (Pools: minimum idle 1), which makes that
+            // copy current and one more ready ahead. Once the pool has it and the background work is done, the
+            // context holds exactly those two, and the first copy is back.
             HikariDataSource pool = ds.unwrap(HikariDataSource.class);
+            long deadline = System.nanoTime() + 60_000_000_000L;
+            while (pool.getHikariPoolMXBean().getTotalConnections() == 0 && System.nanoTime() < deadline) {
+                Thread.sleep(20);
+            }
+            assertEquals(1, pool.getHikariPoolMXBean().getTotalConnections(), "the pool opened its idle connection again");
+            ds.awaitBackground();
+            assertEquals(before + 2, inUse(hash), "the current copy and the one made ready ahead are out, the first is back");
+            ds.park(); // the class ended: its context waits in Spring's cache
+            ds.awaitBackground();
+            assertEquals(before, inUse(hash), "a context waiting between classes holds no copy");
+            // The pool does not fill itself up again (its minimum idle connection) with a copy.
             pool.getHikariPoolMXBean().softEvictConnections();
             assertEquals(0, pool.getMinimumIdle(), "a waiting context's pool opens no connection of its own");
             assertEquals(before, inUse(hash), "a waiting context holds no copy");
@@ -116,20 +127,6 @@ class PgforkDataSourceTest {
             rs.next();
             return rs.getInt(1);
         }
-    }
-
-    /**
-     * inUse, asked again for up to a minute until it is want (a give-back runs on a background thread, as
-     * late as a loaded machine makes it).
-     */
-    private static int inUseSettled(String hash, int want) throws IOException, InterruptedException {
-        long deadline = System.nanoTime() + 60_000_000_000L;
-        int n = inUse(hash);
-        while (n != want && System.nanoTime() < deadline) {
-            Thread.sleep(20);
-            n = inUse(hash);
-        }
-        return n;
     }
 
     /** The template's databases handed out and not given back, as the server counts them. */

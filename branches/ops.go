@@ -388,7 +388,14 @@ func (m *Manager) putData(ctx context.Context, b *Branch, next string, replace b
 		}
 	}
 	hook("copied")
-	return trash, m.start(ctx, b)
+	if err := m.start(ctx, b); err != nil {
+		if !replace { // a create: its fail removes the data directory, the server log in it too
+			return trash, errs.Wrap(errs.KindOf(err), err, "branch %q did not start", b.Name).
+				WithHint("the server log's last lines are above (the new branch's data directory is removed, its log with it)")
+		}
+		return trash, err
+	}
+	return trash, nil
 }
 
 // branchSettings are every branch's server settings beyond its source's,

@@ -4,6 +4,7 @@ import (
 	"context"
 	"net"
 	"os"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"testing"
@@ -162,5 +163,62 @@ func TestResetMadeWhileRunning(t *testing.T) {
 	}
 	if got := pgtest.Query(t, other.URL(), "SELECT count(*) FROM pg_class WHERE relname = 'kept_in_other'"); got != "1" {
 		t.Errorf("branch r.new lost its table in r's reset (%s)", got)
+	}
+}
+
+// TestCreateStartFails: a create whose server does not start (here a
+// setting its server refuses, written into the new data directory once it
+// is in place) fails naming the branch with the server log's last lines,
+// says that the data directory and its log are removed (they are), and
+// leaves no branch and no data directory behind.
+func TestCreateStartFails(t *testing.T) {
+	ctx := context.Background()
+	o := env(t)
+	m := open(t, o)
+	me := Caller{Token: "me"}
+	var data string
+	testHook = func(step string) {
+		if step != "copied" {
+			return
+		}
+		m.mu.Lock()
+		for _, x := range m.st.Branches {
+			if x.Name == "bad" {
+				data = m.dataOf(x)
+			}
+		}
+		m.mu.Unlock()
+		f, err := os.OpenFile(filepath.Join(data, "postgresql.conf"), os.O_APPEND|os.O_WRONLY, 0)
+		if err != nil {
+			t.Error(err)
+			return
+		}
+		_, _ = f.WriteString("\nwork_mem = 'not a size'\n")
+		_ = f.Close()
+	}
+	t.Cleanup(func() { testHook = nil })
+	_, err := m.Create(ctx, me, CreateOptions{Name: "bad", Source: "prod"})
+	if err == nil {
+		t.Fatal("a branch whose server cannot start was created")
+	}
+	if !strings.Contains(err.Error(), `branch "bad" did not start`) || !strings.Contains(err.Error(), "work_mem") {
+		t.Errorf("the error %q does not name the branch and the server log's complaint (work_mem)", err)
+	}
+	if h := errs.HintOf(err); !strings.Contains(h, "removed") || strings.Contains(h, "kept") {
+		t.Errorf("the hint %q does not say that the data directory and its log are removed", h)
+	}
+	if data == "" {
+		t.Fatal("the create never reached its start")
+	}
+	if _, serr := os.Stat(data); !os.IsNotExist(serr) {
+		t.Errorf("the failed create's data directory %s is still there (%v)", data, serr)
+	}
+	if l := m.List(Caller{Token: "admin"}).Branches; len(l) != 0 {
+		t.Errorf("a failed create left branches %v", l)
+	}
+	// The name is free again, and a create that can start works.
+	testHook = nil
+	if _, err := m.Create(ctx, me, CreateOptions{Name: "bad", Source: "prod"}); err != nil {
+		t.Fatalf("a create under the failed one's name: %v", err)
 	}
 }

@@ -66,12 +66,17 @@ func init() {
 
 // lgJSON is the part of `pgfork upgrade --logical --json` the bench reads.
 type lgJSON struct {
-	R           string `json:"r"`
-	Window      ms     `json:"window_ms"`
-	Elapsed     ms     `json:"elapsed_ms"`
-	HandedOver  bool   `json:"handed_over"`
-	Sequences   int    `json:"sequences"`
-	WindowSteps []struct {
+	R          string `json:"r"`
+	Window     ms     `json:"window_ms"`
+	Elapsed    ms     `json:"elapsed_ms"`
+	HandedOver bool   `json:"handed_over"`
+	Sequences  int    `json:"sequences"`
+	// WALScan: the old cluster's WAL since R was scanned, and only the
+	// databases it names as written were subscribed.
+	WALScan            bool     `json:"wal_scan"`
+	Subscribed         []string `json:"subscribed"`
+	SubscribedInWindow []string `json:"subscribed_in_window"`
+	WindowSteps        []struct {
 		Name    string `json:"name"`
 		Elapsed ms     `json:"elapsed_ms"`
 	} `json:"window_steps"`
@@ -392,7 +397,11 @@ func (b *lgBench) report(r *Report, title string, n int, cs []*lgCase, target ti
 			for _, p := range x.j.Phases {
 				ph = append(ph, fmt.Sprintf("%s %s", p.Name, Dur(p.Elapsed.D())))
 			}
-			r.Notef("%s, from %s, median run (load %s): window steps: %s. Phases: %s.", title, c.from.Version, x.load, strings.Join(st, ", "), strings.Join(ph, ", "))
+			sub := fmt.Sprintf("all %d databases subscribed (no WAL scan)", len(x.j.Subscribed))
+			if x.j.WALScan {
+				sub = fmt.Sprintf("the WAL since R named %d of %d databases as written, only those subscribed (%d of them in the window)", len(x.j.Subscribed), n, len(x.j.SubscribedInWindow))
+			}
+			r.Notef("%s, from %s, median run (load %s): %s; window steps: %s. Phases: %s.", title, c.from.Version, x.load, sub, strings.Join(st, ", "), strings.Join(ph, ", "))
 			break
 		}
 	}
@@ -404,7 +413,6 @@ func (b *lgBench) report(r *Report, title string, n int, cs []*lgCase, target ti
 		r.Target(c.logicalW.Median() <= target && missing == 0, "%s from %s: --logical window %s ≤ %s including the hand-over, every acknowledged write on the new cluster (%d missing)",
 			title, c.from.Version, Dur(c.logicalW.Median()), Dur(target), missing)
 	}
-	_ = n
 }
 
 // runCase builds the source cluster for one case and old major and runs

@@ -78,6 +78,15 @@ func printLogicalSummary(w io.Writer, r *logical.Result) {
 		r.OldDir, r.OldVersion, r.NewDir, r.NewVersion, r.R)
 	fmt.Fprintf(w, "  window:     writes refused on the old cluster for %s (%d databases, %d sequences copied)\n",
 		r.Window.Round(time.Millisecond), len(r.Databases), r.Sequences)
+	switch {
+	case !r.WALScan:
+		fmt.Fprintf(w, "  subscribed: all %d databases (the WAL since R was not scanned: pg_walinspect missing on the old cluster, or its scan failed)\n", len(r.Subscribed))
+	case len(r.SubscribedInWindow) > 0:
+		fmt.Fprintf(w, "  subscribed: %d of %d databases, the ones the WAL since R shows written (%d of them found in the window)\n",
+			len(r.Subscribed), len(r.Databases), len(r.SubscribedInWindow))
+	default:
+		fmt.Fprintf(w, "  subscribed: %d of %d databases, the ones the WAL since R shows written\n", len(r.Subscribed), len(r.Databases))
+	}
 	var ph []string
 	for _, p := range r.Phases {
 		ph = append(ph, fmt.Sprintf("%s %s", p.Name, p.Elapsed.Round(10*time.Millisecond)))

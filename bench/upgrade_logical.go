@@ -43,13 +43,20 @@ import (
 // the window, is the price of upgrading while serving.
 //
 // Cases: one database (pgbench scale 10) and 200 databases, each against
-// both baselines; 1,000 databases, --logical alone (the baselines take
-// minutes there: see the upgrade scenario). The window is pgfork's own
+// both baselines; 200 databases every one of which is written during the
+// run, --logical alone (the application's writer writes one database: the
+// WAL scan subscribes only the databases written after R, so the case
+// before is --logical's best one and this its worst); 1,000 databases,
+// --logical alone (the baselines take minutes there: see the upgrade
+// scenario). The window is pgfork's own
 // measure (writes refused → the new cluster accepts at the address).
 //
 //	PGFORK_BENCH_UPGRADE_LOGICAL_FROM   old majors (default 15,17)
 //	PGFORK_BENCH_UPGRADE_LOGICAL_SCALE  pgbench scale of the one-database case (default 10; 0 skips it)
 //	PGFORK_BENCH_UPGRADE_LOGICAL_DBS    databases of the case with baselines (default 200; 0 skips it)
+//	PGFORK_BENCH_UPGRADE_LOGICAL_SPREAD databases of the --logical-only case where a second writer
+//	                                    commits into every database, one after another, all run long
+//	                                    (default 200; 0 skips it): the WAL scan then subscribes them all
 //	PGFORK_BENCH_UPGRADE_LOGICAL_MANY   databases of the --logical-only case (default 1000; 0 skips it)
 //	                                    (a guard interrupts it below 2 GiB of available memory or past
 //	                                    30 minutes, and the section names what stopped it)
@@ -174,6 +181,82 @@ func (w *appWriter) halt() {
 	<-w.done
 }
 
+// spreadWriter commits a row into items of every database in turn
+// (db0001 …; postgres has the application's writer), a connection each
+// time, until halted: every database is written after R, so the WAL scan
+// subscribes them all. Errors
+// (the window, the hand-over) are skipped.
+type spreadWriter struct {
+	base  string
+	dbs   []string
+	mu    sync.Mutex
+	acked map[string][]int64
+	stop  chan struct{}
+	done  chan struct{}
+}
+
+func startSpreadWriter(base string, n int) *spreadWriter {
+	w := &spreadWriter{base: base, acked: map[string][]int64{}, stop: make(chan struct{}), done: make(chan struct{})}
+	for i := 1; i < n; i++ {
+		w.dbs = append(w.dbs, fmt.Sprintf("db%04d", i))
+	}
+	go func() {
+		defer close(w.done)
+		for i := 0; ; i++ {
+			select {
+			case <-w.stop:
+				return
+			default:
+			}
+			db := w.dbs[i%len(w.dbs)]
+			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+			conn, err := pgx.Connect(ctx, w.base+" dbname="+db)
+			if err == nil {
+				var id int64
+				if err = conn.QueryRow(ctx, "INSERT INTO items (v) VALUES ('spread') RETURNING id").Scan(&id); err == nil {
+					w.mu.Lock()
+					w.acked[db] = append(w.acked[db], id)
+					w.mu.Unlock()
+				}
+				_ = conn.Close(ctx)
+			}
+			cancel()
+			if err != nil {
+				time.Sleep(5 * time.Millisecond)
+			}
+		}
+	}()
+	return w
+}
+
+func (w *spreadWriter) halt() {
+	select {
+	case <-w.stop:
+	default:
+		close(w.stop)
+	}
+	<-w.done
+}
+
+// missing counts the acknowledged rows not found at the address now (the
+// new cluster after the hand-over), and the rows acknowledged.
+func (w *spreadWriter) missing(ctx context.Context) (missing, acked int, err error) {
+	for db, ids := range w.acked {
+		conn, err := pgx.Connect(ctx, w.base+" dbname="+db)
+		if err != nil {
+			return 0, 0, err
+		}
+		var have int
+		err = conn.QueryRow(ctx, "SELECT count(*) FROM items WHERE id = ANY($1) AND v = 'spread'", ids).Scan(&have)
+		_ = conn.Close(ctx)
+		if err != nil {
+			return 0, 0, fmt.Errorf("database %s: %w", db, err)
+		}
+		missing, acked = missing+len(ids)-have, acked+len(ids)
+	}
+	return missing, acked, nil
+}
+
 // longestGap is the longest time between two acknowledged writes from
 // `from` on (the first counted gap starts at the last ack before it).
 func (w *appWriter) longestGap(from time.Time) time.Duration {
@@ -200,6 +283,9 @@ type lgRun struct {
 	newMajorOK, handedOver bool
 	// seen: what the machine guard saw (the many case only).
 	seen string
+	// spreadAcked: the rows the spread writer got acknowledged (in every
+	// database; counted in missing when one is not on the new cluster).
+	spreadAcked int
 }
 
 // lgCase is one case's results for one old major.
@@ -239,11 +325,12 @@ func runUpgradeLogicalBench(ctx context.Context, r *Report) error {
 	scale := copyEnvInt("PGFORK_BENCH_UPGRADE_LOGICAL_SCALE", 10)
 	ndbs := copyEnvInt("PGFORK_BENCH_UPGRADE_LOGICAL_DBS", 200)
 	many := copyEnvInt("PGFORK_BENCH_UPGRADE_LOGICAL_MANY", 1000)
+	spread := copyEnvInt("PGFORK_BENCH_UPGRADE_LOGICAL_SPREAD", 200)
 	runs := max(copyEnvInt("PGFORK_BENCH_UPGRADE_LOGICAL_RUNS", 3), 1)
 	every := time.Duration(max(copyEnvInt("PGFORK_BENCH_UPGRADE_LOGICAL_EVERY", 5), 1)) * time.Millisecond
 	baselines := copyEnvInt("PGFORK_BENCH_UPGRADE_LOGICAL_BASELINES", 1) != 0
 	base := envOr("PGFORK_BENCH_UPGRADE_DIR", envOr("PGFORK_TEST_XFS", "/mnt/pgfork-test/xfs"))
-	scaled := !slices.Equal(froms, []int{15, 17}) || scale != 10 || ndbs != 200 || many != 1000 || runs != 3 || every != 5*time.Millisecond || !baselines
+	scaled := !slices.Equal(froms, []int{15, 17}) || scale != 10 || ndbs != 200 || many != 1000 || spread != 200 || runs != 3 || every != 5*time.Millisecond || !baselines
 
 	b := &lgBench{upgBench: &upgBench{}, jobs: max(copyEnvInt("PGFORK_BENCH_UPGRADE_JOBS", 2), 1), every: every, clients: 1}
 	all, _ := pgbin.Discover(pgbin.Options{StateDir: envOr("PGFORK_TEST_HOME", "/var/tmp/pgfork-test/home")})
@@ -286,8 +373,8 @@ func runUpgradeLogicalBench(ctx context.Context, r *Report) error {
 		return fmt.Errorf("building pgfork: %v\n%s", err, out)
 	}
 	if scaled {
-		r.Notef("**SCALED-DOWN TRIAL** (PGFORK_BENCH_UPGRADE_LOGICAL_*: from %v, scale %d, %d and %d databases, %d run(s), a write every %s, baselines %v): not the report's numbers.",
-			froms, scale, ndbs, many, runs, every, baselines)
+		r.Notef("**SCALED-DOWN TRIAL** (PGFORK_BENCH_UPGRADE_LOGICAL_*: from %v, scale %d, %d, %d (all written) and %d databases, %d run(s), a write every %s, baselines %v): not the report's numbers.",
+			froms, scale, ndbs, spread, many, runs, every, baselines)
 	}
 	var names []string
 	for _, o := range olds {
@@ -304,7 +391,7 @@ func runUpgradeLogicalBench(ctx context.Context, r *Report) error {
 	if scale > 0 {
 		var cs []*lgCase
 		for _, o := range olds {
-			c, err := b.runCase(ctx, o, 1, scale, runs, baselines)
+			c, err := b.runCase(ctx, o, 1, scale, runs, baselines, false)
 			if err != nil {
 				return fmt.Errorf("one database from %s: %w", o.Version, err)
 			}
@@ -315,18 +402,29 @@ func runUpgradeLogicalBench(ctx context.Context, r *Report) error {
 	if ndbs > 0 {
 		var cs []*lgCase
 		for _, o := range olds {
-			c, err := b.runCase(ctx, o, ndbs, 0, runs, baselines)
+			c, err := b.runCase(ctx, o, ndbs, 0, runs, baselines, false)
 			if err != nil {
 				return fmt.Errorf("%d databases from %s: %w", ndbs, o.Version, err)
 			}
 			cs = append(cs, c)
 		}
-		b.report(r, fmt.Sprintf("%d databases", ndbs), ndbs, cs, 2*time.Second, baselines)
+		b.report(r, fmt.Sprintf("%d databases (the application writes one)", ndbs), ndbs, cs, 2*time.Second, baselines)
+	}
+	if spread > 0 {
+		var cs []*lgCase
+		for _, o := range olds {
+			c, err := b.runCase(ctx, o, spread, 0, runs, false, true)
+			if err != nil {
+				return fmt.Errorf("%d databases, all written, from %s: %w", spread, o.Version, err)
+			}
+			cs = append(cs, c)
+		}
+		b.report(r, fmt.Sprintf("%d databases, every one written during the run (--logical only)", spread), spread, cs, 2*time.Second, false)
 	}
 	if many > 0 {
 		var cs []*lgCase
 		for _, o := range olds {
-			c, err := b.runCase(ctx, o, many, 0, 1, false)
+			c, err := b.runCase(ctx, o, many, 0, 1, false, false)
 			if err != nil {
 				r.Notef("%d databases from PostgreSQL %s: **stopped**: %v", many, o.Version, err)
 				continue
@@ -356,7 +454,7 @@ func (b *lgBench) report(r *Report, title string, n int, cs []*lgCase, target ti
 		var tb, td float64
 		var nb, nd int
 		for _, x := range c.runs {
-			acked, missing, fails = acked+x.acked, missing+x.missing, fails+x.fails
+			acked, missing, fails = acked+x.acked+x.spreadAcked, missing+x.missing, fails+x.fails
 			gapMax = max(gapMax, x.gap)
 			newOK = newOK && x.newMajorOK && x.handedOver
 			tb, td, nb, nd = tb+x.tpsBefore, td+x.tpsDuring, nb+x.nBefore, nd+x.nDuring
@@ -417,7 +515,11 @@ func (b *lgBench) report(r *Report, title string, n int, cs []*lgCase, target ti
 
 // runCase builds the source cluster for one case and old major and runs
 // the contenders in turns.
-func (b *lgBench) runCase(ctx context.Context, old pgbin.Installation, n, scale, runs int, baselines bool) (*lgCase, error) {
+//
+// With spread, a second writer commits into every database in turn during
+// the --logical runs (spreadWriter), and each acknowledged row must be on
+// the new cluster too.
+func (b *lgBench) runCase(ctx context.Context, old pgbin.Installation, n, scale, runs int, baselines, spread bool) (*lgCase, error) {
 	b.old = old
 	c := &lgCase{from: old}
 	t0 := time.Now()
@@ -472,7 +574,7 @@ func (b *lgBench) runCase(ctx context.Context, old pgbin.Installation, n, scale,
 	size, _ := dirBytes(src)
 	fmt.Printf("  source %s: %d database(s) on PostgreSQL %s, %s, built in %s\n", name, n, old.Version, units.Bytes(size), Dur(time.Since(t0)))
 	cases := []Case{{Fn: func(int) error {
-		x, err := b.logical(ctx, src, n, scale > 0, !baselines)
+		x, err := b.logical(ctx, src, n, scale > 0, !baselines && !spread, spread)
 		if err != nil {
 			return err
 		}
@@ -548,7 +650,7 @@ func (b *lgBench) handStop(ctx context.Context, src string) (time.Duration, erro
 // (SIGINT: it rolls back, the old cluster serves) and the error says where
 // it stood and what the machine had left; -q is left out so that its
 // progress says the phase.
-func (b *lgBench) logical(ctx context.Context, src string, n int, withPgbench, guard bool) (*lgRun, error) {
+func (b *lgBench) logical(ctx context.Context, src string, n int, withPgbench, guard, spread bool) (*lgRun, error) {
 	old, err := b.copyOf(ctx, src, "c-logical")
 	if err != nil {
 		return nil, err
@@ -576,6 +678,11 @@ func (b *lgBench) logical(ctx context.Context, src string, n int, withPgbench, g
 			w.halt()
 		}
 	}()
+	var sw *spreadWriter
+	if spread {
+		sw = startSpreadWriter(fmt.Sprintf("host=%s port=%d user=postgres connect_timeout=2", inst.SocketDir, inst.Port), n)
+		defer sw.halt()
+	}
 	var l *pgbenchLoad
 	warm := 2 * time.Second
 	if withPgbench {
@@ -631,6 +738,15 @@ func (b *lgBench) logical(ctx context.Context, src string, n int, withPgbench, g
 	}
 	w.halt()
 	stopped = true
+	if sw != nil {
+		sw.halt()
+		m, acked, err := sw.missing(ctx)
+		if err != nil {
+			return nil, fmt.Errorf("after the hand-over: %w", err)
+		}
+		x.missing += m
+		x.spreadAcked = acked
+	}
 	x.gap, x.fails = w.longestGap(t0), w.fails
 	w.mu.Lock()
 	acked := append([]int64(nil), w.acked...)
@@ -645,6 +761,6 @@ func (b *lgBench) logical(ctx context.Context, src string, n int, withPgbench, g
 	if err := conn.QueryRow(ctx, "SELECT (SELECT count(*) FROM app_writes WHERE id = ANY($1)), current_setting('server_version_num')::int", acked).Scan(&have, &ver); err != nil {
 		return nil, err
 	}
-	x.missing, x.newMajorOK = len(acked)-have, ver/10000 == b.new.Major
+	x.missing, x.newMajorOK = x.missing+len(acked)-have, ver/10000 == b.new.Major
 	return x, nil
 }

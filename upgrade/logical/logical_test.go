@@ -183,9 +183,12 @@ func (w *writer) count() int {
 // application's address all along: after the hand-over the new cluster
 // answers there, every acknowledged write is on it, the old cluster's rows
 // and sequences are all on it, and nothing of the run is left on either
-// side.
+// side. It runs as on an old cluster without pg_walinspect (13 and 14, or
+// 15+ without contrib): no WAL scan, every database subscribed
+// (TestLogicalSubscribesWriters runs the scan).
 func TestLogicalUpgradeWithWriter(t *testing.T) {
 	old, nw := builds(t)
+	logical.WithoutWALInspect(t)
 	base := testenv.XFSDir(t)
 	oldDir := filepath.Join(base, "old")
 	pgtest.InitDB(t, oldDir, pgtest.Server{BinDir: old.BinDir, Env: old.Env})
@@ -244,6 +247,9 @@ func TestLogicalUpgradeWithWriter(t *testing.T) {
 	// old cluster (its clean-up) leaves no file of pgfork's there.
 	if extra := newNames(oldFiles, dirNames(t, oldDir)); len(extra) > 0 {
 		t.Errorf("the run left %v in the old data directory", extra)
+	}
+	if subs := slices.Sorted(slices.Values(res.Subscribed)); res.WALScan || !slices.Equal(subs, []string{"app", "postgres", "shop"}) {
+		t.Errorf("WAL scan %v, subscribed %v; without pg_walinspect want no scan and every database subscribed (app, postgres, shop)", res.WALScan, subs)
 	}
 	if !res.HandedOver || res.Port != inst.Port || res.SocketDir != inst.SocketDir {
 		t.Errorf("handed over %v on port %d, socket %s; want the old cluster's port %d and socket %s", res.HandedOver, res.Port, res.SocketDir, inst.Port, inst.SocketDir)

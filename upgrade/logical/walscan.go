@@ -81,13 +81,17 @@ SELECT (SELECT max(end_lsn)::text FROM w),
     WHERE b.start_lsn >= $3::pg_lsn OR (b.xid <> '0' AND b.xid NOT IN (SELECT xid FROM ended))), '{}')`
 }
 
+// walInspect is the extension scanAvailable looks for: pg_walinspect
+// (tests name one no server offers, to run the path without it).
+var walInspect = "pg_walinspect"
+
 // scanAvailable reports whether the old cluster offers pg_walinspect.
 func (r *run) scanAvailable(ctx context.Context) (bool, error) {
 	if r.o.Old.Major < 15 {
 		return false, nil
 	}
 	var n int
-	if err := r.control.QueryRow(ctx, `SELECT count(*) FROM pg_available_extensions WHERE name = 'pg_walinspect'`).Scan(&n); err != nil {
+	if err := r.control.QueryRow(ctx, `SELECT count(*) FROM pg_available_extensions WHERE name = $1`, walInspect).Scan(&n); err != nil {
 		return false, errs.Wrap(errs.Internal, err, "cannot read the old cluster's available extensions")
 	}
 	return n > 0, nil

@@ -264,3 +264,25 @@ func TestKnownSince(t *testing.T) {
 		t.Error("a file written half a second before the clone began is not counted")
 	}
 }
+
+// TestLogicalNote: an upgrade of a cluster that served during its
+// rehearsal and was then down for more than 2 s says that --logical would
+// have kept it serving; a shorter stop, or a cluster that was not running,
+// gets no such note.
+func TestLogicalNote(t *testing.T) {
+	online := &Rehearsal{Online: true}
+	for _, c := range []struct {
+		res  Result
+		want string
+	}{
+		{Result{Rehearsal: online, Downtime: 24600 * time.Millisecond}, "the old cluster was down for 24.6s; with --logical it serves through the upgrade"},
+		{Result{Rehearsal: online, Downtime: 1500 * time.Millisecond}, ""},
+		{Result{Rehearsal: &Rehearsal{}, Downtime: 30 * time.Second}, ""},
+		{Result{Downtime: 30 * time.Second}, ""},
+	} {
+		got := logicalNote(&c.res)
+		if (c.want == "") != (got == "") || !strings.Contains(got, c.want) {
+			t.Errorf("downtime %s, rehearsal %+v: note %q, want %q", c.res.Downtime, c.res.Rehearsal, got, c.want)
+		}
+	}
+}

@@ -944,6 +944,9 @@ func (u *upgrader) finishNew(ctx, gctx context.Context, inst *instance.Instance,
 		res.Notes = append(res.Notes,
 			"its postgresql.conf and pg_hba.conf are PostgreSQL "+strconv.Itoa(o.New.Major)+"'s defaults (local socket: trust, in the build's default socket directory; TCP: scram-sha-256): carry over your pg_hba.conf and settings from "+o.OldDir+" before you start it")
 	}
+	if n := logicalNote(res); n != "" {
+		res.Notes = append(res.Notes, n)
+	}
 	switch res.Mode {
 	case Link:
 		res.Notes = append(res.Notes, "the old cluster shares its data files with the new one: never start it again")
@@ -963,6 +966,19 @@ func (u *upgrader) accepts() {
 	if !u.down.IsZero() {
 		u.res.Downtime = time.Since(u.down)
 	}
+}
+
+// logicalNote is the note an upgrade of a cluster that served during its
+// rehearsal and was then down for more than 2 s gets: --logical would have
+// kept it serving. Not the default: it needs wal_level = logical (a
+// restart) and runs publications and slots on the old cluster
+// (docs/upgrade.md).
+func logicalNote(res *Result) string {
+	if res.Rehearsal == nil || !res.Rehearsal.Online || res.Downtime <= 2*time.Second {
+		return ""
+	}
+	return fmt.Sprintf("the old cluster was down for %s; with --logical it serves through the upgrade and writes pause about a second (it needs wal_level = logical: docs/upgrade.md, \"--logical\")",
+		res.Downtime.Round(100*time.Millisecond))
 }
 
 // keepFile copies a server log next to dir so it survives the workspace.

@@ -451,6 +451,15 @@ func TestLogicalRefusals(t *testing.T) {
 		pgtest.Exec(t, pg, "SELECT pg_drop_replication_slot('other_' || g) FROM generate_series(1, 8) g")
 		nothingLeft(t, inst, dbs, newDir, false)
 	})
+	t.Run("tablespace", func(t *testing.T) {
+		tsDir := filepath.Join(base, "ts")
+		if err := pgtest.User(t).MkdirOwned(tsDir, 0o700); err != nil {
+			t.Fatal(err)
+		}
+		pgtest.Exec(t, pg, "CREATE TABLESPACE ts LOCATION '"+tsDir+"'")
+		defer pgtest.Exec(t, pg, "DROP TABLESPACE ts")
+		refused(t, inst, errs.Unsupported, "tablespaces (ts)")
+	})
 	t.Run("no_replica_identity", func(t *testing.T) {
 		pgtest.Exec(t, shop, "CREATE TABLE log (line text)")
 		refused(t, inst, errs.Unsupported, "shop: log")

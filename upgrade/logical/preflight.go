@@ -61,6 +61,19 @@ func (r *run) preflight(ctx context.Context) error {
 		return errs.New(errs.Unsupported, "the old cluster is a subscriber (%d subscriptions); an upgrade by logical replication cannot carry a subscriber's state", subs).
 			WithHint("upgrade it stopped").WithCLI("run without --logical")
 	}
+	// Tablespaces: pg_upgrade of the clone puts the new cluster's files in
+	// the clone's copies of them, not beside the old cluster's in their
+	// locations as an upgrade in place does; carrying them there is not
+	// built, so the run refuses before it creates anything.
+	var spcs string
+	if err := c.QueryRow(ctx, "SELECT coalesce(string_agg(spcname, ', ' ORDER BY spcname), '') FROM pg_tablespace WHERE spcname NOT IN ('pg_default', 'pg_global')").Scan(&spcs); err != nil {
+		return errs.Wrap(errs.Internal, err, "cannot read pg_tablespace")
+	}
+	if spcs != "" {
+		return errs.New(errs.Unsupported, "the old cluster has tablespaces (%s); an upgrade by logical replication does not carry tablespaces yet", spcs).
+			WithHint("upgrade it stopped: pg_upgrade puts the new cluster's files beside the old ones in each tablespace; or move their tables and indexes to pg_default (ALTER TABLE … SET TABLESPACE pg_default), drop the tablespaces and run again").
+			WithCLI("run without --logical (--stop-old)")
+	}
 	var prepared int
 	var gids string
 	if err := c.QueryRow(ctx, "SELECT count(*), coalesce(string_agg(gid, ', ' ORDER BY gid), '') FROM pg_prepared_xacts").Scan(&prepared, &gids); err != nil {
